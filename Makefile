@@ -1,0 +1,97 @@
+# attnc: build, test and install. Everything built lands under $(BUILD).
+#
+#   make             the compiler (build/attnc) and libattn (.a and .so)
+#   make test        everything CI runs: sanitizer build, unit, golden,
+#                    NVRTC and cache tests, a short fuzz run; GPU tests skip
+#                    with a message where there is no GPU
+#   make test-gpu    the GPU tests (needs a GPU and its driver)
+#   make examples    the main job: every example compiled and run
+#   make bench       the benchmark (needs a GPU and PyTorch)
+#   make clean
+
+BUILD ?= build
+CUDA ?= /usr/local/cuda
+CC ?= cc
+SAN ?=
+BISON ?= bison
+FLEX ?= flex
+
+WARN := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
+        -Wmissing-prototypes -Wpointer-arith -Wformat=2 -Wvla \
+        -Wno-unused-parameter
+OPT ?= -O2 -g
+SANFLAGS :=
+ifeq ($(SAN),1)
+  SANFLAGS := -fsanitize=address,undefined
+  OPT := -O1 -g -fno-omit-frame-pointer $(SANFLAGS) -fno-sanitize-recover=undefined
+endif
+CFLAGS := -std=c17 -fPIC -D_GNU_SOURCE $(OPT) $(WARN)
+CPPFLAGS := -Icompiler -Iruntime -I$(BUILD)/gen -I$(CUDA)/include \
+            -DATTNC_CUDA_HOME='"$(CUDA)"'
+LDFLAGS := $(SANFLAGS) -L$(CUDA)/lib64 -Wl,-rpath,$(CUDA)/lib64
+LDLIBS := -lnvrtc -ldl -lm -lpthread
+
+GEN := $(BUILD)/gen
+TEMPLATES := $(sort $(wildcard templates/*.cuh)) runtime/attn_abi.h
+# compiler/main.c and compiler/cli_*.c make the attnc command; the rest is the library.
+CLI_SRC := compiler/main.c $(sort $(wildcard compiler/cli_*.c))
+COMPILER_SRC := $(filter-out $(CLI_SRC),$(sort $(wildcard compiler/*.c)))
+RUNTIME_SRC := $(sort $(wildcard runtime/*.c))
+LIB_OBJ := $(COMPILER_SRC:%.c=$(BUILD)/%.o) $(RUNTIME_SRC:%.c=$(BUILD)/%.o) \
+           $(GEN)/attn.tab.o $(GEN)/lex.yy.o $(GEN)/templates.o
+
+all: $(BUILD)/attnc $(BUILD)/libattn.a $(BUILD)/libattn.so
+
+$(BUILD)/attnc: $(CLI_SRC:%.c=$(BUILD)/%.o) $(BUILD)/libattn.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/libattn.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/libattn.so: $(LIB_OBJ)
+	$(CC) $(LDFLAGS) -shared -Wl,-soname,libattn.so.0 -o $@ $^ $(LDLIBS)
+
+# The parser and scanner are generated; their code gets a milder warning set.
+$(GEN)/attn.tab.c $(GEN)/attn.tab.h: grammar/attn.y
+	@mkdir -p $(GEN)
+	$(BISON) -Wall -Werror --defines=$(GEN)/attn.tab.h -o $(GEN)/attn.tab.c $<
+
+$(GEN)/lex.yy.c $(GEN)/lex.yy.h: grammar/attn.l $(GEN)/attn.tab.h
+	@mkdir -p $(GEN)
+	$(FLEX) --header-file=$(GEN)/lex.yy.h -o $(GEN)/lex.yy.c $<
+
+GEN_CFLAGS := $(filter-out -Wmissing-prototypes -Wshadow,$(CFLAGS)) \
+              -Wno-unused-function -Wno-sign-compare -Wno-unused-but-set-variable
+$(GEN)/attn.tab.o: $(GEN)/attn.tab.c $(GEN)/lex.yy.h compiler/attnc.h
+	$(CC) $(CPPFLAGS) $(GEN_CFLAGS) -c -o $@ $<
+$(GEN)/lex.yy.o: $(GEN)/lex.yy.c $(GEN)/attn.tab.h compiler/attnc.h
+	$(CC) $(CPPFLAGS) $(GEN_CFLAGS) -c -o $@ $<
+
+# Templates and the kernel ABI header travel inside the library as strings.
+$(BUILD)/embed: tools/embed.c
+	@mkdir -p $(BUILD)
+	$(CC) -std=c17 -O1 -Wall -Werror -o $@ $<
+$(GEN)/templates.c: $(BUILD)/embed $(TEMPLATES)
+	@mkdir -p $(GEN)
+	$(BUILD)/embed $@ $(foreach f,$(TEMPLATES),$(subst .,_,$(basename $(notdir $(f))))_src=$(f))
+$(GEN)/templates.o: $(GEN)/templates.c
+	$(CC) $(CPPFLAGS) $(GEN_CFLAGS) -c -o $@ $<
+
+$(BUILD)/%.o: %.c compiler/attnc.h runtime/attn.h runtime/attn_abi.h | $(GEN)/attn.tab.h $(GEN)/lex.yy.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c -o $@ $<
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+
+# The main job: every example checked, compiled and run (GPU or CPU).
+examples: deps all
+	tools/run_examples.sh $(BUILD)/attnc
+
+include tests/tests.mk
+
+clean:
+	rm -rf build
+
+.PHONY: all clean examples
+.DELETE_ON_ERROR:

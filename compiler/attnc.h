@@ -1,0 +1,566 @@
+/*
+ * attnc.h: the compiler's one internal header. Each section belongs to one
+ * source file, in pipeline order, so this file doubles as the architecture:
+ *
+ *   source.c/diag.c  text and located diagnostics
+ *   grammar/attn.y   .attn text -> AST (reentrant bison + flex)
+ *   ir_build.c       AST -> IR graph, with every semantic check
+ *   ir_dump.c        readable IR and Graphviz dumps
+ *   interp.c         CPU reference: evaluates an IR graph in double precision
+ *   match.c          IR graph -> kernel spec (which template, which hooks)
+ *   emit.c           kernel spec -> CUDA C source
+ *
+ * Conventions: every node carries a Loc; user errors go through diag_error();
+ * internal bugs go through die(), which names __FILE__:__LINE__ and aborts.
+ * The front end allocates from an Arena freed once per unit of work.
+ */
+#ifndef ATTNC_H
+#define ATTNC_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define ATTNC_VERSION "0.1.0"
+
+/* ---------------------------------------------------------------- util.c */
+
+typedef struct Arena Arena;
+Arena *arena_new(void);
+void arena_free(Arena *a);
+void *arena_alloc(Arena *a, size_t size); /* zeroed, 16-byte aligned */
+char *arena_strndup(Arena *a, const char *s, size_t n);
+char *arena_strdup(Arena *a, const char *s);
+char *arena_printf(Arena *a, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* A growable byte buffer; data is always NUL-terminated once non-empty. */
+typedef struct StrBuf {
+  char *data;
+  size_t len, cap;
+} StrBuf;
+void sb_putc(StrBuf *sb, char c);
+void sb_puts(StrBuf *sb, const char *s);
+void sb_write(StrBuf *sb, const char *s, size_t n);
+void sb_printf(StrBuf *sb, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void sb_vprintf(StrBuf *sb, const char *fmt, va_list ap);
+void sb_free(StrBuf *sb);
+
+_Noreturn void die_at(const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+#define die(...) die_at(__FILE__, __LINE__, __VA_ARGS__)
+
+/* ------------------------------------------------------ source.c, diag.c */
+
+typedef struct Source {
+  const char *name; /* file name as given, or "<string>" */
+  const char *text; /* NUL-terminated copy; may contain other NULs */
+  size_t len;
+} Source;
+
+/* A place in a source: 1-based line and column (in bytes), and how many
+ * bytes to underline (at least 1). */
+typedef struct Loc {
+  const Source *src;
+  int line, col, len;
+} Loc;
+
+typedef struct Diag {
+  StrBuf out;     /* every message, formatted for a terminal */
+  int nerrors;
+  int max_errors; /* 0: default (20); later errors are counted, not shown */
+} Diag;
+
+/* Reads a whole file; on failure reports "cannot read FILE: reason". */
+Source *source_load(Arena *a, const char *path, Diag *d);
+Source *source_from_string(Arena *a, const char *name, const char *text,
+                           size_t len);
+
+/* "file:line:col: error: message", the source line, a caret/underline. */
+void diag_error(Diag *d, Loc loc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Same shape with "note:"; attaches to the previous error. */
+void diag_note(Diag *d, Loc loc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* An error with no location: "attnc: error: message". */
+void diag_plain(Diag *d, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void diag_free(Diag *d);
+
+/* ---------------------------------------------------------------- types */
+
+/* X(enum suffix, spelling, bytes) */
+#define ATTN_DTYPES(X)                                                        \
+  X(F16, "f16", 2)                                                            \
+  X(BF16, "bf16", 2)                                                          \
+  X(F32, "f32", 4)                                                            \
+  X(E4M3, "e4m3", 1)                                                          \
+  X(E5M2, "e5m2", 1)                                                          \
+  X(I32, "i32", 4)                                                            \
+  X(U64, "u64", 8)                                                            \
+  X(BOOL, "bool", 1)
+
+typedef enum DType {
+  DT_NONE = 0,
+#define X(e, s, n) DT_##e,
+  ATTN_DTYPES(X)
+#undef X
+      DT_COUNT
+} DType;
+
+const char *dtype_name(DType t); /* "bf16"; "?" for DT_NONE */
+int dtype_size(DType t);
+bool dtype_is_float(DType t); /* f16 bf16 f32 e4m3 e5m2 */
+bool dtype_is_int(DType t);   /* i32 u64 */
+
+/* ------------------------------------------------------------------ AST */
+
+/* Operators, shared by the AST and the IR. X(enum suffix, spelling) */
+#define ATTN_BINOPS(X)                                                        \
+  X(ADD, "+")                                                                 \
+  X(SUB, "-")                                                                 \
+  X(MUL, "*")                                                                 \
+  X(DIV, "/")                                                                 \
+  X(MOD, "%")                                                                 \
+  X(MATMUL, "@")                                                              \
+  X(LT, "<")                                                                  \
+  X(LE, "<=")                                                                 \
+  X(GT, ">")                                                                  \
+  X(GE, ">=")                                                                 \
+  X(EQ, "==")                                                                 \
+  X(NE, "!=")                                                                 \
+  X(AND, "&&")                                                                \
+  X(OR, "||")
+
+typedef enum BinOp {
+#define X(e, s) BIN_##e,
+  ATTN_BINOPS(X)
+#undef X
+      BIN_COUNT
+} BinOp;
+
+typedef enum UnOp { UN_NEG, UN_NOT } UnOp;
+
+const char *binop_spelling(BinOp op);
+
+typedef enum AstKind {
+  AST_INT,       /* ival */
+  AST_FLOAT,     /* fval */
+  AST_BOOL,      /* ival 0/1: true, false */
+  AST_NAME,      /* name */
+  AST_UNARY,     /* op (UnOp), args[0] */
+  AST_BINARY,    /* op (BinOp), args[0], args[1] */
+  AST_CALL,      /* name(args...) */
+  AST_INDEX,     /* name[args...] */
+  AST_TRANSPOSE, /* args[0]^T */
+  AST_ERROR      /* placeholder left by error recovery */
+} AstKind;
+
+typedef struct AstExpr {
+  AstKind kind;
+  Loc loc; /* the whole expression; for calls/index, from name to ')' */
+  int op;
+  const char *name;
+  Loc name_loc;
+  int64_t ival;
+  double fval;
+  struct AstExpr **args;
+  int nargs;
+} AstExpr;
+
+/* One dimension of a declared shape: a symbol bound at run time (B, Sq)
+ * or an integer literal (256, 1). */
+typedef struct AstDim {
+  Loc loc;
+  const char *sym; /* NULL for a literal */
+  int64_t value;
+} AstDim;
+
+typedef struct AstType {
+  Loc loc;
+  DType dtype;
+  bool has_shape; /* "bf16[...]" rather than "f32" */
+  AstDim *dims;
+  int ndims;
+} AstType;
+
+typedef enum StmtKind {
+  STMT_INPUT,  /* input NAME : TYPE ; */
+  STMT_SCALAR, /* scalar NAME : DTYPE [= EXPR] ; */
+  STMT_ASSIGN, /* NAME = EXPR ; */
+  STMT_OUTPUT, /* output NAME [: TYPE] [= EXPR] ; */
+  STMT_GRAD    /* grad NAME, NAME ... ; */
+} StmtKind;
+
+typedef struct AstStmt {
+  StmtKind kind;
+  Loc loc; /* the whole statement */
+  const char *name;
+  Loc name_loc;
+  bool has_type;
+  AstType type;
+  AstExpr *value; /* NULL when absent */
+  const char **names; /* STMT_GRAD */
+  Loc *name_locs;
+  int nnames;
+} AstStmt;
+
+typedef struct AstGraph {
+  const char *name;
+  Loc loc; /* the graph's name */
+  AstStmt **stmts;
+  int nstmts;
+} AstGraph;
+
+typedef struct AstFile {
+  const Source *src;
+  AstGraph **graphs;
+  int ngraphs;
+} AstFile;
+
+/* grammar/attn.y. Never NULL; on errors the AST holds what parsed and
+ * d->nerrors > 0. */
+AstFile *parse_source(const Source *src, Arena *a, Diag *d);
+
+/* ------------------------------------------------------------ IR (ir.c) */
+
+/* The axes a value varies over. Scores vary over B|H|I|J, Q over B|H|I|D,
+ * the output over B|H|I|D, softmax statistics over B|H|I, scalars over none. */
+enum { DOM_B = 1, DOM_H = 2, DOM_I = 4, DOM_J = 8, DOM_D = 16 };
+
+/* X(enum suffix, spelling, operand count; -1 = variable) */
+#define IR_OPS(X)                                                             \
+  X(CONST, "const", 0)         /* fval (floats) or ival (ints, bools) */     \
+  X(SCALAR, "scalar", 0)       /* ref: graph->scalars[ref] */                \
+  X(DIM, "dim", 0)             /* ref: graph->dims[ref], an i32 */           \
+  X(INDEX, "index", 0)         /* ival: DOM_B, DOM_H, DOM_I or DOM_J */      \
+  X(INPUT, "input", 0)         /* ref: a whole tensor (q, k, v) */           \
+  X(LOAD, "load", -1)          /* ref: tensor; src: subscripts */            \
+  X(TRANSPOSE, "transpose", 1) /* k^T */                                     \
+  X(QK, "matmul_qk", 2)        /* q @ k^T: src q, k */                       \
+  X(PV, "matmul_pv", 2)        /* p @ v: src p, v */                         \
+  X(NEG, "neg", 1)                                                           \
+  X(NOT, "not", 1)                                                           \
+  X(ADD, "add", 2)                                                           \
+  X(SUB, "sub", 2)                                                           \
+  X(MUL, "mul", 2)                                                           \
+  X(DIV, "div", 2)                                                           \
+  X(MOD, "mod", 2)                                                           \
+  X(LT, "lt", 2)                                                             \
+  X(LE, "le", 2)                                                             \
+  X(GT, "gt", 2)                                                             \
+  X(GE, "ge", 2)                                                             \
+  X(EQ, "eq", 2)                                                             \
+  X(NE, "ne", 2)                                                             \
+  X(AND, "and", 2)                                                           \
+  X(OR, "or", 2)                                                             \
+  X(MIN, "min", 2)                                                           \
+  X(MAX, "max", 2)                                                           \
+  X(WHERE, "where", 3)                                                       \
+  X(TANH, "tanh", 1)                                                         \
+  X(EXP, "exp", 1)                                                           \
+  X(EXP2, "exp2", 1)                                                         \
+  X(LOG, "log", 1)                                                           \
+  X(LOG2, "log2", 1)                                                         \
+  X(SIGMOID, "sigmoid", 1)                                                   \
+  X(ABS, "abs", 1)                                                           \
+  X(SQRT, "sqrt", 1)                                                         \
+  X(RSQRT, "rsqrt", 1)                                                       \
+  X(FLOOR, "floor", 1)                                                       \
+  X(CEIL, "ceil", 1)                                                         \
+  X(CAST, "cast", 1)           /* to node->type: f32(x), i32(x) */           \
+  X(MASK, "mask", 2)           /* src: scores, condition */                  \
+  X(SOFTMAX, "softmax", 1)     /* over j */                                  \
+  X(LOGSUMEXP, "logsumexp", 1) /* over j */                                  \
+  X(DROPOUT, "dropout", 4)     /* src: p, rate, seed, offset */              \
+  X(AMAX, "amax", 1)           /* max |x| over everything */
+
+typedef enum IrOp {
+#define X(e, s, n) IR_##e,
+  IR_OPS(X)
+#undef X
+      IR_OP_COUNT
+} IrOp;
+
+const char *ir_op_name(IrOp op);
+int ir_op_arity(IrOp op); /* -1: variable */
+
+#define IR_MAX_SRC 4
+#define IR_MAX_RANK 4
+
+typedef struct IrNode {
+  IrOp op;
+  int id;   /* position in graph->nodes: a topological order */
+  Loc loc;  /* the source expression that made it */
+  DType type;
+  unsigned dom; /* DOM_* axes */
+  struct IrNode *src[IR_MAX_SRC];
+  int nsrc;
+  int64_t ival;
+  double fval;
+  int ref;
+  const char *name; /* last user name bound to it, or NULL */
+} IrNode;
+
+typedef struct IrDimSym {
+  const char *name; /* "B", "Sq", ... */
+  Loc loc;          /* first appearance */
+} IrDimSym;
+
+typedef struct IrTensor {
+  const char *name;
+  Loc loc;
+  DType type;
+  int ndims;
+  int dim_sym[IR_MAX_RANK];     /* index into graph->dims, or -1 */
+  int64_t dim_val[IR_MAX_RANK]; /* the literal when dim_sym < 0 */
+  bool is_output;
+  bool grad;
+} IrTensor;
+
+typedef struct IrScalar {
+  const char *name;
+  Loc loc;
+  DType type;
+  bool has_default;
+  double fdefault;  /* for floats */
+  int64_t idefault; /* for ints and bools */
+} IrScalar;
+
+typedef struct IrOutput {
+  const char *name;
+  Loc loc;
+  IrNode *value;
+  int tensor; /* graph->tensors[tensor] describes what the caller binds */
+} IrOutput;
+
+typedef struct IrGraph {
+  const char *name;
+  Loc loc;
+  IrNode **nodes;
+  int nnodes;
+  IrDimSym *dims;
+  int ndims;
+  IrTensor *tensors; /* inputs in declaration order, then outputs */
+  int ntensors;
+  IrScalar *scalars;
+  int nscalars;
+  IrOutput *outputs;
+  int noutputs;
+  /* The chain's landmarks, set by the checks. */
+  IrNode *qk, *softmax, *pv;
+  int q, k, v; /* tensor indices of q, k, v */
+} IrGraph;
+
+typedef struct IrModule {
+  const Source *src;
+  IrGraph **graphs;
+  int ngraphs;
+} IrModule;
+
+/* ir_build.c: resolves names, infers types and domains, runs every check.
+ * Returns NULL when d->nerrors > 0. */
+IrModule *ir_build(const AstFile *ast, Arena *a, Diag *d);
+IrGraph *ir_find_graph(const IrModule *m, const char *name);
+
+/* ir.c: tiny constructors. A node gets its id when a graph takes it;
+ * src[0..nsrc) must be non-NULL and nsrc must match the op's arity. */
+IrNode *ir_node(Arena *a, IrOp op, Loc loc, DType type, unsigned dom,
+                int nsrc, IrNode *const *src);
+IrNode *ir_const_float(Arena *a, Loc loc, double v);          /* f32 */
+IrNode *ir_const_int(Arena *a, Loc loc, DType type, int64_t v); /* i32 u64 bool */
+/* "bhij", "bhid", "" for a DOM_* set; buf needs 6 bytes. */
+const char *ir_dom_letters(unsigned dom, char buf[8]);
+
+/* ir_check.c: the whole-graph checks ir_build runs once a graph's
+ * statements are lowered: exactly one q @ k^T, softmax and p @ v; the
+ * shapes of q, k and v; logsumexp's operand; the outputs' types and
+ * shapes (filling in omitted ones: an output tensor with DT_NONE or
+ * ndims < 0 gets its default). Sets g->q, k, v, qk, softmax, pv. Returns
+ * the number of errors it reported. */
+int ir_check_graph(IrGraph *g, Diag *d);
+
+/* ir_dump.c */
+void ir_dump(StrBuf *out, const IrGraph *g);
+void ir_dot(StrBuf *out, const IrGraph *g);
+
+/* ---------------------------------------------------- interp.c: CPU ref */
+
+/* Values of one graph's run-time arguments. Tensors are dense row-major in
+ * their declared dimension order, with the actual sizes in shape (a declared
+ * literal 1 broadcasts). Every number is held as a double. */
+typedef struct RefTensor {
+  int ndims;
+  int64_t shape[IR_MAX_RANK];
+  double *data;
+} RefTensor;
+
+typedef struct RefArgs {
+  const IrGraph *g;
+  RefTensor *tensors;     /* g->ntensors entries; outputs are filled in */
+  double *scalars;        /* g->nscalars entries */
+  /* Optional (NULL: every scalar has a value). ref_make_inputs sets
+   * unset[k] for a scalar with no default; ref_set_scalars clears it;
+   * ref_forward refuses to run while one is set. */
+  bool *scalar_unset;
+} RefArgs;
+
+/* Binds the dim symbols from the tensor shapes, checks them, evaluates the
+ * graph and allocates+fills every output tensor's data (free with free();
+ * a previous output data pointer is freed first, so it must come from
+ * malloc). Values are doubles, not rounded to the output dtype. An explicit
+ * cast to a float type (bf16(x)) rounds like the device does. Returns 0, or
+ * -1 with a message in err (located where a node is to blame). */
+int ref_forward(RefArgs *args, StrBuf *err);
+
+/* ------------------------------------------------- ref_data.c: test data */
+
+/* splitmix64: the same (seed, stream) gives the same numbers everywhere. */
+typedef struct RefRng {
+  uint64_t state;
+} RefRng;
+RefRng ref_rng(uint64_t seed, uint64_t stream);
+uint64_t ref_rng_next(RefRng *r);
+double ref_rng_uniform(RefRng *r); /* [0, 1), 53 random bits */
+double ref_rng_normal(RefRng *r);  /* N(0, 1), Box-Muller */
+
+/* Rounds x to the value dtype t can hold, bit-compatible with CUDA's
+ * direct conversions from double: f16 (__double2half), bf16
+ * (__double2bfloat16) and f32 round to nearest even and overflow to inf;
+ * e4m3 and e5m2 round to nearest even with saturation
+ * (__nv_cvt_double_to_fp8(x, __NV_SATFINITE, ...), the __nv_fp8_e4m3
+ * constructor): beyond the largest finite value, inf included, gives
+ * +-448 / +-57344; NaN stays NaN. i32 and u64 truncate toward zero and
+ * saturate (NaN -> 0, negatives -> 0 for u64); bool is x != 0. */
+double ref_round(DType t, double x);
+void ref_round_array(DType t, double *x, size_t n);
+uint16_t ref_to_f16_bits(double x);  /* NaN -> 0x7fff */
+uint16_t ref_to_bf16_bits(double x); /* NaN -> 0x7fff */
+uint8_t ref_to_e4m3_bits(double x);  /* NaN -> 0x7f | sign */
+uint8_t ref_to_e5m2_bits(double x);  /* NaN -> 0x7e | top bits | sign */
+void ref_to_bits(DType t, double x, void *dst); /* dtype_size(t) bytes */
+double ref_from_bits(DType t, const void *p);
+
+int64_t ref_numel(const RefTensor *t);
+
+/* Fills args (args->g set, everything else zero) with random inputs for
+ * g. shape_spec binds dim symbols, "B=2,H=4,Hk=2,Sq=100,Skv=130"; "S=N"
+ * binds both q's and k's sequence dims (unless a symbol is named S).
+ * Unset dims default by role: batch (q dim 1) 2, heads (q dim 2) 4, kv
+ * heads (k dim 2) = heads, sequence dims 128, any other symbol 64. Float
+ * tensors get N(0,1) rounded to their dtype; i32/u64 tensors uniform
+ * integers in [0, max(Sq, Skv)]; bool tensors fair coin flips. Each tensor
+ * draws from its own stream, so adding a tensor leaves the others alone.
+ * Scalars take their defaults. Returns 0 or -1 (err); call ref_args_free
+ * in both cases. */
+int ref_make_inputs(RefArgs *args, const char *shape_spec, uint64_t seed,
+                    StrBuf *err);
+/* "scale=0.125,window=256,causal=true": overrides scalar values. */
+int ref_set_scalars(RefArgs *args, const char *spec, StrBuf *err);
+void ref_args_free(RefArgs *args); /* frees every array, keeps args->g */
+
+/* One line per output: name, dtype, shape, min, max, mean, rms (over the
+ * finite values) and counts of -inf, +inf and NaN. */
+void ref_summarize(StrBuf *out, const RefArgs *args);
+
+/* got against want. Positions where both are finite feed max_abs and
+ * rel_l2 = |got - want|_2 / |want|_2 (0 when both norms are 0, inf when
+ * only want's is). A position where either is inf or NaN agrees only when
+ * both are the same (-inf and -inf, NaN and NaN); other ones are counted
+ * in nonfinite_mismatch. */
+typedef struct RefCompare {
+  double max_abs;
+  size_t max_abs_at;
+  double rel_l2;
+  size_t nonfinite_mismatch;
+  size_t first_nonfinite_mismatch; /* SIZE_MAX when there is none */
+} RefCompare;
+RefCompare ref_compare(const double *got, const double *want, size_t n);
+
+/* ------------------------------------------------------------- match.c */
+
+/* One conjunct of a top-level mask. An affine conjunct reads
+ *   ci*i + cj*j + C <= 0
+ * where ci, cj are integer constants and C (the sum of `terms`, each a
+ * coefficient times an integer value that varies over neither i nor j,
+ * plus `k`) is fixed for a (b, h) pair: per-batch lengths, run-time
+ * scalars and dimension sizes all qualify. Affine conjuncts give each query
+ * tile its range of key tiles; the others are tested per element. */
+#define MATCH_MAX_TERMS 8
+typedef struct MaskTerm {
+  IrNode *cond; /* the conjunct as written */
+  bool affine;
+  int64_t ci, cj, k;
+  int nterms;
+  int64_t coef[MATCH_MAX_TERMS];
+  IrNode *term[MATCH_MAX_TERMS];
+} MaskTerm;
+
+typedef enum TemplateKind { TMPL_FWD_SM80 } TemplateKind;
+
+/* What a graph asks of a kernel template. */
+typedef struct KernelSpec {
+  const IrGraph *g;
+  TemplateKind tmpl;
+  int sm;          /* target compute capability, e.g. 80, 90 */
+  DType in_type;   /* q, k, v */
+  DType out_type;  /* o */
+  int d_qk, d_v;
+  IrNode *score;   /* the score chain under the top-level masks */
+  MaskTerm *masks; /* the top-level masks' conjuncts */
+  int nmasks;
+  int o_output;    /* index in g->outputs of the p @ v chain's output */
+  int lse_output;  /* index in g->outputs of logsumexp, or -1 */
+} KernelSpec;
+
+/* Recognises the forward chain and picks a template. NULL with a located
+ * error (naming the node and why) when no template can run the graph. */
+KernelSpec *match_graph(const IrGraph *g, int sm, Arena *a, Diag *d);
+/* The affine form of one comparison: fills out[0] (and out[1] for ==) and
+ * returns how many it filled; 0 when the condition is not affine. */
+int match_affine(IrNode *cond, MaskTerm out[2]);
+
+/* ----------------------------------------------------------- tmpl_sm80.c */
+
+/* Tile configuration of the portable forward template (templates/
+ * fwd_sm80.cuh) for one head-dim pair, element size and target. */
+typedef struct Sm80Config {
+  int bm;         /* query rows per CTA (ATTN_BM) = 16 * warps */
+  int bn;         /* keys per tile (ATTN_BN) */
+  int warps;      /* ATTN_WARPS; the CTA has warps * 32 threads */
+  int smem_bytes; /* dynamic shared memory, as the template lays it out */
+} Sm80Config;
+
+/* sm is the compute capability times ten (80, 86, 89, 90, ...). Returns 0
+ * and fills out, or -1 for head dims the template cannot run (each of d_qk
+ * and d_v must be 64, 128 or 256; in_bytes must be 2). Prints nothing. */
+int tmpl_sm80_config(int d_qk, int d_v, int in_bytes, int sm, Sm80Config *out);
+
+/* ------------------------------------------------------ match.c, emit.c */
+
+/* What the runtime needs to launch one emitted kernel. */
+typedef struct KernelInfo {
+  const char *graph; /* graph name */
+  const char *entry; /* extern "C" __global__ function in the source */
+  int threads;       /* CTA size */
+  int smem_bytes;    /* dynamic shared memory */
+  int block_m;       /* query rows per CTA: grid = (ceil(Sq/block_m), H, B) */
+} KernelInfo;
+
+typedef struct EmitResult {
+  char *source;        /* one CUDA C translation unit, NVRTC-ready */
+  KernelInfo *kernels; /* one per graph, in module order */
+  int nkernels;
+} EmitResult;
+
+/* Matches every graph onto a template and emits one translation unit for
+ * the target ("sm_80", "sm_90a", ...). Deterministic: the same module and
+ * target give byte-identical source. Returns 0, or -1 with located errors
+ * in d (a graph no template can run names the node and why). */
+int emit_module(const IrModule *m, const char *arch, Arena *a, Diag *d,
+                EmitResult *out);
+
+#endif

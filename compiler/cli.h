@@ -1,0 +1,24 @@
+/* cli.h: the attnc command's own pieces (main.c, cli_*.c); not library. */
+#ifndef ATTNC_CLI_H
+#define ATTNC_CLI_H
+
+#include "attnc.h"
+
+enum {
+  EXIT_OK = 0,
+  EXIT_INPUT = 1,    /* errors in the .attn input */
+  EXIT_USAGE = 2,    /* bad command line */
+  EXIT_NORUN = 3,    /* no GPU, driver or NVRTC failure */
+  EXIT_MISMATCH = 4  /* GPU result disagrees with the CPU reference */
+};
+
+/* Prints "attnc: MSG" and a hint to stderr; returns EXIT_USAGE. */
+int cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* File -> checked IR; prints diagnostics to stderr; NULL on errors. */
+IrModule *cli_front_end(const char *path, Arena *a);
+
+int cli_compile(int argc, char **argv); /* cli_compile.c */
+int cli_run(int argc, char **argv);     /* cli_run.c */
+int cli_cache(int argc, char **argv);   /* cli_cache.c */
+
+#endif

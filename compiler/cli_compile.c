@@ -1,0 +1,65 @@
+/*
+ * cli_compile.c: `attnc compile FILE --arch A -o OUT [--ptx OUT.ptx] [-v]`.
+ * The whole compile pipeline without a GPU: front end, emitter, NVRTC.
+ * CI uses it to prove every example compiles for every target; -v prints
+ * ptxas's resource report (registers, spills, shared memory).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "rt.h"
+
+static int write_file(const char *path, const void *data, size_t len) {
+  FILE *f = fopen(path, "wb");
+  if (!f || fwrite(data, 1, len, f) != len || fclose(f) != 0) {
+    if (f) fclose(f);
+    fprintf(stderr, "attnc: error: cannot write %s\n", path);
+    return -1;
+  }
+  return 0;
+}
+
+int cli_compile(int argc, char **argv) {
+  const char *file = NULL, *arch = NULL, *out = NULL, *ptx = NULL;
+  bool verbose = false;
+  for (int k = 0; k < argc; k++) {
+    if (!strcmp(argv[k], "--arch") && k + 1 < argc) arch = argv[++k];
+    else if (!strcmp(argv[k], "-o") && k + 1 < argc) out = argv[++k];
+    else if (!strcmp(argv[k], "--ptx") && k + 1 < argc) ptx = argv[++k];
+    else if (!strcmp(argv[k], "-v")) verbose = true;
+    else if (argv[k][0] == '-') return cli_usage_error("unknown option '%s'", argv[k]);
+    else if (file) return cli_usage_error("%s", "compile takes one FILE");
+    else file = argv[k];
+  }
+  if (!file || !arch || !out) return cli_usage_error("%s", "compile needs FILE, --arch A and -o OUT");
+  if (!nvrtc_arch_valid(arch)) return cli_usage_error("unknown target '%s' (try sm_80 or sm_90a)", arch);
+
+  Arena *a = arena_new();
+  int status = EXIT_INPUT;
+  IrModule *m = cli_front_end(file, a);
+  Diag d = {0};
+  EmitResult er;
+  if (m && emit_module(m, arch, a, &d, &er) == 0) {
+    NvrtcOptions opt;
+    nvrtc_options(&opt, arch, getenv("ATTN_NO_CACHE") != NULL);
+    NvrtcOutput res = {0};
+    StrBuf err = {0};
+    if (nvrtc_compile(er.source, file, &opt, ptx != NULL, &res, &err) != ATTN_SUCCESS) {
+      fprintf(stderr, "attnc: error: NVRTC failed for %s (a bug in attnc):\n%s\n", arch,
+              err.data ? err.data : "");
+      status = EXIT_NORUN;
+    } else {
+      status = EXIT_OK;
+      if (write_file(out, res.cubin, res.cubin_len) != 0) status = EXIT_NORUN;
+      if (ptx && write_file(ptx, res.ptx, res.ptx_len) != 0) status = EXIT_NORUN;
+      if (verbose && res.log) fputs(res.log, stderr);
+    }
+    nvrtc_output_free(&res);
+    sb_free(&err);
+  }
+  if (d.out.len) fputs(d.out.data, stderr);
+  diag_free(&d);
+  arena_free(a);
+  return status;
+}

@@ -1,0 +1,424 @@
+/*
+ * emit.c: kernel specs -> one CUDA C translation unit for NVRTC.
+ *
+ * Layout of the unit: a banner; the text of runtime/attn_abi.h and
+ * templates/common.cuh; then, for each graph, a namespace holding the
+ * configuration macros, the hook functions generated from the graph's
+ * expressions, and the text of the chosen template; after it, the graph's
+ * extern "C" entry point. The templates call the hooks (docs/templates.md).
+ *
+ * Expressions become straight-line code: each IR node used by a hook is
+ * one `const` local, named after the .attn name it was bound to, so the
+ * CUDA reads like the source. Output is deterministic: nodes are visited
+ * in a fixed order and nothing depends on addresses or time.
+ */
+#include <ctype.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attnc.h"
+
+/* The texts embedded by tools/embed.c (build/gen/templates.c). */
+extern const char attn_abi_src[], common_src[], fwd_sm80_src[];
+
+/* ------------------------------------------------- expression emitter */
+
+/* Code for one hook function: locals go to `body`, in dependency order.
+ * `vars` remembers which nodes already have a local. */
+typedef struct Hook {
+  Arena *a;
+  const IrGraph *g;
+  StrBuf body;
+  const char **vars;       /* by node id */
+  const char *acc_name;    /* what IR_QK reads as, or NULL if unavailable */
+  const char *pv_name;     /* what IR_PV reads as */
+  unsigned indices;        /* DOM_* indices in scope */
+} Hook;
+
+static void hook_init(Hook *hk, Arena *a, const IrGraph *g, unsigned indices) {
+  memset(hk, 0, sizeof *hk);
+  hk->a = a;
+  hk->g = g;
+  hk->vars = arena_alloc(a, (size_t)(g->nnodes + 1) * sizeof *hk->vars);
+  hk->indices = indices;
+}
+
+static const char *ctype(DType t) {
+  switch (t) {
+  case DT_I32: return "int";
+  case DT_U64: return "unsigned long long";
+  case DT_BOOL: return "bool";
+  default: return "float";
+  }
+}
+
+/* The C type a value computes in: every float type computes as float. */
+static DType ckind(DType t) { return dtype_is_float(t) ? DT_F32 : t; }
+
+static const char *float_literal(Arena *a, double x) {
+  if (isnan(x)) return "__int_as_float(0x7fc00000)";
+  if (isinf(x)) return x > 0 ? "attn_pos_inf()" : "attn_neg_inf()";
+  char buf[64];
+  snprintf(buf, sizeof buf, "%.9g", x);
+  if (!strpbrk(buf, ".en")) strcat(buf, ".0");
+  return arena_printf(a, "%sf", buf);
+}
+
+static const char *ex(Hook *hk, IrNode *n);
+
+/* An operand converted to `want` when its own kind differs. */
+static const char *ex_as(Hook *hk, IrNode *n, DType want) {
+  const char *e = ex(hk, n);
+  if (ckind(n->type) == ckind(want)) return e;
+  return arena_printf(hk->a, "(%s)(%s)", ctype(want), e);
+}
+
+static DType common_kind(const IrNode *x, const IrNode *y) {
+  DType a = ckind(x->type), b = ckind(y->type);
+  if (a == DT_F32 || b == DT_F32) return DT_F32;
+  if (a == DT_U64 || b == DT_U64) return DT_U64;
+  return a == DT_BOOL && b == DT_BOOL ? DT_BOOL : DT_I32;
+}
+
+static const char *index_name(Hook *hk, IrNode *n) {
+  unsigned axis = (unsigned)n->ival;
+  if (!(hk->indices & axis)) die("index %u out of scope in a hook", axis);
+  return axis == DOM_B ? "b" : axis == DOM_H ? "h" : axis == DOM_I ? "i" : "j";
+}
+
+static const char *scalar_ref(Hook *hk, IrNode *n) {
+  switch (n->type) {
+  case DT_I32: return arena_printf(hk->a, "p.s[%d].i", n->ref);
+  case DT_U64: return arena_printf(hk->a, "p.s[%d].u", n->ref);
+  case DT_BOOL: return arena_printf(hk->a, "(p.s[%d].i != 0)", n->ref);
+  default: return arena_printf(hk->a, "p.s[%d].f", n->ref);
+  }
+}
+
+static const char *load_ref(Hook *hk, IrNode *n) {
+  const IrTensor *t = &hk->g->tensors[n->ref];
+  const char *sub[IR_MAX_RANK] = {"0", "0", "0", "0"};
+  for (int d = 0; d < t->ndims && d < IR_MAX_RANK; d++)
+    if (t->dim_sym[d] >= 0 || t->dim_val[d] != 1) sub[d] = ex_as(hk, n->src[d], DT_I32);
+  return arena_printf(hk->a, "attn_ld_%s(p.t[%d], %s, %s, %s, %s)", dtype_name(t->type), n->ref,
+                      sub[0], sub[1], sub[2], sub[3]);
+}
+
+static const char *unary_fn(IrOp op, DType k) {
+  bool f = k == DT_F32;
+  switch (op) {
+  case IR_TANH: return "tanhf";
+  case IR_EXP: return "expf";
+  case IR_EXP2: return "exp2f";
+  case IR_LOG: return "logf";
+  case IR_LOG2: return "log2f";
+  case IR_SIGMOID: return "attn_sigmoid";
+  case IR_ABS: return f ? "fabsf" : "abs";
+  case IR_SQRT: return "sqrtf";
+  case IR_RSQRT: return "rsqrtf";
+  case IR_FLOOR: return "floorf";
+  case IR_CEIL: return "ceilf";
+  default: return NULL;
+  }
+}
+
+static const char *binary_op(IrOp op) {
+  switch (op) {
+  case IR_ADD: return "+";
+  case IR_SUB: return "-";
+  case IR_MUL: return "*";
+  case IR_DIV: return "/";
+  case IR_MOD: return "%";
+  case IR_LT: return "<";
+  case IR_LE: return "<=";
+  case IR_GT: return ">";
+  case IR_GE: return ">=";
+  case IR_EQ: return "==";
+  case IR_NE: return "!=";
+  case IR_AND: return "&&";
+  case IR_OR: return "||";
+  default: return NULL;
+  }
+}
+
+static bool is_comparison(IrOp op) { return op >= IR_LT && op <= IR_NE; }
+
+/* The right-hand side for a node that gets a local. */
+static const char *ex_compute(Hook *hk, IrNode *n) {
+  Arena *a = hk->a;
+  DType k = ckind(n->type);
+  const char *op = binary_op(n->op);
+  if (op) {
+    DType in = is_comparison(n->op) ? common_kind(n->src[0], n->src[1])
+               : (n->op == IR_AND || n->op == IR_OR) ? DT_BOOL : k;
+    return arena_printf(a, "%s %s %s", ex_as(hk, n->src[0], in), op, ex_as(hk, n->src[1], in));
+  }
+  const char *fn = unary_fn(n->op, k);
+  if (fn) return arena_printf(a, "%s(%s)", fn, ex_as(hk, n->src[0], k));
+  switch (n->op) {
+  case IR_NEG: return arena_printf(a, "-%s", ex_as(hk, n->src[0], k));
+  case IR_NOT: return arena_printf(a, "!%s", ex_as(hk, n->src[0], DT_BOOL));
+  case IR_CAST: return ex_as(hk, n->src[0], k);
+  case IR_MIN:
+  case IR_MAX: {
+    const char *x = ex_as(hk, n->src[0], k), *y = ex_as(hk, n->src[1], k);
+    if (k == DT_F32) return arena_printf(a, "%s(%s, %s)", n->op == IR_MIN ? "fminf" : "fmaxf", x, y);
+    return arena_printf(a, "%s %s %s ? %s : %s", x, n->op == IR_MIN ? "<" : ">", y, x, y);
+  }
+  case IR_WHERE:
+    return arena_printf(a, "%s ? %s : %s", ex_as(hk, n->src[0], DT_BOOL), ex_as(hk, n->src[1], k),
+                        ex_as(hk, n->src[2], k));
+  case IR_MASK:
+    return arena_printf(a, "%s ? %s : attn_neg_inf()", ex_as(hk, n->src[1], DT_BOOL),
+                        ex_as(hk, n->src[0], DT_F32));
+  case IR_LOAD: return load_ref(hk, n);
+  default:
+    die("emit: op '%s' has no place in a hook", ir_op_name(n->op));
+  }
+}
+
+/* A local's name: the .attn name when there is one, made unique by id. */
+static const char *local_name(Hook *hk, IrNode *n) {
+  if (!n->name) return arena_printf(hk->a, "t%d", n->id);
+  char buf[48];
+  size_t len = 0;
+  for (const char *c = n->name; *c && len < 32; c++)
+    buf[len++] = isalnum((unsigned char)*c) || *c == '_' ? *c : '_';
+  buf[len] = 0;
+  return arena_printf(hk->a, "%s_%d", buf, n->id);
+}
+
+static const char *ex(Hook *hk, IrNode *n) {
+  switch (n->op) {
+  case IR_CONST:
+    if (dtype_is_float(n->type)) return float_literal(hk->a, n->fval);
+    if (n->type == DT_BOOL) return n->ival ? "true" : "false";
+    if (n->type == DT_U64) return arena_printf(hk->a, "%lluull", (unsigned long long)n->ival);
+    return arena_printf(hk->a, "%lld", (long long)n->ival);
+  case IR_SCALAR: return scalar_ref(hk, n);
+  case IR_DIM: return arena_printf(hk->a, "p.dim[%d]", n->ref);
+  case IR_INDEX: return index_name(hk, n);
+  case IR_QK:
+    if (!hk->acc_name) die("emit: the score read outside attn_score");
+    return hk->acc_name;
+  case IR_PV:
+    if (!hk->pv_name) die("emit: p @ v read outside attn_out");
+    return hk->pv_name;
+  default: break;
+  }
+  if (hk->vars[n->id]) return hk->vars[n->id];
+  const char *rhs = ex_compute(hk, n);
+  const char *name = local_name(hk, n);
+  sb_printf(&hk->body, "  const %s %s = %s;\n", ctype(ckind(n->type)), name, rhs);
+  hk->vars[n->id] = name;
+  return name;
+}
+
+/* ---------------------------------------------------------------- hooks */
+
+static void put_hook(StrBuf *out, Hook *hk, const char *sig, const char *ret) {
+  sb_printf(out, "static __device__ __forceinline__ %s {\n", sig);
+  if (hk->body.len) sb_puts(out, hk->body.data);
+  sb_printf(out, "  return %s;\n}\n\n", ret);
+  sb_free(&hk->body);
+}
+
+static void emit_score(StrBuf *out, const KernelSpec *s, Arena *a) {
+  Hook hk;
+  hook_init(&hk, a, s->g, DOM_B | DOM_H | DOM_I | DOM_J);
+  hk.acc_name = "acc";
+  const char *ret = ex(&hk, s->score);
+  sb_puts(out, "/* The score chain applied to the raw q.k product `acc`. */\n");
+  put_hook(out, &hk,
+           "float attn_score(float acc, int b, int h, int i, int j, const attn_params &p)", ret);
+}
+
+static void emit_keep(StrBuf *out, const KernelSpec *s, Arena *a) {
+  Hook hk;
+  hook_init(&hk, a, s->g, DOM_B | DOM_H | DOM_I | DOM_J);
+  StrBuf ret = {0};
+  for (int m = 0; m < s->nmasks; m++) {
+    if (m > 0 && s->masks[m].cond == s->masks[m - 1].cond) continue; /* == gave two */
+    sb_printf(&ret, "%s%s", ret.len ? " && " : "", ex_as(&hk, s->masks[m].cond, DT_BOOL));
+  }
+  sb_puts(out, "/* The top-level masks, element by element: true keeps the score. */\n");
+  put_hook(out, &hk, "bool attn_keep(int b, int h, int i, int j, const attn_params &p)",
+           ret.len ? arena_strdup(a, ret.data) : "true");
+  sb_free(&ret);
+}
+
+/* C, the part of an affine term fixed for one (b, h), as a long long. */
+static const char *term_constant(Hook *hk, const MaskTerm *t) {
+  StrBuf e = {0};
+  sb_printf(&e, "%lldLL", (long long)t->k);
+  for (int n = 0; n < t->nterms; n++)
+    sb_printf(&e, " + %lldLL * (long long)(%s)", (long long)t->coef[n],
+              ex_as(hk, t->term[n], ckind(t->term[n]->type)));
+  const char *r = arena_strdup(hk->a, e.data);
+  sb_free(&e);
+  return r;
+}
+
+static void emit_kv_bounds(StrBuf *out, const KernelSpec *s, Arena *a) {
+  Hook hk;
+  hook_init(&hk, a, s->g, DOM_B | DOM_H);
+  StrBuf code = {0};
+  for (int m = 0; m < s->nmasks; m++) {
+    const MaskTerm *t = &s->masks[m];
+    if (!t->affine) continue;
+    const char *c = term_constant(&hk, t);
+    /* ci*i + cj*j + C <= 0; the loosest bound over i in [i0, i1]. */
+    const char *ie = t->ci > 0 ? "i0" : "i1";
+    long long ci = (long long)t->ci, cj = (long long)t->cj;
+    sb_printf(&code, "  { /* %s:%d:%d */\n    const long long c = %s;\n", t->cond->loc.src->name,
+              t->cond->loc.line, t->cond->loc.col, c);
+    if (cj > 0)
+      sb_printf(&code, "    hi = min(hi, attn_floordiv(-c - %lldLL * %s, %lldLL) + 1);\n", ci, ie, cj);
+    else if (cj < 0)
+      sb_printf(&code, "    lo = max(lo, attn_ceildiv(c + %lldLL * %s, %lldLL));\n", ci, ie, -cj);
+    else
+      sb_printf(&code, "    if (c + %lldLL * %s > 0) hi = lo; /* no row keeps any key */\n", ci, ie);
+    sb_puts(&code, "  }\n");
+  }
+  sb_puts(out, "/* Keys [j_lo, j_hi) any row in [i0, i1] may keep (conservative). */\n"
+               "static __device__ __forceinline__ void attn_kv_bounds(int b, int h, int i0, int i1, "
+               "const attn_params &p, int &j_lo, int &j_hi) {\n"
+               "  long long lo = 0, hi = p.Skv;\n");
+  if (hk.body.len) sb_puts(out, hk.body.data);
+  if (code.len) sb_puts(out, code.data);
+  sb_puts(out, "  if (hi < 0) hi = 0;\n  if (lo < 0) lo = 0;\n  if (lo > hi) lo = hi;\n"
+               "  j_lo = (int)lo;\n  j_hi = (int)hi;\n}\n\n");
+  sb_free(&code);
+  sb_free(&hk.body);
+}
+
+static void emit_tile_class(StrBuf *out, const KernelSpec *s, Arena *a) {
+  Hook hk;
+  hook_init(&hk, a, s->g, DOM_B | DOM_H);
+  StrBuf code = {0};
+  bool all_affine = true;
+  for (int m = 0; m < s->nmasks; m++) {
+    const MaskTerm *t = &s->masks[m];
+    if (!t->affine) {
+      all_affine = false;
+      continue;
+    }
+    const char *c = term_constant(&hk, t);
+    long long ci = (long long)t->ci, cj = (long long)t->cj;
+    sb_printf(&code, "  { /* %s:%d:%d */\n    const long long c = %s;\n", t->cond->loc.src->name,
+              t->cond->loc.line, t->cond->loc.col, c);
+    sb_printf(&code, "    const long long hi = c + %lldLL * %s + %lldLL * %s;\n", ci,
+              ci > 0 ? "i1" : "i0", cj, cj > 0 ? "j1" : "j0");
+    sb_printf(&code, "    const long long lo = c + %lldLL * %s + %lldLL * %s;\n", ci,
+              ci > 0 ? "i0" : "i1", cj, cj > 0 ? "j0" : "j1");
+    sb_puts(&code, "    if (lo > 0) return 0;\n    if (hi > 0) cls = 1;\n  }\n");
+  }
+  sb_puts(out, "/* 0: the tile [i0, i1] x [j0, j1] is wholly masked; 1: partly;\n"
+               " * 2: wholly kept, so the mask test is skipped. */\n"
+               "static __device__ __forceinline__ int attn_tile_class(int b, int h, int i0, int i1, "
+               "int j0, int j1, const attn_params &p) {\n");
+  sb_printf(out, "  int cls = %d;\n", all_affine ? 2 : 1);
+  if (hk.body.len) sb_puts(out, hk.body.data);
+  if (code.len) sb_puts(out, code.data);
+  sb_puts(out, "  return cls;\n}\n\n");
+  sb_free(&code);
+  sb_free(&hk.body);
+}
+
+static void emit_out(StrBuf *out, const KernelSpec *s, Arena *a) {
+  Hook hk;
+  hook_init(&hk, a, s->g, DOM_B | DOM_H | DOM_I);
+  hk.pv_name = "o";
+  const char *ret = ex_as(&hk, s->g->outputs[s->o_output].value, DT_F32);
+  sb_puts(out, "/* Pointwise ops on the normalized output row element. */\n");
+  put_hook(out, &hk, "float attn_out(float o, int b, int h, int i, int d, const attn_params &p)",
+           ret);
+}
+
+/* ------------------------------------------------------------ the unit */
+
+static const char *dtype_macro(DType t) {
+  return t == DT_BF16 ? "BF16" : t == DT_F16 ? "F16" : "F32";
+}
+
+static int emit_graph(StrBuf *out, const IrGraph *g, int sm, Arena *a, Diag *d,
+                      KernelInfo *info) {
+  KernelSpec *s = match_graph(g, sm, a, d);
+  if (!s) return -1;
+  Sm80Config cfg;
+  if (tmpl_sm80_config(s->d_qk, s->d_v, dtype_size(s->in_type), sm, &cfg) != 0) {
+    diag_error(d, g->tensors[g->q].loc,
+               "graph '%s': no kernel template takes head dimensions %d (q, k) and %d (v) on "
+               "sm_%d", g->name, s->d_qk, s->d_v, sm);
+    return -1;
+  }
+  int o_slot = g->outputs[s->o_output].tensor;
+  int lse_slot = s->lse_output >= 0 ? g->outputs[s->lse_output].tensor : -1;
+  info->graph = g->name;
+  info->entry = arena_printf(a, "attn_%s_fwd", g->name);
+  info->threads = cfg.warps * 32;
+  info->smem_bytes = cfg.smem_bytes;
+  info->block_m = cfg.bm;
+
+  sb_printf(out, "/* ---- graph %s (%s:%d:%d): forward, template fwd_sm80 ---- */\n", g->name,
+            g->loc.src->name, g->loc.line, g->loc.col);
+  sb_printf(out, "#define ATTN_D_QK %d\n#define ATTN_D_V %d\n", s->d_qk, s->d_v);
+  sb_printf(out, "#define ATTN_IN_%s 1\n#define ATTN_OUT_%s 1\n", dtype_macro(s->in_type),
+            dtype_macro(s->out_type));
+  sb_printf(out, "#define ATTN_BM %d\n#define ATTN_BN %d\n#define ATTN_WARPS %d\n", cfg.bm, cfg.bn,
+            cfg.warps);
+  sb_printf(out, "#define ATTN_TQ %d\n#define ATTN_TK %d\n#define ATTN_TV %d\n", g->q, g->k, g->v);
+  sb_printf(out, "#define ATTN_TO %d\n#define ATTN_TLSE %d\n", o_slot, lse_slot);
+  sb_printf(out, "namespace graph_%s {\n\n", g->name);
+  emit_score(out, s, a);
+  emit_keep(out, s, a);
+  emit_kv_bounds(out, s, a);
+  emit_tile_class(out, s, a);
+  emit_out(out, s, a);
+  sb_puts(out, fwd_sm80_src);
+  sb_printf(out, "\n} /* namespace graph_%s */\n\n", g->name);
+  sb_printf(out, "extern \"C\" __global__ void __launch_bounds__(%d) %s(const __grid_constant__ "
+                 "attn_params p) {\n  graph_%s::attn_fwd_sm80(p);\n}\n\n",
+            info->threads, info->entry, g->name);
+  sb_puts(out, "#undef ATTN_D_QK\n#undef ATTN_D_V\n");
+  sb_printf(out, "#undef ATTN_IN_%s\n#undef ATTN_OUT_%s\n", dtype_macro(s->in_type),
+            dtype_macro(s->out_type));
+  sb_puts(out, "#undef ATTN_BM\n#undef ATTN_BN\n#undef ATTN_WARPS\n#undef ATTN_TQ\n#undef ATTN_TK\n"
+               "#undef ATTN_TV\n#undef ATTN_TO\n#undef ATTN_TLSE\n\n");
+  return 0;
+}
+
+/* "sm_80" -> 80, "sm_90a" -> 90; -1 when malformed. */
+static int parse_arch(const char *arch) {
+  if (!arch || strncmp(arch, "sm_", 3) != 0 || !isdigit((unsigned char)arch[3])) return -1;
+  char *end;
+  long v = strtol(arch + 3, &end, 10);
+  if ((*end && strcmp(end, "a") != 0) || v < 10 || v > 1000) return -1;
+  return (int)v;
+}
+
+int emit_module(const IrModule *m, const char *arch, Arena *a, Diag *d, EmitResult *out) {
+  memset(out, 0, sizeof *out);
+  int sm = parse_arch(arch);
+  if (sm < 0) {
+    diag_plain(d, "unknown target '%s': expected sm_NN or sm_NNa, e.g. sm_80 or sm_90a",
+               arch ? arch : "(null)");
+    return -1;
+  }
+  StrBuf src = {0};
+  sb_printf(&src, "/* Generated by attnc %s from %s for %s. Do not edit. */\n\n", ATTNC_VERSION,
+            m->src ? m->src->name : "<string>", arch);
+  sb_puts(&src, attn_abi_src);
+  sb_puts(&src, "\n");
+  sb_puts(&src, common_src);
+  sb_puts(&src, "\n");
+  out->kernels = arena_alloc(a, (size_t)(m->ngraphs + 1) * sizeof *out->kernels);
+  int rc = 0;
+  for (int k = 0; k < m->ngraphs; k++)
+    if (emit_graph(&src, m->graphs[k], sm, a, d, &out->kernels[k]) != 0) rc = -1;
+  out->nkernels = m->ngraphs;
+  out->source = arena_strdup(a, src.data);
+  sb_free(&src);
+  return rc;
+}

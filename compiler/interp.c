@@ -1,0 +1,1012 @@
+/*
+ * interp.c: the CPU reference. It evaluates one IR graph naively, in double
+ * precision, and is the oracle every GPU test compares against, so it
+ * favours being obviously right over being fast.
+ *
+ * The graph is evaluated once per (b, h) pair: for a fixed pair every node
+ * is a dense array over the axes of its domain among i, j and d (Sq, Skv
+ * and v's head dim), laid out [i][j][d]. An operand that does not vary over
+ * an axis is read with stride 0 there, which is all the broadcasting the IR
+ * needs. Nodes are visited in id order (a topological order) and an array
+ * is freed right after its last consumer, so a 1024 x 1024 score chain
+ * costs a few arrays of 8 MiB at a time.
+ *
+ * amax(x) reduces over every (b, h), so nothing that consumes it can run in
+ * the same sweep. Each node gets a level: the number of amax nodes on its
+ * deepest path to the inputs. Sweep L computes the outputs and amax nodes
+ * of level L, reading the finished amax values of lower levels.
+ */
+#include "attnc.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define REF_AXES (DOM_I | DOM_J | DOM_D)
+#define REF_ALL_AXES (DOM_B | DOM_H | DOM_I | DOM_J | DOM_D)
+
+/* Where one output's values go: which axis each declared dimension holds. */
+typedef struct RefOutPlan {
+  const IrNode *node;
+  RefTensor *t;
+  bool fill_all; /* a value with no axes copied into every element */
+  int64_t size[5], stride[5]; /* by axis: B H I J D; size 0 = absent */
+} RefOutPlan;
+
+typedef struct RefCtx {
+  RefArgs *args;
+  const IrGraph *g;
+  StrBuf *err;
+  int64_t *dimval; /* g->ndims bound sizes, 0 = unbound */
+  int *dimfrom;    /* the tensor that bound each dim */
+  int *dimpos;     /* and its position there */
+  int64_t B, H, Hk, Sq, Skv, Dq, Dv;
+  int64_t b, h;     /* the pair being evaluated */
+  int *level;       /* per node */
+  int maxlevel;
+  bool *live;       /* reachable from an output */
+  bool *needed;     /* evaluated in this sweep */
+  int *last_use;    /* id of the last consumer in this sweep */
+  double **val;     /* per node: its array for this (b, h) */
+  bool *owned;      /* val[id] was malloc'ed here (not an amax cell) */
+  double *amax;     /* per node: the amax accumulators */
+  RefOutPlan *plans; /* per output */
+} RefCtx;
+
+/* ------------------------------------------------------------- errors */
+
+static int ref_fail(RefCtx *c, const IrNode *n, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Appends "file:line:col: message" (the location when a node is to
+ * blame) and returns -1, so callers can write `return ref_fail(...)`. */
+static int ref_fail(RefCtx *c, const IrNode *n, const char *fmt, ...) {
+  if (c->err->len > 0)
+    sb_putc(c->err, '\n');
+  if (n && n->loc.src)
+    sb_printf(c->err, "%s:%d:%d: ", n->loc.src->name, n->loc.line,
+              n->loc.col);
+  va_list ap;
+  va_start(ap, fmt);
+  sb_vprintf(c->err, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+/* " at b=0 h=1 i=5 j=7": i and j only where the node varies over them. */
+static void ref_where(RefCtx *c, unsigned dom, int64_t i, int64_t j) {
+  sb_printf(c->err, " at b=%lld h=%lld", (long long)c->b, (long long)c->h);
+  if (dom & DOM_I)
+    sb_printf(c->err, " i=%lld", (long long)i);
+  if (dom & DOM_J)
+    sb_printf(c->err, " j=%lld", (long long)j);
+}
+
+/* --------------------------------------------------- shapes and layout */
+
+/* The axes a node's value array has. amax is one number whatever the
+ * builder recorded. */
+static unsigned ref_vdom(const IrNode *n) {
+  return n->op == IR_AMAX ? 0u : (n->dom & REF_ALL_AXES);
+}
+
+static int64_t ref_extent(const RefCtx *c, unsigned axis) {
+  switch (axis) {
+  case DOM_B: return c->B;
+  case DOM_H: return c->H;
+  case DOM_I: return c->Sq;
+  case DOM_J: return c->Skv;
+  case DOM_D: return c->Dv;
+  }
+  die("bad axis %u", axis);
+}
+
+/* Strides of an [i][j][d] array over dom's axes; 0 where dom lacks one. */
+static void ref_strides(const RefCtx *c, unsigned dom, int64_t st[3]) {
+  int64_t nd = (dom & DOM_D) ? c->Dv : 1;
+  int64_t nj = (dom & DOM_J) ? c->Skv : 1;
+  st[2] = (dom & DOM_D) ? 1 : 0;
+  st[1] = (dom & DOM_J) ? nd : 0;
+  st[0] = (dom & DOM_I) ? nj * nd : 0;
+}
+
+static void ref_counts(const RefCtx *c, unsigned dom, int64_t n[3]) {
+  n[0] = (dom & DOM_I) ? c->Sq : 1;
+  n[1] = (dom & DOM_J) ? c->Skv : 1;
+  n[2] = (dom & DOM_D) ? c->Dv : 1;
+}
+
+int64_t ref_numel(const RefTensor *t) {
+  int64_t n = 1;
+  for (int k = 0; k < t->ndims; k++)
+    n *= t->shape[k];
+  return n;
+}
+
+/* -------------------------------------------------- checking the graph */
+
+static bool ref_is_tensor_operand(IrOp op) {
+  return op == IR_INPUT || op == IR_TRANSPOSE;
+}
+
+static int ref_check_node_refs(RefCtx *c, const IrNode *n) {
+  const IrGraph *g = c->g;
+  switch (n->op) {
+  case IR_SCALAR:
+    if (n->ref < 0 || n->ref >= g->nscalars)
+      return ref_fail(c, n, "malformed IR: scalar %d of %d", n->ref,
+                      g->nscalars);
+    break;
+  case IR_DIM:
+    if (n->ref < 0 || n->ref >= g->ndims)
+      return ref_fail(c, n, "malformed IR: dim %d of %d", n->ref, g->ndims);
+    break;
+  case IR_INPUT:
+  case IR_LOAD:
+    if (n->ref < 0 || n->ref >= g->ntensors || g->tensors[n->ref].is_output)
+      return ref_fail(c, n, "malformed IR: %s of tensor %d",
+                      ir_op_name(n->op), n->ref);
+    if (n->op == IR_LOAD && n->nsrc != g->tensors[n->ref].ndims)
+      return ref_fail(c, n, "malformed IR: %d subscripts for '%s'", n->nsrc,
+                      g->tensors[n->ref].name);
+    break;
+  case IR_INDEX:
+    if (n->ival != DOM_B && n->ival != DOM_H && n->ival != DOM_I &&
+        n->ival != DOM_J)
+      return ref_fail(c, n, "malformed IR: index of axis %lld",
+                      (long long)n->ival);
+    if ((n->ival & REF_AXES) && !(n->dom & n->ival))
+      return ref_fail(c, n, "malformed IR: index outside its domain");
+    break;
+  default:
+    break;
+  }
+  return 0;
+}
+
+/* The operands' axes must be the node's, except where the op reduces. */
+static int ref_check_node_dom(RefCtx *c, const IrNode *n) {
+  unsigned dom = ref_vdom(n), allowed = dom;
+  switch (n->op) {
+  case IR_QK:
+    if ((dom & (DOM_I | DOM_J | DOM_D)) != (DOM_I | DOM_J))
+      return ref_fail(c, n, "malformed IR: q @ k^T must vary over i, j");
+    return 0;
+  case IR_PV:
+    if ((dom & (DOM_J | DOM_D)) != DOM_D)
+      return ref_fail(c, n, "malformed IR: p @ v must vary over d, not j");
+    allowed |= DOM_J;
+    break;
+  case IR_LOGSUMEXP:
+  case IR_SOFTMAX:
+    allowed |= DOM_J;
+    break;
+  case IR_AMAX:
+    allowed = REF_ALL_AXES;
+    break;
+  case IR_TRANSPOSE:
+    return 0;
+  default:
+    break;
+  }
+  for (int s = 0; s < n->nsrc; s++) {
+    const IrNode *x = n->src[s];
+    if (n->op == IR_PV && s == 1)
+      continue;
+    if (ref_vdom(x) & REF_AXES & ~allowed)
+      return ref_fail(c, n, "malformed IR: operand %d of %s varies over "
+                      "axes its result does not", s + 1, ir_op_name(n->op));
+  }
+  return 0;
+}
+
+/* q, k and v appear only as matmul operands (k possibly transposed). */
+static int ref_check_tensor_uses(RefCtx *c, const IrNode *n) {
+  const IrGraph *g = c->g;
+  for (int s = 0; s < n->nsrc; s++) {
+    const IrNode *x = n->src[s];
+    bool ok;
+    if (n->op == IR_QK && s == 0)
+      ok = x->op == IR_INPUT && x->ref == g->q;
+    else if (n->op == IR_QK && s == 1)
+      ok = (x->op == IR_INPUT && x->ref == g->k) ||
+           (x->op == IR_TRANSPOSE && x->src[0]->op == IR_INPUT &&
+            x->src[0]->ref == g->k);
+    else if (n->op == IR_PV && s == 1)
+      ok = x->op == IR_INPUT && x->ref == g->v;
+    else if (n->op == IR_TRANSPOSE)
+      ok = x->op == IR_INPUT;
+    else
+      ok = !ref_is_tensor_operand(x->op);
+    if (!ok)
+      return ref_fail(c, n, "the CPU reference cannot evaluate operand %d of "
+                      "%s (%s)", s + 1, ir_op_name(n->op),
+                      ir_op_name(x->op));
+  }
+  return 0;
+}
+
+static int ref_check_graph(RefCtx *c) {
+  const IrGraph *g = c->g;
+  if (g->q < 0 || g->k < 0 || g->v < 0 || g->q >= g->ntensors ||
+      g->k >= g->ntensors || g->v >= g->ntensors)
+    return ref_fail(c, NULL, "graph '%s' has no complete q @ k^T ... @ v "
+                    "chain", g->name);
+  for (int id = 0; id < g->nnodes; id++) {
+    const IrNode *n = g->nodes[id];
+    if (!n || n->id != id || (int)n->op < 0 || n->op >= IR_OP_COUNT ||
+        n->nsrc < 0 || n->nsrc > IR_MAX_SRC)
+      return ref_fail(c, n, "malformed IR: node %d", id);
+    if (ir_op_arity(n->op) >= 0 && n->nsrc != ir_op_arity(n->op))
+      return ref_fail(c, n, "malformed IR: %s with %d operands",
+                      ir_op_name(n->op), n->nsrc);
+    for (int s = 0; s < n->nsrc; s++)
+      if (!n->src[s] || n->src[s]->id < 0 || n->src[s]->id >= id ||
+          g->nodes[n->src[s]->id] != n->src[s])
+        return ref_fail(c, n, "malformed IR: operand %d of node %d", s + 1,
+                        id);
+    if (ref_check_node_refs(c, n) || ref_check_tensor_uses(c, n) ||
+        ref_check_node_dom(c, n))
+      return -1;
+  }
+  for (int k = 0; k < g->noutputs; k++) {
+    const IrOutput *o = &g->outputs[k];
+    if (!o->value || o->value->id < 0 || o->value->id >= g->nnodes ||
+        g->nodes[o->value->id] != o->value || o->tensor < 0 ||
+        o->tensor >= g->ntensors || !g->tensors[o->tensor].is_output)
+      return ref_fail(c, NULL, "malformed IR: output '%s'", o->name);
+    if (ref_is_tensor_operand(o->value->op))
+      return ref_fail(c, o->value, "output '%s' is a whole input tensor; "
+                      "the CPU reference evaluates score chains", o->name);
+  }
+  return 0;
+}
+
+/* ------------------------------------------------------- binding dims */
+
+static int ref_bind_tensor(RefCtx *c, int ti) {
+  const IrGraph *g = c->g;
+  const IrTensor *t = &g->tensors[ti];
+  const RefTensor *rt = &c->args->tensors[ti];
+  if (rt->ndims != t->ndims)
+    return ref_fail(c, NULL, "tensor '%s' has %d dimensions; its "
+                    "declaration has %d", t->name, rt->ndims, t->ndims);
+  if (!rt->data)
+    return ref_fail(c, NULL, "tensor '%s' has no data", t->name);
+  for (int k = 0; k < t->ndims; k++) {
+    int64_t size = rt->shape[k];
+    int sym = t->dim_sym[k];
+    if (size < 1)
+      return ref_fail(c, NULL, "tensor '%s': dimension %d has size %lld; "
+                      "sizes must be at least 1", t->name, k + 1,
+                      (long long)size);
+    if (sym < 0) {
+      if (size != t->dim_val[k])
+        return ref_fail(c, NULL, "tensor '%s': dimension %d is declared "
+                        "%lld but has size %lld", t->name, k + 1,
+                        (long long)t->dim_val[k], (long long)size);
+    } else if (c->dimval[sym] == 0) {
+      c->dimval[sym] = size;
+      c->dimfrom[sym] = ti;
+      c->dimpos[sym] = k;
+    } else if (c->dimval[sym] != size) {
+      return ref_fail(c, NULL, "tensor '%s': dimension %d (%s) has size "
+                      "%lld, but tensor '%s' bound %s = %lld (dimension %d)",
+                      t->name, k + 1, g->dims[sym].name, (long long)size,
+                      g->tensors[c->dimfrom[sym]].name, g->dims[sym].name,
+                      (long long)c->dimval[sym], c->dimpos[sym] + 1);
+    }
+  }
+  int64_t n = 1;
+  for (int k = 0; k < t->ndims; k++) {
+    if (rt->shape[k] > (INT64_C(1) << 40) / n)
+      return ref_fail(c, NULL, "tensor '%s' is too large", t->name);
+    n *= rt->shape[k];
+  }
+  return 0;
+}
+
+/* A size of q, k or v, or a message naming who disagrees. */
+static int ref_check_qkv(RefCtx *c) {
+  const IrGraph *g = c->g;
+  const RefTensor *q = &c->args->tensors[g->q], *k = &c->args->tensors[g->k],
+                  *v = &c->args->tensors[g->v];
+  const char *qn = g->tensors[g->q].name, *kn = g->tensors[g->k].name,
+             *vn = g->tensors[g->v].name;
+  if (q->ndims != 4 || k->ndims != 4 || v->ndims != 4)
+    return ref_fail(c, NULL, "q, k and v must have 4 dimensions [batch, "
+                    "heads, sequence, head dim]");
+  c->B = q->shape[0];
+  c->H = q->shape[1];
+  c->Sq = q->shape[2];
+  c->Dq = q->shape[3];
+  c->Hk = k->shape[1];
+  c->Skv = k->shape[2];
+  c->Dv = v->shape[3];
+  for (int t = 0; t < 2; t++) {
+    const RefTensor *x = t ? v : k;
+    const int xi = t ? g->v : g->k;
+    if (x->shape[0] != c->B &&
+        !(x->shape[0] == 1 && g->tensors[xi].dim_sym[0] < 0))
+      return ref_fail(c, NULL, "'%s' has batch size %lld but '%s' has %lld",
+                      g->tensors[xi].name, (long long)x->shape[0], qn,
+                      (long long)c->B);
+  }
+  if (k->shape[3] != c->Dq)
+    return ref_fail(c, NULL, "head dims differ: '%s' has %lld, '%s' has "
+                    "%lld", qn, (long long)c->Dq, kn,
+                    (long long)k->shape[3]);
+  if (v->shape[1] != c->Hk || v->shape[2] != c->Skv)
+    return ref_fail(c, NULL, "'%s' is [.., %lld, %lld, ..] but '%s' is "
+                    "[.., %lld, %lld, ..]: kv heads and keys must agree",
+                    vn, (long long)v->shape[1], (long long)v->shape[2], kn,
+                    (long long)c->Hk, (long long)c->Skv);
+  if (c->H % c->Hk != 0)
+    return ref_fail(c, NULL, "the kv head count %lld (dimension 2 of '%s') "
+                    "does not divide the query head count %lld (dimension "
+                    "2 of '%s')", (long long)c->Hk, kn, (long long)c->H, qn);
+  return 0;
+}
+
+static int ref_bind_dims(RefCtx *c) {
+  const IrGraph *g = c->g;
+  if (!c->args->tensors)
+    return ref_fail(c, NULL, "no tensors given");
+  if (g->nscalars > 0 && !c->args->scalars)
+    return ref_fail(c, NULL, "no scalar values given");
+  for (int ti = 0; ti < g->ntensors; ti++)
+    if (!g->tensors[ti].is_output && ref_bind_tensor(c, ti))
+      return -1;
+  if (ref_check_qkv(c))
+    return -1;
+  for (int s = 0; s < g->nscalars; s++)
+    if (c->args->scalar_unset && c->args->scalar_unset[s])
+      return ref_fail(c, NULL, "scalar '%s' has no default; pass --set "
+                      "%s=VALUE", g->scalars[s].name, g->scalars[s].name);
+  return 0;
+}
+
+/* ------------------------------------------------------------ outputs */
+
+static int ref_axis_slot(unsigned axis) {
+  switch (axis) {
+  case DOM_B: return 0;
+  case DOM_H: return 1;
+  case DOM_I: return 2;
+  case DOM_J: return 3;
+  default: return 4;
+  }
+}
+
+/* Does the declared shape read as `axes`, one per dimension? A dimension
+ * the value does not vary over may be 1 or the full extent (the value is
+ * copied along it). */
+static bool ref_try_frame(const RefCtx *c, RefOutPlan *p, unsigned vdom,
+                          const unsigned *axes, int naxes) {
+  const RefTensor *t = p->t;
+  unsigned covered = 0;
+  if (naxes != t->ndims)
+    return false;
+  for (int k = 0; k < naxes; k++) {
+    int64_t ext = ref_extent(c, axes[k]);
+    if (t->shape[k] != ext && ((axes[k] & vdom) || t->shape[k] != 1))
+      return false;
+    covered |= axes[k];
+  }
+  if (vdom & ~covered)
+    return false;
+  memset(p->size, 0, sizeof p->size);
+  int64_t stride = 1;
+  for (int k = naxes - 1; k >= 0; k--) {
+    int slot = ref_axis_slot(axes[k]);
+    p->size[slot] = t->shape[k];
+    p->stride[slot] = stride;
+    stride *= t->shape[k];
+  }
+  return true;
+}
+
+static int ref_plan_frame(RefCtx *c, RefOutPlan *p, const IrOutput *o) {
+  static const unsigned frames[][5] = {
+      {DOM_B, DOM_H, DOM_I},
+      {DOM_B, DOM_H, DOM_I, DOM_D},
+      {DOM_B, DOM_H, DOM_I, DOM_J},
+      {DOM_B, DOM_H, DOM_I, DOM_J, DOM_D},
+  };
+  static const int nframe[] = {3, 4, 4, 5};
+  unsigned vdom = ref_vdom(o->value), own[5];
+  int nown = 0;
+  for (unsigned a = DOM_B; a <= DOM_D; a <<= 1)
+    if (vdom & a)
+      own[nown++] = a;
+  if (ref_try_frame(c, p, vdom, own, nown))
+    return 0;
+  for (int f = 0; f < 4; f++)
+    if (ref_try_frame(c, p, vdom, frames[f], nframe[f]))
+      return 0;
+  if (vdom == 0) {
+    p->fill_all = true;
+    return 0;
+  }
+  StrBuf axes = {0};
+  for (int k = 0; k < nown; k++)
+    sb_printf(&axes, "%s%c", k ? ", " : "", "bhijd"[ref_axis_slot(own[k])]);
+  StrBuf shape = {0};
+  for (int k = 0; k < p->t->ndims; k++)
+    sb_printf(&shape, "%s%lld", k ? ", " : "", (long long)p->t->shape[k]);
+  ref_fail(c, o->value, "output '%s' has shape [%s], which does not fit a "
+           "value that varies over %s", o->name, shape.data ? shape.data : "",
+           axes.data);
+  sb_free(&axes);
+  sb_free(&shape);
+  return -1;
+}
+
+/* Computes each output's shape from the bound dims and allocates it. */
+static int ref_plan_outputs(RefCtx *c) {
+  const IrGraph *g = c->g;
+  for (int k = 0; k < g->noutputs; k++) {
+    const IrOutput *o = &g->outputs[k];
+    const IrTensor *t = &g->tensors[o->tensor];
+    RefTensor *rt = &c->args->tensors[o->tensor];
+    RefOutPlan *p = &c->plans[k];
+    p->node = o->value;
+    p->t = rt;
+    free(rt->data);
+    rt->data = NULL;
+    if (t->ndims < 0 || t->ndims > IR_MAX_RANK)
+      return ref_fail(c, NULL, "malformed IR: output '%s' rank", o->name);
+    rt->ndims = t->ndims;
+    for (int d = 0; d < t->ndims; d++) {
+      int sym = t->dim_sym[d];
+      if (sym >= g->ndims)
+        return ref_fail(c, NULL, "malformed IR: output '%s' dim", o->name);
+      if (sym >= 0 && c->dimval[sym] == 0)
+        return ref_fail(c, NULL, "dimension %s of output '%s' is not bound "
+                        "by any input tensor", g->dims[sym].name, o->name);
+      rt->shape[d] = sym >= 0 ? c->dimval[sym] : t->dim_val[d];
+      if (rt->shape[d] < 1)
+        return ref_fail(c, NULL, "output '%s': dimension %d has size %lld",
+                        o->name, d + 1, (long long)rt->shape[d]);
+    }
+    if (ref_plan_frame(c, p, o))
+      return -1;
+    rt->data = malloc((size_t)ref_numel(rt) * sizeof(double));
+    if (!rt->data)
+      return ref_fail(c, NULL, "out of memory for output '%s'", o->name);
+  }
+  return 0;
+}
+
+/* Copies the (b, h) slice of a node's array into an output. */
+static void ref_write_output(const RefCtx *c, const RefOutPlan *p) {
+  const double *v = c->val[p->node->id];
+  if (p->fill_all) {
+    int64_t n = ref_numel(p->t);
+    for (int64_t e = 0; e < n; e++)
+      p->t->data[e] = v[0];
+    return;
+  }
+  int64_t base = 0;
+  if (p->size[0] > 1)
+    base += c->b * p->stride[0];
+  if (p->size[1] > 1)
+    base += c->h * p->stride[1];
+  int64_t n[3], os[3], vs[3];
+  for (int a = 0; a < 3; a++) {
+    n[a] = p->size[2 + a] ? p->size[2 + a] : 1;
+    os[a] = p->size[2 + a] ? p->stride[2 + a] : 0;
+  }
+  ref_strides(c, ref_vdom(p->node), vs);
+  for (int64_t i = 0; i < n[0]; i++)
+    for (int64_t j = 0; j < n[1]; j++)
+      for (int64_t d = 0; d < n[2]; d++)
+        p->t->data[base + i * os[0] + j * os[1] + d * os[2]] =
+            v[i * vs[0] + j * vs[1] + d * vs[2]];
+}
+
+/* ---------------------------------------------------------- arithmetic */
+
+/* Wraps an exact integer result to the node's integer type. */
+static double ref_wrap(DType t, int64_t x) {
+  if (t == DT_U64)
+    return (double)(uint64_t)x;
+  uint32_t u = (uint32_t)(uint64_t)x;
+  return u >= UINT32_C(0x80000000) ? (double)u - 4294967296.0 : (double)u;
+}
+
+/* An integer operand (exact in double for i32; u64 beyond 2^53 is not). */
+static int64_t ref_ival(double x) {
+  if (isnan(x))
+    return 0;
+  if (x >= 9223372036854775807.0)
+    return x >= 18446744073709551615.0 ? -1 : (int64_t)(uint64_t)x;
+  if (x <= -9223372036854775808.0)
+    return INT64_MIN;
+  return (int64_t)x;
+}
+
+/* Integer arithmetic with C semantics; *fault = 1 on division by zero. */
+static double ref_int_op(IrOp op, DType t, double xa, double xb, int *fault) {
+  int64_t a = ref_ival(xa), b = ref_ival(xb);
+  uint64_t ua = (uint64_t)a, ub = (uint64_t)b;
+  bool u = t == DT_U64;
+  switch (op) {
+  case IR_NEG: return ref_wrap(t, (int64_t)(0 - ua));
+  case IR_ABS: return ref_wrap(t, (u || a >= 0) ? a : (int64_t)(0 - ua));
+  case IR_ADD: return ref_wrap(t, (int64_t)(ua + ub));
+  case IR_SUB: return ref_wrap(t, (int64_t)(ua - ub));
+  case IR_MUL: return ref_wrap(t, (int64_t)(ua * ub));
+  case IR_DIV:
+  case IR_MOD:
+    if (b == 0) {
+      *fault = 1;
+      return 0;
+    }
+    if (u)
+      return ref_wrap(t, (int64_t)(op == IR_DIV ? ua / ub : ua % ub));
+    if (a == INT64_MIN && b == -1)
+      return ref_wrap(t, op == IR_DIV ? a : 0);
+    return ref_wrap(t, op == IR_DIV ? a / b : a % b);
+  case IR_MIN: return ref_wrap(t, (u ? ua < ub : a < b) ? a : b);
+  case IR_MAX: return ref_wrap(t, (u ? ua > ub : a > b) ? a : b);
+  default: die("ref_int_op: %s", ir_op_name(op));
+  }
+}
+
+static bool ref_int_arith(IrOp op) {
+  switch (op) {
+  case IR_NEG: case IR_ABS: case IR_ADD: case IR_SUB: case IR_MUL:
+  case IR_DIV: case IR_MOD: case IR_MIN: case IR_MAX:
+    return true;
+  default:
+    return false;
+  }
+}
+
+/* Converts a computed double to the node's type: ints truncate (values
+ * from float math) and bools are 0/1; floats stay doubles. */
+static double ref_to_type(DType t, double x) {
+  if (dtype_is_int(t) || t == DT_BOOL)
+    return ref_round(t, x);
+  return x;
+}
+
+/* One element of a pointwise op. */
+static double ref_apply(const IrNode *n, const double *x, int *fault) {
+  if (dtype_is_int(n->type) && ref_int_arith(n->op))
+    return ref_int_op(n->op, n->type, x[0], n->nsrc > 1 ? x[1] : 0, fault);
+  double a = x[0], b = n->nsrc > 1 ? x[1] : 0, r;
+  switch (n->op) {
+  case IR_NEG: r = -a; break;
+  case IR_NOT: r = a == 0; break;
+  case IR_ADD: r = a + b; break;
+  case IR_SUB: r = a - b; break;
+  case IR_MUL: r = a * b; break;
+  case IR_DIV: r = a / b; break;
+  case IR_MOD: r = fmod(a, b); break;
+  case IR_LT: r = a < b; break;
+  case IR_LE: r = a <= b; break;
+  case IR_GT: r = a > b; break;
+  case IR_GE: r = a >= b; break;
+  case IR_EQ: r = a == b; break;
+  case IR_NE: r = a != b; break;
+  case IR_AND: r = a != 0 && b != 0; break;
+  case IR_OR: r = a != 0 || b != 0; break;
+  case IR_MIN: r = fmin(a, b); break;
+  case IR_MAX: r = fmax(a, b); break;
+  case IR_WHERE: r = a != 0 ? b : x[2]; break;
+  case IR_TANH: r = tanh(a); break;
+  case IR_EXP: r = exp(a); break;
+  case IR_EXP2: r = exp2(a); break;
+  case IR_LOG: r = log(a); break;
+  case IR_LOG2: r = log2(a); break;
+  case IR_SIGMOID: r = 1.0 / (1.0 + exp(-a)); break;
+  case IR_ABS: r = fabs(a); break;
+  case IR_SQRT: r = sqrt(a); break;
+  case IR_RSQRT: r = 1.0 / sqrt(a); break;
+  case IR_FLOOR: r = floor(a); break;
+  case IR_CEIL: r = ceil(a); break;
+  case IR_CAST: return ref_round(n->type, a);
+  case IR_MASK: r = b != 0 ? a : -INFINITY; break;
+  default: die("ref_apply: %s", ir_op_name(n->op));
+  }
+  return ref_to_type(n->type, r);
+}
+
+/* -------------------------------------------------------- node kinds */
+
+static double ref_leaf(const RefCtx *c, const IrNode *n) {
+  switch (n->op) {
+  case IR_CONST:
+    return dtype_is_float(n->type) ? n->fval : (double)n->ival;
+  case IR_SCALAR:
+    return c->args->scalars[n->ref];
+  case IR_DIM:
+    return (double)c->dimval[n->ref];
+  case IR_INDEX:
+    return n->ival == DOM_B ? (double)c->b : (double)c->h;
+  default:
+    die("ref_leaf: %s", ir_op_name(n->op));
+  }
+}
+
+static int ref_eval_leaf(RefCtx *c, const IrNode *n, double *out) {
+  int64_t cnt[3], st[3];
+  ref_counts(c, ref_vdom(n), cnt);
+  ref_strides(c, ref_vdom(n), st);
+  if (n->op == IR_INDEX && (n->ival & REF_AXES)) {
+    for (int64_t i = 0; i < cnt[0]; i++)
+      for (int64_t j = 0; j < cnt[1]; j++)
+        for (int64_t d = 0; d < cnt[2]; d++)
+          out[i * st[0] + j * st[1] + d * st[2]] =
+              (double)(n->ival == DOM_I ? i : j);
+    return 0;
+  }
+  if (n->op == IR_DIM && c->dimval[n->ref] == 0)
+    return ref_fail(c, n, "dimension %s is not bound by any input tensor",
+                    c->g->dims[n->ref].name);
+  double x = ref_leaf(c, n);
+  for (int64_t e = 0; e < cnt[0] * cnt[1] * cnt[2]; e++)
+    out[e] = x;
+  return 0;
+}
+
+static int ref_eval_pointwise(RefCtx *c, const IrNode *n, double *out) {
+  unsigned dom = ref_vdom(n);
+  int64_t cnt[3], st[IR_MAX_SRC][3];
+  const double *src[IR_MAX_SRC];
+  ref_counts(c, dom, cnt);
+  for (int s = 0; s < n->nsrc; s++) {
+    src[s] = c->val[n->src[s]->id];
+    ref_strides(c, ref_vdom(n->src[s]), st[s]);
+  }
+  int64_t e = 0;
+  double x[IR_MAX_SRC] = {0};
+  for (int64_t i = 0; i < cnt[0]; i++)
+    for (int64_t j = 0; j < cnt[1]; j++)
+      for (int64_t d = 0; d < cnt[2]; d++) {
+        for (int s = 0; s < n->nsrc; s++)
+          x[s] = src[s][i * st[s][0] + j * st[s][1] + d * st[s][2]];
+        int fault = 0;
+        out[e++] = ref_apply(n, x, &fault);
+        if (fault) {
+          ref_fail(c, n, "integer division by zero");
+          ref_where(c, dom, i, j);
+          return -1;
+        }
+      }
+  return 0;
+}
+
+/* tensor[subscripts...]; a dimension declared as literal 1 broadcasts. */
+static int ref_eval_load(RefCtx *c, const IrNode *n, double *out) {
+  const IrTensor *t = &c->g->tensors[n->ref];
+  const RefTensor *rt = &c->args->tensors[n->ref];
+  unsigned dom = ref_vdom(n);
+  int64_t cnt[3], st[IR_MAX_RANK][3], tstride[IR_MAX_RANK];
+  const double *src[IR_MAX_RANK];
+  ref_counts(c, dom, cnt);
+  int64_t stride = 1;
+  for (int k = t->ndims - 1; k >= 0; k--) {
+    tstride[k] = stride;
+    stride *= rt->shape[k];
+    src[k] = c->val[n->src[k]->id];
+    ref_strides(c, ref_vdom(n->src[k]), st[k]);
+  }
+  int64_t e = 0;
+  for (int64_t i = 0; i < cnt[0]; i++)
+    for (int64_t j = 0; j < cnt[1]; j++)
+      for (int64_t d = 0; d < cnt[2]; d++) {
+        int64_t off = 0;
+        for (int k = 0; k < t->ndims; k++) {
+          if (t->dim_sym[k] < 0 && t->dim_val[k] == 1)
+            continue;
+          double x = src[k][i * st[k][0] + j * st[k][1] + d * st[k][2]];
+          if (!(x >= 0 && x < (double)rt->shape[k])) {
+            ref_fail(c, n, "subscript %d of '%s' is %.17g, outside [0, %lld)",
+                     k + 1, t->name, x, (long long)rt->shape[k]);
+            ref_where(c, dom, i, j);
+            return -1;
+          }
+          off += (int64_t)x * tstride[k];
+        }
+        out[e++] = rt->data[off];
+      }
+  return 0;
+}
+
+/* s[i][j] = sum_d q[b, h, i, d] * k[b, h / (H / Hk), j, d]. */
+static void ref_eval_qk(const RefCtx *c, double *out) {
+  const IrGraph *g = c->g;
+  const RefTensor *q = &c->args->tensors[g->q], *k = &c->args->tensors[g->k];
+  int64_t hk = c->h / (c->H / c->Hk), D = c->Dq;
+  int64_t kb = k->shape[0] == 1 ? 0 : c->b;
+  const double *qp = q->data + (c->b * c->H + c->h) * c->Sq * D;
+  const double *kp = k->data + (kb * c->Hk + hk) * c->Skv * D;
+  for (int64_t i = 0; i < c->Sq; i++)
+    for (int64_t j = 0; j < c->Skv; j++) {
+      double acc = 0;
+      for (int64_t d = 0; d < D; d++)
+        acc += qp[i * D + d] * kp[j * D + d];
+      out[i * c->Skv + j] = acc;
+    }
+}
+
+/* o[i][d] = sum_j p[i][j] * v[b, h / (H / Hk), j, d]. Zero probabilities
+ * are not skipped: a NaN in v must reach the output as it would on the
+ * device. */
+static void ref_eval_pv(const RefCtx *c, const IrNode *n, double *out) {
+  const RefTensor *v = &c->args->tensors[c->g->v];
+  const double *p = c->val[n->src[0]->id];
+  int64_t hk = c->h / (c->H / c->Hk), Dv = c->Dv, pst[3], cnt[3];
+  int64_t vb = v->shape[0] == 1 ? 0 : c->b;
+  const double *vp = v->data + (vb * c->Hk + hk) * c->Skv * Dv;
+  ref_strides(c, ref_vdom(n->src[0]), pst);
+  ref_counts(c, ref_vdom(n), cnt);
+  for (int64_t i = 0; i < cnt[0]; i++) {
+    double *o = out + i * Dv;
+    for (int64_t d = 0; d < Dv; d++)
+      o[d] = 0;
+    for (int64_t j = 0; j < c->Skv; j++) {
+      double pij = p[i * pst[0] + j * pst[1]];
+      for (int64_t d = 0; d < Dv; d++)
+        o[d] += pij * vp[j * Dv + d];
+    }
+  }
+}
+
+/* softmax and logsumexp over j, row by row. A row that is all -inf gives
+ * zero probabilities and lse = -inf, never NaN. */
+static void ref_eval_row_reduce(const RefCtx *c, const IrNode *n,
+                                double *out) {
+  const double *x = c->val[n->src[0]->id];
+  unsigned dom = ref_vdom(n);
+  int64_t cnt[3], xs[3], os[3];
+  ref_counts(c, dom, cnt);
+  ref_strides(c, ref_vdom(n->src[0]), xs);
+  ref_strides(c, dom, os);
+  for (int64_t i = 0; i < cnt[0]; i++)
+    for (int64_t d = 0; d < cnt[2]; d++) {
+      const double *row = x + i * xs[0] + d * xs[2];
+      double *orow = out + i * os[0] + d * os[2];
+      double m = -INFINITY, sum = 0;
+      for (int64_t j = 0; j < c->Skv; j++)
+        if (row[j * xs[1]] > m)
+          m = row[j * xs[1]];
+      if (m != -INFINITY)
+        for (int64_t j = 0; j < c->Skv; j++)
+          sum += exp(row[j * xs[1]] - m);
+      if (n->op == IR_LOGSUMEXP) {
+        orow[0] = m == -INFINITY ? -INFINITY : m + log(sum);
+        continue;
+      }
+      int64_t nj = (dom & DOM_J) ? c->Skv : 1;
+      for (int64_t j = 0; j < nj; j++)
+        orow[j * os[1]] =
+            m == -INFINITY ? 0.0 : exp(row[j * xs[1]] - m) / sum;
+    }
+}
+
+/* Folds |x| of this (b, h) into the node's running maximum. NaN sticks. */
+static void ref_eval_amax(RefCtx *c, const IrNode *n) {
+  const double *x = c->val[n->src[0]->id];
+  int64_t cnt[3];
+  ref_counts(c, ref_vdom(n->src[0]), cnt);
+  double m = c->amax[n->id];
+  for (int64_t e = 0; e < cnt[0] * cnt[1] * cnt[2] && !isnan(m); e++)
+    m = isnan(x[e]) ? x[e] : fmax(m, fabs(x[e]));
+  c->amax[n->id] = m;
+}
+
+static int ref_eval_node(RefCtx *c, const IrNode *n) {
+  int64_t cnt[3];
+  ref_counts(c, ref_vdom(n), cnt);
+  if (cnt[0] > (INT64_C(1) << 34) / cnt[1] / cnt[2])
+    return ref_fail(c, n, "a value of %lld x %lld x %lld elements is too "
+                    "large for the CPU reference", (long long)cnt[0],
+                    (long long)cnt[1], (long long)cnt[2]);
+  double *out = malloc((size_t)(cnt[0] * cnt[1] * cnt[2]) * sizeof(double));
+  if (!out)
+    return ref_fail(c, n, "out of memory");
+  c->val[n->id] = out;
+  c->owned[n->id] = true;
+  switch (n->op) {
+  case IR_CONST: case IR_SCALAR: case IR_DIM: case IR_INDEX:
+    return ref_eval_leaf(c, n, out);
+  case IR_LOAD:
+    return ref_eval_load(c, n, out);
+  case IR_QK:
+    ref_eval_qk(c, out);
+    return 0;
+  case IR_PV:
+    ref_eval_pv(c, n, out);
+    return 0;
+  case IR_SOFTMAX:
+  case IR_LOGSUMEXP:
+    ref_eval_row_reduce(c, n, out);
+    return 0;
+  case IR_DROPOUT:
+    return ref_fail(c, n, "dropout is not supported by the CPU reference "
+                    "yet");
+  case IR_INPUT: case IR_TRANSPOSE: case IR_AMAX:
+    die("ref_eval_node: %s is not an array", ir_op_name(n->op));
+  default:
+    return ref_eval_pointwise(c, n, out);
+  }
+}
+
+/* ------------------------------------------------------------- sweeps */
+
+static void ref_release(RefCtx *c, int id) {
+  if (c->owned[id])
+    free(c->val[id]);
+  c->val[id] = NULL;
+  c->owned[id] = false;
+}
+
+/* Marks what sweep L evaluates: its outputs and amax nodes, and what they
+ * read, stopping at finished amax values. */
+static void ref_plan_sweep(RefCtx *c, int L) {
+  const IrGraph *g = c->g;
+  for (int id = 0; id < g->nnodes; id++) {
+    const IrNode *n = g->nodes[id];
+    c->needed[id] = c->live[id] && c->level[id] == L && n->op == IR_AMAX;
+    c->last_use[id] = id;
+  }
+  for (int k = 0; k < g->noutputs; k++)
+    if (c->level[g->outputs[k].value->id] == L)
+      c->needed[g->outputs[k].value->id] = true;
+  for (int id = g->nnodes - 1; id >= 0; id--) {
+    const IrNode *n = g->nodes[id];
+    if (!c->needed[id] || (n->op == IR_AMAX && c->level[id] < L))
+      continue;
+    for (int s = 0; s < n->nsrc; s++) {
+      int sid = n->src[s]->id;
+      c->needed[sid] = !ref_is_tensor_operand(n->src[s]->op);
+      if (c->last_use[sid] < id)
+        c->last_use[sid] = id;
+    }
+  }
+}
+
+static int ref_sweep_pair(RefCtx *c, int L) {
+  const IrGraph *g = c->g;
+  for (int id = 0; id < g->nnodes; id++) {
+    const IrNode *n = g->nodes[id];
+    if (!c->needed[id])
+      continue;
+    if (n->op == IR_AMAX) {
+      if (c->level[id] == L)
+        ref_eval_amax(c, n);
+      c->val[id] = &c->amax[id];
+      c->owned[id] = false;
+    } else if (ref_eval_node(c, n)) {
+      return -1;
+    }
+    for (int k = 0; k < g->noutputs; k++)
+      if (c->plans[k].node == n && n->op != IR_AMAX && c->level[id] == L &&
+          (!c->plans[k].fill_all || (c->b == 0 && c->h == 0)))
+        ref_write_output(c, &c->plans[k]);
+    for (int s = 0; s < n->nsrc; s++)
+      if (c->last_use[n->src[s]->id] == id)
+        ref_release(c, n->src[s]->id);
+    if (c->last_use[id] == id)
+      ref_release(c, id);
+  }
+  return 0;
+}
+
+static int ref_sweep(RefCtx *c, int L) {
+  const IrGraph *g = c->g;
+  ref_plan_sweep(c, L);
+  for (int id = 0; id < g->nnodes; id++)
+    if (c->needed[id] && g->nodes[id]->op == IR_AMAX && c->level[id] == L)
+      c->amax[id] = 0;
+  for (c->b = 0; c->b < c->B; c->b++)
+    for (c->h = 0; c->h < c->H; c->h++) {
+      int rc = ref_sweep_pair(c, L);
+      for (int id = 0; id < g->nnodes; id++)
+        ref_release(c, id);
+      if (rc)
+        return -1;
+    }
+  for (int k = 0; k < g->noutputs; k++) {
+    const IrNode *n = c->plans[k].node;
+    if (n->op == IR_AMAX && c->level[n->id] == L) {
+      c->val[n->id] = &c->amax[n->id];
+      ref_write_output(c, &c->plans[k]);
+      c->val[n->id] = NULL;
+    }
+  }
+  return 0;
+}
+
+static void ref_levels(RefCtx *c) {
+  const IrGraph *g = c->g;
+  c->maxlevel = 0;
+  for (int k = 0; k < g->noutputs; k++)
+    c->live[g->outputs[k].value->id] = true;
+  for (int id = g->nnodes - 1; id >= 0; id--)
+    if (c->live[id])
+      for (int s = 0; s < g->nodes[id]->nsrc; s++)
+        c->live[g->nodes[id]->src[s]->id] = true;
+  for (int id = 0; id < g->nnodes; id++) {
+    const IrNode *n = g->nodes[id];
+    int lv = 0;
+    for (int s = 0; s < n->nsrc; s++) {
+      const IrNode *x = n->src[s];
+      int ls = c->level[x->id] + (x->op == IR_AMAX);
+      if (ls > lv)
+        lv = ls;
+    }
+    c->level[id] = lv;
+    if (c->live[id] && lv > c->maxlevel)
+      c->maxlevel = lv;
+  }
+}
+
+/* ---------------------------------------------------------- the entry */
+
+static bool ref_alloc_ctx(RefCtx *c) {
+  size_t nn = (size_t)c->g->nnodes + 1, nd = (size_t)c->g->ndims + 1;
+  c->dimval = calloc(nd, sizeof *c->dimval);
+  c->dimfrom = calloc(nd, sizeof *c->dimfrom);
+  c->dimpos = calloc(nd, sizeof *c->dimpos);
+  c->level = calloc(nn, sizeof *c->level);
+  c->live = calloc(nn, sizeof *c->live);
+  c->needed = calloc(nn, sizeof *c->needed);
+  c->last_use = calloc(nn, sizeof *c->last_use);
+  c->val = calloc(nn, sizeof *c->val);
+  c->owned = calloc(nn, sizeof *c->owned);
+  c->amax = calloc(nn, sizeof *c->amax);
+  c->plans = calloc((size_t)c->g->noutputs + 1, sizeof *c->plans);
+  return c->dimval && c->dimfrom && c->dimpos && c->level && c->live &&
+         c->needed && c->last_use && c->val && c->owned && c->amax &&
+         c->plans;
+}
+
+static void ref_free_ctx(RefCtx *c) {
+  free(c->dimval);
+  free(c->dimfrom);
+  free(c->dimpos);
+  free(c->level);
+  free(c->live);
+  free(c->needed);
+  free(c->last_use);
+  free(c->val);
+  free(c->owned);
+  free(c->amax);
+  free(c->plans);
+}
+
+int ref_forward(RefArgs *args, StrBuf *err) {
+  RefCtx c = {.args = args, .g = args->g, .err = err};
+  int rc = -1;
+  if (!c.g)
+    return ref_fail(&c, NULL, "no graph given");
+  if (!ref_alloc_ctx(&c)) {
+    ref_fail(&c, NULL, "out of memory");
+    goto done;
+  }
+  if (ref_check_graph(&c) || ref_bind_dims(&c) || ref_plan_outputs(&c))
+    goto done;
+  ref_levels(&c);
+  for (int L = 0; L <= c.maxlevel; L++)
+    if (ref_sweep(&c, L))
+      goto done;
+  rc = 0;
+done:
+  if (rc)
+    for (int k = 0; k < c.g->noutputs; k++) {
+      int t = c.g->outputs[k].tensor;
+      if (t >= 0 && t < c.g->ntensors && args->tensors &&
+          c.g->tensors[t].is_output) {
+        free(args->tensors[t].data);
+        args->tensors[t].data = NULL;
+      }
+    }
+  ref_free_ctx(&c);
+  return rc;
+}

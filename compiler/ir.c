@@ -1,0 +1,85 @@
+/*
+ * ir.c: the IR's tables and tiny constructors.
+ *
+ * The op names and arities come from the one IR_OPS table in attnc.h; the
+ * static_assert keeps this file's copy the same length as the enum, so an
+ * op added there without a name here fails to compile.
+ */
+#include <string.h>
+
+#include "attnc.h"
+
+static const char *const ir_names[] = {
+#define X(e, s, n) s,
+    IR_OPS(X)
+#undef X
+};
+
+static const signed char ir_arities[] = {
+#define X(e, s, n) n,
+    IR_OPS(X)
+#undef X
+};
+
+_Static_assert(sizeof ir_names / sizeof ir_names[0] == IR_OP_COUNT,
+               "ir_names must list every IrOp");
+_Static_assert(sizeof ir_arities == IR_OP_COUNT,
+               "ir_arities must list every IrOp");
+
+const char *ir_op_name(IrOp op) {
+  if ((unsigned)op >= IR_OP_COUNT) die("bad IrOp %d", (int)op);
+  return ir_names[op];
+}
+
+int ir_op_arity(IrOp op) {
+  if ((unsigned)op >= IR_OP_COUNT) die("bad IrOp %d", (int)op);
+  return ir_arities[op];
+}
+
+IrNode *ir_node(Arena *a, IrOp op, Loc loc, DType type, unsigned dom,
+                int nsrc, IrNode *const *src) {
+  int arity = ir_op_arity(op);
+  if (nsrc < 0 || nsrc > IR_MAX_SRC || (arity >= 0 && nsrc != arity))
+    die("%s takes %d operands, got %d", ir_op_name(op), arity, nsrc);
+  IrNode *n = arena_alloc(a, sizeof *n);
+  n->op = op;
+  n->id = -1;
+  n->loc = loc;
+  n->type = type;
+  n->dom = dom;
+  n->ref = -1;
+  n->nsrc = nsrc;
+  for (int k = 0; k < nsrc; k++) {
+    if (!src[k]) die("%s: operand %d is NULL", ir_op_name(op), k);
+    n->src[k] = src[k];
+  }
+  return n;
+}
+
+IrNode *ir_const_float(Arena *a, Loc loc, double v) {
+  IrNode *n = ir_node(a, IR_CONST, loc, DT_F32, 0, 0, NULL);
+  n->fval = v;
+  return n;
+}
+
+IrNode *ir_const_int(Arena *a, Loc loc, DType type, int64_t v) {
+  IrNode *n = ir_node(a, IR_CONST, loc, type, 0, 0, NULL);
+  n->ival = v;
+  n->fval = (double)v;
+  return n;
+}
+
+IrGraph *ir_find_graph(const IrModule *m, const char *name) {
+  for (int k = 0; k < m->ngraphs; k++)
+    if (!strcmp(m->graphs[k]->name, name)) return m->graphs[k];
+  return NULL;
+}
+
+const char *ir_dom_letters(unsigned dom, char buf[8]) {
+  static const char letters[] = "bhijd";
+  int n = 0;
+  for (int k = 0; k < 5; k++)
+    if (dom & (1u << k)) buf[n++] = letters[k];
+  buf[n] = '\0';
+  return buf;
+}

@@ -1,0 +1,1198 @@
+/*
+ * ir_build.c: AST -> IR. Resolves names, infers each value's type and
+ * domain (the axes it varies over), and checks everything that can be
+ * checked one expression at a time; ir_check.c then checks the graph as a
+ * whole (landmarks, q/k/v shapes, outputs).
+ *
+ * Names bind in statement order, SSA style: `s = f(s)` makes a new value
+ * and points `s` at it, so a graph is acyclic by construction and the node
+ * array is a topological order. An expression that fails to lower gives
+ * NULL; the error has been reported, and NULL propagates silently so one
+ * mistake gives one message. A local bound to NULL is "poisoned": later
+ * uses are quiet too.
+ *
+ * Two stage flags ride beside each node (not in IrNode, which later passes
+ * share): whether it depends on q @ k^T or on p @ v, and whether it is the
+ * softmax's output (softmax or dropout), which may only feed dropout and
+ * the second matmul.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "attnc.h"
+
+enum { F_QK = 1, F_PV = 2, F_PROB = 4 };
+enum { BIND_INPUT, BIND_SCALAR, BIND_LOCAL };
+
+typedef struct Binding {
+  const char *name;
+  int kind;
+  Loc loc;       /* where it was declared or first assigned */
+  int ref;       /* tensor or scalar index */
+  IrNode *node;  /* a local's current value; NULL when poisoned */
+  bool fixed;    /* bound by `output x = ...`: cannot be reassigned */
+  Loc grad_loc;  /* an input's first mention in grad */
+} Binding;
+
+/* An output as declared; its value is known at the end of the graph. */
+typedef struct PendingOutput {
+  IrTensor t;
+  IrOutput o;
+  bool in_place; /* output x = value; */
+} PendingOutput;
+
+typedef struct Builder {
+  Arena *a;
+  Diag *d;
+  IrGraph *g;
+  Binding *binds;
+  int nbinds, cap_binds;
+  IrNode **nodes;
+  unsigned char *flags; /* by node id */
+  int cap_nodes;
+  int cap_dims, cap_scalars;
+  IrTensor *inputs;
+  int ninputs, cap_inputs;
+  PendingOutput *outs; /* appended after the inputs at the end */
+  int nouts, cap_outs;
+  const char *defining; /* the name being assigned, while it is unbound */
+  int graph_errors;     /* d->nerrors when the graph started */
+  bool incomplete;      /* the parser left holes (AST_ERROR, NULL) */
+} Builder;
+
+/* Grows an arena array of n elements to hold one more. */
+static void *grow(Arena *a, void *p, int n, int *cap, size_t elem) {
+  if (n < *cap) return p;
+  int ncap = *cap ? *cap * 2 : 8;
+  void *q = arena_alloc(a, (size_t)ncap * elem);
+  if (n) memcpy(q, p, (size_t)n * elem);
+  *cap = ncap;
+  return q;
+}
+
+/* ------------------------------------------------------------- names */
+
+static const char *const builtin_funcs[] = {
+    "mask", "softmax", "logsumexp", "dropout", "amax",  "tanh",  "exp",
+    "exp2", "log",     "log2",      "sigmoid", "abs",   "sqrt",  "rsqrt",
+    "floor", "ceil",   "min",       "max",     "where", "clamp", "f32",
+    "i32",  "float",   "int"};
+
+static bool is_builtin_func(const char *name) {
+  for (size_t k = 0; k < sizeof builtin_funcs / sizeof *builtin_funcs; k++)
+    if (!strcmp(name, builtin_funcs[k])) return true;
+  return false;
+}
+
+/* DOM_B..DOM_J for the index names b h i j, else 0. */
+static unsigned index_dom(const char *name) {
+  if (!strcmp(name, "b")) return DOM_B;
+  if (!strcmp(name, "h")) return DOM_H;
+  if (!strcmp(name, "i")) return DOM_I;
+  if (!strcmp(name, "j")) return DOM_J;
+  return 0;
+}
+
+static Binding *lookup(Builder *b, const char *name) {
+  for (int k = 0; k < b->nbinds; k++)
+    if (!strcmp(b->binds[k].name, name)) return &b->binds[k];
+  return NULL;
+}
+
+static int find_dim(const IrGraph *g, const char *name) {
+  for (int k = 0; k < g->ndims; k++)
+    if (!strcmp(g->dims[k].name, name)) return k;
+  return -1;
+}
+
+static const char *bind_kind_name(int kind) {
+  return kind == BIND_INPUT ? "input" : kind == BIND_SCALAR ? "scalar" : "local";
+}
+
+/* Rejects a declared name that is built in or is a dimension symbol. */
+static bool check_new_name(Builder *b, const char *name, Loc loc) {
+  if (index_dom(name)) {
+    diag_error(b->d, loc, "'%s' is a built-in index; it cannot be declared",
+               name);
+    return false;
+  }
+  if (!strcmp(name, "inf") || is_builtin_func(name)) {
+    diag_error(b->d, loc, "'%s' is a built-in name; it cannot be declared",
+               name);
+    return false;
+  }
+  int dim = find_dim(b->g, name);
+  if (dim >= 0) {
+    diag_error(b->d, loc, "'%s' is a dimension symbol; it cannot be declared",
+               name);
+    diag_note(b->d, b->g->dims[dim].loc, "'%s' first appears here", name);
+    return false;
+  }
+  return true;
+}
+
+static Binding *bind(Builder *b, const char *name, int kind, Loc loc) {
+  b->binds = grow(b->a, b->binds, b->nbinds, &b->cap_binds, sizeof *b->binds);
+  Binding *x = &b->binds[b->nbinds++];
+  *x = (Binding){.name = name, .kind = kind, .loc = loc, .ref = -1};
+  return x;
+}
+
+/* Interns a dimension symbol; -1 after an error. */
+static int intern_dim(Builder *b, const char *name, Loc loc) {
+  int k = find_dim(b->g, name);
+  if (k >= 0) return k;
+  if (index_dom(name) || !strcmp(name, "inf") || is_builtin_func(name)) {
+    diag_error(b->d, loc, "'%s' is a built-in name; it cannot name a dimension",
+               name);
+    return -1;
+  }
+  Binding *x = lookup(b, name);
+  if (x) {
+    diag_error(b->d, loc, "'%s' is already declared as %s %s; it cannot name a "
+               "dimension", name, x->kind == BIND_INPUT ? "an" : "a",
+               bind_kind_name(x->kind));
+    diag_note(b->d, x->loc, "'%s' declared here", name);
+    return -1;
+  }
+  IrGraph *g = b->g;
+  g->dims = grow(b->a, g->dims, g->ndims, &b->cap_dims, sizeof *g->dims);
+  g->dims[g->ndims] = (IrDimSym){.name = name, .loc = loc};
+  return g->ndims++;
+}
+
+/* Fills t's shape from a declared type; false after an error. */
+static bool lower_shape(Builder *b, const AstType *ty, IrTensor *t,
+                        const char *what) {
+  if (ty->ndims > IR_MAX_RANK) {
+    diag_error(b->d, ty->loc, "%s '%s' has %d dimensions; at most %d are "
+               "supported", what, t->name, ty->ndims, IR_MAX_RANK);
+    return false;
+  }
+  if (ty->ndims == 0) {
+    diag_error(b->d, ty->loc, "%s '%s' needs at least one dimension", what,
+               t->name);
+    return false;
+  }
+  bool ok = true;
+  t->ndims = ty->ndims;
+  for (int k = 0; k < ty->ndims; k++) {
+    const AstDim *dm = &ty->dims[k];
+    t->dim_sym[k] = -1;
+    if (dm->sym) {
+      t->dim_sym[k] = intern_dim(b, dm->sym, dm->loc);
+      if (t->dim_sym[k] < 0) ok = false;
+    } else if (dm->value < 1 || dm->value > INT32_MAX) {
+      diag_error(b->d, dm->loc, "a dimension must be between 1 and %d",
+                 INT32_MAX);
+      ok = false;
+    } else {
+      t->dim_val[k] = dm->value;
+    }
+  }
+  return ok;
+}
+
+/* ------------------------------------------------------------- nodes */
+
+static unsigned char node_flags(const Builder *b, const IrNode *n) {
+  return b->flags[n->id];
+}
+
+static IrNode *add(Builder *b, IrNode *n, unsigned char flags) {
+  IrGraph *g = b->g;
+  int cap = b->cap_nodes;
+  b->nodes = grow(b->a, b->nodes, g->nnodes, &cap, sizeof *b->nodes);
+  if (cap != b->cap_nodes) {
+    unsigned char *f = arena_alloc(b->a, (size_t)cap);
+    if (g->nnodes) memcpy(f, b->flags, (size_t)g->nnodes);
+    b->flags = f;
+    b->cap_nodes = cap;
+  }
+  n->id = g->nnodes;
+  b->nodes[g->nnodes] = n;
+  b->flags[g->nnodes++] = flags;
+  return n;
+}
+
+static IrNode *leaf(Builder *b, IrNode *n) { return add(b, n, 0); }
+
+/* A node over operands, with the checks every consumer shares: the
+ * softmax's output only feeds dropout and p @ v, amax only feeds an
+ * output, and no value varies over both j and d. NULL operands (earlier
+ * errors) give NULL quietly. */
+static IrNode *op_node(Builder *b, IrOp op, Loc loc, DType type, int n,
+                       IrNode *const *src) {
+  unsigned dom = 0;
+  unsigned char flags = 0;
+  for (int k = 0; k < n; k++) {
+    if (!src[k]) return NULL;
+    dom |= src[k]->dom;
+    flags |= node_flags(b, src[k]) & (F_QK | F_PV);
+  }
+  for (int k = 0; k < n; k++) {
+    bool prob_ok = k == 0 && (op == IR_PV || op == IR_DROPOUT);
+    if ((node_flags(b, src[k]) & F_PROB) && !prob_ok) {
+      diag_error(b->d, loc, "the softmax's output may only feed dropout or "
+                 "the second matmul (p @ v)");
+      diag_note(b->d, src[k]->loc, "the softmax's output comes from here");
+      return NULL;
+    }
+    if (src[k]->op == IR_AMAX) {
+      diag_error(b->d, loc, "amax reduces over the whole output; it can only "
+                 "be an output");
+      return NULL;
+    }
+  }
+  if (op == IR_LOGSUMEXP) dom &= ~(unsigned)DOM_J;
+  if (op == IR_AMAX) dom = 0;
+  if ((dom & DOM_J) && (dom & DOM_D)) {
+    diag_error(b->d, loc, "this mixes values over key positions (j) with the "
+               "attention output (d); only p @ v combines them");
+    return NULL;
+  }
+  return add(b, ir_node(b->a, op, loc, type, dom, n, src), flags);
+}
+
+static IrNode *op1(Builder *b, IrOp op, Loc loc, DType t, IrNode *x) {
+  IrNode *s[1] = {x};
+  return op_node(b, op, loc, t, 1, s);
+}
+
+static IrNode *op2(Builder *b, IrOp op, Loc loc, DType t, IrNode *x,
+                   IrNode *y) {
+  IrNode *s[2] = {x, y};
+  return op_node(b, op, loc, t, 2, s);
+}
+
+/* ------------------------------------------------------------- types */
+
+static bool is_num(DType t) { return dtype_is_float(t) || dtype_is_int(t); }
+
+/* The type arithmetic on a and b computes in: f32 if either is a float,
+ * else u64 if either is u64, else i32. */
+static DType arith_join(DType a, DType b) {
+  if (dtype_is_float(a) || dtype_is_float(b)) return DT_F32;
+  if (a == DT_U64 || b == DT_U64) return DT_U64;
+  return DT_I32;
+}
+
+/* The type a value of storage type t computes in. */
+static DType compute_type(DType t) { return dtype_is_float(t) ? DT_F32 : t; }
+
+static const IrOp binop_ir[BIN_COUNT] = {
+    [BIN_ADD] = IR_ADD, [BIN_SUB] = IR_SUB, [BIN_MUL] = IR_MUL,
+    [BIN_DIV] = IR_DIV, [BIN_MOD] = IR_MOD, [BIN_LT] = IR_LT,
+    [BIN_LE] = IR_LE,   [BIN_GT] = IR_GT,   [BIN_GE] = IR_GE,
+    [BIN_EQ] = IR_EQ,   [BIN_NE] = IR_NE,   [BIN_AND] = IR_AND,
+    [BIN_OR] = IR_OR};
+
+/* The result type of `x OP y`, or DT_NONE after reporting at loc. Shared
+ * by the IR builder and the constant folder. */
+static DType binop_type(Diag *d, Loc loc, BinOp op, DType x, DType y) {
+  const char *sp = binop_spelling(op);
+  switch (op) {
+  case BIN_AND:
+  case BIN_OR:
+    if (x == DT_BOOL && y == DT_BOOL) return DT_BOOL;
+    diag_error(d, loc, "operator '%s' needs bool operands, got %s and %s", sp,
+               dtype_name(x), dtype_name(y));
+    return DT_NONE;
+  case BIN_EQ:
+  case BIN_NE:
+    if (x == DT_BOOL && y == DT_BOOL) return DT_BOOL;
+    /* fall through */
+  case BIN_LT:
+  case BIN_LE:
+  case BIN_GT:
+  case BIN_GE:
+    if (is_num(x) && is_num(y)) return DT_BOOL;
+    diag_error(d, loc, "operator '%s' compares numbers, got %s and %s", sp,
+               dtype_name(x), dtype_name(y));
+    return DT_NONE;
+  case BIN_MOD:
+    if (dtype_is_int(x) && dtype_is_int(y)) return arith_join(x, y);
+    diag_error(d, loc, "operator '%%' needs integers, got %s and %s",
+               dtype_name(x), dtype_name(y));
+    return DT_NONE;
+  default:
+    if (is_num(x) && is_num(y)) return arith_join(x, y);
+    diag_error(d, loc, "operator '%s' needs numbers, got %s and %s", sp,
+               dtype_name(x), dtype_name(y));
+    return DT_NONE;
+  }
+}
+
+/* ------------------------------------------------------------- functions */
+
+typedef enum FnKind {
+  FN_MATH, /* one number -> f32 (abs, floor, ceil keep integers) */
+  FN_MINMAX, FN_WHERE, FN_CLAMP, FN_CAST, FN_MASK, FN_SOFTMAX, FN_LSE,
+  FN_DROPOUT, FN_AMAX
+} FnKind;
+
+typedef struct FnInfo {
+  const char *name;
+  FnKind kind;
+  int nargs;
+  IrOp op;
+  DType cast;
+} FnInfo;
+
+static const FnInfo fn_table[] = {
+    {"tanh", FN_MATH, 1, IR_TANH, DT_NONE},
+    {"exp", FN_MATH, 1, IR_EXP, DT_NONE},
+    {"exp2", FN_MATH, 1, IR_EXP2, DT_NONE},
+    {"log", FN_MATH, 1, IR_LOG, DT_NONE},
+    {"log2", FN_MATH, 1, IR_LOG2, DT_NONE},
+    {"sigmoid", FN_MATH, 1, IR_SIGMOID, DT_NONE},
+    {"abs", FN_MATH, 1, IR_ABS, DT_NONE},
+    {"sqrt", FN_MATH, 1, IR_SQRT, DT_NONE},
+    {"rsqrt", FN_MATH, 1, IR_RSQRT, DT_NONE},
+    {"floor", FN_MATH, 1, IR_FLOOR, DT_NONE},
+    {"ceil", FN_MATH, 1, IR_CEIL, DT_NONE},
+    {"min", FN_MINMAX, 2, IR_MIN, DT_NONE},
+    {"max", FN_MINMAX, 2, IR_MAX, DT_NONE},
+    {"where", FN_WHERE, 3, IR_WHERE, DT_NONE},
+    {"clamp", FN_CLAMP, 3, IR_MIN, DT_NONE},
+    {"f32", FN_CAST, 1, IR_CAST, DT_F32},
+    {"float", FN_CAST, 1, IR_CAST, DT_F32},
+    {"i32", FN_CAST, 1, IR_CAST, DT_I32},
+    {"int", FN_CAST, 1, IR_CAST, DT_I32},
+    {"mask", FN_MASK, 2, IR_MASK, DT_NONE},
+    {"softmax", FN_SOFTMAX, 1, IR_SOFTMAX, DT_NONE},
+    {"logsumexp", FN_LSE, 1, IR_LOGSUMEXP, DT_NONE},
+    {"dropout", FN_DROPOUT, 4, IR_DROPOUT, DT_NONE},
+    {"amax", FN_AMAX, 1, IR_AMAX, DT_NONE},
+};
+
+static const FnInfo *find_fn(const char *name) {
+  for (size_t k = 0; k < sizeof fn_table / sizeof *fn_table; k++)
+    if (!strcmp(fn_table[k].name, name)) return &fn_table[k];
+  return NULL;
+}
+
+/* The result type of a math function, or DT_NONE after an error. */
+static DType math_type(Diag *d, Loc loc, const FnInfo *fn, DType x) {
+  if (!is_num(x)) {
+    diag_error(d, loc, "'%s' needs a number, got %s", fn->name, dtype_name(x));
+    return DT_NONE;
+  }
+  bool keeps_int = fn->op == IR_ABS || fn->op == IR_FLOOR || fn->op == IR_CEIL;
+  return keeps_int ? compute_type(x) : DT_F32;
+}
+
+/* The result type of where(c, x, y), or DT_NONE after an error. */
+static DType where_type(Diag *d, Loc loc, DType c, DType x, DType y) {
+  if (c != DT_BOOL) {
+    diag_error(d, loc, "the condition of 'where' must be bool, got %s",
+               dtype_name(c));
+    return DT_NONE;
+  }
+  if (x == DT_BOOL && y == DT_BOOL) return DT_BOOL;
+  if (is_num(x) && is_num(y)) return arith_join(x, y);
+  diag_error(d, loc, "the branches of 'where' must both be numbers or both "
+             "bool, got %s and %s", dtype_name(x), dtype_name(y));
+  return DT_NONE;
+}
+
+static DType minmax_type(Diag *d, Loc loc, const char *fn, DType x, DType y) {
+  if (is_num(x) && is_num(y)) return arith_join(x, y);
+  diag_error(d, loc, "'%s' needs numbers, got %s and %s", fn, dtype_name(x),
+             dtype_name(y));
+  return DT_NONE;
+}
+
+/* ------------------------------------------------------------- constants */
+
+/* A folded constant: f for floats, i for integers and bools. */
+typedef struct CVal {
+  DType t;
+  double f;
+  int64_t i;
+} CVal;
+
+static double cv_num(CVal v) { return dtype_is_float(v.t) ? v.f : (double)v.i; }
+
+static CVal cv_int(DType t, int64_t i) {
+  if (t == DT_I32) i = (int32_t)(uint32_t)(uint64_t)i;
+  return (CVal){.t = t, .i = i, .f = (double)i};
+}
+
+static CVal cv_float(double f) { return (CVal){.t = DT_F32, .f = f}; }
+
+static double cv_math(IrOp op, double x) {
+  switch (op) {
+  case IR_TANH: return tanh(x);
+  case IR_EXP: return exp(x);
+  case IR_EXP2: return exp2(x);
+  case IR_LOG: return log(x);
+  case IR_LOG2: return log2(x);
+  case IR_SIGMOID: return 1.0 / (1.0 + exp(-x));
+  case IR_ABS: return fabs(x);
+  case IR_SQRT: return sqrt(x);
+  case IR_RSQRT: return 1.0 / sqrt(x);
+  case IR_FLOOR: return floor(x);
+  case IR_CEIL: return ceil(x);
+  default: die("not a math op: %s", ir_op_name(op));
+  }
+}
+
+static bool fold(Builder *b, const AstExpr *e, CVal *out);
+
+static bool fold_binary(Builder *b, const AstExpr *e, CVal *out) {
+  CVal x, y;
+  bool okx = fold(b, e->args[0], &x), oky = fold(b, e->args[1], &y);
+  if (!okx || !oky) return false;
+  if (e->op == BIN_MATMUL) {
+    diag_error(b->d, e->loc, "'@' cannot appear in a constant expression");
+    return false;
+  }
+  DType t = binop_type(b->d, e->loc, (BinOp)e->op, x.t, y.t);
+  if (t == DT_NONE) return false;
+  if (t == DT_BOOL) {
+    double p = cv_num(x), q = cv_num(y);
+    bool r = false;
+    switch (e->op) {
+    case BIN_AND: r = x.i && y.i; break;
+    case BIN_OR: r = x.i || y.i; break;
+    case BIN_LT: r = p < q; break;
+    case BIN_LE: r = p <= q; break;
+    case BIN_GT: r = p > q; break;
+    case BIN_GE: r = p >= q; break;
+    case BIN_EQ: r = x.t == DT_BOOL ? x.i == y.i : p == q; break;
+    case BIN_NE: r = x.t == DT_BOOL ? x.i != y.i : p != q; break;
+    default: die("bad comparison %d", e->op);
+    }
+    *out = cv_int(DT_BOOL, r);
+    return true;
+  }
+  if (t == DT_F32) {
+    double p = cv_num(x), q = cv_num(y), r = 0;
+    switch (e->op) {
+    case BIN_ADD: r = p + q; break;
+    case BIN_SUB: r = p - q; break;
+    case BIN_MUL: r = p * q; break;
+    case BIN_DIV: r = p / q; break;
+    default: die("bad float op %d", e->op);
+    }
+    *out = cv_float(r);
+    return true;
+  }
+  /* Integers wrap like the kernel's two's-complement arithmetic. */
+  uint64_t p = (uint64_t)x.i, q = (uint64_t)y.i, r = 0;
+  if ((e->op == BIN_DIV || e->op == BIN_MOD) && q == 0) {
+    diag_error(b->d, e->loc, "division by zero in a constant expression");
+    return false;
+  }
+  bool u = t == DT_U64;
+  switch (e->op) {
+  case BIN_ADD: r = p + q; break;
+  case BIN_SUB: r = p - q; break;
+  case BIN_MUL: r = p * q; break;
+  case BIN_DIV:
+    r = u ? p / q : (x.i == INT64_MIN && y.i == -1) ? p : (uint64_t)(x.i / y.i);
+    break;
+  case BIN_MOD:
+    r = u ? p % q : (y.i == -1) ? 0 : (uint64_t)(x.i % y.i);
+    break;
+  default: die("bad int op %d", e->op);
+  }
+  *out = cv_int(t, (int64_t)r);
+  return true;
+}
+
+static bool fold_call(Builder *b, const AstExpr *e, CVal *out) {
+  const FnInfo *fn = find_fn(e->name);
+  if (!fn || fn->kind >= FN_MASK) {
+    diag_error(b->d, e->loc, fn ? "'%s' cannot appear in a constant expression"
+                                : "unknown function '%s'", e->name);
+    return false;
+  }
+  if (e->nargs != fn->nargs) {
+    diag_error(b->d, e->loc, "'%s' takes %d argument%s, got %d", fn->name,
+               fn->nargs, fn->nargs == 1 ? "" : "s", e->nargs);
+    return false;
+  }
+  CVal v[3];
+  bool ok = true;
+  for (int k = 0; k < e->nargs; k++) ok &= fold(b, e->args[k], &v[k]);
+  if (!ok) return false;
+  DType t;
+  switch (fn->kind) {
+  case FN_MATH:
+    t = math_type(b->d, e->loc, fn, v[0].t);
+    if (t == DT_NONE) return false;
+    *out = t == DT_F32 ? cv_float(cv_math(fn->op, cv_num(v[0])))
+                       : cv_int(t, v[0].i < 0 && fn->op == IR_ABS ? -v[0].i
+                                                                  : v[0].i);
+    return true;
+  case FN_MINMAX:
+  case FN_CLAMP: {
+    t = minmax_type(b->d, e->loc, fn->name, v[0].t, v[1].t);
+    if (t != DT_NONE && fn->kind == FN_CLAMP)
+      t = minmax_type(b->d, e->loc, fn->name, t, v[2].t);
+    if (t == DT_NONE) return false;
+    double lo = cv_num(v[1]), r = cv_num(v[0]);
+    bool is_max = fn->op == IR_MAX || fn->kind == FN_CLAMP;
+    r = is_max ? fmax(r, lo) : fmin(r, lo);
+    if (fn->kind == FN_CLAMP) r = fmin(r, cv_num(v[2]));
+    *out = t == DT_F32 ? cv_float(r) : cv_int(t, (int64_t)r);
+    return true;
+  }
+  case FN_WHERE:
+    t = where_type(b->d, e->loc, v[0].t, v[1].t, v[2].t);
+    if (t == DT_NONE) return false;
+    *out = v[0].i ? v[1] : v[2];
+    if (t == DT_F32) *out = cv_float(cv_num(*out));
+    else out->t = t;
+    return true;
+  case FN_CAST:
+    if (fn->cast == DT_F32) *out = cv_float(cv_num(v[0]));
+    else if (dtype_is_float(v[0].t)) {
+      if (!(fabs(v[0].f) < 2147483648.0)) {
+        diag_error(b->d, e->loc, "'%s' of a value outside the i32 range",
+                   fn->name);
+        return false;
+      }
+      *out = cv_int(DT_I32, (int64_t)v[0].f);
+    } else *out = cv_int(DT_I32, v[0].i);
+    return true;
+  default: die("unfoldable function %s", fn->name);
+  }
+}
+
+/* Folds a scalar's default. Only literals, `inf` and pure functions of
+ * them are constant: names, tensors and indices are not. */
+static bool fold(Builder *b, const AstExpr *e, CVal *out) {
+  switch (e->kind) {
+  case AST_INT:
+    *out = cv_int(e->ival > INT32_MAX ? DT_U64 : DT_I32, e->ival);
+    return true;
+  case AST_FLOAT: *out = cv_float(e->fval); return true;
+  case AST_BOOL: *out = cv_int(DT_BOOL, e->ival != 0); return true;
+  case AST_NAME:
+    if (!strcmp(e->name, "inf")) {
+      *out = cv_float(INFINITY);
+      return true;
+    }
+    diag_error(b->d, e->loc, "'%s' is not a constant; a default must be a "
+               "constant expression", e->name);
+    return false;
+  case AST_UNARY: {
+    CVal x;
+    if (!fold(b, e->args[0], &x)) return false;
+    if (e->op == UN_NOT) {
+      if (x.t != DT_BOOL) {
+        diag_error(b->d, e->loc, "operator '!' needs bool, got %s",
+                   dtype_name(x.t));
+        return false;
+      }
+      *out = cv_int(DT_BOOL, !x.i);
+      return true;
+    }
+    if (!is_num(x.t)) {
+      diag_error(b->d, e->loc, "operator '-' needs a number, got %s",
+                 dtype_name(x.t));
+      return false;
+    }
+    *out = x.t == DT_F32 ? cv_float(-x.f)
+                         : cv_int(x.t, (int64_t)(0 - (uint64_t)x.i));
+    return true;
+  }
+  case AST_BINARY: return fold_binary(b, e, out);
+  case AST_CALL: return fold_call(b, e, out);
+  case AST_INDEX:
+  case AST_TRANSPOSE:
+    diag_error(b->d, e->loc, "a default must be a constant expression");
+    return false;
+  case AST_ERROR: return false;
+  }
+  return false;
+}
+
+/* ------------------------------------------------------------- expressions */
+
+static IrNode *lower(Builder *b, const AstExpr *e);
+
+static IrNode *lower_name(Builder *b, const AstExpr *e) {
+  Binding *x = lookup(b, e->name);
+  if (x && x->kind == BIND_LOCAL) return x->node;
+  if (x && x->kind == BIND_SCALAR) {
+    IrNode *n = ir_node(b->a, IR_SCALAR, e->loc, b->g->scalars[x->ref].type,
+                        0, 0, NULL);
+    n->ref = x->ref;
+    return leaf(b, n);
+  }
+  if (x) {
+    diag_error(b->d, e->loc, "'%s' is a whole tensor; only matmul takes it; "
+               "index it to read elements", e->name);
+    return NULL;
+  }
+  unsigned dom = index_dom(e->name);
+  if (dom) {
+    IrNode *n = ir_node(b->a, IR_INDEX, e->loc, DT_I32, dom, 0, NULL);
+    n->ival = dom;
+    return leaf(b, n);
+  }
+  if (!strcmp(e->name, "inf")) return leaf(b, ir_const_float(b->a, e->loc, INFINITY));
+  int dim = find_dim(b->g, e->name);
+  if (dim >= 0) {
+    IrNode *n = ir_node(b->a, IR_DIM, e->loc, DT_I32, 0, 0, NULL);
+    n->ref = dim;
+    return leaf(b, n);
+  }
+  if (b->defining && !strcmp(b->defining, e->name))
+    diag_error(b->d, e->loc, "'%s' is used in its own definition", e->name);
+  else if (is_builtin_func(e->name))
+    diag_error(b->d, e->loc, "'%s' is a function; call it as %s(...)", e->name,
+               e->name);
+  else
+    diag_error(b->d, e->loc, "unknown name '%s'", e->name);
+  return NULL;
+}
+
+/* The tensor index of a 4-d input named whole as a matmul operand, or -1
+ * after an error. role: "left operand of q @ k^T" and so on. */
+static int whole_input(Builder *b, const AstExpr *e, const char *role) {
+  if (e->kind == AST_ERROR) {
+    b->incomplete = true;
+    return -1;
+  }
+  Binding *x = e->kind == AST_NAME ? lookup(b, e->name) : NULL;
+  if (!x || x->kind != BIND_INPUT) {
+    if (e->kind == AST_NAME && !x && !index_dom(e->name) &&
+        find_dim(b->g, e->name) < 0 && strcmp(e->name, "inf"))
+      diag_error(b->d, e->loc, "unknown name '%s'", e->name);
+    else
+      diag_error(b->d, e->loc, "the %s must be an input tensor, named whole",
+                 role);
+    return -1;
+  }
+  const IrTensor *t = &b->inputs[x->ref];
+  if (t->ndims != 4) {
+    diag_error(b->d, e->loc, "'%s' has %d dimension%s; the %s needs 4 "
+               "[batch, heads, positions, head dimension]", t->name, t->ndims,
+               t->ndims == 1 ? "" : "s", role);
+    diag_note(b->d, t->loc, "'%s' declared here", t->name);
+    return -1;
+  }
+  if (!dtype_is_float(t->type)) {
+    diag_error(b->d, e->loc, "the %s must be a float tensor; '%s' is %s", role,
+               t->name, dtype_name(t->type));
+    return -1;
+  }
+  return x->ref;
+}
+
+static IrNode *input_node(Builder *b, int ref, Loc loc, unsigned dom) {
+  IrNode *n = ir_node(b->a, IR_INPUT, loc, b->inputs[ref].type, dom, 0, NULL);
+  n->ref = ref;
+  return leaf(b, n);
+}
+
+/* q @ k^T gives the scores; p @ v the output. The transpose is folded
+ * into IR_QK, whose operands are q and k themselves. */
+static IrNode *lower_matmul(Builder *b, const AstExpr *e) {
+  const AstExpr *l = e->args[0], *r = e->args[1];
+  if (r->kind == AST_TRANSPOSE) {
+    int q = whole_input(b, l, "left operand of q @ k^T");
+    int k = whole_input(b, r->args[0], "right operand of q @ k^T");
+    if (q < 0 || k < 0) return NULL;
+    IrNode *s[2] = {input_node(b, q, l->loc, DOM_B | DOM_H | DOM_I | DOM_D),
+                    input_node(b, k, r->args[0]->loc,
+                               DOM_B | DOM_H | DOM_J | DOM_D)};
+    IrNode *n = ir_node(b->a, IR_QK, e->loc, DT_F32,
+                        DOM_B | DOM_H | DOM_I | DOM_J, 2, s);
+    return add(b, n, F_QK);
+  }
+  if (l->kind == AST_NAME) {
+    Binding *x = lookup(b, l->name);
+    if (x && x->kind == BIND_INPUT) {
+      diag_error(b->d, e->loc, "the right operand of q @ k^T must be "
+                 "transposed: write %s @ %s^T",
+                 l->name, r->kind == AST_NAME ? r->name : "k");
+      return NULL;
+    }
+  }
+  IrNode *p = lower(b, l);
+  int v = whole_input(b, r, "right operand of p @ v");
+  if (!p || v < 0) return NULL;
+  if (!(node_flags(b, p) & F_PROB)) {
+    diag_error(b->d, l->loc, "the left operand of p @ v must be the softmax's "
+               "output (or dropout of it)");
+    return NULL;
+  }
+  /* Built directly: p @ v contracts j away, which op_node's j-with-d
+   * check would reject. */
+  IrNode *s[2] = {p, input_node(b, v, r->loc, DOM_B | DOM_H | DOM_J | DOM_D)};
+  IrNode *n = ir_node(b->a, IR_PV, e->loc, DT_F32,
+                      DOM_B | DOM_H | DOM_I | DOM_D, 2, s);
+  return add(b, n, F_QK | F_PV);
+}
+
+static IrNode *lower_binary(Builder *b, const AstExpr *e) {
+  if (e->op == BIN_MATMUL) return lower_matmul(b, e);
+  IrNode *x = lower(b, e->args[0]), *y = lower(b, e->args[1]);
+  if (!x || !y) return NULL;
+  DType t = binop_type(b->d, e->loc, (BinOp)e->op, x->type, y->type);
+  if (t == DT_NONE) return NULL;
+  return op2(b, binop_ir[e->op], e->loc, t, x, y);
+}
+
+static IrNode *lower_unary(Builder *b, const AstExpr *e) {
+  IrNode *x = lower(b, e->args[0]);
+  if (!x) return NULL;
+  if (e->op == UN_NOT) {
+    if (x->type != DT_BOOL) {
+      diag_error(b->d, e->loc, "operator '!' needs bool, got %s",
+                 dtype_name(x->type));
+      return NULL;
+    }
+    return op1(b, IR_NOT, e->loc, DT_BOOL, x);
+  }
+  if (!is_num(x->type)) {
+    diag_error(b->d, e->loc, "operator '-' needs a number, got %s",
+               dtype_name(x->type));
+    return NULL;
+  }
+  return op1(b, IR_NEG, e->loc, x->type, x);
+}
+
+/* mask, softmax and logsumexp take scores: values over i and j computed
+ * from q @ k^T. */
+static bool check_scores(Builder *b, const char *fn, const AstExpr *arg,
+                         IrNode *s) {
+  if ((s->dom & DOM_I) && (s->dom & DOM_J) && (node_flags(b, s) & F_QK) &&
+      !(node_flags(b, s) & F_PROB))
+    return true;
+  diag_error(b->d, arg->loc, "'%s' takes scores (values over i and j computed "
+             "from q @ k^T)", fn);
+  return false;
+}
+
+static bool check_uniform(Builder *b, const char *what, const AstExpr *arg,
+                          IrNode *x, bool integer) {
+  if (x->dom) {
+    char buf[8];
+    diag_error(b->d, arg->loc, "dropout's %s must be the same for every "
+               "element, but this varies over %s", what,
+               ir_dom_letters(x->dom, buf));
+    return false;
+  }
+  if (integer ? !dtype_is_int(x->type) : !is_num(x->type)) {
+    diag_error(b->d, arg->loc, "dropout's %s must be %s, got %s", what,
+               integer ? "an integer" : "a number", dtype_name(x->type));
+    return false;
+  }
+  return true;
+}
+
+static IrNode *lower_call_fn(Builder *b, const AstExpr *e, const FnInfo *fn,
+                             IrNode **v) {
+  DType t;
+  switch (fn->kind) {
+  case FN_MATH:
+    t = math_type(b->d, e->loc, fn, v[0]->type);
+    return t == DT_NONE ? NULL : op1(b, fn->op, e->loc, t, v[0]);
+  case FN_MINMAX:
+    t = minmax_type(b->d, e->loc, fn->name, v[0]->type, v[1]->type);
+    return t == DT_NONE ? NULL : op2(b, fn->op, e->loc, t, v[0], v[1]);
+  case FN_CLAMP: {
+    t = minmax_type(b->d, e->loc, fn->name, v[0]->type, v[1]->type);
+    if (t != DT_NONE) t = minmax_type(b->d, e->loc, fn->name, t, v[2]->type);
+    if (t == DT_NONE) return NULL;
+    IrNode *lo = op2(b, IR_MAX, e->loc, t, v[0], v[1]);
+    return lo ? op2(b, IR_MIN, e->loc, t, lo, v[2]) : NULL;
+  }
+  case FN_WHERE:
+    t = where_type(b->d, e->loc, v[0]->type, v[1]->type, v[2]->type);
+    return t == DT_NONE ? NULL : op_node(b, IR_WHERE, e->loc, t, 3, v);
+  case FN_CAST: /* from any number or bool (true is 1) */
+    return op1(b, IR_CAST, e->loc, fn->cast, v[0]);
+  case FN_MASK:
+    if (!check_scores(b, "mask", e->args[0], v[0])) return NULL;
+    if (v[1]->type != DT_BOOL) {
+      diag_error(b->d, e->args[1]->loc, "mask's condition must be bool, got %s",
+                 dtype_name(v[1]->type));
+      return NULL;
+    }
+    return op2(b, IR_MASK, e->loc, DT_F32, v[0], v[1]);
+  case FN_SOFTMAX:
+  case FN_LSE: {
+    if (!check_scores(b, fn->name, e->args[0], v[0])) return NULL;
+    IrNode *n = op1(b, fn->op, e->loc, DT_F32, v[0]);
+    if (n && fn->kind == FN_SOFTMAX) b->flags[n->id] |= F_PROB;
+    return n;
+  }
+  case FN_DROPOUT: {
+    if (v[0]->op != IR_SOFTMAX) {
+      diag_error(b->d, e->args[0]->loc, "dropout must take the softmax's "
+                 "output");
+      return NULL;
+    }
+    bool ok = check_uniform(b, "rate", e->args[1], v[1], false);
+    ok &= check_uniform(b, "seed", e->args[2], v[2], true);
+    ok &= check_uniform(b, "offset", e->args[3], v[3], true);
+    if (!ok) return NULL;
+    IrNode *n = op_node(b, IR_DROPOUT, e->loc, DT_F32, 4, v);
+    if (n) b->flags[n->id] |= F_PROB;
+    return n;
+  }
+  case FN_AMAX:
+    if (!is_num(v[0]->type)) {
+      diag_error(b->d, e->loc, "'amax' needs a number, got %s",
+                 dtype_name(v[0]->type));
+      return NULL;
+    }
+    return op1(b, IR_AMAX, e->loc, DT_F32, v[0]);
+  }
+  return NULL;
+}
+
+static IrNode *lower_call(Builder *b, const AstExpr *e) {
+  const FnInfo *fn = find_fn(e->name);
+  if (!fn) {
+    Binding *x = lookup(b, e->name);
+    if (x)
+      diag_error(b->d, e->name_loc, "'%s' is %s %s, not a function", e->name,
+                 x->kind == BIND_INPUT ? "an" : "a", bind_kind_name(x->kind));
+    else
+      diag_error(b->d, e->name_loc, "unknown function '%s'", e->name);
+    return NULL;
+  }
+  if (e->nargs != fn->nargs) {
+    diag_error(b->d, e->loc, "'%s' takes %d argument%s, got %d", fn->name,
+               fn->nargs, fn->nargs == 1 ? "" : "s", e->nargs);
+    return NULL;
+  }
+  IrNode *v[4] = {0};
+  bool ok = true;
+  for (int k = 0; k < e->nargs; k++) ok &= (v[k] = lower(b, e->args[k])) != NULL;
+  if (!ok) return NULL;
+  return lower_call_fn(b, e, fn, v);
+}
+
+/* t[e1, ..., en]: one element of an input tensor. A float tensor loads
+ * as f32; integer and bool tensors keep their type. */
+static IrNode *lower_load(Builder *b, const AstExpr *e) {
+  Binding *x = lookup(b, e->name);
+  if (!x || x->kind != BIND_INPUT) {
+    if (x && x->kind == BIND_LOCAL && !x->node) return NULL;
+    if (x)
+      diag_error(b->d, e->name_loc, "'%s' is %s %s; only input tensors can be "
+                 "indexed", e->name, x->kind == BIND_INPUT ? "an" : "a",
+                 bind_kind_name(x->kind));
+    else
+      diag_error(b->d, e->name_loc, "unknown tensor '%s'", e->name);
+    return NULL;
+  }
+  const IrTensor *t = &b->inputs[x->ref];
+  if (e->nargs != t->ndims) {
+    diag_error(b->d, e->loc, "'%s' has %d dimension%s but %d subscript%s",
+               t->name, t->ndims, t->ndims == 1 ? "" : "s", e->nargs,
+               e->nargs == 1 ? "" : "s");
+    diag_note(b->d, t->loc, "'%s' declared here", t->name);
+    return NULL;
+  }
+  IrNode *s[IR_MAX_SRC] = {0};
+  bool ok = true;
+  for (int k = 0; k < e->nargs; k++) {
+    s[k] = lower(b, e->args[k]);
+    if (s[k] && !dtype_is_int(s[k]->type)) {
+      diag_error(b->d, e->args[k]->loc, "a subscript must be an integer, got "
+                 "%s", dtype_name(s[k]->type));
+      s[k] = NULL;
+    }
+    ok &= s[k] != NULL;
+  }
+  if (!ok) return NULL;
+  IrNode *n = op_node(b, IR_LOAD, e->loc, compute_type(t->type), e->nargs, s);
+  if (n) n->ref = x->ref;
+  return n;
+}
+
+static IrNode *lower(Builder *b, const AstExpr *e) {
+  if (!e) {
+    b->incomplete = true;
+    return NULL;
+  }
+  switch (e->kind) {
+  case AST_INT:
+    if (e->ival < 0 || e->ival > INT32_MAX)
+      return leaf(b, ir_const_int(b->a, e->loc, DT_U64, e->ival));
+    return leaf(b, ir_const_int(b->a, e->loc, DT_I32, e->ival));
+  case AST_FLOAT: return leaf(b, ir_const_float(b->a, e->loc, e->fval));
+  case AST_BOOL: return leaf(b, ir_const_int(b->a, e->loc, DT_BOOL, e->ival != 0));
+  case AST_NAME: return lower_name(b, e);
+  case AST_UNARY: return lower_unary(b, e);
+  case AST_BINARY: return lower_binary(b, e);
+  case AST_CALL: return lower_call(b, e);
+  case AST_INDEX: return lower_load(b, e);
+  case AST_TRANSPOSE:
+    diag_error(b->d, e->loc, "'^T' only applies to the right operand of "
+               "q @ k^T");
+    return NULL;
+  case AST_ERROR: b->incomplete = true; return NULL;
+  }
+  return NULL;
+}
+
+/* ------------------------------------------------------------- statements */
+
+static void declare_input(Builder *b, const AstStmt *st) {
+  if (!check_new_name(b, st->name, st->name_loc)) return;
+  Binding *old = lookup(b, st->name);
+  if (old) {
+    diag_error(b->d, st->name_loc, "redefinition of '%s'", st->name);
+    diag_note(b->d, old->loc, "'%s' first declared here", st->name);
+    return;
+  }
+  if (!st->has_type || !st->type.has_shape) {
+    diag_error(b->d, st->name_loc, "input '%s' needs a shape; a single value "
+               "is a scalar", st->name);
+    return;
+  }
+  IrTensor t = {.name = st->name, .loc = st->name_loc, .type = st->type.dtype};
+  if (!lower_shape(b, &st->type, &t, "input")) return;
+  b->inputs = grow(b->a, b->inputs, b->ninputs, &b->cap_inputs, sizeof t);
+  b->inputs[b->ninputs] = t;
+  bind(b, st->name, BIND_INPUT, st->name_loc)->ref = b->ninputs++;
+}
+
+static void declare_scalar(Builder *b, const AstStmt *st) {
+  if (!check_new_name(b, st->name, st->name_loc)) return;
+  Binding *old = lookup(b, st->name);
+  if (old) {
+    diag_error(b->d, st->name_loc, "redefinition of '%s'", st->name);
+    diag_note(b->d, old->loc, "'%s' first declared here", st->name);
+    return;
+  }
+  DType t = st->type.dtype;
+  if (st->type.has_shape || !(t == DT_F32 || t == DT_I32 || t == DT_U64 ||
+                              t == DT_BOOL)) {
+    diag_error(b->d, st->type.loc, "a scalar's type must be f32, i32, u64 or "
+               "bool");
+    return;
+  }
+  IrScalar s = {.name = st->name, .loc = st->name_loc, .type = t};
+  CVal v;
+  if (st->value && fold(b, st->value, &v)) {
+    bool fits = t == DT_F32 ? is_num(v.t)
+              : t == DT_BOOL ? v.t == DT_BOOL
+              : dtype_is_int(v.t) && (t != DT_U64 || v.i >= 0) &&
+                    (t != DT_I32 || (v.i >= INT32_MIN && v.i <= INT32_MAX));
+    if (!fits) {
+      diag_error(b->d, st->value->loc, "the default of '%s' must be %s, got "
+                 "%s", st->name, dtype_name(t), dtype_name(v.t));
+    } else {
+      s.has_default = true;
+      s.fdefault = cv_num(v);
+      s.idefault = t == DT_F32 ? 0 : v.i;
+    }
+  }
+  IrGraph *g = b->g;
+  g->scalars = grow(b->a, g->scalars, g->nscalars, &b->cap_scalars, sizeof s);
+  g->scalars[g->nscalars] = s;
+  bind(b, st->name, BIND_SCALAR, st->name_loc)->ref = g->nscalars++;
+}
+
+/* Reports why name cannot be assigned, or returns its local (NULL when
+ * new). *bad is set after an error. */
+static Binding *assign_target(Builder *b, const char *name, Loc loc,
+                              bool *bad) {
+  *bad = true;
+  Binding *x = lookup(b, name);
+  if (x && x->kind != BIND_LOCAL) {
+    diag_error(b->d, loc, "cannot assign to %s '%s'", bind_kind_name(x->kind),
+               name);
+    diag_note(b->d, x->loc, "'%s' declared here", name);
+    return NULL;
+  }
+  if (x && x->fixed) {
+    diag_error(b->d, loc, "cannot assign to output '%s' after it is defined",
+               name);
+    diag_note(b->d, x->loc, "'%s' defined here", name);
+    return NULL;
+  }
+  int dim = find_dim(b->g, name);
+  if (index_dom(name)) {
+    diag_error(b->d, loc, "cannot assign to index '%s'", name);
+  } else if (!strcmp(name, "inf") || is_builtin_func(name)) {
+    diag_error(b->d, loc, "cannot assign to built-in '%s'", name);
+  } else if (dim >= 0) {
+    diag_error(b->d, loc, "cannot assign to dimension symbol '%s'", name);
+    diag_note(b->d, b->g->dims[dim].loc, "'%s' first appears here", name);
+  } else {
+    *bad = false;
+  }
+  return x;
+}
+
+/* name = value: a new SSA value, bound to name. Returns the binding. */
+static Binding *assign(Builder *b, const char *name, Loc name_loc,
+                       const AstExpr *value) {
+  bool bad;
+  Binding *x = assign_target(b, name, name_loc, &bad);
+  if (bad) {
+    lower(b, value); /* still report errors inside it */
+    return NULL;
+  }
+  b->defining = x ? NULL : name;
+  IrNode *n = lower(b, value);
+  b->defining = NULL;
+  if (!x) x = bind(b, name, BIND_LOCAL, name_loc);
+  x->node = n;
+  if (n) n->name = name;
+  return x;
+}
+
+static void declare_output(Builder *b, const AstStmt *st) {
+  for (int k = 0; k < b->nouts; k++) {
+    if (!strcmp(b->outs[k].o.name, st->name)) {
+      diag_error(b->d, st->name_loc, "redefinition of output '%s'", st->name);
+      diag_note(b->d, b->outs[k].o.loc, "'%s' first declared here", st->name);
+      return;
+    }
+  }
+  Binding *x = lookup(b, st->name);
+  if (x && x->kind != BIND_LOCAL) {
+    diag_error(b->d, st->name_loc, "'%s' is already declared as %s %s", st->name,
+               x->kind == BIND_INPUT ? "an" : "a", bind_kind_name(x->kind));
+    diag_note(b->d, x->loc, "'%s' declared here", st->name);
+    return;
+  }
+  if (!check_new_name(b, st->name, st->name_loc)) return;
+  IrTensor t = {.name = st->name, .loc = st->name_loc, .is_output = true,
+                .type = DT_NONE, .ndims = -1};
+  if (st->has_type) {
+    t.type = st->type.dtype;
+    if (st->type.has_shape && !lower_shape(b, &st->type, &t, "output")) return;
+  }
+  IrOutput o = {.name = st->name, .loc = st->name_loc};
+  if (st->value) {
+    /* Kept even when the value failed (value NULL; finish_graph drops
+     * it), so a second `output` of the same name is still caught. */
+    Binding *y = assign(b, st->name, st->name_loc, st->value);
+    if (y) {
+      y->fixed = true;
+      y->loc = st->name_loc;
+      o.value = y->node;
+    }
+  }
+  b->outs = grow(b->a, b->outs, b->nouts, &b->cap_outs, sizeof *b->outs);
+  b->outs[b->nouts++] = (PendingOutput){t, o, st->value != NULL};
+}
+
+static void declare_grads(Builder *b, const AstStmt *st) {
+  for (int k = 0; k < st->nnames; k++) {
+    const char *name = st->names[k];
+    Loc loc = st->name_locs[k];
+    Binding *x = lookup(b, name);
+    if (!x || x->kind != BIND_INPUT) {
+      if (x)
+        diag_error(b->d, loc, "grad takes inputs; '%s' is a %s", name,
+                   bind_kind_name(x->kind));
+      else
+        diag_error(b->d, loc, "grad takes inputs; '%s' is not a declared "
+                   "input", name);
+      continue;
+    }
+    IrTensor *t = &b->inputs[x->ref];
+    if (!dtype_is_float(t->type)) {
+      diag_error(b->d, loc, "'%s' is %s; only float inputs have gradients",
+                 name, dtype_name(t->type));
+      continue;
+    }
+    if (t->grad) {
+      diag_error(b->d, loc, "'%s' is named twice in grad", name);
+      diag_note(b->d, x->grad_loc, "first named here");
+      continue;
+    }
+    t->grad = true;
+    x->grad_loc = loc;
+  }
+}
+
+/* Outputs declared without a value name a local's final value. */
+static void resolve_outputs(Builder *b) {
+  for (int k = 0; k < b->nouts; k++) {
+    IrOutput *o = &b->outs[k].o;
+    if (b->outs[k].in_place) continue;
+    Binding *x = lookup(b, o->name);
+    if (!x) {
+      diag_error(b->d, o->loc, "output '%s' is never defined", o->name);
+      continue;
+    }
+    o->value = x->node; /* NULL if poisoned: already reported */
+  }
+}
+
+static void finish_graph(Builder *b) {
+  IrGraph *g = b->g;
+  resolve_outputs(b);
+  g->nodes = b->nodes;
+  g->ntensors = b->ninputs + b->nouts;
+  g->tensors = arena_alloc(b->a, (size_t)(g->ntensors + 1) * sizeof *g->tensors);
+  if (b->ninputs)
+    memcpy(g->tensors, b->inputs, (size_t)b->ninputs * sizeof *g->tensors);
+  g->outputs = arena_alloc(b->a, (size_t)(b->nouts + 1) * sizeof *g->outputs);
+  for (int k = 0; k < b->nouts; k++) {
+    g->tensors[b->ninputs + k] = b->outs[k].t;
+    if (!b->outs[k].o.value) continue; /* reported */
+    g->outputs[g->noutputs] = b->outs[k].o;
+    g->outputs[g->noutputs++].tensor = b->ninputs + k;
+  }
+  g->q = g->k = g->v = -1;
+  /* Whole-graph checks only make sense on a graph that lowered cleanly
+   * from a whole AST. */
+  if (b->d->nerrors == b->graph_errors && !b->incomplete)
+    ir_check_graph(g, b->d);
+}
+
+static IrGraph *build_graph(Arena *a, Diag *d, const AstGraph *ag) {
+  Builder b = {.a = a, .d = d, .graph_errors = d->nerrors};
+  IrGraph *g = arena_alloc(a, sizeof *g);
+  g->name = ag->name;
+  g->loc = ag->loc;
+  b.g = g;
+  for (int k = 0; k < ag->nstmts; k++) {
+    const AstStmt *st = ag->stmts[k];
+    if (!st || (!st->name && st->kind != STMT_GRAD)) {
+      b.incomplete = true;
+      continue;
+    }
+    switch (st->kind) {
+    case STMT_INPUT: declare_input(&b, st); break;
+    case STMT_SCALAR: declare_scalar(&b, st); break;
+    case STMT_ASSIGN: assign(&b, st->name, st->name_loc, st->value); break;
+    case STMT_OUTPUT: declare_output(&b, st); break;
+    case STMT_GRAD: declare_grads(&b, st); break;
+    }
+  }
+  finish_graph(&b);
+  return g;
+}
+
+IrModule *ir_build(const AstFile *ast, Arena *a, Diag *d) {
+  IrModule *m = arena_alloc(a, sizeof *m);
+  m->src = ast->src;
+  m->graphs = arena_alloc(a, (size_t)(ast->ngraphs + 1) * sizeof *m->graphs);
+  if (ast->ngraphs == 0) {
+    Loc top = {.src = ast->src, .line = 1, .col = 1, .len = 1};
+    diag_error(d, top, "no attention graph in %s",
+               ast->src ? ast->src->name : "the input");
+  }
+  for (int k = 0; k < ast->ngraphs; k++) {
+    const AstGraph *ag = ast->graphs[k];
+    if (!ag || !ag->name) continue;
+    IrGraph *dup = ir_find_graph(m, ag->name);
+    if (dup) {
+      diag_error(d, ag->loc, "redefinition of graph '%s'", ag->name);
+      diag_note(d, dup->loc, "'%s' first defined here", ag->name);
+      continue;
+    }
+    m->graphs[m->ngraphs++] = build_graph(a, d, ag);
+  }
+  return d->nerrors ? NULL : m;
+}

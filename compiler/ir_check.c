@@ -1,0 +1,180 @@
+/*
+ * ir_check.c: the checks that need a whole graph. ir_build.c has already
+ * typed every node and checked each expression on its own; here we find
+ * the chain's landmarks (exactly one q @ k^T, softmax and p @ v), check
+ * q, k and v against each other, tie logsumexp to the softmax, and give
+ * every output its type and shape.
+ */
+#include <string.h>
+
+#include "attnc.h"
+
+/* The single node of op, or NULL after reporting none or several. */
+static IrNode *landmark(IrGraph *g, Diag *d, IrOp op, const char *what) {
+  IrNode *first = NULL;
+  for (int k = 0; k < g->nnodes; k++) {
+    IrNode *n = g->nodes[k];
+    if (n->op != op) continue;
+    if (!first) {
+      first = n;
+      continue;
+    }
+    diag_error(d, n->loc, "a graph has exactly one %s", what);
+    diag_note(d, first->loc, "the first %s is here", what);
+    return NULL;
+  }
+  if (!first)
+    diag_error(d, g->loc, "graph '%s' has no %s", g->name,
+               op == IR_PV ? "second matmul (p @ v)" : what);
+  return first;
+}
+
+static bool dim_eq(const IrTensor *a, int ia, const IrTensor *b, int ib) {
+  if (a->dim_sym[ia] >= 0 || b->dim_sym[ib] >= 0)
+    return a->dim_sym[ia] == b->dim_sym[ib];
+  return a->dim_val[ia] == b->dim_val[ib];
+}
+
+static const char *dim_str(StrBuf *sb, const IrGraph *g, const IrTensor *t,
+                           int k) {
+  sb->len = 0;
+  if (t->dim_sym[k] >= 0) sb_puts(sb, g->dims[t->dim_sym[k]].name);
+  else sb_printf(sb, "%lld", (long long)t->dim_val[k]);
+  return sb->data;
+}
+
+/* "[B, H, Sq, 128]" from dimensions of up to two tensors: the first n of
+ * a, then b's last if b is not NULL. */
+static void shape_str(StrBuf *sb, const IrGraph *g, const IrTensor *a, int n,
+                      const IrTensor *b) {
+  StrBuf one = {0};
+  sb_putc(sb, '[');
+  for (int k = 0; k < n; k++)
+    sb_printf(sb, "%s%s", k ? ", " : "", dim_str(&one, g, a, k));
+  if (b) sb_printf(sb, "%s%s", n ? ", " : "", dim_str(&one, g, b, b->ndims - 1));
+  sb_putc(sb, ']');
+  sb_free(&one);
+}
+
+static bool head_dim_const(const IrTensor *t, Diag *d) {
+  if (t->dim_sym[3] < 0) return true;
+  diag_error(d, t->loc, "head dimension of '%s' must be a constant", t->name);
+  return false;
+}
+
+/* q [B, H, Sq, D], k [B, Hk, Skv, D], v [B, Hk, Skv, Dv]. */
+static void check_qkv(IrGraph *g, Diag *d) {
+  const IrTensor *q = &g->tensors[g->q], *k = &g->tensors[g->k];
+  StrBuf s1 = {0}, s2 = {0};
+  bool heads = head_dim_const(q, d);
+  heads &= g->k == g->q || head_dim_const(k, d);
+  if (heads && q->dim_val[3] != k->dim_val[3])
+    diag_error(d, k->loc, "head dimensions of '%s' (%lld) and '%s' (%lld) "
+               "differ", q->name, (long long)q->dim_val[3], k->name,
+               (long long)k->dim_val[3]);
+  if (!dim_eq(q, 0, k, 0))
+    diag_error(d, k->loc, "'%s' and '%s' must have the same batch size: %s and "
+               "%s", q->name, k->name, dim_str(&s1, g, q, 0),
+               dim_str(&s2, g, k, 0));
+  if (q->dim_sym[1] < 0 && k->dim_sym[1] < 0 &&
+      q->dim_val[1] % k->dim_val[1] != 0)
+    diag_error(d, k->loc, "'%s' has %lld heads, which does not divide the %lld "
+               "heads of '%s'", k->name, (long long)k->dim_val[1],
+               (long long)q->dim_val[1], q->name);
+  if (g->v >= 0) {
+    const IrTensor *v = &g->tensors[g->v];
+    if (g->v != g->q && g->v != g->k) head_dim_const(v, d);
+    static const char *const what[3] = {"batch size", "head count",
+                                        "key length"};
+    for (int x = 0; x < 3; x++) {
+      if (dim_eq(k, x, v, x)) continue;
+      diag_error(d, v->loc, "'%s' and '%s' must have the same %s: %s and %s",
+                 k->name, v->name, what[x], dim_str(&s1, g, k, x),
+                 dim_str(&s2, g, v, x));
+    }
+  }
+  sb_free(&s1);
+  sb_free(&s2);
+}
+
+/* Fills in or checks one output's type and shape. The value's domain
+ * decides the shape: over d it is the attention output [B, H, Sq, Dv];
+ * over some of b, h, i a row statistic [B, H, Sq]; over nothing a single
+ * value [1]. */
+static void check_output(IrGraph *g, Diag *d, const IrOutput *o) {
+  IrTensor *t = &g->tensors[o->tensor];
+  const IrNode *n = o->value;
+  const IrTensor *q = g->q >= 0 ? &g->tensors[g->q] : NULL;
+  const IrTensor *v = g->v >= 0 ? &g->tensors[g->v] : NULL;
+  char buf[8];
+  if (n->dom & DOM_J) {
+    diag_error(d, o->loc, "output '%s' varies over key positions (j); an "
+               "output varies over [b, h, i, d], [b, h, i] or nothing",
+               o->name);
+    diag_note(d, n->loc, "its value varies over %s",
+              ir_dom_letters(n->dom, buf));
+    return;
+  }
+  if (t->type == DT_NONE)
+    t->type = n->type != DT_F32 ? n->type
+              : (n->dom & DOM_D) && q ? q->type : DT_F32;
+  if ((t->type == DT_BOOL) != (n->type == DT_BOOL))
+    diag_error(d, o->loc, "output '%s' is declared %s but its value is %s",
+               o->name, dtype_name(t->type), dtype_name(n->type));
+  /* The expected shape, as a tensor. */
+  IrTensor want = {.ndims = 1, .dim_sym = {-1, -1, -1, -1}, .dim_val = {1}};
+  if (n->dom) {
+    if (!q || ((n->dom & DOM_D) && !v)) return; /* reported as a landmark */
+    want.ndims = (n->dom & DOM_D) ? 4 : 3;
+    for (int k = 0; k < 3; k++) {
+      want.dim_sym[k] = q->dim_sym[k];
+      want.dim_val[k] = q->dim_val[k];
+    }
+    if (want.ndims == 4) {
+      want.dim_sym[3] = v->dim_sym[3];
+      want.dim_val[3] = v->dim_val[3];
+    }
+  }
+  if (t->ndims < 0) {
+    memcpy(t->dim_sym, want.dim_sym, sizeof want.dim_sym);
+    memcpy(t->dim_val, want.dim_val, sizeof want.dim_val);
+    t->ndims = want.ndims;
+    return;
+  }
+  bool same = t->ndims == want.ndims;
+  for (int k = 0; same && k < t->ndims; k++) same = dim_eq(t, k, &want, k);
+  if (same) return;
+  StrBuf have = {0}, should = {0};
+  shape_str(&have, g, t, t->ndims, NULL);
+  shape_str(&should, g, &want, want.ndims, NULL);
+  diag_error(d, o->loc, "output '%s' is declared %s but its value has shape %s",
+             o->name, have.data, should.data);
+  sb_free(&have);
+  sb_free(&should);
+}
+
+int ir_check_graph(IrGraph *g, Diag *d) {
+  int before = d->nerrors;
+  g->qk = landmark(g, d, IR_QK, "q @ k^T");
+  g->softmax = landmark(g, d, IR_SOFTMAX, "softmax");
+  g->pv = landmark(g, d, IR_PV, "p @ v");
+  g->q = g->k = g->v = -1;
+  if (g->qk) {
+    g->q = g->qk->src[0]->ref;
+    g->k = g->qk->src[1]->ref;
+  }
+  if (g->pv) g->v = g->pv->src[1]->ref;
+  if (g->qk) check_qkv(g, d);
+  for (int k = 0; g->softmax && k < g->nnodes; k++) {
+    IrNode *n = g->nodes[k];
+    if (n->op == IR_LOGSUMEXP && n->src[0] != g->softmax->src[0]) {
+      diag_error(d, n->loc, "logsumexp must take the scores that softmax "
+                 "takes");
+      diag_note(d, g->softmax->loc, "the softmax is here");
+    }
+  }
+  if (g->noutputs == 0 && d->nerrors == before)
+    diag_error(d, g->loc, "graph '%s' has no outputs", g->name);
+  for (int k = 0; k < g->noutputs; k++) check_output(g, d, &g->outputs[k]);
+  return d->nerrors - before;
+}

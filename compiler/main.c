@@ -1,0 +1,146 @@
+/*
+ * main.c: the attnc command. Each subcommand is a short list of pipeline
+ * calls; the pipeline itself is
+ *
+ *   source_load -> parse_source -> ir_build -> emit_module        (compiler)
+ *     -> NVRTC -> cache -> driver load -> launch                   (runtime)
+ *
+ * Exit status: 0 success; 1 errors in the input (diagnostics printed);
+ * 2 bad usage; 3 could not run (no GPU, driver or NVRTC failure);
+ * 4 a GPU result disagreed with the CPU reference.
+ */
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attnc.h"
+#include "cli.h"
+
+static const char usage_text[] =
+    "usage: attnc COMMAND [OPTIONS] FILE...\n"
+    "\n"
+    "commands:\n"
+    "  check FILE...          parse and check; report every error\n"
+    "  ir FILE                print the IR of each graph\n"
+    "  dot FILE               print the IR as a Graphviz digraph\n"
+    "  emit FILE [--arch A]   print the generated CUDA C (default sm_90a)\n"
+    "  compile FILE --arch A -o OUT\n"
+    "                         compile with NVRTC and write the cubin\n"
+    "  run FILE [--cpu] [--shape B=2,H=4,S=128] [--set NAME=VALUE]\n"
+    "           [--seed N] [--graph NAME] [--check] [--bench]\n"
+    "                         run on random inputs: on the GPU, checked\n"
+    "                         against the CPU reference with --check, or\n"
+    "                         on the CPU reference alone with --cpu\n"
+    "  cache [list|clear]     list or clear the kernel cache\n"
+    "\n"
+    "options:\n"
+    "  --help                 this text\n"
+    "  --version              the version\n"
+    "\n"
+    "exit status: 0 ok, 1 errors in the input, 2 bad usage,\n"
+    "             3 could not run, 4 GPU result disagrees with the reference\n"
+    "environment: ATTN_CACHE_DIR (cache root), ATTN_NO_CACHE=1 (no cache)\n";
+
+int cli_usage_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "attnc: ");
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "\nTry 'attnc --help'.\n");
+  return EXIT_USAGE;
+}
+
+/* Front end: file -> checked IR. Prints diagnostics; NULL on errors. */
+IrModule *cli_front_end(const char *path, Arena *a) {
+  Diag d = {0};
+  IrModule *m = NULL;
+  Source *src = source_load(a, path, &d);
+  if (src) {
+    AstFile *ast = parse_source(src, a, &d);
+    if (d.nerrors == 0) m = ir_build(ast, a, &d);
+  }
+  if (d.out.len) fputs(d.out.data, stderr);
+  if (d.nerrors) m = NULL;
+  diag_free(&d);
+  return m;
+}
+
+static int cmd_check(int argc, char **argv) {
+  if (argc < 1) return cli_usage_error("%s", "check needs at least one FILE");
+  int status = EXIT_OK;
+  for (int k = 0; k < argc; k++) {
+    Arena *a = arena_new();
+    if (!cli_front_end(argv[k], a)) status = EXIT_INPUT;
+    arena_free(a);
+  }
+  return status;
+}
+
+/* ir and dot: print every graph of one file with a dumper. */
+static int cmd_dump(int argc, char **argv,
+                    void (*dump)(StrBuf *, const IrGraph *)) {
+  if (argc != 1) return cli_usage_error("%s", "expected exactly one FILE");
+  Arena *a = arena_new();
+  IrModule *m = cli_front_end(argv[0], a);
+  if (m) {
+    StrBuf out = {0};
+    for (int k = 0; k < m->ngraphs; k++) dump(&out, m->graphs[k]);
+    if (out.len) fwrite(out.data, 1, out.len, stdout);
+    sb_free(&out);
+  }
+  arena_free(a);
+  return m ? EXIT_OK : EXIT_INPUT;
+}
+
+static int cmd_emit(int argc, char **argv) {
+  const char *arch = "sm_90a", *file = NULL;
+  for (int k = 0; k < argc; k++) {
+    if (!strcmp(argv[k], "--arch") && k + 1 < argc) arch = argv[++k];
+    else if (argv[k][0] == '-') return cli_usage_error("unknown option '%s'", argv[k]);
+    else if (file) return cli_usage_error("%s", "emit takes one FILE");
+    else file = argv[k];
+  }
+  if (!file) return cli_usage_error("%s", "emit needs a FILE");
+  Arena *a = arena_new();
+  int status = EXIT_INPUT;
+  IrModule *m = cli_front_end(file, a);
+  if (m) {
+    Diag d = {0};
+    EmitResult er;
+    if (emit_module(m, arch, a, &d, &er) == 0) {
+      fputs(er.source, stdout);
+      status = EXIT_OK;
+    }
+    if (d.out.len) fputs(d.out.data, stderr);
+    diag_free(&d);
+  }
+  arena_free(a);
+  return status;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    fputs(usage_text, stderr);
+    return EXIT_USAGE;
+  }
+  const char *cmd = argv[1];
+  int n = argc - 2;
+  char **rest = argv + 2;
+  if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+    fputs(usage_text, stdout);
+    return EXIT_OK;
+  }
+  if (!strcmp(cmd, "--version")) {
+    printf("attnc %s\n", ATTNC_VERSION);
+    return EXIT_OK;
+  }
+  if (!strcmp(cmd, "check")) return cmd_check(n, rest);
+  if (!strcmp(cmd, "ir")) return cmd_dump(n, rest, ir_dump);
+  if (!strcmp(cmd, "dot")) return cmd_dump(n, rest, ir_dot);
+  if (!strcmp(cmd, "emit")) return cmd_emit(n, rest);
+  if (!strcmp(cmd, "compile")) return cli_compile(n, rest);
+  if (!strcmp(cmd, "run")) return cli_run(n, rest);
+  if (!strcmp(cmd, "cache")) return cli_cache(n, rest);
+  return cli_usage_error("unknown command '%s'", cmd);
+}

@@ -1,0 +1,276 @@
+/*
+ * match.c: recognises the forward attention chain in an IR graph and
+ * produces the kernel spec a template is filled from.
+ *
+ * The chain (LANGUAGE.md):   S = q @ k^T -> pointwise ops -> masks
+ *   -> softmax -> P @ v -> pointwise ops on O
+ * The checks in ir_build.c already guarantee one QK, one softmax and one
+ * PV in the right order; this file decides whether a template can run what
+ * surrounds them, and analyses the masks. Masks applied last (the
+ * outermost mask() calls under the softmax) are split into conjuncts; the
+ * affine ones bound the key tiles each query tile visits. Masks nested
+ * deeper stay in the score expression and are evaluated per element, which
+ * is always correct.
+ */
+#include <string.h>
+
+#include "attnc.h"
+
+/* ------------------------------------------------------ affine analysis */
+
+/* A linear form ci*i + cj*j + k + sum(coef * term), with terms that vary
+ * over neither i nor j. */
+typedef struct Lin {
+  int64_t ci, cj, k;
+  int nterms;
+  int64_t coef[MATCH_MAX_TERMS];
+  IrNode *term[MATCH_MAX_TERMS];
+} Lin;
+
+static bool lin_add_term(Lin *l, int64_t coef, IrNode *t) {
+  for (int n = 0; n < l->nterms; n++)
+    if (l->term[n] == t) {
+      l->coef[n] += coef;
+      return true;
+    }
+  if (l->nterms == MATCH_MAX_TERMS) return false;
+  l->coef[l->nterms] = coef;
+  l->term[l->nterms++] = t;
+  return true;
+}
+
+/* l += s * r. Coefficients stay small in practice; refuse overflow. */
+static bool lin_axpy(Lin *l, int64_t s, const Lin *r) {
+  int64_t a, b, c;
+  if (__builtin_mul_overflow(s, r->ci, &a) || __builtin_add_overflow(l->ci, a, &l->ci) ||
+      __builtin_mul_overflow(s, r->cj, &b) || __builtin_add_overflow(l->cj, b, &l->cj) ||
+      __builtin_mul_overflow(s, r->k, &c) || __builtin_add_overflow(l->k, c, &l->k))
+    return false;
+  for (int n = 0; n < r->nterms; n++) {
+    int64_t t;
+    if (__builtin_mul_overflow(s, r->coef[n], &t) || !lin_add_term(l, t, r->term[n]))
+      return false;
+  }
+  return true;
+}
+
+static bool is_int_node(const IrNode *n) { return n->type == DT_I32; }
+
+/* Fixed for one (b, h): varies over neither i, j nor the head dim. */
+static bool is_row_invariant(const IrNode *n) {
+  return is_int_node(n) && (n->dom & (DOM_I | DOM_J | DOM_D)) == 0;
+}
+
+static bool lin_of(IrNode *n, Lin *out, int depth) {
+  memset(out, 0, sizeof *out);
+  if (depth > 64 || !is_int_node(n)) return false;
+  if (n->op == IR_CONST) {
+    out->k = n->ival;
+    return true;
+  }
+  if (n->op == IR_INDEX && n->ival == DOM_I) return out->ci = 1, true;
+  if (n->op == IR_INDEX && n->ival == DOM_J) return out->cj = 1, true;
+  if (is_row_invariant(n) && n->op != IR_ADD && n->op != IR_SUB &&
+      n->op != IR_NEG && n->op != IR_MUL)
+    return lin_add_term(out, 1, n);
+  Lin a, b;
+  switch (n->op) {
+  case IR_NEG:
+    return lin_of(n->src[0], &a, depth + 1) && lin_axpy(out, -1, &a);
+  case IR_ADD:
+  case IR_SUB:
+    return lin_of(n->src[0], &a, depth + 1) && lin_of(n->src[1], &b, depth + 1) &&
+           lin_axpy(out, 1, &a) && lin_axpy(out, n->op == IR_ADD ? 1 : -1, &b);
+  case IR_MUL:
+    if (is_row_invariant(n)) return lin_add_term(out, 1, n);
+    for (int s = 0; s < 2; s++) {
+      IrNode *c = n->src[s], *x = n->src[1 - s];
+      if (c->op == IR_CONST && lin_of(x, &a, depth + 1)) return lin_axpy(out, c->ival, &a);
+    }
+    return false;
+  default:
+    return false;
+  }
+}
+
+/* Puts lhs - rhs (times sign, plus bias) into the form `... <= 0`. */
+static bool term_from(IrNode *cond, const Lin *diff, int64_t sign, int64_t bias,
+                      MaskTerm *t) {
+  Lin l = {0};
+  l.k = bias;
+  if (!lin_axpy(&l, sign, diff)) return false;
+  memset(t, 0, sizeof *t);
+  t->cond = cond;
+  t->affine = true;
+  t->ci = l.ci;
+  t->cj = l.cj;
+  t->k = l.k;
+  t->nterms = l.nterms;
+  memcpy(t->coef, l.coef, sizeof l.coef);
+  memcpy(t->term, l.term, sizeof l.term);
+  return true;
+}
+
+int match_affine(IrNode *cond, MaskTerm out[2]) {
+  IrOp op = cond->op;
+  if (op != IR_LT && op != IR_LE && op != IR_GT && op != IR_GE && op != IR_EQ) return 0;
+  Lin a, b, diff = {0};
+  if (!lin_of(cond->src[0], &a, 0) || !lin_of(cond->src[1], &b, 0)) return 0;
+  if (!lin_axpy(&diff, 1, &a) || !lin_axpy(&diff, -1, &b)) return 0;
+  /* Integers: x < 0 is x + 1 <= 0, and x > 0 is -x + 1 <= 0. */
+  switch (op) {
+  case IR_LE: return term_from(cond, &diff, 1, 0, &out[0]) ? 1 : 0;
+  case IR_LT: return term_from(cond, &diff, 1, 1, &out[0]) ? 1 : 0;
+  case IR_GE: return term_from(cond, &diff, -1, 0, &out[0]) ? 1 : 0;
+  case IR_GT: return term_from(cond, &diff, -1, 1, &out[0]) ? 1 : 0;
+  default:
+    return term_from(cond, &diff, 1, 0, &out[0]) && term_from(cond, &diff, -1, 0, &out[1])
+               ? 2 : 0;
+  }
+}
+
+/* --------------------------------------------------------- the matcher */
+
+typedef struct Matcher {
+  const IrGraph *g;
+  Arena *a;
+  Diag *d;
+  MaskTerm *masks;
+  int nmasks, cap;
+} Matcher;
+
+static void push_term(Matcher *m, const MaskTerm *t) {
+  if (m->nmasks == m->cap) {
+    int cap = m->cap ? 2 * m->cap : 8;
+    MaskTerm *n = arena_alloc(m->a, (size_t)cap * sizeof *n);
+    if (m->nmasks) memcpy(n, m->masks, (size_t)m->nmasks * sizeof *n);
+    m->masks = n;
+    m->cap = cap;
+  }
+  m->masks[m->nmasks++] = *t;
+}
+
+/* Splits a top-level mask condition on && into conjuncts. */
+static void add_conjuncts(Matcher *m, IrNode *cond, int depth) {
+  if (cond->op == IR_AND && depth < 64) {
+    add_conjuncts(m, cond->src[0], depth + 1);
+    add_conjuncts(m, cond->src[1], depth + 1);
+    return;
+  }
+  if (cond->op == IR_CONST && cond->ival) return; /* `true` keeps all */
+  MaskTerm t[2];
+  int n = match_affine(cond, t);
+  if (n == 0) {
+    memset(t, 0, sizeof t[0]);
+    t[0].cond = cond;
+    n = 1;
+  }
+  for (int k = 0; k < n; k++) push_term(m, &t[k]);
+}
+
+/* An error about one node: names it, where it is, and why. */
+static KernelSpec *refuse(Matcher *m, const IrNode *n, const char *why) {
+  diag_error(m->d, n->loc, "graph '%s': no kernel template can run '%s' %s", m->g->name,
+             ir_op_name(n->op), why);
+  return NULL;
+}
+
+/* Operations no template runs yet: refused wherever they appear. */
+static bool check_ops(Matcher *m) {
+  for (int k = 0; k < m->g->nnodes; k++) {
+    IrNode *n = m->g->nodes[k];
+    if (n->op == IR_DROPOUT) {
+      refuse(m, n, "here: dropout comes with the backward kernels");
+      return false;
+    }
+    if (n->op == IR_AMAX) {
+      refuse(m, n, "here: amax comes with the FP8 kernels");
+      return false;
+    }
+  }
+  return true;
+}
+
+/* Whether `target` is among root's operands, transitively. Marks visited
+ * nodes so shared subexpressions are walked once. */
+static bool reaches(const IrNode *root, const IrNode *target, char *seen) {
+  if (root == target) return true;
+  if (root->id < target->id || seen[root->id]) return false;
+  seen[root->id] = 1;
+  for (int s = 0; s < root->nsrc; s++)
+    if (root->src[s] && reaches(root->src[s], target, seen)) return true;
+  return false;
+}
+
+KernelSpec *match_graph(const IrGraph *g, int sm, Arena *a, Diag *d) {
+  Matcher m = {.g = g, .a = a, .d = d};
+  if (sm < 80) {
+    diag_error(d, g->loc, "graph '%s': the target sm_%d is older than sm_80, the oldest the "
+               "templates support", g->name, sm);
+    return NULL;
+  }
+  const IrTensor *q = &g->tensors[g->q], *k = &g->tensors[g->k], *v = &g->tensors[g->v];
+  DType t = q->type;
+  if ((t != DT_BF16 && t != DT_F16) || k->type != t || v->type != t) {
+    const IrTensor *bad = (t != DT_BF16 && t != DT_F16) ? q : (k->type != t ? k : v);
+    diag_error(d, bad->loc, "graph '%s': no kernel template takes %s q, %s k and %s v: the "
+               "forward template needs q, k and v all f16 or all bf16 (FP8 comes later)",
+               g->name, dtype_name(q->type), dtype_name(k->type), dtype_name(v->type));
+    return NULL;
+  }
+  KernelSpec *spec = arena_alloc(a, sizeof *spec);
+  spec->g = g;
+  spec->tmpl = TMPL_FWD_SM80;
+  spec->sm = sm;
+  spec->in_type = t;
+  spec->d_qk = (int)q->dim_val[3];
+  spec->d_v = (int)v->dim_val[3];
+  spec->o_output = spec->lse_output = -1;
+  if (!check_ops(&m)) return NULL;
+  char *seen = arena_alloc(a, (size_t)g->nnodes + 1);
+
+  for (int n = 0; n < g->noutputs; n++) {
+    IrOutput *o = &g->outputs[n];
+    const IrTensor *ot = &g->tensors[o->tensor];
+    if (o->value->op == IR_LOGSUMEXP) {
+      if (ot->type != DT_F32) {
+        diag_error(d, o->loc, "graph '%s': output '%s' must be f32: the kernel keeps the "
+                   "softmax statistics in f32", g->name, o->name);
+        return NULL;
+      }
+      spec->lse_output = n;
+    } else if (reaches(o->value, g->pv, memset(seen, 0, (size_t)g->nnodes))) {
+      if (spec->o_output >= 0) {
+        diag_error(d, o->loc, "graph '%s': a second output of p @ v ('%s'); the template "
+                   "stores one", g->name, o->name);
+        diag_note(d, g->outputs[spec->o_output].loc, "the first is here");
+        return NULL;
+      }
+      if (ot->type != DT_BF16 && ot->type != DT_F16 && ot->type != DT_F32) {
+        diag_error(d, o->loc, "graph '%s': output '%s' is %s; the forward template stores "
+                   "f16, bf16 or f32 (FP8 outputs come later)", g->name, o->name,
+                   dtype_name(ot->type));
+        return NULL;
+      }
+      spec->o_output = n;
+      spec->out_type = ot->type;
+    } else {
+      return refuse(&m, o->value, "as an output: the kernel stores p @ v and logsumexp only");
+    }
+  }
+  if (spec->o_output < 0) {
+    diag_error(d, g->pv->loc, "graph '%s': the result of p @ v is never an output", g->name);
+    return NULL;
+  }
+
+  /* Peel the top-level masks off the softmax's input. */
+  IrNode *s = g->softmax->src[0];
+  while (s->op == IR_MASK) {
+    add_conjuncts(&m, s->src[1], 0);
+    s = s->src[0];
+  }
+  spec->score = s;
+  spec->masks = m.masks;
+  spec->nmasks = m.nmasks;
+  return spec;
+}

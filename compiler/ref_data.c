@@ -1,0 +1,594 @@
+/*
+ * ref_data.c: what surrounds the CPU reference. Deterministic random
+ * inputs, rounding to storage types bit-for-bit like CUDA's conversions
+ * (a GPU test fills device buffers with these bits and hands the very same
+ * values to ref_forward), output summaries and comparisons.
+ */
+#include "attnc.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------- random */
+
+RefRng ref_rng(uint64_t seed, uint64_t stream) {
+  RefRng r = {seed ^ (stream * UINT64_C(0xD1B54A32D192ED03))};
+  ref_rng_next(&r); /* so that nearby seeds diverge at once */
+  return r;
+}
+
+uint64_t ref_rng_next(RefRng *r) {
+  uint64_t z = (r->state += UINT64_C(0x9E3779B97F4A7C15));
+  z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+  z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+  return z ^ (z >> 31);
+}
+
+double ref_rng_uniform(RefRng *r) {
+  return (double)(ref_rng_next(r) >> 11) * 0x1p-53;
+}
+
+double ref_rng_normal(RefRng *r) {
+  double u1 = 1.0 - ref_rng_uniform(r); /* (0, 1]: log stays finite */
+  double u2 = ref_rng_uniform(r);
+  return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+/* ----------------------------------------------------------- rounding */
+
+/* A binary floating-point format: mbits stored mantissa bits, emin the
+ * smallest normal exponent, maxfin the largest finite value, sat whether
+ * overflow saturates (CUDA's fp8 SATFINITE) or goes to inf. */
+typedef struct RefFormat {
+  int mbits, emin, bias, ebits;
+  double maxfin;
+  bool sat;
+} RefFormat;
+
+static const RefFormat ref_f16 = {10, -14, 15, 5, 65504.0, false};
+static const RefFormat ref_bf16 = {7, -126, 127, 8, 0x1.fep127, false};
+static const RefFormat ref_e4m3 = {3, -6, 7, 4, 448.0, true};
+static const RefFormat ref_e5m2 = {2, -14, 15, 5, 57344.0, true};
+
+/* Round to nearest even: scale so the format's last mantissa bit (at the
+ * exponent of x, or of the smallest normal for subnormals) has weight 1,
+ * round to an integer, scale back. Scaling by a power of two is exact. */
+static double ref_round_format(const RefFormat *f, double x) {
+  if (isnan(x))
+    return x;
+  if (isinf(x))
+    return f->sat ? copysign(f->maxfin, x) : x;
+  double a = fabs(x);
+  if (a == 0)
+    return x;
+  int e;
+  frexp(a, &e); /* a = m * 2^e, m in [0.5, 1) */
+  int exp = e - 1 < f->emin ? f->emin : e - 1;
+  double r = ldexp(nearbyint(ldexp(a, f->mbits - exp)), exp - f->mbits);
+  if (r > f->maxfin)
+    r = f->sat ? f->maxfin : INFINITY;
+  return copysign(r, x);
+}
+
+/* The bits of a value ref_round_format already produced (not NaN). */
+static uint32_t ref_encode(const RefFormat *f, double r) {
+  uint32_t sign = signbit(r) ? 1u << (f->ebits + f->mbits) : 0;
+  double a = fabs(r);
+  if (isinf(a))
+    return sign | (((1u << f->ebits) - 1) << f->mbits);
+  if (a == 0)
+    return sign;
+  int e;
+  frexp(a, &e);
+  if (e - 1 < f->emin) /* subnormal: exponent field 0 */
+    return sign | (uint32_t)ldexp(a, f->mbits - f->emin);
+  uint32_t mant = (uint32_t)(ldexp(a, f->mbits - (e - 1)) - ldexp(1, f->mbits));
+  return sign | ((uint32_t)(e - 1 + f->bias) << f->mbits) | mant;
+}
+
+static double ref_decode(const RefFormat *f, uint32_t bits, bool has_inf) {
+  uint32_t mmask = (1u << f->mbits) - 1, emax = (1u << f->ebits) - 1;
+  uint32_t mant = bits & mmask, ex = (bits >> f->mbits) & emax;
+  double sign = (bits >> (f->ebits + f->mbits)) & 1 ? -1.0 : 1.0;
+  if (has_inf && ex == emax)
+    return mant ? NAN : sign * INFINITY;
+  if (!has_inf && ex == emax && mant == mmask) /* e4m3: S.1111.111 */
+    return NAN;
+  if (ex == 0)
+    return sign * ldexp(mant, f->emin - f->mbits);
+  return sign * ldexp(mant + (double)(mmask + 1), (int)ex - f->bias - f->mbits);
+}
+
+static uint64_t ref_double_bits(double x) {
+  uint64_t u;
+  memcpy(&u, &x, sizeof u);
+  return u;
+}
+
+uint16_t ref_to_f16_bits(double x) {
+  if (isnan(x))
+    return 0x7fff;
+  return (uint16_t)ref_encode(&ref_f16, ref_round_format(&ref_f16, x));
+}
+
+uint16_t ref_to_bf16_bits(double x) {
+  if (isnan(x))
+    return 0x7fff;
+  return (uint16_t)ref_encode(&ref_bf16, ref_round_format(&ref_bf16, x));
+}
+
+uint8_t ref_to_e4m3_bits(double x) {
+  if (isnan(x)) /* __nv_cvt_double_to_fp8 keeps the sign of a NaN */
+    return (uint8_t)(0x7f | (signbit(x) ? 0x80 : 0));
+  return (uint8_t)ref_encode(&ref_e4m3, ref_round_format(&ref_e4m3, x));
+}
+
+uint8_t ref_to_e5m2_bits(double x) {
+  if (isnan(x)) /* quiet NaN keeping the top two payload bits and sign */
+    return (uint8_t)(0x7e | ((ref_double_bits(x) >> 50) & 3) |
+                     (signbit(x) ? 0x80 : 0));
+  return (uint8_t)ref_encode(&ref_e5m2, ref_round_format(&ref_e5m2, x));
+}
+
+/* Float to integer like CUDA's __double2int_rz / __double2ull_rz:
+ * truncate, saturate, NaN -> 0. */
+static int32_t ref_to_i32(double x) {
+  if (isnan(x))
+    return 0;
+  if (x >= 2147483647.0)
+    return INT32_MAX;
+  if (x <= -2147483648.0)
+    return INT32_MIN;
+  return (int32_t)x;
+}
+
+static uint64_t ref_to_u64(double x) {
+  if (isnan(x) || x <= 0)
+    return 0;
+  if (x >= 18446744073709551615.0)
+    return UINT64_MAX;
+  return (uint64_t)x;
+}
+
+double ref_round(DType t, double x) {
+  switch (t) {
+  case DT_F16: return ref_round_format(&ref_f16, x);
+  case DT_BF16: return ref_round_format(&ref_bf16, x);
+  case DT_F32: return (double)(float)x;
+  case DT_E4M3: return ref_round_format(&ref_e4m3, x);
+  case DT_E5M2: return ref_round_format(&ref_e5m2, x);
+  case DT_I32: return (double)ref_to_i32(x);
+  case DT_U64: return (double)ref_to_u64(x);
+  case DT_BOOL: return x != 0;
+  default: return x;
+  }
+}
+
+void ref_round_array(DType t, double *x, size_t n) {
+  for (size_t k = 0; k < n; k++)
+    x[k] = ref_round(t, x[k]);
+}
+
+void ref_to_bits(DType t, double x, void *dst) {
+  uint16_t h;
+  float f;
+  int32_t i;
+  uint64_t u;
+  uint8_t b;
+  switch (t) {
+  case DT_F16: h = ref_to_f16_bits(x); memcpy(dst, &h, 2); return;
+  case DT_BF16: h = ref_to_bf16_bits(x); memcpy(dst, &h, 2); return;
+  case DT_F32: f = (float)x; memcpy(dst, &f, 4); return;
+  case DT_E4M3: b = ref_to_e4m3_bits(x); memcpy(dst, &b, 1); return;
+  case DT_E5M2: b = ref_to_e5m2_bits(x); memcpy(dst, &b, 1); return;
+  case DT_I32: i = ref_to_i32(x); memcpy(dst, &i, 4); return;
+  case DT_U64: u = ref_to_u64(x); memcpy(dst, &u, 8); return;
+  case DT_BOOL: b = x != 0; memcpy(dst, &b, 1); return;
+  default: die("ref_to_bits: dtype %d", (int)t);
+  }
+}
+
+double ref_from_bits(DType t, const void *p) {
+  uint16_t h;
+  uint32_t w;
+  float f;
+  int32_t i;
+  uint64_t u;
+  uint8_t b;
+  switch (t) {
+  case DT_F16: memcpy(&h, p, 2); return ref_decode(&ref_f16, h, true);
+  case DT_BF16:
+    memcpy(&h, p, 2);
+    w = (uint32_t)h << 16;
+    memcpy(&f, &w, 4);
+    return f;
+  case DT_F32: memcpy(&f, p, 4); return f;
+  case DT_E4M3: memcpy(&b, p, 1); return ref_decode(&ref_e4m3, b, false);
+  case DT_E5M2: memcpy(&b, p, 1); return ref_decode(&ref_e5m2, b, true);
+  case DT_I32: memcpy(&i, p, 4); return i;
+  case DT_U64: memcpy(&u, p, 8); return (double)u;
+  case DT_BOOL: memcpy(&b, p, 1); return b != 0;
+  default: die("ref_from_bits: dtype %d", (int)t);
+  }
+}
+
+/* ---------------------------------------------------------- arguments */
+
+static int ref_data_fail(StrBuf *err, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static int ref_data_fail(StrBuf *err, const char *fmt, ...) {
+  if (err->len > 0)
+    sb_putc(err, '\n');
+  va_list ap;
+  va_start(ap, fmt);
+  sb_vprintf(err, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+/* Calls fn(name, value) for each "name=value" of a comma-separated spec,
+ * with surrounding blanks trimmed. */
+typedef int (*RefSpecFn)(void *ctx, const char *name, const char *value,
+                         StrBuf *err);
+
+static int ref_each_binding(const char *spec, void *ctx, RefSpecFn fn,
+                            StrBuf *err) {
+  if (!spec)
+    return 0;
+  char *copy = strdup(spec);
+  if (!copy)
+    return ref_data_fail(err, "out of memory");
+  int rc = 0;
+  char *save = NULL;
+  for (char *item = strtok_r(copy, ",", &save); item && rc == 0;
+       item = strtok_r(NULL, ",", &save)) {
+    char *eq = strchr(item, '=');
+    char *name = item, *value = eq ? eq + 1 : NULL;
+    if (eq)
+      *eq = 0;
+    while (isspace((unsigned char)*name))
+      name++;
+    for (char *e = name + strlen(name); e > name && isspace((unsigned char)e[-1]);)
+      *--e = 0;
+    if (!*name && !value)
+      continue; /* "B=2,,H=4" or a trailing comma */
+    if (!value || !*name) {
+      rc = ref_data_fail(err, "expected NAME=VALUE, got '%s%s%s'", name,
+                         eq ? "=" : "", value ? value : "");
+      break;
+    }
+    while (isspace((unsigned char)*value))
+      value++;
+    for (char *e = value + strlen(value); e > value && isspace((unsigned char)e[-1]);)
+      *--e = 0;
+    rc = fn(ctx, name, value, err);
+  }
+  free(copy);
+  return rc;
+}
+
+/* The roles of q's and k's dim symbols, which choose default sizes. */
+typedef struct RefDimSpec {
+  const IrGraph *g;
+  int64_t *val;  /* per dim symbol, 0 = not given */
+  int64_t s_all; /* "S=N" when no symbol is named S */
+  int batch, heads, kv_heads, seq_q, seq_kv; /* symbol indices or -1 */
+} RefDimSpec;
+
+static int ref_parse_size(const char *name, const char *value, int64_t *out,
+                          StrBuf *err) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(value, &end, 10);
+  if (errno || end == value || *end || v < 1 || v > (1LL << 31))
+    return ref_data_fail(err, "dimension %s: '%s' is not a size from 1 to "
+                         "2^31", name, value);
+  *out = v;
+  return 0;
+}
+
+static void ref_list_dims(StrBuf *sb, const IrGraph *g) {
+  if (g->ndims == 0) {
+    sb_puts(sb, "this graph has no dimension symbols");
+    return;
+  }
+  sb_puts(sb, "this graph's dimensions are ");
+  for (int d = 0; d < g->ndims; d++)
+    sb_printf(sb, "%s%s", d ? ", " : "", g->dims[d].name);
+}
+
+static int ref_dim_binding(void *ctx, const char *name, const char *value,
+                           StrBuf *err) {
+  RefDimSpec *s = ctx;
+  const IrGraph *g = s->g;
+  for (int d = 0; d < g->ndims; d++)
+    if (strcmp(g->dims[d].name, name) == 0) {
+      if (s->val[d])
+        return ref_data_fail(err, "dimension %s is given twice", name);
+      return ref_parse_size(name, value, &s->val[d], err);
+    }
+  if (strcmp(name, "S") == 0 && (s->seq_q >= 0 || s->seq_kv >= 0)) {
+    if (s->s_all)
+      return ref_data_fail(err, "dimension S is given twice");
+    return ref_parse_size(name, value, &s->s_all, err);
+  }
+  ref_data_fail(err, "unknown dimension '%s' in the shape; ", name);
+  ref_list_dims(err, g);
+  return -1;
+}
+
+static int ref_sym_at(const IrGraph *g, int tensor, int k) {
+  if (tensor < 0 || tensor >= g->ntensors || g->tensors[tensor].ndims != 4)
+    return -1;
+  return g->tensors[tensor].dim_sym[k];
+}
+
+/* Fills every dim without a value from its role's default. */
+static void ref_default_dims(RefDimSpec *s) {
+  const IrGraph *g = s->g;
+  if (s->s_all) {
+    if (s->seq_q >= 0 && !s->val[s->seq_q])
+      s->val[s->seq_q] = s->s_all;
+    if (s->seq_kv >= 0 && !s->val[s->seq_kv])
+      s->val[s->seq_kv] = s->s_all;
+  }
+  if (s->batch >= 0 && !s->val[s->batch])
+    s->val[s->batch] = 2;
+  if (s->heads >= 0 && !s->val[s->heads])
+    s->val[s->heads] = 4;
+  if (s->kv_heads >= 0 && !s->val[s->kv_heads])
+    s->val[s->kv_heads] = s->heads >= 0 ? s->val[s->heads] : 4;
+  if (s->seq_q >= 0 && !s->val[s->seq_q])
+    s->val[s->seq_q] = 128;
+  if (s->seq_kv >= 0 && !s->val[s->seq_kv])
+    s->val[s->seq_kv] = 128;
+  for (int d = 0; d < g->ndims; d++)
+    if (!s->val[d])
+      s->val[d] = 64;
+}
+
+static int ref_init_scalars(RefArgs *args, StrBuf *err) {
+  const IrGraph *g = args->g;
+  if (args->scalars)
+    return 0;
+  args->scalars = calloc((size_t)g->nscalars + 1, sizeof *args->scalars);
+  args->scalar_unset = calloc((size_t)g->nscalars + 1, sizeof(bool));
+  if (!args->scalars || !args->scalar_unset)
+    return ref_data_fail(err, "out of memory");
+  for (int k = 0; k < g->nscalars; k++) {
+    const IrScalar *s = &g->scalars[k];
+    args->scalar_unset[k] = !s->has_default;
+    if (s->has_default)
+      args->scalars[k] =
+          dtype_is_float(s->type) ? s->fdefault : (double)s->idefault;
+  }
+  return 0;
+}
+
+/* Random values for one input tensor, from its own stream. */
+static void ref_fill_tensor(RefTensor *t, DType type, int64_t int_max,
+                            RefRng *r) {
+  int64_t n = ref_numel(t);
+  for (int64_t e = 0; e < n; e++) {
+    if (dtype_is_float(type))
+      t->data[e] = ref_round(type, ref_rng_normal(r));
+    else if (type == DT_BOOL)
+      t->data[e] = (double)(ref_rng_next(r) >> 63);
+    else
+      t->data[e] = (double)(ref_rng_next(r) % (uint64_t)(int_max + 1));
+  }
+}
+
+int ref_make_inputs(RefArgs *args, const char *shape_spec, uint64_t seed,
+                    StrBuf *err) {
+  const IrGraph *g = args->g;
+  if (!g)
+    return ref_data_fail(err, "no graph given");
+  RefDimSpec s = {.g = g,
+                  .batch = ref_sym_at(g, g->q, 0),
+                  .heads = ref_sym_at(g, g->q, 1),
+                  .kv_heads = ref_sym_at(g, g->k, 1),
+                  .seq_q = ref_sym_at(g, g->q, 2),
+                  .seq_kv = ref_sym_at(g, g->k, 2)};
+  s.val = calloc((size_t)g->ndims + 1, sizeof *s.val);
+  args->tensors = calloc((size_t)g->ntensors + 1, sizeof *args->tensors);
+  int rc = -1;
+  if (!s.val || !args->tensors) {
+    ref_data_fail(err, "out of memory");
+    goto done;
+  }
+  if (ref_each_binding(shape_spec, &s, ref_dim_binding, err) ||
+      ref_init_scalars(args, err))
+    goto done;
+  ref_default_dims(&s);
+  int64_t int_max = 128;
+  if (s.seq_q >= 0 || s.seq_kv >= 0)
+    int_max = s.val[s.seq_q >= 0 ? s.seq_q : s.seq_kv];
+  if (s.seq_kv >= 0 && s.val[s.seq_kv] > int_max)
+    int_max = s.val[s.seq_kv];
+  for (int ti = 0; ti < g->ntensors; ti++) {
+    const IrTensor *it = &g->tensors[ti];
+    RefTensor *t = &args->tensors[ti];
+    if (it->is_output)
+      continue;
+    t->ndims = it->ndims;
+    int64_t n = 1;
+    for (int k = 0; k < it->ndims; k++) {
+      t->shape[k] = it->dim_sym[k] >= 0 ? s.val[it->dim_sym[k]] : it->dim_val[k];
+      if (t->shape[k] < 1 || t->shape[k] > (INT64_C(1) << 28) / n) {
+        ref_data_fail(err, "tensor '%s' would be too large for the CPU "
+                      "reference", it->name);
+        goto done;
+      }
+      n *= t->shape[k];
+    }
+    t->data = malloc((size_t)n * sizeof(double));
+    if (!t->data) {
+      ref_data_fail(err, "out of memory for tensor '%s'", it->name);
+      goto done;
+    }
+    RefRng r = ref_rng(seed, (uint64_t)ti);
+    ref_fill_tensor(t, it->type, int_max, &r);
+  }
+  rc = 0;
+done:
+  free(s.val);
+  return rc;
+}
+
+static int ref_parse_scalar(const IrScalar *s, const char *value, double *out,
+                            StrBuf *err) {
+  char *end;
+  errno = 0;
+  if (s->type == DT_BOOL) {
+    if (strcmp(value, "true") == 0 || strcmp(value, "1") == 0)
+      *out = 1;
+    else if (strcmp(value, "false") == 0 || strcmp(value, "0") == 0)
+      *out = 0;
+    else
+      return ref_data_fail(err, "scalar '%s' is a bool: '%s' is not true or "
+                           "false", s->name, value);
+    return 0;
+  }
+  if (dtype_is_float(s->type)) {
+    *out = strtod(value, &end);
+    if (end == value || *end)
+      return ref_data_fail(err, "scalar '%s': '%s' is not a number", s->name,
+                           value);
+    return 0;
+  }
+  if (s->type == DT_U64) {
+    unsigned long long v = strtoull(value, &end, 0);
+    if (errno || end == value || *end || value[0] == '-')
+      return ref_data_fail(err, "scalar '%s': '%s' is not a u64", s->name,
+                           value);
+    *out = (double)v;
+    return 0;
+  }
+  long long v = strtoll(value, &end, 0);
+  if (errno || end == value || *end || v < INT32_MIN || v > INT32_MAX)
+    return ref_data_fail(err, "scalar '%s': '%s' is not an i32", s->name,
+                         value);
+  *out = (double)v;
+  return 0;
+}
+
+static int ref_scalar_binding(void *ctx, const char *name, const char *value,
+                              StrBuf *err) {
+  RefArgs *args = ctx;
+  const IrGraph *g = args->g;
+  for (int k = 0; k < g->nscalars; k++)
+    if (strcmp(g->scalars[k].name, name) == 0) {
+      if (ref_parse_scalar(&g->scalars[k], value, &args->scalars[k], err))
+        return -1;
+      args->scalar_unset[k] = false;
+      return 0;
+    }
+  ref_data_fail(err, "unknown scalar '%s'; ", name);
+  if (g->nscalars == 0)
+    sb_puts(err, "this graph has no scalars");
+  for (int k = 0; k < g->nscalars; k++)
+    sb_printf(err, "%s%s", k ? ", " : "this graph's scalars are ",
+              g->scalars[k].name);
+  return -1;
+}
+
+int ref_set_scalars(RefArgs *args, const char *spec, StrBuf *err) {
+  if (!args->g)
+    return ref_data_fail(err, "no graph given");
+  if (ref_init_scalars(args, err))
+    return -1;
+  if (!args->scalar_unset) { /* scalars filled by hand */
+    args->scalar_unset = calloc((size_t)args->g->nscalars + 1, sizeof(bool));
+    if (!args->scalar_unset)
+      return ref_data_fail(err, "out of memory");
+  }
+  return ref_each_binding(spec, args, ref_scalar_binding, err);
+}
+
+void ref_args_free(RefArgs *args) {
+  if (args->tensors && args->g)
+    for (int k = 0; k < args->g->ntensors; k++)
+      free(args->tensors[k].data);
+  free(args->tensors);
+  free(args->scalars);
+  free(args->scalar_unset);
+  args->tensors = NULL;
+  args->scalars = NULL;
+  args->scalar_unset = NULL;
+}
+
+/* ------------------------------------------------ summaries, compares */
+
+void ref_summarize(StrBuf *out, const RefArgs *args) {
+  const IrGraph *g = args->g;
+  for (int k = 0; k < g->noutputs; k++) {
+    const IrTensor *it = &g->tensors[g->outputs[k].tensor];
+    const RefTensor *t = args->tensors ? &args->tensors[g->outputs[k].tensor]
+                                       : NULL;
+    sb_printf(out, "%s: %s[", g->outputs[k].name, dtype_name(it->type));
+    for (int d = 0; t && d < t->ndims; d++)
+      sb_printf(out, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+    sb_puts(out, "]");
+    if (!t || !t->data) {
+      sb_puts(out, " not computed\n");
+      continue;
+    }
+    int64_t n = ref_numel(t), nfin = 0, ninf = 0, npinf = 0, nnan = 0;
+    double lo = INFINITY, hi = -INFINITY, sum = 0, sq = 0;
+    for (int64_t e = 0; e < n; e++) {
+      double x = t->data[e];
+      if (isnan(x)) {
+        nnan++;
+      } else if (isinf(x)) {
+        if (x < 0)
+          ninf++;
+        else
+          npinf++;
+      } else {
+        nfin++;
+        lo = fmin(lo, x);
+        hi = fmax(hi, x);
+        sum += x;
+        sq += x * x;
+      }
+    }
+    if (nfin)
+      sb_printf(out, " min %.6g max %.6g mean %.6g rms %.6g", lo, hi,
+                sum / (double)nfin, sqrt(sq / (double)nfin));
+    else
+      sb_puts(out, " no finite values");
+    sb_printf(out, " -inf %lld +inf %lld nan %lld\n", (long long)ninf,
+              (long long)npinf, (long long)nnan);
+  }
+}
+
+RefCompare ref_compare(const double *got, const double *want, size_t n) {
+  RefCompare r = {.first_nonfinite_mismatch = SIZE_MAX};
+  double diff2 = 0, want2 = 0;
+  for (size_t e = 0; e < n; e++) {
+    double a = got[e], b = want[e];
+    if (!isfinite(a) || !isfinite(b)) {
+      bool same = (isnan(a) && isnan(b)) || a == b;
+      if (!same && r.nonfinite_mismatch++ == 0)
+        r.first_nonfinite_mismatch = e;
+      continue;
+    }
+    double d = fabs(a - b);
+    if (d > r.max_abs) {
+      r.max_abs = d;
+      r.max_abs_at = e;
+    }
+    diff2 += d * d;
+    want2 += b * b;
+  }
+  if (want2 > 0)
+    r.rel_l2 = sqrt(diff2) / sqrt(want2);
+  else
+    r.rel_l2 = diff2 > 0 ? INFINITY : 0;
+  return r;
+}

@@ -1,0 +1,79 @@
+/*
+ * tmpl_sm80.c: tile configurations of the portable forward template,
+ * templates/fwd_sm80.cuh.
+ *
+ * A configuration is (BM query rows, BN keys per tile, warps); every warp
+ * owns 16 query rows, so BM = 16 * warps. Shared memory holds the Q tile
+ * and two stages of (K tile, V tile), all 16-bit:
+ *
+ *     smem = 2 * (BM * d_qk + 2 * BN * (d_qk + d_v))   bytes
+ *
+ * which is the template's attn_fwd_sm80_smem_bytes; the GPU test checks
+ * the two agree. For each head dim the candidates are listed fastest
+ * first and the first that fits the target's per-block shared-memory limit
+ * wins: the sm_80-class limits (163 KB on A100, 99 KB on the sm_86/89
+ * parts) force smaller tiles at head dim 256 than Hopper's 227 KB.
+ */
+#include "attnc.h"
+
+typedef struct Sm80Candidate {
+  int bm, bn, warps;
+} Sm80Candidate;
+
+/* Largest dynamic shared memory one block may use, in bytes. */
+static int sm80_smem_limit(int sm) {
+  switch (sm) {
+  case 80:
+  case 87:
+    return 163 * 1024;
+  case 90:
+  case 100:
+  case 103:
+    return 227 * 1024;
+  default:
+    /* sm_86, sm_89, sm_120 and anything unknown: the smallest limit of
+     * the family, so the choice is safe everywhere. */
+    return 99 * 1024;
+  }
+}
+
+static int sm80_smem_bytes(const Sm80Candidate *c, int d_qk, int d_v) {
+  return 2 * (c->bm * d_qk + 2 * c->bn * (d_qk + d_v));
+}
+
+int tmpl_sm80_config(int d_qk, int d_v, int in_bytes, int sm, Sm80Config *out) {
+  /* Per widest head dim. 8 warps of 16 rows keep the tensor cores fed;
+   * at 256 the O accumulator is 128 registers a thread, and the smaller
+   * limits leave room only for 4 warps or 32-key tiles. */
+  static const Sm80Candidate d64[] = {{128, 128, 8}, {128, 64, 8}, {64, 64, 4}};
+  static const Sm80Candidate d128[] = {{128, 64, 8}, {64, 64, 4}, {64, 32, 4}};
+  static const Sm80Candidate d256[] = {{128, 64, 8}, {64, 64, 4}, {64, 32, 4}};
+  const Sm80Candidate *list;
+  int n;
+
+  if (in_bytes != 2 || !out)
+    return -1;
+  if ((d_qk != 64 && d_qk != 128 && d_qk != 256) ||
+      (d_v != 64 && d_v != 128 && d_v != 256))
+    return -1;
+  int dmax = d_qk > d_v ? d_qk : d_v;
+  if (dmax == 64)
+    list = d64, n = (int)(sizeof d64 / sizeof d64[0]);
+  else if (dmax == 128)
+    list = d128, n = (int)(sizeof d128 / sizeof d128[0]);
+  else
+    list = d256, n = (int)(sizeof d256 / sizeof d256[0]);
+
+  int limit = sm80_smem_limit(sm);
+  for (int k = 0; k < n; k++) {
+    int bytes = sm80_smem_bytes(&list[k], d_qk, d_v);
+    if (bytes <= limit) {
+      out->bm = list[k].bm;
+      out->bn = list[k].bn;
+      out->warps = list[k].warps;
+      out->smem_bytes = bytes;
+      return 0;
+    }
+  }
+  return -1;
+}

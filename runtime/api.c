@@ -1,0 +1,662 @@
+/* api.c: attn.h. The compile path reads as the pipeline it is:
+ *
+ *   source -> parse_source -> ir_build -> (target) -> emit_module
+ *     -> cache key -> cache_get (NVRTC on a miss) -> driver load
+ *
+ * Every failure ends in the context's error message and a status; nothing
+ * here prints, exits or aborts. Modules, graphs and calls report into the
+ * context they were made from, so a context must outlive its modules. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_driver.h"
+#include "rt.h"
+
+struct attn_context {
+  StrBuf error;
+  char arch[16]; /* "" until attn_context_set_arch */
+  bool disk_cache; /* the caller's wish; the Cache may still fall back */
+  Cache cache;
+};
+
+struct attn_graph {
+  attn_module *m;
+  const IrGraph *ir;
+  KernelInfo kernel;
+  CUkernel kern;      /* once the module's library is loaded */
+  CUfunction fn;      /* kern in fn_ctx */
+  CUcontext fn_ctx;
+};
+
+struct attn_module {
+  attn_context *ctx;
+  Arena *arena; /* the IR and emitted source live here */
+  const IrModule *ir;
+  char arch[16];
+  unsigned char *cubin;
+  size_t cubin_len;
+  char *log;
+  const char *source;
+  CUlibrary lib;
+  bool loaded;
+  attn_graph *graphs;
+  int ngraphs;
+};
+
+struct attn_call {
+  attn_graph *g;
+  BindState bind;
+  void *tile_counter;
+};
+
+/* ------------------------------------------------------------- statuses */
+
+const char *attn_status_string(attn_status s) {
+  switch (s) {
+  case ATTN_SUCCESS: return "success";
+  case ATTN_ERROR_INVALID_ARGUMENT: return "invalid argument";
+  case ATTN_ERROR_NOT_FOUND: return "not found";
+  case ATTN_ERROR_SOURCE: return "error in the .attn source";
+  case ATTN_ERROR_UNSUPPORTED: return "unsupported graph";
+  case ATTN_ERROR_COMPILE: return "kernel compilation failed";
+  case ATTN_ERROR_NO_DRIVER: return "no CUDA driver or GPU";
+  case ATTN_ERROR_CUDA: return "CUDA driver error";
+  case ATTN_ERROR_OUT_OF_MEMORY: return "out of memory";
+  case ATTN_ERROR_IO: return "I/O error";
+  case ATTN_ERROR_INCOMPLETE: return "incomplete bindings";
+  }
+  return "unknown status";
+}
+
+const char *attn_version(void) { return ATTNC_VERSION; }
+
+static attn_status rt_fail(attn_context *ctx, attn_status st,
+                           const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static attn_status rt_fail(attn_context *ctx, attn_status st,
+                           const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  ctx->error.len = 0;
+  sb_vprintf(&ctx->error, fmt, ap);
+  va_end(ap);
+  return st;
+}
+
+static void rt_clear_error(attn_context *ctx) {
+  ctx->error.len = 0;
+  if (ctx->error.data) ctx->error.data[0] = '\0';
+}
+
+/* -------------------------------------------------------------- context */
+
+attn_status attn_context_create(attn_context **out) {
+  if (!out) return ATTN_ERROR_INVALID_ARGUMENT;
+  *out = NULL;
+  attn_context *ctx = calloc(1, sizeof *ctx);
+  if (!ctx) return ATTN_ERROR_OUT_OF_MEMORY;
+  const char *no_cache = getenv("ATTN_NO_CACHE");
+  ctx->disk_cache = !(no_cache && strcmp(no_cache, "1") == 0);
+  StrBuf root = {0};
+  bool have_root = ctx->disk_cache && cache_default_root(&root) == 0;
+  if (cache_init(&ctx->cache, have_root ? root.data : NULL) != 0) {
+    sb_free(&root);
+    free(ctx);
+    return ATTN_ERROR_OUT_OF_MEMORY;
+  }
+  if (ctx->disk_cache && !have_root)
+    sb_puts(&ctx->cache.warning,
+            "warning: no kernel cache directory (ATTN_CACHE_DIR, "
+            "XDG_CACHE_HOME and HOME are unset); keeping compiled kernels "
+            "in memory only");
+  sb_free(&root);
+  *out = ctx;
+  return ATTN_SUCCESS;
+}
+
+void attn_context_destroy(attn_context *ctx) {
+  if (!ctx) return;
+  cache_free(&ctx->cache);
+  sb_free(&ctx->error);
+  free(ctx);
+}
+
+const char *attn_context_error(const attn_context *ctx) {
+  if (!ctx) return "no context";
+  return ctx->error.len ? ctx->error.data : "";
+}
+
+const char *attn_context_warning(const attn_context *ctx) {
+  if (!ctx) return "";
+  return ctx->cache.warning.len ? ctx->cache.warning.data : "";
+}
+
+attn_status attn_context_set_arch(attn_context *ctx, const char *arch) {
+  if (!ctx) return ATTN_ERROR_INVALID_ARGUMENT;
+  rt_clear_error(ctx);
+  if (!arch) {
+    ctx->arch[0] = '\0';
+    return ATTN_SUCCESS;
+  }
+  if (!nvrtc_arch_valid(arch) || strlen(arch) >= sizeof ctx->arch)
+    return rt_fail(ctx, ATTN_ERROR_INVALID_ARGUMENT,
+                   "invalid target '%s': expected sm_NN or sm_NNa, such as "
+                   "sm_80 or sm_90a",
+                   arch);
+  if (!nvrtc_arch_supported(arch, &ctx->error))
+    return ATTN_ERROR_UNSUPPORTED;
+  strcpy(ctx->arch, arch);
+  return ATTN_SUCCESS;
+}
+
+attn_status attn_context_set_cache_dir(attn_context *ctx, const char *dir) {
+  if (!ctx) return ATTN_ERROR_INVALID_ARGUMENT;
+  rt_clear_error(ctx);
+  if (dir && !*dir)
+    return rt_fail(ctx, ATTN_ERROR_INVALID_ARGUMENT,
+                   "empty cache directory name (pass NULL to disable the "
+                   "disk cache)");
+  if (cache_set_root(&ctx->cache, dir) != 0)
+    return rt_fail(ctx, ATTN_ERROR_OUT_OF_MEMORY, "out of memory");
+  ctx->disk_cache = dir != NULL;
+  return ATTN_SUCCESS;
+}
+
+Cache *rt_context_cache(attn_context *ctx) { return &ctx->cache; }
+
+/* --------------------------------------------------------------- target */
+
+/* The target: the one set on the context, else the current device's. */
+static attn_status rt_resolve_arch(attn_context *ctx, char arch[16]) {
+  if (ctx->arch[0]) {
+    strcpy(arch, ctx->arch);
+    return ATTN_SUCCESS;
+  }
+  attn_status st;
+  StrBuf *err = &ctx->error;
+  const RtDriver *d = rt_driver(&st, err);
+  if (!d) {
+    sb_puts(err, " (set the target with attn_context_set_arch to compile "
+                 "without one)");
+    return st;
+  }
+  CUcontext cu;
+  CUdevice dev;
+  int major, minor;
+  if ((st = rt_driver_current(d, &cu, &dev, err)) ||
+      (st = rt_driver_cc(d, dev, &major, &minor, err)))
+    return st;
+  nvrtc_arch_for_cc(major, minor, arch);
+  if (!nvrtc_arch_supported(arch, err)) {
+    sb_printf(err, " (the current device is compute capability %d.%d)",
+              major, minor);
+    return ATTN_ERROR_UNSUPPORTED;
+  }
+  return ATTN_SUCCESS;
+}
+
+/* ------------------------------------------------------------- loading */
+
+/* Loads the module's cubin (once) and resolves every entry point; a cubin
+ * the device cannot run fails here, not at the first launch. */
+static attn_status rt_module_load(attn_module *m, const RtDriver *d) {
+  StrBuf *err = &m->ctx->error;
+  if (m->loaded) return ATTN_SUCCESS;
+  if (!m->cubin)
+    return rt_fail(m->ctx, ATTN_ERROR_UNSUPPORTED,
+                   "module holds no compiled kernels");
+  CUresult r = d->LibraryLoadData(&m->lib, m->cubin, NULL, NULL, 0, NULL,
+                                  NULL, 0);
+  if (r != CUDA_SUCCESS) {
+    attn_status st = rt_driver_error(d, r, "cuLibraryLoadData", err);
+    sb_printf(err, " (kernels built for %s)", m->arch);
+    return st;
+  }
+  for (int i = 0; i < m->ngraphs; i++) {
+    attn_graph *g = &m->graphs[i];
+    r = d->LibraryGetKernel(&g->kern, m->lib, g->kernel.entry);
+    if (r != CUDA_SUCCESS) {
+      attn_status st = rt_driver_error(d, r, "cuLibraryGetKernel", err);
+      sb_printf(err, " for entry '%s'", g->kernel.entry);
+      d->LibraryUnload(m->lib);
+      return st;
+    }
+  }
+  m->loaded = true;
+  return ATTN_SUCCESS;
+}
+
+/* The graph's function in the current context, with its shared-memory
+ * limit raised; cached for the last context used. */
+static attn_status rt_graph_function(attn_graph *g, const RtDriver *d,
+                                     CUcontext cu, CUfunction *fn) {
+  attn_module *m = g->m;
+  StrBuf *err = &m->ctx->error;
+  attn_status st = rt_module_load(m, d);
+  if (st) return st;
+  if (g->fn && g->fn_ctx == cu) {
+    *fn = g->fn;
+    return ATTN_SUCCESS;
+  }
+  CUresult r = d->KernelGetFunction(fn, g->kern);
+  if (r != CUDA_SUCCESS) {
+    st = rt_driver_error(d, r, "cuKernelGetFunction", err);
+    sb_printf(err, " for '%s' (built for %s; is that this GPU's target?)",
+              g->kernel.entry, m->arch);
+    return st;
+  }
+  if (g->kernel.smem_bytes > 0) {
+    r = d->FuncSetAttribute(*fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                            g->kernel.smem_bytes);
+    if (r != CUDA_SUCCESS) {
+      st = rt_driver_error(d, r, "cuFuncSetAttribute", err);
+      sb_printf(err, " raising '%s' to %d bytes of dynamic shared memory",
+                g->kernel.entry, g->kernel.smem_bytes);
+      return st;
+    }
+  }
+  g->fn = *fn;
+  g->fn_ctx = cu;
+  return ATTN_SUCCESS;
+}
+
+/* Loads now when a driver and a context for this very target exist;
+ * otherwise the first launch loads (compiling needs no GPU). */
+static attn_status rt_module_try_load(attn_module *m) {
+  attn_status st;
+  const RtDriver *d = rt_driver(&st, NULL);
+  CUcontext cu;
+  CUdevice dev;
+  int major, minor;
+  char dev_arch[16];
+  StrBuf ignore = {0};
+  bool ready = d && rt_driver_current(d, &cu, &dev, &ignore) == 0 &&
+               rt_driver_cc(d, dev, &major, &minor, &ignore) == 0;
+  sb_free(&ignore);
+  if (!ready) return ATTN_SUCCESS;
+  nvrtc_arch_for_cc(major, minor, dev_arch);
+  if (strcmp(dev_arch, m->arch) != 0) return ATTN_SUCCESS;
+  for (int i = 0; i < m->ngraphs; i++) {
+    CUfunction fn;
+    if ((st = rt_graph_function(&m->graphs[i], d, cu, &fn))) return st;
+  }
+  return ATTN_SUCCESS;
+}
+
+/* --------------------------------------------------------------- module */
+
+attn_status rt_module_from_ir(attn_context *ctx, Arena *a,
+                              const IrModule *ir, const KernelInfo *kernels,
+                              int nkernels, const char *arch,
+                              const void *cubin, size_t cubin_len,
+                              attn_module **out) {
+  *out = NULL;
+  if (nkernels != ir->ngraphs) {
+    arena_free(a);
+    return rt_fail(ctx, ATTN_ERROR_UNSUPPORTED,
+                   "the emitter returned %d kernels for %d graphs", nkernels,
+                   ir->ngraphs);
+  }
+  for (int i = 0; i < ir->ngraphs; i++) {
+    const IrGraph *g = ir->graphs[i];
+    if (g->ntensors > ATTN_MAX_TENSORS || g->nscalars > ATTN_MAX_SCALARS ||
+        g->ndims > ATTN_MAX_DIMS) {
+      arena_free(a);
+      return rt_fail(ctx, ATTN_ERROR_UNSUPPORTED,
+                     "graph '%s' has %d tensors, %d scalars and %d dims; "
+                     "kernels take at most %d, %d and %d",
+                     g->name, g->ntensors, g->nscalars, g->ndims,
+                     ATTN_MAX_TENSORS, ATTN_MAX_SCALARS, ATTN_MAX_DIMS);
+    }
+  }
+  attn_module *m = calloc(1, sizeof *m);
+  if (m) m->graphs = calloc((size_t)(ir->ngraphs ? ir->ngraphs : 1),
+                            sizeof *m->graphs);
+  if (m && cubin) m->cubin = malloc(cubin_len ? cubin_len : 1);
+  if (!m || !m->graphs || (cubin && !m->cubin)) {
+    if (m) free(m->graphs);
+    free(m);
+    arena_free(a);
+    return rt_fail(ctx, ATTN_ERROR_OUT_OF_MEMORY, "out of memory");
+  }
+  m->ctx = ctx;
+  m->arena = a;
+  m->ir = ir;
+  snprintf(m->arch, sizeof m->arch, "%s", arch ? arch : "");
+  if (cubin) memcpy(m->cubin, cubin, cubin_len);
+  m->cubin_len = cubin_len;
+  m->ngraphs = ir->ngraphs;
+  for (int i = 0; i < m->ngraphs; i++) {
+    m->graphs[i].m = m;
+    m->graphs[i].ir = ir->graphs[i];
+    m->graphs[i].kernel = kernels[i];
+  }
+  *out = m;
+  return ATTN_SUCCESS;
+}
+
+void attn_module_destroy(attn_module *m) {
+  if (!m) return;
+  if (m->loaded) {
+    const RtDriver *d = rt_driver(NULL, NULL);
+    if (d) d->LibraryUnload(m->lib);
+  }
+  free(m->cubin);
+  free(m->log);
+  free(m->graphs);
+  arena_free(m->arena);
+  free(m);
+}
+
+const char *rt_module_log(const attn_module *m) {
+  return m && m->log ? m->log : "";
+}
+const char *rt_module_arch(const attn_module *m) { return m ? m->arch : ""; }
+const char *rt_module_source(const attn_module *m) {
+  return m && m->source ? m->source : "";
+}
+
+/* What NVRTC needs to fill one cache entry. */
+typedef struct RtCompileJob {
+  const char *source;
+  const NvrtcOptions *options;
+} RtCompileJob;
+
+static attn_status rt_compile_job(void *user, CacheBlob *out, StrBuf *err) {
+  RtCompileJob *job = user;
+  NvrtcOutput nv;
+  attn_status st =
+      nvrtc_compile(job->source, "attnc.cu", job->options, false, &nv, err);
+  if (st) return st;
+  out->cubin = nv.cubin;
+  out->cubin_len = nv.cubin_len;
+  out->log = nv.log;
+  out->log_len = strlen(nv.log);
+  free(nv.ptx);
+  return ATTN_SUCCESS;
+}
+
+/* emit -> cache (NVRTC on a miss) -> module, for a built IR. */
+static attn_status rt_compile_ir(attn_context *ctx, Arena *a,
+                                 const IrModule *ir, attn_module **out) {
+  char arch[16];
+  attn_status st = rt_resolve_arch(ctx, arch);
+  if (st) {
+    arena_free(a);
+    return st;
+  }
+  Diag d = {0};
+  EmitResult er = {0};
+  if (emit_module(ir, arch, a, &d, &er) != 0) {
+    rt_fail(ctx, ATTN_ERROR_UNSUPPORTED, "%s",
+            d.out.len ? d.out.data : "no kernel template can run this "
+                                     "module\n");
+    diag_free(&d);
+    arena_free(a);
+    return ATTN_ERROR_UNSUPPORTED;
+  }
+  diag_free(&d);
+  const char **entries = arena_alloc(a, sizeof *entries *
+                                            (size_t)(er.nkernels + 1));
+  for (int i = 0; i < er.nkernels; i++) entries[i] = er.kernels[i].entry;
+  NvrtcOptions opts;
+  nvrtc_options(&opts, arch, !ctx->disk_cache);
+  CacheKeyInput in = {er.source,   strlen(er.source), nvrtc_version(),
+                      arch,        opts.v,            opts.n,
+                      entries,     er.nkernels};
+  unsigned char key[SHA256_BYTES];
+  cache_key(&in, key);
+  RtCompileJob job = {er.source, &opts};
+  CacheBlob blob;
+  if ((st = cache_get(&ctx->cache, arch, key, rt_compile_job, &job, &blob,
+                      &ctx->error))) {
+    arena_free(a);
+    return st;
+  }
+  st = rt_module_from_ir(ctx, a, ir, er.kernels, er.nkernels, arch,
+                         blob.cubin, blob.cubin_len, out);
+  if (st == ATTN_SUCCESS) {
+    (*out)->log = blob.log;
+    blob.log = NULL;
+    (*out)->source = er.source;
+  }
+  cache_blob_free(&blob);
+  if (st == ATTN_SUCCESS && (st = rt_module_try_load(*out))) {
+    attn_module_destroy(*out);
+    *out = NULL;
+  }
+  return st;
+}
+
+/* parse -> IR -> compile; the front end's diagnostics go verbatim into
+ * the context's error. */
+static attn_status rt_compile_source(attn_context *ctx, Arena *a,
+                                     const Source *src, Diag *d,
+                                     attn_module **out) {
+  AstFile *ast = parse_source(src, a, d);
+  IrModule *ir = d->nerrors ? NULL : ir_build(ast, a, d);
+  if (!ir || d->nerrors) {
+    rt_fail(ctx, ATTN_ERROR_SOURCE, "%s", d->out.len ? d->out.data : "");
+    diag_free(d);
+    arena_free(a);
+    return ATTN_ERROR_SOURCE;
+  }
+  diag_free(d);
+  return rt_compile_ir(ctx, a, ir, out);
+}
+
+attn_status attn_module_compile_string(attn_context *ctx, const char *name,
+                                       const char *text, size_t len,
+                                       attn_module **out) {
+  if (!ctx) return ATTN_ERROR_INVALID_ARGUMENT;
+  if (!out || (!text && len > 0))
+    return rt_fail(ctx, ATTN_ERROR_INVALID_ARGUMENT,
+                   "attn_module_compile_string: %s is NULL",
+                   out ? "text" : "out");
+  *out = NULL;
+  rt_clear_error(ctx);
+  Arena *a = arena_new();
+  if (!a) return rt_fail(ctx, ATTN_ERROR_OUT_OF_MEMORY, "out of memory");
+  Diag d = {0};
+  const Source *src =
+      source_from_string(a, name ? name : "<string>", text ? text : "", len);
+  return rt_compile_source(ctx, a, src, &d, out);
+}
+
+attn_status attn_module_compile_file(attn_context *ctx, const char *path,
+                                     attn_module **out) {
+  if (!ctx) return ATTN_ERROR_INVALID_ARGUMENT;
+  if (!out || !path)
+    return rt_fail(ctx, ATTN_ERROR_INVALID_ARGUMENT,
+                   "attn_module_compile_file: %s is NULL",
+                   out ? "path" : "out");
+  *out = NULL;
+  rt_clear_error(ctx);
+  Arena *a = arena_new();
+  if (!a) return rt_fail(ctx, ATTN_ERROR_OUT_OF_MEMORY, "out of memory");
+  Diag d = {0};
+  const Source *src = source_load(a, path, &d);
+  if (!src) {
+    rt_fail(ctx, ATTN_ERROR_IO, "%s",
+            d.out.len ? d.out.data : "cannot read the source file");
+    diag_free(&d);
+    arena_free(a);
+    return ATTN_ERROR_IO;
+  }
+  return rt_compile_source(ctx, a, src, &d, out);
+}
+
+int attn_module_graph_count(const attn_module *m) {
+  return m ? m->ngraphs : 0;
+}
+
+const char *attn_module_graph_name(const attn_module *m, int index) {
+  if (!m || index < 0 || index >= m->ngraphs) return NULL;
+  return m->graphs[index].ir->name;
+}
+
+attn_status attn_module_get_graph(attn_module *m, const char *name,
+                                  attn_graph **out) {
+  if (!m) return ATTN_ERROR_INVALID_ARGUMENT;
+  if (!out)
+    return rt_fail(m->ctx, ATTN_ERROR_INVALID_ARGUMENT,
+                   "attn_module_get_graph: out is NULL");
+  *out = NULL;
+  rt_clear_error(m->ctx);
+  if (!name) {
+    if (m->ngraphs == 1) {
+      *out = &m->graphs[0];
+      return ATTN_SUCCESS;
+    }
+    return rt_fail(m->ctx, ATTN_ERROR_INVALID_ARGUMENT,
+                   "the module has %d graphs: name the one you want",
+                   m->ngraphs);
+  }
+  for (int i = 0; i < m->ngraphs; i++)
+    if (strcmp(m->graphs[i].ir->name, name) == 0) {
+      *out = &m->graphs[i];
+      return ATTN_SUCCESS;
+    }
+  rt_fail(m->ctx, ATTN_ERROR_NOT_FOUND, "no graph named '%s' (the module has:",
+          name);
+  for (int i = 0; i < m->ngraphs; i++)
+    sb_printf(&m->ctx->error, " %s", m->graphs[i].ir->name);
+  sb_puts(&m->ctx->error, ")");
+  return ATTN_ERROR_NOT_FOUND;
+}
+
+/* ----------------------------------------------------------------- calls */
+
+attn_status attn_call_create(attn_graph *g, attn_call **out) {
+  if (!g) return ATTN_ERROR_INVALID_ARGUMENT;
+  if (!out)
+    return rt_fail(g->m->ctx, ATTN_ERROR_INVALID_ARGUMENT,
+                   "attn_call_create: out is NULL");
+  rt_clear_error(g->m->ctx);
+  *out = calloc(1, sizeof **out);
+  if (!*out) return rt_fail(g->m->ctx, ATTN_ERROR_OUT_OF_MEMORY,
+                            "out of memory");
+  (*out)->g = g;
+  bind_init(&(*out)->bind, g->ir);
+  return ATTN_SUCCESS;
+}
+
+void attn_call_destroy(attn_call *c) { free(c); }
+
+static attn_status rt_call_begin(attn_call *c, const char *name,
+                                 const char *fn) {
+  if (!c) return ATTN_ERROR_INVALID_ARGUMENT;
+  rt_clear_error(c->g->m->ctx);
+  if (!name)
+    return rt_fail(c->g->m->ctx, ATTN_ERROR_INVALID_ARGUMENT,
+                   "%s: name is NULL", fn);
+  return ATTN_SUCCESS;
+}
+
+attn_status attn_call_bind_tensor(attn_call *c, const char *name, void *ptr,
+                                  attn_dtype dtype, int ndim,
+                                  const int64_t *shape,
+                                  const int64_t *strides) {
+  attn_status st = rt_call_begin(c, name, "attn_call_bind_tensor");
+  if (st) return st;
+  return bind_tensor(&c->bind, name, ptr, dtype, ndim, shape, strides,
+                     &c->g->m->ctx->error);
+}
+
+static attn_status rt_bind_scalar(attn_call *c, const char *name, DType t,
+                                  attn_scalar_arg v, const char *fn) {
+  attn_status st = rt_call_begin(c, name, fn);
+  if (st) return st;
+  return bind_scalar(&c->bind, name, t, v, &c->g->m->ctx->error);
+}
+
+attn_status attn_call_bind_f32(attn_call *c, const char *name, float v) {
+  attn_scalar_arg a = {0};
+  a.f = v;
+  return rt_bind_scalar(c, name, DT_F32, a, "attn_call_bind_f32");
+}
+
+attn_status attn_call_bind_i32(attn_call *c, const char *name, int32_t v) {
+  attn_scalar_arg a = {0};
+  a.i = v;
+  return rt_bind_scalar(c, name, DT_I32, a, "attn_call_bind_i32");
+}
+
+attn_status attn_call_bind_u64(attn_call *c, const char *name, uint64_t v) {
+  attn_scalar_arg a = {0};
+  a.u = v;
+  return rt_bind_scalar(c, name, DT_U64, a, "attn_call_bind_u64");
+}
+
+attn_status attn_call_bind_bool(attn_call *c, const char *name, int v) {
+  attn_scalar_arg a = {0};
+  a.i = v != 0;
+  return rt_bind_scalar(c, name, DT_BOOL, a, "attn_call_bind_bool");
+}
+
+attn_status attn_call_set_tile_counter(attn_call *c, void *device_u64) {
+  if (!c) return ATTN_ERROR_INVALID_ARGUMENT;
+  rt_clear_error(c->g->m->ctx);
+  if ((uintptr_t)device_u64 % 8 != 0)
+    return rt_fail(c->g->m->ctx, ATTN_ERROR_INVALID_ARGUMENT,
+                   "tile counter %p is not 8-byte aligned", device_u64);
+  c->tile_counter = device_u64;
+  return ATTN_SUCCESS;
+}
+
+/* Grid (ceil(Sq/block_m), H, B) within the hardware's limits. */
+static attn_status rt_grid(attn_call *c, unsigned grid[3]) {
+  const attn_params *p = &c->bind.params;
+  const KernelInfo *k = &c->g->kernel;
+  attn_context *ctx = c->g->m->ctx;
+  if (k->block_m <= 0 || k->threads <= 0)
+    return rt_fail(ctx, ATTN_ERROR_UNSUPPORTED,
+                   "graph '%s': kernel '%s' has no launch shape",
+                   c->g->ir->name, k->entry);
+  if (p->H > 65535 || p->B > 65535)
+    return rt_fail(ctx, ATTN_ERROR_INVALID_ARGUMENT,
+                   "graph '%s': %d heads and batch %d: the launch grid "
+                   "allows at most 65535 of each",
+                   c->g->ir->name, p->H, p->B);
+  grid[0] = (unsigned)((p->Sq + (long long)k->block_m - 1) / k->block_m);
+  grid[1] = (unsigned)p->H;
+  grid[2] = (unsigned)p->B;
+  return ATTN_SUCCESS;
+}
+
+attn_status attn_call_launch(attn_call *c, void *stream) {
+  if (!c) return ATTN_ERROR_INVALID_ARGUMENT;
+  attn_context *ctx = c->g->m->ctx;
+  rt_clear_error(ctx);
+  attn_status st = bind_finish(&c->bind, &ctx->error);
+  if (st) return st;
+  attn_params *p = &c->bind.params;
+  p->tiles_visited = c->tile_counter;
+  if (p->B == 0 || p->H == 0 || p->Sq == 0) return ATTN_SUCCESS;
+  unsigned grid[3] = {0, 0, 0};
+  if ((st = rt_grid(c, grid))) return st;
+  const RtDriver *d = rt_driver(&st, &ctx->error);
+  if (!d) return st;
+  CUcontext cu;
+  CUdevice dev;
+  CUfunction fn;
+  if ((st = rt_driver_current(d, &cu, &dev, &ctx->error)) ||
+      (st = rt_graph_function(c->g, d, cu, &fn)))
+    return st;
+  void *args[] = {p};
+  const KernelInfo *k = &c->g->kernel;
+  CUresult r = d->LaunchKernel(fn, grid[0], grid[1], grid[2],
+                               (unsigned)k->threads, 1, 1,
+                               (unsigned)(k->smem_bytes > 0 ? k->smem_bytes
+                                                            : 0),
+                               (CUstream)stream, args, NULL);
+  if (r != CUDA_SUCCESS) {
+    st = rt_driver_error(d, r, "cuLaunchKernel", &ctx->error);
+    sb_printf(&ctx->error, " for graph '%s' (grid %u x %u x %u, %d threads, "
+                           "%d bytes of shared memory)",
+              c->g->ir->name, grid[0], grid[1], grid[2], k->threads,
+              k->smem_bytes);
+  }
+  return st;
+}

@@ -1,0 +1,104 @@
+/*
+ * attn.h: libattn, the attnc runtime. Compile .attn graphs to GPU kernels
+ * at run time (NVRTC, with an on-disk cubin cache), bind tensors and
+ * scalars by name, and launch on the caller's stream in the caller's
+ * current CUDA context.
+ *
+ * Errors: every call returns an attn_status; the message for the last
+ * failure is kept on the context (attn_context_error). The library never
+ * prints, exits or aborts. One context must not be used by two threads at
+ * once; separate contexts are independent.
+ *
+ * libcuda is opened at run time: without a driver, compiling still works
+ * (give the target with attn_context_set_arch) and launching returns
+ * ATTN_ERROR_NO_DRIVER.
+ */
+#ifndef ATTN_H
+#define ATTN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum attn_status {
+  ATTN_SUCCESS = 0,
+  ATTN_ERROR_INVALID_ARGUMENT = 1, /* null pointer, bad dtype/shape/stride */
+  ATTN_ERROR_NOT_FOUND = 2,        /* no graph, tensor or scalar by that name */
+  ATTN_ERROR_SOURCE = 3,           /* the .attn text has errors */
+  ATTN_ERROR_UNSUPPORTED = 4,      /* no kernel template can run the graph */
+  ATTN_ERROR_COMPILE = 5,          /* NVRTC failed: a bug in attnc */
+  ATTN_ERROR_NO_DRIVER = 6,        /* no libcuda.so.1 or no GPU */
+  ATTN_ERROR_CUDA = 7,             /* a driver call failed */
+  ATTN_ERROR_OUT_OF_MEMORY = 8,
+  ATTN_ERROR_IO = 9,               /* reading a source file */
+  ATTN_ERROR_INCOMPLETE = 10       /* a launch with unbound tensors */
+} attn_status;
+
+typedef enum attn_dtype {
+  ATTN_F16 = 1,
+  ATTN_BF16 = 2,
+  ATTN_F32 = 3,
+  ATTN_E4M3 = 4,
+  ATTN_E5M2 = 5,
+  ATTN_I32 = 6,
+  ATTN_U64 = 7,
+  ATTN_BOOL = 8
+} attn_dtype;
+
+typedef struct attn_context attn_context;
+typedef struct attn_module attn_module; /* one compiled .attn source */
+typedef struct attn_graph attn_graph;   /* one graph in it; owned by it */
+typedef struct attn_call attn_call;     /* bindings for launches */
+
+const char *attn_status_string(attn_status s);
+const char *attn_version(void);
+
+/* Context: options and the last error. Reads ATTN_CACHE_DIR (cache root)
+ * and ATTN_NO_CACHE=1 (disable the disk cache). */
+attn_status attn_context_create(attn_context **out);
+void attn_context_destroy(attn_context *ctx);
+const char *attn_context_error(const attn_context *ctx);
+/* Non-fatal trouble, such as a cache directory that could not be used
+ * (kernels are then kept in memory only); "" when there is none. */
+const char *attn_context_warning(const attn_context *ctx);
+/* Target such as "sm_90a" or "sm_80"; NULL: the current device's. */
+attn_status attn_context_set_arch(attn_context *ctx, const char *arch);
+/* Cache directory; NULL disables the disk cache. */
+attn_status attn_context_set_cache_dir(attn_context *ctx, const char *dir);
+
+attn_status attn_module_compile_file(attn_context *ctx, const char *path,
+                                     attn_module **out);
+attn_status attn_module_compile_string(attn_context *ctx, const char *name,
+                                       const char *text, size_t len,
+                                       attn_module **out);
+void attn_module_destroy(attn_module *m);
+int attn_module_graph_count(const attn_module *m);
+const char *attn_module_graph_name(const attn_module *m, int index);
+/* name NULL: the module's only graph. */
+attn_status attn_module_get_graph(attn_module *m, const char *name,
+                                  attn_graph **out);
+
+/* Bindings. Shapes and strides are in the graph's declared dimension order;
+ * strides count elements; NULL strides mean dense row-major. */
+attn_status attn_call_create(attn_graph *g, attn_call **out);
+void attn_call_destroy(attn_call *c);
+attn_status attn_call_bind_tensor(attn_call *c, const char *name, void *ptr,
+                                  attn_dtype dtype, int ndim,
+                                  const int64_t *shape,
+                                  const int64_t *strides);
+attn_status attn_call_bind_f32(attn_call *c, const char *name, float v);
+attn_status attn_call_bind_i32(attn_call *c, const char *name, int32_t v);
+attn_status attn_call_bind_u64(attn_call *c, const char *name, uint64_t v);
+attn_status attn_call_bind_bool(attn_call *c, const char *name, int v);
+/* stream: a CUstream (or cudaStream_t), NULL for the legacy stream. */
+attn_status attn_call_launch(attn_call *c, void *stream);
+/* Optional: count key tiles loaded (device pointer to one u64), for tests. */
+attn_status attn_call_set_tile_counter(attn_call *c, void *device_u64);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

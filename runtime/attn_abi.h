@@ -1,0 +1,44 @@
+/*
+ * attn_abi.h: the parameter block every attnc kernel takes, by value.
+ *
+ * Shared by the host (runtime/, which fills it) and the device (templates/,
+ * which reads it), so it holds plain C with no headers: NVRTC sees it as
+ * text embedded in the generated source. One layout for every graph: the
+ * compiler's metadata says which slot holds which of the graph's tensors,
+ * scalars and dimension symbols, by their index in the IR graph.
+ */
+#ifndef ATTN_ABI_H
+#define ATTN_ABI_H
+
+#define ATTN_ABI_VERSION 1
+#define ATTN_MAX_TENSORS 16 /* inputs and outputs of one graph */
+#define ATTN_MAX_SCALARS 16
+#define ATTN_MAX_DIMS 16 /* dimension symbols: B, H, Sq, ... */
+
+/* One bound tensor: element strides and sizes in the graph's declared
+ * dimension order. Unused trailing dims have size 1 and stride 0. A
+ * declared literal 1 has stride 0, which broadcasts it. */
+typedef struct attn_tensor_arg {
+  void *ptr;
+  long long stride[4];
+  int size[4];
+} attn_tensor_arg;
+
+typedef union attn_scalar_arg {
+  float f;
+  int i;
+  unsigned long long u;
+} attn_scalar_arg;
+
+typedef struct attn_params {
+  attn_tensor_arg t[ATTN_MAX_TENSORS]; /* by IR tensor index */
+  attn_scalar_arg s[ATTN_MAX_SCALARS]; /* by IR scalar index */
+  int dim[ATTN_MAX_DIMS];              /* by IR dim-symbol index */
+  /* The attention problem, derived from q and k by the runtime. */
+  int B, H, Hk, Sq, Skv;
+  /* Optional: when non-null each CTA adds the number of key tiles it
+   * loaded (tests use it to prove masked tiles are skipped). */
+  unsigned long long *tiles_visited;
+} attn_params;
+
+#endif

@@ -1,0 +1,675 @@
+/* cache.c: the cubin cache.
+ *
+ * Entries live at ROOT/v1/ARCH/KK/KEY.bin (KK: the key's first two hex
+ * digits, so no directory grows huge). Each is a fixed header followed by
+ * the cubin and NVRTC's log:
+ *
+ *   offset  size  field
+ *        0     8  magic "ATTNCBIN"
+ *        8     4  format version (CACHE_FORMAT_VERSION), little-endian
+ *       12     4  header size (96)
+ *       16    32  key (SHA-256 of the compile's inputs, see cache_key)
+ *       48     8  cubin length
+ *       56     8  log length
+ *       64    32  SHA-256 of cubin || log
+ *       96        cubin, then log
+ *
+ * Writers compile under a per-key flock on KEY.lock (so two processes never
+ * compile the same key twice: the loser waits, then finds the entry), write
+ * a temp file in the same directory, fsync it and rename it into place, so
+ * readers, who never lock, see a whole entry or none. Anything that does
+ * not check out (magic, version, key, lengths, checksum) is removed and
+ * recompiled. A directory that cannot be used turns into a warning and an
+ * in-memory cache: the disk cache is an optimisation, never a failure.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "rt.h"
+
+#define CACHE_MAGIC "ATTNCBIN"
+#define CACHE_HEADER_SIZE 96
+#define CACHE_MAX_ENTRY ((uint64_t)1 << 30) /* nothing real comes close */
+
+struct CacheMemEntry {
+  unsigned char key[SHA256_BYTES];
+  CacheBlob blob;
+  CacheMemEntry *next;
+};
+
+/* ----------------------------------------------------------------- keys */
+
+static void cache_key_u64(Sha256 *s, uint64_t v) {
+  unsigned char b[8];
+  for (int i = 0; i < 8; i++) b[i] = (unsigned char)(v >> (8 * i));
+  sha256_update(s, b, 8);
+}
+
+/* A length-prefixed field, so no two different records hash the same
+ * byte stream. */
+static void cache_key_bytes(Sha256 *s, const void *p, size_t n) {
+  cache_key_u64(s, n);
+  sha256_update(s, p, n);
+}
+
+static void cache_key_str(Sha256 *s, const char *str) {
+  cache_key_bytes(s, str, strlen(str));
+}
+
+void cache_key(const CacheKeyInput *in, unsigned char key[SHA256_BYTES]) {
+  Sha256 s;
+  sha256_init(&s);
+  cache_key_str(&s, "attnc-cubin");
+  cache_key_u64(&s, CACHE_FORMAT_VERSION);
+  cache_key_u64(&s, ATTN_ABI_VERSION);
+  cache_key_u64(&s, (uint64_t)in->nvrtc_version);
+  cache_key_str(&s, in->arch);
+  cache_key_u64(&s, (uint64_t)in->noptions);
+  for (int i = 0; i < in->noptions; i++) cache_key_str(&s, in->options[i]);
+  cache_key_u64(&s, (uint64_t)in->nentries);
+  for (int i = 0; i < in->nentries; i++) cache_key_str(&s, in->entries[i]);
+  cache_key_bytes(&s, in->source, in->source_len);
+  sha256_final(&s, key);
+}
+
+/* ---------------------------------------------------------------- blobs */
+
+void cache_blob_free(CacheBlob *b) {
+  free(b->cubin);
+  free(b->log);
+  memset(b, 0, sizeof *b);
+}
+
+static int cache_blob_copy(CacheBlob *dst, const CacheBlob *src) {
+  memset(dst, 0, sizeof *dst);
+  dst->cubin = malloc(src->cubin_len ? src->cubin_len : 1);
+  dst->log = malloc(src->log_len + 1);
+  if (!dst->cubin || !dst->log) {
+    cache_blob_free(dst);
+    return -1;
+  }
+  if (src->cubin_len) memcpy(dst->cubin, src->cubin, src->cubin_len);
+  if (src->log_len) memcpy(dst->log, src->log, src->log_len);
+  dst->log[src->log_len] = '\0';
+  dst->cubin_len = src->cubin_len;
+  dst->log_len = src->log_len;
+  return 0;
+}
+
+/* ------------------------------------------------------------ the Cache */
+
+int cache_init(Cache *c, const char *root) {
+  memset(c, 0, sizeof *c);
+  return cache_set_root(c, root);
+}
+
+int cache_set_root(Cache *c, const char *root) {
+  char *copy = NULL;
+  if (root && !(copy = strdup(root))) return -1;
+  free(c->root);
+  c->root = copy;
+  c->warning.len = 0;
+  if (c->warning.data) c->warning.data[0] = '\0';
+  return 0;
+}
+
+void cache_free(Cache *c) {
+  for (CacheMemEntry *e = c->mem, *next; e; e = next) {
+    next = e->next;
+    cache_blob_free(&e->blob);
+    free(e);
+  }
+  free(c->root);
+  sb_free(&c->warning);
+  memset(c, 0, sizeof *c);
+}
+
+static CacheMemEntry *cache_mem_find(Cache *c,
+                                     const unsigned char key[SHA256_BYTES]) {
+  for (CacheMemEntry *e = c->mem; e; e = e->next)
+    if (memcmp(e->key, key, SHA256_BYTES) == 0) return e;
+  return NULL;
+}
+
+/* Takes ownership of blob. */
+static int cache_mem_add(Cache *c, const unsigned char key[SHA256_BYTES],
+                         CacheBlob *blob) {
+  CacheMemEntry *e = calloc(1, sizeof *e);
+  if (!e) return -1;
+  memcpy(e->key, key, SHA256_BYTES);
+  e->blob = *blob;
+  memset(blob, 0, sizeof *blob);
+  e->next = c->mem;
+  c->mem = e;
+  return 0;
+}
+
+/* The disk cache stops being used for the rest of this Cache's life. */
+static void cache_abandon_disk(Cache *c, const char *what, const char *path,
+                               int err) {
+  if (c->warning.len) sb_puts(&c->warning, "\n");
+  sb_printf(&c->warning,
+            "warning: kernel cache %s %s: %s; keeping compiled kernels in "
+            "memory only",
+            what, path, strerror(err));
+  free(c->root);
+  c->root = NULL;
+}
+
+static void cache_warn(Cache *c, const char *what, const char *path,
+                       int err) {
+  if (c->warning.len) sb_puts(&c->warning, "\n");
+  sb_printf(&c->warning, "warning: kernel cache %s %s: %s", what, path,
+            strerror(err));
+}
+
+/* ---------------------------------------------------------------- paths */
+
+void cache_entry_path(StrBuf *out, const char *root, const char *arch,
+                      const unsigned char key[SHA256_BYTES],
+                      const char *suffix) {
+  char hex[SHA256_HEX];
+  sha256_hex(key, hex);
+  sb_printf(out, "%s/v1/%s/%.2s/%s%s", root, arch, hex, hex, suffix);
+}
+
+int cache_default_root(StrBuf *out) {
+  const char *dir = getenv("ATTN_CACHE_DIR");
+  if (dir && *dir) {
+    sb_puts(out, dir);
+    return 0;
+  }
+  const char *xdg = getenv("XDG_CACHE_HOME");
+  if (xdg && *xdg) {
+    sb_printf(out, "%s/attnc", xdg);
+    return 0;
+  }
+  const char *home = getenv("HOME");
+  if (home && *home) {
+    sb_printf(out, "%s/.cache/attnc", home);
+    return 0;
+  }
+  return -1;
+}
+
+/* mkdir -p; returns 0 or -1 with errno set. */
+static int cache_mkdirs(const char *path) {
+  char *p = strdup(path);
+  if (!p) return -1;
+  for (char *s = p + 1;; s++) {
+    if (*s != '/' && *s != '\0') continue;
+    char c = *s;
+    *s = '\0';
+    if (mkdir(p, 0755) != 0 && errno != EEXIST) {
+      int e = errno;
+      free(p);
+      errno = e;
+      return -1;
+    }
+    *s = c;
+    if (c == '\0') break;
+  }
+  struct stat st;
+  int rc = stat(p, &st) == 0 && S_ISDIR(st.st_mode) ? 0 : -1;
+  if (rc != 0 && errno == 0) errno = ENOTDIR;
+  free(p);
+  return rc;
+}
+
+/* --------------------------------------------------------- entry format */
+
+static uint64_t cache_get_u64(const unsigned char *p, int n) {
+  uint64_t v = 0;
+  for (int i = n - 1; i >= 0; i--) v = v << 8 | p[i];
+  return v;
+}
+
+static void cache_put_u64(unsigned char *p, uint64_t v, int n) {
+  for (int i = 0; i < n; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static void cache_checksum(const CacheBlob *b, unsigned char out[32]) {
+  Sha256 s;
+  sha256_init(&s);
+  sha256_update(&s, b->cubin, b->cubin_len);
+  sha256_update(&s, b->log, b->log_len);
+  sha256_final(&s, out);
+}
+
+static void cache_header(unsigned char h[CACHE_HEADER_SIZE],
+                         const unsigned char key[SHA256_BYTES],
+                         const CacheBlob *b) {
+  memcpy(h, CACHE_MAGIC, 8);
+  cache_put_u64(h + 8, CACHE_FORMAT_VERSION, 4);
+  cache_put_u64(h + 12, CACHE_HEADER_SIZE, 4);
+  memcpy(h + 16, key, SHA256_BYTES);
+  cache_put_u64(h + 48, b->cubin_len, 8);
+  cache_put_u64(h + 56, b->log_len, 8);
+  cache_checksum(b, h + 64);
+}
+
+typedef enum CacheRead {
+  CACHE_FOUND,
+  CACHE_MISSING,
+  CACHE_CORRUPT, /* present but not a whole, matching entry */
+  CACHE_NOMEM
+} CacheRead;
+
+static int cache_read_all(int fd, unsigned char *p, size_t n) {
+  while (n > 0) {
+    ssize_t got = read(fd, p, n);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return -1;
+    p += got;
+    n -= (size_t)got;
+  }
+  return 0;
+}
+
+/* Validates a whole entry image against the key it should hold. */
+static CacheRead cache_parse(const unsigned char *buf, size_t size,
+                             const unsigned char key[SHA256_BYTES],
+                             CacheBlob *out) {
+  if (size < CACHE_HEADER_SIZE || memcmp(buf, CACHE_MAGIC, 8) != 0 ||
+      cache_get_u64(buf + 8, 4) != CACHE_FORMAT_VERSION ||
+      cache_get_u64(buf + 12, 4) != CACHE_HEADER_SIZE ||
+      memcmp(buf + 16, key, SHA256_BYTES) != 0)
+    return CACHE_CORRUPT;
+  uint64_t ncubin = cache_get_u64(buf + 48, 8);
+  uint64_t nlog = cache_get_u64(buf + 56, 8);
+  if (ncubin > CACHE_MAX_ENTRY || nlog > CACHE_MAX_ENTRY ||
+      CACHE_HEADER_SIZE + ncubin + nlog != size)
+    return CACHE_CORRUPT;
+  CacheBlob view = {(unsigned char *)buf + CACHE_HEADER_SIZE, ncubin,
+                    (char *)buf + CACHE_HEADER_SIZE + ncubin, nlog};
+  unsigned char sum[SHA256_BYTES];
+  cache_checksum(&view, sum);
+  if (memcmp(sum, buf + 64, SHA256_BYTES) != 0) return CACHE_CORRUPT;
+  return cache_blob_copy(out, &view) == 0 ? CACHE_FOUND : CACHE_NOMEM;
+}
+
+static CacheRead cache_read_entry(const char *path,
+                                  const unsigned char key[SHA256_BYTES],
+                                  CacheBlob *out) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno == ENOENT ? CACHE_MISSING : CACHE_CORRUPT;
+  struct stat st;
+  CacheRead r = CACHE_CORRUPT;
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+      (uint64_t)st.st_size <= 2 * CACHE_MAX_ENTRY + CACHE_HEADER_SIZE) {
+    size_t size = (size_t)st.st_size;
+    unsigned char *buf = malloc(size ? size : 1);
+    if (!buf)
+      r = CACHE_NOMEM;
+    else if (cache_read_all(fd, buf, size) == 0)
+      r = cache_parse(buf, size, key, out);
+    free(buf);
+  }
+  close(fd);
+  return r;
+}
+
+static int cache_write_all(int fd, const void *p, size_t n) {
+  const unsigned char *b = p;
+  while (n > 0) {
+    ssize_t put = write(fd, b, n);
+    if (put < 0 && errno == EINTR) continue;
+    if (put <= 0) return -1;
+    b += put;
+    n -= (size_t)put;
+  }
+  return 0;
+}
+
+/* Temp file in the entry's directory, fsync, rename: the .bin name only
+ * ever points at a complete entry. Returns 0 or -1 with errno. */
+static int cache_write_entry(const char *dir, const char *path,
+                             const unsigned char key[SHA256_BYTES],
+                             const CacheBlob *b) {
+  char hex[SHA256_HEX];
+  sha256_hex(key, hex);
+  StrBuf tmp = {0};
+  sb_printf(&tmp, "%s/.tmp-%s-XXXXXX", dir, hex);
+  int fd = mkstemp(tmp.data);
+  if (fd < 0) {
+    int e = errno;
+    sb_free(&tmp);
+    errno = e;
+    return -1;
+  }
+  unsigned char h[CACHE_HEADER_SIZE];
+  cache_header(h, key, b);
+  int rc = cache_write_all(fd, h, sizeof h) == 0 &&
+                   cache_write_all(fd, b->cubin, b->cubin_len) == 0 &&
+                   cache_write_all(fd, b->log, b->log_len) == 0 &&
+                   fchmod(fd, 0644) == 0 && fsync(fd) == 0
+               ? 0
+               : -1;
+  int e = errno;
+  if (close(fd) != 0 && rc == 0) {
+    rc = -1;
+    e = errno;
+  }
+  if (rc == 0 && rename(tmp.data, path) != 0) {
+    rc = -1;
+    e = errno;
+  }
+  if (rc != 0) unlink(tmp.data);
+  sb_free(&tmp);
+  errno = e;
+  return rc;
+}
+
+/* ------------------------------------------------------------- lookups */
+
+/* Reads the entry at path; a corrupt one is removed (and counted). */
+static CacheRead cache_probe(Cache *c, const char *path,
+                             const unsigned char key[SHA256_BYTES],
+                             CacheBlob *out) {
+  CacheRead r = cache_read_entry(path, key, out);
+  if (r == CACHE_CORRUPT) {
+    unlink(path);
+    c->corrupt_removed++;
+  }
+  return r;
+}
+
+static int cache_lock(const char *path) {
+  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return -1;
+  while (flock(fd, LOCK_EX) != 0) {
+    if (errno != EINTR) {
+      int e = errno;
+      close(fd);
+      errno = e;
+      return -1;
+    }
+  }
+  return fd;
+}
+
+/* The lock file stays: unlinking it would let a waiter lock an orphaned
+ * inode while a newcomer locks a fresh one, and both would compile. */
+static void cache_unlock(int fd) {
+  flock(fd, LOCK_UN);
+  close(fd);
+}
+
+/* The disk path of cache_get; on return *done says whether out is filled
+ * (or an error returned). When not done, the disk cache was abandoned and
+ * the caller compiles without it. */
+static attn_status cache_disk_get(Cache *c, const char *arch,
+                                  const unsigned char key[SHA256_BYTES],
+                                  CacheCompileFn compile, void *user,
+                                  CacheBlob *out, StrBuf *err, bool *done) {
+  StrBuf dir = {0}, path = {0}, lock = {0};
+  attn_status st = ATTN_SUCCESS;
+  *done = true;
+  cache_entry_path(&path, c->root, arch, key, ".bin");
+  cache_entry_path(&lock, c->root, arch, key, ".lock");
+  sb_write(&dir, path.data, (size_t)(strrchr(path.data, '/') - path.data));
+
+  CacheRead r = cache_probe(c, path.data, key, out);
+  int fd = -1;
+  if (r == CACHE_FOUND) {
+    c->hits_disk++;
+  } else if (r == CACHE_NOMEM) {
+    st = ATTN_ERROR_OUT_OF_MEMORY;
+  } else if (cache_mkdirs(dir.data) != 0) {
+    cache_abandon_disk(c, "directory", dir.data, errno);
+    *done = false;
+  } else if ((fd = cache_lock(lock.data)) < 0) {
+    cache_abandon_disk(c, "lock", lock.data, errno);
+    *done = false;
+  } else if ((r = cache_probe(c, path.data, key, out)) == CACHE_FOUND) {
+    c->hits_disk++; /* another process compiled it while we waited */
+  } else if (r == CACHE_NOMEM) {
+    st = ATTN_ERROR_OUT_OF_MEMORY;
+  } else {
+    c->compiles++;
+    st = compile(user, out, err);
+    if (st == ATTN_SUCCESS &&
+        cache_write_entry(dir.data, path.data, key, out) != 0)
+      cache_warn(c, "cannot write", path.data, errno);
+  }
+  if (fd >= 0) cache_unlock(fd);
+  sb_free(&dir);
+  sb_free(&path);
+  sb_free(&lock);
+  return st;
+}
+
+attn_status cache_get(Cache *c, const char *arch,
+                      const unsigned char key[SHA256_BYTES],
+                      CacheCompileFn compile, void *user, CacheBlob *out,
+                      StrBuf *err) {
+  memset(out, 0, sizeof *out);
+  CacheMemEntry *e = cache_mem_find(c, key);
+  if (e) {
+    c->hits_mem++;
+    return cache_blob_copy(out, &e->blob) == 0 ? ATTN_SUCCESS
+                                                : ATTN_ERROR_OUT_OF_MEMORY;
+  }
+  CacheBlob blob = {0};
+  attn_status st = ATTN_SUCCESS;
+  bool done = false;
+  if (c->root) st = cache_disk_get(c, arch, key, compile, user, &blob, err,
+                                   &done);
+  if (!done) {
+    c->compiles++;
+    st = compile(user, &blob, err);
+  }
+  if (st != ATTN_SUCCESS) {
+    cache_blob_free(&blob);
+    return st;
+  }
+  if (cache_blob_copy(out, &blob) != 0 || cache_mem_add(c, key, &blob) != 0) {
+    cache_blob_free(&blob);
+    cache_blob_free(out);
+    return ATTN_ERROR_OUT_OF_MEMORY;
+  }
+  return ATTN_SUCCESS;
+}
+
+/* --------------------------------------------------- `attnc cache` tools */
+
+/* Calls fn on every file in ROOT/v1/ARCH/KK/, in no particular order. */
+typedef void (*CacheVisitFn)(void *user, const char *arch, const char *dir,
+                             const char *file);
+
+static int cache_walk_dir(const char *path, const char *arch,
+                          CacheVisitFn fn, void *user) {
+  DIR *d = opendir(path);
+  if (!d) return errno == ENOENT || errno == ENOTDIR ? 0 : -1;
+  struct dirent *de;
+  while ((de = readdir(d)) != NULL) {
+    if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+      continue;
+    fn(user, arch ? arch : de->d_name, path, de->d_name);
+  }
+  closedir(d);
+  return 0;
+}
+
+typedef struct CacheWalk {
+  CacheVisitFn fn;
+  void *user;
+  int failed;
+} CacheWalk;
+
+static void cache_walk_shard(void *user, const char *arch, const char *dir,
+                             const char *name) {
+  CacheWalk *w = user;
+  StrBuf p = {0};
+  sb_printf(&p, "%s/%s", dir, name);
+  if (cache_walk_dir(p.data, arch, w->fn, w->user) != 0) w->failed = 1;
+  sb_free(&p);
+}
+
+static void cache_walk_arch(void *user, const char *arch, const char *dir,
+                            const char *name) {
+  CacheWalk *w = user;
+  StrBuf p = {0};
+  sb_printf(&p, "%s/%s", dir, name);
+  CacheWalk inner = {w->fn, w->user, 0};
+  struct stat st;
+  if (stat(p.data, &st) == 0 && S_ISDIR(st.st_mode) &&
+      cache_walk_dir(p.data, arch, cache_walk_shard, &inner) != 0)
+    w->failed = 1;
+  w->failed |= inner.failed;
+  sb_free(&p);
+}
+
+static int cache_walk(const char *root, CacheVisitFn fn, void *user) {
+  StrBuf v1 = {0};
+  sb_printf(&v1, "%s/v1", root);
+  CacheWalk w = {fn, user, 0};
+  int rc = cache_walk_dir(v1.data, NULL, cache_walk_arch, &w);
+  sb_free(&v1);
+  return rc == 0 && !w.failed ? 0 : -1;
+}
+
+static bool cache_has_suffix(const char *s, const char *suffix) {
+  size_t n = strlen(s), m = strlen(suffix);
+  return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+typedef struct CacheLines {
+  char **v;
+  int n, cap;
+  bool nomem;
+} CacheLines;
+
+static void cache_list_one(void *user, const char *arch, const char *dir,
+                           const char *name) {
+  CacheLines *lines = user;
+  if (!cache_has_suffix(name, ".bin") || name[0] == '.') return;
+  StrBuf p = {0};
+  sb_printf(&p, "%s/%s", dir, name);
+  struct stat st;
+  if (stat(p.data, &st) == 0 && S_ISREG(st.st_mode)) {
+    char when[32];
+    struct tm tm;
+    time_t t = st.st_mtime;
+    strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", gmtime_r(&t, &tm));
+    p.len = 0;
+    sb_printf(&p, "%s %.*s %lld %s UTC\n", arch, (int)(strlen(name) - 4),
+              name, (long long)st.st_size, when);
+    if (lines->n == lines->cap) {
+      int cap = lines->cap ? 2 * lines->cap : 16;
+      char **v = realloc(lines->v, sizeof *v * (size_t)cap);
+      if (!v) {
+        lines->nomem = true;
+        sb_free(&p);
+        return;
+      }
+      lines->v = v;
+      lines->cap = cap;
+    }
+    lines->v[lines->n++] = p.data;
+    return;
+  }
+  sb_free(&p);
+}
+
+static int cache_cmp_lines(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int cache_list(const char *root, StrBuf *out) {
+  CacheLines lines = {0};
+  int rc = cache_walk(root, cache_list_one, &lines);
+  if (lines.n) qsort(lines.v, (size_t)lines.n, sizeof *lines.v,
+                     cache_cmp_lines);
+  for (int i = 0; i < lines.n; i++) {
+    if (rc == 0 && !lines.nomem) sb_puts(out, lines.v[i]);
+    free(lines.v[i]);
+  }
+  free(lines.v);
+  if (rc != 0 || lines.nomem) {
+    out->len = 0;
+    sb_printf(out, "cannot read the kernel cache at %s/v1: %s", root,
+              lines.nomem ? "out of memory" : strerror(errno));
+    return -1;
+  }
+  return 0;
+}
+
+typedef struct CacheClear {
+  long entries, failed;
+  long long bytes;
+  int err;
+} CacheClear;
+
+/* Removes only what the cache writes: entries, locks and temp files. */
+static void cache_clear_one(void *user, const char *arch, const char *dir,
+                            const char *name) {
+  CacheClear *cc = user;
+  bool entry = cache_has_suffix(name, ".bin") && name[0] != '.';
+  if (!entry && !cache_has_suffix(name, ".lock") &&
+      strncmp(name, ".tmp-", 5) != 0)
+    return;
+  StrBuf p = {0};
+  sb_printf(&p, "%s/%s", dir, name);
+  struct stat st;
+  long long size = stat(p.data, &st) == 0 ? (long long)st.st_size : 0;
+  if (unlink(p.data) == 0) {
+    if (entry) {
+      cc->entries++;
+      cc->bytes += size;
+    }
+  } else if (errno != ENOENT) {
+    cc->failed++;
+    cc->err = errno;
+  }
+  sb_free(&p);
+}
+
+/* Then the emptied directories, deepest first; non-empty ones stay. */
+static void cache_rmdir_shard(void *user, const char *arch, const char *dir,
+                              const char *name) {
+  StrBuf p = {0};
+  sb_printf(&p, "%s/%s", dir, name);
+  rmdir(p.data);
+  sb_free(&p);
+}
+
+static void cache_rmdir_arch(void *user, const char *arch, const char *dir,
+                             const char *name) {
+  StrBuf p = {0};
+  sb_printf(&p, "%s/%s", dir, name);
+  struct stat st;
+  if (stat(p.data, &st) == 0 && S_ISDIR(st.st_mode)) {
+    cache_walk_dir(p.data, arch, cache_rmdir_shard, NULL);
+    rmdir(p.data);
+  }
+  sb_free(&p);
+}
+
+int cache_clear(const char *root, StrBuf *out) {
+  CacheClear cc = {0};
+  int rc = cache_walk(root, cache_clear_one, &cc);
+  int walk_errno = errno;
+  StrBuf v1 = {0};
+  sb_printf(&v1, "%s/v1", root);
+  cache_walk_dir(v1.data, NULL, cache_rmdir_arch, NULL);
+  rmdir(v1.data);
+  if (rc != 0 || cc.failed) {
+    sb_printf(out, "cannot clear the kernel cache at %s: %s", v1.data,
+              strerror(cc.failed ? cc.err : walk_errno));
+    sb_free(&v1);
+    return -1;
+  }
+  sb_printf(out, "removed %ld cached kernel%s (%lld bytes) from %s\n",
+            cc.entries, cc.entries == 1 ? "" : "s", cc.bytes, v1.data);
+  sb_free(&v1);
+  return 0;
+}

@@ -1,0 +1,34 @@
+/*
+ * check.h: run a graph on the GPU on the CPU reference's inputs (check.c).
+ * Used by `attnc run`, tests/gpu and bench/; not part of the public API.
+ */
+#ifndef ATTN_CHECK_H
+#define ATTN_CHECK_H
+
+#include "attn.h"
+#include "attnc.h"
+
+typedef struct ChkOptions {
+  bool bshd;        /* store q, k, v and o as [B, S, H, D] views */
+  bool count_tiles; /* count the key tiles the kernel loads */
+  int bench_iters;  /* > 0: time that many launches, median in ms */
+} ChkOptions;
+
+typedef struct ChkResult {
+  double **outputs; /* by tensor index: the output's values, else NULL */
+  unsigned long long tiles_visited;
+  double ms;
+} ChkResult;
+
+/* Sets the shapes of args's output tensors from the inputs' dims. */
+int chk_output_shapes(RefArgs *args, StrBuf *err);
+/* Uploads args's inputs, poisons the outputs, binds every scalar, launches
+ * once and reads the outputs back (optionally counts tiles and times).
+ * Errors come back as a status with the reason in err. */
+attn_status chk_run_gpu(attn_context *ctx, attn_graph *graph, const RefArgs *args,
+                        const ChkOptions *o, ChkResult *res, StrBuf *err);
+void chk_result_free(ChkResult *res, int ntensors);
+/* The relative L2 error a correct kernel stays under, by output dtype. */
+double chk_tolerance(DType out_type);
+
+#endif

@@ -1,0 +1,75 @@
+/*
+ * common.cuh: device helpers the emitted hooks call, shared by every
+ * template. Included once per translation unit, after attn_abi.h and
+ * before the graphs. No #include: NVRTC compiles this with no headers.
+ *
+ * Tensor reads inside the hooks go through attn_ld_*: the subscripts are
+ * checked against the bound sizes, and an out-of-range read gives 0, never
+ * memory outside the tensor (docs/language.md). A dimension declared as
+ * literal 1 is passed subscript 0, so it broadcasts.
+ */
+
+[[maybe_unused]] static __device__ __forceinline__ float attn_neg_inf() { return __int_as_float(0xff800000); }
+[[maybe_unused]] static __device__ __forceinline__ float attn_pos_inf() { return __int_as_float(0x7f800000); }
+
+[[maybe_unused]] static __device__ __forceinline__ float attn_sigmoid(float x) { return 1.0f / (1.0f + __expf(-x)); }
+
+[[maybe_unused]] static __device__ __forceinline__ long long attn_floordiv(long long a, long long b) {
+  long long q = a / b;
+  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+[[maybe_unused]] static __device__ __forceinline__ long long attn_ceildiv(long long a, long long b) {
+  return -attn_floordiv(-a, b);
+}
+
+/* Element offset of (x0..x3), or -1 when a subscript is out of range. */
+[[maybe_unused]] static __device__ __forceinline__ long long attn_offset(const attn_tensor_arg &t, long long x0,
+                                                        long long x1, long long x2,
+                                                        long long x3) {
+  if ((unsigned long long)x0 >= (unsigned long long)t.size[0] ||
+      (unsigned long long)x1 >= (unsigned long long)t.size[1] ||
+      (unsigned long long)x2 >= (unsigned long long)t.size[2] ||
+      (unsigned long long)x3 >= (unsigned long long)t.size[3])
+    return -1;
+  return x0 * t.stride[0] + x1 * t.stride[1] + x2 * t.stride[2] + x3 * t.stride[3];
+}
+
+[[maybe_unused]] static __device__ __forceinline__ float attn_bf16_to_f32(unsigned short h) {
+  return __uint_as_float((unsigned)h << 16);
+}
+[[maybe_unused]] static __device__ __forceinline__ float attn_f16_to_f32(unsigned short h) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+}
+/* OCP FP8 E4M3 (finite, NaN at S.1111.111) and E5M2 (the top byte of an
+ * f16), decoded in software so sm_80 needs no FP8 instructions. */
+[[maybe_unused]] static __device__ __forceinline__ float attn_e4m3_to_f32(unsigned char x) {
+  unsigned e = (x >> 3) & 15u, m = x & 7u;
+  float mag = e == 15u && m == 7u ? __int_as_float(0x7fc00000)
+              : e == 0u           ? (float)m * 0.001953125f /* 2^-9 */
+                                  : __uint_as_float(((e + 120u) << 23) | (m << 20));
+  return (x & 0x80u) ? -mag : mag;
+}
+[[maybe_unused]] static __device__ __forceinline__ float attn_e5m2_to_f32(unsigned char x) {
+  return attn_f16_to_f32((unsigned short)((unsigned)x << 8));
+}
+
+#define ATTN_DEFINE_LOAD(name, T, storage, convert)                                    \
+  [[maybe_unused]] static __device__ __forceinline__ T name(const attn_tensor_arg &t, long long x0,     \
+                                           long long x1, long long x2, long long x3) { \
+    long long off = attn_offset(t, x0, x1, x2, x3);                                    \
+    if (off < 0) return (T)0;                                                          \
+    return convert(__ldg((const storage *)t.ptr + off));                               \
+  }
+#define ATTN_SAME(x) (x)
+ATTN_DEFINE_LOAD(attn_ld_f32, float, float, ATTN_SAME)
+ATTN_DEFINE_LOAD(attn_ld_bf16, float, unsigned short, attn_bf16_to_f32)
+ATTN_DEFINE_LOAD(attn_ld_f16, float, unsigned short, attn_f16_to_f32)
+ATTN_DEFINE_LOAD(attn_ld_e4m3, float, unsigned char, attn_e4m3_to_f32)
+ATTN_DEFINE_LOAD(attn_ld_e5m2, float, unsigned char, attn_e5m2_to_f32)
+ATTN_DEFINE_LOAD(attn_ld_i32, int, int, ATTN_SAME)
+ATTN_DEFINE_LOAD(attn_ld_u64, unsigned long long, unsigned long long, ATTN_SAME)
+ATTN_DEFINE_LOAD(attn_ld_bool, bool, unsigned char, (bool))
+#undef ATTN_DEFINE_LOAD
+#undef ATTN_SAME

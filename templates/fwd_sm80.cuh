@@ -1,0 +1,493 @@
+/*
+ * fwd_sm80.cuh: the portable forward flash-attention template (sm_80 and
+ * later, Hopper included), FlashAttention-2 style.
+ *
+ * Device-only text for NVRTC: it includes nothing. The emitter pastes it,
+ * once per graph, inside that graph's namespace, after attn_abi.h and the
+ * graph's ATTN_* definitions; the graph's hooks may come before or after
+ * (they are declared below). Everything here lives in the namespace it is
+ * pasted into, and the ATTN_* macros are read into constants at the point
+ * of inclusion, so the emitter may redefine them before the next graph.
+ *
+ * Shape of the computation (docs/templates.md has the whole contract):
+ * - A CTA owns ATTN_BM query rows of one (batch, head); each of its
+ *   ATTN_WARPS warps owns 16 of them, so BM = 16 * WARPS.
+ * - Q is loaded once into shared memory (cp.async) and, for head dims up
+ *   to 128, copied into registers as mma A fragments; for 256 it stays in
+ *   shared memory and is re-read per tile (the registers go to O).
+ * - K and V tiles of ATTN_BN keys stream through two shared-memory stages
+ *   with cp.async, zero-filled beyond Skv: the next tile's load is in
+ *   flight while the current one is multiplied.
+ * - S = Q K^T and O += P V use mma.sync m16n8k16 (f16/bf16 in, f32 acc).
+ *   P never leaves registers: the S accumulator layout is exactly the A
+ *   operand layout once packed to 16 bits. V is read with ldmatrix.trans.
+ * - Shared-memory rows are 16-byte chunks XOR-swizzled by (row & 7), so
+ *   the eight row addresses of every ldmatrix phase hit distinct banks.
+ * - Online softmax in base 2 with a safe max: a row whose keys are all
+ *   masked ends with O = 0 and lse = -inf, never NaN.
+ */
+
+/* ------------------------------------------------------ configuration */
+
+#if !defined(ATTN_D_QK) || !defined(ATTN_D_V) || !defined(ATTN_BM) ||     \
+    !defined(ATTN_BN) || !defined(ATTN_WARPS)
+#error "fwd_sm80.cuh needs ATTN_D_QK, ATTN_D_V, ATTN_BM, ATTN_BN, ATTN_WARPS"
+#endif
+#if !defined(ATTN_TQ) || !defined(ATTN_TK) || !defined(ATTN_TV) ||         \
+    !defined(ATTN_TO) || !defined(ATTN_TLSE)
+#error "fwd_sm80.cuh needs the tensor slots ATTN_TQ/TK/TV/TO/TLSE"
+#endif
+
+constexpr int fwd80_dqk = ATTN_D_QK;
+constexpr int fwd80_dv = ATTN_D_V;
+constexpr int fwd80_bm = ATTN_BM;
+constexpr int fwd80_bn = ATTN_BN;
+constexpr int fwd80_warps = ATTN_WARPS;
+constexpr int fwd80_threads = ATTN_WARPS * 32;
+constexpr int fwd80_tq = ATTN_TQ;
+constexpr int fwd80_tk = ATTN_TK;
+constexpr int fwd80_tv = ATTN_TV;
+constexpr int fwd80_to = ATTN_TO;
+constexpr int fwd80_tlse = ATTN_TLSE;
+
+#if defined(ATTN_IN_BF16) && !defined(ATTN_IN_F16)
+constexpr bool fwd80_in_bf16 = true;
+#elif defined(ATTN_IN_F16) && !defined(ATTN_IN_BF16)
+constexpr bool fwd80_in_bf16 = false;
+#else
+#error "define exactly one of ATTN_IN_BF16, ATTN_IN_F16"
+#endif
+
+/* Output element: 0 bf16, 1 f16, 2 f32. */
+#if defined(ATTN_OUT_BF16) && !defined(ATTN_OUT_F16) && !defined(ATTN_OUT_F32)
+constexpr int fwd80_out_kind = 0;
+#elif defined(ATTN_OUT_F16) && !defined(ATTN_OUT_BF16) && !defined(ATTN_OUT_F32)
+constexpr int fwd80_out_kind = 1;
+#elif defined(ATTN_OUT_F32) && !defined(ATTN_OUT_BF16) && !defined(ATTN_OUT_F16)
+constexpr int fwd80_out_kind = 2;
+#else
+#error "define exactly one of ATTN_OUT_BF16, ATTN_OUT_F16, ATTN_OUT_F32"
+#endif
+
+/* Head dims are whole multiples of 64 so that a row holds a multiple of
+ * eight 16-byte chunks, which the (row & 7) swizzle needs. */
+static_assert(fwd80_dqk % 64 == 0 && fwd80_dqk <= 256, "D_QK: 64, 128 or 256");
+static_assert(fwd80_dv % 64 == 0 && fwd80_dv <= 256, "D_V: 64, 128 or 256");
+static_assert(fwd80_bm == 16 * fwd80_warps, "each warp owns 16 query rows");
+static_assert(fwd80_bn % 16 == 0 && fwd80_bn >= 16, "BN: a multiple of 16");
+
+/* Q fragments stay in registers up to D 128; at 256 the O accumulator
+ * needs those registers, so Q is re-read from shared memory per tile. */
+constexpr bool fwd80_q_in_regs = fwd80_dqk <= 128;
+
+/* Shared memory, in bytes: the Q tile, then two stages of (K tile, V
+ * tile). compiler/tmpl_sm80.c computes the same number. */
+constexpr int fwd80_q_bytes = fwd80_bm * fwd80_dqk * 2;
+constexpr int fwd80_k_bytes = fwd80_bn * fwd80_dqk * 2;
+constexpr int fwd80_v_bytes = fwd80_bn * fwd80_dv * 2;
+constexpr int fwd80_stage_bytes = fwd80_k_bytes + fwd80_v_bytes;
+constexpr int attn_fwd_sm80_smem_bytes = fwd80_q_bytes + 2 * fwd80_stage_bytes;
+
+/* ----------------------------------------------------------- the hooks */
+
+__device__ __forceinline__ float attn_score(float acc, int b, int h, int i,
+                                            int j, const attn_params &p);
+__device__ __forceinline__ bool attn_keep(int b, int h, int i, int j,
+                                          const attn_params &p);
+__device__ __forceinline__ void attn_kv_bounds(int b, int h, int i0, int i1,
+                                               const attn_params &p,
+                                               int &j_lo, int &j_hi);
+__device__ __forceinline__ int attn_tile_class(int b, int h, int i0, int i1,
+                                               int j0, int j1,
+                                               const attn_params &p);
+__device__ __forceinline__ float attn_out(float o, int b, int h, int i, int d,
+                                          const attn_params &p);
+
+/* ------------------------------------------------------ PTX wrappers */
+
+static __device__ __forceinline__ unsigned fwd80_smem_addr(const void *ptr) {
+  unsigned addr;
+  asm("{ .reg .u64 a64; cvta.to.shared.u64 a64, %1; cvt.u32.u64 %0, a64; }"
+      : "=r"(addr)
+      : "l"(ptr));
+  return addr;
+}
+
+/* 16-byte global->shared copy; src_bytes 0 fills the chunk with zeros. */
+static __device__ __forceinline__ void fwd80_cp_async16(unsigned dst,
+                                                        const void *src,
+                                                        int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst),
+               "l"(src), "r"(src_bytes)
+               : "memory");
+}
+
+static __device__ __forceinline__ void fwd80_cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+template <int N> static __device__ __forceinline__ void fwd80_cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+static __device__ __forceinline__ void fwd80_ldsm_x4(unsigned (&r)[4],
+                                                     unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+static __device__ __forceinline__ void fwd80_ldsm_x4_trans(unsigned (&r)[4],
+                                                           unsigned addr) {
+  asm volatile(
+      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+      : "r"(addr));
+}
+
+/* d += a * b for one m16n8k16 tile, f32 accumulators. */
+static __device__ __forceinline__ void fwd80_mma(float (&d)[4],
+                                                 const unsigned (&a)[4],
+                                                 unsigned b0, unsigned b1) {
+  if constexpr (fwd80_in_bf16) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0),
+                   "r"(b1));
+  } else {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0),
+                   "r"(b1));
+  }
+}
+
+/* Two floats to one register of two 16-bit values, lo in the low half.
+ * cvt's first source lands in the upper half. */
+static __device__ __forceinline__ unsigned fwd80_pack_bf16(float lo, float hi) {
+  unsigned r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+static __device__ __forceinline__ unsigned fwd80_pack_f16(float lo, float hi) {
+  unsigned r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+static __device__ __forceinline__ unsigned fwd80_pack_in(float lo, float hi) {
+  if constexpr (fwd80_in_bf16)
+    return fwd80_pack_bf16(lo, hi);
+  else
+    return fwd80_pack_f16(lo, hi);
+}
+
+static __device__ __forceinline__ float fwd80_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+/* ------------------------------------------------------ tile movement */
+
+/* Byte offset of 16-byte chunk c of row r in a swizzled tile whose rows
+ * are row_bytes long. */
+static __device__ __forceinline__ unsigned fwd80_swz(int r, int c,
+                                                     int row_bytes) {
+  return (unsigned)(r * row_bytes + ((c ^ (r & 7)) << 4));
+}
+
+/* Starts the copy of ROWS rows of D elements (rows row0.. of a tensor
+ * whose row stride is row_stride elements) into a swizzled tile; rows at
+ * or beyond row_end are zero-filled so they contribute nothing. Thread tid
+ * copies chunk tid % (D/8) of every (threads / (D/8))-th row, so its
+ * source advances by a fixed step: one 64-bit pointer, not one per copy. */
+template <int ROWS, int D>
+static __device__ __forceinline__ void
+fwd80_load_tile(unsigned dst, const unsigned short *base, long long row_stride,
+                int row0, int row_end, int tid) {
+  constexpr int chunks = D / 8;
+  constexpr int step = fwd80_threads / chunks; /* rows per pass */
+  static_assert(fwd80_threads % chunks == 0 && ROWS % step == 0,
+                "tile chunks divide the CTA");
+  const int c = tid % chunks, r0 = tid / chunks;
+  const unsigned short *src = base + (long long)(row0 + r0) * row_stride + c * 8;
+  const long long src_step = (long long)step * row_stride;
+#pragma unroll
+  for (int k = 0; k < ROWS / step; ++k) {
+    const int r = r0 + k * step;
+    const bool in = row0 + r < row_end;
+    fwd80_cp_async16(dst + fwd80_swz(r, c, D * 2), in ? src : base, in ? 16 : 0);
+    src += src_step;
+  }
+}
+
+/* ------------------------------------------------------- the kernel body */
+
+/* Applies the score chain to one S tile; GENERAL also drops elements out
+ * of range (their hooks are never called: they may load from tensors) and,
+ * when mask is set, those attn_keep rejects. */
+template <bool GENERAL>
+static __device__ __forceinline__ void
+fwd80_scores(float (&s)[fwd80_bn / 8][4], int b, int h, int i_row, int j_col,
+             bool mask, const attn_params &p) {
+  const float neg_inf = __int_as_float(0xff800000);
+#pragma unroll
+  for (int nt = 0; nt < fwd80_bn / 8; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      int i = i_row + (e >> 1) * 8;
+      int j = j_col + nt * 8 + (e & 1);
+      if (GENERAL) {
+        bool keep = i < p.Sq && j < p.Skv && (!mask || attn_keep(b, h, i, j, p));
+        s[nt][e] = keep ? attn_score(s[nt][e], b, h, i, j, p) : neg_inf;
+      } else {
+        s[nt][e] = attn_score(s[nt][e], b, h, i, j, p);
+      }
+    }
+  }
+}
+
+__device__ __forceinline__ void attn_fwd_sm80(const attn_params &p) {
+  extern __shared__ __align__(128) unsigned char fwd80_smem[];
+  const float neg_inf = __int_as_float(0xff800000);
+  const float log2e = 1.4426950408889634f;
+
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, t = lane & 3; /* mma fragment coordinates */
+  const int m_block = (int)gridDim.x - 1 - (int)blockIdx.x; /* heavy first */
+  const int h = blockIdx.y, b = blockIdx.z;
+  const int hk = h / (p.H / p.Hk);
+  const int i0 = m_block * fwd80_bm;
+  const int i_last = min(i0 + fwd80_bm, p.Sq) - 1;
+  const bool row_edge = i0 + fwd80_bm > p.Sq;
+
+  const attn_tensor_arg &tq = p.t[fwd80_tq];
+  const attn_tensor_arg &tk = p.t[fwd80_tk];
+  const attn_tensor_arg &tv = p.t[fwd80_tv];
+  const unsigned short *qg = (const unsigned short *)tq.ptr +
+                             b * tq.stride[0] + h * tq.stride[1];
+  const unsigned short *kg = (const unsigned short *)tk.ptr +
+                             b * tk.stride[0] + hk * tk.stride[1];
+  const unsigned short *vg = (const unsigned short *)tv.ptr +
+                             b * tv.stride[0] + hk * tv.stride[1];
+
+  const unsigned sq = fwd80_smem_addr(fwd80_smem);
+  const unsigned skv = sq + fwd80_q_bytes; /* stage s at skv + s*stage */
+
+  /* Key tiles to visit: those overlapping the hook's bounds. */
+  int j_lo = 0, j_hi = p.Skv;
+  attn_kv_bounds(b, h, i0, i_last, p, j_lo, j_hi);
+  j_lo = max(j_lo, 0);
+  j_hi = min(j_hi, p.Skv);
+  const int n_begin = j_lo / fwd80_bn;
+  const int n_end = j_hi > j_lo ? (j_hi + fwd80_bn - 1) / fwd80_bn : n_begin;
+
+  /* The next tile at or after n that is not fully masked. */
+  auto next_live = [&](int n) {
+    for (; n < n_end; ++n) {
+      int j0 = n * fwd80_bn;
+      int j1 = min(j0 + fwd80_bn, p.Skv) - 1;
+      if (attn_tile_class(b, h, i0, i_last, j0, j1, p) != 0)
+        break;
+    }
+    return n;
+  };
+  auto load_kv = [&](int n, int stage) {
+    unsigned dst = skv + stage * fwd80_stage_bytes;
+    fwd80_load_tile<fwd80_bn, fwd80_dqk>(dst, kg, tk.stride[2], n * fwd80_bn,
+                                         p.Skv, tid);
+    fwd80_load_tile<fwd80_bn, fwd80_dv>(dst + fwd80_k_bytes, vg, tv.stride[2],
+                                        n * fwd80_bn, p.Skv, tid);
+  };
+
+  /* Group 0: Q. Group 1: the first live K/V tile (maybe empty). */
+  fwd80_load_tile<fwd80_bm, fwd80_dqk>(sq, qg, tq.stride[2], i0, p.Sq, tid);
+  fwd80_cp_async_commit();
+  int n = next_live(n_begin);
+  if (n < n_end)
+    load_kv(n, 0);
+  fwd80_cp_async_commit();
+
+  /* Per-lane ldmatrix byte offsets (docs/templates.md has the maps).
+   * Every address's swizzle key is lane & 7, and XOR with it only touches
+   * the low three bits of a chunk index, so chunk c of a row lands at
+   * ((c & 7) ^ key) + (c & ~7): four per-lane offsets (one per value of
+   * c & 7 / 2) plus compile-time immediates cover every ldmatrix. */
+  const int sw = lane & 7;
+  unsigned q_off[4], k_off[4], v_off[4];
+#pragma unroll
+  for (int c = 0; c < 4; ++c) {
+    /* A operand of Q: rows 0-15 of the warp's strip, then k 0-7 / 8-15. */
+    q_off[c] = (warp * 16 + (lane & 15)) * fwd80_dqk * 2 +
+               (((2 * c + (lane >> 4)) ^ sw) << 4);
+    /* B operand of K for two n8 tiles: keys 0-7 / 8-15 by lane >> 4. */
+    k_off[c] = ((lane & 7) + ((lane >> 4) << 3)) * fwd80_dqk * 2 +
+               (((2 * c + ((lane >> 3) & 1)) ^ sw) << 4);
+    /* Transposed B operand of V: keys 0-15, then dv 0-7 / 8-15. */
+    v_off[c] = ((lane & 7) + (((lane >> 3) & 1) << 3)) * fwd80_dv * 2 +
+               (((2 * c + (lane >> 4)) ^ sw) << 4);
+  }
+
+  unsigned qf[fwd80_q_in_regs ? fwd80_dqk / 16 : 1][4];
+  if constexpr (fwd80_q_in_regs) {
+    fwd80_cp_async_wait<1>();
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < fwd80_dqk / 16; ++kk)
+      fwd80_ldsm_x4(qf[kk], sq + q_off[kk & 3] + (kk >> 2) * 128);
+  }
+
+  float o[fwd80_dv / 8][4];
+#pragma unroll
+  for (int nt = 0; nt < fwd80_dv / 8; ++nt)
+    o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.f;
+  float row_max[2] = {neg_inf, neg_inf}; /* natural-log units */
+  float row_sum[2] = {0.f, 0.f};         /* this lane's partial sums */
+
+  const int i_row = i0 + warp * 16 + g;
+  int stage = 0;
+  unsigned long long visited = 0;
+  while (n < n_end) {
+    const int nn = next_live(n + 1);
+    if (nn < n_end)
+      load_kv(nn, stage ^ 1);
+    fwd80_cp_async_commit();
+    fwd80_cp_async_wait<1>(); /* tile n (and Q) have landed */
+    __syncthreads();
+    ++visited;
+
+    const unsigned ks = skv + stage * fwd80_stage_bytes;
+    const unsigned vs = ks + fwd80_k_bytes;
+
+    /* S = Q K^T */
+    float s[fwd80_bn / 8][4];
+#pragma unroll
+    for (int nt = 0; nt < fwd80_bn / 8; ++nt)
+      s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < fwd80_dqk / 16; ++kk) {
+      unsigned qa[4];
+      if constexpr (fwd80_q_in_regs) {
+        qa[0] = qf[kk][0], qa[1] = qf[kk][1], qa[2] = qf[kk][2],
+        qa[3] = qf[kk][3];
+      } else {
+        fwd80_ldsm_x4(qa, sq + q_off[kk & 3] + (kk >> 2) * 128);
+      }
+#pragma unroll
+      for (int np = 0; np < fwd80_bn / 16; ++np) {
+        unsigned kb[4];
+        fwd80_ldsm_x4(kb, ks + k_off[kk & 3] + (kk >> 2) * 128 +
+                              np * 16 * fwd80_dqk * 2);
+        fwd80_mma(s[2 * np], qa, kb[0], kb[1]);
+        fwd80_mma(s[2 * np + 1], qa, kb[2], kb[3]);
+      }
+    }
+
+    /* The score chain and the masks. */
+    const int j0 = n * fwd80_bn;
+    const int j1 = min(j0 + fwd80_bn, p.Skv) - 1;
+    const int cls = attn_tile_class(b, h, i0, i_last, j0, j1, p);
+    const bool col_edge = j0 + fwd80_bn > p.Skv;
+    if (cls == 2 && !row_edge && !col_edge)
+      fwd80_scores<false>(s, b, h, i_row, j0 + 2 * t, false, p);
+    else
+      fwd80_scores<true>(s, b, h, i_row, j0 + 2 * t, cls != 2, p);
+
+    /* Online softmax, rows g (r = 0) and g + 8 (r = 1). */
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = row_max[r];
+#pragma unroll
+      for (int nt = 0; nt < fwd80_bn / 8; ++nt)
+        mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      /* Safe max: with every key so far masked, subtract 0, not -inf. */
+      const float base = mx == neg_inf ? 0.f : mx * log2e;
+      const float alpha = fwd80_exp2(row_max[r] * log2e - base);
+      row_max[r] = mx;
+      float sum = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < fwd80_bn / 8; ++nt) {
+        s[nt][2 * r] = fwd80_exp2(fmaf(s[nt][2 * r], log2e, -base));
+        s[nt][2 * r + 1] = fwd80_exp2(fmaf(s[nt][2 * r + 1], log2e, -base));
+        sum += s[nt][2 * r] + s[nt][2 * r + 1];
+      }
+      row_sum[r] = row_sum[r] * alpha + sum;
+#pragma unroll
+      for (int nt = 0; nt < fwd80_dv / 8; ++nt) {
+        o[nt][2 * r] *= alpha;
+        o[nt][2 * r + 1] *= alpha;
+      }
+    }
+
+    /* O += P V, P straight from the S registers. */
+#pragma unroll
+    for (int kk = 0; kk < fwd80_bn / 16; ++kk) {
+      unsigned pa[4];
+      pa[0] = fwd80_pack_in(s[2 * kk][0], s[2 * kk][1]);
+      pa[1] = fwd80_pack_in(s[2 * kk][2], s[2 * kk][3]);
+      pa[2] = fwd80_pack_in(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      pa[3] = fwd80_pack_in(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+      for (int np = 0; np < fwd80_dv / 16; ++np) {
+        unsigned vb[4];
+        fwd80_ldsm_x4_trans(vb, vs + v_off[np & 3] + (np >> 2) * 128 +
+                                    kk * 16 * fwd80_dv * 2);
+        fwd80_mma(o[2 * np], pa, vb[0], vb[1]);
+        fwd80_mma(o[2 * np + 1], pa, vb[2], vb[3]);
+      }
+    }
+
+    __syncthreads(); /* this stage may be overwritten from now on */
+    n = nn;
+    stage ^= 1;
+  }
+  fwd80_cp_async_wait<0>();
+
+  if (tid == 0 && p.tiles_visited)
+    atomicAdd(p.tiles_visited, visited);
+
+  /* Normalize and store. */
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = row_sum[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    const int i = i_row + r * 8;
+    if (i >= p.Sq)
+      continue;
+    const attn_tensor_arg &to = p.t[fwd80_to];
+    const long long orow = b * to.stride[0] + h * to.stride[1] +
+                           (long long)i * to.stride[2];
+#pragma unroll
+    for (int nt = 0; nt < fwd80_dv / 8; ++nt) {
+      const int d = nt * 8 + 2 * t;
+      const float x0 = attn_out(o[nt][2 * r] * inv, b, h, i, d, p);
+      const float x1 = attn_out(o[nt][2 * r + 1] * inv, b, h, i, d + 1, p);
+      if constexpr (fwd80_out_kind == 2) {
+        float2 v;
+        v.x = x0, v.y = x1;
+        *(float2 *)((float *)to.ptr + orow + d) = v;
+      } else {
+        const unsigned v = fwd80_out_kind == 0 ? fwd80_pack_bf16(x0, x1)
+                                               : fwd80_pack_f16(x0, x1);
+        *(unsigned *)((unsigned short *)to.ptr + orow + d) = v;
+      }
+    }
+    if constexpr (fwd80_tlse >= 0) {
+      if (t == 0) {
+        const attn_tensor_arg &tl = p.t[fwd80_tlse >= 0 ? fwd80_tlse : 0];
+        const float lse = l > 0.f ? row_max[r] + logf(l) : neg_inf;
+        ((float *)tl.ptr)[b * tl.stride[0] + h * tl.stride[1] +
+                          (long long)i * tl.stride[2]] = lse;
+      }
+    }
+  }
+}

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# nvrtc.sh ATTNC: every example the matcher takes is compiled by NVRTC for
+# sm_80 and sm_90a, and each result must be a CUDA ELF (magic \177ELF,
+# e_machine 190 = EM_CUDA). Needs no GPU.
+set -u
+attnc=${1:?usage: nvrtc.sh ATTNC}
+pass=0 fail=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+for f in examples/*.attn; do
+  name=$(basename "${f%.attn}")
+  [ -f "tests/golden/emit/$name.err" ] && continue # the matcher refuses it
+  for arch in sm_80 sm_90a; do
+    out="$tmp/$name.$arch.cubin"
+    if ! ATTN_NO_CACHE=1 "$attnc" compile "$f" --arch "$arch" -o "$out" 2>"$tmp/err"; then
+      cat "$tmp/err"; echo "FAIL: $f for $arch"; fail=$((fail + 1)); continue
+    fi
+    magic=$(od -An -c -N4 "$out" | tr -d ' ')
+    machine=$(od -An -tu2 -j18 -N2 "$out" | tr -d ' ')
+    if [ "$magic" = '177ELF' ] && [ "$machine" = 190 ]; then pass=$((pass + 1))
+    else echo "FAIL: $f for $arch: not a CUDA ELF (magic '$magic', machine '$machine')"; fail=$((fail + 1)); fi
+  done
+done
+echo "nvrtc: $pass passed, $fail failed"
+[ $fail -eq 0 ]
