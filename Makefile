@@ -29,7 +29,7 @@ CFLAGS := -std=c17 -fPIC -D_GNU_SOURCE $(OPT) $(WARN)
 CPPFLAGS := -Icompiler -Iruntime -I$(BUILD)/gen -I$(CUDA)/include \
             -DATTNC_CUDA_HOME='"$(CUDA)"'
 LDFLAGS := $(SANFLAGS) -L$(CUDA)/lib64 -Wl,-rpath,$(CUDA)/lib64
-LDLIBS := -lnvrtc -ldl -lm -lpthread
+LDLIBS := -ldl -lm -lpthread
 
 GEN := $(BUILD)/gen
 TEMPLATES := $(sort $(wildcard templates/*.cuh)) runtime/attn_abi.h

@@ -408,12 +408,16 @@ typedef struct RefArgs {
   bool *scalar_unset;
 } RefArgs;
 
-/* Binds the dim symbols from the tensor shapes, checks them, evaluates the
- * graph and allocates+fills every output tensor's data (free with free();
- * a previous output data pointer is freed first, so it must come from
- * malloc). Values are doubles, not rounded to the output dtype. An explicit
- * cast to a float type (bf16(x)) rounds like the device does. Returns 0, or
- * -1 with a message in err (located where a node is to blame). */
+/* Binds the dim symbols from the input tensors' shapes (each from the
+ * first tensor naming it), checks them, evaluates the graph and
+ * allocates+fills every output tensor's data (free with free(); a previous
+ * output data pointer is freed first, so it must come from malloc), shaped
+ * from the bound dims. Arithmetic is in double and outputs are not rounded
+ * to their dtype; what the device also sees rounded is rounded here too:
+ * float constants and scalars to their declared type (0.35 is 0.35f) and
+ * explicit casts (bf16(x)). Integer ops follow C on int32 (wrapping) or
+ * uint64. Returns 0, or -1 with a message in err (prefixed with
+ * "file:line:col: " where a node is to blame). */
 int ref_forward(RefArgs *args, StrBuf *err);
 
 /* ------------------------------------------------- ref_data.c: test data */

@@ -148,6 +148,8 @@ static int compile_module(attn_context *ctx, const RunOptions *o, bool gpu, attn
     fprintf(stderr, "%s%s", msg, msg[0] && msg[strlen(msg) - 1] == '\n' ? "" : "\n");
     return st == ATTN_ERROR_SOURCE || st == ATTN_ERROR_UNSUPPORTED ? EXIT_INPUT : EXIT_NORUN;
   }
+  const char *warning = attn_context_warning(ctx);
+  if (warning && *warning) fprintf(stderr, "attnc: warning: %s\n", warning);
   const Cache *c = rt_context_cache(ctx);
   printf("compiled %s for %s in %.0f ms (%s)\n", o->file, rt_module_arch(*mod), now_ms() - t0,
          c->compiles ? "NVRTC" : "from the cache");

@@ -94,8 +94,8 @@ static void diag_echo(StrBuf *out, Loc loc) {
   sb_putc(out, '\n');
 }
 
-static void diag_emit(Diag *d, Loc loc, const char *kind, const char *fmt,
-                      va_list ap) {
+__attribute__((format(printf, 4, 0))) static void
+diag_emit(Diag *d, Loc loc, const char *kind, const char *fmt, va_list ap) {
   if (loc.src)
     sb_printf(&d->out, "%s:%d:%d: %s: ", loc.src->name, loc.line, loc.col,
               kind);

@@ -117,13 +117,6 @@ static void ref_counts(const RefCtx *c, unsigned dom, int64_t n[3]) {
   n[2] = (dom & DOM_D) ? c->Dv : 1;
 }
 
-int64_t ref_numel(const RefTensor *t) {
-  int64_t n = 1;
-  for (int k = 0; k < t->ndims; k++)
-    n *= t->shape[k];
-  return n;
-}
-
 /* -------------------------------------------------- checking the graph */
 
 static bool ref_is_tensor_operand(IrOp op) {
@@ -619,10 +612,13 @@ static double ref_apply(const IrNode *n, const double *x, int *fault) {
 
 static double ref_leaf(const RefCtx *c, const IrNode *n) {
   switch (n->op) {
+  /* A constant or scalar is a value of its declared type: the device
+   * receives 0.35 as the f32 0.35f, so the reference does too. */
   case IR_CONST:
-    return dtype_is_float(n->type) ? n->fval : (double)n->ival;
+    return dtype_is_float(n->type) ? ref_round(n->type, n->fval)
+                                   : (double)n->ival;
   case IR_SCALAR:
-    return c->args->scalars[n->ref];
+    return ref_round(c->g->scalars[n->ref].type, c->args->scalars[n->ref]);
   case IR_DIM:
     return (double)c->dimval[n->ref];
   case IR_INDEX:

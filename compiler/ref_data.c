@@ -217,6 +217,13 @@ double ref_from_bits(DType t, const void *p) {
 
 /* ---------------------------------------------------------- arguments */
 
+int64_t ref_numel(const RefTensor *t) {
+  int64_t n = 1;
+  for (int k = 0; k < t->ndims; k++)
+    n *= t->shape[k];
+  return n;
+}
+
 static int ref_data_fail(StrBuf *err, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 

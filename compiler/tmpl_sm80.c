@@ -46,7 +46,7 @@ int tmpl_sm80_config(int d_qk, int d_v, int in_bytes, int sm, Sm80Config *out) {
    * at 256 the O accumulator is 128 registers a thread, and the smaller
    * limits leave room only for 4 warps or 32-key tiles. */
   static const Sm80Candidate d64[] = {{128, 128, 8}, {128, 64, 8}, {64, 64, 4}};
-  static const Sm80Candidate d128[] = {{128, 64, 8}, {64, 64, 4}, {64, 32, 4}};
+  static const Sm80Candidate d128[] = {{128, 128, 8}, {128, 64, 8}, {64, 64, 4}};
   static const Sm80Candidate d256[] = {{128, 64, 8}, {64, 64, 4}, {64, 32, 4}};
   const Sm80Candidate *list;
   int n;

@@ -136,7 +136,11 @@ void sb_putc(StrBuf *sb, char c) { sb_write(sb, &c, 1); }
 
 void sb_puts(StrBuf *sb, const char *s) { sb_write(sb, s, strlen(s)); }
 
-void sb_vprintf(StrBuf *sb, const char *fmt, va_list ap) {
+/* The format attribute (absent from the header's declaration) lets
+ * -Wformat-nonliteral see that fmt is checked at our callers. */
+__attribute__((format(printf, 2, 0))) void sb_vprintf(StrBuf *sb,
+                                                      const char *fmt,
+                                                      va_list ap) {
   va_list ap2;
   va_copy(ap2, ap);
   int n = vsnprintf(NULL, 0, fmt, ap);

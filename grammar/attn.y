@@ -161,17 +161,15 @@ static AstExpr *parse_node(ParseState *ps, AstKind kind, YyLoc l) {
  * replaced by one AST_ERROR node whose depth stays over the limit, so the
  * enclosing nodes do not report it again. */
 static ExprVal parse_expr(ParseState *ps, AstExpr *e, int child_depth) {
-  if (child_depth > PARSE_MAX_DEPTH)
-    return (ExprVal){e, child_depth};
-  if (child_depth + 1 > PARSE_MAX_DEPTH) {
+  if (child_depth + 1 <= PARSE_MAX_DEPTH)
+    return (ExprVal){e, child_depth + 1};
+  if (child_depth <= PARSE_MAX_DEPTH)
     parse_error(ps, e->loc, "expression nested too deeply (the limit is %d "
                 "levels)", PARSE_MAX_DEPTH);
-    e->kind = AST_ERROR;
-    e->args = NULL;
-    e->nargs = 0;
-    return (ExprVal){e, PARSE_MAX_DEPTH + 1};
-  }
-  return (ExprVal){e, child_depth + 1};
+  e->kind = AST_ERROR;
+  e->args = NULL;
+  e->nargs = 0;
+  return (ExprVal){e, PARSE_MAX_DEPTH + 1};
 }
 
 static ExprVal parse_leaf(AstExpr *e) { return (ExprVal){e, 1}; }
@@ -325,15 +323,16 @@ file
 
 graph
   : graph_head stmts "}"         { ps->graph = NULL; }
-  | graph_head stmts error "}"   { ps->graph = NULL; }
+  | graph_head stmts error "}"   { ps->graph = NULL; yyerrok; }
   | graph_head stmts error {
       /* Reduced only at 'attention' or end of file: a missing '}'. The
        * lookahead's location (yylloc) is where the '}' belonged. */
       parse_report_unclosed(ps, yylloc);
       ps->graph = NULL;
+      yyerrok;
     }
-  | error "}"
-  | error
+  | error "}"                    { yyerrok; }
+  | error                        { yyerrok; }
   ;
 
 graph_head
@@ -394,7 +393,12 @@ stmt
       $$->name_locs = $2.locs;
       $$->nnames = $2.n;
     }
-  | error ";"                    { $$ = NULL; }
+  | error ";" {
+      /* A clean restart: report the next statement's errors at once
+       * rather than after bison's usual three quiet tokens. */
+      $$ = NULL;
+      yyerrok;
+    }
   ;
 
 grad_names
@@ -563,6 +567,8 @@ Loc parse_loc(const ParseState *ps, YyLoc l) {
 }
 
 void parse_error(ParseState *ps, Loc loc, const char *fmt, ...) {
+  if (ps->stopped)
+    return; /* past the cap: the parse is winding down */
   va_list ap;
   va_start(ap, fmt);
   StrBuf sb = {0};

@@ -1,15 +1,111 @@
 /* nvrtc.c: one generated translation unit -> cubin with NVRTC.
  *
- * NVRTC is linked normally (it ships with the toolkit and works without a
- * GPU); only libcuda is opened at run time. The option list is fixed and
- * ordered so it can go into the cache key exactly as passed. */
+ * NVRTC is opened at first need with dlopen, as cuda_driver.c opens
+ * libcuda: a program built ahead of time (`attnc build`) loads kernels from
+ * its own binary and never loads NVRTC unless it has to fall back to it,
+ * and libattn links neither library. Without NVRTC, compiling fails with
+ * "libnvrtc not found: ..." (ATTN_ERROR_COMPILE). The option list is fixed
+ * and ordered so it can go into the cache key exactly as passed. */
 #include <ctype.h>
+#include <dlfcn.h>
 #include <nvrtc.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "rt.h"
+
+#ifndef ATTNC_CUDA_HOME
+#define ATTNC_CUDA_HOME "/usr/local/cuda"
+#endif
+
+/* X(field, symbol): the handful of NVRTC functions used; the field's type
+ * is the prototype nvrtc.h declares, so the ABI matches what we compile
+ * against (these signatures are the same in NVRTC 12 and 13). */
+#define NVRTC_FUNCS(X)                                                        \
+  X(Version, nvrtcVersion)                                                    \
+  X(GetErrorString, nvrtcGetErrorString)                                      \
+  X(GetNumSupportedArchs, nvrtcGetNumSupportedArchs)                          \
+  X(GetSupportedArchs, nvrtcGetSupportedArchs)                                \
+  X(CreateProgram, nvrtcCreateProgram)                                        \
+  X(CompileProgram, nvrtcCompileProgram)                                      \
+  X(DestroyProgram, nvrtcDestroyProgram)                                      \
+  X(GetProgramLogSize, nvrtcGetProgramLogSize)                                \
+  X(GetProgramLog, nvrtcGetProgramLog)                                        \
+  X(GetCUBINSize, nvrtcGetCUBINSize)                                          \
+  X(GetCUBIN, nvrtcGetCUBIN)                                                  \
+  X(GetPTXSize, nvrtcGetPTXSize)                                              \
+  X(GetPTX, nvrtcGetPTX)
+
+typedef struct NvrtcLib {
+  void *handle;
+#define X(field, sym) __typeof__(sym) *field;
+  NVRTC_FUNCS(X)
+#undef X
+} NvrtcLib;
+
+static NvrtcLib nvrtc_lib;
+static bool nvrtc_ok;
+static char nvrtc_error[768];
+static pthread_once_t nvrtc_once = PTHREAD_ONCE_INIT;
+
+/* Tries ATTN_NVRTC (a path, for a particular NVRTC) alone when it is set;
+ * else the sonames of NVRTC 13 and 12, the unversioned name, then the
+ * same names under the toolkit attnc was built with (a program linked
+ * statically has no run path of its own). */
+static void nvrtc_open(void) {
+  static const char *const names[] = {"libnvrtc.so.13", "libnvrtc.so.12",
+                                      "libnvrtc.so"};
+  const char *forced = getenv("ATTN_NVRTC");
+  StrBuf tried = {0};
+  if (forced && *forced) {
+    nvrtc_lib.handle = dlopen(forced, RTLD_NOW | RTLD_LOCAL);
+    sb_printf(&tried, "%s (from ATTN_NVRTC)", forced);
+  } else {
+    for (int pass = 0; pass < 2 && !nvrtc_lib.handle; pass++)
+      for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        char path[512];
+        if (pass == 0) snprintf(path, sizeof path, "%s", names[k]);
+        else snprintf(path, sizeof path, "%s/lib64/%s", ATTNC_CUDA_HOME,
+                      names[k]);
+        sb_printf(&tried, "%s%s", tried.len ? ", " : "", path);
+        if ((nvrtc_lib.handle = dlopen(path, RTLD_NOW | RTLD_LOCAL))) break;
+      }
+  }
+  if (!nvrtc_lib.handle) {
+    snprintf(nvrtc_error, sizeof nvrtc_error,
+             "libnvrtc not found: tried %s; compiling kernels at run time "
+             "needs the CUDA toolkit's NVRTC (kernels built ahead of time "
+             "with `attnc build` do not)",
+             tried.data ? tried.data : "nothing");
+    sb_free(&tried);
+    return;
+  }
+  sb_free(&tried);
+#define X(field, sym)                                                         \
+  *(void **)&nvrtc_lib.field = dlsym(nvrtc_lib.handle, #sym);                 \
+  if (!nvrtc_lib.field) {                                                     \
+    snprintf(nvrtc_error, sizeof nvrtc_error,                                 \
+             "libnvrtc lacks %s: NVRTC 12.0 or newer is needed", #sym);       \
+    dlclose(nvrtc_lib.handle);                                                \
+    memset(&nvrtc_lib, 0, sizeof nvrtc_lib);                                  \
+    return;                                                                   \
+  }
+  NVRTC_FUNCS(X)
+#undef X
+  nvrtc_ok = true;
+}
+
+/* The loaded library, or NULL with the reason appended to err. */
+static const NvrtcLib *nvrtc_get(StrBuf *err) {
+  pthread_once(&nvrtc_once, nvrtc_open);
+  if (nvrtc_ok) return &nvrtc_lib;
+  if (err) sb_puts(err, nvrtc_error);
+  return NULL;
+}
+
+bool nvrtc_available(StrBuf *err) { return nvrtc_get(err) != NULL; }
 
 void nvrtc_options(NvrtcOptions *o, const char *arch, bool no_cache) {
   snprintf(o->arch_opt, sizeof o->arch_opt, "--gpu-architecture=%s", arch);
@@ -24,8 +120,9 @@ void nvrtc_options(NvrtcOptions *o, const char *arch, bool no_cache) {
 }
 
 int nvrtc_version(void) {
+  const NvrtcLib *nv = nvrtc_get(NULL);
   int major = 0, minor = 0;
-  if (nvrtcVersion(&major, &minor) != NVRTC_SUCCESS) return 0;
+  if (!nv || nv->Version(&major, &minor) != NVRTC_SUCCESS) return 0;
   return major * 1000 + minor * 10;
 }
 
@@ -46,13 +143,15 @@ static int nvrtc_arch_number(const char *arch) {
 }
 
 bool nvrtc_arch_supported(const char *arch, StrBuf *err) {
+  const NvrtcLib *nv = nvrtc_get(err);
+  if (!nv) return false;
   int n = 0;
-  if (nvrtcGetNumSupportedArchs(&n) != NVRTC_SUCCESS || n <= 0 || n > 256) {
+  if (nv->GetNumSupportedArchs(&n) != NVRTC_SUCCESS || n <= 0 || n > 256) {
     sb_printf(err, "NVRTC cannot list the architectures it supports");
     return false;
   }
   int archs[256];
-  if (nvrtcGetSupportedArchs(archs) != NVRTC_SUCCESS) {
+  if (nv->GetSupportedArchs(archs) != NVRTC_SUCCESS) {
     sb_printf(err, "NVRTC cannot list the architectures it supports");
     return false;
   }
@@ -82,40 +181,41 @@ void nvrtc_output_free(NvrtcOutput *out) {
   memset(out, 0, sizeof *out);
 }
 
-static char *nvrtc_take_log(nvrtcProgram prog) {
+static char *nvrtc_take_log(const NvrtcLib *nv, nvrtcProgram prog) {
   size_t n = 0;
-  if (nvrtcGetProgramLogSize(prog, &n) != NVRTC_SUCCESS || n == 0) n = 1;
+  if (nv->GetProgramLogSize(prog, &n) != NVRTC_SUCCESS || n == 0) n = 1;
   char *log = malloc(n);
   if (!log) return NULL;
   log[0] = '\0';
-  if (nvrtcGetProgramLog(prog, log) != NVRTC_SUCCESS) log[0] = '\0';
+  if (nv->GetProgramLog(prog, log) != NVRTC_SUCCESS) log[0] = '\0';
   log[n - 1] = '\0';
   return log;
 }
 
-static attn_status nvrtc_fail(StrBuf *err, const char *what,
-                              nvrtcResult r) {
-  sb_printf(err, "NVRTC %s failed: %s", what, nvrtcGetErrorString(r));
+static attn_status nvrtc_fail(const NvrtcLib *nv, StrBuf *err,
+                              const char *what, nvrtcResult r) {
+  sb_printf(err, "NVRTC %s failed: %s", what, nv->GetErrorString(r));
   return r == NVRTC_ERROR_OUT_OF_MEMORY ? ATTN_ERROR_OUT_OF_MEMORY
                                         : ATTN_ERROR_COMPILE;
 }
 
 /* Copies out the cubin and, when asked, the PTX of a compiled program. */
-static attn_status nvrtc_take_code(nvrtcProgram prog, bool want_ptx,
-                                   NvrtcOutput *out, StrBuf *err) {
-  nvrtcResult r = nvrtcGetCUBINSize(prog, &out->cubin_len);
-  if (r != NVRTC_SUCCESS) return nvrtc_fail(err, "nvrtcGetCUBINSize", r);
+static attn_status nvrtc_take_code(const NvrtcLib *nv, nvrtcProgram prog,
+                                   bool want_ptx, NvrtcOutput *out,
+                                   StrBuf *err) {
+  nvrtcResult r = nv->GetCUBINSize(prog, &out->cubin_len);
+  if (r != NVRTC_SUCCESS) return nvrtc_fail(nv, err, "nvrtcGetCUBINSize", r);
   out->cubin = malloc(out->cubin_len ? out->cubin_len : 1);
   if (!out->cubin) return ATTN_ERROR_OUT_OF_MEMORY;
-  r = nvrtcGetCUBIN(prog, (char *)out->cubin);
-  if (r != NVRTC_SUCCESS) return nvrtc_fail(err, "nvrtcGetCUBIN", r);
+  r = nv->GetCUBIN(prog, (char *)out->cubin);
+  if (r != NVRTC_SUCCESS) return nvrtc_fail(nv, err, "nvrtcGetCUBIN", r);
   if (!want_ptx) return ATTN_SUCCESS;
-  r = nvrtcGetPTXSize(prog, &out->ptx_len);
-  if (r != NVRTC_SUCCESS) return nvrtc_fail(err, "nvrtcGetPTXSize", r);
+  r = nv->GetPTXSize(prog, &out->ptx_len);
+  if (r != NVRTC_SUCCESS) return nvrtc_fail(nv, err, "nvrtcGetPTXSize", r);
   out->ptx = malloc(out->ptx_len ? out->ptx_len : 1);
   if (!out->ptx) return ATTN_ERROR_OUT_OF_MEMORY;
-  r = nvrtcGetPTX(prog, out->ptx);
-  if (r != NVRTC_SUCCESS) return nvrtc_fail(err, "nvrtcGetPTX", r);
+  r = nv->GetPTX(prog, out->ptx);
+  if (r != NVRTC_SUCCESS) return nvrtc_fail(nv, err, "nvrtcGetPTX", r);
   if (out->ptx_len > 0 && out->ptx[out->ptx_len - 1] == '\0') out->ptx_len--;
   return ATTN_SUCCESS;
 }
@@ -124,11 +224,14 @@ attn_status nvrtc_compile(const char *source, const char *name,
                           const NvrtcOptions *o, bool want_ptx,
                           NvrtcOutput *out, StrBuf *err) {
   memset(out, 0, sizeof *out);
+  const NvrtcLib *nv = nvrtc_get(err);
+  if (!nv) return ATTN_ERROR_COMPILE;
   nvrtcProgram prog;
-  nvrtcResult r = nvrtcCreateProgram(&prog, source, name, 0, NULL, NULL);
-  if (r != NVRTC_SUCCESS) return nvrtc_fail(err, "nvrtcCreateProgram", r);
-  r = nvrtcCompileProgram(prog, o->n, o->v);
-  out->log = nvrtc_take_log(prog);
+  nvrtcResult r = nv->CreateProgram(&prog, source, name, 0, NULL, NULL);
+  if (r != NVRTC_SUCCESS)
+    return nvrtc_fail(nv, err, "nvrtcCreateProgram", r);
+  r = nv->CompileProgram(prog, o->n, o->v);
+  out->log = nvrtc_take_log(nv, prog);
   attn_status st = ATTN_SUCCESS;
   if (!out->log) {
     st = ATTN_ERROR_OUT_OF_MEMORY;
@@ -137,13 +240,13 @@ attn_status nvrtc_compile(const char *source, const char *name,
      * whole log so the report can be acted on. */
     sb_printf(err, "NVRTC could not compile the generated kernel for %s (%s):\n%s",
               o->arch_opt + strlen("--gpu-architecture="),
-              nvrtcGetErrorString(r), out->log);
+              nv->GetErrorString(r), out->log);
     st = r == NVRTC_ERROR_OUT_OF_MEMORY ? ATTN_ERROR_OUT_OF_MEMORY
                                         : ATTN_ERROR_COMPILE;
   } else {
-    st = nvrtc_take_code(prog, want_ptx, out, err);
+    st = nvrtc_take_code(nv, prog, want_ptx, out, err);
   }
-  nvrtcDestroyProgram(&prog);
+  nv->DestroyProgram(&prog);
   if (st != ATTN_SUCCESS) nvrtc_output_free(out);
   return st;
 }

@@ -70,8 +70,14 @@ attn_status nvrtc_compile(const char *source, const char *name,
                           const NvrtcOptions *o, bool want_ptx,
                           NvrtcOutput *out, StrBuf *err);
 void nvrtc_output_free(NvrtcOutput *out);
-/* major*1000 + minor*10, as CUDA_VERSION spells it (13.0 -> 13000). */
+/* major*1000 + minor*10, as CUDA_VERSION spells it (13.0 -> 13000);
+ * 0 when NVRTC cannot be loaded. */
 int nvrtc_version(void);
+/* Whether NVRTC could be opened (dlopen at first need: libnvrtc.so.13,
+ * .12, libnvrtc.so, then under the toolkit attnc was built with; or the
+ * path in ATTN_NVRTC). If not, the reason ("libnvrtc not found: ...") is
+ * appended to err (when non-NULL). */
+bool nvrtc_available(StrBuf *err);
 /* "sm_NN" or "sm_NNa"/"sm_NNNa" (also "f"): 1 when well formed. */
 bool nvrtc_arch_valid(const char *arch);
 /* Whether this NVRTC can emit code for arch; if not, err says which

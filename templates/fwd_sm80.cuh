@@ -87,6 +87,8 @@ constexpr int fwd80_k_bytes = fwd80_bn * fwd80_dqk * 2;
 constexpr int fwd80_v_bytes = fwd80_bn * fwd80_dv * 2;
 constexpr int fwd80_stage_bytes = fwd80_k_bytes + fwd80_v_bytes;
 constexpr int attn_fwd_sm80_smem_bytes = fwd80_q_bytes + 2 * fwd80_stage_bytes;
+static_assert(attn_fwd_sm80_smem_bytes <= 227 * 1024,
+              "the tiles exceed every target's shared memory");
 
 /* ----------------------------------------------------------- the hooks */
 

@@ -2,7 +2,7 @@
 # golden.sh ATTNC: what users see, compared byte for byte.
 #   tests/diag/NAME.attn   `attnc check` must exit 1 and print NAME.err
 #   examples/NAME.attn     `attnc check` must pass; `attnc ir` must print
-#                          tests/golden/ir/NAME.ir; `attnc emit` must print
+#                          tests/golden/ir/NAME.ir; `attnc emit --brief` must print
 #                          tests/golden/emit/NAME.cu
 # UPDATE=1 rewrites the expected files instead (review the diff after).
 set -u
@@ -41,7 +41,7 @@ for f in examples/*.attn; do
   compare "$f: ir" "tests/golden/ir/$name.ir" "$tmp/ir"
   # A graph the matcher takes has an emitted-CUDA golden (.cu); one it
   # refuses has the expected diagnostics (.err) and exit status 1.
-  "$attnc" emit "$f" >"$tmp/cu" 2>"$tmp/err"
+  "$attnc" emit --brief "$f" >"$tmp/cu" 2>"$tmp/err"
   rc=$?
   if [ "${UPDATE:-0}" = 1 ]; then
     rm -f "tests/golden/emit/$name.cu" "tests/golden/emit/$name.err"

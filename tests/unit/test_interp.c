@@ -1,0 +1,1002 @@
+/*
+ * test_interp.c: the CPU reference on hand-built IR graphs, whose answers
+ * are worked out by hand (or in closed form) here, and on graphs built
+ * from .attn text, checked against a second, deliberately naive loop.
+ */
+#include <criterion/criterion.h>
+#include <glob.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attnc.h"
+
+#define TG_MAX 64
+
+/* --------------------------------------------- hand-built graph helpers */
+
+typedef struct TG {
+  IrGraph g;
+  IrNode pool[TG_MAX];
+  IrNode *nodes[TG_MAX];
+  IrDimSym dims[8];
+  char dim_names[8][16];
+  IrTensor tensors[32];
+  IrScalar scalars[8];
+  IrOutput outputs[32];
+  RefArgs args;
+  IrNode *q, *k, *v, *kt; /* inputs of the chain */
+} TG;
+
+static TG *tg_new(void) {
+  TG *t = calloc(1, sizeof *t);
+  cr_assert(t);
+  t->g.name = "t";
+  t->g.nodes = t->nodes;
+  t->g.dims = t->dims;
+  t->g.tensors = t->tensors;
+  t->g.scalars = t->scalars;
+  t->g.outputs = t->outputs;
+  t->g.q = t->g.k = t->g.v = -1;
+  t->args.g = &t->g;
+  return t;
+}
+
+static void tg_free(TG *t) {
+  ref_args_free(&t->args);
+  free(t);
+}
+
+static int tg_dim(TG *t, const char *name) {
+  for (int d = 0; d < t->g.ndims; d++)
+    if (!strcmp(t->dims[d].name, name))
+      return d;
+  snprintf(t->dim_names[t->g.ndims], 16, "%s", name);
+  t->dims[t->g.ndims].name = t->dim_names[t->g.ndims];
+  return t->g.ndims++;
+}
+
+/* dims: "B,H,Sq,2": symbols, or literals when they start with a digit. */
+static int tg_tensor(TG *t, const char *name, DType type, const char *dims,
+                     bool output) {
+  IrTensor *x = &t->tensors[t->g.ntensors];
+  x->name = name;
+  x->type = type;
+  x->is_output = output;
+  char *copy = strdup(dims), *save = NULL;
+  for (char *p = strtok_r(copy, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
+    int k = x->ndims++;
+    if (*p >= '0' && *p <= '9') {
+      x->dim_sym[k] = -1;
+      x->dim_val[k] = atoll(p);
+    } else {
+      x->dim_sym[k] = tg_dim(t, p);
+    }
+  }
+  free(copy);
+  return t->g.ntensors++;
+}
+
+static unsigned tg_dom_of(IrOp op, int n, IrNode *const *s) {
+  unsigned dom = 0;
+  for (int k = 0; k < n; k++)
+    dom |= s[k]->dom;
+  switch (op) {
+  case IR_QK: return DOM_B | DOM_H | DOM_I | DOM_J;
+  case IR_PV: return (dom & ~(unsigned)DOM_J) | DOM_D;
+  case IR_LOGSUMEXP: return dom & ~(unsigned)DOM_J;
+  case IR_AMAX: return 0;
+  default: return dom;
+  }
+}
+
+static IrNode *tg_node(TG *t, IrOp op, DType type, int n, IrNode *a,
+                       IrNode *b, IrNode *c) {
+  IrNode *x = &t->pool[t->g.nnodes];
+  IrNode *s[3] = {a, b, c};
+  x->op = op;
+  x->type = type;
+  x->nsrc = n;
+  for (int k = 0; k < n; k++)
+    x->src[k] = s[k];
+  x->dom = tg_dom_of(op, n, s);
+  x->id = t->g.nnodes;
+  t->nodes[t->g.nnodes++] = x;
+  return x;
+}
+
+static IrNode *tg_op1(TG *t, IrOp op, DType type, IrNode *a) {
+  return tg_node(t, op, type, 1, a, NULL, NULL);
+}
+static IrNode *tg_op2(TG *t, IrOp op, DType type, IrNode *a, IrNode *b) {
+  return tg_node(t, op, type, 2, a, b, NULL);
+}
+static IrNode *tg_f(TG *t, double v) {
+  IrNode *x = tg_node(t, IR_CONST, DT_F32, 0, NULL, NULL, NULL);
+  x->fval = v;
+  return x;
+}
+static IrNode *tg_i(TG *t, int64_t v) {
+  IrNode *x = tg_node(t, IR_CONST, DT_I32, 0, NULL, NULL, NULL);
+  x->ival = v;
+  return x;
+}
+static IrNode *tg_index(TG *t, unsigned axis) {
+  IrNode *x = tg_node(t, IR_INDEX, DT_I32, 0, NULL, NULL, NULL);
+  x->ival = axis;
+  x->dom = axis;
+  return x;
+}
+static IrNode *tg_dimref(TG *t, const char *name) {
+  IrNode *x = tg_node(t, IR_DIM, DT_I32, 0, NULL, NULL, NULL);
+  x->ref = tg_dim(t, name);
+  return x;
+}
+static IrNode *tg_scalar(TG *t, const char *name, double def) {
+  IrScalar *s = &t->scalars[t->g.nscalars];
+  s->name = name;
+  s->type = DT_F32;
+  s->has_default = true;
+  s->fdefault = def;
+  IrNode *x = tg_node(t, IR_SCALAR, DT_F32, 0, NULL, NULL, NULL);
+  x->ref = t->g.nscalars++;
+  return x;
+}
+static IrNode *tg_load(TG *t, int tensor, int n, IrNode *const *subs) {
+  IrNode *x = &t->pool[t->g.nnodes];
+  x->op = IR_LOAD;
+  x->type = t->tensors[tensor].type;
+  x->ref = tensor;
+  x->nsrc = n;
+  for (int k = 0; k < n; k++) {
+    x->src[k] = subs[k];
+    x->dom |= subs[k]->dom;
+  }
+  x->id = t->g.nnodes;
+  t->nodes[t->g.nnodes++] = x;
+  return x;
+}
+
+/* q, k, v declared [B, H, Sq, D], [B, Hk, Skv, D], [B, Hk, Skv, Dv] (D and
+ * Dv literal) and s = q @ k^T. */
+static IrNode *tg_chain(TG *t, const char *hk, int D, int Dv) {
+  char buf[64];
+  snprintf(buf, sizeof buf, "B,H,Sq,%d", D);
+  t->g.q = tg_tensor(t, "q", DT_F32, buf, false);
+  snprintf(buf, sizeof buf, "B,%s,Skv,%d", hk, D);
+  t->g.k = tg_tensor(t, "k", DT_F32, buf, false);
+  snprintf(buf, sizeof buf, "B,%s,Skv,%d", hk, Dv);
+  t->g.v = tg_tensor(t, "v", DT_F32, buf, false);
+  t->q = tg_node(t, IR_INPUT, DT_F32, 0, NULL, NULL, NULL);
+  t->q->ref = t->g.q;
+  t->q->dom = DOM_B | DOM_H | DOM_I | DOM_D;
+  t->k = tg_node(t, IR_INPUT, DT_F32, 0, NULL, NULL, NULL);
+  t->k->ref = t->g.k;
+  t->k->dom = DOM_B | DOM_H | DOM_J | DOM_D;
+  t->v = tg_node(t, IR_INPUT, DT_F32, 0, NULL, NULL, NULL);
+  t->v->ref = t->g.v;
+  t->v->dom = DOM_B | DOM_H | DOM_J | DOM_D;
+  t->kt = tg_op1(t, IR_TRANSPOSE, DT_F32, t->k);
+  t->kt->dom = t->k->dom;
+  IrNode *s = tg_op2(t, IR_QK, DT_F32, t->q, t->kt);
+  t->g.qk = s;
+  return s;
+}
+
+/* p = softmax(s); o = p @ v. */
+static IrNode *tg_attend(TG *t, IrNode *s) {
+  IrNode *p = tg_op1(t, IR_SOFTMAX, DT_F32, s);
+  t->g.softmax = p;
+  IrNode *o = tg_op2(t, IR_PV, DT_F32, p, t->v);
+  t->g.pv = o;
+  return o;
+}
+
+static int tg_output(TG *t, const char *name, IrNode *value, DType type,
+                     const char *dims) {
+  int ti = tg_tensor(t, name, type, dims, true);
+  IrOutput *o = &t->outputs[t->g.noutputs++];
+  o->name = name;
+  o->value = value;
+  o->tensor = ti;
+  return ti;
+}
+
+/* Gives an input tensor its shape and values (copied). */
+static void tg_set(TG *t, int ti, const int64_t *shape, const double *vals) {
+  if (!t->args.tensors)
+    t->args.tensors = calloc(32, sizeof *t->args.tensors);
+  RefTensor *r = &t->args.tensors[ti];
+  r->ndims = t->tensors[ti].ndims;
+  int64_t n = 1;
+  for (int k = 0; k < r->ndims; k++) {
+    r->shape[k] = shape[k];
+    n *= shape[k];
+  }
+  free(r->data);
+  r->data = malloc((size_t)n * sizeof(double));
+  if (vals)
+    memcpy(r->data, vals, (size_t)n * sizeof(double));
+  else
+    for (int64_t e = 0; e < n; e++) /* a fixed pattern, varied enough */
+      r->data[e] = sin(0.7 * (double)e + 0.3 * ti) + 0.1 * (double)(e % 3);
+}
+
+#define SHAPE(...) ((const int64_t[]){__VA_ARGS__})
+#define VALS(...) ((const double[]){__VA_ARGS__})
+
+static void tg_scalars(TG *t) {
+  if (!t->args.scalars) {
+    t->args.scalars = calloc(8, sizeof(double));
+    for (int k = 0; k < t->g.nscalars; k++)
+      t->args.scalars[k] = t->scalars[k].fdefault;
+  }
+}
+
+static int tg_run(TG *t, StrBuf *err) {
+  tg_scalars(t);
+  return ref_forward(&t->args, err);
+}
+
+static void tg_run_ok(TG *t) {
+  StrBuf err = {0};
+  int rc = tg_run(t, &err);
+  cr_assert_eq(rc, 0, "ref_forward failed: %s", err.data ? err.data : "");
+  sb_free(&err);
+}
+
+/* Runs, expects failure, and checks the message contains `want`. */
+static void tg_run_fails(TG *t, const char *want) {
+  StrBuf err = {0};
+  int rc = tg_run(t, &err);
+  cr_assert_eq(rc, -1, "ref_forward should fail with \"%s\"", want);
+  cr_assert(err.data && strstr(err.data, want), "message \"%s\" lacks \"%s\"",
+            err.data ? err.data : "", want);
+  sb_free(&err);
+}
+
+static double *tg_out(TG *t, int ti) { return t->args.tensors[ti].data; }
+
+static void near(double got, double want) {
+  double tol = 1e-12 * fmax(1.0, fabs(want));
+  cr_assert(fabs(got - want) <= tol, "got %.17g, want %.17g", got, want);
+}
+
+/* -------------------------------------------------- hand-computed cases */
+
+/* q = [[1, 0], [0, 2]], k = [[1, 0], [0, 1]]: s = [[1, 0], [0, 2]];
+ * v = [[1, 2], [3, 4]]. */
+static TG *tiny(IrNode **s_out, int *o, int *lse) {
+  TG *t = tg_new();
+  IrNode *s = tg_chain(t, "H", 2, 2);
+  if (s_out)
+    *s_out = s;
+  *o = tg_output(t, "o", tg_attend(t, s), DT_F32, "B,H,Sq,2");
+  if (lse)
+    *lse = tg_output(t, "lse", tg_op1(t, IR_LOGSUMEXP, DT_F32, s), DT_F32,
+                     "B,H,Sq");
+  tg_set(t, t->g.q, SHAPE(1, 1, 2, 2), VALS(1, 0, 0, 2));
+  tg_set(t, t->g.k, SHAPE(1, 1, 2, 2), VALS(1, 0, 0, 1));
+  tg_set(t, t->g.v, SHAPE(1, 1, 2, 2), VALS(1, 2, 3, 4));
+  return t;
+}
+
+Test(interp, tiny_problem_by_hand) {
+  int o, lse;
+  TG *t = tiny(NULL, &o, &lse);
+  tg_run_ok(t);
+  double e = exp(1.0), e2 = exp(2.0);
+  double p00 = e / (e + 1), p01 = 1 / (e + 1);
+  double p10 = 1 / (1 + e2), p11 = e2 / (1 + e2);
+  double *O = tg_out(t, o), *L = tg_out(t, lse);
+  cr_assert_eq(t->args.tensors[o].ndims, 4);
+  cr_assert_eq(t->args.tensors[o].shape[2], 2);
+  near(O[0], p00 * 1 + p01 * 3);
+  near(O[1], p00 * 2 + p01 * 4);
+  near(O[2], p10 * 1 + p11 * 3);
+  near(O[3], p10 * 2 + p11 * 4);
+  near(L[0], log(e + 1));
+  near(L[1], log(1 + e2));
+  tg_free(t);
+}
+
+Test(interp, scale_by_a_scalar) {
+  TG *t = tg_new();
+  IrNode *s = tg_chain(t, "H", 2, 2);
+  s = tg_op2(t, IR_MUL, DT_F32, s, tg_scalar(t, "scale", 0.5));
+  int lse = tg_output(t, "lse", tg_op1(t, IR_LOGSUMEXP, DT_F32, s), DT_F32,
+                      "B,H,Sq");
+  int o = tg_output(t, "o", tg_attend(t, s), DT_F32, "B,H,Sq,2");
+  tg_set(t, t->g.q, SHAPE(1, 1, 2, 2), VALS(1, 0, 0, 2));
+  tg_set(t, t->g.k, SHAPE(1, 1, 2, 2), VALS(1, 0, 0, 1));
+  tg_set(t, t->g.v, SHAPE(1, 1, 2, 2), VALS(1, 2, 3, 4));
+  tg_run_ok(t);
+  near(tg_out(t, lse)[0], log(exp(0.5) + 1));
+  near(tg_out(t, lse)[1], log(1 + exp(1.0)));
+  double p10 = 1 / (1 + exp(1.0));
+  near(tg_out(t, o)[2], p10 * 1 + (1 - p10) * 3);
+  /* the same graph with the scalar overridden */
+  t->args.scalars[0] = 2.0;
+  tg_run_ok(t);
+  near(tg_out(t, lse)[1], log(1 + exp(4.0)));
+  tg_free(t);
+}
+
+/* mask(s, j < i): row 0 keeps nothing, so O = 0 and lse = -inf there. */
+Test(interp, causal_with_fully_masked_row) {
+  TG *t = tg_new();
+  IrNode *s = tg_chain(t, "H", 1, 1);
+  IrNode *cond = tg_op2(t, IR_LT, DT_BOOL, tg_index(t, DOM_J),
+                        tg_index(t, DOM_I));
+  s = tg_op2(t, IR_MASK, DT_F32, s, cond);
+  int lse = tg_output(t, "lse", tg_op1(t, IR_LOGSUMEXP, DT_F32, s), DT_F32,
+                      "B,H,Sq");
+  int o = tg_output(t, "o", tg_attend(t, s), DT_F32, "B,H,Sq,1");
+  tg_set(t, t->g.q, SHAPE(1, 1, 3, 1), VALS(0, 0, 0));
+  tg_set(t, t->g.k, SHAPE(1, 1, 3, 1), VALS(0, 0, 0));
+  tg_set(t, t->g.v, SHAPE(1, 1, 3, 1), VALS(10, 20, 40));
+  tg_run_ok(t);
+  double *O = tg_out(t, o), *L = tg_out(t, lse);
+  cr_assert_eq(O[0], 0.0);
+  cr_assert(isinf(L[0]) && L[0] < 0, "lse[0] = %g", L[0]);
+  near(O[1], 10);
+  near(O[2], 15);
+  near(L[1], 0);
+  near(L[2], log(2.0));
+  tg_free(t);
+}
+
+/* Bottom-right causal, Sq = 2 < Skv = 4: mask(s, j <= i + Skv - Sq). With
+ * zero scores, row 0 averages keys 0..2, row 1 keys 0..3. */
+Test(interp, bottom_right_causal_with_dims) {
+  TG *t = tg_new();
+  IrNode *s = tg_chain(t, "H", 1, 1);
+  IrNode *lim = tg_op2(t, IR_SUB, DT_I32,
+                       tg_op2(t, IR_ADD, DT_I32, tg_index(t, DOM_I),
+                              tg_dimref(t, "Skv")),
+                       tg_dimref(t, "Sq"));
+  s = tg_op2(t, IR_MASK, DT_F32, s,
+             tg_op2(t, IR_LE, DT_BOOL, tg_index(t, DOM_J), lim));
+  int lse = tg_output(t, "lse", tg_op1(t, IR_LOGSUMEXP, DT_F32, s), DT_F32,
+                      "B,H,Sq");
+  int o = tg_output(t, "o", tg_attend(t, s), DT_F32, "B,H,Sq,1");
+  tg_set(t, t->g.q, SHAPE(1, 1, 2, 1), VALS(0, 0));
+  tg_set(t, t->g.k, SHAPE(1, 1, 4, 1), VALS(0, 0, 0, 0));
+  tg_set(t, t->g.v, SHAPE(1, 1, 4, 1), VALS(1, 2, 3, 4));
+  tg_run_ok(t);
+  near(tg_out(t, lse)[0], log(3.0));
+  near(tg_out(t, lse)[1], log(4.0));
+  near(tg_out(t, o)[0], 2.0);
+  near(tg_out(t, o)[1], 2.5);
+  tg_free(t);
+}
+
+/* s + bias[b, h, i, j] with bias : [1, H, Sq, Skv] over B = 2, and ALiBi
+ * s - slopes[h] * (i - j). Zero q/k: lse reads the biases back. */
+Test(interp, broadcast_bias_and_alibi) {
+  TG *t = tg_new();
+  IrNode *s = tg_chain(t, "H", 1, 1);
+  int bias = tg_tensor(t, "bias", DT_F32, "1,H,Sq,Skv", false);
+  int slopes = tg_tensor(t, "slopes", DT_F32, "H", false);
+  IrNode *bi = tg_index(t, DOM_B), *hi = tg_index(t, DOM_H),
+         *ii = tg_index(t, DOM_I), *ji = tg_index(t, DOM_J);
+  s = tg_op2(t, IR_ADD, DT_F32, s,
+             tg_load(t, bias, 4, (IrNode *[]){bi, hi, ii, ji}));
+  IrNode *dist = tg_op2(t, IR_SUB, DT_I32, ii, ji);
+  IrNode *sl = tg_load(t, slopes, 1, (IrNode *[]){hi});
+  s = tg_op2(t, IR_SUB, DT_F32, s, tg_op2(t, IR_MUL, DT_F32, sl, dist));
+  int out = tg_output(t, "sc", s, DT_F32, "B,H,Sq,Skv");
+  int o = tg_output(t, "o", tg_attend(t, s), DT_F32, "B,H,Sq,1");
+  tg_set(t, t->g.q, SHAPE(2, 2, 2, 1), NULL);
+  tg_set(t, t->g.k, SHAPE(2, 2, 3, 1), VALS(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0));
+  tg_set(t, t->g.v, SHAPE(2, 2, 3, 1), NULL);
+  tg_set(t, bias, SHAPE(1, 2, 2, 3), VALS(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12));
+  tg_set(t, slopes, SHAPE(2), VALS(0.5, 0.25));
+  tg_run_ok(t);
+  double *S = tg_out(t, out);
+  cr_assert_eq(t->args.tensors[out].shape[3], 3);
+  for (int b = 0; b < 2; b++)
+    for (int h = 0; h < 2; h++)
+      for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 3; j++) {
+          double want = (h * 6 + i * 3 + j + 1) - (h ? 0.25 : 0.5) * (i - j);
+          near(S[((b * 2 + h) * 2 + i) * 3 + j], want);
+        }
+  cr_assert(tg_out(t, o));
+  tg_free(t);
+}
+
+/* s + rel[h, clamp(j - i + 1, 0, 3)] with clamp as min(max(x, 0), 3). */
+Test(interp, relative_position_table) {
+  TG *t = tg_new();
+  IrNode *s = tg_chain(t, "H", 1, 1);
+  int rel = tg_tensor(t, "rel", DT_F32, "H,4", false);
+  IrNode *idx = tg_op2(t, IR_ADD, DT_I32,
+                       tg_op2(t, IR_SUB, DT_I32, tg_index(t, DOM_J),
+                              tg_index(t, DOM_I)),
+                       tg_i(t, 1));
+  idx = tg_op2(t, IR_MIN, DT_I32, tg_op2(t, IR_MAX, DT_I32, idx, tg_i(t, 0)),
+               tg_i(t, 3));
+  s = tg_op2(t, IR_ADD, DT_F32, s,
+             tg_load(t, rel, 2, (IrNode *[]){tg_index(t, DOM_H), idx}));
+  int out = tg_output(t, "sc", s, DT_F32, "B,H,Sq,Skv");
+  tg_output(t, "o", tg_attend(t, s), DT_F32, "B,H,Sq,1");
+  tg_set(t, t->g.q, SHAPE(1, 1, 4, 1), VALS(0, 0, 0, 0));
+  tg_set(t, t->g.k, SHAPE(1, 1, 5, 1), VALS(0, 0, 0, 0, 0));
+  tg_set(t, t->g.v, SHAPE(1, 1, 5, 1), NULL);
+  tg_set(t, rel, SHAPE(1, 4), VALS(10, 11, 12, 13));
+  tg_run_ok(t);
+  double *S = tg_out(t, out);
+  for (int i = 0; i < 4; i++)
+    for (int j = 0; j < 5; j++) {
+      int d = j - i + 1;
+      d = d < 0 ? 0 : d > 3 ? 3 : d;
+      near(S[i * 5 + j], 10 + d);
+    }
+  tg_free(t);
+}
+
+/* The same table without the clamp reads outside it. */
+Test(interp, subscript_out_of_range) {
+  TG *t = tg_new();
+  IrNode *s = tg_chain(t, "H", 1, 1);
+  int rel = tg_tensor(t, "rel", DT_F32, "H,4", false);
+  IrNode *idx = tg_op2(t, IR_ADD, DT_I32,
+                       tg_op2(t, IR_SUB, DT_I32, tg_index(t, DOM_J),
+                              tg_index(t, DOM_I)),
+                       tg_i(t, 1));
+  s = tg_op2(t, IR_ADD, DT_F32, s,
+             tg_load(t, rel, 2, (IrNode *[]){tg_index(t, DOM_H), idx}));
+  int o = tg_output(t, "o", tg_attend(t, s), DT_F32, "B,H,Sq,1");
+  tg_set(t, t->g.q, SHAPE(1, 2, 4, 1), NULL);
+  tg_set(t, t->g.k, SHAPE(1, 2, 5, 1), NULL);
+  tg_set(t, t->g.v, SHAPE(1, 2, 5, 1), NULL);
+  tg_set(t, rel, SHAPE(2, 4), NULL);
+  /* (i, j) = (0, 3) gives 4: the first element out of range */
+  tg_run_fails(t, "subscript 2 of 'rel' is 4, outside [0, 4) at b=0 h=0 "
+                  "i=0 j=3");
+  cr_assert_null(tg_out(t, o), "a failed run leaves no output behind");
+  tg_free(t);
+}
+
+/* H = 4 query heads over Hk = 2 kv heads: heads 0, 1 read kv head 0 and
+ * heads 2, 3 kv head 1. One key each, so O is v of the right head. */
+Test(interp, grouped_query_heads) {
+  TG *t = tg_new();
+  IrNode *s = tg_chain(t, "Hk", 1, 2);
+  int o = tg_output(t, "o", tg_attend(t, s), DT_F32, "B,H,Sq,2");
+  tg_set(t, t->g.q, SHAPE(1, 4, 1, 1), VALS(1, 2, 3, 4));
+  tg_set(t, t->g.k, SHAPE(1, 2, 2, 1), VALS(1, -1, -1, 1));
+  tg_set(t, t->g.v, SHAPE(1, 2, 2, 2), VALS(1, 2, 3, 4, 5, 6, 7, 8));
+  tg_run_ok(t);
+  double *O = tg_out(t, o);
+  for (int h = 0; h < 4; h++) {
+    double qv = h + 1;
+    double sk0 = h < 2 ? qv : -qv, sk1 = -sk0;
+    double p0 = 1 / (1 + exp(sk1 - sk0)), p1 = 1 - p0;
+    const double *vh = h < 2 ? VALS(1, 2, 3, 4) : VALS(5, 6, 7, 8);
+    near(O[h * 2 + 0], p0 * vh[0] + p1 * vh[2]);
+    near(O[h * 2 + 1], p0 * vh[1] + p1 * vh[3]);
+  }
+  tg_free(t);
+}
+
+/* Integer / and % truncate toward zero; i32 wraps. */
+Test(interp, integer_semantics) {
+  TG *t = tg_new();
+  IrNode *s = tg_chain(t, "H", 1, 1);
+  IrNode *d = tg_op2(t, IR_SUB, DT_I32, tg_index(t, DOM_J), tg_index(t, DOM_I));
+  int qo = tg_output(t, "quot", tg_op2(t, IR_DIV, DT_I32, d, tg_i(t, 2)),
+                     DT_I32, "Sq,Skv");
+  int ro = tg_output(t, "rem", tg_op2(t, IR_MOD, DT_I32, d, tg_i(t, 2)),
+                     DT_I32, "Sq,Skv");
+  int wo = tg_output(t, "wrap", tg_op2(t, IR_ADD, DT_I32,
+                                       tg_i(t, 2147483647), tg_index(t, DOM_J)),
+                     DT_I32, "Skv");
+  int fo = tg_output(t, "fdiv", tg_op2(t, IR_DIV, DT_F32, d, tg_f(t, 2)),
+                     DT_F32, "Sq,Skv");
+  tg_output(t, "o", tg_attend(t, s), DT_F32, "B,H,Sq,1");
+  tg_set(t, t->g.q, SHAPE(1, 1, 4, 1), NULL);
+  tg_set(t, t->g.k, SHAPE(1, 1, 4, 1), NULL);
+  tg_set(t, t->g.v, SHAPE(1, 1, 4, 1), NULL);
+  tg_run_ok(t);
+  /* row i = 3: j - i = -3 -2 -1 0 */
+  const double *Q = tg_out(t, qo) + 12, *R = tg_out(t, ro) + 12;
+  double wq[] = {-1, -1, 0, 0}, wr[] = {-1, 0, -1, 0};
+  for (int j = 0; j < 4; j++) {
+    cr_assert_eq(Q[j], wq[j], "(%d - 3) / 2 = %g", j, Q[j]);
+    cr_assert_eq(R[j], wr[j], "(%d - 3) %% 2 = %g", j, R[j]);
+  }
+  cr_assert_eq(tg_out(t, wo)[0], 2147483647.0);
+  cr_assert_eq(tg_out(t, wo)[1], -2147483648.0);
+  cr_assert_eq(tg_out(t, fo)[12], -1.5);
+  tg_free(t);
+}
+
+Test(interp, integer_division_by_zero) {
+  TG *t = tg_new();
+  IrNode *s = tg_chain(t, "H", 1, 1);
+  IrNode *z = tg_op2(t, IR_SUB, DT_I32, tg_index(t, DOM_I), tg_i(t, 1));
+  IrNode *x = tg_op2(t, IR_DIV, DT_I32, tg_index(t, DOM_J), z);
+  s = tg_op2(t, IR_MASK, DT_F32, s, tg_op2(t, IR_GE, DT_BOOL, x, tg_i(t, 0)));
+  tg_output(t, "o", tg_attend(t, s), DT_F32, "B,H,Sq,1");
+  tg_set(t, t->g.q, SHAPE(1, 1, 3, 1), NULL);
+  tg_set(t, t->g.k, SHAPE(1, 1, 2, 1), NULL);
+  tg_set(t, t->g.v, SHAPE(1, 1, 2, 1), NULL);
+  tg_run_fails(t, "integer division by zero at b=0 h=0 i=1 j=0");
+  tg_free(t);
+}
+
+/* Math functions, where, casts (a cast to a float type rounds). */
+Test(interp, pointwise_functions) {
+  TG *t = tg_new();
+  IrNode *s = tg_chain(t, "H", 1, 1);
+  IrNode *x = tg_f(t, 0.375); /* exact in f32, as constants are rounded */
+  IrOp ops[] = {IR_TANH, IR_EXP, IR_EXP2, IR_LOG, IR_LOG2, IR_SIGMOID,
+                IR_ABS, IR_SQRT, IR_RSQRT, IR_FLOOR, IR_CEIL, IR_NEG};
+  double want[] = {tanh(0.375), exp(0.375), exp2(0.375), log(0.375),
+                   log2(0.375), 1 / (1 + exp(-0.375)), 0.375, sqrt(0.375),
+                   1 / sqrt(0.375), 0, 1, -0.375};
+  int outs[12];
+  for (int k = 0; k < 12; k++)
+    outs[k] = tg_output(t, ir_op_name(ops[k]), tg_op1(t, ops[k], DT_F32, x),
+                        DT_F32, "1");
+  IrNode *w = tg_node(t, IR_WHERE, DT_F32, 3,
+                      tg_op2(t, IR_GT, DT_BOOL, x, tg_f(t, 0)), tg_f(t, 7),
+                      tg_f(t, 8));
+  int wo = tg_output(t, "where", w, DT_F32, "1");
+  /* bf16 keeps 7 mantissa bits: both are ties, resolved to even */
+  int c1 = tg_output(t, "bf16a", tg_op1(t, IR_CAST, DT_BF16, tg_f(t, 1.00390625)),
+                     DT_F32, "1");
+  int c2 = tg_output(t, "bf16b", tg_op1(t, IR_CAST, DT_BF16, tg_f(t, 1.01171875)),
+                     DT_F32, "1");
+  int c3 = tg_output(t, "f32", tg_op1(t, IR_CAST, DT_F32, tg_f(t, 1.5)), DT_F32, "1");
+  int io = tg_output(t, "i32", tg_op1(t, IR_CAST, DT_I32, tg_f(t, -2.7)), DT_I32, "1");
+  tg_output(t, "o", tg_attend(t, s), DT_F32, "B,H,Sq,1");
+  tg_set(t, t->g.q, SHAPE(1, 1, 1, 1), NULL);
+  tg_set(t, t->g.k, SHAPE(1, 1, 1, 1), NULL);
+  tg_set(t, t->g.v, SHAPE(1, 1, 1, 1), NULL);
+  tg_run_ok(t);
+  for (int k = 0; k < 12; k++)
+    near(tg_out(t, outs[k])[0], want[k]);
+  cr_assert_eq(tg_out(t, wo)[0], 7);
+  cr_assert_eq(tg_out(t, c1)[0], 1.0);
+  cr_assert_eq(tg_out(t, c2)[0], 1.015625);
+  cr_assert_eq(tg_out(t, c3)[0], 1.5);
+  cr_assert_eq(tg_out(t, io)[0], -2);
+  tg_free(t);
+}
+
+/* amax over every (b, h), and a value scaled by it (a second sweep). */
+Test(interp, amax_over_everything) {
+  TG *t = tg_new();
+  IrNode *s = tg_chain(t, "H", 1, 1);
+  IrNode *o = tg_attend(t, s);
+  IrNode *am = tg_op1(t, IR_AMAX, DT_F32, o);
+  int ao = tg_output(t, "amax_o", am, DT_F32, "1");
+  int no = tg_output(t, "norm", tg_op2(t, IR_DIV, DT_F32, o, am), DT_F32,
+                     "B,H,Sq,1");
+  /* one key: O is v itself, [-1, 2; 7, -9] over (b, h) = 2 x 2, Sq = 1 */
+  tg_set(t, t->g.q, SHAPE(2, 2, 1, 1), NULL);
+  tg_set(t, t->g.k, SHAPE(2, 2, 1, 1), NULL);
+  tg_set(t, t->g.v, SHAPE(2, 2, 1, 1), VALS(-1, 2, 7, -9));
+  tg_run_ok(t);
+  near(tg_out(t, ao)[0], 9);
+  near(tg_out(t, no)[3], -1);
+  near(tg_out(t, no)[2], 7.0 / 9.0);
+  tg_free(t);
+}
+
+Test(interp, dropout_is_reported) {
+  TG *t = tg_new();
+  IrNode *s = tg_chain(t, "H", 1, 1);
+  IrNode *p = tg_op1(t, IR_SOFTMAX, DT_F32, s);
+  IrNode *rate = tg_f(t, 0.1), *seed = tg_i(t, 1), *off = tg_i(t, 0);
+  IrNode *dp = tg_node(t, IR_DROPOUT, DT_F32, 3, p, rate, seed);
+  dp->src[dp->nsrc++] = off; /* tg_node takes three operands */
+  tg_output(t, "o", tg_op2(t, IR_PV, DT_F32, dp, t->v), DT_F32, "B,H,Sq,1");
+  tg_set(t, t->g.q, SHAPE(1, 1, 1, 1), NULL);
+  tg_set(t, t->g.k, SHAPE(1, 1, 1, 1), NULL);
+  tg_set(t, t->g.v, SHAPE(1, 1, 1, 1), NULL);
+  tg_run_fails(t, "dropout is not supported by the CPU reference yet");
+  tg_free(t);
+}
+
+/* ------------------------------------------------------ binding errors */
+
+static TG *plain(void) {
+  TG *t = tg_new();
+  IrNode *s = tg_chain(t, "Hk", 2, 2);
+  tg_output(t, "o", tg_attend(t, s), DT_F32, "B,H,Sq,2");
+  tg_set(t, t->g.q, SHAPE(2, 4, 3, 2), NULL);
+  tg_set(t, t->g.k, SHAPE(2, 2, 5, 2), NULL);
+  tg_set(t, t->g.v, SHAPE(2, 2, 5, 2), NULL);
+  return t;
+}
+
+Test(interp, plain_graph_runs) {
+  TG *t = plain();
+  tg_run_ok(t);
+  cr_assert_eq(ref_numel(&t->args.tensors[3]), 2 * 4 * 3 * 2);
+  tg_free(t);
+}
+
+Test(interp, dim_mismatch_names_both_tensors) {
+  TG *t = plain();
+  tg_set(t, t->g.k, SHAPE(3, 2, 5, 2), NULL);
+  tg_run_fails(t, "tensor 'k': dimension 1 (B) has size 3, but tensor 'q' "
+                  "bound B = 2 (dimension 1)");
+  tg_free(t);
+}
+
+Test(interp, declared_literal_must_match) {
+  TG *t = plain();
+  tg_set(t, t->g.q, SHAPE(2, 4, 3, 3), NULL);
+  tg_run_fails(t, "tensor 'q': dimension 4 is declared 2 but has size 3");
+  tg_free(t);
+}
+
+Test(interp, wrong_rank) {
+  TG *t = plain();
+  t->args.tensors[t->g.v].ndims = 3;
+  tg_run_fails(t, "tensor 'v' has 3 dimensions; its declaration has 4");
+  tg_free(t);
+}
+
+Test(interp, kv_heads_must_divide_heads) {
+  TG *t = plain();
+  tg_set(t, t->g.k, SHAPE(2, 3, 5, 2), NULL);
+  tg_set(t, t->g.v, SHAPE(2, 3, 5, 2), NULL);
+  tg_run_fails(t, "the kv head count 3 (dimension 2 of 'k') does not divide "
+                  "the query head count 4");
+  tg_free(t);
+}
+
+Test(interp, head_dims_must_agree) {
+  TG *t = tg_new();
+  t->g.q = tg_tensor(t, "q", DT_F32, "B,H,Sq,D", false);
+  t->g.k = tg_tensor(t, "k", DT_F32, "B,H,Skv,Dk", false);
+  t->g.v = tg_tensor(t, "v", DT_F32, "B,H,Skv,2", false);
+  IrNode *q = tg_node(t, IR_INPUT, DT_F32, 0, NULL, NULL, NULL);
+  q->ref = t->g.q;
+  IrNode *k = tg_node(t, IR_INPUT, DT_F32, 0, NULL, NULL, NULL);
+  k->ref = t->g.k;
+  t->v = tg_node(t, IR_INPUT, DT_F32, 0, NULL, NULL, NULL);
+  t->v->ref = t->g.v;
+  IrNode *s = tg_op2(t, IR_QK, DT_F32, q, k); /* k used untransposed */
+  tg_output(t, "o", tg_attend(t, s), DT_F32, "B,H,Sq,2");
+  tg_set(t, t->g.q, SHAPE(1, 1, 2, 4), NULL);
+  tg_set(t, t->g.k, SHAPE(1, 1, 2, 8), NULL);
+  tg_set(t, t->g.v, SHAPE(1, 1, 2, 2), NULL);
+  tg_run_fails(t, "head dims differ: 'q' has 4, 'k' has 8");
+  tg_set(t, t->g.k, SHAPE(1, 1, 2, 4), NULL);
+  tg_run_ok(t);
+  tg_free(t);
+}
+
+Test(interp, declared_one_must_be_one) {
+  TG *t = tg_new();
+  IrNode *s = tg_chain(t, "H", 1, 1);
+  int bias = tg_tensor(t, "bias", DT_F32, "1,H,Sq,Skv", false);
+  s = tg_op2(t, IR_ADD, DT_F32, s,
+             tg_load(t, bias, 4, (IrNode *[]){tg_index(t, DOM_B),
+                                              tg_index(t, DOM_H),
+                                              tg_index(t, DOM_I),
+                                              tg_index(t, DOM_J)}));
+  tg_output(t, "o", tg_attend(t, s), DT_F32, "B,H,Sq,1");
+  tg_set(t, t->g.q, SHAPE(2, 1, 2, 1), NULL);
+  tg_set(t, t->g.k, SHAPE(2, 1, 2, 1), NULL);
+  tg_set(t, t->g.v, SHAPE(2, 1, 2, 1), NULL);
+  tg_set(t, bias, SHAPE(2, 1, 2, 2), NULL);
+  tg_run_fails(t, "tensor 'bias': dimension 1 is declared 1 but has size 2");
+  tg_free(t);
+}
+
+Test(interp, missing_data_and_unset_scalar) {
+  TG *t = plain();
+  free(t->args.tensors[t->g.q].data);
+  t->args.tensors[t->g.q].data = NULL;
+  tg_run_fails(t, "tensor 'q' has no data");
+  tg_free(t);
+
+  t = tg_new();
+  IrNode *s = tg_chain(t, "H", 1, 1);
+  s = tg_op2(t, IR_MUL, DT_F32, s, tg_scalar(t, "scale", 0));
+  t->scalars[0].has_default = false;
+  tg_output(t, "o", tg_attend(t, s), DT_F32, "B,H,Sq,1");
+  tg_set(t, t->g.q, SHAPE(1, 1, 1, 1), NULL);
+  tg_set(t, t->g.k, SHAPE(1, 1, 1, 1), NULL);
+  tg_set(t, t->g.v, SHAPE(1, 1, 1, 1), NULL);
+  StrBuf err = {0};
+  cr_assert_eq(ref_set_scalars(&t->args, "", &err), 0);
+  tg_run_fails(t, "scalar 'scale' has no default; pass --set scale=VALUE");
+  cr_assert_eq(ref_set_scalars(&t->args, "scale=0.5", &err), 0, "%s", err.data);
+  tg_run_ok(t);
+  sb_free(&err);
+  tg_free(t);
+}
+
+Test(interp, output_shape_must_fit_value) {
+  TG *t = tg_new();
+  IrNode *s = tg_chain(t, "H", 1, 1);
+  tg_output(t, "lse", tg_op1(t, IR_LOGSUMEXP, DT_F32, s), DT_F32, "B,Sq");
+  tg_output(t, "o", tg_attend(t, s), DT_F32, "B,H,Sq,1");
+  tg_set(t, t->g.q, SHAPE(1, 2, 3, 1), NULL);
+  tg_set(t, t->g.k, SHAPE(1, 2, 3, 1), NULL);
+  tg_set(t, t->g.v, SHAPE(1, 2, 3, 1), NULL);
+  tg_run_fails(t, "output 'lse' has shape [1, 3], which does not fit a value "
+                  "that varies over b, h, i");
+  tg_free(t);
+}
+
+/* A malformed graph is an error, not a crash. */
+Test(interp, malformed_ir_is_an_error) {
+  TG *t = plain();
+  t->g.nodes[5]->src[0] = t->g.nodes[6]; /* an operand after its user */
+  StrBuf err = {0};
+  cr_assert_eq(tg_run(t, &err), -1);
+  cr_assert(strstr(err.data, "malformed IR"), "%s", err.data);
+  sb_free(&err);
+  tg_free(t);
+}
+
+/* ---------------------------------------------- from .attn text, via a
+ * second, naive implementation written independently of interp.c */
+
+typedef struct Built {
+  Arena *a;
+  IrGraph *g;
+} Built;
+
+static Built build(const char *text, const char *graph) {
+  Built b = {arena_new(), NULL};
+  Diag d = {0};
+  Source *src = source_from_string(b.a, "test.attn", text, strlen(text));
+  AstFile *ast = parse_source(src, b.a, &d);
+  IrModule *m = d.nerrors ? NULL : ir_build(ast, b.a, &d);
+  cr_assert(m, "build failed:\n%s", d.out.data ? d.out.data : "");
+  b.g = ir_find_graph(m, graph);
+  cr_assert(b.g);
+  diag_free(&d);
+  return b;
+}
+
+static int tensor_index(const IrGraph *g, const char *name) {
+  for (int k = 0; k < g->ntensors; k++)
+    if (!strcmp(g->tensors[k].name, name))
+      return k;
+  cr_assert_fail("no tensor %s", name);
+  return -1;
+}
+
+/* Gemma-2 style: GQA, softcap, sliding window and causal, plus lse. */
+static const char *gemma_text =
+    "attention g {\n"
+    "  input  q : f32[B, H,  Sq,  8];\n"
+    "  input  k : f32[B, Hk, Skv, 8];\n"
+    "  input  v : f32[B, Hk, Skv, 4];\n"
+    "  scalar scale  : f32 = 0.35;\n"
+    "  scalar window : i32 = 3;\n"
+    "  s = (q @ k^T) * scale;\n"
+    "  s = 5.0 * tanh(s / 5.0);\n"
+    "  s = mask(s, j <= i && j > i - window);\n"
+    "  p = softmax(s);\n"
+    "  o = p @ v;\n"
+    "  output o : f32[B, H, Sq, 4];\n"
+    "  output lse = logsumexp(s);\n"
+    "}\n";
+
+Test(interp, text_gemma2_matches_naive_loops) {
+  Built bu = build(gemma_text, "g");
+  RefArgs args = {.g = bu.g};
+  StrBuf err = {0};
+  int rc = ref_make_inputs(&args, "B=2,H=4,Hk=2,Sq=6,Skv=6", 7, &err);
+  cr_assert_eq(rc, 0, "%s", err.data);
+  rc = ref_forward(&args, &err);
+  cr_assert_eq(rc, 0, "%s", err.data);
+  const double *q = args.tensors[tensor_index(bu.g, "q")].data;
+  const double *k = args.tensors[tensor_index(bu.g, "k")].data;
+  const double *v = args.tensors[tensor_index(bu.g, "v")].data;
+  const double *O = args.tensors[tensor_index(bu.g, "o")].data;
+  const double *L = args.tensors[tensor_index(bu.g, "lse")].data;
+  cr_assert_eq(args.tensors[tensor_index(bu.g, "lse")].ndims, 3);
+  for (int b = 0; b < 2; b++)
+    for (int h = 0; h < 4; h++)
+      for (int i = 0; i < 6; i++) {
+        double sc[6], m = -INFINITY, sum = 0;
+        for (int j = 0; j < 6; j++) {
+          double dot = 0;
+          for (int d = 0; d < 8; d++)
+            dot += q[((b * 4 + h) * 6 + i) * 8 + d] *
+                   k[((b * 2 + h / 2) * 6 + j) * 8 + d];
+          double x = 5.0 * tanh(dot * (double)0.35f / 5.0);
+          sc[j] = (j <= i && j > i - 3) ? x : -INFINITY;
+          m = fmax(m, sc[j]);
+        }
+        for (int j = 0; j < 6; j++)
+          sum += exp(sc[j] - m);
+        double lse = m + log(sum);
+        cr_assert(fabs(L[(b * 4 + h) * 6 + i] - lse) <= 1e-12 * fabs(lse) + 1e-14,
+                  "lse at %d %d %d: %.17g vs %.17g", b, h, i,
+                  L[(b * 4 + h) * 6 + i], lse);
+        for (int d = 0; d < 4; d++) {
+          double o = 0;
+          for (int j = 0; j < 6; j++)
+            o += exp(sc[j] - lse) * v[((b * 2 + h / 2) * 6 + j) * 4 + d];
+          double got = O[((b * 4 + h) * 6 + i) * 4 + d];
+          cr_assert(fabs(got - o) <= 1e-12 * fmax(1, fabs(o)),
+                    "o at %d %d %d %d: %.17g vs %.17g", b, h, i, d, got, o);
+        }
+      }
+  sb_free(&err);
+  ref_args_free(&args);
+  arena_free(bu.a);
+}
+
+static const char *padding_text =
+    "attention pad {\n"
+    "  input  q : f16[B, H, Sq, 4];\n"
+    "  input  k : f16[B, H, Skv, 4];\n"
+    "  input  v : f16[B, H, Skv, 4];\n"
+    "  input  seqlen_q  : i32[B];\n"
+    "  input  seqlen_kv : i32[B];\n"
+    "  s = mask(q @ k^T, i < seqlen_q[b] && j < seqlen_kv[b]);\n"
+    "  p = softmax(s);\n"
+    "  o = p @ v;\n"
+    "  output o : f16[B, H, Sq, 4];\n"
+    "  output lse = logsumexp(s);\n"
+    "}\n";
+
+/* Padded query rows are fully masked: O = 0, lse = -inf, never NaN. */
+Test(interp, text_padding_rows) {
+  Built bu = build(padding_text, "pad");
+  RefArgs args = {.g = bu.g};
+  StrBuf err = {0};
+  cr_assert_eq(ref_make_inputs(&args, "B=2,H=2,S=5", 3, &err), 0, "%s", err.data);
+  double *sq = args.tensors[tensor_index(bu.g, "seqlen_q")].data;
+  double *skv = args.tensors[tensor_index(bu.g, "seqlen_kv")].data;
+  sq[0] = 2, skv[0] = 3, sq[1] = 5, skv[1] = 0;
+  cr_assert_eq(ref_forward(&args, &err), 0, "%s", err.data);
+  const RefTensor *O = &args.tensors[tensor_index(bu.g, "o")];
+  const RefTensor *L = &args.tensors[tensor_index(bu.g, "lse")];
+  for (int b = 0; b < 2; b++)
+    for (int h = 0; h < 2; h++)
+      for (int i = 0; i < 5; i++) {
+        bool empty = i >= sq[b] || skv[b] == 0;
+        double lse = L->data[(b * 2 + h) * 5 + i];
+        cr_assert(!isnan(lse));
+        cr_assert_eq(empty, isinf(lse) && lse < 0, "b %d i %d: lse %g", b, i, lse);
+        for (int d = 0; d < 4; d++) {
+          double o = O->data[((b * 2 + h) * 5 + i) * 4 + d];
+          cr_assert(!isnan(o));
+          if (empty)
+            cr_assert_eq(o, 0.0);
+        }
+      }
+  sb_free(&err);
+  ref_args_free(&args);
+  arena_free(bu.a);
+}
+
+static const char *rel_text =
+    "attention rel {\n"
+    "  input  q : bf16[B, H, Sq, 4];\n"
+    "  input  k : bf16[B, H, Skv, 4];\n"
+    "  input  v : bf16[B, H, Skv, 4];\n"
+    "  input  rel : f32[H, 8];\n"
+    "  s = (q @ k^T) + rel[h, j - i + 4];\n"
+    "  o = softmax(s) @ v;\n"
+    "  output o : bf16[B, H, Sq, 4];\n"
+    "}\n";
+
+/* Without a clamp the subscript leaves the table; the error is located. */
+Test(interp, text_subscript_error_is_located) {
+  Built bu = build(rel_text, "rel");
+  RefArgs args = {.g = bu.g};
+  StrBuf err = {0};
+  cr_assert_eq(ref_make_inputs(&args, "B=1,H=2,Sq=4,Skv=4", 1, &err), 0);
+  cr_assert_eq(ref_forward(&args, &err), 0, "%s", err.data); /* 1..7: fine */
+  ref_args_free(&args);
+  cr_assert_eq(ref_make_inputs(&args, "B=1,H=2,Sq=4,Skv=6", 1, &err), 0);
+  cr_assert_eq(ref_forward(&args, &err), -1);
+  cr_assert(strstr(err.data, "test.attn:6:"), "%s", err.data);
+  cr_assert(strstr(err.data, "subscript 2 of 'rel' is 8, outside [0, 8) at "
+                             "b=0 h=0 i=0 j=4"), "%s", err.data);
+  sb_free(&err);
+  ref_args_free(&args);
+  arena_free(bu.a);
+}
+
+static const char *fp8_text =
+    "attention fp8 {\n"
+    "  input  q : e4m3[B, H, Sq, 16];\n"
+    "  input  k : e4m3[B, H, Skv, 16];\n"
+    "  input  v : e4m3[B, H, Skv, 16];\n"
+    "  scalar descale_v : f32 = 2.0;\n"
+    "  scalar scale_o   : f32 = 0.5;\n"
+    "  out = (softmax((q @ k^T) * 0.25) @ v) * descale_v;\n"
+    "  output o : e4m3[B, H, Sq, 16] = out * scale_o;\n"
+    "  output amax_o = amax(out);\n"
+    "}\n";
+
+Test(interp, text_fp8_amax) {
+  Built bu = build(fp8_text, "fp8");
+  RefArgs args = {.g = bu.g};
+  StrBuf err = {0};
+  cr_assert_eq(ref_make_inputs(&args, "B=2,H=3,S=9", 11, &err), 0, "%s", err.data);
+  cr_assert_eq(ref_forward(&args, &err), 0, "%s", err.data);
+  const RefTensor *O = &args.tensors[tensor_index(bu.g, "o")];
+  const RefTensor *A = &args.tensors[tensor_index(bu.g, "amax_o")];
+  cr_assert_eq(ref_numel(A), 1);
+  double m = 0;
+  for (int64_t e = 0; e < ref_numel(O); e++)
+    m = fmax(m, fabs(O->data[e] / 0.5)); /* o = out * scale_o */
+  near(A->data[0], m);
+  cr_assert(m > 0);
+  sb_free(&err);
+  ref_args_free(&args);
+  arena_free(bu.a);
+}
+
+/* The size `attnc run --cpu` meets: B=1, H=2, S=1024, D=128. */
+Test(interp, large_problem_runs, .timeout = 60) {
+  static const char *text =
+      "attention big {\n"
+      "  input  q : bf16[B, H, Sq, 128];\n"
+      "  input  k : bf16[B, H, Skv, 128];\n"
+      "  input  v : bf16[B, H, Skv, 128];\n"
+      "  s = mask((q @ k^T) * 0.088, j <= i);\n"
+      "  output o : bf16[B, H, Sq, 128] = softmax(s) @ v;\n"
+      "  output lse = logsumexp(s);\n"
+      "}\n";
+  Built bu = build(text, "big");
+  RefArgs args = {.g = bu.g};
+  StrBuf err = {0};
+  cr_assert_eq(ref_make_inputs(&args, "B=1,H=2,S=1024", 5, &err), 0, "%s", err.data);
+  cr_assert_eq(ref_forward(&args, &err), 0, "%s", err.data);
+  const RefTensor *O = &args.tensors[tensor_index(bu.g, "o")];
+  /* row 0 sees key 0 only: O = v[0] */
+  const double *v = args.tensors[tensor_index(bu.g, "v")].data;
+  for (int d = 0; d < 128; d++)
+    near(O->data[d], v[d]);
+  sb_free(&err);
+  ref_args_free(&args);
+  arena_free(bu.a);
+}
+
+/* Every example evaluates (run from the repository root, as tests.mk
+ * does), with no NaN anywhere; only dropout is refused, by name. */
+Test(interp, every_example_evaluates) {
+  glob_t gl;
+  cr_assert_eq(glob("examples/*.attn", 0, NULL, &gl), 0,
+               "no examples/*.attn: run from the repository root");
+  for (size_t f = 0; f < gl.gl_pathc; f++) {
+    Arena *a = arena_new();
+    Diag d = {0};
+    Source *src = source_load(a, gl.gl_pathv[f], &d);
+    AstFile *ast = src ? parse_source(src, a, &d) : NULL;
+    IrModule *m = ast && !d.nerrors ? ir_build(ast, a, &d) : NULL;
+    cr_assert(m, "%s does not build:\n%s", gl.gl_pathv[f], d.out.data);
+    for (int k = 0; k < m->ngraphs; k++) {
+      RefArgs args = {.g = m->graphs[k]};
+      StrBuf err = {0};
+      int rc = ref_make_inputs(&args, "S=19", 2, &err);
+      cr_assert_eq(rc, 0, "%s: %s", gl.gl_pathv[f], err.data);
+      rc = ref_forward(&args, &err);
+      if (rc != 0)
+        cr_assert(strstr(err.data, "dropout is not supported"), "%s: %s",
+                  gl.gl_pathv[f], err.data);
+      for (int o = 0; rc == 0 && o < args.g->noutputs; o++) {
+        const RefTensor *t = &args.tensors[args.g->outputs[o].tensor];
+        for (int64_t e = 0; e < ref_numel(t); e++)
+          cr_assert(!isnan(t->data[e]), "%s: NaN in %s", gl.gl_pathv[f],
+                    args.g->outputs[o].name);
+      }
+      sb_free(&err);
+      ref_args_free(&args);
+    }
+    diag_free(&d);
+    arena_free(a);
+  }
+  globfree(&gl);
+}
