@@ -7,6 +7,10 @@
 #   make test-gpu    the GPU tests (needs a GPU and its driver)
 #   make examples    the main job: every example compiled and run
 #   make bench       the benchmark (needs a GPU and PyTorch)
+#   make install     attnc, libattn (.a, versioned .so), attn.h, attn.pc,
+#                    the man page and the language reference under
+#                    $(DESTDIR)$(PREFIX) (PREFIX defaults to /usr/local)
+#   make uninstall   removes what install wrote
 #   make clean
 
 BUILD ?= build
@@ -88,10 +92,39 @@ $(BUILD)/%.o: %.c compiler/attnc.h runtime/attn.h runtime/attn_abi.h | $(GEN)/at
 examples: deps all
 	tools/run_examples.sh $(BUILD)/attnc
 
+# Installation. The .so is versioned (soname libattn.so.0); attn.pc
+# names the prefix without DESTDIR, as staged installs expect.
+PREFIX ?= /usr/local
+DESTDIR ?=
+VERSION := $(shell sed -n 's/^\#define ATTNC_VERSION "\(.*\)"/\1/p' compiler/attnc.h)
+INST := $(DESTDIR)$(PREFIX)
+INSTALLED := bin/attnc lib/libattn.a lib/libattn.so.$(VERSION) lib/libattn.so.0 \
+             lib/libattn.so include/attn.h lib/pkgconfig/attn.pc \
+             share/man/man1/attnc.1 share/doc/attnc/language.md \
+             share/doc/attnc/runtime.md share/doc/attnc/build.md
+
+install: all
+	install -d $(INST)/bin $(INST)/lib/pkgconfig $(INST)/include \
+	  $(INST)/share/man/man1 $(INST)/share/doc/attnc
+	install -m 755 $(BUILD)/attnc $(INST)/bin/attnc
+	install -m 644 $(BUILD)/libattn.a $(INST)/lib/libattn.a
+	install -m 755 $(BUILD)/libattn.so $(INST)/lib/libattn.so.$(VERSION)
+	ln -sf libattn.so.$(VERSION) $(INST)/lib/libattn.so.0
+	ln -sf libattn.so.0 $(INST)/lib/libattn.so
+	install -m 644 runtime/attn.h $(INST)/include/attn.h
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' tools/attn.pc.in \
+	  > $(INST)/lib/pkgconfig/attn.pc
+	install -m 644 docs/attnc.1 $(INST)/share/man/man1/attnc.1
+	install -m 644 docs/language.md docs/runtime.md docs/build.md $(INST)/share/doc/attnc/
+
+uninstall:
+	rm -f $(addprefix $(INST)/,$(INSTALLED))
+	-rmdir $(INST)/share/doc/attnc 2>/dev/null
+
 include tests/tests.mk
 
 clean:
 	rm -rf build
 
-.PHONY: all clean examples
+.PHONY: all clean examples install uninstall
 .DELETE_ON_ERROR:

@@ -503,7 +503,9 @@ typedef struct MaskTerm {
   IrNode *term[MATCH_MAX_TERMS];
 } MaskTerm;
 
-typedef enum TemplateKind { TMPL_FWD_SM80 } TemplateKind;
+/* FWD_SM80: portable mma.sync template; FWD_SM90: the Hopper TMA + wgmma
+ * template, chosen for sm_90 when the target is the arch-specific sm_90a. */
+typedef enum TemplateKind { TMPL_FWD_SM80, TMPL_FWD_SM90 } TemplateKind;
 
 /* What a graph asks of a kernel template. */
 typedef struct KernelSpec {
@@ -523,6 +525,10 @@ typedef struct KernelSpec {
 /* Recognises the forward chain and picks a template. NULL with a located
  * error (naming the node and why) when no template can run the graph. */
 KernelSpec *match_graph(const IrGraph *g, int sm, Arena *a, Diag *d);
+/* The template for a matched spec: FWD_SM90 when sm == 90, arch_specific
+ * (the target ends in 'a': wgmma and setmaxnreg exist only there) and the
+ * sm90 table has a configuration for the head dims; FWD_SM80 otherwise. */
+TemplateKind match_template(const KernelSpec *s, bool arch_specific);
 /* The affine form of one comparison: fills out[0] (and out[1] for ==) and
  * returns how many it filled; 0 when the condition is not affine. */
 int match_affine(IrNode *cond, MaskTerm out[2]);
@@ -543,6 +549,23 @@ typedef struct Sm80Config {
  * and d_v must be 64, 128 or 256; in_bytes must be 2). Prints nothing. */
 int tmpl_sm80_config(int d_qk, int d_v, int in_bytes, int sm, Sm80Config *out);
 
+/* ----------------------------------------------------------- tmpl_sm90.c */
+
+/* Tile configuration of the Hopper template (templates/fwd_sm90.cuh):
+ * 128 query rows (two consumer warpgroups of 64) and a producer
+ * warpgroup, 384 threads. */
+typedef struct Sm90Config {
+  int bm;         /* query rows per CTA (ATTN_BM), 128 */
+  int bn;         /* keys per K/V tile (ATTN_BN): 64 or 128 */
+  int stages;     /* K/V shared-memory stages (ATTN_STAGES) */
+  int threads;    /* 384 */
+  int smem_bytes; /* dynamic shared memory, as the template lays it out */
+} Sm90Config;
+
+/* 0 and fills out, or -1 when the template cannot run these head dims
+ * (each of d_qk, d_v must be 64, 128 or 256; in_bytes 2). Prints nothing. */
+int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, Sm90Config *out);
+
 /* ------------------------------------------------------ match.c, emit.c */
 
 /* What the runtime needs to launch one emitted kernel. */
@@ -552,6 +575,9 @@ typedef struct KernelInfo {
   int threads;       /* CTA size */
   int smem_bytes;    /* dynamic shared memory */
   int block_m;       /* query rows per CTA: grid = (ceil(Sq/block_m), H, B) */
+  /* TMA box rows of the q and k/v tensor maps (fwd_sm90); 0: the kernel
+   * takes no tensor maps (its only parameter is attn_params). */
+  int tma_rows_q, tma_rows_kv;
 } KernelInfo;
 
 typedef struct EmitResult {
@@ -566,5 +592,94 @@ typedef struct EmitResult {
  * in d (a graph no template can run names the node and why). */
 int emit_module(const IrModule *m, const char *arch, Arena *a, Diag *d,
                 EmitResult *out);
+
+/* ------------------------------------------------ philox.c: dropout bits */
+
+/* Philox-4x32-10 (Salmon et al., SC'11), the same code the kernels run
+ * (templates/philox.cuh). Dropout's bits for element (b, h, i, j) of a
+ * graph with H query heads and Sq queries:
+ *   key     = { lo32(seed), hi32(seed) }
+ *   counter = { j >> 2, lo32((b * H + h) * Sq + i), lo32(offset),
+ *               hi32(offset) }
+ *   bits    = philox4x32_10(counter, key)[j & 3]
+ * and the element is kept iff bits >= ceil(rate * 2^32) (that is, iff
+ * bits / 2^32 >= rate, exactly); kept values scale by 1 / (1 - rate). */
+void philox_4x32_10(const uint32_t ctr[4], const uint32_t key[2],
+                    uint32_t out[4]);
+uint32_t philox_dropout_bits(uint64_t seed, uint64_t offset, int64_t b,
+                             int64_t h, int64_t i, int64_t j, int64_t H,
+                             int64_t Sq);
+/* ceil(rate * 2^32) for an f32 rate; 0 for rate <= 0, 2^32 for rate >= 1
+ * (nothing kept). */
+uint64_t philox_keep_threshold(double rate);
+
+/* --------------------------------------------- backward.c: derivation */
+
+/* One input declared with grad that the score chain reads as a bias:
+ * dBias = the sum of `value` (a node over some of b h i j) over the axes
+ * the tensor does not keep (axes it is not subscripted by, and its literal
+ * 1 dimensions). */
+typedef struct BwdBias {
+  int tensor;    /* index in g->tensors */
+  IrNode *value; /* gradient per score element; a derived node */
+  unsigned keep; /* DOM_* axes the tensor keeps */
+  int axis[IR_MAX_RANK]; /* per dimension: its DOM_* axis, 0 if broadcast */
+} BwdBias;
+
+/* The backward of one graph, derived from its score chain by the chain
+ * rule. The flash-attention part is fixed (P recomputed from the score and
+ * lse, dV = Pd^T dO, dP = dO V^T, delta = rowsum(dO * O),
+ * dS = P * (dP - delta), through dropout's mask where there is one); what
+ * is derived are the nodes from dS (the leaf `ds`, the gradient at the
+ * softmax's input) back to q @ k^T and to each bias read. Derived nodes are
+ * ordinary pointwise IrNodes (ids 0.. in `nodes`, a topological order);
+ * their operands are other derived nodes, forward nodes (see
+ * bwd_is_forward), float constants or `ds`. Everything they compute is
+ * linear in ds, so where ds is 0 every gradient is 0 (evaluators rely on
+ * this to keep fully masked rows free of 0 * inf). */
+typedef struct BwdGraph {
+  const IrGraph *g;
+  IrNode *score;    /* the softmax's input (forward) */
+  IrNode *dropout;  /* the forward's dropout node, or NULL */
+  IrNode *lse;      /* a forward logsumexp of score that is an output, or NULL */
+  int o_output;     /* index in g->outputs of p @ v */
+  int lse_output;   /* index in g->outputs of lse, or -1 */
+  IrNode *ds;       /* the leaf dS (op IR_INPUT, ref -1, named "ds") */
+  IrNode **nodes;
+  int nnodes;
+  IrNode *draw;       /* gradient at q @ k^T without draw_scale; NULL: 0 */
+  IrNode *draw_scale; /* a factor over no axes folded out of draw, or NULL */
+  BwdBias *bias;
+  int nbias;
+  bool dq, dk, dv;    /* whether q, k, v are declared with grad */
+} BwdGraph;
+
+bool bwd_has_grad(const IrGraph *g);
+/* Derives g's backward. NULL with located errors in d when an op on the
+ * differentiated path has no derivative here or a grad input is read in a
+ * way whose gradient has no tensor shape (a bias must be read as
+ * t[b, h, i, j], indices in order, some left out, literal-1 dims
+ * broadcast). */
+BwdGraph *bwd_derive(const IrGraph *g, Arena *a, Diag *d);
+bool bwd_is_forward(const BwdGraph *bg, const IrNode *n);
+/* The derived graph as text (`attnc ir --backward`; a golden format). */
+void bwd_dump(StrBuf *out, const BwdGraph *bg);
+
+/* ------------------------------------------ interp_bwd.c: CPU backward */
+
+/* The backward in double. args holds the forward's inputs and scalars (as
+ * for ref_forward; outputs are not read: P and O are recomputed in
+ * double). dout is dO, dense [B, H, Sq, Dv]. For every tensor t declared
+ * with grad, grads[t] gets t's shape and a malloc'ed data array of its
+ * gradient (a previous data pointer is freed first); other entries are
+ * left alone. grads has g->ntensors entries. GQA: dK and dV sum over the
+ * query heads of a group; a broadcast (literal 1) dimension sums. Returns
+ * 0, or -1 with a message in err. */
+int ref_backward(RefArgs *args, const BwdGraph *bg, const double *dout,
+                 RefTensor *grads, StrBuf *err);
+
+/* interp.c: one element of a pointwise op, as ref_forward computes it
+ * (fault set on integer division by zero). */
+double ref_apply_op(const IrNode *n, const double *x, int *fault);
 
 #endif

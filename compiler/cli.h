@@ -20,5 +20,6 @@ IrModule *cli_front_end(const char *path, Arena *a);
 int cli_compile(int argc, char **argv); /* cli_compile.c */
 int cli_run(int argc, char **argv);     /* cli_run.c */
 int cli_cache(int argc, char **argv);   /* cli_cache.c */
+int cli_build(int argc, char **argv);   /* cli_build.c */
 
 #endif

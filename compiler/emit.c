@@ -20,7 +20,7 @@
 #include "attnc.h"
 
 /* The texts embedded by tools/embed.c (build/gen/templates.c). */
-extern const char attn_abi_src[], common_src[], fwd_sm80_src[];
+extern const char attn_abi_src[], common_src[], fwd_sm80_src[], fwd_sm90_src[];
 
 /* ------------------------------------------------- expression emitter */
 
@@ -342,12 +342,49 @@ static const char *dtype_macro(DType t) {
   return t == DT_BF16 ? "BF16" : t == DT_F16 ? "F16" : "F32";
 }
 
-static int emit_graph(StrBuf *out, const IrGraph *g, int sm, Arena *a, Diag *d,
-                      KernelInfo *info) {
+/* The template's configuration macros and launch shape. */
+typedef struct TmplChoice {
+  TemplateKind kind;
+  const char *name; /* fwd_sm80 / fwd_sm90 */
+  const char *text;
+  int bm, bn, warps, stages;
+} TmplChoice;
+
+static int choose_template(const KernelSpec *s, bool arch_specific, int sm, TmplChoice *c,
+                           KernelInfo *info) {
+  memset(c, 0, sizeof *c);
+  c->kind = match_template(s, arch_specific);
+  if (c->kind == TMPL_FWD_SM90) {
+    Sm90Config cfg;
+    if (tmpl_sm90_config(s->d_qk, s->d_v, dtype_size(s->in_type), &cfg) != 0) return -1;
+    c->name = "fwd_sm90";
+    c->text = fwd_sm90_src;
+    c->bm = cfg.bm, c->bn = cfg.bn, c->stages = cfg.stages;
+    info->threads = cfg.threads;
+    info->smem_bytes = cfg.smem_bytes;
+    info->block_m = cfg.bm;
+    info->tma_rows_q = cfg.bm;
+    info->tma_rows_kv = cfg.bn;
+    return 0;
+  }
+  Sm80Config cfg;
+  if (tmpl_sm80_config(s->d_qk, s->d_v, dtype_size(s->in_type), sm, &cfg) != 0) return -1;
+  c->name = "fwd_sm80";
+  c->text = fwd_sm80_src;
+  c->bm = cfg.bm, c->bn = cfg.bn, c->warps = cfg.warps;
+  info->threads = cfg.warps * 32;
+  info->smem_bytes = cfg.smem_bytes;
+  info->block_m = cfg.bm;
+  return 0;
+}
+
+static int emit_graph(StrBuf *out, const IrGraph *g, int sm, bool arch_specific, Arena *a,
+                      Diag *d, KernelInfo *info) {
   KernelSpec *s = match_graph(g, sm, a, d);
   if (!s) return -1;
-  Sm80Config cfg;
-  if (tmpl_sm80_config(s->d_qk, s->d_v, dtype_size(s->in_type), sm, &cfg) != 0) {
+  TmplChoice tc;
+  memset(info, 0, sizeof *info);
+  if (choose_template(s, arch_specific, sm, &tc, info) != 0) {
     diag_error(d, g->tensors[g->q].loc,
                "graph '%s': no kernel template takes head dimensions %d (q, k) and %d (v) on "
                "sm_%d", g->name, s->d_qk, s->d_v, sm);
@@ -357,17 +394,18 @@ static int emit_graph(StrBuf *out, const IrGraph *g, int sm, Arena *a, Diag *d,
   int lse_slot = s->lse_output >= 0 ? g->outputs[s->lse_output].tensor : -1;
   info->graph = g->name;
   info->entry = arena_printf(a, "attn_%s_fwd", g->name);
-  info->threads = cfg.warps * 32;
-  info->smem_bytes = cfg.smem_bytes;
-  info->block_m = cfg.bm;
 
-  sb_printf(out, "/* ---- graph %s (%s:%d:%d): forward, template fwd_sm80 ---- */\n", g->name,
-            g->loc.src->name, g->loc.line, g->loc.col);
+  sb_printf(out, "/* ---- graph %s (%s:%d:%d): forward, template %s ---- */\n", g->name,
+            g->loc.src->name, g->loc.line, g->loc.col, tc.name);
   sb_printf(out, "#define ATTN_D_QK %d\n#define ATTN_D_V %d\n", s->d_qk, s->d_v);
   sb_printf(out, "#define ATTN_IN_%s 1\n#define ATTN_OUT_%s 1\n", dtype_macro(s->in_type),
             dtype_macro(s->out_type));
-  sb_printf(out, "#define ATTN_BM %d\n#define ATTN_BN %d\n#define ATTN_WARPS %d\n", cfg.bm, cfg.bn,
-            cfg.warps);
+  if (tc.kind == TMPL_FWD_SM90)
+    sb_printf(out, "#define ATTN_BM %d\n#define ATTN_BN %d\n#define ATTN_STAGES %d\n", tc.bm,
+              tc.bn, tc.stages);
+  else
+    sb_printf(out, "#define ATTN_BM %d\n#define ATTN_BN %d\n#define ATTN_WARPS %d\n", tc.bm,
+              tc.bn, tc.warps);
   sb_printf(out, "#define ATTN_TQ %d\n#define ATTN_TK %d\n#define ATTN_TV %d\n", g->q, g->k, g->v);
   sb_printf(out, "#define ATTN_TO %d\n#define ATTN_TLSE %d\n", o_slot, lse_slot);
   sb_printf(out, "namespace graph_%s {\n\n", g->name);
@@ -376,16 +414,24 @@ static int emit_graph(StrBuf *out, const IrGraph *g, int sm, Arena *a, Diag *d,
   emit_kv_bounds(out, s, a);
   emit_tile_class(out, s, a);
   emit_out(out, s, a);
-  sb_puts(out, fwd_sm80_src);
+  sb_puts(out, tc.text);
   sb_printf(out, "\n} /* namespace graph_%s */\n\n", g->name);
-  sb_printf(out, "extern \"C\" __global__ void __launch_bounds__(%d) %s(const __grid_constant__ "
-                 "attn_params p) {\n  graph_%s::attn_fwd_sm80(p);\n}\n\n",
-            info->threads, info->entry, g->name);
+  if (tc.kind == TMPL_FWD_SM90)
+    /* One CTA per SM by design (the ", 1" gives setmaxnreg its cap). */
+    sb_printf(out, "extern \"C\" __global__ void __launch_bounds__(%d, 1) %s(const __grid_constant__ "
+                   "attn_params p, const __grid_constant__ attn_tmaps tm) {\n"
+                   "  graph_%s::attn_fwd_sm90(p, tm);\n}\n\n",
+              info->threads, info->entry, g->name);
+  else
+    sb_printf(out, "extern \"C\" __global__ void __launch_bounds__(%d) %s(const __grid_constant__ "
+                   "attn_params p) {\n  graph_%s::attn_fwd_sm80(p);\n}\n\n",
+              info->threads, info->entry, g->name);
   sb_puts(out, "#undef ATTN_D_QK\n#undef ATTN_D_V\n");
   sb_printf(out, "#undef ATTN_IN_%s\n#undef ATTN_OUT_%s\n", dtype_macro(s->in_type),
             dtype_macro(s->out_type));
-  sb_puts(out, "#undef ATTN_BM\n#undef ATTN_BN\n#undef ATTN_WARPS\n#undef ATTN_TQ\n#undef ATTN_TK\n"
-               "#undef ATTN_TV\n#undef ATTN_TO\n#undef ATTN_TLSE\n\n");
+  sb_printf(out, "#undef ATTN_BM\n#undef ATTN_BN\n#undef %s\n#undef ATTN_TQ\n#undef ATTN_TK\n"
+                 "#undef ATTN_TV\n#undef ATTN_TO\n#undef ATTN_TLSE\n\n",
+            tc.kind == TMPL_FWD_SM90 ? "ATTN_STAGES" : "ATTN_WARPS");
   return 0;
 }
 
@@ -406,6 +452,8 @@ int emit_module(const IrModule *m, const char *arch, Arena *a, Diag *d, EmitResu
                arch ? arch : "(null)");
     return -1;
   }
+  /* "sm_90a": arch-specific instructions (wgmma, setmaxnreg) exist. */
+  bool arch_specific = arch[strlen(arch) - 1] == 'a';
   StrBuf src = {0};
   sb_printf(&src, "/* Generated by attnc %s from %s for %s. Do not edit. */\n\n", ATTNC_VERSION,
             m->src ? m->src->name : "<string>", arch);
@@ -416,7 +464,7 @@ int emit_module(const IrModule *m, const char *arch, Arena *a, Diag *d, EmitResu
   out->kernels = arena_alloc(a, (size_t)(m->ngraphs + 1) * sizeof *out->kernels);
   int rc = 0;
   for (int k = 0; k < m->ngraphs; k++)
-    if (emit_graph(&src, m->graphs[k], sm, a, d, &out->kernels[k]) != 0) rc = -1;
+    if (emit_graph(&src, m->graphs[k], sm, arch_specific, a, d, &out->kernels[k]) != 0) rc = -1;
   out->nkernels = m->ngraphs;
   out->source = arena_strdup(a, src.data);
   sb_free(&src);

@@ -608,6 +608,10 @@ static double ref_apply(const IrNode *n, const double *x, int *fault) {
   return ref_to_type(n->type, r);
 }
 
+double ref_apply_op(const IrNode *n, const double *x, int *fault) {
+  return ref_apply(n, x, fault);
+}
+
 /* -------------------------------------------------------- node kinds */
 
 static double ref_leaf(const RefCtx *c, const IrNode *n) {
@@ -785,6 +789,35 @@ static void ref_eval_row_reduce(const RefCtx *c, const IrNode *n,
     }
 }
 
+/* A u64 or i32 scalar as dropout's seed or offset: negative i32 values
+ * sign-extend, as the device's conversion to unsigned long long does. */
+static uint64_t ref_u64(double x) {
+  return x < 0 ? (uint64_t)(int64_t)x : (uint64_t)x;
+}
+
+/* dropout(p, rate, seed, offset): the element's Philox bits (philox.c,
+ * the same code the kernels run) decide; survivors scale by
+ * 1 / (1 - rate). rate, seed and offset vary over no axis (ir_build). */
+static void ref_eval_dropout(const RefCtx *c, const IrNode *n, double *out) {
+  const double *p = c->val[n->src[0]->id];
+  double rate = c->val[n->src[1]->id][0];
+  uint64_t seed = ref_u64(c->val[n->src[2]->id][0]);
+  uint64_t offset = ref_u64(c->val[n->src[3]->id][0]);
+  uint64_t thresh = philox_keep_threshold(rate);
+  unsigned dom = ref_vdom(n);
+  int64_t cnt[3], ps[3], os[3];
+  ref_counts(c, dom, cnt);
+  ref_strides(c, ref_vdom(n->src[0]), ps);
+  ref_strides(c, dom, os);
+  for (int64_t i = 0; i < cnt[0]; i++)
+    for (int64_t j = 0; j < cnt[1]; j++) {
+      uint32_t bits =
+          philox_dropout_bits(seed, offset, c->b, c->h, i, j, c->H, c->Sq);
+      double x = p[i * ps[0] + j * ps[1]];
+      out[i * os[0] + j * os[1]] = bits >= thresh ? x / (1.0 - rate) : 0.0;
+    }
+}
+
 /* Folds |x| of this (b, h) into the node's running maximum. NaN sticks. */
 static void ref_eval_amax(RefCtx *c, const IrNode *n) {
   const double *x = c->val[n->src[0]->id];
@@ -824,8 +857,8 @@ static int ref_eval_node(RefCtx *c, const IrNode *n) {
     ref_eval_row_reduce(c, n, out);
     return 0;
   case IR_DROPOUT:
-    return ref_fail(c, n, "dropout is not supported by the CPU reference "
-                    "yet");
+    ref_eval_dropout(c, n, out);
+    return 0;
   case IR_INPUT: case IR_TRANSPOSE: case IR_AMAX:
     die("ref_eval_node: %s is not an array", ir_op_name(n->op));
   default:

@@ -21,13 +21,17 @@ static const char usage_text[] =
     "\n"
     "commands:\n"
     "  check FILE...          parse and check; report every error\n"
-    "  ir FILE                print the IR of each graph\n"
+    "  ir [--backward] FILE   print the IR of each graph (--backward: the\n"
+    "                         derived backward of graphs that declare grad)\n"
     "  dot FILE               print the IR as a Graphviz digraph\n"
     "  emit FILE [--arch A] [--brief]\n"
     "                         print the generated CUDA C (default sm_90a);\n"
     "                         --brief elides the embedded template texts\n"
     "  compile FILE --arch A -o OUT\n"
     "                         compile with NVRTC and write the cubin\n"
+    "  build FILE --arch A[,B...] -o DIR [--name N] [-MF DEPFILE]\n"
+    "                         compile ahead of time: DIR/N.h (typed entry\n"
+    "                         points), DIR/N.c (cubins, PTX) and DIR/N.d\n"
     "  run FILE [--cpu] [--shape B=2,H=4,S=128] [--set NAME=VALUE]\n"
     "           [--seed N] [--graph NAME] [--check] [--bench]\n"
     "                         run on random inputs: on the GPU, checked\n"
@@ -41,7 +45,8 @@ static const char usage_text[] =
     "\n"
     "exit status: 0 ok, 1 errors in the input, 2 bad usage,\n"
     "             3 could not run, 4 GPU result disagrees with the reference\n"
-    "environment: ATTN_CACHE_DIR (cache root), ATTN_NO_CACHE=1 (no cache)\n";
+    "environment: ATTN_CACHE_DIR (cache root), ATTN_NO_CACHE=1 (no cache),\n"
+    "             ATTN_NVRTC (path of the libnvrtc to use)\n";
 
 int cli_usage_error(const char *fmt, ...) {
   va_list ap;
@@ -79,20 +84,41 @@ static int cmd_check(int argc, char **argv) {
   return status;
 }
 
+/* `ir --backward`: the derived backward of each graph that declares grad.
+ * Returns false after printing the errors of a graph it cannot derive. */
+static bool dump_backward(StrBuf *out, const IrGraph *g, Arena *a) {
+  if (!bwd_has_grad(g)) {
+    sb_printf(out, "# graph %s declares no grad\n\n", g->name);
+    return true;
+  }
+  Diag d = {0};
+  BwdGraph *bg = bwd_derive(g, a, &d);
+  if (bg) bwd_dump(out, bg);
+  if (d.out.len) fputs(d.out.data, stderr);
+  diag_free(&d);
+  return bg != NULL;
+}
+
 /* ir and dot: print every graph of one file with a dumper. */
 static int cmd_dump(int argc, char **argv,
                     void (*dump)(StrBuf *, const IrGraph *)) {
+  bool backward = argc == 2 && dump == ir_dump && !strcmp(argv[0], "--backward");
+  if (backward) argc--, argv++;
   if (argc != 1) return cli_usage_error("%s", "expected exactly one FILE");
   Arena *a = arena_new();
   IrModule *m = cli_front_end(argv[0], a);
+  bool ok = m != NULL;
   if (m) {
     StrBuf out = {0};
-    for (int k = 0; k < m->ngraphs; k++) dump(&out, m->graphs[k]);
-    if (out.len) fwrite(out.data, 1, out.len, stdout);
+    for (int k = 0; k < m->ngraphs; k++) {
+      if (backward) ok &= dump_backward(&out, m->graphs[k], a);
+      else dump(&out, m->graphs[k]);
+    }
+    if (ok && out.len) fwrite(out.data, 1, out.len, stdout);
     sb_free(&out);
   }
   arena_free(a);
-  return m ? EXIT_OK : EXIT_INPUT;
+  return ok ? EXIT_OK : EXIT_INPUT;
 }
 
 /* The embedded texts (build/gen/templates.c), which --brief elides. */
@@ -173,6 +199,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "dot")) return cmd_dump(n, rest, ir_dot);
   if (!strcmp(cmd, "emit")) return cmd_emit(n, rest);
   if (!strcmp(cmd, "compile")) return cli_compile(n, rest);
+  if (!strcmp(cmd, "build")) return cli_build(n, rest);
   if (!strcmp(cmd, "run")) return cli_run(n, rest);
   if (!strcmp(cmd, "cache")) return cli_cache(n, rest);
   return cli_usage_error("unknown command '%s'", cmd);

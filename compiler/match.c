@@ -274,3 +274,11 @@ KernelSpec *match_graph(const IrGraph *g, int sm, Arena *a, Diag *d) {
   spec->nmasks = m.nmasks;
   return spec;
 }
+
+TemplateKind match_template(const KernelSpec *s, bool arch_specific) {
+  Sm90Config c;
+  if (s->sm == 90 && arch_specific &&
+      tmpl_sm90_config(s->d_qk, s->d_v, dtype_size(s->in_type), &c) == 0)
+    return TMPL_FWD_SM90;
+  return TMPL_FWD_SM80;
+}

@@ -3,6 +3,12 @@
  *   source -> parse_source -> ir_build -> (target) -> emit_module
  *     -> cache key -> cache_get (NVRTC on a miss) -> driver load
  *
+ * and an embedded module (`attnc build`) takes a shorter one:
+ *
+ *   embedded source -> parse_source -> ir_build -> (target)
+ *     -> embedded cubin or PTX for the target -> driver load
+ *     (no image for the target: the compile path above, from emit on)
+ *
  * Every failure ends in the context's error message and a status; nothing
  * here prints, exits or aborts. Modules, graphs and calls report into the
  * context they were made from, so a context must outlive its modules. */
@@ -13,11 +19,19 @@
 #include "cuda_driver.h"
 #include "rt.h"
 
+/* Embedded modules a context loaded for generated NAME_launch code. */
+typedef struct RtEmbeddedModule {
+  const attn_embedded *em;
+  attn_module *m;
+  struct RtEmbeddedModule *next;
+} RtEmbeddedModule;
+
 struct attn_context {
   StrBuf error;
   char arch[16]; /* "" until attn_context_set_arch */
   bool disk_cache; /* the caller's wish; the Cache may still fall back */
   Cache cache;
+  RtEmbeddedModule *embedded;
 };
 
 struct attn_graph {
@@ -33,8 +47,10 @@ struct attn_module {
   attn_context *ctx;
   Arena *arena; /* the IR and emitted source live here */
   const IrModule *ir;
-  char arch[16];
-  unsigned char *cubin;
+  char arch[16];   /* what the image was built for ("sm_90" for PTX) */
+  char target[16]; /* what it was chosen for: the device's target */
+  attn_source_kind kind;
+  unsigned char *cubin; /* or NUL-terminated PTX */
   size_t cubin_len;
   char *log;
   const char *source;
@@ -117,6 +133,12 @@ attn_status attn_context_create(attn_context **out) {
 
 void attn_context_destroy(attn_context *ctx) {
   if (!ctx) return;
+  while (ctx->embedded) {
+    RtEmbeddedModule *e = ctx->embedded;
+    ctx->embedded = e->next;
+    attn_module_destroy(e->m);
+    free(e);
+  }
   cache_free(&ctx->cache);
   sb_free(&ctx->error);
   free(ctx);
@@ -144,7 +166,9 @@ attn_status attn_context_set_arch(attn_context *ctx, const char *arch) {
                    "invalid target '%s': expected sm_NN or sm_NNa, such as "
                    "sm_80 or sm_90a",
                    arch);
-  if (!nvrtc_arch_supported(arch, &ctx->error))
+  /* Checked against NVRTC when it is installed; a program that only loads
+   * embedded kernels may run without it. */
+  if (nvrtc_available(NULL) && !nvrtc_arch_supported(arch, &ctx->error))
     return ATTN_ERROR_UNSUPPORTED;
   strcpy(ctx->arch, arch);
   return ATTN_SUCCESS;
@@ -167,8 +191,10 @@ Cache *rt_context_cache(attn_context *ctx) { return &ctx->cache; }
 
 /* --------------------------------------------------------------- target */
 
-/* The target: the one set on the context, else the current device's. */
-static attn_status rt_resolve_arch(attn_context *ctx, char arch[16]) {
+/* The target: the one set on the context, else the current device's;
+ * with check_nvrtc, one this NVRTC can compile for. */
+static attn_status rt_target_arch(attn_context *ctx, char arch[16],
+                                  bool check_nvrtc) {
   if (ctx->arch[0]) {
     strcpy(arch, ctx->arch);
     return ATTN_SUCCESS;
@@ -188,12 +214,16 @@ static attn_status rt_resolve_arch(attn_context *ctx, char arch[16]) {
       (st = rt_driver_cc(d, dev, &major, &minor, err)))
     return st;
   nvrtc_arch_for_cc(major, minor, arch);
-  if (!nvrtc_arch_supported(arch, err)) {
+  if (check_nvrtc && !nvrtc_arch_supported(arch, err)) {
     sb_printf(err, " (the current device is compute capability %d.%d)",
               major, minor);
     return ATTN_ERROR_UNSUPPORTED;
   }
   return ATTN_SUCCESS;
+}
+
+static attn_status rt_resolve_arch(attn_context *ctx, char arch[16]) {
+  return rt_target_arch(ctx, arch, true);
 }
 
 /* ------------------------------------------------------------- loading */
@@ -210,7 +240,8 @@ static attn_status rt_module_load(attn_module *m, const RtDriver *d) {
                                   NULL, 0);
   if (r != CUDA_SUCCESS) {
     attn_status st = rt_driver_error(d, r, "cuLibraryLoadData", err);
-    sb_printf(err, " (kernels built for %s)", m->arch);
+    sb_printf(err, " (kernels built for %s%s)", m->arch,
+              m->kind == ATTN_FROM_EMBEDDED_PTX ? " as PTX" : "");
     return st;
   }
   for (int i = 0; i < m->ngraphs; i++) {
@@ -276,7 +307,7 @@ static attn_status rt_module_try_load(attn_module *m) {
   sb_free(&ignore);
   if (!ready) return ATTN_SUCCESS;
   nvrtc_arch_for_cc(major, minor, dev_arch);
-  if (strcmp(dev_arch, m->arch) != 0) return ATTN_SUCCESS;
+  if (strcmp(dev_arch, m->target) != 0) return ATTN_SUCCESS;
   for (int i = 0; i < m->ngraphs; i++) {
     CUfunction fn;
     if ((st = rt_graph_function(&m->graphs[i], d, cu, &fn))) return st;
@@ -324,6 +355,8 @@ attn_status rt_module_from_ir(attn_context *ctx, Arena *a,
   m->arena = a;
   m->ir = ir;
   snprintf(m->arch, sizeof m->arch, "%s", arch ? arch : "");
+  snprintf(m->target, sizeof m->target, "%s", m->arch);
+  m->kind = ATTN_FROM_NVRTC;
   if (cubin) memcpy(m->cubin, cubin, cubin_len);
   m->cubin_len = cubin_len;
   m->ngraphs = ir->ngraphs;
@@ -353,6 +386,10 @@ const char *rt_module_log(const attn_module *m) {
   return m && m->log ? m->log : "";
 }
 const char *rt_module_arch(const attn_module *m) { return m ? m->arch : ""; }
+const char *attn_module_arch(const attn_module *m) { return m ? m->arch : ""; }
+attn_source_kind attn_module_source_kind(const attn_module *m) {
+  return m ? m->kind : (attn_source_kind)0;
+}
 const char *rt_module_source(const attn_module *m) {
   return m && m->source ? m->source : "";
 }
@@ -409,6 +446,7 @@ static attn_status rt_compile_ir(attn_context *ctx, Arena *a,
   cache_key(&in, key);
   RtCompileJob job = {er.source, &opts};
   CacheBlob blob;
+  int compiles = ctx->cache.compiles;
   if ((st = cache_get(&ctx->cache, arch, key, rt_compile_job, &job, &blob,
                       &ctx->error))) {
     arena_free(a);
@@ -417,6 +455,8 @@ static attn_status rt_compile_ir(attn_context *ctx, Arena *a,
   st = rt_module_from_ir(ctx, a, ir, er.kernels, er.nkernels, arch,
                          blob.cubin, blob.cubin_len, out);
   if (st == ATTN_SUCCESS) {
+    (*out)->kind = ctx->cache.compiles > compiles ? ATTN_FROM_NVRTC
+                                                  : ATTN_FROM_CACHE;
     (*out)->log = blob.log;
     blob.log = NULL;
     (*out)->source = er.source;
@@ -429,20 +469,28 @@ static attn_status rt_compile_ir(attn_context *ctx, Arena *a,
   return st;
 }
 
-/* parse -> IR -> compile; the front end's diagnostics go verbatim into
- * the context's error. */
-static attn_status rt_compile_source(attn_context *ctx, Arena *a,
-                                     const Source *src, Diag *d,
-                                     attn_module **out) {
+/* parse -> IR; the front end's diagnostics go verbatim into the
+ * context's error (and the arena is freed) on failure. */
+static IrModule *rt_front_end(attn_context *ctx, Arena *a, const Source *src,
+                              Diag *d) {
   AstFile *ast = parse_source(src, a, d);
   IrModule *ir = d->nerrors ? NULL : ir_build(ast, a, d);
   if (!ir || d->nerrors) {
     rt_fail(ctx, ATTN_ERROR_SOURCE, "%s", d->out.len ? d->out.data : "");
     diag_free(d);
     arena_free(a);
-    return ATTN_ERROR_SOURCE;
+    return NULL;
   }
   diag_free(d);
+  return ir;
+}
+
+/* parse -> IR -> compile. */
+static attn_status rt_compile_source(attn_context *ctx, Arena *a,
+                                     const Source *src, Diag *d,
+                                     attn_module **out) {
+  IrModule *ir = rt_front_end(ctx, a, src, d);
+  if (!ir) return ATTN_ERROR_SOURCE;
   return rt_compile_ir(ctx, a, ir, out);
 }
 
@@ -485,6 +533,178 @@ attn_status attn_module_compile_file(attn_context *ctx, const char *path,
     return ATTN_ERROR_IO;
   }
   return rt_compile_source(ctx, a, src, &d, out);
+}
+
+/* ------------------------------------------------------ embedded modules */
+
+/* "sm_90a" -> 90, suffix 'a'; -1 for anything else. */
+static int rt_arch_number(const char *arch, char *suffix) {
+  *suffix = '\0';
+  if (!nvrtc_arch_valid(arch)) return -1;
+  int n = atoi(arch + 3);
+  const char *p = arch + 3;
+  while (*p >= '0' && *p <= '9') p++;
+  *suffix = *p;
+  return n;
+}
+
+/* Whether an image built for `image` runs on a device whose target is
+ * `target`. Cubins: the very target, or sm_XY (no suffix) on X.Z with
+ * Z >= Y (binary compatibility within a major version; 'a' and 'f' code
+ * runs only on its own target). PTX: any target of equal or higher
+ * compute capability; the driver compiles it. */
+static bool rt_image_fits(const attn_embedded_image *im, const char *target) {
+  char is, ts;
+  int in = rt_arch_number(im->arch, &is), tn = rt_arch_number(target, &ts);
+  if (in < 0 || tn < 0 || !im->data || im->size == 0) return false;
+  if (im->is_ptx) return is == '\0' && tn >= in;
+  if (strcmp(im->arch, target) == 0) return true;
+  return is == '\0' && in / 10 == tn / 10 && tn >= in;
+}
+
+/* Does the image describe this module's graphs, in order? An image from
+ * the same source and attnc version always does; this guards the rest. */
+static bool rt_image_matches(const attn_embedded_image *im,
+                             const IrModule *ir) {
+  if (!im->kernels || im->nkernels != ir->ngraphs) return false;
+  for (int i = 0; i < ir->ngraphs; i++) {
+    const attn_embedded_kernel *k = &im->kernels[i];
+    if (!k->graph || !k->entry || strcmp(k->graph, ir->graphs[i]->name) != 0 ||
+        k->threads <= 0 || k->block_m <= 0 || k->smem_bytes < 0)
+      return false;
+  }
+  return true;
+}
+
+/* The image to use for target: an exact cubin first, then a compatible
+ * cubin (highest first), then PTX (highest first); NULL when none fits. */
+static const attn_embedded_image *rt_pick_image(const attn_embedded *em,
+                                                const IrModule *ir,
+                                                const char *target) {
+  const attn_embedded_image *best = NULL;
+  int best_rank = 0, best_num = -1;
+  for (int i = 0; i < em->nimages; i++) {
+    const attn_embedded_image *im = &em->images[i];
+    if (!im->arch || !rt_image_fits(im, target) || !rt_image_matches(im, ir))
+      continue;
+    char suffix;
+    int num = rt_arch_number(im->arch, &suffix);
+    int rank = im->is_ptx ? 1 : strcmp(im->arch, target) == 0 ? 3 : 2;
+    if (rank > best_rank || (rank == best_rank && num > best_num)) {
+      best = im;
+      best_rank = rank;
+      best_num = num;
+    }
+  }
+  return best;
+}
+
+static attn_status rt_module_from_image(attn_context *ctx, Arena *a,
+                                        const IrModule *ir,
+                                        const attn_embedded_image *im,
+                                        const char *target,
+                                        attn_module **out) {
+  KernelInfo *kernels =
+      arena_alloc(a, sizeof *kernels * (size_t)(ir->ngraphs ? ir->ngraphs : 1));
+  for (int i = 0; i < ir->ngraphs; i++) {
+    kernels[i].graph = ir->graphs[i]->name;
+    kernels[i].entry = arena_strdup(a, im->kernels[i].entry);
+    kernels[i].threads = im->kernels[i].threads;
+    kernels[i].smem_bytes = im->kernels[i].smem_bytes;
+    kernels[i].block_m = im->kernels[i].block_m;
+  }
+  attn_status st = rt_module_from_ir(ctx, a, ir, kernels, ir->ngraphs,
+                                     im->arch, im->data, im->size, out);
+  if (st) return st;
+  attn_module *m = *out;
+  m->kind = im->is_ptx ? ATTN_FROM_EMBEDDED_PTX : ATTN_FROM_EMBEDDED;
+  snprintf(m->target, sizeof m->target, "%s", target);
+  if (im->is_ptx && m->cubin[m->cubin_len - 1] != '\0') {
+    attn_module_destroy(m);
+    *out = NULL;
+    return rt_fail(ctx, ATTN_ERROR_INVALID_ARGUMENT,
+                   "embedded PTX for %s is not NUL-terminated", im->arch);
+  }
+  if ((st = rt_module_try_load(m))) {
+    attn_module_destroy(m);
+    *out = NULL;
+  }
+  return st;
+}
+
+attn_status attn_module_load_embedded(attn_context *ctx,
+                                      const attn_embedded *em,
+                                      attn_module **out) {
+  if (!ctx) return ATTN_ERROR_INVALID_ARGUMENT;
+  if (!out || !em)
+    return rt_fail(ctx, ATTN_ERROR_INVALID_ARGUMENT,
+                   "attn_module_load_embedded: %s is NULL",
+                   out ? "em" : "out");
+  *out = NULL;
+  rt_clear_error(ctx);
+  if (em->format != ATTN_EMBEDDED_FORMAT || !em->source ||
+      (em->nimages > 0 && !em->images) || em->nimages < 0)
+    return rt_fail(ctx, ATTN_ERROR_INVALID_ARGUMENT,
+                   "embedded module '%s' has format %d; this libattn reads "
+                   "format %d (rebuild it with this attnc)",
+                   em->name ? em->name : "?", em->format,
+                   ATTN_EMBEDDED_FORMAT);
+  Arena *a = arena_new();
+  if (!a) return rt_fail(ctx, ATTN_ERROR_OUT_OF_MEMORY, "out of memory");
+  Diag d = {0};
+  const Source *src = source_from_string(a, em->name ? em->name : "<embedded>",
+                                         em->source, em->source_len);
+  IrModule *ir = rt_front_end(ctx, a, src, &d);
+  if (!ir) return ATTN_ERROR_SOURCE;
+  char target[16];
+  attn_status st = rt_target_arch(ctx, target, false);
+  if (st) {
+    arena_free(a);
+    return st;
+  }
+  bool same_build = em->abi_version == ATTN_ABI_VERSION && em->attnc_version &&
+                    strcmp(em->attnc_version, ATTNC_VERSION) == 0;
+  if (!same_build) {
+    ctx->cache.warning.len = 0;
+    sb_printf(&ctx->cache.warning,
+              "warning: %s was built by attnc %s (kernel ABI %d); this "
+              "libattn is %s (ABI %d): compiling its kernels instead",
+              src->name, em->attnc_version ? em->attnc_version : "?",
+              em->abi_version, ATTNC_VERSION, ATTN_ABI_VERSION);
+  }
+  const attn_embedded_image *im =
+      same_build ? rt_pick_image(em, ir, target) : NULL;
+  if (im) return rt_module_from_image(ctx, a, ir, im, target, out);
+  return rt_compile_ir(ctx, a, ir, out);
+}
+
+attn_status attn_context_embedded_module(attn_context *ctx,
+                                         const attn_embedded *em,
+                                         attn_module **out) {
+  if (!ctx) return ATTN_ERROR_INVALID_ARGUMENT;
+  if (!out || !em)
+    return rt_fail(ctx, ATTN_ERROR_INVALID_ARGUMENT,
+                   "attn_context_embedded_module: %s is NULL",
+                   out ? "em" : "out");
+  for (RtEmbeddedModule *e = ctx->embedded; e; e = e->next)
+    if (e->em == em) {
+      rt_clear_error(ctx);
+      *out = e->m;
+      return ATTN_SUCCESS;
+    }
+  RtEmbeddedModule *e = calloc(1, sizeof *e);
+  if (!e) return rt_fail(ctx, ATTN_ERROR_OUT_OF_MEMORY, "out of memory");
+  attn_status st = attn_module_load_embedded(ctx, em, &e->m);
+  if (st) {
+    free(e);
+    *out = NULL;
+    return st;
+  }
+  e->em = em;
+  e->next = ctx->embedded;
+  ctx->embedded = e;
+  *out = e->m;
+  return ATTN_SUCCESS;
 }
 
 int attn_module_graph_count(const attn_module *m) {
@@ -562,6 +782,17 @@ attn_status attn_call_bind_tensor(attn_call *c, const char *name, void *ptr,
   if (st) return st;
   return bind_tensor(&c->bind, name, ptr, dtype, ndim, shape, strides,
                      &c->g->m->ctx->error);
+}
+
+attn_status attn_call_bind_dlpack(attn_call *c, const char *name,
+                                  const void *dl_tensor) {
+  attn_status st = rt_call_begin(c, name, "attn_call_bind_dlpack");
+  if (st) return st;
+  DlpackTensor t;
+  StrBuf *err = &c->g->m->ctx->error;
+  if ((st = dlpack_unpack(dl_tensor, name, &t, err))) return st;
+  return bind_tensor(&c->bind, name, t.ptr, t.dtype, t.ndim, t.shape,
+                     t.strides, err);
 }
 
 static attn_status rt_bind_scalar(attn_call *c, const char *name, DType t,
@@ -644,8 +875,10 @@ attn_status attn_call_launch(attn_call *c, void *stream) {
   if ((st = rt_driver_current(d, &cu, &dev, &ctx->error)) ||
       (st = rt_graph_function(c->g, d, cu, &fn)))
     return st;
-  void *args[] = {p};
   const KernelInfo *k = &c->g->kernel;
+  attn_tmaps tmaps; /* the sm90 template's second parameter (tmap.c) */
+  if ((st = rt_tmap_fill(d, c->g->ir, k, p, &tmaps, &ctx->error))) return st;
+  void *args[] = {p, &tmaps};
   CUresult r = d->LaunchKernel(fn, grid[0], grid[1], grid[2],
                                (unsigned)k->threads, 1, 1,
                                (unsigned)(k->smem_bytes > 0 ? k->smem_bytes

@@ -11,7 +11,9 @@
  *
  * libcuda is opened at run time: without a driver, compiling still works
  * (give the target with attn_context_set_arch) and launching returns
- * ATTN_ERROR_NO_DRIVER.
+ * ATTN_ERROR_NO_DRIVER. NVRTC is opened at run time too, only when a kernel
+ * must be compiled: modules built ahead of time by `attnc build` load
+ * without it (see attn_module_load_embedded).
  */
 #ifndef ATTN_H
 #define ATTN_H
@@ -97,6 +99,84 @@ attn_status attn_call_bind_bool(attn_call *c, const char *name, int v);
 attn_status attn_call_launch(attn_call *c, void *stream);
 /* Optional: count key tiles loaded (device pointer to one u64), for tests. */
 attn_status attn_call_set_tile_counter(attn_call *c, void *device_u64);
+
+/* DLPack: binds a DLTensor (dlpack/dlpack.h; pass a DLManagedTensor * as
+ * is, since its first member is the DLTensor, or &versioned->dl_tensor).
+ * The tensor must live on kDLCUDA (or kDLCUDAManaged) memory of the
+ * current device; data + byte_offset is the base; NULL strides mean dense.
+ * dtypes: kDLBfloat 16, kDLFloat 16/32, kDLInt 32, kDLUInt 64, kDLBool 8,
+ * kDLFloat8_e4m3fn and kDLFloat8_e5m2 (codes 10, 12), all with 1 lane.
+ * Then as attn_call_bind_tensor. Declared with void * so that attn.h does
+ * not require dlpack.h (DLTensor is an anonymous struct there). */
+attn_status attn_call_bind_dlpack(attn_call *c, const char *name,
+                                  const void *dl_tensor);
+
+/* ------------------------------------------------ ahead-of-time modules
+ * `attnc build FILE.attn --arch sm_80,sm_90a -o DIR` writes DIR/NAME.c,
+ * which defines one attn_embedded: the .attn text (re-parsed at load for
+ * argument checking), a cubin per listed target and PTX for the highest
+ * one (without its a/f suffix), which the driver compiles for newer GPUs.
+ * The structs below are what that file initialises; their layout is part
+ * of the ABI (format ATTN_EMBEDDED_FORMAT). */
+#define ATTN_EMBEDDED_FORMAT 1
+
+typedef struct attn_embedded_kernel {
+  const char *graph; /* graph name */
+  const char *entry; /* kernel entry point in the image */
+  int threads;       /* CTA size */
+  int smem_bytes;    /* dynamic shared memory */
+  int block_m;       /* query rows per CTA */
+} attn_embedded_kernel;
+
+typedef struct attn_embedded_image {
+  const char *arch; /* cubin: "sm_90a"; PTX: "sm_90" (runs on 9.0 and up) */
+  int is_ptx;       /* PTX text, NUL-terminated; size counts the NUL */
+  const unsigned char *data;
+  size_t size;
+  const attn_embedded_kernel *kernels; /* one per graph, in source order */
+  int nkernels;
+} attn_embedded_image;
+
+typedef struct attn_embedded {
+  int format;                /* ATTN_EMBEDDED_FORMAT */
+  int abi_version;           /* kernel parameter ABI the images use */
+  const char *attnc_version; /* attnc that built it; images are used only
+                                by a libattn of the same version */
+  const char *name;          /* "sdpa.attn": names diagnostics */
+  const char *source;        /* the .attn text */
+  size_t source_len;
+  const attn_embedded_image *images;
+  int nimages;
+} attn_embedded;
+
+/* Where a module's kernels came from: the path its load took. */
+typedef enum attn_source_kind {
+  ATTN_FROM_EMBEDDED = 1,     /* an embedded cubin for this target */
+  ATTN_FROM_EMBEDDED_PTX = 2, /* embedded PTX, compiled by the driver */
+  ATTN_FROM_CACHE = 3,        /* the kernel cache (disk or this context) */
+  ATTN_FROM_NVRTC = 4         /* compiled now with NVRTC */
+} attn_source_kind;
+
+/* Loads an embedded module for the target (attn_context_set_arch, else
+ * the current device's). Lookup: an embedded cubin for the target (an
+ * sm_XY cubin also serves X.Z devices with Z >= Y; 'a'/'f' targets only
+ * their own), else embedded PTX for an older or equal compute capability,
+ * else the kernel cache, else NVRTC; the last two need NVRTC's version or
+ * NVRTC itself. Embedded images from another attnc version are skipped
+ * (a warning on the context). Destroy with attn_module_destroy. */
+attn_status attn_module_load_embedded(attn_context *ctx,
+                                      const attn_embedded *em,
+                                      attn_module **out);
+/* The same, loaded once per context and kept by it (destroyed with the
+ * context; do not destroy it yourself). Generated NAME_launch functions
+ * use this, so each context gets its own module. */
+attn_status attn_context_embedded_module(attn_context *ctx,
+                                         const attn_embedded *em,
+                                         attn_module **out);
+/* The path the module's kernels took (0 for a NULL module). */
+attn_source_kind attn_module_source_kind(const attn_module *m);
+/* The target its kernels were built for: "sm_90a", or "sm_90" for PTX. */
+const char *attn_module_arch(const attn_module *m);
 
 #ifdef __cplusplus
 }

@@ -10,7 +10,7 @@
 #ifndef ATTN_ABI_H
 #define ATTN_ABI_H
 
-#define ATTN_ABI_VERSION 1
+#define ATTN_ABI_VERSION 2
 #define ATTN_MAX_TENSORS 16 /* inputs and outputs of one graph */
 #define ATTN_MAX_SCALARS 16
 #define ATTN_MAX_DIMS 16 /* dimension symbols: B, H, Sq, ... */
@@ -40,5 +40,25 @@ typedef struct attn_params {
    * loaded (tests use it to prove masked tiles are skipped). */
   unsigned long long *tiles_visited;
 } attn_params;
+
+/* Tensor maps (CUtensorMap: 128 opaque bytes, 64-byte aligned) for the
+ * TMA loads of the sm90 template. They travel as the kernel's second
+ * parameter, `const __grid_constant__ attn_tmaps`, built per launch by
+ * runtime/tmap.c; kernels of other templates take attn_params alone. */
+#ifdef __cplusplus
+#define ATTN_ALIGN64 alignas(64)
+#else
+#define ATTN_ALIGN64 _Alignas(64)
+#endif
+#define ATTN_TMAP_Q 0
+#define ATTN_TMAP_K 1
+#define ATTN_TMAP_V 2
+#define ATTN_TMAP_O 3 /* reserved: the sm90 template stores O directly */
+typedef struct attn_tmap {
+  ATTN_ALIGN64 unsigned long long opaque[16];
+} attn_tmap;
+typedef struct attn_tmaps {
+  attn_tmap m[4];
+} attn_tmaps;
 
 #endif

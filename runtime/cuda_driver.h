@@ -14,6 +14,7 @@
 #include <cuda.h>
 
 #include "attn.h"
+#include "attn_abi.h"
 #include "attnc.h"
 
 /* X(field, symbol in libcuda). The symbols are the versioned names the
@@ -53,7 +54,8 @@
   X(EventDestroy, cuEventDestroy_v2)                                          \
   X(EventRecord, cuEventRecord)                                               \
   X(EventSynchronize, cuEventSynchronize)                                     \
-  X(EventElapsedTime, cuEventElapsedTime_v2)
+  X(EventElapsedTime, cuEventElapsedTime_v2)                                  \
+  X(TensorMapEncodeTiled, cuTensorMapEncodeTiled)
 
 /* cuda.h declares each function under the name its macro expands to, so
  * the typeof of the versioned symbol is the right prototype. */
@@ -87,5 +89,11 @@ attn_status rt_driver_cc(const RtDriver *d, CUdevice dev, int *major,
  * Release with rt_driver_release_primary(device). */
 attn_status rt_driver_make_current_primary(int device, StrBuf *err);
 void rt_driver_release_primary(int device);
+
+/* tmap.c: the tensor maps of a kernel whose KernelInfo asks for them
+ * (tma_rows_q/kv > 0; fwd_sm90), from the bound parameter block; all zero
+ * for other kernels. Error in err. */
+attn_status rt_tmap_fill(const RtDriver *d, const IrGraph *g, const KernelInfo *k,
+                         const attn_params *p, attn_tmaps *tm, StrBuf *err);
 
 #endif

@@ -6,6 +6,7 @@
  *   nvrtc.c    CUDA C -> cubin with NVRTC, options, target names
  *   cache.c    the on-disk cubin cache (keyed, atomic, locked, verified)
  *   bind.c     tensor/scalar bindings checked against the IR graph
+ *   dlpack.c   DLPack tensors -> the arguments of a tensor binding
  *   api.c      attn.h: contexts, modules, graphs, calls, launches
  *
  * The driver loader has its own header, cuda_driver.h, because tools and
@@ -174,6 +175,23 @@ attn_status bind_scalar(BindState *b, const char *name, DType type,
                         attn_scalar_arg v, StrBuf *err);
 /* Checks completeness, fills defaults, dims and B/H/Hk/Sq/Skv. */
 attn_status bind_finish(BindState *b, StrBuf *err);
+
+/* -------------------------------------------------------------- dlpack.c */
+
+/* A DLTensor read into attn_call_bind_tensor's arguments. */
+typedef struct DlpackTensor {
+  void *ptr; /* data + byte_offset */
+  attn_dtype dtype;
+  int ndim;
+  int64_t shape[IR_MAX_RANK];
+  const int64_t *strides; /* NULL (dense) or strides_buf */
+  int64_t strides_buf[IR_MAX_RANK];
+} DlpackTensor;
+
+/* Checks the device (kDLCUDA or kDLCUDAManaged), the dtype (one lane) and
+ * the rank; ATTN_ERROR_INVALID_ARGUMENT with a message naming `name`. */
+attn_status dlpack_unpack(const void *dl_tensor, const char *name,
+                          DlpackTensor *out, StrBuf *err);
 
 /* ----------------------------------------------------------------- api.c */
 

@@ -3,7 +3,9 @@
 #   tests/diag/NAME.attn   `attnc check` must exit 1 and print NAME.err
 #   examples/NAME.attn     `attnc check` must pass; `attnc ir` must print
 #                          tests/golden/ir/NAME.ir; `attnc emit --brief` must print
-#                          tests/golden/emit/NAME.cu
+#                          tests/golden/emit/NAME.cu; one with a `grad` line
+#                          must print tests/golden/backward/NAME.ir from
+#                          `attnc ir --backward`
 # UPDATE=1 rewrites the expected files instead (review the diff after).
 set -u
 attnc=${1:?usage: golden.sh ATTNC}
@@ -52,6 +54,16 @@ for f in examples/*.attn; do
     else compare "$f: emit" "tests/golden/emit/$name.err" "$tmp/err"; fi
   elif [ $rc -eq 0 ]; then compare "$f: emit" "tests/golden/emit/$name.cu" "$tmp/cu"
   else cat "$tmp/err"; verdict "$f: emit (exit status $rc)" 0; fi
+done
+
+# Derived backward graphs: every example that declares grad has its
+# `attnc ir --backward` golden in tests/golden/backward/NAME.ir.
+for f in examples/*.attn; do
+  [ -e "$f" ] || continue
+  grep -q '^[[:space:]]*grad[[:space:]]' "$f" || continue
+  name=$(basename "${f%.attn}")
+  "$attnc" ir --backward "$f" >"$tmp/bwd" 2>&1
+  compare "$f: ir --backward" "tests/golden/backward/$name.ir" "$tmp/bwd"
 done
 
 echo "golden: $pass passed, $fail failed"

@@ -30,6 +30,7 @@ deps:
 # What CI runs (through .ci/run): the sanitizer build and every test.
 test: deps
 	$(MAKE) BUILD=build/san SAN=1 test-here
+	$(MAKE) test-install
 	$(MAKE) fuzz
 
 test-here: all $(BUILD)/tests/unit_tests $(GPU_BIN)
@@ -38,9 +39,16 @@ test-here: all $(BUILD)/tests/unit_tests $(GPU_BIN)
 	tests/nvrtc.sh $(BUILD)/attnc
 	@for t in $(GPU_BIN); do echo "== $$t"; $$t || exit 1; done
 
+# The template on its own, with hand-written hooks (nvcc, cudart).
+$(BUILD)/tests/gpu/template_sm80_test: tests/gpu/template_sm80_test.cu templates/fwd_sm80.cuh \
+    compiler/tmpl_sm80.c runtime/attn_abi.h
+	@mkdir -p $(dir $@)
+	$(CUDA)/bin/nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a \
+	  -gencode=arch=compute_80,code=sm_80 -o $@ $<
+
 # The GPU tests without sanitizers, for a machine with a GPU.
-test-gpu: all $(GPU_BIN)
-	@for t in $(GPU_BIN); do echo "== $$t"; $$t || exit 1; done
+test-gpu: all $(GPU_BIN) $(BUILD)/tests/gpu/template_sm80_test
+	@for t in $(GPU_BIN) $(BUILD)/tests/gpu/template_sm80_test; do echo "== $$t"; $$t || exit 1; done
 
 # Regenerate goldens after an intended change; review the diff.
 golden-update: all
@@ -58,4 +66,42 @@ fuzz: deps
 	$(FUZZ_BUILD)/fuzz_front -max_total_time=$(FUZZ_SECONDS) -timeout=2 -rss_limit_mb=2048 \
 	  -max_len=65536 -print_final_stats=1 tests/fuzz/corpus-run tests/fuzz/corpus
 
-.PHONY: deps test test-here test-gpu golden-update fuzz
+# `make install` into $(BUILD)/install, then every host example built
+# against the installed files alone (pkg-config, the installed attnc),
+# plus a staged DESTDIR install. The programs run where there is a GPU
+# and say so where there is none. Also: no NVRTC link, and a clear status
+# when NVRTC is missing.
+HOST_PREFIX := $(CURDIR)/$(BUILD)/install
+HOST_OUT := $(CURDIR)/$(BUILD)/host
+HOST_ENV := PATH=$(HOST_PREFIX)/bin:$$PATH PKG_CONFIG_PATH=$(HOST_PREFIX)/lib/pkgconfig
+test-install: all
+	rm -rf $(HOST_PREFIX) $(HOST_OUT) $(BUILD)/destdir
+	$(MAKE) install PREFIX=$(HOST_PREFIX)
+	$(MAKE) install DESTDIR=$(CURDIR)/$(BUILD)/destdir PREFIX=/opt/attnc
+	@for f in $(INSTALLED); do test -e $(BUILD)/destdir/opt/attnc/$$f || \
+	  { echo "install: missing $$f"; exit 1; }; done
+	grep -q '^prefix=/opt/attnc$$' $(BUILD)/destdir/opt/attnc/lib/pkgconfig/attn.pc
+	$(MAKE) uninstall DESTDIR=$(CURDIR)/$(BUILD)/destdir PREFIX=/opt/attnc
+	test -z "$$(find $(BUILD)/destdir -type f)"
+	! readelf -d $(HOST_PREFIX)/lib/libattn.so | grep -q nvrtc
+	readelf -d $(HOST_PREFIX)/lib/libattn.so | grep -q 'SONAME.*libattn.so.0'
+	ATTN_NVRTC=/nonexistent/libnvrtc.so $(HOST_PREFIX)/bin/attnc compile \
+	  examples/sdpa.attn --arch sm_80 -o $(BUILD)/nonvrtc.cubin 2>$(BUILD)/nonvrtc.err; \
+	  test $$? -eq 3 && grep -q 'libnvrtc not found' $(BUILD)/nonvrtc.err
+	mkdir -p $(HOST_OUT)
+	cp -r examples/host/common examples/host/jit examples/host/aot examples/host/cmake $(HOST_OUT)/
+	$(HOST_ENV) $(MAKE) -C $(HOST_OUT)/jit
+	$(HOST_ENV) $(MAKE) -C $(HOST_OUT)/aot
+	cp -r $(HOST_OUT)/aot/gen $(HOST_OUT)/aot-gen-1
+	touch $(HOST_OUT)/aot/sdpa.attn
+	$(HOST_ENV) $(MAKE) -C $(HOST_OUT)/aot
+	diff -r $(HOST_OUT)/aot/gen $(HOST_OUT)/aot-gen-1
+	$(HOST_ENV) cmake -S $(HOST_OUT)/cmake -B $(HOST_OUT)/cmake/build -DCMAKE_BUILD_TYPE=Release -DCUDAToolkit_ROOT=$(CUDA)
+	$(HOST_ENV) cmake --build $(HOST_OUT)/cmake/build
+	python3 -m py_compile examples/host/dlpack/attn_torch.py
+	! ldd $(HOST_OUT)/aot/aot_example | grep -q nvrtc
+	$(HOST_OUT)/jit/jit_example
+	$(HOST_OUT)/aot/aot_example
+	$(HOST_OUT)/cmake/build/cmake_example
+
+.PHONY: deps test test-here test-gpu golden-update fuzz test-install

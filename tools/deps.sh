@@ -18,6 +18,9 @@ need bison bison
 need /usr/include/criterion/criterion.h libcriterion-dev
 need clang clang
 need /usr/lib/llvm-14/lib/clang/14.0.6/lib/linux/libclang_rt.fuzzer-x86_64.a libclang-rt-14-dev
+need cmake cmake                            # the CMake host example
+need pkg-config pkg-config                  # host examples find libattn with it
+need /usr/include/dlpack/dlpack.h libdlpack-dev # attn_call_bind_dlpack
 if [ ${#missing_pkgs[@]} -gt 0 ]; then
   echo "deps: installing ${missing_pkgs[*]}"
   SUDO=""

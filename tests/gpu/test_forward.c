@@ -64,10 +64,11 @@ static bool run_case(attn_context *ctx, attn_graph *ag, const IrGraph *g, const 
               c.nonfinite_mismatch);
     if (!(c.rel_l2 <= tol) || c.nonfinite_mismatch) ok = false;
   }
-  char what[256];
-  snprintf(what, sizeof what, "%s [%s]%s", label, spec, co->bshd ? " bshd" : "");
+  StrBuf what = {0};
+  sb_printf(&what, "%s [%s]%s", label, spec, co->bshd ? " bshd" : "");
   if (err.len) sb_printf(&detail, "%s", err.data);
-  verdict(ok, what, detail.data);
+  verdict(ok, what.data, detail.data);
+  sb_free(&what);
   sb_free(&err);
   sb_free(&detail);
   if (keep && ok) {
@@ -106,8 +107,7 @@ static void test_example(attn_context *ctx, const char *path, uint64_t *seed) {
     static const int shapes[][5] = {
         {2, 4, 2, 128, 128}, {1, 4, 2, 77, 201}, {3, 2, 1, 200, 64}, {1, 8, 2, 1, 300}};
     StrBuf spec = {0};
-    char label[200];
-    snprintf(label, sizeof label, "%s:%s", path, g->name);
+    const char *label = arena_printf(a, "%s:%s", path, g->name);
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
       shape_spec(g, &spec, shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3], shapes[s][4]);
       ChkOptions co = {0};

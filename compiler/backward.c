@@ -1,0 +1,690 @@
+/*
+ * backward.c: derives a graph's backward pass from its score chain.
+ *
+ * Flash attention's backward has a fixed part that does not depend on the
+ * graph: with x the softmax's input, P = exp(x - lse) recomputed, Pd = P
+ * through dropout's mask (scaled by 1 / (1 - rate)), O = Pd V,
+ *   dV = Pd^T dO,  dPd = dO V^T,  dP = dPd through the same mask,
+ *   delta = rowsum(dO * O) (= sum_j P dP),  dS = P * (dP - delta),
+ * dS being the gradient at x. What depends on the graph is the pointwise
+ * chain from q @ k^T (and from the bias reads) up to x. That part is
+ * derived here by reverse-mode differentiation on the IR: nodes are visited
+ * from x down in reverse topological order, each passing its adjoint to
+ * its operands through the op's partial derivatives, built as new IR nodes
+ * (tanh: adj * (1 - t*t); exp: adj * e; a mask: where(c, adj, 0); ...).
+ * The adjoint reaching q @ k^T is dRaw, from which dQ = dRaw K and
+ * dK = dRaw^T Q; the adjoints reaching the loads of a grad tensor, summed
+ * over the axes it broadcasts, are its gradient.
+ *
+ * Mask conditions, integer values, comparisons and floor/ceil pass no
+ * gradient. Every derived value is linear in dS (a sum of products with
+ * dS as one factor), so wherever dS is 0 every gradient is 0: evaluators
+ * use that to keep fully masked rows exactly 0 rather than 0 * inf.
+ *
+ * The builders fold constants and drop multiplications by 1 and additions
+ * of 0, so `attnc ir --backward` reads close to what one would derive by
+ * hand (tests/golden/backward/).
+ */
+#include "attnc.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct Deriver {
+  BwdGraph *bg;
+  const IrGraph *g;
+  Arena *a;
+  Diag *d;
+  int cap;
+  IrNode **adj;  /* per forward node: its adjoint so far, or NULL (zero) */
+  bool *dep;     /* per forward node: differentiable and depends on a
+                    differentiated leaf (q @ k^T or a grad load) */
+  Loc loc;       /* the forward node being differentiated */
+} Deriver;
+
+/* ----------------------------------------------------------- builders */
+
+static bool is_const(const IrNode *n, double v) {
+  return n->op == IR_CONST && n->type == DT_F32 && n->fval == v;
+}
+
+/* A float constant's value as evaluators see it: a forward constant is
+ * the f32 the device receives (0.1 is 0.1f); a derived one is exact. */
+static double cval(const Deriver *dv, const IrNode *n) {
+  return bwd_is_forward(dv->bg, n) ? (double)(float)n->fval : n->fval;
+}
+
+static IrNode *take(Deriver *dv, IrNode *n) {
+  BwdGraph *bg = dv->bg;
+  if (bg->nnodes == dv->cap) {
+    dv->cap = dv->cap ? 2 * dv->cap : 32;
+    IrNode **grown = arena_alloc(dv->a, (size_t)dv->cap * sizeof *grown);
+    if (bg->nnodes)
+      memcpy(grown, bg->nodes, (size_t)bg->nnodes * sizeof *grown);
+    bg->nodes = grown;
+  }
+  n->id = bg->nnodes;
+  bg->nodes[bg->nnodes++] = n;
+  return n;
+}
+
+static IrNode *fconst(Deriver *dv, double v) {
+  return ir_const_float(dv->a, dv->loc, v);
+}
+
+/* A new derived node of op over its operands' axes. Constant operands
+ * are not numbered: the dump prints them inline. */
+static IrNode *mk(Deriver *dv, IrOp op, DType type, int nsrc,
+                  IrNode *const *src) {
+  unsigned dom = 0;
+  for (int k = 0; k < nsrc; k++)
+    dom |= src[k]->dom;
+  return take(dv, ir_node(dv->a, op, dv->loc, type, dom, nsrc, src));
+}
+
+static IrNode *mk1(Deriver *dv, IrOp op, IrNode *x) {
+  return mk(dv, op, DT_F32, 1, &x);
+}
+
+static IrNode *mk2(Deriver *dv, IrOp op, IrNode *x, IrNode *y) {
+  IrNode *src[2] = {x, y};
+  DType t = op == IR_LT || op == IR_LE || op == IR_GT || op == IR_GE ||
+                    op == IR_EQ || op == IR_NE
+                ? DT_BOOL
+                : DT_F32;
+  return mk(dv, op, t, 2, src);
+}
+
+static IrNode *b_neg(Deriver *dv, IrNode *x) {
+  if (x->op == IR_CONST && x->type == DT_F32)
+    return fconst(dv, -cval(dv, x));
+  if (x->op == IR_NEG && !bwd_is_forward(dv->bg, x))
+    return x->src[0];
+  return mk1(dv, IR_NEG, x);
+}
+
+static IrNode *b_mul(Deriver *dv, IrNode *x, IrNode *y) {
+  if (is_const(x, 0) || is_const(y, 0))
+    return fconst(dv, 0); /* exact: every derived value is linear in dS */
+  if (is_const(x, 1))
+    return y;
+  if (is_const(y, 1))
+    return x;
+  if (is_const(x, -1))
+    return b_neg(dv, y);
+  if (is_const(y, -1))
+    return b_neg(dv, x);
+  if (x->op == IR_CONST && y->op == IR_CONST && x->type == DT_F32 &&
+      y->type == DT_F32)
+    return fconst(dv, cval(dv, x) * cval(dv, y));
+  /* Constants go right, and two constant factors merge:
+   * (a * 2) * 3 -> a * 6. */
+  if (x->op == IR_CONST && x->type == DT_F32) {
+    IrNode *t = x;
+    x = y;
+    y = t;
+  }
+  bool xcf = x->op == IR_MUL && !bwd_is_forward(dv->bg, x) &&
+             x->src[1]->op == IR_CONST && x->src[1]->type == DT_F32;
+  if (xcf && y->op == IR_CONST && y->type == DT_F32)
+    return b_mul(dv, x->src[0],
+                 fconst(dv, cval(dv, x->src[1]) * cval(dv, y)));
+  /* (a * c) * y -> (a * y) * c: constants float outward, where a later
+   * division can cancel them. x is left unused (removed at the end). */
+  if (xcf)
+    return b_mul(dv, b_mul(dv, x->src[0], y), x->src[1]);
+  return mk2(dv, IR_MUL, x, y);
+}
+
+static IrNode *b_div(Deriver *dv, IrNode *x, IrNode *y) {
+  if (is_const(x, 0))
+    return x;
+  if (is_const(y, 1))
+    return x;
+  bool ycon = y->op == IR_CONST && y->type == DT_F32 && cval(dv, y) != 0;
+  if (ycon && x->op == IR_CONST && x->type == DT_F32)
+    return fconst(dv, cval(dv, x) / cval(dv, y));
+  /* (z * c) / y -> z * (c / y): softcap's 30 * ... / 30 cancels. */
+  if (ycon && x->op == IR_MUL && !bwd_is_forward(dv->bg, x) &&
+      x->src[1]->op == IR_CONST && x->src[1]->type == DT_F32)
+    return b_mul(dv, x->src[0], fconst(dv, cval(dv, x->src[1]) / cval(dv, y)));
+  return mk2(dv, IR_DIV, x, y);
+}
+
+static IrNode *b_add(Deriver *dv, IrNode *x, IrNode *y) {
+  if (is_const(x, 0))
+    return y;
+  if (is_const(y, 0))
+    return x;
+  if (x->op == IR_CONST && y->op == IR_CONST && x->type == DT_F32 &&
+      y->type == DT_F32)
+    return fconst(dv, cval(dv, x) + cval(dv, y));
+  return mk2(dv, IR_ADD, x, y);
+}
+
+static IrNode *b_sub(Deriver *dv, IrNode *x, IrNode *y) {
+  if (is_const(y, 0))
+    return x;
+  if (is_const(x, 0))
+    return b_neg(dv, y);
+  return mk2(dv, IR_SUB, x, y);
+}
+
+/* where(c, x, 0) or where(c, 0, x): x where the condition holds (or not). */
+static IrNode *b_select(Deriver *dv, IrNode *c, IrNode *x, bool when) {
+  if (is_const(x, 0))
+    return x;
+  if (c->op == IR_CONST && c->type == DT_BOOL)
+    return (c->ival != 0) == when ? x : fconst(dv, 0);
+  IrNode *zero = fconst(dv, 0);
+  IrNode *src[3] = {c, when ? x : zero, when ? zero : x};
+  return mk(dv, IR_WHERE, DT_F32, 3, src);
+}
+
+/* f32(x) for a bool x. */
+static IrNode *b_to_f32(Deriver *dv, IrNode *x) {
+  return mk(dv, IR_CAST, DT_F32, 1, &x);
+}
+
+/* ------------------------------------------------------ the chain rule */
+
+static void accumulate(Deriver *dv, IrNode *to, IrNode *contrib) {
+  if (!dv->dep[to->id] || is_const(contrib, 0))
+    return;
+  IrNode *prev = dv->adj[to->id];
+  dv->adj[to->id] = prev ? b_add(dv, prev, contrib) : contrib;
+}
+
+/* Reads of a grad tensor must be t[b, h, i, j] with some indices left out
+ * (indices in increasing order); a literal-1 dimension broadcasts, so its
+ * subscript does not matter. Fills the tensor's axis map. */
+static bool bias_axes(const IrGraph *g, const IrNode *ld, int axis[],
+                      unsigned *keep) {
+  const IrTensor *t = &g->tensors[ld->ref];
+  unsigned last = 0;
+  *keep = 0;
+  for (int k = 0; k < t->ndims; k++) {
+    axis[k] = 0;
+    if (t->dim_sym[k] < 0 && t->dim_val[k] == 1)
+      continue;
+    const IrNode *x = ld->src[k];
+    if (x->op != IR_INDEX || (unsigned)x->ival <= last)
+      return false;
+    last = (unsigned)x->ival;
+    axis[k] = (int)x->ival;
+    *keep |= last;
+  }
+  return true;
+}
+
+static BwdBias *bias_entry(Deriver *dv, int tensor) {
+  BwdGraph *bg = dv->bg;
+  for (int k = 0; k < bg->nbias; k++)
+    if (bg->bias[k].tensor == tensor)
+      return &bg->bias[k];
+  return NULL;
+}
+
+static int derive_load(Deriver *dv, IrNode *n, IrNode *adj) {
+  BwdBias e = {.tensor = n->ref};
+  if (!bias_axes(dv->g, n, e.axis, &e.keep)) {
+    const IrTensor *t = &dv->g->tensors[n->ref];
+    diag_error(dv->d, n->loc, "the gradient of '%s' needs it read as %s[b, "
+               "h, i, j] (indices in order; some may be left out, and "
+               "literal-1 dimensions broadcast)", t->name, t->name);
+    diag_note(dv->d, t->loc, "'%s' is declared with grad", t->name);
+    return -1;
+  }
+  BwdBias *have = bias_entry(dv, n->ref);
+  if (have) {
+    if (memcmp(have->axis, e.axis, sizeof e.axis)) {
+      diag_error(dv->d, n->loc, "'%s' is read here with other subscripts "
+                 "than elsewhere in the score chain; its gradient needs one "
+                 "way of reading it", dv->g->tensors[n->ref].name);
+      return -1;
+    }
+    have->value = b_add(dv, have->value, adj);
+    return 0;
+  }
+  e.value = adj;
+  dv->bg->bias[dv->bg->nbias++] = e;
+  return 0;
+}
+
+/* Passes node n's adjoint to its operands. */
+static int derive_node(Deriver *dv, IrNode *n, IrNode *adj) {
+  IrNode *x = n->nsrc > 0 ? n->src[0] : NULL;
+  IrNode *y = n->nsrc > 1 ? n->src[1] : NULL;
+  dv->loc = n->loc;
+  switch (n->op) {
+  case IR_QK:
+    dv->bg->draw = adj;
+    return 0;
+  case IR_LOAD:
+    return derive_load(dv, n, adj);
+  case IR_NEG:
+    accumulate(dv, x, b_neg(dv, adj));
+    return 0;
+  case IR_ADD:
+    accumulate(dv, x, adj);
+    accumulate(dv, y, adj);
+    return 0;
+  case IR_SUB:
+    accumulate(dv, x, adj);
+    if (dv->dep[y->id])
+      accumulate(dv, y, b_neg(dv, adj));
+    return 0;
+  case IR_MUL:
+    if (dv->dep[x->id])
+      accumulate(dv, x, b_mul(dv, adj, y));
+    if (dv->dep[y->id])
+      accumulate(dv, y, b_mul(dv, adj, x));
+    return 0;
+  case IR_DIV: /* d(x/y)/dy = -(x/y)/y */
+    if (dv->dep[x->id])
+      accumulate(dv, x, b_div(dv, adj, y));
+    if (dv->dep[y->id])
+      accumulate(dv, y, b_neg(dv, b_div(dv, b_mul(dv, adj, n), y)));
+    return 0;
+  case IR_MIN:
+  case IR_MAX: { /* ties go to the first operand */
+    IrNode *first = mk2(dv, n->op == IR_MIN ? IR_LE : IR_GE, x, y);
+    if (dv->dep[x->id])
+      accumulate(dv, x, b_select(dv, first, adj, true));
+    if (dv->dep[y->id])
+      accumulate(dv, y, b_select(dv, first, adj, false));
+    return 0;
+  }
+  case IR_WHERE:
+    if (dv->dep[y->id])
+      accumulate(dv, y, b_select(dv, x, adj, true));
+    if (dv->dep[n->src[2]->id])
+      accumulate(dv, n->src[2], b_select(dv, x, adj, false));
+    return 0;
+  case IR_MASK:
+    accumulate(dv, x, b_select(dv, y, adj, true));
+    return 0;
+  case IR_CAST: /* float to f32: the value passes unchanged */
+    accumulate(dv, x, adj);
+    return 0;
+  case IR_TANH: /* 1 - t^2 */
+    accumulate(dv, x, b_mul(dv, adj,
+                            b_sub(dv, fconst(dv, 1), b_mul(dv, n, n))));
+    return 0;
+  case IR_EXP:
+    accumulate(dv, x, b_mul(dv, adj, n));
+    return 0;
+  case IR_EXP2:
+    accumulate(dv, x, b_mul(dv, b_mul(dv, adj, n), fconst(dv, M_LN2)));
+    return 0;
+  case IR_LOG:
+    accumulate(dv, x, b_div(dv, adj, x));
+    return 0;
+  case IR_LOG2:
+    accumulate(dv, x, b_div(dv, adj, b_mul(dv, x, fconst(dv, M_LN2))));
+    return 0;
+  case IR_SIGMOID: /* s (1 - s) */
+    accumulate(dv, x, b_mul(dv, b_mul(dv, adj, n),
+                            b_sub(dv, fconst(dv, 1), n)));
+    return 0;
+  case IR_SQRT: /* 1 / (2 r) */
+    accumulate(dv, x, b_div(dv, b_mul(dv, adj, fconst(dv, 0.5)), n));
+    return 0;
+  case IR_RSQRT: /* -r^3 / 2 */
+    accumulate(dv, x, b_mul(dv, b_mul(dv, adj, b_mul(dv, b_mul(dv, n, n), n)),
+                            fconst(dv, -0.5)));
+    return 0;
+  case IR_ABS: { /* sign(x): 1, -1, or 0 at 0 */
+    IrNode *zero = fconst(dv, 0);
+    IrNode *sign = b_sub(dv, b_to_f32(dv, mk2(dv, IR_GT, x, zero)),
+                         b_to_f32(dv, mk2(dv, IR_LT, x, zero)));
+    accumulate(dv, x, b_mul(dv, adj, sign));
+    return 0;
+  }
+  default:
+    diag_error(dv->d, n->loc, "the backward pass cannot differentiate '%s'",
+               ir_op_name(n->op));
+    return -1;
+  }
+}
+
+/* Which forward nodes carry gradient: q @ k^T, loads of grad tensors, and
+ * f32 values computed from them by differentiable ops. Integer and bool
+ * values never do, so neither do mask conditions or subscripts. */
+static void mark_deps(Deriver *dv) {
+  const IrGraph *g = dv->g;
+  for (int id = 0; id < g->nnodes; id++) {
+    const IrNode *n = g->nodes[id];
+    bool dep = false;
+    switch (n->op) {
+    case IR_QK:
+      dep = true;
+      break;
+    case IR_LOAD:
+      dep = g->tensors[n->ref].grad && n->type == DT_F32;
+      break;
+    case IR_FLOOR: case IR_CEIL: case IR_SOFTMAX: case IR_LOGSUMEXP:
+    case IR_DROPOUT: case IR_PV: case IR_AMAX:
+      break;
+    default:
+      for (int s = 0; s < n->nsrc && n->type == DT_F32; s++)
+        dep |= dv->dep[n->src[s]->id];
+      break;
+    }
+    dv->dep[id] = dep;
+  }
+}
+
+/* The landmarks the fixed part needs: p @ v as an output, dropout, lse. */
+static int find_landmarks(Deriver *dv) {
+  const IrGraph *g = dv->g;
+  BwdGraph *bg = dv->bg;
+  bg->score = g->softmax->src[0];
+  bg->o_output = bg->lse_output = -1;
+  IrNode *p = g->pv->src[0];
+  bg->dropout = p->op == IR_DROPOUT ? p : NULL;
+  for (int k = 0; k < g->noutputs; k++) {
+    const IrNode *v = g->outputs[k].value;
+    if (v == g->pv)
+      bg->o_output = k;
+    else if (v->op == IR_LOGSUMEXP && v->src[0] == bg->score &&
+             bg->lse_output < 0) {
+      bg->lse_output = k;
+      bg->lse = g->outputs[k].value;
+    }
+  }
+  if (bg->o_output < 0) {
+    for (int k = 0; k < g->noutputs; k++)
+      if (g->outputs[k].value->dom & DOM_D) {
+        diag_error(dv->d, g->outputs[k].loc, "the backward pass needs p @ v "
+                   "itself as an output; '%s' applies more ops to it",
+                   g->outputs[k].name);
+        return -1;
+      }
+    diag_error(dv->d, g->loc, "the backward pass needs p @ v as an output");
+    return -1;
+  }
+  return 0;
+}
+
+static bool used_elsewhere(const BwdGraph *bg, const IrNode *r) {
+  for (int id = 0; id < bg->nnodes; id++)
+    for (int s = 0; s < bg->nodes[id]->nsrc; s++)
+      if (bg->nodes[id]->src[s] == r)
+        return true;
+  for (int k = 0; k < bg->nbias; k++)
+    if (bg->bias[k].value == r)
+      return true;
+  return false;
+}
+
+/* Folds a factor over no axes out of dRaw: dRaw = core * f gives
+ * dQ = (core K) * f, one multiply per row of dQ instead of per score. */
+static void fold_draw_scale(BwdGraph *bg) {
+  IrNode *r = bg->draw;
+  if (!r || r->op != IR_MUL || bwd_is_forward(bg, r) || r == bg->ds ||
+      r->src[1]->dom != 0 || r->src[1]->type != DT_F32 ||
+      used_elsewhere(bg, r))
+    return;
+  bg->draw = r->src[0];
+  bg->draw_scale = r->src[1];
+  int n = 0;
+  for (int id = 0; id < bg->nnodes; id++)
+    if (bg->nodes[id] != r) {
+      bg->nodes[n] = bg->nodes[id];
+      bg->nodes[n]->id = n;
+      n++;
+    }
+  bg->nnodes = n;
+}
+
+/* Drops derived nodes nothing reaches (left behind by rewrites) and
+ * renumbers the rest, keeping their order. */
+static void drop_unused(BwdGraph *bg, const IrGraph *g) {
+  bool *live = calloc((size_t)bg->nnodes + 1, 1);
+  if (!live)
+    die("out of memory");
+  IrNode *roots[2] = {bg->draw, bg->draw_scale};
+  for (int r = 0; r < 2 + bg->nbias; r++) {
+    IrNode *n = r < 2 ? roots[r] : bg->bias[r - 2].value;
+    if (n && n != bg->ds && !bwd_is_forward(bg, n) && n->id >= 0 &&
+        n->id < bg->nnodes && bg->nodes[n->id] == n)
+      live[n->id] = true;
+  }
+  for (int id = bg->nnodes - 1; id >= 0; id--)
+    for (int s = 0; live[id] && s < bg->nodes[id]->nsrc; s++) {
+      IrNode *x = bg->nodes[id]->src[s];
+      if (x != bg->ds && !bwd_is_forward(bg, x) && x->id >= 0 &&
+          x->id < bg->nnodes && bg->nodes[x->id] == x)
+        live[x->id] = true;
+    }
+  int n = 0;
+  for (int id = 0; id < bg->nnodes; id++) {
+    IrNode *x = bg->nodes[id];
+    if (!live[id]) {
+      x->id = -1 - g->nnodes; /* neither a forward id nor a derived one */
+      continue;
+    }
+    x->id = n;
+    bg->nodes[n++] = x;
+  }
+  bg->nnodes = n;
+  free(live);
+}
+
+bool bwd_has_grad(const IrGraph *g) {
+  for (int k = 0; k < g->ntensors; k++)
+    if (g->tensors[k].grad)
+      return true;
+  return false;
+}
+
+bool bwd_is_forward(const BwdGraph *bg, const IrNode *n) {
+  return n != bg->ds && n->id >= 0 && n->id < bg->g->nnodes &&
+         bg->g->nodes[n->id] == n;
+}
+
+BwdGraph *bwd_derive(const IrGraph *g, Arena *a, Diag *d) {
+  if (!g->qk || !g->softmax || !g->pv || g->q < 0 || g->k < 0 || g->v < 0)
+    die("bwd_derive: graph '%s' has not been checked", g->name);
+  BwdGraph *bg = arena_alloc(a, sizeof *bg);
+  Deriver dv = {.bg = bg, .g = g, .a = a, .d = d, .loc = g->loc};
+  bg->g = g;
+  bg->dq = g->tensors[g->q].grad;
+  bg->dk = g->tensors[g->k].grad;
+  bg->dv = g->tensors[g->v].grad;
+  bg->bias = arena_alloc(a, (size_t)(g->ntensors + 1) * sizeof *bg->bias);
+  int before = d->nerrors;
+  if (find_landmarks(&dv))
+    return NULL;
+  dv.adj = calloc((size_t)g->nnodes + 1, sizeof *dv.adj);
+  dv.dep = calloc((size_t)g->nnodes + 1, sizeof *dv.dep);
+  if (!dv.adj || !dv.dep)
+    die("out of memory");
+  mark_deps(&dv);
+  bg->ds = ir_node(a, IR_INPUT, bg->score->loc, DT_F32,
+                   DOM_B | DOM_H | DOM_I | DOM_J, 0, NULL);
+  bg->ds->name = "ds";
+  if (dv.dep[bg->score->id])
+    dv.adj[bg->score->id] = bg->ds;
+  for (int id = bg->score->id; id >= 0; id--) {
+    IrNode *n = g->nodes[id];
+    if (dv.adj[id] && dv.dep[id] && derive_node(&dv, n, dv.adj[id]))
+      break;
+  }
+  free(dv.adj);
+  free(dv.dep);
+  if (d->nerrors > before)
+    return NULL;
+  drop_unused(bg, g);
+  fold_draw_scale(bg);
+  return bg;
+}
+
+/* --------------------------------------------------------------- dump */
+
+static void put_float(StrBuf *out, double v) {
+  char buf[40];
+  if (v == floor(v) && fabs(v) < 1e15) {
+    snprintf(buf, sizeof buf, "%.1f", v);
+    sb_puts(out, buf);
+    return;
+  }
+  for (int prec = 1; prec <= 17; prec++) {
+    snprintf(buf, sizeof buf, "%.*g", prec, v);
+    if (strtod(buf, NULL) == v)
+      break;
+  }
+  sb_puts(out, buf);
+  if (!strpbrk(buf, ".e"))
+    sb_puts(out, ".0");
+}
+
+/* An operand: %N for forward nodes, $N for derived ones, constants
+ * inline, `ds` for the leaf. */
+static void put_ref(StrBuf *out, const BwdGraph *bg, const IrNode *n) {
+  if (n == bg->ds)
+    sb_puts(out, "ds");
+  else if (n->op == IR_CONST && n->type == DT_F32)
+    put_float(out, n->fval);
+  else if (n->op == IR_CONST)
+    sb_printf(out, "%lld", (long long)n->ival);
+  else if (bwd_is_forward(bg, n))
+    sb_printf(out, "%%%d", n->id);
+  else
+    sb_printf(out, "$%d", n->id);
+}
+
+static void put_shape(StrBuf *out, const IrGraph *g, const IrTensor *t) {
+  sb_printf(out, "[");
+  for (int k = 0; k < t->ndims; k++) {
+    if (k)
+      sb_puts(out, ", ");
+    if (t->dim_sym[k] >= 0)
+      sb_puts(out, g->dims[t->dim_sym[k]].name);
+    else
+      sb_printf(out, "%lld", (long long)t->dim_val[k]);
+  }
+  sb_putc(out, ']');
+}
+
+static void put_grad_line(StrBuf *out, const BwdGraph *bg, int tensor,
+                          const char *expr) {
+  const IrTensor *t = &bg->g->tensors[tensor];
+  sb_printf(out, "  d%s = %s : f32", t->name, expr);
+  put_shape(out, bg->g, t);
+  sb_putc(out, '\n');
+}
+
+void bwd_dump(StrBuf *out, const BwdGraph *bg) {
+  const IrGraph *g = bg->g;
+  const char *q = g->tensors[g->q].name, *k = g->tensors[g->k].name,
+             *v = g->tensors[g->v].name;
+  char axes[8];
+  sb_printf(out, "backward %s  # %s:%d:%d\n", g->name,
+            g->loc.src ? g->loc.src->name : "?", g->loc.line, g->loc.col);
+  sb_puts(out, "  grad");
+  for (int t = 0, n = 0; t < g->ntensors; t++)
+    if (g->tensors[t].grad)
+      sb_printf(out, "%s %s", n++ ? "," : "", g->tensors[t].name);
+  sb_putc(out, '\n');
+  const IrOutput *o = &g->outputs[bg->o_output];
+  sb_puts(out, "  given do : f32");
+  put_shape(out, g, &g->tensors[o->tensor]);
+  sb_printf(out, " (the gradient of %s)\n", o->name);
+  if (bg->lse)
+    sb_printf(out, "  saved %s = %%%d, %s = %%%d\n",
+              g->outputs[bg->o_output].name, g->pv->id,
+              g->outputs[bg->lse_output].name, bg->lse->id);
+  else
+    sb_printf(out, "  saved %s = %%%d; no logsumexp output, so the GPU "
+              "backward cannot run (add output lse = logsumexp(...))\n",
+              g->outputs[bg->o_output].name, g->pv->id);
+  sb_printf(out, "  p = exp(%%%d - lse) : f32 [bhij]\n", bg->score->id);
+  if (bg->dropout) {
+    sb_printf(out, "  keep = philox(%%%d, %%%d, %%%d) : bool [bhij]  # "
+              "dropout %%%d, rate %%%d\n", bg->dropout->src[2]->id,
+              bg->dropout->src[3]->id, bg->dropout->src[1]->id,
+              bg->dropout->id, bg->dropout->src[1]->id);
+    sb_printf(out, "  pd = where(keep, p / (1 - %%%d), 0) : f32 [bhij]\n",
+              bg->dropout->src[1]->id);
+    sb_printf(out, "  dp = where(keep, (do @ %s^T) / (1 - %%%d), 0) : f32 "
+              "[bhij]\n", v, bg->dropout->src[1]->id);
+  } else {
+    sb_printf(out, "  dp = do @ %s^T : f32 [bhij]\n", v);
+  }
+  sb_puts(out, "  delta = rowsum(do * o) : f32 [bhi]\n");
+  sb_printf(out, "  ds = p * (dp - delta) : f32 [bhij]  # d%%%d\n",
+            bg->score->id);
+  for (int id = 0; id < bg->nnodes; id++) {
+    const IrNode *n = bg->nodes[id];
+    sb_printf(out, "  $%d = %s", id, ir_op_name(n->op));
+    for (int s = 0; s < n->nsrc; s++) {
+      sb_puts(out, s ? ", " : " ");
+      put_ref(out, bg, n->src[s]);
+    }
+    sb_printf(out, " : %s [%s]  # %d:%d\n", dtype_name(n->type),
+              ir_dom_letters(n->dom, axes), n->loc.line, n->loc.col);
+  }
+  StrBuf e = {0};
+  if (bg->draw) {
+    sb_puts(out, "  draw = ");
+    put_ref(out, bg, bg->draw);
+    sb_printf(out, " : f32 [bhij]  # d%%%d", g->qk->id);
+    if (bg->draw_scale) {
+      sb_puts(out, ", times ");
+      put_ref(out, bg, bg->draw_scale);
+      sb_puts(out, " (folded into dq and dk)");
+    }
+    sb_putc(out, '\n');
+  } else {
+    sb_printf(out, "  draw = 0.0  # d%%%d: the scores do not depend on "
+              "q @ k^T\n", g->qk->id);
+  }
+  if (bg->draw_scale) {
+    sb_puts(&e, "(draw @ ");
+    sb_puts(&e, k);
+    sb_puts(&e, ") * ");
+    put_ref(&e, bg, bg->draw_scale);
+  } else {
+    sb_printf(&e, "draw @ %s", k);
+  }
+  if (bg->dq)
+    put_grad_line(out, bg, g->q, e.data);
+  e.len = 0;
+  if (bg->draw_scale) {
+    sb_printf(&e, "(draw^T @ %s) * ", q);
+    put_ref(&e, bg, bg->draw_scale);
+  } else {
+    sb_printf(&e, "draw^T @ %s", q);
+  }
+  sb_puts(&e, ", summed over each group's query heads");
+  if (bg->dk)
+    put_grad_line(out, bg, g->k, e.data);
+  e.len = 0;
+  sb_printf(&e, "%s^T @ do, summed over each group's query heads",
+            bg->dropout ? "pd" : "p");
+  if (bg->dv)
+    put_grad_line(out, bg, g->v, e.data);
+  for (int t = 0; t < g->ntensors; t++) {
+    if (!g->tensors[t].grad || t == g->q || t == g->k || t == g->v)
+      continue;
+    const BwdBias *bb = NULL;
+    for (int x = 0; x < bg->nbias; x++)
+      if (bg->bias[x].tensor == t)
+        bb = &bg->bias[x];
+    e.len = 0;
+    if (!bb) {
+      sb_puts(&e, "0.0 (the scores do not read it)");
+    } else {
+      put_ref(&e, bg, bb->value);
+      unsigned sum = (DOM_B | DOM_H | DOM_I | DOM_J) & ~bb->keep;
+      if (sum)
+        sb_printf(&e, ", summed over %s", ir_dom_letters(sum, axes));
+    }
+    put_grad_line(out, bg, t, e.data);
+  }
+  sb_free(&e);
+  sb_putc(out, '\n');
+}

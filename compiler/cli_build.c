@@ -1,0 +1,485 @@
+/*
+ * cli_build.c: `attnc build FILE.attn --arch sm_80,sm_90a -o DIR
+ *                            [--name NAME] [-MF DEPFILE] [-v]`
+ *
+ * Compiles ahead of time. Writes
+ *   DIR/NAME.h  one typed entry point per graph: NAME_args (the tensors
+ *               and scalars, each documented with its .attn declaration)
+ *               and NAME_launch(ctx, args, stream)
+ *   DIR/NAME.c  the attn_embedded module: the .attn text, a cubin per
+ *               target, PTX for the highest target (without its a/f
+ *               suffix, so newer GPUs run it through the driver's JIT),
+ *               and the launch functions, built on the public API alone
+ *   DIR/NAME.d  (or DEPFILE) a make rule: both files depend on FILE.attn
+ * A program built from them needs libattn and the driver, not NVRTC.
+ *
+ * The output depends only on the input text, the targets, attnc and NVRTC:
+ * no dates, no absolute paths (the source is named by its base name), the
+ * targets in a canonical order; unchanged input gives the same bytes.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli.h"
+#include "rt.h"
+
+#define BUILD_MAX_ARCHS 16
+
+/* One compiled image: cubin for a target, or PTX for a base target. */
+typedef struct BuildImage {
+  char arch[16];
+  bool is_ptx;
+  unsigned char *data; /* PTX: with its NUL */
+  size_t size;
+  EmitResult er;
+} BuildImage;
+
+/* ------------------------------------------------------------- helpers */
+
+/* "dir/sdpa.attn" -> "sdpa.attn" */
+static const char *base_name(const char *path) {
+  const char *slash = strrchr(path, '/');
+  return slash ? slash + 1 : path;
+}
+
+/* "my-graph.attn" -> "my_graph": a C identifier. */
+static char *ident_from_file(Arena *a, const char *path) {
+  const char *b = base_name(path);
+  const char *dot = strrchr(b, '.');
+  size_t n = dot && dot != b ? (size_t)(dot - b) : strlen(b);
+  char *s = arena_alloc(a, n + 2);
+  size_t k = 0;
+  if (n == 0 || (b[0] >= '0' && b[0] <= '9')) s[k++] = '_';
+  for (size_t i = 0; i < n; i++) {
+    char c = b[i];
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+              (c >= '0' && c <= '9') || c == '_';
+    s[k++] = ok ? c : '_';
+  }
+  s[k] = '\0';
+  return s;
+}
+
+static bool valid_ident(const char *s) {
+  if (!*s || (*s >= '0' && *s <= '9')) return false;
+  for (; *s; s++)
+    if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
+          (*s >= '0' && *s <= '9') || *s == '_'))
+      return false;
+  return true;
+}
+
+/* "sm_90a" -> "sm_90": PTX of the base target runs on 9.0 and newer. */
+static void base_arch(const char *arch, char out[16]) {
+  snprintf(out, 16, "%s", arch);
+  size_t n = strlen(out);
+  if (n && (out[n - 1] == 'a' || out[n - 1] == 'f')) out[n - 1] = '\0';
+}
+
+static int arch_cmp(const void *pa, const void *pb) {
+  const char *a = *(const char *const *)pa, *b = *(const char *const *)pb;
+  int na = atoi(a + 3), nb = atoi(b + 3);
+  if (na != nb) return na < nb ? -1 : 1;
+  return strcmp(a, b);
+}
+
+/* Splits "sm_80,sm_90a" into a sorted, duplicate-free list. */
+static int parse_archs(Arena *a, const char *list, const char **out) {
+  int n = 0;
+  char *copy = arena_strdup(a, list);
+  for (char *tok = strtok(copy, ","); tok; tok = strtok(NULL, ",")) {
+    if (!nvrtc_arch_valid(tok) || strlen(tok) >= 16)
+      return cli_usage_error("unknown target '%s' (try sm_80 or sm_90a)", tok);
+    bool dup = false;
+    for (int k = 0; k < n; k++) dup |= strcmp(out[k], tok) == 0;
+    if (dup) continue;
+    if (n == BUILD_MAX_ARCHS)
+      return cli_usage_error("at most %d targets", BUILD_MAX_ARCHS);
+    out[n++] = tok;
+  }
+  if (n == 0) return cli_usage_error("%s", "--arch needs at least one target");
+  qsort(out, (size_t)n, sizeof *out, arch_cmp);
+  return -n;
+}
+
+/* The text of source line `line`, without its comment and surrounding
+ * blanks, made safe inside a C comment. */
+static void decl_text(StrBuf *out, const Source *src, int line) {
+  const char *p = src->text, *end = src->text + src->len;
+  for (int l = 1; l < line && p < end; p++)
+    if (*p == '\n') l++;
+  const char *e = p;
+  while (e < end && *e != '\n' && *e != '#') e++;
+  while (p < e && (*p == ' ' || *p == '\t')) p++;
+  while (e > p && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r')) e--;
+  for (; p < e; p++) {
+    if (*p == '*' && p + 1 < e && p[1] == '/') sb_puts(out, "* ");
+    else if ((unsigned char)*p < 0x20) sb_putc(out, ' ');
+    else sb_putc(out, *p);
+  }
+}
+
+static void c_string(StrBuf *out, const char *s, size_t n) {
+  sb_puts(out, "    \"");
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)s[i];
+    if (c == '\\' || c == '"') sb_printf(out, "\\%c", c);
+    else if (c == '\n') sb_puts(out, i + 1 < n ? "\\n\"\n    \"" : "\\n");
+    else if (c == '?') sb_puts(out, "\\?"); /* no trigraphs */
+    else if (c < 0x20 || c >= 0x7f) sb_printf(out, "\\%03o", c);
+    else sb_putc(out, (char)c);
+  }
+  sb_puts(out, "\"");
+}
+
+static void c_bytes(StrBuf *out, const unsigned char *p, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    sb_printf(out, "%s0x%02x,%s", i % 16 ? "" : "    ", p[i],
+              i % 16 == 15 || i + 1 == n ? "\n" : "");
+}
+
+static const char *scalar_ctype(DType t) {
+  switch (t) {
+  case DT_I32: return "int32_t";
+  case DT_U64: return "uint64_t";
+  case DT_BOOL: return "int";
+  default: return "float";
+  }
+}
+
+static const char *scalar_binder(DType t) {
+  switch (t) {
+  case DT_I32: return "attn_call_bind_i32";
+  case DT_U64: return "attn_call_bind_u64";
+  case DT_BOOL: return "attn_call_bind_bool";
+  default: return "attn_call_bind_f32";
+  }
+}
+
+static const char *attn_dtype_name(DType t) {
+  switch (t) {
+  case DT_F16: return "ATTN_F16";
+  case DT_BF16: return "ATTN_BF16";
+  case DT_F32: return "ATTN_F32";
+  case DT_E4M3: return "ATTN_E4M3";
+  case DT_E5M2: return "ATTN_E5M2";
+  case DT_I32: return "ATTN_I32";
+  case DT_U64: return "ATTN_U64";
+  case DT_BOOL: return "ATTN_BOOL";
+  default: return "0";
+  }
+}
+
+static void shape_text(StrBuf *out, const IrGraph *g, const IrTensor *t) {
+  sb_putc(out, '[');
+  for (int d = 0; d < t->ndims; d++) {
+    if (d) sb_puts(out, ", ");
+    if (t->dim_sym[d] >= 0) sb_puts(out, g->dims[t->dim_sym[d]].name);
+    else sb_printf(out, "%lld", (long long)t->dim_val[d]);
+  }
+  sb_putc(out, ']');
+}
+
+/* ------------------------------------------------------------- header */
+
+static void gen_header(StrBuf *h, const char *name, const char *file,
+                       const IrModule *m, const BuildImage *im, int nim) {
+  sb_printf(h, "/* %s.h: generated by `attnc build` (attnc %s) from %s.\n"
+               " * Do not edit; rebuild instead.\n * Kernels: cubins for",
+            name, ATTNC_VERSION, file);
+  for (int i = 0; i < nim; i++)
+    if (!im[i].is_ptx) sb_printf(h, " %s", im[i].arch);
+  for (int i = 0; i < nim; i++)
+    if (im[i].is_ptx)
+      sb_printf(h, ", PTX for %s and newer GPUs (compiled by the driver)",
+                im[i].arch);
+  sb_printf(h, ".\n * Link with libattn (pkg-config --cflags --libs attn); "
+               "running needs the\n * CUDA driver, not NVRTC.\n */\n"
+               "#ifndef ATTNC_GENERATED_%s_H\n#define ATTNC_GENERATED_%s_H\n\n"
+               "#include <stdint.h>\n\n#include <attn.h>\n\n"
+               "#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n",
+            name, name);
+  sb_printf(h, "/* The whole module, for attn_module_load_embedded. */\n"
+               "extern const attn_embedded %s_embedded;\n",
+            name);
+  for (int gi = 0; gi < m->ngraphs; gi++) {
+    const IrGraph *g = m->graphs[gi];
+    sb_printf(h, "\n/* Graph '%s' (%s:%d).\n", g->name, file, g->loc.line);
+    if (g->ndims) {
+      sb_puts(h, " * Dimension symbols");
+      for (int d = 0; d < g->ndims; d++)
+        sb_printf(h, "%s%s", d ? ", " : " ", g->dims[d].name);
+      sb_puts(h, " take their values from the shapes\n"
+                 " * passed; every use of a symbol must agree.\n");
+    }
+    sb_puts(h, " * Tensors: device pointers in the current CUDA context; "
+               "shapes in the\n * declared order; strides count elements, "
+               "NULL means dense row-major.\n */\n");
+    sb_printf(h, "typedef struct %s_args {\n", g->name);
+    for (int t = 0; t < g->ntensors; t++) {
+      const IrTensor *x = &g->tensors[t];
+      sb_puts(h, "  /* ");
+      decl_text(h, m->src, x->loc.line);
+      sb_printf(h, "  (%s:%d)\n   * %s %s ", file, x->loc.line,
+                x->is_output ? "output" : "input", dtype_name(x->type));
+      shape_text(h, g, x);
+      sb_puts(h, " */\n");
+      sb_printf(h, "  %svoid *%s;\n", x->is_output ? "" : "const ", x->name);
+      if (x->ndims) {
+        sb_printf(h, "  int64_t %s_shape[%d];\n", x->name, x->ndims);
+        sb_printf(h, "  const int64_t *%s_strides; /* %d elements or NULL */\n",
+                  x->name, x->ndims);
+      }
+    }
+    for (int s = 0; s < g->nscalars; s++) {
+      const IrScalar *x = &g->scalars[s];
+      sb_puts(h, "  /* ");
+      decl_text(h, m->src, x->loc.line);
+      sb_printf(h, "  (%s:%d)\n   * scalar %s", file, x->loc.line,
+                dtype_name(x->type));
+      if (x->has_default) {
+        if (dtype_is_float(x->type))
+          sb_printf(h, "; %s_set = 0 uses the default, %.9g", x->name,
+                    x->fdefault);
+        else
+          sb_printf(h, "; %s_set = 0 uses the default, %lld", x->name,
+                    (long long)x->idefault);
+      } else {
+        sb_puts(h, "; required");
+      }
+      sb_puts(h, " */\n");
+      sb_printf(h, "  %s %s;\n", scalar_ctype(x->type), x->name);
+      if (x->has_default) sb_printf(h, "  int %s_set;\n", x->name);
+    }
+    sb_printf(h, "} %s_args;\n\n", g->name);
+    sb_printf(h,
+              "/* Binds every field of *a, then launches on stream (a CUstream "
+              "or\n * cudaStream_t; NULL: the legacy stream). The module loads "
+              "once per\n * attn_context (attn_context_embedded_module) and is "
+              "destroyed with it.\n * Errors: the status, and the message in "
+              "attn_context_error(ctx). */\n"
+              "attn_status %s_launch(attn_context *ctx, const %s_args *a, "
+              "void *stream);\n",
+              g->name, g->name);
+  }
+  sb_puts(h, "\n#ifdef __cplusplus\n}\n#endif\n#endif\n");
+}
+
+/* --------------------------------------------------------------- source */
+
+static void gen_launch(StrBuf *c, const char *name, const IrGraph *g) {
+  sb_printf(c, "\nattn_status %s_launch(attn_context *ctx, const %s_args *a, "
+               "void *stream) {\n"
+               "  attn_module *m;\n  attn_graph *g;\n  attn_call *c;\n"
+               "  attn_status st;\n"
+               "  if (!ctx || !a) return ATTN_ERROR_INVALID_ARGUMENT;\n"
+               "  if ((st = attn_context_embedded_module(ctx, &%s_embedded, "
+               "&m)) ||\n"
+               "      (st = attn_module_get_graph(m, \"%s\", &g)) ||\n"
+               "      (st = attn_call_create(g, &c)))\n    return st;\n",
+            g->name, g->name, name, g->name);
+  for (int t = 0; t < g->ntensors; t++) {
+    const IrTensor *x = &g->tensors[t];
+    if (x->ndims)
+      sb_printf(c, "  if (!st) st = attn_call_bind_tensor(c, \"%s\", (void *)a->%s, "
+                   "%s, %d, a->%s_shape, a->%s_strides);\n",
+                x->name, x->name, attn_dtype_name(x->type), x->ndims, x->name,
+                x->name);
+    else
+      sb_printf(c, "  if (!st) st = attn_call_bind_tensor(c, \"%s\", (void *)a->%s, "
+                   "%s, 0, NULL, NULL);\n",
+                x->name, x->name, attn_dtype_name(x->type));
+  }
+  for (int s = 0; s < g->nscalars; s++) {
+    const IrScalar *x = &g->scalars[s];
+    if (x->has_default)
+      sb_printf(c, "  if (!st && a->%s_set) st = %s(c, \"%s\", a->%s);\n",
+                x->name, scalar_binder(x->type), x->name, x->name);
+    else
+      sb_printf(c, "  if (!st) st = %s(c, \"%s\", a->%s);\n",
+                scalar_binder(x->type), x->name, x->name);
+  }
+  sb_puts(c, "  if (!st) st = attn_call_launch(c, stream);\n"
+             "  attn_call_destroy(c);\n  return st;\n}\n");
+}
+
+static void gen_source(StrBuf *c, const char *name, const char *file,
+                       const IrModule *m, const BuildImage *im, int nim) {
+  sb_printf(c, "/* %s.c: generated by `attnc build` (attnc %s) from %s.\n"
+               " * Do not edit; rebuild instead. */\n"
+               "#include <stddef.h>\n\n#include \"%s.h\"\n\n",
+            name, ATTNC_VERSION, file, name);
+  sb_printf(c, "/* %s, re-parsed at load to check arguments. */\n"
+               "static const char %s_source[] =\n",
+            file, name);
+  c_string(c, m->src->text, m->src->len);
+  sb_puts(c, ";\n");
+  for (int i = 0; i < nim; i++) {
+    const BuildImage *b = &im[i];
+    sb_printf(c, "\n/* %s for %s: %zu bytes. */\nstatic const unsigned char "
+                 "%s_%s_%s[] = {\n",
+              b->is_ptx ? "PTX (NUL-terminated)" : "cubin", b->arch, b->size,
+              name, b->arch, b->is_ptx ? "ptx" : "cubin");
+    c_bytes(c, b->data, b->size);
+    sb_puts(c, "};\n");
+    sb_printf(c, "static const attn_embedded_kernel %s_%s_%s_kernels[] = {\n",
+              name, b->arch, b->is_ptx ? "ptx" : "cubin");
+    for (int k = 0; k < b->er.nkernels; k++) {
+      const KernelInfo *ki = &b->er.kernels[k];
+      sb_printf(c, "    {\"%s\", \"%s\", %d, %d, %d},\n", ki->graph, ki->entry,
+                ki->threads, ki->smem_bytes, ki->block_m);
+    }
+    sb_puts(c, "};\n");
+  }
+  sb_printf(c, "\nstatic const attn_embedded_image %s_images[] = {\n", name);
+  for (int i = 0; i < nim; i++) {
+    const BuildImage *b = &im[i];
+    const char *kind = b->is_ptx ? "ptx" : "cubin";
+    sb_printf(c, "    {\"%s\", %d, %s_%s_%s, sizeof %s_%s_%s, %s_%s_%s_kernels, "
+                 "%d},\n",
+              b->arch, b->is_ptx, name, b->arch, kind, name, b->arch, kind, name,
+              b->arch, kind, b->er.nkernels);
+  }
+  sb_puts(c, "};\n\n");
+  sb_printf(c, "const attn_embedded %s_embedded = {\n"
+               "    ATTN_EMBEDDED_FORMAT, %d, \"%s\", \"%s\",\n"
+               "    %s_source, sizeof %s_source - 1,\n"
+               "    %s_images, %d};\n",
+            name, ATTN_ABI_VERSION, ATTNC_VERSION, file, name, name, name, nim);
+  for (int gi = 0; gi < m->ngraphs; gi++) gen_launch(c, name, m->graphs[gi]);
+}
+
+/* ------------------------------------------------------------ compiling */
+
+static int compile_image(const IrModule *m, const char *file, const char *arch,
+                         bool is_ptx, bool verbose, Arena *a, BuildImage *out) {
+  Diag d = {0};
+  memset(out, 0, sizeof *out);
+  snprintf(out->arch, sizeof out->arch, "%s", arch);
+  out->is_ptx = is_ptx;
+  if (emit_module(m, arch, a, &d, &out->er) != 0) {
+    if (d.out.len) fputs(d.out.data, stderr);
+    diag_free(&d);
+    return EXIT_INPUT;
+  }
+  diag_free(&d);
+  NvrtcOptions opt;
+  nvrtc_options(&opt, arch, true);
+  NvrtcOutput res;
+  StrBuf err = {0};
+  if (nvrtc_compile(out->er.source, file, &opt, is_ptx, &res, &err)) {
+    fprintf(stderr, "attnc: error: compiling for %s: %s\n", arch,
+            err.data ? err.data : "");
+    sb_free(&err);
+    return EXIT_NORUN;
+  }
+  sb_free(&err);
+  if (verbose && res.log && *res.log)
+    fprintf(stderr, "%s (%s):\n%s", arch, is_ptx ? "PTX" : "cubin", res.log);
+  if (is_ptx) {
+    out->size = res.ptx_len + 1;
+    out->data = arena_alloc(a, out->size);
+    memcpy(out->data, res.ptx, res.ptx_len);
+  } else {
+    out->size = res.cubin_len;
+    out->data = arena_alloc(a, out->size ? out->size : 1);
+    memcpy(out->data, res.cubin, res.cubin_len);
+  }
+  nvrtc_output_free(&res);
+  return EXIT_OK;
+}
+
+/* Writes through a temporary file and a rename, so an interrupted build
+ * never leaves a half-written file that looks up to date. */
+static int write_output(const char *path, const StrBuf *sb) {
+  char *tmp = malloc(strlen(path) + 8);
+  if (!tmp) return -1;
+  sprintf(tmp, "%s.tmp", path);
+  FILE *f = fopen(tmp, "wb");
+  bool ok = f && (sb->len == 0 || fwrite(sb->data, 1, sb->len, f) == sb->len);
+  if (f && fclose(f) != 0) ok = false;
+  if (ok && rename(tmp, path) != 0) ok = false;
+  if (!ok) {
+    fprintf(stderr, "attnc: error: cannot write %s: %s\n", path, strerror(errno));
+    remove(tmp);
+  }
+  free(tmp);
+  return ok ? 0 : -1;
+}
+
+int cli_build(int argc, char **argv) {
+  const char *file = NULL, *arch_list = NULL, *dir = NULL, *name = NULL,
+             *depfile = NULL;
+  bool verbose = false;
+  for (int k = 0; k < argc; k++) {
+    if (!strcmp(argv[k], "--arch") && k + 1 < argc) arch_list = argv[++k];
+    else if (!strcmp(argv[k], "-o") && k + 1 < argc) dir = argv[++k];
+    else if (!strcmp(argv[k], "--name") && k + 1 < argc) name = argv[++k];
+    else if (!strcmp(argv[k], "-MF") && k + 1 < argc) depfile = argv[++k];
+    else if (!strcmp(argv[k], "-v")) verbose = true;
+    else if (argv[k][0] == '-') return cli_usage_error("unknown option '%s'", argv[k]);
+    else if (file) return cli_usage_error("%s", "build takes one FILE");
+    else file = argv[k];
+  }
+  if (!file || !arch_list || !dir)
+    return cli_usage_error("%s", "build needs FILE, --arch A[,B...] and -o DIR");
+  if (name && !valid_ident(name))
+    return cli_usage_error("--name '%s' is not a C identifier", name);
+
+  Arena *a = arena_new();
+  const char *archs[BUILD_MAX_ARCHS];
+  int narchs = parse_archs(a, arch_list, archs);
+  if (narchs >= 0) {
+    arena_free(a);
+    return narchs; /* the usage status */
+  }
+  narchs = -narchs;
+  if (!name) name = ident_from_file(a, file);
+  const char *src_name = base_name(file);
+
+  int status = EXIT_INPUT;
+  IrModule *m = cli_front_end(file, a);
+  BuildImage images[BUILD_MAX_ARCHS + 1];
+  int nim = 0;
+  if (m) {
+    status = EXIT_OK;
+    /* The PTX target: the highest listed, without its a/f suffix. When
+     * that very target is listed, its compile yields the PTX too. */
+    char ptx_arch[16];
+    base_arch(archs[narchs - 1], ptx_arch);
+    for (int i = 0; i < narchs && status == EXIT_OK; i++)
+      status = compile_image(m, src_name, archs[i], false, verbose, a,
+                             &images[nim++]);
+    if (status == EXIT_OK)
+      status = compile_image(m, src_name, ptx_arch, true, verbose, a,
+                             &images[nim++]);
+  }
+  if (status == EXIT_OK) {
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+      fprintf(stderr, "attnc: error: cannot create %s: %s\n", dir, strerror(errno));
+      status = EXIT_NORUN;
+    }
+  }
+  if (status == EXIT_OK) {
+    StrBuf h = {0}, c = {0}, d = {0};
+    gen_header(&h, name, src_name, m, images, nim);
+    gen_source(&c, name, src_name, m, images, nim);
+    char *hpath = arena_printf(a, "%s/%s.h", dir, name);
+    char *cpath = arena_printf(a, "%s/%s.c", dir, name);
+    char *dpath = depfile ? arena_strdup(a, depfile)
+                          : arena_printf(a, "%s/%s.d", dir, name);
+    sb_printf(&d, "%s %s: %s\n\n%s:\n", cpath, hpath, file, file);
+    if (write_output(hpath, &h) || write_output(cpath, &c) ||
+        write_output(dpath, &d))
+      status = EXIT_NORUN;
+    else if (verbose)
+      fprintf(stderr, "attnc: wrote %s, %s and %s\n", hpath, cpath, dpath);
+    sb_free(&h);
+    sb_free(&c);
+    sb_free(&d);
+  }
+  arena_free(a);
+  return status;
+}

@@ -1,0 +1,487 @@
+/*
+ * interp_bwd.c: the CPU reference of the backward pass, in double. It
+ * evaluates what backward.c derived, the same way for every graph:
+ *
+ *   per (b, h): the forward's score chain as dense [Sq][Skv] arrays (every
+ *   node, whatever its domain, to keep indexing trivial), P by a plain
+ *   row softmax, dropout's keep mask from philox.c, O = Pd V,
+ *   delta = rowsum(dO * O), dP, dS = P (dP - delta), then the derived
+ *   nodes element by element, and finally the matmuls into dQ, dK, dV and
+ *   the sums into each bias gradient.
+ *
+ * P and O are recomputed here rather than read from a forward run, so the
+ * reference needs nothing from the device. Since every derived value is
+ * linear in dS, an element with dS = 0 (masked, dropped, or in a fully
+ * masked row) contributes exactly 0, even where the chain holds inf.
+ *
+ * Slow but obviously right; meant for the small shapes of tests.
+ */
+#include "attnc.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct BwdRef {
+  RefArgs *args;
+  const BwdGraph *bg;
+  const IrGraph *g;
+  StrBuf *err;
+  int64_t *dimval;
+  int64_t B, H, Hk, Sq, Skv, D, Dv;
+  int64_t b, h;
+  bool *need;   /* forward nodes the sweep evaluates */
+  double **fv;  /* forward node values, [Sq][Skv] */
+  double **dvv; /* derived node values, [Sq][Skv] */
+} BwdRef;
+
+static int bref_fail(BwdRef *c, const IrNode *n, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int bref_fail(BwdRef *c, const IrNode *n, const char *fmt, ...) {
+  if (c->err->len > 0)
+    sb_putc(c->err, '\n');
+  if (n && n->loc.src)
+    sb_printf(c->err, "%s:%d:%d: ", n->loc.src->name, n->loc.line,
+              n->loc.col);
+  va_list ap;
+  va_start(ap, fmt);
+  sb_vprintf(c->err, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+/* ------------------------------------------------------------ binding */
+
+static int bref_bind(BwdRef *c) {
+  const IrGraph *g = c->g;
+  RefTensor *ts = c->args->tensors;
+  if (!ts || (g->nscalars > 0 && !c->args->scalars))
+    return bref_fail(c, NULL, "no tensors or scalars given");
+  for (int t = 0; t < g->ntensors; t++) {
+    const IrTensor *it = &g->tensors[t];
+    if (it->is_output)
+      continue;
+    if (ts[t].ndims != it->ndims || !ts[t].data)
+      return bref_fail(c, NULL, "tensor '%s' is missing or has %d "
+                       "dimensions, not %d", it->name, ts[t].ndims, it->ndims);
+    for (int k = 0; k < it->ndims; k++) {
+      int64_t size = ts[t].shape[k];
+      int sym = it->dim_sym[k];
+      if (size < 1 || (sym < 0 && size != it->dim_val[k]))
+        return bref_fail(c, NULL, "tensor '%s': dimension %d has size %lld",
+                         it->name, k + 1, (long long)size);
+      if (sym >= 0 && c->dimval[sym] == 0)
+        c->dimval[sym] = size;
+      else if (sym >= 0 && c->dimval[sym] != size)
+        return bref_fail(c, NULL, "tensor '%s': dimension %d (%s) is %lld, "
+                         "but %s is bound to %lld", it->name, k + 1,
+                         g->dims[sym].name, (long long)size,
+                         g->dims[sym].name, (long long)c->dimval[sym]);
+    }
+  }
+  const RefTensor *q = &ts[g->q], *k = &ts[g->k], *v = &ts[g->v];
+  if (q->ndims != 4 || k->ndims != 4 || v->ndims != 4)
+    return bref_fail(c, NULL, "q, k and v must have 4 dimensions");
+  c->B = q->shape[0];
+  c->H = q->shape[1];
+  c->Sq = q->shape[2];
+  c->D = q->shape[3];
+  c->Hk = k->shape[1];
+  c->Skv = k->shape[2];
+  c->Dv = v->shape[3];
+  if (k->shape[3] != c->D || v->shape[1] != c->Hk || v->shape[2] != c->Skv ||
+      c->H % c->Hk != 0 || (k->shape[0] != c->B && k->shape[0] != 1) ||
+      v->shape[0] != k->shape[0])
+    return bref_fail(c, NULL, "q, k and v have inconsistent shapes");
+  if (c->Sq * c->Skv > (INT64_C(1) << 26))
+    return bref_fail(c, NULL, "%lld x %lld scores are too many for the CPU "
+                     "backward", (long long)c->Sq, (long long)c->Skv);
+  return 0;
+}
+
+/* Forward nodes the sweep needs: the score chain and dropout's operands. */
+static void bref_plan(BwdRef *c) {
+  const IrGraph *g = c->g;
+  c->need[c->bg->score->id] = true;
+  if (c->bg->dropout)
+    for (int s = 1; s < 4; s++)
+      c->need[c->bg->dropout->src[s]->id] = true;
+  for (int id = g->nnodes - 1; id >= 0; id--) {
+    const IrNode *n = g->nodes[id];
+    if (!c->need[id])
+      continue;
+    if (n->op == IR_INPUT || n->op == IR_TRANSPOSE) {
+      c->need[id] = false;
+      continue;
+    }
+    for (int s = 0; s < n->nsrc; s++)
+      c->need[n->src[s]->id] = true;
+  }
+  for (int id = 0; id < g->nnodes; id++)
+    if (g->nodes[id]->op == IR_INPUT || g->nodes[id]->op == IR_TRANSPOSE)
+      c->need[id] = false;
+}
+
+/* ----------------------------------------------------- forward values */
+
+static double bref_leaf(const BwdRef *c, const IrNode *n, int64_t i,
+                        int64_t j) {
+  switch (n->op) {
+  case IR_CONST:
+    return dtype_is_float(n->type) ? ref_round(n->type, n->fval)
+                                   : (double)n->ival;
+  case IR_SCALAR:
+    return ref_round(c->g->scalars[n->ref].type, c->args->scalars[n->ref]);
+  case IR_DIM:
+    return (double)c->dimval[n->ref];
+  case IR_INDEX:
+    return n->ival == DOM_B   ? (double)c->b
+           : n->ival == DOM_H ? (double)c->h
+           : n->ival == DOM_I ? (double)i
+                              : (double)j;
+  default:
+    die("bref_leaf: %s", ir_op_name(n->op));
+  }
+}
+
+static int bref_load(BwdRef *c, const IrNode *n, double *out) {
+  const IrTensor *t = &c->g->tensors[n->ref];
+  const RefTensor *rt = &c->args->tensors[n->ref];
+  for (int64_t e = 0; e < c->Sq * c->Skv; e++) {
+    int64_t off = 0;
+    for (int k = 0; k < t->ndims; k++) {
+      off *= rt->shape[k];
+      if (t->dim_sym[k] < 0 && t->dim_val[k] == 1)
+        continue;
+      double x = c->fv[n->src[k]->id][e];
+      if (!(x >= 0 && x < (double)rt->shape[k]))
+        return bref_fail(c, n, "subscript %d of '%s' is %.17g, outside "
+                         "[0, %lld) at b=%lld h=%lld i=%lld j=%lld", k + 1,
+                         t->name, x, (long long)rt->shape[k],
+                         (long long)c->b, (long long)c->h,
+                         (long long)(e / c->Skv), (long long)(e % c->Skv));
+      off += (int64_t)x;
+    }
+    out[e] = rt->data[off];
+  }
+  return 0;
+}
+
+static void bref_qk(const BwdRef *c, double *out) {
+  const RefTensor *q = &c->args->tensors[c->g->q];
+  const RefTensor *k = &c->args->tensors[c->g->k];
+  int64_t hk = c->h / (c->H / c->Hk), kb = k->shape[0] == 1 ? 0 : c->b;
+  const double *qp = q->data + (c->b * c->H + c->h) * c->Sq * c->D;
+  const double *kp = k->data + (kb * c->Hk + hk) * c->Skv * c->D;
+  for (int64_t i = 0; i < c->Sq; i++)
+    for (int64_t j = 0; j < c->Skv; j++) {
+      double acc = 0;
+      for (int64_t d = 0; d < c->D; d++)
+        acc += qp[i * c->D + d] * kp[j * c->D + d];
+      out[i * c->Skv + j] = acc;
+    }
+}
+
+/* One node over [Sq][Skv]: a forward node (round = true: its float
+ * constants are the f32s the device sees) or a derived one. */
+static int bref_eval(BwdRef *c, const IrNode *n, double **vals, bool fwd,
+                     double *out) {
+  int64_t cnt = c->Sq * c->Skv;
+  if (n->op == IR_QK) {
+    bref_qk(c, out);
+    return 0;
+  }
+  if (n->op == IR_LOAD)
+    return bref_load(c, n, out);
+  if (n->op == IR_CONST && !fwd) {
+    for (int64_t e = 0; e < cnt; e++)
+      out[e] = n->fval;
+    return 0;
+  }
+  if (n->nsrc == 0) {
+    for (int64_t e = 0; e < cnt; e++)
+      out[e] = bref_leaf(c, n, e / c->Skv, e % c->Skv);
+    return 0;
+  }
+  double x[IR_MAX_SRC] = {0};
+  for (int64_t e = 0; e < cnt; e++) {
+    for (int s = 0; s < n->nsrc; s++)
+      x[s] = vals[n->src[s]->id][e];
+    int fault = 0;
+    out[e] = ref_apply_op(n, x, &fault);
+    if (fault)
+      return bref_fail(c, n, "integer division by zero at b=%lld h=%lld "
+                       "i=%lld j=%lld", (long long)c->b, (long long)c->h,
+                       (long long)(e / c->Skv), (long long)(e % c->Skv));
+  }
+  return 0;
+}
+
+/* A derived node's operand: derived values by id, forward ones by id in
+ * fv, constants and ds built on the fly into `tmp`. */
+static int bref_eval_derived(BwdRef *c, const IrNode *n, const double *ds,
+                             double *out, double **tmp) {
+  const BwdGraph *bg = c->bg;
+  int64_t cnt = c->Sq * c->Skv;
+  double *src[IR_MAX_SRC];
+  for (int s = 0; s < n->nsrc; s++) {
+    const IrNode *x = n->src[s];
+    if (x == bg->ds) {
+      src[s] = (double *)ds;
+    } else if (bwd_is_forward(bg, x)) {
+      src[s] = c->fv[x->id];
+    } else if (x->op == IR_CONST) {
+      for (int64_t e = 0; e < cnt; e++)
+        tmp[s][e] = x->type == DT_F32 ? x->fval : (double)x->ival;
+      src[s] = tmp[s];
+    } else {
+      src[s] = c->dvv[x->id];
+    }
+    if (!src[s])
+      die("bref: operand %d of derived $%d has no value", s, n->id);
+  }
+  double x[IR_MAX_SRC] = {0};
+  for (int64_t e = 0; e < cnt; e++) {
+    for (int s = 0; s < n->nsrc; s++)
+      x[s] = src[s][e];
+    int fault = 0;
+    out[e] = ref_apply_op(n, x, &fault);
+  }
+  return 0;
+}
+
+/* The value array of an operand of the final sums (draw, a bias value):
+ * derived, forward, ds or a constant (then filled into buf). */
+static const double *bref_value(BwdRef *c, const IrNode *n, const double *ds,
+                                double *buf) {
+  if (n == c->bg->ds)
+    return ds;
+  if (bwd_is_forward(c->bg, n))
+    return c->fv[n->id];
+  if (n->op == IR_CONST) {
+    for (int64_t e = 0; e < c->Sq * c->Skv; e++)
+      buf[e] = n->fval;
+    return buf;
+  }
+  return c->dvv[n->id];
+}
+
+/* ------------------------------------------------------ one (b, h) pair */
+
+typedef struct BwdWork {
+  double *p, *pd, *keep, *dsv, *tmp[IR_MAX_SRC], *buf;
+} BwdWork;
+
+static void bref_softmax(const BwdRef *c, const double *x, double *p) {
+  for (int64_t i = 0; i < c->Sq; i++) {
+    const double *row = x + i * c->Skv;
+    double m = -INFINITY, sum = 0;
+    for (int64_t j = 0; j < c->Skv; j++)
+      m = row[j] > m ? row[j] : m;
+    if (m != -INFINITY)
+      for (int64_t j = 0; j < c->Skv; j++)
+        sum += exp(row[j] - m);
+    for (int64_t j = 0; j < c->Skv; j++)
+      p[i * c->Skv + j] = m == -INFINITY ? 0.0 : exp(row[j] - m) / sum;
+  }
+}
+
+static uint64_t bref_u64(double x) {
+  return x < 0 ? (uint64_t)(int64_t)x : (uint64_t)x;
+}
+
+static void bref_accumulate(BwdRef *c, BwdWork *w, RefTensor *grads,
+                            const double *dop) {
+  const IrGraph *g = c->g;
+  const BwdGraph *bg = c->bg;
+  RefTensor *ts = c->args->tensors;
+  int64_t Sq = c->Sq, Skv = c->Skv, D = c->D, Dv = c->Dv;
+  int64_t hk = c->h / (c->H / c->Hk), kb = ts[g->k].shape[0] == 1 ? 0 : c->b;
+  const double *qp = ts[g->q].data + (c->b * c->H + c->h) * Sq * D;
+  const double *kp = ts[g->k].data + (kb * c->Hk + hk) * Skv * D;
+  double scale = 1;
+  if (bg->draw_scale)
+    scale = bref_value(c, bg->draw_scale, w->dsv, w->buf)[0];
+  const double *dr = bg->draw ? bref_value(c, bg->draw, w->dsv, w->buf) : NULL;
+  for (int64_t i = 0; i < Sq; i++)
+    for (int64_t j = 0; j < Skv; j++) {
+      int64_t e = i * Skv + j;
+      if (w->dsv[e] == 0 || !dr)
+        continue;
+      double r = dr[e] * scale;
+      if (bg->dq) {
+        double *dq = grads[g->q].data + (c->b * c->H + c->h) * Sq * D;
+        for (int64_t d = 0; d < D; d++)
+          dq[i * D + d] += r * kp[j * D + d];
+      }
+      if (bg->dk) {
+        double *dk = grads[g->k].data + (kb * c->Hk + hk) * Skv * D;
+        for (int64_t d = 0; d < D; d++)
+          dk[j * D + d] += r * qp[i * D + d];
+      }
+    }
+  if (bg->dv) {
+    int64_t vb = ts[g->v].shape[0] == 1 ? 0 : c->b;
+    double *dv = grads[g->v].data + (vb * c->Hk + hk) * Skv * Dv;
+    for (int64_t i = 0; i < Sq; i++)
+      for (int64_t j = 0; j < Skv; j++)
+        for (int64_t d = 0; d < Dv; d++)
+          dv[j * Dv + d] += w->pd[i * Skv + j] * dop[i * Dv + d];
+  }
+  for (int x = 0; x < bg->nbias; x++) {
+    const BwdBias *bb = &bg->bias[x];
+    RefTensor *gt = &grads[bb->tensor];
+    const double *val = bref_value(c, bb->value, w->dsv, w->buf);
+    for (int64_t i = 0; i < Sq; i++)
+      for (int64_t j = 0; j < Skv; j++) {
+        int64_t e = i * Skv + j, off = 0;
+        if (w->dsv[e] == 0)
+          continue;
+        for (int k = 0; k < gt->ndims; k++) {
+          int a = bb->axis[k];
+          int64_t at = a == DOM_B ? c->b : a == DOM_H ? c->h
+                       : a == DOM_I ? i : a == DOM_J ? j : 0;
+          off = off * gt->shape[k] + at;
+        }
+        gt->data[off] += val[e];
+      }
+  }
+}
+
+static int bref_pair(BwdRef *c, BwdWork *w, const double *dout,
+                     RefTensor *grads) {
+  const IrGraph *g = c->g;
+  const BwdGraph *bg = c->bg;
+  int64_t Sq = c->Sq, Skv = c->Skv, Dv = c->Dv;
+  for (int id = 0; id < g->nnodes; id++)
+    if (c->need[id] && bref_eval(c, g->nodes[id], c->fv, true, c->fv[id]))
+      return -1;
+  bref_softmax(c, c->fv[bg->score->id], w->p);
+  double rate = 0, inv = 1;
+  uint64_t seed = 0, offset = 0, thresh = 0;
+  if (bg->dropout) {
+    rate = c->fv[bg->dropout->src[1]->id][0];
+    seed = bref_u64(c->fv[bg->dropout->src[2]->id][0]);
+    offset = bref_u64(c->fv[bg->dropout->src[3]->id][0]);
+    thresh = philox_keep_threshold(rate);
+    inv = 1.0 / (1.0 - rate);
+  }
+  for (int64_t i = 0; i < Sq; i++)
+    for (int64_t j = 0; j < Skv; j++) {
+      bool keep = !bg->dropout ||
+                  philox_dropout_bits(seed, offset, c->b, c->h, i, j, c->H,
+                                      Sq) >= thresh;
+      w->keep[i * Skv + j] = keep;
+      w->pd[i * Skv + j] = keep ? w->p[i * Skv + j] * inv : 0.0;
+    }
+  const RefTensor *vt = &c->args->tensors[g->v];
+  int64_t hk = c->h / (c->H / c->Hk), vb = vt->shape[0] == 1 ? 0 : c->b;
+  const double *vp = vt->data + (vb * c->Hk + hk) * Skv * Dv;
+  const double *dop = dout + (c->b * c->H + c->h) * Sq * Dv;
+  for (int64_t i = 0; i < Sq; i++) {
+    double delta = 0;
+    for (int64_t d = 0; d < Dv; d++) {
+      double o = 0;
+      for (int64_t j = 0; j < Skv; j++)
+        o += w->pd[i * Skv + j] * vp[j * Dv + d];
+      delta += o * dop[i * Dv + d];
+    }
+    for (int64_t j = 0; j < Skv; j++) {
+      int64_t e = i * Skv + j;
+      double dpd = 0;
+      for (int64_t d = 0; d < Dv; d++)
+        dpd += dop[i * Dv + d] * vp[j * Dv + d];
+      /* dP through the same mask: Pd = keep * P * inv. */
+      double dp = w->keep[e] != 0 ? dpd * inv : 0.0;
+      w->dsv[e] = w->p[e] == 0 ? 0.0 : w->p[e] * (dp - delta);
+    }
+  }
+  for (int id = 0; id < bg->nnodes; id++)
+    if (bref_eval_derived(c, bg->nodes[id], w->dsv, c->dvv[id], w->tmp))
+      return -1;
+  bref_accumulate(c, w, grads, dop);
+  return 0;
+}
+
+/* ------------------------------------------------------------ the entry */
+
+int ref_backward(RefArgs *args, const BwdGraph *bg, const double *dout,
+                 RefTensor *grads, StrBuf *err) {
+  BwdRef c = {.args = args, .bg = bg, .g = bg->g, .err = err};
+  if (args->g != bg->g)
+    return bref_fail(&c, NULL, "the arguments are for another graph");
+  if (!dout || !grads)
+    return bref_fail(&c, NULL, "no dO or no gradient slots given");
+  const IrGraph *g = bg->g;
+  int rc = -1;
+  BwdWork w = {0};
+  c.dimval = calloc((size_t)g->ndims + 1, sizeof *c.dimval);
+  c.need = calloc((size_t)g->nnodes + 1, sizeof *c.need);
+  c.fv = calloc((size_t)g->nnodes + 1, sizeof *c.fv);
+  c.dvv = calloc((size_t)bg->nnodes + 1, sizeof *c.dvv);
+  if (!c.dimval || !c.need || !c.fv || !c.dvv) {
+    bref_fail(&c, NULL, "out of memory");
+    goto done;
+  }
+  for (int s = 0; args->scalar_unset && s < g->nscalars; s++)
+    if (args->scalar_unset[s]) {
+      bref_fail(&c, NULL, "scalar '%s' has no value", g->scalars[s].name);
+      goto done;
+    }
+  if (bref_bind(&c))
+    goto done;
+  bref_plan(&c);
+  size_t cnt = (size_t)(c.Sq * c.Skv), bytes = cnt * sizeof(double);
+  bool ok = true;
+  for (int id = 0; id < g->nnodes; id++)
+    if (c.need[id])
+      ok &= (c.fv[id] = malloc(bytes)) != NULL;
+  for (int id = 0; id < bg->nnodes; id++)
+    ok &= (c.dvv[id] = malloc(bytes)) != NULL;
+  ok &= (w.p = malloc(bytes)) && (w.pd = malloc(bytes)) && (w.keep = malloc(bytes)) &&
+        (w.dsv = malloc(bytes)) && (w.buf = malloc(bytes));
+  for (int s = 0; s < IR_MAX_SRC; s++)
+    ok &= (w.tmp[s] = malloc(bytes)) != NULL;
+  for (int t = 0; ok && t < g->ntensors; t++) {
+    if (!g->tensors[t].grad)
+      continue;
+    RefTensor *gt = &grads[t];
+    free(gt->data);
+    *gt = args->tensors[t];
+    gt->data = calloc((size_t)ref_numel(gt), sizeof(double));
+    ok &= gt->data != NULL;
+  }
+  if (!ok) {
+    bref_fail(&c, NULL, "out of memory");
+    goto done;
+  }
+  for (c.b = 0; c.b < c.B; c.b++)
+    for (c.h = 0; c.h < c.H; c.h++)
+      if (bref_pair(&c, &w, dout, grads))
+        goto done;
+  rc = 0;
+done:
+  if (rc && grads)
+    for (int t = 0; t < g->ntensors; t++)
+      if (g->tensors[t].grad) {
+        free(grads[t].data);
+        grads[t].data = NULL;
+      }
+  for (int id = 0; c.fv && id < g->nnodes; id++)
+    free(c.fv[id]);
+  for (int id = 0; c.dvv && id < bg->nnodes; id++)
+    free(c.dvv[id]);
+  free(w.p);
+  free(w.pd);
+  free(w.keep);
+  free(w.dsv);
+  free(w.buf);
+  for (int s = 0; s < IR_MAX_SRC; s++)
+    free(w.tmp[s]);
+  free(c.dimval);
+  free(c.need);
+  free(c.fv);
+  free(c.dvv);
+  return rc;
+}

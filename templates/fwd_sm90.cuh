@@ -1,0 +1,743 @@
+/*
+ * fwd_sm90.cuh: the Hopper forward flash-attention template (sm_90a only),
+ * FlashAttention-3 style: TMA loads, mbarriers, wgmma, warp specialization.
+ *
+ * Device-only text for NVRTC: it includes nothing. The emitter pastes it,
+ * once per graph, inside that graph's namespace, after attn_abi.h and the
+ * graph's ATTN_* definitions, exactly like fwd_sm80.cuh; it calls the same
+ * five hooks with the same contract (docs/templates.md).
+ *
+ * Shape of the computation:
+ * - A CTA owns 128 query rows of one (batch, head) and has three
+ *   warpgroups. Warpgroup 0 is the producer: one thread issues every TMA
+ *   copy (Q once, then K and V tiles of ATTN_BN keys through ATTN_STAGES
+ *   shared-memory stages), each completing on an mbarrier; the warpgroup
+ *   gives its registers away (setmaxnreg.dec). Warpgroups 1 and 2 are the
+ *   consumers, 64 query rows each, with 240 registers a thread.
+ * - The runtime builds one tensor map per operand (runtime/tmap.c) over
+ *   the 4-D tensor as bound (any 16-byte strides), boxes of 64 columns
+ *   (128 bytes) by the tile's rows, 128-byte swizzle. Rows beyond Sq/Skv
+ *   come back zero-filled, as the sm80 template's loads do.
+ * - S = Q K^T: wgmma m64nBNk16 with Q and K both from shared memory
+ *   (K-major descriptors). O += P V: wgmma m64nDVk16 with P from registers
+ *   (the S accumulators packed to 16 bits: the accumulator layout is the A
+ *   fragment layout) and V from shared memory through an MN-major
+ *   (transposed) descriptor, so V needs no transpose in memory.
+ * - The two consumer warpgroups take turns at the tensor cores (named
+ *   barriers, "ping-pong"): while one runs its softmax the other's GEMMs
+ *   run, so the exponentials hide behind matrix work.
+ * - Softmax, masks and hooks are the sm80 template's, on the same
+ *   per-thread fragment (rows g and g+8 of a warp's 16, two columns per
+ *   eight): a fully masked row ends with O = 0 and lse = -inf.
+ */
+
+/* ------------------------------------------------------ configuration */
+
+#if !defined(ATTN_D_QK) || !defined(ATTN_D_V) || !defined(ATTN_BM) ||     \
+    !defined(ATTN_BN) || !defined(ATTN_STAGES)
+#error "fwd_sm90.cuh needs ATTN_D_QK, ATTN_D_V, ATTN_BM, ATTN_BN, ATTN_STAGES"
+#endif
+#if !defined(ATTN_TQ) || !defined(ATTN_TK) || !defined(ATTN_TV) ||         \
+    !defined(ATTN_TO) || !defined(ATTN_TLSE)
+#error "fwd_sm90.cuh needs the tensor slots ATTN_TQ/TK/TV/TO/TLSE"
+#endif
+
+constexpr int fwd90_dqk = ATTN_D_QK;
+constexpr int fwd90_dv = ATTN_D_V;
+constexpr int fwd90_bm = ATTN_BM;
+constexpr int fwd90_bn = ATTN_BN;
+constexpr int fwd90_stages = ATTN_STAGES;
+/* 384 threads: producer + two consumer warpgroups. q, k and v are read
+ * through the tensor maps (built from slots ATTN_TQ/TK/TV by the runtime). */
+constexpr int fwd90_to = ATTN_TO;
+constexpr int fwd90_tlse = ATTN_TLSE;
+
+#if defined(ATTN_IN_BF16) && !defined(ATTN_IN_F16)
+constexpr bool fwd90_in_bf16 = true;
+#elif defined(ATTN_IN_F16) && !defined(ATTN_IN_BF16)
+constexpr bool fwd90_in_bf16 = false;
+#else
+#error "define exactly one of ATTN_IN_BF16, ATTN_IN_F16"
+#endif
+
+#if defined(ATTN_OUT_BF16) && !defined(ATTN_OUT_F16) && !defined(ATTN_OUT_F32)
+constexpr int fwd90_out_kind = 0;
+#elif defined(ATTN_OUT_F16) && !defined(ATTN_OUT_BF16) && !defined(ATTN_OUT_F32)
+constexpr int fwd90_out_kind = 1;
+#elif defined(ATTN_OUT_F32) && !defined(ATTN_OUT_BF16) && !defined(ATTN_OUT_F16)
+constexpr int fwd90_out_kind = 2;
+#else
+#error "define exactly one of ATTN_OUT_BF16, ATTN_OUT_F16, ATTN_OUT_F32"
+#endif
+
+/* Head dims: whole 64-column (128-byte) swizzle blocks. BN: an S GEMM of
+ * m64n64 or m64n128. BM: two consumer warpgroups of 64 rows. */
+static_assert(fwd90_dqk % 64 == 0 && fwd90_dqk <= 256, "D_QK: 64, 128 or 256");
+static_assert(fwd90_dv % 64 == 0 && fwd90_dv <= 256, "D_V: 64, 128 or 256");
+static_assert(fwd90_bm == 128, "two consumer warpgroups of 64 rows");
+static_assert(fwd90_bn == 64 || fwd90_bn == 128, "BN: 64 or 128");
+static_assert(fwd90_stages >= 2 && fwd90_stages <= 4, "2 to 4 K/V stages");
+
+/* Shared memory: Q, then per stage a K and a V tile, then the mbarriers;
+ * every tile is a multiple of 1024 bytes, so each stays on the 1024-byte
+ * boundary the 128-byte swizzle repeats on. Each tile is stored as
+ * D/64 blocks of [rows][64] elements, as the TMA boxes land.
+ * compiler/tmpl_sm90.c computes the same total. */
+constexpr int fwd90_q_bytes = fwd90_bm * fwd90_dqk * 2;
+constexpr int fwd90_k_bytes = fwd90_bn * fwd90_dqk * 2;
+constexpr int fwd90_v_bytes = fwd90_bn * fwd90_dv * 2;
+constexpr int fwd90_stage_bytes = fwd90_k_bytes + fwd90_v_bytes;
+constexpr int fwd90_bar_offset = fwd90_q_bytes + fwd90_stages * fwd90_stage_bytes;
+constexpr int fwd90_nbars = 1 + 3 * fwd90_stages; /* q, k full, v full, empty */
+/* + 1024: the dynamic shared-memory base is rounded up to 1024 bytes. */
+constexpr int attn_fwd_sm90_smem_bytes = fwd90_bar_offset + 8 * fwd90_nbars + 1024;
+static_assert(attn_fwd_sm90_smem_bytes <= 227 * 1024, "tiles exceed shared memory");
+
+/* The S tile per thread: BN/8 fragments of 4; O: DV/8 fragments of 4. */
+constexpr int fwd90_s_regs = fwd90_bn / 2;
+constexpr int fwd90_o_regs = fwd90_dv / 2;
+
+/* ----------------------------------------------------------- the hooks */
+
+__device__ __forceinline__ float attn_score(float acc, int b, int h, int i,
+                                            int j, const attn_params &p);
+__device__ __forceinline__ bool attn_keep(int b, int h, int i, int j,
+                                          const attn_params &p);
+__device__ __forceinline__ void attn_kv_bounds(int b, int h, int i0, int i1,
+                                               const attn_params &p,
+                                               int &j_lo, int &j_hi);
+__device__ __forceinline__ int attn_tile_class(int b, int h, int i0, int i1,
+                                               int j0, int j1,
+                                               const attn_params &p);
+__device__ __forceinline__ float attn_out(float o, int b, int h, int i, int d,
+                                          const attn_params &p);
+
+/* ------------------------------------------------------ PTX wrappers */
+
+static __device__ __forceinline__ unsigned fwd90_smem_addr(const void *ptr) {
+  unsigned addr;
+  asm("{ .reg .u64 a64; cvta.to.shared.u64 a64, %1; cvt.u32.u64 %0, a64; }"
+      : "=r"(addr)
+      : "l"(ptr));
+  return addr;
+}
+
+static __device__ __forceinline__ void fwd90_bar_init(unsigned bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count)
+               : "memory");
+}
+
+static __device__ __forceinline__ void fwd90_bar_expect_tx(unsigned bar, int bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar),
+               "r"(bytes)
+               : "memory");
+}
+
+static __device__ __forceinline__ void fwd90_bar_arrive(unsigned bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+/* Spins until the phase of the given parity has completed. */
+static __device__ __forceinline__ void fwd90_bar_wait(unsigned bar, int parity) {
+  asm volatile("{\n .reg .pred done;\n"
+               "wait_%=:\n"
+               " mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+               " @!done bra wait_%=;\n}\n" ::"r"(bar),
+               "r"(parity)
+               : "memory");
+}
+
+/* One TMA box (64 columns x rows) of a 4-D tensor into shared memory,
+ * completing on bar. Coordinates: column, row, head, batch. */
+static __device__ __forceinline__ void fwd90_tma_load(unsigned dst, const attn_tmap *map,
+                                                      unsigned bar, int c0, int c1,
+                                                      int c2, int c3) {
+  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::"
+               "complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
+               "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+               : "memory");
+}
+
+static __device__ __forceinline__ void fwd90_prefetch_tmap(const attn_tmap *map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
+}
+
+[[maybe_unused]] static __device__ __forceinline__ void fwd90_wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+[[maybe_unused]] static __device__ __forceinline__ void fwd90_wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N> [[maybe_unused]] static __device__ __forceinline__ void fwd90_wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+/* Keeps the compiler from moving reads of an accumulator across the
+ * wgmma wait (the asm statements carry no register dependence on it). */
+static __device__ __forceinline__ void fwd90_fence_reg(float &x) {
+  asm volatile("" : "+f"(x)::"memory");
+}
+
+/* Named barriers 1 and 2 order the two consumer warpgroups' GEMMs. */
+static __device__ __forceinline__ void fwd90_named_sync(int id) {
+  asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory");
+}
+static __device__ __forceinline__ void fwd90_named_arrive(int id) {
+  asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory");
+}
+
+/* wgmma shared-memory descriptor, 128-byte swizzle: start address, leading
+ * byte offset (MN-major: the stride between 64-element column blocks;
+ * unused for K-major), stride byte offset (between 8-row groups). */
+static __device__ __forceinline__ unsigned long long fwd90_desc(unsigned addr,
+                                                                unsigned lbo,
+                                                                unsigned sbo) {
+  return (unsigned long long)((addr & 0x3FFFF) >> 4) |
+         ((unsigned long long)(lbo >> 4) << 16) |
+         ((unsigned long long)(sbo >> 4) << 32) | (1ull << 62);
+}
+
+static __device__ __forceinline__ unsigned fwd90_pack_bf16(float lo, float hi) {
+  unsigned r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+static __device__ __forceinline__ unsigned fwd90_pack_f16(float lo, float hi) {
+  unsigned r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+static __device__ __forceinline__ unsigned fwd90_pack_in(float lo, float hi) {
+  if constexpr (fwd90_in_bf16)
+    return fwd90_pack_bf16(lo, hi);
+  else
+    return fwd90_pack_f16(lo, hi);
+}
+static __device__ __forceinline__ float fwd90_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+/* Generated wrappers: d (+)= A * B for one m64nNk16 step. */
+[[maybe_unused]] static __device__ __forceinline__ void fwd90_wgmma_ss_64(float (&d)[32], unsigned long long da,
+                                                       unsigned long long db, int scale_d) {
+  if constexpr (fwd90_in_bf16)
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
+                 "}, %32, %33, p, 1, 1, 0, 0; }\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(da), "l"(db), "r"(scale_d));
+  else
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
+                 "}, %32, %33, p, 1, 1, 0, 0; }\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(da), "l"(db), "r"(scale_d));
+}
+
+[[maybe_unused]] static __device__ __forceinline__ void fwd90_wgmma_ss_128(float (&d)[64], unsigned long long da,
+                                                       unsigned long long db, int scale_d) {
+  if constexpr (fwd90_in_bf16)
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+                 "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+                 "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
+                 "}, %64, %65, p, 1, 1, 0, 0; }\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "l"(da), "l"(db), "r"(scale_d));
+  else
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+                 "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+                 "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
+                 "}, %64, %65, p, 1, 1, 0, 0; }\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "l"(da), "l"(db), "r"(scale_d));
+}
+
+[[maybe_unused]] static __device__ __forceinline__ void fwd90_wgmma_rs_64(float (&d)[32], const unsigned (&a)[4],
+                                                       unsigned long long db) {
+  if constexpr (fwd90_in_bf16)
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
+                 "}, {%32,%33,%34,%35}, %36, p, 1, 1, 1; }\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(1));
+  else
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
+                 "}, {%32,%33,%34,%35}, %36, p, 1, 1, 1; }\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(1));
+}
+
+[[maybe_unused]] static __device__ __forceinline__ void fwd90_wgmma_rs_128(float (&d)[64], const unsigned (&a)[4],
+                                                       unsigned long long db) {
+  if constexpr (fwd90_in_bf16)
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+                 "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+                 "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
+                 "}, {%64,%65,%66,%67}, %68, p, 1, 1, 1; }\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(1));
+  else
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+                 "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+                 "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
+                 "}, {%64,%65,%66,%67}, %68, p, 1, 1, 1; }\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(1));
+}
+
+[[maybe_unused]] static __device__ __forceinline__ void fwd90_wgmma_rs_256(float (&d)[128], const unsigned (&a)[4],
+                                                       unsigned long long db) {
+  if constexpr (fwd90_in_bf16)
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, %133, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+                 "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+                 "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,"
+                 "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,"
+                 "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,"
+                 "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,"
+                 "%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127"
+                 "}, {%128,%129,%130,%131}, %132, p, 1, 1, 1; }\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+                   "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+                   "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+                   "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+                   "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+                   "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+                   "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+                   "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+                   "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(1));
+  else
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, %133, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {"
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+                 "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+                 "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,"
+                 "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,"
+                 "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,"
+                 "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,"
+                 "%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127"
+                 "}, {%128,%129,%130,%131}, %132, p, 1, 1, 1; }\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+                   "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+                   "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+                   "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+                   "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+                   "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+                   "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+                   "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+                   "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(1));
+}
+
+/* Dispatch on the tile widths (templates, so the untaken branches are
+ * never instantiated). */
+template <int N>
+static __device__ __forceinline__ void fwd90_gemm_qk(float (&d)[N / 2], unsigned long long da,
+                                                     unsigned long long db, int scale_d) {
+  if constexpr (N == 128)
+    fwd90_wgmma_ss_128(d, da, db, scale_d);
+  else
+    fwd90_wgmma_ss_64(d, da, db, scale_d);
+}
+template <int N>
+static __device__ __forceinline__ void fwd90_gemm_pv(float (&d)[N / 2], const unsigned (&a)[4],
+                                                     unsigned long long db) {
+  if constexpr (N == 256)
+    fwd90_wgmma_rs_256(d, a, db);
+  else if constexpr (N == 128)
+    fwd90_wgmma_rs_128(d, a, db);
+  else
+    fwd90_wgmma_rs_64(d, a, db);
+}
+
+/* ------------------------------------------------------- the kernel body */
+
+/* Applies the score chain to one S tile (flat: fragment nb, element e at
+ * nb*4 + e); GENERAL also drops elements out of range (their hooks are
+ * never called) and, when mask is set, those attn_keep rejects. */
+template <bool GENERAL>
+static __device__ __forceinline__ void
+fwd90_scores(float (&s)[fwd90_s_regs], int b, int h, int i_row, int j_col,
+             bool mask, const attn_params &p) {
+  const float neg_inf = __int_as_float(0xff800000);
+#pragma unroll
+  for (int nb = 0; nb < fwd90_bn / 8; ++nb) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int i = i_row + (e >> 1) * 8;
+      const int j = j_col + nb * 8 + (e & 1);
+      float &x = s[nb * 4 + e];
+      if (GENERAL) {
+        bool keep = i < p.Sq && j < p.Skv && (!mask || attn_keep(b, h, i, j, p));
+        x = keep ? attn_score(x, b, h, i, j, p) : neg_inf;
+      } else {
+        x = attn_score(x, b, h, i, j, p);
+      }
+    }
+  }
+}
+
+__device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_tmaps &tm) {
+  extern __shared__ __align__(1024) unsigned char fwd90_smem[];
+  const float neg_inf = __int_as_float(0xff800000);
+  const float log2e = 1.4426950408889634f;
+
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5, lane = tid & 31;
+  const int m_block = (int)gridDim.x - 1 - (int)blockIdx.x; /* heavy first */
+  const int h = blockIdx.y, b = blockIdx.z;
+  const int hk = h / (p.H / p.Hk);
+  const int i0 = m_block * fwd90_bm;
+  const int i_last = min(i0 + fwd90_bm, p.Sq) - 1;
+
+  /* Tiles on 1024-byte boundaries: round the dynamic base up. */
+  const unsigned base = (fwd90_smem_addr(fwd90_smem) + 1023u) & ~1023u;
+  const unsigned sq = base;
+  const unsigned skv = base + fwd90_q_bytes; /* stage s at skv + s*stage */
+  const unsigned bars = base + fwd90_bar_offset;
+  const unsigned bar_q = bars;
+  auto bar_k = [&](int s) { return bars + 8u * (1 + s); };
+  auto bar_v = [&](int s) { return bars + 8u * (1 + fwd90_stages + s); };
+  auto bar_empty = [&](int s) { return bars + 8u * (1 + 2 * fwd90_stages + s); };
+
+  /* Key tiles to visit: those overlapping the hook's bounds, minus the
+   * wholly masked ones. Producer and consumers walk the same list. */
+  int j_lo = 0, j_hi = p.Skv;
+  attn_kv_bounds(b, h, i0, i_last, p, j_lo, j_hi);
+  j_lo = max(j_lo, 0);
+  j_hi = min(j_hi, p.Skv);
+  const int n_begin = j_lo / fwd90_bn;
+  const int n_end = j_hi > j_lo ? (j_hi + fwd90_bn - 1) / fwd90_bn : n_begin;
+  auto next_live = [&](int n) {
+    for (; n < n_end; ++n) {
+      int j0 = n * fwd90_bn;
+      int j1 = min(j0 + fwd90_bn, p.Skv) - 1;
+      if (attn_tile_class(b, h, i0, i_last, j0, j1, p) != 0)
+        break;
+    }
+    return n;
+  };
+
+  if (tid == 0) {
+    fwd90_bar_init(bar_q, 1);
+    for (int s = 0; s < fwd90_stages; ++s) {
+      fwd90_bar_init(bar_k(s), 1);
+      fwd90_bar_init(bar_v(s), 1);
+      fwd90_bar_init(bar_empty(s), 8); /* one arrive per consumer warp */
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  /* The warpgroup index through a shuffle, so the compiler knows it is
+   * uniform across each warp (wgmma in a "divergent" path is serialized). */
+  const int wgi = __shfl_sync(0xffffffffu, tid / 128, 0);
+  if (wgi == 0) {
+    /* ---------------------------------------------------- producer */
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+    if (tid != 0)
+      return;
+    const attn_tmap *mq = &tm.m[ATTN_TMAP_Q];
+    const attn_tmap *mk = &tm.m[ATTN_TMAP_K];
+    const attn_tmap *mv = &tm.m[ATTN_TMAP_V];
+    fwd90_prefetch_tmap(mq);
+    fwd90_prefetch_tmap(mk);
+    fwd90_prefetch_tmap(mv);
+    fwd90_bar_expect_tx(bar_q, fwd90_q_bytes);
+#pragma unroll
+    for (int c = 0; c < fwd90_dqk / 64; ++c)
+      fwd90_tma_load(sq + c * fwd90_bm * 128, mq, bar_q, c * 64, i0, h, b);
+    unsigned long long visited = 0;
+    int it = 0;
+    for (int n = next_live(n_begin); n < n_end; n = next_live(n + 1), ++it) {
+      const int st = it % fwd90_stages, ph = (it / fwd90_stages) & 1;
+      fwd90_bar_wait(bar_empty(st), ph ^ 1);
+      const unsigned ks = skv + st * fwd90_stage_bytes;
+      const unsigned vs = ks + fwd90_k_bytes;
+      fwd90_bar_expect_tx(bar_k(st), fwd90_k_bytes);
+#pragma unroll
+      for (int c = 0; c < fwd90_dqk / 64; ++c)
+        fwd90_tma_load(ks + c * fwd90_bn * 128, mk, bar_k(st), c * 64, n * fwd90_bn, hk, b);
+      fwd90_bar_expect_tx(bar_v(st), fwd90_v_bytes);
+#pragma unroll
+      for (int c = 0; c < fwd90_dv / 64; ++c)
+        fwd90_tma_load(vs + c * fwd90_bn * 128, mv, bar_v(st), c * 64, n * fwd90_bn, hk, b);
+      ++visited;
+    }
+    if (p.tiles_visited)
+      atomicAdd(p.tiles_visited, visited);
+    return;
+  }
+
+  /* ------------------------------------------------------ consumers */
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+  const int wg = wgi - 1; /* 0 or 1: rows 64*wg.. of the tile */
+  const int ww = warp & 3;        /* 16 rows per warp */
+  const int g = lane >> 2, t = lane & 3;
+  const int i_row = i0 + 64 * wg + 16 * ww + g;
+  const bool row_edge = i0 + fwd90_bm > p.Sq;
+  const int my_turn = 1 + wg, other_turn = 2 - wg; /* named barrier ids */
+
+  float o[fwd90_o_regs];
+#pragma unroll
+  for (int r = 0; r < fwd90_o_regs; ++r)
+    o[r] = 0.f;
+  float s[fwd90_s_regs];
+  unsigned pa[fwd90_bn / 16][4];
+  float row_max[2] = {neg_inf, neg_inf}; /* natural-log units */
+  float row_sum[2] = {0.f, 0.f};         /* this lane's partial sums */
+
+  fwd90_bar_wait(bar_q, 0);
+  const unsigned q_wg = sq + wg * 64 * 128;
+
+  int n = next_live(n_begin);
+  if (wg == 1 && n < n_end)
+    fwd90_named_arrive(1); /* warpgroup 0 goes first */
+  int it = 0, pst = 0, pph = 0;
+  while (n < n_end) {
+    const int nn = next_live(n + 1);
+    const int st = it % fwd90_stages, ph = (it / fwd90_stages) & 1;
+    const unsigned ks = skv + st * fwd90_stage_bytes;
+    fwd90_bar_wait(bar_k(st), ph);
+
+    /* Our turn at the tensor cores: S = Q K^T, and O += P V of the
+     * previous tile, both asynchronous. */
+    fwd90_named_sync(my_turn);
+    fwd90_wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < fwd90_dqk / 16; ++kk) {
+      const unsigned long long dq =
+          fwd90_desc(q_wg + (kk >> 2) * fwd90_bm * 128 + (kk & 3) * 32, 16, 1024);
+      const unsigned long long dk =
+          fwd90_desc(ks + (kk >> 2) * fwd90_bn * 128 + (kk & 3) * 32, 16, 1024);
+      fwd90_gemm_qk<fwd90_bn>(s, dq, dk, kk > 0);
+    }
+    fwd90_wgmma_commit();
+    if (it > 0) {
+      const unsigned vs = skv + pst * fwd90_stage_bytes + fwd90_k_bytes;
+      fwd90_bar_wait(bar_v(pst), pph);
+#pragma unroll
+      for (int kk = 0; kk < fwd90_bn / 16; ++kk) {
+        const unsigned long long dv = fwd90_desc(vs + kk * 16 * 128, fwd90_bn * 128, 1024);
+        fwd90_gemm_pv<fwd90_dv>(o, pa[kk], dv);
+      }
+      fwd90_wgmma_commit();
+    }
+    if (!(wg == 1 && nn >= n_end))
+      fwd90_named_arrive(other_turn);
+
+    if (it > 0)
+      fwd90_wgmma_wait<1>(); /* S is done; P V may still run */
+    else
+      fwd90_wgmma_wait<0>();
+#pragma unroll
+    for (int r = 0; r < fwd90_s_regs; ++r)
+      fwd90_fence_reg(s[r]);
+
+    /* The score chain and the masks. */
+    const int j0 = n * fwd90_bn;
+    const int j1 = min(j0 + fwd90_bn, p.Skv) - 1;
+    const int cls = attn_tile_class(b, h, i0, i_last, j0, j1, p);
+    const bool col_edge = j0 + fwd90_bn > p.Skv;
+    if (cls == 2 && !row_edge && !col_edge)
+      fwd90_scores<false>(s, b, h, i_row, j0 + 2 * t, false, p);
+    else
+      fwd90_scores<true>(s, b, h, i_row, j0 + 2 * t, cls != 2, p);
+
+    /* Online softmax of rows g (r = 0) and g + 8 (r = 1), overlapping
+     * the previous tile's P V. */
+    float alpha[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = row_max[r];
+#pragma unroll
+      for (int nb = 0; nb < fwd90_bn / 8; ++nb)
+        mx = fmaxf(mx, fmaxf(s[nb * 4 + 2 * r], s[nb * 4 + 2 * r + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      /* Safe max: with every key so far masked, subtract 0, not -inf. */
+      const float base2 = mx == neg_inf ? 0.f : mx * log2e;
+      alpha[r] = fwd90_exp2(row_max[r] * log2e - base2);
+      row_max[r] = mx;
+      float sum = 0.f;
+#pragma unroll
+      for (int nb = 0; nb < fwd90_bn / 8; ++nb) {
+        float &x0 = s[nb * 4 + 2 * r], &x1 = s[nb * 4 + 2 * r + 1];
+        x0 = fwd90_exp2(fmaf(x0, log2e, -base2));
+        x1 = fwd90_exp2(fmaf(x1, log2e, -base2));
+        sum += x0 + x1;
+      }
+      row_sum[r] = row_sum[r] * alpha[r] + sum;
+    }
+
+    if (it > 0) {
+      fwd90_wgmma_wait<0>(); /* the previous P V is done */
+#pragma unroll
+      for (int r = 0; r < fwd90_o_regs; ++r)
+        fwd90_fence_reg(o[r]);
+#pragma unroll
+      for (int kk = 0; kk < fwd90_bn / 16; ++kk)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          asm volatile("" : "+r"(pa[kk][e])::"memory");
+      if (lane == 0)
+        fwd90_bar_arrive(bar_empty(pst)); /* its stage may be refilled */
+    }
+#pragma unroll
+    for (int nb = 0; nb < fwd90_dv / 8; ++nb) {
+      o[nb * 4 + 0] *= alpha[0];
+      o[nb * 4 + 1] *= alpha[0];
+      o[nb * 4 + 2] *= alpha[1];
+      o[nb * 4 + 3] *= alpha[1];
+    }
+    /* P for the next round: fragments 2kk and 2kk+1 of S are the A
+     * operand of the kk-th 16-key step. */
+#pragma unroll
+    for (int kk = 0; kk < fwd90_bn / 16; ++kk) {
+      pa[kk][0] = fwd90_pack_in(s[8 * kk + 0], s[8 * kk + 1]);
+      pa[kk][1] = fwd90_pack_in(s[8 * kk + 2], s[8 * kk + 3]);
+      pa[kk][2] = fwd90_pack_in(s[8 * kk + 4], s[8 * kk + 5]);
+      pa[kk][3] = fwd90_pack_in(s[8 * kk + 6], s[8 * kk + 7]);
+    }
+    pst = st;
+    pph = ph;
+    n = nn;
+    ++it;
+  }
+  if (it > 0) { /* the last tile's P V */
+    const unsigned vs = skv + pst * fwd90_stage_bytes + fwd90_k_bytes;
+    fwd90_bar_wait(bar_v(pst), pph);
+    fwd90_wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < fwd90_bn / 16; ++kk) {
+      const unsigned long long dv = fwd90_desc(vs + kk * 16 * 128, fwd90_bn * 128, 1024);
+      fwd90_gemm_pv<fwd90_dv>(o, pa[kk], dv);
+    }
+    fwd90_wgmma_commit();
+    fwd90_wgmma_wait<0>();
+#pragma unroll
+    for (int r = 0; r < fwd90_o_regs; ++r)
+      fwd90_fence_reg(o[r]);
+    if (lane == 0)
+      fwd90_bar_arrive(bar_empty(pst));
+  }
+
+  /* Normalize and store, straight from the accumulators. */
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = row_sum[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    const int i = i_row + r * 8;
+    if (i >= p.Sq)
+      continue;
+    const attn_tensor_arg &to = p.t[fwd90_to];
+    const long long orow = b * to.stride[0] + h * to.stride[1] +
+                           (long long)i * to.stride[2];
+#pragma unroll
+    for (int nb = 0; nb < fwd90_dv / 8; ++nb) {
+      const int d = nb * 8 + 2 * t;
+      const float x0 = attn_out(o[nb * 4 + 2 * r] * inv, b, h, i, d, p);
+      const float x1 = attn_out(o[nb * 4 + 2 * r + 1] * inv, b, h, i, d + 1, p);
+      if constexpr (fwd90_out_kind == 2) {
+        float2 v;
+        v.x = x0, v.y = x1;
+        *(float2 *)((float *)to.ptr + orow + d) = v;
+      } else {
+        const unsigned v = fwd90_out_kind == 0 ? fwd90_pack_bf16(x0, x1)
+                                               : fwd90_pack_f16(x0, x1);
+        *(unsigned *)((unsigned short *)to.ptr + orow + d) = v;
+      }
+    }
+    if constexpr (fwd90_tlse >= 0) {
+      if (t == 0) {
+        const attn_tensor_arg &tl = p.t[fwd90_tlse >= 0 ? fwd90_tlse : 0];
+        const float lse = l > 0.f ? row_max[r] + logf(l) : neg_inf;
+        ((float *)tl.ptr)[b * tl.stride[0] + h * tl.stride[1] +
+                          (long long)i * tl.stride[2]] = lse;
+      }
+    }
+  }
+}

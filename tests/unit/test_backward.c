@@ -1,0 +1,388 @@
+/*
+ * test_backward.c: the derived backward (backward.c) and its CPU reference
+ * (interp_bwd.c) against central finite differences of the scalar loss
+ * L = sum(dO * O) computed by the forward reference, for every kind of op
+ * the derivation handles; and the dropout generator (philox.c) against
+ * Philox-4x32-10's published known answers, its keep rate, and the
+ * forward reference's mask.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attnc.h"
+
+/* ----------------------------------------------------------- helpers */
+
+static IrGraph *bt_graph(const char *text, Arena *a) {
+  Diag d = {0};
+  Source *src = source_from_string(a, "<test>", text, strlen(text));
+  AstFile *ast = parse_source(src, a, &d);
+  IrModule *m = d.nerrors ? NULL : ir_build(ast, a, &d);
+  if (d.nerrors)
+    cr_log_error("%s", d.out.data);
+  diag_free(&d);
+  cr_assert(m, "the test graph does not check");
+  return m->graphs[0];
+}
+
+/* sum(dO * O) from a fresh forward run. */
+static double bt_loss(RefArgs *args, int o_tensor, const double *dout) {
+  StrBuf err = {0};
+  int rc = ref_forward(args, &err);
+  cr_assert_eq(rc, 0, "ref_forward: %s", err.data ? err.data : "");
+  sb_free(&err);
+  const RefTensor *o = &args->tensors[o_tensor];
+  double l = 0;
+  for (int64_t e = 0; e < ref_numel(o); e++)
+    l += dout[e] * o->data[e];
+  return l;
+}
+
+/* Derives the backward of `text`, runs the CPU backward on random
+ * inputs of `shape`, and checks every gradient against central
+ * differences. Returns the analytic gradients (caller frees) when grads is
+ * not NULL. */
+static void bt_check(const char *text, const char *shape, const char *set,
+                     RefTensor **grads_out, RefArgs *args_out) {
+  Arena *a = arena_new();
+  IrGraph *g = bt_graph(text, a);
+  Diag d = {0};
+  BwdGraph *bg = bwd_derive(g, a, &d);
+  cr_assert(bg, "bwd_derive: %s", d.out.data ? d.out.data : "");
+  diag_free(&d);
+  RefArgs args = {.g = g};
+  StrBuf err = {0};
+  cr_assert_eq(ref_make_inputs(&args, shape, 7, &err), 0, "%s", err.data);
+  if (set)
+    cr_assert_eq(ref_set_scalars(&args, set, &err), 0, "%s", err.data);
+  int ot = g->outputs[bg->o_output].tensor;
+  cr_assert_eq(ref_forward(&args, &err), 0, "%s", err.data);
+  int64_t no = ref_numel(&args.tensors[ot]);
+  double *dout = malloc((size_t)no * sizeof *dout);
+  RefRng rng = ref_rng(99, 1);
+  for (int64_t e = 0; e < no; e++)
+    dout[e] = ref_rng_normal(&rng);
+  RefTensor *grads = calloc((size_t)g->ntensors, sizeof *grads);
+  cr_assert_eq(ref_backward(&args, bg, dout, grads, &err), 0, "%s", err.data);
+  const double h = 1e-5;
+  for (int t = 0; t < g->ntensors; t++) {
+    if (!g->tensors[t].grad)
+      continue;
+    RefTensor *x = &args.tensors[t];
+    int64_t n = ref_numel(x);
+    double num = 0, den = 0;
+    for (int64_t e = 0; e < n; e++) {
+      double keep = x->data[e];
+      x->data[e] = keep + h;
+      double lp = bt_loss(&args, ot, dout);
+      x->data[e] = keep - h;
+      double lm = bt_loss(&args, ot, dout);
+      x->data[e] = keep;
+      double fd = (lp - lm) / (2 * h), an = grads[t].data[e];
+      cr_assert(isfinite(an), "d%s[%lld] is %g", g->tensors[t].name,
+                (long long)e, an);
+      num += (fd - an) * (fd - an);
+      den += an * an;
+    }
+    cr_assert(den > 0, "d%s is all zero", g->tensors[t].name);
+    cr_expect(sqrt(num / den) < 1e-6, "d%s: relative error %g",
+              g->tensors[t].name, sqrt(num / den));
+  }
+  if (grads_out) {
+    *grads_out = grads;
+    *args_out = args;
+  } else {
+    for (int t = 0; t < g->ntensors; t++)
+      free(grads[t].data);
+    free(grads);
+    ref_args_free(&args);
+  }
+  free(dout);
+  sb_free(&err);
+  if (!grads_out)
+    arena_free(a);
+  /* else the arena leaks with the graph the caller still reads: tests only */
+}
+
+#define QKV(D, HK)                                                           \
+  "  input q : f32[B, H, Sq, " #D "];\n"                                    \
+  "  input k : f32[B, " HK ", Skv, " #D "];\n"                               \
+  "  input v : f32[B, " HK ", Skv, " #D "];\n"
+#define TAIL                                                                 \
+  "  p = softmax(s);\n  o = p @ v;\n  output o;\n"                          \
+  "  output lse = logsumexp(s);\n"
+
+/* --------------------------------------------------- finite differences */
+
+Test(backward, sdpa) {
+  bt_check("attention t {\n" QKV(4, "H")
+           "  s = q @ k^T;\n" TAIL "  grad q, k, v;\n}\n",
+           "B=2,H=2,Sq=3,Skv=5", NULL, NULL, NULL);
+}
+
+Test(backward, scale) {
+  bt_check("attention t {\n" QKV(4, "H")
+           "  scalar scale : f32 = 0.7;\n"
+           "  s = (q @ k^T) * scale / 1.3;\n" TAIL "  grad q, k, v;\n}\n",
+           "B=1,H=2,Sq=4,Skv=4", NULL, NULL, NULL);
+}
+
+Test(backward, softcap) {
+  bt_check("attention t {\n" QKV(4, "H")
+           "  s = (q @ k^T) * 0.5;\n  s = 2.0 * tanh(s / 2.0);\n" TAIL
+           "  grad q, k, v;\n}\n",
+           "B=1,H=2,Sq=4,Skv=5", NULL, NULL, NULL);
+}
+
+Test(backward, alibi_slopes) {
+  bt_check("attention t {\n" QKV(4, "H")
+           "  input slopes : f32[H];\n"
+           "  s = q @ k^T - slopes[h] * f32(i - j);\n" TAIL
+           "  grad q, k, v, slopes;\n}\n",
+           "B=2,H=2,Sq=4,Skv=4", NULL, NULL, NULL);
+}
+
+Test(backward, bias_broadcast) {
+  bt_check("attention t {\n" QKV(4, "H")
+           "  input bias : f32[1, H, Sq, Skv];\n"
+           "  input rel : f32[Sq, Skv];\n"
+           "  s = (q @ k^T + bias[b, h, i, j]) * (1.0 + rel[i, j]);\n" TAIL
+           "  grad q, k, v, bias, rel;\n}\n",
+           "B=2,H=2,Sq=3,Skv=4", NULL, NULL, NULL);
+}
+
+Test(backward, exp_sigmoid) {
+  bt_check("attention t {\n" QKV(4, "H")
+           "  s = q @ k^T;\n  s = exp(s * 0.3) + sigmoid(s) * s;\n" TAIL
+           "  grad q, k, v;\n}\n",
+           "B=1,H=2,Sq=4,Skv=4", NULL, NULL, NULL);
+}
+
+Test(backward, math_functions) {
+  bt_check("attention t {\n" QKV(4, "H")
+           "  input bias : f32[B, H, Sq, Skv];\n"
+           "  s = q @ k^T;\n"
+           "  x = abs(bias[b, h, i, j]) + 1.5;\n"
+           "  s = s + 0.1 * log(x) + 0.2 * log2(x) + sqrt(x) - rsqrt(x);\n"
+           "  s = s + exp2(s * 0.1) + max(s, 0.2) - min(s, -0.3);\n"
+           "  s = clamp(s, -3.0, 3.0) + f32(floor(s));\n" TAIL
+           "  grad q, k, v, bias;\n}\n",
+           "B=1,H=2,Sq=4,Skv=4", NULL, NULL, NULL);
+}
+
+Test(backward, where_select) {
+  bt_check("attention t {\n" QKV(4, "H")
+           "  input bias : f32[B, H, Sq, Skv];\n"
+           "  s = q @ k^T;\n"
+           "  s = where(s > 0.0, s * 1.5, bias[b, h, i, j] * s);\n" TAIL
+           "  grad q, k, v, bias;\n}\n",
+           "B=1,H=2,Sq=4,Skv=5", NULL, NULL, NULL);
+}
+
+Test(backward, gqa) {
+  bt_check("attention t {\n" QKV(4, "Hk")
+           "  s = (q @ k^T) * 0.5;\n  s = mask(s, j <= i);\n" TAIL
+           "  grad q, k, v;\n}\n",
+           "B=1,H=4,Hk=2,Sq=4,Skv=4", NULL, NULL, NULL);
+}
+
+Test(backward, dropout_fixed_mask) {
+  bt_check("attention t {\n" QKV(4, "H")
+           "  scalar rate : f32 = 0.3;\n  scalar seed : u64 = 42;\n"
+           "  scalar off : u64 = 12;\n"
+           "  s = q @ k^T;\n  p = softmax(s);\n"
+           "  p = dropout(p, rate, seed, off);\n  o = p @ v;\n  output o;\n"
+           "  grad q, k, v;\n}\n",
+           "B=2,H=2,Sq=4,Skv=6", NULL, NULL, NULL);
+}
+
+/* Rows 0 and 1 keep no key: their gradients are exactly zero, and no
+ * gradient anywhere is NaN, even with a softcap over the -inf. */
+Test(backward, fully_masked_rows) {
+  RefTensor *grads;
+  RefArgs args;
+  bt_check("attention t {\n" QKV(4, "H")
+           "  input bias : f32[B, H, Sq, Skv];\n"
+           "  s = mask(q @ k^T + bias[b, h, i, j], j <= i - 2);\n"
+           "  s = 3.0 * tanh(s / 3.0);\n" TAIL
+           "  grad q, k, v, bias;\n}\n",
+           "B=1,H=2,Sq=5,Skv=5", NULL, &grads, &args);
+  const IrGraph *g = args.g;
+  for (int64_t h = 0; h < 2; h++)
+    for (int64_t i = 0; i < 2; i++)
+      for (int64_t d = 0; d < 4; d++)
+        cr_expect_eq(grads[g->q].data[(h * 5 + i) * 4 + d], 0.0);
+  for (int t = 0; t < g->ntensors; t++)
+    if (g->tensors[t].grad)
+      for (int64_t e = 0; e < ref_numel(&grads[t]); e++)
+        cr_assert(!isnan(grads[t].data[e]), "d%s[%lld] is NaN",
+                  g->tensors[t].name, (long long)e);
+  for (int t = 0; t < g->ntensors; t++)
+    free(grads[t].data);
+  free(grads);
+  ref_args_free(&args);
+}
+
+/* ------------------------------------------------------------ derivation */
+
+static char *bt_dump(const char *text, Arena *a, char **errors) {
+  IrGraph *g = bt_graph(text, a);
+  Diag d = {0};
+  BwdGraph *bg = bwd_derive(g, a, &d);
+  *errors = d.out.data ? arena_strdup(a, d.out.data) : NULL;
+  diag_free(&d);
+  if (!bg)
+    return NULL;
+  StrBuf out = {0};
+  bwd_dump(&out, bg);
+  char *s = arena_strdup(a, out.data);
+  sb_free(&out);
+  return s;
+}
+
+Test(backward, derived_chain_is_simplified) {
+  Arena *a = arena_new();
+  char *err;
+  char *s = bt_dump("attention t {\n" QKV(64, "H")
+                    "  scalar scale : f32 = 0.125;\n"
+                    "  s = (q @ k^T) * scale;\n"
+                    "  s = 30.0 * tanh(s / 30.0);\n" TAIL
+                    "  grad q, k;\n}\n", a, &err);
+  cr_assert(s, "%s", err);
+  /* 30 * ... / 30 cancels; the scale folds out of dRaw into dq, dk. */
+  cr_expect(strstr(s, "  $0 = mul %8, %8 : f32 [bhij]"), "%s", s);
+  cr_expect(strstr(s, "  $1 = sub 1.0, $0 : f32 [bhij]"), "%s", s);
+  cr_expect(strstr(s, "  $2 = mul ds, $1 : f32 [bhij]"), "%s", s);
+  cr_expect(strstr(s, "  draw = $2 : f32 [bhij]  # d%2, times %3"), "%s", s);
+  cr_expect(strstr(s, "  dq = (draw @ k) * %3 : f32[B, H, Sq, 64]"), "%s", s);
+  cr_expect(!strstr(s, "  dv ="), "%s", s);
+  cr_expect(!strstr(s, "$3"), "%s", s);
+  arena_free(a);
+}
+
+Test(backward, refuses_bias_read_out_of_order) {
+  Arena *a = arena_new();
+  char *err;
+  char *s = bt_dump("attention t {\n" QKV(64, "H")
+                    "  input bias : f32[B, H, Skv, Sq];\n"
+                    "  s = q @ k^T + bias[b, h, j, i];\n" TAIL
+                    "  grad bias;\n}\n", a, &err);
+  cr_assert_null(s);
+  cr_assert(err);
+  cr_expect(strstr(err, "<test>:6:17: error: the gradient of 'bias' needs it "
+                        "read as bias[b, h, i, j]"), "%s", err);
+  cr_expect(strstr(err, "note: 'bias' is declared with grad"), "%s", err);
+  arena_free(a);
+}
+
+Test(backward, refuses_ops_on_the_output) {
+  Arena *a = arena_new();
+  char *err;
+  char *s = bt_dump("attention t {\n" QKV(64, "H")
+                    "  s = q @ k^T;\n  p = softmax(s);\n"
+                    "  output o = (p @ v) * 2.0;\n  grad q;\n}\n", a, &err);
+  cr_assert_null(s);
+  cr_expect(strstr(err, "error: the backward pass needs p @ v itself as an "
+                        "output"), "%s", err);
+  arena_free(a);
+}
+
+/* ----------------------------------------------------------------- Philox */
+
+/* Random123's known-answer vectors for philox4x32 with 10 rounds; two
+ * independent implementations (this one and a Python transcription of
+ * the paper's round function) reproduce them. */
+Test(philox, known_answers) {
+  static const uint32_t ctr[3][4] = {
+      {0, 0, 0, 0},
+      {0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff},
+      {0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}};
+  static const uint32_t key[3][2] = {
+      {0, 0}, {0xffffffff, 0xffffffff}, {0xa4093822, 0x299f31d0}};
+  static const uint32_t want[3][4] = {
+      {0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8},
+      {0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd},
+      {0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}};
+  for (int t = 0; t < 3; t++) {
+    uint32_t out[4];
+    philox_4x32_10(ctr[t], key[t], out);
+    for (int w = 0; w < 4; w++)
+      cr_expect_eq(out[w], want[t][w], "vector %d word %d: %08x, want %08x",
+                   t, w, out[w], want[t][w]);
+  }
+}
+
+/* The documented counter layout, checked against values computed by the
+ * independent Python transcription. */
+Test(philox, dropout_layout) {
+  uint64_t seed = UINT64_C(0x123456789abcdef0);
+  uint64_t off = UINT64_C(0x1122334455667788);
+  cr_expect_eq(philox_dropout_bits(seed, off, 0, 0, 0, 0, 3, 5), 0x1d51dc2au);
+  cr_expect_eq(philox_dropout_bits(seed, off, 1, 2, 4, 7, 3, 5), 0xa83afa86u);
+  cr_expect_eq(philox_dropout_bits(seed, off, 0, 1, 3, 2, 3, 5), 0xde5f1d8au);
+}
+
+Test(philox, keep_threshold) {
+  cr_expect_eq(philox_keep_threshold(0.0), 0u);
+  cr_expect_eq(philox_keep_threshold(-1.0), 0u);
+  cr_expect_eq(philox_keep_threshold(0.5), UINT64_C(1) << 31);
+  cr_expect_eq(philox_keep_threshold(1.0), UINT64_C(1) << 32);
+  cr_expect_eq(philox_keep_threshold((double)0.1f),
+               (uint64_t)ceil((double)0.1f * 4294967296.0));
+}
+
+/* 10^6 draws at rate 0.1 keep 900000 +- 5 sigma (sigma = 300). */
+Test(philox, keep_rate) {
+  uint64_t thresh = philox_keep_threshold((double)0.1f), kept = 0;
+  for (int64_t i = 0; i < 1000; i++)
+    for (int64_t j = 0; j < 1000; j++)
+      kept += philox_dropout_bits(3, 0, 0, 1, i, j, 2, 1000) >= thresh;
+  double want = 1e6 * (1 - (double)0.1f), sigma = sqrt(1e6 * 0.1 * 0.9);
+  cr_expect(fabs((double)kept - want) < 5 * sigma, "kept %llu of 10^6",
+            (unsigned long long)kept);
+}
+
+/* With v the identity, O is the dropped P: every element is P / (1 -
+ * rate) exactly where the documented bits say keep, else 0. */
+Test(philox, forward_reference_mask) {
+#define BT_DROPOUT_GRAPH(DROP)                                               \
+  "attention t {\n  input q : f32[B, H, S, 8];\n"                             \
+  "  input k : f32[B, H, S, 8];\n  input v : f32[B, H, S, 8];\n"              \
+  "  s = q @ k^T;\n  p = softmax(s);\n" DROP "  o = p @ v;\n  output o;\n}\n"
+  static const char *const text[2] = {
+      BT_DROPOUT_GRAPH(""),
+      BT_DROPOUT_GRAPH("  p = dropout(p, 0.25, 77, 5);\n")};
+  Arena *a = arena_new();
+  RefArgs args[2];
+  StrBuf err = {0};
+  for (int t = 0; t < 2; t++) {
+    args[t] = (RefArgs){.g = bt_graph(text[t], a)};
+    cr_assert_eq(ref_make_inputs(&args[t], "B=2,H=3,S=8", 5, &err), 0);
+    RefTensor *v = &args[t].tensors[args[t].g->v];
+    for (int64_t e = 0; e < ref_numel(v); e++)
+      v->data[e] = (e / 8) % 8 == e % 8;
+    cr_assert_eq(ref_forward(&args[t], &err), 0, "%s", err.data);
+  }
+  int ot = args[0].g->outputs[0].tensor;
+  const double *p = args[0].tensors[ot].data, *pd = args[1].tensors[ot].data;
+  uint64_t thresh = philox_keep_threshold((double)0.25f);
+  int dropped = 0;
+  for (int64_t b = 0; b < 2; b++)
+    for (int64_t h = 0; h < 3; h++)
+      for (int64_t i = 0; i < 8; i++)
+        for (int64_t j = 0; j < 8; j++) {
+          int64_t e = ((b * 3 + h) * 8 + i) * 8 + j;
+          bool keep = philox_dropout_bits(77, 5, b, h, i, j, 3, 8) >= thresh;
+          dropped += !keep;
+          cr_expect_eq(pd[e], keep ? p[e] / (1.0 - (double)0.25f) : 0.0,
+                       "b=%lld h=%lld i=%lld j=%lld", (long long)b,
+                       (long long)h, (long long)i, (long long)j);
+        }
+  cr_expect(dropped > 0 && dropped < 384, "dropped %d of 384", dropped);
+  ref_args_free(&args[0]);
+  ref_args_free(&args[1]);
+  sb_free(&err);
+  arena_free(a);
+}
