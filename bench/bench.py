@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-ATTN_BF16 = 2
+ATTN_DTYPES = {torch.bfloat16: 2, torch.float16: 1, torch.float32: 3, torch.int32: 6}
 
 
 class Attn:
@@ -29,6 +29,7 @@ class Attn:
         L.attn_context_error.argtypes = [vp]
         L.attn_context_error.restype = ctypes.c_char_p
         L.attn_context_set_cache_dir.argtypes = [vp, ctypes.c_char_p]
+        L.attn_context_set_arch.argtypes = [vp, ctypes.c_char_p]
         L.attn_module_compile_string.argtypes = [vp, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t, P(vp)]
         L.attn_module_get_graph.argtypes = [vp, ctypes.c_char_p, P(vp)]
         L.attn_module_destroy.argtypes = [vp]
@@ -46,6 +47,9 @@ class Attn:
         if status != 0:
             msg = self.L.attn_context_error(self.ctx) if self.ctx else b""
             raise RuntimeError(f"{what}: status {status}: {(msg or b'').decode()}")
+
+    def set_arch(self, arch):
+        self.check(self.L.attn_context_set_arch(self.ctx, arch.encode() if arch else None), "set_arch")
 
     def set_cache_dir(self, d):
         self.check(self.L.attn_context_set_cache_dir(self.ctx, d.encode() if d else None), "set_cache_dir")
@@ -65,7 +69,7 @@ class Attn:
         for name, t in tensors.items():
             shape = (ctypes.c_int64 * t.dim())(*t.shape)
             strides = (ctypes.c_int64 * t.dim())(*t.stride())
-            self.check(self.L.attn_call_bind_tensor(c, name.encode(), ctypes.c_void_p(t.data_ptr()), ATTN_BF16,
+            self.check(self.L.attn_call_bind_tensor(c, name.encode(), ctypes.c_void_p(t.data_ptr()), ATTN_DTYPES[t.dtype],
                                                     t.dim(), shape, strides), f"bind {name}")
         return c
 
@@ -106,17 +110,24 @@ def main():
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--quick", action="store_true", help="one shape per head dim")
     ap.add_argument("--dims", default="64,128,256")
-    ap.add_argument("--seqs", default="1024,4096,16384")
+    ap.add_argument("--seqs", default="1024,2048,4096,8192,16384")
+    ap.add_argument("--arch", default=None, help="e.g. sm_90 to force the portable sm80 template on Hopper")
+    ap.add_argument("--variants", action="store_true", help="custom variants against FlexAttention")
+    ap.add_argument("--grid", action="store_true", default=None, help="the plain grid (default unless --variants)")
     args = ap.parse_args()
+    if args.grid is None:
+        args.grid = not args.variants
     torch.manual_seed(0)
-    torch.cuda.init()
+    torch.zeros(1, device="cuda")  # makes PyTorch's primary context current for libattn
     attn = Attn(os.path.abspath(args.lib))
+    if args.arch:
+        attn.set_arch(args.arch)
     dev = torch.cuda.get_device_name()
     rows, compile_rows = [], []
     seqs = [int(s) for s in args.seqs.split(",")]
     if args.quick:
         seqs = seqs[1:2]
-    for D in [int(d) for d in args.dims.split(",")]:
+    for D in ([int(d) for d in args.dims.split(",")] if args.grid else []):
         H = 2048 // D
         for causal in (False, True):
             text = graph_text(D, causal)
@@ -129,6 +140,8 @@ def main():
             cold = time.perf_counter() - t0
             warm_ctx = Attn(os.path.abspath(args.lib))
             warm_ctx.set_cache_dir(cache)
+            if args.arch:
+                warm_ctx.set_arch(args.arch)
             t0 = time.perf_counter()
             wmod = warm_ctx.compile("fwd", text)
             warm = time.perf_counter() - t0
@@ -165,25 +178,167 @@ def main():
                     attn.L.attn_call_destroy(c)
                 del sets
             attn.L.attn_module_destroy(mod)
+    variant_rows = run_variants(attn) if args.variants else []
+    lines = [f"GPU: {dev}; driver {driver_version()}; torch {torch.__version__}; "
+             f"cuDNN {torch.backends.cudnn.version()}; CUDA {torch.version.cuda}; "
+             f"attnc arch {args.arch or 'native'}; {time.strftime('%Y-%m-%d')}", ""]
+    if rows:
+        lines += grid_table(rows, compile_rows)
+    if variant_rows:
+        lines += variant_table(variant_rows)
+    table = "\n".join(lines)
+    print(table)
+    os.makedirs(args.out, exist_ok=True)
+    tag = ("variants" if args.variants else "grid") + (f"-{args.arch}" if args.arch else "")
+    with open(os.path.join(args.out, f"bench-{tag}.md"), "w") as f:
+        f.write(table + "\n")
+    with open(os.path.join(args.out, f"bench-{tag}.json"), "w") as f:
+        json.dump(dict(rows=rows, compile=compile_rows, variants=variant_rows, device=dev), f, indent=1)
+    if rows:
+        plot(rows, os.path.join(args.out, f"bench-{tag}.png"))
+
+
+def driver_version():
+    try:
+        import subprocess
+        return subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                              capture_output=True, text=True).stdout.strip()
+    except Exception:
+        return "?"
+
+
+def grid_table(rows, compile_rows):
     geo = math.exp(sum(math.log(r["ratio"]) for r in rows) / len(rows))
-    lines = [f"GPU: {dev}; torch {torch.__version__}; cuDNN {torch.backends.cudnn.version()}; "
-             f"CUDA {torch.version.cuda}; {time.strftime('%Y-%m-%d')}", "",
-             "| D | S | causal | attnc TFLOP/s | cuDNN TFLOP/s | FA2 TFLOP/s | attnc / cuDNN | rel err vs cuDNN |",
+    lines = ["| D | S | causal | attnc TFLOP/s | cuDNN TFLOP/s | FA2 TFLOP/s | attnc / cuDNN | rel err vs cuDNN |",
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['D']} | {r['S']} | {'yes' if r['causal'] else 'no'} | {r['attnc_tflops']:.0f} | "
                      f"{r['cudnn_tflops']:.0f} | {r['fa2_tflops']:.0f} | {r['ratio']:.2f} | {r['rel_err_vs_cudnn']:.1e} |")
-    lines += ["", f"Geometric mean attnc / cuDNN: {geo:.3f}", "",
+    worst = min(rows, key=lambda r: r["ratio"])
+    lines += ["", f"Geometric mean attnc / cuDNN: {geo:.3f}; lowest {worst['ratio']:.2f} "
+              f"(D {worst['D']}, S {worst['S']}, causal {worst['causal']})", "",
               "| D | causal | cold NVRTC compile ms | warm cache load ms |", "|---|---|---|---|"]
     for r in compile_rows:
         lines.append(f"| {r['D']} | {'yes' if r['causal'] else 'no'} | {r['cold_ms']:.0f} | {r['warm_ms']:.1f} |")
-    table = "\n".join(lines)
-    print(table)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "bench.md"), "w") as f:
-        f.write(table + "\n")
-    with open(os.path.join(args.out, "bench.json"), "w") as f:
-        json.dump(dict(rows=rows, compile=compile_rows, device=dev), f, indent=1)
+    return lines + [""]
+
+
+def plot(rows, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except Exception as e:  # matplotlib is optional on the GPU machine
+        print(f"no plot: {e}")
+        return
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    for ax, causal in zip(axes, (False, True)):
+        for D in sorted({r["D"] for r in rows}):
+            rs = [r for r in rows if r["D"] == D and r["causal"] == causal]
+            S = [r["S"] for r in rs]
+            ax.plot(S, [r["attnc_tflops"] for r in rs], "o-", label=f"attnc D{D}")
+            ax.plot(S, [r["cudnn_tflops"] for r in rs], "x--", label=f"cuDNN D{D}")
+        ax.set_xscale("log", base=2)
+        ax.set_title("causal" if causal else "non-causal")
+        ax.set_xlabel("sequence length")
+        ax.grid(True, alpha=0.3)
+    axes[0].set_ylabel("TFLOP/s (bf16 forward)")
+    axes[1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+# Custom variants: the same modification in attnc and in FlexAttention, D 128, S 4096.
+VARIANT_SHAPE = dict(B=4, H=16, S=4096, D=128)
+
+
+def variant_defs():
+    D = VARIANT_SHAPE["D"]
+    head = (f"    input q : bf16[B, H, S, {D}];\n    input k : bf16[B, H, S, {D}];\n"
+            f"    input v : bf16[B, H, S, {D}];\n    scalar scale : f32 = 1.0 / sqrt({D}.0);\n"
+            f"    s = (q @ k^T) * scale;\n")
+    tail = f"    o = softmax(s) @ v;\n    output o : bf16[B, H, S, {D}];\n}}\n"
+    return {
+        "plain": ("", "", None, None),
+        "softcap": ("", "    s = 30.0 * tanh(s / 30.0);\n", "softcap", None),
+        "alibi": ("    input slopes : f32[H];\n", "    s = s - slopes[h] * (i - j);\n    s = mask(s, j <= i);\n",
+                  "alibi", "causal"),
+        "causal": ("", "    s = mask(s, j <= i);\n", None, "causal"),
+        "sliding_window": ("", "    s = mask(s, j <= i && j > i - 1024);\n", None, "window"),
+        "document": ("    input doc : i32[B, S];\n", "    s = mask(s, doc[b, i] == doc[b, j]);\n", None, "document"),
+    }, head, tail
+
+
+def run_variants(attn):
+    from torch.nn.attention.flex_attention import flex_attention, create_block_mask
+    import torch._dynamo
+    for name in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit", "accumulated_recompile_limit"):
+        if hasattr(torch._dynamo.config, name):
+            setattr(torch._dynamo.config, name, 4096)
+    flex = torch.compile(flex_attention, dynamic=False)
+    B, H, S, D = (VARIANT_SHAPE[x] for x in "BHSD")
+    defs, head, tail = variant_defs()
+    q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    slopes = torch.tensor([2.0 ** (-8.0 * (n + 1) / H) for n in range(H)], device="cuda", dtype=torch.float32)
+    # Documents of random lengths packed along the sequence.
+    cuts = sorted(torch.randint(1, S, (7,)).tolist())
+    doc = torch.zeros(B, S, dtype=torch.int32, device="cuda")
+    for c in cuts:
+        doc[:, c:] += 1
+    scale = 1.0 / math.sqrt(D)
+    score_mods = {
+        "softcap": lambda sc, b, h, qi, kv: 30.0 * torch.tanh(sc / 30.0),
+        "alibi": lambda sc, b, h, qi, kv: sc - slopes[h] * (qi - kv),
+    }
+    mask_mods = {
+        "causal": lambda b, h, qi, kv: qi >= kv,
+        "window": lambda b, h, qi, kv: (qi >= kv) & (qi - kv < 1024),
+        "document": lambda b, h, qi, kv: doc[b, qi] == doc[b, kv],
+    }
+    rows = []
+    for name, (decls, body, smod, mmod) in defs.items():
+        text = f"attention {name} {{\n{head.replace('    s = (q', decls + '    s = (q')}{body}{tail}"
+        mod = attn.compile(name, text)
+        o = torch.empty_like(q)
+        tensors = dict(q=q, k=k, v=v, o=o)
+        if "slopes" in decls:
+            tensors["slopes"] = slopes
+        if "doc" in decls:
+            tensors["doc"] = doc
+        call = attn.call(mod, name, tensors)
+        bm = create_block_mask(mask_mods[mmod], B if mmod == "document" else None, None, S, S) if mmod else None
+        sm = score_mods.get(smod)
+        ref = flex(q, k, v, score_mod=sm, block_mask=bm, scale=scale)
+        attn.launch(call)
+        torch.cuda.synchronize()
+        err = ((o.float() - ref.float()).norm() / ref.float().norm()).item()
+        t_attnc = time_batches([lambda: attn.launch(call)])
+        t_flex = time_batches([lambda: flex(q, k, v, score_mod=sm, block_mask=bm, scale=scale)])
+        flops = 4 * B * H * S * S * D
+        row = dict(variant=name, attnc_ms=t_attnc, flex_ms=t_flex, rel_err_vs_flex=err,
+                   attnc_dense_tflops=flops / t_attnc / 1e9, flex_dense_tflops=flops / t_flex / 1e9,
+                   speedup_vs_flex=t_flex / t_attnc)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        attn.L.attn_call_destroy(call)
+        attn.L.attn_module_destroy(mod)
+    return rows
+
+
+def variant_table(vrows):
+    plain = {r["variant"]: r["attnc_ms"] for r in vrows}
+    lines = [f"Custom variants, B {VARIANT_SHAPE['B']}, H {VARIANT_SHAPE['H']}, S {VARIANT_SHAPE['S']}, "
+             f"D {VARIANT_SHAPE['D']} (TFLOP/s count every (i, j) pair, masked or not):", "",
+             "| variant | attnc ms | FlexAttention ms | attnc / Flex speed | attnc dense TFLOP/s | rel err vs Flex |",
+             "|---|---|---|---|---|---|"]
+    for r in vrows:
+        lines.append(f"| {r['variant']} | {r['attnc_ms']:.3f} | {r['flex_ms']:.3f} | {r['speedup_vs_flex']:.2f} | "
+                     f"{r['attnc_dense_tflops']:.0f} | {r['rel_err_vs_flex']:.1e} |")
+    if "plain" in plain and "softcap" in plain:
+        lines.append(f"\nsoftcap over plain: {plain['softcap'] / plain['plain'] - 1:+.1%}")
+    if "causal" in plain and "alibi" in plain:
+        lines.append(f"ALiBi (causal) over causal: {plain['alibi'] / plain['causal'] - 1:+.1%}")
+    return lines + [""]
 
 
 if __name__ == "__main__":

@@ -46,7 +46,8 @@ void sb_puts(StrBuf *sb, const char *s);
 void sb_write(StrBuf *sb, const char *s, size_t n);
 void sb_printf(StrBuf *sb, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
-void sb_vprintf(StrBuf *sb, const char *fmt, va_list ap);
+void sb_vprintf(StrBuf *sb, const char *fmt, va_list ap)
+    __attribute__((format(printf, 2, 0)));
 void sb_free(StrBuf *sb);
 
 _Noreturn void die_at(const char *file, int line, const char *fmt, ...)
@@ -520,6 +521,9 @@ typedef struct KernelSpec {
   int nmasks;
   int o_output;    /* index in g->outputs of the p @ v chain's output */
   int lse_output;  /* index in g->outputs of logsumexp, or -1 */
+  IrNode *dropout; /* the dropout p @ v reads (src: p, rate, seed, offset),
+                      or NULL; the kernels scale P by attn_dropout_scale
+                      before P V only (row sums and lse stay undropped) */
 } KernelSpec;
 
 /* Recognises the forward chain and picks a template. NULL with a located

@@ -603,10 +603,10 @@ void bwd_dump(StrBuf *out, const BwdGraph *bg) {
               g->outputs[bg->o_output].name, g->pv->id);
   sb_printf(out, "  p = exp(%%%d - lse) : f32 [bhij]\n", bg->score->id);
   if (bg->dropout) {
-    sb_printf(out, "  keep = philox(%%%d, %%%d, %%%d) : bool [bhij]  # "
-              "dropout %%%d, rate %%%d\n", bg->dropout->src[2]->id,
-              bg->dropout->src[3]->id, bg->dropout->src[1]->id,
-              bg->dropout->id, bg->dropout->src[1]->id);
+    sb_printf(out, "  keep = philox(seed %%%d, offset %%%d, b, h, i, j) >= "
+              "rate %%%d : bool [bhij]  # dropout %%%d\n",
+              bg->dropout->src[2]->id, bg->dropout->src[3]->id,
+              bg->dropout->src[1]->id, bg->dropout->id);
     sb_printf(out, "  pd = where(keep, p / (1 - %%%d), 0) : f32 [bhij]\n",
               bg->dropout->src[1]->id);
     sb_printf(out, "  dp = where(keep, (do @ %s^T) / (1 - %%%d), 0) : f32 "

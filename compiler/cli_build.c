@@ -328,8 +328,8 @@ static void gen_source(StrBuf *c, const char *name, const char *file,
               name, b->arch, b->is_ptx ? "ptx" : "cubin");
     for (int k = 0; k < b->er.nkernels; k++) {
       const KernelInfo *ki = &b->er.kernels[k];
-      sb_printf(c, "    {\"%s\", \"%s\", %d, %d, %d},\n", ki->graph, ki->entry,
-                ki->threads, ki->smem_bytes, ki->block_m);
+      sb_printf(c, "    {\"%s\", \"%s\", %d, %d, %d, %d, %d},\n", ki->graph, ki->entry,
+                ki->threads, ki->smem_bytes, ki->block_m, ki->tma_rows_q, ki->tma_rows_kv);
     }
     sb_puts(c, "};\n");
   }

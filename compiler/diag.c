@@ -52,7 +52,8 @@ static int diag_digits(int v) {
 /* Echoes the source line and the caret line below it. */
 static void diag_echo(StrBuf *out, Loc loc) {
   size_t start, n;
-  if (!loc.src || loc.line < 1 || !diag_find_line(loc.src, loc.line, &start, &n))
+  if (!loc.src || loc.line < 1 ||
+      !diag_find_line(loc.src, loc.line, &start, &n))
     return;
   const unsigned char *text = (const unsigned char *)loc.src->text + start;
   size_t col = loc.col > 0 ? (size_t)loc.col - 1 : 0; /* 0-based byte */

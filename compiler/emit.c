@@ -20,7 +20,7 @@
 #include "attnc.h"
 
 /* The texts embedded by tools/embed.c (build/gen/templates.c). */
-extern const char attn_abi_src[], common_src[], fwd_sm80_src[], fwd_sm90_src[];
+extern const char attn_abi_src[], common_src[], fwd_sm80_src[], fwd_sm90_src[], philox_src[];
 
 /* ------------------------------------------------- expression emitter */
 
@@ -108,7 +108,7 @@ static const char *load_ref(Hook *hk, IrNode *n) {
 static const char *unary_fn(IrOp op, DType k) {
   bool f = k == DT_F32;
   switch (op) {
-  case IR_TANH: return "tanhf";
+  case IR_TANH: return "attn_tanh";
   case IR_EXP: return "expf";
   case IR_EXP2: return "exp2f";
   case IR_LOG: return "logf";
@@ -336,6 +336,47 @@ static void emit_out(StrBuf *out, const KernelSpec *s, Arena *a) {
            ret);
 }
 
+/* dropout(p, rate, seed, offset): the factor P's element (b, h, i, j) is
+ * multiplied by before P V, 0 or 1 / (1 - rate). The bits are
+ * templates/philox.cuh's, drawn exactly as the CPU reference draws them
+ * (docs/language.md has the layout), so the masks are bit-identical. */
+static void emit_dropout(StrBuf *out, const KernelSpec *s, Arena *a) {
+  Hook hk;
+  hook_init(&hk, a, s->g, DOM_B | DOM_H | DOM_I | DOM_J);
+  const IrNode *dn = s->dropout;
+  const char *rate_e = ex_as(&hk, dn->src[1], DT_F32);
+  const char *word[2];
+  for (int k = 0; k < 2; k++) {
+    IrNode *x = dn->src[2 + k];
+    /* An i32 seed or offset sign-extends to 64 bits, as on the host. */
+    word[k] = ckind(x->type) == DT_U64
+                  ? ex_as(&hk, x, DT_U64)
+                  : arena_printf(a, "(unsigned long long)(long long)(%s)", ex_as(&hk, x, DT_I32));
+  }
+  sb_puts(out, "/* Dropout's factor for P's element (b, h, i, j): 0 or 1 / (1 - rate), from\n"
+               " * the Philox bits the CPU reference draws (templates/philox.cuh). */\n"
+               "static __device__ __forceinline__ float attn_dropout_scale(int b, int h, int i, "
+               "int j, const attn_params &p) {\n");
+  if (hk.body.len) sb_puts(out, hk.body.data);
+  sb_printf(out,
+            "  const float rate = %s;\n"
+            "  const unsigned long long seed = %s;\n"
+            "  const unsigned long long offset = %s;\n"
+            "  const unsigned long long row =\n"
+            "      ((unsigned long long)b * (unsigned long long)p.H + (unsigned long long)h) *\n"
+            "          (unsigned long long)p.Sq + (unsigned long long)i;\n"
+            "  unsigned w[4];\n"
+            "  attn_dropout_bits4(seed, offset, row, j, w);\n"
+            "  const unsigned bits = (j & 2) ? ((j & 1) ? w[3] : w[2]) : ((j & 1) ? w[1] : w[0]);\n"
+            "  /* Kept iff bits >= ceil(rate * 2^32); rate * 2^32 is exact in f32. */\n"
+            "  const unsigned long long keep_from =\n"
+            "      !(rate > 0.f) ? 0ull : rate >= 1.f ? 4294967296ull\n"
+            "                   : (unsigned long long)ceilf(rate * 4294967296.0f);\n"
+            "  return (unsigned long long)bits >= keep_from ? 1.f / (1.f - rate) : 0.f;\n}\n\n",
+            rate_e, word[0], word[1]);
+  sb_free(&hk.body);
+}
+
 /* ------------------------------------------------------------ the unit */
 
 static const char *dtype_macro(DType t) {
@@ -408,12 +449,14 @@ static int emit_graph(StrBuf *out, const IrGraph *g, int sm, bool arch_specific,
               tc.bn, tc.warps);
   sb_printf(out, "#define ATTN_TQ %d\n#define ATTN_TK %d\n#define ATTN_TV %d\n", g->q, g->k, g->v);
   sb_printf(out, "#define ATTN_TO %d\n#define ATTN_TLSE %d\n", o_slot, lse_slot);
+  if (s->dropout) sb_puts(out, "#define ATTN_DROPOUT 1\n");
   sb_printf(out, "namespace graph_%s {\n\n", g->name);
   emit_score(out, s, a);
   emit_keep(out, s, a);
   emit_kv_bounds(out, s, a);
   emit_tile_class(out, s, a);
   emit_out(out, s, a);
+  if (s->dropout) emit_dropout(out, s, a);
   sb_puts(out, tc.text);
   sb_printf(out, "\n} /* namespace graph_%s */\n\n", g->name);
   if (tc.kind == TMPL_FWD_SM90)
@@ -432,6 +475,7 @@ static int emit_graph(StrBuf *out, const IrGraph *g, int sm, bool arch_specific,
   sb_printf(out, "#undef ATTN_BM\n#undef ATTN_BN\n#undef %s\n#undef ATTN_TQ\n#undef ATTN_TK\n"
                  "#undef ATTN_TV\n#undef ATTN_TO\n#undef ATTN_TLSE\n\n",
             tc.kind == TMPL_FWD_SM90 ? "ATTN_STAGES" : "ATTN_WARPS");
+  if (s->dropout) sb_puts(out, "#undef ATTN_DROPOUT\n\n");
   return 0;
 }
 
@@ -461,6 +505,15 @@ int emit_module(const IrModule *m, const char *arch, Arena *a, Diag *d, EmitResu
   sb_puts(&src, "\n");
   sb_puts(&src, common_src);
   sb_puts(&src, "\n");
+  /* Dropout's generator, once, when some graph's p @ v reads a dropout. */
+  for (int k = 0; k < m->ngraphs; k++) {
+    const IrGraph *g = m->graphs[k];
+    if (g->pv && g->pv->src[0]->op == IR_DROPOUT) {
+      sb_puts(&src, philox_src);
+      sb_puts(&src, "\n");
+      break;
+    }
+  }
   out->kernels = arena_alloc(a, (size_t)(m->ngraphs + 1) * sizeof *out->kernels);
   int rc = 0;
   for (int k = 0; k < m->ngraphs; k++)

@@ -179,10 +179,6 @@ static KernelSpec *refuse(Matcher *m, const IrNode *n, const char *why) {
 static bool check_ops(Matcher *m) {
   for (int k = 0; k < m->g->nnodes; k++) {
     IrNode *n = m->g->nodes[k];
-    if (n->op == IR_DROPOUT) {
-      refuse(m, n, "here: dropout comes with the backward kernels");
-      return false;
-    }
     if (n->op == IR_AMAX) {
       refuse(m, n, "here: amax comes with the FP8 kernels");
       return false;
@@ -270,6 +266,9 @@ KernelSpec *match_graph(const IrGraph *g, int sm, Arena *a, Diag *d) {
     s = s->src[0];
   }
   spec->score = s;
+  /* ir_check guarantees p @ v reads the softmax or dropout of it; a
+   * dropout nothing reads is dead and ignored. */
+  if (g->pv->src[0]->op == IR_DROPOUT) spec->dropout = g->pv->src[0];
   spec->masks = m.masks;
   spec->nmasks = m.nmasks;
   return spec;

@@ -1,14 +1,18 @@
 /* attn.y: the .attn grammar (see docs/grammar.md for the EBNF).
  *
- * A pure, reentrant LALR parser; the scanner (attn.l) and a ParseState are
+ * A pure, reentrant parser; the scanner (attn.l) and a ParseState are
  * passed to every call, so there are no globals. The AST is allocated from
  * the caller's Arena. Lists are left-recursive and grow geometrically, so a
  * 10 MB file parses in linear time with a constant-depth parser stack.
  *
  * Error handling is the part worth reading:
- *  - yyreport_syntax_error turns bison's expected-token set (made exact by
- *    LAC) into one specific message ("expected ';' after statement",
- *    "expected ')' to close '('" with a note at the '(', ...).
+ *  - Canonical LR tables with default reductions only in consistent states
+ *    make the expected-token set at an error exact (LALR merging would add
+ *    tokens that cannot follow), and keep `graph: head stmts error` from
+ *    reducing on anything but 'attention' or end of file.
+ *  - yyreport_syntax_error turns that set into one specific message
+ *    ("expected ';' after statement", "expected ')' to close '('" with a
+ *    note at the '(', ...).
  *  - `stmt: error ';'` recovers per statement; `graph: head stmts error`
  *    recovers at a '}' or at the next 'attention' (a missing '}'); and
  *    `graph: error` skips junk between graphs. One run reports many errors.
@@ -174,22 +178,15 @@ static ExprVal parse_expr(ParseState *ps, AstExpr *e, int child_depth) {
 
 static ExprVal parse_leaf(AstExpr *e) { return (ExprVal){e, 1}; }
 
-static ExprVal parse_unary(ParseState *ps, YyLoc l, UnOp op, ExprVal x) {
-  AstExpr *e = parse_node(ps, AST_UNARY, l);
-  e->op = (int)op;
+/* AST_UNARY (op: UnOp) or AST_TRANSPOSE: one operand. */
+static ExprVal parse_unary(ParseState *ps, YyLoc l, AstKind kind, int op,
+                           ExprVal x) {
+  AstExpr *e = parse_node(ps, kind, l);
+  e->op = op;
   e->args = arena_alloc(ps->a, sizeof *e->args);
   e->args[0] = x.e;
   e->nargs = 1;
   return parse_expr(ps, e, x.depth);
-}
-
-static ExprVal parse_transpose(ParseState *ps, YyLoc l, ExprVal x) {
-  ExprVal v = parse_unary(ps, l, UN_NEG, x);
-  if (v.e->kind != AST_ERROR) {
-    v.e->kind = AST_TRANSPOSE;
-    v.e->op = 0;
-  }
-  return v;
 }
 
 static ExprVal parse_binary(ParseState *ps, YyLoc l, BinOp op, ExprVal x,
@@ -331,8 +328,8 @@ graph
       ps->graph = NULL;
       yyerrok;
     }
-  | error "}"                    { yyerrok; }
-  | error                        { yyerrok; }
+  | error "}"   /* junk between graphs: skip to a '}' or 'attention' */
+  | error
   ;
 
 graph_head
@@ -494,13 +491,13 @@ mul_expr
 
 unary_expr
   : postfix_expr
-  | "-" unary_expr           { $$ = parse_unary(ps, @$, UN_NEG, $2); }
-  | "!" unary_expr           { $$ = parse_unary(ps, @$, UN_NOT, $2); }
+  | "-" unary_expr   { $$ = parse_unary(ps, @$, AST_UNARY, UN_NEG, $2); }
+  | "!" unary_expr   { $$ = parse_unary(ps, @$, AST_UNARY, UN_NOT, $2); }
   ;
 
 postfix_expr
   : primary
-  | postfix_expr "^T"        { $$ = parse_transpose(ps, @$, $1); }
+  | postfix_expr "^T" { $$ = parse_unary(ps, @$, AST_TRANSPOSE, 0, $1); }
   ;
 
 primary
@@ -533,7 +530,9 @@ primary
       /* a conversion, f32(x): a call whose name is the dtype */
       $$ = parse_apply(ps, @$, AST_CALL, dtype_name($1), @1, $3);
     }
-  | IDENT "[" arg_list "]"   { $$ = parse_apply(ps, @$, AST_INDEX, $1, @1, $3); }
+  | IDENT "[" arg_list "]" {
+      $$ = parse_apply(ps, @$, AST_INDEX, $1, @1, $3);
+    }
   | "(" expr ")"             { $$ = $2; }
   ;
 

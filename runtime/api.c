@@ -612,6 +612,8 @@ static attn_status rt_module_from_image(attn_context *ctx, Arena *a,
     kernels[i].threads = im->kernels[i].threads;
     kernels[i].smem_bytes = im->kernels[i].smem_bytes;
     kernels[i].block_m = im->kernels[i].block_m;
+    kernels[i].tma_rows_q = im->kernels[i].tma_rows_q;
+    kernels[i].tma_rows_kv = im->kernels[i].tma_rows_kv;
   }
   attn_status st = rt_module_from_ir(ctx, a, ir, kernels, ir->ngraphs,
                                      im->arch, im->data, im->size, out);

@@ -118,7 +118,7 @@ attn_status attn_call_bind_dlpack(attn_call *c, const char *name,
  * one (without its a/f suffix), which the driver compiles for newer GPUs.
  * The structs below are what that file initialises; their layout is part
  * of the ABI (format ATTN_EMBEDDED_FORMAT). */
-#define ATTN_EMBEDDED_FORMAT 1
+#define ATTN_EMBEDDED_FORMAT 2
 
 typedef struct attn_embedded_kernel {
   const char *graph; /* graph name */
@@ -126,6 +126,8 @@ typedef struct attn_embedded_kernel {
   int threads;       /* CTA size */
   int smem_bytes;    /* dynamic shared memory */
   int block_m;       /* query rows per CTA */
+  int tma_rows_q;    /* TMA box rows for q and for k/v (0: the kernel */
+  int tma_rows_kv;   /* takes no tensor maps) */
 } attn_embedded_kernel;
 
 typedef struct attn_embedded_image {

@@ -104,6 +104,14 @@ __device__ __forceinline__ int attn_tile_class(int b, int h, int i0, int i1,
                                                const attn_params &p);
 __device__ __forceinline__ float attn_out(float o, int b, int h, int i, int d,
                                           const attn_params &p);
+#if defined(ATTN_DROPOUT)
+/* Dropout: P is scaled by this factor, 0 or 1 / (1 - rate), before P V;
+ * the row sums and lse stay those of the undropped softmax. Declared (and
+ * called) only for graphs with dropout: an inline function declared but
+ * never defined is an error. */
+__device__ __forceinline__ float attn_dropout_scale(int b, int h, int i, int j,
+                                                    const attn_params &p);
+#endif
 
 /* ------------------------------------------------------ PTX wrappers */
 
@@ -421,6 +429,16 @@ __device__ __forceinline__ void attn_fwd_sm80(const attn_params &p) {
         sum += s[nt][2 * r] + s[nt][2 * r + 1];
       }
       row_sum[r] = row_sum[r] * alpha + sum;
+#if defined(ATTN_DROPOUT)
+      /* After the row sum: dropout changes what P V adds, not the
+       * normalizer. Masked elements are 0 whatever the factor. */
+#pragma unroll
+      for (int nt = 0; nt < fwd80_bn / 8; ++nt) {
+        const int i = i_row + 8 * r, j = j0 + nt * 8 + 2 * t;
+        s[nt][2 * r] *= attn_dropout_scale(b, h, i, j, p);
+        s[nt][2 * r + 1] *= attn_dropout_scale(b, h, i, j + 1, p);
+      }
+#endif
 #pragma unroll
       for (int nt = 0; nt < fwd80_dv / 8; ++nt) {
         o[nt][2 * r] *= alpha;

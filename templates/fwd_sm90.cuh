@@ -111,6 +111,14 @@ __device__ __forceinline__ int attn_tile_class(int b, int h, int i0, int i1,
                                                const attn_params &p);
 __device__ __forceinline__ float attn_out(float o, int b, int h, int i, int d,
                                           const attn_params &p);
+#if defined(ATTN_DROPOUT)
+/* Dropout: P is scaled by this factor, 0 or 1 / (1 - rate), before P V;
+ * the row sums and lse stay those of the undropped softmax. Declared (and
+ * called) only for graphs with dropout: an inline function declared but
+ * never defined is an error. */
+__device__ __forceinline__ float attn_dropout_scale(int b, int h, int i, int j,
+                                                    const attn_params &p);
+#endif
 
 /* ------------------------------------------------------ PTX wrappers */
 
@@ -602,15 +610,14 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
         const unsigned long long dv = fwd90_desc(vs + kk * 16 * 128, fwd90_bn * 128, 1024);
         fwd90_gemm_pv<fwd90_dv>(o, pa[kk], dv);
       }
-      fwd90_wgmma_commit();
     }
+    /* Always a second group (empty in the first round), so one wait<1>
+     * below means "S is done" on every path. */
+    fwd90_wgmma_commit();
     if (!(wg == 1 && nn >= n_end))
       fwd90_named_arrive(other_turn);
 
-    if (it > 0)
-      fwd90_wgmma_wait<1>(); /* S is done; P V may still run */
-    else
-      fwd90_wgmma_wait<0>();
+    fwd90_wgmma_wait<1>(); /* S is done; P V may still run */
 #pragma unroll
     for (int r = 0; r < fwd90_s_regs; ++r)
       fwd90_fence_reg(s[r]);
@@ -649,21 +656,29 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
         sum += x0 + x1;
       }
       row_sum[r] = row_sum[r] * alpha[r] + sum;
+#if defined(ATTN_DROPOUT)
+      /* After the row sum: dropout changes what P V adds, not the
+       * normalizer. Masked elements are 0 whatever the factor. */
+#pragma unroll
+      for (int nb = 0; nb < fwd90_bn / 8; ++nb) {
+        const int i = i_row + 8 * r, j = j0 + nb * 8 + 2 * t;
+        s[nb * 4 + 2 * r] *= attn_dropout_scale(b, h, i, j, p);
+        s[nb * 4 + 2 * r + 1] *= attn_dropout_scale(b, h, i, j + 1, p);
+      }
+#endif
     }
 
-    if (it > 0) {
-      fwd90_wgmma_wait<0>(); /* the previous P V is done */
+    fwd90_wgmma_wait<0>(); /* the previous P V is done */
 #pragma unroll
-      for (int r = 0; r < fwd90_o_regs; ++r)
-        fwd90_fence_reg(o[r]);
+    for (int r = 0; r < fwd90_o_regs; ++r)
+      fwd90_fence_reg(o[r]);
 #pragma unroll
-      for (int kk = 0; kk < fwd90_bn / 16; ++kk)
+    for (int kk = 0; kk < fwd90_bn / 16; ++kk)
 #pragma unroll
-        for (int e = 0; e < 4; ++e)
-          asm volatile("" : "+r"(pa[kk][e])::"memory");
-      if (lane == 0)
-        fwd90_bar_arrive(bar_empty(pst)); /* its stage may be refilled */
-    }
+      for (int e = 0; e < 4; ++e)
+        asm volatile("" : "+r"(pa[kk][e])::"memory");
+    if (it > 0 && lane == 0)
+      fwd90_bar_arrive(bar_empty(pst)); /* its stage may be refilled */
 #pragma unroll
     for (int nb = 0; nb < fwd90_dv / 8; ++nb) {
       o[nb * 4 + 0] *= alpha[0];

@@ -21,5 +21,16 @@ for f in examples/*.attn; do
     else echo "FAIL: $f for $arch: not a CUDA ELF (magic '$magic', machine '$machine')"; fail=$((fail + 1)); fi
   done
 done
+# The Hopper fast path: an sm_90a build must use the TMA and wgmma
+# instructions (fwd_sm90.cuh), not fall back to the portable template.
+ptx="$tmp/sdpa.sm_90a.ptx"
+if ATTN_NO_CACHE=1 "$attnc" compile examples/sdpa.attn --arch sm_90a -o "$tmp/sdpa.cubin" \
+     --ptx "$ptx" 2>"$tmp/err" && grep -q 'wgmma.mma_async' "$ptx" &&
+   grep -q 'cp.async.bulk.tensor' "$ptx"; then
+  pass=$((pass + 1))
+else
+  cat "$tmp/err"; echo "FAIL: sm_90a PTX of examples/sdpa.attn lacks wgmma.mma_async or cp.async.bulk.tensor"
+  fail=$((fail + 1))
+fi
 echo "nvrtc: $pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -4,8 +4,8 @@
  * Every example the matcher takes, at several shapes (tile multiples and
  * not, Sq != Skv both ways, GQA, BSHD strides), on fresh random inputs with
  * NaN-poisoned outputs; a fully masked row (O = 0 exactly, lse = -inf, no
- * NaN); and the mask analysis: a causal forward loads about half the key
- * tiles of a full one. Without a GPU it says so and skips (exit 0).
+ * NaN); the mask analysis: a causal forward loads about half the key
+ * tiles of a full one; and dropout's mask, bit-identical to the CPU's. Without a GPU it says so and skips (exit 0).
  * Run from the repository root (it reads examples/).
  */
 #include <dirent.h>
@@ -214,6 +214,65 @@ static void test_tile_skipping(attn_context *ctx) {
           detail);
 }
 
+/* Dropout's mask on the GPU is the CPU reference's, bit for bit, and keeps
+ * about 1 - rate of the elements. With q = 0 every score is 0, so P is
+ * uniform and, with v = 1, O[b, h, i, :] = kept(i) / (Skv (1 - rate)):
+ * the GPU's row counts show through the f32 output exactly (rate 0.5
+ * makes the factor 2, exact in bf16). One key of difference in a row
+ * changes O by about 1 / 100; the comparison allows 1e-5. */
+static void test_dropout_mask(attn_context *ctx) {
+  static const char text[] =
+      "attention drop {\n"
+      "  input q : bf16[B, H, Sq, 64];\n  input k : bf16[B, H, Skv, 64];\n"
+      "  input v : bf16[B, H, Skv, 64];\n"
+      "  scalar rate : f32 = 0.5;\n  scalar seed : u64 = 0;\n  scalar offset : i32 = 0;\n"
+      "  p = dropout(softmax((q @ k^T) * 0.125), rate, seed, offset);\n"
+      "  output o : f32[B, H, Sq, 64] = p @ v;\n}\n";
+  Arena *a = arena_new();
+  attn_module *mod = compile_text(ctx, "drop.attn", text);
+  IrGraph *g = build_ir(a, "drop.attn", text);
+  attn_graph *ag;
+  static const char *const sets[] = {"seed=12345,offset=7", "seed=9007199254740881,offset=-3"};
+  for (int c = 0; mod && g && c < 2 && attn_module_get_graph(mod, "drop", &ag) == ATTN_SUCCESS;
+       c++) {
+    RefArgs ra = {.g = g};
+    StrBuf err = {0};
+    ChkResult res = {0};
+    ChkOptions co = {0};
+    bool ran = ref_make_inputs(&ra, "B=2,H=2,Sq=130,Skv=200", 77, &err) == 0 &&
+               ref_set_scalars(&ra, sets[c], &err) == 0 && chk_output_shapes(&ra, &err) == 0;
+    if (ran) {
+      RefTensor *q = &ra.tensors[g->q], *v = &ra.tensors[g->v];
+      for (int64_t e = 0; e < ref_numel(q); e++) q->data[e] = 0.0;
+      for (int64_t e = 0; e < ref_numel(v); e++) v->data[e] = 1.0;
+      ran = chk_run_gpu(ctx, ag, &ra, &co, &res, &err) == ATTN_SUCCESS && ref_forward(&ra, &err) == 0;
+    }
+    if (ran) {
+      int ko = g->outputs[0].tensor;
+      size_t n = (size_t)ref_numel(&ra.tensors[ko]), bad = 0;
+      double kept = 0;
+      for (size_t e = 0; e < n; e++) {
+        double got = res.outputs[ko][e], want = ra.tensors[ko].data[e];
+        if (!(fabs(got - want) <= 1e-5 * fmax(fabs(want), 1e-3))) bad++;
+        kept += got * 0.5; /* the kept fraction of the row: O (1 - rate) */
+      }
+      kept /= (double)n;
+      char detail[160];
+      snprintf(detail, sizeof detail, "[%s] %zu of %zu elements differ; kept fraction %.4f",
+               sets[c], bad, n, kept);
+      verdict(bad == 0, "dropout: the GPU's mask is the CPU reference's", detail);
+      verdict(fabs(kept - 0.5) < 0.01, "dropout: keeps 1 - rate of the elements", detail);
+      chk_result_free(&res, g->ntensors);
+    } else {
+      verdict(false, "dropout mask", err.data);
+    }
+    ref_args_free(&ra);
+    sb_free(&err);
+  }
+  attn_module_destroy(mod);
+  arena_free(a);
+}
+
 static int cmp_str(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
@@ -231,6 +290,7 @@ int main(void) {
   attn_context_set_cache_dir(ctx, NULL);
   test_fully_masked(ctx);
   test_tile_skipping(ctx);
+  test_dropout_mask(ctx);
   DIR *dir = opendir("examples");
   char *names[256];
   int n = 0;

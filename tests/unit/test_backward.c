@@ -42,10 +42,11 @@ static double bt_loss(RefArgs *args, int o_tensor, const double *dout) {
 
 /* Derives the backward of `text`, runs the CPU backward on random
  * inputs of `shape`, and checks every gradient against central
- * differences. Returns the analytic gradients (caller frees) when grads is
- * not NULL. */
+ * differences. With grads_out, hands back the analytic gradients, the
+ * arguments and the arena holding the graph (the caller frees them). */
 static void bt_check(const char *text, const char *shape, const char *set,
-                     RefTensor **grads_out, RefArgs *args_out) {
+                     RefTensor **grads_out, RefArgs *args_out,
+                     Arena **arena_out) {
   Arena *a = arena_new();
   IrGraph *g = bt_graph(text, a);
   Diag d = {0};
@@ -93,6 +94,7 @@ static void bt_check(const char *text, const char *shape, const char *set,
   if (grads_out) {
     *grads_out = grads;
     *args_out = args;
+    *arena_out = a;
   } else {
     for (int t = 0; t < g->ntensors; t++)
       free(grads[t].data);
@@ -102,8 +104,7 @@ static void bt_check(const char *text, const char *shape, const char *set,
   free(dout);
   sb_free(&err);
   if (!grads_out)
-    arena_free(a);
-  /* else the arena leaks with the graph the caller still reads: tests only */
+    arena_free(a); /* else the caller frees it with the graph it reads */
 }
 
 #define QKV(D, HK)                                                           \
@@ -119,21 +120,21 @@ static void bt_check(const char *text, const char *shape, const char *set,
 Test(backward, sdpa) {
   bt_check("attention t {\n" QKV(4, "H")
            "  s = q @ k^T;\n" TAIL "  grad q, k, v;\n}\n",
-           "B=2,H=2,Sq=3,Skv=5", NULL, NULL, NULL);
+           "B=2,H=2,Sq=3,Skv=5", NULL, NULL, NULL, NULL);
 }
 
 Test(backward, scale) {
   bt_check("attention t {\n" QKV(4, "H")
            "  scalar scale : f32 = 0.7;\n"
            "  s = (q @ k^T) * scale / 1.3;\n" TAIL "  grad q, k, v;\n}\n",
-           "B=1,H=2,Sq=4,Skv=4", NULL, NULL, NULL);
+           "B=1,H=2,Sq=4,Skv=4", NULL, NULL, NULL, NULL);
 }
 
 Test(backward, softcap) {
   bt_check("attention t {\n" QKV(4, "H")
            "  s = (q @ k^T) * 0.5;\n  s = 2.0 * tanh(s / 2.0);\n" TAIL
            "  grad q, k, v;\n}\n",
-           "B=1,H=2,Sq=4,Skv=5", NULL, NULL, NULL);
+           "B=1,H=2,Sq=4,Skv=5", NULL, NULL, NULL, NULL);
 }
 
 Test(backward, alibi_slopes) {
@@ -141,7 +142,7 @@ Test(backward, alibi_slopes) {
            "  input slopes : f32[H];\n"
            "  s = q @ k^T - slopes[h] * f32(i - j);\n" TAIL
            "  grad q, k, v, slopes;\n}\n",
-           "B=2,H=2,Sq=4,Skv=4", NULL, NULL, NULL);
+           "B=2,H=2,Sq=4,Skv=4", NULL, NULL, NULL, NULL);
 }
 
 Test(backward, bias_broadcast) {
@@ -150,14 +151,14 @@ Test(backward, bias_broadcast) {
            "  input rel : f32[Sq, Skv];\n"
            "  s = (q @ k^T + bias[b, h, i, j]) * (1.0 + rel[i, j]);\n" TAIL
            "  grad q, k, v, bias, rel;\n}\n",
-           "B=2,H=2,Sq=3,Skv=4", NULL, NULL, NULL);
+           "B=2,H=2,Sq=3,Skv=4", NULL, NULL, NULL, NULL);
 }
 
 Test(backward, exp_sigmoid) {
   bt_check("attention t {\n" QKV(4, "H")
            "  s = q @ k^T;\n  s = exp(s * 0.3) + sigmoid(s) * s;\n" TAIL
            "  grad q, k, v;\n}\n",
-           "B=1,H=2,Sq=4,Skv=4", NULL, NULL, NULL);
+           "B=1,H=2,Sq=4,Skv=4", NULL, NULL, NULL, NULL);
 }
 
 Test(backward, math_functions) {
@@ -169,7 +170,7 @@ Test(backward, math_functions) {
            "  s = s + exp2(s * 0.1) + max(s, 0.2) - min(s, -0.3);\n"
            "  s = clamp(s, -3.0, 3.0) + f32(floor(s));\n" TAIL
            "  grad q, k, v, bias;\n}\n",
-           "B=1,H=2,Sq=4,Skv=4", NULL, NULL, NULL);
+           "B=1,H=2,Sq=4,Skv=4", NULL, NULL, NULL, NULL);
 }
 
 Test(backward, where_select) {
@@ -178,14 +179,14 @@ Test(backward, where_select) {
            "  s = q @ k^T;\n"
            "  s = where(s > 0.0, s * 1.5, bias[b, h, i, j] * s);\n" TAIL
            "  grad q, k, v, bias;\n}\n",
-           "B=1,H=2,Sq=4,Skv=5", NULL, NULL, NULL);
+           "B=1,H=2,Sq=4,Skv=5", NULL, NULL, NULL, NULL);
 }
 
 Test(backward, gqa) {
   bt_check("attention t {\n" QKV(4, "Hk")
            "  s = (q @ k^T) * 0.5;\n  s = mask(s, j <= i);\n" TAIL
            "  grad q, k, v;\n}\n",
-           "B=1,H=4,Hk=2,Sq=4,Skv=4", NULL, NULL, NULL);
+           "B=1,H=4,Hk=2,Sq=4,Skv=4", NULL, NULL, NULL, NULL);
 }
 
 Test(backward, dropout_fixed_mask) {
@@ -195,7 +196,7 @@ Test(backward, dropout_fixed_mask) {
            "  s = q @ k^T;\n  p = softmax(s);\n"
            "  p = dropout(p, rate, seed, off);\n  o = p @ v;\n  output o;\n"
            "  grad q, k, v;\n}\n",
-           "B=2,H=2,Sq=4,Skv=6", NULL, NULL, NULL);
+           "B=2,H=2,Sq=4,Skv=6", NULL, NULL, NULL, NULL);
 }
 
 /* Rows 0 and 1 keep no key: their gradients are exactly zero, and no
@@ -203,12 +204,13 @@ Test(backward, dropout_fixed_mask) {
 Test(backward, fully_masked_rows) {
   RefTensor *grads;
   RefArgs args;
+  Arena *a;
   bt_check("attention t {\n" QKV(4, "H")
            "  input bias : f32[B, H, Sq, Skv];\n"
            "  s = mask(q @ k^T + bias[b, h, i, j], j <= i - 2);\n"
            "  s = 3.0 * tanh(s / 3.0);\n" TAIL
            "  grad q, k, v, bias;\n}\n",
-           "B=1,H=2,Sq=5,Skv=5", NULL, &grads, &args);
+           "B=1,H=2,Sq=5,Skv=5", NULL, &grads, &args, &a);
   const IrGraph *g = args.g;
   for (int64_t h = 0; h < 2; h++)
     for (int64_t i = 0; i < 2; i++)
@@ -223,6 +225,7 @@ Test(backward, fully_masked_rows) {
     free(grads[t].data);
   free(grads);
   ref_args_free(&args);
+  arena_free(a);
 }
 
 /* ------------------------------------------------------------ derivation */

@@ -119,9 +119,10 @@ Test(diag, long_line_window_at_the_start) {
 Test(diag, column_past_the_end_of_line) {
   const Source *s = src("s = a");
   diag_error(&d, at(s, 1, 6, 1), "expected ';' after statement");
-  cr_assert_str_eq(d.out.data, "t.attn:1:6: error: expected ';' after statement\n"
-                               "    1 | s = a\n"
-                               "      |      ^\n");
+  cr_assert_str_eq(d.out.data,
+                   "t.attn:1:6: error: expected ';' after statement\n"
+                   "    1 | s = a\n"
+                   "      |      ^\n");
 }
 
 Test(diag, notes_and_plain_errors) {

@@ -587,18 +587,30 @@ Test(interp, amax_over_everything) {
   tg_free(t);
 }
 
-Test(interp, dropout_is_reported) {
+/* One key per row, so p = 1 and o = v / (1 - rate) where Philox keeps the
+ * element, else 0 (the bit layout is philox.c's; test_backward.c checks
+ * it in depth). */
+Test(interp, dropout_keeps_by_philox) {
   TG *t = tg_new();
   IrNode *s = tg_chain(t, "H", 1, 1);
   IrNode *p = tg_op1(t, IR_SOFTMAX, DT_F32, s);
-  IrNode *rate = tg_f(t, 0.1), *seed = tg_i(t, 1), *off = tg_i(t, 0);
+  IrNode *rate = tg_f(t, 0.5), *seed = tg_i(t, 9), *off = tg_i(t, 0);
   IrNode *dp = tg_node(t, IR_DROPOUT, DT_F32, 3, p, rate, seed);
   dp->src[dp->nsrc++] = off; /* tg_node takes three operands */
   tg_output(t, "o", tg_op2(t, IR_PV, DT_F32, dp, t->v), DT_F32, "B,H,Sq,1");
-  tg_set(t, t->g.q, SHAPE(1, 1, 1, 1), NULL);
+  tg_set(t, t->g.q, SHAPE(1, 1, 8, 1), NULL);
   tg_set(t, t->g.k, SHAPE(1, 1, 1, 1), NULL);
-  tg_set(t, t->g.v, SHAPE(1, 1, 1, 1), NULL);
-  tg_run_fails(t, "dropout is not supported by the CPU reference yet");
+  tg_set(t, t->g.v, SHAPE(1, 1, 1, 1), VALS(3.0));
+  tg_run_ok(t);
+  const double *o = t->args.tensors[3].data;
+  int kept = 0;
+  for (int64_t i = 0; i < 8; i++) {
+    bool keep = philox_dropout_bits(9, 0, 0, 0, i, 0, 1, 8) >=
+                philox_keep_threshold(0.5);
+    kept += keep;
+    cr_expect_eq(o[i], keep ? 6.0 : 0.0, "row %lld", (long long)i);
+  }
+  cr_expect(kept > 0 && kept < 8, "kept %d of 8", kept);
   tg_free(t);
 }
 

@@ -4,14 +4,14 @@
 
 /* [the text of templates/common.cuh] */
 
-/* ---- graph alibi (examples/alibi.attn:4:11): forward, template fwd_sm80 ---- */
+/* ---- graph alibi (examples/alibi.attn:4:11): forward, template fwd_sm90 ---- */
 #define ATTN_D_QK 128
 #define ATTN_D_V 128
 #define ATTN_IN_BF16 1
 #define ATTN_OUT_BF16 1
 #define ATTN_BM 128
 #define ATTN_BN 128
-#define ATTN_WARPS 8
+#define ATTN_STAGES 3
 #define ATTN_TQ 0
 #define ATTN_TK 1
 #define ATTN_TV 2
@@ -68,12 +68,12 @@ static __device__ __forceinline__ float attn_out(float o, int b, int h, int i, i
   return o;
 }
 
-/* [the text of templates/fwd_sm80.cuh] */
+/* [the text of templates/fwd_sm90.cuh] */
 
 } /* namespace graph_alibi */
 
-extern "C" __global__ void __launch_bounds__(256) attn_alibi_fwd(const __grid_constant__ attn_params p) {
-  graph_alibi::attn_fwd_sm80(p);
+extern "C" __global__ void __launch_bounds__(384, 1) attn_alibi_fwd(const __grid_constant__ attn_params p, const __grid_constant__ attn_tmaps tm) {
+  graph_alibi::attn_fwd_sm90(p, tm);
 }
 
 #undef ATTN_D_QK
@@ -82,7 +82,7 @@ extern "C" __global__ void __launch_bounds__(256) attn_alibi_fwd(const __grid_co
 #undef ATTN_OUT_BF16
 #undef ATTN_BM
 #undef ATTN_BN
-#undef ATTN_WARPS
+#undef ATTN_STAGES
 #undef ATTN_TQ
 #undef ATTN_TK
 #undef ATTN_TV

@@ -4,14 +4,14 @@
 
 /* [the text of templates/common.cuh] */
 
-/* ---- graph softcap (examples/softcap.attn:4:11): forward, template fwd_sm80 ---- */
+/* ---- graph softcap (examples/softcap.attn:4:11): forward, template fwd_sm90 ---- */
 #define ATTN_D_QK 256
 #define ATTN_D_V 256
 #define ATTN_IN_BF16 1
 #define ATTN_OUT_BF16 1
 #define ATTN_BM 128
 #define ATTN_BN 64
-#define ATTN_WARPS 8
+#define ATTN_STAGES 2
 #define ATTN_TQ 0
 #define ATTN_TK 1
 #define ATTN_TV 2
@@ -23,7 +23,7 @@ namespace graph_softcap {
 static __device__ __forceinline__ float attn_score(float acc, int b, int h, int i, int j, const attn_params &p) {
   const float s_4 = acc * p.s[0].f;
   const float t7 = s_4 / p.s[1].f;
-  const float t8 = tanhf(t7);
+  const float t8 = attn_tanh(t7);
   const float s_9 = p.s[1].f * t8;
   return s_9;
 }
@@ -55,12 +55,12 @@ static __device__ __forceinline__ float attn_out(float o, int b, int h, int i, i
   return o;
 }
 
-/* [the text of templates/fwd_sm80.cuh] */
+/* [the text of templates/fwd_sm90.cuh] */
 
 } /* namespace graph_softcap */
 
-extern "C" __global__ void __launch_bounds__(256) attn_softcap_fwd(const __grid_constant__ attn_params p) {
-  graph_softcap::attn_fwd_sm80(p);
+extern "C" __global__ void __launch_bounds__(384, 1) attn_softcap_fwd(const __grid_constant__ attn_params p, const __grid_constant__ attn_tmaps tm) {
+  graph_softcap::attn_fwd_sm90(p, tm);
 }
 
 #undef ATTN_D_QK
@@ -69,7 +69,7 @@ extern "C" __global__ void __launch_bounds__(256) attn_softcap_fwd(const __grid_
 #undef ATTN_OUT_BF16
 #undef ATTN_BM
 #undef ATTN_BN
-#undef ATTN_WARPS
+#undef ATTN_STAGES
 #undef ATTN_TQ
 #undef ATTN_TK
 #undef ATTN_TV

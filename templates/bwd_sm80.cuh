@@ -1,0 +1,593 @@
+/*
+ * bwd_sm80.cuh: the portable backward flash-attention template (sm_80 and
+ * later, Hopper included), FlashAttention-2 style, mma.sync m16n8k16.
+ *
+ * Device-only text for NVRTC: it includes nothing. Pasted like the forward
+ * templates, inside a graph's namespace after the ATTN_* definitions (it
+ * may share the namespace with a forward template: its own names carry the
+ * bwd80_ prefix, the hooks are only declared again).
+ *
+ * Three kernels (docs/language.md, "Gradients", has the math):
+ * - attn_bwd_sm80_delta: delta_i = rowsum(dO_i * O_i), one warp per query
+ *   row; the same warp zeroes the row of the f32 dQ accumulator.
+ * - attn_bwd_sm80_main: one CTA per (key tile of 64, head, batch), four
+ *   warps of 16 keys. K and V stay in shared memory; the query tiles (64
+ *   rows of Q and dO, with lse and delta) the masks let through stream
+ *   past. Per query tile, with the roles of the forward swapped (keys are
+ *   the M dimension):
+ *     S^T = K Q^T -> attn_score, masks -> P^T = exp(S^T - lse) (masked 0)
+ *     dV += Pd^T dO               (Pd: P times dropout's factor)
+ *     dP^T = V dO^T
+ *     dS^T = P^T o (dP^T * factor - delta)
+ *     dRaw^T = attn_bwd_draw(dS^T, ...) (the derived chain rule)
+ *     dK += dRaw^T Q
+ *     dQ += dRaw K    (dRaw^T through shared memory, f32 atomics)
+ *   dK and dV are stored at the end (f32 atomics into accumulators when
+ *   several query heads share a K/V head).
+ * - attn_bwd_sm80_convert: dQ's accumulator to dq's dtype, times the
+ *   folded scale; attn_bwd_sm80_convert_kv does dK/dV's for GQA.
+ * Everything computed is linear in dS, and P of a masked element or a
+ * fully masked row is exactly 0, so such rows give exact zeros, never NaN.
+ *
+ * Shared-memory tiles are rows of 16-byte chunks swizzled by (row & 7)
+ * like the forward's; every tile row is a multiple of 128 bytes.
+ */
+
+/* ------------------------------------------------------ configuration */
+
+#if !defined(ATTN_D_QK) || !defined(ATTN_D_V)
+#error "bwd_sm80.cuh needs ATTN_D_QK, ATTN_D_V"
+#endif
+#if !defined(ATTN_TQ) || !defined(ATTN_TK) || !defined(ATTN_TV) ||         \
+    !defined(ATTN_TO) || !defined(ATTN_TLSE) || !defined(ATTN_TDO) ||       \
+    !defined(ATTN_TDELTA) || !defined(ATTN_TDQA) || !defined(ATTN_TDQ) ||   \
+    !defined(ATTN_TDK) || !defined(ATTN_TDV) || !defined(ATTN_TDKA) ||      \
+    !defined(ATTN_TDVA)
+#error "bwd_sm80.cuh needs the slots ATTN_TQ/TK/TV/TO/TLSE/TDO/TDELTA/TDQA/TDQ/TDK/TDV/TDKA/TDVA"
+#endif
+
+constexpr int bwd80_dqk = ATTN_D_QK;
+constexpr int bwd80_dv = ATTN_D_V;
+constexpr int bwd80_bn = 64; /* keys per CTA, 16 per warp */
+constexpr int bwd80_bm = 64; /* queries per streamed tile */
+constexpr int bwd80_warps = 4;
+constexpr int bwd80_threads = 128;
+constexpr int bwd80_tq = ATTN_TQ, bwd80_tk = ATTN_TK, bwd80_tv = ATTN_TV;
+constexpr int bwd80_to = ATTN_TO, bwd80_tlse = ATTN_TLSE, bwd80_tdo = ATTN_TDO;
+constexpr int bwd80_tdelta = ATTN_TDELTA, bwd80_tdqa = ATTN_TDQA, bwd80_tdq = ATTN_TDQ;
+/* dK / dV slots: -1 when the graph has no such gradient. The f32
+ * accumulators (TDKA/TDVA) are used only when H != Hk. */
+constexpr int bwd80_tdk = ATTN_TDK, bwd80_tdv = ATTN_TDV;
+constexpr int bwd80_tdka = ATTN_TDKA, bwd80_tdva = ATTN_TDVA;
+
+#if defined(ATTN_IN_BF16) && !defined(ATTN_IN_F16)
+constexpr bool bwd80_in_bf16 = true;
+#elif defined(ATTN_IN_F16) && !defined(ATTN_IN_BF16)
+constexpr bool bwd80_in_bf16 = false;
+#else
+#error "define exactly one of ATTN_IN_BF16, ATTN_IN_F16"
+#endif
+/* O's element (read by the delta pre-pass): 0 bf16, 1 f16, 2 f32. */
+#if defined(ATTN_OUT_BF16)
+constexpr int bwd80_out_kind = 0;
+#elif defined(ATTN_OUT_F16)
+constexpr int bwd80_out_kind = 1;
+#else
+constexpr int bwd80_out_kind = 2;
+#endif
+
+static_assert(bwd80_dqk % 64 == 0 && bwd80_dqk <= 128, "D_QK: 64 or 128");
+static_assert(bwd80_dv % 64 == 0 && bwd80_dv <= 128, "D_V: 64 or 128");
+
+/* Shared memory: K, V (the CTA's keys), Q, dO (the streamed query tile),
+ * dRaw^T (keys x queries, for dQ), then lse and delta of the query tile. */
+constexpr int bwd80_k_bytes = bwd80_bn * bwd80_dqk * 2;
+constexpr int bwd80_v_bytes = bwd80_bn * bwd80_dv * 2;
+constexpr int bwd80_q_bytes = bwd80_bm * bwd80_dqk * 2;
+constexpr int bwd80_do_bytes = bwd80_bm * bwd80_dv * 2;
+constexpr int bwd80_ds_bytes = bwd80_bn * bwd80_bm * 2;
+constexpr int attn_bwd_sm80_smem_bytes = bwd80_k_bytes + bwd80_v_bytes + bwd80_q_bytes +
+                                         bwd80_do_bytes + bwd80_ds_bytes + 2 * bwd80_bm * 4;
+
+/* ----------------------------------------------------------- the hooks */
+
+__device__ __forceinline__ float attn_score(float acc, int b, int h, int i,
+                                            int j, const attn_params &p);
+__device__ __forceinline__ bool attn_keep(int b, int h, int i, int j,
+                                          const attn_params &p);
+__device__ __forceinline__ int attn_tile_class(int b, int h, int i0, int i1,
+                                               int j0, int j1,
+                                               const attn_params &p);
+/* dRaw for one score element from dS (the gradient at the softmax's
+ * input) and the raw q.k product, by the derived chain rule; a factor
+ * fixed for the whole graph is left out and given by attn_bwd_scale.
+ * Also accumulates any bias gradients of the element. */
+__device__ __forceinline__ float attn_bwd_draw(float ds, float acc, int b, int h,
+                                               int i, int j, const attn_params &p);
+__device__ __forceinline__ float attn_bwd_scale(const attn_params &p);
+#if defined(ATTN_DROPOUT)
+__device__ __forceinline__ float attn_dropout_scale(int b, int h, int i, int j,
+                                                    const attn_params &p);
+#endif
+
+/* ------------------------------------------------------ PTX wrappers */
+
+static __device__ __forceinline__ unsigned bwd80_smem_addr(const void *ptr) {
+  unsigned addr;
+  asm("{ .reg .u64 a64; cvta.to.shared.u64 a64, %1; cvt.u32.u64 %0, a64; }"
+      : "=r"(addr)
+      : "l"(ptr));
+  return addr;
+}
+
+static __device__ __forceinline__ void bwd80_cp_async16(unsigned dst, const void *src,
+                                                        int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(src_bytes)
+               : "memory");
+}
+
+static __device__ __forceinline__ void bwd80_cp_async_wait_all() {
+  asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
+}
+
+static __device__ __forceinline__ void bwd80_ldsm_x4(unsigned (&r)[4], unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+static __device__ __forceinline__ void bwd80_ldsm_x4_t(unsigned (&r)[4], unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+static __device__ __forceinline__ void bwd80_mma(float (&d)[4], const unsigned (&a)[4],
+                                                 unsigned b0, unsigned b1) {
+  if constexpr (bwd80_in_bf16) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+/* Two floats to two 16-bit values in one register, lo in the low half. */
+static __device__ __forceinline__ unsigned bwd80_pack(float lo, float hi) {
+  unsigned r;
+  if constexpr (bwd80_in_bf16)
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  else
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+static __device__ __forceinline__ float bwd80_to_f32(unsigned short x) {
+  if constexpr (bwd80_in_bf16)
+    return __uint_as_float((unsigned)x << 16);
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x));
+  return f;
+}
+
+static __device__ __forceinline__ unsigned short bwd80_from_f32(float x) {
+  return (unsigned short)(bwd80_pack(x, 0.f) & 0xffffu);
+}
+
+/* ------------------------------------------------ shared-memory tiles */
+
+/* Byte address of element (r, c) of a swizzled tile with rows of
+ * row_bytes (a multiple of 128); c a multiple of 8 for ldmatrix rows. */
+static __device__ __forceinline__ unsigned bwd80_at(unsigned tile, int r, int c,
+                                                    int row_bytes) {
+  return tile + (unsigned)(r * row_bytes + ((((c >> 3) ^ (r & 7))) << 4) + (c & 7) * 2);
+}
+
+/* Copies ROWS rows of D elements starting at row0 into a swizzled tile;
+ * rows at or beyond row_end are zero-filled (garbage could be NaN). */
+template <int ROWS, int D>
+static __device__ __forceinline__ void bwd80_load(unsigned dst, const unsigned short *base,
+                                                  long long row_stride, int row0,
+                                                  int row_end, int tid) {
+  constexpr int chunks = D / 8;
+#pragma unroll
+  for (int e = tid; e < ROWS * chunks; e += bwd80_threads) {
+    const int r = e / chunks, c = e % chunks;
+    const bool in = row0 + r < row_end;
+    const unsigned short *src = base + (in ? (long long)(row0 + r) * row_stride + c * 8 : 0);
+    bwd80_cp_async16(bwd80_at(dst, r, c * 8, D * 2), src, in ? 16 : 0);
+  }
+}
+
+/* Fragment loads for one m16n8k16 step (lane l; docs/templates.md has the
+ * register maps). A 16x16 from a tile stored [m][k]: */
+static __device__ __forceinline__ void bwd80_a_mk(unsigned (&r)[4], unsigned tile, int m0,
+                                                  int k0, int row_bytes, int lane) {
+  bwd80_ldsm_x4(r, bwd80_at(tile, m0 + (lane & 15), k0 + (lane >> 4) * 8, row_bytes));
+}
+/* A 16x16 from a tile stored [k][m] (transposed on the way): */
+static __device__ __forceinline__ void bwd80_a_km(unsigned (&r)[4], unsigned tile, int m0,
+                                                  int k0, int row_bytes, int lane) {
+  bwd80_ldsm_x4_t(r, bwd80_at(tile, k0 + (lane & 7) + (lane >> 4) * 8,
+                              m0 + ((lane >> 3) & 1) * 8, row_bytes));
+}
+/* B for two n8 tiles (n0.., n0+8..) from a tile stored [n][k]: r[0..1]
+ * are the first tile's b0, b1, r[2..3] the second's. */
+static __device__ __forceinline__ void bwd80_b_nk(unsigned (&r)[4], unsigned tile, int n0,
+                                                  int k0, int row_bytes, int lane) {
+  bwd80_ldsm_x4(r, bwd80_at(tile, n0 + (lane & 7) + (lane >> 4) * 8,
+                            k0 + ((lane >> 3) & 1) * 8, row_bytes));
+}
+/* The same from a tile stored [k][n]: */
+static __device__ __forceinline__ void bwd80_b_kn(unsigned (&r)[4], unsigned tile, int n0,
+                                                  int k0, int row_bytes, int lane) {
+  bwd80_ldsm_x4_t(r, bwd80_at(tile, k0 + (lane & 7) + ((lane >> 3) & 1) * 8,
+                              n0 + (lane >> 4) * 8, row_bytes));
+}
+
+/* ------------------------------------------------- the delta pre-pass */
+
+/* Grid (ceil(Sq / 4), H, B), 128 threads: warp w handles row 4x + w. */
+__device__ __forceinline__ void attn_bwd_sm80_delta(const attn_params &p) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int i = blockIdx.x * 4 + warp, h = blockIdx.y, b = blockIdx.z;
+  if (i >= p.Sq)
+    return;
+  const attn_tensor_arg &tdo = p.t[bwd80_tdo], &to = p.t[bwd80_to];
+  const unsigned short *dor = (const unsigned short *)tdo.ptr + b * tdo.stride[0] +
+                              h * tdo.stride[1] + (long long)i * tdo.stride[2];
+  const long long oo = b * to.stride[0] + h * to.stride[1] + (long long)i * to.stride[2];
+  float acc = 0.f;
+  for (int d = lane; d < bwd80_dv; d += 32) {
+    float o;
+    if constexpr (bwd80_out_kind == 2)
+      o = ((const float *)to.ptr)[oo + d];
+    else if constexpr (bwd80_out_kind == 0)
+      o = __uint_as_float((unsigned)((const unsigned short *)to.ptr)[oo + d] << 16);
+    else {
+      asm("cvt.f32.f16 %0, %1;" : "=f"(o) : "h"(((const unsigned short *)to.ptr)[oo + d]));
+    }
+    acc += bwd80_to_f32(dor[d]) * o;
+  }
+#pragma unroll
+  for (int s = 16; s > 0; s >>= 1)
+    acc += __shfl_xor_sync(0xffffffffu, acc, s);
+  const attn_tensor_arg &tdl = p.t[bwd80_tdelta];
+  if (lane == 0)
+    ((float *)tdl.ptr)[((long long)b * p.H + h) * p.Sq + i] = acc;
+  float *dqa = (float *)p.t[bwd80_tdqa].ptr + (((long long)b * p.H + h) * p.Sq + i) * bwd80_dqk;
+  for (int d = lane; d < bwd80_dqk; d += 32)
+    dqa[d] = 0.f;
+}
+
+/* ---------------------------------------------------- the main kernel */
+
+/* Grid (ceil(Skv / 64), H, B), 128 threads, attn_bwd_sm80_smem_bytes of
+ * dynamic shared memory. delta and the dQ accumulator are dense f32
+ * [B, H, Sq] and [B, H, Sq, D_QK]; with H != Hk so are the dK/dV
+ * accumulators ([B, Hk, Skv, D]), zeroed by the caller. */
+__device__ __forceinline__ void attn_bwd_sm80_main(const attn_params &p) {
+  extern __shared__ __align__(128) unsigned char bwd80_smem[];
+  const float neg_inf = __int_as_float(0xff800000);
+  const float log2e = 1.4426950408889634f;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int h = blockIdx.y, b = blockIdx.z;
+  const int hk = h / (p.H / p.Hk);
+  const int j0 = blockIdx.x * bwd80_bn;
+  const int j_last = min(j0 + bwd80_bn, p.Skv) - 1;
+
+  const attn_tensor_arg &tq = p.t[bwd80_tq], &tk = p.t[bwd80_tk], &tv = p.t[bwd80_tv];
+  const attn_tensor_arg &tdo = p.t[bwd80_tdo];
+  const unsigned short *qg = (const unsigned short *)tq.ptr + b * tq.stride[0] + h * tq.stride[1];
+  const unsigned short *kg = (const unsigned short *)tk.ptr + b * tk.stride[0] + hk * tk.stride[1];
+  const unsigned short *vg = (const unsigned short *)tv.ptr + b * tv.stride[0] + hk * tv.stride[1];
+  const unsigned short *dog =
+      (const unsigned short *)tdo.ptr + b * tdo.stride[0] + h * tdo.stride[1];
+  const attn_tensor_arg &tl = p.t[bwd80_tlse];
+  const float *lseg = (const float *)tl.ptr + b * tl.stride[0] + h * tl.stride[1];
+  const float *deltag = (const float *)p.t[bwd80_tdelta].ptr + ((long long)b * p.H + h) * p.Sq;
+  float *dqa = (float *)p.t[bwd80_tdqa].ptr + ((long long)b * p.H + h) * p.Sq * bwd80_dqk;
+
+  const unsigned sk = bwd80_smem_addr(bwd80_smem);
+  const unsigned sv = sk + bwd80_k_bytes;
+  const unsigned sq = sv + bwd80_v_bytes;
+  const unsigned sdo = sq + bwd80_q_bytes;
+  const unsigned sds = sdo + bwd80_do_bytes;
+  float *s_lse = (float *)(bwd80_smem + bwd80_k_bytes + bwd80_v_bytes + bwd80_q_bytes +
+                           bwd80_do_bytes + bwd80_ds_bytes);
+  float *s_delta = s_lse + bwd80_bm;
+
+  bwd80_load<bwd80_bn, bwd80_dqk>(sk, kg, tk.stride[2], j0, p.Skv, tid);
+  bwd80_load<bwd80_bn, bwd80_dv>(sv, vg, tv.stride[2], j0, p.Skv, tid);
+
+  float dk[bwd80_dqk / 8][4], dv[bwd80_dv / 8][4];
+#pragma unroll
+  for (int nt = 0; nt < bwd80_dqk / 8; ++nt)
+    dk[nt][0] = dk[nt][1] = dk[nt][2] = dk[nt][3] = 0.f;
+#pragma unroll
+  for (int nt = 0; nt < bwd80_dv / 8; ++nt)
+    dv[nt][0] = dv[nt][1] = dv[nt][2] = dv[nt][3] = 0.f;
+
+  const int key0 = warp * 16; /* this warp's keys within the tile */
+  const int n_tiles = (p.Sq + bwd80_bm - 1) / bwd80_bm;
+  for (int m = 0; m < n_tiles; ++m) {
+    const int i0 = m * bwd80_bm;
+    const int i_last = min(i0 + bwd80_bm, p.Sq) - 1;
+    const int cls = attn_tile_class(b, h, i0, i_last, j0, j_last, p);
+    if (cls == 0)
+      continue; /* uniform across the CTA: no thread skips a barrier alone */
+
+    __syncthreads(); /* the previous tile's Q, dO and dRaw are consumed */
+    bwd80_load<bwd80_bm, bwd80_dqk>(sq, qg, tq.stride[2], i0, p.Sq, tid);
+    bwd80_load<bwd80_bm, bwd80_dv>(sdo, dog, tdo.stride[2], i0, p.Sq, tid);
+    if (tid < bwd80_bm) {
+      const int i = i0 + tid;
+      s_lse[tid] = i < p.Sq ? lseg[(long long)i * tl.stride[2]] : 0.f;
+      s_delta[tid] = i < p.Sq ? deltag[i] : 0.f;
+    }
+    bwd80_cp_async_wait_all();
+    __syncthreads();
+
+    /* S^T = K Q^T: 16 keys x 64 queries per warp. */
+    float s[bwd80_bm / 8][4];
+#pragma unroll
+    for (int nt = 0; nt < bwd80_bm / 8; ++nt)
+      s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < bwd80_dqk / 16; ++kk) {
+      unsigned a[4];
+      bwd80_a_mk(a, sk, key0, kk * 16, bwd80_dqk * 2, lane);
+#pragma unroll
+      for (int np = 0; np < bwd80_bm / 16; ++np) {
+        unsigned bb[4];
+        bwd80_b_nk(bb, sq, np * 16, kk * 16, bwd80_dqk * 2, lane);
+        bwd80_mma(s[2 * np], a, bb[0], bb[1]);
+        bwd80_mma(s[2 * np + 1], a, bb[2], bb[3]);
+      }
+    }
+
+    /* P^T (kept in s; the raw products in raw for the chain rule) and
+     * Pd^T packed as the A operand of dV += Pd^T dO. */
+    float raw[bwd80_bm / 8][4];
+    unsigned pd[bwd80_bm / 16][4];
+#pragma unroll
+    for (int nt = 0; nt < bwd80_bm / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int jl = key0 + g + (e >> 1) * 8, il = nt * 8 + 2 * t + (e & 1);
+        const int j = j0 + jl, i = i0 + il;
+        raw[nt][e] = s[nt][e];
+        float x = neg_inf;
+        if (i < p.Sq && j < p.Skv && (cls == 2 || attn_keep(b, h, i, j, p)))
+          x = attn_score(s[nt][e], b, h, i, j, p);
+        /* exp(x - lse); a masked element (or a fully masked row, whose
+         * lse is -inf) gives exactly 0. */
+        s[nt][e] = x == neg_inf ? 0.f : exp2f((x - s_lse[il]) * log2e);
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < bwd80_bm / 16; ++kk) {
+      float f[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const int nt = 2 * kk + (e >> 2), ee = e & 3;
+        f[e] = s[nt][ee];
+#if defined(ATTN_DROPOUT)
+        f[e] *= attn_dropout_scale(b, h, i0 + nt * 8 + 2 * t + (ee & 1),
+                                   j0 + key0 + g + (ee >> 1) * 8, p);
+#endif
+      }
+      pd[kk][0] = bwd80_pack(f[0], f[1]);
+      pd[kk][1] = bwd80_pack(f[2], f[3]);
+      pd[kk][2] = bwd80_pack(f[4], f[5]);
+      pd[kk][3] = bwd80_pack(f[6], f[7]);
+    }
+
+    /* dV += Pd^T dO (k: the 64 queries). */
+#pragma unroll
+    for (int kk = 0; kk < bwd80_bm / 16; ++kk) {
+#pragma unroll
+      for (int np = 0; np < bwd80_dv / 16; ++np) {
+        unsigned bb[4];
+        bwd80_b_kn(bb, sdo, np * 16, kk * 16, bwd80_dv * 2, lane);
+        bwd80_mma(dv[2 * np], pd[kk], bb[0], bb[1]);
+        bwd80_mma(dv[2 * np + 1], pd[kk], bb[2], bb[3]);
+      }
+    }
+
+    /* dP^T = V dO^T (k: the value dims). */
+    float dp[bwd80_bm / 8][4];
+#pragma unroll
+    for (int nt = 0; nt < bwd80_bm / 8; ++nt)
+      dp[nt][0] = dp[nt][1] = dp[nt][2] = dp[nt][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < bwd80_dv / 16; ++kk) {
+      unsigned a[4];
+      bwd80_a_mk(a, sv, key0, kk * 16, bwd80_dv * 2, lane);
+#pragma unroll
+      for (int np = 0; np < bwd80_bm / 16; ++np) {
+        unsigned bb[4];
+        bwd80_b_nk(bb, sdo, np * 16, kk * 16, bwd80_dv * 2, lane);
+        bwd80_mma(dp[2 * np], a, bb[0], bb[1]);
+        bwd80_mma(dp[2 * np + 1], a, bb[2], bb[3]);
+      }
+    }
+
+    /* dS^T = P^T o (dP^T * factor - delta), then dRaw^T by the chain rule
+     * (0 wherever P is 0, so masked elements never reach the hook). */
+    unsigned dr[bwd80_bm / 16][4];
+#pragma unroll
+    for (int nt = 0; nt < bwd80_bm / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int jl = key0 + g + (e >> 1) * 8, il = nt * 8 + 2 * t + (e & 1);
+        const int j = j0 + jl, i = i0 + il;
+        float dpe = dp[nt][e];
+#if defined(ATTN_DROPOUT)
+        dpe *= attn_dropout_scale(b, h, i, j, p);
+#endif
+        const float ds = s[nt][e] * (dpe - s_delta[il]);
+        dp[nt][e] = s[nt][e] != 0.f ? attn_bwd_draw(ds, raw[nt][e], b, h, i, j, p) : 0.f;
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < bwd80_bm / 16; ++kk) {
+      dr[kk][0] = bwd80_pack(dp[2 * kk][0], dp[2 * kk][1]);
+      dr[kk][1] = bwd80_pack(dp[2 * kk][2], dp[2 * kk][3]);
+      dr[kk][2] = bwd80_pack(dp[2 * kk + 1][0], dp[2 * kk + 1][1]);
+      dr[kk][3] = bwd80_pack(dp[2 * kk + 1][2], dp[2 * kk + 1][3]);
+      /* dRaw^T to shared memory, [key][query], for dQ. */
+      const int q0 = kk * 16 + 2 * t;
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(bwd80_at(sds, key0 + g, q0, bwd80_bm * 2)),
+                   "r"(dr[kk][0]));
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(bwd80_at(sds, key0 + g + 8, q0, bwd80_bm * 2)),
+                   "r"(dr[kk][1]));
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(bwd80_at(sds, key0 + g, q0 + 8, bwd80_bm * 2)),
+                   "r"(dr[kk][2]));
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(bwd80_at(sds, key0 + g + 8, q0 + 8, bwd80_bm * 2)),
+                   "r"(dr[kk][3]));
+    }
+
+    /* dK += dRaw^T Q (k: the 64 queries). */
+#pragma unroll
+    for (int kk = 0; kk < bwd80_bm / 16; ++kk) {
+#pragma unroll
+      for (int np = 0; np < bwd80_dqk / 16; ++np) {
+        unsigned bb[4];
+        bwd80_b_kn(bb, sq, np * 16, kk * 16, bwd80_dqk * 2, lane);
+        bwd80_mma(dk[2 * np], dr[kk], bb[0], bb[1]);
+        bwd80_mma(dk[2 * np + 1], dr[kk], bb[2], bb[3]);
+      }
+    }
+    __syncthreads(); /* every warp's dRaw^T is in shared memory */
+
+    /* dQ += dRaw K: warp w takes queries 16w.. of the tile, k: the 64
+     * keys; f32 atomics into the accumulator, times the folded scale. */
+    {
+      float dq[bwd80_dqk / 8][4];
+#pragma unroll
+      for (int nt = 0; nt < bwd80_dqk / 8; ++nt)
+        dq[nt][0] = dq[nt][1] = dq[nt][2] = dq[nt][3] = 0.f;
+#pragma unroll
+      for (int kk = 0; kk < bwd80_bn / 16; ++kk) {
+        unsigned a[4];
+        bwd80_a_km(a, sds, warp * 16, kk * 16, bwd80_bm * 2, lane);
+#pragma unroll
+        for (int np = 0; np < bwd80_dqk / 16; ++np) {
+          unsigned bb[4];
+          bwd80_b_kn(bb, sk, np * 16, kk * 16, bwd80_dqk * 2, lane);
+          bwd80_mma(dq[2 * np], a, bb[0], bb[1]);
+          bwd80_mma(dq[2 * np + 1], a, bb[2], bb[3]);
+        }
+      }
+      const float sc = attn_bwd_scale(p);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int i = i0 + warp * 16 + g + 8 * r;
+        if (i < p.Sq) {
+#pragma unroll
+          for (int nt = 0; nt < bwd80_dqk / 8; ++nt) {
+            atomicAdd(dqa + (long long)i * bwd80_dqk + nt * 8 + 2 * t, dq[nt][2 * r] * sc);
+            atomicAdd(dqa + (long long)i * bwd80_dqk + nt * 8 + 2 * t + 1,
+                      dq[nt][2 * r + 1] * sc);
+          }
+        }
+      }
+    }
+  }
+
+  /* Store dK (times the folded scale) and dV: rows key0 + g (+ 8). */
+  const float sc = attn_bwd_scale(p);
+  const bool shared_kv = p.H != p.Hk;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int j = j0 + key0 + g + 8 * r;
+    if (j >= p.Skv)
+      continue;
+    if constexpr (bwd80_tdk >= 0) {
+      const attn_tensor_arg &to = p.t[bwd80_tdk >= 0 ? bwd80_tdk : 0];
+      float *acc = (float *)p.t[bwd80_tdka >= 0 ? bwd80_tdka : 0].ptr +
+                   (((long long)b * p.Hk + hk) * p.Skv + j) * bwd80_dqk;
+      unsigned short *row = (unsigned short *)to.ptr + b * to.stride[0] + hk * to.stride[1] +
+                            (long long)j * to.stride[2];
+#pragma unroll
+      for (int nt = 0; nt < bwd80_dqk / 8; ++nt) {
+        const int d = nt * 8 + 2 * t;
+        if (shared_kv) {
+          atomicAdd(acc + d, dk[nt][2 * r] * sc);
+          atomicAdd(acc + d + 1, dk[nt][2 * r + 1] * sc);
+        } else {
+          *(unsigned *)(row + d) = bwd80_pack(dk[nt][2 * r] * sc, dk[nt][2 * r + 1] * sc);
+        }
+      }
+    }
+    if constexpr (bwd80_tdv >= 0) {
+      const attn_tensor_arg &to = p.t[bwd80_tdv >= 0 ? bwd80_tdv : 0];
+      float *acc = (float *)p.t[bwd80_tdva >= 0 ? bwd80_tdva : 0].ptr +
+                   (((long long)b * p.Hk + hk) * p.Skv + j) * bwd80_dv;
+      unsigned short *row = (unsigned short *)to.ptr + b * to.stride[0] + hk * to.stride[1] +
+                            (long long)j * to.stride[2];
+#pragma unroll
+      for (int nt = 0; nt < bwd80_dv / 8; ++nt) {
+        const int d = nt * 8 + 2 * t;
+        if (shared_kv) {
+          atomicAdd(acc + d, dv[nt][2 * r]);
+          atomicAdd(acc + d + 1, dv[nt][2 * r + 1]);
+        } else {
+          *(unsigned *)(row + d) = bwd80_pack(dv[nt][2 * r], dv[nt][2 * r + 1]);
+        }
+      }
+    }
+  }
+}
+
+/* ---------------------------------------------------- the post-passes */
+
+/* Grid (ceil(Sq / 4), H, B), 128 threads: dq = dQ's accumulator, in dq's
+ * dtype (the folded scale is already in). */
+__device__ __forceinline__ void attn_bwd_sm80_convert(const attn_params &p) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int i = blockIdx.x * 4 + warp, h = blockIdx.y, b = blockIdx.z;
+  if (i >= p.Sq || bwd80_tdq < 0)
+    return;
+  const attn_tensor_arg &to = p.t[bwd80_tdq >= 0 ? bwd80_tdq : 0];
+  const float *acc =
+      (const float *)p.t[bwd80_tdqa].ptr + (((long long)b * p.H + h) * p.Sq + i) * bwd80_dqk;
+  unsigned short *row = (unsigned short *)to.ptr + b * to.stride[0] + h * to.stride[1] +
+                        (long long)i * to.stride[2];
+  for (int d = lane; d < bwd80_dqk; d += 32)
+    row[d] = bwd80_from_f32(acc[d]);
+}
+
+/* Grid (ceil(Skv / 4), Hk, B), 128 threads, only when H != Hk: dK and dV
+ * from their accumulators (summed over the query heads of a group). */
+__device__ __forceinline__ void attn_bwd_sm80_convert_kv(const attn_params &p) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int j = blockIdx.x * 4 + warp, hk = blockIdx.y, b = blockIdx.z;
+  if (j >= p.Skv)
+    return;
+  const long long r = ((long long)b * p.Hk + hk) * p.Skv + j;
+  if constexpr (bwd80_tdk >= 0) {
+    const attn_tensor_arg &to = p.t[bwd80_tdk >= 0 ? bwd80_tdk : 0];
+    const float *acc = (const float *)p.t[bwd80_tdka >= 0 ? bwd80_tdka : 0].ptr + r * bwd80_dqk;
+    unsigned short *row = (unsigned short *)to.ptr + b * to.stride[0] + hk * to.stride[1] +
+                          (long long)j * to.stride[2];
+    for (int d = lane; d < bwd80_dqk; d += 32)
+      row[d] = bwd80_from_f32(acc[d]);
+  }
+  if constexpr (bwd80_tdv >= 0) {
+    const attn_tensor_arg &to = p.t[bwd80_tdv >= 0 ? bwd80_tdv : 0];
+    const float *acc = (const float *)p.t[bwd80_tdva >= 0 ? bwd80_tdva : 0].ptr + r * bwd80_dv;
+    unsigned short *row = (unsigned short *)to.ptr + b * to.stride[0] + hk * to.stride[1] +
+                          (long long)j * to.stride[2];
+    for (int d = lane; d < bwd80_dv; d += 32)
+      row[d] = bwd80_from_f32(acc[d]);
+  }
+}

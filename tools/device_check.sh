@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# device_check.sh [BUILD]: everything that needs the GPU, in one call on the
+# device machine (the H200). BUILD is a build folder made on the dev machine
+# by `make all test-install` plus the GPU test binaries (default: build).
+# Logs go to $OUT; a summary is printed last.
+set -u
+B=${1:-build}
+L=${OUT:-/tmp/attnc-device}
+mkdir -p "$L"
+export LD_LIBRARY_PATH=$PWD/$B/install/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export ATTN_CACHE_DIR=$L/cache PYTHONUNBUFFERED=1
+summary=()
+step() { # step NAME COMMAND...: runs it, logs it, keeps its last line
+  local name=$1; shift
+  "$@" >"$L/$name.log" 2>&1
+  local rc=$?
+  summary+=("$name (rc $rc): $(grep -v '^\s*$' "$L/$name.log" | tail -1)")
+}
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >"$L/gpu.txt" 2>&1
+step test_forward "$B/tests/gpu/test_forward"
+[ -x "$B/tests/gpu/test_backward" ] && step test_backward "$B/tests/gpu/test_backward"
+[ -x "$B/tests/gpu/template_sm80_test" ] && step template_sm80 "$B/tests/gpu/template_sm80_test"
+if [ -d "$B/host" ]; then
+  step host_jit "$B/host/jit/jit_example"
+  step host_aot "$B/host/aot/aot_example"
+  step host_aot_no_nvrtc env ATTN_NVRTC=/nonexistent "$B/host/aot/aot_example"
+  [ -x "$B/host/aot_ptx/aot_example" ] && step host_aot_ptx "$B/host/aot_ptx/aot_example"
+  step host_cmake "$B/host/cmake/build/cmake_example"
+  step dlpack python3 examples/host/dlpack/attn_torch.py "$B/install/lib/libattn.so.0"
+fi
+if [ "${BENCH:-1}" = 1 ]; then
+  step bench_grid python3 bench/bench.py --lib "$B/libattn.so" --out "$L"
+  step bench_grid_sm80 python3 bench/bench.py --lib "$B/libattn.so" --out "$L" --arch sm_90 --dims 128 --seqs 1024,4096,16384
+  step bench_variants python3 bench/bench.py --lib "$B/libattn.so" --out "$L" --variants
+fi
+cat "$L/gpu.txt"
+printf '%s\n' "${summary[@]}"
