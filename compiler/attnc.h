@@ -582,6 +582,14 @@ typedef struct KernelInfo {
   /* TMA box rows of the q and k/v tensor maps (fwd_sm90); 0: the kernel
    * takes no tensor maps (its only parameter is attn_params). */
   int tma_rows_q, tma_rows_kv;
+  /* The backward kernels (templates/bwd_sm80.cuh, emit_bwd.c), emitted for
+   * a graph that declares grad: entries of the delta pre-pass, the main
+   * kernel, dQ's conversion and (GQA) dK/dV's; bwd_entry[0] is NULL when
+   * there is no backward. The main kernel's grid is (ceil(Skv/bwd_block_n),
+   * H, B) with bwd_smem_bytes of dynamic shared memory; the row kernels
+   * take bwd_threads / 32 rows per CTA. */
+  const char *bwd_entry[4];
+  int bwd_threads, bwd_smem_bytes, bwd_block_n;
 } KernelInfo;
 
 typedef struct EmitResult {
@@ -681,6 +689,55 @@ void bwd_dump(StrBuf *out, const BwdGraph *bg);
  * 0, or -1 with a message in err. */
 int ref_backward(RefArgs *args, const BwdGraph *bg, const double *dout,
                  RefTensor *grads, StrBuf *err);
+
+/* --------------------------------------- match_bwd.c: backward matching */
+
+/* Where the backward kernels find their tensors in attn_params.t: the
+ * graph's own (o, lse by IR index) and, after them from g->ntensors on,
+ * the extra slots the backward binds: dO, delta (f32 [B, H, Sq]), dQ's f32
+ * accumulator [B, H, Sq, Dqk], then dq, dk, dv for the grad inputs among
+ * q, k, v and the dK/dV f32 accumulators [B, Hk, Skv, D] (used when
+ * H != Hk). Absent ones are -1. The runtime (runtime/backward.c) and the
+ * emitter both derive the slots with bwd_slots, so they always agree. */
+typedef struct BwdSlots {
+  int o, lse;
+  int dout, delta, dqa, dq, dk, dv, dka, dva;
+  int end; /* one past the last slot used */
+} BwdSlots;
+
+/* Fills s for a checked graph with grad; -1 when the graph has no lse
+ * output of its softmax's input (then s->lse is -1). */
+int bwd_slots(const IrGraph *g, BwdSlots *s);
+/* The first tensor other than q, k, v declared with grad (its gradient
+ * is a bias gradient the GPU backward does not compute yet), or -1. */
+int bwd_unsupported_grad(const IrGraph *g);
+
+/* What the backward template is filled from. */
+typedef struct BwdSpec {
+  const IrGraph *g;
+  BwdGraph *bg;
+  BwdSlots slots;
+  DType in_type, out_type; /* q/k/v (also dO, dq, dk, dv); o */
+  int d_qk, d_v;
+  int threads, block_n, smem_bytes; /* bwd_sm80's launch shape */
+} BwdSpec;
+
+/* Derives and matches the backward of a graph whose forward matched as
+ * fwd. NULL with located errors: no lse output, head dims other than
+ * 64/128, too many tensor slots, a derivation error. Callers check
+ * bwd_unsupported_grad first (match_bwd refuses such graphs too). */
+BwdSpec *match_bwd(const KernelSpec *fwd, Arena *a, Diag *d);
+
+/* ----------------------------------------- emit_bwd.c: backward emitter */
+
+/* Inside the graph's namespace, after the forward template's text: the
+ * slot macros, attn_bwd_draw and attn_bwd_scale, the text of
+ * templates/bwd_sm80.cuh. The forward's hooks (attn_score, attn_keep,
+ * attn_tile_class, attn_dropout_scale) are reused as they are. */
+void emit_bwd_body(StrBuf *out, const BwdSpec *s, Arena *a);
+/* After the namespace: the four extern "C" entry points (filling info's
+ * bwd_* fields) and the #undefs of the slot macros. */
+void emit_bwd_entries(StrBuf *out, const BwdSpec *s, Arena *a, KernelInfo *info);
 
 /* interp.c: one element of a pointwise op, as ref_forward computes it
  * (fault set on integer division by zero). */

@@ -328,8 +328,12 @@ static void gen_source(StrBuf *c, const char *name, const char *file,
               name, b->arch, b->is_ptx ? "ptx" : "cubin");
     for (int k = 0; k < b->er.nkernels; k++) {
       const KernelInfo *ki = &b->er.kernels[k];
-      sb_printf(c, "    {\"%s\", \"%s\", %d, %d, %d, %d, %d},\n", ki->graph, ki->entry,
+      sb_printf(c, "    {\"%s\", \"%s\", %d, %d, %d, %d, %d, {", ki->graph, ki->entry,
                 ki->threads, ki->smem_bytes, ki->block_m, ki->tma_rows_q, ki->tma_rows_kv);
+      for (int e = 0; e < 4; e++) /* the backward's entries, or NULLs */
+        sb_printf(c, e ? ", %s%s%s" : "%s%s%s", ki->bwd_entry[e] ? "\"" : "",
+                  ki->bwd_entry[e] ? ki->bwd_entry[e] : "NULL", ki->bwd_entry[e] ? "\"" : "");
+      sb_printf(c, "}, %d, %d, %d},\n", ki->bwd_threads, ki->bwd_smem_bytes, ki->bwd_block_n);
     }
     sb_puts(c, "};\n");
   }

@@ -435,6 +435,10 @@ static int emit_graph(StrBuf *out, const IrGraph *g, int sm, bool arch_specific,
   int lse_slot = s->lse_output >= 0 ? g->outputs[s->lse_output].tensor : -1;
   info->graph = g->name;
   info->entry = arena_printf(a, "attn_%s_fwd", g->name);
+  /* The backward of a graph that declares grad (emit_bwd.c). One with the
+   * gradient of a bias keeps its forward; the runtime refuses its backward. */
+  BwdSpec *bwd = NULL;
+  if (bwd_has_grad(g) && bwd_unsupported_grad(g) < 0 && !(bwd = match_bwd(s, a, d))) return -1;
 
   sb_printf(out, "/* ---- graph %s (%s:%d:%d): forward, template %s ---- */\n", g->name,
             g->loc.src->name, g->loc.line, g->loc.col, tc.name);
@@ -458,6 +462,7 @@ static int emit_graph(StrBuf *out, const IrGraph *g, int sm, bool arch_specific,
   emit_out(out, s, a);
   if (s->dropout) emit_dropout(out, s, a);
   sb_puts(out, tc.text);
+  if (bwd) emit_bwd_body(out, bwd, a);
   sb_printf(out, "\n} /* namespace graph_%s */\n\n", g->name);
   if (tc.kind == TMPL_FWD_SM90)
     /* One CTA per SM by design (the ", 1" gives setmaxnreg its cap). */
@@ -469,6 +474,7 @@ static int emit_graph(StrBuf *out, const IrGraph *g, int sm, bool arch_specific,
     sb_printf(out, "extern \"C\" __global__ void __launch_bounds__(%d) %s(const __grid_constant__ "
                    "attn_params p) {\n  graph_%s::attn_fwd_sm80(p);\n}\n\n",
               info->threads, info->entry, g->name);
+  if (bwd) emit_bwd_entries(out, bwd, a, info);
   sb_puts(out, "#undef ATTN_D_QK\n#undef ATTN_D_V\n");
   sb_printf(out, "#undef ATTN_IN_%s\n#undef ATTN_OUT_%s\n", dtype_macro(s->in_type),
             dtype_macro(s->out_type));

@@ -97,6 +97,18 @@ attn_status attn_call_bind_u64(attn_call *c, const char *name, uint64_t v);
 attn_status attn_call_bind_bool(attn_call *c, const char *name, int v);
 /* stream: a CUstream (or cudaStream_t), NULL for the legacy stream. */
 attn_status attn_call_launch(attn_call *c, void *stream);
+/* The backward pass of a graph that declares grad (docs/runtime.md,
+ * "Backward"). Bind as for attn_call_launch, plus, by name: "d" + the
+ * attention output's name (e.g. "do", dO, q's dtype and o's shape) and, for
+ * each of q, k, v declared with grad, an output "d" + its name (dq, dk, dv:
+ * the input's dtype and shape). o and lse must hold what the forward
+ * wrote. The f32 scratch the kernels need (delta, dQ's accumulator, and
+ * for GQA dK/dV's) is allocated by the library on first use, kept on the
+ * call for the next launch and freed by attn_call_destroy, which must run
+ * while the CUDA context of the launch still exists. Launches four
+ * kernels on the stream. ATTN_ERROR_UNSUPPORTED for a graph without grad
+ * or without a GPU backward (gradients of tensors other than q, k, v). */
+attn_status attn_call_launch_backward(attn_call *c, void *stream);
 /* Optional: count key tiles loaded (device pointer to one u64), for tests. */
 attn_status attn_call_set_tile_counter(attn_call *c, void *device_u64);
 
@@ -118,7 +130,7 @@ attn_status attn_call_bind_dlpack(attn_call *c, const char *name,
  * one (without its a/f suffix), which the driver compiles for newer GPUs.
  * The structs below are what that file initialises; their layout is part
  * of the ABI (format ATTN_EMBEDDED_FORMAT). */
-#define ATTN_EMBEDDED_FORMAT 2
+#define ATTN_EMBEDDED_FORMAT 3
 
 typedef struct attn_embedded_kernel {
   const char *graph; /* graph name */
@@ -128,6 +140,14 @@ typedef struct attn_embedded_kernel {
   int block_m;       /* query rows per CTA */
   int tma_rows_q;    /* TMA box rows for q and for k/v (0: the kernel */
   int tma_rows_kv;   /* takes no tensor maps) */
+  /* The backward of a graph that declares grad (format 3): entries of the
+   * delta pre-pass, the main kernel, dQ's and dK/dV's conversions, NULL
+   * when the graph has no GPU backward; CTA size, the main kernel's
+   * dynamic shared memory and keys per CTA. */
+  const char *bwd_entry[4];
+  int bwd_threads;
+  int bwd_smem_bytes;
+  int bwd_block_n;
 } attn_embedded_kernel;
 
 typedef struct attn_embedded_image {

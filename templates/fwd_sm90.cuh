@@ -51,6 +51,15 @@ constexpr int fwd90_stages = ATTN_STAGES;
  * through the tensor maps (built from slots ATTN_TQ/TK/TV by the runtime). */
 constexpr int fwd90_to = ATTN_TO;
 constexpr int fwd90_tlse = ATTN_TLSE;
+/* ATTN_PERSISTENT 1: the kernel walks (query tile, head, batch) work
+ * tiles with a stride of the grid's size (the runtime launches at most one
+ * CTA per SM), loading the next tile's Q and first K/V while the consumers
+ * store O. Correct under any grid: with one CTA per tile it runs once. */
+#if defined(ATTN_PERSISTENT) && ATTN_PERSISTENT
+constexpr bool fwd90_persistent = true;
+#else
+constexpr bool fwd90_persistent = false;
+#endif
 
 #if defined(ATTN_IN_BF16) && !defined(ATTN_IN_F16)
 constexpr bool fwd90_in_bf16 = true;
@@ -71,11 +80,11 @@ constexpr int fwd90_out_kind = 2;
 #endif
 
 /* Head dims: whole 64-column (128-byte) swizzle blocks. BN: an S GEMM of
- * m64n64 or m64n128. BM: two consumer warpgroups of 64 rows. */
+ * m64n64, m64n80 or m64n128. BM: two consumer warpgroups of 64 rows. */
 static_assert(fwd90_dqk % 64 == 0 && fwd90_dqk <= 256, "D_QK: 64, 128 or 256");
 static_assert(fwd90_dv % 64 == 0 && fwd90_dv <= 256, "D_V: 64, 128 or 256");
 static_assert(fwd90_bm == 128, "two consumer warpgroups of 64 rows");
-static_assert(fwd90_bn == 64 || fwd90_bn == 128, "BN: 64 or 128");
+static_assert(fwd90_bn == 64 || fwd90_bn == 80 || fwd90_bn == 128, "BN: 64, 80 or 128");
 static_assert(fwd90_stages >= 2 && fwd90_stages <= 4, "2 to 4 K/V stages");
 
 /* Shared memory: Q, then per stage a K and a V tile, then the mbarriers;
@@ -88,7 +97,8 @@ constexpr int fwd90_k_bytes = fwd90_bn * fwd90_dqk * 2;
 constexpr int fwd90_v_bytes = fwd90_bn * fwd90_dv * 2;
 constexpr int fwd90_stage_bytes = fwd90_k_bytes + fwd90_v_bytes;
 constexpr int fwd90_bar_offset = fwd90_q_bytes + fwd90_stages * fwd90_stage_bytes;
-constexpr int fwd90_nbars = 1 + 3 * fwd90_stages; /* q, k full, v full, empty */
+/* q full, k full, v full, stage empty, q empty */
+constexpr int fwd90_nbars = 2 + 3 * fwd90_stages;
 /* + 1024: the dynamic shared-memory base is rounded up to 1024 bytes. */
 constexpr int attn_fwd_sm90_smem_bytes = fwd90_bar_offset + 8 * fwd90_nbars + 1024;
 static_assert(attn_fwd_sm90_smem_bytes <= 227 * 1024, "tiles exceed shared memory");
@@ -250,6 +260,22 @@ static __device__ __forceinline__ float fwd90_exp2(float x) {
                    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
                    "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
                    "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(da), "l"(db), "r"(scale_d));
+}
+
+[[maybe_unused]] static __device__ __forceinline__ void fwd90_wgmma_ss_80(float (&d)[40], unsigned long long da,
+                                                       unsigned long long db, int scale_d) {
+  if constexpr (fwd90_in_bf16)
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, %42, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n80k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39"
+                 "}, %40, %41, p, 1, 1, 0, 0; }\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39])
+                 : "l"(da), "l"(db), "r"(scale_d));
+  else
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, %42, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n80k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39"
+                 "}, %40, %41, p, 1, 1, 0, 0; }\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39])
                  : "l"(da), "l"(db), "r"(scale_d));
 }
 
@@ -424,6 +450,8 @@ static __device__ __forceinline__ void fwd90_gemm_qk(float (&d)[N / 2], unsigned
                                                      unsigned long long db, int scale_d) {
   if constexpr (N == 128)
     fwd90_wgmma_ss_128(d, da, db, scale_d);
+  else if constexpr (N == 80)
+    fwd90_wgmma_ss_80(d, da, db, scale_d);
   else
     fwd90_wgmma_ss_64(d, da, db, scale_d);
 }
@@ -465,6 +493,32 @@ fwd90_scores(float (&s)[fwd90_s_regs], int b, int h, int i_row, int j_col,
   }
 }
 
+/* One work tile: a query tile of one (batch, head). */
+struct fwd90_tile {
+  int m_block, h, b;
+};
+
+/* Work tile t of the persistent walk. Heads are taken in sections whose
+ * K and V together fit comfortably in L2 (16 MB), so the CTAs running at
+ * once share their keys; inside a section the query tiles go from the
+ * last (heaviest under a causal mask: it sees the most keys) to the first,
+ * across the section's heads, so the light tiles fill the tail. */
+static __device__ __forceinline__ fwd90_tile fwd90_tile_of(long long t, int n_mb,
+                                                           const attn_params &p) {
+  const int hb = p.H * p.B;
+  const long long kv_bytes = (long long)max(p.Skv, 1) * (fwd90_dqk + fwd90_dv) * 2;
+  const int heads = (int)max(1LL, min((long long)hb, (16LL << 20) / kv_bytes));
+  const long long sec_tiles = (long long)heads * n_mb;
+  const long long sec = t / sec_tiles, w = t - sec * sec_tiles;
+  const int in_sec = min(heads, hb - (int)sec * heads);
+  const int bh = (int)sec * heads + (int)(w % in_sec);
+  fwd90_tile r;
+  r.m_block = n_mb - 1 - (int)(w / in_sec);
+  r.h = bh % p.H;
+  r.b = bh / p.H;
+  return r;
+}
+
 __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_tmaps &tm) {
   extern __shared__ __align__(1024) unsigned char fwd90_smem[];
   const float neg_inf = __int_as_float(0xff800000);
@@ -472,11 +526,30 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
 
   const int tid = threadIdx.x;
   const int warp = tid >> 5, lane = tid & 31;
-  const int m_block = (int)gridDim.x - 1 - (int)blockIdx.x; /* heavy first */
-  const int h = blockIdx.y, b = blockIdx.z;
-  const int hk = h / (p.H / p.Hk);
-  const int i0 = m_block * fwd90_bm;
-  const int i_last = min(i0 + fwd90_bm, p.Sq) - 1;
+
+  /* The work: one tile per CTA (grid = query tiles x H x B, query tiles
+   * in reverse blockIdx.x order, heavy first), or, persistent, tiles
+   * first, first + n_ctas, ... of fwd90_tile_of's order. */
+  const int n_mb = (p.Sq + fwd90_bm - 1) / fwd90_bm;
+  const long long n_tiles =
+      fwd90_persistent ? (long long)n_mb * p.H * p.B : 1;
+  const long long first =
+      fwd90_persistent
+          ? blockIdx.x + (long long)gridDim.x * (blockIdx.y + (long long)gridDim.y * blockIdx.z)
+          : 0;
+  const long long n_ctas =
+      fwd90_persistent ? (long long)gridDim.x * gridDim.y * gridDim.z : 1;
+  auto tile_at = [&](long long t) {
+    fwd90_tile r;
+    if constexpr (fwd90_persistent) {
+      r = fwd90_tile_of(t, n_mb, p);
+    } else {
+      r.m_block = (int)gridDim.x - 1 - (int)blockIdx.x;
+      r.h = blockIdx.y;
+      r.b = blockIdx.z;
+    }
+    return r;
+  };
 
   /* Tiles on 1024-byte boundaries: round the dynamic base up. */
   const unsigned base = (fwd90_smem_addr(fwd90_smem) + 1023u) & ~1023u;
@@ -487,27 +560,11 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
   auto bar_k = [&](int s) { return bars + 8u * (1 + s); };
   auto bar_v = [&](int s) { return bars + 8u * (1 + fwd90_stages + s); };
   auto bar_empty = [&](int s) { return bars + 8u * (1 + 2 * fwd90_stages + s); };
-
-  /* Key tiles to visit: those overlapping the hook's bounds, minus the
-   * wholly masked ones. Producer and consumers walk the same list. */
-  int j_lo = 0, j_hi = p.Skv;
-  attn_kv_bounds(b, h, i0, i_last, p, j_lo, j_hi);
-  j_lo = max(j_lo, 0);
-  j_hi = min(j_hi, p.Skv);
-  const int n_begin = j_lo / fwd90_bn;
-  const int n_end = j_hi > j_lo ? (j_hi + fwd90_bn - 1) / fwd90_bn : n_begin;
-  auto next_live = [&](int n) {
-    for (; n < n_end; ++n) {
-      int j0 = n * fwd90_bn;
-      int j1 = min(j0 + fwd90_bn, p.Skv) - 1;
-      if (attn_tile_class(b, h, i0, i_last, j0, j1, p) != 0)
-        break;
-    }
-    return n;
-  };
+  const unsigned bar_q_empty = bars + 8u * (1 + 3 * fwd90_stages);
 
   if (tid == 0) {
     fwd90_bar_init(bar_q, 1);
+    fwd90_bar_init(bar_q_empty, 8); /* one arrive per consumer warp */
     for (int s = 0; s < fwd90_stages; ++s) {
       fwd90_bar_init(bar_k(s), 1);
       fwd90_bar_init(bar_v(s), 1);
@@ -532,26 +589,61 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
     fwd90_prefetch_tmap(mq);
     fwd90_prefetch_tmap(mk);
     fwd90_prefetch_tmap(mv);
-    fwd90_bar_expect_tx(bar_q, fwd90_q_bytes);
-#pragma unroll
-    for (int c = 0; c < fwd90_dqk / 64; ++c)
-      fwd90_tma_load(sq + c * fwd90_bm * 128, mq, bar_q, c * 64, i0, h, b);
     unsigned long long visited = 0;
-    int it = 0;
-    for (int n = next_live(n_begin); n < n_end; n = next_live(n + 1), ++it) {
-      const int st = it % fwd90_stages, ph = (it / fwd90_stages) & 1;
-      fwd90_bar_wait(bar_empty(st), ph ^ 1);
-      const unsigned ks = skv + st * fwd90_stage_bytes;
-      const unsigned vs = ks + fwd90_k_bytes;
-      fwd90_bar_expect_tx(bar_k(st), fwd90_k_bytes);
+    int it = 0, tq = 0; /* K/V stage uses and Q loads, over all tiles */
+    for (long long t = first; t < n_tiles; t += n_ctas, ++tq) {
+      const fwd90_tile tl = tile_at(t);
+      const int h = tl.h, b = tl.b, hk = h / (p.H / p.Hk);
+      const int i0 = tl.m_block * fwd90_bm;
+      const int i_last = min(i0 + fwd90_bm, p.Sq) - 1;
+      int j_lo = 0, j_hi = p.Skv;
+      attn_kv_bounds(b, h, i0, i_last, p, j_lo, j_hi);
+      j_lo = max(j_lo, 0);
+      j_hi = min(j_hi, p.Skv);
+      const int n_begin = j_lo / fwd90_bn;
+      const int n_end = j_hi > j_lo ? (j_hi + fwd90_bn - 1) / fwd90_bn : n_begin;
+      auto next_live = [&](int n) {
+        for (; n < n_end; ++n) {
+          int j0 = n * fwd90_bn;
+          int j1 = min(j0 + fwd90_bn, p.Skv) - 1;
+          if (attn_tile_class(b, h, i0, i_last, j0, j1, p) != 0)
+            break;
+        }
+        return n;
+      };
+      /* Q waits for the consumers to finish the previous tile's GEMMs;
+       * on later tiles it goes after the first K/V copy, which needs
+       * only a free stage and so may start earlier. */
+      bool q_sent = false;
+      auto send_q = [&]() {
+        fwd90_bar_wait(bar_q_empty, (tq & 1) ^ 1);
+        fwd90_bar_expect_tx(bar_q, fwd90_q_bytes);
 #pragma unroll
-      for (int c = 0; c < fwd90_dqk / 64; ++c)
-        fwd90_tma_load(ks + c * fwd90_bn * 128, mk, bar_k(st), c * 64, n * fwd90_bn, hk, b);
-      fwd90_bar_expect_tx(bar_v(st), fwd90_v_bytes);
+        for (int c = 0; c < fwd90_dqk / 64; ++c)
+          fwd90_tma_load(sq + c * fwd90_bm * 128, mq, bar_q, c * 64, i0, h, b);
+        q_sent = true;
+      };
+      if (tq == 0)
+        send_q();
+      for (int n = next_live(n_begin); n < n_end; n = next_live(n + 1), ++it) {
+        const int st = it % fwd90_stages, ph = (it / fwd90_stages) & 1;
+        fwd90_bar_wait(bar_empty(st), ph ^ 1);
+        const unsigned ks = skv + st * fwd90_stage_bytes;
+        const unsigned vs = ks + fwd90_k_bytes;
+        fwd90_bar_expect_tx(bar_k(st), fwd90_k_bytes);
 #pragma unroll
-      for (int c = 0; c < fwd90_dv / 64; ++c)
-        fwd90_tma_load(vs + c * fwd90_bn * 128, mv, bar_v(st), c * 64, n * fwd90_bn, hk, b);
-      ++visited;
+        for (int c = 0; c < fwd90_dqk / 64; ++c)
+          fwd90_tma_load(ks + c * fwd90_bn * 128, mk, bar_k(st), c * 64, n * fwd90_bn, hk, b);
+        fwd90_bar_expect_tx(bar_v(st), fwd90_v_bytes);
+#pragma unroll
+        for (int c = 0; c < fwd90_dv / 64; ++c)
+          fwd90_tma_load(vs + c * fwd90_bn * 128, mv, bar_v(st), c * 64, n * fwd90_bn, hk, b);
+        ++visited;
+        if (!q_sent)
+          send_q();
+      }
+      if (!q_sent)
+        send_q();
     }
     if (p.tiles_visited)
       atomicAdd(p.tiles_visited, visited);
@@ -562,196 +654,224 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
   asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
   const int wg = wgi - 1; /* 0 or 1: rows 64*wg.. of the tile */
   const int ww = warp & 3;        /* 16 rows per warp */
-  const int g = lane >> 2, t = lane & 3;
-  const int i_row = i0 + 64 * wg + 16 * ww + g;
-  const bool row_edge = i0 + fwd90_bm > p.Sq;
+  const int g = lane >> 2, t4 = lane & 3;
   const int my_turn = 1 + wg, other_turn = 2 - wg; /* named barrier ids */
-
-  float o[fwd90_o_regs];
-#pragma unroll
-  for (int r = 0; r < fwd90_o_regs; ++r)
-    o[r] = 0.f;
-  float s[fwd90_s_regs];
-  unsigned pa[fwd90_bn / 16][4];
-  float row_max[2] = {neg_inf, neg_inf}; /* natural-log units */
-  float row_sum[2] = {0.f, 0.f};         /* this lane's partial sums */
-
-  fwd90_bar_wait(bar_q, 0);
   const unsigned q_wg = sq + wg * 64 * 128;
 
-  int n = next_live(n_begin);
-  if (wg == 1 && n < n_end)
-    fwd90_named_arrive(1); /* warpgroup 0 goes first */
-  int it = 0, pst = 0, pph = 0;
-  while (n < n_end) {
-    const int nn = next_live(n + 1);
-    const int st = it % fwd90_stages, ph = (it / fwd90_stages) & 1;
-    const unsigned ks = skv + st * fwd90_stage_bytes;
-    fwd90_bar_wait(bar_k(st), ph);
+  float o[fwd90_o_regs];
+  float s[fwd90_s_regs];
+  unsigned pa[fwd90_bn / 16][4];
+  int git = 0, tq = 0; /* K/V stage uses and Q loads, over all tiles */
+  for (long long t = first; t < n_tiles; t += n_ctas, ++tq) {
+    const fwd90_tile tl = tile_at(t);
+    const int h = tl.h, b = tl.b;
+    const int i0 = tl.m_block * fwd90_bm;
+    const int i_last = min(i0 + fwd90_bm, p.Sq) - 1;
+    int j_lo = 0, j_hi = p.Skv;
+    attn_kv_bounds(b, h, i0, i_last, p, j_lo, j_hi);
+    j_lo = max(j_lo, 0);
+    j_hi = min(j_hi, p.Skv);
+    const int n_begin = j_lo / fwd90_bn;
+    const int n_end = j_hi > j_lo ? (j_hi + fwd90_bn - 1) / fwd90_bn : n_begin;
+    auto next_live = [&](int n) {
+      for (; n < n_end; ++n) {
+        int j0 = n * fwd90_bn;
+        int j1 = min(j0 + fwd90_bn, p.Skv) - 1;
+        if (attn_tile_class(b, h, i0, i_last, j0, j1, p) != 0)
+          break;
+      }
+      return n;
+    };
+    const int i_row = i0 + 64 * wg + 16 * ww + g;
+    const bool row_edge = i0 + fwd90_bm > p.Sq;
 
-    /* Our turn at the tensor cores: S = Q K^T, and O += P V of the
-     * previous tile, both asynchronous. */
-    fwd90_named_sync(my_turn);
-    fwd90_wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < fwd90_dqk / 16; ++kk) {
-      const unsigned long long dq =
-          fwd90_desc(q_wg + (kk >> 2) * fwd90_bm * 128 + (kk & 3) * 32, 16, 1024);
-      const unsigned long long dk =
-          fwd90_desc(ks + (kk >> 2) * fwd90_bn * 128 + (kk & 3) * 32, 16, 1024);
-      fwd90_gemm_qk<fwd90_bn>(s, dq, dk, kk > 0);
+    for (int r = 0; r < fwd90_o_regs; ++r)
+      o[r] = 0.f;
+    float row_max[2] = {neg_inf, neg_inf}; /* natural-log units */
+    float row_sum[2] = {0.f, 0.f};         /* this lane's partial sums */
+
+    fwd90_bar_wait(bar_q, tq & 1);
+
+    int n = next_live(n_begin);
+    if (wg == 1 && n < n_end)
+      fwd90_named_arrive(1); /* warpgroup 0 goes first */
+    int it = 0, pst = 0, pph = 0; /* it: this tile's key tiles so far */
+    while (n < n_end) {
+      const int nn = next_live(n + 1);
+      const int st = git % fwd90_stages, ph = (git / fwd90_stages) & 1;
+      const unsigned ks = skv + st * fwd90_stage_bytes;
+      fwd90_bar_wait(bar_k(st), ph);
+
+      /* Our turn at the tensor cores: S = Q K^T, and O += P V of the
+       * previous tile, both asynchronous. */
+      fwd90_named_sync(my_turn);
+      fwd90_wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < fwd90_dqk / 16; ++kk) {
+        const unsigned long long dq =
+            fwd90_desc(q_wg + (kk >> 2) * fwd90_bm * 128 + (kk & 3) * 32, 16, 1024);
+        const unsigned long long dk =
+            fwd90_desc(ks + (kk >> 2) * fwd90_bn * 128 + (kk & 3) * 32, 16, 1024);
+        fwd90_gemm_qk<fwd90_bn>(s, dq, dk, kk > 0);
+      }
+      fwd90_wgmma_commit();
+      if (it > 0) {
+        const unsigned vs = skv + pst * fwd90_stage_bytes + fwd90_k_bytes;
+        fwd90_bar_wait(bar_v(pst), pph);
+#pragma unroll
+        for (int kk = 0; kk < fwd90_bn / 16; ++kk) {
+          const unsigned long long dv = fwd90_desc(vs + kk * 16 * 128, fwd90_bn * 128, 1024);
+          fwd90_gemm_pv<fwd90_dv>(o, pa[kk], dv);
+        }
+      }
+      /* Always a second group (empty in the first round), so one wait<1>
+       * below means "S is done" on every path. */
+      fwd90_wgmma_commit();
+      if (!(wg == 1 && nn >= n_end))
+        fwd90_named_arrive(other_turn);
+
+      fwd90_wgmma_wait<1>(); /* S is done; P V may still run */
+#pragma unroll
+      for (int r = 0; r < fwd90_s_regs; ++r)
+        fwd90_fence_reg(s[r]);
+
+      /* The score chain and the masks. */
+      const int j0 = n * fwd90_bn;
+      const int j1 = min(j0 + fwd90_bn, p.Skv) - 1;
+      const int cls = attn_tile_class(b, h, i0, i_last, j0, j1, p);
+      const bool col_edge = j0 + fwd90_bn > p.Skv;
+      if (cls == 2 && !row_edge && !col_edge)
+        fwd90_scores<false>(s, b, h, i_row, j0 + 2 * t4, false, p);
+      else
+        fwd90_scores<true>(s, b, h, i_row, j0 + 2 * t4, cls != 2, p);
+
+      /* Online softmax of rows g (r = 0) and g + 8 (r = 1), overlapping
+       * the previous tile's P V. */
+      float alpha[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float mx = row_max[r];
+#pragma unroll
+        for (int nb = 0; nb < fwd90_bn / 8; ++nb)
+          mx = fmaxf(mx, fmaxf(s[nb * 4 + 2 * r], s[nb * 4 + 2 * r + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        /* Safe max: with every key so far masked, subtract 0, not -inf. */
+        const float base2 = mx == neg_inf ? 0.f : mx * log2e;
+        alpha[r] = fwd90_exp2(row_max[r] * log2e - base2);
+        row_max[r] = mx;
+        float sum = 0.f;
+#pragma unroll
+        for (int nb = 0; nb < fwd90_bn / 8; ++nb) {
+          float &x0 = s[nb * 4 + 2 * r], &x1 = s[nb * 4 + 2 * r + 1];
+          x0 = fwd90_exp2(fmaf(x0, log2e, -base2));
+          x1 = fwd90_exp2(fmaf(x1, log2e, -base2));
+          sum += x0 + x1;
+        }
+        row_sum[r] = row_sum[r] * alpha[r] + sum;
+#if defined(ATTN_DROPOUT)
+        /* After the row sum: dropout changes what P V adds, not the
+         * normalizer. Masked elements are 0 whatever the factor. */
+#pragma unroll
+        for (int nb = 0; nb < fwd90_bn / 8; ++nb) {
+          const int i = i_row + 8 * r, j = j0 + nb * 8 + 2 * t4;
+          s[nb * 4 + 2 * r] *= attn_dropout_scale(b, h, i, j, p);
+          s[nb * 4 + 2 * r + 1] *= attn_dropout_scale(b, h, i, j + 1, p);
+        }
+#endif
+      }
+
+      fwd90_wgmma_wait<0>(); /* the previous P V is done */
+#pragma unroll
+      for (int r = 0; r < fwd90_o_regs; ++r)
+        fwd90_fence_reg(o[r]);
+#pragma unroll
+      for (int kk = 0; kk < fwd90_bn / 16; ++kk)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          asm volatile("" : "+r"(pa[kk][e])::"memory");
+      if (it > 0 && lane == 0)
+        fwd90_bar_arrive(bar_empty(pst)); /* its stage may be refilled */
+#pragma unroll
+      for (int nb = 0; nb < fwd90_dv / 8; ++nb) {
+        o[nb * 4 + 0] *= alpha[0];
+        o[nb * 4 + 1] *= alpha[0];
+        o[nb * 4 + 2] *= alpha[1];
+        o[nb * 4 + 3] *= alpha[1];
+      }
+      /* P for the next round: fragments 2kk and 2kk+1 of S are the A
+       * operand of the kk-th 16-key step. */
+#pragma unroll
+      for (int kk = 0; kk < fwd90_bn / 16; ++kk) {
+        pa[kk][0] = fwd90_pack_in(s[8 * kk + 0], s[8 * kk + 1]);
+        pa[kk][1] = fwd90_pack_in(s[8 * kk + 2], s[8 * kk + 3]);
+        pa[kk][2] = fwd90_pack_in(s[8 * kk + 4], s[8 * kk + 5]);
+        pa[kk][3] = fwd90_pack_in(s[8 * kk + 6], s[8 * kk + 7]);
+      }
+      pst = st;
+      pph = ph;
+      n = nn;
+      ++it;
+      ++git;
     }
-    fwd90_wgmma_commit();
-    if (it > 0) {
+    if (it > 0) { /* the last tile's P V */
       const unsigned vs = skv + pst * fwd90_stage_bytes + fwd90_k_bytes;
       fwd90_bar_wait(bar_v(pst), pph);
+      fwd90_wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < fwd90_bn / 16; ++kk) {
         const unsigned long long dv = fwd90_desc(vs + kk * 16 * 128, fwd90_bn * 128, 1024);
         fwd90_gemm_pv<fwd90_dv>(o, pa[kk], dv);
       }
-    }
-    /* Always a second group (empty in the first round), so one wait<1>
-     * below means "S is done" on every path. */
-    fwd90_wgmma_commit();
-    if (!(wg == 1 && nn >= n_end))
-      fwd90_named_arrive(other_turn);
-
-    fwd90_wgmma_wait<1>(); /* S is done; P V may still run */
+      fwd90_wgmma_commit();
+      fwd90_wgmma_wait<0>();
 #pragma unroll
-    for (int r = 0; r < fwd90_s_regs; ++r)
-      fwd90_fence_reg(s[r]);
+      for (int r = 0; r < fwd90_o_regs; ++r)
+        fwd90_fence_reg(o[r]);
+      if (lane == 0)
+        fwd90_bar_arrive(bar_empty(pst));
+    }
+    /* Every GEMM that read this tile's Q is done: the producer may load
+     * the next one while we store O. */
+    if (lane == 0)
+      fwd90_bar_arrive(bar_q_empty);
 
-    /* The score chain and the masks. */
-    const int j0 = n * fwd90_bn;
-    const int j1 = min(j0 + fwd90_bn, p.Skv) - 1;
-    const int cls = attn_tile_class(b, h, i0, i_last, j0, j1, p);
-    const bool col_edge = j0 + fwd90_bn > p.Skv;
-    if (cls == 2 && !row_edge && !col_edge)
-      fwd90_scores<false>(s, b, h, i_row, j0 + 2 * t, false, p);
-    else
-      fwd90_scores<true>(s, b, h, i_row, j0 + 2 * t, cls != 2, p);
-
-    /* Online softmax of rows g (r = 0) and g + 8 (r = 1), overlapping
-     * the previous tile's P V. */
-    float alpha[2];
+    /* Normalize and store, straight from the accumulators. */
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      float mx = row_max[r];
+      float l = row_sum[r];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const float inv = l > 0.f ? 1.f / l : 0.f;
+      const int i = i_row + r * 8;
+      if (i >= p.Sq)
+        continue;
+      const attn_tensor_arg &to = p.t[fwd90_to];
+      const long long orow = b * to.stride[0] + h * to.stride[1] +
+                             (long long)i * to.stride[2];
 #pragma unroll
-      for (int nb = 0; nb < fwd90_bn / 8; ++nb)
-        mx = fmaxf(mx, fmaxf(s[nb * 4 + 2 * r], s[nb * 4 + 2 * r + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      /* Safe max: with every key so far masked, subtract 0, not -inf. */
-      const float base2 = mx == neg_inf ? 0.f : mx * log2e;
-      alpha[r] = fwd90_exp2(row_max[r] * log2e - base2);
-      row_max[r] = mx;
-      float sum = 0.f;
-#pragma unroll
-      for (int nb = 0; nb < fwd90_bn / 8; ++nb) {
-        float &x0 = s[nb * 4 + 2 * r], &x1 = s[nb * 4 + 2 * r + 1];
-        x0 = fwd90_exp2(fmaf(x0, log2e, -base2));
-        x1 = fwd90_exp2(fmaf(x1, log2e, -base2));
-        sum += x0 + x1;
+      for (int nb = 0; nb < fwd90_dv / 8; ++nb) {
+        const int d = nb * 8 + 2 * t4;
+        const float x0 = attn_out(o[nb * 4 + 2 * r] * inv, b, h, i, d, p);
+        const float x1 = attn_out(o[nb * 4 + 2 * r + 1] * inv, b, h, i, d + 1, p);
+        if constexpr (fwd90_out_kind == 2) {
+          float2 v;
+          v.x = x0, v.y = x1;
+          *(float2 *)((float *)to.ptr + orow + d) = v;
+        } else {
+          const unsigned v = fwd90_out_kind == 0 ? fwd90_pack_bf16(x0, x1)
+                                                 : fwd90_pack_f16(x0, x1);
+          *(unsigned *)((unsigned short *)to.ptr + orow + d) = v;
+        }
       }
-      row_sum[r] = row_sum[r] * alpha[r] + sum;
-#if defined(ATTN_DROPOUT)
-      /* After the row sum: dropout changes what P V adds, not the
-       * normalizer. Masked elements are 0 whatever the factor. */
-#pragma unroll
-      for (int nb = 0; nb < fwd90_bn / 8; ++nb) {
-        const int i = i_row + 8 * r, j = j0 + nb * 8 + 2 * t;
-        s[nb * 4 + 2 * r] *= attn_dropout_scale(b, h, i, j, p);
-        s[nb * 4 + 2 * r + 1] *= attn_dropout_scale(b, h, i, j + 1, p);
-      }
-#endif
-    }
-
-    fwd90_wgmma_wait<0>(); /* the previous P V is done */
-#pragma unroll
-    for (int r = 0; r < fwd90_o_regs; ++r)
-      fwd90_fence_reg(o[r]);
-#pragma unroll
-    for (int kk = 0; kk < fwd90_bn / 16; ++kk)
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        asm volatile("" : "+r"(pa[kk][e])::"memory");
-    if (it > 0 && lane == 0)
-      fwd90_bar_arrive(bar_empty(pst)); /* its stage may be refilled */
-#pragma unroll
-    for (int nb = 0; nb < fwd90_dv / 8; ++nb) {
-      o[nb * 4 + 0] *= alpha[0];
-      o[nb * 4 + 1] *= alpha[0];
-      o[nb * 4 + 2] *= alpha[1];
-      o[nb * 4 + 3] *= alpha[1];
-    }
-    /* P for the next round: fragments 2kk and 2kk+1 of S are the A
-     * operand of the kk-th 16-key step. */
-#pragma unroll
-    for (int kk = 0; kk < fwd90_bn / 16; ++kk) {
-      pa[kk][0] = fwd90_pack_in(s[8 * kk + 0], s[8 * kk + 1]);
-      pa[kk][1] = fwd90_pack_in(s[8 * kk + 2], s[8 * kk + 3]);
-      pa[kk][2] = fwd90_pack_in(s[8 * kk + 4], s[8 * kk + 5]);
-      pa[kk][3] = fwd90_pack_in(s[8 * kk + 6], s[8 * kk + 7]);
-    }
-    pst = st;
-    pph = ph;
-    n = nn;
-    ++it;
-  }
-  if (it > 0) { /* the last tile's P V */
-    const unsigned vs = skv + pst * fwd90_stage_bytes + fwd90_k_bytes;
-    fwd90_bar_wait(bar_v(pst), pph);
-    fwd90_wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < fwd90_bn / 16; ++kk) {
-      const unsigned long long dv = fwd90_desc(vs + kk * 16 * 128, fwd90_bn * 128, 1024);
-      fwd90_gemm_pv<fwd90_dv>(o, pa[kk], dv);
-    }
-    fwd90_wgmma_commit();
-    fwd90_wgmma_wait<0>();
-#pragma unroll
-    for (int r = 0; r < fwd90_o_regs; ++r)
-      fwd90_fence_reg(o[r]);
-    if (lane == 0)
-      fwd90_bar_arrive(bar_empty(pst));
-  }
-
-  /* Normalize and store, straight from the accumulators. */
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float l = row_sum[r];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const float inv = l > 0.f ? 1.f / l : 0.f;
-    const int i = i_row + r * 8;
-    if (i >= p.Sq)
-      continue;
-    const attn_tensor_arg &to = p.t[fwd90_to];
-    const long long orow = b * to.stride[0] + h * to.stride[1] +
-                           (long long)i * to.stride[2];
-#pragma unroll
-    for (int nb = 0; nb < fwd90_dv / 8; ++nb) {
-      const int d = nb * 8 + 2 * t;
-      const float x0 = attn_out(o[nb * 4 + 2 * r] * inv, b, h, i, d, p);
-      const float x1 = attn_out(o[nb * 4 + 2 * r + 1] * inv, b, h, i, d + 1, p);
-      if constexpr (fwd90_out_kind == 2) {
-        float2 v;
-        v.x = x0, v.y = x1;
-        *(float2 *)((float *)to.ptr + orow + d) = v;
-      } else {
-        const unsigned v = fwd90_out_kind == 0 ? fwd90_pack_bf16(x0, x1)
-                                               : fwd90_pack_f16(x0, x1);
-        *(unsigned *)((unsigned short *)to.ptr + orow + d) = v;
-      }
-    }
-    if constexpr (fwd90_tlse >= 0) {
-      if (t == 0) {
-        const attn_tensor_arg &tl = p.t[fwd90_tlse >= 0 ? fwd90_tlse : 0];
-        const float lse = l > 0.f ? row_max[r] + logf(l) : neg_inf;
-        ((float *)tl.ptr)[b * tl.stride[0] + h * tl.stride[1] +
-                          (long long)i * tl.stride[2]] = lse;
+      if constexpr (fwd90_tlse >= 0) {
+        if (t4 == 0) {
+          const attn_tensor_arg &tl = p.t[fwd90_tlse >= 0 ? fwd90_tlse : 0];
+          const float lse = l > 0.f ? row_max[r] + logf(l) : neg_inf;
+          ((float *)tl.ptr)[b * tl.stride[0] + h * tl.stride[1] +
+                            (long long)i * tl.stride[2]] = lse;
+        }
       }
     }
   }

@@ -46,9 +46,17 @@ $(BUILD)/tests/gpu/template_sm80_test: tests/gpu/template_sm80_test.cu templates
 	$(CUDA)/bin/nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a \
 	  -gencode=arch=compute_80,code=sm_80 -o $@ $<
 
+$(BUILD)/tests/gpu/template_bwd_test: tests/gpu/template_bwd_test.cu templates/bwd_sm80.cuh \
+    runtime/attn_abi.h templates/philox.cuh
+	@mkdir -p $(dir $@)
+	$(CUDA)/bin/nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a \
+	  -gencode=arch=compute_80,code=sm_80 -o $@ $<
+
+TEMPLATE_TESTS := $(BUILD)/tests/gpu/template_sm80_test $(BUILD)/tests/gpu/template_bwd_test
+
 # The GPU tests without sanitizers, for a machine with a GPU.
-test-gpu: all $(GPU_BIN) $(BUILD)/tests/gpu/template_sm80_test
-	@for t in $(GPU_BIN) $(BUILD)/tests/gpu/template_sm80_test; do echo "== $$t"; $$t || exit 1; done
+test-gpu: all $(GPU_BIN) $(TEMPLATE_TESTS)
+	@for t in $(GPU_BIN) $(TEMPLATE_TESTS); do echo "== $$t"; $$t || exit 1; done
 
 # Regenerate goldens after an intended change; review the diff.
 golden-update: all
