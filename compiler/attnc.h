@@ -560,10 +560,11 @@ int tmpl_sm80_config(int d_qk, int d_v, int in_bytes, int sm, Sm80Config *out);
  * warpgroup, 384 threads. */
 typedef struct Sm90Config {
   int bm;         /* query rows per CTA (ATTN_BM), 128 */
-  int bn;         /* keys per K/V tile (ATTN_BN): 64 or 128 */
+  int bn;         /* keys per K/V tile (ATTN_BN): 64, 80 or 128 */
   int stages;     /* K/V shared-memory stages (ATTN_STAGES) */
   int threads;    /* 384 */
   int smem_bytes; /* dynamic shared memory, as the template lays it out */
+  bool persistent; /* ATTN_PERSISTENT: at most one CTA per SM walks the tiles */
 } Sm90Config;
 
 /* 0 and fills out, or -1 when the template cannot run these head dims
@@ -582,6 +583,11 @@ typedef struct KernelInfo {
   /* TMA box rows of the q and k/v tensor maps (fwd_sm90); 0: the kernel
    * takes no tensor maps (its only parameter is attn_params). */
   int tma_rows_q, tma_rows_kv;
+  /* 1 (fwd_sm90, ATTN_PERSISTENT): the kernel walks the (query tile, head,
+   * batch) tiles with a stride of the grid's size, and the runtime launches
+   * min(tiles, SMs) CTAs. Any grid is correct: embedded kernel tables
+   * leave it 0, one CTA per tile. */
+  int persistent;
   /* The backward kernels (templates/bwd_sm80.cuh, emit_bwd.c), emitted for
    * a graph that declares grad: entries of the delta pre-pass, the main
    * kernel, dQ's conversion and (GQA) dK/dV's; bwd_entry[0] is NULL when

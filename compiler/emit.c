@@ -406,6 +406,9 @@ static int choose_template(const KernelSpec *s, bool arch_specific, int sm, Tmpl
     info->block_m = cfg.bm;
     info->tma_rows_q = cfg.bm;
     info->tma_rows_kv = cfg.bn;
+    /* Not with dropout: its per-element Philox hook already spills, and
+     * the tile loop's registers make it spill far more. */
+    info->persistent = cfg.persistent && !s->dropout;
     return 0;
   }
   Sm80Config cfg;
@@ -446,8 +449,8 @@ static int emit_graph(StrBuf *out, const IrGraph *g, int sm, bool arch_specific,
   sb_printf(out, "#define ATTN_IN_%s 1\n#define ATTN_OUT_%s 1\n", dtype_macro(s->in_type),
             dtype_macro(s->out_type));
   if (tc.kind == TMPL_FWD_SM90)
-    sb_printf(out, "#define ATTN_BM %d\n#define ATTN_BN %d\n#define ATTN_STAGES %d\n", tc.bm,
-              tc.bn, tc.stages);
+    sb_printf(out, "#define ATTN_BM %d\n#define ATTN_BN %d\n#define ATTN_STAGES %d\n%s", tc.bm,
+              tc.bn, tc.stages, info->persistent ? "#define ATTN_PERSISTENT 1\n" : "");
   else
     sb_printf(out, "#define ATTN_BM %d\n#define ATTN_BN %d\n#define ATTN_WARPS %d\n", tc.bm,
               tc.bn, tc.warps);
@@ -482,6 +485,7 @@ static int emit_graph(StrBuf *out, const IrGraph *g, int sm, bool arch_specific,
                  "#undef ATTN_TV\n#undef ATTN_TO\n#undef ATTN_TLSE\n\n",
             tc.kind == TMPL_FWD_SM90 ? "ATTN_STAGES" : "ATTN_WARPS");
   if (s->dropout) sb_puts(out, "#undef ATTN_DROPOUT\n\n");
+  if (info->persistent) sb_puts(out, "#undef ATTN_PERSISTENT\n\n");
   return 0;
 }
 

@@ -8,22 +8,59 @@
  * (K tile, V tile), the mbarriers, and 1024 bytes of slack for rounding
  * the base up to the 128-byte swizzle's 1024-byte period:
  *
- *     smem = 2*(BM*d_qk + stages*BN*(d_qk + d_v)) + 8*(1 + 3*stages) + 1024
+ *     smem = 2*(BM*d_qk + stages*BN*(d_qk + d_v)) + 8*(2 + 3*stages) + 1024
  *
  * which is the template's attn_fwd_sm90_smem_bytes. Register budget per
  * consumer thread (232): S is BN/2 floats, O d_v/2 floats, P BN/4 words;
- * at d_v 256 the O accumulator (128) forces BN 64.
+ * at d_v 256 the O accumulator (128) leaves room for BN 64 or 80.
+ *
+ * Variants (measured side by side in bench/NOTES-sm90.md) are chosen by
+ * the environment variable ATTN_SM90_VARIANT, read at emit time; each is
+ * emitted as macros, so the kernel source (and so its cache key) differs:
+ *   base          one CTA per query tile; D 256: BN 64, 2 stages
+ *   persist       persistent grid (ATTN_PERSISTENT), same tiles
+ *   bn80          D 256: BN 80, 2 stages; one CTA per query tile
+ *   persist_bn80  both
+ * Unset or empty: the default below (the fastest measured); an unknown
+ * name also takes the default (the library never fails on a tuning knob).
  */
+#include <stdlib.h>
+#include <string.h>
+
 #include "attnc.h"
 
 typedef struct Sm90Candidate {
   int bn, stages;
 } Sm90Candidate;
 
+typedef struct Sm90Variant {
+  const char *name;
+  bool persistent; /* grid of at most one CTA per SM walking the tiles */
+  bool bn80;       /* D 256: key tiles of 80 instead of 64 */
+} Sm90Variant;
+
+static const Sm90Variant sm90_variants[] = {
+    {"base", false, false},
+    {"persist", true, false},
+    {"bn80", false, true},
+    {"persist_bn80", true, true},
+};
+
+/* The default; see bench/NOTES-sm90.md for the measurements behind it. */
+#define SM90_DEFAULT_VARIANT 0
+
 #define SM90_SMEM_LIMIT (227 * 1024)
 
+static const Sm90Variant *sm90_variant(void) {
+  const char *v = getenv("ATTN_SM90_VARIANT");
+  if (v && *v)
+    for (size_t k = 0; k < sizeof sm90_variants / sizeof sm90_variants[0]; k++)
+      if (strcmp(v, sm90_variants[k].name) == 0) return &sm90_variants[k];
+  return &sm90_variants[SM90_DEFAULT_VARIANT];
+}
+
 static int sm90_smem_bytes(const Sm90Candidate *c, int d_qk, int d_v) {
-  return 2 * (128 * d_qk + c->stages * c->bn * (d_qk + d_v)) + 8 * (1 + 3 * c->stages) + 1024;
+  return 2 * (128 * d_qk + c->stages * c->bn * (d_qk + d_v)) + 8 * (2 + 3 * c->stages) + 1024;
 }
 
 int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, Sm90Config *out) {
@@ -31,12 +68,19 @@ int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, Sm90Config *out) {
    * per-tile softmax bookkeeping where the registers allow it. */
   static const Sm90Candidate small[] = {{128, 3}, {128, 2}, {64, 2}};
   static const Sm90Candidate d256[] = {{64, 2}};
+  static const Sm90Candidate d256_80[] = {{80, 2}, {64, 2}};
   if (in_bytes != 2 || !out) return -1;
   if ((d_qk != 64 && d_qk != 128 && d_qk != 256) || (d_v != 64 && d_v != 128 && d_v != 256))
     return -1;
+  const Sm90Variant *var = sm90_variant();
   const Sm90Candidate *list = small;
   int n = (int)(sizeof small / sizeof small[0]);
-  if (d_qk == 256 || d_v == 256) list = d256, n = (int)(sizeof d256 / sizeof d256[0]);
+  if (d_qk == 256 || d_v == 256) {
+    if (var->bn80)
+      list = d256_80, n = (int)(sizeof d256_80 / sizeof d256_80[0]);
+    else
+      list = d256, n = (int)(sizeof d256 / sizeof d256[0]);
+  }
   for (int k = 0; k < n; k++) {
     int bytes = sm90_smem_bytes(&list[k], d_qk, d_v);
     if (bytes <= SM90_SMEM_LIMIT) {
@@ -45,6 +89,7 @@ int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, Sm90Config *out) {
       out->stages = list[k].stages;
       out->threads = 384;
       out->smem_bytes = bytes;
+      out->persistent = var->persistent;
       return 0;
     }
   }

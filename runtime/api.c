@@ -41,6 +41,8 @@ struct attn_graph {
   CUkernel kern;      /* once the module's library is loaded */
   CUfunction fn;      /* kern in fn_ctx */
   CUcontext fn_ctx;
+  CUfunction bwd_fn[4]; /* the backward's entries in bwd_fn_ctx */
+  CUcontext bwd_fn_ctx;
 };
 
 struct attn_module {
@@ -64,6 +66,7 @@ struct attn_call {
   attn_graph *g;
   BindState bind;
   void *tile_counter;
+  RtBwdScratch *bwd; /* backward.c's scratch buffers, or NULL */
 };
 
 /* ------------------------------------------------------------- statuses */
@@ -614,6 +617,16 @@ static attn_status rt_module_from_image(attn_context *ctx, Arena *a,
     kernels[i].block_m = im->kernels[i].block_m;
     kernels[i].tma_rows_q = im->kernels[i].tma_rows_q;
     kernels[i].tma_rows_kv = im->kernels[i].tma_rows_kv;
+    for (int e = 0; e < 4; e++)
+      kernels[i].bwd_entry[e] = im->kernels[i].bwd_entry[e]
+                                    ? arena_strdup(a, im->kernels[i].bwd_entry[e])
+                                    : NULL;
+    if (!kernels[i].bwd_entry[0] || !kernels[i].bwd_entry[1] ||
+        !kernels[i].bwd_entry[2] || !kernels[i].bwd_entry[3])
+      kernels[i].bwd_entry[0] = NULL; /* all four, or no backward */
+    kernels[i].bwd_threads = im->kernels[i].bwd_threads;
+    kernels[i].bwd_smem_bytes = im->kernels[i].bwd_smem_bytes;
+    kernels[i].bwd_block_n = im->kernels[i].bwd_block_n;
   }
   attn_status st = rt_module_from_ir(ctx, a, ir, kernels, ir->ngraphs,
                                      im->arch, im->data, im->size, out);
@@ -764,7 +777,11 @@ attn_status attn_call_create(attn_graph *g, attn_call **out) {
   return ATTN_SUCCESS;
 }
 
-void attn_call_destroy(attn_call *c) { free(c); }
+void attn_call_destroy(attn_call *c) {
+  if (!c) return;
+  rt_bwd_scratch_free(c->bwd);
+  free(c);
+}
 
 static attn_status rt_call_begin(attn_call *c, const char *name,
                                  const char *fn) {
@@ -878,6 +895,15 @@ attn_status attn_call_launch(attn_call *c, void *stream) {
       (st = rt_graph_function(c->g, d, cu, &fn)))
     return st;
   const KernelInfo *k = &c->g->kernel;
+  if (k->persistent) { /* at most one CTA per SM; the kernel walks the tiles */
+    int nsm = 0;
+    if (d->DeviceGetAttribute(&nsm, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev) ==
+            CUDA_SUCCESS && nsm > 0) {
+      unsigned long long tiles = (unsigned long long)grid[0] * grid[1] * grid[2];
+      grid[0] = (unsigned)(tiles < (unsigned long long)nsm ? tiles : (unsigned long long)nsm);
+      grid[1] = grid[2] = 1;
+    }
+  }
   attn_tmaps tmaps; /* the sm90 template's second parameter (tmap.c) */
   if ((st = rt_tmap_fill(d, c->g->ir, k, p, &tmaps, &ctx->error))) return st;
   void *args[] = {p, &tmaps};
@@ -894,4 +920,54 @@ attn_status attn_call_launch(attn_call *c, void *stream) {
               k->smem_bytes);
   }
   return st;
+}
+
+/* ------------------------------------------------ for backward.c */
+
+attn_context *rt_call_context(attn_call *c) { return c->g->m->ctx; }
+StrBuf *rt_call_error(attn_call *c) { return &c->g->m->ctx->error; }
+const IrGraph *rt_call_ir(const attn_call *c) { return c->g->ir; }
+const KernelInfo *rt_call_kernel(const attn_call *c) { return &c->g->kernel; }
+BindState *rt_call_bind(attn_call *c) { return &c->bind; }
+RtBwdScratch **rt_call_bwd_scratch(attn_call *c) { return &c->bwd; }
+
+/* Backward entry `which` (0..3 as KernelInfo.bwd_entry) in the current
+ * context, loading the module first; the main kernel's shared-memory
+ * limit is raised. Cached for the last context used. */
+attn_status rt_call_bwd_function(attn_call *c, const RtDriver *d, CUcontext cu,
+                                 int which, CUfunction *fn) {
+  attn_graph *g = c->g;
+  attn_module *m = g->m;
+  StrBuf *err = &m->ctx->error;
+  attn_status st = rt_module_load(m, d);
+  if (st) return st;
+  if (g->bwd_fn_ctx != cu) {
+    memset(g->bwd_fn, 0, sizeof g->bwd_fn);
+    g->bwd_fn_ctx = cu;
+  }
+  if (g->bwd_fn[which]) {
+    *fn = g->bwd_fn[which];
+    return ATTN_SUCCESS;
+  }
+  const char *entry = g->kernel.bwd_entry[which];
+  CUkernel kern;
+  CUresult r = d->LibraryGetKernel(&kern, m->lib, entry);
+  if (r == CUDA_SUCCESS) r = d->KernelGetFunction(fn, kern);
+  if (r != CUDA_SUCCESS) {
+    st = rt_driver_error(d, r, "cuLibraryGetKernel", err);
+    sb_printf(err, " for backward entry '%s' (built for %s)", entry, m->arch);
+    return st;
+  }
+  if (which == 1 && g->kernel.bwd_smem_bytes > 0) {
+    r = d->FuncSetAttribute(*fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                            g->kernel.bwd_smem_bytes);
+    if (r != CUDA_SUCCESS) {
+      st = rt_driver_error(d, r, "cuFuncSetAttribute", err);
+      sb_printf(err, " raising '%s' to %d bytes of dynamic shared memory", entry,
+                g->kernel.bwd_smem_bytes);
+      return st;
+    }
+  }
+  g->bwd_fn[which] = *fn;
+  return ATTN_SUCCESS;
 }

@@ -22,6 +22,7 @@ _Static_assert(IR_MAX_RANK == 4, "attn_tensor_arg holds four dims");
 
 /* The tensor slots the kernels read with 16-byte vector loads. */
 static bool bind_is_vector_tensor(const IrGraph *g, int t) {
+  if (t >= g->ntensors) return true; /* the backward's dO, dq, dk, dv */
   if (t == g->q || t == g->k || t == g->v) return true;
   return g->tensors[t].is_output && g->tensors[t].ndims == 4;
 }
@@ -348,13 +349,40 @@ static attn_status bind_check_decl(const IrGraph *g, const IrTensor *t,
   return ATTN_SUCCESS;
 }
 
+/* The backward's bindings (runtime/backward.c) of a graph with grad:
+ * "d" + the attention output's name (dO: q's dtype, o's shape) and an
+ * output "d" + the name of each of q, k, v declared with grad (its dtype
+ * and shape). Fills decl and returns the parameter slot (bwd_slots), or
+ * -1 when name is none of them. */
+static int bind_grad_decl(const IrGraph *g, const char *name, IrTensor *decl) {
+  if (name[0] != 'd' || !bwd_has_grad(g) || g->q < 0 || g->k < 0 || g->v < 0) return -1;
+  BwdSlots sl;
+  bwd_slots(g, &sl);
+  int from = -1, slot = -1;
+  if (sl.o >= 0 && strcmp(name + 1, g->tensors[sl.o].name) == 0) from = sl.o, slot = sl.dout;
+  const int qkv[3] = {g->q, g->k, g->v}, dslot[3] = {sl.dq, sl.dk, sl.dv};
+  for (int r = 0; r < 3 && from < 0; r++)
+    if (dslot[r] >= 0 && strcmp(name + 1, g->tensors[qkv[r]].name) == 0)
+      from = qkv[r], slot = dslot[r];
+  if (from < 0 || slot >= ATTN_MAX_TENSORS) return -1;
+  *decl = g->tensors[from];
+  decl->name = name;
+  decl->grad = false;
+  decl->is_output = from != sl.o;
+  if (from == sl.o) decl->type = g->tensors[g->q].type;
+  return slot;
+}
+
 attn_status bind_tensor(BindState *b, const char *name, void *ptr,
                         attn_dtype dtype, int ndim, const int64_t *shape,
                         const int64_t *strides, StrBuf *err) {
   const IrGraph *g = b->g;
   int index = bind_find_tensor(g, name);
+  IrTensor grad_decl;
+  const IrTensor *decl = index >= 0 ? &g->tensors[index] : NULL;
+  if (index < 0 && (index = bind_grad_decl(g, name, &grad_decl)) >= 0) decl = &grad_decl;
   if (index < 0) return bind_unknown(g, name, true, err);
-  BindTensor bt = {index, &g->tensors[index], {1, 1, 1, 1}, {0, 0, 0, 0}};
+  BindTensor bt = {index, decl, {1, 1, 1, 1}, {0, 0, 0, 0}};
   attn_status st = bind_check_decl(g, bt.decl, dtype, ndim, shape, err);
   if (st) return st;
   for (int i = 0; i < ndim; i++) bt.shape[i] = shape[i];

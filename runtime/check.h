@@ -12,10 +12,16 @@ typedef struct ChkOptions {
   bool bshd;        /* store q, k, v and o as [B, S, H, D] views */
   bool count_tiles; /* count the key tiles the kernel loads */
   int bench_iters;  /* > 0: time that many launches, median in ms */
+  /* Non-NULL: after the forward, run the backward (graphs with grad) with
+   * this dO, dense [B, H, Sq, Dv] in the forward output's shape (rounded
+   * to q's dtype on upload); the gradients come back in ChkResult.grads. */
+  const double *dout;
 } ChkOptions;
 
 typedef struct ChkResult {
   double **outputs; /* by tensor index: the output's values, else NULL */
+  double **grads;   /* by tensor index: the gradient of a q, k or v with
+                       grad when ChkOptions.dout was given, else NULL */
   unsigned long long tiles_visited;
   double ms;
 } ChkResult;

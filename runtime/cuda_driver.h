@@ -47,6 +47,7 @@
   X(MemcpyDtoH, cuMemcpyDtoH_v2)                                              \
   X(MemsetD8, cuMemsetD8_v2)                                                  \
   X(MemsetD32, cuMemsetD32_v2)                                                \
+  X(MemsetD32Async, cuMemsetD32Async)                                         \
   X(StreamCreate, cuStreamCreate)                                             \
   X(StreamDestroy, cuStreamDestroy_v2)                                        \
   X(StreamSynchronize, cuStreamSynchronize)                                   \
@@ -95,5 +96,11 @@ void rt_driver_release_primary(int device);
  * for other kernels. Error in err. */
 attn_status rt_tmap_fill(const RtDriver *d, const IrGraph *g, const KernelInfo *k,
                          const attn_params *p, attn_tmaps *tm, StrBuf *err);
+
+/* api.c, for backward.c: the backward's entry `which` (0..3, as
+ * KernelInfo.bwd_entry) of the call's graph in context cu, with the main
+ * kernel's shared-memory limit raised. Error in the context's message. */
+attn_status rt_call_bwd_function(attn_call *c, const RtDriver *d, CUcontext cu, int which,
+                                 CUfunction *fn);
 
 #endif

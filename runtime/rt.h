@@ -212,4 +212,20 @@ const char *rt_module_source(const attn_module *m);
 /* The context's cache, for `attnc` to report hits and warnings. */
 Cache *rt_context_cache(attn_context *ctx);
 
+/* For backward.c: a call's context, error message (the context's), IR,
+ * kernel table entry, bindings and backward scratch; and the backward's
+ * entry `which` (KernelInfo.bwd_entry index) in the current context. */
+typedef struct RtBwdScratch RtBwdScratch;
+attn_context *rt_call_context(attn_call *c);
+StrBuf *rt_call_error(attn_call *c);
+const IrGraph *rt_call_ir(const attn_call *c);
+const KernelInfo *rt_call_kernel(const attn_call *c);
+BindState *rt_call_bind(attn_call *c);
+RtBwdScratch **rt_call_bwd_scratch(attn_call *c);
+
+/* ------------------------------------------------------------ backward.c */
+
+/* Frees the scratch buffers (NULL: nothing). */
+void rt_bwd_scratch_free(RtBwdScratch *s);
+
 #endif

@@ -503,17 +503,17 @@ struct fwd90_tile {
  * once share their keys; inside a section the query tiles go from the
  * last (heaviest under a causal mask: it sees the most keys) to the first,
  * across the section's heads, so the light tiles fill the tail. */
-static __device__ __forceinline__ fwd90_tile fwd90_tile_of(long long t, int n_mb,
+static __device__ __forceinline__ fwd90_tile fwd90_tile_of(int t, int n_mb,
                                                            const attn_params &p) {
   const int hb = p.H * p.B;
   const long long kv_bytes = (long long)max(p.Skv, 1) * (fwd90_dqk + fwd90_dv) * 2;
   const int heads = (int)max(1LL, min((long long)hb, (16LL << 20) / kv_bytes));
-  const long long sec_tiles = (long long)heads * n_mb;
-  const long long sec = t / sec_tiles, w = t - sec * sec_tiles;
-  const int in_sec = min(heads, hb - (int)sec * heads);
-  const int bh = (int)sec * heads + (int)(w % in_sec);
+  const int sec_tiles = heads * n_mb;
+  const int sec = t / sec_tiles, w = t - sec * sec_tiles;
+  const int in_sec = min(heads, hb - sec * heads);
+  const int bh = sec * heads + w % in_sec;
   fwd90_tile r;
-  r.m_block = n_mb - 1 - (int)(w / in_sec);
+  r.m_block = n_mb - 1 - w / in_sec;
   r.h = bh % p.H;
   r.b = bh / p.H;
   return r;
@@ -529,17 +529,16 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
 
   /* The work: one tile per CTA (grid = query tiles x H x B, query tiles
    * in reverse blockIdx.x order, heavy first), or, persistent, tiles
-   * first, first + n_ctas, ... of fwd90_tile_of's order. */
+   * first, first + n_ctas, ... of fwd90_tile_of's order. Tile counts fit
+   * an int: Sq*H*B/128 tiles of q need far more than any GPU's memory
+   * before they reach 2^31. */
   const int n_mb = (p.Sq + fwd90_bm - 1) / fwd90_bm;
-  const long long n_tiles =
-      fwd90_persistent ? (long long)n_mb * p.H * p.B : 1;
-  const long long first =
-      fwd90_persistent
-          ? blockIdx.x + (long long)gridDim.x * (blockIdx.y + (long long)gridDim.y * blockIdx.z)
-          : 0;
-  const long long n_ctas =
-      fwd90_persistent ? (long long)gridDim.x * gridDim.y * gridDim.z : 1;
-  auto tile_at = [&](long long t) {
+  const int n_tiles = fwd90_persistent ? n_mb * p.H * p.B : 1;
+  const int first =
+      fwd90_persistent ? (int)(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z))
+                       : 0;
+  const int n_ctas = fwd90_persistent ? (int)(gridDim.x * gridDim.y * gridDim.z) : 1;
+  auto tile_at = [&](int t) {
     fwd90_tile r;
     if constexpr (fwd90_persistent) {
       r = fwd90_tile_of(t, n_mb, p);
@@ -591,7 +590,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
     fwd90_prefetch_tmap(mv);
     unsigned long long visited = 0;
     int it = 0, tq = 0; /* K/V stage uses and Q loads, over all tiles */
-    for (long long t = first; t < n_tiles; t += n_ctas, ++tq) {
+    for (int t = first; t < n_tiles; t += n_ctas, ++tq) {
       const fwd90_tile tl = tile_at(t);
       const int h = tl.h, b = tl.b, hk = h / (p.H / p.Hk);
       const int i0 = tl.m_block * fwd90_bm;
@@ -662,7 +661,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
   float s[fwd90_s_regs];
   unsigned pa[fwd90_bn / 16][4];
   int git = 0, tq = 0; /* K/V stage uses and Q loads, over all tiles */
-  for (long long t = first; t < n_tiles; t += n_ctas, ++tq) {
+  for (int t = first; t < n_tiles; t += n_ctas, ++tq) {
     const fwd90_tile tl = tile_at(t);
     const int h = tl.h, b = tl.b;
     const int i0 = tl.m_block * fwd90_bm;

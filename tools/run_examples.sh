@@ -10,7 +10,16 @@ ok=0 failed=0 notrun=0 refused=0
 for f in examples/*.attn; do
   echo "=== $f"
   if ! "$attnc" check "$f"; then failed=$((failed + 1)); continue; fi
-  for shape in "B=2,H=4,S=256" "B=1,H=4,Sq=77,Skv=201"; do
+  # Shapes name only the graph's own dimension symbols (attnc ir's "dims").
+  dims=" $("$attnc" ir "$f" | sed -n 's/^  dims //p' | head -1) "
+  has() { case "$dims" in *" $1 "*) return 0 ;; esac; return 1; }
+  base=""
+  has B && base="B=2,"
+  has H && base="${base}H=4,"
+  has Hk && base="${base}Hk=2,"
+  if has Sq && has Skv; then odd="Sq=77,Skv=201"; even="Sq=256,Skv=256"
+  else odd="S=201"; even="S=256"; fi
+  for shape in "$base$even" "$base$odd"; do
     "$attnc" run "$f" --shape "$shape" --seed 7
     case $? in
       0) ok=$((ok + 1)) ;;

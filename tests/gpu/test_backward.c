@@ -1,0 +1,281 @@
+/*
+ * test_backward.c: the derived backward on the GPU (attn_call_launch_backward)
+ * against the CPU backward (ref_backward, in double).
+ *
+ * Every example that declares grad, at three shapes (tile multiples, Sq !=
+ * Skv both ways and not multiples of the 64-row tiles; GQA where the graph
+ * has Hk): the forward runs first (its o and lse feed the backward), then
+ * the backward with a random dO; each gradient must agree to relative L2
+ * 2e-2 (bf16) with NaN-poisoned outputs. Also: rows whose keys are all
+ * masked get exactly zero dQ; dropout's mask is regenerated identically in
+ * the backward; a graph with grad on a bias is refused with a message; a
+ * graph without grad is refused. Skips without a GPU (exit 0). Run from
+ * the repository root (it reads examples/).
+ */
+#include <dirent.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attn.h"
+#include "attnc.h"
+#include "check.h"
+#include "cuda_driver.h"
+
+static int passed, failed, skipped;
+
+static void verdict(bool ok, const char *what, const char *detail) {
+  printf("%s: %s%s%s\n", ok ? "PASS" : "FAIL", what, detail && *detail ? ": " : "",
+         detail ? detail : "");
+  if (ok) passed++;
+  else failed++;
+}
+
+static const char *dim_name(const IrGraph *g, int tensor, int d) {
+  int s = g->tensors[tensor].dim_sym[d];
+  return s >= 0 ? g->dims[s].name : NULL;
+}
+
+static void shape_spec(const IrGraph *g, StrBuf *sb, int B, int H, int Hk, int Sq, int Skv) {
+  const char *b = dim_name(g, g->q, 0), *h = dim_name(g, g->q, 1);
+  const char *hk = dim_name(g, g->k, 1), *sq = dim_name(g, g->q, 2), *skv = dim_name(g, g->k, 2);
+  sb->len = 0;
+  if (b) sb_printf(sb, "%s=%d,", b, B);
+  if (h) sb_printf(sb, "%s=%d,", h, H);
+  if (hk && (!h || strcmp(hk, h))) sb_printf(sb, "%s=%d,", hk, Hk);
+  if (sq) sb_printf(sb, "%s=%d,", sq, Sq);
+  if (skv && (!sq || strcmp(skv, sq))) sb_printf(sb, "%s=%d,", skv, Skv);
+  if (sb->len) sb->data[--sb->len] = 0;
+}
+
+/* Forward then backward on the GPU, ref_backward on the CPU; compares
+ * every gradient. zero_rows > 0: dq's first zero_rows query rows of every
+ * (b, h) must be exactly 0 (their keys are all masked). */
+static void run_case(attn_context *ctx, attn_graph *ag, const IrGraph *g, const BwdGraph *bg,
+                     const char *spec, uint64_t seed, const char *label, int zero_rows) {
+  RefArgs ra = {.g = g};
+  StrBuf err = {0}, detail = {0};
+  ChkResult res = {0};
+  RefTensor *grads = calloc((size_t)g->ntensors, sizeof *grads);
+  double *dout = NULL;
+  bool ok = grads && ref_make_inputs(&ra, spec, seed, &err) == 0 &&
+            chk_output_shapes(&ra, &err) == 0;
+  BwdSlots sl;
+  if (ok && bwd_slots(g, &sl) != 0) {
+    sb_puts(&err, "no lse output");
+    ok = false;
+  }
+  if (ok) {
+    int64_t n = ref_numel(&ra.tensors[sl.o]);
+    dout = malloc((size_t)n * sizeof *dout);
+    RefRng rng = ref_rng(seed, 777);
+    for (int64_t e = 0; dout && e < n; e++)
+      dout[e] = ref_round(g->tensors[g->q].type, ref_rng_normal(&rng));
+    ok = dout != NULL;
+  }
+  ChkOptions co = {.dout = dout};
+  if (ok && chk_run_gpu(ctx, ag, &ra, &co, &res, &err) != ATTN_SUCCESS) ok = false;
+  if (ok && ref_backward(&ra, bg, dout, grads, &err) != 0) ok = false;
+  const int qkv[3] = {g->q, g->k, g->v};
+  for (int r = 0; ok && r < 3; r++) {
+    int t = qkv[r];
+    if (!g->tensors[t].grad) continue;
+    if (!res.grads || !res.grads[t] || !grads[t].data) {
+      sb_printf(&detail, "d%s missing; ", g->tensors[t].name);
+      ok = false;
+      break;
+    }
+    size_t n = (size_t)ref_numel(&grads[t]);
+    RefCompare c = ref_compare(res.grads[t], grads[t].data, n);
+    sb_printf(&detail, "d%s rel_l2 %.1e nonfinite-mismatch %zu; ", g->tensors[t].name, c.rel_l2,
+              c.nonfinite_mismatch);
+    if (!(c.rel_l2 <= 2e-2) || c.nonfinite_mismatch) ok = false;
+    if (t == g->q && zero_rows > 0) {
+      const int64_t *sh = grads[t].shape; /* [B, H, Sq, D] */
+      size_t nonzero = 0;
+      for (int64_t bh = 0; bh < sh[0] * sh[1]; bh++)
+        for (int64_t i = 0; i < zero_rows && i < sh[2]; i++)
+          for (int64_t d = 0; d < sh[3]; d++)
+            nonzero += res.grads[t][(bh * sh[2] + i) * sh[3] + d] != 0.0;
+      sb_printf(&detail, "nonzero dq in fully masked rows %zu; ", nonzero);
+      if (nonzero) ok = false;
+    }
+  }
+  StrBuf what = {0};
+  sb_printf(&what, "backward %s [%s]", label, spec);
+  if (err.len) sb_printf(&detail, "%s", err.data);
+  verdict(ok, what.data, detail.data);
+  sb_free(&what);
+  sb_free(&err);
+  sb_free(&detail);
+  chk_result_free(&res, g->ntensors);
+  for (int t = 0; grads && t < g->ntensors; t++) free(grads[t].data);
+  free(grads);
+  free(dout);
+  ref_args_free(&ra);
+}
+
+/* A graph with grad on a tensor other than q, k, v: the forward compiles,
+ * the backward is refused with a message naming the tensor. */
+static void test_refused(attn_context *ctx, attn_graph *ag, const IrGraph *g, const char *label) {
+  attn_call *call = NULL;
+  attn_status st = attn_call_create(ag, &call);
+  if (st == ATTN_SUCCESS) st = attn_call_launch_backward(call, NULL);
+  const char *msg = attn_context_error(ctx);
+  int bad = bwd_unsupported_grad(g);
+  bool ok = st == ATTN_ERROR_UNSUPPORTED && bad >= 0 && strstr(msg, g->tensors[bad].name);
+  StrBuf what = {0};
+  sb_printf(&what, "backward %s is refused (dBias not computed yet)", label);
+  verdict(ok, what.data, msg);
+  sb_free(&what);
+  attn_call_destroy(call);
+}
+
+static void test_module(attn_context *ctx, const char *name, const char *text, size_t len,
+                        uint64_t *seed, int zero_rows) {
+  attn_module *mod = NULL;
+  attn_status st = attn_module_compile_string(ctx, name, text, len, &mod);
+  if (st != ATTN_SUCCESS) {
+    verdict(false, name, attn_context_error(ctx));
+    return;
+  }
+  Arena *a = arena_new();
+  Diag d = {0};
+  Source *src = source_from_string(a, name, text, len);
+  IrModule *m = ir_build(parse_source(src, a, &d), a, &d);
+  for (int k = 0; m && !d.nerrors && k < m->ngraphs; k++) {
+    const IrGraph *g = m->graphs[k];
+    if (!bwd_has_grad(g)) continue;
+    attn_graph *ag;
+    if (attn_module_get_graph(mod, g->name, &ag) != ATTN_SUCCESS) {
+      verdict(false, g->name, attn_context_error(ctx));
+      continue;
+    }
+    const char *label = arena_printf(a, "%s:%s", name, g->name);
+    if (bwd_unsupported_grad(g) >= 0) {
+      test_refused(ctx, ag, g, label);
+      continue;
+    }
+    BwdGraph *bg = bwd_derive(g, a, &d);
+    if (!bg) {
+      verdict(false, label, d.out.data);
+      continue;
+    }
+    static const int shapes[][5] = {{1, 2, 1, 128, 128}, {2, 4, 2, 77, 201}, {1, 4, 2, 200, 64}};
+    StrBuf spec = {0};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+      shape_spec(g, &spec, shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3], shapes[s][4]);
+      run_case(ctx, ag, g, bg, spec.data, (*seed)++, label, zero_rows);
+    }
+    sb_free(&spec);
+  }
+  if (d.nerrors) verdict(false, name, d.out.data);
+  diag_free(&d);
+  arena_free(a);
+  attn_module_destroy(mod);
+}
+
+static void test_example(attn_context *ctx, const char *path, uint64_t *seed) {
+  Arena *a = arena_new();
+  Diag d = {0};
+  Source *src = source_load(a, path, &d);
+  /* A `grad` statement: a line whose first word is grad. */
+  bool grad = false;
+  for (const char *l = src ? src->text : ""; *l && !grad; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : "") {
+    while (*l == ' ' || *l == '\t') l++;
+    grad = !strncmp(l, "grad ", 5);
+  }
+  if (src && grad) test_module(ctx, path, src->text, src->len, seed, 0);
+  if (!src) verdict(false, path, d.out.data);
+  diag_free(&d);
+  arena_free(a);
+}
+
+/* Rows i < 64 keep no key: dQ there must be exactly 0, never NaN. */
+static const char masked_rows_src[] =
+    "attention masked_rows {\n"
+    "  input q : bf16[B, H, Sq, 64];\n"
+    "  input k : bf16[B, H, Skv, 64];\n"
+    "  input v : bf16[B, H, Skv, 64];\n"
+    "  s = mask((q @ k^T) * 0.125, j <= i - 64);\n"
+    "  o = softmax(s) @ v;\n"
+    "  output o : bf16[B, H, Sq, 64];\n"
+    "  output lse = logsumexp(s);\n"
+    "  grad q, k, v;\n"
+    "}\n";
+
+/* Dropout: the backward regenerates the forward's Philox mask. */
+static const char dropout_src[] =
+    "attention dropout_grad {\n"
+    "  input q : bf16[B, H, Sq, 128];\n"
+    "  input k : bf16[B, H, Skv, 128];\n"
+    "  input v : bf16[B, H, Skv, 128];\n"
+    "  scalar seed : u64 = 1234;\n"
+    "  s = (q @ k^T) * 0.08838834764831845;\n"
+    "  o = dropout(softmax(s), 0.1, seed, 7) @ v;\n"
+    "  output o : bf16[B, H, Sq, 128];\n"
+    "  output lse = logsumexp(s);\n"
+    "  grad q, k, v;\n"
+    "}\n";
+
+/* No grad: launch_backward refuses with a message. */
+static void test_no_grad(attn_context *ctx) {
+  static const char src[] =
+      "attention plain {\n"
+      "  input q : bf16[B, H, S, 64];\n  input k : bf16[B, H, S, 64];\n"
+      "  input v : bf16[B, H, S, 64];\n"
+      "  o = softmax((q @ k^T) * 0.125) @ v;\n  output o : bf16[B, H, S, 64];\n}\n";
+  attn_module *mod = NULL;
+  attn_graph *ag = NULL;
+  attn_call *call = NULL;
+  attn_status st = attn_module_compile_string(ctx, "plain", src, sizeof src - 1, &mod);
+  if (st == ATTN_SUCCESS) st = attn_module_get_graph(mod, NULL, &ag);
+  if (st == ATTN_SUCCESS) st = attn_call_create(ag, &call);
+  if (st == ATTN_SUCCESS) st = attn_call_launch_backward(call, NULL);
+  verdict(st == ATTN_ERROR_UNSUPPORTED && strstr(attn_context_error(ctx), "grad"),
+          "a graph without grad has no backward", attn_context_error(ctx));
+  attn_call_destroy(call);
+  attn_module_destroy(mod);
+}
+
+static int by_name(const void *x, const void *y) {
+  return strcmp(*(char *const *)x, *(char *const *)y);
+}
+
+int main(void) {
+  StrBuf err = {0};
+  attn_status st;
+  if (!rt_driver(&st, &err) || rt_driver_make_current_primary(0, &err) != ATTN_SUCCESS) {
+    printf("SKIP: GPU tests need a GPU: %s\n", err.data ? err.data : "no driver");
+    sb_free(&err);
+    return 0;
+  }
+  attn_context *ctx;
+  if (attn_context_create(&ctx) != ATTN_SUCCESS) return 1;
+  attn_context_set_cache_dir(ctx, NULL);
+  uint64_t seed = 1;
+  DIR *dir = opendir("examples");
+  char *names[256];
+  int n = 0;
+  for (struct dirent *e; dir && (e = readdir(dir)) && n < 256;) {
+    size_t len = strlen(e->d_name);
+    if (len > 5 && !strcmp(e->d_name + len - 5, ".attn"))
+      names[n++] = strdup(e->d_name);
+  }
+  if (dir) closedir(dir);
+  qsort(names, (size_t)n, sizeof *names, by_name);
+  for (int k = 0; k < n; k++) {
+    char path[512];
+    snprintf(path, sizeof path, "examples/%s", names[k]);
+    test_example(ctx, path, &seed);
+    free(names[k]);
+  }
+  test_module(ctx, "masked_rows", masked_rows_src, sizeof masked_rows_src - 1, &seed, 64);
+  test_module(ctx, "dropout_grad", dropout_src, sizeof dropout_src - 1, &seed, 0);
+  test_no_grad(ctx);
+  attn_context_destroy(ctx);
+  rt_driver_release_primary(0);
+  sb_free(&err);
+  printf("backward: %d passed, %d failed, %d skipped\n", passed, failed, skipped);
+  return failed ? 1 : 0;
+}
