@@ -420,6 +420,10 @@ typedef struct RefArgs {
  * uint64. Returns 0, or -1 with a message in err (prefixed with
  * "file:line:col: " where a node is to blame). */
 int ref_forward(RefArgs *args, StrBuf *err);
+/* Appends "file:line:col: message" (the location when a node is to blame,
+ * on a new line after earlier messages) to err; returns -1. */
+int ref_verror(StrBuf *err, const IrNode *n, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
 
 /* ------------------------------------------------- ref_data.c: test data */
 

@@ -59,17 +59,20 @@ typedef struct RefCtx {
 static int ref_fail(RefCtx *c, const IrNode *n, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* Appends "file:line:col: message" (the location when a node is to
- * blame) and returns -1, so callers can write `return ref_fail(...)`. */
-static int ref_fail(RefCtx *c, const IrNode *n, const char *fmt, ...) {
-  if (c->err->len > 0)
-    sb_putc(c->err, '\n');
+int ref_verror(StrBuf *err, const IrNode *n, const char *fmt, va_list ap) {
+  if (err->len > 0)
+    sb_putc(err, '\n');
   if (n && n->loc.src)
-    sb_printf(c->err, "%s:%d:%d: ", n->loc.src->name, n->loc.line,
-              n->loc.col);
+    sb_printf(err, "%s:%d:%d: ", n->loc.src->name, n->loc.line, n->loc.col);
+  sb_vprintf(err, fmt, ap);
+  return -1;
+}
+
+/* Returns -1, so callers can write `return ref_fail(...)`. */
+static int ref_fail(RefCtx *c, const IrNode *n, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  sb_vprintf(c->err, fmt, ap);
+  ref_verror(c->err, n, fmt, ap);
   va_end(ap);
   return -1;
 }

@@ -39,14 +39,9 @@ static int bref_fail(BwdRef *c, const IrNode *n, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 static int bref_fail(BwdRef *c, const IrNode *n, const char *fmt, ...) {
-  if (c->err->len > 0)
-    sb_putc(c->err, '\n');
-  if (n && n->loc.src)
-    sb_printf(c->err, "%s:%d:%d: ", n->loc.src->name, n->loc.line,
-              n->loc.col);
   va_list ap;
   va_start(ap, fmt);
-  sb_vprintf(c->err, fmt, ap);
+  ref_verror(c->err, n, fmt, ap);
   va_end(ap);
   return -1;
 }
