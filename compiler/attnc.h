@@ -684,6 +684,11 @@ bool bwd_has_grad(const IrGraph *g);
  * broadcast). */
 BwdGraph *bwd_derive(const IrGraph *g, Arena *a, Diag *d);
 bool bwd_is_forward(const BwdGraph *bg, const IrNode *n);
+/* Whether the load ld of a grad tensor reads it as a bias t[b, h, i, j]
+ * (indices in order, some left out, literal-1 dims broadcast); fills the
+ * per-dimension axis map and the kept axes as BwdBias describes them. */
+bool bwd_bias_axes(const IrGraph *g, const IrNode *ld, int axis[],
+                   unsigned *keep);
 /* The derived graph as text (`attnc ir --backward`; a golden format). */
 void bwd_dump(StrBuf *out, const BwdGraph *bg);
 
@@ -707,19 +712,42 @@ int ref_backward(RefArgs *args, const BwdGraph *bg, const double *dout,
  * the extra slots the backward binds: dO, delta (f32 [B, H, Sq]), dQ's f32
  * accumulator [B, H, Sq, Dqk], then dq, dk, dv for the grad inputs among
  * q, k, v and the dK/dV f32 accumulators [B, Hk, Skv, D] (used when
- * H != Hk). Absent ones are -1. The runtime (runtime/backward.c) and the
- * emitter both derive the slots with bwd_slots, so they always agree. */
+ * H != Hk), then per bias gradient (a grad input other than q, k, v, in
+ * tensor order) its d<name> slot and, unless it is written directly, an
+ * f32 scratch slot. Absent ones are -1. The runtime (runtime/backward.c)
+ * and the emitter both derive the slots with bwd_slots, so they always
+ * agree. */
+#define BWD_MAX_BIAS 2
+typedef enum BwdBiasMode {
+  BWD_BIAS_DIRECT, /* read as t[b, h, i, j], no broadcast: each element of
+                      d<name> is written once by the main kernel (the
+                      delta pre-pass zeroes it first, for skipped tiles) */
+  BWD_BIAS_ATOMIC, /* broadcast over some axis: f32 atomics into a scratch
+                      of the bias's shape, converted by the convert pass */
+  BWD_BIAS_REDUCED /* varies over b and h at most (slopes[h]): summed in
+                      registers, one atomic per warp, then converted */
+} BwdBiasMode;
 typedef struct BwdSlots {
   int o, lse;
   int dout, delta, dqa, dq, dk, dv, dka, dva;
+  int nbias;
+  int bias[BWD_MAX_BIAS];      /* tensor index of each bias with grad */
+  int dbias[BWD_MAX_BIAS];     /* slot of its gradient d<name> */
+  int dbias_acc[BWD_MAX_BIAS]; /* its f32 scratch slot, -1 for DIRECT */
+  BwdBiasMode bias_mode[BWD_MAX_BIAS];
+  int bias_axis[BWD_MAX_BIAS][IR_MAX_RANK]; /* as BwdBias.axis */
+  unsigned bias_keep[BWD_MAX_BIAS];         /* as BwdBias.keep */
   int end; /* one past the last slot used */
 } BwdSlots;
 
 /* Fills s for a checked graph with grad; -1 when the graph has no lse
- * output of its softmax's input (then s->lse is -1). */
+ * output of its softmax's input (then s->lse is -1). Biases that
+ * bwd_unsupported_grad refuses get no slots. */
 int bwd_slots(const IrGraph *g, BwdSlots *s);
-/* The first tensor other than q, k, v declared with grad (its gradient
- * is a bias gradient the GPU backward does not compute yet), or -1. */
+/* The first tensor declared with grad whose gradient the GPU backward
+ * cannot compute, or -1: a grad input other than q, k, v that is not a
+ * 16- or 32-bit float read as a bias (bwd_bias_axes, the same way at every
+ * read), or beyond the first BWD_MAX_BIAS such biases. */
 int bwd_unsupported_grad(const IrGraph *g);
 
 /* What the backward template is filled from. */

@@ -199,8 +199,8 @@ static void accumulate(Deriver *dv, IrNode *to, IrNode *contrib) {
 /* Reads of a grad tensor must be t[b, h, i, j] with some indices left out
  * (indices in increasing order); a literal-1 dimension broadcasts, so its
  * subscript does not matter. Fills the tensor's axis map. */
-static bool bias_axes(const IrGraph *g, const IrNode *ld, int axis[],
-                      unsigned *keep) {
+bool bwd_bias_axes(const IrGraph *g, const IrNode *ld, int axis[],
+                   unsigned *keep) {
   const IrTensor *t = &g->tensors[ld->ref];
   unsigned last = 0;
   *keep = 0;
@@ -228,7 +228,7 @@ static BwdBias *bias_entry(Deriver *dv, int tensor) {
 
 static int derive_load(Deriver *dv, IrNode *n, IrNode *adj) {
   BwdBias e = {.tensor = n->ref};
-  if (!bias_axes(dv->g, n, e.axis, &e.keep)) {
+  if (!bwd_bias_axes(dv->g, n, e.axis, &e.keep)) {
     const IrTensor *t = &dv->g->tensors[n->ref];
     diag_error(dv->d, n->loc, "the gradient of '%s' needs it read as %s[b, "
                "h, i, j] (indices in order; some may be left out, and "

@@ -407,8 +407,10 @@ static int choose_template(const KernelSpec *s, bool arch_specific, int sm, Tmpl
     info->tma_rows_q = cfg.bm;
     info->tma_rows_kv = cfg.bn;
     /* Not with dropout: its per-element Philox hook already spills, and
-     * the tile loop's registers make it spill far more. */
-    info->persistent = cfg.persistent && !s->dropout;
+     * the tile loop's registers make it spill far more. Not with masks:
+     * the static tile order balances only equal-work tiles (causal lost
+     * up to 40% persistent; bench/NOTES-sm90.md). */
+    info->persistent = cfg.persistent && !s->dropout && s->nmasks == 0;
     return 0;
   }
   Sm80Config cfg;

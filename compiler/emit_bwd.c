@@ -201,6 +201,152 @@ static void put_fn(StrBuf *out, BwdHook *hk, const char *sig, const char *ret) {
   sb_free(&hk->body);
 }
 
+/* The BwdBias derived for tensor t, or NULL (the scores pass it no
+ * gradient: it stays 0). */
+static const BwdBias *find_bias(const BwdGraph *bg, int t) {
+  for (int k = 0; k < bg->nbias; k++)
+    if (bg->bias[k].tensor == t) return &bg->bias[k];
+  return NULL;
+}
+
+static const char *axis_var(int axis) {
+  return axis == DOM_B ? "b" : axis == DOM_H ? "h" : axis == DOM_I ? "i" : axis == DOM_J ? "j" : "0";
+}
+
+/* "x0, x1, x2, x3": the bias element that score element (b, h, i, j)
+ * reads, broadcast dims 0. */
+static const char *bias_subs(Arena *a, const BwdSlots *sl, int r) {
+  const int *ax = sl->bias_axis[r];
+  return arena_printf(a, "%s, %s, %s, %s", axis_var(ax[0]), axis_var(ax[1]), axis_var(ax[2]),
+                      axis_var(ax[3]));
+}
+
+/* Dense offset of that element in a scratch shaped like the bias. */
+static const char *bias_dense(Arena *a, const BwdSlots *sl, int r) {
+  const int *ax = sl->bias_axis[r];
+  int t = sl->bias[r];
+  return arena_printf(a,
+                      "((((long long)%s * p.t[%d].size[1] + %s) * p.t[%d].size[2] + %s) * "
+                      "p.t[%d].size[3] + %s)",
+                      axis_var(ax[0]), t, axis_var(ax[1]), t, axis_var(ax[2]), t, axis_var(ax[3]));
+}
+
+static const char *full_index(Arena *a, const char *b, const char *h, const char *i,
+                              const char *j) {
+  return arena_printf(a, "(((long long)%s * p.H + %s) * p.Sq + %s) * p.Skv + %s", b, h, i, j);
+}
+
+/* The bias-gradient hooks (templates/bwd_sm80.cuh declares them), after
+ * the template text, whose store helpers they call. */
+static void emit_bias_hooks(StrBuf *out, const BwdSpec *s, Arena *a) {
+  const BwdSlots *sl = &s->slots;
+  const IrGraph *g = s->g;
+  BwdHook hk;
+  bwd_hook_init(&hk, s, a);
+  const char *ret = s->bg->draw ? bx_as(&hk, s->bg->draw, DT_F32) : "0.f";
+  const char *val[BWD_MAX_BIAS] = {NULL};
+  for (int r = 0; r < sl->nbias; r++) {
+    const BwdBias *bb = find_bias(s->bg, sl->bias[r]);
+    if (bb) val[r] = bx_as(&hk, bb->value, DT_F32);
+  }
+  sb_puts(out, "\n/* attn_bwd_draw plus each bias's gradient at score element (b, h, i, j). */\n"
+               "static __device__ __forceinline__ float attn_bwd_draw_bias(float ds, float acc, "
+               "int b, int h, int i, int j, const attn_params &p, float (&red)[bwd80_nred]) {\n");
+  if (hk.body.len) sb_puts(out, hk.body.data);
+  sb_free(&hk.body);
+  int nred = 0;
+  for (int r = 0; r < sl->nbias; r++) {
+    const IrTensor *t = &g->tensors[sl->bias[r]];
+    const char *st = dtype_name(t->type);
+    if (!val[r]) {
+      sb_printf(out, "  /* d%s: the scores pass it no gradient */\n", t->name);
+      if (sl->bias_mode[r] == BWD_BIAS_REDUCED) nred++;
+      continue;
+    }
+    switch (sl->bias_mode[r]) {
+    case BWD_BIAS_DIRECT:
+      sb_printf(out, "  { /* d%s, written once per element */\n"
+                     "    const long long o = attn_offset(p.t[%d], %s);\n"
+                     "    if (o >= 0) bwd80_st_%s(p.t[%d].ptr, o, %s);\n  }\n",
+                t->name, sl->dbias[r], bias_subs(a, sl, r), st, sl->dbias[r], val[r]);
+      break;
+    case BWD_BIAS_ATOMIC:
+    case BWD_BIAS_REDUCED:
+      sb_printf(out, "  if (bwd80_deterministic(p)) /* d%s: every element kept, summed later */\n"
+                     "    ((float *)p.t[%d].ptr)[%s] = %s;\n",
+                t->name, sl->dbias_acc[r], full_index(a, "b", "h", "i", "j"), val[r]);
+      if (sl->bias_mode[r] == BWD_BIAS_ATOMIC)
+        sb_printf(out, "  else\n    atomicAdd((float *)p.t[%d].ptr + %s, %s);\n", sl->dbias_acc[r],
+                  bias_dense(a, sl, r), val[r]);
+      else
+        sb_printf(out, "  else\n    red[%d] += %s;\n", nred++, val[r]);
+      break;
+    }
+  }
+  sb_printf(out, "  return %s;\n}\n\n", ret);
+
+  /* flush: the warp sums of the REDUCED biases. */
+  sb_puts(out, "static __device__ __forceinline__ void attn_bwd_bias_flush(const float "
+               "(&red)[bwd80_nred], int b, int h, const attn_params &p) {\n");
+  nred = 0;
+  for (int r = 0; r < sl->nbias; r++)
+    if (sl->bias_mode[r] == BWD_BIAS_REDUCED) {
+      sb_printf(out, "  { const int i = 0, j = 0; (void)i; (void)j;\n"
+                     "    atomicAdd((float *)p.t[%d].ptr + %s, red[%d]); }\n",
+                sl->dbias_acc[r], bias_dense(a, sl, r), nred++);
+    }
+  sb_puts(out, "  (void)red; (void)b; (void)h; (void)p;\n}\n\n");
+
+  /* init: zero the directly written gradients' rows. */
+  sb_puts(out, "static __device__ __forceinline__ void attn_bwd_bias_init(int b, int h, int i, "
+               "int lane, const attn_params &p) {\n");
+  for (int r = 0; r < sl->nbias; r++)
+    if (sl->bias_mode[r] == BWD_BIAS_DIRECT)
+      sb_printf(out, "  for (int j = lane; j < p.Skv; j += 32) {\n"
+                     "    const long long o = attn_offset(p.t[%d], b, h, i, j);\n"
+                     "    if (o >= 0) bwd80_st_%s(p.t[%d].ptr, o, 0.f);\n  }\n",
+                sl->dbias[r], dtype_name(g->tensors[sl->bias[r]].type), sl->dbias[r]);
+  sb_puts(out, "  (void)b; (void)h; (void)i; (void)lane; (void)p;\n}\n\n");
+
+  /* finish: each accumulated gradient's elements, by one representative
+   * warp (coordinate 0 on the axes the bias does not keep). */
+  sb_puts(out, "static __device__ __forceinline__ void attn_bwd_bias_finish(int b, int h, int i, "
+               "int lane, const attn_params &p) {\n"
+               "  const bool det = bwd80_deterministic(p);\n  (void)det;\n");
+  for (int r = 0; r < sl->nbias; r++) {
+    if (sl->bias_mode[r] == BWD_BIAS_DIRECT) continue;
+    unsigned kp = sl->bias_keep[r];
+    bool kb = kp & DOM_B, kh = kp & DOM_H, ki = kp & DOM_I, kj = kp & DOM_J;
+    const IrTensor *t = &g->tensors[sl->bias[r]];
+    sb_printf(out, "  if (%s && %s && %s) { /* d%s */\n", kb ? "true" : "b == 0",
+              kh ? "true" : "h == 0", ki ? "true" : "i == 0", t->name);
+    if (kj)
+      sb_puts(out, "    for (int j = lane; j < p.Skv; j += 32) {\n");
+    else
+      sb_puts(out, "    {\n      const int j = 0;\n");
+    sb_puts(out, "      float v = 0.f;\n      if (det) {\n");
+    sb_printf(out, "        for (int bb = %s; bb < %s; ++bb)\n", kb ? "b" : "0", kb ? "b + 1" : "p.B");
+    sb_printf(out, "          for (int hh = %s; hh < %s; ++hh)\n", kh ? "h" : "0",
+              kh ? "h + 1" : "p.H");
+    sb_printf(out, "            for (int ii = %s; ii < %s; ++ii)\n", ki ? "i" : "0",
+              ki ? "i + 1" : "p.Sq");
+    sb_printf(out, "              for (int jj = %s; jj < %s; jj += %s)\n", kj ? "j" : "lane",
+              kj ? "j + 1" : "p.Skv", kj ? "1" : "32");
+    sb_printf(out, "                v += ((const float *)p.t[%d].ptr)[%s];\n", sl->dbias_acc[r],
+              full_index(a, "bb", "hh", "ii", "jj"));
+    if (!kj)
+      sb_puts(out, "#pragma unroll\n        for (int o = 16; o > 0; o >>= 1)\n"
+                   "          v += __shfl_xor_sync(0xffffffffu, v, o);\n");
+    sb_printf(out, "      } else {\n        v = ((const float *)p.t[%d].ptr)[%s];\n      }\n",
+              sl->dbias_acc[r], bias_dense(a, sl, r));
+    sb_printf(out, "      const long long o = attn_offset(p.t[%d], %s);\n", sl->dbias[r],
+              bias_subs(a, sl, r));
+    sb_printf(out, "      if (o >= 0%s) bwd80_st_%s(p.t[%d].ptr, o, v);\n    }\n  }\n",
+              kj ? "" : " && lane == 0", dtype_name(t->type), sl->dbias[r]);
+  }
+  sb_puts(out, "  (void)b; (void)h; (void)i; (void)lane; (void)p;\n}\n\n");
+}
+
 void emit_bwd_body(StrBuf *out, const BwdSpec *s, Arena *a) {
   const BwdSlots *sl = &s->slots;
   sb_puts(out, "\n/* ---- backward (templates/bwd_sm80.cuh) ---- */\n");
@@ -209,6 +355,12 @@ void emit_bwd_body(StrBuf *out, const BwdSpec *s, Arena *a) {
   sb_printf(out, "#define ATTN_TDQ %d\n#define ATTN_TDK %d\n#define ATTN_TDV %d\n", sl->dq, sl->dk,
             sl->dv);
   sb_printf(out, "#define ATTN_TDKA %d\n#define ATTN_TDVA %d\n\n", sl->dka, sl->dva);
+  if (sl->nbias > 0) {
+    int nred = 0;
+    for (int r = 0; r < sl->nbias; r++) nred += sl->bias_mode[r] == BWD_BIAS_REDUCED;
+    sb_printf(out, "/* Bias gradients: hooks after the template. */\n#define ATTN_BWD_BIAS 1\n"
+                   "#define ATTN_BWD_NRED %d\n\n", nred);
+  }
 
   BwdHook hk;
   bwd_hook_init(&hk, s, a);
@@ -224,6 +376,7 @@ void emit_bwd_body(StrBuf *out, const BwdSpec *s, Arena *a) {
   sb_puts(out, "/* The factor folded out of dRaw, applied to dQ and dK. */\n");
   put_fn(out, &hk, "float attn_bwd_scale(const attn_params &p)", ret);
   sb_puts(out, bwd_sm80_src);
+  if (sl->nbias > 0) emit_bias_hooks(out, s, a);
 }
 
 void emit_bwd_entries(StrBuf *out, const BwdSpec *s, Arena *a, KernelInfo *info) {
@@ -240,4 +393,5 @@ void emit_bwd_entries(StrBuf *out, const BwdSpec *s, Arena *a, KernelInfo *info)
   info->bwd_block_n = s->block_n;
   sb_puts(out, "#undef ATTN_TDO\n#undef ATTN_TDELTA\n#undef ATTN_TDQA\n#undef ATTN_TDQ\n"
                "#undef ATTN_TDK\n#undef ATTN_TDV\n#undef ATTN_TDKA\n#undef ATTN_TDVA\n\n");
+  if (s->slots.nbias > 0) sb_puts(out, "#undef ATTN_BWD_BIAS\n#undef ATTN_BWD_NRED\n\n");
 }

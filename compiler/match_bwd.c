@@ -5,9 +5,11 @@
  *
  * The template recomputes P from the forward's scores and the saved lse,
  * so the graph must output lse; it holds K, V, Q and dO tiles of 64 rows
- * in shared memory, so head dims are 64 or 128; and dBias (a gradient
- * summed into a tensor other than q, k, v) is not accumulated yet. Each
- * refusal is a located error naming what to change.
+ * in shared memory, so head dims are 64 or 128; a bias gradient (a grad
+ * tensor other than q, k, v) needs the bias read as t[b, h, i, j] (some
+ * indices left out, literal-1 dims broadcast) and is written directly,
+ * through f32 atomics, or summed per warp (BwdBiasMode). Each refusal is a
+ * located error naming what to change.
  */
 #include <string.h>
 
@@ -28,6 +30,54 @@ static int find_lse_output(const IrGraph *g) {
   return -1;
 }
 
+/* How grad tensor t is read: every load of it a bias read the same way
+ * (bwd_bias_axes). false when it is never read or read two ways. */
+static bool bias_read(const IrGraph *g, int t, int axis[IR_MAX_RANK], unsigned *keep) {
+  bool seen = false;
+  for (int id = 0; id < g->nnodes; id++) {
+    const IrNode *n = g->nodes[id];
+    if (n->op != IR_LOAD || n->ref != t) continue;
+    int ax[IR_MAX_RANK] = {0, 0, 0, 0};
+    unsigned kp = 0;
+    if (!bwd_bias_axes(g, n, ax, &kp)) return false;
+    if (seen && memcmp(ax, axis, sizeof ax)) return false;
+    memcpy(axis, ax, sizeof ax);
+    *keep = kp;
+    seen = true;
+  }
+  return seen;
+}
+
+static bool bias_dtype_ok(DType t) { return t == DT_F32 || t == DT_BF16 || t == DT_F16; }
+
+/* The grad tensors other than q, k, v, in tensor order; -1 when one of
+ * them cannot be computed (its index in *bad). */
+static int bias_list(const IrGraph *g, BwdSlots *s, int *bad) {
+  s->nbias = 0;
+  *bad = -1;
+  for (int t = 0; t < g->ntensors; t++) {
+    if (!g->tensors[t].grad || t == g->q || t == g->k || t == g->v) continue;
+    int axis[IR_MAX_RANK] = {0, 0, 0, 0};
+    unsigned keep = 0;
+    if (s->nbias == BWD_MAX_BIAS || !bias_dtype_ok(g->tensors[t].type) ||
+        !bias_read(g, t, axis, &keep)) {
+      *bad = t;
+      return -1;
+    }
+    int r = s->nbias++;
+    s->bias[r] = t;
+    memcpy(s->bias_axis[r], axis, sizeof axis);
+    s->bias_keep[r] = keep;
+    const IrTensor *it = &g->tensors[t];
+    bool direct = it->ndims == 4 && axis[0] == DOM_B && axis[1] == DOM_H && axis[2] == DOM_I &&
+                  axis[3] == DOM_J;
+    s->bias_mode[r] = direct ? BWD_BIAS_DIRECT
+                      : (keep & (DOM_I | DOM_J)) == 0 ? BWD_BIAS_REDUCED
+                                                      : BWD_BIAS_ATOMIC;
+  }
+  return 0;
+}
+
 int bwd_slots(const IrGraph *g, BwdSlots *s) {
   int o = find_o_output(g), lse = find_lse_output(g);
   s->o = o >= 0 ? g->outputs[o].tensor : -1;
@@ -41,14 +91,21 @@ int bwd_slots(const IrGraph *g, BwdSlots *s) {
   s->dv = g->tensors[g->v].grad ? next++ : -1;
   s->dka = s->dk >= 0 ? next++ : -1;
   s->dva = s->dv >= 0 ? next++ : -1;
+  int bad;
+  if (bias_list(g, s, &bad)) s->nbias = 0;
+  for (int r = 0; r < s->nbias; r++) {
+    s->dbias[r] = next++;
+    s->dbias_acc[r] = s->bias_mode[r] == BWD_BIAS_DIRECT ? -1 : next++;
+  }
   s->end = next;
   return s->o >= 0 && s->lse >= 0 ? 0 : -1;
 }
 
 int bwd_unsupported_grad(const IrGraph *g) {
-  for (int t = 0; t < g->ntensors; t++)
-    if (g->tensors[t].grad && t != g->q && t != g->k && t != g->v) return t;
-  return -1;
+  BwdSlots s;
+  int bad;
+  bias_list(g, &s, &bad);
+  return bad;
 }
 
 static bool head_dim_ok(int d) { return d == 64 || d == 128; }
@@ -58,9 +115,9 @@ BwdSpec *match_bwd(const KernelSpec *fwd, Arena *a, Diag *d) {
   int bad = bwd_unsupported_grad(g);
   if (bad >= 0) {
     diag_error(d, g->tensors[bad].loc,
-               "graph '%s': the GPU backward computes the gradients of q, k and v only; "
-               "'%s' is declared with grad (dBias is not accumulated yet)",
-               g->name, g->tensors[bad].name);
+               "graph '%s': the GPU backward computes the gradient of '%s' only for at most "
+               "%d f32/bf16/f16 biases read as %s[b, h, i, j] the same way everywhere",
+               g->name, g->tensors[bad].name, BWD_MAX_BIAS, g->tensors[bad].name);
     return NULL;
   }
   BwdGraph *bg = bwd_derive(g, a, d);

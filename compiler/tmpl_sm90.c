@@ -17,6 +17,7 @@
  * Variants (measured side by side in bench/NOTES-sm90.md) are chosen by
  * the environment variable ATTN_SM90_VARIANT, read at emit time; each is
  * emitted as macros, so the kernel source (and so its cache key) differs:
+ *   auto          the default: persist at D 64, bn80 at D 256, base at 128
  *   base          one CTA per query tile; D 256: BN 64, 2 stages
  *   persist       persistent grid (ATTN_PERSISTENT), same tiles
  *   bn80          D 256: BN 80, 2 stages; one CTA per query tile
@@ -35,18 +36,23 @@ typedef struct Sm90Candidate {
 
 typedef struct Sm90Variant {
   const char *name;
-  bool persistent; /* grid of at most one CTA per SM walking the tiles */
-  bool bn80;       /* D 256: key tiles of 80 instead of 64 */
+  int persistent_max_d; /* persistent grid up to this head dim (0: never) */
+  bool bn80;            /* D 256: key tiles of 80 instead of 64 */
 } Sm90Variant;
 
 static const Sm90Variant sm90_variants[] = {
-    {"base", false, false},
-    {"persist", true, false},
-    {"bn80", false, true},
-    {"persist_bn80", true, true},
+    {"auto", 64, true},
+    {"base", 0, false},
+    {"persist", 256, false},
+    {"bn80", 0, true},
+    {"persist_bn80", 256, true},
 };
 
-/* The default; see bench/NOTES-sm90.md for the measurements behind it. */
+/* The default, "auto": the fastest measured per head dim (bench/NOTES-
+ * sm90.md, 2026-11-29, H200): persistent at D 64 (+4-10% unmasked), BN 80
+ * at D 256 (+3-7%), base at D 128 (persistence was within noise there).
+ * emit.c keeps masked and dropout graphs non-persistent whatever the
+ * variant: the static tile order balances only equal-work tiles. */
 #define SM90_DEFAULT_VARIANT 0
 
 #define SM90_SMEM_LIMIT (227 * 1024)
@@ -89,7 +95,7 @@ int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, Sm90Config *out) {
       out->stages = list[k].stages;
       out->threads = 384;
       out->smem_bytes = bytes;
-      out->persistent = var->persistent;
+      out->persistent = (d_qk > d_v ? d_qk : d_v) <= var->persistent_max_d;
       return 0;
     }
   }

@@ -110,6 +110,39 @@ __device__ __forceinline__ float attn_dropout_scale(int b, int h, int i, int j,
                                                     const attn_params &p);
 #endif
 
+/* Deterministic mode (attn_call_set_deterministic): the runtime leaves dQ's
+ * accumulator slot null. Then the main kernel's grid has ceil(Sq / 64)
+ * extra CTAs, each of which computes one query tile's dQ by visiting the
+ * key tiles in order (no atomics), and with GQA the dK/dV accumulators are
+ * per query head, [B, H, Skv, D], summed in head order by convert_kv. */
+static __device__ __forceinline__ bool bwd80_deterministic(const attn_params &p) {
+  return p.t[bwd80_tdqa].ptr == nullptr;
+}
+
+#if defined(ATTN_BWD_BIAS)
+/* Bias gradients (emitted by compiler/emit_bwd.c after this text, for the
+ * graphs that declare grad on a bias). ATTN_BWD_NRED: how many of them are
+ * summed in registers (biases over b and h only). */
+constexpr int bwd80_nred = ATTN_BWD_NRED > 0 ? ATTN_BWD_NRED : 1;
+/* attn_bwd_draw, plus the element's contribution to every bias gradient:
+ * stored (direct), atomically added, or added to red. */
+static __device__ __forceinline__ float attn_bwd_draw_bias(float ds, float acc, int b, int h,
+                                                           int i, int j, const attn_params &p,
+                                                           float (&red)[bwd80_nred]);
+/* Lane 0 of each warp, at the end of the main kernel: red summed over the
+ * warp, added to the scratch. */
+static __device__ __forceinline__ void attn_bwd_bias_flush(const float (&red)[bwd80_nred], int b,
+                                                           int h, const attn_params &p);
+/* Warp (b, h, i) of the delta pre-pass: zeroes row (b, h, i) of every
+ * directly written bias gradient. */
+static __device__ __forceinline__ void attn_bwd_bias_init(int b, int h, int i, int lane,
+                                                          const attn_params &p);
+/* Warp (b, h, i) of the convert pass: the scratch of the accumulated bias
+ * gradients to their tensors (in deterministic mode: summed in order). */
+static __device__ __forceinline__ void attn_bwd_bias_finish(int b, int h, int i, int lane,
+                                                            const attn_params &p);
+#endif
+
 /* ------------------------------------------------------ PTX wrappers */
 
 static __device__ __forceinline__ unsigned bwd80_smem_addr(const void *ptr) {
@@ -178,6 +211,24 @@ static __device__ __forceinline__ float bwd80_to_f32(unsigned short x) {
 
 static __device__ __forceinline__ unsigned short bwd80_from_f32(float x) {
   return (unsigned short)(bwd80_pack(x, 0.f) & 0xffffu);
+}
+
+/* Element off of a gradient tensor of the named dtype (bias gradients). */
+[[maybe_unused]] static __device__ __forceinline__ void bwd80_st_f32(void *ptr, long long off,
+                                                                     float v) {
+  ((float *)ptr)[off] = v;
+}
+[[maybe_unused]] static __device__ __forceinline__ void bwd80_st_bf16(void *ptr, long long off,
+                                                                      float v) {
+  unsigned short r;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(v));
+  ((unsigned short *)ptr)[off] = r;
+}
+[[maybe_unused]] static __device__ __forceinline__ void bwd80_st_f16(void *ptr, long long off,
+                                                                     float v) {
+  unsigned short r;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r) : "f"(v));
+  ((unsigned short *)ptr)[off] = r;
 }
 
 /* ------------------------------------------------ shared-memory tiles */
@@ -261,9 +312,172 @@ __device__ __forceinline__ void attn_bwd_sm80_delta(const attn_params &p) {
   const attn_tensor_arg &tdl = p.t[bwd80_tdelta];
   if (lane == 0)
     ((float *)tdl.ptr)[((long long)b * p.H + h) * p.Sq + i] = acc;
-  float *dqa = (float *)p.t[bwd80_tdqa].ptr + (((long long)b * p.H + h) * p.Sq + i) * bwd80_dqk;
-  for (int d = lane; d < bwd80_dqk; d += 32)
-    dqa[d] = 0.f;
+  if (!bwd80_deterministic(p)) {
+    float *dqa =
+        (float *)p.t[bwd80_tdqa].ptr + (((long long)b * p.H + h) * p.Sq + i) * bwd80_dqk;
+    for (int d = lane; d < bwd80_dqk; d += 32)
+      dqa[d] = 0.f;
+  }
+#if defined(ATTN_BWD_BIAS)
+  attn_bwd_bias_init(b, h, i, lane, p);
+#endif
+}
+
+/* ------------------------------------- deterministic dQ (extra CTAs) */
+
+/* dQ of query tile m (64 rows, 16 per warp) in a fixed order: the key
+ * tiles the masks let through, in increasing order, each recomputing S,
+ * P, dP and dRaw as the main kernel does (with queries as the M
+ * dimension), dQ += dRaw K in registers, stored once at the end. Uses the
+ * main kernel's shared memory: K, V (the current key tile), Q, dO, lse,
+ * delta of the query tile. */
+static __device__ __forceinline__ void bwd80_dq_tile(const attn_params &p, int m) {
+  extern __shared__ __align__(128) unsigned char bwd80_smem[];
+  const float neg_inf = __int_as_float(0xff800000);
+  const float log2e = 1.4426950408889634f;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int h = blockIdx.y, b = blockIdx.z;
+  const int hk = h / (p.H / p.Hk);
+  const int i0 = m * bwd80_bm;
+  const int i_last = min(i0 + bwd80_bm, p.Sq) - 1;
+  if (bwd80_tdq < 0 || i0 >= p.Sq)
+    return;
+
+  const attn_tensor_arg &tq = p.t[bwd80_tq], &tk = p.t[bwd80_tk], &tv = p.t[bwd80_tv];
+  const attn_tensor_arg &tdo = p.t[bwd80_tdo];
+  const unsigned short *qg = (const unsigned short *)tq.ptr + b * tq.stride[0] + h * tq.stride[1];
+  const unsigned short *kg = (const unsigned short *)tk.ptr + b * tk.stride[0] + hk * tk.stride[1];
+  const unsigned short *vg = (const unsigned short *)tv.ptr + b * tv.stride[0] + hk * tv.stride[1];
+  const unsigned short *dog =
+      (const unsigned short *)tdo.ptr + b * tdo.stride[0] + h * tdo.stride[1];
+  const attn_tensor_arg &tl = p.t[bwd80_tlse];
+  const float *lseg = (const float *)tl.ptr + b * tl.stride[0] + h * tl.stride[1];
+  const float *deltag = (const float *)p.t[bwd80_tdelta].ptr + ((long long)b * p.H + h) * p.Sq;
+
+  const unsigned sk = bwd80_smem_addr(bwd80_smem);
+  const unsigned sv = sk + bwd80_k_bytes;
+  const unsigned sq = sv + bwd80_v_bytes;
+  const unsigned sdo = sq + bwd80_q_bytes;
+  float *s_lse = (float *)(bwd80_smem + bwd80_k_bytes + bwd80_v_bytes + bwd80_q_bytes +
+                           bwd80_do_bytes + bwd80_ds_bytes);
+  float *s_delta = s_lse + bwd80_bm;
+
+  bwd80_load<bwd80_bm, bwd80_dqk>(sq, qg, tq.stride[2], i0, p.Sq, tid);
+  bwd80_load<bwd80_bm, bwd80_dv>(sdo, dog, tdo.stride[2], i0, p.Sq, tid);
+  if (tid < bwd80_bm) {
+    const int i = i0 + tid;
+    s_lse[tid] = i < p.Sq ? lseg[(long long)i * tl.stride[2]] : 0.f;
+    s_delta[tid] = i < p.Sq ? deltag[i] : 0.f;
+  }
+
+  float dq[bwd80_dqk / 8][4];
+#pragma unroll
+  for (int nt = 0; nt < bwd80_dqk / 8; ++nt)
+    dq[nt][0] = dq[nt][1] = dq[nt][2] = dq[nt][3] = 0.f;
+
+  const int row0 = warp * 16; /* this warp's queries within the tile */
+  const int n_key_tiles = (p.Skv + bwd80_bn - 1) / bwd80_bn;
+  for (int n = 0; n < n_key_tiles; ++n) {
+    const int j0 = n * bwd80_bn;
+    const int j_last = min(j0 + bwd80_bn, p.Skv) - 1;
+    const int cls = attn_tile_class(b, h, i0, i_last, j0, j_last, p);
+    if (cls == 0)
+      continue; /* uniform across the CTA */
+
+    __syncthreads(); /* the previous key tile is consumed */
+    bwd80_load<bwd80_bn, bwd80_dqk>(sk, kg, tk.stride[2], j0, p.Skv, tid);
+    bwd80_load<bwd80_bn, bwd80_dv>(sv, vg, tv.stride[2], j0, p.Skv, tid);
+    bwd80_cp_async_wait_all(); /* also Q, dO on the first visit */
+    __syncthreads();
+
+    /* S = Q K^T and dP = dO V^T: 16 queries x 64 keys per warp. */
+    float s[bwd80_bn / 8][4], dp[bwd80_bn / 8][4];
+#pragma unroll
+    for (int nt = 0; nt < bwd80_bn / 8; ++nt) {
+      s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+      dp[nt][0] = dp[nt][1] = dp[nt][2] = dp[nt][3] = 0.f;
+    }
+#pragma unroll
+    for (int kk = 0; kk < bwd80_dqk / 16; ++kk) {
+      unsigned a[4];
+      bwd80_a_mk(a, sq, row0, kk * 16, bwd80_dqk * 2, lane);
+#pragma unroll
+      for (int np = 0; np < bwd80_bn / 16; ++np) {
+        unsigned bb[4];
+        bwd80_b_nk(bb, sk, np * 16, kk * 16, bwd80_dqk * 2, lane);
+        bwd80_mma(s[2 * np], a, bb[0], bb[1]);
+        bwd80_mma(s[2 * np + 1], a, bb[2], bb[3]);
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < bwd80_dv / 16; ++kk) {
+      unsigned a[4];
+      bwd80_a_mk(a, sdo, row0, kk * 16, bwd80_dv * 2, lane);
+#pragma unroll
+      for (int np = 0; np < bwd80_bn / 16; ++np) {
+        unsigned bb[4];
+        bwd80_b_nk(bb, sv, np * 16, kk * 16, bwd80_dv * 2, lane);
+        bwd80_mma(dp[2 * np], a, bb[0], bb[1]);
+        bwd80_mma(dp[2 * np + 1], a, bb[2], bb[3]);
+      }
+    }
+
+    /* dRaw = chain rule of dS = P o (dP * factor - delta); 0 where P is. */
+#pragma unroll
+    for (int nt = 0; nt < bwd80_bn / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int il = row0 + g + (e >> 1) * 8, jl = nt * 8 + 2 * t + (e & 1);
+        const int i = i0 + il, j = j0 + jl;
+        float x = neg_inf;
+        if (i < p.Sq && j < p.Skv && (cls == 2 || attn_keep(b, h, i, j, p)))
+          x = attn_score(s[nt][e], b, h, i, j, p);
+        const float pe = x == neg_inf ? 0.f : exp2f((x - s_lse[il]) * log2e);
+        float dpe = dp[nt][e];
+#if defined(ATTN_DROPOUT)
+        if (pe != 0.f)
+          dpe *= attn_dropout_scale(b, h, i, j, p);
+#endif
+        const float ds = pe * (dpe - s_delta[il]);
+        dp[nt][e] = pe != 0.f ? attn_bwd_draw(ds, s[nt][e], b, h, i, j, p) : 0.f;
+      }
+    }
+
+    /* dQ += dRaw K: dRaw's accumulators are the A fragments (k: keys). */
+#pragma unroll
+    for (int kk = 0; kk < bwd80_bn / 16; ++kk) {
+      unsigned a[4];
+      a[0] = bwd80_pack(dp[2 * kk][0], dp[2 * kk][1]);
+      a[1] = bwd80_pack(dp[2 * kk][2], dp[2 * kk][3]);
+      a[2] = bwd80_pack(dp[2 * kk + 1][0], dp[2 * kk + 1][1]);
+      a[3] = bwd80_pack(dp[2 * kk + 1][2], dp[2 * kk + 1][3]);
+#pragma unroll
+      for (int np = 0; np < bwd80_dqk / 16; ++np) {
+        unsigned bb[4];
+        bwd80_b_kn(bb, sk, np * 16, kk * 16, bwd80_dqk * 2, lane);
+        bwd80_mma(dq[2 * np], a, bb[0], bb[1]);
+        bwd80_mma(dq[2 * np + 1], a, bb[2], bb[3]);
+      }
+    }
+  }
+
+  bwd80_cp_async_wait_all(); /* Q and dO, when no key tile was visited */
+
+  /* Rows row0 + g (+ 8), times the folded scale, in dq's dtype. */
+  const float sc = attn_bwd_scale(p);
+  const attn_tensor_arg &to = p.t[bwd80_tdq >= 0 ? bwd80_tdq : 0];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int i = i0 + row0 + g + 8 * r;
+    if (i >= p.Sq)
+      continue;
+    unsigned short *row = (unsigned short *)to.ptr + b * to.stride[0] + h * to.stride[1] +
+                          (long long)i * to.stride[2];
+#pragma unroll
+    for (int nt = 0; nt < bwd80_dqk / 8; ++nt)
+      *(unsigned *)(row + nt * 8 + 2 * t) = bwd80_pack(dq[nt][2 * r] * sc, dq[nt][2 * r + 1] * sc);
+  }
 }
 
 /* ---------------------------------------------------- the main kernel */
@@ -274,6 +488,15 @@ __device__ __forceinline__ void attn_bwd_sm80_delta(const attn_params &p) {
  * accumulators ([B, Hk, Skv, D]), zeroed by the caller. */
 __device__ __forceinline__ void attn_bwd_sm80_main(const attn_params &p) {
   extern __shared__ __align__(128) unsigned char bwd80_smem[];
+  {
+    /* Deterministic mode: CTAs past the key tiles compute dQ per query
+     * tile (uniform per CTA). */
+    const int n_key_tiles = (p.Skv + bwd80_bn - 1) / bwd80_bn;
+    if ((int)blockIdx.x >= n_key_tiles) {
+      bwd80_dq_tile(p, (int)blockIdx.x - n_key_tiles);
+      return;
+    }
+  }
   const float neg_inf = __int_as_float(0xff800000);
   const float log2e = 1.4426950408889634f;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -317,6 +540,13 @@ __device__ __forceinline__ void attn_bwd_sm80_main(const attn_params &p) {
 
   const int key0 = warp * 16; /* this warp's keys within the tile */
   const int n_tiles = (p.Sq + bwd80_bm - 1) / bwd80_bm;
+  const bool det = bwd80_deterministic(p);
+#if defined(ATTN_BWD_BIAS)
+  float red[bwd80_nred];
+#pragma unroll
+  for (int r = 0; r < bwd80_nred; ++r)
+    red[r] = 0.f;
+#endif
   for (int m = 0; m < n_tiles; ++m) {
     const int i0 = m * bwd80_bm;
     const int i_last = min(i0 + bwd80_bm, p.Sq) - 1;
@@ -434,7 +664,12 @@ __device__ __forceinline__ void attn_bwd_sm80_main(const attn_params &p) {
         dpe *= attn_dropout_scale(b, h, i, j, p);
 #endif
         const float ds = s[nt][e] * (dpe - s_delta[il]);
+#if defined(ATTN_BWD_BIAS)
+        dp[nt][e] =
+            s[nt][e] != 0.f ? attn_bwd_draw_bias(ds, raw[nt][e], b, h, i, j, p, red) : 0.f;
+#else
         dp[nt][e] = s[nt][e] != 0.f ? attn_bwd_draw(ds, raw[nt][e], b, h, i, j, p) : 0.f;
+#endif
       }
     }
 #pragma unroll
@@ -469,8 +704,9 @@ __device__ __forceinline__ void attn_bwd_sm80_main(const attn_params &p) {
     __syncthreads(); /* every warp's dRaw^T is in shared memory */
 
     /* dQ += dRaw K: warp w takes queries 16w.. of the tile, k: the 64
-     * keys; f32 atomics into the accumulator, times the folded scale. */
-    {
+     * keys; f32 atomics into the accumulator, times the folded scale.
+     * (Deterministic mode: the extra CTAs compute dQ instead.) */
+    if (!det) {
       float dq[bwd80_dqk / 8][4];
 #pragma unroll
       for (int nt = 0; nt < bwd80_dqk / 8; ++nt)
@@ -503,7 +739,21 @@ __device__ __forceinline__ void attn_bwd_sm80_main(const attn_params &p) {
     }
   }
 
-  /* Store dK (times the folded scale) and dV: rows key0 + g (+ 8). */
+#if defined(ATTN_BWD_BIAS) && ATTN_BWD_NRED > 0
+  /* Biases over b and h only: one atomic per warp (not in deterministic
+   * mode, where the hook stored every element's contribution). */
+#pragma unroll
+  for (int r = 0; r < bwd80_nred; ++r)
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+      red[r] += __shfl_xor_sync(0xffffffffu, red[r], o);
+  if (lane == 0 && !det)
+    attn_bwd_bias_flush(red, b, h, p);
+#endif
+
+  /* Store dK (times the folded scale) and dV: rows key0 + g (+ 8). With
+   * GQA, f32 atomics into the [B, Hk, Skv, D] accumulators, or in
+   * deterministic mode plain stores into per-head [B, H, Skv, D] ones. */
   const float sc = attn_bwd_scale(p);
   const bool shared_kv = p.H != p.Hk;
 #pragma unroll
@@ -514,13 +764,16 @@ __device__ __forceinline__ void attn_bwd_sm80_main(const attn_params &p) {
     if constexpr (bwd80_tdk >= 0) {
       const attn_tensor_arg &to = p.t[bwd80_tdk >= 0 ? bwd80_tdk : 0];
       float *acc = (float *)p.t[bwd80_tdka >= 0 ? bwd80_tdka : 0].ptr +
-                   (((long long)b * p.Hk + hk) * p.Skv + j) * bwd80_dqk;
+                   ((det ? (long long)b * p.H + h : (long long)b * p.Hk + hk) * p.Skv + j) *
+                       bwd80_dqk;
       unsigned short *row = (unsigned short *)to.ptr + b * to.stride[0] + hk * to.stride[1] +
                             (long long)j * to.stride[2];
 #pragma unroll
       for (int nt = 0; nt < bwd80_dqk / 8; ++nt) {
         const int d = nt * 8 + 2 * t;
-        if (shared_kv) {
+        if (shared_kv && det) {
+          *(float2 *)(acc + d) = make_float2(dk[nt][2 * r] * sc, dk[nt][2 * r + 1] * sc);
+        } else if (shared_kv) {
           atomicAdd(acc + d, dk[nt][2 * r] * sc);
           atomicAdd(acc + d + 1, dk[nt][2 * r + 1] * sc);
         } else {
@@ -531,13 +784,16 @@ __device__ __forceinline__ void attn_bwd_sm80_main(const attn_params &p) {
     if constexpr (bwd80_tdv >= 0) {
       const attn_tensor_arg &to = p.t[bwd80_tdv >= 0 ? bwd80_tdv : 0];
       float *acc = (float *)p.t[bwd80_tdva >= 0 ? bwd80_tdva : 0].ptr +
-                   (((long long)b * p.Hk + hk) * p.Skv + j) * bwd80_dv;
+                   ((det ? (long long)b * p.H + h : (long long)b * p.Hk + hk) * p.Skv + j) *
+                       bwd80_dv;
       unsigned short *row = (unsigned short *)to.ptr + b * to.stride[0] + hk * to.stride[1] +
                             (long long)j * to.stride[2];
 #pragma unroll
       for (int nt = 0; nt < bwd80_dv / 8; ++nt) {
         const int d = nt * 8 + 2 * t;
-        if (shared_kv) {
+        if (shared_kv && det) {
+          *(float2 *)(acc + d) = make_float2(dv[nt][2 * r], dv[nt][2 * r + 1]);
+        } else if (shared_kv) {
           atomicAdd(acc + d, dv[nt][2 * r]);
           atomicAdd(acc + d + 1, dv[nt][2 * r + 1]);
         } else {
@@ -555,8 +811,13 @@ __device__ __forceinline__ void attn_bwd_sm80_main(const attn_params &p) {
 __device__ __forceinline__ void attn_bwd_sm80_convert(const attn_params &p) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int i = blockIdx.x * 4 + warp, h = blockIdx.y, b = blockIdx.z;
-  if (i >= p.Sq || bwd80_tdq < 0)
+  if (i >= p.Sq)
     return;
+#if defined(ATTN_BWD_BIAS)
+  attn_bwd_bias_finish(b, h, i, lane, p);
+#endif
+  if (bwd80_tdq < 0 || bwd80_deterministic(p))
+    return; /* deterministic mode: dq is already stored */
   const attn_tensor_arg &to = p.t[bwd80_tdq >= 0 ? bwd80_tdq : 0];
   const float *acc =
       (const float *)p.t[bwd80_tdqa].ptr + (((long long)b * p.H + h) * p.Sq + i) * bwd80_dqk;
@@ -573,21 +834,34 @@ __device__ __forceinline__ void attn_bwd_sm80_convert_kv(const attn_params &p) {
   const int j = blockIdx.x * 4 + warp, hk = blockIdx.y, b = blockIdx.z;
   if (j >= p.Skv)
     return;
-  const long long r = ((long long)b * p.Hk + hk) * p.Skv + j;
+  /* Deterministic mode: per-head accumulators, summed in head order. */
+  const bool det = bwd80_deterministic(p);
+  const int group = det ? p.H / p.Hk : 1;
+  const long long r = det ? ((long long)b * p.H + (long long)hk * group) * p.Skv + j
+                          : ((long long)b * p.Hk + hk) * p.Skv + j;
+  const long long head_step = (long long)p.Skv; /* rows between heads */
   if constexpr (bwd80_tdk >= 0) {
     const attn_tensor_arg &to = p.t[bwd80_tdk >= 0 ? bwd80_tdk : 0];
     const float *acc = (const float *)p.t[bwd80_tdka >= 0 ? bwd80_tdka : 0].ptr + r * bwd80_dqk;
     unsigned short *row = (unsigned short *)to.ptr + b * to.stride[0] + hk * to.stride[1] +
                           (long long)j * to.stride[2];
-    for (int d = lane; d < bwd80_dqk; d += 32)
-      row[d] = bwd80_from_f32(acc[d]);
+    for (int d = lane; d < bwd80_dqk; d += 32) {
+      float sum = 0.f;
+      for (int x = 0; x < group; ++x)
+        sum += acc[x * head_step * bwd80_dqk + d];
+      row[d] = bwd80_from_f32(sum);
+    }
   }
   if constexpr (bwd80_tdv >= 0) {
     const attn_tensor_arg &to = p.t[bwd80_tdv >= 0 ? bwd80_tdv : 0];
     const float *acc = (const float *)p.t[bwd80_tdva >= 0 ? bwd80_tdva : 0].ptr + r * bwd80_dv;
     unsigned short *row = (unsigned short *)to.ptr + b * to.stride[0] + hk * to.stride[1] +
                           (long long)j * to.stride[2];
-    for (int d = lane; d < bwd80_dv; d += 32)
-      row[d] = bwd80_from_f32(acc[d]);
+    for (int d = lane; d < bwd80_dv; d += 32) {
+      float sum = 0.f;
+      for (int x = 0; x < group; ++x)
+        sum += acc[x * head_step * bwd80_dv + d];
+      row[d] = bwd80_from_f32(sum);
+    }
   }
 }

@@ -10,7 +10,7 @@
 #define ATTN_IN_BF16 1
 #define ATTN_OUT_BF16 1
 #define ATTN_BM 128
-#define ATTN_BN 64
+#define ATTN_BN 80
 #define ATTN_STAGES 2
 #define ATTN_TQ 0
 #define ATTN_TK 1
