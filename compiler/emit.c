@@ -20,7 +20,8 @@
 #include "attnc.h"
 
 /* The texts embedded by tools/embed.c (build/gen/templates.c). */
-extern const char attn_abi_src[], common_src[], fwd_sm80_src[], fwd_sm90_src[], philox_src[];
+extern const char attn_abi_src[], common_src[], ptx_src[], fwd_sm80_src[], fwd_sm90_src[],
+    philox_src[];
 
 /* ------------------------------------------------- expression emitter */
 
@@ -516,6 +517,8 @@ int emit_module(const IrModule *m, const char *arch, Arena *a, Diag *d, EmitResu
   sb_puts(&src, attn_abi_src);
   sb_puts(&src, "\n");
   sb_puts(&src, common_src);
+  sb_puts(&src, "\n");
+  sb_puts(&src, ptx_src);
   sb_puts(&src, "\n");
   /* Dropout's generator, once, when some graph's p @ v reads a dropout. */
   for (int k = 0; k < m->ngraphs; k++) {

@@ -113,92 +113,10 @@ __device__ __forceinline__ float attn_dropout_scale(int b, int h, int i, int j,
                                                     const attn_params &p);
 #endif
 
-/* ------------------------------------------------------ PTX wrappers */
-
-static __device__ __forceinline__ unsigned fwd80_smem_addr(const void *ptr) {
-  unsigned addr;
-  asm("{ .reg .u64 a64; cvta.to.shared.u64 a64, %1; cvt.u32.u64 %0, a64; }"
-      : "=r"(addr)
-      : "l"(ptr));
-  return addr;
-}
-
-/* 16-byte global->shared copy; src_bytes 0 fills the chunk with zeros. */
-static __device__ __forceinline__ void fwd80_cp_async16(unsigned dst,
-                                                        const void *src,
-                                                        int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst),
-               "l"(src), "r"(src_bytes)
-               : "memory");
-}
-
-static __device__ __forceinline__ void fwd80_cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-
-template <int N> static __device__ __forceinline__ void fwd80_cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-static __device__ __forceinline__ void fwd80_ldsm_x4(unsigned (&r)[4],
-                                                     unsigned addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-static __device__ __forceinline__ void fwd80_ldsm_x4_trans(unsigned (&r)[4],
-                                                           unsigned addr) {
-  asm volatile(
-      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-      : "r"(addr));
-}
-
-/* d += a * b for one m16n8k16 tile, f32 accumulators. */
-static __device__ __forceinline__ void fwd80_mma(float (&d)[4],
-                                                 const unsigned (&a)[4],
-                                                 unsigned b0, unsigned b1) {
-  if constexpr (fwd80_in_bf16) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0),
-                   "r"(b1));
-  } else {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0),
-                   "r"(b1));
-  }
-}
-
-/* Two floats to one register of two 16-bit values, lo in the low half.
- * cvt's first source lands in the upper half. */
-static __device__ __forceinline__ unsigned fwd80_pack_bf16(float lo, float hi) {
-  unsigned r;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-
-static __device__ __forceinline__ unsigned fwd80_pack_f16(float lo, float hi) {
-  unsigned r;
-  asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
+/* PTX wrappers: templates/ptx.cuh, included once before the graphs. */
 
 static __device__ __forceinline__ unsigned fwd80_pack_in(float lo, float hi) {
-  if constexpr (fwd80_in_bf16)
-    return fwd80_pack_bf16(lo, hi);
-  else
-    return fwd80_pack_f16(lo, hi);
-}
-
-static __device__ __forceinline__ float fwd80_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
+  return attn_pack2<fwd80_in_bf16>(lo, hi);
 }
 
 /* ------------------------------------------------------ tile movement */
@@ -230,7 +148,7 @@ fwd80_load_tile(unsigned dst, const unsigned short *base, long long row_stride,
   for (int k = 0; k < ROWS / step; ++k) {
     const int r = r0 + k * step;
     const bool in = row0 + r < row_end;
-    fwd80_cp_async16(dst + fwd80_swz(r, c, D * 2), in ? src : base, in ? 16 : 0);
+    attn_cp_async16(dst + fwd80_swz(r, c, D * 2), in ? src : base, in ? 16 : 0);
     src += src_step;
   }
 }
@@ -286,7 +204,7 @@ __device__ __forceinline__ void attn_fwd_sm80(const attn_params &p) {
   const unsigned short *vg = (const unsigned short *)tv.ptr +
                              b * tv.stride[0] + hk * tv.stride[1];
 
-  const unsigned sq = fwd80_smem_addr(fwd80_smem);
+  const unsigned sq = attn_smem_addr(fwd80_smem);
   const unsigned skv = sq + fwd80_q_bytes; /* stage s at skv + s*stage */
 
   /* Key tiles to visit: those overlapping the hook's bounds. */
@@ -317,11 +235,11 @@ __device__ __forceinline__ void attn_fwd_sm80(const attn_params &p) {
 
   /* Group 0: Q. Group 1: the first live K/V tile (maybe empty). */
   fwd80_load_tile<fwd80_bm, fwd80_dqk>(sq, qg, tq.stride[2], i0, p.Sq, tid);
-  fwd80_cp_async_commit();
+  attn_cp_async_commit();
   int n = next_live(n_begin);
   if (n < n_end)
     load_kv(n, 0);
-  fwd80_cp_async_commit();
+  attn_cp_async_commit();
 
   /* Per-lane ldmatrix byte offsets (docs/templates.md has the maps).
    * Every address's swizzle key is lane & 7, and XOR with it only touches
@@ -345,11 +263,11 @@ __device__ __forceinline__ void attn_fwd_sm80(const attn_params &p) {
 
   unsigned qf[fwd80_q_in_regs ? fwd80_dqk / 16 : 1][4];
   if constexpr (fwd80_q_in_regs) {
-    fwd80_cp_async_wait<1>();
+    attn_cp_async_wait<1>();
     __syncthreads();
 #pragma unroll
     for (int kk = 0; kk < fwd80_dqk / 16; ++kk)
-      fwd80_ldsm_x4(qf[kk], sq + q_off[kk & 3] + (kk >> 2) * 128);
+      attn_ldsm_x4(qf[kk], sq + q_off[kk & 3] + (kk >> 2) * 128);
   }
 
   float o[fwd80_dv / 8][4];
@@ -366,8 +284,8 @@ __device__ __forceinline__ void attn_fwd_sm80(const attn_params &p) {
     const int nn = next_live(n + 1);
     if (nn < n_end)
       load_kv(nn, stage ^ 1);
-    fwd80_cp_async_commit();
-    fwd80_cp_async_wait<1>(); /* tile n (and Q) have landed */
+    attn_cp_async_commit();
+    attn_cp_async_wait<1>(); /* tile n (and Q) have landed */
     __syncthreads();
     ++visited;
 
@@ -386,15 +304,15 @@ __device__ __forceinline__ void attn_fwd_sm80(const attn_params &p) {
         qa[0] = qf[kk][0], qa[1] = qf[kk][1], qa[2] = qf[kk][2],
         qa[3] = qf[kk][3];
       } else {
-        fwd80_ldsm_x4(qa, sq + q_off[kk & 3] + (kk >> 2) * 128);
+        attn_ldsm_x4(qa, sq + q_off[kk & 3] + (kk >> 2) * 128);
       }
 #pragma unroll
       for (int np = 0; np < fwd80_bn / 16; ++np) {
         unsigned kb[4];
-        fwd80_ldsm_x4(kb, ks + k_off[kk & 3] + (kk >> 2) * 128 +
+        attn_ldsm_x4(kb, ks + k_off[kk & 3] + (kk >> 2) * 128 +
                               np * 16 * fwd80_dqk * 2);
-        fwd80_mma(s[2 * np], qa, kb[0], kb[1]);
-        fwd80_mma(s[2 * np + 1], qa, kb[2], kb[3]);
+        attn_mma16816<fwd80_in_bf16>(s[2 * np], qa, kb[0], kb[1]);
+        attn_mma16816<fwd80_in_bf16>(s[2 * np + 1], qa, kb[2], kb[3]);
       }
     }
 
@@ -419,13 +337,13 @@ __device__ __forceinline__ void attn_fwd_sm80(const attn_params &p) {
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       /* Safe max: with every key so far masked, subtract 0, not -inf. */
       const float base = mx == neg_inf ? 0.f : mx * log2e;
-      const float alpha = fwd80_exp2(row_max[r] * log2e - base);
+      const float alpha = attn_exp2(row_max[r] * log2e - base);
       row_max[r] = mx;
       float sum = 0.f;
 #pragma unroll
       for (int nt = 0; nt < fwd80_bn / 8; ++nt) {
-        s[nt][2 * r] = fwd80_exp2(fmaf(s[nt][2 * r], log2e, -base));
-        s[nt][2 * r + 1] = fwd80_exp2(fmaf(s[nt][2 * r + 1], log2e, -base));
+        s[nt][2 * r] = attn_exp2(fmaf(s[nt][2 * r], log2e, -base));
+        s[nt][2 * r + 1] = attn_exp2(fmaf(s[nt][2 * r + 1], log2e, -base));
         sum += s[nt][2 * r] + s[nt][2 * r + 1];
       }
       row_sum[r] = row_sum[r] * alpha + sum;
@@ -457,10 +375,10 @@ __device__ __forceinline__ void attn_fwd_sm80(const attn_params &p) {
 #pragma unroll
       for (int np = 0; np < fwd80_dv / 16; ++np) {
         unsigned vb[4];
-        fwd80_ldsm_x4_trans(vb, vs + v_off[np & 3] + (np >> 2) * 128 +
+        attn_ldsm_x4_trans(vb, vs + v_off[np & 3] + (np >> 2) * 128 +
                                     kk * 16 * fwd80_dv * 2);
-        fwd80_mma(o[2 * np], pa, vb[0], vb[1]);
-        fwd80_mma(o[2 * np + 1], pa, vb[2], vb[3]);
+        attn_mma16816<fwd80_in_bf16>(o[2 * np], pa, vb[0], vb[1]);
+        attn_mma16816<fwd80_in_bf16>(o[2 * np + 1], pa, vb[2], vb[3]);
       }
     }
 
@@ -468,7 +386,7 @@ __device__ __forceinline__ void attn_fwd_sm80(const attn_params &p) {
     n = nn;
     stage ^= 1;
   }
-  fwd80_cp_async_wait<0>();
+  attn_cp_async_wait<0>();
 
   if (tid == 0 && p.tiles_visited)
     atomicAdd(p.tiles_visited, visited);
@@ -496,8 +414,8 @@ __device__ __forceinline__ void attn_fwd_sm80(const attn_params &p) {
         v.x = x0, v.y = x1;
         *(float2 *)((float *)to.ptr + orow + d) = v;
       } else {
-        const unsigned v = fwd80_out_kind == 0 ? fwd80_pack_bf16(x0, x1)
-                                               : fwd80_pack_f16(x0, x1);
+        const unsigned v = fwd80_out_kind == 0 ? attn_pack2<true>(x0, x1)
+                                               : attn_pack2<false>(x0, x1);
         *(unsigned *)((unsigned short *)to.ptr + orow + d) = v;
       }
     }

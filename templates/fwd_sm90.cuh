@@ -132,14 +132,6 @@ __device__ __forceinline__ float attn_dropout_scale(int b, int h, int i, int j,
 
 /* ------------------------------------------------------ PTX wrappers */
 
-static __device__ __forceinline__ unsigned fwd90_smem_addr(const void *ptr) {
-  unsigned addr;
-  asm("{ .reg .u64 a64; cvta.to.shared.u64 a64, %1; cvt.u32.u64 %0, a64; }"
-      : "=r"(addr)
-      : "l"(ptr));
-  return addr;
-}
-
 static __device__ __forceinline__ void fwd90_bar_init(unsigned bar, int count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count)
                : "memory");
@@ -214,26 +206,8 @@ static __device__ __forceinline__ unsigned long long fwd90_desc(unsigned addr,
          ((unsigned long long)(sbo >> 4) << 32) | (1ull << 62);
 }
 
-static __device__ __forceinline__ unsigned fwd90_pack_bf16(float lo, float hi) {
-  unsigned r;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-static __device__ __forceinline__ unsigned fwd90_pack_f16(float lo, float hi) {
-  unsigned r;
-  asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
 static __device__ __forceinline__ unsigned fwd90_pack_in(float lo, float hi) {
-  if constexpr (fwd90_in_bf16)
-    return fwd90_pack_bf16(lo, hi);
-  else
-    return fwd90_pack_f16(lo, hi);
-}
-static __device__ __forceinline__ float fwd90_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
+  return attn_pack2<fwd90_in_bf16>(lo, hi);
 }
 
 /* Generated wrappers: d (+)= A * B for one m64nNk16 step. */
@@ -551,7 +525,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
   };
 
   /* Tiles on 1024-byte boundaries: round the dynamic base up. */
-  const unsigned base = (fwd90_smem_addr(fwd90_smem) + 1023u) & ~1023u;
+  const unsigned base = (attn_smem_addr(fwd90_smem) + 1023u) & ~1023u;
   const unsigned sq = base;
   const unsigned skv = base + fwd90_q_bytes; /* stage s at skv + s*stage */
   const unsigned bars = base + fwd90_bar_offset;
@@ -758,14 +732,14 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         /* Safe max: with every key so far masked, subtract 0, not -inf. */
         const float base2 = mx == neg_inf ? 0.f : mx * log2e;
-        alpha[r] = fwd90_exp2(row_max[r] * log2e - base2);
+        alpha[r] = attn_exp2(row_max[r] * log2e - base2);
         row_max[r] = mx;
         float sum = 0.f;
 #pragma unroll
         for (int nb = 0; nb < fwd90_bn / 8; ++nb) {
           float &x0 = s[nb * 4 + 2 * r], &x1 = s[nb * 4 + 2 * r + 1];
-          x0 = fwd90_exp2(fmaf(x0, log2e, -base2));
-          x1 = fwd90_exp2(fmaf(x1, log2e, -base2));
+          x0 = attn_exp2(fmaf(x0, log2e, -base2));
+          x1 = attn_exp2(fmaf(x1, log2e, -base2));
           sum += x0 + x1;
         }
         row_sum[r] = row_sum[r] * alpha[r] + sum;
@@ -859,8 +833,8 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
           v.x = x0, v.y = x1;
           *(float2 *)((float *)to.ptr + orow + d) = v;
         } else {
-          const unsigned v = fwd90_out_kind == 0 ? fwd90_pack_bf16(x0, x1)
-                                                 : fwd90_pack_f16(x0, x1);
+          const unsigned v = fwd90_out_kind == 0 ? attn_pack2<true>(x0, x1)
+                                                 : attn_pack2<false>(x0, x1);
           *(unsigned *)((unsigned short *)to.ptr + orow + d) = v;
         }
       }

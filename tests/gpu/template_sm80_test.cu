@@ -29,6 +29,8 @@
 extern "C" {
 #include "../../runtime/attn_abi.h"
 }
+/* The shared PTX wrappers, once, as the emitter pastes them. */
+#include "../../templates/ptx.cuh"
 
 /* The emitter's tile table, compiled here as C++ to check it against the
  * template ( _Noreturn is a C11 keyword C++ lacks). */

@@ -4,6 +4,8 @@
 
 /* [the text of templates/common.cuh] */
 
+/* [the text of templates/ptx.cuh] */
+
 /* ---- graph backward (examples/backward.attn:5:11): forward, template fwd_sm90 ---- */
 #define ATTN_D_QK 128
 #define ATTN_D_V 128
@@ -68,11 +70,98 @@ static __device__ __forceinline__ float attn_out(float o, int b, int h, int i, i
 
 /* [the text of templates/fwd_sm90.cuh] */
 
+/* ---- backward (templates/bwd_sm80.cuh) ---- */
+#define ATTN_TDO 6
+#define ATTN_TDELTA 7
+#define ATTN_TDQA 8
+#define ATTN_TDQ 9
+#define ATTN_TDK 10
+#define ATTN_TDV 11
+#define ATTN_TDKA 12
+#define ATTN_TDVA 13
+
+/* Bias gradients: hooks after the template. */
+#define ATTN_BWD_BIAS 1
+#define ATTN_BWD_NRED 0
+
+/* dRaw, the gradient at q @ k^T, from dS by the derived chain rule
+ * (attnc ir --backward), without the factor attn_bwd_scale gives. */
+static __device__ __forceinline__ float attn_bwd_draw(float ds, float acc, int b, int h, int i, int j, const attn_params &p) {
+  const bool t13 = j <= i;
+  const float d_0 = t13 ? ds : 0.0f;
+  return d_0;
+}
+
+/* The factor folded out of dRaw, applied to dQ and dK. */
+static __device__ __forceinline__ float attn_bwd_scale(const attn_params &p) {
+  return p.s[0].f;
+}
+
+/* [the text of templates/bwd_sm80.cuh] */
+
+/* attn_bwd_draw plus each bias's gradient at score element (b, h, i, j). */
+static __device__ __forceinline__ float attn_bwd_draw_bias(float ds, float acc, int b, int h, int i, int j, const attn_params &p, float (&red)[bwd80_nred]) {
+  const bool t13 = j <= i;
+  const float d_0 = t13 ? ds : 0.0f;
+  { /* dbias, written once per element */
+    const long long o = attn_offset(p.t[14], b, h, i, j);
+    if (o >= 0) bwd80_st_f32(p.t[14].ptr, o, d_0);
+  }
+  return d_0;
+}
+
+static __device__ __forceinline__ void attn_bwd_bias_flush(const float (&red)[bwd80_nred], int b, int h, const attn_params &p) {
+  (void)red; (void)b; (void)h; (void)p;
+}
+
+static __device__ __forceinline__ void attn_bwd_bias_init(int b, int h, int i, int lane, const attn_params &p) {
+  for (int j = lane; j < p.Skv; j += 32) {
+    const long long o = attn_offset(p.t[14], b, h, i, j);
+    if (o >= 0) bwd80_st_f32(p.t[14].ptr, o, 0.f);
+  }
+  (void)b; (void)h; (void)i; (void)lane; (void)p;
+}
+
+static __device__ __forceinline__ void attn_bwd_bias_finish(int b, int h, int i, int lane, const attn_params &p) {
+  const bool det = bwd80_deterministic(p);
+  (void)det;
+  (void)b; (void)h; (void)i; (void)lane; (void)p;
+}
+
+
 } /* namespace graph_backward */
 
 extern "C" __global__ void __launch_bounds__(384, 1) attn_backward_fwd(const __grid_constant__ attn_params p, const __grid_constant__ attn_tmaps tm) {
   graph_backward::attn_fwd_sm90(p, tm);
 }
+
+extern "C" __global__ void __launch_bounds__(128) attn_backward_bwd_delta(const __grid_constant__ attn_params p) {
+  graph_backward::attn_bwd_sm80_delta(p);
+}
+
+extern "C" __global__ void __launch_bounds__(128) attn_backward_bwd_main(const __grid_constant__ attn_params p) {
+  graph_backward::attn_bwd_sm80_main(p);
+}
+
+extern "C" __global__ void __launch_bounds__(128) attn_backward_bwd_convert(const __grid_constant__ attn_params p) {
+  graph_backward::attn_bwd_sm80_convert(p);
+}
+
+extern "C" __global__ void __launch_bounds__(128) attn_backward_bwd_convert_kv(const __grid_constant__ attn_params p) {
+  graph_backward::attn_bwd_sm80_convert_kv(p);
+}
+
+#undef ATTN_TDO
+#undef ATTN_TDELTA
+#undef ATTN_TDQA
+#undef ATTN_TDQ
+#undef ATTN_TDK
+#undef ATTN_TDV
+#undef ATTN_TDKA
+#undef ATTN_TDVA
+
+#undef ATTN_BWD_BIAS
+#undef ATTN_BWD_NRED
 
 #undef ATTN_D_QK
 #undef ATTN_D_V

@@ -4,6 +4,8 @@
 
 /* [the text of templates/common.cuh] */
 
+/* [the text of templates/ptx.cuh] */
+
 /* ---- graph gqa (examples/gqa.attn:5:11): forward, template fwd_sm90 ---- */
 #define ATTN_D_QK 128
 #define ATTN_D_V 128

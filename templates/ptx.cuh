@@ -1,0 +1,83 @@
+/*
+ * ptx.cuh: the inline-PTX wrappers every template shares. Included once
+ * per translation unit (after common.cuh, before the graphs), so a
+ * wrapper is written and reviewed in one place. No #include: NVRTC
+ * compiles this with no headers.
+ */
+
+/* A generic pointer into shared memory as a 32-bit shared address. */
+[[maybe_unused]] static __device__ __forceinline__ unsigned attn_smem_addr(const void *ptr) {
+  unsigned addr;
+  asm("{ .reg .u64 a64; cvta.to.shared.u64 a64, %1; cvt.u32.u64 %0, a64; }"
+      : "=r"(addr)
+      : "l"(ptr));
+  return addr;
+}
+
+/* 16-byte global->shared copy; src_bytes 0 fills the chunk with zeros. */
+[[maybe_unused]] static __device__ __forceinline__ void attn_cp_async16(unsigned dst,
+                                                                        const void *src,
+                                                                        int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(src_bytes)
+               : "memory");
+}
+
+[[maybe_unused]] static __device__ __forceinline__ void attn_cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+template <int N> static __device__ __forceinline__ void attn_cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+[[maybe_unused]] static __device__ __forceinline__ void attn_ldsm_x4(unsigned (&r)[4],
+                                                                     unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+[[maybe_unused]] static __device__ __forceinline__ void attn_ldsm_x4_trans(unsigned (&r)[4],
+                                                                           unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+/* d += a * b for one m16n8k16 tile, f32 accumulators; BF16 picks the
+ * input type (bf16 or f16). */
+template <bool BF16>
+static __device__ __forceinline__ void attn_mma16816(float (&d)[4], const unsigned (&a)[4],
+                                                     unsigned b0, unsigned b1) {
+  if constexpr (BF16) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+/* Two floats to one register of two 16-bit values, lo in the low half
+ * (cvt's first source lands in the upper half). */
+template <bool BF16>
+static __device__ __forceinline__ unsigned attn_pack2(float lo, float hi) {
+  unsigned r;
+  if constexpr (BF16)
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  else
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+/* 2^x in one instruction; softmax runs in base 2 with log2(e) folded. */
+[[maybe_unused]] static __device__ __forceinline__ float attn_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
