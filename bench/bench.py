@@ -8,6 +8,11 @@ amortized the same way for both sides), rotating among three input sets so that 
 inputs left in L2 by the previous one; the median over repetitions.
 
 FLOPs: 4*B*H*S*S*D forward, halved when causal (the anchors' convention).
+
+--backward: the backward alone (attn_call_launch_backward against cuDNN's backward through
+autograd on SDPA, the forward's outputs kept), D 64/128 x S 1k/4k/16k x causal, B*S = 16384,
+H = 2048/D, FLOPs = 2.5 x the forward's; plus attnc rows with and without dropout (rate 0.1) and
+with and without deterministic mode at D 128, S 4k.
 """
 import argparse, ctypes, json, math, os, statistics, sys, tempfile, time
 
@@ -38,6 +43,8 @@ class Attn:
         L.attn_call_bind_tensor.argtypes = [vp, ctypes.c_char_p, vp, ctypes.c_int, ctypes.c_int,
                                             P(ctypes.c_int64), P(ctypes.c_int64)]
         L.attn_call_launch.argtypes = [vp, vp]
+        L.attn_call_launch_backward.argtypes = [vp, vp]
+        L.attn_call_set_deterministic.argtypes = [vp, ctypes.c_int]
         L.attn_context_destroy.argtypes = [vp]
         self.L = L
         self.ctx = vp()
@@ -77,6 +84,20 @@ class Attn:
         self.check(self.L.attn_call_launch(call, ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)),
                    "launch")
 
+    def bind(self, call, tensors):
+        for name, t in tensors.items():
+            shape = (ctypes.c_int64 * t.dim())(*t.shape)
+            strides = (ctypes.c_int64 * t.dim())(*t.stride())
+            self.check(self.L.attn_call_bind_tensor(call, name.encode(), ctypes.c_void_p(t.data_ptr()),
+                                                    ATTN_DTYPES[t.dtype], t.dim(), shape, strides), f"bind {name}")
+
+    def launch_backward(self, call):
+        self.check(self.L.attn_call_launch_backward(call, ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)),
+                   "launch_backward")
+
+    def set_deterministic(self, call, on):
+        self.check(self.L.attn_call_set_deterministic(call, 1 if on else 0), "set_deterministic")
+
 
 def graph_text(D, causal):
     mask = "    s = mask(s, j <= i);\n" if causal else ""
@@ -113,10 +134,12 @@ def main():
     ap.add_argument("--seqs", default="1024,2048,4096,8192,16384")
     ap.add_argument("--arch", default=None, help="e.g. sm_90 to force the portable sm80 template on Hopper")
     ap.add_argument("--variants", action="store_true", help="custom variants against FlexAttention")
-    ap.add_argument("--grid", action="store_true", default=None, help="the plain grid (default unless --variants)")
+    ap.add_argument("--grid", action="store_true", default=None,
+                    help="the plain grid (default unless --variants or --backward)")
+    ap.add_argument("--backward", action="store_true", help="the backward against cuDNN's")
     args = ap.parse_args()
     if args.grid is None:
-        args.grid = not args.variants
+        args.grid = not args.variants and not args.backward
     torch.manual_seed(0)
     torch.zeros(1, device="cuda")  # makes PyTorch's primary context current for libattn
     attn = Attn(os.path.abspath(args.lib))
@@ -179,6 +202,7 @@ def main():
                 del sets
             attn.L.attn_module_destroy(mod)
     variant_rows = run_variants(attn) if args.variants else []
+    bwd_rows, bwd_extra = run_backward(attn, args) if args.backward else ([], [])
     lines = [f"GPU: {dev}; driver {driver_version()}; torch {torch.__version__}; "
              f"cuDNN {torch.backends.cudnn.version()}; CUDA {torch.version.cuda}; "
              f"attnc arch {args.arch or 'native'}; {time.strftime('%Y-%m-%d')}", ""]
@@ -186,16 +210,145 @@ def main():
         lines += grid_table(rows, compile_rows)
     if variant_rows:
         lines += variant_table(variant_rows)
+    if bwd_rows or bwd_extra:
+        lines += backward_table(bwd_rows, bwd_extra)
     table = "\n".join(lines)
     print(table)
     os.makedirs(args.out, exist_ok=True)
-    tag = ("variants" if args.variants else "grid") + (f"-{args.arch}" if args.arch else "")
+    tag = ("backward" if args.backward and not args.grid and not args.variants
+           else "variants" if args.variants else "grid") + (f"-{args.arch}" if args.arch else "")
     with open(os.path.join(args.out, f"bench-{tag}.md"), "w") as f:
         f.write(table + "\n")
     with open(os.path.join(args.out, f"bench-{tag}.json"), "w") as f:
-        json.dump(dict(rows=rows, compile=compile_rows, variants=variant_rows, device=dev), f, indent=1)
+        json.dump(dict(rows=rows, compile=compile_rows, variants=variant_rows, backward=bwd_rows,
+                       backward_extra=bwd_extra, device=dev), f, indent=1)
     if rows:
         plot(rows, os.path.join(args.out, f"bench-{tag}.png"))
+
+
+def backward_graph_text(D, causal, dropout=False):
+    mask = "    s = mask(s, j <= i);\n" if causal else ""
+    seed = "    scalar seed : u64 = 1234;\n" if dropout else ""
+    p = "dropout(softmax(s), 0.1, seed, 0)" if dropout else "softmax(s)"
+    return (f"attention bwd {{\n"
+            f"    input q : bf16[B, H, S, {D}];\n    input k : bf16[B, H, S, {D}];\n"
+            f"    input v : bf16[B, H, S, {D}];\n    scalar scale : f32 = 1.0 / sqrt({D}.0);\n{seed}"
+            f"    s = (q @ k^T) * scale;\n{mask}    o = {p} @ v;\n"
+            f"    output o : bf16[B, H, S, {D}];\n    output lse = logsumexp(s);\n"
+            f"    grad q, k, v;\n}}\n")
+
+
+def backward_sets(attn, mod, B, H, S, D, n=3):
+    """n input sets, each with the forward run once (o and lse kept) and everything bound for
+    the backward: (q, k, v, do, dq, dk, dv, call)."""
+    sets = []
+    for _ in range(n):
+        q, k, v, do = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+        o = torch.empty_like(q)
+        lse = torch.empty(B, H, S, device="cuda", dtype=torch.float32)
+        dq, dk, dv = (torch.empty_like(q) for _ in range(3))
+        c = attn.call(mod, "bwd", dict(q=q, k=k, v=v, o=o, lse=lse))
+        attn.launch(c)
+        attn.bind(c, dict(do=do, dq=dq, dk=dk, dv=dv))
+        sets.append((q, k, v, do, dq, dk, dv, o, lse, c))
+    return sets
+
+
+def run_backward(attn, args):
+    rows, extra = [], []
+    seqs = [1024, 4096, 16384] if not args.quick else [4096]
+    for D in (64, 128):
+        H = 2048 // D
+        for causal in (False, True):
+            mod = attn.compile("bwd", backward_graph_text(D, causal))
+            for S in seqs:
+                B = max(1, 16384 // S)
+                sets = backward_sets(attn, mod, B, H, S, D)
+                q, k, v, do, dq, dk, dv, o, lse, c = sets[0]
+                attn.launch_backward(c)
+                # cuDNN: the forward once per set (outputs kept), then only the backward timed.
+                ref_sets = []
+                for s in sets:
+                    tq, tk, tv = (x.detach().clone().requires_grad_(True) for x in s[:3])
+                    with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+                        out = F.scaled_dot_product_attention(tq, tk, tv, is_causal=causal)
+                    ref_sets.append((tq, tk, tv, out, s[3]))
+                tq, tk, tv, out, tdo = ref_sets[0]
+                with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+                    gq, gk, gv = torch.autograd.grad(out, (tq, tk, tv), tdo, retain_graph=True)
+                torch.cuda.synchronize()
+                errs = [((a.float() - b.float()).norm() / b.float().norm()).item()
+                        for a, b in ((dq, gq), (dk, gk), (dv, gv))]
+                t_attnc = time_batches([lambda c=s[-1]: attn.launch_backward(c) for s in sets])
+                with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+                    t_cudnn = time_batches([lambda r=r: torch.autograd.grad(r[3], r[:3], r[4], retain_graph=True)
+                                            for r in ref_sets])
+                flops = 2.5 * 4 * B * H * S * S * D / (2 if causal else 1)
+                row = dict(D=D, S=S, B=B, H=H, causal=causal, rel_err_dq=errs[0], rel_err_dk=errs[1],
+                           rel_err_dv=errs[2], attnc_ms=t_attnc, cudnn_ms=t_cudnn,
+                           attnc_tflops=flops / t_attnc / 1e9, cudnn_tflops=flops / t_cudnn / 1e9,
+                           ratio=t_cudnn / t_attnc)
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+                for s in sets:
+                    attn.L.attn_call_destroy(s[-1])
+                del sets, ref_sets
+            attn.L.attn_module_destroy(mod)
+    # Overheads at D 128, S 4k, non-causal: dropout (rate 0.1) and deterministic mode.
+    D, S = 128, 4096
+    H, B = 2048 // D, 16384 // S
+    flops = 2.5 * 4 * B * H * S * S * D
+    for name, dropout, det in (("plain", False, False), ("dropout 0.1", True, False),
+                               ("deterministic", False, True)):
+        mod = attn.compile("bwd", backward_graph_text(D, False, dropout))
+        sets = backward_sets(attn, mod, B, H, S, D)
+        for s in sets:
+            attn.set_deterministic(s[-1], det)
+        same = None
+        if det:  # two launches must agree bit for bit
+            q, k, v, do, dq, dk, dv, o, lse, c = sets[0]
+            attn.launch_backward(c)
+            first = [x.clone() for x in (dq, dk, dv)]
+            attn.launch_backward(c)
+            torch.cuda.synchronize()
+            same = all(torch.equal(a, b) for a, b in zip(first, (dq, dk, dv)))
+        t = time_batches([lambda c=s[-1]: attn.launch_backward(c) for s in sets])
+        row = dict(variant=name, D=D, S=S, B=B, H=H, attnc_ms=t, attnc_tflops=flops / t / 1e9,
+                   bit_identical=same)
+        extra.append(row)
+        print(json.dumps(row), flush=True)
+        for s in sets:
+            attn.L.attn_call_destroy(s[-1])
+        del sets
+        attn.L.attn_module_destroy(mod)
+    return rows, extra
+
+
+def backward_table(rows, extra):
+    lines = []
+    if rows:
+        geo = math.exp(sum(math.log(r["ratio"]) for r in rows) / len(rows))
+        lines += ["Backward only (forward outputs kept); FLOPs = 2.5 x forward; B*S = 16384, H = 2048/D.", "",
+                  "| D | S | causal | attnc TFLOP/s | cuDNN TFLOP/s | attnc / cuDNN | rel err dq / dk / dv vs cuDNN |",
+                  "|---|---|---|---|---|---|---|"]
+        for r in rows:
+            lines.append(f"| {r['D']} | {r['S']} | {'yes' if r['causal'] else 'no'} | {r['attnc_tflops']:.0f} | "
+                         f"{r['cudnn_tflops']:.0f} | {r['ratio']:.2f} | {r['rel_err_dq']:.1e} / "
+                         f"{r['rel_err_dk']:.1e} / {r['rel_err_dv']:.1e} |")
+        lines.append("| 256 | - | - | not supported | - | - | bwd_sm80 takes head dims 64 and 128 |")
+        worst = min(rows, key=lambda r: r["ratio"])
+        lines += ["", f"Geometric mean attnc / cuDNN (backward): {geo:.3f}; lowest {worst['ratio']:.2f} "
+                  f"(D {worst['D']}, S {worst['S']}, causal {worst['causal']})", ""]
+    if extra:
+        base = next((r["attnc_ms"] for r in extra if r["variant"] == "plain"), None)
+        lines += ["attnc backward overheads, D 128, S 4096, B 4, H 16, non-causal:", "",
+                  "| variant | attnc ms | TFLOP/s | over plain | bit-identical twice |", "|---|---|---|---|---|"]
+        for r in extra:
+            over = f"{r['attnc_ms'] / base - 1:+.1%}" if base else "-"
+            same = "-" if r["bit_identical"] is None else ("yes" if r["bit_identical"] else "NO")
+            lines.append(f"| {r['variant']} | {r['attnc_ms']:.3f} | {r['attnc_tflops']:.0f} | {over} | {same} |")
+        lines.append("")
+    return lines
 
 
 def driver_version():

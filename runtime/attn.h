@@ -106,9 +106,20 @@ attn_status attn_call_launch(attn_call *c, void *stream);
  * for GQA dK/dV's) is allocated by the library on first use, kept on the
  * call for the next launch and freed by attn_call_destroy, which must run
  * while the CUDA context of the launch still exists. Launches four
- * kernels on the stream. ATTN_ERROR_UNSUPPORTED for a graph without grad
- * or without a GPU backward (gradients of tensors other than q, k, v). */
+ * kernels on the stream. Each bias declared with grad is bound the same
+ * way, "d" + its name (its dtype and shape; written, zeros where the
+ * scores do not reach). ATTN_ERROR_UNSUPPORTED for a graph without grad
+ * or without a GPU backward (a grad tensor that is not read as a bias
+ * t[b, h, i, j], or more than two such biases). */
 attn_status attn_call_launch_backward(attn_call *c, void *stream);
+/* Deterministic backward (on != 0; off by default): every gradient is
+ * summed in a fixed order, with no floating-point atomics, so two launches
+ * on the same inputs give bit-identical results. It costs time (dQ is
+ * computed by extra CTAs that recompute the scores per query tile) and
+ * scratch memory (GQA: per-head dK/dV accumulators; accumulated bias
+ * gradients: an f32 [B, H, Sq, Skv] buffer); docs/runtime.md has the
+ * numbers. Applies to the next attn_call_launch_backward. */
+attn_status attn_call_set_deterministic(attn_call *c, int on);
 /* Optional: count key tiles loaded (device pointer to one u64), for tests. */
 attn_status attn_call_set_tile_counter(attn_call *c, void *device_u64);
 

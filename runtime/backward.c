@@ -14,19 +14,47 @@
  *   convert (dQ to dq's dtype)            grid (ceil(Sq/4), H, B)
  *   convert_kv (GQA only)                 grid (ceil(Skv/4), Hk, B)
  *
- * all on the caller's stream, in that order. */
+ * all on the caller's stream, in that order.
+ *
+ * Bias gradients (d<name>, BwdBiasMode): written directly by the main
+ * kernel (rows zeroed by the delta pass first), or accumulated in an f32
+ * scratch of the bias's shape (zeroed here) that the convert pass writes
+ * out; convert then also runs when there is no dq.
+ *
+ * Deterministic mode (attn_call_set_deterministic): no f32 atomics. The
+ * dQ accumulator slot stays null, which tells the kernels; the main grid
+ * gets ceil(Sq/64) more CTAs that compute dQ per query tile in key order;
+ * GQA's dK/dV accumulators become per query head [B, H, Skv, D] (summed in
+ * head order by convert_kv); accumulated bias gradients get a full f32
+ * [B, H, Sq, Skv] scratch, one element per score, summed in a fixed order
+ * by the convert pass. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "cuda_driver.h"
 #include "rt.h"
 
-enum { BWD_DELTA, BWD_DQA, BWD_DKA, BWD_DVA, BWD_NBUF };
+enum { BWD_DELTA, BWD_DQA, BWD_DKA, BWD_DVA, BWD_BIAS0, BWD_NBUF = BWD_BIAS0 + BWD_MAX_BIAS };
 
 struct RtBwdScratch {
   CUdeviceptr buf[BWD_NBUF];
   size_t bytes[BWD_NBUF];
+  bool deterministic; /* attn_call_set_deterministic */
 };
+
+static RtBwdScratch *bwd_scratch(attn_call *c) {
+  RtBwdScratch **sp = rt_call_bwd_scratch(c);
+  if (!*sp) *sp = calloc(1, sizeof **sp);
+  return *sp;
+}
+
+attn_status attn_call_set_deterministic(attn_call *c, int on) {
+  if (!c) return ATTN_ERROR_INVALID_ARGUMENT;
+  RtBwdScratch *s = bwd_scratch(c);
+  if (!s) return ATTN_ERROR_OUT_OF_MEMORY;
+  s->deterministic = on != 0;
+  return ATTN_SUCCESS;
+}
 
 void rt_bwd_scratch_free(RtBwdScratch *s) {
   if (!s) return;
@@ -50,10 +78,8 @@ static attn_status bwd_fail(attn_call *c, attn_status st, const char *fmt, ...) 
 
 /* Buffer k at least `bytes` long (a larger one is kept). */
 static attn_status bwd_ensure(attn_call *c, const RtDriver *d, int k, size_t bytes) {
-  RtBwdScratch **sp = rt_call_bwd_scratch(c);
-  if (!*sp && !(*sp = calloc(1, sizeof **sp)))
-    return bwd_fail(c, ATTN_ERROR_OUT_OF_MEMORY, "out of memory");
-  RtBwdScratch *s = *sp;
+  RtBwdScratch *s = bwd_scratch(c);
+  if (!s) return bwd_fail(c, ATTN_ERROR_OUT_OF_MEMORY, "out of memory");
   if (s->bytes[k] >= bytes) return ATTN_SUCCESS;
   if (s->buf[k]) d->MemFree(s->buf[k]);
   s->buf[k] = 0;
@@ -82,14 +108,31 @@ static void bwd_set_dense(attn_params *p, int slot, CUdeviceptr ptr, int n1, int
   t->stride[0] = (long long)n1 * n2 * n3;
 }
 
-/* dO and each gradient: bound, and shaped like o / q / k / v now (the
- * forward's tensors may have been rebound since). */
+/* dO and each gradient: bound, and shaped like o / q / k / v / the bias
+ * now (the forward's tensors may have been rebound since). A bias's kept
+ * dimensions must span the problem (B, H, Sq or Skv): the kernels index
+ * its gradient by the score element. */
 static attn_status bwd_check_bound(attn_call *c, const BwdSlots *sl) {
   const IrGraph *g = rt_call_ir(c);
   const BindState *b = rt_call_bind(c);
-  const int slot[4] = {sl->dout, sl->dq, sl->dk, sl->dv};
-  const int like[4] = {sl->o, g->q, g->k, g->v};
-  for (int r = 0; r < 4; r++) {
+  int slot[4 + BWD_MAX_BIAS] = {sl->dout, sl->dq, sl->dk, sl->dv};
+  int like[4 + BWD_MAX_BIAS] = {sl->o, g->q, g->k, g->v};
+  for (int r = 0; r < sl->nbias; r++) {
+    slot[4 + r] = sl->dbias[r];
+    like[4 + r] = sl->bias[r];
+    const int64_t want[5] = {0, b->params.B, b->params.H, b->params.Sq, b->params.Skv};
+    for (int k = 0; k < g->tensors[sl->bias[r]].ndims; k++) {
+      int ax = sl->bias_axis[r][k];
+      int w = ax == DOM_B ? 1 : ax == DOM_H ? 2 : ax == DOM_I ? 3 : ax == DOM_J ? 4 : 0;
+      if (w && b->shape[sl->bias[r]][k] != want[w])
+        return bwd_fail(c, ATTN_ERROR_UNSUPPORTED,
+                        "graph '%s': the gradient of '%s' needs its dimension %d to be %lld "
+                        "(the scores' %s), not %lld", g->name, g->tensors[sl->bias[r]].name, k,
+                        (long long)want[w], w == 1 ? "batch" : w == 2 ? "heads" : w == 3 ? "Sq" : "Skv",
+                        (long long)b->shape[sl->bias[r]][k]);
+    }
+  }
+  for (int r = 0; r < 4 + sl->nbias; r++) {
     if (slot[r] < 0) continue;
     const char *name = g->tensors[like[r]].name;
     if (!b->tensor_bound[slot[r]])
@@ -136,8 +179,9 @@ attn_status attn_call_launch_backward(attn_call *c, void *stream) {
   int bad = bwd_unsupported_grad(g);
   if (bad >= 0)
     return bwd_fail(c, ATTN_ERROR_UNSUPPORTED,
-                    "graph '%s': the GPU backward computes the gradients of q, k and v only; "
-                    "'%s' (%s:%d:%d) is declared with grad", g->name, g->tensors[bad].name,
+                    "graph '%s': the GPU backward computes the gradients of q, k, v and of at "
+                    "most %d f32/bf16/f16 biases read as t[b, h, i, j]; '%s' (%s:%d:%d) is "
+                    "declared with grad", g->name, BWD_MAX_BIAS, g->tensors[bad].name,
                     g->tensors[bad].loc.src ? g->tensors[bad].loc.src->name : "?",
                     g->tensors[bad].loc.line, g->tensors[bad].loc.col);
   if (!k->bwd_entry[0] || k->bwd_threads <= 0 || k->bwd_block_n <= 0)
@@ -168,18 +212,27 @@ attn_status attn_call_launch_backward(attn_call *c, void *stream) {
   const size_t rows = (size_t)p.B * (size_t)p.H * (size_t)p.Sq;
   const size_t kv_rows = (size_t)p.B * (size_t)p.Hk * (size_t)p.Skv;
   const bool gqa = p.H != p.Hk;
+  const bool det = *rt_call_bwd_scratch(c) && (*rt_call_bwd_scratch(c))->deterministic;
   CUstream s = (CUstream)stream;
   if ((st = bwd_ensure(c, d, BWD_DELTA, rows * 4)) ||
-      (st = bwd_ensure(c, d, BWD_DQA, rows * (size_t)dqk * 4)))
+      (!det && (st = bwd_ensure(c, d, BWD_DQA, rows * (size_t)dqk * 4))))
     return st;
   RtBwdScratch *sc = *rt_call_bwd_scratch(c);
   bwd_set_dense(&p, sl.delta, sc->buf[BWD_DELTA], p.H, p.Sq, 1);
-  bwd_set_dense(&p, sl.dqa, sc->buf[BWD_DQA], p.H, p.Sq, dqk);
+  if (det) /* the null accumulator is the kernels' deterministic flag */
+    memset(&p.t[sl.dqa], 0, sizeof p.t[sl.dqa]);
+  else
+    bwd_set_dense(&p, sl.dqa, sc->buf[BWD_DQA], p.H, p.Sq, dqk);
   const int acc_slot[2] = {sl.dka, sl.dva}, acc_buf[2] = {BWD_DKA, BWD_DVA};
   const int acc_d[2] = {dqk, dv};
   for (int r = 0; r < 2; r++) {
     if (acc_slot[r] < 0) continue;
-    if (gqa) {
+    if (gqa && det) {
+      /* One slice per query head, every row stored once: no zeroing. */
+      size_t n = rows / (size_t)p.Sq * (size_t)p.Skv * (size_t)acc_d[r];
+      if ((st = bwd_ensure(c, d, acc_buf[r], n * 4))) return st;
+      bwd_set_dense(&p, acc_slot[r], sc->buf[acc_buf[r]], p.H, p.Skv, acc_d[r]);
+    } else if (gqa) {
       /* f32 atomics from every query head of a group: zeroed first. */
       size_t n = kv_rows * (size_t)acc_d[r];
       if ((st = bwd_ensure(c, d, acc_buf[r], n * 4))) return st;
@@ -191,15 +244,37 @@ attn_status attn_call_launch_backward(attn_call *c, void *stream) {
       memset(&p.t[acc_slot[r]], 0, sizeof p.t[acc_slot[r]]);
     }
   }
+  bool finish = sl.dq >= 0 && !det; /* the convert pass has work */
+  for (int r = 0; r < sl.nbias; r++) {
+    if (sl.bias_mode[r] == BWD_BIAS_DIRECT) continue;
+    finish = true;
+    size_t n = 1;
+    if (det) {
+      n = rows * (size_t)p.Skv;
+    } else {
+      for (int x = 0; x < g->tensors[sl.bias[r]].ndims; x++)
+        n *= (size_t)b->shape[sl.bias[r]][x];
+    }
+    if (n == 0) n = 1;
+    if ((st = bwd_ensure(c, d, BWD_BIAS0 + r, n * 4))) return st;
+    CUresult rr = d->MemsetD32Async(sc->buf[BWD_BIAS0 + r], 0, n, s);
+    if (rr != CUDA_SUCCESS) return rt_driver_error(d, rr, "cuMemsetD32Async", err);
+    if (det)
+      bwd_set_dense(&p, sl.dbias_acc[r], sc->buf[BWD_BIAS0 + r], p.H, p.Sq, p.Skv);
+    else
+      bwd_set_dense(&p, sl.dbias_acc[r], sc->buf[BWD_BIAS0 + r], 1, 1, (int)n);
+  }
   const unsigned row_ctas = (unsigned)(k->bwd_threads / 32);
   const unsigned gq = (unsigned)((p.Sq + row_ctas - 1) / row_ctas);
-  const unsigned gk = (unsigned)((p.Skv + k->bwd_block_n - 1) / k->bwd_block_n);
+  unsigned gk = (unsigned)((p.Skv + k->bwd_block_n - 1) / k->bwd_block_n);
+  if (det && sl.dq >= 0) /* the dQ CTAs: one per 64 queries (bwd_sm80's tile) */
+    gk += (unsigned)((p.Sq + 63) / 64);
   const unsigned gkv = (unsigned)((p.Skv + row_ctas - 1) / row_ctas);
   if ((st = bwd_launch(c, d, cu, 0, gq, (unsigned)p.H, (unsigned)p.B, 0, &p, s)) ||
       (st = bwd_launch(c, d, cu, 1, gk, (unsigned)p.H, (unsigned)p.B,
                        (unsigned)k->bwd_smem_bytes, &p, s)))
     return st;
-  if (sl.dq >= 0 && (st = bwd_launch(c, d, cu, 2, gq, (unsigned)p.H, (unsigned)p.B, 0, &p, s)))
+  if (finish && (st = bwd_launch(c, d, cu, 2, gq, (unsigned)p.H, (unsigned)p.B, 0, &p, s)))
     return st;
   if (gqa && (sl.dk >= 0 || sl.dv >= 0) &&
       (st = bwd_launch(c, d, cu, 3, gkv, (unsigned)p.Hk, (unsigned)p.B, 0, &p, s)))

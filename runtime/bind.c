@@ -22,7 +22,13 @@ _Static_assert(IR_MAX_RANK == 4, "attn_tensor_arg holds four dims");
 
 /* The tensor slots the kernels read with 16-byte vector loads. */
 static bool bind_is_vector_tensor(const IrGraph *g, int t) {
-  if (t >= g->ntensors) return true; /* the backward's dO, dq, dk, dv */
+  if (t >= g->ntensors) { /* the backward's dO, dq, dk, dv; not bias gradients */
+    BwdSlots sl;
+    bwd_slots(g, &sl);
+    for (int r = 0; r < sl.nbias; r++)
+      if (t == sl.dbias[r]) return false;
+    return true;
+  }
   if (t == g->q || t == g->k || t == g->v) return true;
   return g->tensors[t].is_output && g->tensors[t].ndims == 4;
 }
@@ -351,9 +357,9 @@ static attn_status bind_check_decl(const IrGraph *g, const IrTensor *t,
 
 /* The backward's bindings (runtime/backward.c) of a graph with grad:
  * "d" + the attention output's name (dO: q's dtype, o's shape) and an
- * output "d" + the name of each of q, k, v declared with grad (its dtype
- * and shape). Fills decl and returns the parameter slot (bwd_slots), or
- * -1 when name is none of them. */
+ * output "d" + the name of each of q, k, v and each bias declared with
+ * grad (its dtype and shape). Fills decl and returns the parameter slot
+ * (bwd_slots), or -1 when name is none of them. */
 static int bind_grad_decl(const IrGraph *g, const char *name, IrTensor *decl) {
   if (name[0] != 'd' || !bwd_has_grad(g) || g->q < 0 || g->k < 0 || g->v < 0) return -1;
   BwdSlots sl;
@@ -364,6 +370,8 @@ static int bind_grad_decl(const IrGraph *g, const char *name, IrTensor *decl) {
   for (int r = 0; r < 3 && from < 0; r++)
     if (dslot[r] >= 0 && strcmp(name + 1, g->tensors[qkv[r]].name) == 0)
       from = qkv[r], slot = dslot[r];
+  for (int r = 0; r < sl.nbias && from < 0; r++)
+    if (strcmp(name + 1, g->tensors[sl.bias[r]].name) == 0) from = sl.bias[r], slot = sl.dbias[r];
   if (from < 0 || slot >= ATTN_MAX_TENSORS) return -1;
   *decl = g->tensors[from];
   decl->name = name;

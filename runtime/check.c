@@ -181,10 +181,10 @@ static attn_status time_launches(const RtDriver *drv, attn_call *call, int iters
 }
 
 /* The backward after a forward launch of `call`: uploads dO, binds it and
- * NaN-poisoned gradients by their names ("d" + name), launches and reads
- * each gradient back into res->grads. */
+ * NaN-poisoned gradients by their names ("d" + name: q, k, v and bias
+ * gradients), launches and reads each gradient back into res->grads. */
 static attn_status run_backward(const RtDriver *drv, attn_call *call, const RefArgs *args,
-                                const double *dout, ChkResult *res, StrBuf *err) {
+                                const ChkOptions *o, ChkResult *res, StrBuf *err) {
   const IrGraph *g = args->g;
   BwdSlots sl;
   if (bwd_slots(g, &sl) != 0) {
@@ -193,17 +193,20 @@ static attn_status run_backward(const RtDriver *drv, attn_call *call, const RefA
   }
   res->grads = calloc((size_t)g->ntensors, sizeof *res->grads);
   if (!res->grads) return ATTN_ERROR_OUT_OF_MEMORY;
-  const int qkv[3] = {g->q, g->k, g->v};
-  DevTensor dt[4];
+  /* dt[0]: dO, in q's dtype, o's shape; then dq, dk, dv, the biases'. */
+  enum { NG = 4 + BWD_MAX_BIAS };
+  int which[NG] = {-1, g->q, g->k, g->v};
+  for (int r = 0; r < sl.nbias; r++) which[4 + r] = sl.bias[r];
+  const int ng = 4 + sl.nbias;
+  DevTensor dt[NG];
   memset(dt, 0, sizeof dt);
-  IrTensor decl[4];
+  IrTensor decl[NG];
   attn_status st = ATTN_SUCCESS;
-  /* dt[0]: dO, in q's dtype, o's shape; dt[1..3]: dq, dk, dv. */
   decl[0] = g->tensors[sl.o];
   decl[0].type = g->tensors[g->q].type;
   decl[0].is_output = false;
   RefTensor dref = args->tensors[sl.o];
-  dref.data = (double *)dout;
+  dref.data = (double *)o->dout;
   strides_for(&dref, false, dt[0].strides);
   st = upload(drv, &decl[0], &dref, &dt[0], err);
   char name[80];
@@ -212,34 +215,34 @@ static attn_status run_backward(const RtDriver *drv, attn_call *call, const RefA
     st = attn_call_bind_tensor(call, name, (void *)(uintptr_t)dt[0].ptr,
                                to_attn_dtype(decl[0].type), dref.ndims, dref.shape, dt[0].strides);
   }
-  for (int r = 0; r < 3 && st == ATTN_SUCCESS; r++) {
-    int t = qkv[r];
+  for (int r = 1; r < ng && st == ATTN_SUCCESS; r++) {
+    int t = which[r];
     if (!g->tensors[t].grad) continue;
-    decl[r + 1] = g->tensors[t];
+    decl[r] = g->tensors[t];
     const RefTensor *rt = &args->tensors[t];
-    strides_for(rt, false, dt[r + 1].strides);
-    dt[r + 1].bytes = (size_t)ref_numel(rt) * (size_t)dtype_size(decl[r + 1].type);
-    CUresult cr = drv->MemAlloc(&dt[r + 1].ptr, dt[r + 1].bytes);
-    if (cr == CUDA_SUCCESS) cr = drv->MemsetD8(dt[r + 1].ptr, 0xff, dt[r + 1].bytes);
+    strides_for(rt, false, dt[r].strides);
+    int64_t n = ref_numel(rt);
+    dt[r].bytes = (size_t)(n > 0 ? n : 1) * (size_t)dtype_size(decl[r].type);
+    CUresult cr = drv->MemAlloc(&dt[r].ptr, dt[r].bytes);
+    if (cr == CUDA_SUCCESS) cr = drv->MemsetD8(dt[r].ptr, 0xff, dt[r].bytes);
     if (cr != CUDA_SUCCESS) {
       st = rt_driver_error(drv, cr, "cuMemAlloc", err);
       break;
     }
     snprintf(name, sizeof name, "d%s", g->tensors[t].name);
-    st = attn_call_bind_tensor(call, name, (void *)(uintptr_t)dt[r + 1].ptr,
-                               to_attn_dtype(decl[r + 1].type), rt->ndims, rt->shape,
-                               dt[r + 1].strides);
+    st = attn_call_bind_tensor(call, name, (void *)(uintptr_t)dt[r].ptr,
+                               to_attn_dtype(decl[r].type), rt->ndims, rt->shape, dt[r].strides);
   }
+  if (st == ATTN_SUCCESS && o->deterministic) st = attn_call_set_deterministic(call, 1);
   if (st == ATTN_SUCCESS) st = attn_call_launch_backward(call, NULL);
   if (st == ATTN_SUCCESS) {
     CUresult cr = drv->CtxSynchronize();
     if (cr != CUDA_SUCCESS) st = rt_driver_error(drv, cr, "the backward kernels", err);
   }
-  for (int r = 0; r < 3 && st == ATTN_SUCCESS; r++)
-    if (dt[r + 1].ptr)
-      st = download(drv, &decl[r + 1], &args->tensors[qkv[r]], &dt[r + 1],
-                    &res->grads[qkv[r]], err);
-  for (int r = 0; r < 4; r++)
+  for (int r = 1; r < ng && st == ATTN_SUCCESS; r++)
+    if (dt[r].ptr)
+      st = download(drv, &decl[r], &args->tensors[which[r]], &dt[r], &res->grads[which[r]], err);
+  for (int r = 0; r < ng; r++)
     if (dt[r].ptr) drv->MemFree(dt[r].ptr);
   return st;
 }
@@ -315,7 +318,7 @@ attn_status chk_run_gpu(attn_context *ctx, attn_graph *graph, const RefArgs *arg
   for (int k = 0; k < g->ntensors && st == ATTN_SUCCESS; k++)
     if (g->tensors[k].is_output)
       st = download(drv, &g->tensors[k], &args->tensors[k], &dt[k], &res->outputs[k], err);
-  if (st == ATTN_SUCCESS && o->dout) st = run_backward(drv, call, args, o->dout, res, err);
+  if (st == ATTN_SUCCESS && o->dout) st = run_backward(drv, call, args, o, res, err);
   if (st == ATTN_SUCCESS && o->bench_iters > 0)
     st = time_launches(drv, call, o->bench_iters, &res->ms, err);
 done:

@@ -16,12 +16,13 @@ typedef struct ChkOptions {
    * this dO, dense [B, H, Sq, Dv] in the forward output's shape (rounded
    * to q's dtype on upload); the gradients come back in ChkResult.grads. */
   const double *dout;
+  bool deterministic; /* the backward in deterministic mode */
 } ChkOptions;
 
 typedef struct ChkResult {
   double **outputs; /* by tensor index: the output's values, else NULL */
-  double **grads;   /* by tensor index: the gradient of a q, k or v with
-                       grad when ChkOptions.dout was given, else NULL */
+  double **grads;   /* by tensor index: the gradient of a q, k, v or bias
+                       with grad when ChkOptions.dout was given, else NULL */
   unsigned long long tiles_visited;
   double ms;
 } ChkResult;

@@ -436,8 +436,7 @@ static __device__ __forceinline__ void bwd80_dq_tile(const attn_params &p, int m
         const float pe = x == neg_inf ? 0.f : exp2f((x - s_lse[il]) * log2e);
         float dpe = dp[nt][e];
 #if defined(ATTN_DROPOUT)
-        if (pe != 0.f)
-          dpe *= attn_dropout_scale(b, h, i, j, p);
+        dpe *= attn_dropout_scale(b, h, i, j, p);
 #endif
         const float ds = pe * (dpe - s_delta[il]);
         dp[nt][e] = pe != 0.f ? attn_bwd_draw(ds, s[nt][e], b, h, i, j, p) : 0.f;
@@ -540,7 +539,6 @@ __device__ __forceinline__ void attn_bwd_sm80_main(const attn_params &p) {
 
   const int key0 = warp * 16; /* this warp's keys within the tile */
   const int n_tiles = (p.Sq + bwd80_bm - 1) / bwd80_bm;
-  const bool det = bwd80_deterministic(p);
 #if defined(ATTN_BWD_BIAS)
   float red[bwd80_nred];
 #pragma unroll
@@ -706,7 +704,7 @@ __device__ __forceinline__ void attn_bwd_sm80_main(const attn_params &p) {
     /* dQ += dRaw K: warp w takes queries 16w.. of the tile, k: the 64
      * keys; f32 atomics into the accumulator, times the folded scale.
      * (Deterministic mode: the extra CTAs compute dQ instead.) */
-    if (!det) {
+    if (!bwd80_deterministic(p)) {
       float dq[bwd80_dqk / 8][4];
 #pragma unroll
       for (int nt = 0; nt < bwd80_dqk / 8; ++nt)
@@ -747,7 +745,7 @@ __device__ __forceinline__ void attn_bwd_sm80_main(const attn_params &p) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1)
       red[r] += __shfl_xor_sync(0xffffffffu, red[r], o);
-  if (lane == 0 && !det)
+  if (lane == 0 && !bwd80_deterministic(p))
     attn_bwd_bias_flush(red, b, h, p);
 #endif
 
@@ -764,14 +762,14 @@ __device__ __forceinline__ void attn_bwd_sm80_main(const attn_params &p) {
     if constexpr (bwd80_tdk >= 0) {
       const attn_tensor_arg &to = p.t[bwd80_tdk >= 0 ? bwd80_tdk : 0];
       float *acc = (float *)p.t[bwd80_tdka >= 0 ? bwd80_tdka : 0].ptr +
-                   ((det ? (long long)b * p.H + h : (long long)b * p.Hk + hk) * p.Skv + j) *
+                   ((bwd80_deterministic(p) ? (long long)b * p.H + h : (long long)b * p.Hk + hk) * p.Skv + j) *
                        bwd80_dqk;
       unsigned short *row = (unsigned short *)to.ptr + b * to.stride[0] + hk * to.stride[1] +
                             (long long)j * to.stride[2];
 #pragma unroll
       for (int nt = 0; nt < bwd80_dqk / 8; ++nt) {
         const int d = nt * 8 + 2 * t;
-        if (shared_kv && det) {
+        if (shared_kv && bwd80_deterministic(p)) {
           *(float2 *)(acc + d) = make_float2(dk[nt][2 * r] * sc, dk[nt][2 * r + 1] * sc);
         } else if (shared_kv) {
           atomicAdd(acc + d, dk[nt][2 * r] * sc);
@@ -784,14 +782,14 @@ __device__ __forceinline__ void attn_bwd_sm80_main(const attn_params &p) {
     if constexpr (bwd80_tdv >= 0) {
       const attn_tensor_arg &to = p.t[bwd80_tdv >= 0 ? bwd80_tdv : 0];
       float *acc = (float *)p.t[bwd80_tdva >= 0 ? bwd80_tdva : 0].ptr +
-                   ((det ? (long long)b * p.H + h : (long long)b * p.Hk + hk) * p.Skv + j) *
+                   ((bwd80_deterministic(p) ? (long long)b * p.H + h : (long long)b * p.Hk + hk) * p.Skv + j) *
                        bwd80_dv;
       unsigned short *row = (unsigned short *)to.ptr + b * to.stride[0] + hk * to.stride[1] +
                             (long long)j * to.stride[2];
 #pragma unroll
       for (int nt = 0; nt < bwd80_dv / 8; ++nt) {
         const int d = nt * 8 + 2 * t;
-        if (shared_kv && det) {
+        if (shared_kv && bwd80_deterministic(p)) {
           *(float2 *)(acc + d) = make_float2(dv[nt][2 * r], dv[nt][2 * r + 1]);
         } else if (shared_kv) {
           atomicAdd(acc + d, dv[nt][2 * r]);

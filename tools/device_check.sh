@@ -20,6 +20,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >"$L/gpu.txt" 2
 step test_forward "$B/tests/gpu/test_forward"
 [ -x "$B/tests/gpu/test_backward" ] && step test_backward "$B/tests/gpu/test_backward"
 [ -x "$B/tests/gpu/template_sm80_test" ] && step template_sm80 "$B/tests/gpu/template_sm80_test"
+[ -x "$B/tests/gpu/template_bwd_test" ] && step template_bwd "$B/tests/gpu/template_bwd_test"
 if [ -d "$B/host" ]; then
   step host_jit "$B/host/jit/jit_example"
   step host_aot "$B/host/aot/aot_example"
@@ -32,6 +33,7 @@ if [ "${BENCH:-1}" = 1 ]; then
   step bench_grid python3 bench/bench.py --lib "$B/libattn.so" --out "$L"
   step bench_grid_sm80 python3 bench/bench.py --lib "$B/libattn.so" --out "$L" --arch sm_90 --dims 128 --seqs 1024,4096,16384
   step bench_variants python3 bench/bench.py --lib "$B/libattn.so" --out "$L" --variants
+  step bench_backward python3 bench/bench.py --lib "$B/libattn.so" --out "$L" --backward
 fi
 cat "$L/gpu.txt"
 printf '%s\n' "${summary[@]}"

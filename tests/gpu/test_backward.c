@@ -5,12 +5,15 @@
  * Every example that declares grad, at three shapes (tile multiples, Sq !=
  * Skv both ways and not multiples of the 64-row tiles; GQA where the graph
  * has Hk): the forward runs first (its o and lse feed the backward), then
- * the backward with a random dO; each gradient must agree to relative L2
- * 2e-2 (bf16) with NaN-poisoned outputs. Also: rows whose keys are all
- * masked get exactly zero dQ; dropout's mask is regenerated identically in
- * the backward; a graph with grad on a bias is refused with a message; a
- * graph without grad is refused. Skips without a GPU (exit 0). Run from
- * the repository root (it reads examples/).
+ * the backward with a random dO; each gradient (dq, dk, dv and bias
+ * gradients: written directly, through atomics, or summed per warp) must
+ * agree to relative L2 2e-2 (5e-2 for a bias summed over i and j) with
+ * NaN-poisoned outputs. Deterministic mode, at one shape per graph: two
+ * runs give bit-identical gradients, which match the reference. Also: rows
+ * whose keys are all masked get exactly zero dQ; dropout's mask is
+ * regenerated identically in the backward; a bias read transposed is
+ * refused with a message; a graph without grad is refused. Skips without a
+ * GPU (exit 0). Run from the repository root (it reads examples/).
  */
 #include <dirent.h>
 #include <math.h>
@@ -50,12 +53,14 @@ static void shape_spec(const IrGraph *g, StrBuf *sb, int B, int H, int Hk, int S
 
 /* Forward then backward on the GPU, ref_backward on the CPU; compares
  * every gradient. zero_rows > 0: dq's first zero_rows query rows of every
- * (b, h) must be exactly 0 (their keys are all masked). */
+ * (b, h) must be exactly 0 (their keys are all masked). det: in
+ * deterministic mode, twice, and the two runs must agree bit for bit. */
 static void run_case(attn_context *ctx, attn_graph *ag, const IrGraph *g, const BwdGraph *bg,
-                     const char *spec, uint64_t seed, const char *label, int zero_rows) {
+                     const char *spec, uint64_t seed, const char *label, int zero_rows,
+                     bool det) {
   RefArgs ra = {.g = g};
   StrBuf err = {0}, detail = {0};
-  ChkResult res = {0};
+  ChkResult res = {0}, again = {0};
   RefTensor *grads = calloc((size_t)g->ntensors, sizeof *grads);
   double *dout = NULL;
   bool ok = grads && ref_make_inputs(&ra, spec, seed, &err) == 0 &&
@@ -73,12 +78,11 @@ static void run_case(attn_context *ctx, attn_graph *ag, const IrGraph *g, const 
       dout[e] = ref_round(g->tensors[g->q].type, ref_rng_normal(&rng));
     ok = dout != NULL;
   }
-  ChkOptions co = {.dout = dout};
+  ChkOptions co = {.dout = dout, .deterministic = det};
   if (ok && chk_run_gpu(ctx, ag, &ra, &co, &res, &err) != ATTN_SUCCESS) ok = false;
+  if (ok && det && chk_run_gpu(ctx, ag, &ra, &co, &again, &err) != ATTN_SUCCESS) ok = false;
   if (ok && ref_backward(&ra, bg, dout, grads, &err) != 0) ok = false;
-  const int qkv[3] = {g->q, g->k, g->v};
-  for (int r = 0; ok && r < 3; r++) {
-    int t = qkv[r];
+  for (int t = 0; ok && t < g->ntensors; t++) {
     if (!g->tensors[t].grad) continue;
     if (!res.grads || !res.grads[t] || !grads[t].data) {
       sb_printf(&detail, "d%s missing; ", g->tensors[t].name);
@@ -89,7 +93,23 @@ static void run_case(attn_context *ctx, attn_graph *ag, const IrGraph *g, const 
     RefCompare c = ref_compare(res.grads[t], grads[t].data, n);
     sb_printf(&detail, "d%s rel_l2 %.1e nonfinite-mismatch %zu; ", g->tensors[t].name, c.rel_l2,
               c.nonfinite_mismatch);
-    if (!(c.rel_l2 <= 2e-2) || c.nonfinite_mismatch) ok = false;
+    /* A bias over b and h only sums every score's gradient: more
+     * cancellation, so a looser bound. */
+    bool qkv = t == g->q || t == g->k || t == g->v;
+    unsigned keep = 0;
+    for (int x = 0; !qkv && x < bg->nbias; x++)
+      if (bg->bias[x].tensor == t) keep = bg->bias[x].keep;
+    double tol = !qkv && !(keep & (DOM_I | DOM_J)) ? 5e-2 : 2e-2;
+    if (!(c.rel_l2 <= tol) || c.nonfinite_mismatch) ok = false;
+    if (det) {
+      size_t differ = 0;
+      if (!again.grads || !again.grads[t]) differ = n;
+      for (size_t e = 0; again.grads && again.grads[t] && e < n; e++)
+        differ += memcmp(&res.grads[t][e], &again.grads[t][e], sizeof(double)) != 0;
+      sb_printf(&detail, "d%s differs between two deterministic runs at %zu; ",
+                g->tensors[t].name, differ);
+      if (differ) ok = false;
+    }
     if (t == g->q && zero_rows > 0) {
       const int64_t *sh = grads[t].shape; /* [B, H, Sq, D] */
       size_t nonzero = 0;
@@ -102,21 +122,23 @@ static void run_case(attn_context *ctx, attn_graph *ag, const IrGraph *g, const 
     }
   }
   StrBuf what = {0};
-  sb_printf(&what, "backward %s [%s]", label, spec);
+  sb_printf(&what, "backward%s %s [%s]", det ? " (deterministic)" : "", label, spec);
   if (err.len) sb_printf(&detail, "%s", err.data);
   verdict(ok, what.data, detail.data);
   sb_free(&what);
   sb_free(&err);
   sb_free(&detail);
   chk_result_free(&res, g->ntensors);
+  chk_result_free(&again, g->ntensors);
   for (int t = 0; grads && t < g->ntensors; t++) free(grads[t].data);
   free(grads);
   free(dout);
   ref_args_free(&ra);
 }
 
-/* A graph with grad on a tensor other than q, k, v: the forward compiles,
- * the backward is refused with a message naming the tensor. */
+/* A graph with grad on a tensor the GPU backward cannot differentiate
+ * (a bias read transposed): the forward compiles, the backward is refused
+ * with a message naming the tensor. */
 static void test_refused(attn_context *ctx, attn_graph *ag, const IrGraph *g, const char *label) {
   attn_call *call = NULL;
   attn_status st = attn_call_create(ag, &call);
@@ -125,7 +147,7 @@ static void test_refused(attn_context *ctx, attn_graph *ag, const IrGraph *g, co
   int bad = bwd_unsupported_grad(g);
   bool ok = st == ATTN_ERROR_UNSUPPORTED && bad >= 0 && strstr(msg, g->tensors[bad].name);
   StrBuf what = {0};
-  sb_printf(&what, "backward %s is refused (dBias not computed yet)", label);
+  sb_printf(&what, "backward %s is refused (bias read transposed)", label);
   verdict(ok, what.data, msg);
   sb_free(&what);
   attn_call_destroy(call);
@@ -165,8 +187,11 @@ static void test_module(attn_context *ctx, const char *name, const char *text, s
     StrBuf spec = {0};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
       shape_spec(g, &spec, shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3], shapes[s][4]);
-      run_case(ctx, ag, g, bg, spec.data, (*seed)++, label, zero_rows);
+      run_case(ctx, ag, g, bg, spec.data, (*seed)++, label, zero_rows, false);
     }
+    /* Deterministic mode at the GQA, unaligned shape. */
+    shape_spec(g, &spec, shapes[1][0], shapes[1][1], shapes[1][2], shapes[1][3], shapes[1][4]);
+    run_case(ctx, ag, g, bg, spec.data, (*seed)++, label, zero_rows, true);
     sb_free(&spec);
   }
   if (d.nerrors) verdict(false, name, d.out.data);
@@ -216,6 +241,51 @@ static const char dropout_src[] =
     "  output o : bf16[B, H, Sq, 128];\n"
     "  output lse = logsumexp(s);\n"
     "  grad q, k, v;\n"
+    "}\n";
+
+/* A bias broadcast over the batch (f32 atomics into a scratch, or in
+ * deterministic mode a full buffer summed in order), with GQA. */
+static const char bias_bcast_src[] =
+    "attention bias_bcast {\n"
+    "  input q : bf16[B, H, Sq, 64];\n"
+    "  input k : bf16[B, Hk, Skv, 64];\n"
+    "  input v : bf16[B, Hk, Skv, 64];\n"
+    "  input bias : bf16[1, H, Sq, Skv];\n"
+    "  s = (q @ k^T) * 0.125 + bias[b, h, i, j];\n"
+    "  s = mask(s, j <= i + 5);\n"
+    "  o = softmax(s) @ v;\n"
+    "  output o : bf16[B, H, Sq, 64];\n"
+    "  output lse = logsumexp(s);\n"
+    "  grad q, k, v, bias;\n"
+    "}\n";
+
+/* ALiBi-style slopes, one per head: the gradient sums every score's, in
+ * registers per warp and one atomic per warp. */
+static const char slopes_src[] =
+    "attention slopes_grad {\n"
+    "  input q : bf16[B, H, Sq, 128];\n"
+    "  input k : bf16[B, H, Skv, 128];\n"
+    "  input v : bf16[B, H, Skv, 128];\n"
+    "  input slopes : f32[H];\n"
+    "  s = (q @ k^T) * 0.08838834764831845 - slopes[h] * 0.015625 * f32(i - j);\n"
+    "  o = softmax(s) @ v;\n"
+    "  output o : bf16[B, H, Sq, 128];\n"
+    "  output lse = logsumexp(s);\n"
+    "  grad q, k, v, slopes;\n"
+    "}\n";
+
+/* A bias read transposed: its gradient has no place in the kernels. */
+static const char bias_transposed_src[] =
+    "attention bias_transposed {\n"
+    "  input q : bf16[B, H, S, 64];\n"
+    "  input k : bf16[B, H, S, 64];\n"
+    "  input v : bf16[B, H, S, 64];\n"
+    "  input bias : f32[S, S];\n"
+    "  s = (q @ k^T) * 0.125 + bias[j, i];\n"
+    "  o = softmax(s) @ v;\n"
+    "  output o : bf16[B, H, S, 64];\n"
+    "  output lse = logsumexp(s);\n"
+    "  grad q, k, v, bias;\n"
     "}\n";
 
 /* No grad: launch_backward refuses with a message. */
@@ -272,6 +342,10 @@ int main(void) {
   }
   test_module(ctx, "masked_rows", masked_rows_src, sizeof masked_rows_src - 1, &seed, 64);
   test_module(ctx, "dropout_grad", dropout_src, sizeof dropout_src - 1, &seed, 0);
+  test_module(ctx, "bias_bcast", bias_bcast_src, sizeof bias_bcast_src - 1, &seed, 0);
+  test_module(ctx, "slopes_grad", slopes_src, sizeof slopes_src - 1, &seed, 0);
+  test_module(ctx, "bias_transposed", bias_transposed_src, sizeof bias_transposed_src - 1, &seed,
+              0);
   test_no_grad(ctx);
   attn_context_destroy(ctx);
   rt_driver_release_primary(0);

@@ -1,0 +1,132 @@
+/*
+ * test_bwd_slots.c: where the backward's bias gradients go (bwd_slots in
+ * match_bwd.c, shared by the emitter and the runtime), which biases the
+ * GPU backward refuses (bwd_unsupported_grad), and that the emitter writes
+ * the bias hooks the template declares for exactly the graphs with a bias
+ * gradient.
+ */
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "attn_abi.h"
+#include "attnc.h"
+
+static IrModule *bs_module(const char *text, Arena *a) {
+  Diag d = {0};
+  Source *src = source_from_string(a, "<test>", text, strlen(text));
+  AstFile *ast = parse_source(src, a, &d);
+  IrModule *m = d.nerrors ? NULL : ir_build(ast, a, &d);
+  if (d.nerrors) cr_log_error("%s", d.out.data);
+  diag_free(&d);
+  cr_assert(m, "the test graph does not check");
+  return m;
+}
+
+#define HEAD                                                                                     \
+  "attention g {\n  input q : bf16[B, H, Sq, 64];\n  input k : bf16[B, Hk, Skv, 64];\n"          \
+  "  input v : bf16[B, Hk, Skv, 64];\n"
+#define TAIL                                                                                     \
+  "  o = softmax(s) @ v;\n  output o : bf16[B, H, Sq, 64];\n  output lse = logsumexp(s);\n"
+
+Test(bwd_slots, direct_bias) {
+  Arena *a = arena_new();
+  IrModule *m = bs_module(HEAD "  input bias : f32[B, H, Sq, Skv];\n"
+                               "  s = (q @ k^T) * 0.125 + bias[b, h, i, j];\n" TAIL
+                               "  grad q, k, v, bias;\n}\n",
+                          a);
+  const IrGraph *g = m->graphs[0];
+  BwdSlots sl;
+  cr_assert_eq(bwd_slots(g, &sl), 0);
+  cr_assert_eq(bwd_unsupported_grad(g), -1);
+  cr_assert_eq(sl.nbias, 1);
+  cr_assert_eq(sl.bias[0], 3);
+  cr_assert_eq(sl.bias_mode[0], BWD_BIAS_DIRECT);
+  cr_assert_eq(sl.dbias[0], sl.dva + 1, "bias slots come after the q/k/v ones");
+  cr_assert_eq(sl.dbias_acc[0], -1);
+  cr_assert_eq(sl.end, sl.dbias[0] + 1);
+  cr_assert_eq(sl.bias_keep[0], (unsigned)(DOM_B | DOM_H | DOM_I | DOM_J));
+  arena_free(a);
+}
+
+Test(bwd_slots, broadcast_and_reduced_biases) {
+  Arena *a = arena_new();
+  IrModule *m = bs_module(HEAD "  input bias : bf16[1, H, Sq, Skv];\n  input slopes : f32[H];\n"
+                               "  s = (q @ k^T) * 0.125 + bias[b, h, i, j] - slopes[h] * f32(i - j);\n"
+                               TAIL "  grad q, bias, slopes;\n}\n",
+                          a);
+  const IrGraph *g = m->graphs[0];
+  BwdSlots sl;
+  cr_assert_eq(bwd_slots(g, &sl), 0);
+  cr_assert_eq(sl.dk, -1);
+  cr_assert_eq(sl.nbias, 2);
+  cr_assert_eq(sl.bias_mode[0], BWD_BIAS_ATOMIC);
+  cr_assert_eq(sl.bias_axis[0][0], 0, "the literal-1 dim broadcasts");
+  cr_assert_eq(sl.bias_axis[0][1], DOM_H);
+  cr_assert_eq(sl.bias_keep[0], (unsigned)(DOM_H | DOM_I | DOM_J));
+  cr_assert_eq(sl.bias_mode[1], BWD_BIAS_REDUCED);
+  cr_assert_eq(sl.bias_keep[1], (unsigned)DOM_H);
+  cr_assert_eq(sl.dbias_acc[0], sl.dbias[0] + 1);
+  cr_assert_eq(sl.dbias[1], sl.dbias_acc[0] + 1);
+  cr_assert_eq(sl.end, sl.dbias_acc[1] + 1);
+  cr_assert(sl.end <= ATTN_MAX_TENSORS);
+  arena_free(a);
+}
+
+Test(bwd_slots, refusals) {
+  Arena *a = arena_new();
+  /* Read transposed. */
+  IrModule *m = bs_module(HEAD "  input bias : f32[Sq, Skv];\n"
+                               "  s = (q @ k^T) * 0.125 + bias[j, i];\n" TAIL
+                               "  grad q, k, v, bias;\n}\n",
+                          a);
+  cr_assert_eq(bwd_unsupported_grad(m->graphs[0]), 3);
+  BwdSlots sl;
+  bwd_slots(m->graphs[0], &sl);
+  cr_assert_eq(sl.nbias, 0);
+  /* Read two ways. */
+  m = bs_module(HEAD "  input bias : f32[H, Skv];\n"
+                     "  s = (q @ k^T) * 0.125 + bias[h, j] + bias[b, j];\n" TAIL
+                     "  grad q, bias;\n}\n",
+                a);
+  cr_assert_eq(bwd_unsupported_grad(m->graphs[0]), 3);
+  /* Never read by the scores. */
+  m = bs_module(HEAD "  input bias : f32[Sq, Skv];\n  s = (q @ k^T) * 0.125;\n" TAIL
+                     "  grad q, bias;\n}\n",
+                a);
+  cr_assert_eq(bwd_unsupported_grad(m->graphs[0]), 3);
+  /* q, k, v alone: nothing refused, no bias slots. */
+  m = bs_module(HEAD "  s = (q @ k^T) * 0.125;\n" TAIL "  grad q, k, v;\n}\n", a);
+  cr_assert_eq(bwd_unsupported_grad(m->graphs[0]), -1);
+  bwd_slots(m->graphs[0], &sl);
+  cr_assert_eq(sl.nbias, 0);
+  cr_assert_eq(sl.end, sl.dva + 1);
+  arena_free(a);
+}
+
+/* The bias hooks and their macros appear exactly for graphs with a bias
+ * gradient, and the refused graph keeps its forward. */
+Test(bwd_slots, emitted_hooks) {
+  Arena *a = arena_new();
+  IrModule *m = bs_module(HEAD "  input slopes : f32[H];\n"
+                               "  s = (q @ k^T) * 0.125 - slopes[h] * f32(i - j);\n" TAIL
+                               "  grad q, k, v, slopes;\n}\n",
+                          a);
+  Diag d = {0};
+  EmitResult r;
+  cr_assert_eq(emit_module(m, "sm_80", a, &d, &r), 0, "%s", d.out.data ? d.out.data : "");
+  cr_assert(strstr(r.source, "#define ATTN_BWD_NRED 1"));
+  cr_assert(strstr(r.source, "attn_bwd_draw_bias(float ds"));
+  cr_assert(strstr(r.source, "red[0] += "));
+  cr_assert(strstr(r.source, "#undef ATTN_BWD_BIAS"));
+  cr_assert(r.kernels[0].bwd_entry[0]);
+  m = bs_module(HEAD "  s = (q @ k^T) * 0.125;\n" TAIL "  grad q, k, v;\n}\n", a);
+  cr_assert_eq(emit_module(m, "sm_80", a, &d, &r), 0);
+  cr_assert_null(strstr(r.source, "#define ATTN_BWD_BIAS"));
+  m = bs_module(HEAD "  input bias : f32[Sq, Skv];\n"
+                     "  s = (q @ k^T) * 0.125 + bias[j, i];\n" TAIL "  grad q, bias;\n}\n",
+                a);
+  cr_assert_eq(emit_module(m, "sm_80", a, &d, &r), 0);
+  cr_assert_null(r.kernels[0].bwd_entry[0], "a refused backward emits no kernels");
+  diag_free(&d);
+  arena_free(a);
+}
