@@ -705,6 +705,31 @@ void bwd_dump(StrBuf *out, const BwdGraph *bg);
 int ref_backward(RefArgs *args, const BwdGraph *bg, const double *dout,
                  RefTensor *grads, StrBuf *err);
 
+/* ------------------------------------------- emit_expr.c: expressions */
+
+/* One hook function being written: its locals go to `body`. */
+typedef struct ExprHook {
+  Arena *a;
+  const IrGraph *g;
+  StrBuf body;
+  const char **vars;        /* the forward graph's locals, by node id */
+  const char *acc_name;     /* what IR_QK reads as, or NULL if unavailable */
+  const char *pv_name;      /* what IR_PV reads as */
+  unsigned indices;         /* DOM_* indices in scope */
+  const BwdGraph *bg;       /* a derived backward graph, or NULL */
+  const char **dvars;       /* its nodes' locals, by their ids */
+} ExprHook;
+
+void expr_init(ExprHook *hk, Arena *a, const IrGraph *g, unsigned indices);
+/* A C expression for n, emitting the locals it needs into hk->body. */
+const char *expr_value(ExprHook *hk, IrNode *n);
+/* The same, converted to `want`'s C type when n computes in another. */
+const char *expr_as(ExprHook *hk, IrNode *n, DType want);
+/* "static __device__ __forceinline__ SIG { locals; return RET; }". */
+void expr_put_fn(StrBuf *out, ExprHook *hk, const char *sig, const char *ret);
+const char *expr_ctype(DType t); /* "float", "int", ... */
+DType expr_kind(DType t);        /* the type a value computes in */
+
 /* --------------------------------------- match_bwd.c: backward matching */
 
 /* Where the backward kernels find their tensors in attn_params.t: the

@@ -23,247 +23,47 @@
 extern const char attn_abi_src[], common_src[], ptx_src[], fwd_sm80_src[], fwd_sm90_src[],
     philox_src[];
 
-/* ------------------------------------------------- expression emitter */
-
-/* Code for one hook function: locals go to `body`, in dependency order.
- * `vars` remembers which nodes already have a local. */
-typedef struct Hook {
-  Arena *a;
-  const IrGraph *g;
-  StrBuf body;
-  const char **vars;       /* by node id */
-  const char *acc_name;    /* what IR_QK reads as, or NULL if unavailable */
-  const char *pv_name;     /* what IR_PV reads as */
-  unsigned indices;        /* DOM_* indices in scope */
-} Hook;
-
-static void hook_init(Hook *hk, Arena *a, const IrGraph *g, unsigned indices) {
-  memset(hk, 0, sizeof *hk);
-  hk->a = a;
-  hk->g = g;
-  hk->vars = arena_alloc(a, (size_t)(g->nnodes + 1) * sizeof *hk->vars);
-  hk->indices = indices;
-}
-
-static const char *ctype(DType t) {
-  switch (t) {
-  case DT_I32: return "int";
-  case DT_U64: return "unsigned long long";
-  case DT_BOOL: return "bool";
-  default: return "float";
-  }
-}
-
-/* The C type a value computes in: every float type computes as float. */
-static DType ckind(DType t) { return dtype_is_float(t) ? DT_F32 : t; }
-
-static const char *float_literal(Arena *a, double x) {
-  if (isnan(x)) return "__int_as_float(0x7fc00000)";
-  if (isinf(x)) return x > 0 ? "attn_pos_inf()" : "attn_neg_inf()";
-  char buf[64];
-  snprintf(buf, sizeof buf, "%.9g", x);
-  if (!strpbrk(buf, ".en")) strcat(buf, ".0");
-  return arena_printf(a, "%sf", buf);
-}
-
-static const char *ex(Hook *hk, IrNode *n);
-
-/* An operand converted to `want` when its own kind differs. */
-static const char *ex_as(Hook *hk, IrNode *n, DType want) {
-  const char *e = ex(hk, n);
-  if (ckind(n->type) == ckind(want)) return e;
-  return arena_printf(hk->a, "(%s)(%s)", ctype(want), e);
-}
-
-static DType common_kind(const IrNode *x, const IrNode *y) {
-  DType a = ckind(x->type), b = ckind(y->type);
-  if (a == DT_F32 || b == DT_F32) return DT_F32;
-  if (a == DT_U64 || b == DT_U64) return DT_U64;
-  return a == DT_BOOL && b == DT_BOOL ? DT_BOOL : DT_I32;
-}
-
-static const char *index_name(Hook *hk, IrNode *n) {
-  unsigned axis = (unsigned)n->ival;
-  if (!(hk->indices & axis)) die("index %u out of scope in a hook", axis);
-  return axis == DOM_B ? "b" : axis == DOM_H ? "h" : axis == DOM_I ? "i" : "j";
-}
-
-static const char *scalar_ref(Hook *hk, IrNode *n) {
-  switch (n->type) {
-  case DT_I32: return arena_printf(hk->a, "p.s[%d].i", n->ref);
-  case DT_U64: return arena_printf(hk->a, "p.s[%d].u", n->ref);
-  case DT_BOOL: return arena_printf(hk->a, "(p.s[%d].i != 0)", n->ref);
-  default: return arena_printf(hk->a, "p.s[%d].f", n->ref);
-  }
-}
-
-static const char *load_ref(Hook *hk, IrNode *n) {
-  const IrTensor *t = &hk->g->tensors[n->ref];
-  const char *sub[IR_MAX_RANK] = {"0", "0", "0", "0"};
-  for (int d = 0; d < t->ndims && d < IR_MAX_RANK; d++)
-    if (t->dim_sym[d] >= 0 || t->dim_val[d] != 1) sub[d] = ex_as(hk, n->src[d], DT_I32);
-  return arena_printf(hk->a, "attn_ld_%s(p.t[%d], %s, %s, %s, %s)", dtype_name(t->type), n->ref,
-                      sub[0], sub[1], sub[2], sub[3]);
-}
-
-static const char *unary_fn(IrOp op, DType k) {
-  bool f = k == DT_F32;
-  switch (op) {
-  case IR_TANH: return "attn_tanh";
-  case IR_EXP: return "expf";
-  case IR_EXP2: return "exp2f";
-  case IR_LOG: return "logf";
-  case IR_LOG2: return "log2f";
-  case IR_SIGMOID: return "attn_sigmoid";
-  case IR_ABS: return f ? "fabsf" : "abs";
-  case IR_SQRT: return "sqrtf";
-  case IR_RSQRT: return "rsqrtf";
-  case IR_FLOOR: return "floorf";
-  case IR_CEIL: return "ceilf";
-  default: return NULL;
-  }
-}
-
-static const char *binary_op(IrOp op) {
-  switch (op) {
-  case IR_ADD: return "+";
-  case IR_SUB: return "-";
-  case IR_MUL: return "*";
-  case IR_DIV: return "/";
-  case IR_MOD: return "%";
-  case IR_LT: return "<";
-  case IR_LE: return "<=";
-  case IR_GT: return ">";
-  case IR_GE: return ">=";
-  case IR_EQ: return "==";
-  case IR_NE: return "!=";
-  case IR_AND: return "&&";
-  case IR_OR: return "||";
-  default: return NULL;
-  }
-}
-
-static bool is_comparison(IrOp op) { return op >= IR_LT && op <= IR_NE; }
-
-/* The right-hand side for a node that gets a local. */
-static const char *ex_compute(Hook *hk, IrNode *n) {
-  Arena *a = hk->a;
-  DType k = ckind(n->type);
-  const char *op = binary_op(n->op);
-  if (op) {
-    DType in = is_comparison(n->op) ? common_kind(n->src[0], n->src[1])
-               : (n->op == IR_AND || n->op == IR_OR) ? DT_BOOL : k;
-    return arena_printf(a, "%s %s %s", ex_as(hk, n->src[0], in), op, ex_as(hk, n->src[1], in));
-  }
-  const char *fn = unary_fn(n->op, k);
-  if (fn) return arena_printf(a, "%s(%s)", fn, ex_as(hk, n->src[0], k));
-  switch (n->op) {
-  case IR_NEG: return arena_printf(a, "-%s", ex_as(hk, n->src[0], k));
-  case IR_NOT: return arena_printf(a, "!%s", ex_as(hk, n->src[0], DT_BOOL));
-  case IR_CAST: return ex_as(hk, n->src[0], k);
-  case IR_MIN:
-  case IR_MAX: {
-    const char *x = ex_as(hk, n->src[0], k), *y = ex_as(hk, n->src[1], k);
-    if (k == DT_F32) return arena_printf(a, "%s(%s, %s)", n->op == IR_MIN ? "fminf" : "fmaxf", x, y);
-    return arena_printf(a, "%s %s %s ? %s : %s", x, n->op == IR_MIN ? "<" : ">", y, x, y);
-  }
-  case IR_WHERE:
-    return arena_printf(a, "%s ? %s : %s", ex_as(hk, n->src[0], DT_BOOL), ex_as(hk, n->src[1], k),
-                        ex_as(hk, n->src[2], k));
-  case IR_MASK:
-    return arena_printf(a, "%s ? %s : attn_neg_inf()", ex_as(hk, n->src[1], DT_BOOL),
-                        ex_as(hk, n->src[0], DT_F32));
-  case IR_LOAD: return load_ref(hk, n);
-  default:
-    die("emit: op '%s' has no place in a hook", ir_op_name(n->op));
-  }
-}
-
-/* A local's name: the .attn name when there is one, made unique by id. */
-static const char *local_name(Hook *hk, IrNode *n) {
-  if (!n->name) return arena_printf(hk->a, "t%d", n->id);
-  char buf[48];
-  size_t len = 0;
-  for (const char *c = n->name; *c && len < 32; c++)
-    buf[len++] = isalnum((unsigned char)*c) || *c == '_' ? *c : '_';
-  buf[len] = 0;
-  return arena_printf(hk->a, "%s_%d", buf, n->id);
-}
-
-static const char *ex(Hook *hk, IrNode *n) {
-  switch (n->op) {
-  case IR_CONST:
-    if (dtype_is_float(n->type)) return float_literal(hk->a, n->fval);
-    if (n->type == DT_BOOL) return n->ival ? "true" : "false";
-    if (n->type == DT_U64) return arena_printf(hk->a, "%lluull", (unsigned long long)n->ival);
-    return arena_printf(hk->a, "%lld", (long long)n->ival);
-  case IR_SCALAR: return scalar_ref(hk, n);
-  case IR_DIM: return arena_printf(hk->a, "p.dim[%d]", n->ref);
-  case IR_INDEX: return index_name(hk, n);
-  case IR_QK:
-    if (!hk->acc_name) die("emit: the score read outside attn_score");
-    return hk->acc_name;
-  case IR_PV:
-    if (!hk->pv_name) die("emit: p @ v read outside attn_out");
-    return hk->pv_name;
-  default: break;
-  }
-  if (hk->vars[n->id]) return hk->vars[n->id];
-  const char *rhs = ex_compute(hk, n);
-  const char *name = local_name(hk, n);
-  sb_printf(&hk->body, "  const %s %s = %s;\n", ctype(ckind(n->type)), name, rhs);
-  hk->vars[n->id] = name;
-  return name;
-}
-
 /* ---------------------------------------------------------------- hooks */
 
-static void put_hook(StrBuf *out, Hook *hk, const char *sig, const char *ret) {
-  sb_printf(out, "static __device__ __forceinline__ %s {\n", sig);
-  if (hk->body.len) sb_puts(out, hk->body.data);
-  sb_printf(out, "  return %s;\n}\n\n", ret);
-  sb_free(&hk->body);
-}
-
 static void emit_score(StrBuf *out, const KernelSpec *s, Arena *a) {
-  Hook hk;
-  hook_init(&hk, a, s->g, DOM_B | DOM_H | DOM_I | DOM_J);
+  ExprHook hk;
+  expr_init(&hk, a, s->g, DOM_B | DOM_H | DOM_I | DOM_J);
   hk.acc_name = "acc";
-  const char *ret = ex(&hk, s->score);
+  const char *ret = expr_value(&hk, s->score);
   sb_puts(out, "/* The score chain applied to the raw q.k product `acc`. */\n");
-  put_hook(out, &hk,
+  expr_put_fn(out, &hk,
            "float attn_score(float acc, int b, int h, int i, int j, const attn_params &p)", ret);
 }
 
 static void emit_keep(StrBuf *out, const KernelSpec *s, Arena *a) {
-  Hook hk;
-  hook_init(&hk, a, s->g, DOM_B | DOM_H | DOM_I | DOM_J);
+  ExprHook hk;
+  expr_init(&hk, a, s->g, DOM_B | DOM_H | DOM_I | DOM_J);
   StrBuf ret = {0};
   for (int m = 0; m < s->nmasks; m++) {
     if (m > 0 && s->masks[m].cond == s->masks[m - 1].cond) continue; /* == gave two */
-    sb_printf(&ret, "%s%s", ret.len ? " && " : "", ex_as(&hk, s->masks[m].cond, DT_BOOL));
+    sb_printf(&ret, "%s%s", ret.len ? " && " : "", expr_as(&hk, s->masks[m].cond, DT_BOOL));
   }
   sb_puts(out, "/* The top-level masks, element by element: true keeps the score. */\n");
-  put_hook(out, &hk, "bool attn_keep(int b, int h, int i, int j, const attn_params &p)",
+  expr_put_fn(out, &hk, "bool attn_keep(int b, int h, int i, int j, const attn_params &p)",
            ret.len ? arena_strdup(a, ret.data) : "true");
   sb_free(&ret);
 }
 
 /* C, the part of an affine term fixed for one (b, h), as a long long. */
-static const char *term_constant(Hook *hk, const MaskTerm *t) {
+static const char *term_constant(ExprHook *hk, const MaskTerm *t) {
   StrBuf e = {0};
   sb_printf(&e, "%lldLL", (long long)t->k);
   for (int n = 0; n < t->nterms; n++)
     sb_printf(&e, " + %lldLL * (long long)(%s)", (long long)t->coef[n],
-              ex_as(hk, t->term[n], ckind(t->term[n]->type)));
+              expr_as(hk, t->term[n], expr_kind(t->term[n]->type)));
   const char *r = arena_strdup(hk->a, e.data);
   sb_free(&e);
   return r;
 }
 
 static void emit_kv_bounds(StrBuf *out, const KernelSpec *s, Arena *a) {
-  Hook hk;
-  hook_init(&hk, a, s->g, DOM_B | DOM_H);
+  ExprHook hk;
+  expr_init(&hk, a, s->g, DOM_B | DOM_H);
   StrBuf code = {0};
   for (int m = 0; m < s->nmasks; m++) {
     const MaskTerm *t = &s->masks[m];
@@ -295,8 +95,8 @@ static void emit_kv_bounds(StrBuf *out, const KernelSpec *s, Arena *a) {
 }
 
 static void emit_tile_class(StrBuf *out, const KernelSpec *s, Arena *a) {
-  Hook hk;
-  hook_init(&hk, a, s->g, DOM_B | DOM_H);
+  ExprHook hk;
+  expr_init(&hk, a, s->g, DOM_B | DOM_H);
   StrBuf code = {0};
   bool all_affine = true;
   for (int m = 0; m < s->nmasks; m++) {
@@ -328,12 +128,12 @@ static void emit_tile_class(StrBuf *out, const KernelSpec *s, Arena *a) {
 }
 
 static void emit_out(StrBuf *out, const KernelSpec *s, Arena *a) {
-  Hook hk;
-  hook_init(&hk, a, s->g, DOM_B | DOM_H | DOM_I);
+  ExprHook hk;
+  expr_init(&hk, a, s->g, DOM_B | DOM_H | DOM_I);
   hk.pv_name = "o";
-  const char *ret = ex_as(&hk, s->g->outputs[s->o_output].value, DT_F32);
+  const char *ret = expr_as(&hk, s->g->outputs[s->o_output].value, DT_F32);
   sb_puts(out, "/* Pointwise ops on the normalized output row element. */\n");
-  put_hook(out, &hk, "float attn_out(float o, int b, int h, int i, int d, const attn_params &p)",
+  expr_put_fn(out, &hk, "float attn_out(float o, int b, int h, int i, int d, const attn_params &p)",
            ret);
 }
 
@@ -342,17 +142,17 @@ static void emit_out(StrBuf *out, const KernelSpec *s, Arena *a) {
  * templates/philox.cuh's, drawn exactly as the CPU reference draws them
  * (docs/language.md has the layout), so the masks are bit-identical. */
 static void emit_dropout(StrBuf *out, const KernelSpec *s, Arena *a) {
-  Hook hk;
-  hook_init(&hk, a, s->g, DOM_B | DOM_H | DOM_I | DOM_J);
+  ExprHook hk;
+  expr_init(&hk, a, s->g, DOM_B | DOM_H | DOM_I | DOM_J);
   const IrNode *dn = s->dropout;
-  const char *rate_e = ex_as(&hk, dn->src[1], DT_F32);
+  const char *rate_e = expr_as(&hk, dn->src[1], DT_F32);
   const char *word[2];
   for (int k = 0; k < 2; k++) {
     IrNode *x = dn->src[2 + k];
     /* An i32 seed or offset sign-extends to 64 bits, as on the host. */
-    word[k] = ckind(x->type) == DT_U64
-                  ? ex_as(&hk, x, DT_U64)
-                  : arena_printf(a, "(unsigned long long)(long long)(%s)", ex_as(&hk, x, DT_I32));
+    word[k] = expr_kind(x->type) == DT_U64
+                  ? expr_as(&hk, x, DT_U64)
+                  : arena_printf(a, "(unsigned long long)(long long)(%s)", expr_as(&hk, x, DT_I32));
   }
   sb_puts(out, "/* Dropout's factor for P's element (b, h, i, j): 0 or 1 / (1 - rate), from\n"
                " * the Philox bits the CPU reference draws (templates/philox.cuh). */\n"

@@ -19,186 +19,14 @@
 
 extern const char bwd_sm80_src[];
 
-typedef struct BwdHook {
-  Arena *a;
-  const BwdSpec *s;
-  StrBuf body;
-  const char **fvars; /* forward nodes, by id */
-  const char **dvars; /* derived nodes, by id */
-} BwdHook;
-
-static const char *bx(BwdHook *hk, IrNode *n);
-
-static DType kind_of(DType t) { return dtype_is_float(t) ? DT_F32 : t; }
-
-static const char *c_type(DType t) {
-  switch (t) {
-  case DT_I32: return "int";
-  case DT_U64: return "unsigned long long";
-  case DT_BOOL: return "bool";
-  default: return "float";
-  }
-}
-
-static const char *flit(Arena *a, double x) {
-  if (isnan(x)) return "__int_as_float(0x7fc00000)";
-  if (isinf(x)) return x > 0 ? "attn_pos_inf()" : "attn_neg_inf()";
-  char buf[64];
-  snprintf(buf, sizeof buf, "%.9g", x);
-  if (!strpbrk(buf, ".en")) strcat(buf, ".0");
-  return arena_printf(a, "%sf", buf);
-}
-
-static const char *bx_as(BwdHook *hk, IrNode *n, DType want) {
-  const char *e = bx(hk, n);
-  if (kind_of(n->type) == kind_of(want)) return e;
-  return arena_printf(hk->a, "(%s)(%s)", c_type(want), e);
-}
-
-static DType join_kind(const IrNode *x, const IrNode *y) {
-  DType a = kind_of(x->type), b = kind_of(y->type);
-  if (a == DT_F32 || b == DT_F32) return DT_F32;
-  if (a == DT_U64 || b == DT_U64) return DT_U64;
-  return a == DT_BOOL && b == DT_BOOL ? DT_BOOL : DT_I32;
-}
-
-static const char *bin_op(IrOp op) {
-  switch (op) {
-  case IR_ADD: return "+";
-  case IR_SUB: return "-";
-  case IR_MUL: return "*";
-  case IR_DIV: return "/";
-  case IR_MOD: return "%";
-  case IR_LT: return "<";
-  case IR_LE: return "<=";
-  case IR_GT: return ">";
-  case IR_GE: return ">=";
-  case IR_EQ: return "==";
-  case IR_NE: return "!=";
-  case IR_AND: return "&&";
-  case IR_OR: return "||";
-  default: return NULL;
-  }
-}
-
-/* The same device functions emit.c's hooks call, so a forward node
- * evaluates here to exactly what attn_score computed. */
-static const char *un_fn(IrOp op, DType k) {
-  switch (op) {
-  case IR_TANH: return "attn_tanh";
-  case IR_EXP: return "expf";
-  case IR_EXP2: return "exp2f";
-  case IR_LOG: return "logf";
-  case IR_LOG2: return "log2f";
-  case IR_SIGMOID: return "attn_sigmoid";
-  case IR_ABS: return k == DT_F32 ? "fabsf" : "abs";
-  case IR_SQRT: return "sqrtf";
-  case IR_RSQRT: return "rsqrtf";
-  case IR_FLOOR: return "floorf";
-  case IR_CEIL: return "ceilf";
-  default: return NULL;
-  }
-}
-
-static const char *load_expr(BwdHook *hk, IrNode *n) {
-  const IrTensor *t = &hk->s->g->tensors[n->ref];
-  const char *sub[IR_MAX_RANK] = {"0", "0", "0", "0"};
-  for (int d = 0; d < t->ndims && d < IR_MAX_RANK; d++)
-    if (t->dim_sym[d] >= 0 || t->dim_val[d] != 1) sub[d] = bx_as(hk, n->src[d], DT_I32);
-  return arena_printf(hk->a, "attn_ld_%s(p.t[%d], %s, %s, %s, %s)", dtype_name(t->type), n->ref,
-                      sub[0], sub[1], sub[2], sub[3]);
-}
-
-static const char *compute(BwdHook *hk, IrNode *n) {
-  Arena *a = hk->a;
-  DType k = kind_of(n->type);
-  const char *op = bin_op(n->op);
-  if (op) {
-    bool cmp = n->op >= IR_LT && n->op <= IR_NE;
-    DType in = cmp ? join_kind(n->src[0], n->src[1])
-               : (n->op == IR_AND || n->op == IR_OR) ? DT_BOOL : k;
-    return arena_printf(a, "%s %s %s", bx_as(hk, n->src[0], in), op, bx_as(hk, n->src[1], in));
-  }
-  const char *fn = un_fn(n->op, k);
-  if (fn) return arena_printf(a, "%s(%s)", fn, bx_as(hk, n->src[0], k));
-  switch (n->op) {
-  case IR_NEG: return arena_printf(a, "-%s", bx_as(hk, n->src[0], k));
-  case IR_NOT: return arena_printf(a, "!%s", bx_as(hk, n->src[0], DT_BOOL));
-  case IR_CAST: return bx_as(hk, n->src[0], k);
-  case IR_MIN:
-  case IR_MAX: {
-    const char *x = bx_as(hk, n->src[0], k), *y = bx_as(hk, n->src[1], k);
-    if (k == DT_F32) return arena_printf(a, "%s(%s, %s)", n->op == IR_MIN ? "fminf" : "fmaxf", x, y);
-    return arena_printf(a, "%s %s %s ? %s : %s", x, n->op == IR_MIN ? "<" : ">", y, x, y);
-  }
-  case IR_WHERE:
-    return arena_printf(a, "%s ? %s : %s", bx_as(hk, n->src[0], DT_BOOL), bx_as(hk, n->src[1], k),
-                        bx_as(hk, n->src[2], k));
-  case IR_MASK:
-    return arena_printf(a, "%s ? %s : attn_neg_inf()", bx_as(hk, n->src[1], DT_BOOL),
-                        bx_as(hk, n->src[0], DT_F32));
-  case IR_LOAD: return load_expr(hk, n);
-  default: die("emit_bwd: op '%s' has no place in attn_bwd_draw", ir_op_name(n->op));
-  }
-}
-
-static const char *fwd_name(BwdHook *hk, IrNode *n) {
-  if (!n->name) return arena_printf(hk->a, "t%d", n->id);
-  char buf[48];
-  size_t len = 0;
-  for (const char *c = n->name; *c && len < 32; c++)
-    buf[len++] = isalnum((unsigned char)*c) || *c == '_' ? *c : '_';
-  buf[len] = 0;
-  return arena_printf(hk->a, "%s_%d", buf, n->id);
-}
-
-static const char *bx(BwdHook *hk, IrNode *n) {
-  const BwdGraph *bg = hk->s->bg;
-  if (n == bg->ds) return "ds";
-  switch (n->op) {
-  case IR_CONST:
-    if (dtype_is_float(n->type)) return flit(hk->a, n->fval);
-    if (n->type == DT_BOOL) return n->ival ? "true" : "false";
-    if (n->type == DT_U64) return arena_printf(hk->a, "%lluull", (unsigned long long)n->ival);
-    return arena_printf(hk->a, "%lld", (long long)n->ival);
-  case IR_SCALAR:
-    switch (n->type) {
-    case DT_I32: return arena_printf(hk->a, "p.s[%d].i", n->ref);
-    case DT_U64: return arena_printf(hk->a, "p.s[%d].u", n->ref);
-    case DT_BOOL: return arena_printf(hk->a, "(p.s[%d].i != 0)", n->ref);
-    default: return arena_printf(hk->a, "p.s[%d].f", n->ref);
-    }
-  case IR_DIM: return arena_printf(hk->a, "p.dim[%d]", n->ref);
-  case IR_INDEX: {
-    unsigned axis = (unsigned)n->ival;
-    return axis == DOM_B ? "b" : axis == DOM_H ? "h" : axis == DOM_I ? "i" : "j";
-  }
-  case IR_QK: return "acc";
-  default: break;
-  }
-  bool fwd = bwd_is_forward(bg, n);
-  const char **vars = fwd ? hk->fvars : hk->dvars;
-  if (vars[n->id]) return vars[n->id];
-  const char *rhs = compute(hk, n);
-  const char *name = fwd ? fwd_name(hk, n) : arena_printf(hk->a, "d_%d", n->id);
-  sb_printf(&hk->body, "  const %s %s = %s;\n", c_type(kind_of(n->type)), name, rhs);
-  vars[n->id] = name;
-  return name;
-}
-
-static void bwd_hook_init(BwdHook *hk, const BwdSpec *s, Arena *a) {
-  memset(hk, 0, sizeof *hk);
-  hk->a = a;
-  hk->s = s;
-  hk->fvars = arena_alloc(a, (size_t)(s->g->nnodes + 1) * sizeof *hk->fvars);
+/* A hook over the forward graph and its derived backward: forward nodes
+ * are named as emit.c names them, derived ones d_ID, dS is `ds` and the
+ * raw score `acc` (emit_expr.c). */
+static void bwd_hook_init(ExprHook *hk, const BwdSpec *s, Arena *a) {
+  expr_init(hk, a, s->g, DOM_B | DOM_H | DOM_I | DOM_J);
+  hk->acc_name = "acc";
+  hk->bg = s->bg;
   hk->dvars = arena_alloc(a, (size_t)(s->bg->nnodes + 1) * sizeof *hk->dvars);
-}
-
-static void put_fn(StrBuf *out, BwdHook *hk, const char *sig, const char *ret) {
-  sb_printf(out, "static __device__ __forceinline__ %s {\n", sig);
-  if (hk->body.len) sb_puts(out, hk->body.data);
-  sb_printf(out, "  return %s;\n}\n\n", ret);
-  sb_free(&hk->body);
 }
 
 /* The BwdBias derived for tensor t, or NULL (the scores pass it no
@@ -241,13 +69,13 @@ static const char *full_index(Arena *a, const char *b, const char *h, const char
 static void emit_bias_hooks(StrBuf *out, const BwdSpec *s, Arena *a) {
   const BwdSlots *sl = &s->slots;
   const IrGraph *g = s->g;
-  BwdHook hk;
+  ExprHook hk;
   bwd_hook_init(&hk, s, a);
-  const char *ret = s->bg->draw ? bx_as(&hk, s->bg->draw, DT_F32) : "0.f";
+  const char *ret = s->bg->draw ? expr_as(&hk, s->bg->draw, DT_F32) : "0.f";
   const char *val[BWD_MAX_BIAS] = {NULL};
   for (int r = 0; r < sl->nbias; r++) {
     const BwdBias *bb = find_bias(s->bg, sl->bias[r]);
-    if (bb) val[r] = bx_as(&hk, bb->value, DT_F32);
+    if (bb) val[r] = expr_as(&hk, bb->value, DT_F32);
   }
   sb_puts(out, "\n/* attn_bwd_draw plus each bias's gradient at score element (b, h, i, j). */\n"
                "static __device__ __forceinline__ float attn_bwd_draw_bias(float ds, float acc, "
@@ -362,19 +190,19 @@ void emit_bwd_body(StrBuf *out, const BwdSpec *s, Arena *a) {
                    "#define ATTN_BWD_NRED %d\n\n", nred);
   }
 
-  BwdHook hk;
+  ExprHook hk;
   bwd_hook_init(&hk, s, a);
-  const char *ret = s->bg->draw ? bx_as(&hk, s->bg->draw, DT_F32) : "0.f";
+  const char *ret = s->bg->draw ? expr_as(&hk, s->bg->draw, DT_F32) : "0.f";
   sb_puts(out, "/* dRaw, the gradient at q @ k^T, from dS by the derived chain rule\n"
                " * (attnc ir --backward), without the factor attn_bwd_scale gives. */\n");
-  put_fn(out, &hk,
+  expr_put_fn(out, &hk,
          "float attn_bwd_draw(float ds, float acc, int b, int h, int i, int j, "
          "const attn_params &p)",
          ret);
   bwd_hook_init(&hk, s, a);
-  ret = s->bg->draw_scale ? bx_as(&hk, s->bg->draw_scale, DT_F32) : "1.f";
+  ret = s->bg->draw_scale ? expr_as(&hk, s->bg->draw_scale, DT_F32) : "1.f";
   sb_puts(out, "/* The factor folded out of dRaw, applied to dQ and dK. */\n");
-  put_fn(out, &hk, "float attn_bwd_scale(const attn_params &p)", ret);
+  expr_put_fn(out, &hk, "float attn_bwd_scale(const attn_params &p)", ret);
   sb_puts(out, bwd_sm80_src);
   if (sl->nbias > 0) emit_bias_hooks(out, s, a);
 }

@@ -1,0 +1,204 @@
+/*
+ * emit_expr.c: IR expressions -> straight-line CUDA C, for every hook the
+ * emitters write (emit.c's forward hooks, emit_bwd.c's backward ones).
+ *
+ * Each node a hook needs becomes one `const` local, named after the .attn
+ * name it was bound to (`s_5`) or, for nodes of a derived backward graph,
+ * `d_ID`; locals appear in dependency order, so the code reads like the
+ * source and is the same on every run.
+ */
+#include <ctype.h>
+#include <math.h>
+#include <string.h>
+
+#include "attnc.h"
+
+void expr_init(ExprHook *hk, Arena *a, const IrGraph *g, unsigned indices) {
+  memset(hk, 0, sizeof *hk);
+  hk->a = a;
+  hk->g = g;
+  hk->vars = arena_alloc(a, (size_t)(g->nnodes + 1) * sizeof *hk->vars);
+  hk->indices = indices;
+}
+
+const char *expr_ctype(DType t) {
+  switch (t) {
+  case DT_I32: return "int";
+  case DT_U64: return "unsigned long long";
+  case DT_BOOL: return "bool";
+  default: return "float";
+  }
+}
+
+/* The C type a value computes in: every float type computes as float. */
+DType expr_kind(DType t) { return dtype_is_float(t) ? DT_F32 : t; }
+
+static const char *float_literal(Arena *a, double x) {
+  if (isnan(x)) return "__int_as_float(0x7fc00000)";
+  if (isinf(x)) return x > 0 ? "attn_pos_inf()" : "attn_neg_inf()";
+  char buf[64];
+  snprintf(buf, sizeof buf, "%.9g", x);
+  if (!strpbrk(buf, ".en")) strcat(buf, ".0");
+  return arena_printf(a, "%sf", buf);
+}
+
+/* An operand converted to `want` when its own kind differs. */
+const char *expr_as(ExprHook *hk, IrNode *n, DType want) {
+  const char *e = expr_value(hk, n);
+  if (expr_kind(n->type) == expr_kind(want)) return e;
+  return arena_printf(hk->a, "(%s)(%s)", expr_ctype(want), e);
+}
+
+static DType common_kind(const IrNode *x, const IrNode *y) {
+  DType a = expr_kind(x->type), b = expr_kind(y->type);
+  if (a == DT_F32 || b == DT_F32) return DT_F32;
+  if (a == DT_U64 || b == DT_U64) return DT_U64;
+  return a == DT_BOOL && b == DT_BOOL ? DT_BOOL : DT_I32;
+}
+
+static const char *index_name(ExprHook *hk, IrNode *n) {
+  unsigned axis = (unsigned)n->ival;
+  if (!(hk->indices & axis)) die("index %u out of scope in a hook", axis);
+  return axis == DOM_B ? "b" : axis == DOM_H ? "h" : axis == DOM_I ? "i" : "j";
+}
+
+static const char *scalar_ref(ExprHook *hk, IrNode *n) {
+  switch (n->type) {
+  case DT_I32: return arena_printf(hk->a, "p.s[%d].i", n->ref);
+  case DT_U64: return arena_printf(hk->a, "p.s[%d].u", n->ref);
+  case DT_BOOL: return arena_printf(hk->a, "(p.s[%d].i != 0)", n->ref);
+  default: return arena_printf(hk->a, "p.s[%d].f", n->ref);
+  }
+}
+
+static const char *load_ref(ExprHook *hk, IrNode *n) {
+  const IrTensor *t = &hk->g->tensors[n->ref];
+  const char *sub[IR_MAX_RANK] = {"0", "0", "0", "0"};
+  for (int d = 0; d < t->ndims && d < IR_MAX_RANK; d++)
+    if (t->dim_sym[d] >= 0 || t->dim_val[d] != 1) sub[d] = expr_as(hk, n->src[d], DT_I32);
+  return arena_printf(hk->a, "attn_ld_%s(p.t[%d], %s, %s, %s, %s)", dtype_name(t->type), n->ref,
+                      sub[0], sub[1], sub[2], sub[3]);
+}
+
+static const char *unary_fn(IrOp op, DType k) {
+  bool f = k == DT_F32;
+  switch (op) {
+  case IR_TANH: return "attn_tanh";
+  case IR_EXP: return "expf";
+  case IR_EXP2: return "exp2f";
+  case IR_LOG: return "logf";
+  case IR_LOG2: return "log2f";
+  case IR_SIGMOID: return "attn_sigmoid";
+  case IR_ABS: return f ? "fabsf" : "abs";
+  case IR_SQRT: return "sqrtf";
+  case IR_RSQRT: return "rsqrtf";
+  case IR_FLOOR: return "floorf";
+  case IR_CEIL: return "ceilf";
+  default: return NULL;
+  }
+}
+
+static const char *binary_op(IrOp op) {
+  switch (op) {
+  case IR_ADD: return "+";
+  case IR_SUB: return "-";
+  case IR_MUL: return "*";
+  case IR_DIV: return "/";
+  case IR_MOD: return "%";
+  case IR_LT: return "<";
+  case IR_LE: return "<=";
+  case IR_GT: return ">";
+  case IR_GE: return ">=";
+  case IR_EQ: return "==";
+  case IR_NE: return "!=";
+  case IR_AND: return "&&";
+  case IR_OR: return "||";
+  default: return NULL;
+  }
+}
+
+static bool is_comparison(IrOp op) { return op >= IR_LT && op <= IR_NE; }
+
+/* The right-hand side for a node that gets a local. */
+static const char *expr_compute(ExprHook *hk, IrNode *n) {
+  Arena *a = hk->a;
+  DType k = expr_kind(n->type);
+  const char *op = binary_op(n->op);
+  if (op) {
+    DType in = is_comparison(n->op) ? common_kind(n->src[0], n->src[1])
+               : (n->op == IR_AND || n->op == IR_OR) ? DT_BOOL : k;
+    return arena_printf(a, "%s %s %s", expr_as(hk, n->src[0], in), op, expr_as(hk, n->src[1], in));
+  }
+  const char *fn = unary_fn(n->op, k);
+  if (fn) return arena_printf(a, "%s(%s)", fn, expr_as(hk, n->src[0], k));
+  switch (n->op) {
+  case IR_NEG: return arena_printf(a, "-%s", expr_as(hk, n->src[0], k));
+  case IR_NOT: return arena_printf(a, "!%s", expr_as(hk, n->src[0], DT_BOOL));
+  case IR_CAST: return expr_as(hk, n->src[0], k);
+  case IR_MIN:
+  case IR_MAX: {
+    const char *x = expr_as(hk, n->src[0], k), *y = expr_as(hk, n->src[1], k);
+    if (k == DT_F32) return arena_printf(a, "%s(%s, %s)", n->op == IR_MIN ? "fminf" : "fmaxf", x, y);
+    return arena_printf(a, "%s %s %s ? %s : %s", x, n->op == IR_MIN ? "<" : ">", y, x, y);
+  }
+  case IR_WHERE:
+    return arena_printf(a, "%s ? %s : %s", expr_as(hk, n->src[0], DT_BOOL), expr_as(hk, n->src[1], k),
+                        expr_as(hk, n->src[2], k));
+  case IR_MASK:
+    return arena_printf(a, "%s ? %s : attn_neg_inf()", expr_as(hk, n->src[1], DT_BOOL),
+                        expr_as(hk, n->src[0], DT_F32));
+  case IR_LOAD: return load_ref(hk, n);
+  default:
+    die("emit: op '%s' has no place in a hook", ir_op_name(n->op));
+  }
+}
+
+/* A local's name: the .attn name when there is one, made unique by id. */
+static const char *local_name(ExprHook *hk, IrNode *n) {
+  if (!n->name) return arena_printf(hk->a, "t%d", n->id);
+  char buf[48];
+  size_t len = 0;
+  for (const char *c = n->name; *c && len < 32; c++)
+    buf[len++] = isalnum((unsigned char)*c) || *c == '_' ? *c : '_';
+  buf[len] = 0;
+  return arena_printf(hk->a, "%s_%d", buf, n->id);
+}
+
+const char *expr_value(ExprHook *hk, IrNode *n) {
+  if (hk->bg && n == hk->bg->ds) return "ds";
+  switch (n->op) {
+  case IR_CONST:
+    if (dtype_is_float(n->type)) return float_literal(hk->a, n->fval);
+    if (n->type == DT_BOOL) return n->ival ? "true" : "false";
+    if (n->type == DT_U64) return arena_printf(hk->a, "%lluull", (unsigned long long)n->ival);
+    return arena_printf(hk->a, "%lld", (long long)n->ival);
+  case IR_SCALAR: return scalar_ref(hk, n);
+  case IR_DIM: return arena_printf(hk->a, "p.dim[%d]", n->ref);
+  case IR_INDEX: return index_name(hk, n);
+  case IR_QK:
+    if (!hk->acc_name) die("emit: the score read outside attn_score");
+    return hk->acc_name;
+  case IR_PV:
+    if (!hk->pv_name) die("emit: p @ v read outside attn_out");
+    return hk->pv_name;
+  default: break;
+  }
+  /* Nodes of a derived backward graph have ids of their own. */
+  bool derived = hk->bg && !bwd_is_forward(hk->bg, n);
+  const char **vars = derived ? hk->dvars : hk->vars;
+  if (vars[n->id]) return vars[n->id];
+  const char *rhs = expr_compute(hk, n);
+  const char *name = derived ? arena_printf(hk->a, "d_%d", n->id) : local_name(hk, n);
+  sb_printf(&hk->body, "  const %s %s = %s;\n", expr_ctype(expr_kind(n->type)), name, rhs);
+  vars[n->id] = name;
+  return name;
+}
+
+
+
+void expr_put_fn(StrBuf *out, ExprHook *hk, const char *sig, const char *ret) {
+  sb_printf(out, "static __device__ __forceinline__ %s {\n", sig);
+  if (hk->body.len) sb_puts(out, hk->body.data);
+  sb_printf(out, "  return %s;\n}\n\n", ret);
+  sb_free(&hk->body);
+}
