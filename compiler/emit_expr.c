@@ -124,6 +124,19 @@ static const char *expr_compute(ExprHook *hk, IrNode *n) {
   Arena *a = hk->a;
   DType k = expr_kind(n->type);
   const char *op = binary_op(n->op);
+  /* x / y for a float y fixed per (b, h) (a constant, a scalar): x times
+   * 1/y, within an ulp of the quotient, instead of an IEEE division per
+   * score element (a dozen instructions, which made softcapping's s / cap
+   * cost more than its tanh). 1/y is loop-invariant, so it is computed
+   * once; a constant's reciprocal is folded here. */
+  IrNode *div = n->src[1];
+  if (n->op == IR_DIV && k == DT_F32 && (div->dom & (DOM_I | DOM_J | DOM_D)) == 0) {
+    const char *num = expr_as(hk, n->src[0], k);
+    if (div->op == IR_CONST && div->fval != 0 && isfinite(1.0 / div->fval))
+      return arena_printf(a, "%s * %s", num, float_literal(a, 1.0 / div->fval));
+    if (div->op != IR_CONST)
+      return arena_printf(a, "%s * (1.0f / %s)", num, expr_as(hk, div, k));
+  }
   if (op) {
     DType in = is_comparison(n->op) ? common_kind(n->src[0], n->src[1])
                : (n->op == IR_AND || n->op == IR_OR) ? DT_BOOL : k;

@@ -24,7 +24,7 @@ namespace graph_backward_causal_softcap {
 /* The score chain applied to the raw q.k product `acc`. */
 static __device__ __forceinline__ float attn_score(float acc, int b, int h, int i, int j, const attn_params &p) {
   const float s_4 = acc * p.s[0].f;
-  const float t7 = s_4 / 30.0f;
+  const float t7 = s_4 * 0.0333333333f;
   const float t8 = attn_tanh(t7);
   const float s_9 = 30.0f * t8;
   return s_9;
@@ -85,7 +85,7 @@ static __device__ __forceinline__ float attn_out(float o, int b, int h, int i, i
  * (attnc ir --backward), without the factor attn_bwd_scale gives. */
 static __device__ __forceinline__ float attn_bwd_draw(float ds, float acc, int b, int h, int i, int j, const attn_params &p) {
   const float s_4 = acc * p.s[0].f;
-  const float t7 = s_4 / 30.0f;
+  const float t7 = s_4 * 0.0333333333f;
   const float t8 = attn_tanh(t7);
   const float d_1 = t8 * t8;
   const float d_2 = 1.0f - d_1;

@@ -24,7 +24,7 @@ namespace graph_gemma2_local {
 /* The score chain applied to the raw q.k product `acc`. */
 static __device__ __forceinline__ float attn_score(float acc, int b, int h, int i, int j, const attn_params &p) {
   const float s_4 = acc * p.s[0].f;
-  const float t7 = s_4 / 50.0f;
+  const float t7 = s_4 * 0.02f;
   const float t8 = attn_tanh(t7);
   const float s_9 = 50.0f * t8;
   return s_9;
