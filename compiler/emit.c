@@ -20,8 +20,8 @@
 #include "attnc.h"
 
 /* The texts embedded by tools/embed.c (build/gen/templates.c). */
-extern const char attn_abi_src[], common_src[], ptx_src[], fwd_sm80_src[], fwd_sm90_src[],
-    philox_src[];
+extern const char attn_abi_src[], common_src[], ptx_src[], hooks_src[], fwd_sm80_src[],
+    fwd_sm90_src[], philox_src[];
 
 /* ---------------------------------------------------------------- hooks */
 
@@ -261,6 +261,8 @@ static int emit_graph(StrBuf *out, const IrGraph *g, int sm, bool arch_specific,
   sb_printf(out, "#define ATTN_TO %d\n#define ATTN_TLSE %d\n", o_slot, lse_slot);
   if (s->dropout) sb_puts(out, "#define ATTN_DROPOUT 1\n");
   sb_printf(out, "namespace graph_%s {\n\n", g->name);
+  sb_puts(out, hooks_src);
+  sb_puts(out, "\n");
   emit_score(out, s, a);
   emit_keep(out, s, a);
   emit_kv_bounds(out, s, a);

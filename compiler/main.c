@@ -122,8 +122,8 @@ static int cmd_dump(int argc, char **argv,
 }
 
 /* The embedded texts (build/gen/templates.c), which --brief elides. */
-extern const char attn_abi_src[], common_src[], ptx_src[], fwd_sm80_src[], fwd_sm90_src[],
-    philox_src[],
+extern const char attn_abi_src[], common_src[], ptx_src[], hooks_src[], fwd_sm80_src[],
+    fwd_sm90_src[], philox_src[],
     bwd_sm80_src[];
 
 /* Prints the unit with each embedded template replaced by a one-line
@@ -134,6 +134,7 @@ static void put_brief(const char *src) {
       {"runtime/attn_abi.h", attn_abi_src},
       {"templates/common.cuh", common_src},
       {"templates/ptx.cuh", ptx_src},
+      {"templates/hooks.cuh", hooks_src},
       {"templates/fwd_sm80.cuh", fwd_sm80_src},
       {"templates/fwd_sm90.cuh", fwd_sm90_src},
       {"templates/philox.cuh", philox_src},

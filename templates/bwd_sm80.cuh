@@ -89,15 +89,8 @@ constexpr int bwd80_ds_bytes = bwd80_bn * bwd80_bm * 2;
 constexpr int attn_bwd_sm80_smem_bytes = bwd80_k_bytes + bwd80_v_bytes + bwd80_q_bytes +
                                          bwd80_do_bytes + bwd80_ds_bytes + 2 * bwd80_bm * 4;
 
-/* ----------------------------------------------------------- the hooks */
+/* The hooks: templates/hooks.cuh (pasted before this text), and these. */
 
-__device__ __forceinline__ float attn_score(float acc, int b, int h, int i,
-                                            int j, const attn_params &p);
-__device__ __forceinline__ bool attn_keep(int b, int h, int i, int j,
-                                          const attn_params &p);
-__device__ __forceinline__ int attn_tile_class(int b, int h, int i0, int i1,
-                                               int j0, int j1,
-                                               const attn_params &p);
 /* dRaw for one score element from dS (the gradient at the softmax's
  * input) and the raw q.k product, by the derived chain rule; a factor
  * fixed for the whole graph is left out and given by attn_bwd_scale.
@@ -105,10 +98,6 @@ __device__ __forceinline__ int attn_tile_class(int b, int h, int i0, int i1,
 __device__ __forceinline__ float attn_bwd_draw(float ds, float acc, int b, int h,
                                                int i, int j, const attn_params &p);
 __device__ __forceinline__ float attn_bwd_scale(const attn_params &p);
-#if defined(ATTN_DROPOUT)
-__device__ __forceinline__ float attn_dropout_scale(int b, int h, int i, int j,
-                                                    const attn_params &p);
-#endif
 
 /* Deterministic mode (attn_call_set_deterministic): the runtime leaves dQ's
  * accumulator slot null. Then the main kernel's grid has ceil(Sq / 64)
@@ -143,62 +132,16 @@ static __device__ __forceinline__ void attn_bwd_bias_finish(int b, int h, int i,
                                                             const attn_params &p);
 #endif
 
-/* ------------------------------------------------------ PTX wrappers */
-
-static __device__ __forceinline__ unsigned bwd80_smem_addr(const void *ptr) {
-  unsigned addr;
-  asm("{ .reg .u64 a64; cvta.to.shared.u64 a64, %1; cvt.u32.u64 %0, a64; }"
-      : "=r"(addr)
-      : "l"(ptr));
-  return addr;
-}
-
-static __device__ __forceinline__ void bwd80_cp_async16(unsigned dst, const void *src,
-                                                        int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-               "r"(src_bytes)
-               : "memory");
-}
+/* PTX wrappers: templates/ptx.cuh (once per unit), plus these. */
 
 static __device__ __forceinline__ void bwd80_cp_async_wait_all() {
-  asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
-}
-
-static __device__ __forceinline__ void bwd80_ldsm_x4(unsigned (&r)[4], unsigned addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-static __device__ __forceinline__ void bwd80_ldsm_x4_t(unsigned (&r)[4], unsigned addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-static __device__ __forceinline__ void bwd80_mma(float (&d)[4], const unsigned (&a)[4],
-                                                 unsigned b0, unsigned b1) {
-  if constexpr (bwd80_in_bf16) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
+  attn_cp_async_commit();
+  attn_cp_async_wait<0>();
 }
 
 /* Two floats to two 16-bit values in one register, lo in the low half. */
 static __device__ __forceinline__ unsigned bwd80_pack(float lo, float hi) {
-  unsigned r;
-  if constexpr (bwd80_in_bf16)
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-  else
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
+  return attn_pack2<bwd80_in_bf16>(lo, hi);
 }
 
 static __device__ __forceinline__ float bwd80_to_f32(unsigned short x) {
@@ -252,7 +195,7 @@ static __device__ __forceinline__ void bwd80_load(unsigned dst, const unsigned s
     const int r = e / chunks, c = e % chunks;
     const bool in = row0 + r < row_end;
     const unsigned short *src = base + (in ? (long long)(row0 + r) * row_stride + c * 8 : 0);
-    bwd80_cp_async16(bwd80_at(dst, r, c * 8, D * 2), src, in ? 16 : 0);
+    attn_cp_async16(bwd80_at(dst, r, c * 8, D * 2), src, in ? 16 : 0);
   }
 }
 
@@ -260,25 +203,25 @@ static __device__ __forceinline__ void bwd80_load(unsigned dst, const unsigned s
  * register maps). A 16x16 from a tile stored [m][k]: */
 static __device__ __forceinline__ void bwd80_a_mk(unsigned (&r)[4], unsigned tile, int m0,
                                                   int k0, int row_bytes, int lane) {
-  bwd80_ldsm_x4(r, bwd80_at(tile, m0 + (lane & 15), k0 + (lane >> 4) * 8, row_bytes));
+  attn_ldsm_x4(r, bwd80_at(tile, m0 + (lane & 15), k0 + (lane >> 4) * 8, row_bytes));
 }
 /* A 16x16 from a tile stored [k][m] (transposed on the way): */
 static __device__ __forceinline__ void bwd80_a_km(unsigned (&r)[4], unsigned tile, int m0,
                                                   int k0, int row_bytes, int lane) {
-  bwd80_ldsm_x4_t(r, bwd80_at(tile, k0 + (lane & 7) + (lane >> 4) * 8,
+  attn_ldsm_x4_trans(r, bwd80_at(tile, k0 + (lane & 7) + (lane >> 4) * 8,
                               m0 + ((lane >> 3) & 1) * 8, row_bytes));
 }
 /* B for two n8 tiles (n0.., n0+8..) from a tile stored [n][k]: r[0..1]
  * are the first tile's b0, b1, r[2..3] the second's. */
 static __device__ __forceinline__ void bwd80_b_nk(unsigned (&r)[4], unsigned tile, int n0,
                                                   int k0, int row_bytes, int lane) {
-  bwd80_ldsm_x4(r, bwd80_at(tile, n0 + (lane & 7) + (lane >> 4) * 8,
+  attn_ldsm_x4(r, bwd80_at(tile, n0 + (lane & 7) + (lane >> 4) * 8,
                             k0 + ((lane >> 3) & 1) * 8, row_bytes));
 }
 /* The same from a tile stored [k][n]: */
 static __device__ __forceinline__ void bwd80_b_kn(unsigned (&r)[4], unsigned tile, int n0,
                                                   int k0, int row_bytes, int lane) {
-  bwd80_ldsm_x4_t(r, bwd80_at(tile, k0 + (lane & 7) + ((lane >> 3) & 1) * 8,
+  attn_ldsm_x4_trans(r, bwd80_at(tile, k0 + (lane & 7) + ((lane >> 3) & 1) * 8,
                               n0 + (lane >> 4) * 8, row_bytes));
 }
 
@@ -355,7 +298,7 @@ static __device__ __forceinline__ void bwd80_dq_tile(const attn_params &p, int m
   const float *lseg = (const float *)tl.ptr + b * tl.stride[0] + h * tl.stride[1];
   const float *deltag = (const float *)p.t[bwd80_tdelta].ptr + ((long long)b * p.H + h) * p.Sq;
 
-  const unsigned sk = bwd80_smem_addr(bwd80_smem);
+  const unsigned sk = attn_smem_addr(bwd80_smem);
   const unsigned sv = sk + bwd80_k_bytes;
   const unsigned sq = sv + bwd80_v_bytes;
   const unsigned sdo = sq + bwd80_q_bytes;
@@ -406,8 +349,8 @@ static __device__ __forceinline__ void bwd80_dq_tile(const attn_params &p, int m
       for (int np = 0; np < bwd80_bn / 16; ++np) {
         unsigned bb[4];
         bwd80_b_nk(bb, sk, np * 16, kk * 16, bwd80_dqk * 2, lane);
-        bwd80_mma(s[2 * np], a, bb[0], bb[1]);
-        bwd80_mma(s[2 * np + 1], a, bb[2], bb[3]);
+        attn_mma16816<bwd80_in_bf16>(s[2 * np], a, bb[0], bb[1]);
+        attn_mma16816<bwd80_in_bf16>(s[2 * np + 1], a, bb[2], bb[3]);
       }
     }
 #pragma unroll
@@ -418,8 +361,8 @@ static __device__ __forceinline__ void bwd80_dq_tile(const attn_params &p, int m
       for (int np = 0; np < bwd80_bn / 16; ++np) {
         unsigned bb[4];
         bwd80_b_nk(bb, sv, np * 16, kk * 16, bwd80_dv * 2, lane);
-        bwd80_mma(dp[2 * np], a, bb[0], bb[1]);
-        bwd80_mma(dp[2 * np + 1], a, bb[2], bb[3]);
+        attn_mma16816<bwd80_in_bf16>(dp[2 * np], a, bb[0], bb[1]);
+        attn_mma16816<bwd80_in_bf16>(dp[2 * np + 1], a, bb[2], bb[3]);
       }
     }
 
@@ -455,8 +398,8 @@ static __device__ __forceinline__ void bwd80_dq_tile(const attn_params &p, int m
       for (int np = 0; np < bwd80_dqk / 16; ++np) {
         unsigned bb[4];
         bwd80_b_kn(bb, sk, np * 16, kk * 16, bwd80_dqk * 2, lane);
-        bwd80_mma(dq[2 * np], a, bb[0], bb[1]);
-        bwd80_mma(dq[2 * np + 1], a, bb[2], bb[3]);
+        attn_mma16816<bwd80_in_bf16>(dq[2 * np], a, bb[0], bb[1]);
+        attn_mma16816<bwd80_in_bf16>(dq[2 * np + 1], a, bb[2], bb[3]);
       }
     }
   }
@@ -517,7 +460,7 @@ __device__ __forceinline__ void attn_bwd_sm80_main(const attn_params &p) {
   const float *deltag = (const float *)p.t[bwd80_tdelta].ptr + ((long long)b * p.H + h) * p.Sq;
   float *dqa = (float *)p.t[bwd80_tdqa].ptr + ((long long)b * p.H + h) * p.Sq * bwd80_dqk;
 
-  const unsigned sk = bwd80_smem_addr(bwd80_smem);
+  const unsigned sk = attn_smem_addr(bwd80_smem);
   const unsigned sv = sk + bwd80_k_bytes;
   const unsigned sq = sv + bwd80_v_bytes;
   const unsigned sdo = sq + bwd80_q_bytes;
@@ -576,8 +519,8 @@ __device__ __forceinline__ void attn_bwd_sm80_main(const attn_params &p) {
       for (int np = 0; np < bwd80_bm / 16; ++np) {
         unsigned bb[4];
         bwd80_b_nk(bb, sq, np * 16, kk * 16, bwd80_dqk * 2, lane);
-        bwd80_mma(s[2 * np], a, bb[0], bb[1]);
-        bwd80_mma(s[2 * np + 1], a, bb[2], bb[3]);
+        attn_mma16816<bwd80_in_bf16>(s[2 * np], a, bb[0], bb[1]);
+        attn_mma16816<bwd80_in_bf16>(s[2 * np + 1], a, bb[2], bb[3]);
       }
     }
 
@@ -625,8 +568,8 @@ __device__ __forceinline__ void attn_bwd_sm80_main(const attn_params &p) {
       for (int np = 0; np < bwd80_dv / 16; ++np) {
         unsigned bb[4];
         bwd80_b_kn(bb, sdo, np * 16, kk * 16, bwd80_dv * 2, lane);
-        bwd80_mma(dv[2 * np], pd[kk], bb[0], bb[1]);
-        bwd80_mma(dv[2 * np + 1], pd[kk], bb[2], bb[3]);
+        attn_mma16816<bwd80_in_bf16>(dv[2 * np], pd[kk], bb[0], bb[1]);
+        attn_mma16816<bwd80_in_bf16>(dv[2 * np + 1], pd[kk], bb[2], bb[3]);
       }
     }
 
@@ -643,8 +586,8 @@ __device__ __forceinline__ void attn_bwd_sm80_main(const attn_params &p) {
       for (int np = 0; np < bwd80_bm / 16; ++np) {
         unsigned bb[4];
         bwd80_b_nk(bb, sdo, np * 16, kk * 16, bwd80_dv * 2, lane);
-        bwd80_mma(dp[2 * np], a, bb[0], bb[1]);
-        bwd80_mma(dp[2 * np + 1], a, bb[2], bb[3]);
+        attn_mma16816<bwd80_in_bf16>(dp[2 * np], a, bb[0], bb[1]);
+        attn_mma16816<bwd80_in_bf16>(dp[2 * np + 1], a, bb[2], bb[3]);
       }
     }
 
@@ -695,8 +638,8 @@ __device__ __forceinline__ void attn_bwd_sm80_main(const attn_params &p) {
       for (int np = 0; np < bwd80_dqk / 16; ++np) {
         unsigned bb[4];
         bwd80_b_kn(bb, sq, np * 16, kk * 16, bwd80_dqk * 2, lane);
-        bwd80_mma(dk[2 * np], dr[kk], bb[0], bb[1]);
-        bwd80_mma(dk[2 * np + 1], dr[kk], bb[2], bb[3]);
+        attn_mma16816<bwd80_in_bf16>(dk[2 * np], dr[kk], bb[0], bb[1]);
+        attn_mma16816<bwd80_in_bf16>(dk[2 * np + 1], dr[kk], bb[2], bb[3]);
       }
     }
     __syncthreads(); /* every warp's dRaw^T is in shared memory */
@@ -717,8 +660,8 @@ __device__ __forceinline__ void attn_bwd_sm80_main(const attn_params &p) {
         for (int np = 0; np < bwd80_dqk / 16; ++np) {
           unsigned bb[4];
           bwd80_b_kn(bb, sk, np * 16, kk * 16, bwd80_dqk * 2, lane);
-          bwd80_mma(dq[2 * np], a, bb[0], bb[1]);
-          bwd80_mma(dq[2 * np + 1], a, bb[2], bb[3]);
+          attn_mma16816<bwd80_in_bf16>(dq[2 * np], a, bb[0], bb[1]);
+          attn_mma16816<bwd80_in_bf16>(dq[2 * np + 1], a, bb[2], bb[3]);
         }
       }
       const float sc = attn_bwd_scale(p);

@@ -90,28 +90,7 @@ constexpr int attn_fwd_sm80_smem_bytes = fwd80_q_bytes + 2 * fwd80_stage_bytes;
 static_assert(attn_fwd_sm80_smem_bytes <= 227 * 1024,
               "the tiles exceed every target's shared memory");
 
-/* ----------------------------------------------------------- the hooks */
-
-__device__ __forceinline__ float attn_score(float acc, int b, int h, int i,
-                                            int j, const attn_params &p);
-__device__ __forceinline__ bool attn_keep(int b, int h, int i, int j,
-                                          const attn_params &p);
-__device__ __forceinline__ void attn_kv_bounds(int b, int h, int i0, int i1,
-                                               const attn_params &p,
-                                               int &j_lo, int &j_hi);
-__device__ __forceinline__ int attn_tile_class(int b, int h, int i0, int i1,
-                                               int j0, int j1,
-                                               const attn_params &p);
-__device__ __forceinline__ float attn_out(float o, int b, int h, int i, int d,
-                                          const attn_params &p);
-#if defined(ATTN_DROPOUT)
-/* Dropout: P is scaled by this factor, 0 or 1 / (1 - rate), before P V;
- * the row sums and lse stay those of the undropped softmax. Declared (and
- * called) only for graphs with dropout: an inline function declared but
- * never defined is an error. */
-__device__ __forceinline__ float attn_dropout_scale(int b, int h, int i, int j,
-                                                    const attn_params &p);
-#endif
+/* The hooks: templates/hooks.cuh, pasted before this text. */
 
 /* PTX wrappers: templates/ptx.cuh, included once before the graphs. */
 

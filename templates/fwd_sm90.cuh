@@ -107,28 +107,7 @@ static_assert(attn_fwd_sm90_smem_bytes <= 227 * 1024, "tiles exceed shared memor
 constexpr int fwd90_s_regs = fwd90_bn / 2;
 constexpr int fwd90_o_regs = fwd90_dv / 2;
 
-/* ----------------------------------------------------------- the hooks */
-
-__device__ __forceinline__ float attn_score(float acc, int b, int h, int i,
-                                            int j, const attn_params &p);
-__device__ __forceinline__ bool attn_keep(int b, int h, int i, int j,
-                                          const attn_params &p);
-__device__ __forceinline__ void attn_kv_bounds(int b, int h, int i0, int i1,
-                                               const attn_params &p,
-                                               int &j_lo, int &j_hi);
-__device__ __forceinline__ int attn_tile_class(int b, int h, int i0, int i1,
-                                               int j0, int j1,
-                                               const attn_params &p);
-__device__ __forceinline__ float attn_out(float o, int b, int h, int i, int d,
-                                          const attn_params &p);
-#if defined(ATTN_DROPOUT)
-/* Dropout: P is scaled by this factor, 0 or 1 / (1 - rate), before P V;
- * the row sums and lse stay those of the undropped softmax. Declared (and
- * called) only for graphs with dropout: an inline function declared but
- * never defined is an error. */
-__device__ __forceinline__ float attn_dropout_scale(int b, int h, int i, int j,
-                                                    const attn_params &p);
-#endif
+/* The hooks: templates/hooks.cuh, pasted before this text. */
 
 /* ------------------------------------------------------ PTX wrappers */
 

@@ -24,6 +24,8 @@
 extern "C" {
 #include "../../runtime/attn_abi.h"
 }
+/* The shared PTX wrappers, once, as the emitter pastes them. */
+#include "../../templates/ptx.cuh"
 
 #define CHECK(call)                                                                      \
   do {                                                                                   \
@@ -74,6 +76,7 @@ enum { SQ_, SK_, SV_, SO_, SLSE_, SDO_, SDELTA_, SDQA_, SDQ_, SDK_, SDV_, SDKA_,
 #define ATTN_D_V 64
 namespace vplain {
 PLAIN_HOOKS
+#include "../../templates/hooks.cuh"
 #include "../../templates/bwd_sm80.cuh"
 }
 #undef ATTN_D_QK
@@ -83,6 +86,7 @@ PLAIN_HOOKS
 #define ATTN_D_V 128
 namespace vgqa {
 PLAIN_HOOKS
+#include "../../templates/hooks.cuh"
 #include "../../templates/bwd_sm80.cuh"
 }
 namespace vcausal {
@@ -103,6 +107,7 @@ static __device__ __forceinline__ float attn_bwd_draw(float ds, float acc, int, 
   return ds * (1.f - t * t);
 }
 static __device__ __forceinline__ float attn_bwd_scale(const attn_params &p) { return p.s[0].f; }
+#include "../../templates/hooks.cuh"
 #include "../../templates/bwd_sm80.cuh"
 }
 

@@ -190,6 +190,7 @@ namespace plain_d64 {
 #define ATTN_BN 128
 #define ATTN_WARPS 8
 #define ATTN_TLSE 5
+#include "../../templates/hooks.cuh"
 #include "../../templates/fwd_sm80.cuh"
 HOOKS_PLAIN
 VARIANT_TAIL("plain_d64", MK_PLAIN, 90)
@@ -212,6 +213,7 @@ namespace plain_d128 {
 #define ATTN_BN 128
 #define ATTN_WARPS 8
 #define ATTN_TLSE 5
+#include "../../templates/hooks.cuh"
 #include "../../templates/fwd_sm80.cuh"
 HOOKS_PLAIN
 VARIANT_TAIL("plain_d128", MK_PLAIN, 90)
@@ -234,6 +236,7 @@ namespace plain_d128_bn64 {
 #define ATTN_BN 64
 #define ATTN_WARPS 8
 #define ATTN_TLSE 5
+#include "../../templates/hooks.cuh"
 #include "../../templates/fwd_sm80.cuh"
 HOOKS_PLAIN
 VARIANT_TAIL("plain_d128_bn64", MK_PLAIN, 0)
@@ -256,6 +259,7 @@ namespace plain_d256 {
 #define ATTN_BN 64
 #define ATTN_WARPS 8
 #define ATTN_TLSE 5
+#include "../../templates/hooks.cuh"
 #include "../../templates/fwd_sm80.cuh"
 HOOKS_PLAIN
 VARIANT_TAIL("plain_d256", MK_PLAIN, 90)
@@ -278,6 +282,7 @@ namespace plain_d256_sm86 {
 #define ATTN_BN 32
 #define ATTN_WARPS 4
 #define ATTN_TLSE 5
+#include "../../templates/hooks.cuh"
 #include "../../templates/fwd_sm80.cuh"
 HOOKS_PLAIN
 VARIANT_TAIL("plain_d256_sm86", MK_PLAIN, 86)
@@ -300,6 +305,7 @@ namespace causal_d128 {
 #define ATTN_BN 128
 #define ATTN_WARPS 8
 #define ATTN_TLSE 5
+#include "../../templates/hooks.cuh"
 #include "../../templates/fwd_sm80.cuh"
 HOOKS_CAUSAL
 VARIANT_TAIL("causal_d128", MK_CAUSAL, 90)
@@ -322,6 +328,7 @@ namespace causal_d64_f16_f32out {
 #define ATTN_BN 128
 #define ATTN_WARPS 8
 #define ATTN_TLSE 5
+#include "../../templates/hooks.cuh"
 #include "../../templates/fwd_sm80.cuh"
 HOOKS_CAUSAL
 VARIANT_TAIL("causal_d64_f16_f32out", MK_CAUSAL, 90)
@@ -344,6 +351,7 @@ namespace causal_d256_sm80 {
 #define ATTN_BN 64
 #define ATTN_WARPS 4
 #define ATTN_TLSE 5
+#include "../../templates/hooks.cuh"
 #include "../../templates/fwd_sm80.cuh"
 HOOKS_CAUSAL
 VARIANT_TAIL("causal_d256_sm80", MK_CAUSAL, 80)
@@ -366,6 +374,7 @@ namespace softcap_d128_f16 {
 #define ATTN_BN 128
 #define ATTN_WARPS 8
 #define ATTN_TLSE 5
+#include "../../templates/hooks.cuh"
 #include "../../templates/fwd_sm80.cuh"
 HOOKS_SOFTCAP
 VARIANT_TAIL("softcap_d128_f16", MK_SOFTCAP, 90)
@@ -388,6 +397,7 @@ namespace window_d64 {
 #define ATTN_BN 128
 #define ATTN_WARPS 8
 #define ATTN_TLSE 5
+#include "../../templates/hooks.cuh"
 #include "../../templates/fwd_sm80.cuh"
 HOOKS_WINDOW
 VARIANT_TAIL("window_d64", MK_WINDOW, 90)
@@ -410,6 +420,7 @@ namespace inner_d128v64_nolse {
 #define ATTN_BN 128
 #define ATTN_WARPS 8
 #define ATTN_TLSE -1
+#include "../../templates/hooks.cuh"
 #include "../../templates/fwd_sm80.cuh"
 HOOKS_INNER
 VARIANT_TAIL("inner_d128v64_nolse", MK_INNER, 90)

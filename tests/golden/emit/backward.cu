@@ -21,6 +21,8 @@
 #define ATTN_TLSE 5
 namespace graph_backward {
 
+/* [the text of templates/hooks.cuh] */
+
 /* The score chain applied to the raw q.k product `acc`. */
 static __device__ __forceinline__ float attn_score(float acc, int b, int h, int i, int j, const attn_params &p) {
   const float t9 = attn_ld_f32(p.t[3], b, h, i, j);

@@ -21,6 +21,8 @@
 #define ATTN_TLSE 4
 namespace graph_backward_causal_softcap {
 
+/* [the text of templates/hooks.cuh] */
+
 /* The score chain applied to the raw q.k product `acc`. */
 static __device__ __forceinline__ float attn_score(float acc, int b, int h, int i, int j, const attn_params &p) {
   const float s_4 = acc * p.s[0].f;

@@ -21,6 +21,8 @@
 #define ATTN_TLSE -1
 namespace graph_bias {
 
+/* [the text of templates/hooks.cuh] */
+
 /* The score chain applied to the raw q.k product `acc`. */
 static __device__ __forceinline__ float attn_score(float acc, int b, int h, int i, int j, const attn_params &p) {
   const float t9 = attn_ld_bf16(p.t[3], 0, h, i, j);

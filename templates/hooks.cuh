@@ -1,0 +1,27 @@
+/*
+ * hooks.cuh: the functions every template calls and the emitter writes
+ * per graph (docs/templates.md has the full contract). Pasted into each
+ * graph's namespace before its hooks and templates, so the contract is
+ * written once.
+ */
+
+__device__ __forceinline__ float attn_score(float acc, int b, int h, int i,
+                                            int j, const attn_params &p);
+__device__ __forceinline__ bool attn_keep(int b, int h, int i, int j,
+                                          const attn_params &p);
+__device__ __forceinline__ void attn_kv_bounds(int b, int h, int i0, int i1,
+                                               const attn_params &p,
+                                               int &j_lo, int &j_hi);
+__device__ __forceinline__ int attn_tile_class(int b, int h, int i0, int i1,
+                                               int j0, int j1,
+                                               const attn_params &p);
+__device__ __forceinline__ float attn_out(float o, int b, int h, int i, int d,
+                                          const attn_params &p);
+#if defined(ATTN_DROPOUT)
+/* Dropout: P is scaled by this factor, 0 or 1 / (1 - rate), before P V;
+ * the row sums and lse stay those of the undropped softmax. Declared (and
+ * called) only for graphs with dropout: an inline function declared but
+ * never defined is an error. */
+__device__ __forceinline__ float attn_dropout_scale(int b, int h, int i, int j,
+                                                    const attn_params &p);
+#endif
