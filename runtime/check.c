@@ -352,3 +352,21 @@ double chk_tolerance(DType out_type) {
   default: return 2e-2;
   }
 }
+
+static const char *chk_dim_name(const IrGraph *g, int tensor, int d) {
+  int s = g->tensors[tensor].dim_sym[d];
+  return s >= 0 ? g->dims[s].name : NULL;
+}
+
+void chk_shape_spec(const IrGraph *g, StrBuf *sb, int B, int H, int Hk, int Sq, int Skv) {
+  const char *b = chk_dim_name(g, g->q, 0), *h = chk_dim_name(g, g->q, 1);
+  const char *hk = chk_dim_name(g, g->k, 1), *sq = chk_dim_name(g, g->q, 2);
+  const char *skv = chk_dim_name(g, g->k, 2);
+  sb->len = 0;
+  if (b) sb_printf(sb, "%s=%d,", b, B);
+  if (h) sb_printf(sb, "%s=%d,", h, H);
+  if (hk && (!h || strcmp(hk, h))) sb_printf(sb, "%s=%d,", hk, Hk);
+  if (sq) sb_printf(sb, "%s=%d,", sq, Sq);
+  if (skv && (!sq || strcmp(skv, sq))) sb_printf(sb, "%s=%d,", skv, Skv);
+  if (sb->len) sb->data[--sb->len] = 0;
+}

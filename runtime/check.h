@@ -38,4 +38,8 @@ void chk_result_free(ChkResult *res, int ntensors);
 /* The relative L2 error a correct kernel stays under, by output dtype. */
 double chk_tolerance(DType out_type);
 
+/* A shape spec for ref_make_inputs naming only g's own symbols: batch,
+ * heads, kv heads, query and key lengths (literal dims are skipped). */
+void chk_shape_spec(const IrGraph *g, StrBuf *sb, int B, int H, int Hk, int Sq, int Skv);
+
 #endif

@@ -24,32 +24,8 @@
 #include "attnc.h"
 #include "check.h"
 #include "cuda_driver.h"
+#include "gpu_test.h"
 
-static int passed, failed, skipped;
-
-static void verdict(bool ok, const char *what, const char *detail) {
-  printf("%s: %s%s%s\n", ok ? "PASS" : "FAIL", what, detail && *detail ? ": " : "",
-         detail ? detail : "");
-  if (ok) passed++;
-  else failed++;
-}
-
-static const char *dim_name(const IrGraph *g, int tensor, int d) {
-  int s = g->tensors[tensor].dim_sym[d];
-  return s >= 0 ? g->dims[s].name : NULL;
-}
-
-static void shape_spec(const IrGraph *g, StrBuf *sb, int B, int H, int Hk, int Sq, int Skv) {
-  const char *b = dim_name(g, g->q, 0), *h = dim_name(g, g->q, 1);
-  const char *hk = dim_name(g, g->k, 1), *sq = dim_name(g, g->q, 2), *skv = dim_name(g, g->k, 2);
-  sb->len = 0;
-  if (b) sb_printf(sb, "%s=%d,", b, B);
-  if (h) sb_printf(sb, "%s=%d,", h, H);
-  if (hk && (!h || strcmp(hk, h))) sb_printf(sb, "%s=%d,", hk, Hk);
-  if (sq) sb_printf(sb, "%s=%d,", sq, Sq);
-  if (skv && (!sq || strcmp(skv, sq))) sb_printf(sb, "%s=%d,", skv, Skv);
-  if (sb->len) sb->data[--sb->len] = 0;
-}
 
 /* Forward then backward on the GPU, ref_backward on the CPU; compares
  * every gradient. zero_rows > 0: dq's first zero_rows query rows of every
@@ -186,11 +162,11 @@ static void test_module(attn_context *ctx, const char *name, const char *text, s
     static const int shapes[][5] = {{1, 2, 1, 128, 128}, {2, 4, 2, 77, 201}, {1, 4, 2, 200, 64}};
     StrBuf spec = {0};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-      shape_spec(g, &spec, shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3], shapes[s][4]);
+      chk_shape_spec(g, &spec, shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3], shapes[s][4]);
       run_case(ctx, ag, g, bg, spec.data, (*seed)++, label, zero_rows, false);
     }
     /* Deterministic mode at the GQA, unaligned shape. */
-    shape_spec(g, &spec, shapes[1][0], shapes[1][1], shapes[1][2], shapes[1][3], shapes[1][4]);
+    chk_shape_spec(g, &spec, shapes[1][0], shapes[1][1], shapes[1][2], shapes[1][3], shapes[1][4]);
     run_case(ctx, ag, g, bg, spec.data, (*seed)++, label, zero_rows, true);
     sb_free(&spec);
   }

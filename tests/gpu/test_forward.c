@@ -17,33 +17,8 @@
 #include "attnc.h"
 #include "check.h"
 #include "cuda_driver.h"
+#include "gpu_test.h"
 
-static int passed, failed, skipped;
-
-static void verdict(bool ok, const char *what, const char *detail) {
-  printf("%s: %s%s%s\n", ok ? "PASS" : "FAIL", what, detail && *detail ? ": " : "",
-         detail ? detail : "");
-  if (ok) passed++;
-  else failed++;
-}
-
-static const char *dim_name(const IrGraph *g, int tensor, int d) {
-  int s = g->tensors[tensor].dim_sym[d];
-  return s >= 0 ? g->dims[s].name : NULL;
-}
-
-/* A shape spec for this graph: batch, heads, query and key lengths. */
-static void shape_spec(const IrGraph *g, StrBuf *sb, int B, int H, int Hk, int Sq, int Skv) {
-  const char *b = dim_name(g, g->q, 0), *h = dim_name(g, g->q, 1);
-  const char *hk = dim_name(g, g->k, 1), *sq = dim_name(g, g->q, 2), *skv = dim_name(g, g->k, 2);
-  sb->len = 0;
-  if (b) sb_printf(sb, "%s=%d,", b, B);
-  if (h) sb_printf(sb, "%s=%d,", h, H);
-  if (hk && (!h || strcmp(hk, h))) sb_printf(sb, "%s=%d,", hk, Hk);
-  if (sq) sb_printf(sb, "%s=%d,", sq, Sq);
-  if (skv && (!sq || strcmp(skv, sq))) sb_printf(sb, "%s=%d,", skv, Skv);
-  if (sb->len) sb->data[--sb->len] = 0;
-}
 
 /* Runs g on the GPU and the CPU; compares every output. Returns the GPU
  * result (caller frees) through res when asked. */
@@ -109,11 +84,11 @@ static void test_example(attn_context *ctx, const char *path, uint64_t *seed) {
     StrBuf spec = {0};
     const char *label = arena_printf(a, "%s:%s", path, g->name);
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-      shape_spec(g, &spec, shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3], shapes[s][4]);
+      chk_shape_spec(g, &spec, shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3], shapes[s][4]);
       ChkOptions co = {0};
       run_case(ctx, ag, g, spec.data, (*seed)++, &co, label, NULL, NULL);
     }
-    shape_spec(g, &spec, 2, 4, 2, 100, 150);
+    chk_shape_spec(g, &spec, 2, 4, 2, 100, 150);
     ChkOptions bshd = {.bshd = true};
     run_case(ctx, ag, g, spec.data, (*seed)++, &bshd, label, NULL, NULL);
     sb_free(&spec);
