@@ -60,21 +60,9 @@ constexpr int bwd80_tdelta = ATTN_TDELTA, bwd80_tdqa = ATTN_TDQA, bwd80_tdq = AT
 constexpr int bwd80_tdk = ATTN_TDK, bwd80_tdv = ATTN_TDV;
 constexpr int bwd80_tdka = ATTN_TDKA, bwd80_tdva = ATTN_TDVA;
 
-#if defined(ATTN_IN_BF16) && !defined(ATTN_IN_F16)
-constexpr bool bwd80_in_bf16 = true;
-#elif defined(ATTN_IN_F16) && !defined(ATTN_IN_BF16)
-constexpr bool bwd80_in_bf16 = false;
-#else
-#error "define exactly one of ATTN_IN_BF16, ATTN_IN_F16"
-#endif
-/* O's element (read by the delta pre-pass): 0 bf16, 1 f16, 2 f32. */
-#if defined(ATTN_OUT_BF16)
-constexpr int bwd80_out_kind = 0;
-#elif defined(ATTN_OUT_F16)
-constexpr int bwd80_out_kind = 1;
-#else
-constexpr int bwd80_out_kind = 2;
-#endif
+/* Element types (hooks.cuh); O's is read by the delta pre-pass. */
+constexpr bool bwd80_in_bf16 = attn_in_bf16;
+constexpr int bwd80_out_kind = attn_out_kind;
 
 static_assert(bwd80_dqk % 64 == 0 && bwd80_dqk <= 128, "D_QK: 64 or 128");
 static_assert(bwd80_dv % 64 == 0 && bwd80_dv <= 128, "D_V: 64 or 128");

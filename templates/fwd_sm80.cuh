@@ -50,24 +50,9 @@ constexpr int fwd80_tv = ATTN_TV;
 constexpr int fwd80_to = ATTN_TO;
 constexpr int fwd80_tlse = ATTN_TLSE;
 
-#if defined(ATTN_IN_BF16) && !defined(ATTN_IN_F16)
-constexpr bool fwd80_in_bf16 = true;
-#elif defined(ATTN_IN_F16) && !defined(ATTN_IN_BF16)
-constexpr bool fwd80_in_bf16 = false;
-#else
-#error "define exactly one of ATTN_IN_BF16, ATTN_IN_F16"
-#endif
-
-/* Output element: 0 bf16, 1 f16, 2 f32. */
-#if defined(ATTN_OUT_BF16) && !defined(ATTN_OUT_F16) && !defined(ATTN_OUT_F32)
-constexpr int fwd80_out_kind = 0;
-#elif defined(ATTN_OUT_F16) && !defined(ATTN_OUT_BF16) && !defined(ATTN_OUT_F32)
-constexpr int fwd80_out_kind = 1;
-#elif defined(ATTN_OUT_F32) && !defined(ATTN_OUT_BF16) && !defined(ATTN_OUT_F16)
-constexpr int fwd80_out_kind = 2;
-#else
-#error "define exactly one of ATTN_OUT_BF16, ATTN_OUT_F16, ATTN_OUT_F32"
-#endif
+/* Element types: attn_in_bf16, attn_out_kind (hooks.cuh). */
+constexpr bool fwd80_in_bf16 = attn_in_bf16;
+constexpr int fwd80_out_kind = attn_out_kind;
 
 /* Head dims are whole multiples of 64 so that a row holds a multiple of
  * eight 16-byte chunks, which the (row & 7) swizzle needs. */

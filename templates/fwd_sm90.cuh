@@ -61,23 +61,9 @@ constexpr bool fwd90_persistent = true;
 constexpr bool fwd90_persistent = false;
 #endif
 
-#if defined(ATTN_IN_BF16) && !defined(ATTN_IN_F16)
-constexpr bool fwd90_in_bf16 = true;
-#elif defined(ATTN_IN_F16) && !defined(ATTN_IN_BF16)
-constexpr bool fwd90_in_bf16 = false;
-#else
-#error "define exactly one of ATTN_IN_BF16, ATTN_IN_F16"
-#endif
-
-#if defined(ATTN_OUT_BF16) && !defined(ATTN_OUT_F16) && !defined(ATTN_OUT_F32)
-constexpr int fwd90_out_kind = 0;
-#elif defined(ATTN_OUT_F16) && !defined(ATTN_OUT_BF16) && !defined(ATTN_OUT_F32)
-constexpr int fwd90_out_kind = 1;
-#elif defined(ATTN_OUT_F32) && !defined(ATTN_OUT_BF16) && !defined(ATTN_OUT_F16)
-constexpr int fwd90_out_kind = 2;
-#else
-#error "define exactly one of ATTN_OUT_BF16, ATTN_OUT_F16, ATTN_OUT_F32"
-#endif
+/* Element types: attn_in_bf16, attn_out_kind (hooks.cuh). */
+constexpr bool fwd90_in_bf16 = attn_in_bf16;
+constexpr int fwd90_out_kind = attn_out_kind;
 
 /* Head dims: whole 64-column (128-byte) swizzle blocks. BN: an S GEMM of
  * m64n64, m64n80 or m64n128. BM: two consumer warpgroups of 64 rows. */

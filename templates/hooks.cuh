@@ -2,8 +2,29 @@
  * hooks.cuh: the functions every template calls and the emitter writes
  * per graph (docs/templates.md has the full contract). Pasted into each
  * graph's namespace before its hooks and templates, so the contract is
- * written once.
+ * written once. The graph's ATTN_* macros are defined before it.
  */
+
+/* The graph's element types, from its macros: q, k, v (and dO, dq, dk,
+ * dv) bf16 (1) or f16 (0); o 0 bf16, 1 f16, 2 f32. Enumerators, not
+ * constexpr variables, so they take no storage in the module (under
+ * -default-device a namespace-scope variable becomes a device global). */
+#if defined(ATTN_IN_BF16) && !defined(ATTN_IN_F16)
+enum : int { attn_in_bf16 = 1 };
+#elif defined(ATTN_IN_F16) && !defined(ATTN_IN_BF16)
+enum : int { attn_in_bf16 = 0 };
+#else
+#error "define exactly one of ATTN_IN_BF16, ATTN_IN_F16"
+#endif
+#if defined(ATTN_OUT_BF16) && !defined(ATTN_OUT_F16) && !defined(ATTN_OUT_F32)
+enum : int { attn_out_kind = 0 };
+#elif defined(ATTN_OUT_F16) && !defined(ATTN_OUT_BF16) && !defined(ATTN_OUT_F32)
+enum : int { attn_out_kind = 1 };
+#elif defined(ATTN_OUT_F32) && !defined(ATTN_OUT_BF16) && !defined(ATTN_OUT_F16)
+enum : int { attn_out_kind = 2 };
+#else
+#error "define exactly one of ATTN_OUT_BF16, ATTN_OUT_F16, ATTN_OUT_F32"
+#endif
 
 __device__ __forceinline__ float attn_score(float acc, int b, int h, int i,
                                             int j, const attn_params &p);
