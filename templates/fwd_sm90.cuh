@@ -729,22 +729,11 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
         const int d = nb * 8 + 2 * t4;
         const float x0 = attn_out(o[nb * 4 + 2 * r] * inv, b, h, i, d, p);
         const float x1 = attn_out(o[nb * 4 + 2 * r + 1] * inv, b, h, i, d + 1, p);
-        if constexpr (fwd90_out_kind == 2) {
-          float2 v;
-          v.x = x0, v.y = x1;
-          *(float2 *)((float *)to.ptr + orow + d) = v;
-        } else {
-          const unsigned v = fwd90_out_kind == 0 ? attn_pack2<true>(x0, x1)
-                                                 : attn_pack2<false>(x0, x1);
-          *(unsigned *)((unsigned short *)to.ptr + orow + d) = v;
-        }
+        attn_store_pair<fwd90_out_kind>(to.ptr, orow + d, x0, x1);
       }
       if constexpr (fwd90_tlse >= 0) {
         if (t4 == 0) {
-          const attn_tensor_arg &tl = p.t[fwd90_tlse >= 0 ? fwd90_tlse : 0];
-          const float lse = l > 0.f ? row_max[r] + logf(l) : neg_inf;
-          ((float *)tl.ptr)[b * tl.stride[0] + h * tl.stride[1] +
-                            (long long)i * tl.stride[2]] = lse;
+          attn_store_lse(p.t[fwd90_tlse >= 0 ? fwd90_tlse : 0], b, h, i, row_max[r], l);
         }
       }
     }

@@ -81,3 +81,28 @@ static __device__ __forceinline__ unsigned attn_pack2(float lo, float hi) {
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
 }
+
+/* ------------------------------------------ stores shared by epilogues */
+
+/* Output elements d and d + 1 of one row (8-byte or 4-byte store); KIND
+ * is the element type: 0 bf16, 1 f16, 2 f32. */
+template <int KIND>
+static __device__ __forceinline__ void attn_store_pair(void *base, long long off, float x0,
+                                                       float x1) {
+  if constexpr (KIND == 2) {
+    float2 v;
+    v.x = x0, v.y = x1;
+    *(float2 *)((float *)base + off) = v;
+  } else {
+    *(unsigned *)((unsigned short *)base + off) = attn_pack2<KIND == 0>(x0, x1);
+  }
+}
+
+/* One row's softmax statistics, lse = max + log(sum): -inf when no key
+ * was kept (sum 0), never NaN. */
+[[maybe_unused]] static __device__ __forceinline__ void attn_store_lse(const attn_tensor_arg &tl,
+                                                                       int b, int h, int i,
+                                                                       float row_max, float l) {
+  const float lse = l > 0.f ? row_max + logf(l) : __int_as_float(0xff800000);
+  ((float *)tl.ptr)[b * tl.stride[0] + h * tl.stride[1] + (long long)i * tl.stride[2]] = lse;
+}
