@@ -11,8 +11,6 @@
  * out of dRaw and returned by attn_bwd_scale; the template multiplies dQ
  * and dK by it once per element instead of once per score.
  */
-#include <ctype.h>
-#include <math.h>
 #include <string.h>
 
 #include "attnc.h"
