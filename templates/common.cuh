@@ -64,12 +64,35 @@
   return attn_f16_to_f32((unsigned short)((unsigned)x << 8));
 }
 
+/* One element of an input tensor, read through an asm statement that is
+ * neither volatile nor clobbers memory: the compiler takes it for a pure
+ * function of the address, so equal reads merge and reads fixed per
+ * (b, h) leave the per-element code. __ldg did not: the templates' wgmma
+ * fences clobber memory, and ALiBi's slopes[h] was read again for every
+ * score (+28% time at D 128, S 4096; ncu: LSU pipe 1.4% -> 11.5%;
+ * bench/NOTES-sm90.md). Exact, because inputs are read-only while a
+ * kernel runs (an output aliasing an input would already be a race). */
+#define ATTN_DEFINE_PURE_READ(storage, ptx_type, constraint, reg)                       \
+  [[maybe_unused]] static __device__ __forceinline__ storage attn_read_input(const storage *a) { \
+    reg r;                                                                             \
+    asm("{\n\t.reg .u64 g;\n\tcvta.to.global.u64 g, %1;\n\tld.global.nc." ptx_type " %0, [g];\n\t}" \
+        : "=" constraint(r)                                                             \
+        : "l"(a));                                                                     \
+    return (storage)r;                                                                 \
+  }
+ATTN_DEFINE_PURE_READ(float, "f32", "f", float)
+ATTN_DEFINE_PURE_READ(unsigned short, "u16", "h", unsigned short)
+ATTN_DEFINE_PURE_READ(unsigned char, "u8", "r", unsigned)
+ATTN_DEFINE_PURE_READ(int, "s32", "r", int)
+ATTN_DEFINE_PURE_READ(unsigned long long, "u64", "l", unsigned long long)
+#undef ATTN_DEFINE_PURE_READ
+
 #define ATTN_DEFINE_LOAD(name, T, storage, convert)                                    \
   [[maybe_unused]] static __device__ __forceinline__ T name(const attn_tensor_arg &t, long long x0,     \
                                            long long x1, long long x2, long long x3) { \
     long long off = attn_offset(t, x0, x1, x2, x3);                                    \
     if (off < 0) return (T)0;                                                          \
-    return convert(__ldg((const storage *)t.ptr + off));                               \
+    return convert(attn_read_input((const storage *)t.ptr + off));                     \
   }
 #define ATTN_SAME(x) (x)
 ATTN_DEFINE_LOAD(attn_ld_f32, float, float, ATTN_SAME)

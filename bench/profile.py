@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""Per-variant cost of score modifications, for profiling fwd_sm90.
+
+Two modes, one set of graphs (D 128, B 4, H 16, S 4096 unless named):
+  python3 bench/profile.py --lib build/libattn.so           # time each graph (median ms)
+  ncu ... python3 bench/profile.py --lib ... --once         # launch each graph once, for ncu
+
+The graphs isolate one per-element cost each, so differences of their
+times say what a modification costs: e.g. `alibi` against `alibi_float`
+(the same math with the integer distance converted per index instead of
+per element) isolates the int-to-float conversion, and `softcap` against
+`plain` the tanh.
+"""
+import argparse, os, sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench import Attn, time_batches  # noqa: E402
+
+CAUSAL = "    s = mask(s, j <= i);\n"
+BODIES = {
+    "plain": "",
+    "causal": CAUSAL,
+    "softcap": "    s = 30.0 * tanh(s / 30.0);\n",
+    "alibi": "    s = s - slopes[h] * (i - j);\n" + CAUSAL,
+    "alibi_float": "    s = s - slopes[h] * (f32(i) - f32(j));\n" + CAUSAL,
+    "alibi_const": "    s = s - 0.01 * (i - j);\n" + CAUSAL,
+    "bias_ij_free": "    s = s + 0.0 * slopes[h];\n" + CAUSAL,
+}
+SHAPES = {  # name: (B, H, S, D, body)
+    **{k: (4, 16, 4096, 128, v) for k, v in BODIES.items()},
+    "d64_s1k_causal": (16, 32, 1024, 64, CAUSAL),
+    "d64_s1k": (16, 32, 1024, 64, ""),
+    "d256_s4k": (4, 8, 4096, 256, ""),
+    "d256_s4k_causal": (4, 8, 4096, 256, CAUSAL),
+}
+
+
+def text(name, D, body):
+    decl = "    input slopes : f32[H];\n" if "slopes" in body else ""
+    return (f"attention {name} {{\n    input q : bf16[B, H, S, {D}];\n    input k : bf16[B, H, S, {D}];\n"
+            f"    input v : bf16[B, H, S, {D}];\n{decl}    scalar scale : f32 = 1.0 / sqrt({D}.0);\n"
+            f"    s = (q @ k^T) * scale;\n{body}    o = softmax(s) @ v;\n"
+            f"    output o : bf16[B, H, S, {D}];\n}}\n")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lib", default="build/libattn.so")
+    ap.add_argument("--once", action="store_true", help="one launch per graph (under ncu)")
+    ap.add_argument("--only", default="", help="comma-separated graph names")
+    args = ap.parse_args()
+    torch.zeros(1, device="cuda")  # a current context before libattn compiles
+    attn = Attn(args.lib)
+    names = [n for n in SHAPES if not args.only or n in args.only.split(",")]
+    base = {}
+    for name in names:
+        B, H, S, D, body = SHAPES[name]
+        q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        o = torch.empty_like(q)
+        t = dict(q=q, k=k, v=v, o=o)
+        if "slopes" in body:
+            t["slopes"] = torch.tensor([2.0 ** (-8.0 * (n + 1) / H) for n in range(H)], device="cuda")
+        call = attn.call(attn.compile(name, text(name, D, body)), name, t)
+        if args.once:
+            attn.launch(call)
+            torch.cuda.synchronize()
+            continue
+        ms = time_batches([lambda: attn.launch(call)], reps=21)
+        flops = 4 * B * H * S * S * D / (2 if "mask" in body else 1)
+        base[name] = ms
+        print(f"| {name} | {B}x{H}x{S} D{D} | {ms:.3f} ms | {flops / ms / 1e9:.0f} TFLOP/s |", flush=True)
+    if not args.once:
+        for a, b in (("softcap", "plain"), ("alibi", "causal"), ("alibi_float", "causal"),
+                     ("alibi_const", "causal"), ("bias_ij_free", "causal"), ("alibi", "alibi_float")):
+            if a in base and b in base:
+                print(f"{a} over {b}: {100 * (base[a] / base[b] - 1):+.1f}%")
+
+
+if __name__ == "__main__":
+    main()
