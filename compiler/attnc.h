@@ -506,6 +506,17 @@ typedef struct MaskTerm {
   int nterms;
   int64_t coef[MATCH_MAX_TERMS];
   IrNode *term[MATCH_MAX_TERMS];
+  /* A separable conjunct (not affine): `side[0] sep_op side[1]`, a
+   * comparison whose side[0] varies over i but not j and side[1] over j
+   * but not i (neither over d); sides written the other way round are
+   * swapped and the operator mirrored. sep_kind is the type the
+   * comparison computes in (f32, i32, u64 or bool, as the emitted
+   * attn_keep computes it). Tiles are classified from per-tile ranges of
+   * each side (emit_sep.c). */
+  bool sep;
+  IrOp sep_op;
+  IrNode *side[2];
+  DType sep_kind;
 } MaskTerm;
 
 /* FWD_SM80: portable mma.sync template; FWD_SM90: the Hopper TMA + wgmma
@@ -540,6 +551,19 @@ TemplateKind match_template(const KernelSpec *s, bool arch_specific);
 /* The affine form of one comparison: fills out[0] (and out[1] for ==) and
  * returns how many it filled; 0 when the condition is not affine. */
 int match_affine(IrNode *cond, MaskTerm out[2]);
+/* The separable form of one comparison (MaskTerm.sep): fills out and
+ * returns true, or false when cond is not a comparison of an i side with
+ * a j side. */
+bool match_separable(IrNode *cond, MaskTerm *out);
+/* The interval rules of a separable conjunct `A op B` (op one of LT LE GT
+ * GE EQ NE), as C expressions over alo, ahi (the range of A over a tile's
+ * rows) and blo, bhi (of B over its keys): `none` holds when no pair can
+ * satisfy op (class 0), `all` when every pair does (class 2). Written as
+ * plain comparisons, so a NaN bound makes both false (class 1). */
+void match_sep_rules(IrOp op, const char **none, const char **all);
+/* The same rules evaluated in C: 0, 1 or 2 (tests check them against
+ * brute force). */
+int match_sep_class(IrOp op, double alo, double ahi, double blo, double bhi);
 
 /* ----------------------------------------------------------- tmpl_sm80.c */
 
@@ -600,6 +624,14 @@ typedef struct KernelInfo {
    * take bwd_threads / 32 rows per CTA. */
   const char *bwd_entry[4];
   int bwd_threads, bwd_smem_bytes, bwd_block_n;
+  /* Separable mask conjuncts (emit_sep.c): the prep kernel that writes
+   * their sides' per-tile ranges into the workspace attn_params.
+   * mask_ranges points to (grid (2, H or 1, B), SEP_PREP_THREADS
+   * threads; launched before the forward and the backward), NULL when the
+   * graph has none; and the bytes of one summary cell in each of the
+   * workspace's regions (SEP_REGION_*), 0 where a region is absent. */
+  const char *prep_entry;
+  int prep_cell_bytes[4];
 } KernelInfo;
 
 typedef struct EmitResult {
@@ -614,6 +646,42 @@ typedef struct EmitResult {
  * in d (a graph no template can run names the node and why). */
 int emit_module(const IrModule *m, const char *arch, Arena *a, Diag *d,
                 EmitResult *out);
+
+/* --------------------------------- emit_sep.c: separable mask conjuncts */
+
+/* The workspace of per-tile ranges (docs/templates.md, "Separable masks"):
+ * four regions, in this order, each starting 16-byte aligned: the i sides
+ * that vary over b only, those that vary over h too, then the same for the
+ * j sides. A region holds, per row (b, or b * H + h), a sparse table over
+ * SEP_CELL-element cells of its sequence (Sq for i, Skv for j): level L,
+ * cell c summarises cells [c, c + 2^L), for levels 0 .. floor(log2(cells)).
+ * Any run of cells is then covered by two entries of one level. */
+enum { SEP_REGION_IB, SEP_REGION_IBH, SEP_REGION_JB, SEP_REGION_JBH, SEP_NREGIONS };
+#define SEP_CELL 16
+#define SEP_PREP_THREADS 256
+/* Bytes of the whole workspace for one problem size, and each region's
+ * offset (off may be NULL); 0 when the graph has no separable conjunct. */
+size_t sep_workspace_bytes(const int cell_bytes[SEP_NREGIONS], long long B, long long H,
+                           long long Sq, long long Skv, size_t off[SEP_NREGIONS]);
+/* Whether a matched spec has a separable conjunct. */
+bool sep_any(const KernelSpec *s);
+/* Inside the graph's namespace, before attn_tile_class: the range
+ * structs, their builders and lookups, and the prep kernel's body. Fills
+ * info's prep fields. */
+void emit_sep_helpers(StrBuf *out, const KernelSpec *s, Arena *a, KernelInfo *info);
+/* After the helpers, before attn_keep: attn_sep_keepN, the per-element
+ * test of separable conjunct N with the cell shortcut (its 16 x 16 cell
+ * pair's ranges decide when they can, the sides' values otherwise), for
+ * conjuncts whose sides read a tensor. */
+void emit_sep_keeps(StrBuf *out, const KernelSpec *s, Arena *a);
+/* attn_keep's term for masks[m]: a call of its attn_sep_keepN, or NULL to
+ * test the condition as written. */
+const char *emit_sep_keep_call(const KernelSpec *s, int m, Arena *a);
+/* Into attn_tile_class's body, after the affine conjuncts: each separable
+ * conjunct's classification (`return 0` or `cls = 1`). */
+void emit_sep_classes(StrBuf *out, const KernelSpec *s, Arena *a);
+/* After the namespace: the prep kernel's extern "C" entry point. */
+void emit_sep_entry(StrBuf *out, const KernelSpec *s, const KernelInfo *info);
 
 /* ------------------------------------------------ philox.c: dropout bits */
 
@@ -782,13 +850,22 @@ typedef struct BwdSpec {
   BwdSlots slots;
   DType in_type, out_type; /* q/k/v (also dO, dq, dk, dv); o */
   int d_qk, d_v;
-  int threads, block_n, smem_bytes; /* bwd_sm80's launch shape */
+  /* The main kernel's template: bwd_sm90 (wgmma, sm_90a) or bwd_sm80;
+   * the delta and convert kernels are bwd_sm80's either way, launched
+   * with the same CTA size. */
+  bool sm90;
+  int threads, block_n, smem_bytes; /* the main kernel's launch shape */
 } BwdSpec;
 
 /* Derives and matches the backward of a graph whose forward matched as
  * fwd. NULL with located errors: no lse output, head dims other than
  * 64/128, too many tensor slots, a derivation error. Callers check
- * bwd_unsupported_grad first (match_bwd refuses such graphs too). */
+ * bwd_unsupported_grad first (match_bwd refuses such graphs too).
+ * The main kernel is bwd_sm90's when fwd->tmpl is TMPL_FWD_SM90 (the
+ * target is sm_90a), bwd_sm80's otherwise; the environment variable
+ * ATTN_BWD_TEMPLATE, read here, overrides: "sm80" always takes bwd_sm80,
+ * "sm90" takes bwd_sm90 whenever fwd->sm is 90 (the caller's target must
+ * then be sm_90a), anything else is the default. */
 BwdSpec *match_bwd(const KernelSpec *fwd, Arena *a, Diag *d);
 
 /* ----------------------------------------- emit_bwd.c: backward emitter */

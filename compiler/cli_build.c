@@ -414,7 +414,12 @@ static void gen_source(StrBuf *c, const char *name, const char *file,
       for (int e = 0; e < 4; e++) /* the backward's entries, or NULLs */
         sb_printf(c, e ? ", %s%s%s" : "%s%s%s", ki->bwd_entry[e] ? "\"" : "",
                   ki->bwd_entry[e] ? ki->bwd_entry[e] : "NULL", ki->bwd_entry[e] ? "\"" : "");
-      sb_printf(c, "}, %d, %d, %d},\n", ki->bwd_threads, ki->bwd_smem_bytes, ki->bwd_block_n);
+      sb_printf(c, "}, %d, %d, %d, ", ki->bwd_threads, ki->bwd_smem_bytes, ki->bwd_block_n);
+      /* The separable masks' prep kernel and its workspace's cell sizes. */
+      sb_printf(c, "%s%s%s, {%d, %d, %d, %d}},\n", ki->prep_entry ? "\"" : "",
+                ki->prep_entry ? ki->prep_entry : "NULL", ki->prep_entry ? "\"" : "",
+                ki->prep_cell_bytes[0], ki->prep_cell_bytes[1], ki->prep_cell_bytes[2],
+                ki->prep_cell_bytes[3]);
     }
     sb_puts(c, "};\n");
   }

@@ -39,10 +39,15 @@ static void emit_keep(StrBuf *out, const KernelSpec *s, Arena *a) {
   ExprHook hk;
   expr_init(&hk, a, s->g, DOM_B | DOM_H | DOM_I | DOM_J);
   StrBuf ret = {0};
-  for (int m = 0; m < s->nmasks; m++) {
-    if (m > 0 && s->masks[m].cond == s->masks[m - 1].cond) continue; /* == gave two */
-    sb_printf(&ret, "%s%s", ret.len ? " && " : "", expr_as(&hk, s->masks[m].cond, DT_BOOL));
-  }
+  /* Conditions as written, then the separable conjuncts' calls (which
+   * load), so && can skip them. */
+  for (int pass = 0; pass < 2; pass++)
+    for (int m = 0; m < s->nmasks; m++) {
+      if (m > 0 && s->masks[m].cond == s->masks[m - 1].cond) continue; /* == gave two */
+      const char *sep = emit_sep_keep_call(s, m, a);
+      if ((sep != NULL) != (pass == 1)) continue;
+      sb_printf(&ret, "%s%s", ret.len ? " && " : "", sep ? sep : expr_as(&hk, s->masks[m].cond, DT_BOOL));
+    }
   sb_puts(out, "/* The top-level masks, element by element: true keeps the score. */\n");
   expr_put_fn(out, &hk, "bool attn_keep(int b, int h, int i, int j, const attn_params &p)",
            ret.len ? arena_strdup(a, ret.data) : "true");
@@ -98,11 +103,11 @@ static void emit_tile_class(StrBuf *out, const KernelSpec *s, Arena *a) {
   ExprHook hk;
   expr_init(&hk, a, s->g, DOM_B | DOM_H);
   StrBuf code = {0};
-  bool all_affine = true;
+  bool all_affine = true; /* every conjunct affine or separable */
   for (int m = 0; m < s->nmasks; m++) {
     const MaskTerm *t = &s->masks[m];
     if (!t->affine) {
-      all_affine = false;
+      all_affine = all_affine && t->sep;
       continue;
     }
     const char *c = term_constant(&hk, t);
@@ -122,6 +127,7 @@ static void emit_tile_class(StrBuf *out, const KernelSpec *s, Arena *a) {
   sb_printf(out, "  int cls = %d;\n", all_affine ? 2 : 1);
   if (hk.body.len) sb_puts(out, hk.body.data);
   if (code.len) sb_puts(out, code.data);
+  if (sep_any(s)) emit_sep_classes(out, s, a); /* after the cheap affine tests */
   sb_puts(out, "  return cls;\n}\n\n");
   sb_free(&code);
   sb_free(&hk.body);
@@ -237,6 +243,7 @@ static int emit_graph(StrBuf *out, const IrGraph *g, int sm, bool arch_specific,
                "sm_%d", g->name, s->d_qk, s->d_v, sm);
     return -1;
   }
+  s->tmpl = tc.kind; /* the backward's choice of main kernel follows it */
   int o_slot = g->outputs[s->o_output].tensor;
   int lse_slot = s->lse_output >= 0 ? g->outputs[s->lse_output].tensor : -1;
   info->graph = g->name;
@@ -264,6 +271,10 @@ static int emit_graph(StrBuf *out, const IrGraph *g, int sm, bool arch_specific,
   sb_puts(out, hooks_src);
   sb_puts(out, "\n");
   emit_score(out, s, a);
+  if (sep_any(s)) { /* the separable conjuncts' ranges, read by the next two hooks */
+    emit_sep_helpers(out, s, a, info);
+    emit_sep_keeps(out, s, a);
+  }
   emit_keep(out, s, a);
   emit_kv_bounds(out, s, a);
   emit_tile_class(out, s, a);
@@ -283,6 +294,7 @@ static int emit_graph(StrBuf *out, const IrGraph *g, int sm, bool arch_specific,
                    "attn_params p) {\n  graph_%s::attn_fwd_sm80(p);\n}\n\n",
               info->threads, info->entry, g->name);
   if (bwd) emit_bwd_entries(out, bwd, a, info);
+  if (info->prep_entry) emit_sep_entry(out, s, info);
   sb_puts(out, "#undef ATTN_D_QK\n#undef ATTN_D_V\n");
   sb_printf(out, "#undef ATTN_IN_%s\n#undef ATTN_OUT_%s\n", dtype_macro(s->in_type),
             dtype_macro(s->out_type));

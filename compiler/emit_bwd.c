@@ -1,6 +1,7 @@
 /*
  * emit_bwd.c: the backward kernels of a graph that declares grad, emitted
- * into the forward's translation unit (docs/templates.md, bwd_sm80).
+ * into the forward's translation unit (docs/templates.md, bwd_sm80; on
+ * sm_90a the main kernel is bwd_sm90's).
  *
  * The graph-specific part of the backward is the chain rule from dS (the
  * gradient at the softmax's input) down to q @ k^T, which backward.c
@@ -11,11 +12,13 @@
  * out of dRaw and returned by attn_bwd_scale; the template multiplies dQ
  * and dK by it once per element instead of once per score.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "attnc.h"
 
 extern const char bwd_sm80_src[];
+extern const char bwd_sm90_src[];
 
 /* A hook over the forward graph and its derived backward: forward nodes
  * are named as emit.c names them, derived ones d_ID, dS is `ds` and the
@@ -175,7 +178,8 @@ static void emit_bias_hooks(StrBuf *out, const BwdSpec *s, Arena *a) {
 
 void emit_bwd_body(StrBuf *out, const BwdSpec *s, Arena *a) {
   const BwdSlots *sl = &s->slots;
-  sb_puts(out, "\n/* ---- backward (templates/bwd_sm80.cuh) ---- */\n");
+  sb_printf(out, "\n/* ---- backward (templates/%s) ---- */\n",
+            s->sm90 ? "bwd_sm80.cuh, bwd_sm90.cuh" : "bwd_sm80.cuh");
   sb_printf(out, "#define ATTN_TDO %d\n#define ATTN_TDELTA %d\n#define ATTN_TDQA %d\n", sl->dout,
             sl->delta, sl->dqa);
   sb_printf(out, "#define ATTN_TDQ %d\n#define ATTN_TDK %d\n#define ATTN_TDV %d\n", sl->dq, sl->dk,
@@ -202,6 +206,18 @@ void emit_bwd_body(StrBuf *out, const BwdSpec *s, Arena *a) {
   sb_puts(out, "/* The factor folded out of dRaw, applied to dQ and dK. */\n");
   expr_put_fn(out, &hk, "float attn_bwd_scale(const attn_params &p)", ret);
   sb_puts(out, bwd_sm80_src);
+  /* bwd_sm90's main kernel reuses bwd_sm80's other kernels and helpers.
+   * Its dQ goes out by element atomics (red.global.add.v2.f32: 4-8%
+   * faster than the bulk reductions and fewer spills, H200); ATTN_BWD90_DQ
+   * =bulk (read here, so the source and its cache key differ) selects the
+   * bulk reductions. */
+  if (s->sm90) {
+    const char *dq = getenv("ATTN_BWD90_DQ");
+    bool red = !(dq && strcmp(dq, "bulk") == 0);
+    if (red) sb_puts(out, "#define ATTN_BWD90_DQ_RED 1\n");
+    sb_puts(out, bwd_sm90_src);
+    if (red) sb_puts(out, "#undef ATTN_BWD90_DQ_RED\n");
+  }
   if (sl->nbias > 0) emit_bias_hooks(out, s, a);
 }
 
@@ -209,10 +225,14 @@ void emit_bwd_entries(StrBuf *out, const BwdSpec *s, Arena *a, KernelInfo *info)
   static const char *const part[4] = {"delta", "main", "convert", "convert_kv"};
   const char *gname = s->g->name;
   for (int k = 0; k < 4; k++) {
+    /* bwd_sm90: its own main kernel (one CTA per SM: its registers), the
+     * row kernels of bwd_sm80 at the same CTA size. */
+    bool own = s->sm90 && k == 1;
     info->bwd_entry[k] = arena_printf(a, "attn_%s_bwd_%s", gname, part[k]);
-    sb_printf(out, "extern \"C\" __global__ void __launch_bounds__(%d) %s(const __grid_constant__ "
-                   "attn_params p) {\n  graph_%s::attn_bwd_sm80_%s(p);\n}\n\n",
-              s->threads, info->bwd_entry[k], gname, part[k]);
+    sb_printf(out, "extern \"C\" __global__ void __launch_bounds__(%d%s) %s(const __grid_constant__ "
+                   "attn_params p) {\n  graph_%s::attn_bwd_%s_%s(p);\n}\n\n",
+              s->threads, own ? ", 1" : "", info->bwd_entry[k], gname, own ? "sm90" : "sm80",
+              part[k]);
   }
   info->bwd_threads = s->threads;
   info->bwd_smem_bytes = s->smem_bytes;

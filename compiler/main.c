@@ -123,8 +123,7 @@ static int cmd_dump(int argc, char **argv,
 
 /* The embedded texts (build/gen/templates.c), which --brief elides. */
 extern const char attn_abi_src[], common_src[], ptx_src[], hooks_src[], fwd_sm80_src[],
-    fwd_sm90_src[], philox_src[],
-    bwd_sm80_src[];
+    fwd_sm90_src[], philox_src[], bwd_sm80_src[], bwd_sm90_src[];
 
 /* Prints the unit with each embedded template replaced by a one-line
  * reference, so goldens test what the emitter generates, not the
@@ -138,7 +137,8 @@ static void put_brief(const char *src) {
       {"templates/fwd_sm80.cuh", fwd_sm80_src},
       {"templates/fwd_sm90.cuh", fwd_sm90_src},
       {"templates/philox.cuh", philox_src},
-      {"templates/bwd_sm80.cuh", bwd_sm80_src}};
+      {"templates/bwd_sm80.cuh", bwd_sm80_src},
+      {"templates/bwd_sm90.cuh", bwd_sm90_src}};
   while (*src) {
     const char *next = NULL;
     size_t which = 0;

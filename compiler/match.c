@@ -8,7 +8,9 @@
  * PV in the right order; this file decides whether a template can run what
  * surrounds them, and analyses the masks. Masks applied last (the
  * outermost mask() calls under the softmax) are split into conjuncts; the
- * affine ones bound the key tiles each query tile visits. Masks nested
+ * affine ones bound the key tiles each query tile visits, and the
+ * separable ones (an i side compared with a j side, e.g. document ids)
+ * classify tiles from per-tile ranges of their sides. Masks nested
  * deeper stay in the score expression and are evaluated per element, which
  * is always correct.
  */
@@ -129,6 +131,86 @@ int match_affine(IrNode *cond, MaskTerm out[2]) {
   }
 }
 
+/* --------------------------------------------------- separable analysis */
+
+/* A side of a separable comparison: varies over `axis` (i or j) and not
+ * over the other one nor the head dim. */
+static bool is_side(const IrNode *n, unsigned axis) {
+  unsigned other = (DOM_I | DOM_J) & ~axis;
+  return (n->dom & axis) && !(n->dom & (other | DOM_D));
+}
+
+/* The type emit_expr.c compares two operands in. */
+static DType compare_kind(const IrNode *x, const IrNode *y) {
+  DType a = expr_kind(x->type), b = expr_kind(y->type);
+  if (a == DT_F32 || b == DT_F32) return DT_F32;
+  if (a == DT_U64 || b == DT_U64) return DT_U64;
+  return a == DT_BOOL && b == DT_BOOL ? DT_BOOL : DT_I32;
+}
+
+/* x op y == y mirror(op) x. */
+static IrOp mirror(IrOp op) {
+  switch (op) {
+  case IR_LT: return IR_GT;
+  case IR_LE: return IR_GE;
+  case IR_GT: return IR_LT;
+  case IR_GE: return IR_LE;
+  default: return op; /* == and != */
+  }
+}
+
+bool match_separable(IrNode *cond, MaskTerm *out) {
+  IrOp op = cond->op;
+  if (op != IR_LT && op != IR_LE && op != IR_GT && op != IR_GE && op != IR_EQ && op != IR_NE)
+    return false;
+  IrNode *x = cond->src[0], *y = cond->src[1];
+  bool ij = is_side(x, DOM_I) && is_side(y, DOM_J);
+  bool ji = is_side(x, DOM_J) && is_side(y, DOM_I);
+  if (!ij && !ji) return false;
+  memset(out, 0, sizeof *out);
+  out->cond = cond;
+  out->sep = true;
+  out->sep_op = ij ? op : mirror(op);
+  out->side[0] = ij ? x : y;
+  out->side[1] = ij ? y : x;
+  out->sep_kind = compare_kind(x, y);
+  return true;
+}
+
+/* Interval rules, as text for the device and as C for match_sep_class.
+ * Each is a plain comparison (no negation), so NaN bounds fail both. */
+#define SEP_RULES(X)                                                          \
+  X(IR_EQ, ahi < blo || bhi < alo, alo == ahi && blo == bhi && alo == blo)    \
+  X(IR_NE, alo == ahi && blo == bhi && alo == blo, ahi < blo || bhi < alo)    \
+  X(IR_LT, alo >= bhi, ahi < blo)                                             \
+  X(IR_LE, alo > bhi, ahi <= blo)                                             \
+  X(IR_GT, ahi <= blo, alo > bhi)                                             \
+  X(IR_GE, ahi < blo, alo >= bhi)
+
+void match_sep_rules(IrOp op, const char **none, const char **all) {
+  switch (op) {
+#define X(o, n, a)                                                            \
+  case o:                                                                     \
+    *none = #n;                                                               \
+    *all = #a;                                                                \
+    return;
+    SEP_RULES(X)
+#undef X
+  default: die("match_sep_rules: op '%s' is not a comparison", ir_op_name(op));
+  }
+}
+
+int match_sep_class(IrOp op, double alo, double ahi, double blo, double bhi) {
+  switch (op) {
+#define X(o, n, a)                                                            \
+  case o:                                                                     \
+    return (n) ? 0 : (a) ? 2 : 1;
+    SEP_RULES(X)
+#undef X
+  default: die("match_sep_class: op '%s' is not a comparison", ir_op_name(op));
+  }
+}
+
 /* --------------------------------------------------------- the matcher */
 
 typedef struct Matcher {
@@ -161,8 +243,10 @@ static void add_conjuncts(Matcher *m, IrNode *cond, int depth) {
   MaskTerm t[2];
   int n = match_affine(cond, t);
   if (n == 0) {
-    memset(t, 0, sizeof t[0]);
-    t[0].cond = cond;
+    if (!match_separable(cond, &t[0])) {
+      memset(t, 0, sizeof t[0]);
+      t[0].cond = cond;
+    }
     n = 1;
   }
   for (int k = 0; k < n; k++) push_term(m, &t[k]);

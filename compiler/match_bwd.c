@@ -1,7 +1,8 @@
 /*
- * match_bwd.c: decides whether the backward template (templates/
- * bwd_sm80.cuh) can run a graph's derived backward, and where its extra
- * tensors live in the parameter block.
+ * match_bwd.c: decides whether the backward templates (templates/
+ * bwd_sm80.cuh, and bwd_sm90.cuh's main kernel on sm_90a) can run a
+ * graph's derived backward, which main kernel runs it, and where its
+ * extra tensors live in the parameter block.
  *
  * The template recomputes P from the forward's scores and the saved lse,
  * so the graph must output lse; it holds K, V, Q and dO tiles of 64 rows
@@ -11,6 +12,7 @@
  * through f32 atomics, or summed per warp (BwdBiasMode). Each refusal is a
  * located error naming what to change.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "attn_abi.h"
@@ -110,6 +112,17 @@ int bwd_unsupported_grad(const IrGraph *g) {
 
 static bool head_dim_ok(int d) { return d == 64 || d == 128; }
 
+/* Which main kernel (attnc.h, match_bwd): the forward's choice of the
+ * Hopper template says the target is sm_90a; ATTN_BWD_TEMPLATE overrides
+ * it (the library never fails on a tuning knob: other values are the
+ * default). */
+static bool bwd_use_sm90(const KernelSpec *fwd) {
+  const char *v = getenv("ATTN_BWD_TEMPLATE");
+  if (v && strcmp(v, "sm80") == 0) return false;
+  if (v && strcmp(v, "sm90") == 0) return fwd->sm == 90;
+  return fwd->tmpl == TMPL_FWD_SM90;
+}
+
 BwdSpec *match_bwd(const KernelSpec *fwd, Arena *a, Diag *d) {
   const IrGraph *g = fwd->g;
   int bad = bwd_unsupported_grad(g);
@@ -155,6 +168,18 @@ BwdSpec *match_bwd(const KernelSpec *fwd, Arena *a, Diag *d) {
                "accumulators, gradients) exceed the %d tensor slots of a kernel",
                g->name, g->ntensors, s->slots.end - g->ntensors, ATTN_MAX_TENSORS);
     return NULL;
+  }
+  s->sm90 = bwd_use_sm90(fwd);
+  if (s->sm90) {
+    /* bwd_sm90.cuh: 128 keys per CTA in two warpgroups; K, V (128 rows),
+     * two stages of Q and dO (64 rows), dRaw^T (128 x 64), two stages of
+     * lse and delta, two f32 dQ tiles (64 rows of 72), and 1024 bytes to
+     * align the base. */
+    s->threads = 256;
+    s->block_n = 128;
+    s->smem_bytes = 128 * (s->d_qk + s->d_v) * 2 + 2 * 64 * (s->d_qk + s->d_v) * 2 +
+                    128 * 64 * 2 + 2 * 2 * 64 * 4 + 2 * 64 * 72 * 4 + 1024;
+    return s;
   }
   /* bwd_sm80.cuh: 64 keys per CTA in four warps, 64-row query tiles; K, V,
    * Q, dO and dRaw^T tiles of 16-bit elements, then lse and delta. */

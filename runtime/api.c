@@ -43,6 +43,8 @@ struct attn_graph {
   CUcontext fn_ctx;
   CUfunction bwd_fn[4]; /* the backward's entries in bwd_fn_ctx */
   CUcontext bwd_fn_ctx;
+  CUfunction prep_fn; /* the separable masks' prep kernel in prep_fn_ctx */
+  CUcontext prep_fn_ctx;
 };
 
 struct attn_module {
@@ -67,6 +69,8 @@ struct attn_call {
   BindState bind;
   void *tile_counter;
   RtBwdScratch *bwd; /* backward.c's scratch buffers, or NULL */
+  CUdeviceptr ranges; /* rt_call_prep's workspace, ranges_bytes long */
+  size_t ranges_bytes;
 };
 
 /* ------------------------------------------------------------- statuses */
@@ -627,6 +631,11 @@ static attn_status rt_module_from_image(attn_context *ctx, Arena *a,
     kernels[i].bwd_threads = im->kernels[i].bwd_threads;
     kernels[i].bwd_smem_bytes = im->kernels[i].bwd_smem_bytes;
     kernels[i].bwd_block_n = im->kernels[i].bwd_block_n;
+    kernels[i].prep_entry = im->kernels[i].prep_entry
+                                ? arena_strdup(a, im->kernels[i].prep_entry)
+                                : NULL;
+    memcpy(kernels[i].prep_cell_bytes, im->kernels[i].prep_cell_bytes,
+           sizeof kernels[i].prep_cell_bytes);
   }
   attn_status st = rt_module_from_ir(ctx, a, ir, kernels, ir->ngraphs,
                                      im->arch, im->data, im->size, out);
@@ -780,6 +789,10 @@ attn_status attn_call_create(attn_graph *g, attn_call **out) {
 void attn_call_destroy(attn_call *c) {
   if (!c) return;
   rt_bwd_scratch_free(c->bwd);
+  if (c->ranges) {
+    const RtDriver *d = rt_driver(NULL, NULL);
+    if (d) d->MemFree(c->ranges);
+  }
   free(c);
 }
 
@@ -875,6 +888,78 @@ static attn_status rt_grid(attn_call *c, unsigned grid[3]) {
   return ATTN_SUCCESS;
 }
 
+/* The prep kernel of the call's graph in context cu (cached for the last
+ * context used). */
+static attn_status rt_prep_function(attn_call *c, const RtDriver *d,
+                                    CUcontext cu, CUfunction *fn) {
+  attn_graph *g = c->g;
+  StrBuf *err = &g->m->ctx->error;
+  attn_status st = rt_module_load(g->m, d);
+  if (st) return st;
+  if (g->prep_fn && g->prep_fn_ctx == cu) {
+    *fn = g->prep_fn;
+    return ATTN_SUCCESS;
+  }
+  CUkernel kern;
+  CUresult r = d->LibraryGetKernel(&kern, g->m->lib, g->kernel.prep_entry);
+  if (r == CUDA_SUCCESS) r = d->KernelGetFunction(fn, kern);
+  if (r != CUDA_SUCCESS) {
+    st = rt_driver_error(d, r, "cuLibraryGetKernel", err);
+    sb_printf(err, " for the mask prep entry '%s' (built for %s)",
+              g->kernel.prep_entry, g->m->arch);
+    return st;
+  }
+  g->prep_fn = *fn;
+  g->prep_fn_ctx = cu;
+  return ATTN_SUCCESS;
+}
+
+attn_status rt_call_prep(attn_call *c, attn_params *p, void *stream) {
+  const KernelInfo *k = &c->g->kernel;
+  p->mask_ranges = NULL;
+  if (!k->prep_entry || p->B == 0 || p->H == 0 || p->Sq == 0) return ATTN_SUCCESS;
+  attn_context *ctx = c->g->m->ctx;
+  attn_status st;
+  const RtDriver *d = rt_driver(&st, &ctx->error);
+  if (!d) return st;
+  CUcontext cu;
+  CUdevice dev;
+  CUfunction fn;
+  if ((st = rt_driver_current(d, &cu, &dev, &ctx->error)) ||
+      (st = rt_prep_function(c, d, cu, &fn)))
+    return st;
+  size_t bytes = sep_workspace_bytes(k->prep_cell_bytes, p->B, p->H, p->Sq,
+                                     p->Skv, NULL);
+  if (bytes == 0) bytes = 16;
+  if (c->ranges_bytes < bytes) { /* grown on demand, kept for the next launch */
+    if (c->ranges) d->MemFree(c->ranges);
+    c->ranges = 0;
+    c->ranges_bytes = 0;
+    CUresult r = d->MemAlloc(&c->ranges, bytes);
+    if (r != CUDA_SUCCESS) {
+      c->ranges = 0;
+      st = rt_driver_error(d, r, "cuMemAlloc", &ctx->error);
+      sb_printf(&ctx->error, " (%zu bytes of mask ranges for graph '%s')",
+                bytes, c->g->ir->name);
+      return st;
+    }
+    c->ranges_bytes = bytes;
+  }
+  p->mask_ranges = (void *)(uintptr_t)c->ranges;
+  /* CTA (side, h, b); per-head regions need a CTA per head. */
+  bool per_h = k->prep_cell_bytes[SEP_REGION_IBH] || k->prep_cell_bytes[SEP_REGION_JBH];
+  unsigned gy = per_h ? (unsigned)p->H : 1u;
+  void *args[] = {p};
+  CUresult r = d->LaunchKernel(fn, 2, gy, (unsigned)p->B, SEP_PREP_THREADS, 1,
+                               1, 0, (CUstream)stream, args, NULL);
+  if (r != CUDA_SUCCESS) {
+    st = rt_driver_error(d, r, "cuLaunchKernel", &ctx->error);
+    sb_printf(&ctx->error, " for '%s' (grid 2 x %u x %d)", k->prep_entry, gy,
+              p->B);
+  }
+  return st;
+}
+
 attn_status attn_call_launch(attn_call *c, void *stream) {
   if (!c) return ATTN_ERROR_INVALID_ARGUMENT;
   attn_context *ctx = c->g->m->ctx;
@@ -904,6 +989,7 @@ attn_status attn_call_launch(attn_call *c, void *stream) {
       grid[1] = grid[2] = 1;
     }
   }
+  if ((st = rt_call_prep(c, p, stream))) return st; /* separable masks' ranges */
   attn_tmaps tmaps; /* the sm90 template's second parameter (tmap.c) */
   if ((st = rt_tmap_fill(d, c->g->ir, k, p, &tmaps, &ctx->error))) return st;
   void *args[] = {p, &tmaps};

@@ -141,7 +141,7 @@ attn_status attn_call_bind_dlpack(attn_call *c, const char *name,
  * one (without its a/f suffix), which the driver compiles for newer GPUs.
  * The structs below are what that file initialises; their layout is part
  * of the ABI (format ATTN_EMBEDDED_FORMAT). */
-#define ATTN_EMBEDDED_FORMAT 3
+#define ATTN_EMBEDDED_FORMAT 4
 
 typedef struct attn_embedded_kernel {
   const char *graph; /* graph name */
@@ -159,6 +159,12 @@ typedef struct attn_embedded_kernel {
   int bwd_threads;
   int bwd_smem_bytes;
   int bwd_block_n;
+  /* Separable mask conjuncts (format 4): the prep kernel that fills the
+   * per-tile range workspace before the forward and backward (NULL when
+   * the graph has none) and the bytes of a summary cell in each of the
+   * workspace's four regions. */
+  const char *prep_entry;
+  int prep_cell_bytes[4];
 } attn_embedded_kernel;
 
 typedef struct attn_embedded_image {

@@ -10,7 +10,7 @@
 #ifndef ATTN_ABI_H
 #define ATTN_ABI_H
 
-#define ATTN_ABI_VERSION 2
+#define ATTN_ABI_VERSION 3
 #define ATTN_MAX_TENSORS 16 /* inputs and outputs of one graph */
 #define ATTN_MAX_SCALARS 16
 #define ATTN_MAX_DIMS 16 /* dimension symbols: B, H, Sq, ... */
@@ -39,6 +39,10 @@ typedef struct attn_params {
   /* Optional: when non-null each CTA adds the number of key tiles it
    * loaded (tests use it to prove masked tiles are skipped). */
   unsigned long long *tiles_visited;
+  /* Graphs with separable mask conjuncts (doc[b, i] == doc[b, j]): the
+   * workspace of per-tile ranges their prep kernel writes and
+   * attn_tile_class reads (compiler/emit_sep.c); null for other graphs. */
+  void *mask_ranges;
 } attn_params;
 
 /* Tensor maps (CUtensorMap: 128 opaque bytes, 64-byte aligned) for the

@@ -1,5 +1,9 @@
 /* backward.c: attn_call_launch_backward, the GPU backward of a graph that
- * declares grad (templates/bwd_sm80.cuh, emitted by compiler/emit_bwd.c).
+ * declares grad (templates/bwd_sm80.cuh, with bwd_sm90.cuh's main kernel on
+ * sm_90a; emitted by compiler/emit_bwd.c). The launch shape comes from the
+ * kernel table (KernelInfo.bwd_*): every kernel runs bwd_threads threads
+ * (128 for bwd_sm80, 256 for bwd_sm90; the row kernels take one row per
+ * warp) and the main grid has one CTA per bwd_block_n keys (64 or 128).
  *
  * The call's bindings already hold the forward's tensors (q, k, v, o, lse
  * and any others the score chain reads) and, bound by name through
@@ -9,10 +13,12 @@
  * allocated on first use, grown when a later launch needs more, kept on
  * the call and freed with it, then launches:
  *
- *   delta (also zeroes dQ's accumulator)  grid (ceil(Sq/4), H, B)
- *   main                                  grid (ceil(Skv/64), H, B)
- *   convert (dQ to dq's dtype)            grid (ceil(Sq/4), H, B)
- *   convert_kv (GQA only)                 grid (ceil(Skv/4), Hk, B)
+ *   delta (also zeroes dQ's accumulator)  grid (ceil(Sq/W), H, B)
+ *   main                                  grid (ceil(Skv/bwd_block_n), H, B)
+ *   convert (dQ to dq's dtype)            grid (ceil(Sq/W), H, B)
+ *   convert_kv (GQA only)                 grid (ceil(Skv/W), Hk, B)
+ *
+ * (W = bwd_threads / 32 rows per CTA)
  *
  * all on the caller's stream, in that order.
  *
@@ -264,10 +270,11 @@ attn_status attn_call_launch_backward(attn_call *c, void *stream) {
     else
       bwd_set_dense(&p, sl.dbias_acc[r], sc->buf[BWD_BIAS0 + r], 1, 1, (int)n);
   }
+  if ((st = rt_call_prep(c, &p, stream))) return st; /* separable masks' tile ranges */
   const unsigned row_ctas = (unsigned)(k->bwd_threads / 32);
   const unsigned gq = (unsigned)((p.Sq + row_ctas - 1) / row_ctas);
   unsigned gk = (unsigned)((p.Skv + k->bwd_block_n - 1) / k->bwd_block_n);
-  if (det && sl.dq >= 0) /* the dQ CTAs: one per 64 queries (bwd_sm80's tile) */
+  if (det && sl.dq >= 0) /* the dQ CTAs: bwd80_dq_tile, 64 queries each */
     gk += (unsigned)((p.Sq + 63) / 64);
   const unsigned gkv = (unsigned)((p.Skv + row_ctas - 1) / row_ctas);
   if ((st = bwd_launch(c, d, cu, 0, gq, (unsigned)p.H, (unsigned)p.B, 0, &p, s)) ||

@@ -215,10 +215,11 @@ static __device__ __forceinline__ void bwd80_b_kn(unsigned (&r)[4], unsigned til
 
 /* ------------------------------------------------- the delta pre-pass */
 
-/* Grid (ceil(Sq / 4), H, B), 128 threads: warp w handles row 4x + w. */
+/* Grid (ceil(Sq / W), H, B), W warps (bwd_sm80: 4, bwd_sm90: 8): warp w
+ * handles row W x + w. */
 __device__ __forceinline__ void attn_bwd_sm80_delta(const attn_params &p) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int i = blockIdx.x * 4 + warp, h = blockIdx.y, b = blockIdx.z;
+  const int i = blockIdx.x * (blockDim.x >> 5) + warp, h = blockIdx.y, b = blockIdx.z;
   if (i >= p.Sq)
     return;
   const attn_tensor_arg &tdo = p.t[bwd80_tdo], &to = p.t[bwd80_to];
@@ -294,8 +295,13 @@ static __device__ __forceinline__ void bwd80_dq_tile(const attn_params &p, int m
                            bwd80_do_bytes + bwd80_ds_bytes);
   float *s_delta = s_lse + bwd80_bm;
 
-  bwd80_load<bwd80_bm, bwd80_dqk>(sq, qg, tq.stride[2], i0, p.Sq, tid);
-  bwd80_load<bwd80_bm, bwd80_dv>(sdo, dog, tdo.stride[2], i0, p.Sq, tid);
+  /* A larger CTA (bwd_sm90's 256 threads) runs this with its first four
+   * warps; the others only take part in the barriers. */
+  const bool active = warp < bwd80_warps;
+  if (active) {
+    bwd80_load<bwd80_bm, bwd80_dqk>(sq, qg, tq.stride[2], i0, p.Sq, tid);
+    bwd80_load<bwd80_bm, bwd80_dv>(sdo, dog, tdo.stride[2], i0, p.Sq, tid);
+  }
   if (tid < bwd80_bm) {
     const int i = i0 + tid;
     s_lse[tid] = i < p.Sq ? lseg[(long long)i * tl.stride[2]] : 0.f;
@@ -317,10 +323,14 @@ static __device__ __forceinline__ void bwd80_dq_tile(const attn_params &p, int m
       continue; /* uniform across the CTA */
 
     __syncthreads(); /* the previous key tile is consumed */
-    bwd80_load<bwd80_bn, bwd80_dqk>(sk, kg, tk.stride[2], j0, p.Skv, tid);
-    bwd80_load<bwd80_bn, bwd80_dv>(sv, vg, tv.stride[2], j0, p.Skv, tid);
+    if (active) {
+      bwd80_load<bwd80_bn, bwd80_dqk>(sk, kg, tk.stride[2], j0, p.Skv, tid);
+      bwd80_load<bwd80_bn, bwd80_dv>(sv, vg, tv.stride[2], j0, p.Skv, tid);
+    }
     bwd80_cp_async_wait_all(); /* also Q, dO on the first visit */
     __syncthreads();
+    if (!active)
+      continue; /* to the next tile's barriers */
 
     /* S = Q K^T and dP = dO V^T: 16 queries x 64 keys per warp. */
     float s[bwd80_bn / 8][4], dp[bwd80_bn / 8][4];
@@ -393,6 +403,8 @@ static __device__ __forceinline__ void bwd80_dq_tile(const attn_params &p, int m
   }
 
   bwd80_cp_async_wait_all(); /* Q and dO, when no key tile was visited */
+  if (!active)
+    return;
 
   /* Rows row0 + g (+ 8), times the folded scale, in dq's dtype. */
   const float sc = attn_bwd_scale(p);
@@ -735,11 +747,11 @@ __device__ __forceinline__ void attn_bwd_sm80_main(const attn_params &p) {
 
 /* ---------------------------------------------------- the post-passes */
 
-/* Grid (ceil(Sq / 4), H, B), 128 threads: dq = dQ's accumulator, in dq's
- * dtype (the folded scale is already in). */
+/* Grid (ceil(Sq / W), H, B), W warps, one row per warp: dq = dQ's
+ * accumulator, in dq's dtype (the folded scale is already in). */
 __device__ __forceinline__ void attn_bwd_sm80_convert(const attn_params &p) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int i = blockIdx.x * 4 + warp, h = blockIdx.y, b = blockIdx.z;
+  const int i = blockIdx.x * (blockDim.x >> 5) + warp, h = blockIdx.y, b = blockIdx.z;
   if (i >= p.Sq)
     return;
 #if defined(ATTN_BWD_BIAS)
@@ -756,11 +768,11 @@ __device__ __forceinline__ void attn_bwd_sm80_convert(const attn_params &p) {
     row[d] = bwd80_from_f32(acc[d]);
 }
 
-/* Grid (ceil(Skv / 4), Hk, B), 128 threads, only when H != Hk: dK and dV
+/* Grid (ceil(Skv / W), Hk, B), W warps, only when H != Hk: dK and dV
  * from their accumulators (summed over the query heads of a group). */
 __device__ __forceinline__ void attn_bwd_sm80_convert_kv(const attn_params &p) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int j = blockIdx.x * 4 + warp, hk = blockIdx.y, b = blockIdx.z;
+  const int j = blockIdx.x * (blockDim.x >> 5) + warp, hk = blockIdx.y, b = blockIdx.z;
   if (j >= p.Skv)
     return;
   /* Deterministic mode: per-head accumulators, summed in head order. */

@@ -4,6 +4,7 @@
 #   tests/diag/*.attn  malformed inputs beside their expected diagnostics
 #   tests/golden/      IR and emitted-CUDA goldens of examples/*.attn
 #   tests/gpu/*.c      GPU tests against the CPU reference (plain C)
+#   tests/host/        emitted hooks compiled for the host and checked (no GPU)
 #   tests/fuzz/        the front end's libFuzzer harness and seed corpus
 #
 # `make test` builds everything again under ASan+UBSan in build/san and runs
@@ -37,6 +38,7 @@ test-here: all $(BUILD)/tests/unit_tests $(GPU_BIN)
 	$(BUILD)/tests/unit_tests --jobs 2
 	tests/golden.sh $(BUILD)/attnc
 	tests/nvrtc.sh $(BUILD)/attnc
+	tests/host/sep_host_check.sh $(BUILD)/attnc
 	@for t in $(GPU_BIN); do echo "== $$t"; $$t || exit 1; done
 
 # The template on its own, with hand-written hooks (nvcc, cudart).

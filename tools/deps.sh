@@ -13,6 +13,7 @@ need() { # need COMMAND-OR-FILE PACKAGE
 }
 need cc gcc
 need make make
+need g++ g++                                # tests/host: emitted hooks built for the host
 need flex flex
 need bison bison
 need /usr/include/criterion/criterion.h libcriterion-dev

@@ -14,6 +14,9 @@
  * regenerated identically in the backward; a bias read transposed is
  * refused with a message; a graph without grad is refused. Skips without a
  * GPU (exit 0). Run from the repository root (it reads examples/).
+ * Everything runs twice, with ATTN_BWD_TEMPLATE=sm80 and =sm90, so both
+ * main kernels are checked on Hopper (once, with that value, when the
+ * variable is already set).
  */
 #include <dirent.h>
 #include <math.h>
@@ -26,6 +29,11 @@
 #include "cuda_driver.h"
 #include "gpu_test.h"
 
+
+/* The main kernel under test: ATTN_BWD_TEMPLATE as main sets it for
+ * each pass ("sm80", then "sm90": bwd_sm90 on an sm_90 device, bwd_sm80
+ * again elsewhere). */
+static const char *bwd_template_tag = "default";
 
 /* Forward then backward on the GPU, ref_backward on the CPU; compares
  * every gradient. zero_rows > 0: dq's first zero_rows query rows of every
@@ -98,7 +106,8 @@ static void run_case(attn_context *ctx, attn_graph *ag, const IrGraph *g, const 
     }
   }
   StrBuf what = {0};
-  sb_printf(&what, "backward%s %s [%s]", det ? " (deterministic)" : "", label, spec);
+  sb_printf(&what, "backward%s %s [%s] (%s)", det ? " (deterministic)" : "", label, spec,
+            bwd_template_tag);
   if (err.len) sb_printf(&detail, "%s", err.data);
   verdict(ok, what.data, detail.data);
   sb_free(&what);
@@ -288,6 +297,8 @@ static int by_name(const void *x, const void *y) {
   return strcmp(*(char *const *)x, *(char *const *)y);
 }
 
+static void run_all(attn_context *ctx);
+
 int main(void) {
   StrBuf err = {0};
   attn_status st;
@@ -299,6 +310,31 @@ int main(void) {
   attn_context *ctx;
   if (attn_context_create(&ctx) != ATTN_SUCCESS) return 1;
   attn_context_set_cache_dir(ctx, NULL);
+  /* Every case once per backward template (compiler/match_bwd.c reads the
+   * variable when a module is compiled; the cache is off, so each pass
+   * compiles its own kernels). */
+  static const char *const tmpls[] = {"sm80", "sm90"};
+  const char *given = getenv("ATTN_BWD_TEMPLATE"); /* set: that pass alone */
+  if (given && *given) {
+    bwd_template_tag = given;
+    run_all(ctx);
+  } else {
+    for (size_t pass = 0; pass < sizeof tmpls / sizeof tmpls[0]; pass++) {
+      bwd_template_tag = tmpls[pass];
+      setenv("ATTN_BWD_TEMPLATE", tmpls[pass], 1);
+      run_all(ctx);
+    }
+    unsetenv("ATTN_BWD_TEMPLATE");
+  }
+  attn_context_destroy(ctx);
+  rt_driver_release_primary(0);
+  sb_free(&err);
+  printf("backward: %d passed, %d failed, %d skipped\n", passed, failed, skipped);
+  return failed ? 1 : 0;
+}
+
+/* Every example with grad, the graphs above, the refusals. */
+static void run_all(attn_context *ctx) {
   uint64_t seed = 1;
   DIR *dir = opendir("examples");
   char *names[256];
@@ -323,9 +359,4 @@ int main(void) {
   test_module(ctx, "bias_transposed", bias_transposed_src, sizeof bias_transposed_src - 1, &seed,
               0);
   test_no_grad(ctx);
-  attn_context_destroy(ctx);
-  rt_driver_release_primary(0);
-  sb_free(&err);
-  printf("backward: %d passed, %d failed, %d skipped\n", passed, failed, skipped);
-  return failed ? 1 : 0;
 }

@@ -5,7 +5,10 @@
  * not, Sq != Skv both ways, GQA, BSHD strides), on fresh random inputs with
  * NaN-poisoned outputs; a fully masked row (O = 0 exactly, lse = -inf, no
  * NaN); the mask analysis: a causal forward loads about half the key
- * tiles of a full one; and dropout's mask, bit-identical to the CPU's. Without a GPU it says so and skips (exit 0).
+ * tiles of a full one; separable masks (document ids: sorted, unsorted,
+ * one document; f32 sides with NaN) against the reference, and the tiles
+ * they skip; and dropout's mask, bit-identical to the CPU's. Without a GPU
+ * it says so and skips (exit 0).
  * Run from the repository root (it reads examples/).
  */
 #include <dirent.h>
@@ -22,13 +25,21 @@
 
 /* Runs g on the GPU and the CPU; compares every output. Returns the GPU
  * result (caller frees) through res when asked. */
-static bool run_case(attn_context *ctx, attn_graph *ag, const IrGraph *g, const char *spec,
-                     uint64_t seed, const ChkOptions *co, const char *label, ChkResult *keep,
-                     RefArgs *keep_ref) {
+/* Rewrites a test's inputs after ref_make_inputs (NULL: keep them). */
+typedef struct InputFill {
+  void (*fn)(RefArgs *ra, const void *arg);
+  const void *arg;
+} InputFill;
+
+static bool run_case_filled(attn_context *ctx, attn_graph *ag, const IrGraph *g,
+                            const char *spec, uint64_t seed, const ChkOptions *co,
+                            const char *label, const InputFill *fill, ChkResult *keep,
+                            RefArgs *keep_ref) {
   RefArgs ra = {.g = g};
   StrBuf err = {0}, detail = {0};
   ChkResult res = {0};
   bool ok = ref_make_inputs(&ra, spec, seed, &err) == 0 && chk_output_shapes(&ra, &err) == 0;
+  if (ok && fill) fill->fn(&ra, fill->arg);
   if (ok && chk_run_gpu(ctx, ag, &ra, co, &res, &err) != ATTN_SUCCESS) ok = false;
   if (ok && ref_forward(&ra, &err) != 0) ok = false;
   for (int n = 0; ok && n < g->noutputs; n++) {
@@ -54,6 +65,12 @@ static bool run_case(attn_context *ctx, attn_graph *ag, const IrGraph *g, const 
   chk_result_free(&res, g->ntensors);
   ref_args_free(&ra);
   return ok;
+}
+
+static bool run_case(attn_context *ctx, attn_graph *ag, const IrGraph *g, const char *spec,
+                     uint64_t seed, const ChkOptions *co, const char *label, ChkResult *keep,
+                     RefArgs *keep_ref) {
+  return run_case_filled(ctx, ag, g, spec, seed, co, label, NULL, keep, keep_ref);
 }
 
 static void test_example(attn_context *ctx, const char *path, uint64_t *seed) {
@@ -189,6 +206,235 @@ static void test_tile_skipping(attn_context *ctx) {
           detail);
 }
 
+/* ------------------------------------------- separable masks (doc ids) */
+
+/* Layouts of document ids, written into every i32 tensor of rank 2 or 3
+ * whose last dimension is a sequence (per batch and head row): */
+typedef enum DocLayout {
+  DOC_SORTED,    /* packed documents of random lengths, ids ascending */
+  DOC_UNSORTED,  /* ids drawn from {0, 1, 2} per position */
+  DOC_SINGLE,    /* one document: every id 0 */
+  DOC_RUNS,      /* sorted runs of 256 positions (tile-aligned) */
+  DOC_NAN        /* f32 sides: sorted values with NaN at a few positions */
+} DocLayout;
+
+static const char *const doc_layout_name[] = {"sorted", "unsorted", "single", "runs of 256",
+                                              "f32 with NaN"};
+
+static void fill_docs(RefArgs *ra, const void *arg) {
+  DocLayout lay = *(const DocLayout *)arg;
+  const IrGraph *g = ra->g;
+  RefRng rng = ref_rng(4242, (uint64_t)lay);
+  for (int k = 0; k < g->ntensors; k++) {
+    const IrTensor *t = &g->tensors[k];
+    RefTensor *rt = &ra->tensors[k];
+    if (t->is_output || k == g->q || k == g->k || k == g->v || t->ndims < 2) continue;
+    int64_t n = rt->shape[t->ndims - 1], rows = ref_numel(rt) / (n ? n : 1);
+    for (int64_t r = 0; r < rows; r++) {
+      double *x = rt->data + r * n, id = 0;
+      for (int64_t e = 0; e < n; e++) {
+        switch (lay) {
+        case DOC_SORTED: /* a new document with probability 1/40 */
+          if (e > 0 && ref_rng_uniform(&rng) < 1.0 / 40) id += 1;
+          x[e] = id;
+          break;
+        case DOC_UNSORTED: x[e] = (double)(ref_rng_next(&rng) % 3); break;
+        case DOC_SINGLE: x[e] = 0; break;
+        case DOC_RUNS: x[e] = (double)(e / 256); break;
+        case DOC_NAN:
+          x[e] = ref_rng_uniform(&rng) < 0.02 ? NAN : (double)(e / 37) + 0.5 * (double)(r % 2);
+          break;
+        }
+      }
+    }
+  }
+}
+
+/* Graphs whose masks compare an i side with a j side: document ids
+ * (with and without causality, Sq != Skv through two id tensors) and f32
+ * per-head sides with NaN. Each against the CPU reference on every id
+ * layout, at shapes that are and are not tile multiples. */
+static void test_separable_masks(attn_context *ctx) {
+  static const char docqk[] =
+      "attention docqk {\n"
+      "  input q : bf16[B, H, Sq, 128];\n  input k : bf16[B, H, Skv, 128];\n"
+      "  input v : bf16[B, H, Skv, 128];\n  input dq : i32[B, Sq];\n  input dk : i32[B, Skv];\n"
+      "  s = mask((q @ k^T) * 0.088, dk[b, j] == dq[b, i]);\n  o = softmax(s) @ v;\n"
+      "  output o : bf16[B, H, Sq, 128];\n  output lse = logsumexp(s);\n}\n";
+  static const char posf[] =
+      "attention posf {\n"
+      "  input q : bf16[B, H, Sq, 64];\n  input k : bf16[B, H, Skv, 64];\n"
+      "  input v : bf16[B, H, Skv, 64];\n  input pq : f32[B, H, Sq];\n  input pk : f32[B, Skv];\n"
+      "  s = mask((q @ k^T) * 0.125, pk[b, j] <= pq[b, h, i] + 1.0 && i >= 3);\n"
+      "  o = softmax(s) @ v;\n  output o : f32[B, H, Sq, 64];\n}\n";
+  const char *texts[] = {docqk, posf}, *names[] = {"docqk", "posf"};
+  uint64_t seed = 7000;
+  for (int t = 0; t < 2; t++) {
+    Arena *a = arena_new();
+    attn_module *mod = compile_text(ctx, names[t], texts[t]);
+    IrGraph *g = build_ir(a, names[t], texts[t]);
+    attn_graph *ag;
+    if (mod && g && attn_module_get_graph(mod, names[t], &ag) == ATTN_SUCCESS) {
+      static const char *const specs[] = {"B=2,H=2,Sq=300,Skv=300", "B=1,H=3,Sq=77,Skv=513",
+                                          "B=2,H=1,Sq=520,Skv=130"};
+      for (int lay = 0; lay <= DOC_NAN; lay++) {
+        if ((lay == DOC_NAN) != (t == 1) && lay != DOC_SORTED) continue;
+        for (size_t sp = 0; sp < sizeof specs / sizeof specs[0]; sp++) {
+          DocLayout l = (DocLayout)lay;
+          InputFill fill = {fill_docs, &l};
+          ChkOptions co = {0};
+          const char *label = arena_printf(a, "separable mask %s, %s ids", names[t],
+                                           doc_layout_name[lay]);
+          run_case_filled(ctx, ag, g, specs[sp], seed++, &co, label, &fill, NULL, NULL);
+        }
+      }
+    }
+    attn_module_destroy(mod);
+    arena_free(a);
+  }
+}
+
+/* examples/document.attn on every id layout (its own test runs only the
+ * generator's ids, which are nearly all distinct). */
+static void test_document_layouts(attn_context *ctx) {
+  Arena *a = arena_new();
+  Diag d = {0};
+  attn_module *mod = NULL;
+  Source *src = source_load(a, "examples/document.attn", &d);
+  IrModule *m = src ? ir_build(parse_source(src, a, &d), a, &d) : NULL;
+  attn_graph *ag;
+  if (!m || attn_module_compile_file(ctx, "examples/document.attn", &mod) != ATTN_SUCCESS ||
+      attn_module_get_graph(mod, "document", &ag) != ATTN_SUCCESS) {
+    verdict(false, "examples/document.attn", m ? attn_context_error(ctx) : d.out.data);
+  } else {
+    static const char *const specs[] = {"B=2,H=2,S=300", "B=1,H=4,S=1024", "B=3,H=1,S=64"};
+    uint64_t seed = 7100;
+    for (int lay = DOC_SORTED; lay <= DOC_RUNS; lay++)
+      for (size_t sp = 0; sp < sizeof specs / sizeof specs[0]; sp++) {
+        DocLayout l = (DocLayout)lay;
+        InputFill fill = {fill_docs, &l};
+        ChkOptions co = {0};
+        const char *label = arena_printf(a, "examples/document.attn, %s ids", doc_layout_name[lay]);
+        run_case_filled(ctx, ag, m->graphs[0], specs[sp], seed++, &co, label, &fill, NULL, NULL);
+      }
+  }
+  diag_free(&d);
+  attn_module_destroy(mod);
+  arena_free(a);
+}
+
+/* Separable masks skip tiles: documents of 256 keys (tile-aligned) load
+ * about 2 of every 16 key tiles at S = 2048; a single document loads them
+ * all. */
+static void test_document_tiles(attn_context *ctx) {
+  static const char text[] =
+      "attention docs {\n  input q : bf16[B, H, S, 128];\n  input k : bf16[B, H, S, 128];\n"
+      "  input v : bf16[B, H, S, 128];\n  input doc : i32[B, S];\n"
+      "  o = softmax(mask((q @ k^T) * 0.088, doc[b, i] == doc[b, j])) @ v;\n"
+      "  output o : bf16[B, H, S, 128];\n}\n";
+  Arena *a = arena_new();
+  attn_module *mod = compile_text(ctx, "docs", text);
+  IrGraph *g = build_ir(a, "docs", text);
+  attn_graph *ag;
+  unsigned long long tiles[2] = {0, 0};
+  const DocLayout lays[2] = {DOC_RUNS, DOC_SINGLE};
+  for (int t = 0; t < 2 && mod && g && attn_module_get_graph(mod, "docs", &ag) == ATTN_SUCCESS;
+       t++) {
+    ChkResult res;
+    RefArgs ra;
+    ChkOptions co = {.count_tiles = true};
+    InputFill fill = {fill_docs, &lays[t]};
+    const char *label = arena_printf(a, "document tiles, %s ids", doc_layout_name[lays[t]]);
+    if (run_case_filled(ctx, ag, g, "B=1,H=2,S=2048", 31 + (uint64_t)t, &co, label, &fill, &res,
+                        &ra)) {
+      tiles[t] = res.tiles_visited;
+      chk_result_free(&res, g->ntensors);
+      ref_args_free(&ra);
+    }
+  }
+  double ratio = tiles[1] ? (double)tiles[0] / (double)tiles[1] : 0;
+  char detail[160];
+  snprintf(detail, sizeof detail, "one document %llu tiles, documents of 256 keys %llu tiles, "
+           "ratio %.3f", tiles[1], tiles[0], ratio);
+  /* 1/8 with 128-key tiles; 80-key tiles straddle documents, so a little more. */
+  verdict(tiles[1] > 0 && ratio > 0.1 && ratio < 0.25,
+          "separable masks skip tiles: documents of 256 load about 1/8 of them", detail);
+  attn_module_destroy(mod);
+  arena_free(a);
+}
+
+/* The backward reads the same tile classes (bwd_sm80 skips class-0 tiles),
+ * so its prep launch matters too: dq, dk, dv of a document mask against
+ * ref_backward, on sorted and unsorted ids. */
+static void test_document_backward(attn_context *ctx) {
+  static const char text[] =
+      "attention docb {\n  input q : bf16[B, H, S, 64];\n  input k : bf16[B, H, S, 64];\n"
+      "  input v : bf16[B, H, S, 64];\n  input doc : i32[B, S];\n"
+      "  s = mask((q @ k^T) * 0.125, doc[b, i] == doc[b, j] && j <= i);\n"
+      "  o = softmax(s) @ v;\n  output o : bf16[B, H, S, 64];\n"
+      "  output lse = logsumexp(s);\n  grad q, k, v;\n}\n";
+  Arena *a = arena_new();
+  attn_module *mod = compile_text(ctx, "docb", text);
+  IrGraph *g = build_ir(a, "docb", text);
+  Diag d = {0};
+  BwdGraph *bg = g ? bwd_derive(g, a, &d) : NULL;
+  attn_graph *ag;
+  BwdSlots sl;
+  const DocLayout lays[2] = {DOC_SORTED, DOC_UNSORTED};
+  for (int t = 0; t < 2 && mod && bg && bwd_slots(g, &sl) == 0 &&
+                  attn_module_get_graph(mod, "docb", &ag) == ATTN_SUCCESS;
+       t++) {
+    RefArgs ra = {.g = g};
+    StrBuf err = {0}, detail = {0};
+    ChkResult res = {0};
+    RefTensor *grads = calloc((size_t)g->ntensors, sizeof *grads);
+    double *dout = NULL;
+    bool ok = grads && ref_make_inputs(&ra, "B=2,H=2,S=333", 8100 + (uint64_t)t, &err) == 0 &&
+              chk_output_shapes(&ra, &err) == 0;
+    if (ok) {
+      fill_docs(&ra, &lays[t]);
+      int64_t n = ref_numel(&ra.tensors[sl.o]);
+      dout = malloc((size_t)n * sizeof *dout);
+      RefRng rng = ref_rng(8200 + (uint64_t)t, 777);
+      for (int64_t e = 0; dout && e < n; e++)
+        dout[e] = ref_round(DT_BF16, ref_rng_normal(&rng));
+      ok = dout != NULL;
+    }
+    ChkOptions co = {.dout = dout};
+    if (ok && chk_run_gpu(ctx, ag, &ra, &co, &res, &err) != ATTN_SUCCESS) ok = false;
+    if (ok && ref_backward(&ra, bg, dout, grads, &err) != 0) ok = false;
+    const int gt[3] = {g->q, g->k, g->v};
+    for (int x = 0; ok && x < 3; x++) {
+      int k = gt[x];
+      if (!res.grads || !res.grads[k] || !grads[k].data) {
+        ok = false;
+        sb_printf(&detail, "d%s missing; ", g->tensors[k].name);
+        break;
+      }
+      RefCompare c = ref_compare(res.grads[k], grads[k].data, (size_t)ref_numel(&grads[k]));
+      sb_printf(&detail, "d%s rel_l2 %.1e nonfinite-mismatch %zu; ", g->tensors[k].name,
+                c.rel_l2, c.nonfinite_mismatch);
+      if (!(c.rel_l2 <= 2e-2) || c.nonfinite_mismatch) ok = false;
+    }
+    if (err.len) sb_printf(&detail, "%s", err.data);
+    char what[96];
+    snprintf(what, sizeof what, "backward of a document mask, %s ids [B=2,H=2,S=333]",
+             doc_layout_name[lays[t]]);
+    verdict(ok, what, detail.data);
+    chk_result_free(&res, g->ntensors);
+    for (int k = 0; grads && k < g->ntensors; k++) free(grads[k].data);
+    free(grads);
+    free(dout);
+    ref_args_free(&ra);
+    sb_free(&err);
+    sb_free(&detail);
+  }
+  if (!bg) verdict(false, "docb backward", d.out.data);
+  diag_free(&d);
+  attn_module_destroy(mod);
+  arena_free(a);
+}
+
 /* Dropout's mask on the GPU is the CPU reference's, bit for bit, and keeps
  * about 1 - rate of the elements. With q = 0 every score is 0, so P is
  * uniform and, with v = 1, O[b, h, i, :] = kept(i) / (Skv (1 - rate)):
@@ -252,7 +498,9 @@ static int cmp_str(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-int main(void) {
+/* argv[1], when given, keeps only the examples whose file name contains
+ * it (the other tests always run). */
+int main(int argc, char **argv) {
   StrBuf why = {0};
   attn_status st;
   if (!rt_driver(&st, &why) || rt_driver_make_current_primary(0, &why) != ATTN_SUCCESS) {
@@ -266,11 +514,16 @@ int main(void) {
   test_fully_masked(ctx);
   test_tile_skipping(ctx);
   test_dropout_mask(ctx);
+  test_separable_masks(ctx);
+  test_document_layouts(ctx);
+  test_document_tiles(ctx);
+  test_document_backward(ctx);
   DIR *dir = opendir("examples");
   char *names[256];
   int n = 0;
   for (struct dirent *e; dir && (e = readdir(dir)) && n < 256;)
-    if (strlen(e->d_name) > 5 && !strcmp(e->d_name + strlen(e->d_name) - 5, ".attn"))
+    if (strlen(e->d_name) > 5 && !strcmp(e->d_name + strlen(e->d_name) - 5, ".attn") &&
+        (argc < 2 || strstr(e->d_name, argv[1])))
       names[n++] = strdup(e->d_name);
   if (dir) closedir(dir);
   qsort(names, (size_t)n, sizeof names[0], cmp_str);

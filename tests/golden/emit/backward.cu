@@ -72,7 +72,7 @@ static __device__ __forceinline__ float attn_out(float o, int b, int h, int i, i
 
 /* [the text of templates/fwd_sm90.cuh] */
 
-/* ---- backward (templates/bwd_sm80.cuh) ---- */
+/* ---- backward (templates/bwd_sm80.cuh, bwd_sm90.cuh) ---- */
 #define ATTN_TDO 6
 #define ATTN_TDELTA 7
 #define ATTN_TDQA 8
@@ -100,6 +100,9 @@ static __device__ __forceinline__ float attn_bwd_scale(const attn_params &p) {
 }
 
 /* [the text of templates/bwd_sm80.cuh] */
+#define ATTN_BWD90_DQ_RED 1
+/* [the text of templates/bwd_sm90.cuh] */
+#undef ATTN_BWD90_DQ_RED
 
 /* attn_bwd_draw plus each bias's gradient at score element (b, h, i, j). */
 static __device__ __forceinline__ float attn_bwd_draw_bias(float ds, float acc, int b, int h, int i, int j, const attn_params &p, float (&red)[bwd80_nred]) {
@@ -137,19 +140,19 @@ extern "C" __global__ void __launch_bounds__(384, 1) attn_backward_fwd(const __g
   graph_backward::attn_fwd_sm90(p, tm);
 }
 
-extern "C" __global__ void __launch_bounds__(128) attn_backward_bwd_delta(const __grid_constant__ attn_params p) {
+extern "C" __global__ void __launch_bounds__(256) attn_backward_bwd_delta(const __grid_constant__ attn_params p) {
   graph_backward::attn_bwd_sm80_delta(p);
 }
 
-extern "C" __global__ void __launch_bounds__(128) attn_backward_bwd_main(const __grid_constant__ attn_params p) {
-  graph_backward::attn_bwd_sm80_main(p);
+extern "C" __global__ void __launch_bounds__(256, 1) attn_backward_bwd_main(const __grid_constant__ attn_params p) {
+  graph_backward::attn_bwd_sm90_main(p);
 }
 
-extern "C" __global__ void __launch_bounds__(128) attn_backward_bwd_convert(const __grid_constant__ attn_params p) {
+extern "C" __global__ void __launch_bounds__(256) attn_backward_bwd_convert(const __grid_constant__ attn_params p) {
   graph_backward::attn_bwd_sm80_convert(p);
 }
 
-extern "C" __global__ void __launch_bounds__(128) attn_backward_bwd_convert_kv(const __grid_constant__ attn_params p) {
+extern "C" __global__ void __launch_bounds__(256) attn_backward_bwd_convert_kv(const __grid_constant__ attn_params p) {
   graph_backward::attn_bwd_sm80_convert_kv(p);
 }
 

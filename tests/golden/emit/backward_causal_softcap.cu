@@ -73,7 +73,7 @@ static __device__ __forceinline__ float attn_out(float o, int b, int h, int i, i
 
 /* [the text of templates/fwd_sm90.cuh] */
 
-/* ---- backward (templates/bwd_sm80.cuh) ---- */
+/* ---- backward (templates/bwd_sm80.cuh, bwd_sm90.cuh) ---- */
 #define ATTN_TDO 5
 #define ATTN_TDELTA 6
 #define ATTN_TDQA 7
@@ -103,6 +103,9 @@ static __device__ __forceinline__ float attn_bwd_scale(const attn_params &p) {
 }
 
 /* [the text of templates/bwd_sm80.cuh] */
+#define ATTN_BWD90_DQ_RED 1
+/* [the text of templates/bwd_sm90.cuh] */
+#undef ATTN_BWD90_DQ_RED
 
 } /* namespace graph_backward_causal_softcap */
 
@@ -110,19 +113,19 @@ extern "C" __global__ void __launch_bounds__(384, 1) attn_backward_causal_softca
   graph_backward_causal_softcap::attn_fwd_sm90(p, tm);
 }
 
-extern "C" __global__ void __launch_bounds__(128) attn_backward_causal_softcap_bwd_delta(const __grid_constant__ attn_params p) {
+extern "C" __global__ void __launch_bounds__(256) attn_backward_causal_softcap_bwd_delta(const __grid_constant__ attn_params p) {
   graph_backward_causal_softcap::attn_bwd_sm80_delta(p);
 }
 
-extern "C" __global__ void __launch_bounds__(128) attn_backward_causal_softcap_bwd_main(const __grid_constant__ attn_params p) {
-  graph_backward_causal_softcap::attn_bwd_sm80_main(p);
+extern "C" __global__ void __launch_bounds__(256, 1) attn_backward_causal_softcap_bwd_main(const __grid_constant__ attn_params p) {
+  graph_backward_causal_softcap::attn_bwd_sm90_main(p);
 }
 
-extern "C" __global__ void __launch_bounds__(128) attn_backward_causal_softcap_bwd_convert(const __grid_constant__ attn_params p) {
+extern "C" __global__ void __launch_bounds__(256) attn_backward_causal_softcap_bwd_convert(const __grid_constant__ attn_params p) {
   graph_backward_causal_softcap::attn_bwd_sm80_convert(p);
 }
 
-extern "C" __global__ void __launch_bounds__(128) attn_backward_causal_softcap_bwd_convert_kv(const __grid_constant__ attn_params p) {
+extern "C" __global__ void __launch_bounds__(256) attn_backward_causal_softcap_bwd_convert_kv(const __grid_constant__ attn_params p) {
   graph_backward_causal_softcap::attn_bwd_sm80_convert_kv(p);
 }
 

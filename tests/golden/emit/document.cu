@@ -29,13 +29,158 @@ static __device__ __forceinline__ float attn_score(float acc, int b, int h, int 
   return s_4;
 }
 
-/* The top-level masks, element by element: true keeps the score. */
-static __device__ __forceinline__ bool attn_keep(int b, int h, int i, int j, const attn_params &p) {
+/* Separable mask conjuncts (compiler/emit_sep.c): ranges of each side
+ * over SEP_CELL = 16-element cells, as sparse tables in p.mask_ranges,
+ * written by the graph's prep kernel before the forward or backward. */
+static __device__ __forceinline__ int attn_sep_min(int x, int y) { return x < y ? x : y; }
+static __device__ __forceinline__ int attn_sep_max(int x, int y) { return x > y ? x : y; }
+static __device__ __forceinline__ long long attn_sep_cells(int n) {
+  return n > 0 ? ((long long)n + 15) / 16 : 0;
+}
+/* Levels of a sparse table over `cells` cells: floor(log2(cells)) + 1. */
+static __device__ __forceinline__ int attn_sep_levels(long long cells) {
+  return cells > 0 ? 64 - __clzll(cells) : 0;
+}
+
+/* Where each region starts in p.mask_ranges (sep_workspace_bytes). */
+static __device__ __forceinline__ void attn_sep_offsets(const attn_params &p, long long off[4]) {
+  const long long ci = attn_sep_cells(p.Sq), cj = attn_sep_cells(p.Skv);
+  const long long li = attn_sep_levels(ci), lj = attn_sep_levels(cj);
+  long long o = 0;
+  off[0] = o;
+  o = (o + (long long)p.B * li * ci * 8LL + 15) & ~15LL;
+  off[1] = o;
+  off[2] = o;
+  o = (o + (long long)p.B * lj * cj * 8LL + 15) & ~15LL;
+  off[3] = o;
+}
+
+struct alignas(8) attn_sep_ib {
+  int lo0, hi0;
+};
+static __device__ __forceinline__ void attn_sep_join(attn_sep_ib &r, const attn_sep_ib &x) {
+  r.lo0 = attn_sep_min(r.lo0, x.lo0);
+  r.hi0 = attn_sep_max(r.hi0, x.hi0);
+}
+/* The i sides at row i. */
+static __device__ __forceinline__ void attn_sep_at(attn_sep_ib &r, int b, int h, int i, const attn_params &p) {
+  const int t7 = attn_ld_i32(p.t[3], b, i, 0, 0);
+  r.lo0 = r.hi0 = t7;
+}
+
+struct alignas(8) attn_sep_jb {
+  int lo0, hi0;
+};
+static __device__ __forceinline__ void attn_sep_join(attn_sep_jb &r, const attn_sep_jb &x) {
+  r.lo0 = attn_sep_min(r.lo0, x.lo0);
+  r.hi0 = attn_sep_max(r.hi0, x.hi0);
+}
+/* The j sides at key j. */
+static __device__ __forceinline__ void attn_sep_at(attn_sep_jb &r, int b, int h, int j, const attn_params &p) {
+  const int t10 = attn_ld_i32(p.t[3], b, j, 0, 0);
+  r.lo0 = r.hi0 = t10;
+}
+
+/* The range of a region's sides over elements [x0, x1] (inclusive) of
+ * row `row`: two entries of one level cover cells x0/16 .. x1/16. */
+template <typename T>
+static __device__ __forceinline__ T attn_sep_range(const attn_params &p, long long off,
+                                                   long long row, int n, int x0, int x1) {
+  const long long cells = attn_sep_cells(n);
+  const T *t = (const T *)((const char *)p.mask_ranges + off) +
+               row * attn_sep_levels(cells) * cells;
+  /* 32-bit from here (cells <= 2^27, levels <= 28), which keeps fewer
+   * registers live in the templates' tile loops. */
+  const unsigned c0 = (unsigned)x0 >> 4, c1 = (unsigned)x1 >> 4;
+  const unsigned l = 31 - __clz(c1 - c0 + 1);
+  const unsigned at = l * (unsigned)cells;
+  T r = t[at + c0];
+  attn_sep_join(r, t[at + c1 - (1u << l) + 1]);
+  return r;
+}
+
+/* The range of a region's sides over the cell holding element x. */
+template <typename T>
+static __device__ __forceinline__ T attn_sep_cell(const attn_params &p, long long off,
+                                                  long long row, int n, int x) {
+  const long long cells = attn_sep_cells(n);
+  const T *t = (const T *)((const char *)p.mask_ranges + off) +
+               row * attn_sep_levels(cells) * cells;
+  return t[(unsigned)x >> 4];
+}
+
+/* One CTA writes row `row` of a region: level 0 from the n elements,
+ * then level l from level l - 1 (entries c and c + 2^(l-1)). */
+template <typename T>
+static __device__ void attn_sep_build(const attn_params &p, long long off, long long row,
+                                      int b, int h, int n) {
+  const long long cells = attn_sep_cells(n);
+  const int lv = attn_sep_levels(cells);
+  T *t = (T *)((char *)p.mask_ranges + off) + row * lv * cells;
+  for (long long c = threadIdx.x; c < cells; c += blockDim.x) {
+    const int x0 = (int)(c * 16);
+    T r;
+    attn_sep_at(r, b, h, x0, p);
+#pragma unroll
+    for (int k = 1; k < 16; ++k) /* unrolled: the 16 loads overlap */
+      if (x0 + k < n) {
+        T y;
+        attn_sep_at(y, b, h, x0 + k, p);
+        attn_sep_join(r, y);
+      }
+    t[c] = r;
+  }
+  for (int l = 1; l < lv; ++l) {
+    __syncthreads(); /* level l - 1 is written */
+    const long long half = 1LL << (l - 1);
+    const T *src = t + (l - 1) * cells;
+    T *dst = t + l * cells;
+    for (long long c = threadIdx.x; c + 2 * half <= cells; c += blockDim.x) {
+      T r = src[c];
+      attn_sep_join(r, src[c + half]);
+      dst[c] = r;
+    }
+  }
+}
+
+/* The prep kernel: CTA (x, y, z) = (0 for the i sides or 1 for the j sides,
+ * h, b) writes row b (y = 0) or b * H + y of its regions. */
+static __device__ __forceinline__ void attn_sep_prep(const attn_params &p) {
+  long long off[4];
+  attn_sep_offsets(p, off);
+  const int b = blockIdx.z, h = blockIdx.y;
+  if (blockIdx.x == 0) {
+    if (h == 0)
+      attn_sep_build<attn_sep_ib>(p, off[0], b, b, 0, p.Sq);
+  }
+  if (blockIdx.x == 1) {
+    if (h == 0)
+      attn_sep_build<attn_sep_jb>(p, off[2], b, b, 0, p.Skv);
+  }
+}
+
+/* examples/document.attn:13:15 for one element: the ranges of its 16 x 16 cell pair settle it
+ * where they can, without reading the sides; else their values. */
+static __device__ __forceinline__ bool attn_sep_keep0(int b, int h, int i, int j, const attn_params &p) {
+  {
+    long long off[4];
+    attn_sep_offsets(p, off);
+    const attn_sep_ib c_ib = attn_sep_cell<attn_sep_ib>(p, off[0], b, p.Sq, i);
+    const attn_sep_jb c_jb = attn_sep_cell<attn_sep_jb>(p, off[2], b, p.Skv, j);
+    const int alo = c_ib.lo0, ahi = c_ib.hi0, blo = c_jb.lo0, bhi = c_jb.hi0;
+    if (ahi < blo || bhi < alo) return false;
+    if (alo == ahi && blo == bhi && alo == blo) return true;
+  }
   const int t10 = attn_ld_i32(p.t[3], b, j, 0, 0);
   const int t7 = attn_ld_i32(p.t[3], b, i, 0, 0);
   const bool t11 = t7 == t10;
+  return t11;
+}
+
+/* The top-level masks, element by element: true keeps the score. */
+static __device__ __forceinline__ bool attn_keep(int b, int h, int i, int j, const attn_params &p) {
   const bool t14 = j <= i;
-  return t11 && t14;
+  return t14 && attn_sep_keep0(b, h, i, j, p);
 }
 
 /* Keys [j_lo, j_hi) any row in [i0, i1] may keep (conservative). */
@@ -55,13 +200,24 @@ static __device__ __forceinline__ void attn_kv_bounds(int b, int h, int i0, int 
 /* 0: the tile [i0, i1] x [j0, j1] is wholly masked; 1: partly;
  * 2: wholly kept, so the mask test is skipped. */
 static __device__ __forceinline__ int attn_tile_class(int b, int h, int i0, int i1, int j0, int j1, const attn_params &p) {
-  int cls = 1;
+  int cls = 2;
   { /* examples/document.attn:13:41 */
     const long long c = 0LL;
     const long long hi = c + -1LL * i0 + 1LL * j1;
     const long long lo = c + -1LL * i1 + 1LL * j0;
     if (lo > 0) return 0;
     if (hi > 0) cls = 1;
+  }
+  { /* separable conjuncts: from the ranges of their sides over the tile */
+    long long off[4];
+    attn_sep_offsets(p, off);
+    const attn_sep_ib r_ib = attn_sep_range<attn_sep_ib>(p, off[0], b, p.Sq, i0, i1);
+    const attn_sep_jb r_jb = attn_sep_range<attn_sep_jb>(p, off[2], b, p.Skv, j0, j1);
+    { /* examples/document.attn:13:15: i side eq j side */
+      const int alo = r_ib.lo0, ahi = r_ib.hi0, blo = r_jb.lo0, bhi = r_jb.hi0;
+      if (ahi < blo || bhi < alo) return 0;
+      if (!(alo == ahi && blo == bhi && alo == blo)) cls = 1;
+    }
   }
   return cls;
 }
@@ -77,6 +233,10 @@ static __device__ __forceinline__ float attn_out(float o, int b, int h, int i, i
 
 extern "C" __global__ void __launch_bounds__(384, 1) attn_document_fwd(const __grid_constant__ attn_params p, const __grid_constant__ attn_tmaps tm) {
   graph_document::attn_fwd_sm90(p, tm);
+}
+
+extern "C" __global__ void __launch_bounds__(256) attn_document_prep(const __grid_constant__ attn_params p) {
+  graph_document::attn_sep_prep(p);
 }
 
 #undef ATTN_D_QK

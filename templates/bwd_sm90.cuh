@@ -1,0 +1,656 @@
+/*
+ * bwd_sm90.cuh: the Hopper backward flash-attention kernel (sm_90a only),
+ * wgmma for every product. FlashAttention-3's backward is the model.
+ *
+ * Device-only text for NVRTC: it includes nothing. compiler/emit_bwd.c
+ * pastes it inside a graph's namespace right after templates/bwd_sm80.cuh,
+ * whose delta pre-pass, convert kernels, deterministic dQ tiles, hook
+ * declarations and store helpers it reuses: only the main kernel is new.
+ * It calls the same hooks as bwd_sm80's main kernel (attn_score,
+ * attn_keep, attn_tile_class, attn_dropout_scale, attn_bwd_draw or, with
+ * bias gradients, attn_bwd_draw_bias and attn_bwd_bias_flush).
+ *
+ * attn_bwd_sm90_main: one CTA of two warpgroups (256 threads) per (key
+ * tile of 128, head, batch); warpgroup w owns keys 64w..64w+63 of the
+ * tile. K and V are loaded once and stay in shared memory; the query
+ * tiles the masks let through (64 rows of Q and dO, with lse and delta)
+ * stream past through two cp.async stages, the next tile's copy
+ * overlapping the current tile's work. Per query tile, keys as the M
+ * dimension of every warpgroup's products:
+ *   S^T  = K Q^T          wgmma m64n64, both operands from shared memory
+ *   dP^T = V dO^T         the same
+ *   P^T, dS^T, dRaw^T     per element in the accumulators (the hooks)
+ *   dV  += Pd^T dO        wgmma, A = Pd^T from registers (the accumulator
+ *                         layout is the A fragment layout), B = dO through
+ *                         an MN-major (transposed) descriptor
+ *   dK  += dRaw^T Q       the same with Q
+ *   dQ  += dRaw K         dRaw^T written to shared memory [key][query];
+ *                         wgmma with A and B both MN-major. D 128:
+ *                         warpgroup w computes dQ's columns 64w..64w+63
+ *                         over all 128 keys; D 64: each warpgroup adds
+ *                         its own 64 keys' part. The 64 x 64 f32 result
+ *                         goes into the accumulator by element atomics
+ *                         (red.global.add.v2.f32) when ATTN_BWD90_DQ_RED
+ *                         is defined (emit_bwd.c's default), else through
+ *                         shared memory and one bulk reduction per row
+ *                         (cp.reduce.async.bulk .add.f32; env
+ *                         ATTN_BWD90_DQ=bulk).
+ * Two CTA barriers per query tile (the stage has landed and the last
+ * tile's buffers are free; at D 128 both warpgroups' dRaw^T are written),
+ * the warpgroups' own named barriers otherwise.
+ * dK and dV are stored at the end as bwd_sm80 stores them (f32 atomics
+ * or per-head accumulators with GQA). Deterministic mode: as bwd_sm80,
+ * extra CTAs past the key tiles run bwd80_dq_tile (its first four warps)
+ * and the key-tile CTAs skip their dQ atomics.
+ *
+ * Shared-memory tiles are laid out as the forward's TMA boxes land: D/64
+ * blocks of [rows][64 elements], 16-byte chunk c of row r at (c ^ (r & 7))
+ * (the 128-byte swizzle), every block 1024-byte aligned, so the wgmma
+ * descriptors are fwd_sm90's.
+ */
+
+/* ------------------------------------------------------ configuration */
+
+#if !defined(ATTN_D_QK) || !defined(ATTN_D_V)
+#error "bwd_sm90.cuh needs ATTN_D_QK, ATTN_D_V"
+#endif
+
+constexpr int bwd90_dqk = ATTN_D_QK;
+constexpr int bwd90_dv = ATTN_D_V;
+constexpr int bwd90_bn = 128;     /* keys per CTA, 64 per warpgroup */
+constexpr int bwd90_bm = 64;      /* queries per streamed tile */
+constexpr int bwd90_threads = 256; /* two warpgroups */
+constexpr bool bwd90_in_bf16 = attn_in_bf16;
+
+static_assert(bwd90_dqk % 64 == 0 && bwd90_dqk <= 128, "D_QK: 64 or 128");
+static_assert(bwd90_dv % 64 == 0 && bwd90_dv <= 128, "D_V: 64 or 128");
+
+/* Shared memory, from a base rounded up to 1024 bytes: K, V (the CTA's
+ * keys), two stages of Q and of dO, dRaw^T [128 keys][64 queries], per
+ * stage lse and delta of the query tile, then per warpgroup its f32 dQ
+ * tile [64 queries][64 columns] (rows padded to 72 floats: the fragment
+ * stores hit distinct banks) for the bulk reduction into the accumulator.
+ * compiler/match_bwd.c computes the same total (512 (D_QK + D_V) +
+ * 55296). */
+constexpr int bwd90_k_bytes = bwd90_bn * bwd90_dqk * 2;
+constexpr int bwd90_v_bytes = bwd90_bn * bwd90_dv * 2;
+constexpr int bwd90_q_bytes = bwd90_bm * bwd90_dqk * 2;
+constexpr int bwd90_do_bytes = bwd90_bm * bwd90_dv * 2;
+constexpr int bwd90_ds_bytes = bwd90_bn * bwd90_bm * 2;
+constexpr int bwd90_off_v = bwd90_k_bytes;
+constexpr int bwd90_off_q = bwd90_off_v + bwd90_v_bytes;
+constexpr int bwd90_off_do = bwd90_off_q + 2 * bwd90_q_bytes;
+constexpr int bwd90_off_ds = bwd90_off_do + 2 * bwd90_do_bytes;
+constexpr int bwd90_off_stats = bwd90_off_ds + bwd90_ds_bytes;
+constexpr int bwd90_dq_pitch = 72; /* floats per row of a dQ tile */
+constexpr int bwd90_dq_bytes = bwd90_bm * bwd90_dq_pitch * 4;
+constexpr int bwd90_off_dq = bwd90_off_stats + 2 * 2 * bwd90_bm * 4;
+/* + 1024: the dynamic shared-memory base is rounded up to 1024 bytes. */
+constexpr int attn_bwd_sm90_smem_bytes = bwd90_off_dq + 2 * bwd90_dq_bytes + 1024;
+static_assert(attn_bwd_sm90_smem_bytes <= 227 * 1024, "tiles exceed shared memory");
+/* The deterministic dQ tiles run bwd_sm80's code in the same memory. */
+static_assert(attn_bwd_sm90_smem_bytes >= attn_bwd_sm80_smem_bytes, "bwd80_dq_tile's tiles");
+static_assert((bwd90_bn * bwd90_dqk / 8) % bwd90_threads == 0 &&
+                  (bwd90_bm * bwd90_dv / 8) % bwd90_threads == 0 &&
+                  (bwd90_bm * bwd90_dqk / 8) % bwd90_threads == 0,
+              "whole copy rounds");
+
+/* ------------------------------------------------------ PTX wrappers */
+
+static __device__ __forceinline__ void bwd90_fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+static __device__ __forceinline__ void bwd90_wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+static __device__ __forceinline__ void bwd90_wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N> static __device__ __forceinline__ void bwd90_wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+/* Keeps the compiler from moving uses of a register across a wgmma wait
+ * (the asm statements carry no register dependence on it). */
+static __device__ __forceinline__ void bwd90_fence_reg(float &x) {
+  asm volatile("" : "+f"(x)::"memory");
+}
+static __device__ __forceinline__ void bwd90_fence_reg(unsigned &x) {
+  asm volatile("" : "+r"(x)::"memory");
+}
+
+/* 4-byte global->shared copy; src_bytes 0 stores a zero. */
+static __device__ __forceinline__ void bwd90_cp_async4(unsigned dst, const void *src,
+                                                       int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
+               "r"(src_bytes)
+               : "memory");
+}
+
+/* Adds `bytes` (a multiple of 16) of f32 at shared address src to global
+ * dst (16-byte aligned) in L2, asynchronously, in this thread's bulk
+ * group; the source may be rewritten after bwd90_bulk_wait_read. */
+static __device__ __forceinline__ void bwd90_bulk_reduce_add(float *dst, unsigned src,
+                                                             int bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(
+                   dst),
+               "r"(src), "r"(bytes)
+               : "memory");
+}
+static __device__ __forceinline__ void bwd90_bulk_commit() {
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+static __device__ __forceinline__ void bwd90_bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+static __device__ __forceinline__ void bwd90_bulk_wait() {
+  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+}
+
+/* Named barrier id (1 or 2) for one warpgroup's 128 threads. */
+static __device__ __forceinline__ void bwd90_wg_sync(int id) {
+  asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory");
+}
+
+/* x, y added to the two f32 at ptr (8-byte aligned), one instruction. */
+static __device__ __forceinline__ void bwd90_red_add2(float *ptr, float x, float y) {
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(ptr), "f"(x), "f"(y)
+               : "memory");
+}
+
+/* wgmma shared-memory descriptor, 128-byte swizzle (fwd_sm90's): start
+ * address, leading byte offset (MN-major: between 64-element blocks),
+ * stride byte offset (between 8-row groups). */
+static __device__ __forceinline__ unsigned long long bwd90_desc(unsigned addr, unsigned lbo,
+                                                                unsigned sbo) {
+  return (unsigned long long)((addr & 0x3FFFF) >> 4) |
+         ((unsigned long long)(lbo >> 4) << 16) |
+         ((unsigned long long)(sbo >> 4) << 32) | (1ull << 62);
+}
+
+/* d (+)= A * B for one m64nNk16 step. SS_64_KK: A and B K-major from
+ * shared memory; SS_64_MNMN: both MN-major (transposed); RS: A from
+ * registers, B MN-major. T: "bf16" or "f16". */
+#define BWD90_WGMMA_SS_64_KK(T) \
+  asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0;\n" \
+  "wgmma.mma_async.sync.aligned.m64n64k16.f32." T "." T " {" \
+  "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
+  "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31" \
+  "}, %32, %33, p, 1, 1, 0, 0; }\n" \
+  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) \
+  : "l"(da), "l"(db), "r"(scale_d))
+#define BWD90_WGMMA_SS_64_MNMN(T) \
+  asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0;\n" \
+  "wgmma.mma_async.sync.aligned.m64n64k16.f32." T "." T " {" \
+  "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
+  "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31" \
+  "}, %32, %33, p, 1, 1, 1, 1; }\n" \
+  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) \
+  : "l"(da), "l"(db), "r"(scale_d))
+#define BWD90_WGMMA_RS_64(T) \
+  asm volatile("{ .reg .pred p; setp.ne.b32 p, %37, 0;\n" \
+  "wgmma.mma_async.sync.aligned.m64n64k16.f32." T "." T " {" \
+  "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
+  "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31" \
+  "}, {%32,%33,%34,%35}, %36, p, 1, 1, 1; }\n" \
+  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) \
+  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(1))
+#define BWD90_WGMMA_RS_128(T) \
+  asm volatile("{ .reg .pred p; setp.ne.b32 p, %69, 0;\n" \
+  "wgmma.mma_async.sync.aligned.m64n128k16.f32." T "." T " {" \
+  "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
+  "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31," \
+  "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47," \
+  "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63" \
+  "}, {%64,%65,%66,%67}, %68, p, 1, 1, 1; }\n" \
+  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+  "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+  "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+  "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+  "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]) \
+  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(1))
+
+static __device__ __forceinline__ void bwd90_ss_kk(float (&d)[32], unsigned long long da,
+                                                   unsigned long long db, int scale_d) {
+  if constexpr (bwd90_in_bf16)
+    BWD90_WGMMA_SS_64_KK("bf16");
+  else
+    BWD90_WGMMA_SS_64_KK("f16");
+}
+static __device__ __forceinline__ void bwd90_ss_mnmn(float (&d)[32], unsigned long long da,
+                                                     unsigned long long db, int scale_d) {
+  if constexpr (bwd90_in_bf16)
+    BWD90_WGMMA_SS_64_MNMN("bf16");
+  else
+    BWD90_WGMMA_SS_64_MNMN("f16");
+}
+[[maybe_unused]] static __device__ __forceinline__ void
+bwd90_rs_64(float (&d)[32], const unsigned (&a)[4], unsigned long long db) {
+  if constexpr (bwd90_in_bf16)
+    BWD90_WGMMA_RS_64("bf16");
+  else
+    BWD90_WGMMA_RS_64("f16");
+}
+[[maybe_unused]] static __device__ __forceinline__ void
+bwd90_rs_128(float (&d)[64], const unsigned (&a)[4], unsigned long long db) {
+  if constexpr (bwd90_in_bf16)
+    BWD90_WGMMA_RS_128("bf16");
+  else
+    BWD90_WGMMA_RS_128("f16");
+}
+/* d += A B with N = D (64 or 128) columns. */
+template <int D>
+static __device__ __forceinline__ void bwd90_rs(float (&d)[D / 2], const unsigned (&a)[4],
+                                                unsigned long long db) {
+  if constexpr (D == 128)
+    bwd90_rs_128(d, a, db);
+  else
+    bwd90_rs_64(d, a, db);
+}
+
+#undef BWD90_WGMMA_SS_64_KK
+#undef BWD90_WGMMA_SS_64_MNMN
+#undef BWD90_WGMMA_RS_64
+#undef BWD90_WGMMA_RS_128
+
+/* ------------------------------------------------ shared-memory tiles */
+
+/* Byte address of element (r, c) of a tile of ROWS rows stored as blocks
+ * of [ROWS][64] (c a multiple of 2 for 4-byte accesses). */
+template <int ROWS>
+static __device__ __forceinline__ unsigned bwd90_at(unsigned tile, int r, int c) {
+  return tile + (unsigned)((c >> 6) * ROWS * 128 + r * 128 + ((((c >> 3) & 7) ^ (r & 7)) << 4) +
+                           (c & 7) * 2);
+}
+
+/* Copies ROWS rows of D elements starting at row0 into a tile; rows at or
+ * beyond row_end are zero-filled (garbage could be NaN, and 0 * NaN is
+ * NaN). */
+template <int ROWS, int D>
+static __device__ __forceinline__ void bwd90_load(unsigned dst, const unsigned short *base,
+                                                  long long row_stride, int row0, int row_end,
+                                                  int tid) {
+  constexpr int chunks = D / 8;
+#pragma unroll
+  for (int k = 0; k < ROWS * chunks / bwd90_threads; ++k) {
+    const int e = tid + k * bwd90_threads;
+    const int r = e / chunks, c = e % chunks;
+    const bool in = row0 + r < row_end;
+    const unsigned short *src = base + (in ? (long long)(row0 + r) * row_stride + c * 8 : 0);
+    attn_cp_async16(bwd90_at<ROWS>(dst, r, c * 8), src, in ? 16 : 0);
+  }
+}
+
+/* ---------------------------------------------------- the main kernel */
+
+/* Grid (ceil(Skv / 128) [+ ceil(Sq / 64) in deterministic mode], H, B),
+ * 256 threads, attn_bwd_sm90_smem_bytes of dynamic shared memory. The
+ * scratch tensors are bwd_sm80's (delta, dQ's accumulator, GQA's dK/dV
+ * accumulators). */
+__device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
+  extern __shared__ __align__(1024) unsigned char bwd90_smem[];
+  {
+    /* Deterministic mode: CTAs past the key tiles compute dQ per query
+     * tile of 64 (uniform per CTA). */
+    const int n_key_tiles = (p.Skv + bwd90_bn - 1) / bwd90_bn;
+    if ((int)blockIdx.x >= n_key_tiles) {
+      bwd80_dq_tile(p, (int)blockIdx.x - n_key_tiles);
+      return;
+    }
+  }
+  const float neg_inf = __int_as_float(0xff800000);
+  const float log2e = 1.4426950408889634f;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  /* Through a shuffle, so the compiler knows it is warp-uniform. */
+  const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
+  const int ww = warp & 3; /* 16 rows of the warpgroup's 64 per warp */
+  const int g = lane >> 2, t4 = lane & 3;
+  const int h = blockIdx.y, b = blockIdx.z;
+  const int hk = h / (p.H / p.Hk);
+  const int j0 = blockIdx.x * bwd90_bn;
+  const int j_last = min(j0 + bwd90_bn, p.Skv) - 1;
+  const bool det = bwd80_deterministic(p);
+
+  const attn_tensor_arg &tq = p.t[bwd80_tq], &tk = p.t[bwd80_tk], &tv = p.t[bwd80_tv];
+  const attn_tensor_arg &tdo = p.t[bwd80_tdo];
+  const unsigned short *qg = (const unsigned short *)tq.ptr + b * tq.stride[0] + h * tq.stride[1];
+  const unsigned short *kg = (const unsigned short *)tk.ptr + b * tk.stride[0] + hk * tk.stride[1];
+  const unsigned short *vg = (const unsigned short *)tv.ptr + b * tv.stride[0] + hk * tv.stride[1];
+  const unsigned short *dog =
+      (const unsigned short *)tdo.ptr + b * tdo.stride[0] + h * tdo.stride[1];
+  const attn_tensor_arg &tl = p.t[bwd80_tlse];
+  const float *lseg = (const float *)tl.ptr + b * tl.stride[0] + h * tl.stride[1];
+  const float *deltag = (const float *)p.t[bwd80_tdelta].ptr + ((long long)b * p.H + h) * p.Sq;
+  float *dqa = det ? nullptr
+                   : (float *)p.t[bwd80_tdqa].ptr + ((long long)b * p.H + h) * p.Sq * bwd90_dqk;
+
+  /* Tiles on 1024-byte boundaries: round the dynamic base up. */
+  const unsigned raw_base = attn_smem_addr(bwd90_smem);
+  const unsigned base = (raw_base + 1023u) & ~1023u;
+  const unsigned sk = base, sv = base + bwd90_off_v;
+  const unsigned sq0 = base + bwd90_off_q, sdo0 = base + bwd90_off_do;
+  const unsigned sds = base + bwd90_off_ds, sstats = base + bwd90_off_stats;
+  const float *s_stats = (const float *)(bwd90_smem + (base - raw_base) + bwd90_off_stats);
+
+  const int n_m = (p.Sq + bwd90_bm - 1) / bwd90_bm;
+  auto next_live = [&](int m) {
+    for (; m < n_m; ++m) {
+      const int i0 = m * bwd90_bm;
+      if (attn_tile_class(b, h, i0, min(i0 + bwd90_bm, p.Sq) - 1, j0, j_last, p) != 0)
+        break;
+    }
+    return m;
+  };
+  /* Query tile m's Q, dO, lse and delta into stage st (one cp.async group
+   * with whatever else was issued since the last commit). */
+  auto issue = [&](int m, int st) {
+    const int i0 = m * bwd90_bm;
+    bwd90_load<bwd90_bm, bwd90_dqk>(sq0 + st * bwd90_q_bytes, qg, tq.stride[2], i0, p.Sq, tid);
+    bwd90_load<bwd90_bm, bwd90_dv>(sdo0 + st * bwd90_do_bytes, dog, tdo.stride[2], i0, p.Sq,
+                                   tid);
+    if (tid < 2 * bwd90_bm) {
+      const int r = tid & (bwd90_bm - 1), i = i0 + r;
+      const bool in = i < p.Sq;
+      const unsigned dst = sstats + (unsigned)((st * 2 * bwd90_bm + tid) * 4);
+      if (tid < bwd90_bm)
+        bwd90_cp_async4(dst, in ? lseg + (long long)i * tl.stride[2] : lseg, in ? 4 : 0);
+      else
+        bwd90_cp_async4(dst, in ? deltag + i : deltag, in ? 4 : 0);
+    }
+  };
+
+  bwd90_load<bwd90_bn, bwd90_dqk>(sk, kg, tk.stride[2], j0, p.Skv, tid);
+  bwd90_load<bwd90_bn, bwd90_dv>(sv, vg, tv.stride[2], j0, p.Skv, tid);
+  int m = next_live(0);
+  if (m < n_m)
+    issue(m, 0);
+  attn_cp_async_commit();
+
+  float dk[bwd90_dqk / 2], dv[bwd90_dv / 2];
+#pragma unroll
+  for (int r = 0; r < bwd90_dqk / 2; ++r)
+    dk[r] = 0.f;
+#pragma unroll
+  for (int r = 0; r < bwd90_dv / 2; ++r)
+    dv[r] = 0.f;
+#if defined(ATTN_BWD_BIAS)
+  float red[bwd80_nred];
+#pragma unroll
+  for (int r = 0; r < bwd80_nred; ++r)
+    red[r] = 0.f;
+#endif
+
+  const unsigned k_wg = sk + wg * 64 * 128, v_wg = sv + wg * 64 * 128;
+  const int jl_row = wg * 64 + ww * 16 + g; /* this lane's first key row in the tile */
+  const float sc = attn_bwd_scale(p);
+  /* Threads 0-63 of each warpgroup reduce one dQ row each into the
+   * accumulator (bulk copies). */
+  const bool dq_issuer = (tid & 127) < bwd90_bm;
+  const unsigned sdq = base + bwd90_off_dq + wg * bwd90_dq_bytes;
+  for (int it = 0; m < n_m; ++it) {
+    const int st = it & 1;
+    attn_cp_async_wait<0>(); /* this thread's copies of stage st (and K, V) */
+#if !defined(ATTN_BWD90_DQ_RED)
+    if (dq_issuer)
+      bwd90_bulk_wait_read(); /* the last tile's dQ rows are read */
+#endif
+    bwd90_fence_proxy_async(); /* the copies, visible to wgmma's async proxy */
+    /* Every thread's copies; every thread is done with the last tile (its
+     * stage, dRaw^T and dQ tiles may be written again). */
+    __syncthreads();
+    const int mn = next_live(m + 1);
+    if (mn < n_m)
+      issue(mn, st ^ 1); /* the other stage: the last tile's */
+    attn_cp_async_commit();
+
+    const unsigned sq = sq0 + st * bwd90_q_bytes, sdo = sdo0 + st * bwd90_do_bytes;
+    const float *s_lse = s_stats + st * 2 * bwd90_bm, *s_delta = s_lse + bwd90_bm;
+    const int i0 = m * bwd90_bm;
+    const int i_last = min(i0 + bwd90_bm, p.Sq) - 1;
+    const int cls = attn_tile_class(b, h, i0, i_last, j0, j_last, p);
+    const bool full = cls == 2 && i0 + bwd90_bm <= p.Sq && j0 + bwd90_bn <= p.Skv;
+
+    /* S^T = K Q^T and dP^T = V dO^T: this warpgroup's 64 keys x 64
+     * queries each. */
+    float s[bwd90_bm / 2], dp[bwd90_bm / 2];
+    bwd90_wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < bwd90_dqk / 16; ++kk)
+      bwd90_ss_kk(s, bwd90_desc(k_wg + (kk >> 2) * bwd90_bn * 128 + (kk & 3) * 32, 16, 1024),
+                  bwd90_desc(sq + (kk >> 2) * bwd90_bm * 128 + (kk & 3) * 32, 16, 1024), kk > 0);
+#pragma unroll
+    for (int kk = 0; kk < bwd90_dv / 16; ++kk)
+      bwd90_ss_kk(dp, bwd90_desc(v_wg + (kk >> 2) * bwd90_bn * 128 + (kk & 3) * 32, 16, 1024),
+                  bwd90_desc(sdo + (kk >> 2) * bwd90_bm * 128 + (kk & 3) * 32, 16, 1024), kk > 0);
+    bwd90_wgmma_commit();
+    bwd90_wgmma_wait<0>();
+#pragma unroll
+    for (int r = 0; r < bwd90_bm / 2; ++r) {
+      bwd90_fence_reg(s[r]);
+      bwd90_fence_reg(dp[r]);
+    }
+
+    /* Per element (fragment nb, element e: key row jl_row + 8 (e >> 1),
+     * query nb * 8 + 2 t4 + (e & 1)): P^T from the score chain and lse,
+     * dS^T = P^T o (dP^T * factor - delta), dRaw^T by the chain rule (0
+     * wherever P is 0, so masked elements never reach the hook). s
+     * becomes Pd^T (P times dropout's factor), dp dRaw^T. */
+#pragma unroll
+    for (int nb = 0; nb < bwd90_bm / 8; ++nb) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int il = nb * 8 + 2 * t4 + (e & 1);
+        const int i = i0 + il, j = j0 + jl_row + 8 * (e >> 1);
+        const float acc = s[nb * 4 + e];
+        float x = neg_inf;
+        if (full || (i < p.Sq && j < p.Skv && (cls == 2 || attn_keep(b, h, i, j, p))))
+          x = attn_score(acc, b, h, i, j, p);
+        /* exp(x - lse); a masked element (or a fully masked row, whose
+         * lse is -inf) gives exactly 0. */
+        const float pe = x == neg_inf ? 0.f : attn_exp2((x - s_lse[il]) * log2e);
+        float dpe = dp[nb * 4 + e], pd = pe;
+#if defined(ATTN_DROPOUT)
+        const float f = attn_dropout_scale(b, h, i, j, p);
+        dpe *= f;
+        pd *= f;
+#endif
+        const float ds = pe * (dpe - s_delta[il]);
+#if defined(ATTN_BWD_BIAS)
+        dp[nb * 4 + e] = pe != 0.f ? attn_bwd_draw_bias(ds, acc, b, h, i, j, p, red) : 0.f;
+#else
+        dp[nb * 4 + e] = pe != 0.f ? attn_bwd_draw(ds, acc, b, h, i, j, p) : 0.f;
+#endif
+        s[nb * 4 + e] = pd;
+      }
+    }
+
+    /* The A fragments of the 16-query steps: accumulator fragments 2kk
+     * and 2kk + 1, packed to 16 bits (fwd_sm90's P). dRaw^T also goes
+     * to shared memory, [key][query], for dQ. */
+    unsigned pa[bwd90_bm / 16][4], ra[bwd90_bm / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < bwd90_bm / 16; ++kk) {
+#pragma unroll
+      for (int x = 0; x < 4; ++x) {
+        pa[kk][x] = attn_pack2<bwd90_in_bf16>(s[8 * kk + 2 * x], s[8 * kk + 2 * x + 1]);
+        ra[kk][x] = attn_pack2<bwd90_in_bf16>(dp[8 * kk + 2 * x], dp[8 * kk + 2 * x + 1]);
+        /* x: fragment 2kk + (x >> 1), key row + 8 (x & 1) */
+        const unsigned at = bwd90_at<bwd90_bn>(sds, jl_row + 8 * (x & 1),
+                                               (2 * kk + (x >> 1)) * 8 + 2 * t4);
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at), "r"(ra[kk][x]) : "memory");
+      }
+    }
+
+    /* dV += Pd^T dO and dK += dRaw^T Q (k: the 64 queries; dO and Q
+     * read transposed through MN-major descriptors). */
+    bwd90_wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < bwd90_bm / 16; ++kk)
+      bwd90_rs<bwd90_dv>(dv, pa[kk], bwd90_desc(sdo + kk * 16 * 128, bwd90_bm * 128, 1024));
+#pragma unroll
+    for (int kk = 0; kk < bwd90_bm / 16; ++kk)
+      bwd90_rs<bwd90_dqk>(dk, ra[kk], bwd90_desc(sq + kk * 16 * 128, bwd90_bm * 128, 1024));
+    bwd90_wgmma_commit();
+
+    if (!det) {
+      /* dQ += dRaw K (M: the 64 queries). A = dRaw from dRaw^T [key]
+       * [query], B = K [key][d]: both MN-major. */
+      bwd90_fence_proxy_async(); /* the st.shared above, for wgmma */
+      if constexpr (bwd90_dqk == 128)
+        __syncthreads(); /* both warpgroups' dRaw^T */
+      else
+        bwd90_wg_sync(1 + wg); /* this warpgroup's rows of it */
+      float dq[32];
+      bwd90_wgmma_fence();
+      if constexpr (bwd90_dqk == 128) {
+        /* Columns 64 wg.. over all 128 keys. */
+#pragma unroll
+        for (int kk = 0; kk < bwd90_bn / 16; ++kk)
+          bwd90_ss_mnmn(dq, bwd90_desc(sds + kk * 16 * 128, bwd90_bn * 128, 1024),
+                        bwd90_desc(sk + wg * bwd90_bn * 128 + kk * 16 * 128, bwd90_bn * 128, 1024),
+                        kk > 0);
+      } else {
+        /* All 64 columns over this warpgroup's 64 keys. */
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+          bwd90_ss_mnmn(dq, bwd90_desc(sds + (wg * 4 + kk) * 16 * 128, bwd90_bn * 128, 1024),
+                        bwd90_desc(sk + (wg * 4 + kk) * 16 * 128, bwd90_bn * 128, 1024), kk > 0);
+      }
+      bwd90_wgmma_commit();
+      bwd90_wgmma_wait<0>();
+#pragma unroll
+      for (int r = 0; r < 32; ++r)
+        bwd90_fence_reg(dq[r]);
+      /* Rows 16 ww + g (+ 8) of the query tile, times the folded scale,
+       * added to the accumulator's columns dcol.. */
+      const int dcol = bwd90_dqk == 128 ? wg * 64 : 0;
+#if defined(ATTN_BWD90_DQ_RED)
+      /* Per element pair: f32 atomics in L2. */
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int i = i0 + ww * 16 + g + 8 * r;
+        if (i < p.Sq) {
+          float *row = dqa + (long long)i * bwd90_dqk + dcol + 2 * t4;
+#pragma unroll
+          for (int nb = 0; nb < 8; ++nb)
+            bwd90_red_add2(row + nb * 8, dq[nb * 4 + 2 * r] * sc, dq[nb * 4 + 2 * r + 1] * sc);
+        }
+      }
+#else
+      /* Through shared memory: the warpgroup's tile, then one bulk
+       * reduction per row (256 bytes), far fewer L2 operations than the
+       * element atomics. */
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int row = ww * 16 + g + 8 * r;
+#pragma unroll
+        for (int nb = 0; nb < 8; ++nb)
+          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(
+                           sdq + (unsigned)((row * bwd90_dq_pitch + nb * 8 + 2 * t4) * 4)),
+                       "f"(dq[nb * 4 + 2 * r] * sc), "f"(dq[nb * 4 + 2 * r + 1] * sc)
+                       : "memory");
+      }
+      bwd90_fence_proxy_async(); /* the stores, visible to the bulk copies */
+      bwd90_wg_sync(1 + wg);
+      if (dq_issuer) {
+        const int row = tid & (bwd90_bm - 1), i = i0 + row;
+        if (i < p.Sq)
+          bwd90_bulk_reduce_add(dqa + (long long)i * bwd90_dqk + dcol,
+                                sdq + (unsigned)(row * bwd90_dq_pitch * 4), 64 * 4);
+        bwd90_bulk_commit();
+      }
+#endif
+    } else {
+      bwd90_wgmma_wait<0>();
+    }
+#pragma unroll
+    for (int r = 0; r < bwd90_dqk / 2; ++r)
+      bwd90_fence_reg(dk[r]);
+#pragma unroll
+    for (int r = 0; r < bwd90_dv / 2; ++r)
+      bwd90_fence_reg(dv[r]);
+#pragma unroll
+    for (int kk = 0; kk < bwd90_bm / 16; ++kk)
+#pragma unroll
+      for (int x = 0; x < 4; ++x) {
+        bwd90_fence_reg(pa[kk][x]);
+        bwd90_fence_reg(ra[kk][x]);
+      }
+    m = mn;
+  }
+  attn_cp_async_wait<0>(); /* K and V, when no query tile was visited */
+#if !defined(ATTN_BWD90_DQ_RED)
+  if (dq_issuer)
+    bwd90_bulk_wait(); /* the dQ reductions are done (and their sources read) */
+#endif
+
+#if defined(ATTN_BWD_BIAS) && ATTN_BWD_NRED > 0
+  /* Biases over b and h only: one atomic per warp (not in deterministic
+   * mode, where the hook stored every element's contribution). */
+#pragma unroll
+  for (int r = 0; r < bwd80_nred; ++r)
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+      red[r] += __shfl_xor_sync(0xffffffffu, red[r], o);
+  if (lane == 0 && !det)
+    attn_bwd_bias_flush(red, b, h, p);
+#endif
+
+  /* Store dK (times the folded scale) and dV: key rows jl_row (+ 8). With
+   * GQA, f32 atomics into the [B, Hk, Skv, D] accumulators, or in
+   * deterministic mode plain stores into per-head [B, H, Skv, D] ones. */
+  const bool shared_kv = p.H != p.Hk;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int j = j0 + jl_row + 8 * r;
+    if (j >= p.Skv)
+      continue;
+    const long long acc_row =
+        (det ? (long long)b * p.H + h : (long long)b * p.Hk + hk) * p.Skv + j;
+    if constexpr (bwd80_tdk >= 0) {
+      const attn_tensor_arg &to = p.t[bwd80_tdk >= 0 ? bwd80_tdk : 0];
+      float *acc = (float *)p.t[bwd80_tdka >= 0 ? bwd80_tdka : 0].ptr + acc_row * bwd90_dqk;
+      unsigned short *row = (unsigned short *)to.ptr + b * to.stride[0] + hk * to.stride[1] +
+                            (long long)j * to.stride[2];
+#pragma unroll
+      for (int nb = 0; nb < bwd90_dqk / 8; ++nb) {
+        const int d = nb * 8 + 2 * t4;
+        const float x0 = dk[nb * 4 + 2 * r] * sc, x1 = dk[nb * 4 + 2 * r + 1] * sc;
+        if (shared_kv && det)
+          *(float2 *)(acc + d) = make_float2(x0, x1);
+        else if (shared_kv)
+          bwd90_red_add2(acc + d, x0, x1);
+        else
+          *(unsigned *)(row + d) = attn_pack2<bwd90_in_bf16>(x0, x1);
+      }
+    }
+    if constexpr (bwd80_tdv >= 0) {
+      const attn_tensor_arg &to = p.t[bwd80_tdv >= 0 ? bwd80_tdv : 0];
+      float *acc = (float *)p.t[bwd80_tdva >= 0 ? bwd80_tdva : 0].ptr + acc_row * bwd90_dv;
+      unsigned short *row = (unsigned short *)to.ptr + b * to.stride[0] + hk * to.stride[1] +
+                            (long long)j * to.stride[2];
+#pragma unroll
+      for (int nb = 0; nb < bwd90_dv / 8; ++nb) {
+        const int d = nb * 8 + 2 * t4;
+        const float x0 = dv[nb * 4 + 2 * r], x1 = dv[nb * 4 + 2 * r + 1];
+        if (shared_kv && det)
+          *(float2 *)(acc + d) = make_float2(x0, x1);
+        else if (shared_kv)
+          bwd90_red_add2(acc + d, x0, x1);
+        else
+          *(unsigned *)(row + d) = attn_pack2<bwd90_in_bf16>(x0, x1);
+      }
+    }
+  }
+}

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# sep_host_check.sh [ATTNC]: the separable-mask hooks attnc emits, compiled for
+# the host and checked against the masks as written (tests/host/sep_host_check.cpp).
+# No GPU needed; the checks run under AddressSanitizer with the workspace
+# sized by the runtime's own sep_workspace_bytes. Run from the repository root.
+set -eu
+attnc=${1:-build/attnc}
+lib=$(dirname "$attnc")/libattn.a # sep_workspace_bytes, the runtime's layout
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+cat >"$tmp/docqk.attn" <<'EOF'
+attention docqk {
+  input q : bf16[B, H, Sq, 128];
+  input k : bf16[B, H, Skv, 128];
+  input v : bf16[B, H, Skv, 128];
+  input dq : i32[B, Sq];
+  input dk : i32[B, Skv];
+  s = mask((q @ k^T) * 0.088, dk[b, j] == dq[b, i]);
+  o = softmax(s) @ v;
+  output o : bf16[B, H, Sq, 128];
+}
+EOF
+cat >"$tmp/posf.attn" <<'EOF'
+attention posf {
+  input q : bf16[B, H, Sq, 64];
+  input k : bf16[B, H, Skv, 64];
+  input v : bf16[B, H, Skv, 64];
+  input pq : f32[B, H, Sq];
+  input pk : f32[B, Skv];
+  s = mask((q @ k^T) * 0.125, pk[b, j] <= pq[b, h, i] + 1.0 && i >= 3);
+  o = softmax(s) @ v;
+  output o : f32[B, H, Sq, 64];
+}
+EOF
+
+fail=0
+run_case() { # run_case N FILE GRAPH
+  "$attnc" emit --brief "$2" --arch sm_90a >"$tmp/$3.cu"
+  # The graph's namespace from its first line to the template's text.
+  sed -n "/^namespace graph_$3 {/,/^\/\* \[the text of templates\/fwd_/p" "$tmp/$3.cu" |
+    sed '$d' >"$tmp/$3.inc"
+  g++ -std=c++17 -O1 -g -w -fsanitize=address,undefined -Iruntime -DSEP_CASE="$1" \
+    -DSEP_NS="graph_$3" -DSEP_HOOKS="\"$tmp/$3.inc\"" -o "$tmp/check$1" tests/host/sep_host_check.cpp \
+    "$lib" -ldl -lm -lpthread
+  "$tmp/check$1" || fail=1
+}
+run_case 1 examples/document.attn document
+run_case 2 "$tmp/docqk.attn" docqk
+run_case 3 "$tmp/posf.attn" posf
+run_case 4 examples/chunked.attn chunked
+exit $fail
