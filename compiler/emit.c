@@ -208,10 +208,10 @@ static int choose_template(const KernelSpec *s, bool arch_specific, int sm, Tmpl
     info->tma_rows_q = cfg.bm;
     info->tma_rows_kv = cfg.bn;
     /* Not with dropout: its per-element Philox hook already spills, and
-     * the tile loop's registers make it spill far more. Not with masks:
-     * the static tile order balances only equal-work tiles (causal lost
-     * up to 40% persistent; bench/NOTES-sm90.md). */
-    info->persistent = cfg.persistent && !s->dropout && s->nmasks == 0;
+     * the tile loop's registers make it spill far more. Masked graphs
+     * may: the tile queue (fwd90_next_tile) balances unequal tiles, where
+     * the static order lost up to 40% on causal (bench/NOTES-sm90.md). */
+    info->persistent = cfg.persistent && !s->dropout;
     return 0;
   }
   Sm80Config cfg;

@@ -67,6 +67,11 @@ struct attn_call {
   BindState bind;
   void *tile_counter;
   RtBwdScratch *bwd; /* backward.c's scratch buffers, or NULL */
+  /* Persistent kernels' work queue: two words the kernel leaves zero
+   * (attn_abi.h), allocated and zeroed at the first such launch. One per
+   * call, so a call's launches must be ordered (they write the same
+   * outputs anyway); different calls never share one. */
+  CUdeviceptr tile_queue;
 };
 
 /* ------------------------------------------------------------- statuses */
@@ -780,6 +785,8 @@ attn_status attn_call_create(attn_graph *g, attn_call **out) {
 void attn_call_destroy(attn_call *c) {
   if (!c) return;
   rt_bwd_scratch_free(c->bwd);
+  const RtDriver *d = c->tile_queue ? rt_driver(NULL, NULL) : NULL;
+  if (d) d->MemFree(c->tile_queue);
   free(c);
 }
 
@@ -903,6 +910,18 @@ attn_status attn_call_launch(attn_call *c, void *stream) {
       grid[0] = (unsigned)(tiles < (unsigned long long)nsm ? tiles : (unsigned long long)nsm);
       grid[1] = grid[2] = 1;
     }
+    if (!c->tile_queue) {
+      CUdeviceptr q = 0;
+      CUresult r = d->MemAlloc(&q, 2 * sizeof(unsigned));
+      if (r == CUDA_SUCCESS) r = d->MemsetD32(q, 0, 2);
+      if (r != CUDA_SUCCESS) {
+        if (q) d->MemFree(q);
+        return rt_driver_error(d, r, "cuMemAlloc (the persistent kernel's tile queue)",
+                               &ctx->error);
+      }
+      c->tile_queue = q;
+    }
+    p->tile_queue = (unsigned *)(uintptr_t)c->tile_queue;
   }
   attn_tmaps tmaps; /* the sm90 template's second parameter (tmap.c) */
   if ((st = rt_tmap_fill(d, c->g->ir, k, p, &tmaps, &ctx->error))) return st;

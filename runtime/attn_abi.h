@@ -10,7 +10,7 @@
 #ifndef ATTN_ABI_H
 #define ATTN_ABI_H
 
-#define ATTN_ABI_VERSION 2
+#define ATTN_ABI_VERSION 3
 #define ATTN_MAX_TENSORS 16 /* inputs and outputs of one graph */
 #define ATTN_MAX_SCALARS 16
 #define ATTN_MAX_DIMS 16 /* dimension symbols: B, H, Sq, ... */
@@ -39,6 +39,10 @@ typedef struct attn_params {
   /* Optional: when non-null each CTA adds the number of key tiles it
    * loaded (tests use it to prove masked tiles are skipped). */
   unsigned long long *tiles_visited;
+  /* Persistent kernels (fwd_sm90 ATTN_PERSISTENT): two words, zero
+   * before the first launch, that hand out work tiles; the kernel leaves
+   * them zero. NULL: a static tile order. Owned by the attn_call. */
+  unsigned *tile_queue;
 } attn_params;
 
 /* Tensor maps (CUtensorMap: 128 opaque bytes, 64-byte aligned) for the

@@ -85,8 +85,10 @@ constexpr int fwd90_stage_bytes = fwd90_k_bytes + fwd90_v_bytes;
 constexpr int fwd90_bar_offset = fwd90_q_bytes + fwd90_stages * fwd90_stage_bytes;
 /* q full, k full, v full, stage empty, q empty */
 constexpr int fwd90_nbars = 2 + 3 * fwd90_stages;
+/* After the barriers, one 8-byte word: the persistent kernel's next tile,
+ * which the producer publishes to the consumers (fwd90_next_tile). */
 /* + 1024: the dynamic shared-memory base is rounded up to 1024 bytes. */
-constexpr int attn_fwd_sm90_smem_bytes = fwd90_bar_offset + 8 * fwd90_nbars + 1024;
+constexpr int attn_fwd_sm90_smem_bytes = fwd90_bar_offset + 8 * (fwd90_nbars + 1) + 1024;
 static_assert(attn_fwd_sm90_smem_bytes <= 227 * 1024, "tiles exceed shared memory");
 
 /* The S tile per thread: BN/8 fragments of 4; O: DV/8 fragments of 4. */
@@ -394,6 +396,26 @@ static __device__ __forceinline__ fwd90_tile fwd90_tile_of(int t, int n_mb,
   return r;
 }
 
+/* The persistent kernel's next work tile after t. With the runtime's
+ * queue (p.tile_queue, two zeroed words per call), tiles past the first
+ * wave go to whichever CTA asks first, in fwd90_tile_of's heavy-first
+ * order: causal tiles differ in work up to Sq/BM-fold, and a static
+ * stride left whole SMs idle at the end (bench/NOTES-sm90.md). The CTA
+ * that takes the last end marker zeroes the queue for the next launch on
+ * the stream; no CTA reads it after its end marker. Without a queue (an
+ * embedded kernel launched one CTA per tile), a static stride. */
+static __device__ __forceinline__ int fwd90_next_tile(int t, int n_ctas, int n_tiles,
+                                                      const attn_params &p) {
+  if (!p.tile_queue)
+    return t + n_ctas;
+  const int next = n_ctas + (int)atomicAdd(p.tile_queue, 1u);
+  if (next >= n_tiles && atomicAdd(p.tile_queue + 1, 1u) == (unsigned)n_ctas - 1) {
+    p.tile_queue[0] = 0;
+    p.tile_queue[1] = 0;
+  }
+  return next;
+}
+
 __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_tmaps &tm) {
   extern __shared__ __align__(1024) unsigned char fwd90_smem[];
   const float neg_inf = __int_as_float(0xff800000);
@@ -403,8 +425,10 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
   const int warp = tid >> 5, lane = tid & 31;
 
   /* The work: one tile per CTA (grid = query tiles x H x B, query tiles
-   * in reverse blockIdx.x order, heavy first), or, persistent, tiles
-   * first, first + n_ctas, ... of fwd90_tile_of's order. Tile counts fit
+   * in reverse blockIdx.x order, heavy first), or, persistent, tile
+   * `first` and then those fwd90_next_tile hands out, in fwd90_tile_of's
+   * order; the producer publishes each to the consumers in shared memory
+   * (an index >= n_tiles ends the loop). Tile counts fit
    * an int: Sq*H*B/128 tiles of q need far more than any GPU's memory
    * before they reach 2^31. */
   const int n_mb = (p.Sq + fwd90_bm - 1) / fwd90_bm;
@@ -435,6 +459,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
   auto bar_v = [&](int s) { return bars + 8u * (1 + fwd90_stages + s); };
   auto bar_empty = [&](int s) { return bars + 8u * (1 + 2 * fwd90_stages + s); };
   const unsigned bar_q_empty = bars + 8u * (1 + 3 * fwd90_stages);
+  const unsigned tile_slot = bars + 8u * fwd90_nbars;
 
   if (tid == 0) {
     fwd90_bar_init(bar_q, 1);
@@ -465,7 +490,20 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
     fwd90_prefetch_tmap(mv);
     unsigned long long visited = 0;
     int it = 0, tq = 0; /* K/V stage uses and Q loads, over all tiles */
-    for (int t = first; t < n_tiles; t += n_ctas, ++tq) {
+    for (int t = first;; ++tq) {
+      if (tq > 0) {
+        if constexpr (!fwd90_persistent)
+          break;
+        t = fwd90_next_tile(t, n_ctas, n_tiles, p);
+      }
+      if (t >= n_tiles) {
+        if constexpr (fwd90_persistent) { /* the end marker, as a Q phase */
+          fwd90_bar_wait(bar_q_empty, (tq & 1) ^ 1);
+          asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(tile_slot), "r"(t) : "memory");
+          fwd90_bar_arrive(bar_q);
+        }
+        break;
+      }
       const fwd90_tile tl = tile_at(t);
       const int h = tl.h, b = tl.b, hk = h / (p.H / p.Hk);
       const int i0 = tl.m_block * fwd90_bm;
@@ -491,6 +529,11 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       bool q_sent = false;
       auto send_q = [&]() {
         fwd90_bar_wait(bar_q_empty, (tq & 1) ^ 1);
+        /* The consumers read the slot after this phase of bar_q, which
+         * the arrive below releases; they read the last value before
+         * their q-empty arrive, so overwriting it now is safe. */
+        if constexpr (fwd90_persistent)
+          asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(tile_slot), "r"(t) : "memory");
         fwd90_bar_expect_tx(bar_q, fwd90_q_bytes);
 #pragma unroll
         for (int c = 0; c < fwd90_dqk / 64; ++c)
@@ -536,7 +579,15 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
   float s[fwd90_s_regs];
   unsigned pa[fwd90_bn / 16][4];
   int git = 0, tq = 0; /* K/V stage uses and Q loads, over all tiles */
-  for (int t = first; t < n_tiles; t += n_ctas, ++tq) {
+  for (int t = first;; ++tq) {
+    if constexpr (fwd90_persistent) {
+      fwd90_bar_wait(bar_q, tq & 1);
+      asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(t) : "r"(tile_slot) : "memory");
+      if (t >= n_tiles)
+        break;
+    } else if (tq > 0) {
+      break;
+    }
     const fwd90_tile tl = tile_at(t);
     const int h = tl.h, b = tl.b;
     const int i0 = tl.m_block * fwd90_bm;
@@ -565,7 +616,8 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
     float row_max[2] = {neg_inf, neg_inf}; /* natural-log units */
     float row_sum[2] = {0.f, 0.f};         /* this lane's partial sums */
 
-    fwd90_bar_wait(bar_q, tq & 1);
+    if constexpr (!fwd90_persistent)
+      fwd90_bar_wait(bar_q, tq & 1);
 
     int n = next_live(n_begin);
     if (wg == 1 && n < n_end)
