@@ -14,6 +14,7 @@
 #define ATTN_BM 128
 #define ATTN_BN 80
 #define ATTN_STAGES 2
+#define ATTN_PERSISTENT 1
 #define ATTN_TQ 0
 #define ATTN_TK 1
 #define ATTN_TV 2
@@ -104,4 +105,6 @@ extern "C" __global__ void __launch_bounds__(384, 1) attn_gemma2_local_fwd(const
 #undef ATTN_TV
 #undef ATTN_TO
 #undef ATTN_TLSE
+
+#undef ATTN_PERSISTENT
 
