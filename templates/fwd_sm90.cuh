@@ -350,7 +350,7 @@ static __device__ __forceinline__ void fwd90_gemm_pv(float (&d)[N / 2], const un
  * never called) and, when mask is set, those attn_keep rejects. */
 template <bool GENERAL>
 static __device__ __forceinline__ void
-fwd90_scores(float (&s)[fwd90_s_regs], int b, int h, int i_row, int j_col,
+fwd90_scores(float (&s)[fwd90_s_regs], const attn_bh &c, int b, int h, int i_row, int j_col,
              bool mask, const attn_params &p) {
   const float neg_inf = __int_as_float(0xff800000);
 #pragma unroll
@@ -362,9 +362,9 @@ fwd90_scores(float (&s)[fwd90_s_regs], int b, int h, int i_row, int j_col,
       float &x = s[nb * 4 + e];
       if (GENERAL) {
         bool keep = i < p.Sq && j < p.Skv && (!mask || attn_keep(b, h, i, j, p));
-        x = keep ? attn_score(x, b, h, i, j, p) : neg_inf;
+        x = keep ? attn_score_bh(x, c, b, h, i, j, p) : neg_inf;
       } else {
-        x = attn_score(x, b, h, i, j, p);
+        x = attn_score_bh(x, c, b, h, i, j, p);
       }
     }
   }
@@ -608,6 +608,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       return n;
     };
     const int i_row = i0 + 64 * wg + 16 * ww + g;
+    const attn_bh bhc = attn_bh_load(b, h, p); /* once per work tile */
     const bool row_edge = i0 + fwd90_bm > p.Sq;
 
 #pragma unroll
@@ -668,9 +669,9 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       const int cls = attn_tile_class(b, h, i0, i_last, j0, j1, p);
       const bool col_edge = j0 + fwd90_bn > p.Skv;
       if (cls == 2 && !row_edge && !col_edge)
-        fwd90_scores<false>(s, b, h, i_row, j0 + 2 * t4, false, p);
+        fwd90_scores<false>(s, bhc, b, h, i_row, j0 + 2 * t4, false, p);
       else
-        fwd90_scores<true>(s, b, h, i_row, j0 + 2 * t4, cls != 2, p);
+        fwd90_scores<true>(s, bhc, b, h, i_row, j0 + 2 * t4, cls != 2, p);
 
       /* Online softmax of rows g (r = 0) and g + 8 (r = 1), overlapping
        * the previous tile's P V. */

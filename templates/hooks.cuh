@@ -26,6 +26,17 @@ enum : int { attn_out_kind = 2 };
 #error "define exactly one of ATTN_OUT_BF16, ATTN_OUT_F16, ATTN_OUT_F32"
 #endif
 
+/* The score chain's values fixed per (b, h) -- reads of per-head or
+ * per-batch tensors such as ALiBi's slopes[h], and what is computed from
+ * them -- gathered once per work tile by attn_bh_load, so the per-element
+ * attn_score_bh does not read memory for them (docs/templates.md). The
+ * forward templates call these; attn_score is the same for one element. */
+struct attn_bh;
+__device__ __forceinline__ attn_bh attn_bh_load(int b, int h,
+                                                const attn_params &p);
+__device__ __forceinline__ float attn_score_bh(float acc, const attn_bh &c,
+                                               int b, int h, int i, int j,
+                                               const attn_params &p);
 __device__ __forceinline__ float attn_score(float acc, int b, int h, int i,
                                             int j, const attn_params &p);
 __device__ __forceinline__ bool attn_keep(int b, int h, int i, int j,
