@@ -83,8 +83,11 @@ constexpr int fwd90_k_bytes = fwd90_bn * fwd90_dqk * 2;
 constexpr int fwd90_v_bytes = fwd90_bn * fwd90_dv * 2;
 constexpr int fwd90_stage_bytes = fwd90_k_bytes + fwd90_v_bytes;
 constexpr int fwd90_bar_offset = fwd90_q_bytes + fwd90_stages * fwd90_stage_bytes;
-/* q full, k full, v full, stage empty, q empty */
-constexpr int fwd90_nbars = 2 + 3 * fwd90_stages;
+/* q full, k full, v full, k empty, q empty, v empty. K and V of a stage
+ * are freed apart: K when the S GEMM that read it is done, V one softmax
+ * later when P V is, so the next K load starts a whole key tile sooner
+ * (it mattered at D 256, two stages of 80 KB: bench/NOTES-sm90.md). */
+constexpr int fwd90_nbars = 2 + 4 * fwd90_stages;
 /* After the barriers, one 8-byte word: the persistent kernel's next tile,
  * which the producer publishes to the consumers (fwd90_next_tile). */
 /* + 1024: the dynamic shared-memory base is rounded up to 1024 bytes. */
@@ -457,7 +460,8 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
   const unsigned bar_q = bars;
   auto bar_k = [&](int s) { return bars + 8u * (1 + s); };
   auto bar_v = [&](int s) { return bars + 8u * (1 + fwd90_stages + s); };
-  auto bar_empty = [&](int s) { return bars + 8u * (1 + 2 * fwd90_stages + s); };
+  auto bar_empty = [&](int s) { return bars + 8u * (1 + 2 * fwd90_stages + s); }; /* K */
+  auto bar_empty_v = [&](int s) { return bars + 8u * (2 + 3 * fwd90_stages + s); };
   const unsigned bar_q_empty = bars + 8u * (1 + 3 * fwd90_stages);
   const unsigned tile_slot = bars + 8u * fwd90_nbars;
 
@@ -468,6 +472,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       fwd90_bar_init(bar_k(s), 1);
       fwd90_bar_init(bar_v(s), 1);
       fwd90_bar_init(bar_empty(s), 8); /* one arrive per consumer warp */
+      fwd90_bar_init(bar_empty_v(s), 8);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
@@ -551,6 +556,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
 #pragma unroll
         for (int c = 0; c < fwd90_dqk / 64; ++c)
           fwd90_tma_load(ks + c * fwd90_bn * 128, mk, bar_k(st), c * 64, n * fwd90_bn, hk, b);
+        fwd90_bar_wait(bar_empty_v(st), ph ^ 1);
         fwd90_bar_expect_tx(bar_v(st), fwd90_v_bytes);
 #pragma unroll
         for (int c = 0; c < fwd90_dv / 64; ++c)
@@ -662,6 +668,8 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
 #pragma unroll
       for (int r = 0; r < fwd90_s_regs; ++r)
         fwd90_fence_reg(s[r]);
+      if (lane == 0)
+        fwd90_bar_arrive(bar_empty(st)); /* its K may be refilled */
 
       /* The score chain and the masks. */
       const int j0 = n * fwd90_bn;
@@ -719,7 +727,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
         for (int e = 0; e < 4; ++e)
           asm volatile("" : "+r"(pa[kk][e])::"memory");
       if (it > 0 && lane == 0)
-        fwd90_bar_arrive(bar_empty(pst)); /* its stage may be refilled */
+        fwd90_bar_arrive(bar_empty_v(pst)); /* its V may be refilled */
 #pragma unroll
       for (int nb = 0; nb < fwd90_dv / 8; ++nb) {
         o[nb * 4 + 0] *= alpha[0];
@@ -757,7 +765,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       for (int r = 0; r < fwd90_o_regs; ++r)
         fwd90_fence_reg(o[r]);
       if (lane == 0)
-        fwd90_bar_arrive(bar_empty(pst));
+        fwd90_bar_arrive(bar_empty_v(pst));
     }
     /* Every GEMM that read this tile's Q is done: the producer may load
      * the next one while we store O. */
