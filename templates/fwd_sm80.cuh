@@ -172,22 +172,12 @@ __device__ __forceinline__ void attn_fwd_sm80(const attn_params &p) {
   const unsigned skv = sq + fwd80_q_bytes; /* stage s at skv + s*stage */
 
   /* Key tiles to visit: those overlapping the hook's bounds. */
-  int j_lo = 0, j_hi = p.Skv;
-  attn_kv_bounds(b, h, i0, i_last, p, j_lo, j_hi);
-  j_lo = max(j_lo, 0);
-  j_hi = min(j_hi, p.Skv);
-  const int n_begin = j_lo / fwd80_bn;
-  const int n_end = j_hi > j_lo ? (j_hi + fwd80_bn - 1) / fwd80_bn : n_begin;
+  int n_begin, n_end;
+  attn_key_tiles<fwd80_bn>(b, h, i0, i_last, p, n_begin, n_end);
 
   /* The next tile at or after n that is not fully masked. */
   auto next_live = [&](int n) {
-    for (; n < n_end; ++n) {
-      int j0 = n * fwd80_bn;
-      int j1 = min(j0 + fwd80_bn, p.Skv) - 1;
-      if (attn_tile_class(b, h, i0, i_last, j0, j1, p) != 0)
-        break;
-    }
-    return n;
+    return attn_next_live<fwd80_bn>(n, n_end, b, h, i0, i_last, p);
   };
   auto load_kv = [&](int n, int stage) {
     unsigned dst = skv + stage * fwd80_stage_bytes;

@@ -513,20 +513,10 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       const int h = tl.h, b = tl.b, hk = h / (p.H / p.Hk);
       const int i0 = tl.m_block * fwd90_bm;
       const int i_last = min(i0 + fwd90_bm, p.Sq) - 1;
-      int j_lo = 0, j_hi = p.Skv;
-      attn_kv_bounds(b, h, i0, i_last, p, j_lo, j_hi);
-      j_lo = max(j_lo, 0);
-      j_hi = min(j_hi, p.Skv);
-      const int n_begin = j_lo / fwd90_bn;
-      const int n_end = j_hi > j_lo ? (j_hi + fwd90_bn - 1) / fwd90_bn : n_begin;
+      int n_begin, n_end;
+      attn_key_tiles<fwd90_bn>(b, h, i0, i_last, p, n_begin, n_end);
       auto next_live = [&](int n) {
-        for (; n < n_end; ++n) {
-          int j0 = n * fwd90_bn;
-          int j1 = min(j0 + fwd90_bn, p.Skv) - 1;
-          if (attn_tile_class(b, h, i0, i_last, j0, j1, p) != 0)
-            break;
-        }
-        return n;
+        return attn_next_live<fwd90_bn>(n, n_end, b, h, i0, i_last, p);
       };
       /* Q waits for the consumers to finish the previous tile's GEMMs;
        * on later tiles it goes after the first K/V copy, which needs
@@ -598,20 +588,10 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
     const int h = tl.h, b = tl.b;
     const int i0 = tl.m_block * fwd90_bm;
     const int i_last = min(i0 + fwd90_bm, p.Sq) - 1;
-    int j_lo = 0, j_hi = p.Skv;
-    attn_kv_bounds(b, h, i0, i_last, p, j_lo, j_hi);
-    j_lo = max(j_lo, 0);
-    j_hi = min(j_hi, p.Skv);
-    const int n_begin = j_lo / fwd90_bn;
-    const int n_end = j_hi > j_lo ? (j_hi + fwd90_bn - 1) / fwd90_bn : n_begin;
+    int n_begin, n_end;
+    attn_key_tiles<fwd90_bn>(b, h, i0, i_last, p, n_begin, n_end);
     auto next_live = [&](int n) {
-      for (; n < n_end; ++n) {
-        int j0 = n * fwd90_bn;
-        int j1 = min(j0 + fwd90_bn, p.Skv) - 1;
-        if (attn_tile_class(b, h, i0, i_last, j0, j1, p) != 0)
-          break;
-      }
-      return n;
+      return attn_next_live<fwd90_bn>(n, n_end, b, h, i0, i_last, p);
     };
     const int i_row = i0 + 64 * wg + 16 * ww + g;
     const attn_bh bhc = attn_bh_load(b, h, p); /* once per work tile */
