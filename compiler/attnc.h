@@ -5,6 +5,7 @@
  *   source.c/diag.c  text and located diagnostics
  *   grammar/attn.y   .attn text -> AST (reentrant bison + flex)
  *   ir_build.c       AST -> IR graph, with every semantic check
+ *   ir_types.c       the typing rules ir_build.c applies
  *   ir_dump.c        readable IR and Graphviz dumps
  *   interp.c         CPU reference: evaluates an IR graph in double precision
  *   match.c          IR graph -> kernel spec (which template, which hooks)
@@ -366,6 +367,33 @@ typedef struct IrModule {
  * Returns NULL when d->nerrors > 0. */
 IrModule *ir_build(const AstFile *ast, Arena *a, Diag *d);
 IrGraph *ir_find_graph(const IrModule *m, const char *name);
+
+/* ir_types.c: the typing rules, for ir_build.c's lowering and folding. */
+typedef enum FnKind {
+  FN_MATH, /* one number -> f32 (abs, floor, ceil keep integers) */
+  FN_MINMAX, FN_WHERE, FN_CLAMP, FN_CAST, FN_MASK, FN_SOFTMAX, FN_LSE,
+  FN_DROPOUT, FN_AMAX
+} FnKind;
+
+typedef struct FnInfo {
+  const char *name;
+  FnKind kind;
+  int nargs;
+  IrOp op;
+  DType cast;
+} FnInfo;
+
+const FnInfo *ir_find_fn(const char *name); /* NULL: not a built-in */
+IrOp ir_binop_op(BinOp op);
+bool ir_is_num(DType t);
+/* f32 if either is a float, else u64 if either is u64, else i32. */
+DType ir_arith_join(DType a, DType b);
+DType ir_compute_type(DType t); /* the type a stored t computes in */
+/* Result types, or DT_NONE after reporting at loc. */
+DType ir_binop_type(Diag *d, Loc loc, BinOp op, DType x, DType y);
+DType ir_math_type(Diag *d, Loc loc, const FnInfo *fn, DType x);
+DType ir_where_type(Diag *d, Loc loc, DType c, DType x, DType y);
+DType ir_minmax_type(Diag *d, Loc loc, const char *fn, DType x, DType y);
 
 /* ir.c: tiny constructors. A node gets its id when a graph takes it;
  * src[0..nsrc) must be non-NULL and nsrc must match the op's arity. */

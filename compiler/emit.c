@@ -25,14 +25,63 @@ extern const char attn_abi_src[], common_src[], ptx_src[], hooks_src[], fwd_sm80
 
 /* ---------------------------------------------------------------- hooks */
 
+/* Marks the score chain's maximal subexpressions fixed per (b, h) that
+ * cost something per element (tensor reads and arithmetic on them;
+ * constants, scalars, sizes and the indices b, h are free already). */
+static void mark_per_bh(const IrNode *n, bool *seen, bool *ctx) {
+  if (seen[n->id]) return;
+  seen[n->id] = true;
+  for (int k = 0; k < n->nsrc; k++) {
+    const IrNode *x = n->src[k];
+    bool fixed = (x->dom & (DOM_I | DOM_J | DOM_D)) == 0;
+    bool free_op = x->op == IR_CONST || x->op == IR_SCALAR || x->op == IR_DIM || x->op == IR_INDEX;
+    if (fixed && !free_op) ctx[x->id] = true;
+    else if (!fixed) mark_per_bh(x, seen, ctx);
+  }
+}
+
+/* attn_bh (the per-(b, h) values), attn_bh_load, attn_score_bh and
+ * attn_score (hooks.cuh). */
 static void emit_score(StrBuf *out, const KernelSpec *s, Arena *a) {
+  const IrGraph *g = s->g;
+  bool *seen = arena_alloc(a, (size_t)(g->nnodes + 1) * sizeof *seen);
+  bool *ctx = arena_alloc(a, (size_t)(g->nnodes + 1) * sizeof *ctx);
+  memset(seen, 0, (size_t)(g->nnodes + 1) * sizeof *seen);
+  memset(ctx, 0, (size_t)(g->nnodes + 1) * sizeof *ctx);
+  if ((s->score->dom & (DOM_I | DOM_J)) != 0) mark_per_bh(s->score, seen, ctx);
+
+  ExprHook bh;
+  expr_init(&bh, a, g, DOM_B | DOM_H);
+  StrBuf fields = {0}, init = {0};
   ExprHook hk;
-  expr_init(&hk, a, s->g, DOM_B | DOM_H | DOM_I | DOM_J);
+  expr_init(&hk, a, g, DOM_B | DOM_H | DOM_I | DOM_J);
+  for (int id = 0; id < g->nnodes; id++) {
+    if (!ctx[id]) continue;
+    IrNode *x = g->nodes[id];
+    const char *type = expr_ctype(expr_kind(x->type));
+    sb_printf(&fields, "  %s v%d;\n", type, id);
+    sb_printf(&init, "  c.v%d = %s;\n", id, expr_value(&bh, x));
+    hk.vars[id] = arena_printf(a, "c.v%d", id);
+  }
+  sb_puts(out, "/* The score chain's values fixed per (b, h), read once per work tile. */\n"
+               "struct attn_bh {\n");
+  if (fields.len) sb_puts(out, fields.data);
+  sb_puts(out, "};\n\n");
+  sb_puts(&bh.body, "  attn_bh c{};\n");
+  if (init.len) sb_puts(&bh.body, init.data);
+  expr_put_fn(out, &bh, "attn_bh attn_bh_load(int b, int h, const attn_params &p)", "c");
+  sb_free(&fields);
+
   hk.acc_name = "acc";
   const char *ret = expr_value(&hk, s->score);
   sb_puts(out, "/* The score chain applied to the raw q.k product `acc`. */\n");
   expr_put_fn(out, &hk,
-           "float attn_score(float acc, int b, int h, int i, int j, const attn_params &p)", ret);
+              "float attn_score_bh(float acc, const attn_bh &c, int b, int h, int i, int j, "
+              "const attn_params &p)", ret);
+  sb_puts(out, "static __device__ __forceinline__ float attn_score(float acc, int b, int h, int i, "
+               "int j, const attn_params &p) {\n"
+               "  return attn_score_bh(acc, attn_bh_load(b, h, p), b, h, i, j, p);\n}\n\n");
+  sb_free(&init);
 }
 
 static void emit_keep(StrBuf *out, const KernelSpec *s, Arena *a) {
@@ -214,10 +263,10 @@ static int choose_template(const KernelSpec *s, bool arch_specific, int sm, Tmpl
     info->tma_rows_q = cfg.bm;
     info->tma_rows_kv = cfg.bn;
     /* Not with dropout: its per-element Philox hook already spills, and
-     * the tile loop's registers make it spill far more. Not with masks:
-     * the static tile order balances only equal-work tiles (causal lost
-     * up to 40% persistent; bench/NOTES-sm90.md). */
-    info->persistent = cfg.persistent && !s->dropout && s->nmasks == 0;
+     * the tile loop's registers make it spill far more. Masked graphs
+     * may: the tile queue (fwd90_next_tile) balances unequal tiles, where
+     * the static order lost up to 40% on causal (bench/NOTES-sm90.md). */
+    info->persistent = cfg.persistent && !s->dropout;
     return 0;
   }
   Sm80Config cfg;

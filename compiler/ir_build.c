@@ -265,144 +265,6 @@ static IrNode *op2(Builder *b, IrOp op, Loc loc, DType t, IrNode *x,
   return op_node(b, op, loc, t, 2, s);
 }
 
-/* ------------------------------------------------------------- types */
-
-static bool is_num(DType t) { return dtype_is_float(t) || dtype_is_int(t); }
-
-/* The type arithmetic on a and b computes in: f32 if either is a float,
- * else u64 if either is u64, else i32. */
-static DType arith_join(DType a, DType b) {
-  if (dtype_is_float(a) || dtype_is_float(b)) return DT_F32;
-  if (a == DT_U64 || b == DT_U64) return DT_U64;
-  return DT_I32;
-}
-
-/* The type a value of storage type t computes in. */
-static DType compute_type(DType t) { return dtype_is_float(t) ? DT_F32 : t; }
-
-static const IrOp binop_ir[BIN_COUNT] = {
-    [BIN_ADD] = IR_ADD, [BIN_SUB] = IR_SUB, [BIN_MUL] = IR_MUL,
-    [BIN_DIV] = IR_DIV, [BIN_MOD] = IR_MOD, [BIN_LT] = IR_LT,
-    [BIN_LE] = IR_LE,   [BIN_GT] = IR_GT,   [BIN_GE] = IR_GE,
-    [BIN_EQ] = IR_EQ,   [BIN_NE] = IR_NE,   [BIN_AND] = IR_AND,
-    [BIN_OR] = IR_OR};
-
-/* The result type of `x OP y`, or DT_NONE after reporting at loc. Shared
- * by the IR builder and the constant folder. */
-static DType binop_type(Diag *d, Loc loc, BinOp op, DType x, DType y) {
-  const char *sp = binop_spelling(op);
-  switch (op) {
-  case BIN_AND:
-  case BIN_OR:
-    if (x == DT_BOOL && y == DT_BOOL) return DT_BOOL;
-    diag_error(d, loc, "operator '%s' needs bool operands, got %s and %s", sp,
-               dtype_name(x), dtype_name(y));
-    return DT_NONE;
-  case BIN_EQ:
-  case BIN_NE:
-    if (x == DT_BOOL && y == DT_BOOL) return DT_BOOL;
-    /* fall through */
-  case BIN_LT:
-  case BIN_LE:
-  case BIN_GT:
-  case BIN_GE:
-    if (is_num(x) && is_num(y)) return DT_BOOL;
-    diag_error(d, loc, "operator '%s' compares numbers, got %s and %s", sp,
-               dtype_name(x), dtype_name(y));
-    return DT_NONE;
-  case BIN_MOD:
-    if (dtype_is_int(x) && dtype_is_int(y)) return arith_join(x, y);
-    diag_error(d, loc, "operator '%%' needs integers, got %s and %s",
-               dtype_name(x), dtype_name(y));
-    return DT_NONE;
-  default:
-    if (is_num(x) && is_num(y)) return arith_join(x, y);
-    diag_error(d, loc, "operator '%s' needs numbers, got %s and %s", sp,
-               dtype_name(x), dtype_name(y));
-    return DT_NONE;
-  }
-}
-
-/* ------------------------------------------------------------- functions */
-
-typedef enum FnKind {
-  FN_MATH, /* one number -> f32 (abs, floor, ceil keep integers) */
-  FN_MINMAX, FN_WHERE, FN_CLAMP, FN_CAST, FN_MASK, FN_SOFTMAX, FN_LSE,
-  FN_DROPOUT, FN_AMAX
-} FnKind;
-
-typedef struct FnInfo {
-  const char *name;
-  FnKind kind;
-  int nargs;
-  IrOp op;
-  DType cast;
-} FnInfo;
-
-static const FnInfo fn_table[] = {
-    {"tanh", FN_MATH, 1, IR_TANH, DT_NONE},
-    {"exp", FN_MATH, 1, IR_EXP, DT_NONE},
-    {"exp2", FN_MATH, 1, IR_EXP2, DT_NONE},
-    {"log", FN_MATH, 1, IR_LOG, DT_NONE},
-    {"log2", FN_MATH, 1, IR_LOG2, DT_NONE},
-    {"sigmoid", FN_MATH, 1, IR_SIGMOID, DT_NONE},
-    {"abs", FN_MATH, 1, IR_ABS, DT_NONE},
-    {"sqrt", FN_MATH, 1, IR_SQRT, DT_NONE},
-    {"rsqrt", FN_MATH, 1, IR_RSQRT, DT_NONE},
-    {"floor", FN_MATH, 1, IR_FLOOR, DT_NONE},
-    {"ceil", FN_MATH, 1, IR_CEIL, DT_NONE},
-    {"min", FN_MINMAX, 2, IR_MIN, DT_NONE},
-    {"max", FN_MINMAX, 2, IR_MAX, DT_NONE},
-    {"where", FN_WHERE, 3, IR_WHERE, DT_NONE},
-    {"clamp", FN_CLAMP, 3, IR_MIN, DT_NONE},
-    {"f32", FN_CAST, 1, IR_CAST, DT_F32},
-    {"float", FN_CAST, 1, IR_CAST, DT_F32},
-    {"i32", FN_CAST, 1, IR_CAST, DT_I32},
-    {"int", FN_CAST, 1, IR_CAST, DT_I32},
-    {"mask", FN_MASK, 2, IR_MASK, DT_NONE},
-    {"softmax", FN_SOFTMAX, 1, IR_SOFTMAX, DT_NONE},
-    {"logsumexp", FN_LSE, 1, IR_LOGSUMEXP, DT_NONE},
-    {"dropout", FN_DROPOUT, 4, IR_DROPOUT, DT_NONE},
-    {"amax", FN_AMAX, 1, IR_AMAX, DT_NONE},
-};
-
-static const FnInfo *find_fn(const char *name) {
-  for (size_t k = 0; k < sizeof fn_table / sizeof *fn_table; k++)
-    if (!strcmp(fn_table[k].name, name)) return &fn_table[k];
-  return NULL;
-}
-
-/* The result type of a math function, or DT_NONE after an error. */
-static DType math_type(Diag *d, Loc loc, const FnInfo *fn, DType x) {
-  if (!is_num(x)) {
-    diag_error(d, loc, "'%s' needs a number, got %s", fn->name, dtype_name(x));
-    return DT_NONE;
-  }
-  bool keeps_int = fn->op == IR_ABS || fn->op == IR_FLOOR || fn->op == IR_CEIL;
-  return keeps_int ? compute_type(x) : DT_F32;
-}
-
-/* The result type of where(c, x, y), or DT_NONE after an error. */
-static DType where_type(Diag *d, Loc loc, DType c, DType x, DType y) {
-  if (c != DT_BOOL) {
-    diag_error(d, loc, "the condition of 'where' must be bool, got %s",
-               dtype_name(c));
-    return DT_NONE;
-  }
-  if (x == DT_BOOL && y == DT_BOOL) return DT_BOOL;
-  if (is_num(x) && is_num(y)) return arith_join(x, y);
-  diag_error(d, loc, "the branches of 'where' must both be numbers or both "
-             "bool, got %s and %s", dtype_name(x), dtype_name(y));
-  return DT_NONE;
-}
-
-static DType minmax_type(Diag *d, Loc loc, const char *fn, DType x, DType y) {
-  if (is_num(x) && is_num(y)) return arith_join(x, y);
-  diag_error(d, loc, "'%s' needs numbers, got %s and %s", fn, dtype_name(x),
-             dtype_name(y));
-  return DT_NONE;
-}
-
 /* ------------------------------------------------------------- constants */
 
 /* A folded constant: f for floats, i for integers and bools. */
@@ -448,7 +310,7 @@ static bool fold_binary(Builder *b, const AstExpr *e, CVal *out) {
     diag_error(b->d, e->loc, "'@' cannot appear in a constant expression");
     return false;
   }
-  DType t = binop_type(b->d, e->loc, (BinOp)e->op, x.t, y.t);
+  DType t = ir_binop_type(b->d, e->loc, (BinOp)e->op, x.t, y.t);
   if (t == DT_NONE) return false;
   if (t == DT_BOOL) {
     double p = cv_num(x), q = cv_num(y);
@@ -503,7 +365,7 @@ static bool fold_binary(Builder *b, const AstExpr *e, CVal *out) {
 }
 
 static bool fold_call(Builder *b, const AstExpr *e, CVal *out) {
-  const FnInfo *fn = find_fn(e->name);
+  const FnInfo *fn = ir_find_fn(e->name);
   if (!fn || fn->kind >= FN_MASK) {
     diag_error(b->d, e->loc, fn ? "'%s' cannot appear in a constant expression"
                                 : "unknown function '%s'", e->name);
@@ -521,7 +383,7 @@ static bool fold_call(Builder *b, const AstExpr *e, CVal *out) {
   DType t;
   switch (fn->kind) {
   case FN_MATH:
-    t = math_type(b->d, e->loc, fn, v[0].t);
+    t = ir_math_type(b->d, e->loc, fn, v[0].t);
     if (t == DT_NONE) return false;
     *out = t == DT_F32 ? cv_float(cv_math(fn->op, cv_num(v[0])))
                        : cv_int(t, v[0].i < 0 && fn->op == IR_ABS ? -v[0].i
@@ -529,9 +391,9 @@ static bool fold_call(Builder *b, const AstExpr *e, CVal *out) {
     return true;
   case FN_MINMAX:
   case FN_CLAMP: {
-    t = minmax_type(b->d, e->loc, fn->name, v[0].t, v[1].t);
+    t = ir_minmax_type(b->d, e->loc, fn->name, v[0].t, v[1].t);
     if (t != DT_NONE && fn->kind == FN_CLAMP)
-      t = minmax_type(b->d, e->loc, fn->name, t, v[2].t);
+      t = ir_minmax_type(b->d, e->loc, fn->name, t, v[2].t);
     if (t == DT_NONE) return false;
     double lo = cv_num(v[1]), r = cv_num(v[0]);
     bool is_max = fn->op == IR_MAX || fn->kind == FN_CLAMP;
@@ -541,7 +403,7 @@ static bool fold_call(Builder *b, const AstExpr *e, CVal *out) {
     return true;
   }
   case FN_WHERE:
-    t = where_type(b->d, e->loc, v[0].t, v[1].t, v[2].t);
+    t = ir_where_type(b->d, e->loc, v[0].t, v[1].t, v[2].t);
     if (t == DT_NONE) return false;
     *out = v[0].i ? v[1] : v[2];
     if (t == DT_F32) *out = cv_float(cv_num(*out));
@@ -591,7 +453,7 @@ static bool fold(Builder *b, const AstExpr *e, CVal *out) {
       *out = cv_int(DT_BOOL, !x.i);
       return true;
     }
-    if (!is_num(x.t)) {
+    if (!ir_is_num(x.t)) {
       diag_error(b->d, e->loc, "operator '-' needs a number, got %s",
                  dtype_name(x.t));
       return false;
@@ -735,9 +597,9 @@ static IrNode *lower_binary(Builder *b, const AstExpr *e) {
   if (e->op == BIN_MATMUL) return lower_matmul(b, e);
   IrNode *x = lower(b, e->args[0]), *y = lower(b, e->args[1]);
   if (!x || !y) return NULL;
-  DType t = binop_type(b->d, e->loc, (BinOp)e->op, x->type, y->type);
+  DType t = ir_binop_type(b->d, e->loc, (BinOp)e->op, x->type, y->type);
   if (t == DT_NONE) return NULL;
-  return op2(b, binop_ir[e->op], e->loc, t, x, y);
+  return op2(b, ir_binop_op(e->op), e->loc, t, x, y);
 }
 
 static IrNode *lower_unary(Builder *b, const AstExpr *e) {
@@ -751,7 +613,7 @@ static IrNode *lower_unary(Builder *b, const AstExpr *e) {
     }
     return op1(b, IR_NOT, e->loc, DT_BOOL, x);
   }
-  if (!is_num(x->type)) {
+  if (!ir_is_num(x->type)) {
     diag_error(b->d, e->loc, "operator '-' needs a number, got %s",
                dtype_name(x->type));
     return NULL;
@@ -780,7 +642,7 @@ static bool check_uniform(Builder *b, const char *what, const AstExpr *arg,
                ir_dom_letters(x->dom, buf));
     return false;
   }
-  if (integer ? !dtype_is_int(x->type) : !is_num(x->type)) {
+  if (integer ? !dtype_is_int(x->type) : !ir_is_num(x->type)) {
     diag_error(b->d, arg->loc, "dropout's %s must be %s, got %s", what,
                integer ? "an integer" : "a number", dtype_name(x->type));
     return false;
@@ -793,20 +655,20 @@ static IrNode *lower_call_fn(Builder *b, const AstExpr *e, const FnInfo *fn,
   DType t;
   switch (fn->kind) {
   case FN_MATH:
-    t = math_type(b->d, e->loc, fn, v[0]->type);
+    t = ir_math_type(b->d, e->loc, fn, v[0]->type);
     return t == DT_NONE ? NULL : op1(b, fn->op, e->loc, t, v[0]);
   case FN_MINMAX:
-    t = minmax_type(b->d, e->loc, fn->name, v[0]->type, v[1]->type);
+    t = ir_minmax_type(b->d, e->loc, fn->name, v[0]->type, v[1]->type);
     return t == DT_NONE ? NULL : op2(b, fn->op, e->loc, t, v[0], v[1]);
   case FN_CLAMP: {
-    t = minmax_type(b->d, e->loc, fn->name, v[0]->type, v[1]->type);
-    if (t != DT_NONE) t = minmax_type(b->d, e->loc, fn->name, t, v[2]->type);
+    t = ir_minmax_type(b->d, e->loc, fn->name, v[0]->type, v[1]->type);
+    if (t != DT_NONE) t = ir_minmax_type(b->d, e->loc, fn->name, t, v[2]->type);
     if (t == DT_NONE) return NULL;
     IrNode *lo = op2(b, IR_MAX, e->loc, t, v[0], v[1]);
     return lo ? op2(b, IR_MIN, e->loc, t, lo, v[2]) : NULL;
   }
   case FN_WHERE:
-    t = where_type(b->d, e->loc, v[0]->type, v[1]->type, v[2]->type);
+    t = ir_where_type(b->d, e->loc, v[0]->type, v[1]->type, v[2]->type);
     return t == DT_NONE ? NULL : op_node(b, IR_WHERE, e->loc, t, 3, v);
   case FN_CAST: /* from any number or bool (true is 1) */
     return op1(b, IR_CAST, e->loc, fn->cast, v[0]);
@@ -840,7 +702,7 @@ static IrNode *lower_call_fn(Builder *b, const AstExpr *e, const FnInfo *fn,
     return n;
   }
   case FN_AMAX:
-    if (!is_num(v[0]->type)) {
+    if (!ir_is_num(v[0]->type)) {
       diag_error(b->d, e->loc, "'amax' needs a number, got %s",
                  dtype_name(v[0]->type));
       return NULL;
@@ -851,7 +713,7 @@ static IrNode *lower_call_fn(Builder *b, const AstExpr *e, const FnInfo *fn,
 }
 
 static IrNode *lower_call(Builder *b, const AstExpr *e) {
-  const FnInfo *fn = find_fn(e->name);
+  const FnInfo *fn = ir_find_fn(e->name);
   if (!fn) {
     Binding *x = lookup(b, e->name);
     if (x)
@@ -907,7 +769,7 @@ static IrNode *lower_load(Builder *b, const AstExpr *e) {
     ok &= s[k] != NULL;
   }
   if (!ok) return NULL;
-  IrNode *n = op_node(b, IR_LOAD, e->loc, compute_type(t->type), e->nargs, s);
+  IrNode *n = op_node(b, IR_LOAD, e->loc, ir_compute_type(t->type), e->nargs, s);
   if (n) n->ref = x->ref;
   return n;
 }
@@ -978,7 +840,7 @@ static void declare_scalar(Builder *b, const AstStmt *st) {
   IrScalar s = {.name = st->name, .loc = st->name_loc, .type = t};
   CVal v;
   if (st->value && fold(b, st->value, &v)) {
-    bool fits = t == DT_F32 ? is_num(v.t)
+    bool fits = t == DT_F32 ? ir_is_num(v.t)
               : t == DT_BOOL ? v.t == DT_BOOL
               : dtype_is_int(v.t) && (t != DT_U64 || v.i >= 0) &&
                     (t != DT_I32 || (v.i >= INT32_MIN && v.i <= INT32_MAX));

@@ -8,7 +8,7 @@
  * (K tile, V tile), the mbarriers, and 1024 bytes of slack for rounding
  * the base up to the 128-byte swizzle's 1024-byte period:
  *
- *     smem = 2*(BM*d_qk + stages*BN*(d_qk + d_v)) + 8*(2 + 3*stages) + 1024
+ *     smem = 2*(BM*d_qk + stages*BN*(d_qk + d_v)) + 8*(3 + 4*stages) + 1024
  *
  * which is the template's attn_fwd_sm90_smem_bytes. Register budget per
  * consumer thread (232): S is BN/2 floats, O d_v/2 floats, P BN/4 words;
@@ -17,7 +17,7 @@
  * Variants (measured side by side in bench/NOTES-sm90.md) are chosen by
  * the environment variable ATTN_SM90_VARIANT, read at emit time; each is
  * emitted as macros, so the kernel source (and so its cache key) differs:
- *   auto          the default: persist at D 64, bn80 at D 256, base at 128
+ *   auto          the default: persistent (tile queue), and BN 80 at D 256
  *   base          one CTA per query tile; D 256: BN 64, 2 stages
  *   persist       persistent grid (ATTN_PERSISTENT), same tiles
  *   bn80          D 256: BN 80, 2 stages; one CTA per query tile
@@ -41,18 +41,18 @@ typedef struct Sm90Variant {
 } Sm90Variant;
 
 static const Sm90Variant sm90_variants[] = {
-    {"auto", 64, true},
+    {"auto", 256, true},
     {"base", 0, false},
     {"persist", 256, false},
     {"bn80", 0, true},
     {"persist_bn80", 256, true},
 };
 
-/* The default, "auto": the fastest measured per head dim (bench/NOTES-
- * sm90.md, 2026-11-29, H200): persistent at D 64 (+4-10% unmasked), BN 80
- * at D 256 (+3-7%), base at D 128 (persistence was within noise there).
- * emit.c keeps masked and dropout graphs non-persistent whatever the
- * variant: the static tile order balances only equal-work tiles. */
+/* The default, "auto": the fastest measured (bench/NOTES-sm90.md, H200,
+ * 2026-11-29): persistent at every head dim since the kernel takes its
+ * tiles from a queue (geomean over the grid 0.790 -> 0.819 of cuDNN; causal
+ * +5-13%, long unmasked sequences within noise), and BN 80 at D 256
+ * (+3-7%). emit.c keeps dropout graphs non-persistent (register spills). */
 #define SM90_DEFAULT_VARIANT 0
 
 #define SM90_SMEM_LIMIT (227 * 1024)
@@ -66,7 +66,7 @@ static const Sm90Variant *sm90_variant(void) {
 }
 
 static int sm90_smem_bytes(const Sm90Candidate *c, int d_qk, int d_v) {
-  return 2 * (128 * d_qk + c->stages * c->bn * (d_qk + d_v)) + 8 * (2 + 3 * c->stages) + 1024;
+  return 2 * (128 * d_qk + c->stages * c->bn * (d_qk + d_v)) + 8 * (3 + 4 * c->stages) + 1024;
 }
 
 int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, Sm90Config *out) {

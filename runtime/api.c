@@ -71,6 +71,11 @@ struct attn_call {
   RtBwdScratch *bwd; /* backward.c's scratch buffers, or NULL */
   CUdeviceptr ranges; /* rt_call_prep's workspace, ranges_bytes long */
   size_t ranges_bytes;
+  /* Persistent kernels' work queue: two words the kernel leaves zero
+   * (attn_abi.h), allocated and zeroed at the first such launch. One per
+   * call, so a call's launches must be ordered (they write the same
+   * outputs anyway); different calls never share one. */
+  CUdeviceptr tile_queue;
 };
 
 /* ------------------------------------------------------------- statuses */
@@ -793,6 +798,10 @@ void attn_call_destroy(attn_call *c) {
     const RtDriver *d = rt_driver(NULL, NULL);
     if (d) d->MemFree(c->ranges);
   }
+  if (c->tile_queue) {
+    const RtDriver *d = rt_driver(NULL, NULL);
+    if (d) d->MemFree(c->tile_queue);
+  }
   free(c);
 }
 
@@ -988,6 +997,18 @@ attn_status attn_call_launch(attn_call *c, void *stream) {
       grid[0] = (unsigned)(tiles < (unsigned long long)nsm ? tiles : (unsigned long long)nsm);
       grid[1] = grid[2] = 1;
     }
+    if (!c->tile_queue) {
+      CUdeviceptr q = 0;
+      CUresult r = d->MemAlloc(&q, 2 * sizeof(unsigned));
+      if (r == CUDA_SUCCESS) r = d->MemsetD32(q, 0, 2);
+      if (r != CUDA_SUCCESS) {
+        if (q) d->MemFree(q);
+        return rt_driver_error(d, r, "cuMemAlloc (the persistent kernel's tile queue)",
+                               &ctx->error);
+      }
+      c->tile_queue = q;
+    }
+    p->tile_queue = (unsigned *)(uintptr_t)c->tile_queue;
   }
   if ((st = rt_call_prep(c, p, stream))) return st; /* separable masks' ranges */
   attn_tmaps tmaps; /* the sm90 template's second parameter (tmap.c) */

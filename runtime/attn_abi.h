@@ -43,6 +43,10 @@ typedef struct attn_params {
    * workspace of per-tile ranges their prep kernel writes and
    * attn_tile_class reads (compiler/emit_sep.c); null for other graphs. */
   void *mask_ranges;
+  /* Persistent kernels (fwd_sm90 ATTN_PERSISTENT): two words, zero
+   * before the first launch, that hand out work tiles; the kernel leaves
+   * them zero. NULL: a static tile order. Owned by the attn_call. */
+  unsigned *tile_queue;
 } attn_params;
 
 /* Tensor maps (CUtensorMap: 128 opaque bytes, 64-byte aligned) for the

@@ -124,7 +124,7 @@ fwd80_load_tile(unsigned dst, const unsigned short *base, long long row_stride,
  * when mask is set, those attn_keep rejects. */
 template <bool GENERAL>
 static __device__ __forceinline__ void
-fwd80_scores(float (&s)[fwd80_bn / 8][4], int b, int h, int i_row, int j_col,
+fwd80_scores(float (&s)[fwd80_bn / 8][4], const attn_bh &c, int b, int h, int i_row, int j_col,
              bool mask, const attn_params &p) {
   const float neg_inf = __int_as_float(0xff800000);
 #pragma unroll
@@ -135,9 +135,9 @@ fwd80_scores(float (&s)[fwd80_bn / 8][4], int b, int h, int i_row, int j_col,
       int j = j_col + nt * 8 + (e & 1);
       if (GENERAL) {
         bool keep = i < p.Sq && j < p.Skv && (!mask || attn_keep(b, h, i, j, p));
-        s[nt][e] = keep ? attn_score(s[nt][e], b, h, i, j, p) : neg_inf;
+        s[nt][e] = keep ? attn_score_bh(s[nt][e], c, b, h, i, j, p) : neg_inf;
       } else {
-        s[nt][e] = attn_score(s[nt][e], b, h, i, j, p);
+        s[nt][e] = attn_score_bh(s[nt][e], c, b, h, i, j, p);
       }
     }
   }
@@ -172,22 +172,12 @@ __device__ __forceinline__ void attn_fwd_sm80(const attn_params &p) {
   const unsigned skv = sq + fwd80_q_bytes; /* stage s at skv + s*stage */
 
   /* Key tiles to visit: those overlapping the hook's bounds. */
-  int j_lo = 0, j_hi = p.Skv;
-  attn_kv_bounds(b, h, i0, i_last, p, j_lo, j_hi);
-  j_lo = max(j_lo, 0);
-  j_hi = min(j_hi, p.Skv);
-  const int n_begin = j_lo / fwd80_bn;
-  const int n_end = j_hi > j_lo ? (j_hi + fwd80_bn - 1) / fwd80_bn : n_begin;
+  int n_begin, n_end;
+  attn_key_tiles<fwd80_bn>(b, h, i0, i_last, p, n_begin, n_end);
 
   /* The next tile at or after n that is not fully masked. */
   auto next_live = [&](int n) {
-    for (; n < n_end; ++n) {
-      int j0 = n * fwd80_bn;
-      int j1 = min(j0 + fwd80_bn, p.Skv) - 1;
-      if (attn_tile_class(b, h, i0, i_last, j0, j1, p) != 0)
-        break;
-    }
-    return n;
+    return attn_next_live<fwd80_bn>(n, n_end, b, h, i0, i_last, p);
   };
   auto load_kv = [&](int n, int stage) {
     unsigned dst = skv + stage * fwd80_stage_bytes;
@@ -242,6 +232,7 @@ __device__ __forceinline__ void attn_fwd_sm80(const attn_params &p) {
   float row_sum[2] = {0.f, 0.f};         /* this lane's partial sums */
 
   const int i_row = i0 + warp * 16 + g;
+  const attn_bh bhc = attn_bh_load(b, h, p); /* once per CTA */
   int stage = 0;
   unsigned long long visited = 0;
   while (n < n_end) {
@@ -286,9 +277,9 @@ __device__ __forceinline__ void attn_fwd_sm80(const attn_params &p) {
     const int cls = attn_tile_class(b, h, i0, i_last, j0, j1, p);
     const bool col_edge = j0 + fwd80_bn > p.Skv;
     if (cls == 2 && !row_edge && !col_edge)
-      fwd80_scores<false>(s, b, h, i_row, j0 + 2 * t, false, p);
+      fwd80_scores<false>(s, bhc, b, h, i_row, j0 + 2 * t, false, p);
     else
-      fwd80_scores<true>(s, b, h, i_row, j0 + 2 * t, cls != 2, p);
+      fwd80_scores<true>(s, bhc, b, h, i_row, j0 + 2 * t, cls != 2, p);
 
     /* Online softmax, rows g (r = 0) and g + 8 (r = 1). */
 #pragma unroll

@@ -83,10 +83,15 @@ constexpr int fwd90_k_bytes = fwd90_bn * fwd90_dqk * 2;
 constexpr int fwd90_v_bytes = fwd90_bn * fwd90_dv * 2;
 constexpr int fwd90_stage_bytes = fwd90_k_bytes + fwd90_v_bytes;
 constexpr int fwd90_bar_offset = fwd90_q_bytes + fwd90_stages * fwd90_stage_bytes;
-/* q full, k full, v full, stage empty, q empty */
-constexpr int fwd90_nbars = 2 + 3 * fwd90_stages;
+/* q full, k full, v full, k empty, q empty, v empty. K and V of a stage
+ * are freed apart: K when the S GEMM that read it is done, V one softmax
+ * later when P V is, so the next K load starts a whole key tile sooner
+ * (it mattered at D 256, two stages of 80 KB: bench/NOTES-sm90.md). */
+constexpr int fwd90_nbars = 2 + 4 * fwd90_stages;
+/* After the barriers, one 8-byte word: the persistent kernel's next tile,
+ * which the producer publishes to the consumers (fwd90_next_tile). */
 /* + 1024: the dynamic shared-memory base is rounded up to 1024 bytes. */
-constexpr int attn_fwd_sm90_smem_bytes = fwd90_bar_offset + 8 * fwd90_nbars + 1024;
+constexpr int attn_fwd_sm90_smem_bytes = fwd90_bar_offset + 8 * (fwd90_nbars + 1) + 1024;
 static_assert(attn_fwd_sm90_smem_bytes <= 227 * 1024, "tiles exceed shared memory");
 
 /* The S tile per thread: BN/8 fragments of 4; O: DV/8 fragments of 4. */
@@ -348,7 +353,7 @@ static __device__ __forceinline__ void fwd90_gemm_pv(float (&d)[N / 2], const un
  * never called) and, when mask is set, those attn_keep rejects. */
 template <bool GENERAL>
 static __device__ __forceinline__ void
-fwd90_scores(float (&s)[fwd90_s_regs], int b, int h, int i_row, int j_col,
+fwd90_scores(float (&s)[fwd90_s_regs], const attn_bh &c, int b, int h, int i_row, int j_col,
              bool mask, const attn_params &p) {
   const float neg_inf = __int_as_float(0xff800000);
 #pragma unroll
@@ -360,9 +365,9 @@ fwd90_scores(float (&s)[fwd90_s_regs], int b, int h, int i_row, int j_col,
       float &x = s[nb * 4 + e];
       if (GENERAL) {
         bool keep = i < p.Sq && j < p.Skv && (!mask || attn_keep(b, h, i, j, p));
-        x = keep ? attn_score(x, b, h, i, j, p) : neg_inf;
+        x = keep ? attn_score_bh(x, c, b, h, i, j, p) : neg_inf;
       } else {
-        x = attn_score(x, b, h, i, j, p);
+        x = attn_score_bh(x, c, b, h, i, j, p);
       }
     }
   }
@@ -394,6 +399,26 @@ static __device__ __forceinline__ fwd90_tile fwd90_tile_of(int t, int n_mb,
   return r;
 }
 
+/* The persistent kernel's next work tile after t. With the runtime's
+ * queue (p.tile_queue, two zeroed words per call), tiles past the first
+ * wave go to whichever CTA asks first, in fwd90_tile_of's heavy-first
+ * order: causal tiles differ in work up to Sq/BM-fold, and a static
+ * stride left whole SMs idle at the end (bench/NOTES-sm90.md). The CTA
+ * that takes the last end marker zeroes the queue for the next launch on
+ * the stream; no CTA reads it after its end marker. Without a queue (an
+ * embedded kernel launched one CTA per tile), a static stride. */
+static __device__ __forceinline__ int fwd90_next_tile(int t, int n_ctas, int n_tiles,
+                                                      const attn_params &p) {
+  if (!p.tile_queue)
+    return t + n_ctas;
+  const int next = n_ctas + (int)atomicAdd(p.tile_queue, 1u);
+  if (next >= n_tiles && atomicAdd(p.tile_queue + 1, 1u) == (unsigned)n_ctas - 1) {
+    p.tile_queue[0] = 0;
+    p.tile_queue[1] = 0;
+  }
+  return next;
+}
+
 __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_tmaps &tm) {
   extern __shared__ __align__(1024) unsigned char fwd90_smem[];
   const float neg_inf = __int_as_float(0xff800000);
@@ -403,8 +428,10 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
   const int warp = tid >> 5, lane = tid & 31;
 
   /* The work: one tile per CTA (grid = query tiles x H x B, query tiles
-   * in reverse blockIdx.x order, heavy first), or, persistent, tiles
-   * first, first + n_ctas, ... of fwd90_tile_of's order. Tile counts fit
+   * in reverse blockIdx.x order, heavy first), or, persistent, tile
+   * `first` and then those fwd90_next_tile hands out, in fwd90_tile_of's
+   * order; the producer publishes each to the consumers in shared memory
+   * (an index >= n_tiles ends the loop). Tile counts fit
    * an int: Sq*H*B/128 tiles of q need far more than any GPU's memory
    * before they reach 2^31. */
   const int n_mb = (p.Sq + fwd90_bm - 1) / fwd90_bm;
@@ -433,8 +460,10 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
   const unsigned bar_q = bars;
   auto bar_k = [&](int s) { return bars + 8u * (1 + s); };
   auto bar_v = [&](int s) { return bars + 8u * (1 + fwd90_stages + s); };
-  auto bar_empty = [&](int s) { return bars + 8u * (1 + 2 * fwd90_stages + s); };
+  auto bar_empty = [&](int s) { return bars + 8u * (1 + 2 * fwd90_stages + s); }; /* K */
+  auto bar_empty_v = [&](int s) { return bars + 8u * (2 + 3 * fwd90_stages + s); };
   const unsigned bar_q_empty = bars + 8u * (1 + 3 * fwd90_stages);
+  const unsigned tile_slot = bars + 8u * fwd90_nbars;
 
   if (tid == 0) {
     fwd90_bar_init(bar_q, 1);
@@ -443,6 +472,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       fwd90_bar_init(bar_k(s), 1);
       fwd90_bar_init(bar_v(s), 1);
       fwd90_bar_init(bar_empty(s), 8); /* one arrive per consumer warp */
+      fwd90_bar_init(bar_empty_v(s), 8);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
@@ -465,25 +495,28 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
     fwd90_prefetch_tmap(mv);
     unsigned long long visited = 0;
     int it = 0, tq = 0; /* K/V stage uses and Q loads, over all tiles */
-    for (int t = first; t < n_tiles; t += n_ctas, ++tq) {
+    for (int t = first;; ++tq) {
+      if (tq > 0) {
+        if constexpr (!fwd90_persistent)
+          break;
+        t = fwd90_next_tile(t, n_ctas, n_tiles, p);
+      }
+      if (t >= n_tiles) {
+        if constexpr (fwd90_persistent) { /* the end marker, as a Q phase */
+          fwd90_bar_wait(bar_q_empty, (tq & 1) ^ 1);
+          asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(tile_slot), "r"(t) : "memory");
+          fwd90_bar_arrive(bar_q);
+        }
+        break;
+      }
       const fwd90_tile tl = tile_at(t);
       const int h = tl.h, b = tl.b, hk = h / (p.H / p.Hk);
       const int i0 = tl.m_block * fwd90_bm;
       const int i_last = min(i0 + fwd90_bm, p.Sq) - 1;
-      int j_lo = 0, j_hi = p.Skv;
-      attn_kv_bounds(b, h, i0, i_last, p, j_lo, j_hi);
-      j_lo = max(j_lo, 0);
-      j_hi = min(j_hi, p.Skv);
-      const int n_begin = j_lo / fwd90_bn;
-      const int n_end = j_hi > j_lo ? (j_hi + fwd90_bn - 1) / fwd90_bn : n_begin;
+      int n_begin, n_end;
+      attn_key_tiles<fwd90_bn>(b, h, i0, i_last, p, n_begin, n_end);
       auto next_live = [&](int n) {
-        for (; n < n_end; ++n) {
-          int j0 = n * fwd90_bn;
-          int j1 = min(j0 + fwd90_bn, p.Skv) - 1;
-          if (attn_tile_class(b, h, i0, i_last, j0, j1, p) != 0)
-            break;
-        }
-        return n;
+        return attn_next_live<fwd90_bn>(n, n_end, b, h, i0, i_last, p);
       };
       /* Q waits for the consumers to finish the previous tile's GEMMs;
        * on later tiles it goes after the first K/V copy, which needs
@@ -491,6 +524,11 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       bool q_sent = false;
       auto send_q = [&]() {
         fwd90_bar_wait(bar_q_empty, (tq & 1) ^ 1);
+        /* The consumers read the slot after this phase of bar_q, which
+         * the arrive below releases; they read the last value before
+         * their q-empty arrive, so overwriting it now is safe. */
+        if constexpr (fwd90_persistent)
+          asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(tile_slot), "r"(t) : "memory");
         fwd90_bar_expect_tx(bar_q, fwd90_q_bytes);
 #pragma unroll
         for (int c = 0; c < fwd90_dqk / 64; ++c)
@@ -508,6 +546,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
 #pragma unroll
         for (int c = 0; c < fwd90_dqk / 64; ++c)
           fwd90_tma_load(ks + c * fwd90_bn * 128, mk, bar_k(st), c * 64, n * fwd90_bn, hk, b);
+        fwd90_bar_wait(bar_empty_v(st), ph ^ 1);
         fwd90_bar_expect_tx(bar_v(st), fwd90_v_bytes);
 #pragma unroll
         for (int c = 0; c < fwd90_dv / 64; ++c)
@@ -536,27 +575,26 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
   float s[fwd90_s_regs];
   unsigned pa[fwd90_bn / 16][4];
   int git = 0, tq = 0; /* K/V stage uses and Q loads, over all tiles */
-  for (int t = first; t < n_tiles; t += n_ctas, ++tq) {
+  for (int t = first;; ++tq) {
+    if constexpr (fwd90_persistent) {
+      fwd90_bar_wait(bar_q, tq & 1);
+      asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(t) : "r"(tile_slot) : "memory");
+      if (t >= n_tiles)
+        break;
+    } else if (tq > 0) {
+      break;
+    }
     const fwd90_tile tl = tile_at(t);
     const int h = tl.h, b = tl.b;
     const int i0 = tl.m_block * fwd90_bm;
     const int i_last = min(i0 + fwd90_bm, p.Sq) - 1;
-    int j_lo = 0, j_hi = p.Skv;
-    attn_kv_bounds(b, h, i0, i_last, p, j_lo, j_hi);
-    j_lo = max(j_lo, 0);
-    j_hi = min(j_hi, p.Skv);
-    const int n_begin = j_lo / fwd90_bn;
-    const int n_end = j_hi > j_lo ? (j_hi + fwd90_bn - 1) / fwd90_bn : n_begin;
+    int n_begin, n_end;
+    attn_key_tiles<fwd90_bn>(b, h, i0, i_last, p, n_begin, n_end);
     auto next_live = [&](int n) {
-      for (; n < n_end; ++n) {
-        int j0 = n * fwd90_bn;
-        int j1 = min(j0 + fwd90_bn, p.Skv) - 1;
-        if (attn_tile_class(b, h, i0, i_last, j0, j1, p) != 0)
-          break;
-      }
-      return n;
+      return attn_next_live<fwd90_bn>(n, n_end, b, h, i0, i_last, p);
     };
     const int i_row = i0 + 64 * wg + 16 * ww + g;
+    const attn_bh bhc = attn_bh_load(b, h, p); /* once per work tile */
     const bool row_edge = i0 + fwd90_bm > p.Sq;
 
 #pragma unroll
@@ -565,7 +603,8 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
     float row_max[2] = {neg_inf, neg_inf}; /* natural-log units */
     float row_sum[2] = {0.f, 0.f};         /* this lane's partial sums */
 
-    fwd90_bar_wait(bar_q, tq & 1);
+    if constexpr (!fwd90_persistent)
+      fwd90_bar_wait(bar_q, tq & 1);
 
     int n = next_live(n_begin);
     if (wg == 1 && n < n_end)
@@ -609,6 +648,8 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
 #pragma unroll
       for (int r = 0; r < fwd90_s_regs; ++r)
         fwd90_fence_reg(s[r]);
+      if (lane == 0)
+        fwd90_bar_arrive(bar_empty(st)); /* its K may be refilled */
 
       /* The score chain and the masks. */
       const int j0 = n * fwd90_bn;
@@ -616,9 +657,9 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       const int cls = attn_tile_class(b, h, i0, i_last, j0, j1, p);
       const bool col_edge = j0 + fwd90_bn > p.Skv;
       if (cls == 2 && !row_edge && !col_edge)
-        fwd90_scores<false>(s, b, h, i_row, j0 + 2 * t4, false, p);
+        fwd90_scores<false>(s, bhc, b, h, i_row, j0 + 2 * t4, false, p);
       else
-        fwd90_scores<true>(s, b, h, i_row, j0 + 2 * t4, cls != 2, p);
+        fwd90_scores<true>(s, bhc, b, h, i_row, j0 + 2 * t4, cls != 2, p);
 
       /* Online softmax of rows g (r = 0) and g + 8 (r = 1), overlapping
        * the previous tile's P V. */
@@ -666,7 +707,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
         for (int e = 0; e < 4; ++e)
           asm volatile("" : "+r"(pa[kk][e])::"memory");
       if (it > 0 && lane == 0)
-        fwd90_bar_arrive(bar_empty(pst)); /* its stage may be refilled */
+        fwd90_bar_arrive(bar_empty_v(pst)); /* its V may be refilled */
 #pragma unroll
       for (int nb = 0; nb < fwd90_dv / 8; ++nb) {
         o[nb * 4 + 0] *= alpha[0];
@@ -704,7 +745,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       for (int r = 0; r < fwd90_o_regs; ++r)
         fwd90_fence_reg(o[r]);
       if (lane == 0)
-        fwd90_bar_arrive(bar_empty(pst));
+        fwd90_bar_arrive(bar_empty_v(pst));
     }
     /* Every GEMM that read this tile's Q is done: the producer may load
      * the next one while we store O. */

@@ -26,6 +26,17 @@ enum : int { attn_out_kind = 2 };
 #error "define exactly one of ATTN_OUT_BF16, ATTN_OUT_F16, ATTN_OUT_F32"
 #endif
 
+/* The score chain's values fixed per (b, h) -- reads of per-head or
+ * per-batch tensors such as ALiBi's slopes[h], and what is computed from
+ * them -- gathered once per work tile by attn_bh_load, so the per-element
+ * attn_score_bh does not read memory for them (docs/templates.md). The
+ * forward templates call these; attn_score is the same for one element. */
+struct attn_bh;
+__device__ __forceinline__ attn_bh attn_bh_load(int b, int h,
+                                                const attn_params &p);
+__device__ __forceinline__ float attn_score_bh(float acc, const attn_bh &c,
+                                               int b, int h, int i, int j,
+                                               const attn_params &p);
 __device__ __forceinline__ float attn_score(float acc, int b, int h, int i,
                                             int j, const attn_params &p);
 __device__ __forceinline__ bool attn_keep(int b, int h, int i, int j,
@@ -46,3 +57,32 @@ __device__ __forceinline__ float attn_out(float o, int b, int h, int i, int d,
 __device__ __forceinline__ float attn_dropout_scale(int b, int h, int i, int j,
                                                     const attn_params &p);
 #endif
+
+/* The key tiles of width BN a query tile [i0, i1] visits: [n_begin, n_end)
+ * covers attn_kv_bounds' range, and attn_next_live skips the tiles
+ * attn_tile_class says are wholly masked. Every role of a CTA (producer,
+ * consumers) walks this same sequence. */
+template <int BN>
+__device__ __forceinline__ void attn_key_tiles(int b, int h, int i0, int i1,
+                                               const attn_params &p,
+                                               int &n_begin, int &n_end) {
+  int j_lo = 0, j_hi = p.Skv;
+  attn_kv_bounds(b, h, i0, i1, p, j_lo, j_hi);
+  j_lo = max(j_lo, 0);
+  j_hi = min(j_hi, p.Skv);
+  n_begin = j_lo / BN;
+  n_end = j_hi > j_lo ? (j_hi + BN - 1) / BN : n_begin;
+}
+
+/* The first tile at or after n that is not wholly masked, or n_end. */
+template <int BN>
+__device__ __forceinline__ int attn_next_live(int n, int n_end, int b, int h,
+                                              int i0, int i1,
+                                              const attn_params &p) {
+  for (; n < n_end; ++n) {
+    const int j0 = n * BN;
+    if (attn_tile_class(b, h, i0, i1, j0, min(j0 + BN, p.Skv) - 1, p) != 0)
+      break;
+  }
+  return n;
+}

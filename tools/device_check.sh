@@ -2,10 +2,15 @@
 # device_check.sh [BUILD]: everything that needs the GPU, in one call on the
 # device machine (the H200). BUILD is a build folder made on the dev machine
 # by `make all test-install` plus the GPU test binaries (default: build).
-# Logs go to $OUT; a summary is printed last.
+# A summary is printed last.
 set -u
+# Knobs: BENCH=0 skips the benchmarks, HOST=0 the host examples, SM80=0
+# the portable template's grid. Logs go to /tmp/attnc-device; what comes
+# back from the device machine ($OUT holds at most 8 files) is one .tgz of
+# them plus the benchmark tables and plot.
 B=${1:-build}
-L=${OUT:-/tmp/attnc-device}
+L=/tmp/attnc-device
+rm -rf "$L"
 mkdir -p "$L"
 export LD_LIBRARY_PATH=$PWD/$B/install/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export ATTN_CACHE_DIR=$L/cache PYTHONUNBUFFERED=1
@@ -21,7 +26,7 @@ step test_forward "$B/tests/gpu/test_forward"
 [ -x "$B/tests/gpu/test_backward" ] && step test_backward "$B/tests/gpu/test_backward"
 [ -x "$B/tests/gpu/template_sm80_test" ] && step template_sm80 "$B/tests/gpu/template_sm80_test"
 [ -x "$B/tests/gpu/template_bwd_test" ] && step template_bwd "$B/tests/gpu/template_bwd_test"
-if [ -d "$B/host" ]; then
+if [ "${HOST:-1}" = 1 ] && [ -d "$B/host" ]; then
   step host_jit "$B/host/jit/jit_example"
   step host_aot "$B/host/aot/aot_example"
   step host_aot_no_nvrtc env ATTN_NVRTC=/nonexistent "$B/host/aot/aot_example"
@@ -31,9 +36,15 @@ if [ -d "$B/host" ]; then
 fi
 if [ "${BENCH:-1}" = 1 ]; then
   step bench_grid python3 bench/bench.py --lib "$B/libattn.so" --out "$L"
-  step bench_grid_sm80 python3 bench/bench.py --lib "$B/libattn.so" --out "$L" --arch sm_90 --dims 128 --seqs 1024,4096,16384
+  [ "${SM80:-1}" = 1 ] && step bench_grid_sm80 python3 bench/bench.py --lib "$B/libattn.so" --out "$L" --arch sm_90 --dims 128 --seqs 1024,4096,16384
   step bench_variants python3 bench/bench.py --lib "$B/libattn.so" --out "$L" --variants
   step bench_backward python3 bench/bench.py --lib "$B/libattn.so" --out "$L" --backward
 fi
 cat "$L/gpu.txt"
-printf '%s\n' "${summary[@]}"
+printf '%s\n' "${summary[@]}" | tee "$L/summary.txt"
+if [ -n "${OUT:-}" ]; then
+  tar czf "$OUT/device-logs.tgz" --exclude=./cache -C "$L" .
+  for f in bench-grid.md bench-grid.png bench-variants.md bench-backward.md summary.txt; do
+    [ -f "$L/$f" ] && cp "$L/$f" "$OUT/"
+  done
+fi

@@ -77,6 +77,15 @@ __host__ __device__ inline bool inner_dead(int i) { return i % 7 == 3; }
   __device__ __forceinline__ float attn_out(float o, int b, int h, int i,      \
                                             int d, const attn_params &p) {     \
     return o * p.s[3].f;                                                       \
+  }                                                                            \
+  __device__ __forceinline__ attn_bh attn_bh_load(int, int,                    \
+                                                  const attn_params &) {       \
+    return attn_bh{};                                                          \
+  }                                                                            \
+  __device__ __forceinline__ float attn_score_bh(                              \
+      float acc, const attn_bh &, int b, int h, int i, int j,                  \
+      const attn_params &p) {                                                  \
+    return attn_score(acc, b, h, i, j, p);                                     \
   }
 
 #define HOOKS_PLAIN_BOUNDS                                                     \
@@ -191,6 +200,7 @@ namespace plain_d64 {
 #define ATTN_WARPS 8
 #define ATTN_TLSE 5
 #include "../../templates/hooks.cuh"
+struct attn_bh {}; /* no per-(b, h) values: the hooks take none */
 #include "../../templates/fwd_sm80.cuh"
 HOOKS_PLAIN
 VARIANT_TAIL("plain_d64", MK_PLAIN, 90)
@@ -214,6 +224,7 @@ namespace plain_d128 {
 #define ATTN_WARPS 8
 #define ATTN_TLSE 5
 #include "../../templates/hooks.cuh"
+struct attn_bh {}; /* no per-(b, h) values: the hooks take none */
 #include "../../templates/fwd_sm80.cuh"
 HOOKS_PLAIN
 VARIANT_TAIL("plain_d128", MK_PLAIN, 90)
@@ -237,6 +248,7 @@ namespace plain_d128_bn64 {
 #define ATTN_WARPS 8
 #define ATTN_TLSE 5
 #include "../../templates/hooks.cuh"
+struct attn_bh {}; /* no per-(b, h) values: the hooks take none */
 #include "../../templates/fwd_sm80.cuh"
 HOOKS_PLAIN
 VARIANT_TAIL("plain_d128_bn64", MK_PLAIN, 0)
@@ -260,6 +272,7 @@ namespace plain_d256 {
 #define ATTN_WARPS 8
 #define ATTN_TLSE 5
 #include "../../templates/hooks.cuh"
+struct attn_bh {}; /* no per-(b, h) values: the hooks take none */
 #include "../../templates/fwd_sm80.cuh"
 HOOKS_PLAIN
 VARIANT_TAIL("plain_d256", MK_PLAIN, 90)
@@ -283,6 +296,7 @@ namespace plain_d256_sm86 {
 #define ATTN_WARPS 4
 #define ATTN_TLSE 5
 #include "../../templates/hooks.cuh"
+struct attn_bh {}; /* no per-(b, h) values: the hooks take none */
 #include "../../templates/fwd_sm80.cuh"
 HOOKS_PLAIN
 VARIANT_TAIL("plain_d256_sm86", MK_PLAIN, 86)
@@ -306,6 +320,7 @@ namespace causal_d128 {
 #define ATTN_WARPS 8
 #define ATTN_TLSE 5
 #include "../../templates/hooks.cuh"
+struct attn_bh {}; /* no per-(b, h) values: the hooks take none */
 #include "../../templates/fwd_sm80.cuh"
 HOOKS_CAUSAL
 VARIANT_TAIL("causal_d128", MK_CAUSAL, 90)
@@ -329,6 +344,7 @@ namespace causal_d64_f16_f32out {
 #define ATTN_WARPS 8
 #define ATTN_TLSE 5
 #include "../../templates/hooks.cuh"
+struct attn_bh {}; /* no per-(b, h) values: the hooks take none */
 #include "../../templates/fwd_sm80.cuh"
 HOOKS_CAUSAL
 VARIANT_TAIL("causal_d64_f16_f32out", MK_CAUSAL, 90)
@@ -352,6 +368,7 @@ namespace causal_d256_sm80 {
 #define ATTN_WARPS 4
 #define ATTN_TLSE 5
 #include "../../templates/hooks.cuh"
+struct attn_bh {}; /* no per-(b, h) values: the hooks take none */
 #include "../../templates/fwd_sm80.cuh"
 HOOKS_CAUSAL
 VARIANT_TAIL("causal_d256_sm80", MK_CAUSAL, 80)
@@ -375,6 +392,7 @@ namespace softcap_d128_f16 {
 #define ATTN_WARPS 8
 #define ATTN_TLSE 5
 #include "../../templates/hooks.cuh"
+struct attn_bh {}; /* no per-(b, h) values: the hooks take none */
 #include "../../templates/fwd_sm80.cuh"
 HOOKS_SOFTCAP
 VARIANT_TAIL("softcap_d128_f16", MK_SOFTCAP, 90)
@@ -398,6 +416,7 @@ namespace window_d64 {
 #define ATTN_WARPS 8
 #define ATTN_TLSE 5
 #include "../../templates/hooks.cuh"
+struct attn_bh {}; /* no per-(b, h) values: the hooks take none */
 #include "../../templates/fwd_sm80.cuh"
 HOOKS_WINDOW
 VARIANT_TAIL("window_d64", MK_WINDOW, 90)
@@ -421,6 +440,7 @@ namespace inner_d128v64_nolse {
 #define ATTN_WARPS 8
 #define ATTN_TLSE -1
 #include "../../templates/hooks.cuh"
+struct attn_bh {}; /* no per-(b, h) values: the hooks take none */
 #include "../../templates/fwd_sm80.cuh"
 HOOKS_INNER
 VARIANT_TAIL("inner_d128v64_nolse", MK_INNER, 90)

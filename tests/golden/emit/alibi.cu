@@ -14,6 +14,7 @@
 #define ATTN_BM 128
 #define ATTN_BN 128
 #define ATTN_STAGES 3
+#define ATTN_PERSISTENT 1
 #define ATTN_TQ 0
 #define ATTN_TK 1
 #define ATTN_TV 2
@@ -23,14 +24,29 @@ namespace graph_alibi {
 
 /* [the text of templates/hooks.cuh] */
 
-/* The score chain applied to the raw q.k product `acc`. */
-static __device__ __forceinline__ float attn_score(float acc, int b, int h, int i, int j, const attn_params &p) {
-  const int t9 = i - j;
+/* The score chain's values fixed per (b, h), read once per work tile. */
+struct attn_bh {
+  float v6;
+};
+
+static __device__ __forceinline__ attn_bh attn_bh_load(int b, int h, const attn_params &p) {
   const float t6 = attn_ld_f32(p.t[3], h, 0, 0, 0);
-  const float t10 = t6 * (float)(t9);
+  attn_bh c{};
+  c.v6 = t6;
+  return c;
+}
+
+/* The score chain applied to the raw q.k product `acc`. */
+static __device__ __forceinline__ float attn_score_bh(float acc, const attn_bh &c, int b, int h, int i, int j, const attn_params &p) {
+  const int t9 = i - j;
+  const float t10 = c.v6 * (float)(t9);
   const float s_4 = acc * p.s[0].f;
   const float s_11 = s_4 - t10;
   return s_11;
+}
+
+static __device__ __forceinline__ float attn_score(float acc, int b, int h, int i, int j, const attn_params &p) {
+  return attn_score_bh(acc, attn_bh_load(b, h, p), b, h, i, j, p);
 }
 
 /* The top-level masks, element by element: true keeps the score. */
@@ -92,4 +108,6 @@ extern "C" __global__ void __launch_bounds__(384, 1) attn_alibi_fwd(const __grid
 #undef ATTN_TV
 #undef ATTN_TO
 #undef ATTN_TLSE
+
+#undef ATTN_PERSISTENT
 

@@ -24,10 +24,23 @@ namespace graph_backward_gqa {
 
 /* [the text of templates/hooks.cuh] */
 
+/* The score chain's values fixed per (b, h), read once per work tile. */
+struct attn_bh {
+};
+
+static __device__ __forceinline__ attn_bh attn_bh_load(int b, int h, const attn_params &p) {
+  attn_bh c{};
+  return c;
+}
+
 /* The score chain applied to the raw q.k product `acc`. */
-static __device__ __forceinline__ float attn_score(float acc, int b, int h, int i, int j, const attn_params &p) {
+static __device__ __forceinline__ float attn_score_bh(float acc, const attn_bh &c, int b, int h, int i, int j, const attn_params &p) {
   const float s_4 = acc * p.s[0].f;
   return s_4;
+}
+
+static __device__ __forceinline__ float attn_score(float acc, int b, int h, int i, int j, const attn_params &p) {
+  return attn_score_bh(acc, attn_bh_load(b, h, p), b, h, i, j, p);
 }
 
 /* The top-level masks, element by element: true keeps the score. */

@@ -14,6 +14,7 @@
 #define ATTN_BM 128
 #define ATTN_BN 128
 #define ATTN_STAGES 3
+#define ATTN_PERSISTENT 1
 #define ATTN_TQ 0
 #define ATTN_TK 1
 #define ATTN_TV 2
@@ -23,10 +24,23 @@ namespace graph_causal_bottom_right {
 
 /* [the text of templates/hooks.cuh] */
 
+/* The score chain's values fixed per (b, h), read once per work tile. */
+struct attn_bh {
+};
+
+static __device__ __forceinline__ attn_bh attn_bh_load(int b, int h, const attn_params &p) {
+  attn_bh c{};
+  return c;
+}
+
 /* The score chain applied to the raw q.k product `acc`. */
-static __device__ __forceinline__ float attn_score(float acc, int b, int h, int i, int j, const attn_params &p) {
+static __device__ __forceinline__ float attn_score_bh(float acc, const attn_bh &c, int b, int h, int i, int j, const attn_params &p) {
   const float s_4 = acc * p.s[0].f;
   return s_4;
+}
+
+static __device__ __forceinline__ float attn_score(float acc, int b, int h, int i, int j, const attn_params &p) {
+  return attn_score_bh(acc, attn_bh_load(b, h, p), b, h, i, j, p);
 }
 
 /* The top-level masks, element by element: true keeps the score. */
@@ -90,4 +104,6 @@ extern "C" __global__ void __launch_bounds__(384, 1) attn_causal_bottom_right_fw
 #undef ATTN_TV
 #undef ATTN_TO
 #undef ATTN_TLSE
+
+#undef ATTN_PERSISTENT
 

@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """Per-variant cost of score modifications, for profiling fwd_sm90.
 
+(Not named profile.py: bench.py runs with bench/ first on sys.path, and a
+profile.py there shadows the standard library module torch.compile imports.)
+
 Two modes, one set of graphs (D 128, B 4, H 16, S 4096 unless named):
-  python3 bench/profile.py --lib build/libattn.so           # time each graph (median ms)
-  ncu ... python3 bench/profile.py --lib ... --once         # launch each graph once, for ncu
+  python3 bench/kernel_costs.py --lib build/libattn.so           # time each graph (median ms)
+  ncu ... python3 bench/kernel_costs.py --lib ... --once         # launch each graph once, for ncu
 
 The graphs isolate one per-element cost each, so differences of their
 times say what a modification costs: e.g. `alibi` against `alibi_float`
@@ -11,7 +14,7 @@ times say what a modification costs: e.g. `alibi` against `alibi_float`
 per element) isolates the int-to-float conversion, and `softcap` against
 `plain` the tanh.
 """
-import argparse, os, sys
+import argparse, math, os, sys
 
 import torch
 
@@ -50,9 +53,13 @@ def main():
     ap.add_argument("--lib", default="build/libattn.so")
     ap.add_argument("--once", action="store_true", help="one launch per graph (under ncu)")
     ap.add_argument("--only", default="", help="comma-separated graph names")
+    ap.add_argument("--sched", default="",
+                    help="compare ATTN_SM90_VARIANT values (comma-separated) on the grid's shapes, with cuDNN")
     args = ap.parse_args()
     torch.zeros(1, device="cuda")  # a current context before libattn compiles
     attn = Attn(args.lib)
+    if args.sched:
+        return run_sched(attn, args.sched.split(","))
     names = [n for n in SHAPES if not args.only or n in args.only.split(",")]
     base = {}
     for name in names:
@@ -76,6 +83,47 @@ def main():
                      ("alibi_const", "causal"), ("bias_ij_free", "causal"), ("alibi", "alibi_float")):
             if a in base and b in base:
                 print(f"{a} over {b}: {100 * (base[a] / base[b] - 1):+.1f}%")
+
+
+SCHED_SHAPES = [(D, S, c) for D in (64, 128, 256) for S in (1024, 2048, 4096, 16384) for c in (False, True)]
+
+
+def run_sched(attn, variants):
+    """Each ATTN_SM90_VARIANT (read when a graph is compiled) against cuDNN, same tensors."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    print("| D | S | causal | cuDNN ms | " + " | ".join(f"{v} ms (x cuDNN)" for v in variants) + " |")
+    logs = {v: [] for v in variants}
+    for D, S, causal in SCHED_SHAPES:
+        B, H = max(1, 16384 // S), 2048 // D
+        body = CAUSAL if causal else ""
+        q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        o = torch.empty_like(q)
+        with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+            ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            t_ref = time_batches([lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)])
+        cells = []
+        for var in variants:
+            os.environ["ATTN_SM90_VARIANT"] = var
+            name = f"g_{var}_{D}_{S}_{int(causal)}"
+            call = attn.call(attn.compile(name, text(name, D, body)), name, dict(q=q, k=k, v=v, o=o))
+            o.fill_(float("nan"))
+            attn.launch(call)
+            torch.cuda.synchronize()
+            err = ((o.float() - ref.float()).norm() / ref.float().norm()).item()
+            ms = time_batches([lambda: attn.launch(call)])
+            # The last of many launches (a persistent kernel's queue reused) is right too.
+            o.fill_(float("nan"))
+            attn.launch(call)
+            torch.cuda.synchronize()
+            err = max(err, ((o.float() - ref.float()).norm() / ref.float().norm()).item())
+            logs[var].append(t_ref / ms)
+            cells.append(f"{ms:.3f} ({t_ref / ms:.2f}){' ERR %.1e' % err if not err < 2e-2 else ''}")
+            attn.L.attn_call_destroy(call)
+        os.environ.pop("ATTN_SM90_VARIANT", None)
+        print(f"| {D} | {S} | {causal} | {t_ref:.3f} | " + " | ".join(cells) + " |", flush=True)
+    for var, r in logs.items():
+        print(f"{var}: geomean x cuDNN {math.exp(sum(map(math.log, r)) / len(r)):.3f}, lowest {min(r):.2f}")
 
 
 if __name__ == "__main__":
