@@ -20,6 +20,16 @@ step() { # step NAME COMMAND...: runs it, logs it, keeps its last line
   "$@" >"$L/$name.log" 2>&1
   local rc=$?
   summary+=("$name (rc $rc): $(grep -v '^\s*$' "$L/$name.log" | tail -1)")
+  save
+}
+save() { # what has been logged so far, into $OUT (a call cut short keeps it)
+  [ -n "${OUT:-}" ] || return 0
+  printf '%s\n' "${summary[@]}" >"$L/summary.txt"
+  tar czf "$OUT/device-logs.tgz" --exclude=./cache -C "$L" .
+  for f in bench-grid.md bench-grid.png bench-variants.md bench-backward.md summary.txt; do
+    [ -f "$L/$f" ] && cp "$L/$f" "$OUT/"
+  done
+  return 0
 }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >"$L/gpu.txt" 2>&1
 step test_forward "$B/tests/gpu/test_forward"
@@ -41,10 +51,5 @@ if [ "${BENCH:-1}" = 1 ]; then
   step bench_backward python3 bench/bench.py --lib "$B/libattn.so" --out "$L" --backward
 fi
 cat "$L/gpu.txt"
-printf '%s\n' "${summary[@]}" | tee "$L/summary.txt"
-if [ -n "${OUT:-}" ]; then
-  tar czf "$OUT/device-logs.tgz" --exclude=./cache -C "$L" .
-  for f in bench-grid.md bench-grid.png bench-variants.md bench-backward.md summary.txt; do
-    [ -f "$L/$f" ] && cp "$L/$f" "$OUT/"
-  done
-fi
+printf '%s\n' "${summary[@]}"
+save
