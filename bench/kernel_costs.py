@@ -30,6 +30,8 @@ BODIES = {
     "alibi_float": "    s = s - slopes[h] * (f32(i) - f32(j));\n" + CAUSAL,
     "alibi_const": "    s = s - 0.01 * (i - j);\n" + CAUSAL,
     "bias_ij_free": "    s = s + 0.0 * slopes[h];\n" + CAUSAL,
+    # bench.py's document variant: 8 documents packed along the sequence.
+    "document": "    s = mask(s, doc[b, i] == doc[b, j]);\n",
 }
 SHAPES = {  # name: (B, H, S, D, body)
     **{k: (4, 16, 4096, 128, v) for k, v in BODIES.items()},
@@ -42,6 +44,7 @@ SHAPES = {  # name: (B, H, S, D, body)
 
 def text(name, D, body):
     decl = "    input slopes : f32[H];\n" if "slopes" in body else ""
+    decl += "    input doc : i32[B, S];\n" if "doc[" in body else ""
     return (f"attention {name} {{\n    input q : bf16[B, H, S, {D}];\n    input k : bf16[B, H, S, {D}];\n"
             f"    input v : bf16[B, H, S, {D}];\n{decl}    scalar scale : f32 = 1.0 / sqrt({D}.0);\n"
             f"    s = (q @ k^T) * scale;\n{body}    o = softmax(s) @ v;\n"
@@ -69,13 +72,18 @@ def main():
         t = dict(q=q, k=k, v=v, o=o)
         if "slopes" in body:
             t["slopes"] = torch.tensor([2.0 ** (-8.0 * (n + 1) / H) for n in range(H)], device="cuda")
+        if "doc[" in body:
+            g = torch.Generator().manual_seed(0)
+            t["doc"] = torch.zeros(B, S, dtype=torch.int32, device="cuda")
+            for c in sorted(torch.randint(1, S, (7,), generator=g).tolist()):
+                t["doc"][:, c:] += 1
         call = attn.call(attn.compile(name, text(name, D, body)), name, t)
         if args.once:
             attn.launch(call)
             torch.cuda.synchronize()
             continue
         ms = time_batches([lambda: attn.launch(call)], reps=21)
-        flops = 4 * B * H * S * S * D / (2 if "mask" in body else 1)
+        flops = 4 * B * H * S * S * D / (2 if "j <= i" in body else 1)
         base[name] = ms
         print(f"| {name} | {B}x{H}x{S} D{D} | {ms:.3f} ms | {flops / ms / 1e9:.0f} TFLOP/s |", flush=True)
     if not args.once:

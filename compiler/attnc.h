@@ -697,14 +697,6 @@ bool sep_any(const KernelSpec *s);
  * structs, their builders and lookups, and the prep kernel's body. Fills
  * info's prep fields. */
 void emit_sep_helpers(StrBuf *out, const KernelSpec *s, Arena *a, KernelInfo *info);
-/* After the helpers, before attn_keep: attn_sep_keepN, the per-element
- * test of separable conjunct N with the cell shortcut (its 16 x 16 cell
- * pair's ranges decide when they can, the sides' values otherwise), for
- * conjuncts whose sides read a tensor. */
-void emit_sep_keeps(StrBuf *out, const KernelSpec *s, Arena *a);
-/* attn_keep's term for masks[m]: a call of its attn_sep_keepN, or NULL to
- * test the condition as written. */
-const char *emit_sep_keep_call(const KernelSpec *s, int m, Arena *a);
 /* Into attn_tile_class's body, after the affine conjuncts: each separable
  * conjunct's classification (`return 0` or `cls = 1`). */
 void emit_sep_classes(StrBuf *out, const KernelSpec *s, Arena *a);

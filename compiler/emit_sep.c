@@ -178,14 +178,6 @@ static const char sep_tables[] =
     "  T r = t[at + c0];\n"
     "  attn_sep_join(r, t[at + c1 - (1u << l) + 1]);\n"
     "  return r;\n}\n\n"
-    "/* The range of a region's sides over the cell holding element x. */\n"
-    "template <typename T>\n"
-    "static __device__ __forceinline__ T attn_sep_cell(const attn_params &p, long long off,\n"
-    "                                                  long long row, int n, int x) {\n"
-    "  const long long cells = attn_sep_cells(n);\n"
-    "  const T *t = (const T *)((const char *)p.mask_ranges + off) +\n"
-    "               row * attn_sep_levels(cells) * cells;\n"
-    "  return t[(unsigned)x >> 4];\n}\n\n"
     "/* One CTA writes row `row` of a region: level 0 from the n elements,\n"
     " * then level l from level l - 1 (entries c and c + 2^(l-1)). */\n"
     "template <typename T>\n"
@@ -263,27 +255,6 @@ void emit_sep_helpers(StrBuf *out, const KernelSpec *s, Arena *a, KernelInfo *in
   sb_puts(out, "}\n\n");
 }
 
-/* Whether n reads a tensor: then attn_keep's cell shortcut saves loads
- * (for arithmetic of the indices alone it would only add some). */
-static bool reads_tensor(const IrNode *n, int depth) {
-  if (n->op == IR_LOAD) return true;
-  if (depth > 64) return true;
-  for (int k = 0; k < n->nsrc; k++)
-    if (n->src[k] && reads_tensor(n->src[k], depth + 1)) return true;
-  return false;
-}
-
-static bool keep_shortcut(const MaskTerm *t) {
-  return t->sep && (reads_tensor(t->side[0], 0) || reads_tensor(t->side[1], 0));
-}
-
-/* Position of masks[m] among the separable conjuncts. */
-static int sep_id(const KernelSpec *s, int m) {
-  int k = 0;
-  for (int x = 0; x < m; x++) k += s->masks[x].sep;
-  return k;
-}
-
 /* lo/hi of one side for the rules: a region member, or the index itself. */
 static void side_bounds(const MaskTerm *t, int id, int side, const char *prefix, const char *ix0,
                         const char *ix1, Arena *a, const char **lo, const char **hi) {
@@ -300,45 +271,6 @@ static void side_bounds(const MaskTerm *t, int id, int side, const char *prefix,
 
 static const char *region_row(int r) {
   return (r == SEP_REGION_IBH || r == SEP_REGION_JBH) ? "(long long)b * p.H + h" : "b";
-}
-
-void emit_sep_keeps(StrBuf *out, const KernelSpec *s, Arena *a) {
-  for (int m = 0; m < s->nmasks; m++) {
-    const MaskTerm *t = &s->masks[m];
-    if (!keep_shortcut(t)) continue;
-    int id = sep_id(s, m);
-    ExprHook hk;
-    expr_init(&hk, a, s->g, DOM_B | DOM_H | DOM_I | DOM_J);
-    const char *exact = expr_as(&hk, t->cond, DT_BOOL);
-    sb_printf(out, "/* %s:%d:%d for one element: the ranges of its 16 x 16 cell pair settle it\n"
-                   " * where they can, without reading the sides; else their values. */\n"
-                   "static __device__ __forceinline__ bool attn_sep_keep%d(int b, int h, int i, "
-                   "int j, const attn_params &p) {\n  {\n    long long off[4];\n"
-                   "    attn_sep_offsets(p, off);\n", t->cond->loc.src->name, t->cond->loc.line,
-              t->cond->loc.col, id);
-    for (int side = 0; side < 2; side++) {
-      int r = side_region(t, side);
-      if (r < 0) continue;
-      sb_printf(out, "    const attn_sep_%s c_%s = attn_sep_cell<attn_sep_%s>(p, off[%d], %s, %s, %s);\n",
-                region_name[r], region_name[r], region_name[r], r, region_row(r),
-                side ? "p.Skv" : "p.Sq", side ? "j" : "i");
-    }
-    const char *lo[2], *hi[2], *none, *all;
-    side_bounds(t, id, 0, "c_", "i", "i", a, &lo[0], &hi[0]);
-    side_bounds(t, id, 1, "c_", "j", "j", a, &lo[1], &hi[1]);
-    match_sep_rules(t->sep_op, &none, &all);
-    sb_printf(out, "    const %s alo = %s, ahi = %s, blo = %s, bhi = %s;\n", range_ctype(t->sep_kind),
-              lo[0], hi[0], lo[1], hi[1]);
-    sb_printf(out, "    if (%s) return false;\n    if (%s) return true;\n  }\n", none, all);
-    if (hk.body.len) sb_puts(out, hk.body.data);
-    sb_printf(out, "  return %s;\n}\n\n", exact);
-    sb_free(&hk.body);
-  }
-}
-
-const char *emit_sep_keep_call(const KernelSpec *s, int m, Arena *a) {
-  if (!keep_shortcut(&s->masks[m])) return NULL;
-  return arena_printf(a, "attn_sep_keep%d(b, h, i, j, p)", sep_id(s, m));
 }
 
 void emit_sep_classes(StrBuf *out, const KernelSpec *s, Arena *a) {

@@ -1,5 +1,5 @@
 // sep_host_check.cpp: the separable-mask hooks attnc emits (compiler/emit_sep.c:
-// the prep kernel's sparse tables, attn_tile_class, attn_keep's cell shortcut),
+// the prep kernel's sparse tables, attn_tile_class, attn_keep),
 // compiled for the host and checked exhaustively against the mask as written.
 // No GPU needed: tests/host/sep_host_check.sh extracts the hooks from `attnc emit
 // --brief` into SEP_HOOKS and builds this file once per case (SEP_CASE).

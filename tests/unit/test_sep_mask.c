@@ -165,9 +165,9 @@ Test(sep_mask, rules_text_is_plain_comparisons) {
   cr_assert_str_eq(none, "ahi < blo || bhi < alo");
 }
 
-/* Sides computed from the indices alone (chunks) keep their per-element
- * test as written: the cell lookup would cost more than the division. */
-Test(sep_mask, no_cell_shortcut_without_loads) {
+/* Sides computed from the indices alone (chunks) are separable too: the
+ * tiles are classified from the tables, elements by the condition. */
+Test(sep_mask, index_sides_classified_per_tile) {
   Arena *a = arena_new();
   static const char chunk[] = HEAD "  s = mask((q @ k^T) * 0.125, i / 64 == j / 64);\n" TAIL;
   IrModule *m = sm_module(chunk, a);
@@ -222,8 +222,10 @@ Test(sep_mask, prep_kernel_only_where_needed) {
       cr_assert_eq(k->prep_cell_bytes[SEP_REGION_IBH] + k->prep_cell_bytes[SEP_REGION_JBH], 0);
       cr_assert(strstr(er.source, "void __launch_bounds__(256) attn_g_prep("));
       cr_assert(strstr(er.source, "if (ahi < blo || bhi < alo) return 0;"));
-      /* attn_keep tests the cell pair before loading the ids. */
-      cr_assert(strstr(er.source, "return attn_sep_keep0(b, h, i, j, p);"));
+      /* attn_keep tests the condition as written (the ids' reads merge
+       * per row and key); only attn_tile_class reads the tables. */
+      cr_assert_null(strstr(er.source, "attn_sep_keep"));
+      cr_assert(strstr(er.source, "attn_sep_range<attn_sep_jb>"));
     } else {
       cr_assert_null(k->prep_entry);
       cr_assert_null(strstr(er.source, "attn_sep"));

@@ -113,16 +113,6 @@ static __device__ __forceinline__ T attn_sep_range(const attn_params &p, long lo
   return r;
 }
 
-/* The range of a region's sides over the cell holding element x. */
-template <typename T>
-static __device__ __forceinline__ T attn_sep_cell(const attn_params &p, long long off,
-                                                  long long row, int n, int x) {
-  const long long cells = attn_sep_cells(n);
-  const T *t = (const T *)((const char *)p.mask_ranges + off) +
-               row * attn_sep_levels(cells) * cells;
-  return t[(unsigned)x >> 4];
-}
-
 /* One CTA writes row `row` of a region: level 0 from the n elements,
  * then level l from level l - 1 (entries c and c + 2^(l-1)). */
 template <typename T>

@@ -113,16 +113,6 @@ static __device__ __forceinline__ T attn_sep_range(const attn_params &p, long lo
   return r;
 }
 
-/* The range of a region's sides over the cell holding element x. */
-template <typename T>
-static __device__ __forceinline__ T attn_sep_cell(const attn_params &p, long long off,
-                                                  long long row, int n, int x) {
-  const long long cells = attn_sep_cells(n);
-  const T *t = (const T *)((const char *)p.mask_ranges + off) +
-               row * attn_sep_levels(cells) * cells;
-  return t[(unsigned)x >> 4];
-}
-
 /* One CTA writes row `row` of a region: level 0 from the n elements,
  * then level l from level l - 1 (entries c and c + 2^(l-1)). */
 template <typename T>
@@ -173,28 +163,13 @@ static __device__ __forceinline__ void attn_sep_prep(const attn_params &p) {
   }
 }
 
-/* examples/document.attn:13:15 for one element: the ranges of its 16 x 16 cell pair settle it
- * where they can, without reading the sides; else their values. */
-static __device__ __forceinline__ bool attn_sep_keep0(int b, int h, int i, int j, const attn_params &p) {
-  {
-    long long off[4];
-    attn_sep_offsets(p, off);
-    const attn_sep_ib c_ib = attn_sep_cell<attn_sep_ib>(p, off[0], b, p.Sq, i);
-    const attn_sep_jb c_jb = attn_sep_cell<attn_sep_jb>(p, off[2], b, p.Skv, j);
-    const int alo = c_ib.lo0, ahi = c_ib.hi0, blo = c_jb.lo0, bhi = c_jb.hi0;
-    if (ahi < blo || bhi < alo) return false;
-    if (alo == ahi && blo == bhi && alo == blo) return true;
-  }
+/* The top-level masks, element by element: true keeps the score. */
+static __device__ __forceinline__ bool attn_keep(int b, int h, int i, int j, const attn_params &p) {
   const int t10 = attn_ld_i32(p.t[3], b, j, 0, 0);
   const int t7 = attn_ld_i32(p.t[3], b, i, 0, 0);
   const bool t11 = t7 == t10;
-  return t11;
-}
-
-/* The top-level masks, element by element: true keeps the score. */
-static __device__ __forceinline__ bool attn_keep(int b, int h, int i, int j, const attn_params &p) {
   const bool t14 = j <= i;
-  return t14 && attn_sep_keep0(b, h, i, j, p);
+  return t11 && t14;
 }
 
 /* Keys [j_lo, j_hi) any row in [i0, i1] may keep (conservative). */
