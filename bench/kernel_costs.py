@@ -14,7 +14,7 @@ times say what a modification costs: e.g. `alibi` against `alibi_float`
 per element) isolates the int-to-float conversion, and `softcap` against
 `plain` the tanh.
 """
-import argparse, math, os, sys
+import argparse, ctypes, math, os, sys
 
 import torch
 
@@ -55,6 +55,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lib", default="build/libattn.so")
     ap.add_argument("--once", action="store_true", help="one launch per graph (under ncu)")
+    ap.add_argument("--tiles", action="store_true", help="also count the key tiles each graph loads")
     ap.add_argument("--only", default="", help="comma-separated graph names")
     ap.add_argument("--sched", default="",
                     help="compare ATTN_SM90_VARIANT values (comma-separated) on the grid's shapes, with cuDNN")
@@ -82,6 +83,15 @@ def main():
             attn.launch(call)
             torch.cuda.synchronize()
             continue
+        if args.tiles:  # key tiles the kernel loaded, of all (BM 128, BN 128 at D <= 128)
+            counter = torch.zeros(1, dtype=torch.int64, device="cuda")
+            attn.L.attn_call_set_tile_counter.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+            attn.check(attn.L.attn_call_set_tile_counter(call, ctypes.c_void_p(counter.data_ptr())), "counter")
+            attn.launch(call)
+            torch.cuda.synchronize()
+            attn.check(attn.L.attn_call_set_tile_counter(call, None), "counter")
+            total = B * H * ((S + 127) // 128) ** 2
+            print(f"{name}: key tiles loaded {counter.item()} of {total} ({counter.item() / total:.3f})")
         ms = time_batches([lambda: attn.launch(call)], reps=21)
         flops = 4 * B * H * S * S * D / (2 if "j <= i" in body else 1)
         base[name] = ms
