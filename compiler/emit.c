@@ -20,7 +20,7 @@
 #include "attnc.h"
 
 /* The texts embedded by tools/embed.c (build/gen/templates.c). */
-extern const char attn_abi_src[], common_src[], ptx_src[], hooks_src[], fwd_sm80_src[],
+extern const char attn_abi_src[], common_src[], ptx_src[], wgmma_src[], hooks_src[], fwd_sm80_src[],
     fwd_sm90_src[], philox_src[];
 
 /* ---------------------------------------------------------------- hooks */
@@ -380,6 +380,11 @@ int emit_module(const IrModule *m, const char *arch, Arena *a, Diag *d, EmitResu
   sb_puts(&src, "\n");
   sb_puts(&src, ptx_src);
   sb_puts(&src, "\n");
+  /* The warpgroup-MMA wrappers of the sm90 templates (fwd_sm90, bwd_sm90). */
+  if (arch_specific && sm == 90) {
+    sb_puts(&src, wgmma_src);
+    sb_puts(&src, "\n");
+  }
   /* Dropout's generator, once, when some graph's p @ v reads a dropout. */
   for (int k = 0; k < m->ngraphs; k++) {
     const IrGraph *g = m->graphs[k];

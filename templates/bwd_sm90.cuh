@@ -46,7 +46,8 @@
  * Shared-memory tiles are laid out as the forward's TMA boxes land: D/64
  * blocks of [rows][64 elements], 16-byte chunk c of row r at (c ^ (r & 7))
  * (the 128-byte swizzle), every block 1024-byte aligned, so the wgmma
- * descriptors are fwd_sm90's.
+ * descriptors (templates/wgmma.cuh, shared with fwd_sm90) are the
+ * forward's.
  */
 
 /* ------------------------------------------------------ configuration */
@@ -97,27 +98,6 @@ static_assert((bwd90_bn * bwd90_dqk / 8) % bwd90_threads == 0 &&
 
 /* ------------------------------------------------------ PTX wrappers */
 
-static __device__ __forceinline__ void bwd90_fence_proxy_async() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-static __device__ __forceinline__ void bwd90_wgmma_fence() {
-  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
-static __device__ __forceinline__ void bwd90_wgmma_commit() {
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-template <int N> static __device__ __forceinline__ void bwd90_wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-/* Keeps the compiler from moving uses of a register across a wgmma wait
- * (the asm statements carry no register dependence on it). */
-static __device__ __forceinline__ void bwd90_fence_reg(float &x) {
-  asm volatile("" : "+f"(x)::"memory");
-}
-static __device__ __forceinline__ void bwd90_fence_reg(unsigned &x) {
-  asm volatile("" : "+r"(x)::"memory");
-}
-
 /* 4-byte global->shared copy; src_bytes 0 stores a zero. */
 static __device__ __forceinline__ void bwd90_cp_async4(unsigned dst, const void *src,
                                                        int src_bytes) {
@@ -157,112 +137,16 @@ static __device__ __forceinline__ void bwd90_red_add2(float *ptr, float x, float
                : "memory");
 }
 
-/* wgmma shared-memory descriptor, 128-byte swizzle (fwd_sm90's): start
- * address, leading byte offset (MN-major: between 64-element blocks),
- * stride byte offset (between 8-row groups). */
-static __device__ __forceinline__ unsigned long long bwd90_desc(unsigned addr, unsigned lbo,
-                                                                unsigned sbo) {
-  return (unsigned long long)((addr & 0x3FFFF) >> 4) |
-         ((unsigned long long)(lbo >> 4) << 16) |
-         ((unsigned long long)(sbo >> 4) << 32) | (1ull << 62);
-}
-
-/* d (+)= A * B for one m64nNk16 step. SS_64_KK: A and B K-major from
- * shared memory; SS_64_MNMN: both MN-major (transposed); RS: A from
- * registers, B MN-major. T: "bf16" or "f16". */
-#define BWD90_WGMMA_SS_64_KK(T) \
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0;\n" \
-  "wgmma.mma_async.sync.aligned.m64n64k16.f32." T "." T " {" \
-  "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
-  "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31" \
-  "}, %32, %33, p, 1, 1, 0, 0; }\n" \
-  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
-  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
-  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) \
-  : "l"(da), "l"(db), "r"(scale_d))
-#define BWD90_WGMMA_SS_64_MNMN(T) \
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0;\n" \
-  "wgmma.mma_async.sync.aligned.m64n64k16.f32." T "." T " {" \
-  "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
-  "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31" \
-  "}, %32, %33, p, 1, 1, 1, 1; }\n" \
-  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
-  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
-  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) \
-  : "l"(da), "l"(db), "r"(scale_d))
-#define BWD90_WGMMA_RS_64(T) \
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %37, 0;\n" \
-  "wgmma.mma_async.sync.aligned.m64n64k16.f32." T "." T " {" \
-  "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
-  "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31" \
-  "}, {%32,%33,%34,%35}, %36, p, 1, 1, 1; }\n" \
-  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
-  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
-  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) \
-  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(1))
-#define BWD90_WGMMA_RS_128(T) \
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %69, 0;\n" \
-  "wgmma.mma_async.sync.aligned.m64n128k16.f32." T "." T " {" \
-  "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
-  "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31," \
-  "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47," \
-  "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63" \
-  "}, {%64,%65,%66,%67}, %68, p, 1, 1, 1; }\n" \
-  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
-  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
-  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
-  "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
-  "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
-  "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
-  "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]) \
-  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(1))
-
-static __device__ __forceinline__ void bwd90_ss_kk(float (&d)[32], unsigned long long da,
-                                                   unsigned long long db, int scale_d) {
-  if constexpr (bwd90_in_bf16)
-    BWD90_WGMMA_SS_64_KK("bf16");
-  else
-    BWD90_WGMMA_SS_64_KK("f16");
-}
-static __device__ __forceinline__ void bwd90_ss_mnmn(float (&d)[32], unsigned long long da,
-                                                     unsigned long long db, int scale_d) {
-  if constexpr (bwd90_in_bf16)
-    BWD90_WGMMA_SS_64_MNMN("bf16");
-  else
-    BWD90_WGMMA_SS_64_MNMN("f16");
-}
-[[maybe_unused]] static __device__ __forceinline__ void
-bwd90_rs_64(float (&d)[32], const unsigned (&a)[4], unsigned long long db) {
-  if constexpr (bwd90_in_bf16)
-    BWD90_WGMMA_RS_64("bf16");
-  else
-    BWD90_WGMMA_RS_64("f16");
-}
-[[maybe_unused]] static __device__ __forceinline__ void
-bwd90_rs_128(float (&d)[64], const unsigned (&a)[4], unsigned long long db) {
-  if constexpr (bwd90_in_bf16)
-    BWD90_WGMMA_RS_128("bf16");
-  else
-    BWD90_WGMMA_RS_128("f16");
-}
 /* d += A B with N = D (64 or 128) columns. */
 template <int D>
 static __device__ __forceinline__ void bwd90_rs(float (&d)[D / 2], const unsigned (&a)[4],
                                                 unsigned long long db) {
   if constexpr (D == 128)
-    bwd90_rs_128(d, a, db);
+    attn_wgmma_rs128<bwd90_in_bf16>(d, a, db);
   else
-    bwd90_rs_64(d, a, db);
+    attn_wgmma_rs64<bwd90_in_bf16>(d, a, db);
 }
 
-#undef BWD90_WGMMA_SS_64_KK
-#undef BWD90_WGMMA_SS_64_MNMN
-#undef BWD90_WGMMA_RS_64
-#undef BWD90_WGMMA_RS_128
 
 /* ------------------------------------------------ shared-memory tiles */
 
@@ -405,7 +289,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
     if (dq_issuer)
       bwd90_bulk_wait_read(); /* the last tile's dQ rows are read */
 #endif
-    bwd90_fence_proxy_async(); /* the copies, visible to wgmma's async proxy */
+    attn_fence_proxy_async(); /* the copies, visible to wgmma's async proxy */
     /* Every thread's copies; every thread is done with the last tile (its
      * stage, dRaw^T and dQ tiles may be written again). */
     __syncthreads();
@@ -424,21 +308,21 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
     /* S^T = K Q^T and dP^T = V dO^T: this warpgroup's 64 keys x 64
      * queries each. */
     float s[bwd90_bm / 2], dp[bwd90_bm / 2];
-    bwd90_wgmma_fence();
+    attn_wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < bwd90_dqk / 16; ++kk)
-      bwd90_ss_kk(s, bwd90_desc(k_wg + (kk >> 2) * bwd90_bn * 128 + (kk & 3) * 32, 16, 1024),
-                  bwd90_desc(sq + (kk >> 2) * bwd90_bm * 128 + (kk & 3) * 32, 16, 1024), kk > 0);
+      attn_wgmma_ss64_kk<bwd90_in_bf16>(s, attn_wgmma_desc(k_wg + (kk >> 2) * bwd90_bn * 128 + (kk & 3) * 32, 16, 1024),
+                  attn_wgmma_desc(sq + (kk >> 2) * bwd90_bm * 128 + (kk & 3) * 32, 16, 1024), kk > 0);
 #pragma unroll
     for (int kk = 0; kk < bwd90_dv / 16; ++kk)
-      bwd90_ss_kk(dp, bwd90_desc(v_wg + (kk >> 2) * bwd90_bn * 128 + (kk & 3) * 32, 16, 1024),
-                  bwd90_desc(sdo + (kk >> 2) * bwd90_bm * 128 + (kk & 3) * 32, 16, 1024), kk > 0);
-    bwd90_wgmma_commit();
-    bwd90_wgmma_wait<0>();
+      attn_wgmma_ss64_kk<bwd90_in_bf16>(dp, attn_wgmma_desc(v_wg + (kk >> 2) * bwd90_bn * 128 + (kk & 3) * 32, 16, 1024),
+                  attn_wgmma_desc(sdo + (kk >> 2) * bwd90_bm * 128 + (kk & 3) * 32, 16, 1024), kk > 0);
+    attn_wgmma_commit();
+    attn_wgmma_wait<0>();
 #pragma unroll
     for (int r = 0; r < bwd90_bm / 2; ++r) {
-      bwd90_fence_reg(s[r]);
-      bwd90_fence_reg(dp[r]);
+      attn_fence_reg(s[r]);
+      attn_fence_reg(dp[r]);
     }
 
     /* Per element (fragment nb, element e: key row jl_row + 8 (e >> 1),
@@ -494,44 +378,44 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
 
     /* dV += Pd^T dO and dK += dRaw^T Q (k: the 64 queries; dO and Q
      * read transposed through MN-major descriptors). */
-    bwd90_wgmma_fence();
+    attn_wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < bwd90_bm / 16; ++kk)
-      bwd90_rs<bwd90_dv>(dv, pa[kk], bwd90_desc(sdo + kk * 16 * 128, bwd90_bm * 128, 1024));
+      bwd90_rs<bwd90_dv>(dv, pa[kk], attn_wgmma_desc(sdo + kk * 16 * 128, bwd90_bm * 128, 1024));
 #pragma unroll
     for (int kk = 0; kk < bwd90_bm / 16; ++kk)
-      bwd90_rs<bwd90_dqk>(dk, ra[kk], bwd90_desc(sq + kk * 16 * 128, bwd90_bm * 128, 1024));
-    bwd90_wgmma_commit();
+      bwd90_rs<bwd90_dqk>(dk, ra[kk], attn_wgmma_desc(sq + kk * 16 * 128, bwd90_bm * 128, 1024));
+    attn_wgmma_commit();
 
     if (!det) {
       /* dQ += dRaw K (M: the 64 queries). A = dRaw from dRaw^T [key]
        * [query], B = K [key][d]: both MN-major. */
-      bwd90_fence_proxy_async(); /* the st.shared above, for wgmma */
+      attn_fence_proxy_async(); /* the st.shared above, for wgmma */
       if constexpr (bwd90_dqk == 128)
         __syncthreads(); /* both warpgroups' dRaw^T */
       else
         bwd90_wg_sync(1 + wg); /* this warpgroup's rows of it */
       float dq[32];
-      bwd90_wgmma_fence();
+      attn_wgmma_fence();
       if constexpr (bwd90_dqk == 128) {
         /* Columns 64 wg.. over all 128 keys. */
 #pragma unroll
         for (int kk = 0; kk < bwd90_bn / 16; ++kk)
-          bwd90_ss_mnmn(dq, bwd90_desc(sds + kk * 16 * 128, bwd90_bn * 128, 1024),
-                        bwd90_desc(sk + wg * bwd90_bn * 128 + kk * 16 * 128, bwd90_bn * 128, 1024),
+          attn_wgmma_ss64_mn<bwd90_in_bf16>(dq, attn_wgmma_desc(sds + kk * 16 * 128, bwd90_bn * 128, 1024),
+                        attn_wgmma_desc(sk + wg * bwd90_bn * 128 + kk * 16 * 128, bwd90_bn * 128, 1024),
                         kk > 0);
       } else {
         /* All 64 columns over this warpgroup's 64 keys. */
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk)
-          bwd90_ss_mnmn(dq, bwd90_desc(sds + (wg * 4 + kk) * 16 * 128, bwd90_bn * 128, 1024),
-                        bwd90_desc(sk + (wg * 4 + kk) * 16 * 128, bwd90_bn * 128, 1024), kk > 0);
+          attn_wgmma_ss64_mn<bwd90_in_bf16>(dq, attn_wgmma_desc(sds + (wg * 4 + kk) * 16 * 128, bwd90_bn * 128, 1024),
+                        attn_wgmma_desc(sk + (wg * 4 + kk) * 16 * 128, bwd90_bn * 128, 1024), kk > 0);
       }
-      bwd90_wgmma_commit();
-      bwd90_wgmma_wait<0>();
+      attn_wgmma_commit();
+      attn_wgmma_wait<0>();
 #pragma unroll
       for (int r = 0; r < 32; ++r)
-        bwd90_fence_reg(dq[r]);
+        attn_fence_reg(dq[r]);
       /* Rows 16 ww + g (+ 8) of the query tile, times the folded scale,
        * added to the accumulator's columns dcol.. */
       const int dcol = bwd90_dqk == 128 ? wg * 64 : 0;
@@ -561,7 +445,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
                        "f"(dq[nb * 4 + 2 * r] * sc), "f"(dq[nb * 4 + 2 * r + 1] * sc)
                        : "memory");
       }
-      bwd90_fence_proxy_async(); /* the stores, visible to the bulk copies */
+      attn_fence_proxy_async(); /* the stores, visible to the bulk copies */
       bwd90_wg_sync(1 + wg);
       if (dq_issuer) {
         const int row = tid & (bwd90_bm - 1), i = i0 + row;
@@ -572,20 +456,20 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
       }
 #endif
     } else {
-      bwd90_wgmma_wait<0>();
+      attn_wgmma_wait<0>();
     }
 #pragma unroll
     for (int r = 0; r < bwd90_dqk / 2; ++r)
-      bwd90_fence_reg(dk[r]);
+      attn_fence_reg(dk[r]);
 #pragma unroll
     for (int r = 0; r < bwd90_dv / 2; ++r)
-      bwd90_fence_reg(dv[r]);
+      attn_fence_reg(dv[r]);
 #pragma unroll
     for (int kk = 0; kk < bwd90_bm / 16; ++kk)
 #pragma unroll
       for (int x = 0; x < 4; ++x) {
-        bwd90_fence_reg(pa[kk][x]);
-        bwd90_fence_reg(ra[kk][x]);
+        attn_fence_reg(pa[kk][x]);
+        attn_fence_reg(ra[kk][x]);
       }
     m = mn;
   }

@@ -142,21 +142,6 @@ static __device__ __forceinline__ void fwd90_prefetch_tmap(const attn_tmap *map)
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
 }
 
-[[maybe_unused]] static __device__ __forceinline__ void fwd90_wgmma_fence() {
-  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
-[[maybe_unused]] static __device__ __forceinline__ void fwd90_wgmma_commit() {
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-template <int N> [[maybe_unused]] static __device__ __forceinline__ void fwd90_wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-/* Keeps the compiler from moving reads of an accumulator across the
- * wgmma wait (the asm statements carry no register dependence on it). */
-static __device__ __forceinline__ void fwd90_fence_reg(float &x) {
-  asm volatile("" : "+f"(x)::"memory");
-}
-
 /* Named barriers 1 and 2 order the two consumer warpgroups' GEMMs. */
 static __device__ __forceinline__ void fwd90_named_sync(int id) {
   asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory");
@@ -165,162 +150,8 @@ static __device__ __forceinline__ void fwd90_named_arrive(int id) {
   asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory");
 }
 
-/* wgmma shared-memory descriptor, 128-byte swizzle: start address, leading
- * byte offset (MN-major: the stride between 64-element column blocks;
- * unused for K-major), stride byte offset (between 8-row groups). */
-static __device__ __forceinline__ unsigned long long fwd90_desc(unsigned addr,
-                                                                unsigned lbo,
-                                                                unsigned sbo) {
-  return (unsigned long long)((addr & 0x3FFFF) >> 4) |
-         ((unsigned long long)(lbo >> 4) << 16) |
-         ((unsigned long long)(sbo >> 4) << 32) | (1ull << 62);
-}
-
 static __device__ __forceinline__ unsigned fwd90_pack_in(float lo, float hi) {
   return attn_pack2<fwd90_in_bf16>(lo, hi);
-}
-
-/* Generated wrappers: d (+)= A * B for one m64nNk16 step. */
-/* One asm statement per wgmma shape; T is the input type ("bf16" or
- * "f16"), the only part that differs between the two. */
-#define FWD90_WGMMA_SS_64(T) \
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0;\n" \
-  "wgmma.mma_async.sync.aligned.m64n64k16.f32." T "." T " {" \
-  "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
-  "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31" \
-  "}, %32, %33, p, 1, 1, 0, 0; }\n" \
-  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
-  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
-  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) \
-  : "l"(da), "l"(db), "r"(scale_d))
-#define FWD90_WGMMA_SS_80(T) \
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %42, 0;\n" \
-  "wgmma.mma_async.sync.aligned.m64n80k16.f32." T "." T " {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39" \
-  "}, %40, %41, p, 1, 1, 0, 0; }\n" \
-  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]) \
-  : "l"(da), "l"(db), "r"(scale_d))
-#define FWD90_WGMMA_SS_128(T) \
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %66, 0;\n" \
-  "wgmma.mma_async.sync.aligned.m64n128k16.f32." T "." T " {" \
-  "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
-  "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31," \
-  "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47," \
-  "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63" \
-  "}, %64, %65, p, 1, 1, 0, 0; }\n" \
-  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
-  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
-  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
-  "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
-  "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
-  "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
-  "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]) \
-  : "l"(da), "l"(db), "r"(scale_d))
-#define FWD90_WGMMA_RS_64(T) \
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %37, 0;\n" \
-  "wgmma.mma_async.sync.aligned.m64n64k16.f32." T "." T " {" \
-  "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
-  "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31" \
-  "}, {%32,%33,%34,%35}, %36, p, 1, 1, 1; }\n" \
-  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
-  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
-  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) \
-  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(1))
-#define FWD90_WGMMA_RS_128(T) \
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %69, 0;\n" \
-  "wgmma.mma_async.sync.aligned.m64n128k16.f32." T "." T " {" \
-  "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
-  "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31," \
-  "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47," \
-  "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63" \
-  "}, {%64,%65,%66,%67}, %68, p, 1, 1, 1; }\n" \
-  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
-  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
-  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
-  "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
-  "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
-  "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
-  "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]) \
-  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(1))
-#define FWD90_WGMMA_RS_256(T) \
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %133, 0;\n" \
-  "wgmma.mma_async.sync.aligned.m64n256k16.f32." T "." T " {" \
-  "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
-  "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31," \
-  "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47," \
-  "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63," \
-  "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79," \
-  "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95," \
-  "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111," \
-  "%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127" \
-  "}, {%128,%129,%130,%131}, %132, p, 1, 1, 1; }\n" \
-  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
-  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
-  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
-  "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
-  "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
-  "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
-  "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), \
-  "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
-  "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
-  "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), \
-  "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), \
-  "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), \
-  "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), \
-  "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), \
-  "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127]) \
-  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(1))
-
-[[maybe_unused]] static __device__ __forceinline__ void fwd90_wgmma_ss_64(float (&d)[32], unsigned long long da,
-                                                       unsigned long long db, int scale_d) {
-  if constexpr (fwd90_in_bf16)
-    FWD90_WGMMA_SS_64("bf16");
-  else
-    FWD90_WGMMA_SS_64("f16");
-}
-
-[[maybe_unused]] static __device__ __forceinline__ void fwd90_wgmma_ss_80(float (&d)[40], unsigned long long da,
-                                                       unsigned long long db, int scale_d) {
-  if constexpr (fwd90_in_bf16)
-    FWD90_WGMMA_SS_80("bf16");
-  else
-    FWD90_WGMMA_SS_80("f16");
-}
-
-[[maybe_unused]] static __device__ __forceinline__ void fwd90_wgmma_ss_128(float (&d)[64], unsigned long long da,
-                                                       unsigned long long db, int scale_d) {
-  if constexpr (fwd90_in_bf16)
-    FWD90_WGMMA_SS_128("bf16");
-  else
-    FWD90_WGMMA_SS_128("f16");
-}
-
-[[maybe_unused]] static __device__ __forceinline__ void fwd90_wgmma_rs_64(float (&d)[32], const unsigned (&a)[4],
-                                                       unsigned long long db) {
-  if constexpr (fwd90_in_bf16)
-    FWD90_WGMMA_RS_64("bf16");
-  else
-    FWD90_WGMMA_RS_64("f16");
-}
-
-[[maybe_unused]] static __device__ __forceinline__ void fwd90_wgmma_rs_128(float (&d)[64], const unsigned (&a)[4],
-                                                       unsigned long long db) {
-  if constexpr (fwd90_in_bf16)
-    FWD90_WGMMA_RS_128("bf16");
-  else
-    FWD90_WGMMA_RS_128("f16");
-}
-
-[[maybe_unused]] static __device__ __forceinline__ void fwd90_wgmma_rs_256(float (&d)[128], const unsigned (&a)[4],
-                                                       unsigned long long db) {
-  if constexpr (fwd90_in_bf16)
-    FWD90_WGMMA_RS_256("bf16");
-  else
-    FWD90_WGMMA_RS_256("f16");
 }
 
 /* Dispatch on the tile widths (templates, so the untaken branches are
@@ -329,21 +160,21 @@ template <int N>
 static __device__ __forceinline__ void fwd90_gemm_qk(float (&d)[N / 2], unsigned long long da,
                                                      unsigned long long db, int scale_d) {
   if constexpr (N == 128)
-    fwd90_wgmma_ss_128(d, da, db, scale_d);
+    attn_wgmma_ss128_kk<fwd90_in_bf16>(d, da, db, scale_d);
   else if constexpr (N == 80)
-    fwd90_wgmma_ss_80(d, da, db, scale_d);
+    attn_wgmma_ss80_kk<fwd90_in_bf16>(d, da, db, scale_d);
   else
-    fwd90_wgmma_ss_64(d, da, db, scale_d);
+    attn_wgmma_ss64_kk<fwd90_in_bf16>(d, da, db, scale_d);
 }
 template <int N>
 static __device__ __forceinline__ void fwd90_gemm_pv(float (&d)[N / 2], const unsigned (&a)[4],
                                                      unsigned long long db) {
   if constexpr (N == 256)
-    fwd90_wgmma_rs_256(d, a, db);
+    attn_wgmma_rs256<fwd90_in_bf16>(d, a, db);
   else if constexpr (N == 128)
-    fwd90_wgmma_rs_128(d, a, db);
+    attn_wgmma_rs128<fwd90_in_bf16>(d, a, db);
   else
-    fwd90_wgmma_rs_64(d, a, db);
+    attn_wgmma_rs64<fwd90_in_bf16>(d, a, db);
 }
 
 /* ------------------------------------------------------- the kernel body */
@@ -619,35 +450,35 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       /* Our turn at the tensor cores: S = Q K^T, and O += P V of the
        * previous tile, both asynchronous. */
       fwd90_named_sync(my_turn);
-      fwd90_wgmma_fence();
+      attn_wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < fwd90_dqk / 16; ++kk) {
         const unsigned long long dq =
-            fwd90_desc(q_wg + (kk >> 2) * fwd90_bm * 128 + (kk & 3) * 32, 16, 1024);
+            attn_wgmma_desc(q_wg + (kk >> 2) * fwd90_bm * 128 + (kk & 3) * 32, 16, 1024);
         const unsigned long long dk =
-            fwd90_desc(ks + (kk >> 2) * fwd90_bn * 128 + (kk & 3) * 32, 16, 1024);
+            attn_wgmma_desc(ks + (kk >> 2) * fwd90_bn * 128 + (kk & 3) * 32, 16, 1024);
         fwd90_gemm_qk<fwd90_bn>(s, dq, dk, kk > 0);
       }
-      fwd90_wgmma_commit();
+      attn_wgmma_commit();
       if (it > 0) {
         const unsigned vs = skv + pst * fwd90_stage_bytes + fwd90_k_bytes;
         fwd90_bar_wait(bar_v(pst), pph);
 #pragma unroll
         for (int kk = 0; kk < fwd90_bn / 16; ++kk) {
-          const unsigned long long dv = fwd90_desc(vs + kk * 16 * 128, fwd90_bn * 128, 1024);
+          const unsigned long long dv = attn_wgmma_desc(vs + kk * 16 * 128, fwd90_bn * 128, 1024);
           fwd90_gemm_pv<fwd90_dv>(o, pa[kk], dv);
         }
       }
       /* Always a second group (empty in the first round), so one wait<1>
        * below means "S is done" on every path. */
-      fwd90_wgmma_commit();
+      attn_wgmma_commit();
       if (!(wg == 1 && nn >= n_end))
         fwd90_named_arrive(other_turn);
 
-      fwd90_wgmma_wait<1>(); /* S is done; P V may still run */
+      attn_wgmma_wait<1>(); /* S is done; P V may still run */
 #pragma unroll
       for (int r = 0; r < fwd90_s_regs; ++r)
-        fwd90_fence_reg(s[r]);
+        attn_fence_reg(s[r]);
       if (lane == 0)
         fwd90_bar_arrive(bar_empty(st)); /* its K may be refilled */
 
@@ -697,10 +528,10 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
 #endif
       }
 
-      fwd90_wgmma_wait<0>(); /* the previous P V is done */
+      attn_wgmma_wait<0>(); /* the previous P V is done */
 #pragma unroll
       for (int r = 0; r < fwd90_o_regs; ++r)
-        fwd90_fence_reg(o[r]);
+        attn_fence_reg(o[r]);
 #pragma unroll
       for (int kk = 0; kk < fwd90_bn / 16; ++kk)
 #pragma unroll
@@ -733,17 +564,17 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
     if (it > 0) { /* the last tile's P V */
       const unsigned vs = skv + pst * fwd90_stage_bytes + fwd90_k_bytes;
       fwd90_bar_wait(bar_v(pst), pph);
-      fwd90_wgmma_fence();
+      attn_wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < fwd90_bn / 16; ++kk) {
-        const unsigned long long dv = fwd90_desc(vs + kk * 16 * 128, fwd90_bn * 128, 1024);
+        const unsigned long long dv = attn_wgmma_desc(vs + kk * 16 * 128, fwd90_bn * 128, 1024);
         fwd90_gemm_pv<fwd90_dv>(o, pa[kk], dv);
       }
-      fwd90_wgmma_commit();
-      fwd90_wgmma_wait<0>();
+      attn_wgmma_commit();
+      attn_wgmma_wait<0>();
 #pragma unroll
       for (int r = 0; r < fwd90_o_regs; ++r)
-        fwd90_fence_reg(o[r]);
+        attn_fence_reg(o[r]);
       if (lane == 0)
         fwd90_bar_arrive(bar_empty_v(pst));
     }
@@ -781,9 +612,3 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
   }
 }
 
-#undef FWD90_WGMMA_SS_64
-#undef FWD90_WGMMA_SS_80
-#undef FWD90_WGMMA_SS_128
-#undef FWD90_WGMMA_RS_64
-#undef FWD90_WGMMA_RS_128
-#undef FWD90_WGMMA_RS_256

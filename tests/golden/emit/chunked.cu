@@ -6,6 +6,8 @@
 
 /* [the text of templates/ptx.cuh] */
 
+/* [the text of templates/wgmma.cuh] */
+
 /* ---- graph chunked (examples/chunked.attn:5:11): forward, template fwd_sm90 ---- */
 #define ATTN_D_QK 64
 #define ATTN_D_V 64

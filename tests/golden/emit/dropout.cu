@@ -6,6 +6,8 @@
 
 /* [the text of templates/ptx.cuh] */
 
+/* [the text of templates/wgmma.cuh] */
+
 /* [the text of templates/philox.cuh] */
 
 /* ---- graph dropout (examples/dropout.attn:5:11): forward, template fwd_sm90 ---- */

@@ -6,6 +6,8 @@
 
 /* [the text of templates/ptx.cuh] */
 
+/* [the text of templates/wgmma.cuh] */
+
 /* ---- graph gemma2_local (examples/gemma2_local.attn:3:11): forward, template fwd_sm90 ---- */
 #define ATTN_D_QK 256
 #define ATTN_D_V 256

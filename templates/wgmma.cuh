@@ -1,0 +1,237 @@
+/*
+ * wgmma.cuh: the Hopper (sm_90a) warpgroup-MMA wrappers every sm90 template
+ * uses (fwd_sm90.cuh, bwd_sm90.cuh), written once. Pasted at the top of a
+ * unit for an sm_90a target, after ptx.cuh. No #include: NVRTC compiles
+ * this with no headers.
+ *
+ * d (+)= A * B for one m64nNk16 step, f32 accumulators, bf16 or f16
+ * inputs (BF16). ss: A and B from shared memory through descriptors
+ * (attn_wgmma_desc); `kk` both K-major, `mn` both MN-major (transposed);
+ * scale_d 0 overwrites d. rs: A from registers (the accumulator fragment
+ * layout of a previous wgmma, packed to pairs), B MN-major from shared
+ * memory; always accumulates. The asm below is written by
+ * tools/gen_wgmma.py (the operand lists are long); each shape is one
+ * statement for both input types.
+ */
+
+/* Orders this warpgroup's register and shared-memory writes before the
+ * wgmma that reads them. */
+[[maybe_unused]] static __device__ __forceinline__ void attn_wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+[[maybe_unused]] static __device__ __forceinline__ void attn_wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+/* Waits until at most N committed groups are still running. */
+template <int N> [[maybe_unused]] static __device__ __forceinline__ void attn_wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+/* Keeps the compiler from moving uses of a register across a wgmma wait
+ * (the asm statements carry no register dependence on it). */
+[[maybe_unused]] static __device__ __forceinline__ void attn_fence_reg(float &x) {
+  asm volatile("" : "+f"(x)::"memory");
+}
+[[maybe_unused]] static __device__ __forceinline__ void attn_fence_reg(unsigned &x) {
+  asm volatile("" : "+r"(x)::"memory");
+}
+/* Makes generic-proxy shared-memory writes visible to the async proxy
+ * (wgmma, TMA) before they read them. */
+[[maybe_unused]] static __device__ __forceinline__ void attn_fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+/* Shared-memory matrix descriptor, 128-byte swizzle: start address,
+ * leading byte offset (MN-major: the stride between 64-element column
+ * blocks; unused for K-major), stride byte offset (between 8-row groups). */
+[[maybe_unused]] static __device__ __forceinline__ unsigned long long
+attn_wgmma_desc(unsigned addr, unsigned lbo, unsigned sbo) {
+  return (unsigned long long)((addr & 0x3FFFF) >> 4) |
+         ((unsigned long long)(lbo >> 4) << 16) |
+         ((unsigned long long)(sbo >> 4) << 32) | (1ull << 62);
+}
+
+/* m64n64k16, A and B K-major from shared memory. */
+#define ATTN_WGMMA_SS64_KK(T) \
+  asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0;\n" \
+  "wgmma.mma_async.sync.aligned.m64n64k16.f32." T "." T " {" \
+  "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
+  "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31" \
+  "}, %32, %33, p, 1, 1, 0, 0; }\n" \
+  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) \
+  : "l"(da), "l"(db), "r"(scale_d))
+template <bool BF16>
+static __device__ __forceinline__ void attn_wgmma_ss64_kk(float (&d)[32], unsigned long long da,
+                                                   unsigned long long db, int scale_d) {
+  if constexpr (BF16)
+    ATTN_WGMMA_SS64_KK("bf16");
+  else
+    ATTN_WGMMA_SS64_KK("f16");
+}
+#undef ATTN_WGMMA_SS64_KK
+
+/* m64n80k16, A and B K-major from shared memory. */
+#define ATTN_WGMMA_SS80_KK(T) \
+  asm volatile("{ .reg .pred p; setp.ne.b32 p, %42, 0;\n" \
+  "wgmma.mma_async.sync.aligned.m64n80k16.f32." T "." T " {" \
+  "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
+  "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31," \
+  "%32,%33,%34,%35,%36,%37,%38,%39" \
+  "}, %40, %41, p, 1, 1, 0, 0; }\n" \
+  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+  "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]) \
+  : "l"(da), "l"(db), "r"(scale_d))
+template <bool BF16>
+static __device__ __forceinline__ void attn_wgmma_ss80_kk(float (&d)[40], unsigned long long da,
+                                                   unsigned long long db, int scale_d) {
+  if constexpr (BF16)
+    ATTN_WGMMA_SS80_KK("bf16");
+  else
+    ATTN_WGMMA_SS80_KK("f16");
+}
+#undef ATTN_WGMMA_SS80_KK
+
+/* m64n128k16, A and B K-major from shared memory. */
+#define ATTN_WGMMA_SS128_KK(T) \
+  asm volatile("{ .reg .pred p; setp.ne.b32 p, %66, 0;\n" \
+  "wgmma.mma_async.sync.aligned.m64n128k16.f32." T "." T " {" \
+  "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
+  "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31," \
+  "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47," \
+  "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63" \
+  "}, %64, %65, p, 1, 1, 0, 0; }\n" \
+  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+  "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+  "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+  "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+  "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]) \
+  : "l"(da), "l"(db), "r"(scale_d))
+template <bool BF16>
+static __device__ __forceinline__ void attn_wgmma_ss128_kk(float (&d)[64], unsigned long long da,
+                                                   unsigned long long db, int scale_d) {
+  if constexpr (BF16)
+    ATTN_WGMMA_SS128_KK("bf16");
+  else
+    ATTN_WGMMA_SS128_KK("f16");
+}
+#undef ATTN_WGMMA_SS128_KK
+
+/* m64n64k16, A and B MN-major (transposed) from shared memory. */
+#define ATTN_WGMMA_SS64_MN(T) \
+  asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0;\n" \
+  "wgmma.mma_async.sync.aligned.m64n64k16.f32." T "." T " {" \
+  "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
+  "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31" \
+  "}, %32, %33, p, 1, 1, 1, 1; }\n" \
+  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) \
+  : "l"(da), "l"(db), "r"(scale_d))
+template <bool BF16>
+static __device__ __forceinline__ void attn_wgmma_ss64_mn(float (&d)[32], unsigned long long da,
+                                                   unsigned long long db, int scale_d) {
+  if constexpr (BF16)
+    ATTN_WGMMA_SS64_MN("bf16");
+  else
+    ATTN_WGMMA_SS64_MN("f16");
+}
+#undef ATTN_WGMMA_SS64_MN
+
+/* m64n64k16, A from registers, B MN-major from shared memory. */
+#define ATTN_WGMMA_RS64(T) \
+  asm volatile("{ .reg .pred p; setp.ne.b32 p, %37, 0;\n" \
+  "wgmma.mma_async.sync.aligned.m64n64k16.f32." T "." T " {" \
+  "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
+  "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31" \
+  "}, {%32,%33,%34,%35}, %36, p, 1, 1, 1; }\n" \
+  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) \
+  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(1))
+template <bool BF16>
+static __device__ __forceinline__ void attn_wgmma_rs64(float (&d)[32], const unsigned (&a)[4],
+                                                   unsigned long long db) {
+  if constexpr (BF16)
+    ATTN_WGMMA_RS64("bf16");
+  else
+    ATTN_WGMMA_RS64("f16");
+}
+#undef ATTN_WGMMA_RS64
+
+/* m64n128k16, A from registers, B MN-major from shared memory. */
+#define ATTN_WGMMA_RS128(T) \
+  asm volatile("{ .reg .pred p; setp.ne.b32 p, %69, 0;\n" \
+  "wgmma.mma_async.sync.aligned.m64n128k16.f32." T "." T " {" \
+  "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
+  "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31," \
+  "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47," \
+  "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63" \
+  "}, {%64,%65,%66,%67}, %68, p, 1, 1, 1; }\n" \
+  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+  "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+  "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+  "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+  "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]) \
+  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(1))
+template <bool BF16>
+static __device__ __forceinline__ void attn_wgmma_rs128(float (&d)[64], const unsigned (&a)[4],
+                                                   unsigned long long db) {
+  if constexpr (BF16)
+    ATTN_WGMMA_RS128("bf16");
+  else
+    ATTN_WGMMA_RS128("f16");
+}
+#undef ATTN_WGMMA_RS128
+
+/* m64n256k16, A from registers, B MN-major from shared memory. */
+#define ATTN_WGMMA_RS256(T) \
+  asm volatile("{ .reg .pred p; setp.ne.b32 p, %133, 0;\n" \
+  "wgmma.mma_async.sync.aligned.m64n256k16.f32." T "." T " {" \
+  "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
+  "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31," \
+  "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47," \
+  "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63," \
+  "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79," \
+  "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95," \
+  "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111," \
+  "%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127" \
+  "}, {%128,%129,%130,%131}, %132, p, 1, 1, 1; }\n" \
+  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+  "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+  "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+  "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+  "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), \
+  "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
+  "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
+  "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), \
+  "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), \
+  "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), \
+  "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), \
+  "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), \
+  "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127]) \
+  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(1))
+template <bool BF16>
+static __device__ __forceinline__ void attn_wgmma_rs256(float (&d)[128], const unsigned (&a)[4],
+                                                   unsigned long long db) {
+  if constexpr (BF16)
+    ATTN_WGMMA_RS256("bf16");
+  else
+    ATTN_WGMMA_RS256("f16");
+}
+#undef ATTN_WGMMA_RS256

@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+# gen_wgmma.py: writes templates/wgmma.cuh (the wgmma asm wrappers: their operand
+# lists are long and regular). Run from the repository root after changing a shape;
+# the output is committed.
+def regs(n):
+    idx=[f"%{k}" for k in range(n)]
+    lines=[",".join(idx[i:i+16]) for i in range(0,n,16)]
+    return ",\" \\\n  \"".join(lines)
+def outs(n):
+    items=[f'"+f"(d[{k}])' for k in range(n)]
+    lines=[", ".join(items[i:i+8]) for i in range(0,n,8)]
+    return ", \\\n  ".join(lines)
+def ss(name, N, ta, tb, doc):
+    n=N//2
+    return f'''/* {doc} */
+#define ATTN_WGMMA_{name.upper()}(T) \\
+  asm volatile("{{ .reg .pred p; setp.ne.b32 p, %{n+2}, 0;\\n" \\
+  "wgmma.mma_async.sync.aligned.m64n{N}k16.f32." T "." T " {{" \\
+  "{regs(n)}" \\
+  "}}, %{n}, %{n+1}, p, 1, 1, {ta}, {tb}; }}\\n" \\
+  : {outs(n)} \\
+  : "l"(da), "l"(db), "r"(scale_d))
+template <bool BF16>
+static __device__ __forceinline__ void attn_wgmma_{name}(float (&d)[{n}], unsigned long long da,
+                                                   unsigned long long db, int scale_d) {{
+  if constexpr (BF16)
+    ATTN_WGMMA_{name.upper()}("bf16");
+  else
+    ATTN_WGMMA_{name.upper()}("f16");
+}}
+#undef ATTN_WGMMA_{name.upper()}
+'''
+def rs(name, N, doc):
+    n=N//2
+    return f'''/* {doc} */
+#define ATTN_WGMMA_{name.upper()}(T) \\
+  asm volatile("{{ .reg .pred p; setp.ne.b32 p, %{n+5}, 0;\\n" \\
+  "wgmma.mma_async.sync.aligned.m64n{N}k16.f32." T "." T " {{" \\
+  "{regs(n)}" \\
+  "}}, {{%{n},%{n+1},%{n+2},%{n+3}}}, %{n+4}, p, 1, 1, 1; }}\\n" \\
+  : {outs(n)} \\
+  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(1))
+template <bool BF16>
+static __device__ __forceinline__ void attn_wgmma_{name}(float (&d)[{n}], const unsigned (&a)[4],
+                                                   unsigned long long db) {{
+  if constexpr (BF16)
+    ATTN_WGMMA_{name.upper()}("bf16");
+  else
+    ATTN_WGMMA_{name.upper()}("f16");
+}}
+#undef ATTN_WGMMA_{name.upper()}
+'''
+head='''/*
+ * wgmma.cuh: the Hopper (sm_90a) warpgroup-MMA wrappers every sm90 template
+ * uses (fwd_sm90.cuh, bwd_sm90.cuh), written once. Pasted at the top of a
+ * unit for an sm_90a target, after ptx.cuh. No #include: NVRTC compiles
+ * this with no headers.
+ *
+ * d (+)= A * B for one m64nNk16 step, f32 accumulators, bf16 or f16
+ * inputs (BF16). ss: A and B from shared memory through descriptors
+ * (attn_wgmma_desc); `kk` both K-major, `mn` both MN-major (transposed);
+ * scale_d 0 overwrites d. rs: A from registers (the accumulator fragment
+ * layout of a previous wgmma, packed to pairs), B MN-major from shared
+ * memory; always accumulates. The asm below is written by
+ * tools/gen_wgmma.py (the operand lists are long); each shape is one
+ * statement for both input types.
+ */
+
+/* Orders this warpgroup's register and shared-memory writes before the
+ * wgmma that reads them. */
+[[maybe_unused]] static __device__ __forceinline__ void attn_wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\\n" ::: "memory");
+}
+[[maybe_unused]] static __device__ __forceinline__ void attn_wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\\n" ::: "memory");
+}
+/* Waits until at most N committed groups are still running. */
+template <int N> [[maybe_unused]] static __device__ __forceinline__ void attn_wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\\n" ::"n"(N) : "memory");
+}
+/* Keeps the compiler from moving uses of a register across a wgmma wait
+ * (the asm statements carry no register dependence on it). */
+[[maybe_unused]] static __device__ __forceinline__ void attn_fence_reg(float &x) {
+  asm volatile("" : "+f"(x)::"memory");
+}
+[[maybe_unused]] static __device__ __forceinline__ void attn_fence_reg(unsigned &x) {
+  asm volatile("" : "+r"(x)::"memory");
+}
+/* Makes generic-proxy shared-memory writes visible to the async proxy
+ * (wgmma, TMA) before they read them. */
+[[maybe_unused]] static __device__ __forceinline__ void attn_fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\\n" ::: "memory");
+}
+
+/* Shared-memory matrix descriptor, 128-byte swizzle: start address,
+ * leading byte offset (MN-major: the stride between 64-element column
+ * blocks; unused for K-major), stride byte offset (between 8-row groups). */
+[[maybe_unused]] static __device__ __forceinline__ unsigned long long
+attn_wgmma_desc(unsigned addr, unsigned lbo, unsigned sbo) {
+  return (unsigned long long)((addr & 0x3FFFF) >> 4) |
+         ((unsigned long long)(lbo >> 4) << 16) |
+         ((unsigned long long)(sbo >> 4) << 32) | (1ull << 62);
+}
+
+'''
+body=head
+body+=ss("ss64_kk",64,0,0,"m64n64k16, A and B K-major from shared memory.")
+body+="\n"+ss("ss80_kk",80,0,0,"m64n80k16, A and B K-major from shared memory.")
+body+="\n"+ss("ss128_kk",128,0,0,"m64n128k16, A and B K-major from shared memory.")
+body+="\n"+ss("ss64_mn",64,1,1,"m64n64k16, A and B MN-major (transposed) from shared memory.")
+body+="\n"+rs("rs64",64,"m64n64k16, A from registers, B MN-major from shared memory.")
+body+="\n"+rs("rs128",128,"m64n128k16, A from registers, B MN-major from shared memory.")
+body+="\n"+rs("rs256",256,"m64n256k16, A from registers, B MN-major from shared memory.")
+open('templates/wgmma.cuh', 'w').write(body)
