@@ -899,7 +899,7 @@ void emit_bwd_body(StrBuf *out, const BwdSpec *s, Arena *a);
  * bwd_* fields) and the #undefs of the slot macros. */
 void emit_bwd_entries(StrBuf *out, const BwdSpec *s, Arena *a, KernelInfo *info);
 
-/* interp.c: one element of a pointwise op, as ref_forward computes it
+/* ref_arith.c: one element of a pointwise op, as ref_forward computes it
  * (fault set on integer division by zero). */
 double ref_apply_op(const IrNode *n, const double *x, int *fault);
 
