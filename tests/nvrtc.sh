@@ -7,12 +7,23 @@ attnc=${1:?usage: nvrtc.sh ATTNC}
 pass=0 fail=0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# compile ARGS...: attnc compile with stderr in $tmp/err. Under the
+# sanitizer build, LeakSanitizer's stop-the-world tracer itself crashed
+# once here at exit ("LeakSanitizer has encountered a fatal error", not a
+# leak report) while NVRTC's threads wound down; such a run is repeated
+# once. A leak LSan does report still fails.
+compile() {
+  ATTN_NO_CACHE=1 "$attnc" compile "$@" 2>"$tmp/err" && return 0
+  grep -q 'LeakSanitizer has encountered a fatal error' "$tmp/err" || return 1
+  echo "note: LeakSanitizer's tracer crashed (not a leak); compiling again: $*"
+  ATTN_NO_CACHE=1 "$attnc" compile "$@" 2>"$tmp/err"
+}
 for f in examples/*.attn; do
   name=$(basename "${f%.attn}")
   [ -f "tests/golden/emit/$name.err" ] && continue # the matcher refuses it
   for arch in sm_80 sm_90a; do
     out="$tmp/$name.$arch.cubin"
-    if ! ATTN_NO_CACHE=1 "$attnc" compile "$f" --arch "$arch" -o "$out" 2>"$tmp/err"; then
+    if ! compile "$f" --arch "$arch" -o "$out"; then
       cat "$tmp/err"; echo "FAIL: $f for $arch"; fail=$((fail + 1)); continue
     fi
     magic=$(od -An -c -N4 "$out" | tr -d ' ')
@@ -24,8 +35,8 @@ done
 # The Hopper fast path: an sm_90a build must use the TMA and wgmma
 # instructions (fwd_sm90.cuh), not fall back to the portable template.
 ptx="$tmp/sdpa.sm_90a.ptx"
-if ATTN_NO_CACHE=1 "$attnc" compile examples/sdpa.attn --arch sm_90a -o "$tmp/sdpa.cubin" \
-     --ptx "$ptx" 2>"$tmp/err" && grep -q 'wgmma.mma_async' "$ptx" &&
+if compile examples/sdpa.attn --arch sm_90a -o "$tmp/sdpa.cubin" --ptx "$ptx" &&
+   grep -q 'wgmma.mma_async' "$ptx" &&
    grep -q 'cp.async.bulk.tensor' "$ptx"; then
   pass=$((pass + 1))
 else
