@@ -1,7 +1,10 @@
-/* fuzz_front.c: libFuzzer harness for the front end. Any byte string goes
- * through source_from_string -> parse_source -> (if it parsed) ir_build on
- * a fresh arena, which is then freed: the harness finds crashes, hangs,
- * leaks and sanitizer reports, and checks the parser's promises. */
+/* fuzz_front.c: libFuzzer harness for the front end and the code
+ * generator. Any byte string goes through source_from_string ->
+ * parse_source -> (if it parsed) ir_build -> (if it built) emit_module for
+ * sm_80 and sm_90a (matcher, backward derivation, emitters; no NVRTC) on a
+ * fresh arena, which is then freed: the harness finds crashes, hangs,
+ * leaks and sanitizer reports, and checks the promises that every failure
+ * comes with a located error. */
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -21,6 +24,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     IrModule *m = ir_build(ast, a, &d);
     if (!m && d.nerrors == 0)
       abort(); /* a failed build must say why */
+    static const char *const targets[] = {"sm_80", "sm_90a"};
+    for (int t = 0; m && t < 2; t++) {
+      Diag ed = {0};
+      EmitResult er;
+      if (emit_module(m, targets[t], a, &ed, &er) != 0 && ed.nerrors == 0)
+        abort(); /* a graph no template takes must say why */
+      diag_free(&ed);
+    }
   } else if (d.out.len == 0) {
     abort(); /* every counted error is shown or capped, never silent */
   }
