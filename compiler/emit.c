@@ -44,10 +44,8 @@ static void mark_per_bh(const IrNode *n, bool *seen, bool *ctx) {
  * attn_score (hooks.cuh). */
 static void emit_score(StrBuf *out, const KernelSpec *s, Arena *a) {
   const IrGraph *g = s->g;
-  bool *seen = arena_alloc(a, (size_t)(g->nnodes + 1) * sizeof *seen);
+  bool *seen = arena_alloc(a, (size_t)(g->nnodes + 1) * sizeof *seen); /* zeroed */
   bool *ctx = arena_alloc(a, (size_t)(g->nnodes + 1) * sizeof *ctx);
-  memset(seen, 0, (size_t)(g->nnodes + 1) * sizeof *seen);
-  memset(ctx, 0, (size_t)(g->nnodes + 1) * sizeof *ctx);
   if ((s->score->dom & (DOM_I | DOM_J)) != 0) mark_per_bh(s->score, seen, ctx);
 
   ExprHook bh;

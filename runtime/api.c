@@ -41,10 +41,10 @@ struct attn_graph {
   CUkernel kern;      /* once the module's library is loaded */
   CUfunction fn;      /* kern in fn_ctx */
   CUcontext fn_ctx;
-  CUfunction bwd_fn[4]; /* the backward's entries in bwd_fn_ctx */
-  CUcontext bwd_fn_ctx;
-  CUfunction prep_fn; /* the separable masks' prep kernel in prep_fn_ctx */
-  CUcontext prep_fn_ctx;
+  /* The other entries (rt_call_aux_function: the backward's, the
+   * separable masks' prep kernel) in aux_fn_ctx. */
+  CUfunction aux_fn[RT_ENTRY_COUNT];
+  CUcontext aux_fn_ctx;
 };
 
 struct attn_module {
@@ -794,14 +794,9 @@ attn_status attn_call_create(attn_graph *g, attn_call **out) {
 void attn_call_destroy(attn_call *c) {
   if (!c) return;
   rt_bwd_scratch_free(c->bwd);
-  if (c->ranges) {
-    const RtDriver *d = rt_driver(NULL, NULL);
-    if (d) d->MemFree(c->ranges);
-  }
-  if (c->tile_queue) {
-    const RtDriver *d = rt_driver(NULL, NULL);
-    if (d) d->MemFree(c->tile_queue);
-  }
+  const RtDriver *d = c->ranges || c->tile_queue ? rt_driver(NULL, NULL) : NULL;
+  if (d && c->ranges) d->MemFree(c->ranges);
+  if (d && c->tile_queue) d->MemFree(c->tile_queue);
   free(c);
 }
 
@@ -897,46 +892,15 @@ static attn_status rt_grid(attn_call *c, unsigned grid[3]) {
   return ATTN_SUCCESS;
 }
 
-/* The prep kernel of the call's graph in context cu (cached for the last
- * context used). */
-static attn_status rt_prep_function(attn_call *c, const RtDriver *d,
-                                    CUcontext cu, CUfunction *fn) {
-  attn_graph *g = c->g;
-  StrBuf *err = &g->m->ctx->error;
-  attn_status st = rt_module_load(g->m, d);
-  if (st) return st;
-  if (g->prep_fn && g->prep_fn_ctx == cu) {
-    *fn = g->prep_fn;
-    return ATTN_SUCCESS;
-  }
-  CUkernel kern;
-  CUresult r = d->LibraryGetKernel(&kern, g->m->lib, g->kernel.prep_entry);
-  if (r == CUDA_SUCCESS) r = d->KernelGetFunction(fn, kern);
-  if (r != CUDA_SUCCESS) {
-    st = rt_driver_error(d, r, "cuLibraryGetKernel", err);
-    sb_printf(err, " for the mask prep entry '%s' (built for %s)",
-              g->kernel.prep_entry, g->m->arch);
-    return st;
-  }
-  g->prep_fn = *fn;
-  g->prep_fn_ctx = cu;
-  return ATTN_SUCCESS;
-}
-
-attn_status rt_call_prep(attn_call *c, attn_params *p, void *stream) {
+attn_status rt_call_prep(attn_call *c, const RtDriver *d, CUcontext cu, attn_params *p,
+                         void *stream) {
   const KernelInfo *k = &c->g->kernel;
   p->mask_ranges = NULL;
   if (!k->prep_entry || p->B == 0 || p->H == 0 || p->Sq == 0) return ATTN_SUCCESS;
   attn_context *ctx = c->g->m->ctx;
-  attn_status st;
-  const RtDriver *d = rt_driver(&st, &ctx->error);
-  if (!d) return st;
-  CUcontext cu;
-  CUdevice dev;
   CUfunction fn;
-  if ((st = rt_driver_current(d, &cu, &dev, &ctx->error)) ||
-      (st = rt_prep_function(c, d, cu, &fn)))
-    return st;
+  attn_status st = rt_call_aux_function(c, d, cu, RT_ENTRY_PREP, &fn);
+  if (st) return st;
   size_t bytes = sep_workspace_bytes(k->prep_cell_bytes, p->B, p->H, p->Sq,
                                      p->Skv, NULL);
   if (bytes == 0) bytes = 16;
@@ -1010,7 +974,7 @@ attn_status attn_call_launch(attn_call *c, void *stream) {
     }
     p->tile_queue = (unsigned *)(uintptr_t)c->tile_queue;
   }
-  if ((st = rt_call_prep(c, p, stream))) return st; /* separable masks' ranges */
+  if ((st = rt_call_prep(c, d, cu, p, stream))) return st; /* separable masks' ranges */
   attn_tmaps tmaps; /* the sm90 template's second parameter (tmap.c) */
   if ((st = rt_tmap_fill(d, c->g->ir, k, p, &tmaps, &ctx->error))) return st;
   void *args[] = {p, &tmaps};
@@ -1038,31 +1002,32 @@ const KernelInfo *rt_call_kernel(const attn_call *c) { return &c->g->kernel; }
 BindState *rt_call_bind(attn_call *c) { return &c->bind; }
 RtBwdScratch **rt_call_bwd_scratch(attn_call *c) { return &c->bwd; }
 
-/* Backward entry `which` (0..3 as KernelInfo.bwd_entry) in the current
- * context, loading the module first; the main kernel's shared-memory
- * limit is raised. Cached for the last context used. */
-attn_status rt_call_bwd_function(attn_call *c, const RtDriver *d, CUcontext cu,
+/* cuda_driver.h: the backward's entries and the prep kernel, loading the
+ * module first. */
+attn_status rt_call_aux_function(attn_call *c, const RtDriver *d, CUcontext cu,
                                  int which, CUfunction *fn) {
   attn_graph *g = c->g;
   attn_module *m = g->m;
   StrBuf *err = &m->ctx->error;
   attn_status st = rt_module_load(m, d);
   if (st) return st;
-  if (g->bwd_fn_ctx != cu) {
-    memset(g->bwd_fn, 0, sizeof g->bwd_fn);
-    g->bwd_fn_ctx = cu;
+  if (g->aux_fn_ctx != cu) {
+    memset(g->aux_fn, 0, sizeof g->aux_fn);
+    g->aux_fn_ctx = cu;
   }
-  if (g->bwd_fn[which]) {
-    *fn = g->bwd_fn[which];
+  if (g->aux_fn[which]) {
+    *fn = g->aux_fn[which];
     return ATTN_SUCCESS;
   }
-  const char *entry = g->kernel.bwd_entry[which];
+  const bool prep = which == RT_ENTRY_PREP;
+  const char *entry = prep ? g->kernel.prep_entry : g->kernel.bwd_entry[which];
   CUkernel kern;
   CUresult r = d->LibraryGetKernel(&kern, m->lib, entry);
   if (r == CUDA_SUCCESS) r = d->KernelGetFunction(fn, kern);
   if (r != CUDA_SUCCESS) {
     st = rt_driver_error(d, r, "cuLibraryGetKernel", err);
-    sb_printf(err, " for backward entry '%s' (built for %s)", entry, m->arch);
+    sb_printf(err, " for %s entry '%s' (built for %s)", prep ? "the mask prep" : "backward",
+              entry, m->arch);
     return st;
   }
   if (which == 1 && g->kernel.bwd_smem_bytes > 0) {
@@ -1075,6 +1040,6 @@ attn_status rt_call_bwd_function(attn_call *c, const RtDriver *d, CUcontext cu,
       return st;
     }
   }
-  g->bwd_fn[which] = *fn;
+  g->aux_fn[which] = *fn;
   return ATTN_SUCCESS;
 }

@@ -158,7 +158,7 @@ static attn_status bwd_launch(attn_call *c, const RtDriver *d, CUcontext cu, int
                               unsigned gx, unsigned gy, unsigned gz, unsigned smem,
                               attn_params *p, CUstream stream) {
   CUfunction fn;
-  attn_status st = rt_call_bwd_function(c, d, cu, which, &fn);
+  attn_status st = rt_call_aux_function(c, d, cu, which, &fn);
   if (st) return st;
   void *args[] = {p};
   CUresult r = d->LaunchKernel(fn, gx, gy, gz, (unsigned)rt_call_kernel(c)->bwd_threads, 1, 1,
@@ -270,7 +270,7 @@ attn_status attn_call_launch_backward(attn_call *c, void *stream) {
     else
       bwd_set_dense(&p, sl.dbias_acc[r], sc->buf[BWD_BIAS0 + r], 1, 1, (int)n);
   }
-  if ((st = rt_call_prep(c, &p, stream))) return st; /* separable masks' tile ranges */
+  if ((st = rt_call_prep(c, d, cu, &p, stream))) return st; /* separable masks' tile ranges */
   const unsigned row_ctas = (unsigned)(k->bwd_threads / 32);
   const unsigned gq = (unsigned)((p.Sq + row_ctas - 1) / row_ctas);
   unsigned gk = (unsigned)((p.Skv + k->bwd_block_n - 1) / k->bwd_block_n);

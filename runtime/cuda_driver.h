@@ -97,10 +97,23 @@ void rt_driver_release_primary(int device);
 attn_status rt_tmap_fill(const RtDriver *d, const IrGraph *g, const KernelInfo *k,
                          const attn_params *p, attn_tmaps *tm, StrBuf *err);
 
-/* api.c, for backward.c: the backward's entry `which` (0..3, as
- * KernelInfo.bwd_entry) of the call's graph in context cu, with the main
- * kernel's shared-memory limit raised. Error in the context's message. */
-attn_status rt_call_bwd_function(attn_call *c, const RtDriver *d, CUcontext cu, int which,
+/* api.c: an entry of the call's graph besides its forward kernel, in
+ * context cu (cached per graph for the last context used): `which` 0..3
+ * is the backward's (as KernelInfo.bwd_entry; the main kernel's
+ * shared-memory limit raised), RT_ENTRY_PREP the separable masks' prep
+ * kernel. Error in the context's message. */
+enum { RT_ENTRY_PREP = 4, RT_ENTRY_COUNT = 5 };
+attn_status rt_call_aux_function(attn_call *c, const RtDriver *d, CUcontext cu, int which,
                                  CUfunction *fn);
+
+/* Separable mask conjuncts (KernelInfo.prep_entry): makes sure the call's
+ * range workspace is large enough for p's problem (allocated on first use,
+ * grown on demand, freed with the call), points p->mask_ranges at it and
+ * launches the graph's prep kernel on `stream`; for a graph without one,
+ * sets p->mask_ranges to NULL and does nothing else. The forward launch
+ * calls it, and backward.c before its kernels, with the driver and the
+ * current context they hold. */
+attn_status rt_call_prep(attn_call *c, const RtDriver *d, CUcontext cu, attn_params *p,
+                         void *stream);
 
 #endif

@@ -223,13 +223,6 @@ const KernelInfo *rt_call_kernel(const attn_call *c);
 BindState *rt_call_bind(attn_call *c);
 RtBwdScratch **rt_call_bwd_scratch(attn_call *c);
 
-/* Separable mask conjuncts (KernelInfo.prep_entry): makes sure the call's
- * range workspace is large enough for p's problem (allocated on first use,
- * grown on demand, freed with the call), points p->mask_ranges at it and
- * launches the graph's prep kernel on `stream`; for a graph without one,
- * sets p->mask_ranges to NULL and does nothing else. The forward launch
- * calls it, and backward.c before its kernels. */
-attn_status rt_call_prep(attn_call *c, attn_params *p, void *stream);
 
 /* ------------------------------------------------------------ backward.c */
 
