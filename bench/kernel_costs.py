@@ -37,8 +37,14 @@ SHAPES = {  # name: (B, H, S, D, body)
     **{k: (4, 16, 4096, 128, v) for k, v in BODIES.items()},
     "d64_s1k_causal": (16, 32, 1024, 64, CAUSAL),
     "d64_s1k": (16, 32, 1024, 64, ""),
+    "d64_s4k": (4, 32, 4096, 64, ""),
     "d256_s4k": (4, 8, 4096, 256, ""),
     "d256_s4k_causal": (4, 8, 4096, 256, CAUSAL),
+    # The document mask's costs apart: documents cut on 128-key boundaries
+    # (every live tile full), and plain attention on short rows (as many
+    # work tiles, a few key tiles each).
+    "document_aligned": (4, 16, 4096, 128, BODIES["document"]),
+    "plain_s512": (32, 16, 512, 128, ""),
 }
 
 
@@ -76,7 +82,10 @@ def main():
         if "doc[" in body:
             g = torch.Generator().manual_seed(0)
             t["doc"] = torch.zeros(B, S, dtype=torch.int32, device="cuda")
-            for c in sorted(torch.randint(1, S, (7,), generator=g).tolist()):
+            cuts = torch.randint(1, S, (7,), generator=g)
+            if name.endswith("_aligned"):
+                cuts = (cuts // 128).clamp(min=1) * 128
+            for c in sorted(cuts.tolist()):
                 t["doc"][:, c:] += 1
         call = attn.call(attn.compile(name, text(name, D, body)), name, t)
         if args.once:

@@ -189,10 +189,14 @@ static void emit_out(StrBuf *out, const KernelSpec *s, Arena *a) {
            ret);
 }
 
-/* dropout(p, rate, seed, offset): the factor P's element (b, h, i, j) is
- * multiplied by before P V, 0 or 1 / (1 - rate). The bits are
- * templates/philox.cuh's, drawn exactly as the CPU reference draws them
- * (docs/language.md has the layout), so the masks are bit-identical. */
+/* dropout(p, rate, seed, offset): the factors P's elements (b, h, i, j) are
+ * multiplied by before P V, 0 or 1 / (1 - rate), for one 2x2 group: the
+ * four elements (i, j), (i, j + 8), (i + 8, j), (i + 8, j + 8) a thread
+ * holds in an accumulator fragment, whose bits are the four words of ONE
+ * Philox call. The bits are templates/philox.cuh's, drawn exactly as the
+ * CPU reference draws them (docs/language.md has the layout), so the masks
+ * are bit-identical. Rate, seed and offset are the same for every element
+ * (ir_build's check_uniform), so one evaluation serves all four. */
 static void emit_dropout(StrBuf *out, const KernelSpec *s, Arena *a) {
   ExprHook hk;
   expr_init(&hk, a, s->g, DOM_B | DOM_H | DOM_I | DOM_J);
@@ -206,26 +210,30 @@ static void emit_dropout(StrBuf *out, const KernelSpec *s, Arena *a) {
                   ? expr_as(&hk, x, DT_U64)
                   : arena_printf(a, "(unsigned long long)(long long)(%s)", expr_as(&hk, x, DT_I32));
   }
-  sb_puts(out, "/* Dropout's factor for P's element (b, h, i, j): 0 or 1 / (1 - rate), from\n"
-               " * the Philox bits the CPU reference draws (templates/philox.cuh). */\n"
-               "static __device__ __forceinline__ float attn_dropout_scale(int b, int h, int i, "
-               "int j, const attn_params &p) {\n");
+  sb_puts(out, "/* Dropout's factors, 0 or 1 / (1 - rate), for the group at (i, j), bit 3 of\n"
+               " * i and j clear: f[0] (i, j), f[1] (i, j + 8), f[2] (i + 8, j), f[3]\n"
+               " * (i + 8, j + 8); one Philox call's four words (templates/philox.cuh), the\n"
+               " * bits the CPU reference draws. */\n"
+               "static __device__ __forceinline__ void attn_dropout_scale4(int b, int h, int i, "
+               "int j, const attn_params &p, float f[4]) {\n");
   if (hk.body.len) sb_puts(out, hk.body.data);
   sb_printf(out,
             "  const float rate = %s;\n"
             "  const unsigned long long seed = %s;\n"
             "  const unsigned long long offset = %s;\n"
-            "  const unsigned long long row =\n"
+            "  const unsigned long long row_base =\n"
             "      ((unsigned long long)b * (unsigned long long)p.H + (unsigned long long)h) *\n"
             "          (unsigned long long)p.Sq + (unsigned long long)i;\n"
             "  unsigned w[4];\n"
-            "  attn_dropout_bits4(seed, offset, row, j, w);\n"
-            "  const unsigned bits = (j & 2) ? ((j & 1) ? w[3] : w[2]) : ((j & 1) ? w[1] : w[0]);\n"
+            "  attn_dropout_bits4(seed, offset, row_base, j, w);\n"
             "  /* Kept iff bits >= ceil(rate * 2^32); rate * 2^32 is exact in f32. */\n"
             "  const unsigned long long keep_from =\n"
             "      !(rate > 0.f) ? 0ull : rate >= 1.f ? 4294967296ull\n"
             "                   : (unsigned long long)ceilf(rate * 4294967296.0f);\n"
-            "  return (unsigned long long)bits >= keep_from ? 1.f / (1.f - rate) : 0.f;\n}\n\n",
+            "  const float kept = 1.f / (1.f - rate);\n"
+            "#pragma unroll\n"
+            "  for (int k = 0; k < 4; k++) f[k] = (unsigned long long)w[k] >= keep_from ? kept : 0.f;\n"
+            "}\n\n",
             rate_e, word[0], word[1]);
   sb_free(&hk.body);
 }
@@ -259,8 +267,9 @@ static int choose_template(const KernelSpec *s, bool arch_specific, int sm, Tmpl
     info->block_m = cfg.bm;
     info->tma_rows_q = cfg.bm;
     info->tma_rows_kv = cfg.bn;
-    /* Not with dropout: its per-element Philox hook already spills, and
-     * the tile loop's registers make it spill far more. Masked graphs
+    /* Not with dropout: its Philox hook spilled (measured with one call
+     * per element, before one call served a 2x2 group), and the tile
+     * loop's registers make it spill far more. Masked graphs
      * may: the tile queue (fwd90_next_tile) balances unequal tiles, where
      * the static order lost up to 40% on causal (bench/NOTES-sm90.md). */
     info->persistent = cfg.persistent && !s->dropout;

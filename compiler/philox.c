@@ -22,10 +22,12 @@ uint32_t philox_dropout_bits(uint64_t seed, uint64_t offset, int64_t b,
                              int64_t h, int64_t i, int64_t j, int64_t H,
                              int64_t Sq) {
   unsigned w[4];
-  uint64_t row = ((uint64_t)b * (uint64_t)H + (uint64_t)h) * (uint64_t)Sq +
-                 (uint64_t)i;
-  attn_dropout_bits4(seed, offset, row, j, w);
-  return w[j & 3];
+  /* The group's base row has bit 3 clear; (i, j)'s word is the one its
+   * row half (bit 3 of i) and column half (bit 3 of j) select. */
+  uint64_t row_base = ((uint64_t)b * (uint64_t)H + (uint64_t)h) * (uint64_t)Sq +
+                      ((uint64_t)i & ~(uint64_t)8);
+  attn_dropout_bits4(seed, offset, row_base, j, w);
+  return w[2 * (((uint64_t)i >> 3) & 1) + (((uint64_t)j >> 3) & 1)];
 }
 
 uint64_t philox_keep_threshold(double rate) {

@@ -5,10 +5,11 @@
  * The CTA is fixed (a producer warpgroup and two consumer warpgroups of 64
  * query rows: BM = 128, 384 threads); the table picks the key tile BN and
  * the number of K/V stages. Shared memory holds the Q tile, the stages of
- * (K tile, V tile), the mbarriers, and 1024 bytes of slack for rounding
+ * (K tile, V tile), the mbarriers, the producer's slots (the work tile,
+ * then each stage's key tile and class), and 1024 bytes of slack for rounding
  * the base up to the 128-byte swizzle's 1024-byte period:
  *
- *     smem = 2*(BM*d_qk + stages*BN*(d_qk + d_v)) + 8*(3 + 4*stages) + 1024
+ *     smem = 2*(BM*d_qk + stages*BN*(d_qk + d_v)) + 8*(3 + 5*stages) + 1024
  *
  * which is the template's attn_fwd_sm90_smem_bytes. Register budget per
  * consumer thread (232): S is BN/2 floats, O d_v/2 floats, P BN/4 words;
@@ -66,7 +67,7 @@ static const Sm90Variant *sm90_variant(void) {
 }
 
 static int sm90_smem_bytes(const Sm90Candidate *c, int d_qk, int d_v) {
-  return 2 * (128 * d_qk + c->stages * c->bn * (d_qk + d_v)) + 8 * (3 + 4 * c->stages) + 1024;
+  return 2 * (128 * d_qk + c->stages * c->bn * (d_qk + d_v)) + 8 * (3 + 5 * c->stages) + 1024;
 }
 
 int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, Sm90Config *out) {

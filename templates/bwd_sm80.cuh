@@ -364,23 +364,36 @@ static __device__ __forceinline__ void bwd80_dq_tile(const attn_params &p, int m
       }
     }
 
-    /* dRaw = chain rule of dS = P o (dP * factor - delta); 0 where P is. */
+    /* dRaw = chain rule of dS = P o (dP * factor - delta); 0 where P is.
+     * Element (nt, e) is query row0 + g + 8 (e >> 1), key nt * 8 + 2t +
+     * (e & 1) (the forward's layout). Walked by dropout group: for 16-key
+     * block m and x, query i0 + row0 + g and key j0 + 16 m + 2t + x (bit 3
+     * of both clear) head the 2x2 group whose element q is query + 8
+     * (q >> 1), key + 8 (q & 1): nt = 2m + (q & 1), e = 2 (q >> 1) + x. */
 #pragma unroll
-    for (int nt = 0; nt < bwd80_bn / 8; ++nt) {
+    for (int m = 0; m < bwd80_bn / 16; ++m) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int il = row0 + g + (e >> 1) * 8, jl = nt * 8 + 2 * t + (e & 1);
-        const int i = i0 + il, j = j0 + jl;
-        float x = neg_inf;
-        if (i < p.Sq && j < p.Skv && (cls == 2 || attn_keep(b, h, i, j, p)))
-          x = attn_score(s[nt][e], b, h, i, j, p);
-        const float pe = x == neg_inf ? 0.f : exp2f((x - s_lse[il]) * log2e);
-        float dpe = dp[nt][e];
+      for (int x = 0; x < 2; ++x) {
 #if defined(ATTN_DROPOUT)
-        dpe *= attn_dropout_scale(b, h, i, j, p);
+        float f[4];
+        attn_dropout_scale4(b, h, i0 + row0 + g, j0 + 16 * m + 2 * t + x, p, f);
 #endif
-        const float ds = pe * (dpe - s_delta[il]);
-        dp[nt][e] = pe != 0.f ? attn_bwd_draw(ds, s[nt][e], b, h, i, j, p) : 0.f;
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const int nt = 2 * m + (q & 1), e = 2 * (q >> 1) + x;
+          const int il = row0 + g + (e >> 1) * 8, jl = nt * 8 + 2 * t + (e & 1);
+          const int i = i0 + il, j = j0 + jl;
+          float xs = neg_inf;
+          if (i < p.Sq && j < p.Skv && (cls == 2 || attn_keep(b, h, i, j, p)))
+            xs = attn_score(s[nt][e], b, h, i, j, p);
+          const float pe = xs == neg_inf ? 0.f : exp2f((xs - s_lse[il]) * log2e);
+          float dpe = dp[nt][e];
+#if defined(ATTN_DROPOUT)
+          dpe *= f[q];
+#endif
+          const float ds = pe * (dpe - s_delta[il]);
+          dp[nt][e] = pe != 0.f ? attn_bwd_draw(ds, s[nt][e], b, h, i, j, p) : 0.f;
+        }
       }
     }
 
@@ -547,14 +560,24 @@ __device__ __forceinline__ void attn_bwd_sm80_main(const attn_params &p) {
     for (int kk = 0; kk < bwd80_bm / 16; ++kk) {
       float f[8];
 #pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const int nt = 2 * kk + (e >> 2), ee = e & 3;
-        f[e] = s[nt][ee];
+      for (int e = 0; e < 8; ++e)
+        f[e] = s[2 * kk + (e >> 2)][e & 3];
 #if defined(ATTN_DROPOUT)
-        f[e] *= attn_dropout_scale(b, h, i0 + nt * 8 + 2 * t + (ee & 1),
-                                   j0 + key0 + g + (ee >> 1) * 8, p);
-#endif
+      /* f[e] is query i0 + 16 kk + 8 (e >> 2) + 2t + (e & 1), key j0 +
+       * key0 + g + 8 ((e >> 1) & 1): for each x the group at (i0 + 16 kk +
+       * 2t + x, j0 + key0 + g), bit 3 of both clear, is f[x] (i, j),
+       * f[2 + x] (i, j + 8), f[4 + x] (i + 8, j), f[6 + x] (i + 8, j + 8):
+       * one Philox call per group. */
+#pragma unroll
+      for (int x = 0; x < 2; ++x) {
+        float d[4];
+        attn_dropout_scale4(b, h, i0 + 16 * kk + 2 * t + x, j0 + key0 + g, p, d);
+        f[x] *= d[0];
+        f[2 + x] *= d[1];
+        f[4 + x] *= d[2];
+        f[6 + x] *= d[3];
       }
+#endif
       pd[kk][0] = bwd80_pack(f[0], f[1]);
       pd[kk][1] = bwd80_pack(f[2], f[3]);
       pd[kk][2] = bwd80_pack(f[4], f[5]);
@@ -593,24 +616,37 @@ __device__ __forceinline__ void attn_bwd_sm80_main(const attn_params &p) {
 
     /* dS^T = P^T o (dP^T * factor - delta), then dRaw^T by the chain rule
      * (0 wherever P is 0, so masked elements never reach the hook). */
+    /* Element (nt, e) is key key0 + g + 8 (e >> 1), query nt * 8 + 2t +
+     * (e & 1). Walked by dropout group: for 16-query block m and x, query
+     * i0 + 16 m + 2t + x and key j0 + key0 + g (bit 3 of both clear) head
+     * the 2x2 group whose element q is query + 8 (q >> 1), key + 8
+     * (q & 1): nt = 2m + (q >> 1), e = 2 (q & 1) + x. */
     unsigned dr[bwd80_bm / 16][4];
 #pragma unroll
-    for (int nt = 0; nt < bwd80_bm / 8; ++nt) {
+    for (int m = 0; m < bwd80_bm / 16; ++m) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int jl = key0 + g + (e >> 1) * 8, il = nt * 8 + 2 * t + (e & 1);
-        const int j = j0 + jl, i = i0 + il;
-        float dpe = dp[nt][e];
+      for (int x = 0; x < 2; ++x) {
 #if defined(ATTN_DROPOUT)
-        dpe *= attn_dropout_scale(b, h, i, j, p);
+        float f[4];
+        attn_dropout_scale4(b, h, i0 + 16 * m + 2 * t + x, j0 + key0 + g, p, f);
 #endif
-        const float ds = s[nt][e] * (dpe - s_delta[il]);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const int nt = 2 * m + (q >> 1), e = 2 * (q & 1) + x;
+          const int jl = key0 + g + (e >> 1) * 8, il = nt * 8 + 2 * t + (e & 1);
+          const int j = j0 + jl, i = i0 + il;
+          float dpe = dp[nt][e];
+#if defined(ATTN_DROPOUT)
+          dpe *= f[q];
+#endif
+          const float ds = s[nt][e] * (dpe - s_delta[il]);
 #if defined(ATTN_BWD_BIAS)
-        dp[nt][e] =
-            s[nt][e] != 0.f ? attn_bwd_draw_bias(ds, raw[nt][e], b, h, i, j, p, red) : 0.f;
+          dp[nt][e] =
+              s[nt][e] != 0.f ? attn_bwd_draw_bias(ds, raw[nt][e], b, h, i, j, p, red) : 0.f;
 #else
-        dp[nt][e] = s[nt][e] != 0.f ? attn_bwd_draw(ds, raw[nt][e], b, h, i, j, p) : 0.f;
+          dp[nt][e] = s[nt][e] != 0.f ? attn_bwd_draw(ds, raw[nt][e], b, h, i, j, p) : 0.f;
 #endif
+        }
       }
     }
 #pragma unroll

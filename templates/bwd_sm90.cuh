@@ -7,7 +7,7 @@
  * whose delta pre-pass, convert kernels, deterministic dQ tiles, hook
  * declarations and store helpers it reuses: only the main kernel is new.
  * It calls the same hooks as bwd_sm80's main kernel (attn_score,
- * attn_keep, attn_tile_class, attn_dropout_scale, attn_bwd_draw or, with
+ * attn_keep, attn_tile_class, attn_dropout_scale4, attn_bwd_draw or, with
  * bias gradients, attn_bwd_draw_bias and attn_bwd_bias_flush).
  *
  * attn_bwd_sm90_main: one CTA of two warpgroups (256 threads) per (key
@@ -329,33 +329,46 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
      * query nb * 8 + 2 t4 + (e & 1)): P^T from the score chain and lse,
      * dS^T = P^T o (dP^T * factor - delta), dRaw^T by the chain rule (0
      * wherever P is 0, so masked elements never reach the hook). s
-     * becomes Pd^T (P times dropout's factor), dp dRaw^T. */
+     * becomes Pd^T (P times dropout's factor), dp dRaw^T. Walked by
+     * dropout group: for 16-query block m and x, query i = i0 + 16 m +
+     * 2 t4 + x and key j = j0 + jl_row (bit 3 of both clear: jl_row is
+     * 64 wg + 16 ww + g) head the 2x2 group whose element q is query
+     * i + 8 (q >> 1), key j + 8 (q & 1): fragment 2m + (q >> 1), element
+     * 2 (q & 1) + x. One Philox call per group, its four factors live only
+     * for the group. */
 #pragma unroll
-    for (int nb = 0; nb < bwd90_bm / 8; ++nb) {
+    for (int m = 0; m < bwd90_bm / 16; ++m) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int il = nb * 8 + 2 * t4 + (e & 1);
-        const int i = i0 + il, j = j0 + jl_row + 8 * (e >> 1);
-        const float acc = s[nb * 4 + e];
-        float x = neg_inf;
-        if (full || (i < p.Sq && j < p.Skv && (cls == 2 || attn_keep(b, h, i, j, p))))
-          x = attn_score(acc, b, h, i, j, p);
-        /* exp(x - lse); a masked element (or a fully masked row, whose
-         * lse is -inf) gives exactly 0. */
-        const float pe = x == neg_inf ? 0.f : attn_exp2((x - s_lse[il]) * log2e);
-        float dpe = dp[nb * 4 + e], pd = pe;
+      for (int x = 0; x < 2; ++x) {
 #if defined(ATTN_DROPOUT)
-        const float f = attn_dropout_scale(b, h, i, j, p);
-        dpe *= f;
-        pd *= f;
+        float f[4];
+        attn_dropout_scale4(b, h, i0 + 16 * m + 2 * t4 + x, j0 + jl_row, p, f);
 #endif
-        const float ds = pe * (dpe - s_delta[il]);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const int r = (2 * m + (q >> 1)) * 4 + 2 * (q & 1) + x;
+          const int il = 16 * m + 8 * (q >> 1) + 2 * t4 + x;
+          const int i = i0 + il, j = j0 + jl_row + 8 * (q & 1);
+          const float acc = s[r];
+          float xs = neg_inf;
+          if (full || (i < p.Sq && j < p.Skv && (cls == 2 || attn_keep(b, h, i, j, p))))
+            xs = attn_score(acc, b, h, i, j, p);
+          /* exp(x - lse); a masked element (or a fully masked row, whose
+           * lse is -inf) gives exactly 0. */
+          const float pe = xs == neg_inf ? 0.f : attn_exp2((xs - s_lse[il]) * log2e);
+          float dpe = dp[r], pd = pe;
+#if defined(ATTN_DROPOUT)
+          dpe *= f[q];
+          pd *= f[q];
+#endif
+          const float ds = pe * (dpe - s_delta[il]);
 #if defined(ATTN_BWD_BIAS)
-        dp[nb * 4 + e] = pe != 0.f ? attn_bwd_draw_bias(ds, acc, b, h, i, j, p, red) : 0.f;
+          dp[r] = pe != 0.f ? attn_bwd_draw_bias(ds, acc, b, h, i, j, p, red) : 0.f;
 #else
-        dp[nb * 4 + e] = pe != 0.f ? attn_bwd_draw(ds, acc, b, h, i, j, p) : 0.f;
+          dp[r] = pe != 0.f ? attn_bwd_draw(ds, acc, b, h, i, j, p) : 0.f;
 #endif
-        s[nb * 4 + e] = pd;
+          s[r] = pd;
+        }
       }
     }
 

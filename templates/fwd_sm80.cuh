@@ -302,22 +302,33 @@ __device__ __forceinline__ void attn_fwd_sm80(const attn_params &p) {
         sum += s[nt][2 * r] + s[nt][2 * r + 1];
       }
       row_sum[r] = row_sum[r] * alpha + sum;
-#if defined(ATTN_DROPOUT)
-      /* After the row sum: dropout changes what P V adds, not the
-       * normalizer. Masked elements are 0 whatever the factor. */
-#pragma unroll
-      for (int nt = 0; nt < fwd80_bn / 8; ++nt) {
-        const int i = i_row + 8 * r, j = j0 + nt * 8 + 2 * t;
-        s[nt][2 * r] *= attn_dropout_scale(b, h, i, j, p);
-        s[nt][2 * r + 1] *= attn_dropout_scale(b, h, i, j + 1, p);
-      }
-#endif
 #pragma unroll
       for (int nt = 0; nt < fwd80_dv / 8; ++nt) {
         o[nt][2 * r] *= alpha;
         o[nt][2 * r + 1] *= alpha;
       }
     }
+#if defined(ATTN_DROPOUT)
+    /* After the row sums: dropout changes what P V adds, not the
+     * normalizer. Masked elements are 0 whatever the factor. s[nt][2r + x]
+     * is (i_row + 8r, j0 + 8nt + 2t + x); i_row = i0 + 16 warp + g and j0
+     * (a multiple of BN, itself of 16) have bit 3 clear, so for 16-key
+     * block m and x the group at (i_row, j0 + 16m + 2t + x) is
+     * s[2m][x], s[2m + 1][x], s[2m][2 + x], s[2m + 1][2 + x]: one Philox
+     * call per four elements. */
+#pragma unroll
+    for (int m = 0; m < fwd80_bn / 16; ++m) {
+#pragma unroll
+      for (int x = 0; x < 2; ++x) {
+        float f[4];
+        attn_dropout_scale4(b, h, i_row, j0 + 16 * m + 2 * t + x, p, f);
+        s[2 * m][x] *= f[0];
+        s[2 * m + 1][x] *= f[1];
+        s[2 * m][2 + x] *= f[2];
+        s[2 * m + 1][2 + x] *= f[3];
+      }
+    }
+#endif
 
     /* O += P V, P straight from the S registers. */
 #pragma unroll

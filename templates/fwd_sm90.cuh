@@ -88,10 +88,14 @@ constexpr int fwd90_bar_offset = fwd90_q_bytes + fwd90_stages * fwd90_stage_byte
  * later when P V is, so the next K load starts a whole key tile sooner
  * (it mattered at D 256, two stages of 80 KB: bench/NOTES-sm90.md). */
 constexpr int fwd90_nbars = 2 + 4 * fwd90_stages;
-/* After the barriers, one 8-byte word: the persistent kernel's next tile,
- * which the producer publishes to the consumers (fwd90_next_tile). */
+/* After the barriers, 8-byte slots the producer fills for the consumers:
+ * the work tile (its index for the persistent kernel, fwd90_next_tile,
+ * and whether it has any live key tile), then one per stage (the key
+ * tile's index and class). */
+constexpr int fwd90_slot_bytes = 8 * (1 + fwd90_stages);
 /* + 1024: the dynamic shared-memory base is rounded up to 1024 bytes. */
-constexpr int attn_fwd_sm90_smem_bytes = fwd90_bar_offset + 8 * (fwd90_nbars + 1) + 1024;
+constexpr int attn_fwd_sm90_smem_bytes =
+    fwd90_bar_offset + 8 * fwd90_nbars + fwd90_slot_bytes + 1024;
 static_assert(attn_fwd_sm90_smem_bytes <= 227 * 1024, "tiles exceed shared memory");
 
 /* The S tile per thread: BN/8 fragments of 4; O: DV/8 fragments of 4. */
@@ -179,13 +183,43 @@ static __device__ __forceinline__ void fwd90_gemm_pv(float (&d)[N / 2], const un
 
 /* ------------------------------------------------------- the kernel body */
 
+/* Which elements of an S tile survive (bit nb*4 + e for fragment nb,
+ * element e): in range and, with MASK, kept by attn_keep. Nothing here
+ * depends on S, so the consumers evaluate it while the S GEMM runs and
+ * the mask's reads overlap the tensor cores instead of sitting between
+ * the GEMM and the softmax. Out-of-range elements call attn_keep at the
+ * clamped index (hooks never see i >= Sq or j >= Skv) and drop the
+ * result: without a per-element branch the compiler merges the reads
+ * (doc[b, i] once per row, doc[b, j] once per key); behind one each
+ * element did its own address arithmetic and loads, and a partial
+ * document-mask tile cost six full ones (bench/NOTES-sm90.md). */
+static_assert(fwd90_s_regs <= 64, "one keep bit per S element");
+template <bool MASK>
+static __device__ __forceinline__ unsigned long long
+fwd90_keep_bits(int b, int h, int i_row, int j_col, const attn_params &p) {
+  unsigned long long bits = 0;
+#pragma unroll
+  for (int nb = 0; nb < fwd90_bn / 8; ++nb) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int i = i_row + (e >> 1) * 8;
+      const int j = j_col + nb * 8 + (e & 1);
+      bool keep = i < p.Sq && j < p.Skv;
+      if (MASK)
+        keep = attn_keep(b, h, min(i, p.Sq - 1), min(j, p.Skv - 1), p) && keep;
+      bits |= (unsigned long long)keep << (nb * 4 + e);
+    }
+  }
+  return bits;
+}
+
 /* Applies the score chain to one S tile (flat: fragment nb, element e at
- * nb*4 + e); GENERAL also drops elements out of range (their hooks are
- * never called) and, when mask is set, those attn_keep rejects. */
+ * nb*4 + e); GENERAL sets the elements whose keep bit is clear to -inf
+ * (their hooks are never called). */
 template <bool GENERAL>
 static __device__ __forceinline__ void
 fwd90_scores(float (&s)[fwd90_s_regs], const attn_bh &c, int b, int h, int i_row, int j_col,
-             bool mask, const attn_params &p) {
+             unsigned long long keep, const attn_params &p) {
   const float neg_inf = __int_as_float(0xff800000);
 #pragma unroll
   for (int nb = 0; nb < fwd90_bn / 8; ++nb) {
@@ -194,12 +228,10 @@ fwd90_scores(float (&s)[fwd90_s_regs], const attn_bh &c, int b, int h, int i_row
       const int i = i_row + (e >> 1) * 8;
       const int j = j_col + nb * 8 + (e & 1);
       float &x = s[nb * 4 + e];
-      if (GENERAL) {
-        bool keep = i < p.Sq && j < p.Skv && (!mask || attn_keep(b, h, i, j, p));
-        x = keep ? attn_score_bh(x, c, b, h, i, j, p) : neg_inf;
-      } else {
+      if (GENERAL)
+        x = (keep >> (nb * 4 + e)) & 1ull ? attn_score_bh(x, c, b, h, i, j, p) : neg_inf;
+      else
         x = attn_score_bh(x, c, b, h, i, j, p);
-      }
     }
   }
 }
@@ -295,6 +327,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
   auto bar_empty_v = [&](int s) { return bars + 8u * (2 + 3 * fwd90_stages + s); };
   const unsigned bar_q_empty = bars + 8u * (1 + 3 * fwd90_stages);
   const unsigned tile_slot = bars + 8u * fwd90_nbars;
+  auto stage_slot = [&](int s) { return tile_slot + 8u * (1 + s); };
 
   if (tid == 0) {
     fwd90_bar_init(bar_q, 1);
@@ -316,27 +349,36 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
   if (wgi == 0) {
     /* ---------------------------------------------------- producer */
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
-    if (tid != 0)
+    /* Warp 0 walks the key tiles (its lanes classify 32 candidates at
+     * once); lane 0 issues the copies and the barrier arrivals. */
+    if (warp != 0)
       return;
     const attn_tmap *mq = &tm.m[ATTN_TMAP_Q];
     const attn_tmap *mk = &tm.m[ATTN_TMAP_K];
     const attn_tmap *mv = &tm.m[ATTN_TMAP_V];
-    fwd90_prefetch_tmap(mq);
-    fwd90_prefetch_tmap(mk);
-    fwd90_prefetch_tmap(mv);
+    if (lane == 0) {
+      fwd90_prefetch_tmap(mq);
+      fwd90_prefetch_tmap(mk);
+      fwd90_prefetch_tmap(mv);
+    }
     unsigned long long visited = 0;
     int it = 0, tq = 0; /* K/V stage uses and Q loads, over all tiles */
     for (int t = first;; ++tq) {
       if (tq > 0) {
         if constexpr (!fwd90_persistent)
           break;
-        t = fwd90_next_tile(t, n_ctas, n_tiles, p);
+        int tn = 0;
+        if (lane == 0)
+          tn = fwd90_next_tile(t, n_ctas, n_tiles, p);
+        t = __shfl_sync(0xffffffffu, tn, 0);
       }
       if (t >= n_tiles) {
         if constexpr (fwd90_persistent) { /* the end marker, as a Q phase */
           fwd90_bar_wait(bar_q_empty, (tq & 1) ^ 1);
-          asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(tile_slot), "r"(t) : "memory");
-          fwd90_bar_arrive(bar_q);
+          if (lane == 0) {
+            asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(tile_slot), "r"(t) : "memory");
+            fwd90_bar_arrive(bar_q);
+          }
         }
         break;
       }
@@ -346,9 +388,38 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       const int i_last = min(i0 + fwd90_bm, p.Sq) - 1;
       int n_begin, n_end;
       attn_key_tiles<fwd90_bn>(b, h, i0, i_last, p, n_begin, n_end);
-      auto next_live = [&](int n) {
-        return attn_next_live<fwd90_bn>(n, n_end, b, h, i0, i_last, p);
+      /* The live key tiles in order, classified 32 candidates at a time
+       * (one per lane; the masks are warp-uniform): the consumers read
+       * each tile's index and class from its stage and never classify.
+       * For separable masks a class is a few dependent L2 reads, and a
+       * per-candidate walk in every warp cost more than the tiles it
+       * skipped (bench/NOTES-sm90.md). */
+      int chunk = n_begin, base_n = 0;
+      unsigned live = 0, full = 0;
+      auto pop = [&](int &n, int &cls) {
+        while (live == 0 && chunk < n_end) {
+          const int c = chunk + lane;
+          int k = 0;
+          if (c < n_end) {
+            const int j0 = c * fwd90_bn;
+            k = attn_tile_class(b, h, i0, i_last, j0, min(j0 + fwd90_bn, p.Skv) - 1, p);
+          }
+          live = __ballot_sync(0xffffffffu, k != 0);
+          full = __ballot_sync(0xffffffffu, k == 2);
+          base_n = chunk;
+          chunk += 32;
+        }
+        if (live == 0)
+          return false;
+        const int bit = __ffs(live) - 1;
+        n = base_n + bit;
+        cls = (full >> bit) & 1u ? 2 : 1;
+        live &= live - 1u;
+        return true;
       };
+      int n = 0, cls = 0;
+      bool have = pop(n, cls);
+      const bool any = have;
       /* Q waits for the consumers to finish the previous tile's GEMMs;
        * on later tiles it goes after the first K/V copy, which needs
        * only a free stage and so may start earlier. */
@@ -358,38 +429,56 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
         /* The consumers read the slot after this phase of bar_q, which
          * the arrive below releases; they read the last value before
          * their q-empty arrive, so overwriting it now is safe. */
-        if constexpr (fwd90_persistent)
-          asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(tile_slot), "r"(t) : "memory");
-        fwd90_bar_expect_tx(bar_q, fwd90_q_bytes);
+        if (lane == 0) {
+          asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(tile_slot), "r"(t),
+                       "r"(any ? 1 : 0)
+                       : "memory");
+          fwd90_bar_expect_tx(bar_q, fwd90_q_bytes);
 #pragma unroll
-        for (int c = 0; c < fwd90_dqk / 64; ++c)
-          fwd90_tma_load(sq + c * fwd90_bm * 128, mq, bar_q, c * 64, i0, h, b);
+          for (int c = 0; c < fwd90_dqk / 64; ++c)
+            fwd90_tma_load(sq + c * fwd90_bm * 128, mq, bar_q, c * 64, i0, h, b);
+        }
         q_sent = true;
       };
       if (tq == 0)
         send_q();
-      for (int n = next_live(n_begin); n < n_end; n = next_live(n + 1), ++it) {
+      while (have) {
+        int nn = 0, ncls = 0;
+        const bool have_next = pop(nn, ncls);
         const int st = it % fwd90_stages, ph = (it / fwd90_stages) & 1;
         fwd90_bar_wait(bar_empty(st), ph ^ 1);
         const unsigned ks = skv + st * fwd90_stage_bytes;
         const unsigned vs = ks + fwd90_k_bytes;
-        fwd90_bar_expect_tx(bar_k(st), fwd90_k_bytes);
+        if (lane == 0) {
+          /* The tile's index and class (4: the work tile's last), read
+           * by the consumers after this phase of bar_k(st). */
+          asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(stage_slot(st)), "r"(n),
+                       "r"(cls | (have_next ? 0 : 4))
+                       : "memory");
+          fwd90_bar_expect_tx(bar_k(st), fwd90_k_bytes);
 #pragma unroll
-        for (int c = 0; c < fwd90_dqk / 64; ++c)
-          fwd90_tma_load(ks + c * fwd90_bn * 128, mk, bar_k(st), c * 64, n * fwd90_bn, hk, b);
+          for (int c = 0; c < fwd90_dqk / 64; ++c)
+            fwd90_tma_load(ks + c * fwd90_bn * 128, mk, bar_k(st), c * 64, n * fwd90_bn, hk, b);
+        }
         fwd90_bar_wait(bar_empty_v(st), ph ^ 1);
-        fwd90_bar_expect_tx(bar_v(st), fwd90_v_bytes);
+        if (lane == 0) {
+          fwd90_bar_expect_tx(bar_v(st), fwd90_v_bytes);
 #pragma unroll
-        for (int c = 0; c < fwd90_dv / 64; ++c)
-          fwd90_tma_load(vs + c * fwd90_bn * 128, mv, bar_v(st), c * 64, n * fwd90_bn, hk, b);
+          for (int c = 0; c < fwd90_dv / 64; ++c)
+            fwd90_tma_load(vs + c * fwd90_bn * 128, mv, bar_v(st), c * 64, n * fwd90_bn, hk, b);
+        }
         ++visited;
+        ++it;
         if (!q_sent)
           send_q();
+        n = nn;
+        cls = ncls;
+        have = have_next;
       }
       if (!q_sent)
         send_q();
     }
-    if (p.tiles_visited)
+    if (p.tiles_visited && lane == 0)
       atomicAdd(p.tiles_visited, visited);
     return;
   }
@@ -407,23 +496,26 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
   unsigned pa[fwd90_bn / 16][4];
   int git = 0, tq = 0; /* K/V stage uses and Q loads, over all tiles */
   for (int t = first;; ++tq) {
-    if constexpr (fwd90_persistent) {
-      fwd90_bar_wait(bar_q, tq & 1);
-      asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(t) : "r"(tile_slot) : "memory");
-      if (t >= n_tiles)
-        break;
-    } else if (tq > 0) {
+    if (!fwd90_persistent && tq > 0)
       break;
+    /* The work tile and whether any of its key tiles is live. */
+    int any = 0;
+    fwd90_bar_wait(bar_q, tq & 1);
+    {
+      int slot_t;
+      asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n"
+                   : "=r"(slot_t), "=r"(any)
+                   : "r"(tile_slot)
+                   : "memory");
+      if constexpr (fwd90_persistent) {
+        t = slot_t;
+        if (t >= n_tiles)
+          break;
+      }
     }
     const fwd90_tile tl = tile_at(t);
     const int h = tl.h, b = tl.b;
     const int i0 = tl.m_block * fwd90_bm;
-    const int i_last = min(i0 + fwd90_bm, p.Sq) - 1;
-    int n_begin, n_end;
-    attn_key_tiles<fwd90_bn>(b, h, i0, i_last, p, n_begin, n_end);
-    auto next_live = [&](int n) {
-      return attn_next_live<fwd90_bn>(n, n_end, b, h, i0, i_last, p);
-    };
     const int i_row = i0 + 64 * wg + 16 * ww + g;
     const attn_bh bhc = attn_bh_load(b, h, p); /* once per work tile */
     const bool row_edge = i0 + fwd90_bm > p.Sq;
@@ -434,18 +526,35 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
     float row_max[2] = {neg_inf, neg_inf}; /* natural-log units */
     float row_sum[2] = {0.f, 0.f};         /* this lane's partial sums */
 
-    if constexpr (!fwd90_persistent)
-      fwd90_bar_wait(bar_q, tq & 1);
-
-    int n = next_live(n_begin);
-    if (wg == 1 && n < n_end)
+    if (wg == 1 && any)
       fwd90_named_arrive(1); /* warpgroup 0 goes first */
     int it = 0, pst = 0, pph = 0; /* it: this tile's key tiles so far */
-    while (n < n_end) {
-      const int nn = next_live(n + 1);
+    for (bool more = any; more;) {
       const int st = git % fwd90_stages, ph = (git / fwd90_stages) & 1;
       const unsigned ks = skv + st * fwd90_stage_bytes;
       fwd90_bar_wait(bar_k(st), ph);
+      /* The key tile the producer loaded into this stage, its class and
+       * whether it is the work tile's last (read before this warp's
+       * K-empty arrive below, after which the producer may rewrite it). */
+      int n, tag;
+      asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n"
+                   : "=r"(n), "=r"(tag)
+                   : "r"(stage_slot(st))
+                   : "memory");
+      const int cls = tag & 3;
+      more = !(tag & 4);
+
+      /* The masks first: S is dead here (the last P was packed), so the
+       * mask's reads have registers to spare, and they overlap the other
+       * warpgroup's turn at the tensor cores. Class 2 away from the
+       * edges needs no test; attn_keep runs only on class 1 tiles. */
+      const int j0 = n * fwd90_bn;
+      const bool general = cls != 2 || row_edge || j0 + fwd90_bn > p.Skv;
+      unsigned long long keep = 0;
+      if (cls != 2)
+        keep = fwd90_keep_bits<true>(b, h, i_row, j0 + 2 * t4, p);
+      else if (general)
+        keep = fwd90_keep_bits<false>(b, h, i_row, j0 + 2 * t4, p);
 
       /* Our turn at the tensor cores: S = Q K^T, and O += P V of the
        * previous tile, both asynchronous. */
@@ -472,7 +581,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       /* Always a second group (empty in the first round), so one wait<1>
        * below means "S is done" on every path. */
       attn_wgmma_commit();
-      if (!(wg == 1 && nn >= n_end))
+      if (!(wg == 1 && !more))
         fwd90_named_arrive(other_turn);
 
       attn_wgmma_wait<1>(); /* S is done; P V may still run */
@@ -482,15 +591,11 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       if (lane == 0)
         fwd90_bar_arrive(bar_empty(st)); /* its K may be refilled */
 
-      /* The score chain and the masks. */
-      const int j0 = n * fwd90_bn;
-      const int j1 = min(j0 + fwd90_bn, p.Skv) - 1;
-      const int cls = attn_tile_class(b, h, i0, i_last, j0, j1, p);
-      const bool col_edge = j0 + fwd90_bn > p.Skv;
-      if (cls == 2 && !row_edge && !col_edge)
-        fwd90_scores<false>(s, bhc, b, h, i_row, j0 + 2 * t4, false, p);
+      /* The score chain; masked elements become -inf. */
+      if (general)
+        fwd90_scores<true>(s, bhc, b, h, i_row, j0 + 2 * t4, keep, p);
       else
-        fwd90_scores<true>(s, bhc, b, h, i_row, j0 + 2 * t4, cls != 2, p);
+        fwd90_scores<false>(s, bhc, b, h, i_row, j0 + 2 * t4, 0, p);
 
       /* Online softmax of rows g (r = 0) and g + 8 (r = 1), overlapping
        * the previous tile's P V. */
@@ -516,17 +621,29 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
           sum += x0 + x1;
         }
         row_sum[r] = row_sum[r] * alpha[r] + sum;
-#if defined(ATTN_DROPOUT)
-        /* After the row sum: dropout changes what P V adds, not the
-         * normalizer. Masked elements are 0 whatever the factor. */
-#pragma unroll
-        for (int nb = 0; nb < fwd90_bn / 8; ++nb) {
-          const int i = i_row + 8 * r, j = j0 + nb * 8 + 2 * t4;
-          s[nb * 4 + 2 * r] *= attn_dropout_scale(b, h, i, j, p);
-          s[nb * 4 + 2 * r + 1] *= attn_dropout_scale(b, h, i, j + 1, p);
-        }
-#endif
       }
+#if defined(ATTN_DROPOUT)
+      /* After the row sums: dropout changes what P V adds, not the
+       * normalizer. Masked elements are 0 whatever the factor.
+       * s[nb * 4 + 2r + x] is (i_row + 8r, j0 + 8nb + 2t4 + x); i_row =
+       * i0 + 64 wg + 16 ww + g and j0 (a multiple of BN: 64, 80 or 128)
+       * have bit 3 clear, so for 16-key block m and x the group at
+       * (i_row, j0 + 16m + 2t4 + x) is s[8m + x] (i, j), s[8m + 4 + x]
+       * (i, j + 8), s[8m + 2 + x] (i + 8, j), s[8m + 6 + x] (i + 8, j + 8):
+       * one Philox call per four elements. */
+#pragma unroll
+      for (int m = 0; m < fwd90_bn / 16; ++m) {
+#pragma unroll
+        for (int x = 0; x < 2; ++x) {
+          float f[4];
+          attn_dropout_scale4(b, h, i_row, j0 + 16 * m + 2 * t4 + x, p, f);
+          s[8 * m + x] *= f[0];
+          s[8 * m + 4 + x] *= f[1];
+          s[8 * m + 2 + x] *= f[2];
+          s[8 * m + 6 + x] *= f[3];
+        }
+      }
+#endif
 
       attn_wgmma_wait<0>(); /* the previous P V is done */
 #pragma unroll
@@ -557,7 +674,6 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       }
       pst = st;
       pph = ph;
-      n = nn;
       ++it;
       ++git;
     }

@@ -50,12 +50,15 @@ __device__ __forceinline__ int attn_tile_class(int b, int h, int i0, int i1,
 __device__ __forceinline__ float attn_out(float o, int b, int h, int i, int d,
                                           const attn_params &p);
 #if defined(ATTN_DROPOUT)
-/* Dropout: P is scaled by this factor, 0 or 1 / (1 - rate), before P V;
- * the row sums and lse stay those of the undropped softmax. Declared (and
- * called) only for graphs with dropout: an inline function declared but
- * never defined is an error. */
-__device__ __forceinline__ float attn_dropout_scale(int b, int h, int i, int j,
-                                                    const attn_params &p);
+/* Dropout: P is scaled by these factors, 0 or 1 / (1 - rate), before P V;
+ * the row sums and lse stay those of the undropped softmax. One call fills
+ * the 2x2 group at (i, j), bit 3 of i and j clear (callers guarantee it):
+ * f[0] (i, j), f[1] (i, j + 8), f[2] (i + 8, j), f[3] (i + 8, j + 8), the
+ * four words of one Philox call. Elements outside Sq x Skv get a factor
+ * too; callers ignore it. Declared (and called) only for graphs with
+ * dropout: an inline function declared but never defined is an error. */
+__device__ __forceinline__ void attn_dropout_scale4(int b, int h, int i, int j,
+                                                    const attn_params &p, float f[4]);
 #endif
 
 /* The key tiles of width BN a query tile [i0, i1] visits: [n_begin, n_end)

@@ -8,9 +8,14 @@
  *
  * Dropout's bits for element (b, h, i, j), H query heads and Sq queries:
  *   key     = { lo32(seed), hi32(seed) }
- *   counter = { j >> 2, lo32((b * H + h) * Sq + i), lo32(offset), hi32(offset) }
- *   bits    = philox(counter, key)[j & 3]
- * kept iff bits >= ceil(rate * 2^32). One call serves four adjacent keys.
+ *   counter = { ((j >> 4) << 3) | (j & 7), lo32((b * H + h) * Sq + (i & ~8)),
+ *               lo32(offset), hi32(offset) }
+ *   bits    = philox(counter, key)[2 * ((i >> 3) & 1) + ((j >> 3) & 1)]
+ * kept iff bits >= ceil(rate * 2^32). One call serves the 2x2 group
+ * (i, j), (i, j + 8), (i + 8, j), (i + 8, j + 8) with bit 3 of i and j
+ * clear: the four elements one thread holds in an mma/wgmma accumulator
+ * fragment (rows g and g + 8, columns in 8-blocks n and n + 1), so each
+ * thread runs one Philox call per four of its elements.
  * Defines nothing else at global scope; guarded so a unit can paste it once
  * per graph.
  */
@@ -54,12 +59,17 @@ ATTN_PHILOX_FN void attn_philox4x32_10(unsigned c[4], unsigned k0, unsigned k1) 
   }
 }
 
-/* The four words for keys (j & ~3) .. (j | 3) of one query row; `row` is
- * (b * H + h) * Sq + i. Word j & 3 is element j's. */
+/* The four words of the group at (i, j), (i & 8) == 0 and (j & 8) == 0:
+ * out[0] is (i, j)'s, out[1] (i, j + 8)'s, out[2] (i + 8, j)'s and out[3]
+ * (i + 8, j + 8)'s. `row_base` is (b * H + h) * Sq + i; j's bit 3 is
+ * ignored. The counter's word 0 is computed in 64 bits and truncated, like
+ * row_base. */
 ATTN_PHILOX_FN void attn_dropout_bits4(unsigned long long seed, unsigned long long offset,
-                                       unsigned long long row, long long j, unsigned out[4]) {
-  out[0] = (unsigned)((unsigned long long)j >> 2);
-  out[1] = (unsigned)row;
+                                       unsigned long long row_base, long long j,
+                                       unsigned out[4]) {
+  const unsigned long long uj = (unsigned long long)j;
+  out[0] = (unsigned)(((uj >> 4) << 3) | (uj & 7));
+  out[1] = (unsigned)row_base;
   out[2] = (unsigned)offset;
   out[3] = (unsigned)(offset >> 32);
   attn_philox4x32_10(out, (unsigned)seed, (unsigned)(seed >> 32));

@@ -436,11 +436,29 @@ static void test_document_backward(attn_context *ctx) {
 }
 
 /* Dropout's mask on the GPU is the CPU reference's, bit for bit, and keeps
- * about 1 - rate of the elements. With q = 0 every score is 0, so P is
- * uniform and, with v = 1, O[b, h, i, :] = kept(i) / (Skv (1 - rate)):
- * the GPU's row counts show through the f32 output exactly (rate 0.5
- * makes the factor 2, exact in bf16). One key of difference in a row
- * changes O by about 1 / 100; the comparison allows 1e-5. */
+ * about 1 - rate of the elements. q = 0 makes every score 0, so P is
+ * uniform; rate 0.5 makes the factor 2, exact in bf16.
+ * - Rows: with v = 1, O[b, h, i, :] = kept(i) / (Skv (1 - rate)): the
+ *   GPU's row counts show through the f32 output exactly. One key of
+ *   difference in a row changes O by about 1 / 100; the comparison allows
+ *   1e-5.
+ * - Elements: with Skv = D = 64 and v the identity (v[j, d] = j == d),
+ *   O[b, h, i, d] = factor(i, d) / 64, 0 or 1 / 32 exactly: every element
+ *   of the mask shows through, compared exactly with the CPU reference
+ *   and with philox_dropout_bits' keep bit. It checks the 2x2 groups of
+ *   the kernel's fragments (rows i and i + 8, keys j and j + 8) draw the
+ *   documented words; Sq = 130 ends inside a group. */
+static void dropout_identity_v(RefArgs *ra) {
+  RefTensor *v = &ra->tensors[ra->g->v];
+  int64_t skv = v->shape[2], d = v->shape[3];
+  for (int64_t e = 0; e < ref_numel(v); e++) v->data[e] = (e / d) % skv == e % d;
+}
+
+static void dropout_ones_v(RefArgs *ra) {
+  RefTensor *v = &ra->tensors[ra->g->v];
+  for (int64_t e = 0; e < ref_numel(v); e++) v->data[e] = 1.0;
+}
+
 static void test_dropout_mask(attn_context *ctx) {
   static const char text[] =
       "attention drop {\n"
@@ -454,21 +472,58 @@ static void test_dropout_mask(attn_context *ctx) {
   IrGraph *g = build_ir(a, "drop.attn", text);
   attn_graph *ag;
   static const char *const sets[] = {"seed=12345,offset=7", "seed=9007199254740881,offset=-3"};
-  for (int c = 0; mod && g && c < 2 && attn_module_get_graph(mod, "drop", &ag) == ATTN_SUCCESS;
+  static const uint64_t set_seed[] = {12345, UINT64_C(9007199254740881)};
+  static const uint64_t set_off[] = {7, (uint64_t)(int64_t)-3};
+  for (int c = 0; mod && g && c < 4 && attn_module_get_graph(mod, "drop", &ag) == ATTN_SUCCESS;
        c++) {
+    const bool elements = c >= 2; /* cases 2 and 3: the identity v */
+    const int set = c & 1;
     RefArgs ra = {.g = g};
     StrBuf err = {0};
     ChkResult res = {0};
     ChkOptions co = {0};
-    bool ran = ref_make_inputs(&ra, "B=2,H=2,Sq=130,Skv=200", 77, &err) == 0 &&
-               ref_set_scalars(&ra, sets[c], &err) == 0 && chk_output_shapes(&ra, &err) == 0;
+    bool ran = ref_make_inputs(&ra, elements ? "B=2,H=2,Sq=130,Skv=64" : "B=2,H=2,Sq=130,Skv=200",
+                               77, &err) == 0 &&
+               ref_set_scalars(&ra, sets[set], &err) == 0 && chk_output_shapes(&ra, &err) == 0;
     if (ran) {
-      RefTensor *q = &ra.tensors[g->q], *v = &ra.tensors[g->v];
+      RefTensor *q = &ra.tensors[g->q];
       for (int64_t e = 0; e < ref_numel(q); e++) q->data[e] = 0.0;
-      for (int64_t e = 0; e < ref_numel(v); e++) v->data[e] = 1.0;
+      if (elements)
+        dropout_identity_v(&ra);
+      else
+        dropout_ones_v(&ra);
       ran = chk_run_gpu(ctx, ag, &ra, &co, &res, &err) == ATTN_SUCCESS && ref_forward(&ra, &err) == 0;
     }
-    if (ran) {
+    if (ran && elements) {
+      int ko = g->outputs[0].tensor;
+      const RefTensor *o = &ra.tensors[ko];
+      const int64_t H = o->shape[1], Sq = o->shape[2], D = o->shape[3];
+      const uint64_t thresh = philox_keep_threshold((double)0.5f);
+      size_t n = (size_t)ref_numel(o), bad = 0, off_doc = 0, first = n;
+      double kept = 0;
+      for (size_t e = 0; e < n; e++) {
+        const int64_t d = (int64_t)e % D, i = (int64_t)e / D % Sq, bh = (int64_t)e / D / Sq;
+        double got = res.outputs[ko][e], want = o->data[e];
+        bool keep = philox_dropout_bits(set_seed[set], set_off[set], bh / H, bh % H, i, d, H,
+                                        Sq) >= thresh;
+        if (want != (keep ? 1.0 / 32 : 0.0)) off_doc++;
+        if (got != want) {
+          bad++;
+          if (first == n) first = e;
+        }
+        kept += got * 32;
+      }
+      kept /= (double)n;
+      char detail[200];
+      snprintf(detail, sizeof detail,
+               "[%s, identity v] %zu of %zu elements differ (first at %zu); reference off the "
+               "documented bits at %zu; kept fraction %.4f",
+               sets[set], bad, n, first == n ? (size_t)0 : first, off_doc, kept);
+      verdict(bad == 0 && off_doc == 0,
+              "dropout: the GPU's mask is the CPU reference's, element by element", detail);
+      verdict(fabs(kept - 0.5) < 0.02, "dropout: keeps 1 - rate of the elements", detail);
+      chk_result_free(&res, g->ntensors);
+    } else if (ran) {
       int ko = g->outputs[0].tensor;
       size_t n = (size_t)ref_numel(&ra.tensors[ko]), bad = 0;
       double kept = 0;
@@ -480,7 +535,7 @@ static void test_dropout_mask(attn_context *ctx) {
       kept /= (double)n;
       char detail[160];
       snprintf(detail, sizeof detail, "[%s] %zu of %zu elements differ; kept fraction %.4f",
-               sets[c], bad, n, kept);
+               sets[set], bad, n, kept);
       verdict(bad == 0, "dropout: the GPU's mask is the CPU reference's", detail);
       verdict(fabs(kept - 0.5) < 0.01, "dropout: keeps 1 - rate of the elements", detail);
       chk_result_free(&res, g->ntensors);

@@ -318,13 +318,57 @@ Test(philox, known_answers) {
 }
 
 /* The documented counter layout, checked against values computed by the
- * independent Python transcription. */
+ * independent Python transcription (which reproduces the known answers
+ * above): rows and keys with bit 3 set or clear, and a key past 2^32 whose
+ * counter word 0 truncates to key 29's. */
 Test(philox, dropout_layout) {
   uint64_t seed = UINT64_C(0x123456789abcdef0);
   uint64_t off = UINT64_C(0x1122334455667788);
-  cr_expect_eq(philox_dropout_bits(seed, off, 0, 0, 0, 0, 3, 5), 0x1d51dc2au);
-  cr_expect_eq(philox_dropout_bits(seed, off, 1, 2, 4, 7, 3, 5), 0xa83afa86u);
-  cr_expect_eq(philox_dropout_bits(seed, off, 0, 1, 3, 2, 3, 5), 0xde5f1d8au);
+  cr_expect_eq(philox_dropout_bits(seed, off, 0, 0, 0, 0, 3, 40), 0x1d51dc2au);
+  cr_expect_eq(philox_dropout_bits(seed, off, 1, 2, 4, 7, 3, 40), 0xc2a1fa9eu);
+  cr_expect_eq(philox_dropout_bits(seed, off, 0, 1, 3, 2, 3, 40), 0x19b53e29u);
+  cr_expect_eq(philox_dropout_bits(seed, off, 1, 2, 13, 25, 3, 40), 0x0db45a23u);
+  cr_expect_eq(philox_dropout_bits(seed, off, 0, 1, 9, 40, 3, 40), 0x31bef016u);
+  cr_expect_eq(philox_dropout_bits(seed, off, 1, 0, 30, 8, 3, 40), 0x4dc0cc3du);
+  cr_expect_eq(philox_dropout_bits(seed, off, 1, 2, 13, 29, 3, 40), 0x3592982bu);
+  cr_expect_eq(philox_dropout_bits(seed, off, 1, 2, 13, (INT64_C(1) << 36) + 29, 3, 40),
+               0x3592982bu);
+}
+
+/* The 2x2 group at (i, j), bit 3 of both clear, is ONE Philox call:
+ * (i, j), (i, j + 8), (i + 8, j), (i + 8, j + 8) are its words 0..3 (the
+ * group at b 1, h 2, i 18, j 37 against the Python transcription's words),
+ * and the groups next to it (one row, one key, 16 rows or 16 keys on)
+ * draw other words. */
+Test(philox, dropout_group) {
+  uint64_t seed = UINT64_C(0x123456789abcdef0);
+  uint64_t off = UINT64_C(0x1122334455667788);
+  static const uint32_t want[4] = {0xcf342de9u, 0x69e0f590u, 0x696886a5u, 0x192633b4u};
+  for (int q = 0; q < 4; q++)
+    cr_expect_eq(philox_dropout_bits(seed, off, 1, 2, 18 + 8 * (q >> 1), 37 + 8 * (q & 1), 3, 40),
+                 want[q], "element %d", q);
+  static const int64_t base[][2] = {{0, 0}, {16, 32}, {7, 7}, {33, 86}, {2, 1}};
+  for (size_t t = 0; t < sizeof base / sizeof base[0]; t++) {
+    int64_t i = base[t][0], j = base[t][1];
+    uint32_t ctr[4] = {(uint32_t)(((j >> 4) << 3) | (j & 7)), (uint32_t)((1 * 3 + 2) * 40 + i),
+                       (uint32_t)off, (uint32_t)(off >> 32)};
+    uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)}, w[4];
+    philox_4x32_10(ctr, key, w);
+    uint32_t got[4];
+    for (int q = 0; q < 4; q++) {
+      got[q] = philox_dropout_bits(seed, off, 1, 2, i + 8 * (q >> 1), j + 8 * (q & 1), 3, 40);
+      cr_expect_eq(got[q], w[q], "group (%lld, %lld) element %d", (long long)i, (long long)j, q);
+    }
+    static const int64_t step[4][2] = {{1, 0}, {0, 1}, {16, 0}, {0, 16}};
+    for (int s = 0; s < 4; s++) {
+      int same = 0;
+      for (int q = 0; q < 4; q++)
+        same += philox_dropout_bits(seed, off, 1, 2, i + step[s][0] + 8 * (q >> 1),
+                                    j + step[s][1] + 8 * (q & 1), 3, 40) == got[q];
+      cr_expect_eq(same, 0, "group (%lld, %lld) and its neighbour %d share %d words",
+                   (long long)i, (long long)j, s, same);
+    }
+  }
 }
 
 Test(philox, keep_threshold) {

@@ -74,23 +74,26 @@ static __device__ __forceinline__ float attn_out(float o, int b, int h, int i, i
   return o;
 }
 
-/* Dropout's factor for P's element (b, h, i, j): 0 or 1 / (1 - rate), from
- * the Philox bits the CPU reference draws (templates/philox.cuh). */
-static __device__ __forceinline__ float attn_dropout_scale(int b, int h, int i, int j, const attn_params &p) {
+/* Dropout's factors, 0 or 1 / (1 - rate), for the group at (i, j), bit 3 of
+ * i and j clear: f[0] (i, j), f[1] (i, j + 8), f[2] (i + 8, j), f[3]
+ * (i + 8, j + 8); one Philox call's four words (templates/philox.cuh), the
+ * bits the CPU reference draws. */
+static __device__ __forceinline__ void attn_dropout_scale4(int b, int h, int i, int j, const attn_params &p, float f[4]) {
   const float rate = p.s[1].f;
   const unsigned long long seed = p.s[2].u;
   const unsigned long long offset = p.s[3].u;
-  const unsigned long long row =
+  const unsigned long long row_base =
       ((unsigned long long)b * (unsigned long long)p.H + (unsigned long long)h) *
           (unsigned long long)p.Sq + (unsigned long long)i;
   unsigned w[4];
-  attn_dropout_bits4(seed, offset, row, j, w);
-  const unsigned bits = (j & 2) ? ((j & 1) ? w[3] : w[2]) : ((j & 1) ? w[1] : w[0]);
+  attn_dropout_bits4(seed, offset, row_base, j, w);
   /* Kept iff bits >= ceil(rate * 2^32); rate * 2^32 is exact in f32. */
   const unsigned long long keep_from =
       !(rate > 0.f) ? 0ull : rate >= 1.f ? 4294967296ull
                    : (unsigned long long)ceilf(rate * 4294967296.0f);
-  return (unsigned long long)bits >= keep_from ? 1.f / (1.f - rate) : 0.f;
+  const float kept = 1.f / (1.f - rate);
+#pragma unroll
+  for (int k = 0; k < 4; k++) f[k] = (unsigned long long)w[k] >= keep_from ? kept : 0.f;
 }
 
 /* [the text of templates/fwd_sm90.cuh] */
