@@ -94,9 +94,15 @@ static void emit_keep(StrBuf *out, const KernelSpec *s, Arena *a) {
     if (m > 0 && s->masks[m].cond == s->masks[m - 1].cond) continue; /* == gave two */
     sb_printf(&ret, "%s%s", ret.len ? " && " : "", expr_as(&hk, s->masks[m].cond, DT_BOOL));
   }
+  /* Whether it reads memory (a tensor load among its locals): fwd_sm90
+   * then evaluates it ahead of the S GEMM to hide the reads' latency. */
+  bool reads = (hk.body.len && strstr(hk.body.data, "attn_ld_")) ||
+               (ret.len && strstr(ret.data, "attn_ld_"));
   sb_puts(out, "/* The top-level masks, element by element: true keeps the score. */\n");
   expr_put_fn(out, &hk, "bool attn_keep(int b, int h, int i, int j, const attn_params &p)",
            ret.len ? arena_strdup(a, ret.data) : "true");
+  sb_printf(out, "/* Whether attn_keep reads memory (templates may evaluate it early). */\n"
+                 "constexpr bool attn_keep_reads = %s;\n\n", reads ? "true" : "false");
   sb_free(&ret);
 }
 

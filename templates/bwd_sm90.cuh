@@ -176,6 +176,32 @@ static __device__ __forceinline__ void bwd90_load(unsigned dst, const unsigned s
   }
 }
 
+/* ------------------------------------------------------------- masks */
+
+/* Which elements of a thread's S^T fragment survive (bit r for fragment
+ * element r: query i0 + 8 (r >> 2) + 2 t4 + (r & 1), key j + 8 ((r >> 1)
+ * & 1)): in range and, with MASK (class 1 tiles), kept by attn_keep.
+ * Straight-line code, so a mask's reads merge (doc[b, j] once per key,
+ * doc[b, i] once per query) instead of each element doing its own behind
+ * a per-element branch; out-of-range elements ask attn_keep at the
+ * clamped index (hooks never see i >= Sq or j >= Skv) and drop it. */
+static_assert(bwd90_bm / 2 <= 32, "one keep bit per S^T element");
+template <bool MASK>
+static __device__ __forceinline__ unsigned bwd90_keep_bits(int b, int h, int i0, int j, int t4,
+                                                           const attn_params &p) {
+  unsigned bits = 0u;
+#pragma unroll
+  for (int r = 0; r < bwd90_bm / 2; ++r) {
+    const int ii = i0 + (r >> 2) * 8 + 2 * t4 + (r & 1);
+    const int jj = j + 8 * ((r >> 1) & 1);
+    bool k = ii < p.Sq && jj < p.Skv;
+    if (MASK)
+      k = attn_keep(b, h, min(ii, p.Sq - 1), min(jj, p.Skv - 1), p) && k;
+    bits |= (unsigned)k << r;
+  }
+  return bits;
+}
+
 /* ---------------------------------------------------- the main kernel */
 
 /* Grid (ceil(Skv / 128) [+ ceil(Sq / 64) in deterministic mode], H, B),
@@ -336,6 +362,11 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
      * i + 8 (q >> 1), key j + 8 (q & 1): fragment 2m + (q >> 1), element
      * 2 (q & 1) + x. One Philox call per group, its four factors live only
      * for the group. */
+    /* The survivors first, as bits (bwd90_keep_bits). */
+    unsigned keep = ~0u;
+    if (!full)
+      keep = cls != 2 ? bwd90_keep_bits<true>(b, h, i0, j0 + jl_row, t4, p)
+                      : bwd90_keep_bits<false>(b, h, i0, j0 + jl_row, t4, p);
 #pragma unroll
     for (int m = 0; m < bwd90_bm / 16; ++m) {
 #pragma unroll
@@ -351,7 +382,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
           const int i = i0 + il, j = j0 + jl_row + 8 * (q & 1);
           const float acc = s[r];
           float xs = neg_inf;
-          if (full || (i < p.Sq && j < p.Skv && (cls == 2 || attn_keep(b, h, i, j, p))))
+          if ((keep >> r) & 1u)
             xs = attn_score(acc, b, h, i, j, p);
           /* exp(x - lse); a masked element (or a fully masked row, whose
            * lse is -inf) gives exactly 0. */

@@ -183,43 +183,55 @@ static __device__ __forceinline__ void fwd90_gemm_pv(float (&d)[N / 2], const un
 
 /* ------------------------------------------------------- the kernel body */
 
-/* Which elements of an S tile survive (bit nb*4 + e for fragment nb,
- * element e): in range and, with MASK, kept by attn_keep. Nothing here
- * depends on S, so the consumers evaluate it while the S GEMM runs and
- * the mask's reads overlap the tensor cores instead of sitting between
- * the GEMM and the softmax. Out-of-range elements call attn_keep at the
- * clamped index (hooks never see i >= Sq or j >= Skv) and drop the
- * result: without a per-element branch the compiler merges the reads
- * (doc[b, i] once per row, doc[b, j] once per key); behind one each
- * element did its own address arithmetic and loads, and a partial
+/* How a tile's elements are tested before the score chain: not at all
+ * (class 2 away from the edges), against the bounds, against the bounds
+ * and attn_keep (class 1), or through keep bits computed beforehand. */
+enum fwd90_test { FWD90_NONE, FWD90_BOUNDS, FWD90_KEEP, FWD90_BITS };
+
+/* Element (nb, e) of the thread's S fragment survives the bounds and, with
+ * MASK, attn_keep. Out-of-range elements call attn_keep at the clamped
+ * (in-range) index and drop the result: hooks never see i >= Sq or j >=
+ * Skv, and without a per-element branch the compiler merges a mask's
+ * reads (doc[b, i] once per row, doc[b, j] once per key). Behind a branch
+ * every element did its own address arithmetic and loads, and a partial
  * document-mask tile cost six full ones (bench/NOTES-sm90.md). */
+template <bool MASK>
+static __device__ __forceinline__ bool fwd90_keep(int b, int h, int i, int j,
+                                                  const attn_params &p) {
+  const bool in = i < p.Sq && j < p.Skv;
+  if (MASK)
+    return attn_keep(b, h, min(i, p.Sq - 1), min(j, p.Skv - 1), p) && in;
+  return in;
+}
+
+/* The tile's tests as bits (bit nb*4 + e), for masks that read memory
+ * (attn_keep_reads): nothing here depends on S, so the consumers compute
+ * them at the top of a key tile, where S is dead (registers to spare) and
+ * the reads overlap the other warpgroup's turn at the tensor cores. For
+ * masks without reads the tests inline in fwd90_scores measured faster
+ * (plain D 64 +4%). */
 static_assert(fwd90_s_regs <= 64, "one keep bit per S element");
 template <bool MASK>
 static __device__ __forceinline__ unsigned long long
 fwd90_keep_bits(int b, int h, int i_row, int j_col, const attn_params &p) {
   unsigned long long bits = 0;
 #pragma unroll
-  for (int nb = 0; nb < fwd90_bn / 8; ++nb) {
+  for (int nb = 0; nb < fwd90_bn / 8; ++nb)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int i = i_row + (e >> 1) * 8;
-      const int j = j_col + nb * 8 + (e & 1);
-      bool keep = i < p.Sq && j < p.Skv;
-      if (MASK)
-        keep = attn_keep(b, h, min(i, p.Sq - 1), min(j, p.Skv - 1), p) && keep;
-      bits |= (unsigned long long)keep << (nb * 4 + e);
-    }
-  }
+    for (int e = 0; e < 4; ++e)
+      bits |= (unsigned long long)fwd90_keep<MASK>(b, h, i_row + (e >> 1) * 8,
+                                                   j_col + nb * 8 + (e & 1), p)
+              << (nb * 4 + e);
   return bits;
 }
 
 /* Applies the score chain to one S tile (flat: fragment nb, element e at
- * nb*4 + e); GENERAL sets the elements whose keep bit is clear to -inf
- * (their hooks are never called). */
-template <bool GENERAL>
+ * nb*4 + e); elements failing TEST become -inf (their hooks are never
+ * called). */
+template <int TEST>
 static __device__ __forceinline__ void
 fwd90_scores(float (&s)[fwd90_s_regs], const attn_bh &c, int b, int h, int i_row, int j_col,
-             unsigned long long keep, const attn_params &p) {
+             unsigned long long bits, const attn_params &p) {
   const float neg_inf = __int_as_float(0xff800000);
 #pragma unroll
   for (int nb = 0; nb < fwd90_bn / 8; ++nb) {
@@ -228,10 +240,12 @@ fwd90_scores(float (&s)[fwd90_s_regs], const attn_bh &c, int b, int h, int i_row
       const int i = i_row + (e >> 1) * 8;
       const int j = j_col + nb * 8 + (e & 1);
       float &x = s[nb * 4 + e];
-      if (GENERAL)
-        x = (keep >> (nb * 4 + e)) & 1ull ? attn_score_bh(x, c, b, h, i, j, p) : neg_inf;
-      else
-        x = attn_score_bh(x, c, b, h, i, j, p);
+      bool keep = true;
+      if (TEST == FWD90_BITS)
+        keep = (bits >> (nb * 4 + e)) & 1ull;
+      else if (TEST != FWD90_NONE)
+        keep = fwd90_keep<TEST == FWD90_KEEP>(b, h, i, j, p);
+      x = keep ? attn_score_bh(x, c, b, h, i, j, p) : neg_inf;
     }
   }
 }
@@ -544,17 +558,18 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       const int cls = tag & 3;
       more = !(tag & 4);
 
-      /* The masks first: S is dead here (the last P was packed), so the
-       * mask's reads have registers to spare, and they overlap the other
-       * warpgroup's turn at the tensor cores. Class 2 away from the
-       * edges needs no test; attn_keep runs only on class 1 tiles. */
+      /* Class 2 away from the edges needs no test; attn_keep runs only
+       * on class 1 tiles. A mask that reads memory is evaluated here,
+       * before the S GEMM (fwd90_keep_bits says why). */
       const int j0 = n * fwd90_bn;
-      const bool general = cls != 2 || row_edge || j0 + fwd90_bn > p.Skv;
+      const bool edge = row_edge || j0 + fwd90_bn > p.Skv;
       unsigned long long keep = 0;
-      if (cls != 2)
-        keep = fwd90_keep_bits<true>(b, h, i_row, j0 + 2 * t4, p);
-      else if (general)
-        keep = fwd90_keep_bits<false>(b, h, i_row, j0 + 2 * t4, p);
+      if constexpr (attn_keep_reads) {
+        if (cls != 2)
+          keep = fwd90_keep_bits<true>(b, h, i_row, j0 + 2 * t4, p);
+        else if (edge)
+          keep = fwd90_keep_bits<false>(b, h, i_row, j0 + 2 * t4, p);
+      }
 
       /* Our turn at the tensor cores: S = Q K^T, and O += P V of the
        * previous tile, both asynchronous. */
@@ -592,10 +607,15 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
         fwd90_bar_arrive(bar_empty(st)); /* its K may be refilled */
 
       /* The score chain; masked elements become -inf. */
-      if (general)
-        fwd90_scores<true>(s, bhc, b, h, i_row, j0 + 2 * t4, keep, p);
+      const int jc = j0 + 2 * t4;
+      if (cls == 2 && !edge)
+        fwd90_scores<FWD90_NONE>(s, bhc, b, h, i_row, jc, 0, p);
+      else if (attn_keep_reads)
+        fwd90_scores<FWD90_BITS>(s, bhc, b, h, i_row, jc, keep, p);
+      else if (cls != 2)
+        fwd90_scores<FWD90_KEEP>(s, bhc, b, h, i_row, jc, 0, p);
       else
-        fwd90_scores<false>(s, bhc, b, h, i_row, j0 + 2 * t4, 0, p);
+        fwd90_scores<FWD90_BOUNDS>(s, bhc, b, h, i_row, jc, 0, p);
 
       /* Online softmax of rows g (r = 0) and g + 8 (r = 1), overlapping
        * the previous tile's P V. */
