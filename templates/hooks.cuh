@@ -63,8 +63,9 @@ __device__ __forceinline__ void attn_dropout_scale4(int b, int h, int i, int j,
 
 /* The key tiles of width BN a query tile [i0, i1] visits: [n_begin, n_end)
  * covers attn_kv_bounds' range, and attn_next_live skips the tiles
- * attn_tile_class says are wholly masked. Every role of a CTA (producer,
- * consumers) walks this same sequence. */
+ * attn_tile_class says are wholly masked. fwd_sm80's warps all walk this
+ * sequence; fwd_sm90's producer classifies the same range 32 tiles at a
+ * time and hands the live ones to its consumers. */
 template <int BN>
 __device__ __forceinline__ void attn_key_tiles(int b, int h, int i0, int i1,
                                                const attn_params &p,
