@@ -313,8 +313,10 @@ def run_backward(attn, args):
             torch.cuda.synchronize()
             same = all(torch.equal(a, b) for a, b in zip(first, (dq, dk, dv)))
         t = time_batches([lambda c=s[-1]: attn.launch_backward(c) for s in sets])
+        # The same graph's forward (dropout's forward cost; the mode changes only the backward).
+        t_fwd = time_batches([lambda c=s[-1]: attn.launch(c) for s in sets])
         row = dict(variant=name, D=D, S=S, B=B, H=H, attnc_ms=t, attnc_tflops=flops / t / 1e9,
-                   bit_identical=same)
+                   bit_identical=same, fwd_ms=t_fwd)
         extra.append(row)
         print(json.dumps(row), flush=True)
         for s in sets:
@@ -340,13 +342,18 @@ def backward_table(rows, extra):
         lines += ["", f"Geometric mean attnc / cuDNN (backward): {geo:.3f}; lowest {worst['ratio']:.2f} "
                   f"(D {worst['D']}, S {worst['S']}, causal {worst['causal']})", ""]
     if extra:
-        base = next((r["attnc_ms"] for r in extra if r["variant"] == "plain"), None)
-        lines += ["attnc backward overheads, D 128, S 4096, B 4, H 16, non-causal:", "",
-                  "| variant | attnc ms | TFLOP/s | over plain | bit-identical twice |", "|---|---|---|---|---|"]
+        base = next((r for r in extra if r["variant"] == "plain"), None)
+        lines += ["attnc backward overheads, D 128, S 4096, B 4, H 16, non-causal (and the same graph's "
+                  "forward):", "",
+                  "| variant | attnc ms | TFLOP/s | over plain | bit-identical twice | forward ms | "
+                  "forward over plain |", "|---|---|---|---|---|---|---|"]
         for r in extra:
-            over = f"{r['attnc_ms'] / base - 1:+.1%}" if base else "-"
+            over = f"{r['attnc_ms'] / base['attnc_ms'] - 1:+.1%}" if base else "-"
+            fwd_over = f"{r['fwd_ms'] / base['fwd_ms'] - 1:+.1%}" if base and "fwd_ms" in r else "-"
+            fwd = f"{r['fwd_ms']:.3f}" if "fwd_ms" in r else "-"
             same = "-" if r["bit_identical"] is None else ("yes" if r["bit_identical"] else "NO")
-            lines.append(f"| {r['variant']} | {r['attnc_ms']:.3f} | {r['attnc_tflops']:.0f} | {over} | {same} |")
+            lines.append(f"| {r['variant']} | {r['attnc_ms']:.3f} | {r['attnc_tflops']:.0f} | {over} | {same} | "
+                         f"{fwd} | {fwd_over} |")
         lines.append("")
     return lines
 
