@@ -32,6 +32,8 @@ BODIES = {
     "bias_ij_free": "    s = s + 0.0 * slopes[h];\n" + CAUSAL,
     # bench.py's document variant: 8 documents packed along the sequence.
     "document": "    s = mask(s, doc[b, i] == doc[b, j]);\n",
+    # Dropout's forward cost (bench.py measures it beside the backward too).
+    "dropout": "",
 }
 SHAPES = {  # name: (B, H, S, D, body)
     **{k: (4, 16, 4096, 128, v) for k, v in BODIES.items()},
@@ -51,9 +53,11 @@ SHAPES = {  # name: (B, H, S, D, body)
 def text(name, D, body):
     decl = "    input slopes : f32[H];\n" if "slopes" in body else ""
     decl += "    input doc : i32[B, S];\n" if "doc[" in body else ""
+    decl += "    scalar seed : u64 = 1234;\n" if name == "dropout" else ""
+    p = "dropout(softmax(s), 0.1, seed, 0)" if name == "dropout" else "softmax(s)"
     return (f"attention {name} {{\n    input q : bf16[B, H, S, {D}];\n    input k : bf16[B, H, S, {D}];\n"
             f"    input v : bf16[B, H, S, {D}];\n{decl}    scalar scale : f32 = 1.0 / sqrt({D}.0);\n"
-            f"    s = (q @ k^T) * scale;\n{body}    o = softmax(s) @ v;\n"
+            f"    s = (q @ k^T) * scale;\n{body}    o = {p} @ v;\n"
             f"    output o : bf16[B, H, S, {D}];\n}}\n")
 
 
