@@ -356,10 +356,10 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
      * dS^T = P^T o (dP^T * factor - delta), dRaw^T by the chain rule (0
      * wherever P is 0, so masked elements never reach the hook). s
      * becomes Pd^T (P times dropout's factor), dp dRaw^T. Walked by
-     * dropout group: for 16-query block m and x, query i = i0 + 16 m +
+     * dropout group: for 16-query block mq and x, query i = i0 + 16 mq +
      * 2 t4 + x and key j = j0 + jl_row (bit 3 of both clear: jl_row is
      * 64 wg + 16 ww + g) head the 2x2 group whose element q is query
-     * i + 8 (q >> 1), key j + 8 (q & 1): fragment 2m + (q >> 1), element
+     * i + 8 (q >> 1), key j + 8 (q & 1): fragment 2 mq + (q >> 1), element
      * 2 (q & 1) + x. One Philox call per group, its four factors live only
      * for the group. */
     /* The survivors first, as bits (bwd90_keep_bits). */
@@ -368,17 +368,17 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
       keep = cls != 2 ? bwd90_keep_bits<true>(b, h, i0, j0 + jl_row, t4, p)
                       : bwd90_keep_bits<false>(b, h, i0, j0 + jl_row, t4, p);
 #pragma unroll
-    for (int m = 0; m < bwd90_bm / 16; ++m) {
+    for (int mq = 0; mq < bwd90_bm / 16; ++mq) {
 #pragma unroll
       for (int x = 0; x < 2; ++x) {
 #if defined(ATTN_DROPOUT)
         float f[4];
-        attn_dropout_scale4(b, h, i0 + 16 * m + 2 * t4 + x, j0 + jl_row, p, f);
+        attn_dropout_scale4(b, h, i0 + 16 * mq + 2 * t4 + x, j0 + jl_row, p, f);
 #endif
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
-          const int r = (2 * m + (q >> 1)) * 4 + 2 * (q & 1) + x;
-          const int il = 16 * m + 8 * (q >> 1) + 2 * t4 + x;
+          const int r = (2 * mq + (q >> 1)) * 4 + 2 * (q & 1) + x;
+          const int il = 16 * mq + 8 * (q >> 1) + 2 * t4 + x;
           const int i = i0 + il, j = j0 + jl_row + 8 * (q & 1);
           const float acc = s[r];
           float xs = neg_inf;
