@@ -180,11 +180,8 @@ static __device__ __forceinline__ void bwd90_load(unsigned dst, const unsigned s
 
 /* Which elements of a thread's S^T fragment survive (bit r for fragment
  * element r: query i0 + 8 (r >> 2) + 2 t4 + (r & 1), key j + 8 ((r >> 1)
- * & 1)): in range and, with MASK (class 1 tiles), kept by attn_keep.
- * Straight-line code, so a mask's reads merge (doc[b, j] once per key,
- * doc[b, i] once per query) instead of each element doing its own behind
- * a per-element branch; out-of-range elements ask attn_keep at the
- * clamped index (hooks never see i >= Sq or j >= Skv) and drop it. */
+ * & 1)), by hooks.cuh's attn_keep_in: straight-line, so a mask's reads
+ * merge (doc[b, j] once per key, doc[b, i] once per query). */
 static_assert(bwd90_bm / 2 <= 32, "one keep bit per S^T element");
 template <bool MASK>
 static __device__ __forceinline__ unsigned bwd90_keep_bits(int b, int h, int i0, int j, int t4,
@@ -194,12 +191,34 @@ static __device__ __forceinline__ unsigned bwd90_keep_bits(int b, int h, int i0,
   for (int r = 0; r < bwd90_bm / 2; ++r) {
     const int ii = i0 + (r >> 2) * 8 + 2 * t4 + (r & 1);
     const int jj = j + 8 * ((r >> 1) & 1);
-    bool k = ii < p.Sq && jj < p.Skv;
-    if (MASK)
-      k = attn_keep(b, h, min(ii, p.Sq - 1), min(jj, p.Skv - 1), p) && k;
-    bits |= (unsigned)k << r;
+    bits |= (unsigned)attn_keep_in<MASK>(b, h, ii, jj, p) << r;
   }
   return bits;
+}
+
+/* Row r (key row + 8 r) of a thread's dK or dV fragment, times scale, to
+ * where it goes: the bf16 output row (b, hk, j), or with GQA the f32
+ * accumulator row acc_row, by atomics or, in deterministic mode, plain
+ * stores into per-head rows. */
+template <int D>
+static __device__ __forceinline__ void bwd90_store_row(const float (&x)[D / 2], int r, float scale,
+                                                       const attn_tensor_arg &to, float *acc_base,
+                                                       long long acc_row, int b, int hk, int j,
+                                                       int t4, bool shared_kv, bool det) {
+  float *acc = acc_base + acc_row * D;
+  unsigned short *row = (unsigned short *)to.ptr + b * to.stride[0] + hk * to.stride[1] +
+                        (long long)j * to.stride[2];
+#pragma unroll
+  for (int nb = 0; nb < D / 8; ++nb) {
+    const int d = nb * 8 + 2 * t4;
+    const float x0 = x[nb * 4 + 2 * r] * scale, x1 = x[nb * 4 + 2 * r + 1] * scale;
+    if (shared_kv && det)
+      *(float2 *)(acc + d) = make_float2(x0, x1);
+    else if (shared_kv)
+      bwd90_red_add2(acc + d, x0, x1);
+    else
+      *(unsigned *)(row + d) = attn_pack2<bwd90_in_bf16>(x0, x1);
+  }
 }
 
 /* ---------------------------------------------------- the main kernel */
@@ -546,39 +565,13 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
       continue;
     const long long acc_row =
         (det ? (long long)b * p.H + h : (long long)b * p.Hk + hk) * p.Skv + j;
-    if constexpr (bwd80_tdk >= 0) {
-      const attn_tensor_arg &to = p.t[bwd80_tdk >= 0 ? bwd80_tdk : 0];
-      float *acc = (float *)p.t[bwd80_tdka >= 0 ? bwd80_tdka : 0].ptr + acc_row * bwd90_dqk;
-      unsigned short *row = (unsigned short *)to.ptr + b * to.stride[0] + hk * to.stride[1] +
-                            (long long)j * to.stride[2];
-#pragma unroll
-      for (int nb = 0; nb < bwd90_dqk / 8; ++nb) {
-        const int d = nb * 8 + 2 * t4;
-        const float x0 = dk[nb * 4 + 2 * r] * sc, x1 = dk[nb * 4 + 2 * r + 1] * sc;
-        if (shared_kv && det)
-          *(float2 *)(acc + d) = make_float2(x0, x1);
-        else if (shared_kv)
-          bwd90_red_add2(acc + d, x0, x1);
-        else
-          *(unsigned *)(row + d) = attn_pack2<bwd90_in_bf16>(x0, x1);
-      }
-    }
-    if constexpr (bwd80_tdv >= 0) {
-      const attn_tensor_arg &to = p.t[bwd80_tdv >= 0 ? bwd80_tdv : 0];
-      float *acc = (float *)p.t[bwd80_tdva >= 0 ? bwd80_tdva : 0].ptr + acc_row * bwd90_dv;
-      unsigned short *row = (unsigned short *)to.ptr + b * to.stride[0] + hk * to.stride[1] +
-                            (long long)j * to.stride[2];
-#pragma unroll
-      for (int nb = 0; nb < bwd90_dv / 8; ++nb) {
-        const int d = nb * 8 + 2 * t4;
-        const float x0 = dv[nb * 4 + 2 * r], x1 = dv[nb * 4 + 2 * r + 1];
-        if (shared_kv && det)
-          *(float2 *)(acc + d) = make_float2(x0, x1);
-        else if (shared_kv)
-          bwd90_red_add2(acc + d, x0, x1);
-        else
-          *(unsigned *)(row + d) = attn_pack2<bwd90_in_bf16>(x0, x1);
-      }
-    }
+    if constexpr (bwd80_tdk >= 0)
+      bwd90_store_row<bwd90_dqk>(dk, r, sc, p.t[bwd80_tdk >= 0 ? bwd80_tdk : 0],
+                                 (float *)p.t[bwd80_tdka >= 0 ? bwd80_tdka : 0].ptr, acc_row,
+                                 b, hk, j, t4, shared_kv, det);
+    if constexpr (bwd80_tdv >= 0)
+      bwd90_store_row<bwd90_dv>(dv, r, 1.f, p.t[bwd80_tdv >= 0 ? bwd80_tdv : 0],
+                                (float *)p.t[bwd80_tdva >= 0 ? bwd80_tdva : 0].ptr, acc_row,
+                                b, hk, j, t4, shared_kv, det);
   }
 }

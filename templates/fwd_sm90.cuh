@@ -188,22 +188,6 @@ static __device__ __forceinline__ void fwd90_gemm_pv(float (&d)[N / 2], const un
  * and attn_keep (class 1), or through keep bits computed beforehand. */
 enum fwd90_test { FWD90_NONE, FWD90_BOUNDS, FWD90_KEEP, FWD90_BITS };
 
-/* Element (nb, e) of the thread's S fragment survives the bounds and, with
- * MASK, attn_keep. Out-of-range elements call attn_keep at the clamped
- * (in-range) index and drop the result: hooks never see i >= Sq or j >=
- * Skv, and without a per-element branch the compiler merges a mask's
- * reads (doc[b, i] once per row, doc[b, j] once per key). Behind a branch
- * every element did its own address arithmetic and loads, and a partial
- * document-mask tile cost six full ones (bench/NOTES-sm90.md). */
-template <bool MASK>
-static __device__ __forceinline__ bool fwd90_keep(int b, int h, int i, int j,
-                                                  const attn_params &p) {
-  const bool in = i < p.Sq && j < p.Skv;
-  if (MASK)
-    return attn_keep(b, h, min(i, p.Sq - 1), min(j, p.Skv - 1), p) && in;
-  return in;
-}
-
 /* The tile's tests as bits (bit nb*4 + e), for masks that read memory
  * (attn_keep_reads): nothing here depends on S, so the consumers compute
  * them at the top of a key tile, where S is dead (registers to spare) and
@@ -219,8 +203,8 @@ fwd90_keep_bits(int b, int h, int i_row, int j_col, const attn_params &p) {
   for (int nb = 0; nb < fwd90_bn / 8; ++nb)
 #pragma unroll
     for (int e = 0; e < 4; ++e)
-      bits |= (unsigned long long)fwd90_keep<MASK>(b, h, i_row + (e >> 1) * 8,
-                                                   j_col + nb * 8 + (e & 1), p)
+      bits |= (unsigned long long)attn_keep_in<MASK>(b, h, i_row + (e >> 1) * 8,
+                                                     j_col + nb * 8 + (e & 1), p)
               << (nb * 4 + e);
   return bits;
 }
@@ -244,7 +228,7 @@ fwd90_scores(float (&s)[fwd90_s_regs], const attn_bh &c, int b, int h, int i_row
       if (TEST == FWD90_BITS)
         keep = (bits >> (nb * 4 + e)) & 1ull;
       else if (TEST != FWD90_NONE)
-        keep = fwd90_keep<TEST == FWD90_KEEP>(b, h, i, j, p);
+        keep = attn_keep_in<TEST == FWD90_KEEP>(b, h, i, j, p);
       x = keep ? attn_score_bh(x, c, b, h, i, j, p) : neg_inf;
     }
   }

@@ -61,6 +61,21 @@ __device__ __forceinline__ void attn_dropout_scale4(int b, int h, int i, int j,
                                                     const attn_params &p, float f[4]);
 #endif
 
+/* Element (i, j) survives the bounds and, with MASK (class-1 tiles),
+ * attn_keep. Out-of-range elements call attn_keep at the clamped
+ * (in-range) index and drop the result: hooks never see i >= Sq or j >=
+ * Skv, and without a per-element branch the compiler merges a mask's
+ * reads (doc[b, i] once per row, doc[b, j] once per key). Behind a branch
+ * every element did its own address arithmetic and loads, and a partial
+ * document-mask tile cost six full ones (bench/NOTES-sm90.md). */
+template <bool MASK>
+__device__ __forceinline__ bool attn_keep_in(int b, int h, int i, int j, const attn_params &p) {
+  const bool in = i < p.Sq && j < p.Skv;
+  if (MASK)
+    return attn_keep(b, h, min(i, p.Sq - 1), min(j, p.Skv - 1), p) && in;
+  return in;
+}
+
 /* The key tiles of width BN a query tile [i0, i1] visits: [n_begin, n_end)
  * covers attn_kv_bounds' range, and attn_next_live skips the tiles
  * attn_tile_class says are wholly masked. fwd_sm80's warps all walk this
