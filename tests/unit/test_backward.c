@@ -12,19 +12,12 @@
 #include <string.h>
 
 #include "attnc.h"
+#include "unit_build.h"
 
 /* ----------------------------------------------------------- helpers */
 
 static IrGraph *bt_graph(const char *text, Arena *a) {
-  Diag d = {0};
-  Source *src = source_from_string(a, "<test>", text, strlen(text));
-  AstFile *ast = parse_source(src, a, &d);
-  IrModule *m = d.nerrors ? NULL : ir_build(ast, a, &d);
-  if (d.nerrors)
-    cr_log_error("%s", d.out.data);
-  diag_free(&d);
-  cr_assert(m, "the test graph does not check");
-  return m->graphs[0];
+  return unit_build(a, "<test>", text)->graphs[0];
 }
 
 /* sum(dO * O) from a fresh forward run. */

@@ -10,17 +10,9 @@
 
 #include "attn_abi.h"
 #include "attnc.h"
+#include "unit_build.h"
 
-static IrModule *bs_module(const char *text, Arena *a) {
-  Diag d = {0};
-  Source *src = source_from_string(a, "<test>", text, strlen(text));
-  AstFile *ast = parse_source(src, a, &d);
-  IrModule *m = d.nerrors ? NULL : ir_build(ast, a, &d);
-  if (d.nerrors) cr_log_error("%s", d.out.data);
-  diag_free(&d);
-  cr_assert(m, "the test graph does not check");
-  return m;
-}
+static IrModule *bs_module(const char *text, Arena *a) { return unit_build(a, "<test>", text); }
 
 #define HEAD                                                                                     \
   "attention g {\n  input q : bf16[B, H, Sq, 64];\n  input k : bf16[B, Hk, Skv, 64];\n"          \

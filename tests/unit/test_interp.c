@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "attnc.h"
+#include "unit_build.h"
 
 #define TG_MAX 64
 
@@ -762,14 +763,8 @@ typedef struct Built {
 
 static Built build(const char *text, const char *graph) {
   Built b = {arena_new(), NULL};
-  Diag d = {0};
-  Source *src = source_from_string(b.a, "test.attn", text, strlen(text));
-  AstFile *ast = parse_source(src, b.a, &d);
-  IrModule *m = d.nerrors ? NULL : ir_build(ast, b.a, &d);
-  cr_assert(m, "build failed:\n%s", d.out.data ? d.out.data : "");
-  b.g = ir_find_graph(m, graph);
+  b.g = ir_find_graph(unit_build(b.a, "test.attn", text), graph);
   cr_assert(b.g);
-  diag_free(&d);
   return b;
 }
 

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "attnc.h"
+#include "unit_build.h"
 
 /* ------------------------------------------------------ rounding bits */
 
@@ -304,13 +305,7 @@ typedef struct Built {
 
 static Built build(const char *text) {
   Built b = {arena_new(), NULL};
-  Diag d = {0};
-  Source *src = source_from_string(b.a, "data.attn", text, strlen(text));
-  AstFile *ast = parse_source(src, b.a, &d);
-  IrModule *m = d.nerrors ? NULL : ir_build(ast, b.a, &d);
-  cr_assert(m, "build failed:\n%s", d.out.data ? d.out.data : "");
-  b.g = m->graphs[0];
-  diag_free(&d);
+  b.g = unit_build(b.a, "data.attn", text)->graphs[0];
   return b;
 }
 
