@@ -254,6 +254,23 @@ def backward_sets(attn, mod, B, H, S, D, n=3):
     return sets
 
 
+def cudnn_dropout_times(B, H, S, D, rate):
+    """cuDNN's forward and backward ms (SDPA, non-causal) with dropout `rate`; None if refused."""
+    try:
+        q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+                   for _ in range(3))
+        do = torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16)
+        with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+            fwd = lambda: F.scaled_dot_product_attention(q, k, v, dropout_p=rate)
+            t_f = time_batches([fwd])
+            out = fwd()
+            t_b = time_batches([lambda: torch.autograd.grad(out, (q, k, v), do, retain_graph=True)])
+        return t_f, t_b
+    except RuntimeError as e:
+        print(f"cuDNN with dropout {rate}: {e}", file=sys.stderr)
+        return None, None
+
+
 def run_backward(attn, args):
     rows, extra = [], []
     seqs = [1024, 4096, 16384] if not args.quick else [4096]
@@ -317,6 +334,8 @@ def run_backward(attn, args):
         t_fwd = time_batches([lambda c=s[-1]: attn.launch(c) for s in sets])
         row = dict(variant=name, D=D, S=S, B=B, H=H, attnc_ms=t, attnc_tflops=flops / t / 1e9,
                    bit_identical=same, fwd_ms=t_fwd)
+        if not det:  # cuDNN's own cost of dropout, same shape (its forward, then its backward)
+            row["cudnn_fwd_ms"], row["cudnn_ms"] = cudnn_dropout_times(B, H, S, D, 0.1 if dropout else 0.0)
         extra.append(row)
         print(json.dumps(row), flush=True)
         for s in sets:
@@ -346,14 +365,19 @@ def backward_table(rows, extra):
         lines += ["attnc backward overheads, D 128, S 4096, B 4, H 16, non-causal (and the same graph's "
                   "forward):", "",
                   "| variant | attnc ms | TFLOP/s | over plain | bit-identical twice | forward ms | "
-                  "forward over plain |", "|---|---|---|---|---|---|---|"]
+                  "forward over plain | cuDNN ms (over plain) | cuDNN forward ms (over plain) |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         for r in extra:
             over = f"{r['attnc_ms'] / base['attnc_ms'] - 1:+.1%}" if base else "-"
             fwd_over = f"{r['fwd_ms'] / base['fwd_ms'] - 1:+.1%}" if base and "fwd_ms" in r else "-"
             fwd = f"{r['fwd_ms']:.3f}" if "fwd_ms" in r else "-"
             same = "-" if r["bit_identical"] is None else ("yes" if r["bit_identical"] else "NO")
+            cud = []
+            for key in ("cudnn_ms", "cudnn_fwd_ms"):
+                x, x0 = r.get(key), base.get(key) if base else None
+                cud.append("-" if x is None else f"{x:.3f}" + (f" ({x / x0 - 1:+.1%})" if x0 else ""))
             lines.append(f"| {r['variant']} | {r['attnc_ms']:.3f} | {r['attnc_tflops']:.0f} | {over} | {same} | "
-                         f"{fwd} | {fwd_over} |")
+                         f"{fwd} | {fwd_over} | {cud[0]} | {cud[1]} |")
         lines.append("")
     return lines
 

@@ -69,11 +69,16 @@ def main():
     ap.add_argument("--only", default="", help="comma-separated graph names")
     ap.add_argument("--sched", default="",
                     help="compare ATTN_SM90_VARIANT values (comma-separated) on the grid's shapes, with cuDNN")
+    ap.add_argument("--backward", action="store_true",
+                    help="the backward of BWD_SHAPES instead (with --once: for ncu)")
+    ap.add_argument("--cudnn", action="store_true", help="with --backward --once: cuDNN's instead")
     args = ap.parse_args()
     torch.zeros(1, device="cuda")  # a current context before libattn compiles
     attn = Attn(args.lib)
     if args.sched:
         return run_sched(attn, args.sched.split(","))
+    if args.backward:
+        return run_backward_costs(attn, args)
     names = [n for n in SHAPES if not args.only or n in args.only.split(",")]
     base = {}
     for name in names:
@@ -114,6 +119,42 @@ def main():
                      ("alibi_const", "causal"), ("bias_ij_free", "causal"), ("alibi", "alibi_float")):
             if a in base and b in base:
                 print(f"{a} over {b}: {100 * (base[a] / base[b] - 1):+.1f}%")
+
+
+BWD_SHAPES = {  # name: (B, H, S, D, causal, dropout), bench.py's backward graphs
+    "bwd_d64": (4, 32, 4096, 64, False, False),
+    "bwd_d128": (4, 16, 4096, 128, False, False),
+    "bwd_d128_causal": (4, 16, 4096, 128, True, False),
+    "bwd_d128_dropout": (4, 16, 4096, 128, False, True),
+}
+
+
+def run_backward_costs(attn, args):
+    """The whole backward (delta pre-pass, main kernel, dQ convert) of each graph, median ms."""
+    from bench import backward_graph_text, backward_sets
+    for name, (B, H, S, D, causal, dropout) in BWD_SHAPES.items():
+        if args.only and name not in args.only.split(","):
+            continue
+        if args.cudnn:  # cuDNN's backward of the same shape instead, once (for ncu)
+            import torch.nn.functional as F
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+            q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16,
+                                   requires_grad=True) for _ in range(3))
+            with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+                out = F.scaled_dot_product_attention(q, k, v, is_causal=causal,
+                                                     dropout_p=0.1 if dropout else 0.0)
+                out.backward(torch.randn_like(out))
+            torch.cuda.synchronize()
+            continue
+        mod = attn.compile(name, backward_graph_text(D, causal, dropout))
+        sets = backward_sets(attn, mod, B, H, S, D, n=1 if args.once else 3)
+        if args.once:
+            attn.launch_backward(sets[0][-1])
+            torch.cuda.synchronize()
+            continue
+        ms = time_batches([lambda c=s[-1]: attn.launch_backward(c) for s in sets], reps=21)
+        flops = 2.5 * 4 * B * H * S * S * D / (2 if causal else 1)
+        print(f"| {name} | {B}x{H}x{S} D{D} | {ms:.3f} ms | {flops / ms / 1e9:.0f} TFLOP/s |", flush=True)
 
 
 SCHED_SHAPES = [(D, S, c) for D in (64, 128, 256) for S in (1024, 2048, 4096, 16384) for c in (False, True)]

@@ -811,6 +811,7 @@ typedef struct ExprHook {
   unsigned indices;         /* DOM_* indices in scope */
   const BwdGraph *bg;       /* a derived backward graph, or NULL */
   const char **dvars;       /* its nodes' locals, by their ids */
+  int acc_reads;            /* how many times IR_QK was read (as acc_name) */
 } ExprHook;
 
 void expr_init(ExprHook *hk, Arena *a, const IrGraph *g, unsigned indices);

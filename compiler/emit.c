@@ -273,12 +273,11 @@ static int choose_template(const KernelSpec *s, bool arch_specific, int sm, Tmpl
     info->block_m = cfg.bm;
     info->tma_rows_q = cfg.bm;
     info->tma_rows_kv = cfg.bn;
-    /* Not with dropout: its Philox hook spilled (measured with one call
-     * per element, before one call served a 2x2 group), and the tile
-     * loop's registers make it spill far more. Masked graphs
-     * may: the tile queue (fwd90_next_tile) balances unequal tiles, where
-     * the static order lost up to 40% on causal (bench/NOTES-sm90.md). */
-    info->persistent = cfg.persistent && !s->dropout;
+    /* Masked graphs too: the tile queue (fwd90_next_tile) balances
+     * unequal tiles, where the static order lost up to 40% on causal
+     * (bench/NOTES-sm90.md). Dropout graphs since one Philox call serves
+     * a 2x2 group (no spills any more). */
+    info->persistent = cfg.persistent;
     return 0;
   }
   Sm80Config cfg;

@@ -176,6 +176,21 @@ static void emit_bias_hooks(StrBuf *out, const BwdSpec *s, Arena *a) {
   sb_puts(out, "  (void)b; (void)h; (void)i; (void)lane; (void)p;\n}\n\n");
 }
 
+/* What dRaw (and the bias gradients) read, for the templates' choices:
+ * the raw score (bwd_sm90 then keeps it until dP^T has landed instead of
+ * overwriting it with P^T) and memory (then they must not run where P is
+ * 0: such elements may lie outside the tensors). */
+static void draw_reads(const BwdSpec *s, Arena *a, bool *acc, bool *mem) {
+  ExprHook hk;
+  bwd_hook_init(&hk, s, a);
+  const char *ret = s->bg->draw ? expr_value(&hk, s->bg->draw) : "";
+  for (int k = 0; k < s->bg->nbias; k++)
+    if (s->bg->bias[k].value) expr_value(&hk, s->bg->bias[k].value);
+  *acc = hk.acc_reads > 0;
+  *mem = (hk.body.len && strstr(hk.body.data, "attn_ld_")) || strstr(ret, "attn_ld_");
+  sb_free(&hk.body);
+}
+
 void emit_bwd_body(StrBuf *out, const BwdSpec *s, Arena *a) {
   const BwdSlots *sl = &s->slots;
   sb_printf(out, "\n/* ---- backward (templates/%s) ---- */\n",
@@ -205,6 +220,14 @@ void emit_bwd_body(StrBuf *out, const BwdSpec *s, Arena *a) {
   ret = s->bg->draw_scale ? expr_as(&hk, s->bg->draw_scale, DT_F32) : "1.f";
   sb_puts(out, "/* The factor folded out of dRaw, applied to dQ and dK. */\n");
   expr_put_fn(out, &hk, "float attn_bwd_scale(const attn_params &p)", ret);
+  bool reads_acc, reads_mem;
+  draw_reads(s, a, &reads_acc, &reads_mem);
+  sb_printf(out, "/* Whether dRaw reads the raw score acc (else the templates may pass\n"
+                 " * 0 for it), and whether it or a bias gradient reads or writes\n"
+                 " * memory (then it runs only where P is not 0). */\n"
+                 "constexpr bool attn_bwd_draw_reads_acc = %s;\n"
+                 "constexpr bool attn_bwd_draw_guarded = %s;\n\n",
+            reads_acc ? "true" : "false", reads_mem || s->slots.nbias > 0 ? "true" : "false");
   sb_puts(out, bwd_sm80_src);
   /* bwd_sm90's main kernel reuses bwd_sm80's other kernels and helpers.
    * Its dQ goes out by element atomics (red.global.add.v2.f32: 4-8%

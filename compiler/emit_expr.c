@@ -190,6 +190,7 @@ const char *expr_value(ExprHook *hk, IrNode *n) {
   case IR_INDEX: return index_name(hk, n);
   case IR_QK:
     if (!hk->acc_name) die("emit: the score read outside attn_score");
+    hk->acc_reads++;
     return hk->acc_name;
   case IR_PV:
     if (!hk->pv_name) die("emit: p @ v read outside attn_out");

@@ -220,11 +220,12 @@ attn_status attn_call_launch_backward(attn_call *c, void *stream) {
   const bool gqa = p.H != p.Hk;
   const bool det = *rt_call_bwd_scratch(c) && (*rt_call_bwd_scratch(c))->deterministic;
   CUstream s = (CUstream)stream;
-  if ((st = bwd_ensure(c, d, BWD_DELTA, rows * 4)) ||
+  /* Per query row {delta, lse * log2(e)} (the row pass writes both). */
+  if ((st = bwd_ensure(c, d, BWD_DELTA, rows * 8)) ||
       (!det && (st = bwd_ensure(c, d, BWD_DQA, rows * (size_t)dqk * 4))))
     return st;
   RtBwdScratch *sc = *rt_call_bwd_scratch(c);
-  bwd_set_dense(&p, sl.delta, sc->buf[BWD_DELTA], p.H, p.Sq, 1);
+  bwd_set_dense(&p, sl.delta, sc->buf[BWD_DELTA], p.H, p.Sq, 2);
   if (det) /* the null accumulator is the kernels' deterministic flag */
     memset(&p.t[sl.dqa], 0, sizeof p.t[sl.dqa]);
   else

@@ -241,9 +241,18 @@ __device__ __forceinline__ void attn_bwd_sm80_delta(const attn_params &p) {
 #pragma unroll
   for (int s = 16; s > 0; s >>= 1)
     acc += __shfl_xor_sync(0xffffffffu, acc, s);
-  const attn_tensor_arg &tdl = p.t[bwd80_tdelta];
-  if (lane == 0)
-    ((float *)tdl.ptr)[((long long)b * p.H + h) * p.Sq + i] = acc;
+  /* Row i's {delta, lse * log2(e)}; a fully masked row's lse (-inf) is
+   * stored as +inf, so exp2(x * log2(e) - it) is 0 for every x, -inf
+   * included (bwd_sm90 tests nothing per element). */
+  const attn_tensor_arg &tdl = p.t[bwd80_tdelta], &tl = p.t[bwd80_tlse];
+  if (lane == 0) {
+    const float lse = ((const float *)tl.ptr)[b * tl.stride[0] + h * tl.stride[1] +
+                                              (long long)i * tl.stride[2]];
+    const float lse2 = lse == __int_as_float(0xff800000) ? __int_as_float(0x7f800000)
+                                                          : lse * 1.4426950408889634f;
+    *(float2 *)((float *)tdl.ptr + 2 * (((long long)b * p.H + h) * p.Sq + i)) =
+        make_float2(acc, lse2);
+  }
   if (!bwd80_deterministic(p)) {
     float *dqa =
         (float *)p.t[bwd80_tdqa].ptr + (((long long)b * p.H + h) * p.Sq + i) * bwd80_dqk;
@@ -285,7 +294,9 @@ static __device__ __forceinline__ void bwd80_dq_tile(const attn_params &p, int m
       (const unsigned short *)tdo.ptr + b * tdo.stride[0] + h * tdo.stride[1];
   const attn_tensor_arg &tl = p.t[bwd80_tlse];
   const float *lseg = (const float *)tl.ptr + b * tl.stride[0] + h * tl.stride[1];
-  const float *deltag = (const float *)p.t[bwd80_tdelta].ptr + ((long long)b * p.H + h) * p.Sq;
+  /* Rows of {delta, lse * log2(e)} (attn_bwd_sm80_delta). */
+  const float *deltag =
+      (const float *)p.t[bwd80_tdelta].ptr + 2 * ((long long)b * p.H + h) * p.Sq;
 
   const unsigned sk = attn_smem_addr(bwd80_smem);
   const unsigned sv = sk + bwd80_k_bytes;
@@ -305,7 +316,7 @@ static __device__ __forceinline__ void bwd80_dq_tile(const attn_params &p, int m
   if (tid < bwd80_bm) {
     const int i = i0 + tid;
     s_lse[tid] = i < p.Sq ? lseg[(long long)i * tl.stride[2]] : 0.f;
-    s_delta[tid] = i < p.Sq ? deltag[i] : 0.f;
+    s_delta[tid] = i < p.Sq ? deltag[2 * i] : 0.f;
   }
 
   float dq[bwd80_dqk / 8][4];
@@ -470,7 +481,9 @@ __device__ __forceinline__ void attn_bwd_sm80_main(const attn_params &p) {
       (const unsigned short *)tdo.ptr + b * tdo.stride[0] + h * tdo.stride[1];
   const attn_tensor_arg &tl = p.t[bwd80_tlse];
   const float *lseg = (const float *)tl.ptr + b * tl.stride[0] + h * tl.stride[1];
-  const float *deltag = (const float *)p.t[bwd80_tdelta].ptr + ((long long)b * p.H + h) * p.Sq;
+  /* Rows of {delta, lse * log2(e)} (attn_bwd_sm80_delta). */
+  const float *deltag =
+      (const float *)p.t[bwd80_tdelta].ptr + 2 * ((long long)b * p.H + h) * p.Sq;
   float *dqa = (float *)p.t[bwd80_tdqa].ptr + ((long long)b * p.H + h) * p.Sq * bwd80_dqk;
 
   const unsigned sk = attn_smem_addr(bwd80_smem);
@@ -514,7 +527,7 @@ __device__ __forceinline__ void attn_bwd_sm80_main(const attn_params &p) {
     if (tid < bwd80_bm) {
       const int i = i0 + tid;
       s_lse[tid] = i < p.Sq ? lseg[(long long)i * tl.stride[2]] : 0.f;
-      s_delta[tid] = i < p.Sq ? deltag[i] : 0.f;
+      s_delta[tid] = i < p.Sq ? deltag[2 * i] : 0.f;
     }
     bwd80_cp_async_wait_all();
     __syncthreads();

@@ -25,10 +25,9 @@
  *                         an MN-major (transposed) descriptor
  *   dK  += dRaw^T Q       the same with Q
  *   dQ  += dRaw K         dRaw^T written to shared memory [key][query];
- *                         wgmma with A and B both MN-major. D 128:
- *                         warpgroup w computes dQ's columns 64w..64w+63
- *                         over all 128 keys; D 64: each warpgroup adds
- *                         its own 64 keys' part. The 64 x 64 f32 result
+ *                         wgmma with A and B both MN-major; warpgroup w
+ *                         computes half of dQ's columns (D/2 from
+ *                         D/2 w) over all 128 keys. The 64 x D/2 result
  *                         goes into the accumulator by element atomics
  *                         (red.global.add.v2.f32) when ATTN_BWD90_DQ_RED
  *                         is defined (emit_bwd.c's default), else through
@@ -36,7 +35,7 @@
  *                         (cp.reduce.async.bulk .add.f32; env
  *                         ATTN_BWD90_DQ=bulk).
  * Two CTA barriers per query tile (the stage has landed and the last
- * tile's buffers are free; at D 128 both warpgroups' dRaw^T are written),
+ * tile's buffers are free; both warpgroups' dRaw^T are written),
  * the warpgroups' own named barriers otherwise.
  * dK and dV are stored at the end as bwd_sm80 stores them (f32 atomics
  * or per-head accumulators with GQA). Deterministic mode: as bwd_sm80,
@@ -98,10 +97,10 @@ static_assert((bwd90_bn * bwd90_dqk / 8) % bwd90_threads == 0 &&
 
 /* ------------------------------------------------------ PTX wrappers */
 
-/* 4-byte global->shared copy; src_bytes 0 stores a zero. */
-static __device__ __forceinline__ void bwd90_cp_async4(unsigned dst, const void *src,
+/* 8-byte global->shared copy; src_bytes 0 stores zeros. */
+static __device__ __forceinline__ void bwd90_cp_async8(unsigned dst, const void *src,
                                                        int src_bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src),
                "r"(src_bytes)
                : "memory");
 }
@@ -147,6 +146,21 @@ static __device__ __forceinline__ void bwd90_rs(float (&d)[D / 2], const unsigne
     attn_wgmma_rs64<bwd90_in_bf16>(d, a, db);
 }
 
+
+/* A bool as a type, for generic lambdas' compile-time branches. */
+template <bool B> struct bwd90_bool {
+  static constexpr bool value = B;
+};
+
+/* d (+)= A B with N columns (32 or 64), A and B MN-major. */
+template <int N>
+static __device__ __forceinline__ void bwd90_ss_mn(float (&d)[N / 2], unsigned long long da,
+                                                   unsigned long long db, int scale_d) {
+  if constexpr (N == 64)
+    attn_wgmma_ss64_mn<bwd90_in_bf16>(d, da, db, scale_d);
+  else
+    attn_wgmma_ss32_mn<bwd90_in_bf16>(d, da, db, scale_d);
+}
 
 /* ------------------------------------------------ shared-memory tiles */
 
@@ -258,9 +272,9 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
   const unsigned short *vg = (const unsigned short *)tv.ptr + b * tv.stride[0] + hk * tv.stride[1];
   const unsigned short *dog =
       (const unsigned short *)tdo.ptr + b * tdo.stride[0] + h * tdo.stride[1];
-  const attn_tensor_arg &tl = p.t[bwd80_tlse];
-  const float *lseg = (const float *)tl.ptr + b * tl.stride[0] + h * tl.stride[1];
-  const float *deltag = (const float *)p.t[bwd80_tdelta].ptr + ((long long)b * p.H + h) * p.Sq;
+  /* Rows of {delta, lse * log2(e)} (attn_bwd_sm80_delta). */
+  const float *deltag =
+      (const float *)p.t[bwd80_tdelta].ptr + 2 * ((long long)b * p.H + h) * p.Sq;
   float *dqa = det ? nullptr
                    : (float *)p.t[bwd80_tdqa].ptr + ((long long)b * p.H + h) * p.Sq * bwd90_dqk;
 
@@ -270,7 +284,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
   const unsigned sk = base, sv = base + bwd90_off_v;
   const unsigned sq0 = base + bwd90_off_q, sdo0 = base + bwd90_off_do;
   const unsigned sds = base + bwd90_off_ds, sstats = base + bwd90_off_stats;
-  const float *s_stats = (const float *)(bwd90_smem + (base - raw_base) + bwd90_off_stats);
+  const float2 *s_stats = (const float2 *)(bwd90_smem + (base - raw_base) + bwd90_off_stats);
 
   const int n_m = (p.Sq + bwd90_bm - 1) / bwd90_bm;
   auto next_live = [&](int m) {
@@ -288,14 +302,11 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
     bwd90_load<bwd90_bm, bwd90_dqk>(sq0 + st * bwd90_q_bytes, qg, tq.stride[2], i0, p.Sq, tid);
     bwd90_load<bwd90_bm, bwd90_dv>(sdo0 + st * bwd90_do_bytes, dog, tdo.stride[2], i0, p.Sq,
                                    tid);
-    if (tid < 2 * bwd90_bm) {
-      const int r = tid & (bwd90_bm - 1), i = i0 + r;
+    if (tid < bwd90_bm) {
+      const int i = i0 + tid;
       const bool in = i < p.Sq;
-      const unsigned dst = sstats + (unsigned)((st * 2 * bwd90_bm + tid) * 4);
-      if (tid < bwd90_bm)
-        bwd90_cp_async4(dst, in ? lseg + (long long)i * tl.stride[2] : lseg, in ? 4 : 0);
-      else
-        bwd90_cp_async4(dst, in ? deltag + i : deltag, in ? 4 : 0);
+      bwd90_cp_async8(sstats + (unsigned)((st * bwd90_bm + tid) * 8), deltag + (in ? 2 * i : 0),
+                      in ? 8 : 0);
     }
   };
 
@@ -321,6 +332,15 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
 #endif
 
   const unsigned k_wg = sk + wg * 64 * 128, v_wg = sv + wg * 64 * 128;
+  /* Descriptors fixed for the CTA: this warpgroup's K and V rows
+   * (K-major), dRaw^T and the K columns of its half of dQ (MN-major; D 128:
+   * column block wg, D 64: columns 32 wg.. of the one block, 64 bytes into
+   * each row). */
+  const unsigned long long dk_k = attn_wgmma_desc(k_wg, 16, 1024);
+  const unsigned long long dv_k = attn_wgmma_desc(v_wg, 16, 1024);
+  const unsigned long long dds_mn = attn_wgmma_desc(sds, bwd90_bn * 128, 1024);
+  const unsigned long long dkq_mn = attn_wgmma_desc(
+      bwd90_dqk == 128 ? sk + wg * bwd90_bn * 128 : sk + wg * 64, bwd90_bn * 128, 1024);
   const int jl_row = wg * 64 + ww * 16 + g; /* this lane's first key row in the tile */
   const float sc = attn_bwd_scale(p);
   /* Threads 0-63 of each warpgroup reduce one dQ row each into the
@@ -344,93 +364,180 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
     attn_cp_async_commit();
 
     const unsigned sq = sq0 + st * bwd90_q_bytes, sdo = sdo0 + st * bwd90_do_bytes;
-    const float *s_lse = s_stats + st * 2 * bwd90_bm, *s_delta = s_lse + bwd90_bm;
+    const float2 *s_row = s_stats + st * bwd90_bm; /* {delta, lse log2 e} per query */
     const int i0 = m * bwd90_bm;
     const int i_last = min(i0 + bwd90_bm, p.Sq) - 1;
     const int cls = attn_tile_class(b, h, i0, i_last, j0, j_last, p);
     const bool full = cls == 2 && i0 + bwd90_bm <= p.Sq && j0 + bwd90_bn <= p.Skv;
 
+    /* The K-major descriptors of this stage's Q and dO (16-element k
+     * steps: 32 bytes inside a 64-column block, then the next block) and
+     * the MN-major ones (16 queries: 16 rows of 128 bytes). */
+    const unsigned long long dq_k = attn_wgmma_desc(sq, 16, 1024);
+    const unsigned long long ddo_k = attn_wgmma_desc(sdo, 16, 1024);
+    const unsigned long long dq_mn = attn_wgmma_desc(sq, bwd90_bm * 128, 1024);
+    const unsigned long long ddo_mn = attn_wgmma_desc(sdo, bwd90_bm * 128, 1024);
+
     /* S^T = K Q^T and dP^T = V dO^T: this warpgroup's 64 keys x 64
-     * queries each. */
+     * queries each, two wgmma groups so P^T can be computed while dP^T is
+     * still in the tensor cores. */
     float s[bwd90_bm / 2], dp[bwd90_bm / 2];
     attn_wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < bwd90_dqk / 16; ++kk)
-      attn_wgmma_ss64_kk<bwd90_in_bf16>(s, attn_wgmma_desc(k_wg + (kk >> 2) * bwd90_bn * 128 + (kk & 3) * 32, 16, 1024),
-                  attn_wgmma_desc(sq + (kk >> 2) * bwd90_bm * 128 + (kk & 3) * 32, 16, 1024), kk > 0);
+      attn_wgmma_ss64_kk<bwd90_in_bf16>(
+          s, attn_wgmma_desc_add(dk_k, (kk >> 2) * bwd90_bn * 128 + (kk & 3) * 32),
+          attn_wgmma_desc_add(dq_k, (kk >> 2) * bwd90_bm * 128 + (kk & 3) * 32), kk > 0);
+    attn_wgmma_commit();
 #pragma unroll
     for (int kk = 0; kk < bwd90_dv / 16; ++kk)
-      attn_wgmma_ss64_kk<bwd90_in_bf16>(dp, attn_wgmma_desc(v_wg + (kk >> 2) * bwd90_bn * 128 + (kk & 3) * 32, 16, 1024),
-                  attn_wgmma_desc(sdo + (kk >> 2) * bwd90_bm * 128 + (kk & 3) * 32, 16, 1024), kk > 0);
+      attn_wgmma_ss64_kk<bwd90_in_bf16>(
+          dp, attn_wgmma_desc_add(dv_k, (kk >> 2) * bwd90_bn * 128 + (kk & 3) * 32),
+          attn_wgmma_desc_add(ddo_k, (kk >> 2) * bwd90_bm * 128 + (kk & 3) * 32), kk > 0);
     attn_wgmma_commit();
-    attn_wgmma_wait<0>();
+    /* A dRaw that reads the raw score needs S^T and dP^T together; else P^T
+     * overwrites S^T and dP^T is waited for only after it. */
+    constexpr bool split = !attn_bwd_draw_reads_acc;
+    /* Whether dRaw may run only where P is not 0 (it touches memory, or
+     * its factor of the raw score could be infinite where P is 0). */
+    constexpr bool guard = attn_bwd_draw_guarded || attn_bwd_draw_reads_acc;
+    if constexpr (split)
+      attn_wgmma_wait<1>();
+    else
+      attn_wgmma_wait<0>();
 #pragma unroll
-    for (int r = 0; r < bwd90_bm / 2; ++r) {
+    for (int r = 0; r < bwd90_bm / 2; ++r)
       attn_fence_reg(s[r]);
-      attn_fence_reg(dp[r]);
-    }
 
     /* Per element (fragment nb, element e: key row jl_row + 8 (e >> 1),
-     * query nb * 8 + 2 t4 + (e & 1)): P^T from the score chain and lse,
-     * dS^T = P^T o (dP^T * factor - delta), dRaw^T by the chain rule (0
-     * wherever P is 0, so masked elements never reach the hook). s
-     * becomes Pd^T (P times dropout's factor), dp dRaw^T. Walked by
-     * dropout group: for 16-query block mq and x, query i = i0 + 16 mq +
-     * 2 t4 + x and key j = j0 + jl_row (bit 3 of both clear: jl_row is
-     * 64 wg + 16 ww + g) head the 2x2 group whose element q is query
-     * i + 8 (q >> 1), key j + 8 (q & 1): fragment 2 mq + (q >> 1), element
-     * 2 (q & 1) + x. One Philox call per group, its four factors live only
-     * for the group. */
-    /* The survivors first, as bits (bwd90_keep_bits). */
-    unsigned keep = ~0u;
-    if (!full)
-      keep = cls != 2 ? bwd90_keep_bits<true>(b, h, i0, j0 + jl_row, t4, p)
-                      : bwd90_keep_bits<false>(b, h, i0, j0 + jl_row, t4, p);
-#pragma unroll
-    for (int mq = 0; mq < bwd90_bm / 16; ++mq) {
-#pragma unroll
-      for (int x = 0; x < 2; ++x) {
+     * query nb * 8 + 2 t4 + (e & 1)): P^T = exp2(score log2 e - lse log2 e)
+     * (0 for a masked element, whose score is -inf, and in a fully masked
+     * row, whose second term is +inf), dS^T = P^T o (dP^T * factor -
+     * delta), dRaw^T by the chain rule. Walked by dropout group: for
+     * 16-query block mq and x, query i = i0 + 16 mq + 2 t4 + x and key
+     * j = j0 + jl_row (bit 3 of both clear: jl_row is 64 wg + 16 ww + g)
+     * head the 2x2 group whose element q is query i + 8 (q >> 1), key
+     * j + 8 (q & 1): fragment 2 mq + (q >> 1), element 2 (q & 1) + x. One
+     * Philox call per group. */
+    /* Dropout's factor per element: bit r of dkeep set iff element r is
+     * kept, each kept one scaled by fkept (0 if none is). */
+    unsigned dkeep = ~0u;
+    float fkept = 1.f;
 #if defined(ATTN_DROPOUT)
-        float f[4];
-        attn_dropout_scale4(b, h, i0 + 16 * mq + 2 * t4 + x, j0 + jl_row, p, f);
+    dkeep = 0u;
+    fkept = 0.f;
+#endif
+    /* Pass 1 (split) or the only pass: s becomes P^T (split) or Pd^T,
+     * dp dRaw^T (not split). MASKED: some element of the tile may be
+     * masked (tested from keep bits, bwd90_keep_bits). */
+    auto pass1 = [&](auto masked_t) {
+      constexpr bool masked = decltype(masked_t)::value;
+      unsigned keep = ~0u;
+      if constexpr (masked)
+        keep = cls != 2 ? bwd90_keep_bits<true>(b, h, i0, j0 + jl_row, t4, p)
+                        : bwd90_keep_bits<false>(b, h, i0, j0 + jl_row, t4, p);
+#pragma unroll
+      for (int mq = 0; mq < bwd90_bm / 16; ++mq) {
+#pragma unroll
+        for (int x = 0; x < 2; ++x) {
+#if defined(ATTN_DROPOUT)
+          float f[4];
+          attn_dropout_scale4(b, h, i0 + 16 * mq + 2 * t4 + x, j0 + jl_row, p, f);
 #endif
 #pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          const int r = (2 * mq + (q >> 1)) * 4 + 2 * (q & 1) + x;
-          const int il = 16 * mq + 8 * (q >> 1) + 2 * t4 + x;
-          const int i = i0 + il, j = j0 + jl_row + 8 * (q & 1);
-          const float acc = s[r];
-          float xs = neg_inf;
-          if ((keep >> r) & 1u)
-            xs = attn_score(acc, b, h, i, j, p);
-          /* exp(x - lse); a masked element (or a fully masked row, whose
-           * lse is -inf) gives exactly 0. */
-          const float pe = xs == neg_inf ? 0.f : attn_exp2((xs - s_lse[il]) * log2e);
-          float dpe = dp[r], pd = pe;
+          for (int q = 0; q < 4; ++q) {
+            const int r = (2 * mq + (q >> 1)) * 4 + 2 * (q & 1) + x;
+            const int il = 16 * mq + 8 * (q >> 1) + 2 * t4 + x;
+            const int i = i0 + il, j = j0 + jl_row + 8 * (q & 1);
+            const float acc = s[r];
+            float xs = attn_score(acc, b, h, i, j, p);
+            if constexpr (masked)
+              xs = (keep >> r) & 1u ? xs : neg_inf;
+            const float2 row = s_row[il];
+            const float pe = attn_exp2(xs * log2e - row.y);
 #if defined(ATTN_DROPOUT)
-          dpe *= f[q];
-          pd *= f[q];
+            dkeep |= (unsigned)(f[q] != 0.f) << r;
+            fkept = fmaxf(fkept, f[q]);
 #endif
-          const float ds = pe * (dpe - s_delta[il]);
+            if constexpr (split) {
+              s[r] = pe;
+            } else {
+              float dpe = dp[r], pd = pe;
+#if defined(ATTN_DROPOUT)
+              dpe *= f[q];
+              pd *= f[q];
+#endif
+              const float ds = pe * (dpe - row.x);
 #if defined(ATTN_BWD_BIAS)
-          dp[r] = pe != 0.f ? attn_bwd_draw_bias(ds, acc, b, h, i, j, p, red) : 0.f;
+              dp[r] = pe != 0.f ? attn_bwd_draw_bias(ds, acc, b, h, i, j, p, red) : 0.f;
 #else
-          dp[r] = pe != 0.f ? attn_bwd_draw(ds, acc, b, h, i, j, p) : 0.f;
+              dp[r] = pe != 0.f ? attn_bwd_draw(ds, acc, b, h, i, j, p) : 0.f;
 #endif
-          s[r] = pd;
+              s[r] = pd;
+            }
+          }
         }
+      }
+    };
+    if (full)
+      pass1(bwd90_bool<false>());
+    else
+      pass1(bwd90_bool<true>());
+
+    /* The A fragments of the 16-query steps: accumulator fragments 2kk
+     * and 2kk + 1, packed to 16 bits (fwd_sm90's P). */
+    unsigned pa[bwd90_bm / 16][4], ra[bwd90_bm / 16][4];
+    /* Element r of Pd^T. */
+    auto pd_at = [&](int r) {
+      if constexpr (!split)
+        return s[r];
+      else
+        return ((dkeep >> r) & 1u) ? s[r] * fkept : 0.f;
+    };
+#pragma unroll
+    for (int kk = 0; kk < bwd90_bm / 16; ++kk)
+#pragma unroll
+      for (int x = 0; x < 4; ++x)
+        pa[kk][x] = attn_pack2<bwd90_in_bf16>(pd_at(8 * kk + 2 * x), pd_at(8 * kk + 2 * x + 1));
+    /* dV += Pd^T dO (k: the 64 queries; dO read transposed through an
+     * MN-major descriptor), in the tensor cores while dRaw^T is computed. */
+    attn_wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < bwd90_bm / 16; ++kk)
+      bwd90_rs<bwd90_dv>(dv, pa[kk], attn_wgmma_desc_add(ddo_mn, kk * 16 * 128));
+    attn_wgmma_commit();
+
+    if constexpr (split) {
+      /* Pass 2: dP^T (the older group) has landed; dp becomes dRaw^T. */
+      attn_wgmma_wait<1>();
+#pragma unroll
+      for (int r = 0; r < bwd90_bm / 2; ++r)
+        attn_fence_reg(dp[r]);
+#pragma unroll
+      for (int r = 0; r < bwd90_bm / 2; ++r) {
+        /* Fragment r >> 2, element r & 3 (as in pass 1). */
+        const int il = 16 * (r >> 3) + 8 * ((r >> 2) & 1) + 2 * t4 + (r & 1);
+        const int i = i0 + il, j = j0 + jl_row + 8 * ((r >> 1) & 1);
+        const float pe = s[r];
+        float dpe = dp[r];
+#if defined(ATTN_DROPOUT)
+        dpe = ((dkeep >> r) & 1u) ? dpe * fkept : 0.f;
+#endif
+        const float ds = pe * (dpe - s_row[il].x);
+#if defined(ATTN_BWD_BIAS)
+        dp[r] = !guard || pe != 0.f ? attn_bwd_draw_bias(ds, 0.f, b, h, i, j, p, red) : 0.f;
+#else
+        dp[r] = !guard || pe != 0.f ? attn_bwd_draw(ds, 0.f, b, h, i, j, p) : 0.f;
+#endif
       }
     }
 
-    /* The A fragments of the 16-query steps: accumulator fragments 2kk
-     * and 2kk + 1, packed to 16 bits (fwd_sm90's P). dRaw^T also goes
-     * to shared memory, [key][query], for dQ. */
-    unsigned pa[bwd90_bm / 16][4], ra[bwd90_bm / 16][4];
+    /* dRaw^T's A fragments, and dRaw^T to shared memory, [key][query],
+     * for dQ. */
 #pragma unroll
     for (int kk = 0; kk < bwd90_bm / 16; ++kk) {
 #pragma unroll
       for (int x = 0; x < 4; ++x) {
-        pa[kk][x] = attn_pack2<bwd90_in_bf16>(s[8 * kk + 2 * x], s[8 * kk + 2 * x + 1]);
         ra[kk][x] = attn_pack2<bwd90_in_bf16>(dp[8 * kk + 2 * x], dp[8 * kk + 2 * x + 1]);
         /* x: fragment 2kk + (x >> 1), key row + 8 (x & 1) */
         const unsigned at = bwd90_at<bwd90_bn>(sds, jl_row + 8 * (x & 1),
@@ -439,49 +546,35 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
       }
     }
 
-    /* dV += Pd^T dO and dK += dRaw^T Q (k: the 64 queries; dO and Q
-     * read transposed through MN-major descriptors). */
+    /* dK += dRaw^T Q (Q read transposed likewise). */
     attn_wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < bwd90_bm / 16; ++kk)
-      bwd90_rs<bwd90_dv>(dv, pa[kk], attn_wgmma_desc(sdo + kk * 16 * 128, bwd90_bm * 128, 1024));
-#pragma unroll
-    for (int kk = 0; kk < bwd90_bm / 16; ++kk)
-      bwd90_rs<bwd90_dqk>(dk, ra[kk], attn_wgmma_desc(sq + kk * 16 * 128, bwd90_bm * 128, 1024));
+      bwd90_rs<bwd90_dqk>(dk, ra[kk], attn_wgmma_desc_add(dq_mn, kk * 16 * 128));
     attn_wgmma_commit();
 
     if (!det) {
       /* dQ += dRaw K (M: the 64 queries). A = dRaw from dRaw^T [key]
        * [query], B = K [key][d]: both MN-major. */
       attn_fence_proxy_async(); /* the st.shared above, for wgmma */
-      if constexpr (bwd90_dqk == 128)
-        __syncthreads(); /* both warpgroups' dRaw^T */
-      else
-        bwd90_wg_sync(1 + wg); /* this warpgroup's rows of it */
-      float dq[32];
+      __syncthreads(); /* both warpgroups' dRaw^T */
+      /* Warpgroup w: dQ's columns dcol.. (half of them) over all 128 keys,
+       * so each element of the tile is added to the accumulator once. */
+      constexpr int dq_cols = bwd90_dqk / 2;
+      const int dcol = wg * dq_cols;
+      float dq[dq_cols / 2];
       attn_wgmma_fence();
-      if constexpr (bwd90_dqk == 128) {
-        /* Columns 64 wg.. over all 128 keys. */
 #pragma unroll
-        for (int kk = 0; kk < bwd90_bn / 16; ++kk)
-          attn_wgmma_ss64_mn<bwd90_in_bf16>(dq, attn_wgmma_desc(sds + kk * 16 * 128, bwd90_bn * 128, 1024),
-                        attn_wgmma_desc(sk + wg * bwd90_bn * 128 + kk * 16 * 128, bwd90_bn * 128, 1024),
-                        kk > 0);
-      } else {
-        /* All 64 columns over this warpgroup's 64 keys. */
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk)
-          attn_wgmma_ss64_mn<bwd90_in_bf16>(dq, attn_wgmma_desc(sds + (wg * 4 + kk) * 16 * 128, bwd90_bn * 128, 1024),
-                        attn_wgmma_desc(sk + (wg * 4 + kk) * 16 * 128, bwd90_bn * 128, 1024), kk > 0);
-      }
+      for (int kk = 0; kk < bwd90_bn / 16; ++kk)
+        bwd90_ss_mn<dq_cols>(dq, attn_wgmma_desc_add(dds_mn, kk * 16 * 128),
+                             attn_wgmma_desc_add(dkq_mn, kk * 16 * 128), kk > 0);
       attn_wgmma_commit();
       attn_wgmma_wait<0>();
 #pragma unroll
-      for (int r = 0; r < 32; ++r)
+      for (int r = 0; r < dq_cols / 2; ++r)
         attn_fence_reg(dq[r]);
       /* Rows 16 ww + g (+ 8) of the query tile, times the folded scale,
        * added to the accumulator's columns dcol.. */
-      const int dcol = bwd90_dqk == 128 ? wg * 64 : 0;
 #if defined(ATTN_BWD90_DQ_RED)
       /* Per element pair: f32 atomics in L2. */
 #pragma unroll
@@ -490,7 +583,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
         if (i < p.Sq) {
           float *row = dqa + (long long)i * bwd90_dqk + dcol + 2 * t4;
 #pragma unroll
-          for (int nb = 0; nb < 8; ++nb)
+          for (int nb = 0; nb < dq_cols / 8; ++nb)
             bwd90_red_add2(row + nb * 8, dq[nb * 4 + 2 * r] * sc, dq[nb * 4 + 2 * r + 1] * sc);
         }
       }
@@ -502,7 +595,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
       for (int r = 0; r < 2; ++r) {
         const int row = ww * 16 + g + 8 * r;
 #pragma unroll
-        for (int nb = 0; nb < 8; ++nb)
+        for (int nb = 0; nb < dq_cols / 8; ++nb)
           asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(
                            sdq + (unsigned)((row * bwd90_dq_pitch + nb * 8 + 2 * t4) * 4)),
                        "f"(dq[nb * 4 + 2 * r] * sc), "f"(dq[nb * 4 + 2 * r + 1] * sc)
@@ -514,7 +607,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
         const int row = tid & (bwd90_bm - 1), i = i0 + row;
         if (i < p.Sq)
           bwd90_bulk_reduce_add(dqa + (long long)i * bwd90_dqk + dcol,
-                                sdq + (unsigned)(row * bwd90_dq_pitch * 4), 64 * 4);
+                                sdq + (unsigned)(row * bwd90_dq_pitch * 4), dq_cols * 4);
         bwd90_bulk_commit();
       }
 #endif

@@ -49,6 +49,14 @@ attn_wgmma_desc(unsigned addr, unsigned lbo, unsigned sbo) {
          ((unsigned long long)(lbo >> 4) << 16) |
          ((unsigned long long)(sbo >> 4) << 32) | (1ull << 62);
 }
+/* The descriptor of the tile `bytes` (a multiple of 16) past desc's start:
+ * one 32-bit add (the start field does not overflow inside shared
+ * memory), where attn_wgmma_desc of the sum costs five instructions. */
+[[maybe_unused]] static __device__ __forceinline__ unsigned long long
+attn_wgmma_desc_add(unsigned long long desc, unsigned bytes) {
+  const unsigned lo = (unsigned)desc + (bytes >> 4);
+  return (desc & 0xFFFFFFFF00000000ull) | lo;
+}
 
 /* m64n64k16, A and B K-major from shared memory. */
 #define ATTN_WGMMA_SS64_KK(T) \
@@ -145,6 +153,25 @@ static __device__ __forceinline__ void attn_wgmma_ss64_mn(float (&d)[32], unsign
     ATTN_WGMMA_SS64_MN("f16");
 }
 #undef ATTN_WGMMA_SS64_MN
+
+/* m64n32k16, A and B MN-major (transposed) from shared memory. */
+#define ATTN_WGMMA_SS32_MN(T) \
+  asm volatile("{ .reg .pred p; setp.ne.b32 p, %18, 0;\n" \
+  "wgmma.mma_async.sync.aligned.m64n32k16.f32." T "." T " {" \
+  "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15" \
+  "}, %16, %17, p, 1, 1, 1, 1; }\n" \
+  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]) \
+  : "l"(da), "l"(db), "r"(scale_d))
+template <bool BF16>
+static __device__ __forceinline__ void attn_wgmma_ss32_mn(float (&d)[16], unsigned long long da,
+                                                   unsigned long long db, int scale_d) {
+  if constexpr (BF16)
+    ATTN_WGMMA_SS32_MN("bf16");
+  else
+    ATTN_WGMMA_SS32_MN("f16");
+}
+#undef ATTN_WGMMA_SS32_MN
 
 /* m64n64k16, A from registers, B MN-major from shared memory. */
 #define ATTN_WGMMA_RS64(T) \

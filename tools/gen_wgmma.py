@@ -101,6 +101,14 @@ attn_wgmma_desc(unsigned addr, unsigned lbo, unsigned sbo) {
          ((unsigned long long)(lbo >> 4) << 16) |
          ((unsigned long long)(sbo >> 4) << 32) | (1ull << 62);
 }
+/* The descriptor of the tile `bytes` (a multiple of 16) past desc's start:
+ * one 32-bit add (the start field does not overflow inside shared
+ * memory), where attn_wgmma_desc of the sum costs five instructions. */
+[[maybe_unused]] static __device__ __forceinline__ unsigned long long
+attn_wgmma_desc_add(unsigned long long desc, unsigned bytes) {
+  const unsigned lo = (unsigned)desc + (bytes >> 4);
+  return (desc & 0xFFFFFFFF00000000ull) | lo;
+}
 
 '''
 body=head
@@ -108,6 +116,7 @@ body+=ss("ss64_kk",64,0,0,"m64n64k16, A and B K-major from shared memory.")
 body+="\n"+ss("ss80_kk",80,0,0,"m64n80k16, A and B K-major from shared memory.")
 body+="\n"+ss("ss128_kk",128,0,0,"m64n128k16, A and B K-major from shared memory.")
 body+="\n"+ss("ss64_mn",64,1,1,"m64n64k16, A and B MN-major (transposed) from shared memory.")
+body+="\n"+ss("ss32_mn",32,1,1,"m64n32k16, A and B MN-major (transposed) from shared memory.")
 body+="\n"+rs("rs64",64,"m64n64k16, A from registers, B MN-major from shared memory.")
 body+="\n"+rs("rs128",128,"m64n128k16, A from registers, B MN-major from shared memory.")
 body+="\n"+rs("rs256",256,"m64n256k16, A from registers, B MN-major from shared memory.")

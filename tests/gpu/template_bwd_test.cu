@@ -242,7 +242,7 @@ static void run(const Variant &v, int B, int Sq, int Skv, unsigned seed) {
   set(SLSE_, dlse, H, Sq, 1);
   p.t[SLSE_].stride[2] = 1, p.t[SLSE_].stride[1] = Sq, p.t[SLSE_].stride[0] = (long long)H * Sq;
   set(SDO_, up16(dO), H, Sq, D);
-  set(SDELTA_, alloc((size_t)B * H * Sq * 4, 0xff), H, Sq, 1);
+  set(SDELTA_, alloc((size_t)B * H * Sq * 8, 0xff), H, Sq, 2); /* {delta, lse log2 e} per row */
   set(SDQA_, alloc(q.size() * 4, 0xff), H, Sq, D);
   set(SDQ_, alloc(q.size() * 2, 0xff), H, Sq, D);
   set(SDK_, alloc(k.size() * 2, 0xff), Hk, Skv, D);

@@ -118,6 +118,12 @@ static __device__ __forceinline__ float attn_bwd_scale(const attn_params &p) {
   return p.s[0].f;
 }
 
+/* Whether dRaw reads the raw score acc (else the templates may pass
+ * 0 for it), and whether it or a bias gradient reads or writes
+ * memory (then it runs only where P is not 0). */
+constexpr bool attn_bwd_draw_reads_acc = false;
+constexpr bool attn_bwd_draw_guarded = true;
+
 /* [the text of templates/bwd_sm80.cuh] */
 #define ATTN_BWD90_DQ_RED 1
 /* [the text of templates/bwd_sm90.cuh] */

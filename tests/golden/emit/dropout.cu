@@ -18,6 +18,7 @@
 #define ATTN_BM 128
 #define ATTN_BN 128
 #define ATTN_STAGES 3
+#define ATTN_PERSISTENT 1
 #define ATTN_TQ 0
 #define ATTN_TK 1
 #define ATTN_TV 2
@@ -121,4 +122,6 @@ extern "C" __global__ void __launch_bounds__(384, 1) attn_dropout_fwd(const __gr
 #undef ATTN_TLSE
 
 #undef ATTN_DROPOUT
+
+#undef ATTN_PERSISTENT
 
