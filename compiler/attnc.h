@@ -565,7 +565,7 @@ typedef struct KernelSpec {
   int o_output;    /* index in g->outputs of the p @ v chain's output */
   int lse_output;  /* index in g->outputs of logsumexp, or -1 */
   IrNode *dropout; /* the dropout p @ v reads (src: p, rate, seed, offset),
-                      or NULL; the kernels scale P by attn_dropout_scale4
+                      or NULL; the kernels scale P by attn_dropout_words
                       before P V only (row sums and lse stay undropped) */
 } KernelSpec;
 
@@ -706,27 +706,30 @@ void emit_sep_entry(StrBuf *out, const KernelSpec *s, const KernelInfo *info);
 /* ------------------------------------------------ philox.c: dropout bits */
 
 /* Philox-4x32-10 (Salmon et al., SC'11), the same code the kernels run
- * (templates/philox.cuh). Dropout's bits for element (b, h, i, j) of a
+ * (templates/philox.cuh). Dropout's byte for element (b, h, i, j) of a
  * graph with H query heads and Sq queries:
  *   key     = { lo32(seed), hi32(seed) }
- *   counter = { lo32(((j >> 4) << 3) | (j & 7)),
- *               lo32((b * H + h) * Sq + (i & ~8)), lo32(offset),
+ *   counter = { lo32(((j >> 4) << 2) | ((j >> 1) & 3)),
+ *               lo32((b * H + h) * Sq + (i & ~9)), lo32(offset),
  *               hi32(offset) }
- *   bits    = philox4x32_10(counter, key)[2 * ((i >> 3) & 1) +
+ *   word    = philox4x32_10(counter, key)[2 * ((i >> 3) & 1) +
  *                                         ((j >> 3) & 1)]
- * (one call serves the 2x2 group (i, j), (i, j + 8), (i + 8, j),
- * (i + 8, j + 8) with bit 3 of i and j clear: the four elements a thread
- * holds in an mma accumulator fragment), and the element is kept iff
- * bits >= ceil(rate * 2^32) (that is, iff bits / 2^32 >= rate, exactly);
- * kept values scale by 1 / (1 - rate). */
+ *   byte    = (word >> 8 * (2 * (i & 1) + (j & 1))) & 0xff
+ * (one call serves the 16 elements (i + di, j + dj), di, dj in {0, 1, 8,
+ * 9}, of the group whose base has bits 0 and 3 clear), and the element is
+ * kept iff byte >= philox_keep_threshold(rate) (the rate in 256ths);
+ * kept values scale by philox_kept_scale of it, 256 / (256 - threshold),
+ * so the expectation is exact. */
 void philox_4x32_10(const uint32_t ctr[4], const uint32_t key[2],
                     uint32_t out[4]);
-uint32_t philox_dropout_bits(uint64_t seed, uint64_t offset, int64_t b,
+uint32_t philox_dropout_byte(uint64_t seed, uint64_t offset, int64_t b,
                              int64_t h, int64_t i, int64_t j, int64_t H,
                              int64_t Sq);
-/* ceil(rate * 2^32) for an f32 rate; 0 for rate <= 0, 2^32 for rate >= 1
- * (nothing kept). */
-uint64_t philox_keep_threshold(double rate);
+/* The f32 rate in 256ths, nearest, at least 1 for a positive rate: 0
+ * (rate <= 0 or NaN: all kept) to 256 (rate >= 1: none kept). */
+uint32_t philox_keep_threshold(double rate);
+/* 256 / (256 - keep_from); 0 when nothing is kept. */
+double philox_kept_scale(uint32_t keep_from);
 
 /* --------------------------------------------- backward.c: derivation */
 
@@ -899,7 +902,7 @@ BwdSpec *match_bwd(const KernelSpec *fwd, Arena *a, Diag *d);
 /* Inside the graph's namespace, after the forward template's text: the
  * slot macros, attn_bwd_draw and attn_bwd_scale, the text of
  * templates/bwd_sm80.cuh. The forward's hooks (attn_score, attn_keep,
- * attn_tile_class, attn_dropout_scale4) are reused as they are. */
+ * attn_tile_class, attn_dropout_words, attn_dropout_rate) are reused as they are. */
 void emit_bwd_body(StrBuf *out, const BwdSpec *s, Arena *a);
 /* After the namespace: the four extern "C" entry points (filling info's
  * bwd_* fields) and the #undefs of the slot macros. */

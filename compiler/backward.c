@@ -3,7 +3,7 @@
  *
  * Flash attention's backward has a fixed part that does not depend on the
  * graph: with x the softmax's input, P = exp(x - lse) recomputed, Pd = P
- * through dropout's mask (scaled by 1 / (1 - rate)), O = Pd V,
+ * through dropout's mask (survivors scaled by 256 / (256 - T)), O = Pd V,
  *   dV = Pd^T dO,  dPd = dO V^T,  dP = dPd through the same mask,
  *   delta = rowsum(dO * O) (= sum_j P dP),  dS = P * (dP - delta),
  * dS being the gradient at x. What depends on the graph is the pointwise
@@ -603,14 +603,13 @@ void bwd_dump(StrBuf *out, const BwdGraph *bg) {
               g->outputs[bg->o_output].name, g->pv->id);
   sb_printf(out, "  p = exp(%%%d - lse) : f32 [bhij]\n", bg->score->id);
   if (bg->dropout) {
-    sb_printf(out, "  keep = philox(seed %%%d, offset %%%d, b, h, i, j) >= "
-              "rate %%%d : bool [bhij]  # dropout %%%d\n",
+    sb_printf(out, "  keep = philox_byte(seed %%%d, offset %%%d, b, h, i, j) >= "
+              "T = rate %%%d in 256ths : bool [bhij]  # dropout %%%d\n",
               bg->dropout->src[2]->id, bg->dropout->src[3]->id,
               bg->dropout->src[1]->id, bg->dropout->id);
-    sb_printf(out, "  pd = where(keep, p / (1 - %%%d), 0) : f32 [bhij]\n",
-              bg->dropout->src[1]->id);
-    sb_printf(out, "  dp = where(keep, (do @ %s^T) / (1 - %%%d), 0) : f32 "
-              "[bhij]\n", v, bg->dropout->src[1]->id);
+    sb_puts(out, "  pd = where(keep, p * 256 / (256 - T), 0) : f32 [bhij]\n");
+    sb_printf(out, "  dp = where(keep, (do @ %s^T) * 256 / (256 - T), 0) : f32 "
+              "[bhij]\n", v);
   } else {
     sb_printf(out, "  dp = do @ %s^T : f32 [bhij]\n", v);
   }

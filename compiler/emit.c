@@ -195,19 +195,16 @@ static void emit_out(StrBuf *out, const KernelSpec *s, Arena *a) {
            ret);
 }
 
-/* dropout(p, rate, seed, offset): the factors P's elements (b, h, i, j) are
- * multiplied by before P V, 0 or 1 / (1 - rate), for one 2x2 group: the
- * four elements (i, j), (i, j + 8), (i + 8, j), (i + 8, j + 8) a thread
- * holds in an accumulator fragment, whose bits are the four words of ONE
- * Philox call. The bits are templates/philox.cuh's, drawn exactly as the
- * CPU reference draws them (docs/language.md has the layout), so the masks
- * are bit-identical. Rate, seed and offset are the same for every element
- * (ir_build's check_uniform), so one evaluation serves all four. */
+/* dropout(p, rate, seed, offset): the hooks hooks.cuh declares, the Philox
+ * words of one 16-element group (templates/philox.cuh's, drawn exactly as
+ * the CPU reference draws them: docs/language.md has the layout, so the
+ * masks are bit-identical) and the rate. Rate, seed and offset are the
+ * same for every element (ir_build's check_uniform), so their expressions
+ * need no index: the rate's hook takes none. */
 static void emit_dropout(StrBuf *out, const KernelSpec *s, Arena *a) {
   ExprHook hk;
   expr_init(&hk, a, s->g, DOM_B | DOM_H | DOM_I | DOM_J);
   const IrNode *dn = s->dropout;
-  const char *rate_e = expr_as(&hk, dn->src[1], DT_F32);
   const char *word[2];
   for (int k = 0; k < 2; k++) {
     IrNode *x = dn->src[2 + k];
@@ -216,32 +213,25 @@ static void emit_dropout(StrBuf *out, const KernelSpec *s, Arena *a) {
                   ? expr_as(&hk, x, DT_U64)
                   : arena_printf(a, "(unsigned long long)(long long)(%s)", expr_as(&hk, x, DT_I32));
   }
-  sb_puts(out, "/* Dropout's factors, 0 or 1 / (1 - rate), for the group at (i, j), bit 3 of\n"
-               " * i and j clear: f[0] (i, j), f[1] (i, j + 8), f[2] (i + 8, j), f[3]\n"
-               " * (i + 8, j + 8); one Philox call's four words (templates/philox.cuh), the\n"
-               " * bits the CPU reference draws. */\n"
-               "static __device__ __forceinline__ void attn_dropout_scale4(int b, int h, int i, "
-               "int j, const attn_params &p, float f[4]) {\n");
+  sb_puts(out, "/* Dropout: the four Philox words of the group at (i & ~9, j & ~9)\n"
+               " * (templates/philox.cuh), the bytes the CPU reference draws. */\n"
+               "static __device__ __forceinline__ void attn_dropout_words(int b, int h, int i, "
+               "int j, const attn_params &p, unsigned w[4]) {\n");
   if (hk.body.len) sb_puts(out, hk.body.data);
   sb_printf(out,
-            "  const float rate = %s;\n"
             "  const unsigned long long seed = %s;\n"
             "  const unsigned long long offset = %s;\n"
             "  const unsigned long long row_base =\n"
             "      ((unsigned long long)b * (unsigned long long)p.H + (unsigned long long)h) *\n"
-            "          (unsigned long long)p.Sq + (unsigned long long)i;\n"
-            "  unsigned w[4];\n"
-            "  attn_dropout_bits4(seed, offset, row_base, j, w);\n"
-            "  /* Kept iff bits >= ceil(rate * 2^32); rate * 2^32 is exact in f32. */\n"
-            "  const unsigned long long keep_from =\n"
-            "      !(rate > 0.f) ? 0ull : rate >= 1.f ? 4294967296ull\n"
-            "                   : (unsigned long long)ceilf(rate * 4294967296.0f);\n"
-            "  const float kept = 1.f / (1.f - rate);\n"
-            "#pragma unroll\n"
-            "  for (int k = 0; k < 4; k++) f[k] = (unsigned long long)w[k] >= keep_from ? kept : 0.f;\n"
+            "          (unsigned long long)p.Sq + (unsigned long long)(i & ~9);\n"
+            "  attn_philox_dropout_words(seed, offset, row_base, j, w);\n"
             "}\n\n",
-            rate_e, word[0], word[1]);
+            word[0], word[1]);
   sb_free(&hk.body);
+  expr_init(&hk, a, s->g, 0);
+  const char *rate_e = expr_as(&hk, dn->src[1], DT_F32);
+  sb_puts(out, "/* Dropout's rate (hooks.cuh makes the threshold in 256ths of it). */\n");
+  expr_put_fn(out, &hk, "float attn_dropout_rate(const attn_params &p)", rate_e);
 }
 
 /* ------------------------------------------------------------ the unit */

@@ -685,15 +685,17 @@ static uint64_t ref_u64(double x) {
   return x < 0 ? (uint64_t)(int64_t)x : (uint64_t)x;
 }
 
-/* dropout(p, rate, seed, offset): the element's Philox bits (philox.c,
- * the same code the kernels run) decide; survivors scale by
- * 1 / (1 - rate). rate, seed and offset vary over no axis (ir_build). */
+/* dropout(p, rate, seed, offset): the element's Philox byte (philox.c,
+ * the same code the kernels run) decides; survivors scale by 256 / (256 -
+ * the rate in 256ths). rate, seed and offset vary over no axis
+ * (ir_build). */
 static void ref_eval_dropout(const RefCtx *c, const IrNode *n, double *out) {
   const double *p = c->val[n->src[0]->id];
   double rate = c->val[n->src[1]->id][0];
   uint64_t seed = ref_u64(c->val[n->src[2]->id][0]);
   uint64_t offset = ref_u64(c->val[n->src[3]->id][0]);
-  uint64_t thresh = philox_keep_threshold(rate);
+  uint32_t thresh = philox_keep_threshold(rate);
+  double kept = philox_kept_scale(thresh);
   unsigned dom = ref_vdom(n);
   int64_t cnt[3], ps[3], os[3];
   ref_counts(c, dom, cnt);
@@ -701,10 +703,10 @@ static void ref_eval_dropout(const RefCtx *c, const IrNode *n, double *out) {
   ref_strides(c, dom, os);
   for (int64_t i = 0; i < cnt[0]; i++)
     for (int64_t j = 0; j < cnt[1]; j++) {
-      uint32_t bits =
-          philox_dropout_bits(seed, offset, c->b, c->h, i, j, c->H, c->Sq);
+      uint32_t byte =
+          philox_dropout_byte(seed, offset, c->b, c->h, i, j, c->H, c->Sq);
       double x = p[i * ps[0] + j * ps[1]];
-      out[i * os[0] + j * os[1]] = bits >= thresh ? x / (1.0 - rate) : 0.0;
+      out[i * os[0] + j * os[1]] = byte >= thresh ? x * kept : 0.0;
     }
 }
 

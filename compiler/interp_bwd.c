@@ -353,19 +353,20 @@ static int bref_pair(BwdRef *c, BwdWork *w, const double *dout,
     if (c->need[id] && bref_eval(c, g->nodes[id], c->fv, true, c->fv[id]))
       return -1;
   bref_softmax(c, c->fv[bg->score->id], w->p);
-  double rate = 0, inv = 1;
-  uint64_t seed = 0, offset = 0, thresh = 0;
+  double inv = 1;
+  uint64_t seed = 0, offset = 0;
+  uint32_t thresh = 0;
   if (bg->dropout) {
-    rate = c->fv[bg->dropout->src[1]->id][0];
+    double rate = c->fv[bg->dropout->src[1]->id][0];
     seed = bref_u64(c->fv[bg->dropout->src[2]->id][0]);
     offset = bref_u64(c->fv[bg->dropout->src[3]->id][0]);
     thresh = philox_keep_threshold(rate);
-    inv = 1.0 / (1.0 - rate);
+    inv = philox_kept_scale(thresh);
   }
   for (int64_t i = 0; i < Sq; i++)
     for (int64_t j = 0; j < Skv; j++) {
       bool keep = !bg->dropout ||
-                  philox_dropout_bits(seed, offset, c->b, c->h, i, j, c->H,
+                  philox_dropout_byte(seed, offset, c->b, c->h, i, j, c->H,
                                       Sq) >= thresh;
       w->keep[i * Skv + j] = keep;
       w->pd[i * Skv + j] = keep ? w->p[i * Skv + j] * inv : 0.0;

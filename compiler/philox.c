@@ -6,8 +6,6 @@
  */
 #include "attnc.h"
 
-#include <math.h>
-
 #include "../templates/philox.cuh"
 
 void philox_4x32_10(const uint32_t ctr[4], const uint32_t key[2],
@@ -18,23 +16,25 @@ void philox_4x32_10(const uint32_t ctr[4], const uint32_t key[2],
     out[k] = c[k];
 }
 
-uint32_t philox_dropout_bits(uint64_t seed, uint64_t offset, int64_t b,
+uint32_t philox_dropout_byte(uint64_t seed, uint64_t offset, int64_t b,
                              int64_t h, int64_t i, int64_t j, int64_t H,
                              int64_t Sq) {
   unsigned w[4];
-  /* The group's base row has bit 3 clear; (i, j)'s word is the one its
-   * row half (bit 3 of i) and column half (bit 3 of j) select. */
+  /* The group's base row has bits 0 and 3 clear; (i, j)'s word is the one
+   * its row half (bit 3 of i) and column half (bit 3 of j) select, its
+   * byte the one bits 0 select. */
   uint64_t row_base = ((uint64_t)b * (uint64_t)H + (uint64_t)h) * (uint64_t)Sq +
-                      ((uint64_t)i & ~(uint64_t)8);
-  attn_dropout_bits4(seed, offset, row_base, j, w);
-  return w[2 * (((uint64_t)i >> 3) & 1) + (((uint64_t)j >> 3) & 1)];
+                      ((uint64_t)i & ~(uint64_t)9);
+  attn_philox_dropout_words(seed, offset, row_base, j, w);
+  uint32_t word = w[2 * (((uint64_t)i >> 3) & 1) + (((uint64_t)j >> 3) & 1)];
+  return (word >> (8 * (2 * ((uint64_t)i & 1) + ((uint64_t)j & 1)))) & 0xffu;
 }
 
-uint64_t philox_keep_threshold(double rate) {
-  if (!(rate > 0)) /* NaN keeps everything, like rate 0 */
-    return 0;
-  if (rate >= 1)
-    return UINT64_C(1) << 32;
-  /* rate is an f32, so rate * 2^32 is exact in double. */
-  return (uint64_t)ceil(rate * 4294967296.0);
+uint32_t philox_keep_threshold(double rate) {
+  /* The kernels take the rate as an f32 and so does this. */
+  return attn_dropout_keep_from((float)rate);
+}
+
+double philox_kept_scale(uint32_t keep_from) {
+  return keep_from >= 256 ? 0.0 : 256.0 / (256.0 - keep_from);
 }

@@ -380,15 +380,22 @@ static __device__ __forceinline__ void bwd80_dq_tile(const attn_params &p, int m
      * (e & 1) (the forward's layout). Walked by dropout group: for 16-key
      * block m and x, query i0 + row0 + g and key j0 + 16 m + 2t + x (bit 3
      * of both clear) head the 2x2 group whose element q is query + 8
-     * (q >> 1), key + 8 (q & 1): nt = 2m + (q & 1), e = 2 (q >> 1) + x. */
+     * (q >> 1), key + 8 (q & 1): nt = 2m + (q & 1), e = 2 (q >> 1) + x.
+     * Dropout: block m holds this lane's half of the 16-element group at
+     * (i0 + row0 + (g & ~1), j0 + 16 m + 2t), element (nt, e) in byte
+     * (e & 1) + 2 (nt & 1) of dw[m][e >> 1] (hooks.cuh). */
+#if defined(ATTN_DROPOUT)
+    const attn_dropout_t drop_t = attn_dropout_params(p);
+    unsigned dw[bwd80_bn / 16][2];
+#pragma unroll
+    for (int m = 0; m < bwd80_bn / 16; m += 2)
+      attn_dropout_pair<false>(b, h, i0 + row0 + g, j0 + 16 * m + 2 * t, i0 + row0 + g,
+                               j0 + 16 * m + 16 + 2 * t, p, dw[m], dw[m + 1]);
+#endif
 #pragma unroll
     for (int m = 0; m < bwd80_bn / 16; ++m) {
 #pragma unroll
       for (int x = 0; x < 2; ++x) {
-#if defined(ATTN_DROPOUT)
-        float f[4];
-        attn_dropout_scale4(b, h, i0 + row0 + g, j0 + 16 * m + 2 * t + x, p, f);
-#endif
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
           const int nt = 2 * m + (q & 1), e = 2 * (q >> 1) + x;
@@ -400,7 +407,7 @@ static __device__ __forceinline__ void bwd80_dq_tile(const attn_params &p, int m
           const float pe = xs == neg_inf ? 0.f : exp2f((xs - s_lse[il]) * log2e);
           float dpe = dp[nt][e];
 #if defined(ATTN_DROPOUT)
-          dpe *= f[q];
+          dpe = attn_dropout_apply(dpe, dw[m][q >> 1], x + 2 * (q & 1), drop_t);
 #endif
           const float ds = pe * (dpe - s_delta[il]);
           dp[nt][e] = pe != 0.f ? attn_bwd_draw(ds, s[nt][e], b, h, i, j, p) : 0.f;
@@ -452,6 +459,21 @@ static __device__ __forceinline__ void bwd80_dq_tile(const attn_params &p, int m
  * dynamic shared memory. delta and the dQ accumulator are dense f32
  * [B, H, Sq] and [B, H, Sq, D_QK]; with H != Hk so are the dK/dV
  * accumulators ([B, Hk, Skv, D]), zeroed by the caller. */
+#if defined(ATTN_DROPOUT)
+/* Dropout's words of a query tile in the transposed layout (keys as rows:
+ * this lane's key j, queries from i0): dw[m][k] for 16-query block m,
+ * query half k (hooks.cuh, attn_dropout_pair with the key's parity
+ * fixed). */
+static __device__ __forceinline__ void bwd80_dropout_words(int b, int h, int i0, int j, int t,
+                                                           const attn_params &p,
+                                                           unsigned (&dw)[bwd80_bm / 16][2]) {
+#pragma unroll
+  for (int m = 0; m < bwd80_bm / 16; m += 2)
+    attn_dropout_pair<true>(b, h, i0 + 16 * m + 2 * t, j, i0 + 16 * m + 16 + 2 * t, j, p, dw[m],
+                            dw[m + 1]);
+}
+#endif
+
 __device__ __forceinline__ void attn_bwd_sm80_main(const attn_params &p) {
   extern __shared__ __align__(128) unsigned char bwd80_smem[];
   {
@@ -508,6 +530,9 @@ __device__ __forceinline__ void attn_bwd_sm80_main(const attn_params &p) {
 
   const int key0 = warp * 16; /* this warp's keys within the tile */
   const int n_tiles = (p.Sq + bwd80_bm - 1) / bwd80_bm;
+#if defined(ATTN_DROPOUT)
+  const attn_dropout_t drop_t = attn_dropout_params(p);
+#endif
 #if defined(ATTN_BWD_BIAS)
   float red[bwd80_nred];
 #pragma unroll
@@ -569,6 +594,15 @@ __device__ __forceinline__ void attn_bwd_sm80_main(const attn_params &p) {
         s[nt][e] = x == neg_inf ? 0.f : exp2f((x - s_lse[il]) * log2e);
       }
     }
+#if defined(ATTN_DROPOUT)
+    /* Dropout: 16-query block m holds this lane's half of the 16-element
+     * group at (i0 + 16 m + 2t, j0 + key0 + (g & ~1)) (bit 3 of both
+     * clear), query half k in dw[m][k], byte (query & 1) + 2 (key half)
+     * (hooks.cuh, attn_dropout_pair with the key's parity fixed). Drawn
+     * here and again for dS (cheaper than holding them across dP^T). */
+    unsigned dw[bwd80_bm / 16][2];
+    bwd80_dropout_words(b, h, i0, j0 + key0 + g, t, p, dw);
+#endif
 #pragma unroll
     for (int kk = 0; kk < bwd80_bm / 16; ++kk) {
       float f[8];
@@ -577,19 +611,10 @@ __device__ __forceinline__ void attn_bwd_sm80_main(const attn_params &p) {
         f[e] = s[2 * kk + (e >> 2)][e & 3];
 #if defined(ATTN_DROPOUT)
       /* f[e] is query i0 + 16 kk + 8 (e >> 2) + 2t + (e & 1), key j0 +
-       * key0 + g + 8 ((e >> 1) & 1): for each x the group at (i0 + 16 kk +
-       * 2t + x, j0 + key0 + g), bit 3 of both clear, is f[x] (i, j),
-       * f[2 + x] (i, j + 8), f[4 + x] (i + 8, j), f[6 + x] (i + 8, j + 8):
-       * one Philox call per group. */
+       * key0 + g + 8 ((e >> 1) & 1): byte e & 3 of dw[kk][e >> 2]. */
 #pragma unroll
-      for (int x = 0; x < 2; ++x) {
-        float d[4];
-        attn_dropout_scale4(b, h, i0 + 16 * kk + 2 * t + x, j0 + key0 + g, p, d);
-        f[x] *= d[0];
-        f[2 + x] *= d[1];
-        f[4 + x] *= d[2];
-        f[6 + x] *= d[3];
-      }
+      for (int e = 0; e < 8; ++e)
+        f[e] = attn_dropout_apply(f[e], dw[kk][e >> 2], e & 3, drop_t);
 #endif
       pd[kk][0] = bwd80_pack(f[0], f[1]);
       pd[kk][1] = bwd80_pack(f[2], f[3]);
@@ -633,16 +658,16 @@ __device__ __forceinline__ void attn_bwd_sm80_main(const attn_params &p) {
      * (e & 1). Walked by dropout group: for 16-query block m and x, query
      * i0 + 16 m + 2t + x and key j0 + key0 + g (bit 3 of both clear) head
      * the 2x2 group whose element q is query + 8 (q >> 1), key + 8
-     * (q & 1): nt = 2m + (q >> 1), e = 2 (q & 1) + x. */
+     * (q & 1): nt = 2m + (q >> 1), e = 2 (q & 1) + x; its dropout byte is
+     * e of dw[m][q >> 1]. */
+#if defined(ATTN_DROPOUT)
+    bwd80_dropout_words(b, h, i0, j0 + key0 + g, t, p, dw);
+#endif
     unsigned dr[bwd80_bm / 16][4];
 #pragma unroll
     for (int m = 0; m < bwd80_bm / 16; ++m) {
 #pragma unroll
       for (int x = 0; x < 2; ++x) {
-#if defined(ATTN_DROPOUT)
-        float f[4];
-        attn_dropout_scale4(b, h, i0 + 16 * m + 2 * t + x, j0 + key0 + g, p, f);
-#endif
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
           const int nt = 2 * m + (q >> 1), e = 2 * (q & 1) + x;
@@ -650,7 +675,7 @@ __device__ __forceinline__ void attn_bwd_sm80_main(const attn_params &p) {
           const int j = j0 + jl, i = i0 + il;
           float dpe = dp[nt][e];
 #if defined(ATTN_DROPOUT)
-          dpe *= f[q];
+          dpe = attn_dropout_apply(dpe, dw[m][q >> 1], e, drop_t);
 #endif
           const float ds = s[nt][e] * (dpe - s_delta[il]);
 #if defined(ATTN_BWD_BIAS)

@@ -7,7 +7,7 @@
  * whose delta pre-pass, convert kernels, deterministic dQ tiles, hook
  * declarations and store helpers it reuses: only the main kernel is new.
  * It calls the same hooks as bwd_sm80's main kernel (attn_score,
- * attn_keep, attn_tile_class, attn_dropout_scale4, attn_bwd_draw or, with
+ * attn_keep, attn_tile_class, attn_dropout_words, attn_bwd_draw or, with
  * bias gradients, attn_bwd_draw_bias and attn_bwd_bias_flush).
  *
  * attn_bwd_sm90_main: one CTA of two warpgroups (256 threads) per (key
@@ -343,6 +343,9 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
       bwd90_dqk == 128 ? sk + wg * bwd90_bn * 128 : sk + wg * 64, bwd90_bn * 128, 1024);
   const int jl_row = wg * 64 + ww * 16 + g; /* this lane's first key row in the tile */
   const float sc = attn_bwd_scale(p);
+#if defined(ATTN_DROPOUT)
+  const attn_dropout_t drop_t = attn_dropout_params(p);
+#endif
   /* Threads 0-63 of each warpgroup reduce one dQ row each into the
    * accumulator (bulk copies). */
   const bool dq_issuer = (tid & 127) < bwd90_bm;
@@ -413,19 +416,33 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
      * query nb * 8 + 2 t4 + (e & 1)): P^T = exp2(score log2 e - lse log2 e)
      * (0 for a masked element, whose score is -inf, and in a fully masked
      * row, whose second term is +inf), dS^T = P^T o (dP^T * factor -
-     * delta), dRaw^T by the chain rule. Walked by dropout group: for
-     * 16-query block mq and x, query i = i0 + 16 mq + 2 t4 + x and key
-     * j = j0 + jl_row (bit 3 of both clear: jl_row is 64 wg + 16 ww + g)
-     * head the 2x2 group whose element q is query i + 8 (q >> 1), key
-     * j + 8 (q & 1): fragment 2 mq + (q >> 1), element 2 (q & 1) + x. One
-     * Philox call per group. */
-    /* Dropout's factor per element: bit r of dkeep set iff element r is
-     * kept, each kept one scaled by fkept (0 if none is). */
-    unsigned dkeep = ~0u;
-    float fkept = 1.f;
+     * delta), dRaw^T by the chain rule. Walked by 16-query block mq and
+     * x: query i = i0 + 16 mq + 2 t4 + x and key j = j0 + jl_row (bit 3 of
+     * both clear: jl_row is 64 wg + 16 ww + g), element q query i + 8
+     * (q >> 1), key j + 8 (q & 1): fragment 2 mq + (q >> 1), element
+     * 2 (q & 1) + x.
+     * Dropout: block mq holds this lane's half of the 16-element group at
+     * (i0 + 16 mq + 2 t4, j0 + (jl_row & ~1)); element r's byte is r & 3
+     * of dw[r >> 3][(r >> 2) & 1] (hooks.cuh, attn_dropout_pair with the
+     * key's parity fixed), drawn while dP^T is still in the tensor cores. */
 #if defined(ATTN_DROPOUT)
-    dkeep = 0u;
-    fkept = 0.f;
+    /* As bits (bit r: element r is kept): one register across the dV
+     * GEMM instead of eight. */
+    unsigned dkeep = 0u;
+    {
+      unsigned dw[bwd90_bm / 16][2];
+#pragma unroll
+      for (int mq = 0; mq < bwd90_bm / 16; mq += 2)
+        attn_dropout_pair<true>(b, h, i0 + 16 * mq + 2 * t4, j0 + jl_row,
+                                i0 + 16 * mq + 16 + 2 * t4, j0 + jl_row, p, dw[mq], dw[mq + 1]);
+#pragma unroll
+      for (int r = 0; r < bwd90_bm / 2; ++r)
+        dkeep |= (unsigned)attn_dropout_keeps(dw[r >> 3][(r >> 2) & 1], r & 3, drop_t) << r;
+    }
+    /* Element r of Pd^T or dP^T times its dropout factor. */
+    auto dropped = [&](float x, int r) { return (dkeep >> r) & 1u ? x * drop_t.kept : 0.f; };
+#else
+    auto dropped = [](float x, int) { return x; };
 #endif
     /* Pass 1 (split) or the only pass: s becomes P^T (split) or Pd^T,
      * dp dRaw^T (not split). MASKED: some element of the tile may be
@@ -440,10 +457,6 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
       for (int mq = 0; mq < bwd90_bm / 16; ++mq) {
 #pragma unroll
         for (int x = 0; x < 2; ++x) {
-#if defined(ATTN_DROPOUT)
-          float f[4];
-          attn_dropout_scale4(b, h, i0 + 16 * mq + 2 * t4 + x, j0 + jl_row, p, f);
-#endif
 #pragma unroll
           for (int q = 0; q < 4; ++q) {
             const int r = (2 * mq + (q >> 1)) * 4 + 2 * (q & 1) + x;
@@ -455,18 +468,10 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
               xs = (keep >> r) & 1u ? xs : neg_inf;
             const float2 row = s_row[il];
             const float pe = attn_exp2(xs * log2e - row.y);
-#if defined(ATTN_DROPOUT)
-            dkeep |= (unsigned)(f[q] != 0.f) << r;
-            fkept = fmaxf(fkept, f[q]);
-#endif
             if constexpr (split) {
               s[r] = pe;
             } else {
-              float dpe = dp[r], pd = pe;
-#if defined(ATTN_DROPOUT)
-              dpe *= f[q];
-              pd *= f[q];
-#endif
+              const float dpe = dropped(dp[r], r), pd = dropped(pe, r);
               const float ds = pe * (dpe - row.x);
 #if defined(ATTN_BWD_BIAS)
               dp[r] = pe != 0.f ? attn_bwd_draw_bias(ds, acc, b, h, i, j, p, red) : 0.f;
@@ -492,7 +497,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
       if constexpr (!split)
         return s[r];
       else
-        return ((dkeep >> r) & 1u) ? s[r] * fkept : 0.f;
+        return dropped(s[r], r);
     };
 #pragma unroll
     for (int kk = 0; kk < bwd90_bm / 16; ++kk)
@@ -519,11 +524,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
         const int il = 16 * (r >> 3) + 8 * ((r >> 2) & 1) + 2 * t4 + (r & 1);
         const int i = i0 + il, j = j0 + jl_row + 8 * ((r >> 1) & 1);
         const float pe = s[r];
-        float dpe = dp[r];
-#if defined(ATTN_DROPOUT)
-        dpe = ((dkeep >> r) & 1u) ? dpe * fkept : 0.f;
-#endif
-        const float ds = pe * (dpe - s_row[il].x);
+        const float ds = pe * (dropped(dp[r], r) - s_row[il].x);
 #if defined(ATTN_BWD_BIAS)
         dp[r] = !guard || pe != 0.f ? attn_bwd_draw_bias(ds, 0.f, b, h, i, j, p, red) : 0.f;
 #else

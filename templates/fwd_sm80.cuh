@@ -233,6 +233,9 @@ __device__ __forceinline__ void attn_fwd_sm80(const attn_params &p) {
 
   const int i_row = i0 + warp * 16 + g;
   const attn_bh bhc = attn_bh_load(b, h, p); /* once per CTA */
+#if defined(ATTN_DROPOUT)
+  const attn_dropout_t drop_t = attn_dropout_params(p);
+#endif
   int stage = 0;
   unsigned long long visited = 0;
   while (n < n_end) {
@@ -312,20 +315,31 @@ __device__ __forceinline__ void attn_fwd_sm80(const attn_params &p) {
     /* After the row sums: dropout changes what P V adds, not the
      * normalizer. Masked elements are 0 whatever the factor. s[nt][2r + x]
      * is (i_row + 8r, j0 + 8nt + 2t + x); i_row = i0 + 16 warp + g and j0
-     * (a multiple of BN, itself of 16) have bit 3 clear, so for 16-key
-     * block m and x the group at (i_row, j0 + 16m + 2t + x) is
-     * s[2m][x], s[2m + 1][x], s[2m][2 + x], s[2m + 1][2 + x]: one Philox
-     * call per four elements. */
+     * (a multiple of BN, itself of 16) have bit 3 clear, so 16-key block m
+     * holds this lane's half of the group at (i_row & ~1, j0 + 16m + 2t):
+     * rows r, bytes x + 2 n1 for s[2m + n1][2r + x] (hooks.cuh,
+     * attn_dropout_pair). */
+    {
+      auto drop = [&](int m, const unsigned (&wd)[2]) {
 #pragma unroll
-    for (int m = 0; m < fwd80_bn / 16; ++m) {
+        for (int n1 = 0; n1 < 2; ++n1)
 #pragma unroll
-      for (int x = 0; x < 2; ++x) {
-        float f[4];
-        attn_dropout_scale4(b, h, i_row, j0 + 16 * m + 2 * t + x, p, f);
-        s[2 * m][x] *= f[0];
-        s[2 * m + 1][x] *= f[1];
-        s[2 * m][2 + x] *= f[2];
-        s[2 * m + 1][2 + x] *= f[3];
+          for (int e = 0; e < 4; ++e)
+            s[2 * m + n1][e] = attn_dropout_apply(s[2 * m + n1][e], wd[e >> 1], (e & 1) + 2 * n1,
+                                                  drop_t);
+      };
+#pragma unroll
+      for (int m = 0; m + 1 < fwd80_bn / 16; m += 2) {
+        unsigned wa[2], wb[2];
+        attn_dropout_pair<false>(b, h, i_row, j0 + 16 * m + 2 * t, i_row, j0 + 16 * m + 16 + 2 * t,
+                                 p, wa, wb);
+        drop(m, wa);
+        drop(m + 1, wb);
+      }
+      if constexpr (fwd80_bn / 16 % 2 == 1) {
+        unsigned wa[2];
+        attn_dropout_one<false>(b, h, i_row, j0 + fwd80_bn - 16 + 2 * t, p, wa);
+        drop(fwd80_bn / 16 - 1, wa);
       }
     }
 #endif

@@ -517,6 +517,9 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
     const int i_row = i0 + 64 * wg + 16 * ww + g;
     const attn_bh bhc = attn_bh_load(b, h, p); /* once per work tile */
     const bool row_edge = i0 + fwd90_bm > p.Sq;
+#if defined(ATTN_DROPOUT)
+    const attn_dropout_t drop_t = attn_dropout_params(p);
+#endif
 
 #pragma unroll
     for (int r = 0; r < fwd90_o_regs; ++r)
@@ -631,20 +634,33 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
        * normalizer. Masked elements are 0 whatever the factor.
        * s[nb * 4 + 2r + x] is (i_row + 8r, j0 + 8nb + 2t4 + x); i_row =
        * i0 + 64 wg + 16 ww + g and j0 (a multiple of BN: 64, 80 or 128)
-       * have bit 3 clear, so for 16-key block m and x the group at
-       * (i_row, j0 + 16m + 2t4 + x) is s[8m + x] (i, j), s[8m + 4 + x]
-       * (i, j + 8), s[8m + 2 + x] (i + 8, j), s[8m + 6 + x] (i + 8, j + 8):
-       * one Philox call per four elements. */
+       * have bit 3 clear, so 16-key block m holds this lane's half of the
+       * group at (i_row & ~1, j0 + 16m + 2t4): rows r, bytes x + 2 n1 for
+       * s[(2m + n1) * 4 + 2r + x] (hooks.cuh, attn_dropout_pair). */
+      {
+        auto drop = [&](int m, const unsigned (&wd)[2]) {
 #pragma unroll
-      for (int m = 0; m < fwd90_bn / 16; ++m) {
+          for (int n1 = 0; n1 < 2; ++n1)
 #pragma unroll
-        for (int x = 0; x < 2; ++x) {
-          float f[4];
-          attn_dropout_scale4(b, h, i_row, j0 + 16 * m + 2 * t4 + x, p, f);
-          s[8 * m + x] *= f[0];
-          s[8 * m + 4 + x] *= f[1];
-          s[8 * m + 2 + x] *= f[2];
-          s[8 * m + 6 + x] *= f[3];
+            for (int r = 0; r < 2; ++r)
+#pragma unroll
+              for (int x = 0; x < 2; ++x) {
+                float &e = s[(2 * m + n1) * 4 + 2 * r + x];
+                e = attn_dropout_apply(e, wd[r], x + 2 * n1, drop_t);
+              }
+        };
+#pragma unroll
+        for (int m = 0; m + 1 < fwd90_bn / 16; m += 2) {
+          unsigned wa[2], wb[2];
+          attn_dropout_pair<false>(b, h, i_row, j0 + 16 * m + 2 * t4, i_row,
+                                   j0 + 16 * m + 16 + 2 * t4, p, wa, wb);
+          drop(m, wa);
+          drop(m + 1, wb);
+        }
+        if constexpr (fwd90_bn / 16 % 2 == 1) { /* BN 80 */
+          unsigned wa[2];
+          attn_dropout_one<false>(b, h, i_row, j0 + fwd90_bn - 16 + 2 * t4, p, wa);
+          drop(fwd90_bn / 16 - 1, wa);
         }
       }
 #endif

@@ -50,15 +50,82 @@ __device__ __forceinline__ int attn_tile_class(int b, int h, int i0, int i1,
 __device__ __forceinline__ float attn_out(float o, int b, int h, int i, int d,
                                           const attn_params &p);
 #if defined(ATTN_DROPOUT)
-/* Dropout: P is scaled by these factors, 0 or 1 / (1 - rate), before P V;
- * the row sums and lse stay those of the undropped softmax. One call fills
- * the 2x2 group at (i, j), bit 3 of i and j clear (callers guarantee it):
- * f[0] (i, j), f[1] (i, j + 8), f[2] (i + 8, j), f[3] (i + 8, j + 8), the
- * four words of one Philox call. Elements outside Sq x Skv get a factor
- * too; callers ignore it. Declared (and called) only for graphs with
- * dropout: an inline function declared but never defined is an error. */
-__device__ __forceinline__ void attn_dropout_scale4(int b, int h, int i, int j,
-                                                    const attn_params &p, float f[4]);
+/* Dropout: P is scaled by a factor per element, 0 or 256 / (256 - T),
+ * before P V; the row sums and lse stay those of the undropped softmax.
+ * The emitter writes two hooks (declared, and called, only for graphs with
+ * dropout: an inline function declared but never defined is an error):
+ * attn_dropout_words, the four words of the Philox call of the group at
+ * (i & ~9, j & ~9) (templates/philox.cuh has the layout: element (i + di,
+ * j + dj) is byte 2 (di & 1) + (dj & 1) of word 2 (di >> 3) + (dj >> 3)),
+ * and attn_dropout_rate, the f32 rate. Elements outside Sq x Skv get a
+ * factor too; callers ignore it. */
+__device__ __forceinline__ void attn_dropout_words(int b, int h, int i, int j,
+                                                   const attn_params &p, unsigned w[4]);
+__device__ __forceinline__ float attn_dropout_rate(const attn_params &p);
+
+/* The threshold T (a byte at or above it is kept) and the survivors'
+ * factor, fixed for a launch. */
+struct attn_dropout_t {
+  unsigned keep_from;
+  float kept;
+};
+static __device__ __forceinline__ attn_dropout_t attn_dropout_params(const attn_params &p) {
+  const unsigned t = attn_dropout_keep_from(attn_dropout_rate(p));
+  return {t, t >= 256u ? 0.f : 256.f / (float)(256u - t)};
+}
+
+/* x times the factor of byte k of a packed word (below): byte >= T is
+ * tested without extracting it, masked in place against T << 8k. */
+static __device__ __forceinline__ float attn_dropout_apply(float x, unsigned w, int k,
+                                                           const attn_dropout_t &d) {
+  return (w & (0xffu << (8 * k))) >= (d.keep_from << (8 * k)) ? x * d.kept : 0.f;
+}
+static __device__ __forceinline__ bool attn_dropout_keeps(unsigned w, int k,
+                                                          const attn_dropout_t &d) {
+  return (w & (0xffu << (8 * k))) >= (d.keep_from << (8 * k));
+}
+
+/* A lane and lane ^ 4 hold the two halves of every group they touch (rows
+ * or keys g and g ^ 1 of an accumulator fragment), so each draws one of
+ * two groups, A = (ia, ja) and B = (ib, jb), and they swap halves: one
+ * Philox call per 16 of a lane's elements. Out: this lane's 8 bytes of A
+ * in a[0..1] and of B in bq[0..1], word k holding the elements with
+ * di >> 3 == k, byte (COL ? di & 1 : dj & 1) + 2 (dj >> 3) of it. COL:
+ * the lane's own parity (bit 2 of its lane index) is the column's, as in
+ * the backward's transposed fragments (keys g, g + 8); else the row's.
+ * Every lane of the warp must call it (a shuffle). */
+template <bool COL>
+static __device__ __forceinline__ void attn_dropout_pair(int b, int h, int ia, int ja, int ib,
+                                                         int jb, const attn_params &p,
+                                                         unsigned (&a)[2], unsigned (&bq)[2]) {
+  const bool odd = (threadIdx.x >> 2) & 1u;
+  unsigned w[4];
+  attn_dropout_words(b, h, odd ? ib : ia, odd ? jb : ja, p, w);
+  /* byte selectors of a word pair: COL takes bytes parity, parity + 2 of
+   * each word, rows bytes 2 parity, 2 parity + 1 */
+  const unsigned mine = COL ? (odd ? 0x7531u : 0x6420u) : (odd ? 0x7632u : 0x5410u);
+  const unsigned theirs = COL ? (odd ? 0x6420u : 0x7531u) : (odd ? 0x5410u : 0x7632u);
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    const unsigned own = __byte_perm(w[2 * k], w[2 * k + 1], mine);
+    const unsigned got =
+        __shfl_xor_sync(0xffffffffu, __byte_perm(w[2 * k], w[2 * k + 1], theirs), 4);
+    a[k] = odd ? got : own;
+    bq[k] = odd ? own : got;
+  }
+}
+/* The same for one group both lanes draw (a tile's odd last block). */
+template <bool COL>
+static __device__ __forceinline__ void attn_dropout_one(int b, int h, int i, int j,
+                                                        const attn_params &p, unsigned (&a)[2]) {
+  const bool odd = (threadIdx.x >> 2) & 1u;
+  unsigned w[4];
+  attn_dropout_words(b, h, i, j, p, w);
+  const unsigned mine = COL ? (odd ? 0x7531u : 0x6420u) : (odd ? 0x7632u : 0x5410u);
+#pragma unroll
+  for (int k = 0; k < 2; ++k)
+    a[k] = __byte_perm(w[2 * k], w[2 * k + 1], mine);
+}
 #endif
 
 /* Element (i, j) survives the bounds and, with MASK (class-1 tiles),

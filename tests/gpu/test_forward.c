@@ -445,9 +445,10 @@ static void test_document_backward(attn_context *ctx) {
  * - Elements: with Skv = D = 64 and v the identity (v[j, d] = j == d),
  *   O[b, h, i, d] = factor(i, d) / 64, 0 or 1 / 32 exactly: every element
  *   of the mask shows through, compared exactly with the CPU reference
- *   and with philox_dropout_bits' keep bit. It checks the 2x2 groups of
- *   the kernel's fragments (rows i and i + 8, keys j and j + 8) draw the
- *   documented words; Sq = 130 ends inside a group. */
+ *   and with philox_dropout_byte's keep test. It checks that the lanes
+ *   of the kernel's fragments draw and swap the documented bytes of the
+ *   16-element groups (rows i, i + 1, i + 8, i + 9 by keys likewise);
+ *   Sq = 130 ends inside a group. */
 static void dropout_identity_v(RefArgs *ra) {
   RefTensor *v = &ra->tensors[ra->g->v];
   int64_t skv = v->shape[2], d = v->shape[3];
@@ -498,13 +499,13 @@ static void test_dropout_mask(attn_context *ctx) {
       int ko = g->outputs[0].tensor;
       const RefTensor *o = &ra.tensors[ko];
       const int64_t H = o->shape[1], Sq = o->shape[2], D = o->shape[3];
-      const uint64_t thresh = philox_keep_threshold((double)0.5f);
+      const uint32_t thresh = philox_keep_threshold((double)0.5f);
       size_t n = (size_t)ref_numel(o), bad = 0, off_doc = 0, first = n;
       double kept = 0;
       for (size_t e = 0; e < n; e++) {
         const int64_t d = (int64_t)e % D, i = (int64_t)e / D % Sq, bh = (int64_t)e / D / Sq;
         double got = res.outputs[ko][e], want = o->data[e];
-        bool keep = philox_dropout_bits(set_seed[set], set_off[set], bh / H, bh % H, i, d, H,
+        bool keep = philox_dropout_byte(set_seed[set], set_off[set], bh / H, bh % H, i, d, H,
                                         Sq) >= thresh;
         if (want != (keep ? 1.0 / 32 : 0.0)) off_doc++;
         if (got != want) {

@@ -310,56 +310,60 @@ Test(philox, known_answers) {
   }
 }
 
-/* The documented counter layout, checked against values computed by the
+/* The documented layout, checked against values computed by an
  * independent Python transcription (which reproduces the known answers
- * above): rows and keys with bit 3 set or clear, and a key past 2^32 whose
- * counter word 0 truncates to key 29's. */
+ * above): rows and keys with bits 0 and 3 set or clear, and a key past
+ * 2^32 whose counter word 0 truncates to key 29's. */
 Test(philox, dropout_layout) {
   uint64_t seed = UINT64_C(0x123456789abcdef0);
   uint64_t off = UINT64_C(0x1122334455667788);
-  cr_expect_eq(philox_dropout_bits(seed, off, 0, 0, 0, 0, 3, 40), 0x1d51dc2au);
-  cr_expect_eq(philox_dropout_bits(seed, off, 1, 2, 4, 7, 3, 40), 0xc2a1fa9eu);
-  cr_expect_eq(philox_dropout_bits(seed, off, 0, 1, 3, 2, 3, 40), 0x19b53e29u);
-  cr_expect_eq(philox_dropout_bits(seed, off, 1, 2, 13, 25, 3, 40), 0x0db45a23u);
-  cr_expect_eq(philox_dropout_bits(seed, off, 0, 1, 9, 40, 3, 40), 0x31bef016u);
-  cr_expect_eq(philox_dropout_bits(seed, off, 1, 0, 30, 8, 3, 40), 0x4dc0cc3du);
-  cr_expect_eq(philox_dropout_bits(seed, off, 1, 2, 13, 29, 3, 40), 0x3592982bu);
-  cr_expect_eq(philox_dropout_bits(seed, off, 1, 2, 13, (INT64_C(1) << 36) + 29, 3, 40),
-               0x3592982bu);
+  cr_expect_eq(philox_dropout_byte(seed, off, 0, 0, 0, 0, 3, 40), 0x2au);
+  cr_expect_eq(philox_dropout_byte(seed, off, 1, 2, 4, 7, 3, 40), 0x1au);
+  cr_expect_eq(philox_dropout_byte(seed, off, 0, 1, 3, 2, 3, 40), 0xf3u);
+  cr_expect_eq(philox_dropout_byte(seed, off, 1, 2, 13, 25, 3, 40), 0xa6u);
+  cr_expect_eq(philox_dropout_byte(seed, off, 0, 1, 9, 40, 3, 40), 0x45u);
+  cr_expect_eq(philox_dropout_byte(seed, off, 1, 0, 30, 8, 3, 40), 0x3du);
+  cr_expect_eq(philox_dropout_byte(seed, off, 1, 2, 13, 29, 3, 40), 0x3cu);
+  cr_expect_eq(philox_dropout_byte(seed, off, 1, 2, 13, (INT64_C(1) << 36) + 29, 3, 40), 0x3cu);
 }
 
-/* The 2x2 group at (i, j), bit 3 of both clear, is ONE Philox call:
- * (i, j), (i, j + 8), (i + 8, j), (i + 8, j + 8) are its words 0..3 (the
- * group at b 1, h 2, i 18, j 37 against the Python transcription's words),
- * and the groups next to it (one row, one key, 16 rows or 16 keys on)
- * draw other words. */
+/* The 16-element group at (i, j), bits 0 and 3 of both clear, is ONE
+ * Philox call: element (i + di, j + dj) is byte 2 (di & 1) + (dj & 1) of
+ * word 2 (di >> 3) + (dj >> 3) (the group at b 1, h 2, i 18, j 36 against
+ * the Python transcription's bytes), and the groups next to it (2 or 16
+ * rows or keys on) draw other words. */
 Test(philox, dropout_group) {
   uint64_t seed = UINT64_C(0x123456789abcdef0);
   uint64_t off = UINT64_C(0x1122334455667788);
-  static const uint32_t want[4] = {0xcf342de9u, 0x69e0f590u, 0x696886a5u, 0x192633b4u};
-  for (int q = 0; q < 4; q++)
-    cr_expect_eq(philox_dropout_bits(seed, off, 1, 2, 18 + 8 * (q >> 1), 37 + 8 * (q & 1), 3, 40),
-                 want[q], "element %d", q);
-  static const int64_t base[][2] = {{0, 0}, {16, 32}, {7, 7}, {33, 86}, {2, 1}};
+  static const int64_t d[4] = {0, 1, 8, 9};
+  static const uint32_t want[16] = {0xcc, 0x61, 0x40, 0xbd, 0x4b, 0x0a, 0xb3, 0x68,
+                                    0x1c, 0xd2, 0x30, 0x0f, 0xe5, 0x47, 0xd9, 0x61};
+  for (int e = 0; e < 16; e++)
+    cr_expect_eq(philox_dropout_byte(seed, off, 1, 2, 18 + d[e >> 2], 36 + d[e & 3], 3, 40),
+                 want[e], "element %d", e);
+  static const int64_t base[][2] = {{0, 0}, {16, 32}, {6, 6}, {34, 86}, {2, 0}};
   for (size_t t = 0; t < sizeof base / sizeof base[0]; t++) {
     int64_t i = base[t][0], j = base[t][1];
-    uint32_t ctr[4] = {(uint32_t)(((j >> 4) << 3) | (j & 7)), (uint32_t)((1 * 3 + 2) * 40 + i),
-                       (uint32_t)off, (uint32_t)(off >> 32)};
+    uint32_t ctr[4] = {(uint32_t)(((j >> 4) << 2) | ((j >> 1) & 3)),
+                       (uint32_t)((1 * 3 + 2) * 40 + i), (uint32_t)off, (uint32_t)(off >> 32)};
     uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)}, w[4];
     philox_4x32_10(ctr, key, w);
-    uint32_t got[4];
-    for (int q = 0; q < 4; q++) {
-      got[q] = philox_dropout_bits(seed, off, 1, 2, i + 8 * (q >> 1), j + 8 * (q & 1), 3, 40);
-      cr_expect_eq(got[q], w[q], "group (%lld, %lld) element %d", (long long)i, (long long)j, q);
+    uint32_t got[16];
+    for (int e = 0; e < 16; e++) {
+      int64_t di = d[e >> 2], dj = d[e & 3];
+      uint32_t want_b = (w[2 * (di >> 3) + (dj >> 3)] >> (8 * (2 * (di & 1) + (dj & 1)))) & 0xff;
+      got[e] = philox_dropout_byte(seed, off, 1, 2, i + di, j + dj, 3, 40);
+      cr_expect_eq(got[e], want_b, "group (%lld, %lld) element %d", (long long)i, (long long)j, e);
     }
-    static const int64_t step[4][2] = {{1, 0}, {0, 1}, {16, 0}, {0, 16}};
+    static const int64_t step[4][2] = {{2, 0}, {0, 2}, {16, 0}, {0, 16}};
     for (int s = 0; s < 4; s++) {
       int same = 0;
-      for (int q = 0; q < 4; q++)
-        same += philox_dropout_bits(seed, off, 1, 2, i + step[s][0] + 8 * (q >> 1),
-                                    j + step[s][1] + 8 * (q & 1), 3, 40) == got[q];
-      cr_expect_eq(same, 0, "group (%lld, %lld) and its neighbour %d share %d words",
-                   (long long)i, (long long)j, s, same);
+      for (int e = 0; e < 16; e++)
+        same += philox_dropout_byte(seed, off, 1, 2, i + step[s][0] + d[e >> 2],
+                                    j + step[s][1] + d[e & 3], 3, 40) == got[e];
+      /* 16 bytes of another call: about 16/256 equal by chance. */
+      cr_expect(same < 5, "group (%lld, %lld) and its neighbour %d share %d bytes", (long long)i,
+                (long long)j, s, same);
     }
   }
 }
@@ -367,25 +371,42 @@ Test(philox, dropout_group) {
 Test(philox, keep_threshold) {
   cr_expect_eq(philox_keep_threshold(0.0), 0u);
   cr_expect_eq(philox_keep_threshold(-1.0), 0u);
-  cr_expect_eq(philox_keep_threshold(0.5), UINT64_C(1) << 31);
-  cr_expect_eq(philox_keep_threshold(1.0), UINT64_C(1) << 32);
-  cr_expect_eq(philox_keep_threshold((double)0.1f),
-               (uint64_t)ceil((double)0.1f * 4294967296.0));
+  cr_expect_eq(philox_keep_threshold(NAN), 0u);
+  cr_expect_eq(philox_keep_threshold(0.5), 128u);
+  cr_expect_eq(philox_keep_threshold(1.0), 256u);
+  cr_expect_eq(philox_keep_threshold(2.0), 256u);
+  cr_expect_eq(philox_keep_threshold((double)0.1f), 26u); /* 25.6 */
+  cr_expect_eq(philox_keep_threshold(1e-6), 1u);          /* positive: at least 1/256 */
+  cr_expect_eq(philox_keep_threshold(0.9999), 255u);      /* below 1: at most 255/256 */
+  cr_expect_eq(philox_keep_threshold(0.25), 64u);
+  cr_expect(fabs(philox_kept_scale(26) - 256.0 / 230.0) < 1e-15);
+  cr_expect_eq(philox_kept_scale(0), 1.0);
+  cr_expect_eq(philox_kept_scale(256), 0.0);
 }
 
-/* 10^6 draws at rate 0.1 keep 900000 +- 5 sigma (sigma = 300). */
+/* 10^6 draws at rate 0.1 (26/256) keep 10^6 * 230/256 +- 5 sigma, and each
+ * byte value comes up about equally often (chi-square, 255 degrees of
+ * freedom, below its 99.99th percentile). */
 Test(philox, keep_rate) {
-  uint64_t thresh = philox_keep_threshold((double)0.1f), kept = 0;
+  uint32_t thresh = philox_keep_threshold((double)0.1f);
+  uint64_t kept = 0, hist[256] = {0};
   for (int64_t i = 0; i < 1000; i++)
-    for (int64_t j = 0; j < 1000; j++)
-      kept += philox_dropout_bits(3, 0, 0, 1, i, j, 2, 1000) >= thresh;
-  double want = 1e6 * (1 - (double)0.1f), sigma = sqrt(1e6 * 0.1 * 0.9);
+    for (int64_t j = 0; j < 1000; j++) {
+      uint32_t v = philox_dropout_byte(3, 0, 0, 1, i, j, 2, 1000);
+      kept += v >= thresh;
+      hist[v]++;
+    }
+  double q = 26.0 / 256, want = 1e6 * (1 - q), sigma = sqrt(1e6 * q * (1 - q));
   cr_expect(fabs((double)kept - want) < 5 * sigma, "kept %llu of 10^6",
             (unsigned long long)kept);
+  double chi2 = 0, e = 1e6 / 256;
+  for (int v = 0; v < 256; v++)
+    chi2 += (hist[v] - e) * (hist[v] - e) / e;
+  cr_expect(chi2 < 356, "chi-square %.1f over the byte values", chi2);
 }
 
-/* With v the identity, O is the dropped P: every element is P / (1 -
- * rate) exactly where the documented bits say keep, else 0. */
+/* With v the identity, O is the dropped P: every element is P * 256 /
+ * (256 - T) exactly where the documented byte says keep, else 0. */
 Test(philox, forward_reference_mask) {
 #define BT_DROPOUT_GRAPH(DROP)                                               \
   "attention t {\n  input q : f32[B, H, S, 8];\n"                             \
@@ -407,16 +428,17 @@ Test(philox, forward_reference_mask) {
   }
   int ot = args[0].g->outputs[0].tensor;
   const double *p = args[0].tensors[ot].data, *pd = args[1].tensors[ot].data;
-  uint64_t thresh = philox_keep_threshold((double)0.25f);
+  uint32_t thresh = philox_keep_threshold((double)0.25f);
+  double kept = philox_kept_scale(thresh);
   int dropped = 0;
   for (int64_t b = 0; b < 2; b++)
     for (int64_t h = 0; h < 3; h++)
       for (int64_t i = 0; i < 8; i++)
         for (int64_t j = 0; j < 8; j++) {
           int64_t e = ((b * 3 + h) * 8 + i) * 8 + j;
-          bool keep = philox_dropout_bits(77, 5, b, h, i, j, 3, 8) >= thresh;
+          bool keep = philox_dropout_byte(77, 5, b, h, i, j, 3, 8) >= thresh;
           dropped += !keep;
-          cr_expect_eq(pd[e], keep ? p[e] / (1.0 - (double)0.25f) : 0.0,
+          cr_expect_eq(pd[e], keep ? p[e] * kept : 0.0,
                        "b=%lld h=%lld i=%lld j=%lld", (long long)b,
                        (long long)h, (long long)i, (long long)j);
         }

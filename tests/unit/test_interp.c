@@ -588,7 +588,7 @@ Test(interp, amax_over_everything) {
   tg_free(t);
 }
 
-/* One key per row, so p = 1 and o = v / (1 - rate) where Philox keeps the
+/* One key per row, so p = 1 and o = v * 256 / (256 - 128) where Philox keeps the
  * element, else 0 (the bit layout is philox.c's; test_backward.c checks
  * it in depth). */
 Test(interp, dropout_keeps_by_philox) {
@@ -606,7 +606,7 @@ Test(interp, dropout_keeps_by_philox) {
   const double *o = t->args.tensors[3].data;
   int kept = 0;
   for (int64_t i = 0; i < 8; i++) {
-    bool keep = philox_dropout_bits(9, 0, 0, 0, i, 0, 1, 8) >=
+    bool keep = philox_dropout_byte(9, 0, 0, 0, i, 0, 1, 8) >=
                 philox_keep_threshold(0.5);
     kept += keep;
     cr_expect_eq(o[i], keep ? 6.0 : 0.0, "row %lld", (long long)i);

@@ -78,26 +78,20 @@ static __device__ __forceinline__ float attn_out(float o, int b, int h, int i, i
   return o;
 }
 
-/* Dropout's factors, 0 or 1 / (1 - rate), for the group at (i, j), bit 3 of
- * i and j clear: f[0] (i, j), f[1] (i, j + 8), f[2] (i + 8, j), f[3]
- * (i + 8, j + 8); one Philox call's four words (templates/philox.cuh), the
- * bits the CPU reference draws. */
-static __device__ __forceinline__ void attn_dropout_scale4(int b, int h, int i, int j, const attn_params &p, float f[4]) {
-  const float rate = p.s[1].f;
+/* Dropout: the four Philox words of the group at (i & ~9, j & ~9)
+ * (templates/philox.cuh), the bytes the CPU reference draws. */
+static __device__ __forceinline__ void attn_dropout_words(int b, int h, int i, int j, const attn_params &p, unsigned w[4]) {
   const unsigned long long seed = p.s[2].u;
   const unsigned long long offset = p.s[3].u;
   const unsigned long long row_base =
       ((unsigned long long)b * (unsigned long long)p.H + (unsigned long long)h) *
-          (unsigned long long)p.Sq + (unsigned long long)i;
-  unsigned w[4];
-  attn_dropout_bits4(seed, offset, row_base, j, w);
-  /* Kept iff bits >= ceil(rate * 2^32); rate * 2^32 is exact in f32. */
-  const unsigned long long keep_from =
-      !(rate > 0.f) ? 0ull : rate >= 1.f ? 4294967296ull
-                   : (unsigned long long)ceilf(rate * 4294967296.0f);
-  const float kept = 1.f / (1.f - rate);
-#pragma unroll
-  for (int k = 0; k < 4; k++) f[k] = (unsigned long long)w[k] >= keep_from ? kept : 0.f;
+          (unsigned long long)p.Sq + (unsigned long long)(i & ~9);
+  attn_philox_dropout_words(seed, offset, row_base, j, w);
+}
+
+/* Dropout's rate (hooks.cuh makes the threshold in 256ths of it). */
+static __device__ __forceinline__ float attn_dropout_rate(const attn_params &p) {
+  return p.s[1].f;
 }
 
 /* [the text of templates/fwd_sm90.cuh] */
