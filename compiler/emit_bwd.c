@@ -229,18 +229,8 @@ void emit_bwd_body(StrBuf *out, const BwdSpec *s, Arena *a) {
                  "constexpr bool attn_bwd_draw_guarded = %s;\n\n",
             reads_acc ? "true" : "false", reads_mem || s->slots.nbias > 0 ? "true" : "false");
   sb_puts(out, bwd_sm80_src);
-  /* bwd_sm90's main kernel reuses bwd_sm80's other kernels and helpers.
-   * Its dQ goes out by element atomics (red.global.add.v2.f32: 4-8%
-   * faster than the bulk reductions and fewer spills, H200); ATTN_BWD90_DQ
-   * =bulk (read here, so the source and its cache key differ) selects the
-   * bulk reductions. */
-  if (s->sm90) {
-    const char *dq = getenv("ATTN_BWD90_DQ");
-    bool red = !(dq && strcmp(dq, "bulk") == 0);
-    if (red) sb_puts(out, "#define ATTN_BWD90_DQ_RED 1\n");
-    sb_puts(out, bwd_sm90_src);
-    if (red) sb_puts(out, "#undef ATTN_BWD90_DQ_RED\n");
-  }
+  /* bwd_sm90's main kernel reuses bwd_sm80's other kernels and helpers. */
+  if (s->sm90) sb_puts(out, bwd_sm90_src);
   if (sl->nbias > 0) emit_bias_hooks(out, s, a);
 }
 

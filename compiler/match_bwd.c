@@ -172,13 +172,12 @@ BwdSpec *match_bwd(const KernelSpec *fwd, Arena *a, Diag *d) {
   s->sm90 = bwd_use_sm90(fwd);
   if (s->sm90) {
     /* bwd_sm90.cuh: 128 keys per CTA in two warpgroups; K, V (128 rows),
-     * two stages of Q and dO (64 rows), dRaw^T (128 x 64), two stages of
-     * lse and delta, two f32 dQ tiles (64 rows of 72), and 1024 bytes to
-     * align the base. */
+     * three stages of Q and dO (64 rows), dRaw^T (128 x 64), three stages
+     * of the rows' {delta, lse log2 e}, and 1024 bytes to align the base. */
     s->threads = 256;
     s->block_n = 128;
-    s->smem_bytes = 128 * (s->d_qk + s->d_v) * 2 + 2 * 64 * (s->d_qk + s->d_v) * 2 +
-                    128 * 64 * 2 + 2 * 2 * 64 * 4 + 2 * 64 * 72 * 4 + 1024;
+    s->smem_bytes = 128 * (s->d_qk + s->d_v) * 2 + 3 * 64 * (s->d_qk + s->d_v) * 2 +
+                    128 * 64 * 2 + 3 * 64 * 8 + 1024;
     return s;
   }
   /* bwd_sm80.cuh: 64 keys per CTA in four warps, 64-row query tiles; K, V,

@@ -14,8 +14,8 @@
  * tile of 128, head, batch); warpgroup w owns keys 64w..64w+63 of the
  * tile. K and V are loaded once and stay in shared memory; the query
  * tiles the masks let through (64 rows of Q and dO, with lse and delta)
- * stream past through two cp.async stages, the next tile's copy
- * overlapping the current tile's work. Per query tile, keys as the M
+ * stream past through three cp.async stages, the copy of the tile after
+ * next issued as a tile starts. Per query tile, keys as the M
  * dimension of every warpgroup's products:
  *   S^T  = K Q^T          wgmma m64n64, both operands from shared memory
  *   dP^T = V dO^T         the same
@@ -29,11 +29,9 @@
  *                         computes half of dQ's columns (D/2 from
  *                         D/2 w) over all 128 keys. The 64 x D/2 result
  *                         goes into the accumulator by element atomics
- *                         (red.global.add.v2.f32) when ATTN_BWD90_DQ_RED
- *                         is defined (emit_bwd.c's default), else through
- *                         shared memory and one bulk reduction per row
- *                         (cp.reduce.async.bulk .add.f32; env
- *                         ATTN_BWD90_DQ=bulk).
+ *                         (red.global.add.v2.f32; per-row bulk reductions
+ *                         through shared memory measured slower, 3-29%,
+ *                         bench/NOTES-sm90.md).
  * Two CTA barriers per query tile (the stage has landed and the last
  * tile's buffers are free; both warpgroups' dRaw^T are written),
  * the warpgroups' own named barriers otherwise.
@@ -66,12 +64,12 @@ static_assert(bwd90_dqk % 64 == 0 && bwd90_dqk <= 128, "D_QK: 64 or 128");
 static_assert(bwd90_dv % 64 == 0 && bwd90_dv <= 128, "D_V: 64 or 128");
 
 /* Shared memory, from a base rounded up to 1024 bytes: K, V (the CTA's
- * keys), two stages of Q and of dO, dRaw^T [128 keys][64 queries], per
- * stage lse and delta of the query tile, then per warpgroup its f32 dQ
- * tile [64 queries][64 columns] (rows padded to 72 floats: the fragment
- * stores hit distinct banks) for the bulk reduction into the accumulator.
- * compiler/match_bwd.c computes the same total (512 (D_QK + D_V) +
- * 55296). */
+ * keys), three stages of Q and of dO, dRaw^T [128 keys][64 queries], per
+ * stage the query tile's {delta, lse log2 e} pairs. compiler/match_bwd.c
+ * computes the same total (640 (D_QK + D_V) + 18944). Three stages, not
+ * two: with two, a tile's copy (issued one tile ahead) had often not
+ * landed when the tile began (ncu: a quarter of the stall samples). */
+constexpr int bwd90_stages = 3;
 constexpr int bwd90_k_bytes = bwd90_bn * bwd90_dqk * 2;
 constexpr int bwd90_v_bytes = bwd90_bn * bwd90_dv * 2;
 constexpr int bwd90_q_bytes = bwd90_bm * bwd90_dqk * 2;
@@ -79,14 +77,11 @@ constexpr int bwd90_do_bytes = bwd90_bm * bwd90_dv * 2;
 constexpr int bwd90_ds_bytes = bwd90_bn * bwd90_bm * 2;
 constexpr int bwd90_off_v = bwd90_k_bytes;
 constexpr int bwd90_off_q = bwd90_off_v + bwd90_v_bytes;
-constexpr int bwd90_off_do = bwd90_off_q + 2 * bwd90_q_bytes;
-constexpr int bwd90_off_ds = bwd90_off_do + 2 * bwd90_do_bytes;
+constexpr int bwd90_off_do = bwd90_off_q + bwd90_stages * bwd90_q_bytes;
+constexpr int bwd90_off_ds = bwd90_off_do + bwd90_stages * bwd90_do_bytes;
 constexpr int bwd90_off_stats = bwd90_off_ds + bwd90_ds_bytes;
-constexpr int bwd90_dq_pitch = 72; /* floats per row of a dQ tile */
-constexpr int bwd90_dq_bytes = bwd90_bm * bwd90_dq_pitch * 4;
-constexpr int bwd90_off_dq = bwd90_off_stats + 2 * 2 * bwd90_bm * 4;
 /* + 1024: the dynamic shared-memory base is rounded up to 1024 bytes. */
-constexpr int attn_bwd_sm90_smem_bytes = bwd90_off_dq + 2 * bwd90_dq_bytes + 1024;
+constexpr int attn_bwd_sm90_smem_bytes = bwd90_off_stats + bwd90_stages * bwd90_bm * 8 + 1024;
 static_assert(attn_bwd_sm90_smem_bytes <= 227 * 1024, "tiles exceed shared memory");
 /* The deterministic dQ tiles run bwd_sm80's code in the same memory. */
 static_assert(attn_bwd_sm90_smem_bytes >= attn_bwd_sm80_smem_bytes, "bwd80_dq_tile's tiles");
@@ -103,26 +98,6 @@ static __device__ __forceinline__ void bwd90_cp_async8(unsigned dst, const void 
   asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src),
                "r"(src_bytes)
                : "memory");
-}
-
-/* Adds `bytes` (a multiple of 16) of f32 at shared address src to global
- * dst (16-byte aligned) in L2, asynchronously, in this thread's bulk
- * group; the source may be rewritten after bwd90_bulk_wait_read. */
-static __device__ __forceinline__ void bwd90_bulk_reduce_add(float *dst, unsigned src,
-                                                             int bytes) {
-  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(
-                   dst),
-               "r"(src), "r"(bytes)
-               : "memory");
-}
-static __device__ __forceinline__ void bwd90_bulk_commit() {
-  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-}
-static __device__ __forceinline__ void bwd90_bulk_wait_read() {
-  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
-}
-static __device__ __forceinline__ void bwd90_bulk_wait() {
-  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
 }
 
 /* Named barrier id (1 or 2) for one warpgroup's 128 threads. */
@@ -312,9 +287,17 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
 
   bwd90_load<bwd90_bn, bwd90_dqk>(sk, kg, tk.stride[2], j0, p.Skv, tid);
   bwd90_load<bwd90_bn, bwd90_dv>(sv, vg, tv.stride[2], j0, p.Skv, tid);
+  /* The first two live tiles into stages 0 and 1, one cp.async group
+   * each (the first with K and V); every loop turn commits one more
+   * group (empty near the end), so waiting for all but the newest group
+   * means the current tile has landed. */
   int m = next_live(0);
   if (m < n_m)
     issue(m, 0);
+  attn_cp_async_commit();
+  int mn = m < n_m ? next_live(m + 1) : n_m;
+  if (mn < n_m)
+    issue(mn, 1);
   attn_cp_async_commit();
 
   float dk[bwd90_dqk / 2], dv[bwd90_dv / 2];
@@ -346,24 +329,16 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
 #if defined(ATTN_DROPOUT)
   const attn_dropout_t drop_t = attn_dropout_params(p);
 #endif
-  /* Threads 0-63 of each warpgroup reduce one dQ row each into the
-   * accumulator (bulk copies). */
-  const bool dq_issuer = (tid & 127) < bwd90_bm;
-  const unsigned sdq = base + bwd90_off_dq + wg * bwd90_dq_bytes;
-  for (int it = 0; m < n_m; ++it) {
-    const int st = it & 1;
-    attn_cp_async_wait<0>(); /* this thread's copies of stage st (and K, V) */
-#if !defined(ATTN_BWD90_DQ_RED)
-    if (dq_issuer)
-      bwd90_bulk_wait_read(); /* the last tile's dQ rows are read */
-#endif
+  for (int st = 0; m < n_m; st = st == bwd90_stages - 1 ? 0 : st + 1) {
+    attn_cp_async_wait<1>(); /* this thread's copies of stage st (and K, V) */
     attn_fence_proxy_async(); /* the copies, visible to wgmma's async proxy */
     /* Every thread's copies; every thread is done with the last tile (its
-     * stage, dRaw^T and dQ tiles may be written again). */
+     * stage and dRaw^T may be written again). */
     __syncthreads();
-    const int mn = next_live(m + 1);
-    if (mn < n_m)
-      issue(mn, st ^ 1); /* the other stage: the last tile's */
+    /* The tile after next into the last tile's stage. */
+    const int mnn = mn < n_m ? next_live(mn + 1) : n_m;
+    if (mnn < n_m)
+      issue(mnn, st == 0 ? bwd90_stages - 1 : st - 1);
     attn_cp_async_commit();
 
     const unsigned sq = sq0 + st * bwd90_q_bytes, sdo = sdo0 + st * bwd90_do_bytes;
@@ -563,6 +538,13 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
        * so each element of the tile is added to the accumulator once. */
       constexpr int dq_cols = bwd90_dqk / 2;
       const int dcol = wg * dq_cols;
+      /* This lane's dQ rows 16 ww + g and + 8 of the tile in the
+       * accumulator, pinned here: computed after the atomics, the
+       * addresses reused registers the atomics were still reading (ncu: 8%
+       * of the stall samples waited on them). */
+      const int ia = i0 + ww * 16 + g;
+      float *rowa = dqa + (long long)ia * bwd90_dqk + dcol + 2 * t4;
+      asm volatile("" : "+l"(rowa));
       float dq[dq_cols / 2];
       attn_wgmma_fence();
 #pragma unroll
@@ -574,44 +556,17 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
 #pragma unroll
       for (int r = 0; r < dq_cols / 2; ++r)
         attn_fence_reg(dq[r]);
-      /* Rows 16 ww + g (+ 8) of the query tile, times the folded scale,
-       * added to the accumulator's columns dcol.. */
-#if defined(ATTN_BWD90_DQ_RED)
-      /* Per element pair: f32 atomics in L2. */
+      /* Times the folded scale, added per element pair by f32 atomics in
+       * L2. */
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const int i = i0 + ww * 16 + g + 8 * r;
-        if (i < p.Sq) {
-          float *row = dqa + (long long)i * bwd90_dqk + dcol + 2 * t4;
+        if (ia + 8 * r < p.Sq) {
 #pragma unroll
           for (int nb = 0; nb < dq_cols / 8; ++nb)
-            bwd90_red_add2(row + nb * 8, dq[nb * 4 + 2 * r] * sc, dq[nb * 4 + 2 * r + 1] * sc);
+            bwd90_red_add2(rowa + 8 * r * bwd90_dqk + nb * 8, dq[nb * 4 + 2 * r] * sc,
+                           dq[nb * 4 + 2 * r + 1] * sc);
         }
       }
-#else
-      /* Through shared memory: the warpgroup's tile, then one bulk
-       * reduction per row (256 bytes), far fewer L2 operations than the
-       * element atomics. */
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int row = ww * 16 + g + 8 * r;
-#pragma unroll
-        for (int nb = 0; nb < dq_cols / 8; ++nb)
-          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(
-                           sdq + (unsigned)((row * bwd90_dq_pitch + nb * 8 + 2 * t4) * 4)),
-                       "f"(dq[nb * 4 + 2 * r] * sc), "f"(dq[nb * 4 + 2 * r + 1] * sc)
-                       : "memory");
-      }
-      attn_fence_proxy_async(); /* the stores, visible to the bulk copies */
-      bwd90_wg_sync(1 + wg);
-      if (dq_issuer) {
-        const int row = tid & (bwd90_bm - 1), i = i0 + row;
-        if (i < p.Sq)
-          bwd90_bulk_reduce_add(dqa + (long long)i * bwd90_dqk + dcol,
-                                sdq + (unsigned)(row * bwd90_dq_pitch * 4), dq_cols * 4);
-        bwd90_bulk_commit();
-      }
-#endif
     } else {
       attn_wgmma_wait<0>();
     }
@@ -629,12 +584,9 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
         attn_fence_reg(ra[kk][x]);
       }
     m = mn;
+    mn = mnn;
   }
   attn_cp_async_wait<0>(); /* K and V, when no query tile was visited */
-#if !defined(ATTN_BWD90_DQ_RED)
-  if (dq_issuer)
-    bwd90_bulk_wait(); /* the dQ reductions are done (and their sources read) */
-#endif
 
 #if defined(ATTN_BWD_BIAS) && ATTN_BWD_NRED > 0
   /* Biases over b and h only: one atomic per warp (not in deterministic

@@ -125,9 +125,7 @@ constexpr bool attn_bwd_draw_reads_acc = false;
 constexpr bool attn_bwd_draw_guarded = true;
 
 /* [the text of templates/bwd_sm80.cuh] */
-#define ATTN_BWD90_DQ_RED 1
 /* [the text of templates/bwd_sm90.cuh] */
-#undef ATTN_BWD90_DQ_RED
 
 /* attn_bwd_draw plus each bias's gradient at score element (b, h, i, j). */
 static __device__ __forceinline__ float attn_bwd_draw_bias(float ds, float acc, int b, int h, int i, int j, const attn_params &p, float (&red)[bwd80_nred]) {

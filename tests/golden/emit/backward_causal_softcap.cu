@@ -128,9 +128,7 @@ constexpr bool attn_bwd_draw_reads_acc = true;
 constexpr bool attn_bwd_draw_guarded = false;
 
 /* [the text of templates/bwd_sm80.cuh] */
-#define ATTN_BWD90_DQ_RED 1
 /* [the text of templates/bwd_sm90.cuh] */
-#undef ATTN_BWD90_DQ_RED
 
 } /* namespace graph_backward_causal_softcap */
 
