@@ -301,6 +301,28 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
   attn_cp_async_commit();
 
   float dk[bwd90_dqk / 2], dv[bwd90_dv / 2];
+  /* A tile's dQ part (times the folded scale) goes into the accumulator
+   * by atomics, after the next stage's proxy fence (below). At D 64 they
+   * wait further, until the next tile's S^T and dP^T GEMMs are issued, so
+   * they overlap those (at D 128 the 32 registers that takes spill). dq_rows: bit r
+   * set when row r (16 ww + g + 8 r) lies inside Sq; dq_row: the
+   * accumulator at row 0, column dcol + 2 t4. */
+  constexpr int dq_cols = bwd90_dqk / 2;
+  constexpr bool dq_defer = bwd90_dqk == 64;
+  float dq_prev[dq_cols / 2];
+  float *dq_row = dqa;
+  unsigned dq_rows = 0u;
+  auto flush_dq = [&]() {
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+      if ((dq_rows >> r) & 1u) {
+#pragma unroll
+        for (int nb = 0; nb < dq_cols / 8; ++nb)
+          bwd90_red_add2(dq_row + 8 * r * bwd90_dqk + nb * 8, dq_prev[nb * 4 + 2 * r],
+                         dq_prev[nb * 4 + 2 * r + 1]);
+      }
+    dq_rows = 0u;
+  };
 #pragma unroll
   for (int r = 0; r < bwd90_dqk / 2; ++r)
     dk[r] = 0.f;
@@ -329,11 +351,19 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
 #if defined(ATTN_DROPOUT)
   const attn_dropout_t drop_t = attn_dropout_params(p);
 #endif
+  /* This thread's copies of the next tile's stage (all groups but the
+   * newest) have landed; made visible to wgmma's async proxy. Done at the
+   * end of the tile before, ahead of its dQ atomics: a proxy fence waits
+   * for this thread's outstanding atomics too (ncu: a tenth of the stall
+   * samples, with the fence at the top of the tile). */
+  auto next_stage_ready = [&]() {
+    attn_cp_async_wait<1>();
+    attn_fence_proxy_async();
+  };
+  next_stage_ready(); /* the first tile's (and K, V) */
   for (int st = 0; m < n_m; st = st == bwd90_stages - 1 ? 0 : st + 1) {
-    attn_cp_async_wait<1>(); /* this thread's copies of stage st (and K, V) */
-    attn_fence_proxy_async(); /* the copies, visible to wgmma's async proxy */
-    /* Every thread's copies; every thread is done with the last tile (its
-     * stage and dRaw^T may be written again). */
+    /* Every thread's copies of stage st are visible; every thread is done
+     * with the last tile (its stage and dRaw^T may be written again). */
     __syncthreads();
     /* The tile after next into the last tile's stage. */
     const int mnn = mn < n_m ? next_live(mn + 1) : n_m;
@@ -373,6 +403,8 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
           dp, attn_wgmma_desc_add(dv_k, (kk >> 2) * bwd90_bn * 128 + (kk & 3) * 32),
           attn_wgmma_desc_add(ddo_k, (kk >> 2) * bwd90_bm * 128 + (kk & 3) * 32), kk > 0);
     attn_wgmma_commit();
+    if constexpr (dq_defer)
+      flush_dq(); /* the last tile's, while the GEMMs run */
     /* A dRaw that reads the raw score needs S^T and dP^T together; else P^T
      * overwrites S^T and dP^T is waited for only after it. */
     constexpr bool split = !attn_bwd_draw_reads_acc;
@@ -536,15 +568,8 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
       __syncthreads(); /* both warpgroups' dRaw^T */
       /* Warpgroup w: dQ's columns dcol.. (half of them) over all 128 keys,
        * so each element of the tile is added to the accumulator once. */
-      constexpr int dq_cols = bwd90_dqk / 2;
       const int dcol = wg * dq_cols;
-      /* This lane's dQ rows 16 ww + g and + 8 of the tile in the
-       * accumulator, pinned here: computed after the atomics, the
-       * addresses reused registers the atomics were still reading (ncu: 8%
-       * of the stall samples waited on them). */
       const int ia = i0 + ww * 16 + g;
-      float *rowa = dqa + (long long)ia * bwd90_dqk + dcol + 2 * t4;
-      asm volatile("" : "+l"(rowa));
       float dq[dq_cols / 2];
       attn_wgmma_fence();
 #pragma unroll
@@ -554,21 +579,18 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
       attn_wgmma_commit();
       attn_wgmma_wait<0>();
 #pragma unroll
-      for (int r = 0; r < dq_cols / 2; ++r)
+      for (int r = 0; r < dq_cols / 2; ++r) {
         attn_fence_reg(dq[r]);
-      /* Times the folded scale, added per element pair by f32 atomics in
-       * L2. */
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        if (ia + 8 * r < p.Sq) {
-#pragma unroll
-          for (int nb = 0; nb < dq_cols / 8; ++nb)
-            bwd90_red_add2(rowa + 8 * r * bwd90_dqk + nb * 8, dq[nb * 4 + 2 * r] * sc,
-                           dq[nb * 4 + 2 * r + 1] * sc);
-        }
+        dq_prev[r] = dq[r] * sc;
       }
+      dq_row = dqa + (long long)ia * bwd90_dqk + dcol + 2 * t4;
+      dq_rows = (unsigned)(ia < p.Sq) | (unsigned)(ia + 8 < p.Sq) << 1;
+      next_stage_ready();
+      if constexpr (!dq_defer)
+        flush_dq();
     } else {
       attn_wgmma_wait<0>();
+      next_stage_ready();
     }
 #pragma unroll
     for (int r = 0; r < bwd90_dqk / 2; ++r)
@@ -586,6 +608,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
     m = mn;
     mn = mnn;
   }
+  flush_dq(); /* the last tile's */
   attn_cp_async_wait<0>(); /* K and V, when no query tile was visited */
 
 #if defined(ATTN_BWD_BIAS) && ATTN_BWD_NRED > 0
