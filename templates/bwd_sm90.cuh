@@ -437,11 +437,9 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
      * GEMM instead of eight. */
     unsigned dkeep = 0u;
     {
+      static_assert(bwd90_bm == bwd80_bm, "bwd80_dropout_words' tile");
       unsigned dw[bwd90_bm / 16][2];
-#pragma unroll
-      for (int mq = 0; mq < bwd90_bm / 16; mq += 2)
-        attn_dropout_pair<true>(b, h, i0 + 16 * mq + 2 * t4, j0 + jl_row,
-                                i0 + 16 * mq + 16 + 2 * t4, j0 + jl_row, p, dw[mq], dw[mq + 1]);
+      bwd80_dropout_words(b, h, i0, j0 + jl_row, t4, p, dw);
 #pragma unroll
       for (int r = 0; r < bwd90_bm / 2; ++r)
         dkeep |= (unsigned)attn_dropout_keeps(dw[r >> 3][(r >> 2) & 1], r & 3, drop_t) << r;
