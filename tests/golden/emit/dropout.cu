@@ -10,7 +10,7 @@
 
 /* [the text of templates/philox.cuh] */
 
-/* ---- graph dropout (examples/dropout.attn:5:11): forward, template fwd_sm90 ---- */
+/* ---- graph dropout (examples/dropout.attn:6:11): forward, template fwd_sm90 ---- */
 #define ATTN_D_QK 128
 #define ATTN_D_V 128
 #define ATTN_IN_BF16 1
