@@ -74,15 +74,24 @@ static __device__ __forceinline__ attn_dropout_t attn_dropout_params(const attn_
   return {t, t >= 256u ? 0.f : 256.f / (float)(256u - t)};
 }
 
-/* x times the factor of byte k of a packed word (below): byte >= T is
- * tested without extracting it, masked in place against T << 8k. */
-static __device__ __forceinline__ float attn_dropout_apply(float x, unsigned w, int k,
-                                                           const attn_dropout_t &d) {
-  return (w & (0xffu << (8 * k))) >= (d.keep_from << (8 * k)) ? x * d.kept : 0.f;
-}
+/* Whether byte k of a packed word (below) keeps its element: byte >= T,
+ * tested without extracting it, masked in place against T << 8k; and x
+ * times that element's factor. */
 static __device__ __forceinline__ bool attn_dropout_keeps(unsigned w, int k,
                                                           const attn_dropout_t &d) {
   return (w & (0xffu << (8 * k))) >= (d.keep_from << (8 * k));
+}
+static __device__ __forceinline__ float attn_dropout_apply(float x, unsigned w, int k,
+                                                           const attn_dropout_t &d) {
+  return attn_dropout_keeps(w, k, d) ? x * d.kept : 0.f;
+}
+
+/* __byte_perm selectors taking a lane's own bytes of a word pair (COL:
+ * bytes parity and parity + 2 of each word; rows: bytes 2 parity and
+ * 2 parity + 1), for the lane whose parity is `odd`. */
+template <bool COL>
+static __device__ __forceinline__ unsigned attn_dropout_sel(bool odd) {
+  return COL ? (odd ? 0x7531u : 0x6420u) : (odd ? 0x7632u : 0x5410u);
 }
 
 /* A lane and lane ^ 4 hold the two halves of every group they touch (rows
@@ -101,10 +110,7 @@ static __device__ __forceinline__ void attn_dropout_pair(int b, int h, int ia, i
   const bool odd = (threadIdx.x >> 2) & 1u;
   unsigned w[4];
   attn_dropout_words(b, h, odd ? ib : ia, odd ? jb : ja, p, w);
-  /* byte selectors of a word pair: COL takes bytes parity, parity + 2 of
-   * each word, rows bytes 2 parity, 2 parity + 1 */
-  const unsigned mine = COL ? (odd ? 0x7531u : 0x6420u) : (odd ? 0x7632u : 0x5410u);
-  const unsigned theirs = COL ? (odd ? 0x6420u : 0x7531u) : (odd ? 0x5410u : 0x7632u);
+  const unsigned mine = attn_dropout_sel<COL>(odd), theirs = attn_dropout_sel<COL>(!odd);
 #pragma unroll
   for (int k = 0; k < 2; ++k) {
     const unsigned own = __byte_perm(w[2 * k], w[2 * k + 1], mine);
@@ -121,10 +127,9 @@ static __device__ __forceinline__ void attn_dropout_one(int b, int h, int i, int
   const bool odd = (threadIdx.x >> 2) & 1u;
   unsigned w[4];
   attn_dropout_words(b, h, i, j, p, w);
-  const unsigned mine = COL ? (odd ? 0x7531u : 0x6420u) : (odd ? 0x7632u : 0x5410u);
 #pragma unroll
   for (int k = 0; k < 2; ++k)
-    a[k] = __byte_perm(w[2 * k], w[2 * k + 1], mine);
+    a[k] = __byte_perm(w[2 * k], w[2 * k + 1], attn_dropout_sel<COL>(odd));
 }
 #endif
 
