@@ -33,8 +33,8 @@
  *                         through shared memory measured slower, 3-29%,
  *                         bench/NOTES-sm90.md).
  * Two CTA barriers per query tile (the stage has landed and the last
- * tile's buffers are free; both warpgroups' dRaw^T are written),
- * the warpgroups' own named barriers otherwise.
+ * tile's buffers are free; both warpgroups' dRaw^T are written) and no
+ * other synchronisation between the warpgroups.
  * dK and dV are stored at the end as bwd_sm80 stores them (f32 atomics
  * or per-head accumulators with GQA). Deterministic mode: as bwd_sm80,
  * extra CTAs past the key tiles run bwd80_dq_tile (its first four warps)
@@ -98,11 +98,6 @@ static __device__ __forceinline__ void bwd90_cp_async8(unsigned dst, const void 
   asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src),
                "r"(src_bytes)
                : "memory");
-}
-
-/* Named barrier id (1 or 2) for one warpgroup's 128 threads. */
-static __device__ __forceinline__ void bwd90_wg_sync(int id) {
-  asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory");
 }
 
 /* x, y added to the two f32 at ptr (8-byte aligned), one instruction. */
