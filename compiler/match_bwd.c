@@ -156,10 +156,14 @@ BwdSpec *match_bwd(const KernelSpec *fwd, Arena *a, Diag *d) {
   s->out_type = g->tensors[s->slots.o].type;
   s->d_qk = fwd->d_qk;
   s->d_v = fwd->d_v;
-  if (!head_dim_ok(s->d_qk) || !head_dim_ok(s->d_v)) {
+  s->sm90 = bwd_use_sm90(fwd);
+  /* bwd_sm90's split-D mode takes 256 for both (sm_90a only). */
+  const bool split_d = s->sm90 && s->d_qk == 256 && s->d_v == 256;
+  if (!split_d && (!head_dim_ok(s->d_qk) || !head_dim_ok(s->d_v))) {
     diag_error(d, g->tensors[g->q].loc,
-               "graph '%s': the backward template takes head dimensions 64 or 128; this "
-               "graph has %d (q, k) and %d (v)", g->name, s->d_qk, s->d_v);
+               "graph '%s': the backward takes head dimensions 64 or 128 (on sm_90a also 256 "
+               "for q, k and v alike); this graph has %d (q, k) and %d (v) for %s",
+               g->name, s->d_qk, s->d_v, s->sm90 ? "sm_90a" : "this target");
     return NULL;
   }
   if (s->slots.end > ATTN_MAX_TENSORS) {
@@ -169,7 +173,16 @@ BwdSpec *match_bwd(const KernelSpec *fwd, Arena *a, Diag *d) {
                g->name, g->ntensors, s->slots.end - g->ntensors, ATTN_MAX_TENSORS);
     return NULL;
   }
-  s->sm90 = bwd_use_sm90(fwd);
+  if (split_d) {
+    /* bwd_sm90.cuh, split-D: 64 keys per CTA, both warpgroups on all of
+     * them; K, V (64 rows), two stages of Q and dO, dRaw^T (64 x 64), two
+     * stages of the rows' {delta, lse log2 e}, 1024 bytes of alignment. */
+    s->threads = 256;
+    s->block_n = 64;
+    s->smem_bytes = 64 * (s->d_qk + s->d_v) * 2 + 2 * 64 * (s->d_qk + s->d_v) * 2 +
+                    64 * 64 * 2 + 2 * 64 * 8 + 1024;
+    return s;
+  }
   if (s->sm90) {
     /* bwd_sm90.cuh: 128 keys per CTA in two warpgroups; K, V (128 rows),
      * three stages of Q and dO (64 rows), dRaw^T (128 x 64), three stages

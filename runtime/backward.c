@@ -219,6 +219,11 @@ attn_status attn_call_launch_backward(attn_call *c, void *stream) {
   const size_t kv_rows = (size_t)p.B * (size_t)p.Hk * (size_t)p.Skv;
   const bool gqa = p.H != p.Hk;
   const bool det = *rt_call_bwd_scratch(c) && (*rt_call_bwd_scratch(c))->deterministic;
+  if (det && (dqk > 128 || dv > 128))
+    return bwd_fail(c, ATTN_ERROR_UNSUPPORTED,
+                    "graph '%s': the deterministic backward takes head dimensions 64 and 128; "
+                    "this graph has %d (q, k) and %d (v) (attn_call_set_deterministic(call, 0) "
+                    "runs the default backward)", g->name, dqk, dv);
   CUstream s = (CUstream)stream;
   /* Per query row {delta, lse * log2(e)} (the row pass writes both). */
   if ((st = bwd_ensure(c, d, BWD_DELTA, rows * 8)) ||

@@ -64,8 +64,14 @@ constexpr int bwd80_tdka = ATTN_TDKA, bwd80_tdva = ATTN_TDVA;
 constexpr bool bwd80_in_bf16 = attn_in_bf16;
 constexpr int bwd80_out_kind = attn_out_kind;
 
-static_assert(bwd80_dqk % 64 == 0 && bwd80_dqk <= 128, "D_QK: 64 or 128");
-static_assert(bwd80_dv % 64 == 0 && bwd80_dv <= 128, "D_V: 64 or 128");
+/* The main kernel and the ordered dQ tiles take head dims 64 and 128
+ * (their accumulators); at 256 (bwd_sm90's split-D mode) this text
+ * provides only the row kernels, hooks and helpers. */
+#define BWD80_MAIN (ATTN_D_QK <= 128 && ATTN_D_V <= 128)
+#if BWD80_MAIN
+static_assert(bwd80_dqk % 64 == 0, "D_QK: 64 or 128");
+static_assert(bwd80_dv % 64 == 0, "D_V: 64 or 128");
+#endif
 
 /* Shared memory: K, V (the CTA's keys), Q, dO (the streamed query tile),
  * dRaw^T (keys x queries, for dQ), then lse and delta of the query tile. */
@@ -266,6 +272,7 @@ __device__ __forceinline__ void attn_bwd_sm80_delta(const attn_params &p) {
 
 /* ------------------------------------- deterministic dQ (extra CTAs) */
 
+#if BWD80_MAIN
 /* dQ of query tile m (64 rows, 16 per warp) in a fixed order: the key
  * tiles the masks let through, in increasing order, each recomputing S,
  * P, dP and dRaw as the main kernel does (with queries as the M
@@ -453,6 +460,8 @@ static __device__ __forceinline__ void bwd80_dq_tile(const attn_params &p, int m
   }
 }
 
+#endif /* BWD80_MAIN */
+
 /* ---------------------------------------------------- the main kernel */
 
 /* Grid (ceil(Skv / 64), H, B), 128 threads, attn_bwd_sm80_smem_bytes of
@@ -474,6 +483,7 @@ static __device__ __forceinline__ void bwd80_dropout_words(int b, int h, int i0,
 }
 #endif
 
+#if BWD80_MAIN
 __device__ __forceinline__ void attn_bwd_sm80_main(const attn_params &p) {
   extern __shared__ __align__(128) unsigned char bwd80_smem[];
   {
@@ -819,6 +829,8 @@ __device__ __forceinline__ void attn_bwd_sm80_main(const attn_params &p) {
   }
 }
 
+#endif /* BWD80_MAIN */
+
 /* ---------------------------------------------------- the post-passes */
 
 /* Grid (ceil(Sq / W), H, B), W warps, one row per warp: dq = dQ's
@@ -880,3 +892,5 @@ __device__ __forceinline__ void attn_bwd_sm80_convert_kv(const attn_params &p) {
     }
   }
 }
+
+#undef BWD80_MAIN

@@ -55,21 +55,34 @@
 
 constexpr int bwd90_dqk = ATTN_D_QK;
 constexpr int bwd90_dv = ATTN_D_V;
-constexpr int bwd90_bn = 128;     /* keys per CTA, 64 per warpgroup */
+/* Split-D mode (head dim 256): one warpgroup cannot hold dK and dV of 64
+ * keys at D 256 (256 accumulator registers per thread), so a CTA takes 64
+ * keys, both warpgroups work on all of them, and warpgroup w owns columns
+ * D/2 w.. of dK, dV and dQ. Both compute S^T and dP^T (the duplicated
+ * GEMMs are 2 of every 7 units of tensor work). The deterministic mode's
+ * ordered dQ tiles (bwd_sm80's) do not exist at D 256; the runtime
+ * refuses that mode there. */
+constexpr bool bwd90_split_d = bwd90_dqk > 128 || bwd90_dv > 128;
+#define BWD90_SPLIT_D (ATTN_D_QK > 128 || ATTN_D_V > 128) /* for #if */
+static_assert(bwd90_split_d ? bwd90_dqk == 256 && bwd90_dv == 256
+                            : bwd90_dqk % 64 == 0 && bwd90_dv % 64 == 0,
+              "D_QK, D_V: 64 or 128 each, or both 256");
+constexpr int bwd90_bn = bwd90_split_d ? 64 : 128; /* keys per CTA */
+constexpr int bwd90_key_wg = bwd90_split_d ? 0 : 64; /* warpgroup w's keys start at w times this */
+constexpr int bwd90_dk_cols = bwd90_split_d ? bwd90_dqk / 2 : bwd90_dqk; /* a warpgroup's dK columns */
+constexpr int bwd90_dv_cols = bwd90_split_d ? bwd90_dv / 2 : bwd90_dv;
 constexpr int bwd90_bm = 64;      /* queries per streamed tile */
 constexpr int bwd90_threads = 256; /* two warpgroups */
 constexpr bool bwd90_in_bf16 = attn_in_bf16;
 
-static_assert(bwd90_dqk % 64 == 0 && bwd90_dqk <= 128, "D_QK: 64 or 128");
-static_assert(bwd90_dv % 64 == 0 && bwd90_dv <= 128, "D_V: 64 or 128");
-
 /* Shared memory, from a base rounded up to 1024 bytes: K, V (the CTA's
- * keys), three stages of Q and of dO, dRaw^T [128 keys][64 queries], per
- * stage the query tile's {delta, lse log2 e} pairs. compiler/match_bwd.c
- * computes the same total (640 (D_QK + D_V) + 18944). Three stages, not
+ * keys), three stages of Q and of dO (two at D 256), dRaw^T [keys][64
+ * queries], per stage the query tile's {delta, lse log2 e} pairs.
+ * compiler/match_bwd.c computes the same total (640 (D_QK + D_V) + 18944;
+ * D 256: 128 (D_QK + D_V) + 256 (D_QK + D_V) + 10240). Three stages, not
  * two: with two, a tile's copy (issued one tile ahead) had often not
  * landed when the tile began (ncu: a quarter of the stall samples). */
-constexpr int bwd90_stages = 3;
+constexpr int bwd90_stages = bwd90_split_d ? 2 : 3; /* D 256: three do not fit */
 constexpr int bwd90_k_bytes = bwd90_bn * bwd90_dqk * 2;
 constexpr int bwd90_v_bytes = bwd90_bn * bwd90_dv * 2;
 constexpr int bwd90_q_bytes = bwd90_bm * bwd90_dqk * 2;
@@ -84,7 +97,8 @@ constexpr int bwd90_off_stats = bwd90_off_ds + bwd90_ds_bytes;
 constexpr int attn_bwd_sm90_smem_bytes = bwd90_off_stats + bwd90_stages * bwd90_bm * 8 + 1024;
 static_assert(attn_bwd_sm90_smem_bytes <= 227 * 1024, "tiles exceed shared memory");
 /* The deterministic dQ tiles run bwd_sm80's code in the same memory. */
-static_assert(attn_bwd_sm90_smem_bytes >= attn_bwd_sm80_smem_bytes, "bwd80_dq_tile's tiles");
+static_assert(bwd90_split_d || attn_bwd_sm90_smem_bytes >= attn_bwd_sm80_smem_bytes,
+              "bwd80_dq_tile's tiles");
 static_assert((bwd90_bn * bwd90_dqk / 8) % bwd90_threads == 0 &&
                   (bwd90_bm * bwd90_dv / 8) % bwd90_threads == 0 &&
                   (bwd90_bm * bwd90_dqk / 8) % bwd90_threads == 0,
@@ -180,20 +194,20 @@ static __device__ __forceinline__ unsigned bwd90_keep_bits(int b, int h, int i0,
   return bits;
 }
 
-/* Row r (key row + 8 r) of a thread's dK or dV fragment, times scale, to
- * where it goes: the bf16 output row (b, hk, j), or with GQA the f32
- * accumulator row acc_row, by atomics or, in deterministic mode, plain
- * stores into per-head rows. */
-template <int D>
-static __device__ __forceinline__ void bwd90_store_row(const float (&x)[D / 2], int r, float scale,
+/* Row r (key row + 8 r) of a thread's dK or dV fragment (N columns from
+ * col0 of a D-wide row), times scale, to where it goes: the bf16 output
+ * row (b, hk, j), or with GQA the f32 accumulator row acc_row, by atomics
+ * or, in deterministic mode, plain stores into per-head rows. */
+template <int N, int D>
+static __device__ __forceinline__ void bwd90_store_row(const float (&x)[N / 2], int r, float scale,
                                                        const attn_tensor_arg &to, float *acc_base,
-                                                       long long acc_row, int b, int hk, int j,
-                                                       int t4, bool shared_kv, bool det) {
-  float *acc = acc_base + acc_row * D;
+                                                       long long acc_row, int col0, int b, int hk,
+                                                       int j, int t4, bool shared_kv, bool det) {
+  float *acc = acc_base + acc_row * D + col0;
   unsigned short *row = (unsigned short *)to.ptr + b * to.stride[0] + hk * to.stride[1] +
-                        (long long)j * to.stride[2];
+                        (long long)j * to.stride[2] + col0;
 #pragma unroll
-  for (int nb = 0; nb < D / 8; ++nb) {
+  for (int nb = 0; nb < N / 8; ++nb) {
     const int d = nb * 8 + 2 * t4;
     const float x0 = x[nb * 4 + 2 * r] * scale, x1 = x[nb * 4 + 2 * r + 1] * scale;
     if (shared_kv && det)
@@ -207,12 +221,13 @@ static __device__ __forceinline__ void bwd90_store_row(const float (&x)[D / 2], 
 
 /* ---------------------------------------------------- the main kernel */
 
-/* Grid (ceil(Skv / 128) [+ ceil(Sq / 64) in deterministic mode], H, B),
+/* Grid (ceil(Skv / BN) [+ ceil(Sq / 64) in deterministic mode], H, B),
  * 256 threads, attn_bwd_sm90_smem_bytes of dynamic shared memory. The
  * scratch tensors are bwd_sm80's (delta, dQ's accumulator, GQA's dK/dV
  * accumulators). */
 __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
   extern __shared__ __align__(1024) unsigned char bwd90_smem[];
+#if !BWD90_SPLIT_D
   {
     /* Deterministic mode: CTAs past the key tiles compute dQ per query
      * tile of 64 (uniform per CTA). */
@@ -222,6 +237,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
       return;
     }
   }
+#endif
   const float neg_inf = __int_as_float(0xff800000);
   const float log2e = 1.4426950408889634f;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -233,7 +249,8 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
   const int hk = h / (p.H / p.Hk);
   const int j0 = blockIdx.x * bwd90_bn;
   const int j_last = min(j0 + bwd90_bn, p.Skv) - 1;
-  const bool det = bwd80_deterministic(p);
+  /* (Split-D: never; the runtime refuses the mode before a launch.) */
+  const bool det = !bwd90_split_d && bwd80_deterministic(p);
 
   const attn_tensor_arg &tq = p.t[bwd80_tq], &tk = p.t[bwd80_tk], &tv = p.t[bwd80_tv];
   const attn_tensor_arg &tdo = p.t[bwd80_tdo];
@@ -295,34 +312,40 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
     issue(mn, 1);
   attn_cp_async_commit();
 
-  float dk[bwd90_dqk / 2], dv[bwd90_dv / 2];
+  float dk[bwd90_dk_cols / 2], dv[bwd90_dv_cols / 2];
   /* A tile's dQ part (times the folded scale) goes into the accumulator
    * by atomics, after the next stage's proxy fence (below). At D 64 they
    * wait further, until the next tile's S^T and dP^T GEMMs are issued, so
    * they overlap those (at D 128 the 32 registers that takes spill). dq_rows: bit r
    * set when row r (16 ww + g + 8 r) lies inside Sq; dq_row: the
    * accumulator at row 0, column dcol + 2 t4. */
-  constexpr int dq_cols = bwd90_dqk / 2;
+  constexpr int dq_cols = bwd90_split_d ? 64 : bwd90_dqk / 2; /* per GEMM pass */
+  constexpr int dq_passes = bwd90_split_d ? 2 : 1;
   constexpr bool dq_defer = bwd90_dqk == 64;
-  float dq_prev[dq_cols / 2];
+  float dq_prev[dq_cols / 2]; /* the deferred tile's, scaled (D 64 only) */
   float *dq_row = dqa;
   unsigned dq_rows = 0u;
-  auto flush_dq = [&]() {
+  /* Adds v (a dQ fragment, scaled) to the accumulator at dq_row. */
+  auto red_dq = [&](const float (&v)[dq_cols / 2]) {
 #pragma unroll
     for (int r = 0; r < 2; ++r)
       if ((dq_rows >> r) & 1u) {
 #pragma unroll
         for (int nb = 0; nb < dq_cols / 8; ++nb)
-          bwd90_red_add2(dq_row + 8 * r * bwd90_dqk + nb * 8, dq_prev[nb * 4 + 2 * r],
-                         dq_prev[nb * 4 + 2 * r + 1]);
+          bwd90_red_add2(dq_row + 8 * r * bwd90_dqk + nb * 8, v[nb * 4 + 2 * r],
+                         v[nb * 4 + 2 * r + 1]);
       }
     dq_rows = 0u;
   };
+  auto flush_dq = [&]() {
+    if constexpr (dq_defer)
+      red_dq(dq_prev);
+  };
 #pragma unroll
-  for (int r = 0; r < bwd90_dqk / 2; ++r)
+  for (int r = 0; r < bwd90_dk_cols / 2; ++r)
     dk[r] = 0.f;
 #pragma unroll
-  for (int r = 0; r < bwd90_dv / 2; ++r)
+  for (int r = 0; r < bwd90_dv_cols / 2; ++r)
     dv[r] = 0.f;
 #if defined(ATTN_BWD_BIAS)
   float red[bwd80_nred];
@@ -331,17 +354,35 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
     red[r] = 0.f;
 #endif
 
-  const unsigned k_wg = sk + wg * 64 * 128, v_wg = sv + wg * 64 * 128;
+  const unsigned k_wg = sk + wg * bwd90_key_wg * 128, v_wg = sv + wg * bwd90_key_wg * 128;
   /* Descriptors fixed for the CTA: this warpgroup's K and V rows
-   * (K-major), dRaw^T and the K columns of its half of dQ (MN-major; D 128:
-   * column block wg, D 64: columns 32 wg.. of the one block, 64 bytes into
-   * each row). */
+   * (K-major), dRaw^T and, per dQ pass, the K columns col0.. it computes
+   * (MN-major): col0 = D/2 w + 64 pass, in column block col0 / 64, (col0 %
+   * 64) 2 bytes into its rows (D 64: 32 w, 64 bytes in). */
   const unsigned long long dk_k = attn_wgmma_desc(k_wg, 16, 1024);
   const unsigned long long dv_k = attn_wgmma_desc(v_wg, 16, 1024);
   const unsigned long long dds_mn = attn_wgmma_desc(sds, bwd90_bn * 128, 1024);
-  const unsigned long long dkq_mn = attn_wgmma_desc(
-      bwd90_dqk == 128 ? sk + wg * bwd90_bn * 128 : sk + wg * 64, bwd90_bn * 128, 1024);
-  const int jl_row = wg * 64 + ww * 16 + g; /* this lane's first key row in the tile */
+  unsigned long long dkq_mn[dq_passes];
+#pragma unroll
+  for (int c = 0; c < dq_passes; ++c) {
+    const int col0 = wg * (bwd90_dqk / 2) + 64 * c;
+    dkq_mn[c] = attn_wgmma_desc(sk + (col0 >> 6) * bwd90_bn * 128 + (col0 & 63) * 2,
+                                bwd90_bn * 128, 1024);
+  }
+  /* Split-D: the 64-column blocks of dO and Q this warpgroup's dV and dK
+   * take (byte offset of its first block in a stage). */
+  const unsigned dv_blk = bwd90_split_d ? wg * (bwd90_dv_cols / 64) * bwd90_bm * 128 : 0;
+  const unsigned dk_blk = bwd90_split_d ? wg * (bwd90_dk_cols / 64) * bwd90_bm * 128 : 0;
+  const int jl_row = wg * bwd90_key_wg + ww * 16 + g; /* this lane's first key row in the tile */
+  /* dRaw at one element by the derived chain rule, with the bias
+   * gradients (split-D: by warpgroup 0 only, both hold the same dS). */
+  auto draw_at = [&](float ds, float acc, int i, int j) {
+#if defined(ATTN_BWD_BIAS)
+    if (!bwd90_split_d || wg == 0)
+      return attn_bwd_draw_bias(ds, acc, b, h, i, j, p, red);
+#endif
+    return attn_bwd_draw(ds, acc, b, h, i, j, p);
+  };
   const float sc = attn_bwd_scale(p);
 #if defined(ATTN_DROPOUT)
   const attn_dropout_t drop_t = attn_dropout_params(p);
@@ -473,11 +514,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
             } else {
               const float dpe = dropped(dp[r], r), pd = dropped(pe, r);
               const float ds = pe * (dpe - row.x);
-#if defined(ATTN_BWD_BIAS)
-              dp[r] = pe != 0.f ? attn_bwd_draw_bias(ds, acc, b, h, i, j, p, red) : 0.f;
-#else
-              dp[r] = pe != 0.f ? attn_bwd_draw(ds, acc, b, h, i, j, p) : 0.f;
-#endif
+              dp[r] = pe != 0.f ? draw_at(ds, acc, i, j) : 0.f;
               s[r] = pd;
             }
           }
@@ -509,7 +546,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
     attn_wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < bwd90_bm / 16; ++kk)
-      bwd90_rs<bwd90_dv>(dv, pa[kk], attn_wgmma_desc_add(ddo_mn, kk * 16 * 128));
+      bwd90_rs<bwd90_dv_cols>(dv, pa[kk], attn_wgmma_desc_add(ddo_mn, dv_blk + kk * 16 * 128));
     attn_wgmma_commit();
 
     if constexpr (split) {
@@ -525,16 +562,12 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
         const int i = i0 + il, j = j0 + jl_row + 8 * ((r >> 1) & 1);
         const float pe = s[r];
         const float ds = pe * (dropped(dp[r], r) - s_row[il].x);
-#if defined(ATTN_BWD_BIAS)
-        dp[r] = !guard || pe != 0.f ? attn_bwd_draw_bias(ds, 0.f, b, h, i, j, p, red) : 0.f;
-#else
-        dp[r] = !guard || pe != 0.f ? attn_bwd_draw(ds, 0.f, b, h, i, j, p) : 0.f;
-#endif
+        dp[r] = !guard || pe != 0.f ? draw_at(ds, 0.f, i, j) : 0.f;
       }
     }
 
     /* dRaw^T's A fragments, and dRaw^T to shared memory, [key][query],
-     * for dQ. */
+     * for dQ (split-D: both warpgroups hold the same, warpgroup 0 writes). */
 #pragma unroll
     for (int kk = 0; kk < bwd90_bm / 16; ++kk) {
 #pragma unroll
@@ -543,7 +576,8 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
         /* x: fragment 2kk + (x >> 1), key row + 8 (x & 1) */
         const unsigned at = bwd90_at<bwd90_bn>(sds, jl_row + 8 * (x & 1),
                                                (2 * kk + (x >> 1)) * 8 + 2 * t4);
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at), "r"(ra[kk][x]) : "memory");
+        if (!bwd90_split_d || wg == 0)
+          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at), "r"(ra[kk][x]) : "memory");
       }
     }
 
@@ -551,7 +585,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
     attn_wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < bwd90_bm / 16; ++kk)
-      bwd90_rs<bwd90_dqk>(dk, ra[kk], attn_wgmma_desc_add(dq_mn, kk * 16 * 128));
+      bwd90_rs<bwd90_dk_cols>(dk, ra[kk], attn_wgmma_desc_add(dq_mn, dk_blk + kk * 16 * 128));
     attn_wgmma_commit();
 
     if (!det) {
@@ -559,37 +593,44 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
        * [query], B = K [key][d]: both MN-major. */
       attn_fence_proxy_async(); /* the st.shared above, for wgmma */
       __syncthreads(); /* both warpgroups' dRaw^T */
-      /* Warpgroup w: dQ's columns dcol.. (half of them) over all 128 keys,
-       * so each element of the tile is added to the accumulator once. */
-      const int dcol = wg * dq_cols;
+      /* Warpgroup w: dQ's columns D/2 w.. (half of them) over all the
+       * CTA's keys, so each element of the tile is added to the
+       * accumulator once; at D 256 in two passes of 64 columns. */
       const int ia = i0 + ww * 16 + g;
-      float dq[dq_cols / 2];
-      attn_wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < bwd90_bn / 16; ++kk)
-        bwd90_ss_mn<dq_cols>(dq, attn_wgmma_desc_add(dds_mn, kk * 16 * 128),
-                             attn_wgmma_desc_add(dkq_mn, kk * 16 * 128), kk > 0);
-      attn_wgmma_commit();
-      attn_wgmma_wait<0>();
+      for (int c = 0; c < dq_passes; ++c) {
+        const int dcol = wg * (bwd90_dqk / 2) + 64 * c;
+        float dq[dq_cols / 2];
+        attn_wgmma_fence();
 #pragma unroll
-      for (int r = 0; r < dq_cols / 2; ++r) {
-        attn_fence_reg(dq[r]);
-        dq_prev[r] = dq[r] * sc;
+        for (int kk = 0; kk < bwd90_bn / 16; ++kk)
+          bwd90_ss_mn<dq_cols>(dq, attn_wgmma_desc_add(dds_mn, kk * 16 * 128),
+                               attn_wgmma_desc_add(dkq_mn[c], kk * 16 * 128), kk > 0);
+        attn_wgmma_commit();
+        attn_wgmma_wait<0>();
+#pragma unroll
+        for (int r = 0; r < dq_cols / 2; ++r) {
+          attn_fence_reg(dq[r]);
+          dq[r] *= sc;
+          if constexpr (dq_defer)
+            dq_prev[r] = dq[r];
+        }
+        dq_row = dqa + (long long)ia * bwd90_dqk + dcol + 2 * t4;
+        dq_rows = (unsigned)(ia < p.Sq) | (unsigned)(ia + 8 < p.Sq) << 1;
+        if (c == 0)
+          next_stage_ready(); /* before this tile's atomics */
+        if constexpr (!dq_defer)
+          red_dq(dq);
       }
-      dq_row = dqa + (long long)ia * bwd90_dqk + dcol + 2 * t4;
-      dq_rows = (unsigned)(ia < p.Sq) | (unsigned)(ia + 8 < p.Sq) << 1;
-      next_stage_ready();
-      if constexpr (!dq_defer)
-        flush_dq();
     } else {
       attn_wgmma_wait<0>();
       next_stage_ready();
     }
 #pragma unroll
-    for (int r = 0; r < bwd90_dqk / 2; ++r)
+    for (int r = 0; r < bwd90_dk_cols / 2; ++r)
       attn_fence_reg(dk[r]);
 #pragma unroll
-    for (int r = 0; r < bwd90_dv / 2; ++r)
+    for (int r = 0; r < bwd90_dv_cols / 2; ++r)
       attn_fence_reg(dv[r]);
 #pragma unroll
     for (int kk = 0; kk < bwd90_bm / 16; ++kk)
@@ -627,13 +668,18 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
       continue;
     const long long acc_row =
         (det ? (long long)b * p.H + h : (long long)b * p.Hk + hk) * p.Skv + j;
+    /* Split-D: this warpgroup's half of the row. */
     if constexpr (bwd80_tdk >= 0)
-      bwd90_store_row<bwd90_dqk>(dk, r, sc, p.t[bwd80_tdk >= 0 ? bwd80_tdk : 0],
-                                 (float *)p.t[bwd80_tdka >= 0 ? bwd80_tdka : 0].ptr, acc_row,
-                                 b, hk, j, t4, shared_kv, det);
+      bwd90_store_row<bwd90_dk_cols, bwd90_dqk>(
+          dk, r, sc, p.t[bwd80_tdk >= 0 ? bwd80_tdk : 0],
+          (float *)p.t[bwd80_tdka >= 0 ? bwd80_tdka : 0].ptr, acc_row,
+          bwd90_split_d ? wg * bwd90_dk_cols : 0, b, hk, j, t4, shared_kv, det);
     if constexpr (bwd80_tdv >= 0)
-      bwd90_store_row<bwd90_dv>(dv, r, 1.f, p.t[bwd80_tdv >= 0 ? bwd80_tdv : 0],
-                                (float *)p.t[bwd80_tdva >= 0 ? bwd80_tdva : 0].ptr, acc_row,
-                                b, hk, j, t4, shared_kv, det);
+      bwd90_store_row<bwd90_dv_cols, bwd90_dv>(
+          dv, r, 1.f, p.t[bwd80_tdv >= 0 ? bwd80_tdv : 0],
+          (float *)p.t[bwd80_tdva >= 0 ? bwd80_tdva : 0].ptr, acc_row,
+          bwd90_split_d ? wg * bwd90_dv_cols : 0, b, hk, j, t4, shared_kv, det);
   }
 }
+
+#undef BWD90_SPLIT_D

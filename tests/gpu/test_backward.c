@@ -138,8 +138,33 @@ static void test_refused(attn_context *ctx, attn_graph *ag, const IrGraph *g, co
   attn_call_destroy(call);
 }
 
+/* Head dim 256: the deterministic mode is refused with a message naming
+ * the head dims (bwd_sm90's split-D mode has no ordered dQ tiles). */
+static void test_det_refused(attn_context *ctx, attn_graph *ag, const char *label) {
+  attn_call *call = NULL;
+  attn_status st = attn_call_create(ag, &call);
+  if (st == ATTN_SUCCESS) st = attn_call_set_deterministic(call, 1);
+  if (st == ATTN_SUCCESS) st = attn_call_launch_backward(call, NULL);
+  const char *msg = attn_context_error(ctx);
+  StrBuf what = {0};
+  sb_printf(&what, "backward (deterministic) %s is refused at head dim 256 (%s)", label,
+            bwd_template_tag);
+  verdict(st == ATTN_ERROR_UNSUPPORTED && strstr(msg, "head dimensions"), what.data, msg);
+  sb_free(&what);
+  attn_call_destroy(call);
+}
+
+/* det: whether the deterministic mode runs (else it must be refused). */
+static void test_module_det(attn_context *ctx, const char *name, const char *text, size_t len,
+                            uint64_t *seed, int zero_rows, bool det);
+
 static void test_module(attn_context *ctx, const char *name, const char *text, size_t len,
                         uint64_t *seed, int zero_rows) {
+  test_module_det(ctx, name, text, len, seed, zero_rows, true);
+}
+
+static void test_module_det(attn_context *ctx, const char *name, const char *text, size_t len,
+                            uint64_t *seed, int zero_rows, bool det) {
   attn_module *mod = NULL;
   attn_status st = attn_module_compile_string(ctx, name, text, len, &mod);
   if (st != ATTN_SUCCESS) {
@@ -176,7 +201,10 @@ static void test_module(attn_context *ctx, const char *name, const char *text, s
     }
     /* Deterministic mode at the GQA, unaligned shape. */
     chk_shape_spec(g, &spec, shapes[1][0], shapes[1][1], shapes[1][2], shapes[1][3], shapes[1][4]);
-    run_case(ctx, ag, g, bg, spec.data, (*seed)++, label, zero_rows, true);
+    if (det)
+      run_case(ctx, ag, g, bg, spec.data, (*seed)++, label, zero_rows, true);
+    else
+      test_det_refused(ctx, ag, label);
     sb_free(&spec);
   }
   if (d.nerrors) verdict(false, name, d.out.data);
@@ -258,6 +286,59 @@ static const char slopes_src[] =
     "  output lse = logsumexp(s);\n"
     "  grad q, k, v, slopes;\n"
     "}\n";
+
+/* Head dim 256 (bwd_sm90's split-D mode): a causal mask, a direct bias
+ * gradient (written by one warpgroup only) and per-head slopes (summed in
+ * registers), with GQA. */
+static const char d256_bias_src[] =
+    "attention d256_bias {\n"
+    "  input q : bf16[B, H, Sq, 256];\n"
+    "  input k : bf16[B, Hk, Skv, 256];\n"
+    "  input v : bf16[B, Hk, Skv, 256];\n"
+    "  input bias : f32[B, H, Sq, Skv];\n"
+    "  input slopes : f32[H];\n"
+    "  s = (q @ k^T) * 0.0625 + bias[b, h, i, j] - slopes[h] * 0.015625 * f32(i - j);\n"
+    "  s = mask(s, j <= i + 3);\n"
+    "  o = softmax(s) @ v;\n"
+    "  output o : bf16[B, H, Sq, 256];\n"
+    "  output lse = logsumexp(s);\n"
+    "  grad q, k, v, bias, slopes;\n"
+    "}\n";
+
+/* Head dim 256 with softcap (dRaw reads the raw product: the one-pass
+ * order) and dropout. */
+static const char d256_softcap_dropout_src[] =
+    "attention d256_softcap_dropout {\n"
+    "  input q : bf16[B, H, Sq, 256];\n"
+    "  input k : bf16[B, H, Skv, 256];\n"
+    "  input v : bf16[B, H, Skv, 256];\n"
+    "  scalar seed : u64 = 99;\n"
+    "  s = (q @ k^T) * 0.0625;\n"
+    "  s = 20.0 * tanh(s / 20.0);\n"
+    "  o = dropout(softmax(s), 0.2, seed, 3) @ v;\n"
+    "  output o : bf16[B, H, Sq, 256];\n"
+    "  output lse = logsumexp(s);\n"
+    "  grad q, k, v;\n"
+    "}\n";
+
+/* Head dim 256 where the backward template is the portable one: the
+ * module is refused when it is compiled, with a message naming the head
+ * dims. Elsewhere (sm_90a): every case, the deterministic mode refused. */
+static void test_d256(attn_context *ctx, const char *name, const char *text, size_t len,
+                      uint64_t *seed) {
+  if (strcmp(bwd_template_tag, "sm80") == 0) {
+    attn_module *mod = NULL;
+    attn_status st = attn_module_compile_string(ctx, name, text, len, &mod);
+    const char *msg = attn_context_error(ctx);
+    StrBuf what = {0};
+    sb_printf(&what, "%s is refused by the portable backward (head dim 256)", name);
+    verdict(st != ATTN_SUCCESS && strstr(msg, "head dimensions"), what.data, msg);
+    sb_free(&what);
+    attn_module_destroy(mod);
+    return;
+  }
+  test_module_det(ctx, name, text, len, seed, 0, false);
+}
 
 /* A bias read transposed: its gradient has no place in the kernels. */
 static const char bias_transposed_src[] =
@@ -358,5 +439,8 @@ static void run_all(attn_context *ctx) {
   test_module(ctx, "slopes_grad", slopes_src, sizeof slopes_src - 1, &seed, 0);
   test_module(ctx, "bias_transposed", bias_transposed_src, sizeof bias_transposed_src - 1, &seed,
               0);
+  test_d256(ctx, "d256_bias", d256_bias_src, sizeof d256_bias_src - 1, &seed);
+  test_d256(ctx, "d256_softcap_dropout", d256_softcap_dropout_src,
+            sizeof d256_softcap_dropout_src - 1, &seed);
   test_no_grad(ctx);
 }
