@@ -164,13 +164,20 @@ static __device__ __forceinline__ void bwd90_load(unsigned dst, const unsigned s
                                                   long long row_stride, int row0, int row_end,
                                                   int tid) {
   constexpr int chunks = D / 8;
+  static_assert(bwd90_threads % chunks == 0, "whole rows per round");
+  constexpr int rows_per_round = bwd90_threads / chunks;
+  /* Thread tid copies chunk c of rows r0, r0 + rows_per_round, ...: one
+   * source pointer advanced by a row step (not one 64-bit address per
+   * copy, which the compiler would keep live across the caller's loop). */
+  const int r0 = tid / chunks, c = tid % chunks;
+  const unsigned short *src = base + (long long)(row0 + r0) * row_stride + c * 8;
+  const long long step = (long long)rows_per_round * row_stride;
 #pragma unroll
-  for (int k = 0; k < ROWS * chunks / bwd90_threads; ++k) {
-    const int e = tid + k * bwd90_threads;
-    const int r = e / chunks, c = e % chunks;
+  for (int k = 0; k < ROWS / rows_per_round; ++k) {
+    const int r = r0 + k * rows_per_round;
     const bool in = row0 + r < row_end;
-    const unsigned short *src = base + (in ? (long long)(row0 + r) * row_stride + c * 8 : 0);
-    attn_cp_async16(bwd90_at<ROWS>(dst, r, c * 8), src, in ? 16 : 0);
+    attn_cp_async16(bwd90_at<ROWS>(dst, r, c * 8), in ? src : base, in ? 16 : 0);
+    src += step;
   }
 }
 
