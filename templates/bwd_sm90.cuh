@@ -306,18 +306,22 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
 
   bwd90_load<bwd90_bn, bwd90_dqk>(sk, kg, tk.stride[2], j0, p.Skv, tid);
   bwd90_load<bwd90_bn, bwd90_dv>(sv, vg, tv.stride[2], j0, p.Skv, tid);
-  /* The first two live tiles into stages 0 and 1, one cp.async group
-   * each (the first with K and V); every loop turn commits one more
-   * group (empty near the end), so waiting for all but the newest group
-   * means the current tile has landed. */
+  /* The first stages - 1 live tiles into stages 0.., one cp.async group
+   * each (the first with K and V); every loop turn commits one more group
+   * (empty near the end), so waiting for all but the newest stages - 2
+   * groups means the current tile has landed. `last`: the last tile
+   * issued. */
   int m = next_live(0);
   if (m < n_m)
     issue(m, 0);
   attn_cp_async_commit();
-  int mn = m < n_m ? next_live(m + 1) : n_m;
-  if (mn < n_m)
-    issue(mn, 1);
-  attn_cp_async_commit();
+  int last = m;
+  if constexpr (bwd90_stages == 3) {
+    last = m < n_m ? next_live(m + 1) : n_m;
+    if (last < n_m)
+      issue(last, 1);
+    attn_cp_async_commit();
+  }
 
   float dk[bwd90_dk_cols / 2], dv[bwd90_dv_cols / 2];
   /* A tile's dQ part (times the folded scale) goes into the accumulator
@@ -395,12 +399,12 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
   const attn_dropout_t drop_t = attn_dropout_params(p);
 #endif
   /* This thread's copies of the next tile's stage (all groups but the
-   * newest) have landed; made visible to wgmma's async proxy. Done at the
+   * newest stages - 2) have landed; made visible to wgmma's async proxy. Done at the
    * end of the tile before, ahead of its dQ atomics: a proxy fence waits
    * for this thread's outstanding atomics too (ncu: a tenth of the stall
    * samples, with the fence at the top of the tile). */
   auto next_stage_ready = [&]() {
-    attn_cp_async_wait<1>();
+    attn_cp_async_wait<bwd90_stages - 2>();
     attn_fence_proxy_async();
   };
   next_stage_ready(); /* the first tile's (and K, V) */
@@ -408,10 +412,11 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
     /* Every thread's copies of stage st are visible; every thread is done
      * with the last tile (its stage and dRaw^T may be written again). */
     __syncthreads();
-    /* The tile after next into the last tile's stage. */
-    const int mnn = mn < n_m ? next_live(mn + 1) : n_m;
-    if (mnn < n_m)
-      issue(mnn, st == 0 ? bwd90_stages - 1 : st - 1);
+    /* The live tile after the last issued into the last tile's stage
+     * (three stages: the tile after next; two: the next). */
+    const int nl = last < n_m ? next_live(last + 1) : n_m;
+    if (nl < n_m)
+      issue(nl, st == 0 ? bwd90_stages - 1 : st - 1);
     attn_cp_async_commit();
 
     const unsigned sq = sq0 + st * bwd90_q_bytes, sdo = sdo0 + st * bwd90_do_bytes;
@@ -646,8 +651,8 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
         attn_fence_reg(pa[kk][x]);
         attn_fence_reg(ra[kk][x]);
       }
-    m = mn;
-    mn = mnn;
+    m = bwd90_stages == 3 ? last : nl;
+    last = nl;
   }
   flush_dq(); /* the last tile's */
   attn_cp_async_wait<0>(); /* K and V, when no query tile was visited */
