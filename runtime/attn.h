@@ -118,7 +118,9 @@ attn_status attn_call_launch_backward(attn_call *c, void *stream);
  * computed by extra CTAs that recompute the scores per query tile) and
  * scratch memory (GQA: per-head dK/dV accumulators; accumulated bias
  * gradients: an f32 [B, H, Sq, Skv] buffer); docs/runtime.md has the
- * numbers. Applies to the next attn_call_launch_backward. */
+ * numbers. Applies to the next attn_call_launch_backward. Head dims above
+ * 128 have no deterministic backward: on != 0 returns
+ * ATTN_ERROR_UNSUPPORTED with a message, and the mode stays off. */
 attn_status attn_call_set_deterministic(attn_call *c, int on);
 /* Optional: count key tiles loaded (device pointer to one u64), for tests. */
 attn_status attn_call_set_tile_counter(attn_call *c, void *device_u64);

@@ -54,8 +54,32 @@ static RtBwdScratch *bwd_scratch(attn_call *c) {
   return *sp;
 }
 
+static attn_status bwd_fail(attn_call *c, attn_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* The deterministic mode's ordered dQ tiles exist for head dims up to
+ * 128 (bwd_sm90's split-D mode at 256 has none): refused at once, by the
+ * call that asks for it, and again at launch. */
+static attn_status bwd_check_det_dims(attn_call *c) {
+  const IrGraph *g = rt_call_ir(c);
+  if (g->q < 0 || g->v < 0) return ATTN_SUCCESS; /* no attention core: launch says why */
+  const int dqk = (int)g->tensors[g->q].dim_val[3], dv = (int)g->tensors[g->v].dim_val[3];
+  if (dqk <= 128 && dv <= 128) return ATTN_SUCCESS;
+  return bwd_fail(c, ATTN_ERROR_UNSUPPORTED,
+                  "graph '%s': the deterministic backward takes head dimensions up to 128; "
+                  "this graph has %d (q, k) and %d (v) (attn_call_set_deterministic(call, 0) "
+                  "runs the default backward)", g->name, dqk, dv);
+}
+
 attn_status attn_call_set_deterministic(attn_call *c, int on) {
   if (!c) return ATTN_ERROR_INVALID_ARGUMENT;
+  if (on) {
+    StrBuf *err = rt_call_error(c);
+    err->len = 0;
+    if (err->data) err->data[0] = '\0';
+    attn_status st = bwd_check_det_dims(c);
+    if (st) return st;
+  }
   RtBwdScratch *s = bwd_scratch(c);
   if (!s) return ATTN_ERROR_OUT_OF_MEMORY;
   s->deterministic = on != 0;
@@ -70,8 +94,6 @@ void rt_bwd_scratch_free(RtBwdScratch *s) {
   free(s);
 }
 
-static attn_status bwd_fail(attn_call *c, attn_status st, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
 static attn_status bwd_fail(attn_call *c, attn_status st, const char *fmt, ...) {
   StrBuf *err = rt_call_error(c);
   err->len = 0;
@@ -219,11 +241,7 @@ attn_status attn_call_launch_backward(attn_call *c, void *stream) {
   const size_t kv_rows = (size_t)p.B * (size_t)p.Hk * (size_t)p.Skv;
   const bool gqa = p.H != p.Hk;
   const bool det = *rt_call_bwd_scratch(c) && (*rt_call_bwd_scratch(c))->deterministic;
-  if (det && (dqk > 128 || dv > 128))
-    return bwd_fail(c, ATTN_ERROR_UNSUPPORTED,
-                    "graph '%s': the deterministic backward takes head dimensions 64 and 128; "
-                    "this graph has %d (q, k) and %d (v) (attn_call_set_deterministic(call, 0) "
-                    "runs the default backward)", g->name, dqk, dv);
+  if (det && (st = bwd_check_det_dims(c))) return st;
   CUstream s = (CUstream)stream;
   /* Per query row {delta, lse * log2(e)} (the row pass writes both). */
   if ((st = bwd_ensure(c, d, BWD_DELTA, rows * 8)) ||

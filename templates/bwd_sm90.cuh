@@ -166,18 +166,34 @@ static __device__ __forceinline__ void bwd90_load(unsigned dst, const unsigned s
   constexpr int chunks = D / 8;
   static_assert(bwd90_threads % chunks == 0, "whole rows per round");
   constexpr int rows_per_round = bwd90_threads / chunks;
-  /* Thread tid copies chunk c of rows r0, r0 + rows_per_round, ...: one
-   * source pointer advanced by a row step (not one 64-bit address per
-   * copy, which the compiler would keep live across the caller's loop). */
-  const int r0 = tid / chunks, c = tid % chunks;
-  const unsigned short *src = base + (long long)(row0 + r0) * row_stride + c * 8;
-  const long long step = (long long)rows_per_round * row_stride;
+  /* Two ways to form the addresses, each the faster where it is used (H200,
+   * bench/NOTES-sm90.md, session 5): at D 128 and 256 one source pointer
+   * advanced per round (D 256: 192 bytes of spills to 12, -18% time; D 128
+   * with dropout: 72 to 52, -4%); at D 64 one address per copy (the one
+   * pointer made D 64 16% slower, with no spills either way). */
+  if constexpr (D >= 128) {
+    /* Thread tid copies chunk c of rows r0, r0 + rows_per_round, ...: one
+     * source pointer advanced by a row step (not one 64-bit address per
+     * copy, which the compiler would keep live across the caller's loop). */
+    const int r0 = tid / chunks, c = tid % chunks;
+    const unsigned short *src = base + (long long)(row0 + r0) * row_stride + c * 8;
+    const long long step = (long long)rows_per_round * row_stride;
 #pragma unroll
-  for (int k = 0; k < ROWS / rows_per_round; ++k) {
-    const int r = r0 + k * rows_per_round;
-    const bool in = row0 + r < row_end;
-    attn_cp_async16(bwd90_at<ROWS>(dst, r, c * 8), in ? src : base, in ? 16 : 0);
-    src += step;
+    for (int k = 0; k < ROWS / rows_per_round; ++k) {
+      const int r = r0 + k * rows_per_round;
+      const bool in = row0 + r < row_end;
+      attn_cp_async16(bwd90_at<ROWS>(dst, r, c * 8), in ? src : base, in ? 16 : 0);
+      src += step;
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < ROWS * chunks / bwd90_threads; ++k) {
+      const int e = tid + k * bwd90_threads;
+      const int r = e / chunks, c = e % chunks;
+      const bool in = row0 + r < row_end;
+      const unsigned short *src = base + (in ? (long long)(row0 + r) * row_stride + c * 8 : 0);
+      attn_cp_async16(bwd90_at<ROWS>(dst, r, c * 8), src, in ? 16 : 0);
+    }
   }
 }
 
@@ -333,24 +349,20 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
   constexpr int dq_cols = bwd90_split_d ? 64 : bwd90_dqk / 2; /* per GEMM pass */
   constexpr int dq_passes = bwd90_split_d ? 2 : 1;
   constexpr bool dq_defer = bwd90_dqk == 64;
-  float dq_prev[dq_cols / 2]; /* the deferred tile's, scaled (D 64 only) */
+  float dq_prev[dq_cols / 2]; /* a dQ pass's fragment, scaled */
   float *dq_row = dqa;
   unsigned dq_rows = 0u;
-  /* Adds v (a dQ fragment, scaled) to the accumulator at dq_row. */
-  auto red_dq = [&](const float (&v)[dq_cols / 2]) {
+  /* dq_prev into the accumulator at dq_row (the rows inside Sq). */
+  auto flush_dq = [&]() {
 #pragma unroll
     for (int r = 0; r < 2; ++r)
       if ((dq_rows >> r) & 1u) {
 #pragma unroll
         for (int nb = 0; nb < dq_cols / 8; ++nb)
-          bwd90_red_add2(dq_row + 8 * r * bwd90_dqk + nb * 8, v[nb * 4 + 2 * r],
-                         v[nb * 4 + 2 * r + 1]);
+          bwd90_red_add2(dq_row + 8 * r * bwd90_dqk + nb * 8, dq_prev[nb * 4 + 2 * r],
+                         dq_prev[nb * 4 + 2 * r + 1]);
       }
     dq_rows = 0u;
-  };
-  auto flush_dq = [&]() {
-    if constexpr (dq_defer)
-      red_dq(dq_prev);
   };
 #pragma unroll
   for (int r = 0; r < bwd90_dk_cols / 2; ++r)
@@ -388,11 +400,15 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
   /* dRaw at one element by the derived chain rule, with the bias
    * gradients (split-D: by warpgroup 0 only, both hold the same dS). */
   auto draw_at = [&](float ds, float acc, int i, int j) {
-#if defined(ATTN_BWD_BIAS)
-    if (!bwd90_split_d || wg == 0)
-      return attn_bwd_draw_bias(ds, acc, b, h, i, j, p, red);
+#if defined(ATTN_BWD_BIAS) && BWD90_SPLIT_D
+    if (wg != 0)
+      return attn_bwd_draw(ds, acc, b, h, i, j, p);
 #endif
+#if defined(ATTN_BWD_BIAS)
+    return attn_bwd_draw_bias(ds, acc, b, h, i, j, p, red);
+#else
     return attn_bwd_draw(ds, acc, b, h, i, j, p);
+#endif
   };
   const float sc = attn_bwd_scale(p);
 #if defined(ATTN_DROPOUT)
@@ -623,16 +639,14 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
 #pragma unroll
         for (int r = 0; r < dq_cols / 2; ++r) {
           attn_fence_reg(dq[r]);
-          dq[r] *= sc;
-          if constexpr (dq_defer)
-            dq_prev[r] = dq[r];
+          dq_prev[r] = dq[r] * sc;
         }
         dq_row = dqa + (long long)ia * bwd90_dqk + dcol + 2 * t4;
         dq_rows = (unsigned)(ia < p.Sq) | (unsigned)(ia + 8 < p.Sq) << 1;
         if (c == 0)
           next_stage_ready(); /* before this tile's atomics */
         if constexpr (!dq_defer)
-          red_dq(dq);
+          flush_dq();
       }
     } else {
       attn_wgmma_wait<0>();

@@ -287,38 +287,39 @@ static const char slopes_src[] =
     "  grad q, k, v, slopes;\n"
     "}\n";
 
-/* Head dim 256 (bwd_sm90's split-D mode): a causal mask, a direct bias
- * gradient (written by one warpgroup only) and per-head slopes (summed in
- * registers), with GQA. */
+/* Head dim 256 (bwd_sm90's split-D mode): a causal mask and a direct bias
+ * gradient (written by one warpgroup only), with GQA. (Slopes too would
+ * take 17 of the kernel's 16 tensor slots; they are in the next graph.) */
 static const char d256_bias_src[] =
     "attention d256_bias {\n"
     "  input q : bf16[B, H, Sq, 256];\n"
     "  input k : bf16[B, Hk, Skv, 256];\n"
     "  input v : bf16[B, Hk, Skv, 256];\n"
     "  input bias : f32[B, H, Sq, Skv];\n"
-    "  input slopes : f32[H];\n"
-    "  s = (q @ k^T) * 0.0625 + bias[b, h, i, j] - slopes[h] * 0.015625 * f32(i - j);\n"
+    "  s = (q @ k^T) * 0.0625 + bias[b, h, i, j];\n"
     "  s = mask(s, j <= i + 3);\n"
     "  o = softmax(s) @ v;\n"
     "  output o : bf16[B, H, Sq, 256];\n"
     "  output lse = logsumexp(s);\n"
-    "  grad q, k, v, bias, slopes;\n"
+    "  grad q, k, v, bias;\n"
     "}\n";
 
 /* Head dim 256 with softcap (dRaw reads the raw product: the one-pass
- * order) and dropout. */
+ * order), per-head slopes (their gradient summed in registers, by one
+ * warpgroup) and dropout. */
 static const char d256_softcap_dropout_src[] =
     "attention d256_softcap_dropout {\n"
     "  input q : bf16[B, H, Sq, 256];\n"
     "  input k : bf16[B, H, Skv, 256];\n"
     "  input v : bf16[B, H, Skv, 256];\n"
+    "  input slopes : f32[H];\n"
     "  scalar seed : u64 = 99;\n"
     "  s = (q @ k^T) * 0.0625;\n"
-    "  s = 20.0 * tanh(s / 20.0);\n"
+    "  s = 20.0 * tanh(s / 20.0) - slopes[h] * 0.015625 * f32(i - j);\n"
     "  o = dropout(softmax(s), 0.2, seed, 3) @ v;\n"
     "  output o : bf16[B, H, Sq, 256];\n"
     "  output lse = logsumexp(s);\n"
-    "  grad q, k, v;\n"
+    "  grad q, k, v, slopes;\n"
     "}\n";
 
 /* Head dim 256 where the backward template is the portable one: the
