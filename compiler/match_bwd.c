@@ -175,12 +175,13 @@ BwdSpec *match_bwd(const KernelSpec *fwd, Arena *a, Diag *d) {
   }
   if (split_d) {
     /* bwd_sm90.cuh, split-D: 64 keys per CTA, both warpgroups on all of
-     * them; K, V (64 rows), two stages of Q and dO, dRaw^T (64 x 64), two
-     * stages of the rows' {delta, lse log2 e}, 1024 bytes of alignment. */
+     * them; K, V (64 rows), two stages of Q and dO, dRaw^T and Pd^T (64 x
+     * 64 each), two stages of the rows' {delta, lse log2 e}, 1024 bytes of
+     * alignment. */
     s->threads = 256;
     s->block_n = 64;
     s->smem_bytes = 64 * (s->d_qk + s->d_v) * 2 + 2 * 64 * (s->d_qk + s->d_v) * 2 +
-                    64 * 64 * 2 + 2 * 64 * 8 + 1024;
+                    2 * 64 * 64 * 2 + 2 * 64 * 8 + 1024;
     return s;
   }
   if (s->sm90) {

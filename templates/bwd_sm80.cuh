@@ -469,15 +469,16 @@ static __device__ __forceinline__ void bwd80_dq_tile(const attn_params &p, int m
  * [B, H, Sq] and [B, H, Sq, D_QK]; with H != Hk so are the dK/dV
  * accumulators ([B, Hk, Skv, D]), zeroed by the caller. */
 #if defined(ATTN_DROPOUT)
-/* Dropout's words of a query tile in the transposed layout (keys as rows:
- * this lane's key j, queries from i0): dw[m][k] for 16-query block m,
- * query half k (hooks.cuh, attn_dropout_pair with the key's parity
- * fixed). */
+/* Dropout's words of NB 16-query blocks in the transposed layout (keys as
+ * rows: this lane's key j, queries from i0): dw[m][k] for block m, query
+ * half k (hooks.cuh, attn_dropout_pair with the key's parity fixed). */
+template <int NB>
 static __device__ __forceinline__ void bwd80_dropout_words(int b, int h, int i0, int j, int t,
                                                            const attn_params &p,
-                                                           unsigned (&dw)[bwd80_bm / 16][2]) {
+                                                           unsigned (&dw)[NB][2]) {
+  static_assert(NB % 2 == 0, "blocks in pairs");
 #pragma unroll
-  for (int m = 0; m < bwd80_bm / 16; m += 2)
+  for (int m = 0; m < NB; m += 2)
     attn_dropout_pair<true>(b, h, i0 + 16 * m + 2 * t, j, i0 + 16 * m + 16 + 2 * t, j, p, dw[m],
                             dw[m + 1]);
 }

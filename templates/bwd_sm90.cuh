@@ -58,10 +58,11 @@ constexpr int bwd90_dv = ATTN_D_V;
 /* Split-D mode (head dim 256): one warpgroup cannot hold dK and dV of 64
  * keys at D 256 (256 accumulator registers per thread), so a CTA takes 64
  * keys, both warpgroups work on all of them, and warpgroup w owns columns
- * D/2 w.. of dK, dV and dQ. Both compute S^T and dP^T (the duplicated
- * GEMMs are 2 of every 7 units of tensor work). The deterministic mode's
- * ordered dQ tiles (bwd_sm80's) do not exist at D 256; the runtime
- * refuses that mode there. */
+ * D/2 w.. of dK, dV and dQ. S^T and dP^T are split by queries instead
+ * (warpgroup w: the tile's queries 32 w..), so each is computed once; the
+ * two halves of Pd^T and dRaw^T meet in shared memory, where dV's and dK's
+ * GEMMs read them. The deterministic mode's ordered dQ tiles (bwd_sm80's)
+ * do not exist at D 256; the runtime refuses that mode there. */
 constexpr bool bwd90_split_d = bwd90_dqk > 128 || bwd90_dv > 128;
 #define BWD90_SPLIT_D (ATTN_D_QK > 128 || ATTN_D_V > 128) /* for #if */
 static_assert(bwd90_split_d ? bwd90_dqk == 256 && bwd90_dv == 256
@@ -71,15 +72,17 @@ constexpr int bwd90_bn = bwd90_split_d ? 64 : 128; /* keys per CTA */
 constexpr int bwd90_key_wg = bwd90_split_d ? 0 : 64; /* warpgroup w's keys start at w times this */
 constexpr int bwd90_dk_cols = bwd90_split_d ? bwd90_dqk / 2 : bwd90_dqk; /* a warpgroup's dK columns */
 constexpr int bwd90_dv_cols = bwd90_split_d ? bwd90_dv / 2 : bwd90_dv;
+/* Queries in a warpgroup's S^T and dP^T (split-D: half the tile). */
+constexpr int bwd90_qn = bwd90_split_d ? 32 : 64;
 constexpr int bwd90_bm = 64;      /* queries per streamed tile */
 constexpr int bwd90_threads = 256; /* two warpgroups */
 constexpr bool bwd90_in_bf16 = attn_in_bf16;
 
 /* Shared memory, from a base rounded up to 1024 bytes: K, V (the CTA's
  * keys), three stages of Q and of dO (two at D 256), dRaw^T [keys][64
- * queries], per stage the query tile's {delta, lse log2 e} pairs.
- * compiler/match_bwd.c computes the same total (640 (D_QK + D_V) + 18944;
- * D 256: 128 (D_QK + D_V) + 256 (D_QK + D_V) + 10240). Three stages, not
+ * queries], at D 256 Pd^T likewise, per stage the query tile's {delta,
+ * lse log2 e} pairs. compiler/match_bwd.c computes the same total (640
+ * (D_QK + D_V) + 18944; D 256: 384 (D_QK + D_V) + 18432). Three stages, not
  * two: with two, a tile's copy (issued one tile ahead) had often not
  * landed when the tile began (ncu: a quarter of the stall samples). */
 constexpr int bwd90_stages = bwd90_split_d ? 2 : 3; /* D 256: three do not fit */
@@ -88,11 +91,13 @@ constexpr int bwd90_v_bytes = bwd90_bn * bwd90_dv * 2;
 constexpr int bwd90_q_bytes = bwd90_bm * bwd90_dqk * 2;
 constexpr int bwd90_do_bytes = bwd90_bm * bwd90_dv * 2;
 constexpr int bwd90_ds_bytes = bwd90_bn * bwd90_bm * 2;
+constexpr int bwd90_pt_bytes = bwd90_split_d ? bwd90_bn * bwd90_bm * 2 : 0; /* Pd^T */
 constexpr int bwd90_off_v = bwd90_k_bytes;
 constexpr int bwd90_off_q = bwd90_off_v + bwd90_v_bytes;
 constexpr int bwd90_off_do = bwd90_off_q + bwd90_stages * bwd90_q_bytes;
 constexpr int bwd90_off_ds = bwd90_off_do + bwd90_stages * bwd90_do_bytes;
-constexpr int bwd90_off_stats = bwd90_off_ds + bwd90_ds_bytes;
+constexpr int bwd90_off_pt = bwd90_off_ds + bwd90_ds_bytes;
+constexpr int bwd90_off_stats = bwd90_off_pt + bwd90_pt_bytes;
 /* + 1024: the dynamic shared-memory base is rounded up to 1024 bytes. */
 constexpr int attn_bwd_sm90_smem_bytes = bwd90_off_stats + bwd90_stages * bwd90_bm * 8 + 1024;
 static_assert(attn_bwd_sm90_smem_bytes <= 227 * 1024, "tiles exceed shared memory");
@@ -130,6 +135,16 @@ static __device__ __forceinline__ void bwd90_rs(float (&d)[D / 2], const unsigne
     attn_wgmma_rs64<bwd90_in_bf16>(d, a, db);
 }
 
+
+/* d (+)= A B with N columns (32 or 64), A and B K-major. */
+template <int N>
+static __device__ __forceinline__ void bwd90_ss_kk(float (&d)[N / 2], unsigned long long da,
+                                                   unsigned long long db, int scale_d) {
+  if constexpr (N == 64)
+    attn_wgmma_ss64_kk<bwd90_in_bf16>(d, da, db, scale_d);
+  else
+    attn_wgmma_ss32_kk<bwd90_in_bf16>(d, da, db, scale_d);
+}
 
 /* A bool as a type, for generic lambdas' compile-time branches. */
 template <bool B> struct bwd90_bool {
@@ -203,13 +218,13 @@ static __device__ __forceinline__ void bwd90_load(unsigned dst, const unsigned s
  * element r: query i0 + 8 (r >> 2) + 2 t4 + (r & 1), key j + 8 ((r >> 1)
  * & 1)), by hooks.cuh's attn_keep_in: straight-line, so a mask's reads
  * merge (doc[b, j] once per key, doc[b, i] once per query). */
-static_assert(bwd90_bm / 2 <= 32, "one keep bit per S^T element");
+static_assert(bwd90_qn / 2 <= 32, "one keep bit per S^T element");
 template <bool MASK>
 static __device__ __forceinline__ unsigned bwd90_keep_bits(int b, int h, int i0, int j, int t4,
                                                            const attn_params &p) {
   unsigned bits = 0u;
 #pragma unroll
-  for (int r = 0; r < bwd90_bm / 2; ++r) {
+  for (int r = 0; r < bwd90_qn / 2; ++r) {
     const int ii = i0 + (r >> 2) * 8 + 2 * t4 + (r & 1);
     const int jj = j + 8 * ((r >> 1) & 1);
     bits |= (unsigned)attn_keep_in<MASK>(b, h, ii, jj, p) << r;
@@ -294,6 +309,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
   const unsigned sk = base, sv = base + bwd90_off_v;
   const unsigned sq0 = base + bwd90_off_q, sdo0 = base + bwd90_off_do;
   const unsigned sds = base + bwd90_off_ds, sstats = base + bwd90_off_stats;
+  const unsigned spt = base + bwd90_off_pt; /* split-D: Pd^T [key][query] */
   const float2 *s_stats = (const float2 *)(bwd90_smem + (base - raw_base) + bwd90_off_stats);
 
   const int n_m = (p.Sq + bwd90_bm - 1) / bwd90_bm;
@@ -397,13 +413,16 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
   const unsigned dv_blk = bwd90_split_d ? wg * (bwd90_dv_cols / 64) * bwd90_bm * 128 : 0;
   const unsigned dk_blk = bwd90_split_d ? wg * (bwd90_dk_cols / 64) * bwd90_bm * 128 : 0;
   const int jl_row = wg * bwd90_key_wg + ww * 16 + g; /* this lane's first key row in the tile */
+  /* The first of this warpgroup's queries in S^T and dP^T (split-D: its
+   * half of the tile). */
+  const int q_off = bwd90_split_d ? wg * bwd90_qn : 0;
+  /* Split-D: A descriptors of Pd^T and dRaw^T as K-major operands (dV's
+   * and dK's GEMMs, k: the tile's 64 queries). */
+  const unsigned long long dpt_k = attn_wgmma_desc(spt, 16, 1024);
+  const unsigned long long dds_k = attn_wgmma_desc(sds, 16, 1024);
   /* dRaw at one element by the derived chain rule, with the bias
-   * gradients (split-D: by warpgroup 0 only, both hold the same dS). */
+   * gradients. */
   auto draw_at = [&](float ds, float acc, int i, int j) {
-#if defined(ATTN_BWD_BIAS) && BWD90_SPLIT_D
-    if (wg != 0)
-      return attn_bwd_draw(ds, acc, b, h, i, j, p);
-#endif
 #if defined(ATTN_BWD_BIAS)
     return attn_bwd_draw_bias(ds, acc, b, h, i, j, p, red);
 #else
@@ -451,21 +470,24 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
     const unsigned long long ddo_mn = attn_wgmma_desc(sdo, bwd90_bm * 128, 1024);
 
     /* S^T = K Q^T and dP^T = V dO^T: this warpgroup's 64 keys x 64
-     * queries each, two wgmma groups so P^T can be computed while dP^T is
-     * still in the tensor cores. */
-    float s[bwd90_bm / 2], dp[bwd90_bm / 2];
+     * queries each (split-D: x its 32 queries, rows q_off.. of Q and dO),
+     * two wgmma groups so P^T can be computed while dP^T is still in the
+     * tensor cores. */
+    float s[bwd90_qn / 2], dp[bwd90_qn / 2];
     attn_wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < bwd90_dqk / 16; ++kk)
-      attn_wgmma_ss64_kk<bwd90_in_bf16>(
+      bwd90_ss_kk<bwd90_qn>(
           s, attn_wgmma_desc_add(dk_k, (kk >> 2) * bwd90_bn * 128 + (kk & 3) * 32),
-          attn_wgmma_desc_add(dq_k, (kk >> 2) * bwd90_bm * 128 + (kk & 3) * 32), kk > 0);
+          attn_wgmma_desc_add(dq_k, q_off * 128 + (kk >> 2) * bwd90_bm * 128 + (kk & 3) * 32),
+          kk > 0);
     attn_wgmma_commit();
 #pragma unroll
     for (int kk = 0; kk < bwd90_dv / 16; ++kk)
-      attn_wgmma_ss64_kk<bwd90_in_bf16>(
+      bwd90_ss_kk<bwd90_qn>(
           dp, attn_wgmma_desc_add(dv_k, (kk >> 2) * bwd90_bn * 128 + (kk & 3) * 32),
-          attn_wgmma_desc_add(ddo_k, (kk >> 2) * bwd90_bm * 128 + (kk & 3) * 32), kk > 0);
+          attn_wgmma_desc_add(ddo_k, q_off * 128 + (kk >> 2) * bwd90_bm * 128 + (kk & 3) * 32),
+          kk > 0);
     attn_wgmma_commit();
     if constexpr (dq_defer)
       flush_dq(); /* the last tile's, while the GEMMs run */
@@ -480,7 +502,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
     else
       attn_wgmma_wait<0>();
 #pragma unroll
-    for (int r = 0; r < bwd90_bm / 2; ++r)
+    for (int r = 0; r < bwd90_qn / 2; ++r)
       attn_fence_reg(s[r]);
 
     /* Per element (fragment nb, element e: key row jl_row + 8 (e >> 1),
@@ -501,11 +523,10 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
      * GEMM instead of eight. */
     unsigned dkeep = 0u;
     {
-      static_assert(bwd90_bm == bwd80_bm, "bwd80_dropout_words' tile");
-      unsigned dw[bwd90_bm / 16][2];
-      bwd80_dropout_words(b, h, i0, j0 + jl_row, t4, p, dw);
+      unsigned dw[bwd90_qn / 16][2];
+      bwd80_dropout_words(b, h, i0 + q_off, j0 + jl_row, t4, p, dw);
 #pragma unroll
-      for (int r = 0; r < bwd90_bm / 2; ++r)
+      for (int r = 0; r < bwd90_qn / 2; ++r)
         dkeep |= (unsigned)attn_dropout_keeps(dw[r >> 3][(r >> 2) & 1], r & 3, drop_t) << r;
     }
     /* Element r of Pd^T or dP^T times its dropout factor. */
@@ -520,16 +541,16 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
       constexpr bool masked = decltype(masked_t)::value;
       unsigned keep = ~0u;
       if constexpr (masked)
-        keep = cls != 2 ? bwd90_keep_bits<true>(b, h, i0, j0 + jl_row, t4, p)
-                        : bwd90_keep_bits<false>(b, h, i0, j0 + jl_row, t4, p);
+        keep = cls != 2 ? bwd90_keep_bits<true>(b, h, i0 + q_off, j0 + jl_row, t4, p)
+                        : bwd90_keep_bits<false>(b, h, i0 + q_off, j0 + jl_row, t4, p);
 #pragma unroll
-      for (int mq = 0; mq < bwd90_bm / 16; ++mq) {
+      for (int mq = 0; mq < bwd90_qn / 16; ++mq) {
 #pragma unroll
         for (int x = 0; x < 2; ++x) {
 #pragma unroll
           for (int q = 0; q < 4; ++q) {
             const int r = (2 * mq + (q >> 1)) * 4 + 2 * (q & 1) + x;
-            const int il = 16 * mq + 8 * (q >> 1) + 2 * t4 + x;
+            const int il = q_off + 16 * mq + 8 * (q >> 1) + 2 * t4 + x;
             const int i = i0 + il, j = j0 + jl_row + 8 * (q & 1);
             const float acc = s[r];
             float xs = attn_score(acc, b, h, i, j, p);
@@ -556,7 +577,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
 
     /* The A fragments of the 16-query steps: accumulator fragments 2kk
      * and 2kk + 1, packed to 16 bits (fwd_sm90's P). */
-    unsigned pa[bwd90_bm / 16][4], ra[bwd90_bm / 16][4];
+    unsigned pa[bwd90_qn / 16][4], ra[bwd90_qn / 16][4];
     /* Element r of Pd^T. */
     auto pd_at = [&](int r) {
       if constexpr (!split)
@@ -565,28 +586,45 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
         return dropped(s[r], r);
     };
 #pragma unroll
-    for (int kk = 0; kk < bwd90_bm / 16; ++kk)
+    for (int kk = 0; kk < bwd90_qn / 16; ++kk)
 #pragma unroll
       for (int x = 0; x < 4; ++x)
         pa[kk][x] = attn_pack2<bwd90_in_bf16>(pd_at(8 * kk + 2 * x), pd_at(8 * kk + 2 * x + 1));
-    /* dV += Pd^T dO (k: the 64 queries; dO read transposed through an
-     * MN-major descriptor), in the tensor cores while dRaw^T is computed. */
-    attn_wgmma_fence();
+    /* Pair x of 16-query step kk (fragment 2kk + (x >> 1), key row + 8 (x
+     * & 1)) to its place in a [key][query] tile. */
+    auto store_pair = [&](unsigned tile, int kk, int x, unsigned v) {
+      const unsigned at = bwd90_at<bwd90_bn>(tile, jl_row + 8 * (x & 1),
+                                             q_off + (2 * kk + (x >> 1)) * 8 + 2 * t4);
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at), "r"(v) : "memory");
+    };
+    if constexpr (!bwd90_split_d) {
+      /* dV += Pd^T dO (k: the 64 queries; dO read transposed through an
+       * MN-major descriptor), in the tensor cores while dRaw^T is
+       * computed. */
+      attn_wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < bwd90_bm / 16; ++kk)
-      bwd90_rs<bwd90_dv_cols>(dv, pa[kk], attn_wgmma_desc_add(ddo_mn, dv_blk + kk * 16 * 128));
-    attn_wgmma_commit();
+      for (int kk = 0; kk < bwd90_bm / 16; ++kk)
+        bwd90_rs<bwd90_dv_cols>(dv, pa[kk], attn_wgmma_desc_add(ddo_mn, kk * 16 * 128));
+      attn_wgmma_commit();
+    } else {
+      /* This warpgroup's half of Pd^T, for dV's GEMM after the barrier. */
+#pragma unroll
+      for (int kk = 0; kk < bwd90_qn / 16; ++kk)
+#pragma unroll
+        for (int x = 0; x < 4; ++x)
+          store_pair(spt, kk, x, pa[kk][x]);
+    }
 
     if constexpr (split) {
       /* Pass 2: dP^T (the older group) has landed; dp becomes dRaw^T. */
       attn_wgmma_wait<1>();
 #pragma unroll
-      for (int r = 0; r < bwd90_bm / 2; ++r)
+      for (int r = 0; r < bwd90_qn / 2; ++r)
         attn_fence_reg(dp[r]);
 #pragma unroll
-      for (int r = 0; r < bwd90_bm / 2; ++r) {
+      for (int r = 0; r < bwd90_qn / 2; ++r) {
         /* Fragment r >> 2, element r & 3 (as in pass 1). */
-        const int il = 16 * (r >> 3) + 8 * ((r >> 2) & 1) + 2 * t4 + (r & 1);
+        const int il = q_off + 16 * (r >> 3) + 8 * ((r >> 2) & 1) + 2 * t4 + (r & 1);
         const int i = i0 + il, j = j0 + jl_row + 8 * ((r >> 1) & 1);
         const float pe = s[r];
         const float ds = pe * (dropped(dp[r], r) - s_row[il].x);
@@ -595,26 +633,23 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
     }
 
     /* dRaw^T's A fragments, and dRaw^T to shared memory, [key][query],
-     * for dQ (split-D: both warpgroups hold the same, warpgroup 0 writes). */
+     * for dQ (split-D: each warpgroup its queries' half, for dK too). */
 #pragma unroll
-    for (int kk = 0; kk < bwd90_bm / 16; ++kk) {
+    for (int kk = 0; kk < bwd90_qn / 16; ++kk)
 #pragma unroll
       for (int x = 0; x < 4; ++x) {
         ra[kk][x] = attn_pack2<bwd90_in_bf16>(dp[8 * kk + 2 * x], dp[8 * kk + 2 * x + 1]);
-        /* x: fragment 2kk + (x >> 1), key row + 8 (x & 1) */
-        const unsigned at = bwd90_at<bwd90_bn>(sds, jl_row + 8 * (x & 1),
-                                               (2 * kk + (x >> 1)) * 8 + 2 * t4);
-        if (!bwd90_split_d || wg == 0)
-          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at), "r"(ra[kk][x]) : "memory");
+        store_pair(sds, kk, x, ra[kk][x]);
       }
-    }
 
-    /* dK += dRaw^T Q (Q read transposed likewise). */
-    attn_wgmma_fence();
+    if constexpr (!bwd90_split_d) {
+      /* dK += dRaw^T Q (Q read transposed likewise). */
+      attn_wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < bwd90_bm / 16; ++kk)
-      bwd90_rs<bwd90_dk_cols>(dk, ra[kk], attn_wgmma_desc_add(dq_mn, dk_blk + kk * 16 * 128));
-    attn_wgmma_commit();
+      for (int kk = 0; kk < bwd90_bm / 16; ++kk)
+        bwd90_rs<bwd90_dk_cols>(dk, ra[kk], attn_wgmma_desc_add(dq_mn, kk * 16 * 128));
+      attn_wgmma_commit();
+    }
 
     if (!det) {
       /* dQ += dRaw K (M: the 64 queries). A = dRaw from dRaw^T [key]
@@ -635,7 +670,33 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
           bwd90_ss_mn<dq_cols>(dq, attn_wgmma_desc_add(dds_mn, kk * 16 * 128),
                                attn_wgmma_desc_add(dkq_mn[c], kk * 16 * 128), kk > 0);
         attn_wgmma_commit();
+#if BWD90_SPLIT_D
+        {
+          if (c == 0) {
+            /* dV += Pd^T dO and dK += dRaw^T Q over the tile's 64 queries
+             * (A: both halves, K-major, from shared memory; B: this
+             * warpgroup's column blocks, MN-major), behind dQ's first
+             * pass, in the tensor cores while its atomics go out. */
+            static_assert(bwd90_dv_cols == 128 && bwd90_dk_cols == 128, "m64n128 steps");
+#pragma unroll
+            for (int kk = 0; kk < bwd90_bm / 16; ++kk)
+              attn_wgmma_ss128_kmn<bwd90_in_bf16>(
+                  dv, attn_wgmma_desc_add(dpt_k, kk * 32),
+                  attn_wgmma_desc_add(ddo_mn, dv_blk + kk * 16 * 128), 1);
+#pragma unroll
+            for (int kk = 0; kk < bwd90_bm / 16; ++kk)
+              attn_wgmma_ss128_kmn<bwd90_in_bf16>(
+                  dk, attn_wgmma_desc_add(dds_k, kk * 32),
+                  attn_wgmma_desc_add(dq_mn, dk_blk + kk * 16 * 128), 1);
+            attn_wgmma_commit();
+            attn_wgmma_wait<1>();
+          } else {
+            attn_wgmma_wait<0>();
+          }
+        }
+#else
         attn_wgmma_wait<0>();
+#endif
 #pragma unroll
         for (int r = 0; r < dq_cols / 2; ++r) {
           attn_fence_reg(dq[r]);
@@ -659,7 +720,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
     for (int r = 0; r < bwd90_dv_cols / 2; ++r)
       attn_fence_reg(dv[r]);
 #pragma unroll
-    for (int kk = 0; kk < bwd90_bm / 16; ++kk)
+    for (int kk = 0; kk < bwd90_qn / 16; ++kk)
 #pragma unroll
       for (int x = 0; x < 4; ++x) {
         attn_fence_reg(pa[kk][x]);

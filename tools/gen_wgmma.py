@@ -58,7 +58,8 @@ head='''/*
  *
  * d (+)= A * B for one m64nNk16 step, f32 accumulators, bf16 or f16
  * inputs (BF16). ss: A and B from shared memory through descriptors
- * (attn_wgmma_desc); `kk` both K-major, `mn` both MN-major (transposed);
+ * (attn_wgmma_desc); `kk` both K-major, `mn` both MN-major (transposed),
+ * `kmn` A K-major and B MN-major;
  * scale_d 0 overwrites d. rs: A from registers (the accumulator fragment
  * layout of a previous wgmma, packed to pairs), B MN-major from shared
  * memory; always accumulates. The asm below is written by
@@ -115,6 +116,8 @@ body=head
 body+=ss("ss64_kk",64,0,0,"m64n64k16, A and B K-major from shared memory.")
 body+="\n"+ss("ss80_kk",80,0,0,"m64n80k16, A and B K-major from shared memory.")
 body+="\n"+ss("ss128_kk",128,0,0,"m64n128k16, A and B K-major from shared memory.")
+body+="\n"+ss("ss32_kk",32,0,0,"m64n32k16, A and B K-major from shared memory.")
+body+="\n"+ss("ss128_kmn",128,0,1,"m64n128k16, A K-major, B MN-major (transposed) from shared memory.")
 body+="\n"+ss("ss64_mn",64,1,1,"m64n64k16, A and B MN-major (transposed) from shared memory.")
 body+="\n"+ss("ss32_mn",32,1,1,"m64n32k16, A and B MN-major (transposed) from shared memory.")
 body+="\n"+rs("rs64",64,"m64n64k16, A from registers, B MN-major from shared memory.")
