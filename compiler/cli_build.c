@@ -416,10 +416,10 @@ static void gen_source(StrBuf *c, const char *name, const char *file,
                   ki->bwd_entry[e] ? ki->bwd_entry[e] : "NULL", ki->bwd_entry[e] ? "\"" : "");
       sb_printf(c, "}, %d, %d, %d, ", ki->bwd_threads, ki->bwd_smem_bytes, ki->bwd_block_n);
       /* The separable masks' prep kernel and its workspace's cell sizes. */
-      sb_printf(c, "%s%s%s, {%d, %d, %d, %d}},\n", ki->prep_entry ? "\"" : "",
+      sb_printf(c, "%s%s%s, {%d, %d, %d, %d}, %d},\n", ki->prep_entry ? "\"" : "",
                 ki->prep_entry ? ki->prep_entry : "NULL", ki->prep_entry ? "\"" : "",
                 ki->prep_cell_bytes[0], ki->prep_cell_bytes[1], ki->prep_cell_bytes[2],
-                ki->prep_cell_bytes[3]);
+                ki->prep_cell_bytes[3], ki->bwd_tma_rows);
     }
     sb_puts(c, "};\n");
   }

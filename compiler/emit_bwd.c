@@ -238,15 +238,22 @@ void emit_bwd_entries(StrBuf *out, const BwdSpec *s, Arena *a, KernelInfo *info)
   static const char *const part[4] = {"delta", "main", "convert", "convert_kv"};
   const char *gname = s->g->name;
   for (int k = 0; k < 4; k++) {
-    /* bwd_sm90: its own main kernel (one CTA per SM: its registers), the
-     * row kernels of bwd_sm80 at the same CTA size. */
+    /* bwd_sm90: its own main kernel (one CTA per SM: its registers; the
+     * q and dO tensor maps; a producer warpgroup beyond s->threads), the
+     * row kernels of bwd_sm80 at s->threads. */
     bool own = s->sm90 && k == 1;
     info->bwd_entry[k] = arena_printf(a, "attn_%s_bwd_%s", gname, part[k]);
-    sb_printf(out, "extern \"C\" __global__ void __launch_bounds__(%d%s) %s(const __grid_constant__ "
-                   "attn_params p) {\n  graph_%s::attn_bwd_%s_%s(p);\n}\n\n",
-              s->threads, own ? ", 1" : "", info->bwd_entry[k], gname, own ? "sm90" : "sm80",
-              part[k]);
+    if (own)
+      sb_printf(out, "extern \"C\" __global__ void __launch_bounds__(%d, 1) %s(const "
+                     "__grid_constant__ attn_params p, const __grid_constant__ attn_tmaps tm) "
+                     "{\n  graph_%s::attn_bwd_sm90_main(p, tm);\n}\n\n",
+                s->threads + 128, info->bwd_entry[k], gname);
+    else
+      sb_printf(out, "extern \"C\" __global__ void __launch_bounds__(%d) %s(const "
+                     "__grid_constant__ attn_params p) {\n  graph_%s::attn_bwd_sm80_%s(p);\n}\n\n",
+                s->threads, info->bwd_entry[k], gname, part[k]);
   }
+  info->bwd_tma_rows = s->sm90 ? 64 : 0;
   info->bwd_threads = s->threads;
   info->bwd_smem_bytes = s->smem_bytes;
   info->bwd_block_n = s->block_n;

@@ -175,23 +175,27 @@ BwdSpec *match_bwd(const KernelSpec *fwd, Arena *a, Diag *d) {
   }
   if (split_d) {
     /* bwd_sm90.cuh, split-D: 64 keys per CTA, both warpgroups on all of
-     * them; K, V (64 rows), two stages of Q and dO, dRaw^T and Pd^T (64 x
-     * 64 each), two stages of the rows' {delta, lse log2 e}, 1024 bytes of
-     * alignment. */
+     * them; K, V (64 rows), two stages of Q and dO, two buffers each of
+     * dRaw^T and Pd^T (64 x 64), two stages of the rows' {delta, lse log2
+     * e}, the stages' mbarriers and tile slots (128 bytes), 1024 bytes of
+     * alignment. (threads: the consumers; a producer warpgroup runs
+     * beyond them, KernelInfo.bwd_tma_rows.) */
     s->threads = 256;
     s->block_n = 64;
     s->smem_bytes = 64 * (s->d_qk + s->d_v) * 2 + 2 * 64 * (s->d_qk + s->d_v) * 2 +
-                    2 * 64 * 64 * 2 + 2 * 64 * 8 + 1024;
+                    4 * 64 * 64 * 2 + 2 * 64 * 8 + 128 + 1024;
     return s;
   }
   if (s->sm90) {
     /* bwd_sm90.cuh: 128 keys per CTA in two warpgroups; K, V (128 rows),
-     * three stages of Q and dO (64 rows), dRaw^T (128 x 64), three stages
-     * of the rows' {delta, lse log2 e}, and 1024 bytes to align the base. */
+     * three stages of Q and dO (64 rows), two buffers of dRaw^T (128 x
+     * 64), three stages of the rows' {delta, lse log2 e}, the stages'
+     * mbarriers and tile slots (128 bytes), and 1024 bytes to align the
+     * base. */
     s->threads = 256;
     s->block_n = 128;
     s->smem_bytes = 128 * (s->d_qk + s->d_v) * 2 + 3 * 64 * (s->d_qk + s->d_v) * 2 +
-                    128 * 64 * 2 + 3 * 64 * 8 + 1024;
+                    2 * 128 * 64 * 2 + 3 * 64 * 8 + 128 + 1024;
     return s;
   }
   /* bwd_sm80.cuh: 64 keys per CTA in four warps, 64-row query tiles; K, V,

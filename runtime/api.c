@@ -636,6 +636,7 @@ static attn_status rt_module_from_image(attn_context *ctx, Arena *a,
     kernels[i].bwd_threads = im->kernels[i].bwd_threads;
     kernels[i].bwd_smem_bytes = im->kernels[i].bwd_smem_bytes;
     kernels[i].bwd_block_n = im->kernels[i].bwd_block_n;
+    kernels[i].bwd_tma_rows = im->kernels[i].bwd_tma_rows;
     kernels[i].prep_entry = im->kernels[i].prep_entry
                                 ? arena_strdup(a, im->kernels[i].prep_entry)
                                 : NULL;

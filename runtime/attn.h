@@ -143,7 +143,7 @@ attn_status attn_call_bind_dlpack(attn_call *c, const char *name,
  * one (without its a/f suffix), which the driver compiles for newer GPUs.
  * The structs below are what that file initialises; their layout is part
  * of the ABI (format ATTN_EMBEDDED_FORMAT). */
-#define ATTN_EMBEDDED_FORMAT 4
+#define ATTN_EMBEDDED_FORMAT 5
 
 typedef struct attn_embedded_kernel {
   const char *graph; /* graph name */
@@ -167,6 +167,9 @@ typedef struct attn_embedded_kernel {
    * workspace's four regions. */
   const char *prep_entry;
   int prep_cell_bytes[4];
+  /* (format 5) The backward main kernel's TMA box rows: > 0 when it takes
+   * tensor maps and a producer warpgroup (bwd_sm90); 0 otherwise. */
+  int bwd_tma_rows;
 } attn_embedded_kernel;
 
 typedef struct attn_embedded_image {

@@ -176,15 +176,17 @@ static attn_status bwd_check_bound(attn_call *c, const BwdSlots *sl) {
   return ATTN_SUCCESS;
 }
 
+/* tm: the main kernel's tensor maps when it takes them (bwd_sm90: a
+ * producer warpgroup of 128 threads beyond bwd_threads too), else NULL. */
 static attn_status bwd_launch(attn_call *c, const RtDriver *d, CUcontext cu, int which,
                               unsigned gx, unsigned gy, unsigned gz, unsigned smem,
-                              attn_params *p, CUstream stream) {
+                              attn_params *p, attn_tmaps *tm, CUstream stream) {
   CUfunction fn;
   attn_status st = rt_call_aux_function(c, d, cu, which, &fn);
   if (st) return st;
-  void *args[] = {p};
-  CUresult r = d->LaunchKernel(fn, gx, gy, gz, (unsigned)rt_call_kernel(c)->bwd_threads, 1, 1,
-                               smem, stream, args, NULL);
+  void *args[] = {p, tm};
+  const unsigned threads = (unsigned)rt_call_kernel(c)->bwd_threads + (tm ? 128u : 0u);
+  CUresult r = d->LaunchKernel(fn, gx, gy, gz, threads, 1, 1, smem, stream, args, NULL);
   if (r != CUDA_SUCCESS) {
     st = rt_driver_error(d, r, "cuLaunchKernel", rt_call_error(c));
     sb_printf(rt_call_error(c), " for '%s' (grid %u x %u x %u)",
@@ -301,14 +303,18 @@ attn_status attn_call_launch_backward(attn_call *c, void *stream) {
   if (det && sl.dq >= 0) /* the dQ CTAs: bwd80_dq_tile, 64 queries each */
     gk += (unsigned)((p.Sq + 63) / 64);
   const unsigned gkv = (unsigned)((p.Skv + row_ctas - 1) / row_ctas);
-  if ((st = bwd_launch(c, d, cu, 0, gq, (unsigned)p.H, (unsigned)p.B, 0, &p, s)) ||
+  attn_tmaps tmaps;
+  const bool tma = k->bwd_tma_rows > 0;
+  if (tma && (st = rt_tmap_fill_bwd(d, g, k, sl.o, sl.dout, &p, &tmaps, err))) return st;
+  if ((st = bwd_launch(c, d, cu, 0, gq, (unsigned)p.H, (unsigned)p.B, 0, &p, NULL, s)) ||
       (st = bwd_launch(c, d, cu, 1, gk, (unsigned)p.H, (unsigned)p.B,
-                       (unsigned)k->bwd_smem_bytes, &p, s)))
+                       (unsigned)k->bwd_smem_bytes, &p, tma ? &tmaps : NULL, s)))
     return st;
-  if (finish && (st = bwd_launch(c, d, cu, 2, gq, (unsigned)p.H, (unsigned)p.B, 0, &p, s)))
+  if (finish &&
+      (st = bwd_launch(c, d, cu, 2, gq, (unsigned)p.H, (unsigned)p.B, 0, &p, NULL, s)))
     return st;
   if (gqa && (sl.dk >= 0 || sl.dv >= 0) &&
-      (st = bwd_launch(c, d, cu, 3, gkv, (unsigned)p.Hk, (unsigned)p.B, 0, &p, s)))
+      (st = bwd_launch(c, d, cu, 3, gkv, (unsigned)p.Hk, (unsigned)p.B, 0, &p, NULL, s)))
     return st;
   return ATTN_SUCCESS;
 }

@@ -96,6 +96,11 @@ void rt_driver_release_primary(int device);
  * for other kernels. Error in err. */
 attn_status rt_tmap_fill(const RtDriver *d, const IrGraph *g, const KernelInfo *k,
                          const attn_params *p, attn_tmaps *tm, StrBuf *err);
+/* The backward main kernel's maps (KernelInfo.bwd_tma_rows > 0; bwd_sm90):
+ * q at ATTN_TMAP_Q and dO (slot dout, typed like the output o) at
+ * ATTN_TMAP_DO, boxes of 64 columns by bwd_tma_rows rows. */
+attn_status rt_tmap_fill_bwd(const RtDriver *d, const IrGraph *g, const KernelInfo *k, int o,
+                             int dout, const attn_params *p, attn_tmaps *tm, StrBuf *err);
 
 /* api.c: an entry of the call's graph besides its forward kernel, in
  * context cu (cached per graph for the last context used): `which` 0..3

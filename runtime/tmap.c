@@ -1,5 +1,5 @@
-/* tmap.c: the TMA tensor maps a fwd_sm90 kernel takes as its second
- * parameter (runtime/attn_abi.h, attn_tmaps).
+/* tmap.c: the TMA tensor maps a fwd_sm90 kernel (and bwd_sm90's main
+ * kernel) takes as its second parameter (runtime/attn_abi.h, attn_tmaps).
  *
  * One map per operand (q, k, v) over the 4-D tensor exactly as bound:
  * dims (D, S, heads, batch) innermost first, the bound byte strides, a box
@@ -52,6 +52,18 @@ static attn_status tmap_encode(const RtDriver *d, const IrGraph *g, int slot,
     return st;
   }
   return ATTN_SUCCESS;
+}
+
+attn_status rt_tmap_fill_bwd(const RtDriver *d, const IrGraph *g, const KernelInfo *k, int o,
+                             int dout, const attn_params *p, attn_tmaps *tm, StrBuf *err) {
+  memset(tm, 0, sizeof *tm);
+  if (k->bwd_tma_rows <= 0) return ATTN_SUCCESS;
+  attn_status st = tmap_encode(d, g, g->q, &p->t[g->q], k->bwd_tma_rows,
+                               (CUtensorMap *)(void *)&tm->m[ATTN_TMAP_Q], err);
+  if (st) return st;
+  /* dO: bound like o (its dtype and shape), so o's entry names it. */
+  return tmap_encode(d, g, o, &p->t[dout], k->bwd_tma_rows,
+                     (CUtensorMap *)(void *)&tm->m[ATTN_TMAP_DO], err);
 }
 
 attn_status rt_tmap_fill(const RtDriver *d, const IrGraph *g, const KernelInfo *k,

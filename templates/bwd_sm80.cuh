@@ -279,6 +279,18 @@ __device__ __forceinline__ void attn_bwd_sm80_delta(const attn_params &p) {
  * dimension), dQ += dRaw K in registers, stored once at the end. Uses the
  * main kernel's shared memory: K, V (the current key tile), Q, dO, lse,
  * delta of the query tile. */
+/* NAMED: run by bwd_sm90's two consumer warpgroups (their named barrier
+ * 1 of 256 threads; the producer warpgroup has left), else by the whole
+ * CTA (__syncthreads). */
+template <bool NAMED = false>
+static __device__ __forceinline__ void bwd80_cta_sync() {
+  if constexpr (NAMED)
+    asm volatile("bar.sync 1, 256;\n" ::: "memory");
+  else
+    __syncthreads();
+}
+
+template <bool NAMED = false>
 static __device__ __forceinline__ void bwd80_dq_tile(const attn_params &p, int m) {
   extern __shared__ __align__(128) unsigned char bwd80_smem[];
   const float neg_inf = __int_as_float(0xff800000);
@@ -340,13 +352,13 @@ static __device__ __forceinline__ void bwd80_dq_tile(const attn_params &p, int m
     if (cls == 0)
       continue; /* uniform across the CTA */
 
-    __syncthreads(); /* the previous key tile is consumed */
+    bwd80_cta_sync<NAMED>(); /* the previous key tile is consumed */
     if (active) {
       bwd80_load<bwd80_bn, bwd80_dqk>(sk, kg, tk.stride[2], j0, p.Skv, tid);
       bwd80_load<bwd80_bn, bwd80_dv>(sv, vg, tv.stride[2], j0, p.Skv, tid);
     }
     bwd80_cp_async_wait_all(); /* also Q, dO on the first visit */
-    __syncthreads();
+    bwd80_cta_sync<NAMED>();
     if (!active)
       continue; /* to the next tile's barriers */
 

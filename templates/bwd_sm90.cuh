@@ -75,7 +75,7 @@ constexpr int bwd90_dv_cols = bwd90_split_d ? bwd90_dv / 2 : bwd90_dv;
 /* Queries in a warpgroup's S^T and dP^T (split-D: half the tile). */
 constexpr int bwd90_qn = bwd90_split_d ? 32 : 64;
 constexpr int bwd90_bm = 64;      /* queries per streamed tile */
-constexpr int bwd90_threads = 256; /* two warpgroups */
+constexpr int bwd90_threads = 256; /* two consumer warpgroups (+ the producer's 128) */
 constexpr bool bwd90_in_bf16 = attn_in_bf16;
 
 /* Shared memory, from a base rounded up to 1024 bytes: K, V (the CTA's
@@ -96,10 +96,17 @@ constexpr int bwd90_off_v = bwd90_k_bytes;
 constexpr int bwd90_off_q = bwd90_off_v + bwd90_v_bytes;
 constexpr int bwd90_off_do = bwd90_off_q + bwd90_stages * bwd90_q_bytes;
 constexpr int bwd90_off_ds = bwd90_off_do + bwd90_stages * bwd90_do_bytes;
-constexpr int bwd90_off_pt = bwd90_off_ds + bwd90_ds_bytes;
-constexpr int bwd90_off_stats = bwd90_off_pt + bwd90_pt_bytes;
+/* dRaw^T and Pd^T: two buffers each, by tile parity, so a warpgroup may
+ * write the next tile's while the other still reads this one's in its dQ
+ * GEMM (the barrier before dQ orders every reuse after that). */
+constexpr int bwd90_off_pt = bwd90_off_ds + 2 * bwd90_ds_bytes;
+constexpr int bwd90_off_stats = bwd90_off_pt + 2 * bwd90_pt_bytes;
+/* Per stage: mbarriers `full` (the producer's 32 lanes and its copies)
+ * and `empty` (the 8 consumer warps), and the tile slot {m, class}. */
+constexpr int bwd90_off_bars = bwd90_off_stats + bwd90_stages * bwd90_bm * 8;
+static_assert(bwd90_stages * 24 <= 128, "barriers and slots in 128 bytes");
 /* + 1024: the dynamic shared-memory base is rounded up to 1024 bytes. */
-constexpr int attn_bwd_sm90_smem_bytes = bwd90_off_stats + bwd90_stages * bwd90_bm * 8 + 1024;
+constexpr int attn_bwd_sm90_smem_bytes = bwd90_off_bars + 128 + 1024;
 static_assert(attn_bwd_sm90_smem_bytes <= 227 * 1024, "tiles exceed shared memory");
 /* The deterministic dQ tiles run bwd_sm80's code in the same memory. */
 static_assert(bwd90_split_d || attn_bwd_sm90_smem_bytes >= attn_bwd_sm80_smem_bytes,
@@ -110,14 +117,6 @@ static_assert((bwd90_bn * bwd90_dqk / 8) % bwd90_threads == 0 &&
               "whole copy rounds");
 
 /* ------------------------------------------------------ PTX wrappers */
-
-/* 8-byte global->shared copy; src_bytes 0 stores zeros. */
-static __device__ __forceinline__ void bwd90_cp_async8(unsigned dst, const void *src,
-                                                       int src_bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src),
-               "r"(src_bytes)
-               : "memory");
-}
 
 /* x, y added to the two f32 at ptr (8-byte aligned), one instruction. */
 static __device__ __forceinline__ void bwd90_red_add2(float *ptr, float x, float y) {
@@ -260,43 +259,32 @@ static __device__ __forceinline__ void bwd90_store_row(const float (&x)[N / 2], 
 /* ---------------------------------------------------- the main kernel */
 
 /* Grid (ceil(Skv / BN) [+ ceil(Sq / 64) in deterministic mode], H, B),
- * 256 threads, attn_bwd_sm90_smem_bytes of dynamic shared memory. The
- * scratch tensors are bwd_sm80's (delta, dQ's accumulator, GQA's dK/dV
- * accumulators). */
-__device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
+ * 384 threads (two consumer warpgroups, then the producer's),
+ * attn_bwd_sm90_smem_bytes of dynamic shared memory; tm: the q and dO
+ * tensor maps (64 x 64 boxes). The scratch tensors are bwd_sm80's
+ * (delta, dQ's accumulator, GQA's dK/dV accumulators). */
+__device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const attn_tmaps &tm) {
   extern __shared__ __align__(1024) unsigned char bwd90_smem[];
-#if !BWD90_SPLIT_D
-  {
-    /* Deterministic mode: CTAs past the key tiles compute dQ per query
-     * tile of 64 (uniform per CTA). */
-    const int n_key_tiles = (p.Skv + bwd90_bn - 1) / bwd90_bn;
-    if ((int)blockIdx.x >= n_key_tiles) {
-      bwd80_dq_tile(p, (int)blockIdx.x - n_key_tiles);
-      return;
-    }
-  }
-#endif
   const float neg_inf = __int_as_float(0xff800000);
   const float log2e = 1.4426950408889634f;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  /* Through a shuffle, so the compiler knows it is warp-uniform. */
-  const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
-  const int ww = warp & 3; /* 16 rows of the warpgroup's 64 per warp */
-  const int g = lane >> 2, t4 = lane & 3;
+  /* Through a shuffle, so the compiler knows it is warp-uniform: 0 and 1
+   * the consumers, 2 the producer. */
+  const int wgi = __shfl_sync(0xffffffffu, tid / 128, 0);
   const int h = blockIdx.y, b = blockIdx.z;
   const int hk = h / (p.H / p.Hk);
   const int j0 = blockIdx.x * bwd90_bn;
   const int j_last = min(j0 + bwd90_bn, p.Skv) - 1;
-  /* (Split-D: never; the runtime refuses the mode before a launch.) */
+  /* Deterministic mode: CTAs past the key tiles compute dQ per query
+   * tile of 64 (uniform per CTA; never in split-D mode, which the runtime
+   * refuses before a launch). */
+  const int n_key_tiles = (p.Skv + bwd90_bn - 1) / bwd90_bn;
+  const bool dq_cta = !bwd90_split_d && (int)blockIdx.x >= n_key_tiles;
   const bool det = !bwd90_split_d && bwd80_deterministic(p);
 
-  const attn_tensor_arg &tq = p.t[bwd80_tq], &tk = p.t[bwd80_tk], &tv = p.t[bwd80_tv];
-  const attn_tensor_arg &tdo = p.t[bwd80_tdo];
-  const unsigned short *qg = (const unsigned short *)tq.ptr + b * tq.stride[0] + h * tq.stride[1];
+  const attn_tensor_arg &tk = p.t[bwd80_tk], &tv = p.t[bwd80_tv];
   const unsigned short *kg = (const unsigned short *)tk.ptr + b * tk.stride[0] + hk * tk.stride[1];
   const unsigned short *vg = (const unsigned short *)tv.ptr + b * tv.stride[0] + hk * tv.stride[1];
-  const unsigned short *dog =
-      (const unsigned short *)tdo.ptr + b * tdo.stride[0] + h * tdo.stride[1];
   /* Rows of {delta, lse * log2(e)} (attn_bwd_sm80_delta). */
   const float *deltag =
       (const float *)p.t[bwd80_tdelta].ptr + 2 * ((long long)b * p.H + h) * p.Sq;
@@ -308,52 +296,123 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
   const unsigned base = (raw_base + 1023u) & ~1023u;
   const unsigned sk = base, sv = base + bwd90_off_v;
   const unsigned sq0 = base + bwd90_off_q, sdo0 = base + bwd90_off_do;
-  const unsigned sds = base + bwd90_off_ds, sstats = base + bwd90_off_stats;
-  const unsigned spt = base + bwd90_off_pt; /* split-D: Pd^T [key][query] */
+  const unsigned sds0 = base + bwd90_off_ds, spt0 = base + bwd90_off_pt;
+  const unsigned sstats = base + bwd90_off_stats, bars = base + bwd90_off_bars;
   const float2 *s_stats = (const float2 *)(bwd90_smem + (base - raw_base) + bwd90_off_stats);
-
+  auto bar_full = [&](int st) { return bars + 8u * st; };
+  auto bar_empty = [&](int st) { return bars + 8u * (bwd90_stages + st); };
+  auto tile_slot = [&](int st) { return bars + 8u * (2 * bwd90_stages + st); };
   const int n_m = (p.Sq + bwd90_bm - 1) / bwd90_bm;
-  auto next_live = [&](int m) {
-    for (; m < n_m; ++m) {
-      const int i0 = m * bwd90_bm;
-      if (attn_tile_class(b, h, i0, min(i0 + bwd90_bm, p.Sq) - 1, j0, j_last, p) != 0)
-        break;
-    }
-    return m;
-  };
-  /* Query tile m's Q, dO, lse and delta into stage st (one cp.async group
-   * with whatever else was issued since the last commit). */
-  auto issue = [&](int m, int st) {
-    const int i0 = m * bwd90_bm;
-    bwd90_load<bwd90_bm, bwd90_dqk>(sq0 + st * bwd90_q_bytes, qg, tq.stride[2], i0, p.Sq, tid);
-    bwd90_load<bwd90_bm, bwd90_dv>(sdo0 + st * bwd90_do_bytes, dog, tdo.stride[2], i0, p.Sq,
-                                   tid);
-    if (tid < bwd90_bm) {
-      const int i = i0 + tid;
-      const bool in = i < p.Sq;
-      bwd90_cp_async8(sstats + (unsigned)((st * bwd90_bm + tid) * 8), deltag + (in ? 2 * i : 0),
-                      in ? 8 : 0);
-    }
-  };
 
+  if (tid == 0) {
+    for (int st = 0; st < bwd90_stages; ++st) {
+      attn_mbar_init(bar_full(st), 33); /* lane 0's expect_tx, then all 32 lanes */
+      attn_mbar_init(bar_empty(st), 8); /* one arrive per consumer warp */
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (wgi == 2) {
+    /* ---------------------------------------------------- producer */
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
+    if (dq_cta || warp != 8)
+      return;
+    /* One warp walks the query tiles (its lanes classify 32 candidates at
+     * once); per live tile, after the consumers free a stage: lane 0 the
+     * tile's slot and its Q and dO boxes by TMA, every lane two rows of
+     * {delta, lse log2 e} (plain loads: 8-byte rows, which TMA cannot
+     * box); then each lane arrives. A slot of m = -1 ends the loop. */
+    const attn_tmap *mq = &tm.m[ATTN_TMAP_Q], *mdo = &tm.m[ATTN_TMAP_DO];
+    if (lane == 0) {
+      attn_prefetch_tmap(mq);
+      attn_prefetch_tmap(mdo);
+    }
+    int chunk = 0, base_m = 0;
+    unsigned live = 0, fullm = 0;
+    auto pop = [&](int &m, int &cls) {
+      while (live == 0 && chunk < n_m) {
+        const int c = chunk + lane;
+        int k = 0;
+        if (c < n_m) {
+          const int i0 = c * bwd90_bm;
+          k = attn_tile_class(b, h, i0, min(i0 + bwd90_bm, p.Sq) - 1, j0, j_last, p);
+        }
+        live = __ballot_sync(0xffffffffu, k != 0);
+        fullm = __ballot_sync(0xffffffffu, k == 2);
+        base_m = chunk;
+        chunk += 32;
+      }
+      if (live == 0)
+        return false;
+      const int bit = __ffs(live) - 1;
+      m = base_m + bit;
+      cls = (fullm >> bit) & 1u ? 2 : 1;
+      live &= live - 1u;
+      return true;
+    };
+    for (int it = 0;; ++it) {
+      int m = -1, cls = 0;
+      const bool have = pop(m, cls);
+      const int st = it % bwd90_stages, ph = (it / bwd90_stages) & 1;
+      attn_mbar_wait(bar_empty(st), ph ^ 1);
+      if (lane == 0) {
+        asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(tile_slot(st)), "r"(m), "r"(cls)
+                     : "memory");
+        if (have) {
+          const int i0 = m * bwd90_bm;
+          attn_mbar_expect_tx(bar_full(st), bwd90_q_bytes + bwd90_do_bytes);
+#pragma unroll
+          for (int c = 0; c < bwd90_dqk / 64; ++c)
+            attn_tma_load4(sq0 + st * bwd90_q_bytes + c * bwd90_bm * 128, mq, bar_full(st),
+                           c * 64, i0, h, b);
+#pragma unroll
+          for (int c = 0; c < bwd90_dv / 64; ++c)
+            attn_tma_load4(sdo0 + st * bwd90_do_bytes + c * bwd90_bm * 128, mdo, bar_full(st),
+                           c * 64, i0, h, b);
+        } else {
+          attn_mbar_arrive(bar_full(st));
+        }
+      }
+      if (have) {
+        /* Rows past Sq: {0, 0}, as Q and dO are zero there (TMA's fill):
+         * their products are 0 whatever P is. */
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int row = 2 * lane + r, i = m * bwd90_bm + row;
+          const float2 v = i < p.Sq ? *(const float2 *)(deltag + 2 * i) : make_float2(0.f, 0.f);
+          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(
+                           sstats + (unsigned)((st * bwd90_bm + row) * 8)),
+                       "f"(v.x), "f"(v.y)
+                       : "memory");
+        }
+      }
+      attn_mbar_arrive(bar_full(st));
+      if (!have)
+        return;
+    }
+  }
+
+  /* ------------------------------------------------------ consumers */
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
+#if !BWD90_SPLIT_D
+  if (dq_cta) {
+    bwd80_dq_tile<true>(p, (int)blockIdx.x - n_key_tiles);
+    return;
+  }
+#endif
+  const int wg = wgi;
+  const int ww = warp & 3; /* 16 rows of the warpgroup's 64 per warp */
+  const int g = lane >> 2, t4 = lane & 3;
+
+  /* K and V once, by the consumers; visible to wgmma before the loop. */
   bwd90_load<bwd90_bn, bwd90_dqk>(sk, kg, tk.stride[2], j0, p.Skv, tid);
   bwd90_load<bwd90_bn, bwd90_dv>(sv, vg, tv.stride[2], j0, p.Skv, tid);
-  /* The first stages - 1 live tiles into stages 0.., one cp.async group
-   * each (the first with K and V); every loop turn commits one more group
-   * (empty near the end), so waiting for all but the newest stages - 2
-   * groups means the current tile has landed. `last`: the last tile
-   * issued. */
-  int m = next_live(0);
-  if (m < n_m)
-    issue(m, 0);
   attn_cp_async_commit();
-  int last = m;
-  if constexpr (bwd90_stages == 3) {
-    last = m < n_m ? next_live(m + 1) : n_m;
-    if (last < n_m)
-      issue(last, 1);
-    attn_cp_async_commit();
-  }
+  attn_cp_async_wait<0>();
+  attn_fence_proxy_async();
+  attn_named_sync(1);
 
   float dk[bwd90_dk_cols / 2], dv[bwd90_dv_cols / 2];
   /* A tile's dQ part (times the folded scale) goes into the accumulator
@@ -400,7 +459,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
    * 64) 2 bytes into its rows (D 64: 32 w, 64 bytes in). */
   const unsigned long long dk_k = attn_wgmma_desc(k_wg, 16, 1024);
   const unsigned long long dv_k = attn_wgmma_desc(v_wg, 16, 1024);
-  const unsigned long long dds_mn = attn_wgmma_desc(sds, bwd90_bn * 128, 1024);
+  const unsigned long long dds_mn0 = attn_wgmma_desc(sds0, bwd90_bn * 128, 1024);
   unsigned long long dkq_mn[dq_passes];
 #pragma unroll
   for (int c = 0; c < dq_passes; ++c) {
@@ -408,18 +467,20 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
     dkq_mn[c] = attn_wgmma_desc(sk + (col0 >> 6) * bwd90_bn * 128 + (col0 & 63) * 2,
                                 bwd90_bn * 128, 1024);
   }
-  /* Split-D: the 64-column blocks of dO and Q this warpgroup's dV and dK
-   * take (byte offset of its first block in a stage). */
-  const unsigned dv_blk = bwd90_split_d ? wg * (bwd90_dv_cols / 64) * bwd90_bm * 128 : 0;
-  const unsigned dk_blk = bwd90_split_d ? wg * (bwd90_dk_cols / 64) * bwd90_bm * 128 : 0;
+#if BWD90_SPLIT_D
+  /* The 64-column blocks of dO and Q this warpgroup's dV and dK take
+   * (byte offset of its first block in a stage). */
+  const unsigned dv_blk = wg * (bwd90_dv_cols / 64) * bwd90_bm * 128;
+  const unsigned dk_blk = wg * (bwd90_dk_cols / 64) * bwd90_bm * 128;
+#endif
   const int jl_row = wg * bwd90_key_wg + ww * 16 + g; /* this lane's first key row in the tile */
   /* The first of this warpgroup's queries in S^T and dP^T (split-D: its
    * half of the tile). */
   const int q_off = bwd90_split_d ? wg * bwd90_qn : 0;
   /* Split-D: A descriptors of Pd^T and dRaw^T as K-major operands (dV's
    * and dK's GEMMs, k: the tile's 64 queries). */
-  const unsigned long long dpt_k = attn_wgmma_desc(spt, 16, 1024);
-  const unsigned long long dds_k = attn_wgmma_desc(sds, 16, 1024);
+  const unsigned long long dpt_k0 = attn_wgmma_desc(spt0, 16, 1024);
+  const unsigned long long dds_k0 = attn_wgmma_desc(sds0, 16, 1024);
   /* dRaw at one element by the derived chain rule, with the bias
    * gradients. */
   auto draw_at = [&](float ds, float acc, int i, int j) {
@@ -433,32 +494,38 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
 #if defined(ATTN_DROPOUT)
   const attn_dropout_t drop_t = attn_dropout_params(p);
 #endif
-  /* This thread's copies of the next tile's stage (all groups but the
-   * newest stages - 2) have landed; made visible to wgmma's async proxy. Done at the
-   * end of the tile before, ahead of its dQ atomics: a proxy fence waits
-   * for this thread's outstanding atomics too (ncu: a tenth of the stall
-   * samples, with the fence at the top of the tile). */
-  auto next_stage_ready = [&]() {
-    attn_cp_async_wait<bwd90_stages - 2>();
-    attn_fence_proxy_async();
-  };
-  next_stage_ready(); /* the first tile's (and K, V) */
-  for (int st = 0; m < n_m; st = st == bwd90_stages - 1 ? 0 : st + 1) {
-    /* Every thread's copies of stage st are visible; every thread is done
-     * with the last tile (its stage and dRaw^T may be written again). */
-    __syncthreads();
-    /* The live tile after the last issued into the last tile's stage
-     * (three stages: the tile after next; two: the next). */
-    const int nl = last < n_m ? next_live(last + 1) : n_m;
-    if (nl < n_m)
-      issue(nl, st == 0 ? bwd90_stages - 1 : st - 1);
-    attn_cp_async_commit();
+  for (int it = 0;; ++it) {
+    const int st = it % bwd90_stages;
+    /* The stage's tile has landed (its copies and the producer's slot
+     * and row stores). */
+    attn_mbar_wait(bar_full(st), (it / bwd90_stages) & 1);
+    int m, cls;
+    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n"
+                 : "=r"(m), "=r"(cls)
+                 : "r"(tile_slot(st))
+                 : "memory");
+    if (m < 0)
+      break;
+    /* This warp is done with the stage: every wgmma that reads it has
+     * completed (called after a wait for all of them). */
+    auto release_stage = [&]() {
+      __syncwarp();
+      if (lane == 0)
+        attn_mbar_arrive(bar_empty(st));
+    };
+    /* This tile's dRaw^T and Pd^T buffers (by parity). */
+    const unsigned buf = (unsigned)(it & 1);
+    const unsigned sds = sds0 + buf * bwd90_ds_bytes, spt = spt0 + buf * bwd90_pt_bytes;
+    const unsigned long long dds_mn = attn_wgmma_desc_add(dds_mn0, buf * bwd90_ds_bytes);
+    [[maybe_unused]] const unsigned long long dds_k =
+        attn_wgmma_desc_add(dds_k0, buf * bwd90_ds_bytes);
+    [[maybe_unused]] const unsigned long long dpt_k =
+        attn_wgmma_desc_add(dpt_k0, buf * bwd90_pt_bytes);
 
     const unsigned sq = sq0 + st * bwd90_q_bytes, sdo = sdo0 + st * bwd90_do_bytes;
     const float2 *s_row = s_stats + st * bwd90_bm; /* {delta, lse log2 e} per query */
     const int i0 = m * bwd90_bm;
     const int i_last = min(i0 + bwd90_bm, p.Sq) - 1;
-    const int cls = attn_tile_class(b, h, i0, i_last, j0, j_last, p);
     const bool full = cls == 2 && i0 + bwd90_bm <= p.Sq && j0 + bwd90_bn <= p.Skv;
 
     /* The K-major descriptors of this stage's Q and dO (16-element k
@@ -655,7 +722,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
       /* dQ += dRaw K (M: the 64 queries). A = dRaw from dRaw^T [key]
        * [query], B = K [key][d]: both MN-major. */
       attn_fence_proxy_async(); /* the st.shared above, for wgmma */
-      __syncthreads(); /* both warpgroups' dRaw^T */
+      attn_named_sync(1); /* both warpgroups' dRaw^T (and Pd^T) */
       /* Warpgroup w: dQ's columns D/2 w.. (half of them) over all the
        * CTA's keys, so each element of the tile is added to the
        * accumulator once; at D 256 in two passes of 64 columns. */
@@ -704,14 +771,14 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
         }
         dq_row = dqa + (long long)ia * bwd90_dqk + dcol + 2 * t4;
         dq_rows = (unsigned)(ia < p.Sq) | (unsigned)(ia + 8 < p.Sq) << 1;
-        if (c == 0)
-          next_stage_ready(); /* before this tile's atomics */
+        if (c == dq_passes - 1)
+          release_stage(); /* before this pass's atomics */
         if constexpr (!dq_defer)
           flush_dq();
       }
     } else {
       attn_wgmma_wait<0>();
-      next_stage_ready();
+      release_stage();
     }
 #pragma unroll
     for (int r = 0; r < bwd90_dk_cols / 2; ++r)
@@ -726,11 +793,8 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p) {
         attn_fence_reg(pa[kk][x]);
         attn_fence_reg(ra[kk][x]);
       }
-    m = bwd90_stages == 3 ? last : nl;
-    last = nl;
   }
   flush_dq(); /* the last tile's */
-  attn_cp_async_wait<0>(); /* K and V, when no query tile was visited */
 
 #if defined(ATTN_BWD_BIAS) && ATTN_BWD_NRED > 0
   /* Biases over b and h only: one atomic per warp (not in deterministic

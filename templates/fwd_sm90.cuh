@@ -106,54 +106,6 @@ constexpr int fwd90_o_regs = fwd90_dv / 2;
 
 /* ------------------------------------------------------ PTX wrappers */
 
-static __device__ __forceinline__ void fwd90_bar_init(unsigned bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count)
-               : "memory");
-}
-
-static __device__ __forceinline__ void fwd90_bar_expect_tx(unsigned bar, int bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar),
-               "r"(bytes)
-               : "memory");
-}
-
-static __device__ __forceinline__ void fwd90_bar_arrive(unsigned bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-
-/* Spins until the phase of the given parity has completed. */
-static __device__ __forceinline__ void fwd90_bar_wait(unsigned bar, int parity) {
-  asm volatile("{\n .reg .pred done;\n"
-               "wait_%=:\n"
-               " mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-               " @!done bra wait_%=;\n}\n" ::"r"(bar),
-               "r"(parity)
-               : "memory");
-}
-
-/* One TMA box (64 columns x rows) of a 4-D tensor into shared memory,
- * completing on bar. Coordinates: column, row, head, batch. */
-static __device__ __forceinline__ void fwd90_tma_load(unsigned dst, const attn_tmap *map,
-                                                      unsigned bar, int c0, int c1,
-                                                      int c2, int c3) {
-  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::"
-               "complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
-               "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
-               : "memory");
-}
-
-static __device__ __forceinline__ void fwd90_prefetch_tmap(const attn_tmap *map) {
-  asm volatile("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
-}
-
-/* Named barriers 1 and 2 order the two consumer warpgroups' GEMMs. */
-static __device__ __forceinline__ void fwd90_named_sync(int id) {
-  asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory");
-}
-static __device__ __forceinline__ void fwd90_named_arrive(int id) {
-  asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory");
-}
-
 static __device__ __forceinline__ unsigned fwd90_pack_in(float lo, float hi) {
   return attn_pack2<fwd90_in_bf16>(lo, hi);
 }
@@ -328,13 +280,13 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
   auto stage_slot = [&](int s) { return tile_slot + 8u * (1 + s); };
 
   if (tid == 0) {
-    fwd90_bar_init(bar_q, 1);
-    fwd90_bar_init(bar_q_empty, 8); /* one arrive per consumer warp */
+    attn_mbar_init(bar_q, 1);
+    attn_mbar_init(bar_q_empty, 8); /* one arrive per consumer warp */
     for (int s = 0; s < fwd90_stages; ++s) {
-      fwd90_bar_init(bar_k(s), 1);
-      fwd90_bar_init(bar_v(s), 1);
-      fwd90_bar_init(bar_empty(s), 8); /* one arrive per consumer warp */
-      fwd90_bar_init(bar_empty_v(s), 8);
+      attn_mbar_init(bar_k(s), 1);
+      attn_mbar_init(bar_v(s), 1);
+      attn_mbar_init(bar_empty(s), 8); /* one arrive per consumer warp */
+      attn_mbar_init(bar_empty_v(s), 8);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
@@ -355,9 +307,9 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
     const attn_tmap *mk = &tm.m[ATTN_TMAP_K];
     const attn_tmap *mv = &tm.m[ATTN_TMAP_V];
     if (lane == 0) {
-      fwd90_prefetch_tmap(mq);
-      fwd90_prefetch_tmap(mk);
-      fwd90_prefetch_tmap(mv);
+      attn_prefetch_tmap(mq);
+      attn_prefetch_tmap(mk);
+      attn_prefetch_tmap(mv);
     }
     unsigned long long visited = 0;
     int it = 0, tq = 0; /* K/V stage uses and Q loads, over all tiles */
@@ -372,10 +324,10 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       }
       if (t >= n_tiles) {
         if constexpr (fwd90_persistent) { /* the end marker, as a Q phase */
-          fwd90_bar_wait(bar_q_empty, (tq & 1) ^ 1);
+          attn_mbar_wait(bar_q_empty, (tq & 1) ^ 1);
           if (lane == 0) {
             asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(tile_slot), "r"(t) : "memory");
-            fwd90_bar_arrive(bar_q);
+            attn_mbar_arrive(bar_q);
           }
         }
         break;
@@ -423,7 +375,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
        * only a free stage and so may start earlier. */
       bool q_sent = false;
       auto send_q = [&]() {
-        fwd90_bar_wait(bar_q_empty, (tq & 1) ^ 1);
+        attn_mbar_wait(bar_q_empty, (tq & 1) ^ 1);
         /* The consumers read the slot after this phase of bar_q, which
          * the arrive below releases; they read the last value before
          * their q-empty arrive, so overwriting it now is safe. */
@@ -431,10 +383,10 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
           asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(tile_slot), "r"(t),
                        "r"(any ? 1 : 0)
                        : "memory");
-          fwd90_bar_expect_tx(bar_q, fwd90_q_bytes);
+          attn_mbar_expect_tx(bar_q, fwd90_q_bytes);
 #pragma unroll
           for (int c = 0; c < fwd90_dqk / 64; ++c)
-            fwd90_tma_load(sq + c * fwd90_bm * 128, mq, bar_q, c * 64, i0, h, b);
+            attn_tma_load4(sq + c * fwd90_bm * 128, mq, bar_q, c * 64, i0, h, b);
         }
         q_sent = true;
       };
@@ -444,7 +396,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
         int nn = 0, ncls = 0;
         const bool have_next = pop(nn, ncls);
         const int st = it % fwd90_stages, ph = (it / fwd90_stages) & 1;
-        fwd90_bar_wait(bar_empty(st), ph ^ 1);
+        attn_mbar_wait(bar_empty(st), ph ^ 1);
         const unsigned ks = skv + st * fwd90_stage_bytes;
         const unsigned vs = ks + fwd90_k_bytes;
         if (lane == 0) {
@@ -453,17 +405,17 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
           asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(stage_slot(st)), "r"(n),
                        "r"(cls | (have_next ? 0 : 4))
                        : "memory");
-          fwd90_bar_expect_tx(bar_k(st), fwd90_k_bytes);
+          attn_mbar_expect_tx(bar_k(st), fwd90_k_bytes);
 #pragma unroll
           for (int c = 0; c < fwd90_dqk / 64; ++c)
-            fwd90_tma_load(ks + c * fwd90_bn * 128, mk, bar_k(st), c * 64, n * fwd90_bn, hk, b);
+            attn_tma_load4(ks + c * fwd90_bn * 128, mk, bar_k(st), c * 64, n * fwd90_bn, hk, b);
         }
-        fwd90_bar_wait(bar_empty_v(st), ph ^ 1);
+        attn_mbar_wait(bar_empty_v(st), ph ^ 1);
         if (lane == 0) {
-          fwd90_bar_expect_tx(bar_v(st), fwd90_v_bytes);
+          attn_mbar_expect_tx(bar_v(st), fwd90_v_bytes);
 #pragma unroll
           for (int c = 0; c < fwd90_dv / 64; ++c)
-            fwd90_tma_load(vs + c * fwd90_bn * 128, mv, bar_v(st), c * 64, n * fwd90_bn, hk, b);
+            attn_tma_load4(vs + c * fwd90_bn * 128, mv, bar_v(st), c * 64, n * fwd90_bn, hk, b);
         }
         ++visited;
         ++it;
@@ -498,7 +450,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       break;
     /* The work tile and whether any of its key tiles is live. */
     int any = 0;
-    fwd90_bar_wait(bar_q, tq & 1);
+    attn_mbar_wait(bar_q, tq & 1);
     {
       int slot_t;
       asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n"
@@ -528,12 +480,12 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
     float row_sum[2] = {0.f, 0.f};         /* this lane's partial sums */
 
     if (wg == 1 && any)
-      fwd90_named_arrive(1); /* warpgroup 0 goes first */
+      attn_named_arrive(1); /* warpgroup 0 goes first */
     int it = 0, pst = 0, pph = 0; /* it: this tile's key tiles so far */
     for (bool more = any; more;) {
       const int st = git % fwd90_stages, ph = (git / fwd90_stages) & 1;
       const unsigned ks = skv + st * fwd90_stage_bytes;
-      fwd90_bar_wait(bar_k(st), ph);
+      attn_mbar_wait(bar_k(st), ph);
       /* The key tile the producer loaded into this stage, its class and
        * whether it is the work tile's last (read before this warp's
        * K-empty arrive below, after which the producer may rewrite it). */
@@ -560,7 +512,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
 
       /* Our turn at the tensor cores: S = Q K^T, and O += P V of the
        * previous tile, both asynchronous. */
-      fwd90_named_sync(my_turn);
+      attn_named_sync(my_turn);
       attn_wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < fwd90_dqk / 16; ++kk) {
@@ -573,7 +525,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       attn_wgmma_commit();
       if (it > 0) {
         const unsigned vs = skv + pst * fwd90_stage_bytes + fwd90_k_bytes;
-        fwd90_bar_wait(bar_v(pst), pph);
+        attn_mbar_wait(bar_v(pst), pph);
 #pragma unroll
         for (int kk = 0; kk < fwd90_bn / 16; ++kk) {
           const unsigned long long dv = attn_wgmma_desc(vs + kk * 16 * 128, fwd90_bn * 128, 1024);
@@ -584,14 +536,14 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
        * below means "S is done" on every path. */
       attn_wgmma_commit();
       if (!(wg == 1 && !more))
-        fwd90_named_arrive(other_turn);
+        attn_named_arrive(other_turn);
 
       attn_wgmma_wait<1>(); /* S is done; P V may still run */
 #pragma unroll
       for (int r = 0; r < fwd90_s_regs; ++r)
         attn_fence_reg(s[r]);
       if (lane == 0)
-        fwd90_bar_arrive(bar_empty(st)); /* its K may be refilled */
+        attn_mbar_arrive(bar_empty(st)); /* its K may be refilled */
 
       /* The score chain; masked elements become -inf. */
       const int jc = j0 + 2 * t4;
@@ -675,7 +627,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
         for (int e = 0; e < 4; ++e)
           asm volatile("" : "+r"(pa[kk][e])::"memory");
       if (it > 0 && lane == 0)
-        fwd90_bar_arrive(bar_empty_v(pst)); /* its V may be refilled */
+        attn_mbar_arrive(bar_empty_v(pst)); /* its V may be refilled */
 #pragma unroll
       for (int nb = 0; nb < fwd90_dv / 8; ++nb) {
         o[nb * 4 + 0] *= alpha[0];
@@ -699,7 +651,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
     }
     if (it > 0) { /* the last tile's P V */
       const unsigned vs = skv + pst * fwd90_stage_bytes + fwd90_k_bytes;
-      fwd90_bar_wait(bar_v(pst), pph);
+      attn_mbar_wait(bar_v(pst), pph);
       attn_wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < fwd90_bn / 16; ++kk) {
@@ -712,12 +664,12 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       for (int r = 0; r < fwd90_o_regs; ++r)
         attn_fence_reg(o[r]);
       if (lane == 0)
-        fwd90_bar_arrive(bar_empty_v(pst));
+        attn_mbar_arrive(bar_empty_v(pst));
     }
     /* Every GEMM that read this tile's Q is done: the producer may load
      * the next one while we store O. */
     if (lane == 0)
-      fwd90_bar_arrive(bar_q_empty);
+      attn_mbar_arrive(bar_q_empty);
 
     /* Normalize and store, straight from the accumulators. */
 #pragma unroll

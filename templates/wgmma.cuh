@@ -59,6 +59,62 @@ attn_wgmma_desc_add(unsigned long long desc, unsigned bytes) {
   return (desc & 0xFFFFFFFF00000000ull) | lo;
 }
 
+
+/* ------------------------------------------- mbarriers, TMA, named barriers
+ * (fwd_sm90's and bwd_sm90's producer/consumer pipelines). */
+
+[[maybe_unused]] static __device__ __forceinline__ void attn_mbar_init(unsigned bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count)
+               : "memory");
+}
+
+/* One arrival that also expects `bytes` of transactions (the TMA copies
+ * completing on this barrier). */
+[[maybe_unused]] static __device__ __forceinline__ void attn_mbar_expect_tx(unsigned bar,
+                                                                          int bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar),
+               "r"(bytes)
+               : "memory");
+}
+
+[[maybe_unused]] static __device__ __forceinline__ void attn_mbar_arrive(unsigned bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+/* Spins until the phase of the given parity has completed. */
+[[maybe_unused]] static __device__ __forceinline__ void attn_mbar_wait(unsigned bar, int parity) {
+  asm volatile("{\n .reg .pred done;\n"
+               "wait_%=:\n"
+               " mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+               " @!done bra wait_%=;\n}\n" ::"r"(bar),
+               "r"(parity)
+               : "memory");
+}
+
+/* One TMA box (64 columns x rows) of a 4-D tensor into shared memory,
+ * completing on bar. Coordinates: column, row, head, batch. */
+[[maybe_unused]] static __device__ __forceinline__ void attn_tma_load4(unsigned dst,
+                                                                     const attn_tmap *map,
+                                                                     unsigned bar, int c0, int c1,
+                                                                     int c2, int c3) {
+  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::"
+               "complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
+               "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+               : "memory");
+}
+
+[[maybe_unused]] static __device__ __forceinline__ void attn_prefetch_tmap(const attn_tmap *map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
+}
+
+/* Named barrier `id` over the 256 threads of two consumer warpgroups. */
+[[maybe_unused]] static __device__ __forceinline__ void attn_named_sync(int id) {
+  asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory");
+}
+[[maybe_unused]] static __device__ __forceinline__ void attn_named_arrive(int id) {
+  asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory");
+}
+
 /* m64n64k16, A and B K-major from shared memory. */
 #define ATTN_WGMMA_SS64_KK(T) \
   asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0;\n" \
