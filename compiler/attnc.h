@@ -652,11 +652,6 @@ typedef struct KernelInfo {
    * take bwd_threads / 32 rows per CTA. */
   const char *bwd_entry[4];
   int bwd_threads, bwd_smem_bytes, bwd_block_n;
-  /* bwd_sm90: the TMA box rows of the main kernel's q and dO tensor maps,
-   * which it takes as its second parameter (attn_tmaps: ATTN_TMAP_Q,
-   * ATTN_TMAP_DO), and it runs bwd_threads + 128 threads (a producer
-   * warpgroup); 0: attn_params alone and bwd_threads. */
-  int bwd_tma_rows;
   /* Separable mask conjuncts (emit_sep.c): the prep kernel that writes
    * their sides' per-tile ranges into the workspace attn_params.
    * mask_ranges points to (grid (2, H or 1, B), SEP_PREP_THREADS
@@ -665,6 +660,11 @@ typedef struct KernelInfo {
    * workspace's regions (SEP_REGION_*), 0 where a region is absent. */
   const char *prep_entry;
   int prep_cell_bytes[4];
+  /* bwd_sm90: the TMA box rows of the main kernel's q and dO tensor maps,
+   * which it takes as its second parameter (attn_tmaps: ATTN_TMAP_Q,
+   * ATTN_TMAP_DO), and it runs bwd_threads + 128 threads (a producer
+   * warpgroup); 0: attn_params alone and bwd_threads. */
+  int bwd_tma_rows;
 } KernelInfo;
 
 typedef struct EmitResult {

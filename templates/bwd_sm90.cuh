@@ -10,13 +10,17 @@
  * attn_keep, attn_tile_class, attn_dropout_words, attn_bwd_draw or, with
  * bias gradients, attn_bwd_draw_bias and attn_bwd_bias_flush).
  *
- * attn_bwd_sm90_main: one CTA of two warpgroups (256 threads) per (key
- * tile of 128, head, batch); warpgroup w owns keys 64w..64w+63 of the
- * tile. K and V are loaded once and stay in shared memory; the query
- * tiles the masks let through (64 rows of Q and dO, with lse and delta)
- * stream past through three cp.async stages, the copy of the tile after
- * next issued as a tile starts. Per query tile, keys as the M
- * dimension of every warpgroup's products:
+ * attn_bwd_sm90_main: one CTA per (key tile of 128, head, batch) of three
+ * warpgroups: two consumers (256 threads, 240 registers each by
+ * setmaxnreg; warpgroup w owns keys 64w..64w+63 of the tile) and a
+ * producer (24 registers; one warp works). K and V are loaded once by the
+ * consumers and stay in shared memory. The producer walks the query tiles
+ * the masks let through (its lanes classify 32 at once) and streams each
+ * through three stages: Q and dO (64 rows) by TMA, the rows' {delta, lse
+ * log2 e} by its lanes, the tile's index and class in a slot, all
+ * completing on the stage's `full` mbarrier; a consumer warp frees the
+ * stage (`empty`) once its last wgmma reading it has completed. Per query
+ * tile, keys as the M dimension of every warpgroup's products:
  *   S^T  = K Q^T          wgmma m64n64, both operands from shared memory
  *   dP^T = V dO^T         the same
  *   P^T, dS^T, dRaw^T     per element in the accumulators (the hooks)
@@ -24,21 +28,22 @@
  *                         layout is the A fragment layout), B = dO through
  *                         an MN-major (transposed) descriptor
  *   dK  += dRaw^T Q       the same with Q
- *   dQ  += dRaw K         dRaw^T written to shared memory [key][query];
- *                         wgmma with A and B both MN-major; warpgroup w
- *                         computes half of dQ's columns (D/2 from
- *                         D/2 w) over all 128 keys. The 64 x D/2 result
- *                         goes into the accumulator by element atomics
- *                         (red.global.add.v2.f32; per-row bulk reductions
- *                         through shared memory measured slower, 3-29%,
- *                         bench/NOTES-sm90.md).
- * Two CTA barriers per query tile (the stage has landed and the last
- * tile's buffers are free; both warpgroups' dRaw^T are written) and no
- * other synchronisation between the warpgroups.
+ *   dQ  += dRaw K         dRaw^T written to shared memory [key][query]
+ *                         (two buffers, by tile parity); wgmma with A and
+ *                         B both MN-major; warpgroup w computes half of
+ *                         dQ's columns (D/2 from D/2 w) over all 128 keys.
+ *                         The 64 x D/2 result goes into the accumulator by
+ *                         element atomics (red.global.add.v2.f32; per-row
+ *                         bulk reductions through shared memory measured
+ *                         slower, 3-29%, bench/NOTES-sm90.md).
+ * One barrier between the consumers per query tile (named barrier 1,
+ * before dQ: both warpgroups' dRaw^T are written; with two dRaw^T buffers
+ * it also orders every buffer's reuse after the other warpgroup's dQ).
  * dK and dV are stored at the end as bwd_sm80 stores them (f32 atomics
  * or per-head accumulators with GQA). Deterministic mode: as bwd_sm80,
- * extra CTAs past the key tiles run bwd80_dq_tile (its first four warps)
- * and the key-tile CTAs skip their dQ atomics.
+ * extra CTAs past the key tiles run bwd80_dq_tile (the consumers' first
+ * four warps, named barrier 1; the producer leaves) and the key-tile CTAs
+ * skip their dQ atomics. Split-D mode (head dim 256): below.
  *
  * Shared-memory tiles are laid out as the forward's TMA boxes land: D/64
  * blocks of [rows][64 elements], 16-byte chunk c of row r at (c ^ (r & 7))
@@ -79,12 +84,14 @@ constexpr int bwd90_threads = 256; /* two consumer warpgroups (+ the producer's 
 constexpr bool bwd90_in_bf16 = attn_in_bf16;
 
 /* Shared memory, from a base rounded up to 1024 bytes: K, V (the CTA's
- * keys), three stages of Q and of dO (two at D 256), dRaw^T [keys][64
- * queries], at D 256 Pd^T likewise, per stage the query tile's {delta,
- * lse log2 e} pairs. compiler/match_bwd.c computes the same total (640
- * (D_QK + D_V) + 18944; D 256: 384 (D_QK + D_V) + 18432). Three stages, not
+ * keys), three stages of Q and of dO (two at D 256), two buffers of
+ * dRaw^T [keys][64 queries] (and at D 256 of Pd^T), per stage the query
+ * tile's {delta, lse log2 e} pairs, the mbarriers and slots.
+ * compiler/match_bwd.c computes the same total (640 (D_QK + D_V) + 35456;
+ * D 256: 384 (D_QK + D_V) + 34944). Three stages, not
  * two: with two, a tile's copy (issued one tile ahead) had often not
- * landed when the tile began (ncu: a quarter of the stall samples). */
+ * landed when the tile began (ncu: a quarter of the stall samples; with
+ * the producer warpgroup four stages at D 64 measured 3% slower). */
 constexpr int bwd90_stages = bwd90_split_d ? 2 : 3; /* D 256: three do not fit */
 constexpr int bwd90_k_bytes = bwd90_bn * bwd90_dqk * 2;
 constexpr int bwd90_v_bytes = bwd90_bn * bwd90_dv * 2;

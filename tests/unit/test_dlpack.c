@@ -20,7 +20,7 @@ static const char src[] =
     "  output o : bf16[B, H, Sq, 64];\n"
     "}\n";
 static const unsigned char fake[] = {1};
-static const attn_embedded_kernel kern[] = {{"g", "attn_g_fwd", 128, 0, 64, 0, 0, {NULL, NULL, NULL, NULL}, 0, 0, 0, NULL, {0, 0, 0, 0}}};
+static const attn_embedded_kernel kern[] = {{"g", "attn_g_fwd", 128, 0, 64, 0, 0, {NULL, NULL, NULL, NULL}, 0, 0, 0, NULL, {0, 0, 0, 0}, 0}};
 static const attn_embedded_image images[] = {
     {"sm_80", 0, fake, sizeof fake, kern, 1}};
 static const attn_embedded em = {ATTN_EMBEDDED_FORMAT, ATTN_ABI_VERSION,

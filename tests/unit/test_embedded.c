@@ -21,7 +21,7 @@ static const char src[] =
     "}\n";
 static const unsigned char fake_cubin[] = {0x7f, 'E', 'L', 'F', 0};
 static const unsigned char fake_ptx[] = ".version 8.0\n";
-static const attn_embedded_kernel kern[] = {{"sdpa", "attn_sdpa_fwd", 128, 0, 64, 0, 0, {NULL, NULL, NULL, NULL}, 0, 0, 0, NULL, {0, 0, 0, 0}}};
+static const attn_embedded_kernel kern[] = {{"sdpa", "attn_sdpa_fwd", 128, 0, 64, 0, 0, {NULL, NULL, NULL, NULL}, 0, 0, 0, NULL, {0, 0, 0, 0}, 0}};
 static const attn_embedded_image images[] = {
     {"sm_80", 0, fake_cubin, sizeof fake_cubin, kern, 1},
     {"sm_90a", 0, fake_cubin, sizeof fake_cubin, kern, 1},
@@ -128,7 +128,7 @@ Test(embedded, bad_format_and_bad_source) {
 
 Test(embedded, mismatched_kernel_table_is_skipped) {
   /* A table naming another graph cannot describe this source. */
-  static const attn_embedded_kernel wrong[] = {{"other", "e", 128, 0, 64, 0, 0, {NULL, NULL, NULL, NULL}, 0, 0, 0, NULL, {0, 0, 0, 0}}};
+  static const attn_embedded_kernel wrong[] = {{"other", "e", 128, 0, 64, 0, 0, {NULL, NULL, NULL, NULL}, 0, 0, 0, NULL, {0, 0, 0, 0}, 0}};
   static const attn_embedded_image im[] = {
       {"sm_80", 0, fake_cubin, sizeof fake_cubin, wrong, 1}};
   attn_embedded e = em;

@@ -83,7 +83,7 @@ static void setup(void) {
   Arena *a = arena_new();
   IrModule *ir = make_ir(a);
   ir_graph = ir->graphs[0];
-  KernelInfo ki = {"g", "attn_g_fwd", 128, 0, 64, 0, 0, 0, {NULL, NULL, NULL, NULL}, 0, 0, 0, NULL, {0, 0, 0, 0}};
+  KernelInfo ki = {"g", "attn_g_fwd", 128, 0, 64, 0, 0, 0, {NULL, NULL, NULL, NULL}, 0, 0, 0, NULL, {0, 0, 0, 0}, 0};
   cr_assert_eq(rt_module_from_ir(ctx, a, ir, &ki, 1, "sm_80", NULL, 0, &mod),
                ATTN_SUCCESS);
   cr_assert_eq(attn_module_get_graph(mod, NULL, &graph), ATTN_SUCCESS);

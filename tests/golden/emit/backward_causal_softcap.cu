@@ -140,8 +140,8 @@ extern "C" __global__ void __launch_bounds__(256) attn_backward_causal_softcap_b
   graph_backward_causal_softcap::attn_bwd_sm80_delta(p);
 }
 
-extern "C" __global__ void __launch_bounds__(256, 1) attn_backward_causal_softcap_bwd_main(const __grid_constant__ attn_params p) {
-  graph_backward_causal_softcap::attn_bwd_sm90_main(p);
+extern "C" __global__ void __launch_bounds__(384, 1) attn_backward_causal_softcap_bwd_main(const __grid_constant__ attn_params p, const __grid_constant__ attn_tmaps tm) {
+  graph_backward_causal_softcap::attn_bwd_sm90_main(p, tm);
 }
 
 extern "C" __global__ void __launch_bounds__(256) attn_backward_causal_softcap_bwd_convert(const __grid_constant__ attn_params p) {
