@@ -50,9 +50,9 @@ constexpr int bwd80_dqk = ATTN_D_QK;
 constexpr int bwd80_dv = ATTN_D_V;
 constexpr int bwd80_bn = 64; /* keys per CTA, 16 per warp */
 constexpr int bwd80_bm = 64; /* queries per streamed tile */
-constexpr int bwd80_warps = 4;
-constexpr int bwd80_threads = 128;
-constexpr int bwd80_tq = ATTN_TQ, bwd80_tk = ATTN_TK, bwd80_tv = ATTN_TV;
+[[maybe_unused]] constexpr int bwd80_warps = 4; /* (unused at D 256: no main kernel) */
+[[maybe_unused]] constexpr int bwd80_threads = 128;
+[[maybe_unused]] constexpr int bwd80_tq = ATTN_TQ, bwd80_tk = ATTN_TK, bwd80_tv = ATTN_TV;
 constexpr int bwd80_to = ATTN_TO, bwd80_tlse = ATTN_TLSE, bwd80_tdo = ATTN_TDO;
 constexpr int bwd80_tdelta = ATTN_TDELTA, bwd80_tdqa = ATTN_TDQA, bwd80_tdq = ATTN_TDQ;
 /* dK / dV slots: -1 when the graph has no such gradient. The f32
@@ -128,7 +128,7 @@ static __device__ __forceinline__ void attn_bwd_bias_finish(int b, int h, int i,
 
 /* PTX wrappers: templates/ptx.cuh (once per unit), plus these. */
 
-static __device__ __forceinline__ void bwd80_cp_async_wait_all() {
+[[maybe_unused]] static __device__ __forceinline__ void bwd80_cp_async_wait_all() {
   attn_cp_async_commit();
   attn_cp_async_wait<0>();
 }
@@ -193,6 +193,7 @@ static __device__ __forceinline__ void bwd80_load(unsigned dst, const unsigned s
   }
 }
 
+#if BWD80_MAIN /* (the mma.sync kernels' only) */
 /* Fragment loads for one m16n8k16 step (lane l; docs/templates.md has the
  * register maps). A 16x16 from a tile stored [m][k]: */
 static __device__ __forceinline__ void bwd80_a_mk(unsigned (&r)[4], unsigned tile, int m0,
@@ -218,6 +219,7 @@ static __device__ __forceinline__ void bwd80_b_kn(unsigned (&r)[4], unsigned til
   attn_ldsm_x4_trans(r, bwd80_at(tile, k0 + (lane & 7) + ((lane >> 3) & 1) * 8,
                               n0 + (lane >> 4) * 8, row_bytes));
 }
+#endif
 
 /* ------------------------------------------------- the delta pre-pass */
 

@@ -566,8 +566,10 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
     if constexpr (dq_defer)
       flush_dq(); /* the last tile's, while the GEMMs run */
     /* A dRaw that reads the raw score needs S^T and dP^T together; else P^T
-     * overwrites S^T and dP^T is waited for only after it. */
-    constexpr bool split = !attn_bwd_draw_reads_acc;
+     * overwrites S^T and dP^T is waited for only after it. Not in split-D
+     * mode: with its m64n32 GEMMs, reading S^T while dP^T is in flight
+     * made ptxas serialize every wgmma of the kernel (its warning C7514). */
+    constexpr bool split = !attn_bwd_draw_reads_acc && !bwd90_split_d;
     /* Whether dRaw may run only where P is not 0 (it touches memory, or
      * its factor of the raw score could be infinite where P is 0). */
     constexpr bool guard = attn_bwd_draw_guarded || attn_bwd_draw_reads_acc;
