@@ -231,6 +231,13 @@ void emit_bwd_body(StrBuf *out, const BwdSpec *s, Arena *a) {
   sb_puts(out, bwd_sm80_src);
   /* bwd_sm90's main kernel reuses bwd_sm80's other kernels and helpers. */
   if (s->sm90) sb_puts(out, bwd_sm90_src);
+  /* The launch's dynamic shared memory (match_bwd.c's count) must be the
+   * template's layout: a disagreement fails here, at compile time, not as
+   * an out-of-range access on the GPU. */
+  sb_printf(out,
+            "static_assert(attn_bwd_%s_smem_bytes == %d, \"compiler/match_bwd.c and "
+            "templates/bwd_%s.cuh disagree on shared memory\");\n\n",
+            s->sm90 ? "sm90" : "sm80", s->smem_bytes, s->sm90 ? "sm90" : "sm80");
   if (sl->nbias > 0) emit_bias_hooks(out, s, a);
 }
 

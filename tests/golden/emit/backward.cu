@@ -126,6 +126,8 @@ constexpr bool attn_bwd_draw_guarded = true;
 
 /* [the text of templates/bwd_sm80.cuh] */
 /* [the text of templates/bwd_sm90.cuh] */
+static_assert(attn_bwd_sm90_smem_bytes == 199296, "compiler/match_bwd.c and templates/bwd_sm90.cuh disagree on shared memory");
+
 
 /* attn_bwd_draw plus each bias's gradient at score element (b, h, i, j). */
 static __device__ __forceinline__ float attn_bwd_draw_bias(float ds, float acc, int b, int h, int i, int j, const attn_params &p, float (&red)[bwd80_nred]) {
