@@ -535,3 +535,38 @@ Test(runtime_context, compile_statuses) {
   attn_module_destroy(m);
   attn_context_destroy(c);
 }
+
+/* The deterministic backward exists for head dims up to 128: asking for it
+ * on a graph with literal head dim 256 is refused at once, with a message,
+ * and leaves the mode off; 128 is accepted. No GPU: the call is made on a
+ * module wrapped around a hand-built IR. */
+static void det_refusal_case(int head_dim, attn_status want) {
+  attn_context *c = NULL;
+  cr_assert_eq(attn_context_create(&c), ATTN_SUCCESS);
+  Arena *a = arena_new();
+  IrModule *ir = make_ir(a);
+  IrGraph *g = ir->graphs[0];
+  for (int t = Q; t <= O; t++)
+    if (t != BIAS) g->tensors[t].dim_sym[3] = -1, g->tensors[t].dim_val[3] = head_dim;
+  KernelInfo ki = {"g", "attn_g_fwd", 128, 0, 64, 0, 0, 0, {NULL, NULL, NULL, NULL}, 0, 0, 0, NULL, {0, 0, 0, 0}, 0};
+  attn_module *m = NULL;
+  attn_graph *gr = NULL;
+  attn_call *cl = NULL;
+  cr_assert_eq(rt_module_from_ir(c, a, ir, &ki, 1, "sm_90a", NULL, 0, &m), ATTN_SUCCESS);
+  cr_assert_eq(attn_module_get_graph(m, NULL, &gr), ATTN_SUCCESS);
+  cr_assert_eq(attn_call_create(gr, &cl), ATTN_SUCCESS);
+  attn_status st = attn_call_set_deterministic(cl, 1);
+  cr_assert_eq(st, want, "head dim %d: status %d (%s)", head_dim, st, attn_context_error(c));
+  if (want != ATTN_SUCCESS)
+    cr_assert_not_null(strstr(attn_context_error(c), "head dimensions up to 128"), "%s",
+                       attn_context_error(c));
+  cr_assert_eq(attn_call_set_deterministic(cl, 0), ATTN_SUCCESS); /* off: always allowed */
+  attn_call_destroy(cl);
+  attn_module_destroy(m);
+  attn_context_destroy(c);
+}
+
+Test(runtime_context, deterministic_refused_above_128) {
+  det_refusal_case(256, ATTN_ERROR_UNSUPPORTED);
+  det_refusal_case(128, ATTN_SUCCESS);
+}
