@@ -142,11 +142,17 @@ static __device__ __forceinline__ void bwd90_rs(float (&d)[D / 2], const unsigne
 }
 
 
-/* d (+)= A B with N columns (32 or 64), A and B K-major. */
-template <int N>
-static __device__ __forceinline__ void bwd90_ss_kk(float (&d)[N / 2], unsigned long long da,
-                                                   unsigned long long db, int scale_d) {
-  if constexpr (N == 64)
+/* d (+)= A B with N columns (32 or 64), A and B from shared memory, both
+ * K-major or (MN) both MN-major. */
+template <int N, bool MN>
+static __device__ __forceinline__ void bwd90_ss(float (&d)[N / 2], unsigned long long da,
+                                                unsigned long long db, int scale_d) {
+  static_assert(N == 64 || N == 32, "m64n64 or m64n32");
+  if constexpr (MN && N == 64)
+    attn_wgmma_ss64_mn<bwd90_in_bf16>(d, da, db, scale_d);
+  else if constexpr (MN)
+    attn_wgmma_ss32_mn<bwd90_in_bf16>(d, da, db, scale_d);
+  else if constexpr (N == 64)
     attn_wgmma_ss64_kk<bwd90_in_bf16>(d, da, db, scale_d);
   else
     attn_wgmma_ss32_kk<bwd90_in_bf16>(d, da, db, scale_d);
@@ -156,16 +162,6 @@ static __device__ __forceinline__ void bwd90_ss_kk(float (&d)[N / 2], unsigned l
 template <bool B> struct bwd90_bool {
   static constexpr bool value = B;
 };
-
-/* d (+)= A B with N columns (32 or 64), A and B MN-major. */
-template <int N>
-static __device__ __forceinline__ void bwd90_ss_mn(float (&d)[N / 2], unsigned long long da,
-                                                   unsigned long long db, int scale_d) {
-  if constexpr (N == 64)
-    attn_wgmma_ss64_mn<bwd90_in_bf16>(d, da, db, scale_d);
-  else
-    attn_wgmma_ss32_mn<bwd90_in_bf16>(d, da, db, scale_d);
-}
 
 /* ------------------------------------------------ shared-memory tiles */
 
@@ -551,14 +547,14 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
     attn_wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < bwd90_dqk / 16; ++kk)
-      bwd90_ss_kk<bwd90_qn>(
+      bwd90_ss<bwd90_qn, false>(
           s, attn_wgmma_desc_add(dk_k, (kk >> 2) * bwd90_bn * 128 + (kk & 3) * 32),
           attn_wgmma_desc_add(dq_k, q_off * 128 + (kk >> 2) * bwd90_bm * 128 + (kk & 3) * 32),
           kk > 0);
     attn_wgmma_commit();
 #pragma unroll
     for (int kk = 0; kk < bwd90_dv / 16; ++kk)
-      bwd90_ss_kk<bwd90_qn>(
+      bwd90_ss<bwd90_qn, false>(
           dp, attn_wgmma_desc_add(dv_k, (kk >> 2) * bwd90_bn * 128 + (kk & 3) * 32),
           attn_wgmma_desc_add(ddo_k, q_off * 128 + (kk >> 2) * bwd90_bm * 128 + (kk & 3) * 32),
           kk > 0);
@@ -743,7 +739,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
         attn_wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < bwd90_bn / 16; ++kk)
-          bwd90_ss_mn<dq_cols>(dq, attn_wgmma_desc_add(dds_mn, kk * 16 * 128),
+          bwd90_ss<dq_cols, true>(dq, attn_wgmma_desc_add(dds_mn, kk * 16 * 128),
                                attn_wgmma_desc_add(dkq_mn[c], kk * 16 * 128), kk > 0);
         attn_wgmma_commit();
 #if BWD90_SPLIT_D
