@@ -175,7 +175,10 @@ static __device__ __forceinline__ unsigned bwd90_at(unsigned tile, int r, int c)
 
 /* Copies ROWS rows of D elements starting at row0 into a tile; rows at or
  * beyond row_end are zero-filled (garbage could be NaN, and 0 * NaN is
- * NaN). */
+ * NaN). Since the producer warpgroup (session 5) it loads only K and V,
+ * once per CTA; the two address forms below were measured when it also
+ * loaded every query tile's Q and dO, and one form would now do (a change
+ * of SASS, so left for a run on the GPU). */
 template <int ROWS, int D>
 static __device__ __forceinline__ void bwd90_load(unsigned dst, const unsigned short *base,
                                                   long long row_stride, int row0, int row_end,
@@ -419,7 +422,8 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
 
   float dk[bwd90_dk_cols / 2], dv[bwd90_dv_cols / 2];
   /* A tile's dQ part (times the folded scale) goes into the accumulator
-   * by atomics, after the next stage's proxy fence (below). At D 64 they
+   * by atomics, after the warp has freed the tile's stage (release_stage,
+   * below: the arrive would wait for them). At D 64 they
    * wait further, until the next tile's S^T and dP^T GEMMs are issued, so
    * they overlap those (at D 128 the 32 registers that takes spill). dq_rows: bit r
    * set when row r (16 ww + g + 8 r) lies inside Sq; dq_row: the
