@@ -73,13 +73,8 @@ static attn_status bwd_check_det_dims(attn_call *c) {
 
 attn_status attn_call_set_deterministic(attn_call *c, int on) {
   if (!c) return ATTN_ERROR_INVALID_ARGUMENT;
-  if (on) {
-    StrBuf *err = rt_call_error(c);
-    err->len = 0;
-    if (err->data) err->data[0] = '\0';
-    attn_status st = bwd_check_det_dims(c);
-    if (st) return st;
-  }
+  attn_status st = on ? bwd_check_det_dims(c) : ATTN_SUCCESS;
+  if (st) return st;
   RtBwdScratch *s = bwd_scratch(c);
   if (!s) return ATTN_ERROR_OUT_OF_MEMORY;
   s->deterministic = on != 0;
