@@ -172,8 +172,8 @@ static __device__ __forceinline__ unsigned short bwd80_from_f32(float x) {
 
 /* Byte address of element (r, c) of a swizzled tile with rows of
  * row_bytes (a multiple of 128); c a multiple of 8 for ldmatrix rows. */
-static __device__ __forceinline__ unsigned bwd80_at(unsigned tile, int r, int c,
-                                                    int row_bytes) {
+[[maybe_unused]] static __device__ __forceinline__ unsigned bwd80_at(unsigned tile, int r, int c,
+                                                                     int row_bytes) {
   return tile + (unsigned)(r * row_bytes + ((((c >> 3) ^ (r & 7))) << 4) + (c & 7) * 2);
 }
 
