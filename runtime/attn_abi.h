@@ -63,6 +63,7 @@ typedef struct attn_params {
 #define ATTN_TMAP_V 2
 #define ATTN_TMAP_O 3 /* reserved: the sm90 template stores O directly */
 #define ATTN_TMAP_DO 1 /* bwd_sm90's main kernel: dO (K and V go by cp.async) */
+#define ATTN_TMAP_DQA 2 /* bwd_sm90's main kernel: dQ's f32 accumulator (reduce-add) */
 typedef struct attn_tmap {
   ATTN_ALIGN64 unsigned long long opaque[16];
 } attn_tmap;

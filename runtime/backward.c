@@ -300,7 +300,7 @@ attn_status attn_call_launch_backward(attn_call *c, void *stream) {
   const unsigned gkv = (unsigned)((p.Skv + row_ctas - 1) / row_ctas);
   attn_tmaps tmaps;
   const bool tma = k->bwd_tma_rows > 0;
-  if (tma && (st = rt_tmap_fill_bwd(d, g, k, sl.o, sl.dout, &p, &tmaps, err))) return st;
+  if (tma && (st = rt_tmap_fill_bwd(d, g, k, sl.o, sl.dout, sl.dqa, &p, &tmaps, err))) return st;
   if ((st = bwd_launch(c, d, cu, 0, gq, (unsigned)p.H, (unsigned)p.B, 0, &p, NULL, s)) ||
       (st = bwd_launch(c, d, cu, 1, gk, (unsigned)p.H, (unsigned)p.B,
                        (unsigned)k->bwd_smem_bytes, &p, tma ? &tmaps : NULL, s)))

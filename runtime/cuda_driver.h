@@ -98,9 +98,12 @@ attn_status rt_tmap_fill(const RtDriver *d, const IrGraph *g, const KernelInfo *
                          const attn_params *p, attn_tmaps *tm, StrBuf *err);
 /* The backward main kernel's maps (KernelInfo.bwd_tma_rows > 0; bwd_sm90):
  * q at ATTN_TMAP_Q and dO (slot dout, typed like the output o) at
- * ATTN_TMAP_DO, boxes of 64 columns by bwd_tma_rows rows. */
+ * ATTN_TMAP_DO, boxes of 64 columns by bwd_tma_rows rows; dQ's f32
+ * accumulator (slot dqa, when bound) at ATTN_TMAP_DQA, boxes of 32
+ * columns. */
 attn_status rt_tmap_fill_bwd(const RtDriver *d, const IrGraph *g, const KernelInfo *k, int o,
-                             int dout, const attn_params *p, attn_tmaps *tm, StrBuf *err);
+                             int dout, int dqa, const attn_params *p, attn_tmaps *tm,
+                             StrBuf *err);
 
 /* api.c: an entry of the call's graph besides its forward kernel, in
  * context cu (cached per graph for the last context used): `which` 0..3

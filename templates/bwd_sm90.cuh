@@ -13,7 +13,7 @@
  * attn_bwd_sm90_main: one CTA per (key tile of 128, head, batch) of three
  * warpgroups: two consumers (256 threads, 240 registers each by
  * setmaxnreg; warpgroup w owns keys 64w..64w+63 of the tile) and a
- * producer (24 registers; one warp works). K and V are loaded once by the
+ * producer (24 registers; two warps work). K and V are loaded once by the
  * consumers and stay in shared memory. The producer walks the query tiles
  * the masks let through (its lanes classify 32 at once) and streams each
  * through three stages: Q and dO (64 rows) by TMA, the rows' {delta, lse
@@ -32,13 +32,17 @@
  *                         (two buffers, by tile parity); wgmma with A and
  *                         B both MN-major; warpgroup w computes half of
  *                         dQ's columns (D/2 from D/2 w) over all 128 keys.
- *                         The 64 x D/2 result goes into the accumulator by
- *                         element atomics (red.global.add.v2.f32; per-row
- *                         bulk reductions through shared memory measured
- *                         slower, 3-29%, bench/NOTES-sm90.md).
+ *                         The 64 x D/2 results go into one f32 buffer in
+ *                         shared memory, which the producer's second warp
+ *                         adds into dQ's accumulator by TMA (bulk
+ *                         reduce-add at L2), so the consumers only store:
+ *                         17% faster than element atomics at D 128 (H200,
+ *                         bench/NOTES-sm90.md, session 6). At D 256 there
+ *                         is no room for the buffer: element atomics.
  * One barrier between the consumers per query tile (named barrier 1,
  * before dQ: both warpgroups' dRaw^T are written; with two dRaw^T buffers
- * it also orders every buffer's reuse after the other warpgroup's dQ).
+ * it also orders every buffer's reuse after the other warpgroup's dQ);
+ * two with the dQ warp (2: the buffer holds a tile, 3: it is free again).
  * dK and dV are stored at the end as bwd_sm80 stores them (f32 atomics
  * or per-head accumulators with GQA). Deterministic mode: as bwd_sm80,
  * extra CTAs past the key tiles run bwd80_dq_tile (the consumers' first
@@ -87,8 +91,8 @@ constexpr bool bwd90_in_bf16 = attn_in_bf16;
  * keys), three stages of Q and of dO (two at D 256), two buffers of
  * dRaw^T [keys][64 queries] (and at D 256 of Pd^T), per stage the query
  * tile's {delta, lse log2 e} pairs, the mbarriers and slots.
- * compiler/match_bwd.c computes the same total (640 (D_QK + D_V) + 35456;
- * D 256: 384 (D_QK + D_V) + 34944). Three stages, not
+ * compiler/match_bwd.c computes the same total (640 (D_QK + D_V) + 256
+ * D_QK + 35456 with dQ's buffer; D 256: 384 (D_QK + D_V) + 34944). Three stages, not
  * two: with two, a tile's copy (issued one tile ahead) had often not
  * landed when the tile began (ncu: a quarter of the stall samples; with
  * the producer warpgroup four stages at D 64 measured 3% slower). */
@@ -99,6 +103,13 @@ constexpr int bwd90_q_bytes = bwd90_bm * bwd90_dqk * 2;
 constexpr int bwd90_do_bytes = bwd90_bm * bwd90_dv * 2;
 constexpr int bwd90_ds_bytes = bwd90_bn * bwd90_bm * 2;
 constexpr int bwd90_pt_bytes = bwd90_split_d ? bwd90_bn * bwd90_bm * 2 : 0; /* Pd^T */
+/* dQ's reduction (D <= 128): the consumers store a tile's 64 x D_QK f32
+ * part into one buffer laid out as the accumulator's TMA boxes land (D/32
+ * blocks of [64 rows][32 f32], 128-byte swizzle) and the producer
+ * warpgroup's second warp adds it into the accumulator by TMA (bulk
+ * reduce-add, done at L2). At D 256 there is no room: element atomics. */
+constexpr bool bwd90_dq_tma = !bwd90_split_d;
+constexpr int bwd90_dq_bytes = bwd90_dq_tma ? bwd90_bm * bwd90_dqk * 4 : 0;
 constexpr int bwd90_off_v = bwd90_k_bytes;
 constexpr int bwd90_off_q = bwd90_off_v + bwd90_v_bytes;
 constexpr int bwd90_off_do = bwd90_off_q + bwd90_stages * bwd90_q_bytes;
@@ -107,11 +118,13 @@ constexpr int bwd90_off_ds = bwd90_off_do + bwd90_stages * bwd90_do_bytes;
  * write the next tile's while the other still reads this one's in its dQ
  * GEMM (the barrier before dQ orders every reuse after that). */
 constexpr int bwd90_off_pt = bwd90_off_ds + 2 * bwd90_ds_bytes;
-constexpr int bwd90_off_stats = bwd90_off_pt + 2 * bwd90_pt_bytes;
+constexpr int bwd90_off_dqs = bwd90_off_pt + 2 * bwd90_pt_bytes;
+constexpr int bwd90_off_stats = bwd90_off_dqs + bwd90_dq_bytes;
 /* Per stage: mbarriers `full` (the producer's 32 lanes and its copies)
- * and `empty` (the 8 consumer warps), and the tile slot {m, class}. */
+ * and `empty` (the 8 consumer warps), and the tile slot {m, class}; then
+ * the dQ buffer's slot (the first query row of the tile it holds). */
 constexpr int bwd90_off_bars = bwd90_off_stats + bwd90_stages * bwd90_bm * 8;
-static_assert(bwd90_stages * 24 <= 128, "barriers and slots in 128 bytes");
+static_assert(bwd90_stages * 24 + 8 <= 128, "barriers and slots in 128 bytes");
 /* + 1024: the dynamic shared-memory base is rounded up to 1024 bytes. */
 constexpr int attn_bwd_sm90_smem_bytes = bwd90_off_bars + 128 + 1024;
 static_assert(attn_bwd_sm90_smem_bytes <= 227 * 1024, "tiles exceed shared memory");
@@ -303,11 +316,16 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
   const unsigned sk = base, sv = base + bwd90_off_v;
   const unsigned sq0 = base + bwd90_off_q, sdo0 = base + bwd90_off_do;
   const unsigned sds0 = base + bwd90_off_ds, spt0 = base + bwd90_off_pt;
+  const unsigned sdqs = base + bwd90_off_dqs;
   const unsigned sstats = base + bwd90_off_stats, bars = base + bwd90_off_bars;
   const float2 *s_stats = (const float2 *)(bwd90_smem + (base - raw_base) + bwd90_off_stats);
   auto bar_full = [&](int st) { return bars + 8u * st; };
   auto bar_empty = [&](int st) { return bars + 8u * (bwd90_stages + st); };
   auto tile_slot = [&](int st) { return bars + 8u * (2 * bwd90_stages + st); };
+  const unsigned dq_slot = bars + 8u * (3 * bwd90_stages);
+  /* Named barriers of the dQ buffer, between the 256 consumer threads and
+   * the producer's dQ warp (barrier 1 is the consumers' own). */
+  constexpr int bar_dq_full = 2, bar_dq_free = 3, bar_dq_threads = bwd90_threads + 32;
   const int n_m = (p.Sq + bwd90_bm - 1) / bwd90_bm;
 
   if (tid == 0) {
@@ -323,6 +341,36 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
   if (wgi == 2) {
     /* ---------------------------------------------------- producer */
     asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
+    if (warp == 9 && bwd90_dq_tma && !dq_cta && !det) {
+      /* The dQ warp: per tile the consumers hand over (barrier
+       * bar_dq_full, the tile's first query row in dq_slot), lane 0 adds
+       * the buffer into the accumulator by TMA, one box of 32 columns at
+       * a time, and waits only until the copies have read it before
+       * freeing it (bar_dq_free; the adds finish in L2 on their own). A
+       * row of -1 ends the loop. */
+      const attn_tmap *mdq = &tm.m[ATTN_TMAP_DQA];
+      if (lane == 0)
+        attn_prefetch_tmap(mdq);
+      for (;;) {
+        attn_bar_arrive<bar_dq_threads>(bar_dq_free);
+        attn_bar_sync<bar_dq_threads>(bar_dq_full);
+        int i0;
+        asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(i0) : "r"(dq_slot) : "memory");
+        if (i0 < 0)
+          break;
+        if (lane == 0) {
+#pragma unroll
+          for (int c = 0; c < bwd90_dqk / 32; ++c)
+            attn_tma_reduce_add4(mdq, sdqs + c * bwd90_bm * 128, c * 32, i0, h, b);
+          attn_bulk_commit();
+          attn_bulk_wait<0, true>();
+        }
+        __syncwarp();
+      }
+      if (lane == 0)
+        attn_bulk_wait<0, false>(); /* the last adds, before the CTA ends */
+      return;
+    }
     if (dq_cta || warp != 8)
       return;
     /* One warp walks the query tiles (its lanes classify 32 candidates at
@@ -421,30 +469,47 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
   attn_named_sync(1);
 
   float dk[bwd90_dk_cols / 2], dv[bwd90_dv_cols / 2];
-  /* A tile's dQ part (times the folded scale) goes into the accumulator
-   * by atomics, after the warp has freed the tile's stage (release_stage,
-   * below: the arrive would wait for them). At D 64 they
-   * wait further, until the next tile's S^T and dP^T GEMMs are issued, so
-   * they overlap those (at D 128 the 32 registers that takes spill). dq_rows: bit r
-   * set when row r (16 ww + g + 8 r) lies inside Sq; dq_row: the
-   * accumulator at row 0, column dcol + 2 t4. */
+  const float sc = attn_bwd_scale(p);
+  /* A tile's dQ part (times the folded scale), after the warp has freed
+   * the tile's stage (release_stage, below): at D <= 128 into the dQ
+   * buffer for the producer's dQ warp (bwd90_dq_tma), at D 256 into the
+   * accumulator by atomics, rows inside Sq only. */
   constexpr int dq_cols = bwd90_split_d ? 64 : bwd90_dqk / 2; /* per GEMM pass */
   constexpr int dq_passes = bwd90_split_d ? 2 : 1;
-  constexpr bool dq_defer = bwd90_dqk == 64;
-  float dq_prev[dq_cols / 2]; /* a dQ pass's fragment, scaled */
-  float *dq_row = dqa;
-  unsigned dq_rows = 0u;
-  /* dq_prev into the accumulator at dq_row (the rows inside Sq). */
-  auto flush_dq = [&]() {
+  /* Fragment dq (columns dcol..) of rows ia, ia + 8 to where it goes. */
+  auto put_dq = [&](const float (&dq)[dq_cols / 2], int ia, int dcol, int i0) {
+    if constexpr (bwd90_dq_tma) {
+      /* Element (row, col) of the buffer: block col / 32, row's 128 bytes,
+       * 16-byte chunk (col % 32) / 4 swizzled by row & 7 (= g). */
+      attn_bar_sync<bar_dq_threads>(bar_dq_free);
+      const int row = ww * 16 + g;
 #pragma unroll
-    for (int r = 0; r < 2; ++r)
-      if ((dq_rows >> r) & 1u) {
+      for (int r = 0; r < 2; ++r)
 #pragma unroll
-        for (int nb = 0; nb < dq_cols / 8; ++nb)
-          bwd90_red_add2(dq_row + 8 * r * bwd90_dqk + nb * 8, dq_prev[nb * 4 + 2 * r],
-                         dq_prev[nb * 4 + 2 * r + 1]);
-      }
-    dq_rows = 0u;
+        for (int nb = 0; nb < dq_cols / 8; ++nb) {
+          const int col = dcol + nb * 8 + 2 * t4;
+          const unsigned at = sdqs + (unsigned)((col >> 5) * bwd90_bm * 128 +
+                                                (row + 8 * r) * 128 +
+                                                ((((col & 31) >> 2) ^ g) << 4) + (col & 3) * 4);
+          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(at),
+                       "f"(dq[nb * 4 + 2 * r] * sc), "f"(dq[nb * 4 + 2 * r + 1] * sc)
+                       : "memory");
+        }
+      attn_fence_proxy_async(); /* the stores, for the TMA reads */
+      if (tid == 0)
+        asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(dq_slot), "r"(i0) : "memory");
+      attn_bar_arrive<bar_dq_threads>(bar_dq_full);
+    } else {
+      float *dq_row = dqa + (long long)ia * bwd90_dqk + dcol + 2 * t4;
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+        if (ia + 8 * r < p.Sq) {
+#pragma unroll
+          for (int nb = 0; nb < dq_cols / 8; ++nb)
+            bwd90_red_add2(dq_row + 8 * r * bwd90_dqk + nb * 8, dq[nb * 4 + 2 * r] * sc,
+                           dq[nb * 4 + 2 * r + 1] * sc);
+        }
+    }
   };
 #pragma unroll
   for (int r = 0; r < bwd90_dk_cols / 2; ++r)
@@ -497,7 +562,6 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
     return attn_bwd_draw(ds, acc, b, h, i, j, p);
 #endif
   };
-  const float sc = attn_bwd_scale(p);
 #if defined(ATTN_DROPOUT)
   const attn_dropout_t drop_t = attn_dropout_params(p);
 #endif
@@ -563,8 +627,6 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
           attn_wgmma_desc_add(ddo_k, q_off * 128 + (kk >> 2) * bwd90_bm * 128 + (kk & 3) * 32),
           kk > 0);
     attn_wgmma_commit();
-    if constexpr (dq_defer)
-      flush_dq(); /* the last tile's, while the GEMMs run */
     /* A dRaw that reads the raw score needs S^T and dP^T together; else P^T
      * overwrites S^T and dP^T is waited for only after it. Not in split-D
      * mode: with its m64n32 GEMMs, reading S^T while dP^T is in flight
@@ -774,16 +836,11 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
         attn_wgmma_wait<0>();
 #endif
 #pragma unroll
-        for (int r = 0; r < dq_cols / 2; ++r) {
+        for (int r = 0; r < dq_cols / 2; ++r)
           attn_fence_reg(dq[r]);
-          dq_prev[r] = dq[r] * sc;
-        }
-        dq_row = dqa + (long long)ia * bwd90_dqk + dcol + 2 * t4;
-        dq_rows = (unsigned)(ia < p.Sq) | (unsigned)(ia + 8 < p.Sq) << 1;
         if (c == dq_passes - 1)
-          release_stage(); /* before this pass's atomics */
-        if constexpr (!dq_defer)
-          flush_dq();
+          release_stage(); /* before this pass's dQ goes out */
+        put_dq(dq, ia, dcol, i0);
       }
     } else {
       attn_wgmma_wait<0>();
@@ -803,7 +860,13 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
         attn_fence_reg(ra[kk][x]);
       }
   }
-  flush_dq(); /* the last tile's */
+  if (bwd90_dq_tma && !det) {
+    /* The dQ warp's last round: the end mark in the slot. */
+    attn_bar_sync<bar_dq_threads>(bar_dq_free);
+    if (tid == 0)
+      asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(dq_slot), "r"(-1) : "memory");
+    attn_bar_arrive<bar_dq_threads>(bar_dq_full);
+  }
 
 #if defined(ATTN_BWD_BIAS) && ATTN_BWD_NRED > 0
   /* Biases over b and h only: one atomic per warp (not in deterministic

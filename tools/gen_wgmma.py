@@ -166,6 +166,40 @@ attn_wgmma_desc_add(unsigned long long desc, unsigned bytes) {
 [[maybe_unused]] static __device__ __forceinline__ void attn_named_arrive(int id) {
   asm volatile("bar.arrive %0, 256;\\n" ::"r"(id) : "memory");
 }
+/* Named barrier `id` over N threads (a multiple of 32): the consumers and
+ * one producer warp meet on these (bwd_sm90's dQ buffer). An arrive
+ * orders the arriving thread's earlier writes before the syncing threads'
+ * later reads. */
+template <int N> [[maybe_unused]] static __device__ __forceinline__ void attn_bar_sync(int id) {
+  asm volatile("bar.sync %0, %1;\\n" ::"r"(id), "n"(N) : "memory");
+}
+template <int N> [[maybe_unused]] static __device__ __forceinline__ void attn_bar_arrive(int id) {
+  asm volatile("bar.arrive %0, %1;\\n" ::"r"(id), "n"(N) : "memory");
+}
+
+/* Adds the shared-memory box at src into a 4-D tensor's tile (element-wise
+ * add done at L2; coordinates as attn_tma_load4's; rows out of bounds are
+ * skipped), as one operation of this thread's bulk group. */
+[[maybe_unused]] static __device__ __forceinline__ void attn_tma_reduce_add4(const attn_tmap *map,
+                                                                           unsigned src, int c0,
+                                                                           int c1, int c2, int c3) {
+  asm volatile("cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.tile.bulk_group "
+               "[%0, {%1, %2, %3, %4}], [%5];\\n" ::"l"(map),
+               "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(src)
+               : "memory");
+}
+[[maybe_unused]] static __device__ __forceinline__ void attn_bulk_commit() {
+  asm volatile("cp.async.bulk.commit_group;\\n" ::: "memory");
+}
+/* Waits until at most N of this thread's bulk groups still read shared
+ * memory (READ) or are still running at all. */
+template <int N, bool READ>
+[[maybe_unused]] static __device__ __forceinline__ void attn_bulk_wait() {
+  if constexpr (READ)
+    asm volatile("cp.async.bulk.wait_group.read %0;\\n" ::"n"(N) : "memory");
+  else
+    asm volatile("cp.async.bulk.wait_group %0;\\n" ::"n"(N) : "memory");
+}
 
 '''
 body=head
