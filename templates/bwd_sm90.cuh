@@ -483,16 +483,24 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
        * 16-byte chunk (col % 32) / 4 swizzled by row & 7 (= g). */
       attn_bar_sync<bar_dq_threads>(bar_dq_free);
       const int row = ww * 16 + g;
+      /* Rows g and g ^ 1 would hit the same banks (the swizzle maps their
+       * column pairs onto the same chunks), so lanes of odd g store the
+       * block's other 16 columns (fragment nb ^ 2) in the same
+       * instruction: one wavefront per 128 bytes. */
+      const bool odd = g & 1;
 #pragma unroll
       for (int r = 0; r < 2; ++r)
 #pragma unroll
         for (int nb = 0; nb < dq_cols / 8; ++nb) {
-          const int col = dcol + nb * 8 + 2 * t4;
+          const int nbs = odd ? nb ^ 2 : nb;
+          const int col = dcol + nbs * 8 + 2 * t4;
           const unsigned at = sdqs + (unsigned)((col >> 5) * bwd90_bm * 128 +
                                                 (row + 8 * r) * 128 +
                                                 ((((col & 31) >> 2) ^ g) << 4) + (col & 3) * 4);
-          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(at),
-                       "f"(dq[nb * 4 + 2 * r] * sc), "f"(dq[nb * 4 + 2 * r + 1] * sc)
+          const float x0 = odd ? dq[(nb ^ 2) * 4 + 2 * r] : dq[nb * 4 + 2 * r];
+          const float x1 = odd ? dq[(nb ^ 2) * 4 + 2 * r + 1] : dq[nb * 4 + 2 * r + 1];
+          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(at), "f"(x0 * sc),
+                       "f"(x1 * sc)
                        : "memory");
         }
       attn_fence_proxy_async(); /* the stores, for the TMA reads */
