@@ -126,6 +126,7 @@ BWD_SHAPES = {  # name: (B, H, S, D, causal, dropout), bench.py's backward graph
     "bwd_d128": (4, 16, 4096, 128, False, False),
     "bwd_d128_causal": (4, 16, 4096, 128, True, False),
     "bwd_d128_dropout": (4, 16, 4096, 128, False, True),
+    "bwd_d64_dropout": (4, 32, 4096, 64, False, True),
     "bwd_d256": (4, 8, 4096, 256, False, False),
 }
 
