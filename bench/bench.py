@@ -274,7 +274,7 @@ def cudnn_dropout_times(B, H, S, D, rate):
 def run_backward(attn, args):
     rows, extra = [], []
     seqs = [1024, 4096, 16384] if not args.quick else [4096]
-    for D in (64, 128, 256):
+    for D in [int(d) for d in args.dims.split(",")]:
         H = 2048 // D
         for causal in (False, True):
             mod = attn.compile("bwd", backward_graph_text(D, causal))
