@@ -37,17 +37,19 @@
  *                         adds into dQ's accumulator by TMA (bulk
  *                         reduce-add at L2), so the consumers only store:
  *                         17% faster than element atomics at D 128 (H200,
- *                         bench/NOTES-sm90.md, session 6). At D 256 there
- *                         is no room for the buffer: element atomics.
+ *                         bench/NOTES-sm90.md, session 6). At D 256 the
+ *                         stage's own dO and Q blocks are the buffer
+ *                         (bwd90_dq_in_stage): 30% faster there.
  * One barrier between the consumers per query tile (named barrier 1,
  * before dQ: both warpgroups' dRaw^T are written; with two dRaw^T buffers
  * it also orders every buffer's reuse after the other warpgroup's dQ);
- * two with the dQ warp (2: the buffer holds a tile, 3: it is free again).
+ * two with the dQ warp (2: the buffer holds a tile, 3: it is free again;
+ * at D 256 per-stage mbarriers instead, below).
  * dK and dV are stored at the end as bwd_sm80 stores them (f32 atomics
  * or per-head accumulators with GQA). Deterministic mode: as bwd_sm80,
  * extra CTAs past the key tiles run bwd80_dq_tile (the consumers' first
  * four warps, named barrier 1; the producer leaves) and the key-tile CTAs
- * skip their dQ atomics. Split-D mode (head dim 256): below.
+ * skip dQ. Split-D mode (head dim 256): below.
  *
  * Shared-memory tiles are laid out as the forward's TMA boxes land: D/64
  * blocks of [rows][64 elements], 16-byte chunk c of row r at (c ^ (r & 7))
@@ -107,9 +109,20 @@ constexpr int bwd90_pt_bytes = bwd90_split_d ? bwd90_bn * bwd90_bm * 2 : 0; /* P
  * part into one buffer laid out as the accumulator's TMA boxes land (D/32
  * blocks of [64 rows][32 f32], 128-byte swizzle) and the producer
  * warpgroup's second warp adds it into the accumulator by TMA (bulk
- * reduce-add, done at L2). At D 256 there is no room: element atomics. */
+ * reduce-add, done at L2). At D 256 there is no room for it (below). */
 constexpr bool bwd90_dq_tma = !bwd90_split_d;
 constexpr int bwd90_dq_bytes = bwd90_dq_tma ? bwd90_bm * bwd90_dqk * 4 : 0;
+/* At D 256 the stage itself is the buffer: once a warpgroup's dV and dK
+ * GEMMs have read its column blocks of dO and Q (its 128 columns: 2 x 8 KB
+ * of each), nothing else reads them, so its 64 x 128 f32 dQ goes there,
+ * one pass of 64 columns into its dO blocks and the other into its Q
+ * blocks (a block of [64 rows][32 f32] per 8 KB, as the accumulator's TMA
+ * boxes land). Warpgroup w's own warp of the producer (9 + w) adds them
+ * into the accumulator by TMA and frees the stage once the copies have
+ * read it: the consumers do not release split-D stages themselves. The
+ * element atomics this replaced kept L2 83% busy; H200, D 256: 4.75 ->
+ * 3.33 ms (bench/NOTES-sm90.md, session 6). */
+constexpr bool bwd90_dq_in_stage = bwd90_split_d;
 constexpr int bwd90_off_v = bwd90_k_bytes;
 constexpr int bwd90_off_q = bwd90_off_v + bwd90_v_bytes;
 constexpr int bwd90_off_do = bwd90_off_q + bwd90_stages * bwd90_q_bytes;
@@ -124,7 +137,10 @@ constexpr int bwd90_off_stats = bwd90_off_dqs + bwd90_dq_bytes;
  * and `empty` (the 8 consumer warps), and the tile slot {m, class}; then
  * the dQ buffer's slot (the first query row of the tile it holds). */
 constexpr int bwd90_off_bars = bwd90_off_stats + bwd90_stages * bwd90_bm * 8;
-static_assert(bwd90_stages * 24 + 8 <= 128, "barriers and slots in 128 bytes");
+/* At D 256 (two stages) also per stage, pass and warpgroup an mbarrier
+ * `dq ready` (128 arrivals: the warpgroup's dQ pass is in the stage). */
+static_assert(bwd90_stages * 24 + 8 + (bwd90_dq_in_stage ? bwd90_stages * 4 * 8 : 0) <= 128,
+              "barriers and slots in 128 bytes");
 /* + 1024: the dynamic shared-memory base is rounded up to 1024 bytes. */
 constexpr int attn_bwd_sm90_smem_bytes = bwd90_off_bars + 128 + 1024;
 static_assert(attn_bwd_sm90_smem_bytes <= 227 * 1024, "tiles exceed shared memory");
@@ -307,8 +323,6 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
   /* Rows of {delta, lse * log2(e)} (attn_bwd_sm80_delta). */
   const float *deltag =
       (const float *)p.t[bwd80_tdelta].ptr + 2 * ((long long)b * p.H + h) * p.Sq;
-  float *dqa = det ? nullptr
-                   : (float *)p.t[bwd80_tdqa].ptr + ((long long)b * p.H + h) * p.Sq * bwd90_dqk;
 
   /* Tiles on 1024-byte boundaries: round the dynamic base up. */
   const unsigned raw_base = attn_smem_addr(bwd90_smem);
@@ -323,6 +337,17 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
   auto bar_empty = [&](int st) { return bars + 8u * (bwd90_stages + st); };
   auto tile_slot = [&](int st) { return bars + 8u * (2 * bwd90_stages + st); };
   const unsigned dq_slot = bars + 8u * (3 * bwd90_stages);
+  /* (split-D) dQ pass c of warpgroup w is in stage st. */
+  auto bar_dq_ready = [&](int st, int c, int w) {
+    return bars + 8u * (3 * bwd90_stages + 1 + (st * 2 + c) * 2 + w);
+  };
+  /* (split-D) Where warpgroup w's dQ pass c goes in stage st: its dO
+   * blocks (pass 0) or its Q blocks (pass 1). */
+  auto dq_region = [&](int st, int c, int w) {
+    return (c == 0 ? base + bwd90_off_do + st * bwd90_do_bytes
+                   : base + bwd90_off_q + st * bwd90_q_bytes) +
+           (unsigned)(w * 2 * bwd90_bm * 128);
+  };
   /* Named barriers of the dQ buffer, between the 256 consumer threads and
    * the producer's dQ warp (barrier 1 is the consumers' own). */
   constexpr int bar_dq_full = 2, bar_dq_free = 3, bar_dq_threads = bwd90_threads + 32;
@@ -331,7 +356,11 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
   if (tid == 0) {
     for (int st = 0; st < bwd90_stages; ++st) {
       attn_mbar_init(bar_full(st), 33); /* lane 0's expect_tx, then all 32 lanes */
-      attn_mbar_init(bar_empty(st), 8); /* one arrive per consumer warp */
+      /* one arrive per consumer warp (split-D: per dQ warp) */
+      attn_mbar_init(bar_empty(st), bwd90_dq_in_stage && !det ? 2 : 8);
+      if constexpr (bwd90_dq_in_stage)
+        for (int k = 0; k < 4; ++k)
+          attn_mbar_init(bar_dq_ready(st, k >> 1, k & 1), 128);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
@@ -341,6 +370,44 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
   if (wgi == 2) {
     /* ---------------------------------------------------- producer */
     asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
+    if (bwd90_dq_in_stage && (warp == 9 || warp == 10) && !det) {
+      /* Split-D: warpgroup w's dQ warp. Per tile (the stages in the
+       * consumers' order; the producer's slot says which tile, -1 ends):
+       * each pass once its `dq ready` completes, lane 0 adds its two boxes
+       * into the accumulator by TMA; once both have been read, the stage
+       * is free. */
+      const attn_tmap *mdq = &tm.m[ATTN_TMAP_DQA];
+      const int w = warp - 9;
+      if (lane == 0)
+        attn_prefetch_tmap(mdq);
+      for (int it = 0;; ++it) {
+        const int st = it % bwd90_stages, ph = (it / bwd90_stages) & 1;
+        attn_mbar_wait(bar_full(st), ph);
+        int m;
+        asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(m) : "r"(tile_slot(st)) : "memory");
+        if (m < 0)
+          break;
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          attn_mbar_wait(bar_dq_ready(st, c, w), ph);
+          if (lane == 0) {
+#pragma unroll
+            for (int x = 0; x < 2; ++x)
+              attn_tma_reduce_add4(mdq, dq_region(st, c, w) + x * bwd90_bm * 128,
+                                   w * 128 + c * 64 + x * 32, m * bwd90_bm, h, b);
+            attn_bulk_commit();
+          }
+        }
+        if (lane == 0) {
+          attn_bulk_wait<0, true>();
+          attn_mbar_arrive(bar_empty(st));
+        }
+        __syncwarp();
+      }
+      if (lane == 0)
+        attn_bulk_wait<0, false>(); /* the last adds, before the CTA ends */
+      return;
+    }
     if (warp == 9 && bwd90_dq_tma && !dq_cta && !det) {
       /* The dQ warp: per tile the consumers hand over (barrier
        * bar_dq_full, the tile's first query row in dq_slot), lane 0 adds
@@ -470,53 +537,50 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
 
   float dk[bwd90_dk_cols / 2], dv[bwd90_dv_cols / 2];
   const float sc = attn_bwd_scale(p);
-  /* A tile's dQ part (times the folded scale), after the warp has freed
-   * the tile's stage (release_stage, below): at D <= 128 into the dQ
-   * buffer for the producer's dQ warp (bwd90_dq_tma), at D 256 into the
-   * accumulator by atomics, rows inside Sq only. */
+  /* A tile's dQ part (times the folded scale) into shared memory for a
+   * producer warp's TMA reduction: at D <= 128 into the dQ buffer (after
+   * the warp has freed the tile's stage, release_stage below), at D 256
+   * into the stage (bwd90_dq_in_stage). */
   constexpr int dq_cols = bwd90_split_d ? 64 : bwd90_dqk / 2; /* per GEMM pass */
   constexpr int dq_passes = bwd90_split_d ? 2 : 1;
-  /* Fragment dq (columns dcol..) of rows ia, ia + 8 to where it goes. */
-  auto put_dq = [&](const float (&dq)[dq_cols / 2], int ia, int dcol, int i0) {
-    if constexpr (bwd90_dq_tma) {
-      /* Element (row, col) of the buffer: block col / 32, row's 128 bytes,
-       * 16-byte chunk (col % 32) / 4 swizzled by row & 7 (= g). */
+  /* Fragment dq (rows 16 ww + g and + 8, columns col0 + 8 nb + 2 t4) into
+   * a buffer of [64 rows][32 f32] blocks from its column 0: block col /
+   * 32, the row's 128 bytes, 16-byte chunk (col % 32) / 4 swizzled by row
+   * & 7 (= g), as the accumulator's TMA boxes land. Rows g and g ^ 1
+   * would hit the same banks (the swizzle maps their column pairs onto the
+   * same chunks), so lanes of odd g store the block's other 16 columns
+   * (fragment nb ^ 2) in the same instruction: one wavefront per 128
+   * bytes. Then the fence that makes the stores visible to TMA. */
+  auto store_dq = [&](const float (&dq)[dq_cols / 2], unsigned buf, int col0) {
+    const int row = ww * 16 + g;
+    const bool odd = g & 1;
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int nb = 0; nb < dq_cols / 8; ++nb) {
+        const int nbs = odd ? nb ^ 2 : nb;
+        const int col = col0 + nbs * 8 + 2 * t4;
+        const unsigned at = buf + (unsigned)((col >> 5) * bwd90_bm * 128 + (row + 8 * r) * 128 +
+                                             ((((col & 31) >> 2) ^ g) << 4) + (col & 3) * 4);
+        const float x0 = odd ? dq[(nb ^ 2) * 4 + 2 * r] : dq[nb * 4 + 2 * r];
+        const float x1 = odd ? dq[(nb ^ 2) * 4 + 2 * r + 1] : dq[nb * 4 + 2 * r + 1];
+        asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(at), "f"(x0 * sc), "f"(x1 * sc)
+                     : "memory");
+      }
+    attn_fence_proxy_async();
+  };
+  /* Pass c (columns dcol..) of the tile at row i0 in stage st, to the
+   * producer's dQ warp. */
+  auto put_dq = [&](const float (&dq)[dq_cols / 2], int dcol, int i0, int st, int c) {
+    if constexpr (bwd90_dq_in_stage) {
+      store_dq(dq, dq_region(st, c, wg), 0);
+      attn_mbar_arrive(bar_dq_ready(st, c, wg));
+    } else {
       attn_bar_sync<bar_dq_threads>(bar_dq_free);
-      const int row = ww * 16 + g;
-      /* Rows g and g ^ 1 would hit the same banks (the swizzle maps their
-       * column pairs onto the same chunks), so lanes of odd g store the
-       * block's other 16 columns (fragment nb ^ 2) in the same
-       * instruction: one wavefront per 128 bytes. */
-      const bool odd = g & 1;
-#pragma unroll
-      for (int r = 0; r < 2; ++r)
-#pragma unroll
-        for (int nb = 0; nb < dq_cols / 8; ++nb) {
-          const int nbs = odd ? nb ^ 2 : nb;
-          const int col = dcol + nbs * 8 + 2 * t4;
-          const unsigned at = sdqs + (unsigned)((col >> 5) * bwd90_bm * 128 +
-                                                (row + 8 * r) * 128 +
-                                                ((((col & 31) >> 2) ^ g) << 4) + (col & 3) * 4);
-          const float x0 = odd ? dq[(nb ^ 2) * 4 + 2 * r] : dq[nb * 4 + 2 * r];
-          const float x1 = odd ? dq[(nb ^ 2) * 4 + 2 * r + 1] : dq[nb * 4 + 2 * r + 1];
-          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(at), "f"(x0 * sc),
-                       "f"(x1 * sc)
-                       : "memory");
-        }
-      attn_fence_proxy_async(); /* the stores, for the TMA reads */
+      store_dq(dq, sdqs, dcol);
       if (tid == 0)
         asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(dq_slot), "r"(i0) : "memory");
       attn_bar_arrive<bar_dq_threads>(bar_dq_full);
-    } else {
-      float *dq_row = dqa + (long long)ia * bwd90_dqk + dcol + 2 * t4;
-#pragma unroll
-      for (int r = 0; r < 2; ++r)
-        if (ia + 8 * r < p.Sq) {
-#pragma unroll
-          for (int nb = 0; nb < dq_cols / 8; ++nb)
-            bwd90_red_add2(dq_row + 8 * r * bwd90_dqk + nb * 8, dq[nb * 4 + 2 * r] * sc,
-                           dq[nb * 4 + 2 * r + 1] * sc);
-        }
     }
   };
 #pragma unroll
@@ -805,51 +869,52 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
       /* Warpgroup w: dQ's columns D/2 w.. (half of them) over all the
        * CTA's keys, so each element of the tile is added to the
        * accumulator once; at D 256 in two passes of 64 columns. */
-      const int ia = i0 + ww * 16 + g;
-#pragma unroll
-      for (int c = 0; c < dq_passes; ++c) {
-        const int dcol = wg * (bwd90_dqk / 2) + 64 * c;
-        float dq[dq_cols / 2];
+      float dq[dq_passes][dq_cols / 2];
+      auto issue_dq = [&](int c) {
         attn_wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < bwd90_bn / 16; ++kk)
-          bwd90_ss<dq_cols, true>(dq, attn_wgmma_desc_add(dds_mn, kk * 16 * 128),
-                               attn_wgmma_desc_add(dkq_mn[c], kk * 16 * 128), kk > 0);
+          bwd90_ss<dq_cols, true>(dq[c], attn_wgmma_desc_add(dds_mn, kk * 16 * 128),
+                                  attn_wgmma_desc_add(dkq_mn[c], kk * 16 * 128), kk > 0);
         attn_wgmma_commit();
-#if BWD90_SPLIT_D
-        {
-          if (c == 0) {
-            /* dV += Pd^T dO and dK += dRaw^T Q over the tile's 64 queries
-             * (A: both halves, K-major, from shared memory; B: this
-             * warpgroup's column blocks, MN-major), behind dQ's first
-             * pass, in the tensor cores while its atomics go out. */
-            static_assert(bwd90_dv_cols == 128 && bwd90_dk_cols == 128, "m64n128 steps");
-#pragma unroll
-            for (int kk = 0; kk < bwd90_bm / 16; ++kk)
-              attn_wgmma_ss128_kmn<bwd90_in_bf16>(
-                  dv, attn_wgmma_desc_add(dpt_k, kk * 32),
-                  attn_wgmma_desc_add(ddo_mn, dv_blk + kk * 16 * 128), 1);
-#pragma unroll
-            for (int kk = 0; kk < bwd90_bm / 16; ++kk)
-              attn_wgmma_ss128_kmn<bwd90_in_bf16>(
-                  dk, attn_wgmma_desc_add(dds_k, kk * 32),
-                  attn_wgmma_desc_add(dq_mn, dk_blk + kk * 16 * 128), 1);
-            attn_wgmma_commit();
-            attn_wgmma_wait<1>();
-          } else {
-            attn_wgmma_wait<0>();
-          }
-        }
-#else
-        attn_wgmma_wait<0>();
-#endif
+      };
+      auto done_dq = [&](int c) {
 #pragma unroll
         for (int r = 0; r < dq_cols / 2; ++r)
-          attn_fence_reg(dq[r]);
-        if (c == dq_passes - 1)
-          release_stage(); /* before this pass's dQ goes out */
-        put_dq(dq, ia, dcol, i0);
-      }
+          attn_fence_reg(dq[c][r]);
+      };
+      issue_dq(0);
+#if BWD90_SPLIT_D
+      /* dV += Pd^T dO and dK += dRaw^T Q over the tile's 64 queries (A:
+       * both halves, K-major, from shared memory; B: this warpgroup's
+       * column blocks, MN-major), then dQ's second pass; once dV and dK
+       * have read this warpgroup's blocks of dO and Q, the first pass
+       * goes there while the second runs, then the second. */
+      static_assert(bwd90_dv_cols == 128 && bwd90_dk_cols == 128, "m64n128 steps");
+#pragma unroll
+      for (int kk = 0; kk < bwd90_bm / 16; ++kk)
+        attn_wgmma_ss128_kmn<bwd90_in_bf16>(dv, attn_wgmma_desc_add(dpt_k, kk * 32),
+                                            attn_wgmma_desc_add(ddo_mn, dv_blk + kk * 16 * 128),
+                                            1);
+#pragma unroll
+      for (int kk = 0; kk < bwd90_bm / 16; ++kk)
+        attn_wgmma_ss128_kmn<bwd90_in_bf16>(dk, attn_wgmma_desc_add(dds_k, kk * 32),
+                                            attn_wgmma_desc_add(dq_mn, dk_blk + kk * 16 * 128),
+                                            1);
+      attn_wgmma_commit();
+      issue_dq(1);
+      attn_wgmma_wait<1>(); /* dQ's first pass, dV, dK */
+      done_dq(0);
+      put_dq(dq[0], wg * (bwd90_dqk / 2), i0, st, 0);
+      attn_wgmma_wait<0>();
+      done_dq(1);
+      put_dq(dq[1], wg * (bwd90_dqk / 2) + 64, i0, st, 1);
+#else
+      attn_wgmma_wait<0>();
+      done_dq(0);
+      release_stage(); /* before the tile's dQ goes out */
+      put_dq(dq[0], wg * (bwd90_dqk / 2), i0, st, 0);
+#endif
     } else {
       attn_wgmma_wait<0>();
       release_stage();
