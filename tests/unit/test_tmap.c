@@ -1,0 +1,187 @@
+/*
+ * test_tmap.c: the tensor maps bwd_sm90's main kernel takes (runtime/tmap.c,
+ * rt_tmap_fill_bwd), checked without a GPU: the driver's encoder is a fake
+ * that records what it was asked for. Q and dO are bf16 maps with 64-column
+ * boxes; dQ's f32 accumulator (the target of the kernel's TMA reduce-adds)
+ * gets 32-column boxes over its dense [B, H, Sq, D] layout, no map in
+ * deterministic mode (null accumulator), and an encoder failure on it comes
+ * back as a status with a message naming it.
+ */
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "cuda_driver.h"
+#include "rt.h"
+#include "unit_build.h"
+
+/* One recorded cuTensorMapEncodeTiled call. */
+typedef struct {
+  CUtensorMapDataType type;
+  cuuint32_t rank;
+  void *ptr;
+  cuuint64_t dim[4], stride[3];
+  cuuint32_t box[4];
+  CUtensorMapSwizzle swizzle;
+} Encoded;
+
+static Encoded calls[8];
+static int ncalls;
+static int fail_on_call = -1; /* this call (0-based) returns an error */
+
+static CUresult fake_encode(CUtensorMap *map, CUtensorMapDataType type, cuuint32_t rank,
+                            void *ptr, const cuuint64_t *dim, const cuuint64_t *stride,
+                            const cuuint32_t *box, const cuuint32_t *estride,
+                            CUtensorMapInterleave il, CUtensorMapSwizzle sw,
+                            CUtensorMapL2promotion l2, CUtensorMapFloatOOBfill oob) {
+  (void)estride, (void)il, (void)l2, (void)oob;
+  cr_assert_lt(ncalls, 8);
+  Encoded *e = &calls[ncalls];
+  e->type = type, e->rank = rank, e->ptr = ptr, e->swizzle = sw;
+  for (cuuint32_t i = 0; i < rank && i < 4; i++) e->dim[i] = dim[i], e->box[i] = box[i];
+  for (cuuint32_t i = 0; i + 1 < rank && i < 3; i++) e->stride[i] = stride[i];
+  memset(map, 0xab, sizeof *map); /* "encoded" */
+  return ncalls++ == fail_on_call ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+static CUresult fake_error_name(CUresult r, const char **s) {
+  *s = r == CUDA_ERROR_INVALID_VALUE ? "CUDA_ERROR_INVALID_VALUE" : "other";
+  return CUDA_SUCCESS;
+}
+static CUresult fake_error_string(CUresult r, const char **s) {
+  (void)r;
+  *s = "invalid argument";
+  return CUDA_SUCCESS;
+}
+
+#define GRAPH                                                                                    \
+  "attention g {\n  input q : bf16[B, H, Sq, 128];\n  input k : bf16[B, H, Skv, 128];\n"         \
+  "  input v : bf16[B, H, Skv, 128];\n  s = (q @ k^T) * 0.125;\n"                              \
+  "  o = softmax(s) @ v;\n  output o : bf16[B, H, Sq, 128];\n  output lse = logsumexp(s);\n"    \
+  "  grad q, k, v;\n}\n"
+
+enum { NB = 2, NH = 3, NSQ = 100, ND = 128 };
+
+typedef struct {
+  Arena *a;
+  const IrGraph *g;
+  BwdSlots sl;
+  attn_params p;
+  KernelInfo k;
+  RtDriver d;
+  float dqa[1]; /* only its address matters */
+  unsigned short q[1], dout[1];
+} Fixture;
+
+/* A bf16 [NB, NH, NSQ, ND] tensor argument at ptr, dense. */
+static void bind4(attn_tensor_arg *t, void *ptr, long long inner) {
+  const int size[4] = {NB, NH, NSQ, (int)inner};
+  t->ptr = ptr;
+  for (int i = 0; i < 4; i++) t->size[i] = size[i];
+  t->stride[3] = 1;
+  t->stride[2] = inner;
+  t->stride[1] = inner * NSQ;
+  t->stride[0] = inner * NSQ * NH;
+}
+
+static void setup(Fixture *f) {
+  memset(f, 0, sizeof *f);
+  ncalls = 0;
+  fail_on_call = -1;
+  f->a = arena_new();
+  f->g = unit_build(f->a, "<tmap>", GRAPH)->graphs[0];
+  cr_assert_eq(bwd_slots(f->g, &f->sl), 0);
+  bind4(&f->p.t[f->g->q], f->q, ND);
+  bind4(&f->p.t[f->sl.dout], f->dout, ND);
+  bind4(&f->p.t[f->sl.dqa], f->dqa, ND);
+  f->k.bwd_tma_rows = 64;
+  f->d.TensorMapEncodeTiled = fake_encode;
+  f->d.GetErrorName = fake_error_name;
+  f->d.GetErrorString = fake_error_string;
+}
+
+static int map_is_zero(const attn_tmap *m) {
+  static const attn_tmap zero;
+  return memcmp(m, &zero, sizeof zero) == 0;
+}
+
+Test(tmap, backward_maps_q_dout_and_the_dq_accumulator) {
+  Fixture f;
+  setup(&f);
+  attn_tmaps tm;
+  StrBuf err = {0};
+  cr_assert_eq(rt_tmap_fill_bwd(&f.d, f.g, &f.k, f.sl.o, f.sl.dout, f.sl.dqa, &f.p, &tm, &err),
+               ATTN_SUCCESS, "%s", err.data ? err.data : "");
+  cr_assert_eq(ncalls, 3);
+  /* q and dO: bf16, 64 x 64 boxes, 128-byte swizzle. */
+  for (int i = 0; i < 2; i++) {
+    cr_assert_eq(calls[i].type, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16);
+    cr_assert_eq(calls[i].box[0], 64);
+    cr_assert_eq(calls[i].box[1], 64);
+    cr_assert_eq(calls[i].stride[0], (cuuint64_t)ND * 2);
+  }
+  cr_assert_eq(calls[0].ptr, (void *)f.q);
+  cr_assert_eq(calls[1].ptr, (void *)f.dout);
+  /* dQ's accumulator: f32, dims (D, Sq, H, B), dense byte strides, boxes
+   * of 32 columns (128 bytes, the widest the swizzle takes) by 64 rows. */
+  const Encoded *e = &calls[2];
+  cr_assert_eq(e->type, CU_TENSOR_MAP_DATA_TYPE_FLOAT32);
+  cr_assert_eq(e->rank, 4);
+  cr_assert_eq(e->ptr, (void *)f.dqa);
+  cr_assert_eq(e->dim[0], ND);
+  cr_assert_eq(e->dim[1], NSQ);
+  cr_assert_eq(e->dim[2], NH);
+  cr_assert_eq(e->dim[3], NB);
+  cr_assert_eq(e->stride[0], (cuuint64_t)ND * 4);
+  cr_assert_eq(e->stride[1], (cuuint64_t)ND * 4 * NSQ);
+  cr_assert_eq(e->stride[2], (cuuint64_t)ND * 4 * NSQ * NH);
+  cr_assert_eq(e->box[0], 32);
+  cr_assert_eq(e->box[1], 64);
+  cr_assert_eq(e->box[2], 1);
+  cr_assert_eq(e->swizzle, CU_TENSOR_MAP_SWIZZLE_128B);
+  cr_assert(!map_is_zero(&tm.m[ATTN_TMAP_Q]));
+  cr_assert(!map_is_zero(&tm.m[ATTN_TMAP_DO]));
+  cr_assert(!map_is_zero(&tm.m[ATTN_TMAP_DQA]));
+  sb_free(&err);
+  arena_free(f.a);
+}
+
+Test(tmap, deterministic_mode_has_no_dq_map) {
+  Fixture f;
+  setup(&f);
+  memset(&f.p.t[f.sl.dqa], 0, sizeof f.p.t[f.sl.dqa]); /* the null accumulator */
+  attn_tmaps tm;
+  StrBuf err = {0};
+  cr_assert_eq(rt_tmap_fill_bwd(&f.d, f.g, &f.k, f.sl.o, f.sl.dout, f.sl.dqa, &f.p, &tm, &err),
+               ATTN_SUCCESS);
+  cr_assert_eq(ncalls, 2, "q and dO only");
+  cr_assert(map_is_zero(&tm.m[ATTN_TMAP_DQA]));
+  sb_free(&err);
+  arena_free(f.a);
+}
+
+Test(tmap, a_failed_dq_map_is_an_error_naming_it) {
+  Fixture f;
+  setup(&f);
+  fail_on_call = 2;
+  attn_tmaps tm;
+  StrBuf err = {0};
+  cr_assert_eq(rt_tmap_fill_bwd(&f.d, f.g, &f.k, f.sl.o, f.sl.dout, f.sl.dqa, &f.p, &tm, &err),
+               ATTN_ERROR_CUDA);
+  cr_assert(err.data && strstr(err.data, "cuTensorMapEncodeTiled failed"), "%s", err.data);
+  cr_assert(strstr(err.data, "dQ accumulator of graph 'g'"), "%s", err.data);
+  sb_free(&err);
+  arena_free(f.a);
+}
+
+Test(tmap, no_maps_without_tma_rows) {
+  Fixture f;
+  setup(&f);
+  f.k.bwd_tma_rows = 0; /* bwd_sm80: takes no maps */
+  attn_tmaps tm;
+  StrBuf err = {0};
+  cr_assert_eq(rt_tmap_fill_bwd(&f.d, f.g, &f.k, f.sl.o, f.sl.dout, f.sl.dqa, &f.p, &tm, &err),
+               ATTN_SUCCESS);
+  cr_assert_eq(ncalls, 0);
+  for (int i = 0; i < 4; i++) cr_assert(map_is_zero(&tm.m[i]));
+  sb_free(&err);
+  arena_free(f.a);
+}
