@@ -94,8 +94,8 @@ constexpr bool bwd90_in_bf16 = attn_in_bf16;
  * dRaw^T [keys][64 queries] (and at D 256 of Pd^T), per stage the query
  * tile's {delta, lse log2 e} pairs, the mbarriers and slots.
  * compiler/match_bwd.c computes the same total (640 (D_QK + D_V) + 256
- * D_QK + 35456 with dQ's buffer; D 256: 384 (D_QK + D_V) + 34944). Three stages, not
- * two: with two, a tile's copy (issued one tile ahead) had often not
+ * D_QK + 35456 with dQ's buffer; D 256: 384 (D_QK + D_V) + 34944). Three
+ * stages, not two: with two, a tile's copy (issued one tile ahead) had often not
  * landed when the tile began (ncu: a quarter of the stall samples; with
  * the producer warpgroup four stages at D 64 measured 3% slower). */
 constexpr int bwd90_stages = bwd90_split_d ? 2 : 3; /* D 256: three do not fit */
@@ -370,13 +370,20 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
   if (wgi == 2) {
     /* ---------------------------------------------------- producer */
     asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
+    /* A dQ warp's lane 0: n boxes of [64 rows][32 f32] from buf added into
+     * the accumulator at columns col0.. and rows row0.., as one bulk group. */
+    const attn_tmap *mdq = &tm.m[ATTN_TMAP_DQA];
+    auto reduce_dq = [&](unsigned buf, int n, int col0, int row0) {
+      for (int x = 0; x < n; ++x)
+        attn_tma_reduce_add4(mdq, buf + x * bwd90_bm * 128, col0 + x * 32, row0, h, b);
+      attn_bulk_commit();
+    };
     if (bwd90_dq_in_stage && (warp == 9 || warp == 10) && !det) {
       /* Split-D: warpgroup w's dQ warp. Per tile (the stages in the
        * consumers' order; the producer's slot says which tile, -1 ends):
        * each pass once its `dq ready` completes, lane 0 adds its two boxes
        * into the accumulator by TMA; once both have been read, the stage
        * is free. */
-      const attn_tmap *mdq = &tm.m[ATTN_TMAP_DQA];
       const int w = warp - 9;
       if (lane == 0)
         attn_prefetch_tmap(mdq);
@@ -390,13 +397,8 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
           attn_mbar_wait(bar_dq_ready(st, c, w), ph);
-          if (lane == 0) {
-#pragma unroll
-            for (int x = 0; x < 2; ++x)
-              attn_tma_reduce_add4(mdq, dq_region(st, c, w) + x * bwd90_bm * 128,
-                                   w * 128 + c * 64 + x * 32, m * bwd90_bm, h, b);
-            attn_bulk_commit();
-          }
+          if (lane == 0)
+            reduce_dq(dq_region(st, c, w), 2, w * 128 + c * 64, m * bwd90_bm);
         }
         if (lane == 0) {
           attn_bulk_wait<0, true>();
@@ -415,7 +417,6 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
        * a time, and waits only until the copies have read it before
        * freeing it (bar_dq_free; the adds finish in L2 on their own). A
        * row of -1 ends the loop. */
-      const attn_tmap *mdq = &tm.m[ATTN_TMAP_DQA];
       if (lane == 0)
         attn_prefetch_tmap(mdq);
       for (;;) {
@@ -426,10 +427,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
         if (i0 < 0)
           break;
         if (lane == 0) {
-#pragma unroll
-          for (int c = 0; c < bwd90_dqk / 32; ++c)
-            attn_tma_reduce_add4(mdq, sdqs + c * bwd90_bm * 128, c * 32, i0, h, b);
-          attn_bulk_commit();
+          reduce_dq(sdqs, bwd90_dqk / 32, 0, i0);
           attn_bulk_wait<0, true>();
         }
         __syncwarp();
