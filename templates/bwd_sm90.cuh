@@ -171,6 +171,19 @@ static __device__ __forceinline__ void bwd90_rs(float (&d)[D / 2], const unsigne
 }
 
 
+/* d += A B over a query tile (k: its queries in KS 16-query steps), A
+ * from registers (step kk's fragment a[kk]), B MN-major from shared memory
+ * at db (16 rows of 128 bytes per step), N = D columns: one commit group. */
+template <int N, int KS>
+static __device__ __forceinline__ void bwd90_rs_tile(float (&d)[N / 2], const unsigned (&a)[KS][4],
+                                                     unsigned long long db) {
+  attn_wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < KS; ++kk)
+    bwd90_rs<N>(d, a[kk], attn_wgmma_desc_add(db, kk * 16 * 128));
+  attn_wgmma_commit();
+}
+
 /* d (+)= A B with N columns (32 or 64), A and B from shared memory, both
  * K-major or (MN) both MN-major. */
 template <int N, bool MN>
@@ -809,11 +822,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
       /* dV += Pd^T dO (k: the 64 queries; dO read transposed through an
        * MN-major descriptor), in the tensor cores while dRaw^T is
        * computed. */
-      attn_wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < bwd90_bm / 16; ++kk)
-        bwd90_rs<bwd90_dv_cols>(dv, pa[kk], attn_wgmma_desc_add(ddo_mn, kk * 16 * 128));
-      attn_wgmma_commit();
+      bwd90_rs_tile<bwd90_dv_cols>(dv, pa, ddo_mn);
     } else {
       /* This warpgroup's half of Pd^T, for dV's GEMM after the barrier. */
 #pragma unroll
@@ -852,11 +861,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
 
     if constexpr (!bwd90_split_d) {
       /* dK += dRaw^T Q (Q read transposed likewise). */
-      attn_wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < bwd90_bm / 16; ++kk)
-        bwd90_rs<bwd90_dk_cols>(dk, ra[kk], attn_wgmma_desc_add(dq_mn, kk * 16 * 128));
-      attn_wgmma_commit();
+      bwd90_rs_tile<bwd90_dk_cols>(dk, ra, dq_mn);
     }
 
     if (!det) {
