@@ -660,10 +660,11 @@ typedef struct KernelInfo {
    * workspace's regions (SEP_REGION_*), 0 where a region is absent. */
   const char *prep_entry;
   int prep_cell_bytes[4];
-  /* bwd_sm90: the TMA box rows of the main kernel's q and dO tensor maps,
-   * which it takes as its second parameter (attn_tmaps: ATTN_TMAP_Q,
-   * ATTN_TMAP_DO), and it runs bwd_threads + 128 threads (a producer
-   * warpgroup); 0: attn_params alone and bwd_threads. */
+  /* bwd_sm90: the TMA box rows of the main kernel's q, dO and dQ
+   * accumulator tensor maps, which it takes as its second parameter
+   * (attn_tmaps: ATTN_TMAP_Q, ATTN_TMAP_DO, ATTN_TMAP_DQA), and it runs
+   * bwd_threads + 128 threads (a producer warpgroup); 0: attn_params
+   * alone and bwd_threads. */
   int bwd_tma_rows;
 } KernelInfo;
 

@@ -50,9 +50,10 @@ typedef struct attn_params {
 } attn_params;
 
 /* Tensor maps (CUtensorMap: 128 opaque bytes, 64-byte aligned) for the
- * TMA loads (and bwd_sm90's dQ reduction) of the sm90 templates. They travel as the kernel's second
- * parameter, `const __grid_constant__ attn_tmaps`, built per launch by
- * runtime/tmap.c; kernels of other templates take attn_params alone. */
+ * TMA loads (and bwd_sm90's dQ reduction) of the sm90 templates. They
+ * travel as the kernel's second parameter, `const __grid_constant__
+ * attn_tmaps`, built per launch by runtime/tmap.c; kernels of other
+ * templates take attn_params alone. */
 #ifdef __cplusplus
 #define ATTN_ALIGN64 alignas(64)
 #else

@@ -106,13 +106,12 @@ constexpr int bwd90_do_bytes = bwd90_bm * bwd90_dv * 2;
 constexpr int bwd90_ds_bytes = bwd90_bn * bwd90_bm * 2;
 constexpr int bwd90_pt_bytes = bwd90_split_d ? bwd90_bn * bwd90_bm * 2 : 0; /* Pd^T */
 /* dQ's reduction (D <= 128): the consumers store a tile's 64 x D_QK f32
- * part into one buffer laid out as the accumulator's TMA boxes land (D/32
- * blocks of [64 rows][32 f32], 128-byte swizzle) and the producer
- * warpgroup's second warp adds it into the accumulator by TMA (bulk
- * reduce-add, done at L2). At D 256 there is no room for it (below). */
-constexpr bool bwd90_dq_tma = !bwd90_split_d;
-constexpr int bwd90_dq_bytes = bwd90_dq_tma ? bwd90_bm * bwd90_dqk * 4 : 0;
-/* At D 256 the stage itself is the buffer: once a warpgroup's dV and dK
+ * part into one buffer of its own laid out as the accumulator's TMA boxes
+ * land (D/32 blocks of [64 rows][32 f32], 128-byte swizzle) and the
+ * producer warpgroup's second warp adds it into the accumulator by TMA
+ * (bulk reduce-add, done at L2). At D 256 there is no room for it, and
+ * the stage serves instead (bwd90_dq_in_stage).
+ * At D 256 the stage itself is the buffer: once a warpgroup's dV and dK
  * GEMMs have read its column blocks of dO and Q (its 128 columns: 2 x 8 KB
  * of each), nothing else reads them, so its 64 x 128 f32 dQ goes there,
  * one pass of 64 columns into its dO blocks and the other into its Q
@@ -123,6 +122,7 @@ constexpr int bwd90_dq_bytes = bwd90_dq_tma ? bwd90_bm * bwd90_dqk * 4 : 0;
  * element atomics this replaced kept L2 83% busy; H200, D 256: 4.75 ->
  * 3.33 ms (bench/NOTES-sm90.md, session 6). */
 constexpr bool bwd90_dq_in_stage = bwd90_split_d;
+constexpr int bwd90_dq_bytes = bwd90_dq_in_stage ? 0 : bwd90_bm * bwd90_dqk * 4;
 constexpr int bwd90_off_v = bwd90_k_bytes;
 constexpr int bwd90_off_q = bwd90_off_v + bwd90_v_bytes;
 constexpr int bwd90_off_do = bwd90_off_q + bwd90_stages * bwd90_q_bytes;
@@ -423,7 +423,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
         attn_bulk_wait<0, false>(); /* the last adds, before the CTA ends */
       return;
     }
-    if (warp == 9 && bwd90_dq_tma && !dq_cta && !det) {
+    if (warp == 9 && !bwd90_dq_in_stage && !dq_cta && !det) {
       /* The dQ warp: per tile the consumers hand over (barrier
        * bar_dq_full, the tile's first query row in dq_slot), lane 0 adds
        * the buffer into the accumulator by TMA, one box of 32 columns at
@@ -936,7 +936,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
         attn_fence_reg(ra[kk][x]);
       }
   }
-  if (bwd90_dq_tma && !det) {
+  if (!bwd90_dq_in_stage && !det) {
     /* The dQ warp's last round: the end mark in the slot. */
     attn_bar_sync<bar_dq_threads>(bar_dq_free);
     if (tid == 0)
