@@ -649,7 +649,7 @@ typedef struct KernelInfo {
    * kernel, dQ's conversion and (GQA) dK/dV's; bwd_entry[0] is NULL when
    * there is no backward. The main kernel's grid is (ceil(Skv/bwd_block_n),
    * H, B) with bwd_smem_bytes of dynamic shared memory; the row kernels
-   * take bwd_threads / 32 rows per CTA. */
+   * take ATTN_BWD_ROWS_PER_CTA rows per CTA (attn_abi.h). */
   const char *bwd_entry[4];
   int bwd_threads, bwd_smem_bytes, bwd_block_n;
   /* Separable mask conjuncts (emit_sep.c): the prep kernel that writes

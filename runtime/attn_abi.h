@@ -10,10 +10,13 @@
 #ifndef ATTN_ABI_H
 #define ATTN_ABI_H
 
-#define ATTN_ABI_VERSION 3
+#define ATTN_ABI_VERSION 4
 #define ATTN_MAX_TENSORS 16 /* inputs and outputs of one graph */
 #define ATTN_MAX_SCALARS 16
 #define ATTN_MAX_DIMS 16 /* dimension symbols: B, H, Sq, ... */
+/* The backward's row passes (delta, dQ's and dK/dV's conversions) take
+ * this many rows of one (b, h) per CTA, whatever the CTA's size. */
+#define ATTN_BWD_ROWS_PER_CTA 32
 
 /* One bound tensor: element strides and sizes in the graph's declared
  * dimension order. Unused trailing dims have size 1 and stride 0. A

@@ -2,8 +2,8 @@
  * declares grad (templates/bwd_sm80.cuh, with bwd_sm90.cuh's main kernel on
  * sm_90a; emitted by compiler/emit_bwd.c). The launch shape comes from the
  * kernel table (KernelInfo.bwd_*): every kernel runs bwd_threads threads
- * (128 for bwd_sm80, 256 for bwd_sm90; the row kernels take one row per
- * warp) and the main grid has one CTA per bwd_block_n keys (64 or 128).
+ * (128 for bwd_sm80, 256 for bwd_sm90; the row kernels split each row
+ * among bwd_threads / ATTN_BWD_ROWS_PER_CTA threads) and the main grid has one CTA per bwd_block_n keys (64 or 128).
  *
  * The call's bindings already hold the forward's tensors (q, k, v, o, lse
  * and any others the score chain reads) and, bound by name through
@@ -18,7 +18,7 @@
  *   convert (dQ to dq's dtype)            grid (ceil(Sq/W), H, B)
  *   convert_kv (GQA only)                 grid (ceil(Skv/W), Hk, B)
  *
- * (W = bwd_threads / 32 rows per CTA)
+ * (W = ATTN_BWD_ROWS_PER_CTA rows per CTA, attn_abi.h)
  *
  * all on the caller's stream, in that order.
  *
@@ -292,7 +292,7 @@ attn_status attn_call_launch_backward(attn_call *c, void *stream) {
       bwd_set_dense(&p, sl.dbias_acc[r], sc->buf[BWD_BIAS0 + r], 1, 1, (int)n);
   }
   if ((st = rt_call_prep(c, d, cu, &p, stream))) return st; /* separable masks' tile ranges */
-  const unsigned row_ctas = (unsigned)(k->bwd_threads / 32);
+  const unsigned row_ctas = ATTN_BWD_ROWS_PER_CTA; /* rows per CTA of the row passes */
   const unsigned gq = (unsigned)((p.Sq + row_ctas - 1) / row_ctas);
   unsigned gk = (unsigned)((p.Skv + k->bwd_block_n - 1) / k->bwd_block_n);
   if (det && sl.dq >= 0) /* the dQ CTAs: bwd80_dq_tile, 64 queries each */

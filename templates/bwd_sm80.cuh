@@ -8,8 +8,9 @@
  * bwd80_ prefix, the hooks are only declared again).
  *
  * Three kernels (docs/language.md, "Gradients", has the math):
- * - attn_bwd_sm80_delta: delta_i = rowsum(dO_i * O_i), one warp per query
- *   row; the same warp zeroes the row of the f32 dQ accumulator.
+ * - attn_bwd_sm80_delta: delta_i = rowsum(dO_i * O_i), a few threads per
+ *   query row in 16-byte vectors; they also zero the row of the f32 dQ
+ *   accumulator.
  * - attn_bwd_sm80_main: one CTA per (key tile of 64, head, batch), four
  *   warps of 16 keys. K and V stay in shared memory; the query tiles (64
  *   rows of Q and dO, with lse and delta) the masks let through stream
@@ -221,54 +222,130 @@ static __device__ __forceinline__ void bwd80_b_kn(unsigned (&r)[4], unsigned til
 }
 #endif
 
-/* ------------------------------------------------- the delta pre-pass */
+/* ------------------------------------------------- the row passes */
 
-/* Grid (ceil(Sq / W), H, B), W warps (bwd_sm80: 4, bwd_sm90: 8): warp w
- * handles row W x + w. */
-__device__ __forceinline__ void attn_bwd_sm80_delta(const attn_params &p) {
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int i = blockIdx.x * (blockDim.x >> 5) + warp, h = blockIdx.y, b = blockIdx.z;
-  if (i >= p.Sq)
-    return;
-  const attn_tensor_arg &tdo = p.t[bwd80_tdo], &to = p.t[bwd80_to];
-  const unsigned short *dor = (const unsigned short *)tdo.ptr + b * tdo.stride[0] +
-                              h * tdo.stride[1] + (long long)i * tdo.stride[2];
-  const long long oo = b * to.stride[0] + h * to.stride[1] + (long long)i * to.stride[2];
-  float acc = 0.f;
-  for (int d = lane; d < bwd80_dv; d += 32) {
-    float o;
-    if constexpr (bwd80_out_kind == 2)
-      o = ((const float *)to.ptr)[oo + d];
-    else if constexpr (bwd80_out_kind == 0)
-      o = __uint_as_float((unsigned)((const unsigned short *)to.ptr)[oo + d] << 16);
-    else {
-      asm("cvt.f32.f16 %0, %1;" : "=f"(o) : "h"(((const unsigned short *)to.ptr)[oo + d]));
-    }
-    acc += bwd80_to_f32(dor[d]) * o;
-  }
+/* The delta pre-pass and the convert passes take ATTN_BWD_ROWS_PER_CTA
+ * rows of one (b, h) per CTA (grid (ceil(rows / that), heads, B)), and
+ * blockDim.x / ATTN_BWD_ROWS_PER_CTA consecutive threads per row (bwd_sm80's
+ * 128: 4, bwd_sm90's 256: 8), each moving whole 16-byte vectors of eight
+ * elements (rows are 16-byte aligned, bind.c; head dims are multiples of
+ * 64). One row per warp with 2-byte loads (sessions 1-6) left the H200 at
+ * 2.2 TB/s: too few bytes in flight per warp at D 64. */
+struct bwd80_row_slot {
+  int row;   /* this thread's row in the (b, h) slice */
+  int col;   /* its first element: 8 x its rank in the row */
+  int step;  /* elements between its vectors: 8 x threads per row */
+  int group; /* threads per row (a power of two, at most 32) */
+};
+
+static __device__ __forceinline__ bwd80_row_slot bwd80_row_of_thread() {
+  const int group = (int)blockDim.x / ATTN_BWD_ROWS_PER_CTA;
+  return {(int)blockIdx.x * ATTN_BWD_ROWS_PER_CTA + (int)threadIdx.x / group,
+          8 * ((int)threadIdx.x % group), 8 * group, group};
+}
+
+/* Warps run the bias hooks one row per warp (their loops are warp-wide):
+ * row r0 + w, r0 + w + warps, ... of the CTA's rows below n. */
+#define BWD80_EACH_WARP_ROW(n, row, lane, body)                                   \
+  do {                                                                            \
+    const int lane = threadIdx.x & 31;                                            \
+    for (int r_ = threadIdx.x >> 5; r_ < ATTN_BWD_ROWS_PER_CTA; r_ += blockDim.x >> 5) { \
+      const int row = (int)blockIdx.x * ATTN_BWD_ROWS_PER_CTA + r_;              \
+      if (row < (n)) { body; }                                                    \
+    }                                                                             \
+  } while (0)
+
+/* A 16-bit element of the input (bf16 = true) or f16 dtype as a float. */
+template <bool bf16> static __device__ __forceinline__ float bwd80_half_to_f32(unsigned x) {
+  if constexpr (bf16)
+    return __uint_as_float(x << 16);
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"((unsigned short)x));
+  return f;
+}
+
+/* Eight 16-bit elements (one 16-byte vector) as floats. */
+template <bool bf16>
+static __device__ __forceinline__ void bwd80_ld8_half(const unsigned short *src, float (&x)[8]) {
+  const uint4 v = *(const uint4 *)src;
+  const unsigned w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-  for (int s = 16; s > 0; s >>= 1)
-    acc += __shfl_xor_sync(0xffffffffu, acc, s);
-  /* Row i's {delta, lse * log2(e)}; a fully masked row's lse (-inf) is
-   * stored as +inf, so exp2(x * log2(e) - it) is 0 for every x, -inf
-   * included (bwd_sm90 tests nothing per element). */
-  const attn_tensor_arg &tdl = p.t[bwd80_tdelta], &tl = p.t[bwd80_tlse];
-  if (lane == 0) {
-    const float lse = ((const float *)tl.ptr)[b * tl.stride[0] + h * tl.stride[1] +
-                                              (long long)i * tl.stride[2]];
-    const float lse2 = lse == __int_as_float(0xff800000) ? __int_as_float(0x7f800000)
-                                                          : lse * 1.4426950408889634f;
-    *(float2 *)((float *)tdl.ptr + 2 * (((long long)b * p.H + h) * p.Sq + i)) =
-        make_float2(acc, lse2);
+  for (int k = 0; k < 4; ++k) {
+    x[2 * k] = bwd80_half_to_f32<bf16>(w[k] & 0xffffu);
+    x[2 * k + 1] = bwd80_half_to_f32<bf16>(w[k] >> 16);
   }
-  if (!bwd80_deterministic(p)) {
-    float *dqa =
-        (float *)p.t[bwd80_tdqa].ptr + (((long long)b * p.H + h) * p.Sq + i) * bwd80_dqk;
-    for (int d = lane; d < bwd80_dqk; d += 32)
-      dqa[d] = 0.f;
+}
+
+/* Eight f32 elements (two 16-byte vectors). */
+static __device__ __forceinline__ void bwd80_ld8_f32(const float *src, float (&x)[8]) {
+  const float4 a = ((const float4 *)src)[0], c = ((const float4 *)src)[1];
+  x[0] = a.x, x[1] = a.y, x[2] = a.z, x[3] = a.w;
+  x[4] = c.x, x[5] = c.y, x[6] = c.z, x[7] = c.w;
+}
+
+/* Eight floats stored as one 16-byte vector of the input dtype. */
+static __device__ __forceinline__ void bwd80_st8_half(unsigned short *dst, const float (&x)[8]) {
+  *(uint4 *)dst = make_uint4(bwd80_pack(x[0], x[1]), bwd80_pack(x[2], x[3]),
+                             bwd80_pack(x[4], x[5]), bwd80_pack(x[6], x[7]));
+}
+
+/* Sum over the threads of a row (aligned groups of `group` lanes). */
+static __device__ __forceinline__ float bwd80_row_sum(float x, int group) {
+  for (int s = group >> 1; s > 0; s >>= 1)
+    x += __shfl_xor_sync(0xffffffffu, x, s);
+  return x;
+}
+
+/* Grid (ceil(Sq / ATTN_BWD_ROWS_PER_CTA), H, B): per query row
+ * {delta = rowsum(dO o O), lse log2(e)}, dQ's accumulator row zeroed, and
+ * the directly written bias gradients' rows zeroed. */
+__device__ __forceinline__ void attn_bwd_sm80_delta(const attn_params &p) {
+  const bwd80_row_slot rs = bwd80_row_of_thread();
+  const int i = rs.row, h = blockIdx.y, b = blockIdx.z;
+  const bool live = i < p.Sq; /* every lane reaches the shuffles */
+  const attn_tensor_arg &tdo = p.t[bwd80_tdo], &to = p.t[bwd80_to];
+  float acc = 0.f;
+  if (live) {
+    const unsigned short *dor = (const unsigned short *)tdo.ptr + b * tdo.stride[0] +
+                                h * tdo.stride[1] + (long long)i * tdo.stride[2];
+    const long long oo = b * to.stride[0] + h * to.stride[1] + (long long)i * to.stride[2];
+    for (int d = rs.col; d < bwd80_dv; d += rs.step) {
+      float g[8], o[8];
+      bwd80_ld8_half<bwd80_in_bf16>(dor + d, g);
+      if constexpr (bwd80_out_kind == 2)
+        bwd80_ld8_f32((const float *)to.ptr + oo + d, o);
+      else
+        bwd80_ld8_half<bwd80_out_kind == 0>((const unsigned short *)to.ptr + oo + d, o);
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        acc += g[e] * o[e];
+    }
+  }
+  acc = bwd80_row_sum(acc, rs.group);
+  if (live) {
+    /* Row i's {delta, lse * log2(e)}; a fully masked row's lse (-inf) is
+     * stored as +inf, so exp2(x * log2(e) - it) is 0 for every x, -inf
+     * included (bwd_sm90 tests nothing per element). */
+    const attn_tensor_arg &tdl = p.t[bwd80_tdelta], &tl = p.t[bwd80_tlse];
+    if (rs.col == 0) {
+      const float lse = ((const float *)tl.ptr)[b * tl.stride[0] + h * tl.stride[1] +
+                                                (long long)i * tl.stride[2]];
+      const float lse2 = lse == __int_as_float(0xff800000) ? __int_as_float(0x7f800000)
+                                                            : lse * 1.4426950408889634f;
+      *(float2 *)((float *)tdl.ptr + 2 * (((long long)b * p.H + h) * p.Sq + i)) =
+          make_float2(acc, lse2);
+    }
+    if (!bwd80_deterministic(p)) {
+      float *dqa =
+          (float *)p.t[bwd80_tdqa].ptr + (((long long)b * p.H + h) * p.Sq + i) * bwd80_dqk;
+      for (int d = rs.col; d < bwd80_dqk; d += rs.step) {
+        ((float4 *)(dqa + d))[0] = make_float4(0.f, 0.f, 0.f, 0.f);
+        ((float4 *)(dqa + d))[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+    }
   }
 #if defined(ATTN_BWD_BIAS)
-  attn_bwd_bias_init(b, h, i, lane, p);
+  BWD80_EACH_WARP_ROW(p.Sq, row, lane, attn_bwd_bias_init(b, h, row, lane, p));
 #endif
 }
 
@@ -848,32 +925,56 @@ __device__ __forceinline__ void attn_bwd_sm80_main(const attn_params &p) {
 
 /* ---------------------------------------------------- the post-passes */
 
-/* Grid (ceil(Sq / W), H, B), W warps, one row per warp: dq = dQ's
- * accumulator, in dq's dtype (the folded scale is already in). */
+/* Grid (ceil(Sq / ATTN_BWD_ROWS_PER_CTA), H, B): dq = dQ's accumulator,
+ * in dq's dtype (the folded scale is already in), and the accumulated
+ * bias gradients to their tensors. */
 __device__ __forceinline__ void attn_bwd_sm80_convert(const attn_params &p) {
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int i = blockIdx.x * (blockDim.x >> 5) + warp, h = blockIdx.y, b = blockIdx.z;
-  if (i >= p.Sq)
-    return;
+  const bwd80_row_slot rs = bwd80_row_of_thread();
+  const int i = rs.row, h = blockIdx.y, b = blockIdx.z;
 #if defined(ATTN_BWD_BIAS)
-  attn_bwd_bias_finish(b, h, i, lane, p);
+  BWD80_EACH_WARP_ROW(p.Sq, row, lane, attn_bwd_bias_finish(b, h, row, lane, p));
 #endif
-  if (bwd80_tdq < 0 || bwd80_deterministic(p))
+  if (bwd80_tdq < 0 || bwd80_deterministic(p) || i >= p.Sq)
     return; /* deterministic mode: dq is already stored */
   const attn_tensor_arg &to = p.t[bwd80_tdq >= 0 ? bwd80_tdq : 0];
   const float *acc =
       (const float *)p.t[bwd80_tdqa].ptr + (((long long)b * p.H + h) * p.Sq + i) * bwd80_dqk;
   unsigned short *row = (unsigned short *)to.ptr + b * to.stride[0] + h * to.stride[1] +
                         (long long)i * to.stride[2];
-  for (int d = lane; d < bwd80_dqk; d += 32)
-    row[d] = bwd80_from_f32(acc[d]);
+  for (int d = rs.col; d < bwd80_dqk; d += rs.step) {
+    float x[8];
+    bwd80_ld8_f32(acc + d, x);
+    bwd80_st8_half(row + d, x);
+  }
 }
 
-/* Grid (ceil(Skv / W), Hk, B), W warps, only when H != Hk: dK and dV
- * from their accumulators (summed over the query heads of a group). */
+/* dK's or dV's row j of (b, hk) from its f32 accumulator rows, summed
+ * over the `group` query heads they came from (head_step floats apart). */
+template <int D>
+static __device__ __forceinline__ void bwd80_convert_kv_row(const attn_tensor_arg &to,
+                                                            const float *acc, int group,
+                                                            long long head_step, int b, int hk,
+                                                            int j, const bwd80_row_slot &rs) {
+  unsigned short *row = (unsigned short *)to.ptr + b * to.stride[0] + hk * to.stride[1] +
+                        (long long)j * to.stride[2];
+  for (int d = rs.col; d < D; d += rs.step) {
+    float sum[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    for (int x = 0; x < group; ++x) {
+      float v[8];
+      bwd80_ld8_f32(acc + x * head_step + d, v);
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        sum[e] += v[e];
+    }
+    bwd80_st8_half(row + d, sum);
+  }
+}
+
+/* Grid (ceil(Skv / ATTN_BWD_ROWS_PER_CTA), Hk, B), only when H != Hk: dK
+ * and dV from their accumulators (summed over the query heads of a group). */
 __device__ __forceinline__ void attn_bwd_sm80_convert_kv(const attn_params &p) {
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int j = blockIdx.x * (blockDim.x >> 5) + warp, hk = blockIdx.y, b = blockIdx.z;
+  const bwd80_row_slot rs = bwd80_row_of_thread();
+  const int j = rs.row, hk = blockIdx.y, b = blockIdx.z;
   if (j >= p.Skv)
     return;
   /* Deterministic mode: per-head accumulators, summed in head order. */
@@ -881,31 +982,16 @@ __device__ __forceinline__ void attn_bwd_sm80_convert_kv(const attn_params &p) {
   const int group = det ? p.H / p.Hk : 1;
   const long long r = det ? ((long long)b * p.H + (long long)hk * group) * p.Skv + j
                           : ((long long)b * p.Hk + hk) * p.Skv + j;
-  const long long head_step = (long long)p.Skv; /* rows between heads */
-  if constexpr (bwd80_tdk >= 0) {
-    const attn_tensor_arg &to = p.t[bwd80_tdk >= 0 ? bwd80_tdk : 0];
-    const float *acc = (const float *)p.t[bwd80_tdka >= 0 ? bwd80_tdka : 0].ptr + r * bwd80_dqk;
-    unsigned short *row = (unsigned short *)to.ptr + b * to.stride[0] + hk * to.stride[1] +
-                          (long long)j * to.stride[2];
-    for (int d = lane; d < bwd80_dqk; d += 32) {
-      float sum = 0.f;
-      for (int x = 0; x < group; ++x)
-        sum += acc[x * head_step * bwd80_dqk + d];
-      row[d] = bwd80_from_f32(sum);
-    }
-  }
-  if constexpr (bwd80_tdv >= 0) {
-    const attn_tensor_arg &to = p.t[bwd80_tdv >= 0 ? bwd80_tdv : 0];
-    const float *acc = (const float *)p.t[bwd80_tdva >= 0 ? bwd80_tdva : 0].ptr + r * bwd80_dv;
-    unsigned short *row = (unsigned short *)to.ptr + b * to.stride[0] + hk * to.stride[1] +
-                          (long long)j * to.stride[2];
-    for (int d = lane; d < bwd80_dv; d += 32) {
-      float sum = 0.f;
-      for (int x = 0; x < group; ++x)
-        sum += acc[x * head_step * bwd80_dv + d];
-      row[d] = bwd80_from_f32(sum);
-    }
-  }
+  if constexpr (bwd80_tdk >= 0)
+    bwd80_convert_kv_row<bwd80_dqk>(p.t[bwd80_tdk >= 0 ? bwd80_tdk : 0],
+                                    (const float *)p.t[bwd80_tdka >= 0 ? bwd80_tdka : 0].ptr +
+                                        r * bwd80_dqk,
+                                    group, (long long)p.Skv * bwd80_dqk, b, hk, j, rs);
+  if constexpr (bwd80_tdv >= 0)
+    bwd80_convert_kv_row<bwd80_dv>(p.t[bwd80_tdv >= 0 ? bwd80_tdv : 0],
+                                   (const float *)p.t[bwd80_tdva >= 0 ? bwd80_tdva : 0].ptr +
+                                       r * bwd80_dv,
+                                   group, (long long)p.Skv * bwd80_dv, b, hk, j, rs);
 }
 
 #undef BWD80_MAIN

@@ -253,10 +253,11 @@ static void run(const Variant &v, int B, int Sq, int Skv, unsigned seed) {
   p.B = B, p.H = H, p.Hk = Hk, p.Sq = Sq, p.Skv = Skv;
 
   CHECK(cudaFuncSetAttribute((const void *)v.main, cudaFuncAttributeMaxDynamicSharedMemorySize, v.smem));
-  v.delta<<<dim3((Sq + 3) / 4, H, B), 128>>>(p);
+  const int rows = ATTN_BWD_ROWS_PER_CTA; /* the row passes' rows per CTA */
+  v.delta<<<dim3((Sq + rows - 1) / rows, H, B), 128>>>(p);
   v.main<<<dim3((Skv + 63) / 64, H, B), 128, v.smem>>>(p);
-  v.conv<<<dim3((Sq + 3) / 4, H, B), 128>>>(p);
-  if (H != Hk) v.convkv<<<dim3((Skv + 3) / 4, Hk, B), 128>>>(p);
+  v.conv<<<dim3((Sq + rows - 1) / rows, H, B), 128>>>(p);
+  if (H != Hk) v.convkv<<<dim3((Skv + rows - 1) / rows, Hk, B), 128>>>(p);
   CHECK(cudaGetLastError());
   CHECK(cudaDeviceSynchronize());
 
