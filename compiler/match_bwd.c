@@ -190,12 +190,12 @@ BwdSpec *match_bwd(const KernelSpec *fwd, Arena *a, Diag *d) {
     /* bwd_sm90.cuh: 128 keys per CTA in two warpgroups; K, V (128 rows),
      * three stages of Q and dO (64 rows), two buffers of dRaw^T (128 x
      * 64), dQ's f32 buffer (64 x D_QK), three stages of the rows' {delta,
-     * lse log2 e}, the stages' mbarriers and tile slots (128 bytes), and
+     * lse log2 e}, the stages' mbarriers and tile slots (256 bytes), and
      * 1024 bytes to align the base. */
     s->threads = 256;
     s->block_n = 128;
     s->smem_bytes = 128 * (s->d_qk + s->d_v) * 2 + 3 * 64 * (s->d_qk + s->d_v) * 2 +
-                    2 * 128 * 64 * 2 + 64 * s->d_qk * 4 + 3 * 64 * 8 + 128 + 1024;
+                    2 * 128 * 64 * 2 + 64 * s->d_qk * 4 + 3 * 64 * 8 + 256 + 1024;
     return s;
   }
   /* bwd_sm80.cuh: 64 keys per CTA in four warps, 64-row query tiles; K, V,

@@ -3,7 +3,9 @@
  * sm_90a; emitted by compiler/emit_bwd.c). The launch shape comes from the
  * kernel table (KernelInfo.bwd_*): every kernel runs bwd_threads threads
  * (128 for bwd_sm80, 256 for bwd_sm90; the row kernels split each row
- * among bwd_threads / ATTN_BWD_ROWS_PER_CTA threads) and the main grid has one CTA per bwd_block_n keys (64 or 128).
+ * among bwd_threads / ATTN_BWD_ROWS_PER_CTA threads) and the main grid
+ * has one CTA per bwd_block_n keys (64 or 128), or for bwd_sm90 at D <= 128
+ * at most one per SM (persistent, below).
  *
  * The call's bindings already hold the forward's tensors (q, k, v, o, lse
  * and any others the score chain reads) and, bound by name through
@@ -14,7 +16,8 @@
  * the call and freed with it, then launches:
  *
  *   delta (also zeroes dQ's accumulator)  grid (ceil(Sq/W), H, B)
- *   main                                  grid (ceil(Skv/bwd_block_n), H, B)
+ *   main                                  grid (ceil(Skv/bwd_block_n), H, B),
+ *                                         bwd_sm90: (min(that many, SMs))
  *   convert (dQ to dq's dtype)            grid (ceil(Sq/W), H, B)
  *   convert_kv (GQA only)                 grid (ceil(Skv/W), Hk, B)
  *
@@ -26,6 +29,12 @@
  * kernel (rows zeroed by the delta pass first), or accumulated in an f32
  * scratch of the bias's shape (zeroed here) that the convert pass writes
  * out; convert then also runs when there is no dq.
+ *
+ * bwd_sm90's main kernel at D <= 128 is persistent (bwd_main_grid): at most one CTA
+ * per SM, taking its work items (key tile, head, batch) from a queue of
+ * two words in the scratch, zero before each launch (the kernel leaves
+ * them so). ATTN_BWD_CTAS=N caps the CTAs (tests use it to make every CTA
+ * take several items).
  *
  * Deterministic mode (attn_call_set_deterministic): no f32 atomics. The
  * dQ accumulator slot stays null, which tells the kernels; the main grid
@@ -40,7 +49,17 @@
 #include "cuda_driver.h"
 #include "rt.h"
 
-enum { BWD_DELTA, BWD_DQA, BWD_DKA, BWD_DVA, BWD_BIAS0, BWD_NBUF = BWD_BIAS0 + BWD_MAX_BIAS };
+/* Scratch buffers: delta, the f32 accumulators, the bias gradients' and
+ * the persistent main kernel's work queue (two words). */
+enum {
+  BWD_DELTA,
+  BWD_DQA,
+  BWD_DKA,
+  BWD_DVA,
+  BWD_QUEUE,
+  BWD_BIAS0,
+  BWD_NBUF = BWD_BIAS0 + BWD_MAX_BIAS
+};
 
 struct RtBwdScratch {
   CUdeviceptr buf[BWD_NBUF];
@@ -190,6 +209,38 @@ static attn_status bwd_launch(attn_call *c, const RtDriver *d, CUcontext cu, int
   return st;
 }
 
+/* bwd_sm90's persistent grid: min(items, SMs, ATTN_BWD_CTAS) CTAs over
+ * the grid's items, and the work queue in p (zeroed once, when allocated;
+ * each launch leaves it zero). */
+static attn_status bwd_main_grid(attn_call *c, const RtDriver *d, CUdevice dev, attn_params *p,
+                                 unsigned grid[3], CUstream s) {
+  int nsm = 0;
+  if (d->DeviceGetAttribute(&nsm, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev) !=
+          CUDA_SUCCESS || nsm <= 0)
+    return ATTN_SUCCESS; /* one CTA per item, no queue */
+  unsigned long long ctas = (unsigned long long)grid[0] * grid[1] * grid[2];
+  if (ctas > (unsigned long long)nsm) ctas = (unsigned long long)nsm;
+  const char *cap = getenv("ATTN_BWD_CTAS");
+  if (cap) {
+    char *end;
+    long v = strtol(cap, &end, 10);
+    if (*cap && !*end && v > 0 && (unsigned long long)v < ctas) ctas = (unsigned long long)v;
+  }
+  RtBwdScratch *sc = bwd_scratch(c);
+  if (!sc) return bwd_fail(c, ATTN_ERROR_OUT_OF_MEMORY, "out of memory");
+  const bool fresh = sc->bytes[BWD_QUEUE] == 0;
+  attn_status st = bwd_ensure(c, d, BWD_QUEUE, 2 * sizeof(unsigned));
+  if (st) return st;
+  if (fresh) {
+    CUresult r = d->MemsetD32Async(sc->buf[BWD_QUEUE], 0, 2, s);
+    if (r != CUDA_SUCCESS) return rt_driver_error(d, r, "cuMemsetD32Async", rt_call_error(c));
+  }
+  p->tile_queue = (unsigned *)(uintptr_t)sc->buf[BWD_QUEUE];
+  grid[0] = (unsigned)ctas;
+  grid[1] = grid[2] = 1;
+  return ATTN_SUCCESS;
+}
+
 attn_status attn_call_launch_backward(attn_call *c, void *stream) {
   if (!c) return ATTN_ERROR_INVALID_ARGUMENT;
   const IrGraph *g = rt_call_ir(c);
@@ -301,8 +352,15 @@ attn_status attn_call_launch_backward(attn_call *c, void *stream) {
   attn_tmaps tmaps;
   const bool tma = k->bwd_tma_rows > 0;
   if (tma && (st = rt_tmap_fill_bwd(d, g, k, sl.o, sl.dout, sl.dqa, &p, &tmaps, err))) return st;
+  unsigned main_grid[3] = {gk, (unsigned)p.H, (unsigned)p.B};
+  p.tile_queue = NULL; /* (the forward's launches may have left theirs in the block) */
+  /* Persistent only with 128-key tiles (D <= 128): split-D's (D 256)
+   * measured 3-20% slower persistent (H200, bench/NOTES-sm90.md, session
+   * 7), so it keeps one CTA per item. */
+  if (tma && !det && k->bwd_block_n == 128 && (st = bwd_main_grid(c, d, dev, &p, main_grid, s)))
+    return st;
   if ((st = bwd_launch(c, d, cu, 0, gq, (unsigned)p.H, (unsigned)p.B, 0, &p, NULL, s)) ||
-      (st = bwd_launch(c, d, cu, 1, gk, (unsigned)p.H, (unsigned)p.B,
+      (st = bwd_launch(c, d, cu, 1, main_grid[0], main_grid[1], main_grid[2],
                        (unsigned)k->bwd_smem_bytes, &p, tma ? &tmaps : NULL, s)))
     return st;
   if (finish &&

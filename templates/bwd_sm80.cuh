@@ -246,13 +246,15 @@ static __device__ __forceinline__ bwd80_row_slot bwd80_row_of_thread() {
 
 /* Warps run the bias hooks one row per warp (their loops are warp-wide):
  * row r0 + w, r0 + w + warps, ... of the CTA's rows below n. */
-#define BWD80_EACH_WARP_ROW(n, row, lane, body)                                   \
-  do {                                                                            \
-    const int lane = threadIdx.x & 31;                                            \
+#define BWD80_EACH_WARP_ROW(n, row, lane, body)                                      \
+  do {                                                                               \
+    const int lane = threadIdx.x & 31;                                               \
     for (int r_ = threadIdx.x >> 5; r_ < ATTN_BWD_ROWS_PER_CTA; r_ += blockDim.x >> 5) { \
-      const int row = (int)blockIdx.x * ATTN_BWD_ROWS_PER_CTA + r_;              \
-      if (row < (n)) { body; }                                                    \
-    }                                                                             \
+      const int row = (int)blockIdx.x * ATTN_BWD_ROWS_PER_CTA + r_;                 \
+      if (row < (n)) {                                                               \
+        body;                                                                        \
+      }                                                                              \
+    }                                                                                \
   } while (0)
 
 /* A 16-bit element of the input (bf16 = true) or f16 dtype as a float. */

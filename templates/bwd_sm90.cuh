@@ -10,13 +10,15 @@
  * attn_keep, attn_tile_class, attn_dropout_words, attn_bwd_draw or, with
  * bias gradients, attn_bwd_draw_bias and attn_bwd_bias_flush).
  *
- * attn_bwd_sm90_main: one CTA per (key tile of 128, head, batch) of three
- * warpgroups: two consumers (256 threads, 240 registers each by
- * setmaxnreg; warpgroup w owns keys 64w..64w+63 of the tile) and a
- * producer (24 registers; two warps work). K and V are loaded once by the
- * consumers and stay in shared memory. The producer walks the query tiles
- * the masks let through (its lanes classify 32 at once) and streams each
- * through three stages: Q and dO (64 rows) by TMA, the rows' {delta, lse
+ * attn_bwd_sm90_main: CTAs of three warpgroups, each CTA taking work
+ * items (key tile of 128, head, batch) from a queue, at most one CTA per
+ * SM (persistent; one CTA per item in deterministic mode and at D 256):
+ * two consumers (256 threads, 240 registers each by setmaxnreg;
+ * warpgroup w owns keys 64w..64w+63 of the tile) and a producer (24
+ * registers; two warps work). K and V are loaded by the consumers once
+ * per item and stay in shared memory. The producer walks the items and
+ * their query tiles the masks let through (its lanes classify 32 at once)
+ * and streams each through three stages: Q and dO (64 rows) by TMA, the rows' {delta, lse
  * log2 e} by its lanes, the tile's index and class in a slot, all
  * completing on the stage's `full` mbarrier; a consumer warp frees the
  * stage (`empty`) once its last wgmma reading it has completed. Per query
@@ -94,7 +96,7 @@ constexpr bool bwd90_in_bf16 = attn_in_bf16;
  * dRaw^T [keys][64 queries] (and at D 256 of Pd^T), per stage the query
  * tile's {delta, lse log2 e} pairs, the mbarriers and slots.
  * compiler/match_bwd.c computes the same total (640 (D_QK + D_V) + 256
- * D_QK + 35456 with dQ's buffer; D 256: 384 (D_QK + D_V) + 34944). Three
+ * D_QK + 35584 with dQ's buffer; D 256: 384 (D_QK + D_V) + 34944). Three
  * stages, not two: with two, a tile's copy (issued one tile ahead) had often not
  * landed when the tile began (ncu: a quarter of the stall samples; with
  * the producer warpgroup four stages at D 64 measured 3% slower). */
@@ -134,15 +136,24 @@ constexpr int bwd90_off_pt = bwd90_off_ds + 2 * bwd90_ds_bytes;
 constexpr int bwd90_off_dqs = bwd90_off_pt + 2 * bwd90_pt_bytes;
 constexpr int bwd90_off_stats = bwd90_off_dqs + bwd90_dq_bytes;
 /* Per stage: mbarriers `full` (the producer's 32 lanes and its copies)
- * and `empty` (the 8 consumer warps), and the tile slot {m, class}; then
- * the dQ buffer's slot (the first query row of the tile it holds). */
+ * and `empty` (the 8 consumer warps), and the tile slot: {m, class | key
+ * tile << 2, work item, b << 16 | h} (16 bytes; the runtime keeps H and B
+ * below 2^16), or in split-D mode, one item per CTA, {m, class}; then the
+ * dQ buffer's slot {first query row of the tile it holds, b << 16 | h}. */
 constexpr int bwd90_off_bars = bwd90_off_stats + bwd90_stages * bwd90_bm * 8;
+constexpr int bwd90_slot_bytes = bwd90_split_d ? 8 : 16;
+constexpr int bwd90_bars_bytes = bwd90_split_d ? 128 : 256; /* compiler/match_bwd.c too */
 /* At D 256 (two stages) also per stage, pass and warpgroup an mbarrier
  * `dq ready` (128 arrivals: the warpgroup's dQ pass is in the stage). */
-static_assert(bwd90_stages * 24 + 8 + (bwd90_dq_in_stage ? bwd90_stages * 4 * 8 : 0) <= 128,
-              "barriers and slots in 128 bytes");
+/* Then per consumer warp the item it works on {key tile, b << 16 | h},
+ * for the item's end (kept in shared memory, not in registers across the
+ * loop: the split-D and dropout kernels had none to spare). */
+constexpr int bwd90_off_item_words = bwd90_stages * (16 + bwd90_slot_bytes) + 8 +
+                                     (bwd90_dq_in_stage ? bwd90_stages * 4 * 8 : 0);
+static_assert(bwd90_off_item_words + (bwd90_split_d ? 0 : 8 * 8) <= bwd90_bars_bytes,
+              "barriers and slots");
 /* + 1024: the dynamic shared-memory base is rounded up to 1024 bytes. */
-constexpr int attn_bwd_sm90_smem_bytes = bwd90_off_bars + 128 + 1024;
+constexpr int attn_bwd_sm90_smem_bytes = bwd90_off_bars + bwd90_bars_bytes + 1024;
 static_assert(attn_bwd_sm90_smem_bytes <= 227 * 1024, "tiles exceed shared memory");
 /* The deterministic dQ tiles run bwd_sm80's code in the same memory. */
 static_assert(bwd90_split_d || attn_bwd_sm90_smem_bytes >= attn_bwd_sm80_smem_bytes,
@@ -151,6 +162,46 @@ static_assert((bwd90_bn * bwd90_dqk / 8) % bwd90_threads == 0 &&
                   (bwd90_bm * bwd90_dv / 8) % bwd90_threads == 0 &&
                   (bwd90_bm * bwd90_dqk / 8) % bwd90_threads == 0,
               "whole copy rounds");
+
+/* ------------------------------------------------------- work items */
+
+/* Whether the kernel can walk several work items per CTA (persistent,
+ * D <= 128). Split-D keeps one CTA per key tile, its item fixed by
+ * blockIdx as before: with the walk's per-item state its consumers ran
+ * out of registers (spills in the tile loop, 15-25% slower on the H200,
+ * bench/NOTES-sm90.md, session 7), and it gained nothing persistent. */
+constexpr bool bwd90_items = !bwd90_split_d;
+
+/* One work item of the main kernel: key tile kt of (batch b, head h). */
+struct bwd90_item {
+  int kt, h, b;
+};
+
+/* Work item t of the persistent walk (p.tile_queue set: a grid of at most
+ * one CTA per SM takes items from the queue, attn_next_work). Heads go in
+ * sections whose Q and dO together fit comfortably in L2 (16 MB), so the
+ * CTAs running at once share their query tiles; inside a section the key
+ * tiles go from the first (the heaviest under a causal mask: every query
+ * tile sees it) to the last, across the section's heads, so light items
+ * fill the tail. */
+static __device__ __forceinline__ int bwd90_section_heads(const attn_params &p) {
+  const long long q_bytes = (long long)max(p.Sq, 1) * (bwd90_dqk + bwd90_dv) * 2;
+  return (int)max(1LL, min((long long)p.H * p.B, (16LL << 20) / q_bytes));
+}
+/* (heads: bwd90_section_heads, computed once per CTA.) */
+static __device__ __forceinline__ bwd90_item bwd90_item_of(int t, int n_kt, int heads,
+                                                           const attn_params &p) {
+  const int hb = p.H * p.B;
+  const int sec_items = heads * n_kt;
+  const int sec = t / sec_items, w = t - sec * sec_items;
+  const int in_sec = min(heads, hb - sec * heads);
+  const int bh = sec * heads + w % in_sec;
+  bwd90_item r;
+  r.kt = w / in_sec;
+  r.h = bh % p.H;
+  r.b = bh / p.H;
+  return r;
+}
 
 /* ------------------------------------------------------ PTX wrappers */
 
@@ -306,11 +357,23 @@ static __device__ __forceinline__ void bwd90_store_row(const float (&x)[N / 2], 
 
 /* ---------------------------------------------------- the main kernel */
 
-/* Grid (ceil(Skv / BN) [+ ceil(Sq / 64) in deterministic mode], H, B),
- * 384 threads (two consumer warpgroups, then the producer's),
+/* Grid (ceil(Skv / BN) [+ ceil(Sq / 64) in deterministic mode], H, B):
+ * one CTA per work item; or, persistent (p.tile_queue set, never in
+ * deterministic mode), at most one CTA per SM, each taking items from the
+ * queue. 384 threads (two consumer warpgroups, then the producer's),
  * attn_bwd_sm90_smem_bytes of dynamic shared memory; tm: the q and dO
- * tensor maps (64 x 64 boxes). The scratch tensors are bwd_sm80's
- * (delta, dQ's accumulator, GQA's dK/dV accumulators). */
+ * tensor maps (64 x 64 boxes) and dQ's accumulator's. The scratch tensors
+ * are bwd_sm80's (delta, dQ's accumulator, GQA's dK/dV accumulators).
+ *
+ * Persistent: the producer's walk runs on across items, its stage slots
+ * saying which item a tile belongs to; the consumers finish an item (dK,
+ * dV stored, accumulators reset) when the item changes and load the next
+ * one's K and V, while the stages hold its first query tiles already. An
+ * item whose query tiles the masks all skip still owes zero dK and dV, so
+ * the producer posts it as a slot with no tile (m = -2). Short sequences
+ * gained most: one CTA per item paid its launch, K/V load, first tile's
+ * wait and last stores with nothing to overlap them (bench/NOTES-sm90.md,
+ * session 7). */
 __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const attn_tmaps &tm) {
   extern __shared__ __align__(1024) unsigned char bwd90_smem[];
   const float neg_inf = __int_as_float(0xff800000);
@@ -319,23 +382,43 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
   /* Through a shuffle, so the compiler knows it is warp-uniform: 0 and 1
    * the consumers, 2 the producer. */
   const int wgi = __shfl_sync(0xffffffffu, tid / 128, 0);
-  const int h = blockIdx.y, b = blockIdx.z;
-  const int hk = h / (p.H / p.Hk);
-  const int j0 = blockIdx.x * bwd90_bn;
-  const int j_last = min(j0 + bwd90_bn, p.Skv) - 1;
+  /* Split-D's one item, this CTA's key tile (!bwd90_items; unused else):
+   * its head, batch, K/V head and keys. */
+  const int cta_h = blockIdx.y, cta_b = blockIdx.z;
+  const int cta_hk = cta_h / (p.H / p.Hk);
+  const int cta_j0 = blockIdx.x * bwd90_bn;
+  const int cta_j_last = min(cta_j0 + bwd90_bn, p.Skv) - 1;
+  /* The work items: this CTA's (one per CTA), or, persistent, item
+   * `first` and then those the queue hands out (an index >= n_items ends
+   * the walk). */
+  const int n_key_tiles = (p.Skv + bwd90_bn - 1) / bwd90_bn;
+  const bool persistent = bwd90_items && p.tile_queue != nullptr;
+  const int n_items = persistent ? n_key_tiles * p.H * p.B : 1;
+  const int first = persistent ? (int)blockIdx.x : 0;
+  const int n_ctas = persistent ? (int)gridDim.x : 1;
+  /* Only the producer's walker decodes items; it posts each tile's
+   * (key tile, h, b) in its slot. */
+  auto item_at = [&](int t, int heads) {
+    if (persistent)
+      return bwd90_item_of(t, n_key_tiles, heads, p);
+    bwd90_item r;
+    r.kt = blockIdx.x, r.h = blockIdx.y, r.b = blockIdx.z;
+    return r;
+  };
   /* Deterministic mode: CTAs past the key tiles compute dQ per query
    * tile of 64 (uniform per CTA; never in split-D mode, which the runtime
-   * refuses before a launch). */
-  const int n_key_tiles = (p.Skv + bwd90_bn - 1) / bwd90_bn;
-  const bool dq_cta = !bwd90_split_d && (int)blockIdx.x >= n_key_tiles;
+   * refuses before a launch, nor persistent). */
+  const bool dq_cta = !bwd90_split_d && !persistent && (int)blockIdx.x >= n_key_tiles;
   const bool det = !bwd90_split_d && bwd80_deterministic(p);
 
   const attn_tensor_arg &tk = p.t[bwd80_tk], &tv = p.t[bwd80_tv];
-  const unsigned short *kg = (const unsigned short *)tk.ptr + b * tk.stride[0] + hk * tk.stride[1];
-  const unsigned short *vg = (const unsigned short *)tv.ptr + b * tv.stride[0] + hk * tv.stride[1];
-  /* Rows of {delta, lse * log2(e)} (attn_bwd_sm80_delta). */
-  const float *deltag =
-      (const float *)p.t[bwd80_tdelta].ptr + 2 * ((long long)b * p.H + h) * p.Sq;
+  /* (Split-D's one item:) its K/V rows and rows of {delta, lse log2 e}. */
+  const unsigned short *cta_kg =
+      (const unsigned short *)tk.ptr + cta_b * tk.stride[0] + cta_hk * tk.stride[1];
+  const unsigned short *cta_vg =
+      (const unsigned short *)tv.ptr + cta_b * tv.stride[0] + cta_hk * tv.stride[1];
+  const float *cta_deltag =
+      (const float *)p.t[bwd80_tdelta].ptr + 2 * ((long long)cta_b * p.H + cta_h) * p.Sq;
 
   /* Tiles on 1024-byte boundaries: round the dynamic base up. */
   const unsigned raw_base = attn_smem_addr(bwd90_smem);
@@ -348,11 +431,13 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
   const float2 *s_stats = (const float2 *)(bwd90_smem + (base - raw_base) + bwd90_off_stats);
   auto bar_full = [&](int st) { return bars + 8u * st; };
   auto bar_empty = [&](int st) { return bars + 8u * (bwd90_stages + st); };
-  auto tile_slot = [&](int st) { return bars + 8u * (2 * bwd90_stages + st); };
-  const unsigned dq_slot = bars + 8u * (3 * bwd90_stages);
+  auto tile_slot = [&](int st) {
+    return bars + 16u * bwd90_stages + (unsigned)bwd90_slot_bytes * st;
+  };
+  const unsigned dq_slot = bars + (16u + bwd90_slot_bytes) * bwd90_stages;
   /* (split-D) dQ pass c of warpgroup w is in stage st. */
   auto bar_dq_ready = [&](int st, int c, int w) {
-    return bars + 8u * (3 * bwd90_stages + 1 + (st * 2 + c) * 2 + w);
+    return dq_slot + 8u * (1 + (st * 2 + c) * 2 + w);
   };
   /* (split-D) Where warpgroup w's dQ pass c goes in stage st: its dO
    * blocks (pass 0) or its Q blocks (pass 1). */
@@ -382,21 +467,26 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
 
   if (wgi == 2) {
     /* ---------------------------------------------------- producer */
+    /* 24 and the consumers' 240 balance exactly: the CTA launches with
+     * 168 x 384 registers, and the consumers' increase takes from what
+     * the producer frees; at 32 (session 7) the increase never completed
+     * and the kernel hung. */
     asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
     /* A dQ warp's lane 0: n boxes of [64 rows][32 f32] from buf added into
      * the accumulator at columns col0.. and rows row0.., as one bulk group. */
     const attn_tmap *mdq = &tm.m[ATTN_TMAP_DQA];
-    auto reduce_dq = [&](unsigned buf, int n, int col0, int row0) {
+    auto reduce_dq = [&](unsigned buf, int n, int col0, int row0, int h, int b) {
       for (int x = 0; x < n; ++x)
         attn_tma_reduce_add4(mdq, buf + x * bwd90_bm * 128, col0 + x * 32, row0, h, b);
       attn_bulk_commit();
     };
     if (bwd90_dq_in_stage && (warp == 9 || warp == 10) && !det) {
-      /* Split-D: warpgroup w's dQ warp. Per tile (the stages in the
-       * consumers' order; the producer's slot says which tile, -1 ends):
-       * each pass once its `dq ready` completes, lane 0 adds its two boxes
-       * into the accumulator by TMA; once both have been read, the stage
-       * is free. */
+      /* Split-D (one item per CTA, !bwd90_items): warpgroup w's dQ warp.
+       * Per tile (the stages in the consumers' order; the producer's slot
+       * says which tile, -1 ends): each pass once its `dq ready`
+       * completes, lane 0 adds its two boxes into the accumulator by TMA;
+       * once both have been read, the stage is free. */
+      static_assert(!bwd90_dq_in_stage || !bwd90_items, "split-D takes one item per CTA");
       const int w = warp - 9;
       if (lane == 0)
         attn_prefetch_tmap(mdq);
@@ -411,7 +501,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
         for (int c = 0; c < 2; ++c) {
           attn_mbar_wait(bar_dq_ready(st, c, w), ph);
           if (lane == 0)
-            reduce_dq(dq_region(st, c, w), 2, w * 128 + c * 64, m * bwd90_bm);
+            reduce_dq(dq_region(st, c, w), 2, w * 128 + c * 64, m * bwd90_bm, cta_h, cta_b);
         }
         if (lane == 0) {
           attn_bulk_wait<0, true>();
@@ -435,12 +525,15 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
       for (;;) {
         attn_bar_arrive<bar_dq_threads>(bar_dq_free);
         attn_bar_sync<bar_dq_threads>(bar_dq_full);
-        int i0;
-        asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(i0) : "r"(dq_slot) : "memory");
+        int i0, bh;
+        asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n"
+                     : "=r"(i0), "=r"(bh)
+                     : "r"(dq_slot)
+                     : "memory");
         if (i0 < 0)
           break;
         if (lane == 0) {
-          reduce_dq(sdqs, bwd90_dqk / 32, 0, i0);
+          reduce_dq(sdqs, bwd90_dqk / 32, 0, i0, bh & 0xffff, bh >> 16);
           attn_bulk_wait<0, true>();
         }
         __syncwarp();
@@ -451,78 +544,186 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
     }
     if (dq_cta || warp != 8)
       return;
-    /* One warp walks the query tiles (its lanes classify 32 candidates at
-     * once); per live tile, after the consumers free a stage: lane 0 the
-     * tile's slot and its Q and dO boxes by TMA, every lane two rows of
-     * {delta, lse log2 e} (plain loads: 8-byte rows, which TMA cannot
-     * box); then each lane arrives. A slot of m = -1 ends the loop. */
+    /* One warp walks the items and, per item, the query tiles (its lanes
+     * classify 32 at once); per live tile, after the consumers free a
+     * stage: lane 0 the tile's slot and its Q and dO boxes by TMA, every
+     * lane two rows of {delta, lse log2 e} (plain loads: 8-byte rows,
+     * which TMA cannot box); then each lane arrives. A slot of m = -2: an
+     * item without live tiles; m = -1 ends the walk. */
     const attn_tmap *mq = &tm.m[ATTN_TMAP_Q], *mdo = &tm.m[ATTN_TMAP_DO];
     if (lane == 0) {
       attn_prefetch_tmap(mq);
       attn_prefetch_tmap(mdo);
     }
-    int chunk = 0, base_m = 0;
-    unsigned live = 0, fullm = 0;
-    auto pop = [&](int &m, int &cls) {
-      while (live == 0 && chunk < n_m) {
-        const int c = chunk + lane;
-        int k = 0;
-        if (c < n_m) {
-          const int i0 = c * bwd90_bm;
-          k = attn_tile_class(b, h, i0, min(i0 + bwd90_bm, p.Sq) - 1, j0, j_last, p);
-        }
-        live = __ballot_sync(0xffffffffu, k != 0);
-        fullm = __ballot_sync(0xffffffffu, k == 2);
-        base_m = chunk;
-        chunk += 32;
-      }
-      if (live == 0)
-        return false;
-      const int bit = __ffs(live) - 1;
-      m = base_m + bit;
-      cls = (fullm >> bit) & 1u ? 2 : 1;
-      live &= live - 1u;
-      return true;
-    };
-    for (int it = 0;; ++it) {
-      int m = -1, cls = 0;
-      const bool have = pop(m, cls);
-      const int st = it % bwd90_stages, ph = (it / bwd90_stages) & 1;
-      attn_mbar_wait(bar_empty(st), ph ^ 1);
-      if (lane == 0) {
-        asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(tile_slot(st)), "r"(m), "r"(cls)
-                     : "memory");
-        if (have) {
-          const int i0 = m * bwd90_bm;
-          attn_mbar_expect_tx(bar_full(st), bwd90_q_bytes + bwd90_do_bytes);
-#pragma unroll
-          for (int c = 0; c < bwd90_dqk / 64; ++c)
-            attn_tma_load4(sq0 + st * bwd90_q_bytes + c * bwd90_bm * 128, mq, bar_full(st),
-                           c * 64, i0, h, b);
-#pragma unroll
-          for (int c = 0; c < bwd90_dv / 64; ++c)
-            attn_tma_load4(sdo0 + st * bwd90_do_bytes + c * bwd90_bm * 128, mdo, bar_full(st),
-                           c * 64, i0, h, b);
-        } else {
-          attn_mbar_arrive(bar_full(st));
-        }
-      }
-      if (have) {
-        /* Rows past Sq: {0, 0}, as Q and dO are zero there (TMA's fill):
-         * their products are 0 whatever P is. */
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int row = 2 * lane + r, i = m * bwd90_bm + row;
-          const float2 v = i < p.Sq ? *(const float2 *)(deltag + 2 * i) : make_float2(0.f, 0.f);
-          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(
-                           sstats + (unsigned)((st * bwd90_bm + row) * 8)),
-                       "f"(v.x), "f"(v.y)
+    if constexpr (bwd90_items) {
+      int it = 0; /* stage uses, over all items */
+      /* Slot {m, cls | kt << 2, item t, b << 16 | h} into the next stage
+       * (its Q and dO boxes and rows when m >= 0). The split-D walker below
+       * does the same for one item with {m, cls} slots: it is kept as it
+       * was measured until D 256 runs again (bench/NOTES-sm90.md,
+       * session 7). */
+      auto post = [&](int m, int cls, int t, int kt, int h, int b, const float *deltag) {
+        const int st = it % bwd90_stages, ph = (it / bwd90_stages) & 1;
+        ++it;
+        attn_mbar_wait(bar_empty(st), ph ^ 1);
+        if (lane == 0) {
+          asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(tile_slot(st)), "r"(m),
+                       "r"(cls | kt << 2), "r"(t), "r"(b << 16 | h)
                        : "memory");
+          if (m >= 0) {
+            const int i0 = m * bwd90_bm;
+            attn_mbar_expect_tx(bar_full(st), bwd90_q_bytes + bwd90_do_bytes);
+#pragma unroll
+            for (int c = 0; c < bwd90_dqk / 64; ++c)
+              attn_tma_load4(sq0 + st * bwd90_q_bytes + c * bwd90_bm * 128, mq, bar_full(st),
+                             c * 64, i0, h, b);
+#pragma unroll
+            for (int c = 0; c < bwd90_dv / 64; ++c)
+              attn_tma_load4(sdo0 + st * bwd90_do_bytes + c * bwd90_bm * 128, mdo, bar_full(st),
+                             c * 64, i0, h, b);
+          } else {
+            attn_mbar_arrive(bar_full(st));
+          }
         }
+        if (m >= 0) {
+          /* Rows past Sq: {0, 0}, as Q and dO are zero there (TMA's fill):
+           * their products are 0 whatever P is. */
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int row = 2 * lane + r, i = m * bwd90_bm + row;
+            const float2 v = i < p.Sq ? *(const float2 *)(deltag + 2 * i) : make_float2(0.f, 0.f);
+            asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(
+                             sstats + (unsigned)((st * bwd90_bm + row) * 8)),
+                         "f"(v.x), "f"(v.y)
+                         : "memory");
+          }
+        }
+        attn_mbar_arrive(bar_full(st));
+      };
+      const int heads = persistent ? bwd90_section_heads(p) : 1;
+      for (int t = first; t < n_items;) {
+        const bwd90_item wi = item_at(t, heads);
+        const int h = wi.h, b = wi.b, hk = h / (p.H / p.Hk);
+        const int j0 = wi.kt * bwd90_bn, j_last = min(j0 + bwd90_bn, p.Skv) - 1;
+        /* Rows of {delta, lse * log2(e)} (attn_bwd_sm80_delta). */
+        const float *deltag =
+            (const float *)p.t[bwd80_tdelta].ptr + 2 * ((long long)b * p.H + h) * p.Sq;
+        if (persistent) {
+          /* The item's K and V rows toward L2 while the consumers finish the
+           * previous item (they load them once its first slot arrives). */
+          const unsigned char *kb = (const unsigned char *)tk.ptr + 2 * (b * tk.stride[0] +
+                                    hk * tk.stride[1]);
+          const unsigned char *vb = (const unsigned char *)tv.ptr + 2 * (b * tv.stride[0] +
+                                    hk * tv.stride[1]);
+          for (int r = lane; r < j_last + 1 - j0; r += 32) {
+#pragma unroll
+            for (int c = 0; c < bwd90_dqk * 2; c += 128)
+              asm volatile("prefetch.global.L2 [%0];\n" ::"l"(kb + 2 * (j0 + r) * tk.stride[2] +
+                                                                 c));
+#pragma unroll
+            for (int c = 0; c < bwd90_dv * 2; c += 128)
+              asm volatile("prefetch.global.L2 [%0];\n" ::"l"(vb + 2 * (j0 + r) * tv.stride[2] +
+                                                                 c));
+          }
+        }
+        int chunk = 0, base_m = 0, posted = 0;
+        unsigned live = 0, fullm = 0;
+        for (;;) {
+          while (live == 0 && chunk < n_m) {
+            const int c = chunk + lane;
+            int k = 0;
+            if (c < n_m) {
+              const int i0 = c * bwd90_bm;
+              k = attn_tile_class(b, h, i0, min(i0 + bwd90_bm, p.Sq) - 1, j0, j_last, p);
+            }
+            live = __ballot_sync(0xffffffffu, k != 0);
+            fullm = __ballot_sync(0xffffffffu, k == 2);
+            base_m = chunk;
+            chunk += 32;
+          }
+          if (live == 0)
+            break;
+          const int bit = __ffs(live) - 1;
+          live &= live - 1u;
+          post(base_m + bit, (fullm >> bit) & 1u ? 2 : 1, t, wi.kt, h, b, deltag);
+          ++posted;
+        }
+        if (posted == 0 && bwd90_items) /* zero dK and dV are still stored */
+          post(-2, 0, t, wi.kt, h, b, deltag);
+        int tn = 0;
+        if (lane == 0)
+          tn = attn_next_work(persistent ? p.tile_queue : nullptr, t, n_ctas, n_items);
+        t = __shfl_sync(0xffffffffu, tn, 0);
       }
-      attn_mbar_arrive(bar_full(st));
-      if (!have)
-        return;
+      post(-1, 0, -1, 0, 0, 0, nullptr);
+      return;
+    } else {
+      /* Split-D: this CTA's key tile alone (slots {m, cls}). */
+      const int h = cta_h, b = cta_b, j0 = cta_j0, j_last = cta_j_last;
+      const float *deltag = cta_deltag;
+      int chunk = 0, base_m = 0;
+      unsigned live = 0, fullm = 0;
+      auto pop = [&](int &m, int &cls) {
+        while (live == 0 && chunk < n_m) {
+          const int c = chunk + lane;
+          int k = 0;
+          if (c < n_m) {
+            const int i0 = c * bwd90_bm;
+            k = attn_tile_class(b, h, i0, min(i0 + bwd90_bm, p.Sq) - 1, j0, j_last, p);
+          }
+          live = __ballot_sync(0xffffffffu, k != 0);
+          fullm = __ballot_sync(0xffffffffu, k == 2);
+          base_m = chunk;
+          chunk += 32;
+        }
+        if (live == 0)
+          return false;
+        const int bit = __ffs(live) - 1;
+        m = base_m + bit;
+        cls = (fullm >> bit) & 1u ? 2 : 1;
+        live &= live - 1u;
+        return true;
+      };
+      for (int it = 0;; ++it) {
+        int m = -1, cls = 0;
+        const bool have = pop(m, cls);
+        const int st = it % bwd90_stages, ph = (it / bwd90_stages) & 1;
+        attn_mbar_wait(bar_empty(st), ph ^ 1);
+        if (lane == 0) {
+          asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(tile_slot(st)), "r"(m), "r"(cls)
+                       : "memory");
+          if (have) {
+            const int i0 = m * bwd90_bm;
+            attn_mbar_expect_tx(bar_full(st), bwd90_q_bytes + bwd90_do_bytes);
+#pragma unroll
+            for (int c = 0; c < bwd90_dqk / 64; ++c)
+              attn_tma_load4(sq0 + st * bwd90_q_bytes + c * bwd90_bm * 128, mq, bar_full(st),
+                             c * 64, i0, h, b);
+#pragma unroll
+            for (int c = 0; c < bwd90_dv / 64; ++c)
+              attn_tma_load4(sdo0 + st * bwd90_do_bytes + c * bwd90_bm * 128, mdo, bar_full(st),
+                             c * 64, i0, h, b);
+          } else {
+            attn_mbar_arrive(bar_full(st));
+          }
+        }
+        if (have) {
+          /* Rows past Sq: {0, 0}, as Q and dO are zero there (TMA's fill):
+           * their products are 0 whatever P is. */
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int row = 2 * lane + r, i = m * bwd90_bm + row;
+            const float2 v = i < p.Sq ? *(const float2 *)(deltag + 2 * i) : make_float2(0.f, 0.f);
+            asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(
+                             sstats + (unsigned)((st * bwd90_bm + row) * 8)),
+                         "f"(v.x), "f"(v.y)
+                         : "memory");
+          }
+        }
+        attn_mbar_arrive(bar_full(st));
+        if (!have)
+          return;
+      }
     }
   }
 
@@ -538,14 +739,43 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
   const int ww = warp & 3; /* 16 rows of the warpgroup's 64 per warp */
   const int g = lane >> 2, t4 = lane & 3;
 
-  /* K and V once, by the consumers; visible to wgmma before the loop. */
-  bwd90_load<bwd90_bn, bwd90_dqk>(sk, kg, tk.stride[2], j0, p.Skv, tid);
-  bwd90_load<bwd90_bn, bwd90_dv>(sv, vg, tv.stride[2], j0, p.Skv, tid);
-  attn_cp_async_commit();
-  attn_cp_async_wait<0>();
-  attn_fence_proxy_async();
-  attn_named_sync(1);
+  if constexpr (!bwd90_items) {
+    /* Split-D's one item: K and V once, visible to wgmma before the loop. */
+    bwd90_load<bwd90_bn, bwd90_dqk>(sk, cta_kg, tk.stride[2], cta_j0, p.Skv, tid);
+    bwd90_load<bwd90_bn, bwd90_dv>(sv, cta_vg, tv.stride[2], cta_j0, p.Skv, tid);
+    attn_cp_async_commit();
+    attn_cp_async_wait<0>();
+    attn_fence_proxy_async();
+    attn_named_sync(1);
+  }
 
+  /* The item being worked on (its index t; -1 before the first) and, in
+   * this warp's item word, its key tile and b << 16 | h, from the slot of
+   * its first tile; every tile's slot says them again. */
+  int cur = -1;
+  const unsigned item_word = bars + bwd90_off_item_words + 8u * warp;
+  auto begin_item = [&](int t, int kt, int hb) {
+    cur = t;
+    asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(item_word), "r"(kt), "r"(hb)
+                 : "memory");
+  };
+  /* A walked item's K and V, by the consumers, visible to wgmma. A
+   * previous item's may still be read (dQ's GEMMs read all of K), so both
+   * warpgroups first meet (before the walk's first item too: measured so). */
+  auto load_kv = [&](int j0, int hb) {
+    const int h = hb & 0xffff, b = hb >> 16, hk = h / (p.H / p.Hk);
+    attn_named_sync(1);
+    const unsigned short *kg =
+        (const unsigned short *)tk.ptr + b * tk.stride[0] + hk * tk.stride[1];
+    const unsigned short *vg =
+        (const unsigned short *)tv.ptr + b * tv.stride[0] + hk * tv.stride[1];
+    bwd90_load<bwd90_bn, bwd90_dqk>(sk, kg, tk.stride[2], j0, p.Skv, tid);
+    bwd90_load<bwd90_bn, bwd90_dv>(sv, vg, tv.stride[2], j0, p.Skv, tid);
+    attn_cp_async_commit();
+    attn_cp_async_wait<0>();
+    attn_fence_proxy_async();
+    attn_named_sync(1);
+  };
   float dk[bwd90_dk_cols / 2], dv[bwd90_dv_cols / 2];
   const float sc = attn_bwd_scale(p);
   /* A tile's dQ part (times the folded scale) into shared memory for a
@@ -582,7 +812,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
   };
   /* Pass c (columns dcol..) of the tile at row i0 in stage st, to the
    * producer's dQ warp. */
-  auto put_dq = [&](const float (&dq)[dq_cols / 2], int dcol, int i0, int st, int c) {
+  auto put_dq = [&](const float (&dq)[dq_cols / 2], int dcol, int i0, int hb, int st, int c) {
     if constexpr (bwd90_dq_in_stage) {
       store_dq(dq, dq_region(st, c, wg), 0);
       attn_mbar_arrive(bar_dq_ready(st, c, wg));
@@ -590,7 +820,9 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
       attn_bar_sync<bar_dq_threads>(bar_dq_free);
       store_dq(dq, sdqs, dcol);
       if (tid == 0)
-        asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(dq_slot), "r"(i0) : "memory");
+        asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(dq_slot), "r"(i0),
+                     "r"(hb)
+                     : "memory");
       attn_bar_arrive<bar_dq_threads>(bar_dq_full);
     }
   };
@@ -638,28 +870,112 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
   const unsigned long long dds_k0 = attn_wgmma_desc(sds0, 16, 1024);
   /* dRaw at one element by the derived chain rule, with the bias
    * gradients. */
-  auto draw_at = [&](float ds, float acc, int i, int j) {
+  auto draw_at = [&](float ds, float acc, int b, int h, int i, int j) {
 #if defined(ATTN_BWD_BIAS)
     return attn_bwd_draw_bias(ds, acc, b, h, i, j, p, red);
 #else
     return attn_bwd_draw(ds, acc, b, h, i, j, p);
 #endif
   };
+  /* An item's end: its bias gradients' partial sums flushed, its dK
+   * (times the folded scale) and dV rows stored, the accumulators reset
+   * for the next item. */
+  auto finish_item = [&]() {
+    int kt = 0, hb = 0;
+    if constexpr (bwd90_items)
+      asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(kt), "=r"(hb) : "r"(item_word)
+                   : "memory");
+    const int h = bwd90_items ? hb & 0xffff : cta_h, b = bwd90_items ? hb >> 16 : cta_b;
+    const int hk = bwd90_items ? h / (p.H / p.Hk) : cta_hk;
+    const int j0 = bwd90_items ? kt * bwd90_bn : cta_j0;
+#if defined(ATTN_BWD_BIAS) && ATTN_BWD_NRED > 0
+    /* Biases over b and h only: one atomic per warp (not in deterministic
+     * mode, where the hook stored every element's contribution). */
+#pragma unroll
+    for (int r = 0; r < bwd80_nred; ++r)
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1)
+        red[r] += __shfl_xor_sync(0xffffffffu, red[r], o);
+    if (lane == 0 && !det)
+      attn_bwd_bias_flush(red, b, h, p);
+#endif
+
+    /* Store dK (times the folded scale) and dV: key rows jl_row (+ 8). With
+     * GQA, f32 atomics into the [B, Hk, Skv, D] accumulators, or in
+     * deterministic mode plain stores into per-head [B, H, Skv, D] ones. */
+    const bool shared_kv = p.H != p.Hk;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int j = j0 + jl_row + 8 * r;
+      if (j >= p.Skv)
+        continue;
+      const long long acc_row =
+          (det ? (long long)b * p.H + h : (long long)b * p.Hk + hk) * p.Skv + j;
+      /* Split-D: this warpgroup's half of the row. */
+      if constexpr (bwd80_tdk >= 0)
+        bwd90_store_row<bwd90_dk_cols, bwd90_dqk>(
+            dk, r, sc, p.t[bwd80_tdk >= 0 ? bwd80_tdk : 0],
+            (float *)p.t[bwd80_tdka >= 0 ? bwd80_tdka : 0].ptr, acc_row,
+            bwd90_split_d ? wg * bwd90_dk_cols : 0, b, hk, j, t4, shared_kv, det);
+      if constexpr (bwd80_tdv >= 0)
+        bwd90_store_row<bwd90_dv_cols, bwd90_dv>(
+            dv, r, 1.f, p.t[bwd80_tdv >= 0 ? bwd80_tdv : 0],
+            (float *)p.t[bwd80_tdva >= 0 ? bwd80_tdva : 0].ptr, acc_row,
+            bwd90_split_d ? wg * bwd90_dv_cols : 0, b, hk, j, t4, shared_kv, det);
+    }
+#pragma unroll
+    for (int r = 0; r < bwd90_dk_cols / 2; ++r)
+      dk[r] = 0.f;
+#pragma unroll
+    for (int r = 0; r < bwd90_dv_cols / 2; ++r)
+      dv[r] = 0.f;
+#if defined(ATTN_BWD_BIAS)
+#pragma unroll
+    for (int r = 0; r < bwd80_nred; ++r)
+      red[r] = 0.f;
+#endif
+  };
 #if defined(ATTN_DROPOUT)
   const attn_dropout_t drop_t = attn_dropout_params(p);
 #endif
+  int n_tiles_done = 0;
   for (int it = 0;; ++it) {
     const int st = it % bwd90_stages;
     /* The stage's tile has landed (its copies and the producer's slot
      * and row stores). */
     attn_mbar_wait(bar_full(st), (it / bwd90_stages) & 1);
-    int m, cls;
-    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n"
-                 : "=r"(m), "=r"(cls)
-                 : "r"(tile_slot(st))
-                 : "memory");
-    if (m < 0)
+    int m, cls, t = 0, hb = 0;
+    if constexpr (bwd90_items)
+      asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                   : "=r"(m), "=r"(cls), "=r"(t), "=r"(hb)
+                   : "r"(tile_slot(st))
+                   : "memory");
+    else
+      asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n"
+                   : "=r"(m), "=r"(cls)
+                   : "r"(tile_slot(st))
+                   : "memory");
+    if (bwd90_items && t != cur) { /* a new item, or the end (m = -1, t = -1) */
+      if (cur >= 0)
+        finish_item();
+      if (m == -1)
+        break;
+      begin_item(t, cls >> 2, hb);
+      if (m >= 0)
+        load_kv((cls >> 2) * bwd90_bn, hb);
+    }
+    if (bwd90_items ? m == -1 : m < 0) /* the end (items: or a CTA without any) */
       break;
+    const int h = bwd90_items ? hb & 0xffff : cta_h, b = bwd90_items ? hb >> 16 : cta_b;
+    const int j0 = bwd90_items ? (cls >> 2) * bwd90_bn : cta_j0;
+    if constexpr (bwd90_items)
+      cls &= 3;
+    if (bwd90_items && m == -2) { /* an item without tiles: the stage is free at once */
+      __syncwarp();
+      if (lane == 0)
+        attn_mbar_arrive(bar_empty(st));
+      continue;
+    }
     /* This warp is done with the stage: every wgmma that reads it has
      * completed (called after a wait for all of them). */
     auto release_stage = [&]() {
@@ -667,8 +983,9 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
       if (lane == 0)
         attn_mbar_arrive(bar_empty(st));
     };
-    /* This tile's dRaw^T and Pd^T buffers (by parity). */
-    const unsigned buf = (unsigned)(it & 1);
+    /* This tile's dRaw^T and Pd^T buffers (by the parity of the tiles
+     * worked on: slots without a tile do not count). */
+    const unsigned buf = (unsigned)((bwd90_items ? n_tiles_done++ : it) & 1);
     const unsigned sds = sds0 + buf * bwd90_ds_bytes, spt = spt0 + buf * bwd90_pt_bytes;
     const unsigned long long dds_mn = attn_wgmma_desc_add(dds_mn0, buf * bwd90_ds_bytes);
     [[maybe_unused]] const unsigned long long dds_k =
@@ -784,7 +1101,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
             } else {
               const float dpe = dropped(dp[r], r), pd = dropped(pe, r);
               const float ds = pe * (dpe - row.x);
-              dp[r] = pe != 0.f ? draw_at(ds, acc, i, j) : 0.f;
+              dp[r] = pe != 0.f ? draw_at(ds, acc, b, h, i, j) : 0.f;
               s[r] = pd;
             }
           }
@@ -845,7 +1162,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
         const int i = i0 + il, j = j0 + jl_row + 8 * ((r >> 1) & 1);
         const float pe = s[r];
         const float ds = pe * (dropped(dp[r], r) - s_row[il].x);
-        dp[r] = !guard || pe != 0.f ? draw_at(ds, 0.f, i, j) : 0.f;
+        dp[r] = !guard || pe != 0.f ? draw_at(ds, 0.f, b, h, i, j) : 0.f;
       }
     }
 
@@ -908,15 +1225,15 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
       issue_dq(1);
       attn_wgmma_wait<1>(); /* dQ's first pass, dV, dK */
       done_dq(0);
-      put_dq(dq[0], wg * (bwd90_dqk / 2), i0, st, 0);
+      put_dq(dq[0], wg * (bwd90_dqk / 2), i0, hb, st, 0);
       attn_wgmma_wait<0>();
       done_dq(1);
-      put_dq(dq[1], wg * (bwd90_dqk / 2) + 64, i0, st, 1);
+      put_dq(dq[1], wg * (bwd90_dqk / 2) + 64, i0, hb, st, 1);
 #else
       attn_wgmma_wait<0>();
       done_dq(0);
       release_stage(); /* before the tile's dQ goes out */
-      put_dq(dq[0], wg * (bwd90_dqk / 2), i0, st, 0);
+      put_dq(dq[0], wg * (bwd90_dqk / 2), i0, hb, st, 0);
 #endif
     } else {
       attn_wgmma_wait<0>();
@@ -943,42 +1260,8 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
       asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(dq_slot), "r"(-1) : "memory");
     attn_bar_arrive<bar_dq_threads>(bar_dq_full);
   }
-
-#if defined(ATTN_BWD_BIAS) && ATTN_BWD_NRED > 0
-  /* Biases over b and h only: one atomic per warp (not in deterministic
-   * mode, where the hook stored every element's contribution). */
-#pragma unroll
-  for (int r = 0; r < bwd80_nred; ++r)
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-      red[r] += __shfl_xor_sync(0xffffffffu, red[r], o);
-  if (lane == 0 && !det)
-    attn_bwd_bias_flush(red, b, h, p);
-#endif
-
-  /* Store dK (times the folded scale) and dV: key rows jl_row (+ 8). With
-   * GQA, f32 atomics into the [B, Hk, Skv, D] accumulators, or in
-   * deterministic mode plain stores into per-head [B, H, Skv, D] ones. */
-  const bool shared_kv = p.H != p.Hk;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int j = j0 + jl_row + 8 * r;
-    if (j >= p.Skv)
-      continue;
-    const long long acc_row =
-        (det ? (long long)b * p.H + h : (long long)b * p.Hk + hk) * p.Skv + j;
-    /* Split-D: this warpgroup's half of the row. */
-    if constexpr (bwd80_tdk >= 0)
-      bwd90_store_row<bwd90_dk_cols, bwd90_dqk>(
-          dk, r, sc, p.t[bwd80_tdk >= 0 ? bwd80_tdk : 0],
-          (float *)p.t[bwd80_tdka >= 0 ? bwd80_tdka : 0].ptr, acc_row,
-          bwd90_split_d ? wg * bwd90_dk_cols : 0, b, hk, j, t4, shared_kv, det);
-    if constexpr (bwd80_tdv >= 0)
-      bwd90_store_row<bwd90_dv_cols, bwd90_dv>(
-          dv, r, 1.f, p.t[bwd80_tdv >= 0 ? bwd80_tdv : 0],
-          (float *)p.t[bwd80_tdva >= 0 ? bwd80_tdva : 0].ptr, acc_row,
-          bwd90_split_d ? wg * bwd90_dv_cols : 0, b, hk, j, t4, shared_kv, det);
-  }
+  if constexpr (!bwd90_items)
+    finish_item();
 }
 
 #undef BWD90_SPLIT_D

@@ -23,6 +23,27 @@
   return y;
 }
 
+/* A persistent kernel's next work item after t (grid of n_ctas CTAs, CTA
+ * c starting at item c). With a queue (two words, zero before the launch),
+ * items past the first wave go to whichever CTA asks first, in the order
+ * of the kernel's item numbering; the CTA that takes the last end marker
+ * (an item >= n_items) zeroes the queue for the next launch on the stream,
+ * and no CTA reads it after its end marker. Without a queue (a kernel
+ * launched one CTA per item), a static stride. (fwd90_next_tile is the
+ * same walk written on p.tile_queue; it stays as it is, whose SASS the
+ * forward tables were measured on.) */
+[[maybe_unused]] static __device__ __forceinline__ int attn_next_work(unsigned *queue, int t,
+                                                                     int n_ctas, int n_items) {
+  if (!queue)
+    return t + n_ctas;
+  const int next = n_ctas + (int)atomicAdd(queue, 1u);
+  if (next >= n_items && atomicAdd(queue + 1, 1u) == (unsigned)n_ctas - 1) {
+    queue[0] = 0;
+    queue[1] = 0;
+  }
+  return next;
+}
+
 [[maybe_unused]] static __device__ __forceinline__ long long attn_floordiv(long long a, long long b) {
   long long q = a / b;
   return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;

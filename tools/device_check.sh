@@ -34,6 +34,9 @@ save() { # what has been logged so far, into $OUT (a call cut short keeps it)
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >"$L/gpu.txt" 2>&1
 step test_forward "$B/tests/gpu/test_forward"
 [ -x "$B/tests/gpu/test_backward" ] && step test_backward "$B/tests/gpu/test_backward"
+# The persistent backward with 3 CTAs: every CTA takes several work items.
+[ -x "$B/tests/gpu/test_backward" ] &&
+  step test_backward_ctas3 env ATTN_BWD_CTAS=3 "$B/tests/gpu/test_backward"
 [ -x "$B/tests/gpu/template_sm80_test" ] && step template_sm80 "$B/tests/gpu/template_sm80_test"
 [ -x "$B/tests/gpu/template_bwd_test" ] && step template_bwd "$B/tests/gpu/template_bwd_test"
 if [ "${HOST:-1}" = 1 ] && [ -d "$B/host" ]; then
