@@ -117,6 +117,23 @@ static __device__ __forceinline__ float attn_bwd_draw_bias(float ds, float acc, 
  * warp, added to the scratch. */
 static __device__ __forceinline__ void attn_bwd_bias_flush(const float (&red)[bwd80_nred], int b,
                                                            int h, const attn_params &p);
+/* A warp's end of a key tile: its partial sums of the biases over b and h
+ * only summed over the warp, added by lane 0 (not in deterministic mode,
+ * where the hook stored every element's contribution). */
+static __device__ __forceinline__ void bwd80_flush_red(float (&red)[bwd80_nred], int b, int h,
+                                                       int lane, bool det, const attn_params &p) {
+#if ATTN_BWD_NRED > 0
+#pragma unroll
+  for (int r = 0; r < bwd80_nred; ++r)
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+      red[r] += __shfl_xor_sync(0xffffffffu, red[r], o);
+  if (lane == 0 && !det)
+    attn_bwd_bias_flush(red, b, h, p);
+#else
+  (void)red, (void)b, (void)h, (void)lane, (void)det, (void)p;
+#endif
+}
 /* Warp (b, h, i) of the delta pre-pass: zeroes row (b, h, i) of every
  * directly written bias gradient. */
 static __device__ __forceinline__ void attn_bwd_bias_init(int b, int h, int i, int lane,
@@ -858,16 +875,8 @@ __device__ __forceinline__ void attn_bwd_sm80_main(const attn_params &p) {
     }
   }
 
-#if defined(ATTN_BWD_BIAS) && ATTN_BWD_NRED > 0
-  /* Biases over b and h only: one atomic per warp (not in deterministic
-   * mode, where the hook stored every element's contribution). */
-#pragma unroll
-  for (int r = 0; r < bwd80_nred; ++r)
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-      red[r] += __shfl_xor_sync(0xffffffffu, red[r], o);
-  if (lane == 0 && !bwd80_deterministic(p))
-    attn_bwd_bias_flush(red, b, h, p);
+#if defined(ATTN_BWD_BIAS)
+  bwd80_flush_red(red, b, h, lane, bwd80_deterministic(p), p); /* one atomic per warp */
 #endif
 
   /* Store dK (times the folded scale) and dV: rows key0 + g (+ 8). With

@@ -555,51 +555,53 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
       attn_prefetch_tmap(mq);
       attn_prefetch_tmap(mdo);
     }
-    if constexpr (bwd90_items) {
-      int it = 0; /* stage uses, over all items */
-      /* Slot {m, cls | kt << 2, item t, b << 16 | h} into the next stage
-       * (its Q and dO boxes and rows when m >= 0). The split-D walker below
-       * does the same for one item with {m, cls} slots: it is kept as it
-       * was measured until D 256 runs again (bench/NOTES-sm90.md,
-       * session 7). */
-      auto post = [&](int m, int cls, int t, int kt, int h, int b, const float *deltag) {
-        const int st = it % bwd90_stages, ph = (it / bwd90_stages) & 1;
-        ++it;
-        attn_mbar_wait(bar_empty(st), ph ^ 1);
-        if (lane == 0) {
-          asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(tile_slot(st)), "r"(m),
-                       "r"(cls | kt << 2), "r"(t), "r"(b << 16 | h)
+    int it = 0; /* stage uses, over all items */
+    /* Slot {m, cls | kt << 2, item t, b << 16 | h} (split-D: {m, cls}) into
+     * the next stage, with its Q and dO boxes and rows when m >= 0. */
+    auto post = [&](int m, int cls, int t, int kt, int h, int b, const float *deltag) {
+      const int st = it % bwd90_stages, ph = (it / bwd90_stages) & 1;
+      ++it;
+      attn_mbar_wait(bar_empty(st), ph ^ 1);
+      if (lane == 0) {
+        if constexpr (bwd90_items)
+          asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(tile_slot(st)),
+                       "r"(m), "r"(cls | kt << 2), "r"(t), "r"(b << 16 | h)
                        : "memory");
-          if (m >= 0) {
-            const int i0 = m * bwd90_bm;
-            attn_mbar_expect_tx(bar_full(st), bwd90_q_bytes + bwd90_do_bytes);
-#pragma unroll
-            for (int c = 0; c < bwd90_dqk / 64; ++c)
-              attn_tma_load4(sq0 + st * bwd90_q_bytes + c * bwd90_bm * 128, mq, bar_full(st),
-                             c * 64, i0, h, b);
-#pragma unroll
-            for (int c = 0; c < bwd90_dv / 64; ++c)
-              attn_tma_load4(sdo0 + st * bwd90_do_bytes + c * bwd90_bm * 128, mdo, bar_full(st),
-                             c * 64, i0, h, b);
-          } else {
-            attn_mbar_arrive(bar_full(st));
-          }
-        }
+        else
+          asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(tile_slot(st)), "r"(m),
+                       "r"(cls)
+                       : "memory");
         if (m >= 0) {
-          /* Rows past Sq: {0, 0}, as Q and dO are zero there (TMA's fill):
-           * their products are 0 whatever P is. */
+          const int i0 = m * bwd90_bm;
+          attn_mbar_expect_tx(bar_full(st), bwd90_q_bytes + bwd90_do_bytes);
 #pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const int row = 2 * lane + r, i = m * bwd90_bm + row;
-            const float2 v = i < p.Sq ? *(const float2 *)(deltag + 2 * i) : make_float2(0.f, 0.f);
-            asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(
-                             sstats + (unsigned)((st * bwd90_bm + row) * 8)),
-                         "f"(v.x), "f"(v.y)
-                         : "memory");
-          }
+          for (int c = 0; c < bwd90_dqk / 64; ++c)
+            attn_tma_load4(sq0 + st * bwd90_q_bytes + c * bwd90_bm * 128, mq, bar_full(st),
+                           c * 64, i0, h, b);
+#pragma unroll
+          for (int c = 0; c < bwd90_dv / 64; ++c)
+            attn_tma_load4(sdo0 + st * bwd90_do_bytes + c * bwd90_bm * 128, mdo, bar_full(st),
+                           c * 64, i0, h, b);
+        } else {
+          attn_mbar_arrive(bar_full(st));
         }
-        attn_mbar_arrive(bar_full(st));
-      };
+      }
+      if (m >= 0) {
+        /* Rows past Sq: {0, 0}, as Q and dO are zero there (TMA's fill):
+         * their products are 0 whatever P is. */
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int row = 2 * lane + r, i = m * bwd90_bm + row;
+          const float2 v = i < p.Sq ? *(const float2 *)(deltag + 2 * i) : make_float2(0.f, 0.f);
+          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(
+                           sstats + (unsigned)((st * bwd90_bm + row) * 8)),
+                       "f"(v.x), "f"(v.y)
+                       : "memory");
+        }
+      }
+      attn_mbar_arrive(bar_full(st));
+    };
+    if constexpr (bwd90_items) {
       const int heads = persistent ? bwd90_section_heads(p) : 1;
       for (int t = first; t < n_items;) {
         const bwd90_item wi = item_at(t, heads);
@@ -684,43 +686,10 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
         live &= live - 1u;
         return true;
       };
-      for (int it = 0;; ++it) {
+      for (;;) {
         int m = -1, cls = 0;
         const bool have = pop(m, cls);
-        const int st = it % bwd90_stages, ph = (it / bwd90_stages) & 1;
-        attn_mbar_wait(bar_empty(st), ph ^ 1);
-        if (lane == 0) {
-          asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(tile_slot(st)), "r"(m), "r"(cls)
-                       : "memory");
-          if (have) {
-            const int i0 = m * bwd90_bm;
-            attn_mbar_expect_tx(bar_full(st), bwd90_q_bytes + bwd90_do_bytes);
-#pragma unroll
-            for (int c = 0; c < bwd90_dqk / 64; ++c)
-              attn_tma_load4(sq0 + st * bwd90_q_bytes + c * bwd90_bm * 128, mq, bar_full(st),
-                             c * 64, i0, h, b);
-#pragma unroll
-            for (int c = 0; c < bwd90_dv / 64; ++c)
-              attn_tma_load4(sdo0 + st * bwd90_do_bytes + c * bwd90_bm * 128, mdo, bar_full(st),
-                             c * 64, i0, h, b);
-          } else {
-            attn_mbar_arrive(bar_full(st));
-          }
-        }
-        if (have) {
-          /* Rows past Sq: {0, 0}, as Q and dO are zero there (TMA's fill):
-           * their products are 0 whatever P is. */
-#pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const int row = 2 * lane + r, i = m * bwd90_bm + row;
-            const float2 v = i < p.Sq ? *(const float2 *)(deltag + 2 * i) : make_float2(0.f, 0.f);
-            asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(
-                             sstats + (unsigned)((st * bwd90_bm + row) * 8)),
-                         "f"(v.x), "f"(v.y)
-                         : "memory");
-          }
-        }
-        attn_mbar_arrive(bar_full(st));
+        post(m, cls, 0, 0, h, b, deltag);
         if (!have)
           return;
       }
@@ -888,16 +857,8 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
     const int h = bwd90_items ? hb & 0xffff : cta_h, b = bwd90_items ? hb >> 16 : cta_b;
     const int hk = bwd90_items ? h / (p.H / p.Hk) : cta_hk;
     const int j0 = bwd90_items ? kt * bwd90_bn : cta_j0;
-#if defined(ATTN_BWD_BIAS) && ATTN_BWD_NRED > 0
-    /* Biases over b and h only: one atomic per warp (not in deterministic
-     * mode, where the hook stored every element's contribution). */
-#pragma unroll
-    for (int r = 0; r < bwd80_nred; ++r)
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1)
-        red[r] += __shfl_xor_sync(0xffffffffu, red[r], o);
-    if (lane == 0 && !det)
-      attn_bwd_bias_flush(red, b, h, p);
+#if defined(ATTN_BWD_BIAS)
+    bwd80_flush_red(red, b, h, lane, det, p); /* one atomic per warp */
 #endif
 
     /* Store dK (times the folded scale) and dV: key rows jl_row (+ 8). With
