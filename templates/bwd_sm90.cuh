@@ -601,6 +601,34 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
       }
       attn_mbar_arrive(bar_full(st));
     };
+    /* The query tiles of keys j0..j_last of (b, h) the masks let through,
+     * in order, 32 classified at once by the lanes: each call gives the
+     * next (m, its class) or false after the last. */
+    struct tile_cursor {
+      int chunk, base_m;
+      unsigned live, fullm;
+    };
+    auto pop = [&](tile_cursor &cu, int b, int h, int j0, int j_last, int &m, int &cls) {
+      while (cu.live == 0 && cu.chunk < n_m) {
+        const int c = cu.chunk + lane;
+        int k = 0;
+        if (c < n_m) {
+          const int i0 = c * bwd90_bm;
+          k = attn_tile_class(b, h, i0, min(i0 + bwd90_bm, p.Sq) - 1, j0, j_last, p);
+        }
+        cu.live = __ballot_sync(0xffffffffu, k != 0);
+        cu.fullm = __ballot_sync(0xffffffffu, k == 2);
+        cu.base_m = cu.chunk;
+        cu.chunk += 32;
+      }
+      if (cu.live == 0)
+        return false;
+      const int bit = __ffs(cu.live) - 1;
+      m = cu.base_m + bit;
+      cls = (cu.fullm >> bit) & 1u ? 2 : 1;
+      cu.live &= cu.live - 1u;
+      return true;
+    };
     if constexpr (bwd90_items) {
       const int heads = persistent ? bwd90_section_heads(p) : 1;
       for (int t = first; t < n_items;) {
@@ -628,28 +656,10 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
                                                                  c));
           }
         }
-        int chunk = 0, base_m = 0, posted = 0;
-        unsigned live = 0, fullm = 0;
-        for (;;) {
-          while (live == 0 && chunk < n_m) {
-            const int c = chunk + lane;
-            int k = 0;
-            if (c < n_m) {
-              const int i0 = c * bwd90_bm;
-              k = attn_tile_class(b, h, i0, min(i0 + bwd90_bm, p.Sq) - 1, j0, j_last, p);
-            }
-            live = __ballot_sync(0xffffffffu, k != 0);
-            fullm = __ballot_sync(0xffffffffu, k == 2);
-            base_m = chunk;
-            chunk += 32;
-          }
-          if (live == 0)
-            break;
-          const int bit = __ffs(live) - 1;
-          live &= live - 1u;
-          post(base_m + bit, (fullm >> bit) & 1u ? 2 : 1, t, wi.kt, h, b, deltag);
-          ++posted;
-        }
+        tile_cursor cu = {0, 0, 0u, 0u};
+        int posted = 0, m, cls;
+        for (; pop(cu, b, h, j0, j_last, m, cls); ++posted)
+          post(m, cls, t, wi.kt, h, b, deltag);
         if (posted == 0 && bwd90_items) /* zero dK and dV are still stored */
           post(-2, 0, t, wi.kt, h, b, deltag);
         int tn = 0;
@@ -663,32 +673,10 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
       /* Split-D: this CTA's key tile alone (slots {m, cls}). */
       const int h = cta_h, b = cta_b, j0 = cta_j0, j_last = cta_j_last;
       const float *deltag = cta_deltag;
-      int chunk = 0, base_m = 0;
-      unsigned live = 0, fullm = 0;
-      auto pop = [&](int &m, int &cls) {
-        while (live == 0 && chunk < n_m) {
-          const int c = chunk + lane;
-          int k = 0;
-          if (c < n_m) {
-            const int i0 = c * bwd90_bm;
-            k = attn_tile_class(b, h, i0, min(i0 + bwd90_bm, p.Sq) - 1, j0, j_last, p);
-          }
-          live = __ballot_sync(0xffffffffu, k != 0);
-          fullm = __ballot_sync(0xffffffffu, k == 2);
-          base_m = chunk;
-          chunk += 32;
-        }
-        if (live == 0)
-          return false;
-        const int bit = __ffs(live) - 1;
-        m = base_m + bit;
-        cls = (fullm >> bit) & 1u ? 2 : 1;
-        live &= live - 1u;
-        return true;
-      };
+      tile_cursor cu = {0, 0, 0u, 0u};
       for (;;) {
         int m = -1, cls = 0;
-        const bool have = pop(m, cls);
+        const bool have = pop(cu, b, h, j0, j_last, m, cls);
         post(m, cls, 0, 0, h, b, deltag);
         if (!have)
           return;
@@ -708,15 +696,18 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
   const int ww = warp & 3; /* 16 rows of the warpgroup's 64 per warp */
   const int g = lane >> 2, t4 = lane & 3;
 
-  if constexpr (!bwd90_items) {
-    /* Split-D's one item: K and V once, visible to wgmma before the loop. */
-    bwd90_load<bwd90_bn, bwd90_dqk>(sk, cta_kg, tk.stride[2], cta_j0, p.Skv, tid);
-    bwd90_load<bwd90_bn, bwd90_dv>(sv, cta_vg, tv.stride[2], cta_j0, p.Skv, tid);
+  /* An item's K and V (keys j0.. of the rows at kg, vg), by the
+   * consumers, visible to wgmma once both warpgroups have passed. */
+  auto load_kv_rows = [&](const unsigned short *kg, const unsigned short *vg, int j0) {
+    bwd90_load<bwd90_bn, bwd90_dqk>(sk, kg, tk.stride[2], j0, p.Skv, tid);
+    bwd90_load<bwd90_bn, bwd90_dv>(sv, vg, tv.stride[2], j0, p.Skv, tid);
     attn_cp_async_commit();
     attn_cp_async_wait<0>();
     attn_fence_proxy_async();
     attn_named_sync(1);
-  }
+  };
+  if constexpr (!bwd90_items) /* split-D's one item, before the loop */
+    load_kv_rows(cta_kg, cta_vg, cta_j0);
 
   /* The item being worked on (its index t; -1 before the first) and, in
    * this warp's item word, its key tile and b << 16 | h, from the slot of
@@ -728,22 +719,14 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
     asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(item_word), "r"(kt), "r"(hb)
                  : "memory");
   };
-  /* A walked item's K and V, by the consumers, visible to wgmma. A
-   * previous item's may still be read (dQ's GEMMs read all of K), so both
-   * warpgroups first meet (before the walk's first item too: measured so). */
+  /* A walked item's K and V. A previous item's may still be read (dQ's
+   * GEMMs read all of K), so both warpgroups first meet (before the walk's
+   * first item too: measured so). */
   auto load_kv = [&](int j0, int hb) {
     const int h = hb & 0xffff, b = hb >> 16, hk = h / (p.H / p.Hk);
     attn_named_sync(1);
-    const unsigned short *kg =
-        (const unsigned short *)tk.ptr + b * tk.stride[0] + hk * tk.stride[1];
-    const unsigned short *vg =
-        (const unsigned short *)tv.ptr + b * tv.stride[0] + hk * tv.stride[1];
-    bwd90_load<bwd90_bn, bwd90_dqk>(sk, kg, tk.stride[2], j0, p.Skv, tid);
-    bwd90_load<bwd90_bn, bwd90_dv>(sv, vg, tv.stride[2], j0, p.Skv, tid);
-    attn_cp_async_commit();
-    attn_cp_async_wait<0>();
-    attn_fence_proxy_async();
-    attn_named_sync(1);
+    load_kv_rows((const unsigned short *)tk.ptr + b * tk.stride[0] + hk * tk.stride[1],
+                 (const unsigned short *)tv.ptr + b * tv.stride[0] + hk * tv.stride[1], j0);
   };
   float dk[bwd90_dk_cols / 2], dv[bwd90_dv_cols / 2];
   const float sc = attn_bwd_scale(p);
@@ -795,18 +778,25 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
       attn_bar_arrive<bar_dq_threads>(bar_dq_full);
     }
   };
-#pragma unroll
-  for (int r = 0; r < bwd90_dk_cols / 2; ++r)
-    dk[r] = 0.f;
-#pragma unroll
-  for (int r = 0; r < bwd90_dv_cols / 2; ++r)
-    dv[r] = 0.f;
 #if defined(ATTN_BWD_BIAS)
   float red[bwd80_nred];
-#pragma unroll
-  for (int r = 0; r < bwd80_nred; ++r)
-    red[r] = 0.f;
 #endif
+  /* dK, dV and the bias partial sums at zero: before the first item and
+   * after each. */
+  auto zero_acc = [&]() {
+#pragma unroll
+    for (int r = 0; r < bwd90_dk_cols / 2; ++r)
+      dk[r] = 0.f;
+#pragma unroll
+    for (int r = 0; r < bwd90_dv_cols / 2; ++r)
+      dv[r] = 0.f;
+#if defined(ATTN_BWD_BIAS)
+#pragma unroll
+    for (int r = 0; r < bwd80_nred; ++r)
+      red[r] = 0.f;
+#endif
+  };
+  zero_acc();
 
   const unsigned k_wg = sk + wg * bwd90_key_wg * 128, v_wg = sv + wg * bwd90_key_wg * 128;
   /* Descriptors fixed for the CTA: this warpgroup's K and V rows
@@ -884,17 +874,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
             (float *)p.t[bwd80_tdva >= 0 ? bwd80_tdva : 0].ptr, acc_row,
             bwd90_split_d ? wg * bwd90_dv_cols : 0, b, hk, j, t4, shared_kv, det);
     }
-#pragma unroll
-    for (int r = 0; r < bwd90_dk_cols / 2; ++r)
-      dk[r] = 0.f;
-#pragma unroll
-    for (int r = 0; r < bwd90_dv_cols / 2; ++r)
-      dv[r] = 0.f;
-#if defined(ATTN_BWD_BIAS)
-#pragma unroll
-    for (int r = 0; r < bwd80_nred; ++r)
-      red[r] = 0.f;
-#endif
+    zero_acc();
   };
 #if defined(ATTN_DROPOUT)
   const attn_dropout_t drop_t = attn_dropout_params(p);
