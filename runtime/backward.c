@@ -355,7 +355,7 @@ attn_status attn_call_launch_backward(attn_call *c, void *stream) {
   unsigned main_grid[3] = {gk, (unsigned)p.H, (unsigned)p.B};
   p.tile_queue = NULL; /* (the forward's launches may have left theirs in the block) */
   /* Persistent only with 128-key tiles (D <= 128): split-D's (D 256)
-   * measured 3-20% slower persistent (H200, bench/NOTES-sm90.md, session
+   * measured 7-23% slower persistent (H200, bench/NOTES-sm90.md, session
    * 7), so it keeps one CTA per item. */
   if (tma && !det && k->bwd_block_n == 128 && (st = bwd_main_grid(c, d, dev, &p, main_grid, s)))
     return st;

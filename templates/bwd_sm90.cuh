@@ -168,7 +168,7 @@ static_assert((bwd90_bn * bwd90_dqk / 8) % bwd90_threads == 0 &&
 /* Whether the kernel can walk several work items per CTA (persistent,
  * D <= 128). Split-D keeps one CTA per key tile, its item fixed by
  * blockIdx as before: with the walk's per-item state its consumers ran
- * out of registers (spills in the tile loop, 15-25% slower on the H200,
+ * out of registers (spills in the tile loop, 7-25% slower on the H200,
  * bench/NOTES-sm90.md, session 7), and it gained nothing persistent. */
 constexpr bool bwd90_items = !bwd90_split_d;
 
