@@ -311,12 +311,22 @@ def run_backward(attn, args):
                     attn.L.attn_call_destroy(s[-1])
                 del sets, ref_sets
             attn.L.attn_module_destroy(mod)
-    # Overheads at D 128, S 4k, non-causal: dropout (rate 0.1) and deterministic mode.
-    D, S = 128, 4096
+    # Overheads at S 4k, non-causal, per head dim: dropout (rate 0.1) and deterministic mode
+    # (refused at D 256, so not timed there).
+    for D in [int(d) for d in args.dims.split(",")]:
+        extra += backward_overheads(attn, D)
+    return rows, extra
+
+
+def backward_overheads(attn, D):
+    extra = []
+    S = 4096
     H, B = 2048 // D, 16384 // S
     flops = 2.5 * 4 * B * H * S * S * D
     for name, dropout, det in (("plain", False, False), ("dropout 0.1", True, False),
                                ("deterministic", False, True)):
+        if det and D > 128:
+            continue
         mod = attn.compile("bwd", backward_graph_text(D, False, dropout))
         sets = backward_sets(attn, mod, B, H, S, D)
         for s in sets:
@@ -342,7 +352,7 @@ def run_backward(attn, args):
             attn.L.attn_call_destroy(s[-1])
         del sets
         attn.L.attn_module_destroy(mod)
-    return rows, extra
+    return extra
 
 
 def backward_table(rows, extra):
@@ -360,13 +370,13 @@ def backward_table(rows, extra):
         lines += ["", f"Geometric mean attnc / cuDNN (backward): {geo:.3f}; lowest {worst['ratio']:.2f} "
                   f"(D {worst['D']}, S {worst['S']}, causal {worst['causal']})", ""]
     if extra:
-        base = next((r for r in extra if r["variant"] == "plain"), None)
-        lines += ["attnc backward overheads, D 128, S 4096, B 4, H 16, non-causal (and the same graph's "
+        lines += ["attnc backward overheads, S 4096, B 4, H 2048/D, non-causal (and the same graph's "
                   "forward):", "",
-                  "| variant | attnc ms | TFLOP/s | over plain | bit-identical twice | forward ms | "
+                  "| D | variant | attnc ms | TFLOP/s | over plain | bit-identical twice | forward ms | "
                   "forward over plain | cuDNN ms (over plain) | cuDNN forward ms (over plain) |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for r in extra:
+            base = next((x for x in extra if x["variant"] == "plain" and x["D"] == r["D"]), None)
             over = f"{r['attnc_ms'] / base['attnc_ms'] - 1:+.1%}" if base else "-"
             fwd_over = f"{r['fwd_ms'] / base['fwd_ms'] - 1:+.1%}" if base and "fwd_ms" in r else "-"
             fwd = f"{r['fwd_ms']:.3f}" if "fwd_ms" in r else "-"
@@ -375,7 +385,7 @@ def backward_table(rows, extra):
             for key in ("cudnn_ms", "cudnn_fwd_ms"):
                 x, x0 = r.get(key), base.get(key) if base else None
                 cud.append("-" if x is None else f"{x:.3f}" + (f" ({x / x0 - 1:+.1%})" if x0 else ""))
-            lines.append(f"| {r['variant']} | {r['attnc_ms']:.3f} | {r['attnc_tflops']:.0f} | {over} | {same} | "
+            lines.append(f"| {r['D']} | {r['variant']} | {r['attnc_ms']:.3f} | {r['attnc_tflops']:.0f} | {over} | {same} | "
                          f"{fwd} | {fwd_over} | {cud[0]} | {cud[1]} |")
         lines.append("")
     return lines

@@ -186,6 +186,15 @@ BwdSpec *match_bwd(const KernelSpec *fwd, Arena *a, Diag *d) {
                     4 * 64 * 64 * 2 + 2 * 64 * 8 + 128 + 1024;
     return s;
   }
+  if (s->sm90 && s->d_qk == 64 && s->d_v == 64) {
+    /* bwd_sm90.cuh, wide mode (D 64): as below, but 128-query tiles in
+     * two stages; dQ's buffer 128 x D_QK. */
+    s->threads = 256;
+    s->block_n = 128;
+    s->smem_bytes = 128 * (s->d_qk + s->d_v) * 2 + 2 * 128 * (s->d_qk + s->d_v) * 2 +
+                    2 * 128 * 128 * 2 + 128 * s->d_qk * 4 + 2 * 128 * 8 + 256 + 1024;
+    return s;
+  }
   if (s->sm90) {
     /* bwd_sm90.cuh: 128 keys per CTA in two warpgroups; K, V (128 rows),
      * three stages of Q and dO (64 rows), two buffers of dRaw^T (128 x

@@ -18,8 +18,9 @@
  * registers; two warps work). K and V are loaded by the consumers once
  * per item and stay in shared memory. The producer walks the items and
  * their query tiles the masks let through (its lanes classify 32 at once)
- * and streams each through three stages: Q and dO (64 rows) by TMA, the rows' {delta, lse
- * log2 e} by its lanes, the tile's index and class in a slot, all
+ * and streams each through three stages (two at D 64 and 256): Q and
+ * dO (64 rows, 128 at D 64) by TMA, the rows' {delta, lse log2 e} by its
+ * lanes, the tile's index and class in a slot, all
  * completing on the stage's `full` mbarrier; a consumer warp frees the
  * stage (`empty`) once its last wgmma reading it has completed. Per query
  * tile, keys as the M dimension of every warpgroup's products:
@@ -51,7 +52,8 @@
  * or per-head accumulators with GQA). Deterministic mode: as bwd_sm80,
  * extra CTAs past the key tiles run bwd80_dq_tile (the consumers' first
  * four warps, named barrier 1; the producer leaves) and the key-tile CTAs
- * skip dQ. Split-D mode (head dim 256): below.
+ * skip dQ. Split-D mode (head dim 256) and wide mode (head dim 64: query
+ * tiles of 128, worked as two halves of 64 with one dQ per tile): below.
  *
  * Shared-memory tiles are laid out as the forward's TMA boxes land: D/64
  * blocks of [rows][64 elements], 16-byte chunk c of row r at (c ^ (r & 7))
@@ -81,26 +83,40 @@ constexpr bool bwd90_split_d = bwd90_dqk > 128 || bwd90_dv > 128;
 static_assert(bwd90_split_d ? bwd90_dqk == 256 && bwd90_dv == 256
                             : bwd90_dqk % 64 == 0 && bwd90_dv % 64 == 0,
               "D_QK, D_V: 64 or 128 each, or both 256");
+/* Wide mode (head dim 64): 128-query tiles instead of 64, worked as two
+ * halves of 64 queries (the element work and dV, dK as below, unrolled)
+ * and then one barrier, one dQ GEMM and one dQ hand-over per 128 queries,
+ * so a tile's fixed costs are paid once per 128 queries; each warpgroup
+ * computes dQ for its half of the tile's queries over all D columns
+ * (m64n64, not two m64n32 halves by columns). H200, D 64: 0.94 -> 1.02 of
+ * cuDNN's backward (bench/NOTES-sm90.md, session 8). S^T and dP^T as
+ * m64n128 products (128 registers beside dK and dV) made ptxas serialize
+ * every wgmma for want of registers, and a rolled half loop did too; at D
+ * 128 dK and dV alone hold 128 registers, so only D 64 takes this mode. */
+constexpr bool bwd90_wide = !bwd90_split_d && bwd90_dqk == 64 && bwd90_dv == 64;
 constexpr int bwd90_bn = bwd90_split_d ? 64 : 128; /* keys per CTA */
 constexpr int bwd90_key_wg = bwd90_split_d ? 0 : 64; /* warpgroup w's keys start at w times this */
 constexpr int bwd90_dk_cols = bwd90_split_d ? bwd90_dqk / 2 : bwd90_dqk; /* a warpgroup's dK columns */
 constexpr int bwd90_dv_cols = bwd90_split_d ? bwd90_dv / 2 : bwd90_dv;
 /* Queries in a warpgroup's S^T and dP^T (split-D: half the tile). */
+constexpr int bwd90_bm = bwd90_wide ? 128 : 64; /* queries per streamed tile */
 constexpr int bwd90_qn = bwd90_split_d ? 32 : 64;
-constexpr int bwd90_bm = 64;      /* queries per streamed tile */
+/* TMA boxes (Q, dO, dQ's accumulator) have 64 rows: a wide tile takes two. */
+constexpr int bwd90_box_rows = 64;
+constexpr int bwd90_halves = bwd90_bm / bwd90_box_rows;
 constexpr int bwd90_threads = 256; /* two consumer warpgroups (+ the producer's 128) */
 constexpr bool bwd90_in_bf16 = attn_in_bf16;
 
 /* Shared memory, from a base rounded up to 1024 bytes: K, V (the CTA's
- * keys), three stages of Q and of dO (two at D 256), two buffers of
+ * keys), three stages of Q and of dO (two at D 64 and 256), two buffers of
  * dRaw^T [keys][64 queries] (and at D 256 of Pd^T), per stage the query
  * tile's {delta, lse log2 e} pairs, the mbarriers and slots.
  * compiler/match_bwd.c computes the same total (640 (D_QK + D_V) + 256
- * D_QK + 35584 with dQ's buffer; D 256: 384 (D_QK + D_V) + 34944). Three
+ * D_QK + 35584 with dQ's buffer; D 64: 199936; D 256: 384 (D_QK + D_V) + 34944). Three
  * stages, not two: with two, a tile's copy (issued one tile ahead) had often not
  * landed when the tile began (ncu: a quarter of the stall samples; with
  * the producer warpgroup four stages at D 64 measured 3% slower). */
-constexpr int bwd90_stages = bwd90_split_d ? 2 : 3; /* D 256: three do not fit */
+constexpr int bwd90_stages = bwd90_split_d || bwd90_wide ? 2 : 3; /* D 256, wide: three do not fit */
 constexpr int bwd90_k_bytes = bwd90_bn * bwd90_dqk * 2;
 constexpr int bwd90_v_bytes = bwd90_bn * bwd90_dv * 2;
 constexpr int bwd90_q_bytes = bwd90_bm * bwd90_dqk * 2;
@@ -477,7 +493,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
     const attn_tmap *mdq = &tm.m[ATTN_TMAP_DQA];
     auto reduce_dq = [&](unsigned buf, int n, int col0, int row0, int h, int b) {
       for (int x = 0; x < n; ++x)
-        attn_tma_reduce_add4(mdq, buf + x * bwd90_bm * 128, col0 + x * 32, row0, h, b);
+        attn_tma_reduce_add4(mdq, buf + x * bwd90_box_rows * 128, col0 + x * 32, row0, h, b);
       attn_bulk_commit();
     };
     if (bwd90_dq_in_stage && (warp == 9 || warp == 10) && !det) {
@@ -533,7 +549,13 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
         if (i0 < 0)
           break;
         if (lane == 0) {
-          reduce_dq(sdqs, bwd90_dqk / 32, 0, i0, bh & 0xffff, bh >> 16);
+          /* Wide mode: warpgroup w's 64 queries from i0 + 64 w, each in
+           * D/32 boxes of its own. */
+#pragma unroll
+          for (int w = 0; w < bwd90_halves; ++w)
+            if (w == 0 || i0 + w * bwd90_box_rows < p.Sq)
+              reduce_dq(sdqs + w * (bwd90_dqk / 32) * bwd90_box_rows * 128, bwd90_dqk / 32, 0,
+                        i0 + w * bwd90_box_rows, bh & 0xffff, bh >> 16);
           attn_bulk_wait<0, true>();
         }
         __syncwarp();
@@ -574,14 +596,19 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
         if (m >= 0) {
           const int i0 = m * bwd90_bm;
           attn_mbar_expect_tx(bar_full(st), bwd90_q_bytes + bwd90_do_bytes);
+          /* Boxes of 64 rows: a wide tile's second half lands 64 rows in. */
 #pragma unroll
-          for (int c = 0; c < bwd90_dqk / 64; ++c)
-            attn_tma_load4(sq0 + st * bwd90_q_bytes + c * bwd90_bm * 128, mq, bar_full(st),
-                           c * 64, i0, h, b);
+          for (int x = 0; x < bwd90_halves; ++x) {
+            const unsigned rows = x * bwd90_box_rows * 128;
 #pragma unroll
-          for (int c = 0; c < bwd90_dv / 64; ++c)
-            attn_tma_load4(sdo0 + st * bwd90_do_bytes + c * bwd90_bm * 128, mdo, bar_full(st),
-                           c * 64, i0, h, b);
+            for (int c = 0; c < bwd90_dqk / 64; ++c)
+              attn_tma_load4(sq0 + st * bwd90_q_bytes + c * bwd90_bm * 128 + rows, mq,
+                             bar_full(st), c * 64, i0 + x * bwd90_box_rows, h, b);
+#pragma unroll
+            for (int c = 0; c < bwd90_dv / 64; ++c)
+              attn_tma_load4(sdo0 + st * bwd90_do_bytes + c * bwd90_bm * 128 + rows, mdo,
+                             bar_full(st), c * 64, i0 + x * bwd90_box_rows, h, b);
+          }
         } else {
           attn_mbar_arrive(bar_full(st));
         }
@@ -590,8 +617,8 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
         /* Rows past Sq: {0, 0}, as Q and dO are zero there (TMA's fill):
          * their products are 0 whatever P is. */
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int row = 2 * lane + r, i = m * bwd90_bm + row;
+        for (int r = 0; r < bwd90_bm / 32; ++r) {
+          const int row = bwd90_bm / 32 * lane + r, i = m * bwd90_bm + row;
           const float2 v = i < p.Sq ? *(const float2 *)(deltag + 2 * i) : make_float2(0.f, 0.f);
           asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(
                            sstats + (unsigned)((st * bwd90_bm + row) * 8)),
@@ -734,7 +761,9 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
    * producer warp's TMA reduction: at D <= 128 into the dQ buffer (after
    * the warp has freed the tile's stage, release_stage below), at D 256
    * into the stage (bwd90_dq_in_stage). */
-  constexpr int dq_cols = bwd90_split_d ? 64 : bwd90_dqk / 2; /* per GEMM pass */
+  /* Columns per GEMM pass: split-D 64 of its 128; else half of D, or in
+   * wide mode all of them (each warpgroup its half of the queries). */
+  constexpr int dq_cols = bwd90_split_d ? 64 : bwd90_wide ? bwd90_dqk : bwd90_dqk / 2;
   constexpr int dq_passes = bwd90_split_d ? 2 : 1;
   /* Fragment dq (rows 16 ww + g and + 8, columns col0 + 8 nb + 2 t4) into
    * a buffer of [64 rows][32 f32] blocks from its column 0: block col /
@@ -753,7 +782,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
       for (int nb = 0; nb < dq_cols / 8; ++nb) {
         const int nbs = odd ? nb ^ 2 : nb;
         const int col = col0 + nbs * 8 + 2 * t4;
-        const unsigned at = buf + (unsigned)((col >> 5) * bwd90_bm * 128 + (row + 8 * r) * 128 +
+        const unsigned at = buf + (unsigned)((col >> 5) * bwd90_box_rows * 128 + (row + 8 * r) * 128 +
                                              ((((col & 31) >> 2) ^ g) << 4) + (col & 3) * 4);
         const float x0 = odd ? dq[(nb ^ 2) * 4 + 2 * r] : dq[nb * 4 + 2 * r];
         const float x1 = odd ? dq[(nb ^ 2) * 4 + 2 * r + 1] : dq[nb * 4 + 2 * r + 1];
@@ -770,7 +799,10 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
       attn_mbar_arrive(bar_dq_ready(st, c, wg));
     } else {
       attn_bar_sync<bar_dq_threads>(bar_dq_free);
-      store_dq(dq, sdqs, dcol);
+      if constexpr (bwd90_wide) /* this warpgroup's queries in boxes of their own */
+        store_dq(dq, sdqs + wg * (bwd90_dqk / 32) * bwd90_box_rows * 128, 0);
+      else
+        store_dq(dq, sdqs, dcol);
       if (tid == 0)
         asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(dq_slot), "r"(i0),
                      "r"(hb)
@@ -809,7 +841,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
   unsigned long long dkq_mn[dq_passes];
 #pragma unroll
   for (int c = 0; c < dq_passes; ++c) {
-    const int col0 = wg * (bwd90_dqk / 2) + 64 * c;
+    const int col0 = bwd90_wide ? 0 : wg * (bwd90_dqk / 2) + 64 * c;
     dkq_mn[c] = attn_wgmma_desc(sk + (col0 >> 6) * bwd90_bn * 128 + (col0 & 63) * 2,
                                 bwd90_bn * 128, 1024);
   }
@@ -948,178 +980,189 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
     const unsigned long long dq_mn = attn_wgmma_desc(sq, bwd90_bm * 128, 1024);
     const unsigned long long ddo_mn = attn_wgmma_desc(sdo, bwd90_bm * 128, 1024);
 
-    /* S^T = K Q^T and dP^T = V dO^T: this warpgroup's 64 keys x 64
-     * queries each (split-D: x its 32 queries, rows q_off.. of Q and dO),
-     * two wgmma groups so P^T can be computed while dP^T is still in the
-     * tensor cores. */
-    float s[bwd90_qn / 2], dp[bwd90_qn / 2];
-    attn_wgmma_fence();
+    /* The A fragments of the 16-query steps (Pd^T's and dRaw^T's). */
+    unsigned pa[bwd90_qn / 16][4], ra[bwd90_qn / 16][4];
+    /* Per 64 queries of the tile (wide mode: two halves, queries qh..;
+     * a half wholly past Sq is skipped: its dRaw^T columns are read only
+     * for dQ rows that are never stored). */
 #pragma unroll
-    for (int kk = 0; kk < bwd90_dqk / 16; ++kk)
-      bwd90_ss<bwd90_qn, false>(
-          s, attn_wgmma_desc_add(dk_k, (kk >> 2) * bwd90_bn * 128 + (kk & 3) * 32),
-          attn_wgmma_desc_add(dq_k, q_off * 128 + (kk >> 2) * bwd90_bm * 128 + (kk & 3) * 32),
-          kk > 0);
-    attn_wgmma_commit();
+    for (int hq = 0; hq < bwd90_halves; ++hq) {
+      const int qh = hq * 64, qo = q_off + qh;
+      if (hq > 0 && i0 + qh >= p.Sq)
+        break;
+      /* S^T = K Q^T and dP^T = V dO^T: this warpgroup's 64 keys x 64
+       * queries each (split-D: x its 32 queries, rows qo.. of Q and dO),
+       * two wgmma groups so P^T can be computed while dP^T is still in the
+       * tensor cores. */
+      float s[bwd90_qn / 2], dp[bwd90_qn / 2];
+      attn_wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < bwd90_dv / 16; ++kk)
-      bwd90_ss<bwd90_qn, false>(
-          dp, attn_wgmma_desc_add(dv_k, (kk >> 2) * bwd90_bn * 128 + (kk & 3) * 32),
-          attn_wgmma_desc_add(ddo_k, q_off * 128 + (kk >> 2) * bwd90_bm * 128 + (kk & 3) * 32),
-          kk > 0);
-    attn_wgmma_commit();
-    /* A dRaw that reads the raw score needs S^T and dP^T together; else P^T
-     * overwrites S^T and dP^T is waited for only after it. Not in split-D
-     * mode: with its m64n32 GEMMs, reading S^T while dP^T is in flight
-     * made ptxas serialize every wgmma of the kernel (its warning C7514). */
-    constexpr bool split = !attn_bwd_draw_reads_acc && !bwd90_split_d;
-    /* Whether dRaw may run only where P is not 0 (it touches memory, or
-     * its factor of the raw score could be infinite where P is 0). */
-    constexpr bool guard = attn_bwd_draw_guarded || attn_bwd_draw_reads_acc;
-    if constexpr (split)
-      attn_wgmma_wait<1>();
-    else
-      attn_wgmma_wait<0>();
+      for (int kk = 0; kk < bwd90_dqk / 16; ++kk)
+        bwd90_ss<bwd90_qn, false>(
+            s, attn_wgmma_desc_add(dk_k, (kk >> 2) * bwd90_bn * 128 + (kk & 3) * 32),
+            attn_wgmma_desc_add(dq_k, qo * 128 + (kk >> 2) * bwd90_bm * 128 + (kk & 3) * 32),
+            kk > 0);
+      attn_wgmma_commit();
 #pragma unroll
-    for (int r = 0; r < bwd90_qn / 2; ++r)
-      attn_fence_reg(s[r]);
-
-    /* Per element (fragment nb, element e: key row jl_row + 8 (e >> 1),
-     * query nb * 8 + 2 t4 + (e & 1)): P^T = exp2(score log2 e - lse log2 e)
-     * (0 for a masked element, whose score is -inf, and in a fully masked
-     * row, whose second term is +inf), dS^T = P^T o (dP^T * factor -
-     * delta), dRaw^T by the chain rule. Walked by 16-query block mq and
-     * x: query i = i0 + 16 mq + 2 t4 + x and key j = j0 + jl_row (bit 3 of
-     * both clear: jl_row is 64 wg + 16 ww + g), element q query i + 8
-     * (q >> 1), key j + 8 (q & 1): fragment 2 mq + (q >> 1), element
-     * 2 (q & 1) + x.
-     * Dropout: block mq holds this lane's half of the 16-element group at
-     * (i0 + 16 mq + 2 t4, j0 + (jl_row & ~1)); element r's byte is r & 3
-     * of dw[r >> 3][(r >> 2) & 1] (hooks.cuh, attn_dropout_pair with the
-     * key's parity fixed), drawn while dP^T is still in the tensor cores. */
-#if defined(ATTN_DROPOUT)
-    /* As bits (bit r: element r is kept): one register across the dV
-     * GEMM instead of eight. */
-    unsigned dkeep = 0u;
-    {
-      unsigned dw[bwd90_qn / 16][2];
-      bwd80_dropout_words(b, h, i0 + q_off, j0 + jl_row, t4, p, dw);
+      for (int kk = 0; kk < bwd90_dv / 16; ++kk)
+        bwd90_ss<bwd90_qn, false>(
+            dp, attn_wgmma_desc_add(dv_k, (kk >> 2) * bwd90_bn * 128 + (kk & 3) * 32),
+            attn_wgmma_desc_add(ddo_k, qo * 128 + (kk >> 2) * bwd90_bm * 128 + (kk & 3) * 32),
+            kk > 0);
+      attn_wgmma_commit();
+      /* A dRaw that reads the raw score needs S^T and dP^T together; else P^T
+       * overwrites S^T and dP^T is waited for only after it. Not in split-D
+       * mode: with its m64n32 GEMMs, reading S^T while dP^T is in flight
+       * made ptxas serialize every wgmma of the kernel (its warning C7514). */
+      constexpr bool split = !attn_bwd_draw_reads_acc && !bwd90_split_d;
+      /* Whether dRaw may run only where P is not 0 (it touches memory, or
+       * its factor of the raw score could be infinite where P is 0). */
+      constexpr bool guard = attn_bwd_draw_guarded || attn_bwd_draw_reads_acc;
+      if constexpr (split)
+        attn_wgmma_wait<1>();
+      else
+        attn_wgmma_wait<0>();
 #pragma unroll
       for (int r = 0; r < bwd90_qn / 2; ++r)
-        dkeep |= (unsigned)attn_dropout_keeps(dw[r >> 3][(r >> 2) & 1], r & 3, drop_t) << r;
-    }
-    /* Element r of Pd^T or dP^T times its dropout factor. */
-    auto dropped = [&](float x, int r) { return (dkeep >> r) & 1u ? x * drop_t.kept : 0.f; };
+        attn_fence_reg(s[r]);
+
+      /* Per element (fragment nb, element e: key row jl_row + 8 (e >> 1),
+       * query nb * 8 + 2 t4 + (e & 1)): P^T = exp2(score log2 e - lse log2 e)
+       * (0 for a masked element, whose score is -inf, and in a fully masked
+       * row, whose second term is +inf), dS^T = P^T o (dP^T * factor -
+       * delta), dRaw^T by the chain rule. Walked by 16-query block mq and
+       * x: query i = i0 + 16 mq + 2 t4 + x and key j = j0 + jl_row (bit 3 of
+       * both clear: jl_row is 64 wg + 16 ww + g), element q query i + 8
+       * (q >> 1), key j + 8 (q & 1): fragment 2 mq + (q >> 1), element
+       * 2 (q & 1) + x.
+       * Dropout: block mq holds this lane's half of the 16-element group at
+       * (i0 + 16 mq + 2 t4, j0 + (jl_row & ~1)); element r's byte is r & 3
+       * of dw[r >> 3][(r >> 2) & 1] (hooks.cuh, attn_dropout_pair with the
+       * key's parity fixed), drawn while dP^T is still in the tensor cores. */
+#if defined(ATTN_DROPOUT)
+      /* As bits (bit r: element r is kept): one register across the dV
+       * GEMM instead of eight. */
+      unsigned dkeep = 0u;
+      {
+        unsigned dw[bwd90_qn / 16][2];
+        bwd80_dropout_words(b, h, i0 + qo, j0 + jl_row, t4, p, dw);
+#pragma unroll
+        for (int r = 0; r < bwd90_qn / 2; ++r)
+          dkeep |= (unsigned)attn_dropout_keeps(dw[r >> 3][(r >> 2) & 1], r & 3, drop_t) << r;
+      }
+      /* Element r of Pd^T or dP^T times its dropout factor. */
+      auto dropped = [&](float x, int r) { return (dkeep >> r) & 1u ? x * drop_t.kept : 0.f; };
 #else
-    auto dropped = [](float x, int) { return x; };
+      auto dropped = [](float x, int) { return x; };
 #endif
-    /* Pass 1 (split) or the only pass: s becomes P^T (split) or Pd^T,
-     * dp dRaw^T (not split). MASKED: some element of the tile may be
-     * masked (tested from keep bits, bwd90_keep_bits). */
-    auto pass1 = [&](auto masked_t) {
-      constexpr bool masked = decltype(masked_t)::value;
-      unsigned keep = ~0u;
-      if constexpr (masked)
-        keep = cls != 2 ? bwd90_keep_bits<true>(b, h, i0 + q_off, j0 + jl_row, t4, p)
-                        : bwd90_keep_bits<false>(b, h, i0 + q_off, j0 + jl_row, t4, p);
+      /* Pass 1 (split) or the only pass: s becomes P^T (split) or Pd^T,
+       * dp dRaw^T (not split). MASKED: some element of the tile may be
+       * masked (tested from keep bits, bwd90_keep_bits). */
+      auto pass1 = [&](auto masked_t) {
+        constexpr bool masked = decltype(masked_t)::value;
+        unsigned keep = ~0u;
+        if constexpr (masked)
+          keep = cls != 2 ? bwd90_keep_bits<true>(b, h, i0 + qo, j0 + jl_row, t4, p)
+                          : bwd90_keep_bits<false>(b, h, i0 + qo, j0 + jl_row, t4, p);
 #pragma unroll
-      for (int mq = 0; mq < bwd90_qn / 16; ++mq) {
+        for (int mq = 0; mq < bwd90_qn / 16; ++mq) {
 #pragma unroll
-        for (int x = 0; x < 2; ++x) {
+          for (int x = 0; x < 2; ++x) {
 #pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            const int r = (2 * mq + (q >> 1)) * 4 + 2 * (q & 1) + x;
-            const int il = q_off + 16 * mq + 8 * (q >> 1) + 2 * t4 + x;
-            const int i = i0 + il, j = j0 + jl_row + 8 * (q & 1);
-            const float acc = s[r];
-            float xs = attn_score(acc, b, h, i, j, p);
-            if constexpr (masked)
-              xs = (keep >> r) & 1u ? xs : neg_inf;
-            const float2 row = s_row[il];
-            const float pe = attn_exp2(xs * log2e - row.y);
-            if constexpr (split) {
-              s[r] = pe;
-            } else {
-              const float dpe = dropped(dp[r], r), pd = dropped(pe, r);
-              const float ds = pe * (dpe - row.x);
-              dp[r] = pe != 0.f ? draw_at(ds, acc, b, h, i, j) : 0.f;
-              s[r] = pd;
+            for (int q = 0; q < 4; ++q) {
+              const int r = (2 * mq + (q >> 1)) * 4 + 2 * (q & 1) + x;
+              const int il = qo + 16 * mq + 8 * (q >> 1) + 2 * t4 + x;
+              const int i = i0 + il, j = j0 + jl_row + 8 * (q & 1);
+              const float acc = s[r];
+              float xs = attn_score(acc, b, h, i, j, p);
+              if constexpr (masked)
+                xs = (keep >> r) & 1u ? xs : neg_inf;
+              const float2 row = s_row[il];
+              const float pe = attn_exp2(xs * log2e - row.y);
+              if constexpr (split) {
+                s[r] = pe;
+              } else {
+                const float dpe = dropped(dp[r], r), pd = dropped(pe, r);
+                const float ds = pe * (dpe - row.x);
+                dp[r] = pe != 0.f ? draw_at(ds, acc, b, h, i, j) : 0.f;
+                s[r] = pd;
+              }
             }
           }
         }
-      }
-    };
-    if (full)
-      pass1(bwd90_bool<false>());
-    else
-      pass1(bwd90_bool<true>());
-
-    /* The A fragments of the 16-query steps: accumulator fragments 2kk
-     * and 2kk + 1, packed to 16 bits (fwd_sm90's P). */
-    unsigned pa[bwd90_qn / 16][4], ra[bwd90_qn / 16][4];
-    /* Element r of Pd^T. */
-    auto pd_at = [&](int r) {
-      if constexpr (!split)
-        return s[r];
+      };
+      if (full)
+        pass1(bwd90_bool<false>());
       else
-        return dropped(s[r], r);
-    };
-#pragma unroll
-    for (int kk = 0; kk < bwd90_qn / 16; ++kk)
-#pragma unroll
-      for (int x = 0; x < 4; ++x)
-        pa[kk][x] = attn_pack2<bwd90_in_bf16>(pd_at(8 * kk + 2 * x), pd_at(8 * kk + 2 * x + 1));
-    /* Pair x of 16-query step kk (fragment 2kk + (x >> 1), key row + 8 (x
-     * & 1)) to its place in a [key][query] tile. */
-    auto store_pair = [&](unsigned tile, int kk, int x, unsigned v) {
-      const unsigned at = bwd90_at<bwd90_bn>(tile, jl_row + 8 * (x & 1),
-                                             q_off + (2 * kk + (x >> 1)) * 8 + 2 * t4);
-      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at), "r"(v) : "memory");
-    };
-    if constexpr (!bwd90_split_d) {
-      /* dV += Pd^T dO (k: the 64 queries; dO read transposed through an
-       * MN-major descriptor), in the tensor cores while dRaw^T is
-       * computed. */
-      bwd90_rs_tile<bwd90_dv_cols>(dv, pa, ddo_mn);
-    } else {
-      /* This warpgroup's half of Pd^T, for dV's GEMM after the barrier. */
+        pass1(bwd90_bool<true>());
+
+      /* The A fragments of the 16-query steps: accumulator fragments 2kk
+       * and 2kk + 1, packed to 16 bits (fwd_sm90's P). */
+      /* Element r of Pd^T. */
+      auto pd_at = [&](int r) {
+        if constexpr (!split)
+          return s[r];
+        else
+          return dropped(s[r], r);
+      };
 #pragma unroll
       for (int kk = 0; kk < bwd90_qn / 16; ++kk)
 #pragma unroll
         for (int x = 0; x < 4; ++x)
-          store_pair(spt, kk, x, pa[kk][x]);
-    }
-
-    if constexpr (split) {
-      /* Pass 2: dP^T (the older group) has landed; dp becomes dRaw^T. */
-      attn_wgmma_wait<1>();
+          pa[kk][x] = attn_pack2<bwd90_in_bf16>(pd_at(8 * kk + 2 * x), pd_at(8 * kk + 2 * x + 1));
+      /* Pair x of 16-query step kk (fragment 2kk + (x >> 1), key row + 8 (x
+       * & 1)) to its place in a [key][query] tile. */
+      auto store_pair = [&](unsigned tile, int kk, int x, unsigned v) {
+        const unsigned at = bwd90_at<bwd90_bn>(tile, jl_row + 8 * (x & 1),
+                                               qo + (2 * kk + (x >> 1)) * 8 + 2 * t4);
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at), "r"(v) : "memory");
+      };
+      if constexpr (!bwd90_split_d) {
+        /* dV += Pd^T dO (k: the 64 queries; dO read transposed through an
+         * MN-major descriptor), in the tensor cores while dRaw^T is
+         * computed. */
+        bwd90_rs_tile<bwd90_dv_cols>(dv, pa, attn_wgmma_desc_add(ddo_mn, qh * 128));
+      } else {
+        /* This warpgroup's half of Pd^T, for dV's GEMM after the barrier. */
 #pragma unroll
-      for (int r = 0; r < bwd90_qn / 2; ++r)
-        attn_fence_reg(dp[r]);
+        for (int kk = 0; kk < bwd90_qn / 16; ++kk)
 #pragma unroll
-      for (int r = 0; r < bwd90_qn / 2; ++r) {
-        /* Fragment r >> 2, element r & 3 (as in pass 1). */
-        const int il = q_off + 16 * (r >> 3) + 8 * ((r >> 2) & 1) + 2 * t4 + (r & 1);
-        const int i = i0 + il, j = j0 + jl_row + 8 * ((r >> 1) & 1);
-        const float pe = s[r];
-        const float ds = pe * (dropped(dp[r], r) - s_row[il].x);
-        dp[r] = !guard || pe != 0.f ? draw_at(ds, 0.f, b, h, i, j) : 0.f;
-      }
-    }
-
-    /* dRaw^T's A fragments, and dRaw^T to shared memory, [key][query],
-     * for dQ (split-D: each warpgroup its queries' half, for dK too). */
-#pragma unroll
-    for (int kk = 0; kk < bwd90_qn / 16; ++kk)
-#pragma unroll
-      for (int x = 0; x < 4; ++x) {
-        ra[kk][x] = attn_pack2<bwd90_in_bf16>(dp[8 * kk + 2 * x], dp[8 * kk + 2 * x + 1]);
-        store_pair(sds, kk, x, ra[kk][x]);
+          for (int x = 0; x < 4; ++x)
+            store_pair(spt, kk, x, pa[kk][x]);
       }
 
-    if constexpr (!bwd90_split_d) {
-      /* dK += dRaw^T Q (Q read transposed likewise). */
-      bwd90_rs_tile<bwd90_dk_cols>(dk, ra, dq_mn);
+      if constexpr (split) {
+        /* Pass 2: dP^T (the older group) has landed; dp becomes dRaw^T. */
+        attn_wgmma_wait<1>();
+#pragma unroll
+        for (int r = 0; r < bwd90_qn / 2; ++r)
+          attn_fence_reg(dp[r]);
+#pragma unroll
+        for (int r = 0; r < bwd90_qn / 2; ++r) {
+          /* Fragment r >> 2, element r & 3 (as in pass 1). */
+          const int il = qo + 16 * (r >> 3) + 8 * ((r >> 2) & 1) + 2 * t4 + (r & 1);
+          const int i = i0 + il, j = j0 + jl_row + 8 * ((r >> 1) & 1);
+          const float pe = s[r];
+          const float ds = pe * (dropped(dp[r], r) - s_row[il].x);
+          dp[r] = !guard || pe != 0.f ? draw_at(ds, 0.f, b, h, i, j) : 0.f;
+        }
+      }
+
+      /* dRaw^T's A fragments, and dRaw^T to shared memory, [key][query],
+       * for dQ (split-D: each warpgroup its queries' half, for dK too). */
+#pragma unroll
+      for (int kk = 0; kk < bwd90_qn / 16; ++kk)
+#pragma unroll
+        for (int x = 0; x < 4; ++x) {
+          ra[kk][x] = attn_pack2<bwd90_in_bf16>(dp[8 * kk + 2 * x], dp[8 * kk + 2 * x + 1]);
+          store_pair(sds, kk, x, ra[kk][x]);
+        }
+
+      if constexpr (!bwd90_split_d) {
+        /* dK += dRaw^T Q (Q read transposed likewise). */
+        bwd90_rs_tile<bwd90_dk_cols>(dk, ra, attn_wgmma_desc_add(dq_mn, qh * 128));
+      }
+
     }
 
     if (!det) {
@@ -1131,11 +1174,14 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
        * CTA's keys, so each element of the tile is added to the
        * accumulator once; at D 256 in two passes of 64 columns. */
       float dq[dq_passes][dq_cols / 2];
+      /* Wide mode: this warpgroup's queries, dRaw^T's column block wg. */
+      constexpr unsigned dq_a_blk = bwd90_wide ? bwd90_bn * 128 : 0;
+      const unsigned dq_a_off = wg * dq_a_blk;
       auto issue_dq = [&](int c) {
         attn_wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < bwd90_bn / 16; ++kk)
-          bwd90_ss<dq_cols, true>(dq[c], attn_wgmma_desc_add(dds_mn, kk * 16 * 128),
+          bwd90_ss<dq_cols, true>(dq[c], attn_wgmma_desc_add(dds_mn, dq_a_off + kk * 16 * 128),
                                   attn_wgmma_desc_add(dkq_mn[c], kk * 16 * 128), kk > 0);
         attn_wgmma_commit();
       };
