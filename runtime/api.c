@@ -955,13 +955,7 @@ attn_status attn_call_launch(attn_call *c, void *stream) {
     return st;
   const KernelInfo *k = &c->g->kernel;
   if (k->persistent) { /* at most one CTA per SM; the kernel walks the tiles */
-    int nsm = 0;
-    if (d->DeviceGetAttribute(&nsm, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev) ==
-            CUDA_SUCCESS && nsm > 0) {
-      unsigned long long tiles = (unsigned long long)grid[0] * grid[1] * grid[2];
-      grid[0] = (unsigned)(tiles < (unsigned long long)nsm ? tiles : (unsigned long long)nsm);
-      grid[1] = grid[2] = 1;
-    }
+    rt_persistent_grid(d, dev, grid, 0); /* else one CTA per tile, still through the queue */
     if (!c->tile_queue) {
       CUdeviceptr q = 0;
       CUresult r = d->MemAlloc(&q, 2 * sizeof(unsigned));

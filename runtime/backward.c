@@ -214,18 +214,14 @@ static attn_status bwd_launch(attn_call *c, const RtDriver *d, CUcontext cu, int
  * each launch leaves it zero). */
 static attn_status bwd_main_grid(attn_call *c, const RtDriver *d, CUdevice dev, attn_params *p,
                                  unsigned grid[3], CUstream s) {
-  int nsm = 0;
-  if (d->DeviceGetAttribute(&nsm, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev) !=
-          CUDA_SUCCESS || nsm <= 0)
-    return ATTN_SUCCESS; /* one CTA per item, no queue */
-  unsigned long long ctas = (unsigned long long)grid[0] * grid[1] * grid[2];
-  if (ctas > (unsigned long long)nsm) ctas = (unsigned long long)nsm;
-  const char *cap = getenv("ATTN_BWD_CTAS");
-  if (cap) {
+  unsigned long long cap = 0;
+  const char *env = getenv("ATTN_BWD_CTAS");
+  if (env) {
     char *end;
-    long v = strtol(cap, &end, 10);
-    if (*cap && !*end && v > 0 && (unsigned long long)v < ctas) ctas = (unsigned long long)v;
+    long v = strtol(env, &end, 10);
+    if (*env && !*end && v > 0) cap = (unsigned long long)v;
   }
+  if (!rt_persistent_grid(d, dev, grid, cap)) return ATTN_SUCCESS; /* one CTA per item, no queue */
   RtBwdScratch *sc = bwd_scratch(c);
   if (!sc) return bwd_fail(c, ATTN_ERROR_OUT_OF_MEMORY, "out of memory");
   const bool fresh = sc->bytes[BWD_QUEUE] == 0;
@@ -236,8 +232,6 @@ static attn_status bwd_main_grid(attn_call *c, const RtDriver *d, CUdevice dev, 
     if (r != CUDA_SUCCESS) return rt_driver_error(d, r, "cuMemsetD32Async", rt_call_error(c));
   }
   p->tile_queue = (unsigned *)(uintptr_t)sc->buf[BWD_QUEUE];
-  grid[0] = (unsigned)ctas;
-  grid[1] = grid[2] = 1;
   return ATTN_SUCCESS;
 }
 

@@ -100,6 +100,20 @@ attn_status rt_driver_current(const RtDriver *d, CUcontext *ctx,
   return ATTN_SUCCESS;
 }
 
+bool rt_persistent_grid(const RtDriver *d, CUdevice dev, unsigned grid[3],
+                        unsigned long long cap) {
+  int nsm = 0;
+  if (d->DeviceGetAttribute(&nsm, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev) !=
+          CUDA_SUCCESS || nsm <= 0)
+    return false;
+  unsigned long long ctas = (unsigned long long)grid[0] * grid[1] * grid[2];
+  if (ctas > (unsigned long long)nsm) ctas = (unsigned long long)nsm;
+  if (cap > 0 && cap < ctas) ctas = cap;
+  grid[0] = (unsigned)ctas;
+  grid[1] = grid[2] = 1;
+  return true;
+}
+
 attn_status rt_driver_cc(const RtDriver *d, CUdevice dev, int *major,
                          int *minor, StrBuf *err) {
   CUresult r = d->DeviceGetAttribute(

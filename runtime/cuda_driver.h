@@ -81,6 +81,12 @@ attn_status rt_driver_error(const RtDriver *d, CUresult r, const char *what,
  * context: ..." in err. Never creates one. */
 attn_status rt_driver_current(const RtDriver *d, CUcontext *ctx,
                               CUdevice *dev, StrBuf *err);
+/* A persistent kernel's grid: grid's CTAs (x y z) capped at the device's
+ * SM count and at cap (0: no cap), all in x. False, with grid unchanged,
+ * when the SM count cannot be read. The forward's and the backward's
+ * persistent kernels launch so. */
+bool rt_persistent_grid(const RtDriver *d, CUdevice dev, unsigned grid[3],
+                        unsigned long long cap);
 /* Compute capability of a device. */
 attn_status rt_driver_cc(const RtDriver *d, CUdevice dev, int *major,
                          int *minor, StrBuf *err);
