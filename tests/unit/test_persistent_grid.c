@@ -1,7 +1,7 @@
 /*
  * test_persistent_grid.c: the persistent kernels' grid (runtime/cuda_driver.c,
  * rt_persistent_grid), checked without a GPU through a fake driver whose SM
- * count the test sets: the CTAs are min(grid's CTAs, SMs, cap) in x, and an
+ * count each case sets: the CTAs are min(grid's CTAs, SMs, cap) in x, and an
  * unreadable SM count leaves the grid as it was.
  */
 #include <criterion/criterion.h>
@@ -19,54 +19,35 @@ static CUresult fake_attribute(int *v, CUdevice_attribute a, CUdevice dev) {
   return CUDA_SUCCESS;
 }
 
-static RtDriver fake_driver(int sms) {
+typedef struct {
+  const char *what;
+  int sms;
+  unsigned grid[3];
+  unsigned long long cap;
+  bool ok;           /* what rt_persistent_grid returns */
+  unsigned want[3];  /* the grid after it */
+} GridCase;
+
+static const GridCase cases[] = {
+    {"capped at the SM count", 132, {32, 16, 4}, 0, true, {132, 1, 1}},
+    {"fewer items than SMs", 132, {3, 5, 2}, 0, true, {30, 1, 1}},
+    {"a cap below both", 132, {32, 16, 4}, 3, true, {3, 1, 1}},
+    {"a cap never adds CTAs", 132, {2, 1, 1}, 3, true, {2, 1, 1}},
+    {"items past 32 bits", 132, {1u << 20, 65535, 65535}, 0, true, {132, 1, 1}},
+    {"unknown SM count", 0, {32, 16, 4}, 3, false, {32, 16, 4}},
+};
+
+Test(persistent_grid, cases) {
   RtDriver d;
   memset(&d, 0, sizeof d);
   d.DeviceGetAttribute = fake_attribute;
-  fake_sms = sms;
-  return d;
-}
-
-static void assert_grid(const unsigned grid[3], unsigned x, unsigned y, unsigned z) {
-  cr_assert_eq(grid[0], x);
-  cr_assert_eq(grid[1], y);
-  cr_assert_eq(grid[2], z);
-}
-
-Test(persistent_grid, capped_at_the_sm_count) {
-  RtDriver d = fake_driver(132);
-  unsigned grid[3] = {32, 16, 4}; /* 2048 items */
-  cr_assert(rt_persistent_grid(&d, 0, grid, 0));
-  assert_grid(grid, 132, 1, 1);
-}
-
-Test(persistent_grid, fewer_items_than_sms) {
-  RtDriver d = fake_driver(132);
-  unsigned grid[3] = {3, 5, 2};
-  cr_assert(rt_persistent_grid(&d, 0, grid, 0));
-  assert_grid(grid, 30, 1, 1);
-}
-
-Test(persistent_grid, a_cap_below_both) {
-  RtDriver d = fake_driver(132);
-  unsigned grid[3] = {32, 16, 4};
-  cr_assert(rt_persistent_grid(&d, 0, grid, 3));
-  assert_grid(grid, 3, 1, 1);
-  unsigned small[3] = {2, 1, 1};
-  cr_assert(rt_persistent_grid(&d, 0, small, 3)); /* the cap never adds CTAs */
-  assert_grid(small, 2, 1, 1);
-}
-
-Test(persistent_grid, items_past_32_bits) {
-  RtDriver d = fake_driver(132);
-  unsigned grid[3] = {1u << 20, 65535, 65535}; /* the product overflows 32 bits */
-  cr_assert(rt_persistent_grid(&d, 0, grid, 0));
-  assert_grid(grid, 132, 1, 1);
-}
-
-Test(persistent_grid, unknown_sm_count_leaves_the_grid) {
-  RtDriver d = fake_driver(0);
-  unsigned grid[3] = {32, 16, 4};
-  cr_assert_not(rt_persistent_grid(&d, 0, grid, 3));
-  assert_grid(grid, 32, 16, 4);
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const GridCase *c = &cases[i];
+    fake_sms = c->sms;
+    unsigned grid[3] = {c->grid[0], c->grid[1], c->grid[2]};
+    cr_expect_eq(rt_persistent_grid(&d, 0, grid, c->cap), c->ok, "%s: result", c->what);
+    for (int k = 0; k < 3; k++)
+      cr_expect_eq(grid[k], c->want[k], "%s: grid[%d] %u, want %u", c->what, k, grid[k],
+                   c->want[k]);
+  }
 }
