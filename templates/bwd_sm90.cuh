@@ -104,6 +104,8 @@ constexpr int bwd90_qn = bwd90_split_d ? 32 : 64;
 /* TMA boxes (Q, dO, dQ's accumulator) have 64 rows: a wide tile takes two. */
 constexpr int bwd90_box_rows = 64;
 constexpr int bwd90_halves = bwd90_bm / bwd90_box_rows;
+/* Wide mode: one warpgroup's 64 rows of dQ's buffer (D/32 boxes). */
+constexpr int bwd90_dq_half_bytes = bwd90_dqk / 32 * bwd90_box_rows * 128;
 constexpr int bwd90_threads = 256; /* two consumer warpgroups (+ the producer's 128) */
 constexpr bool bwd90_in_bf16 = attn_in_bf16;
 
@@ -554,7 +556,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
 #pragma unroll
           for (int w = 0; w < bwd90_halves; ++w)
             if (w == 0 || i0 + w * bwd90_box_rows < p.Sq)
-              reduce_dq(sdqs + w * (bwd90_dqk / 32) * bwd90_box_rows * 128, bwd90_dqk / 32, 0,
+              reduce_dq(sdqs + w * bwd90_dq_half_bytes, bwd90_dqk / 32, 0,
                         i0 + w * bwd90_box_rows, bh & 0xffff, bh >> 16);
           attn_bulk_wait<0, true>();
         }
@@ -800,7 +802,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
     } else {
       attn_bar_sync<bar_dq_threads>(bar_dq_free);
       if constexpr (bwd90_wide) /* this warpgroup's queries in boxes of their own */
-        store_dq(dq, sdqs + wg * (bwd90_dqk / 32) * bwd90_box_rows * 128, 0);
+        store_dq(dq, sdqs + wg * bwd90_dq_half_bytes, 0);
       else
         store_dq(dq, sdqs, dcol);
       if (tid == 0)
