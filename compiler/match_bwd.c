@@ -186,25 +186,19 @@ BwdSpec *match_bwd(const KernelSpec *fwd, Arena *a, Diag *d) {
                     4 * 64 * 64 * 2 + 2 * 64 * 8 + 128 + 1024;
     return s;
   }
-  if (s->sm90 && s->d_qk == 64 && s->d_v == 64) {
-    /* bwd_sm90.cuh, wide mode (D 64): as below, but 128-query tiles in
-     * two stages; dQ's buffer 128 x D_QK. */
-    s->threads = 256;
-    s->block_n = 128;
-    s->smem_bytes = 128 * (s->d_qk + s->d_v) * 2 + 2 * 128 * (s->d_qk + s->d_v) * 2 +
-                    2 * 128 * 128 * 2 + 128 * s->d_qk * 4 + 2 * 128 * 8 + 256 + 1024;
-    return s;
-  }
   if (s->sm90) {
     /* bwd_sm90.cuh: 128 keys per CTA in two warpgroups; K, V (128 rows),
      * three stages of Q and dO (64 rows), two buffers of dRaw^T (128 x
      * 64), dQ's f32 buffer (64 x D_QK), three stages of the rows' {delta,
      * lse log2 e}, the stages' mbarriers and tile slots (256 bytes), and
-     * 1024 bytes to align the base. */
+     * 1024 bytes to align the base. Wide mode (D 64 for q, k and v):
+     * 128-query tiles in two stages (bwd90_wide). */
+    const bool wide = s->d_qk == 64 && s->d_v == 64;
+    const int bm = wide ? 128 : 64, stages = wide ? 2 : 3;
     s->threads = 256;
     s->block_n = 128;
-    s->smem_bytes = 128 * (s->d_qk + s->d_v) * 2 + 3 * 64 * (s->d_qk + s->d_v) * 2 +
-                    2 * 128 * 64 * 2 + 64 * s->d_qk * 4 + 3 * 64 * 8 + 256 + 1024;
+    s->smem_bytes = 128 * (s->d_qk + s->d_v) * 2 + stages * bm * (s->d_qk + s->d_v) * 2 +
+                    2 * 128 * bm * 2 + bm * s->d_qk * 4 + stages * bm * 8 + 256 + 1024;
     return s;
   }
   /* bwd_sm80.cuh: 64 keys per CTA in four warps, 64-row query tiles; K, V,
