@@ -273,6 +273,10 @@ static __device__ __forceinline__ void bwd90_ss(float (&d)[N / 2], unsigned long
 template <bool B> struct bwd90_bool {
   static constexpr bool value = B;
 };
+/* An int as a type, likewise. */
+template <int N> struct bwd90_int {
+  static constexpr int value = N;
+};
 
 /* ------------------------------------------------ shared-memory tiles */
 
@@ -997,21 +1001,23 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
        * two wgmma groups so P^T can be computed while dP^T is still in the
        * tensor cores. */
       float s[bwd90_qn / 2], dp[bwd90_qn / 2];
+      /* acc = (keys' rows at dkv) (rows qo.. at drow)^T over D columns (16
+       * per k step: 32 bytes inside a 64-column block, then the next
+       * block), one commit group. */
+      auto issue_rows = [&](auto d_t, float (&acc)[bwd90_qn / 2], unsigned long long dkv,
+                            unsigned long long drow) {
+        constexpr int D = decltype(d_t)::value;
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk)
+          bwd90_ss<bwd90_qn, false>(
+              acc, attn_wgmma_desc_add(dkv, (kk >> 2) * bwd90_bn * 128 + (kk & 3) * 32),
+              attn_wgmma_desc_add(drow, qo * 128 + (kk >> 2) * bwd90_bm * 128 + (kk & 3) * 32),
+              kk > 0);
+        attn_wgmma_commit();
+      };
       attn_wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < bwd90_dqk / 16; ++kk)
-        bwd90_ss<bwd90_qn, false>(
-            s, attn_wgmma_desc_add(dk_k, (kk >> 2) * bwd90_bn * 128 + (kk & 3) * 32),
-            attn_wgmma_desc_add(dq_k, qo * 128 + (kk >> 2) * bwd90_bm * 128 + (kk & 3) * 32),
-            kk > 0);
-      attn_wgmma_commit();
-#pragma unroll
-      for (int kk = 0; kk < bwd90_dv / 16; ++kk)
-        bwd90_ss<bwd90_qn, false>(
-            dp, attn_wgmma_desc_add(dv_k, (kk >> 2) * bwd90_bn * 128 + (kk & 3) * 32),
-            attn_wgmma_desc_add(ddo_k, qo * 128 + (kk >> 2) * bwd90_bm * 128 + (kk & 3) * 32),
-            kk > 0);
-      attn_wgmma_commit();
+      issue_rows(bwd90_int<bwd90_dqk>(), s, dk_k, dq_k);
+      issue_rows(bwd90_int<bwd90_dv>(), dp, dv_k, ddo_k);
       /* A dRaw that reads the raw score needs S^T and dP^T together; else P^T
        * overwrites S^T and dP^T is waited for only after it. Not in split-D
        * mode: with its m64n32 GEMMs, reading S^T while dP^T is in flight
