@@ -30,26 +30,35 @@ ifeq ($(SAN),1)
   OPT := -O1 -g -fno-omit-frame-pointer $(SANFLAGS) -fno-sanitize-recover=undefined
 endif
 CFLAGS := -std=c17 -fPIC -D_GNU_SOURCE $(OPT) $(WARN)
-CPPFLAGS := -Icompiler -Iruntime -I$(BUILD)/gen -I$(CUDA)/include \
+CPPFLAGS := -Icompiler -Iruntime -Iabi -Ireference -Icli -I$(BUILD)/gen -I$(CUDA)/include \
             -DATTNC_CUDA_HOME='"$(CUDA)"'
 LDFLAGS := $(SANFLAGS) -L$(CUDA)/lib64 -Wl,-rpath,$(CUDA)/lib64
 LDLIBS := -ldl -lm -lpthread
 
 GEN := $(BUILD)/gen
-TEMPLATES := $(sort $(wildcard templates/*.cuh)) runtime/attn_abi.h
-# compiler/main.c and compiler/cli_*.c make the attnc command; the rest is the library.
-CLI_SRC := compiler/main.c $(sort $(wildcard compiler/cli_*.c))
-COMPILER_SRC := $(filter-out $(CLI_SRC),$(sort $(wildcard compiler/*.c)))
+TEMPLATES := $(sort $(wildcard templates/*.cuh)) abi/attn_abi.h
+# The layout (docs/design.md): grammar/ and compiler/ make the compiler,
+# runtime/ the library around it (together libattn); reference/ is the CPU
+# reference, a library of its own (libattnref.a) that cli/ (the attnc
+# command), the tests and the benchmarks link, and libattn does not.
+CLI_SRC := $(sort $(wildcard cli/*.c))
+COMPILER_SRC := $(sort $(wildcard compiler/*.c))
 RUNTIME_SRC := $(sort $(wildcard runtime/*.c))
+REF_SRC := $(sort $(wildcard reference/*.c))
 LIB_OBJ := $(COMPILER_SRC:%.c=$(BUILD)/%.o) $(RUNTIME_SRC:%.c=$(BUILD)/%.o) \
            $(GEN)/attn.tab.o $(GEN)/lex.yy.o $(GEN)/templates.o
+REF_OBJ := $(REF_SRC:%.c=$(BUILD)/%.o)
 
-all: $(BUILD)/attnc $(BUILD)/libattn.a $(BUILD)/libattn.so
+all: $(BUILD)/attnc $(BUILD)/libattn.a $(BUILD)/libattn.so $(BUILD)/libattnref.a
 
-$(BUILD)/attnc: $(CLI_SRC:%.c=$(BUILD)/%.o) $(BUILD)/libattn.a
+$(BUILD)/attnc: $(CLI_SRC:%.c=$(BUILD)/%.o) $(BUILD)/libattnref.a $(BUILD)/libattn.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/libattn.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/libattnref.a: $(REF_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
@@ -82,7 +91,7 @@ $(GEN)/templates.c: $(BUILD)/embed $(TEMPLATES)
 $(GEN)/templates.o: $(GEN)/templates.c
 	$(CC) $(CPPFLAGS) $(GEN_CFLAGS) -c -o $@ $<
 
-$(BUILD)/%.o: %.c compiler/attnc.h runtime/attn.h runtime/attn_abi.h | $(GEN)/attn.tab.h $(GEN)/lex.yy.h
+$(BUILD)/%.o: %.c compiler/attnc.h runtime/attn.h abi/attn_abi.h | $(GEN)/attn.tab.h $(GEN)/lex.yy.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c -o $@ $<
 

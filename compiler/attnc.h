@@ -118,6 +118,24 @@ int dtype_size(DType t);
 bool dtype_is_float(DType t); /* f16 bf16 f32 e4m3 e5m2 */
 bool dtype_is_int(DType t);   /* i32 u64 */
 
+/* Rounds x to the value dtype t can hold, bit-compatible with CUDA's
+ * direct conversions from double: f16 (__double2half), bf16
+ * (__double2bfloat16) and f32 round to nearest even and overflow to inf;
+ * e4m3 and e5m2 round to nearest even with saturation
+ * (__nv_cvt_double_to_fp8(x, __NV_SATFINITE, ...), the __nv_fp8_e4m3
+ * constructor): beyond the largest finite value, inf included, gives
+ * +-448 / +-57344; NaN stays NaN. i32 and u64 truncate toward zero and
+ * saturate (NaN -> 0, negatives -> 0 for u64); bool is x != 0. */
+double dtype_round(DType t, double x);
+void dtype_round_array(DType t, double *x, size_t n);
+uint16_t dtype_f16_bits(double x);  /* NaN -> 0x7fff */
+uint16_t dtype_bf16_bits(double x); /* NaN -> 0x7fff */
+uint8_t dtype_e4m3_bits(double x);  /* NaN -> 0x7f | sign */
+uint8_t dtype_e5m2_bits(double x);  /* NaN -> 0x7e | top bits | sign */
+void dtype_to_bits(DType t, double x, void *dst); /* dtype_size(t) bytes */
+double dtype_from_bits(DType t, const void *p);
+
+
 /* ------------------------------------------------------------------ AST */
 
 /* Operators, shared by the AST and the IR. X(enum suffix, spelling) */
@@ -416,107 +434,6 @@ int ir_check_graph(IrGraph *g, Diag *d);
 void ir_dump(StrBuf *out, const IrGraph *g);
 void ir_dot(StrBuf *out, const IrGraph *g);
 
-/* ---------------------------------------------------- interp.c: CPU ref */
-
-/* Values of one graph's run-time arguments. Tensors are dense row-major in
- * their declared dimension order, with the actual sizes in shape (a declared
- * literal 1 broadcasts). Every number is held as a double. */
-typedef struct RefTensor {
-  int ndims;
-  int64_t shape[IR_MAX_RANK];
-  double *data;
-} RefTensor;
-
-typedef struct RefArgs {
-  const IrGraph *g;
-  RefTensor *tensors;     /* g->ntensors entries; outputs are filled in */
-  double *scalars;        /* g->nscalars entries */
-  /* Optional (NULL: every scalar has a value). ref_make_inputs sets
-   * unset[k] for a scalar with no default; ref_set_scalars clears it;
-   * ref_forward refuses to run while one is set. */
-  bool *scalar_unset;
-} RefArgs;
-
-/* Binds the dim symbols from the input tensors' shapes (each from the
- * first tensor naming it), checks them, evaluates the graph and
- * allocates+fills every output tensor's data (free with free(); a previous
- * output data pointer is freed first, so it must come from malloc), shaped
- * from the bound dims. Arithmetic is in double and outputs are not rounded
- * to their dtype; what the device also sees rounded is rounded here too:
- * float constants and scalars to their declared type (0.35 is 0.35f) and
- * explicit casts (bf16(x)). Integer ops follow C on int32 (wrapping) or
- * uint64. Returns 0, or -1 with a message in err (prefixed with
- * "file:line:col: " where a node is to blame). */
-int ref_forward(RefArgs *args, StrBuf *err);
-/* Appends "file:line:col: message" (the location when a node is to blame,
- * on a new line after earlier messages) to err; returns -1. */
-int ref_verror(StrBuf *err, const IrNode *n, const char *fmt, va_list ap)
-    __attribute__((format(printf, 3, 0)));
-
-/* ------------------------------------------------- ref_data.c: test data */
-
-/* splitmix64: the same (seed, stream) gives the same numbers everywhere. */
-typedef struct RefRng {
-  uint64_t state;
-} RefRng;
-RefRng ref_rng(uint64_t seed, uint64_t stream);
-uint64_t ref_rng_next(RefRng *r);
-double ref_rng_uniform(RefRng *r); /* [0, 1), 53 random bits */
-double ref_rng_normal(RefRng *r);  /* N(0, 1), Box-Muller */
-
-/* Rounds x to the value dtype t can hold, bit-compatible with CUDA's
- * direct conversions from double: f16 (__double2half), bf16
- * (__double2bfloat16) and f32 round to nearest even and overflow to inf;
- * e4m3 and e5m2 round to nearest even with saturation
- * (__nv_cvt_double_to_fp8(x, __NV_SATFINITE, ...), the __nv_fp8_e4m3
- * constructor): beyond the largest finite value, inf included, gives
- * +-448 / +-57344; NaN stays NaN. i32 and u64 truncate toward zero and
- * saturate (NaN -> 0, negatives -> 0 for u64); bool is x != 0. */
-double ref_round(DType t, double x);
-void ref_round_array(DType t, double *x, size_t n);
-uint16_t ref_to_f16_bits(double x);  /* NaN -> 0x7fff */
-uint16_t ref_to_bf16_bits(double x); /* NaN -> 0x7fff */
-uint8_t ref_to_e4m3_bits(double x);  /* NaN -> 0x7f | sign */
-uint8_t ref_to_e5m2_bits(double x);  /* NaN -> 0x7e | top bits | sign */
-void ref_to_bits(DType t, double x, void *dst); /* dtype_size(t) bytes */
-double ref_from_bits(DType t, const void *p);
-
-int64_t ref_numel(const RefTensor *t);
-
-/* Fills args (args->g set, everything else zero) with random inputs for
- * g. shape_spec binds dim symbols, "B=2,H=4,Hk=2,Sq=100,Skv=130"; "S=N"
- * binds both q's and k's sequence dims (unless a symbol is named S).
- * Unset dims default by role: batch (q dim 1) 2, heads (q dim 2) 4, kv
- * heads (k dim 2) = heads, sequence dims 128, any other symbol 64. Float
- * tensors get N(0,1) rounded to their dtype; i32/u64 tensors uniform
- * integers in [0, max(Sq, Skv)]; bool tensors fair coin flips. Each tensor
- * draws from its own stream, so adding a tensor leaves the others alone.
- * Scalars take their defaults. Returns 0 or -1 (err); call ref_args_free
- * in both cases. */
-int ref_make_inputs(RefArgs *args, const char *shape_spec, uint64_t seed,
-                    StrBuf *err);
-/* "scale=0.125,window=256,causal=true": overrides scalar values. */
-int ref_set_scalars(RefArgs *args, const char *spec, StrBuf *err);
-void ref_args_free(RefArgs *args); /* frees every array, keeps args->g */
-
-/* One line per output: name, dtype, shape, min, max, mean, rms (over the
- * finite values) and counts of -inf, +inf and NaN. */
-void ref_summarize(StrBuf *out, const RefArgs *args);
-
-/* got against want. Positions where both are finite feed max_abs and
- * rel_l2 = |got - want|_2 / |want|_2 (0 when both norms are 0, inf when
- * only want's is). A position where either is inf or NaN agrees only when
- * both are the same (-inf and -inf, NaN and NaN); other ones are counted
- * in nonfinite_mismatch. */
-typedef struct RefCompare {
-  double max_abs;
-  size_t max_abs_at;
-  double rel_l2;
-  size_t nonfinite_mismatch;
-  size_t first_nonfinite_mismatch; /* SIZE_MAX when there is none */
-} RefCompare;
-RefCompare ref_compare(const double *got, const double *want, size_t n);
-
 /* ------------------------------------------------------------- match.c */
 
 /* One conjunct of a top-level mask. An affine conjunct reads
@@ -709,34 +626,6 @@ void emit_sep_classes(StrBuf *out, const KernelSpec *s, Arena *a);
 /* After the namespace: the prep kernel's extern "C" entry point. */
 void emit_sep_entry(StrBuf *out, const KernelSpec *s, const KernelInfo *info);
 
-/* ------------------------------------------------ philox.c: dropout bits */
-
-/* Philox-4x32-10 (Salmon et al., SC'11), the same code the kernels run
- * (templates/philox.cuh). Dropout's byte for element (b, h, i, j) of a
- * graph with H query heads and Sq queries:
- *   key     = { lo32(seed), hi32(seed) }
- *   counter = { lo32(((j >> 4) << 2) | ((j >> 1) & 3)),
- *               lo32((b * H + h) * Sq + (i & ~9)), lo32(offset),
- *               hi32(offset) }
- *   word    = philox4x32_10(counter, key)[2 * ((i >> 3) & 1) +
- *                                         ((j >> 3) & 1)]
- *   byte    = (word >> 8 * (2 * (i & 1) + (j & 1))) & 0xff
- * (one call serves the 16 elements (i + di, j + dj), di, dj in {0, 1, 8,
- * 9}, of the group whose base has bits 0 and 3 clear), and the element is
- * kept iff byte >= philox_keep_threshold(rate) (the rate in 256ths);
- * kept values scale by philox_kept_scale of it, 256 / (256 - threshold),
- * so the expectation is exact. */
-void philox_4x32_10(const uint32_t ctr[4], const uint32_t key[2],
-                    uint32_t out[4]);
-uint32_t philox_dropout_byte(uint64_t seed, uint64_t offset, int64_t b,
-                             int64_t h, int64_t i, int64_t j, int64_t H,
-                             int64_t Sq);
-/* The f32 rate in 256ths, nearest, at least 1 for a positive rate: 0
- * (rate <= 0 or NaN: all kept) to 256 (rate >= 1: none kept). */
-uint32_t philox_keep_threshold(double rate);
-/* 256 / (256 - keep_from); 0 when nothing is kept. */
-double philox_kept_scale(uint32_t keep_from);
-
 /* --------------------------------------------- backward.c: derivation */
 
 /* One input declared with grad that the score chain reads as a bias:
@@ -793,19 +682,6 @@ bool bwd_bias_axes(const IrGraph *g, const IrNode *ld, int axis[],
                    unsigned *keep);
 /* The derived graph as text (`attnc ir --backward`; a golden format). */
 void bwd_dump(StrBuf *out, const BwdGraph *bg);
-
-/* ------------------------------------------ interp_bwd.c: CPU backward */
-
-/* The backward in double. args holds the forward's inputs and scalars (as
- * for ref_forward; outputs are not read: P and O are recomputed in
- * double). dout is dO, dense [B, H, Sq, Dv]. For every tensor t declared
- * with grad, grads[t] gets t's shape and a malloc'ed data array of its
- * gradient (a previous data pointer is freed first); other entries are
- * left alone. grads has g->ntensors entries. GQA: dK and dV sum over the
- * query heads of a group; a broadcast (literal 1) dimension sums. Returns
- * 0, or -1 with a message in err. */
-int ref_backward(RefArgs *args, const BwdGraph *bg, const double *dout,
-                 RefTensor *grads, StrBuf *err);
 
 /* ------------------------------------------- emit_expr.c: expressions */
 

@@ -1,7 +1,7 @@
 /*
  * emit.c: kernel specs -> one CUDA C translation unit for NVRTC.
  *
- * Layout of the unit: a banner; the text of runtime/attn_abi.h and
+ * Layout of the unit: a banner; the text of abi/attn_abi.h and
  * templates/common.cuh; then, for each graph, a namespace holding the
  * configuration macros, the hook functions generated from the graph's
  * expressions, and the text of the chosen template; after it, the graph's

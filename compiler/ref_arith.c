@@ -70,7 +70,7 @@ static bool ref_int_arith(IrOp op) {
  * from float math) and bools are 0/1; floats stay doubles. */
 static double ref_to_type(DType t, double x) {
   if (dtype_is_int(t) || t == DT_BOOL)
-    return ref_round(t, x);
+    return dtype_round(t, x);
   return x;
 }
 
@@ -109,7 +109,7 @@ double ref_apply_op(const IrNode *n, const double *x, int *fault) {
   case IR_RSQRT: r = 1.0 / sqrt(a); break;
   case IR_FLOOR: r = floor(a); break;
   case IR_CEIL: r = ceil(a); break;
-  case IR_CAST: return ref_round(n->type, a);
+  case IR_CAST: return dtype_round(n->type, a);
   case IR_MASK: r = b != 0 ? a : -INFINITY; break;
   default: die("ref_apply_op: %s", ir_op_name(n->op));
   }

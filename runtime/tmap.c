@@ -1,5 +1,5 @@
 /* tmap.c: the TMA tensor maps a fwd_sm90 kernel (and bwd_sm90's main
- * kernel) takes as its second parameter (runtime/attn_abi.h, attn_tmaps).
+ * kernel) takes as its second parameter (abi/attn_abi.h, attn_tmaps).
  *
  * One map per operand (q, k, v) over the 4-D tensor exactly as bound:
  * dims (D, S, heads, batch) innermost first, the bound byte strides, a box

@@ -1,7 +1,7 @@
 /*
  * philox.cuh: Philox-4x32-10 (Salmon, Moraes, Dror, Shaw: "Parallel random
  * numbers: as easy as 1, 2, 3", SC'11), the counter-based generator behind
- * dropout. The same text compiles as C17 (compiler/philox.c includes it for
+ * dropout. The same text compiles as C17 (reference/philox.c includes it for
  * the CPU reference) and as CUDA (pasted into the NVRTC unit), so the host
  * and the device draw the same bits: plain 32-bit unsigned arithmetic, no
  * headers, no types beyond unsigned and unsigned long long.

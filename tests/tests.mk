@@ -17,10 +17,10 @@ export ASAN_OPTIONS := detect_leaks=1:abort_on_error=0:allocator_may_return_null
 export LSAN_OPTIONS := suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0
 export UBSAN_OPTIONS := print_stacktrace=1:halt_on_error=1
 
-$(BUILD)/tests/unit_tests: $(UNIT_SRC:%.c=$(BUILD)/%.o) $(BUILD)/libattn.a
+$(BUILD)/tests/unit_tests: $(UNIT_SRC:%.c=$(BUILD)/%.o) $(BUILD)/libattnref.a $(BUILD)/libattn.a
 	$(CC) $(LDFLAGS) -o $@ $^ -lcriterion $(LDLIBS)
 
-$(BUILD)/tests/gpu/%: $(BUILD)/tests/gpu/%.o $(BUILD)/libattn.a
+$(BUILD)/tests/gpu/%: $(BUILD)/tests/gpu/%.o $(BUILD)/libattnref.a $(BUILD)/libattn.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 GPU_BIN := $(GPU_SRC:tests/gpu/%.c=$(BUILD)/tests/gpu/%)
@@ -43,13 +43,13 @@ test-here: all $(BUILD)/tests/unit_tests $(GPU_BIN)
 
 # The template on its own, with hand-written hooks (nvcc, cudart).
 $(BUILD)/tests/gpu/template_sm80_test: tests/gpu/template_sm80_test.cu templates/fwd_sm80.cuh \
-    templates/ptx.cuh templates/hooks.cuh compiler/tmpl_sm80.c runtime/attn_abi.h
+    templates/ptx.cuh templates/hooks.cuh compiler/tmpl_sm80.c abi/attn_abi.h
 	@mkdir -p $(dir $@)
 	$(CUDA)/bin/nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a \
 	  -gencode=arch=compute_80,code=sm_80 -o $@ $<
 
 $(BUILD)/tests/gpu/template_bwd_test: tests/gpu/template_bwd_test.cu templates/bwd_sm80.cuh \
-    templates/ptx.cuh templates/hooks.cuh runtime/attn_abi.h templates/philox.cuh
+    templates/ptx.cuh templates/hooks.cuh abi/attn_abi.h templates/philox.cuh
 	@mkdir -p $(dir $@)
 	$(CUDA)/bin/nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a \
 	  -gencode=arch=compute_80,code=sm_80 -o $@ $<
@@ -69,7 +69,7 @@ FUZZ_BUILD := build/fuzz
 fuzz: deps
 	$(MAKE) BUILD=$(FUZZ_BUILD) CC=clang SAN= OPT="-O1 -g -fsanitize=fuzzer-no-link,address,undefined" \
 	  $(FUZZ_BUILD)/libattn.a
-	clang -O1 -g -fsanitize=fuzzer,address,undefined -Icompiler -I$(FUZZ_BUILD)/gen \
+	clang -O1 -g -fsanitize=fuzzer,address,undefined -Icompiler -Iabi -I$(FUZZ_BUILD)/gen \
 	  -o $(FUZZ_BUILD)/fuzz_front tests/fuzz/fuzz_front.c $(FUZZ_BUILD)/libattn.a \
 	  -L$(CUDA)/lib64 -Wl,-rpath,$(CUDA)/lib64 $(LDLIBS)
 	@mkdir -p tests/fuzz/corpus-run

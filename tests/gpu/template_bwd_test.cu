@@ -22,7 +22,7 @@
 #include <vector>
 
 extern "C" {
-#include "../../runtime/attn_abi.h"
+#include "../../abi/attn_abi.h"
 }
 /* The shared PTX wrappers, once, as the emitter pastes them. */
 #include "../../templates/ptx.cuh"

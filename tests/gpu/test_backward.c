@@ -24,7 +24,7 @@
 #include <string.h>
 
 #include "attn.h"
-#include "attnc.h"
+#include "ref.h"
 #include "check.h"
 #include "cuda_driver.h"
 #include "gpu_test.h"
@@ -59,7 +59,7 @@ static void run_case(attn_context *ctx, attn_graph *ag, const IrGraph *g, const 
     dout = malloc((size_t)n * sizeof *dout);
     RefRng rng = ref_rng(seed, 777);
     for (int64_t e = 0; dout && e < n; e++)
-      dout[e] = ref_round(g->tensors[g->q].type, ref_rng_normal(&rng));
+      dout[e] = dtype_round(g->tensors[g->q].type, ref_rng_normal(&rng));
     ok = dout != NULL;
   }
   ChkOptions co = {.dout = dout, .deterministic = det};

@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "attn.h"
-#include "attnc.h"
+#include "ref.h"
 #include "check.h"
 #include "cuda_driver.h"
 #include "gpu_test.h"
@@ -397,7 +397,7 @@ static void test_document_backward(attn_context *ctx) {
       dout = malloc((size_t)n * sizeof *dout);
       RefRng rng = ref_rng(8200 + (uint64_t)t, 777);
       for (int64_t e = 0; dout && e < n; e++)
-        dout[e] = ref_round(DT_BF16, ref_rng_normal(&rng));
+        dout[e] = dtype_round(DT_BF16, ref_rng_normal(&rng));
       ok = dout != NULL;
     }
     ChkOptions co = {.dout = dout};

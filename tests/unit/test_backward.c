@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attnc.h"
+#include "ref.h"
 #include "unit_build.h"
 
 /* ----------------------------------------------------------- helpers */

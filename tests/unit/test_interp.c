@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attnc.h"
+#include "ref.h"
 #include "unit_build.h"
 
 #define TG_MAX 64

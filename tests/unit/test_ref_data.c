@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attnc.h"
+#include "ref.h"
 #include "unit_build.h"
 
 /* ------------------------------------------------------ rounding bits */
@@ -44,9 +44,9 @@ Test(ref_data, f16_bits_by_hand) {
       {NAN, 0x7fff},
   };
   for (size_t k = 0; k < sizeof cases / sizeof *cases; k++)
-    cr_assert_eq(ref_to_f16_bits(cases[k].x), cases[k].bits,
+    cr_assert_eq(dtype_f16_bits(cases[k].x), cases[k].bits,
                  "%a -> %04x, want %04x", cases[k].x,
-                 ref_to_f16_bits(cases[k].x), cases[k].bits);
+                 dtype_f16_bits(cases[k].x), cases[k].bits);
 }
 
 Test(ref_data, bf16_bits_by_hand) {
@@ -67,9 +67,9 @@ Test(ref_data, bf16_bits_by_hand) {
       {NAN, 0x7fff},
   };
   for (size_t k = 0; k < sizeof cases / sizeof *cases; k++)
-    cr_assert_eq(ref_to_bf16_bits(cases[k].x), cases[k].bits,
+    cr_assert_eq(dtype_bf16_bits(cases[k].x), cases[k].bits,
                  "%a -> %04x, want %04x", cases[k].x,
-                 ref_to_bf16_bits(cases[k].x), cases[k].bits);
+                 dtype_bf16_bits(cases[k].x), cases[k].bits);
 }
 
 Test(ref_data, e4m3_bits_by_hand) {
@@ -94,9 +94,9 @@ Test(ref_data, e4m3_bits_by_hand) {
       {-NAN, 0xff},
   };
   for (size_t k = 0; k < sizeof cases / sizeof *cases; k++)
-    cr_assert_eq(ref_to_e4m3_bits(cases[k].x), cases[k].bits,
+    cr_assert_eq(dtype_e4m3_bits(cases[k].x), cases[k].bits,
                  "%a -> %02x, want %02x", cases[k].x,
-                 ref_to_e4m3_bits(cases[k].x), cases[k].bits);
+                 dtype_e4m3_bits(cases[k].x), cases[k].bits);
 }
 
 Test(ref_data, e5m2_bits_by_hand) {
@@ -114,49 +114,49 @@ Test(ref_data, e5m2_bits_by_hand) {
       {NAN, 0x7e},
   };
   for (size_t k = 0; k < sizeof cases / sizeof *cases; k++)
-    cr_assert_eq(ref_to_e5m2_bits(cases[k].x), cases[k].bits,
+    cr_assert_eq(dtype_e5m2_bits(cases[k].x), cases[k].bits,
                  "%a -> %02x, want %02x", cases[k].x,
-                 ref_to_e5m2_bits(cases[k].x), cases[k].bits);
+                 dtype_e5m2_bits(cases[k].x), cases[k].bits);
 }
 
 /* Decoding every pattern and encoding it again gives the pattern back;
- * ref_round agrees with the decoded value of the bits. */
+ * dtype_round agrees with the decoded value of the bits. */
 Test(ref_data, every_pattern_round_trips) {
   for (unsigned b = 0; b < 65536; b++) {
     uint16_t h = (uint16_t)b;
-    double x = ref_from_bits(DT_F16, &h);
+    double x = dtype_from_bits(DT_F16, &h);
     if (!isnan(x)) {
-      cr_assert_eq(ref_to_f16_bits(x), h, "f16 %04x", b);
-      cr_assert_eq(ref_round(DT_F16, x), x);
+      cr_assert_eq(dtype_f16_bits(x), h, "f16 %04x", b);
+      cr_assert_eq(dtype_round(DT_F16, x), x);
     }
-    x = ref_from_bits(DT_BF16, &h);
+    x = dtype_from_bits(DT_BF16, &h);
     if (!isnan(x)) {
-      cr_assert_eq(ref_to_bf16_bits(x), h, "bf16 %04x", b);
-      cr_assert_eq(ref_round(DT_BF16, x), x);
+      cr_assert_eq(dtype_bf16_bits(x), h, "bf16 %04x", b);
+      cr_assert_eq(dtype_round(DT_BF16, x), x);
     }
   }
   int nan4 = 0, nan5 = 0;
   for (unsigned b = 0; b < 256; b++) {
     uint8_t c = (uint8_t)b;
-    double x = ref_from_bits(DT_E4M3, &c);
+    double x = dtype_from_bits(DT_E4M3, &c);
     if (isnan(x))
       nan4++;
     else
-      cr_assert_eq(ref_to_e4m3_bits(x), c, "e4m3 %02x", b);
-    x = ref_from_bits(DT_E5M2, &c);
+      cr_assert_eq(dtype_e4m3_bits(x), c, "e4m3 %02x", b);
+    x = dtype_from_bits(DT_E5M2, &c);
     if (isnan(x))
       nan5++;
     else if (!isinf(x)) /* inf saturates */
-      cr_assert_eq(ref_to_e5m2_bits(x), c, "e5m2 %02x", b);
+      cr_assert_eq(dtype_e5m2_bits(x), c, "e5m2 %02x", b);
   }
   cr_assert_eq(nan4, 2);  /* S.1111.111 */
   cr_assert_eq(nan5, 6);  /* S.11111.{01,10,11} */
   uint8_t c = 0x7e;
-  cr_assert_eq(ref_from_bits(DT_E4M3, &c), 448.0);
+  cr_assert_eq(dtype_from_bits(DT_E4M3, &c), 448.0);
   c = 0x7c;
-  cr_assert(isinf(ref_from_bits(DT_E5M2, &c)));
+  cr_assert(isinf(dtype_from_bits(DT_E5M2, &c)));
   uint16_t h = 0x0001;
-  cr_assert_eq(ref_from_bits(DT_F16, &h), 0x1p-24);
+  cr_assert_eq(dtype_from_bits(DT_F16, &h), 0x1p-24);
 }
 
 /* CUDA's host implementation of the FP8 conversion is the spec. */
@@ -180,14 +180,14 @@ Test(ref_data, fp8_matches_cuda_conversions) {
       x = -x;
     unsigned w4 = __nv_cvt_double_to_fp8(x, __NV_SATFINITE, __NV_E4M3);
     unsigned w5 = __nv_cvt_double_to_fp8(x, __NV_SATFINITE, __NV_E5M2);
-    cr_assert_eq(ref_to_e4m3_bits(x), w4, "e4m3 %a: %02x vs %02x", x,
-                 ref_to_e4m3_bits(x), w4);
-    cr_assert_eq(ref_to_e5m2_bits(x), w5, "e5m2 %a: %02x vs %02x", x,
-                 ref_to_e5m2_bits(x), w5);
+    cr_assert_eq(dtype_e4m3_bits(x), w4, "e4m3 %a: %02x vs %02x", x,
+                 dtype_e4m3_bits(x), w4);
+    cr_assert_eq(dtype_e5m2_bits(x), w5, "e5m2 %a: %02x vs %02x", x,
+                 dtype_e5m2_bits(x), w5);
     if (!isnan(x)) {
       uint8_t c4 = (uint8_t)w4, c5 = (uint8_t)w5;
-      cr_assert_eq(ref_round(DT_E4M3, x), ref_from_bits(DT_E4M3, &c4));
-      cr_assert_eq(ref_round(DT_E5M2, x), ref_from_bits(DT_E5M2, &c5));
+      cr_assert_eq(dtype_round(DT_E4M3, x), dtype_from_bits(DT_E4M3, &c4));
+      cr_assert_eq(dtype_round(DT_E5M2, x), dtype_from_bits(DT_E5M2, &c5));
     }
   }
   /* decoding agrees with CUDA's fp8 -> half (exact for every pattern) */
@@ -197,8 +197,8 @@ Test(ref_data, fp8_matches_cuda_conversions) {
           (__nv_fp8_storage_t)b, fmt ? __NV_E5M2 : __NV_E4M3);
       uint16_t h = hr.x;
       uint8_t c = (uint8_t)b;
-      double want = ref_from_bits(DT_F16, &h);
-      double got = ref_from_bits(fmt ? DT_E5M2 : DT_E4M3, &c);
+      double want = dtype_from_bits(DT_F16, &h);
+      double got = dtype_from_bits(fmt ? DT_E5M2 : DT_E4M3, &c);
       cr_assert((isnan(want) && isnan(got)) || want == got,
                 "fmt %d %02x: %g vs %g", fmt, b, got, want);
     }
@@ -206,33 +206,33 @@ Test(ref_data, fp8_matches_cuda_conversions) {
 }
 
 Test(ref_data, f32_and_integers) {
-  cr_assert_eq(ref_round(DT_F32, 0.1), (double)0.1f);
-  cr_assert(isinf(ref_round(DT_F32, 1e39)));
-  cr_assert_eq(ref_round(DT_I32, 2.9), 2);
-  cr_assert_eq(ref_round(DT_I32, -2.9), -2);
-  cr_assert_eq(ref_round(DT_I32, 1e10), 2147483647.0);
-  cr_assert_eq(ref_round(DT_I32, -1e10), -2147483648.0);
-  cr_assert_eq(ref_round(DT_I32, NAN), 0);
-  cr_assert_eq(ref_round(DT_U64, -3.0), 0);
-  cr_assert_eq(ref_round(DT_U64, 1e30), 18446744073709551615.0);
-  cr_assert_eq(ref_round(DT_BOOL, 0.5), 1);
-  cr_assert_eq(ref_round(DT_BOOL, 0.0), 0);
+  cr_assert_eq(dtype_round(DT_F32, 0.1), (double)0.1f);
+  cr_assert(isinf(dtype_round(DT_F32, 1e39)));
+  cr_assert_eq(dtype_round(DT_I32, 2.9), 2);
+  cr_assert_eq(dtype_round(DT_I32, -2.9), -2);
+  cr_assert_eq(dtype_round(DT_I32, 1e10), 2147483647.0);
+  cr_assert_eq(dtype_round(DT_I32, -1e10), -2147483648.0);
+  cr_assert_eq(dtype_round(DT_I32, NAN), 0);
+  cr_assert_eq(dtype_round(DT_U64, -3.0), 0);
+  cr_assert_eq(dtype_round(DT_U64, 1e30), 18446744073709551615.0);
+  cr_assert_eq(dtype_round(DT_BOOL, 0.5), 1);
+  cr_assert_eq(dtype_round(DT_BOOL, 0.0), 0);
   unsigned char buf[8];
-  ref_to_bits(DT_I32, -7.5, buf);
+  dtype_to_bits(DT_I32, -7.5, buf);
   int32_t i;
   memcpy(&i, buf, 4);
   cr_assert_eq(i, -7);
-  cr_assert_eq(ref_from_bits(DT_I32, buf), -7);
-  ref_to_bits(DT_U64, 4096, buf);
-  cr_assert_eq(ref_from_bits(DT_U64, buf), 4096);
-  ref_to_bits(DT_F32, 0.1, buf);
-  cr_assert_eq(ref_from_bits(DT_F32, buf), (double)0.1f);
-  ref_to_bits(DT_BF16, -2.5, buf);
+  cr_assert_eq(dtype_from_bits(DT_I32, buf), -7);
+  dtype_to_bits(DT_U64, 4096, buf);
+  cr_assert_eq(dtype_from_bits(DT_U64, buf), 4096);
+  dtype_to_bits(DT_F32, 0.1, buf);
+  cr_assert_eq(dtype_from_bits(DT_F32, buf), (double)0.1f);
+  dtype_to_bits(DT_BF16, -2.5, buf);
   cr_assert_eq(buf[0] | buf[1] << 8, 0xc020);
-  ref_to_bits(DT_BOOL, 3, buf);
+  dtype_to_bits(DT_BOOL, 3, buf);
   cr_assert_eq(buf[0], 1);
   double a[3] = {1.0 + 0x1p-9, 0.1, 3.0};
-  ref_round_array(DT_BF16, a, 3);
+  dtype_round_array(DT_BF16, a, 3);
   cr_assert_eq(a[0], 1.0);
   cr_assert_eq(a[2], 3.0);
 }
@@ -356,11 +356,11 @@ Test(ref_data, make_inputs_shapes_and_values) {
   cr_assert_eq(k->shape[2], 7);
   cr_assert_eq(tab->shape[1], 64);
   for (int64_t e = 0; e < ref_numel(q); e++)
-    cr_assert_eq(q->data[e], ref_round(DT_BF16, q->data[e]));
+    cr_assert_eq(q->data[e], dtype_round(DT_BF16, q->data[e]));
   for (int64_t e = 0; e < ref_numel(k); e++)
-    cr_assert_eq(k->data[e], ref_round(DT_E4M3, k->data[e]));
+    cr_assert_eq(k->data[e], dtype_round(DT_E4M3, k->data[e]));
   for (int64_t e = 0; e < ref_numel(tab); e++)
-    cr_assert_eq(tab->data[e], ref_round(DT_F16, tab->data[e]));
+    cr_assert_eq(tab->data[e], dtype_round(DT_F16, tab->data[e]));
   for (int64_t e = 0; e < ref_numel(lens); e++)
     cr_assert(lens->data[e] >= 0 && lens->data[e] <= 7 &&
               lens->data[e] == floor(lens->data[e]));

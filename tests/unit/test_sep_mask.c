@@ -11,7 +11,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "attnc.h"
+#include "ref.h"
 #include "unit_build.h"
 
 static IrModule *sm_module(const char *text, Arena *a) { return unit_build(a, "<test>", text); }

@@ -4,7 +4,7 @@
  * (a GPU test fills device buffers with these bits and hands the very same
  * values to ref_forward), output summaries and comparisons.
  */
-#include "attnc.h"
+#include "ref.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -35,184 +35,6 @@ double ref_rng_normal(RefRng *r) {
   double u1 = 1.0 - ref_rng_uniform(r); /* (0, 1]: log stays finite */
   double u2 = ref_rng_uniform(r);
   return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
-}
-
-/* ----------------------------------------------------------- rounding */
-
-/* A binary floating-point format: mbits stored mantissa bits, emin the
- * smallest normal exponent, maxfin the largest finite value, sat whether
- * overflow saturates (CUDA's fp8 SATFINITE) or goes to inf. */
-typedef struct RefFormat {
-  int mbits, emin, bias, ebits;
-  double maxfin;
-  bool sat;
-} RefFormat;
-
-static const RefFormat ref_f16 = {10, -14, 15, 5, 65504.0, false};
-static const RefFormat ref_bf16 = {7, -126, 127, 8, 0x1.fep127, false};
-static const RefFormat ref_e4m3 = {3, -6, 7, 4, 448.0, true};
-static const RefFormat ref_e5m2 = {2, -14, 15, 5, 57344.0, true};
-
-/* Round to nearest even: scale so the format's last mantissa bit (at the
- * exponent of x, or of the smallest normal for subnormals) has weight 1,
- * round to an integer, scale back. Scaling by a power of two is exact. */
-static double ref_round_format(const RefFormat *f, double x) {
-  if (isnan(x))
-    return x;
-  if (isinf(x))
-    return f->sat ? copysign(f->maxfin, x) : x;
-  double a = fabs(x);
-  if (a == 0)
-    return x;
-  int e;
-  frexp(a, &e); /* a = m * 2^e, m in [0.5, 1) */
-  int exp = e - 1 < f->emin ? f->emin : e - 1;
-  double r = ldexp(nearbyint(ldexp(a, f->mbits - exp)), exp - f->mbits);
-  if (r > f->maxfin)
-    r = f->sat ? f->maxfin : INFINITY;
-  return copysign(r, x);
-}
-
-/* The bits of a value ref_round_format already produced (not NaN). */
-static uint32_t ref_encode(const RefFormat *f, double r) {
-  uint32_t sign = signbit(r) ? 1u << (f->ebits + f->mbits) : 0;
-  double a = fabs(r);
-  if (isinf(a))
-    return sign | (((1u << f->ebits) - 1) << f->mbits);
-  if (a == 0)
-    return sign;
-  int e;
-  frexp(a, &e);
-  if (e - 1 < f->emin) /* subnormal: exponent field 0 */
-    return sign | (uint32_t)ldexp(a, f->mbits - f->emin);
-  uint32_t mant = (uint32_t)(ldexp(a, f->mbits - (e - 1)) - ldexp(1, f->mbits));
-  return sign | ((uint32_t)(e - 1 + f->bias) << f->mbits) | mant;
-}
-
-static double ref_decode(const RefFormat *f, uint32_t bits, bool has_inf) {
-  uint32_t mmask = (1u << f->mbits) - 1, emax = (1u << f->ebits) - 1;
-  uint32_t mant = bits & mmask, ex = (bits >> f->mbits) & emax;
-  double sign = (bits >> (f->ebits + f->mbits)) & 1 ? -1.0 : 1.0;
-  if (has_inf && ex == emax)
-    return mant ? NAN : sign * INFINITY;
-  if (!has_inf && ex == emax && mant == mmask) /* e4m3: S.1111.111 */
-    return NAN;
-  if (ex == 0)
-    return sign * ldexp(mant, f->emin - f->mbits);
-  return sign * ldexp(mant + (double)(mmask + 1), (int)ex - f->bias - f->mbits);
-}
-
-static uint64_t ref_double_bits(double x) {
-  uint64_t u;
-  memcpy(&u, &x, sizeof u);
-  return u;
-}
-
-uint16_t ref_to_f16_bits(double x) {
-  if (isnan(x))
-    return 0x7fff;
-  return (uint16_t)ref_encode(&ref_f16, ref_round_format(&ref_f16, x));
-}
-
-uint16_t ref_to_bf16_bits(double x) {
-  if (isnan(x))
-    return 0x7fff;
-  return (uint16_t)ref_encode(&ref_bf16, ref_round_format(&ref_bf16, x));
-}
-
-uint8_t ref_to_e4m3_bits(double x) {
-  if (isnan(x)) /* __nv_cvt_double_to_fp8 keeps the sign of a NaN */
-    return (uint8_t)(0x7f | (signbit(x) ? 0x80 : 0));
-  return (uint8_t)ref_encode(&ref_e4m3, ref_round_format(&ref_e4m3, x));
-}
-
-uint8_t ref_to_e5m2_bits(double x) {
-  if (isnan(x)) /* quiet NaN keeping the top two payload bits and sign */
-    return (uint8_t)(0x7e | ((ref_double_bits(x) >> 50) & 3) |
-                     (signbit(x) ? 0x80 : 0));
-  return (uint8_t)ref_encode(&ref_e5m2, ref_round_format(&ref_e5m2, x));
-}
-
-/* Float to integer like CUDA's __double2int_rz / __double2ull_rz:
- * truncate, saturate, NaN -> 0. */
-static int32_t ref_to_i32(double x) {
-  if (isnan(x))
-    return 0;
-  if (x >= 2147483647.0)
-    return INT32_MAX;
-  if (x <= -2147483648.0)
-    return INT32_MIN;
-  return (int32_t)x;
-}
-
-static uint64_t ref_to_u64(double x) {
-  if (isnan(x) || x <= 0)
-    return 0;
-  if (x >= 18446744073709551615.0)
-    return UINT64_MAX;
-  return (uint64_t)x;
-}
-
-double ref_round(DType t, double x) {
-  switch (t) {
-  case DT_F16: return ref_round_format(&ref_f16, x);
-  case DT_BF16: return ref_round_format(&ref_bf16, x);
-  case DT_F32: return (double)(float)x;
-  case DT_E4M3: return ref_round_format(&ref_e4m3, x);
-  case DT_E5M2: return ref_round_format(&ref_e5m2, x);
-  case DT_I32: return (double)ref_to_i32(x);
-  case DT_U64: return (double)ref_to_u64(x);
-  case DT_BOOL: return x != 0;
-  default: return x;
-  }
-}
-
-void ref_round_array(DType t, double *x, size_t n) {
-  for (size_t k = 0; k < n; k++)
-    x[k] = ref_round(t, x[k]);
-}
-
-void ref_to_bits(DType t, double x, void *dst) {
-  uint16_t h;
-  float f;
-  int32_t i;
-  uint64_t u;
-  uint8_t b;
-  switch (t) {
-  case DT_F16: h = ref_to_f16_bits(x); memcpy(dst, &h, 2); return;
-  case DT_BF16: h = ref_to_bf16_bits(x); memcpy(dst, &h, 2); return;
-  case DT_F32: f = (float)x; memcpy(dst, &f, 4); return;
-  case DT_E4M3: b = ref_to_e4m3_bits(x); memcpy(dst, &b, 1); return;
-  case DT_E5M2: b = ref_to_e5m2_bits(x); memcpy(dst, &b, 1); return;
-  case DT_I32: i = ref_to_i32(x); memcpy(dst, &i, 4); return;
-  case DT_U64: u = ref_to_u64(x); memcpy(dst, &u, 8); return;
-  case DT_BOOL: b = x != 0; memcpy(dst, &b, 1); return;
-  default: die("ref_to_bits: dtype %d", (int)t);
-  }
-}
-
-double ref_from_bits(DType t, const void *p) {
-  uint16_t h;
-  uint32_t w;
-  float f;
-  int32_t i;
-  uint64_t u;
-  uint8_t b;
-  switch (t) {
-  case DT_F16: memcpy(&h, p, 2); return ref_decode(&ref_f16, h, true);
-  case DT_BF16:
-    memcpy(&h, p, 2);
-    w = (uint32_t)h << 16;
-    memcpy(&f, &w, 4);
-    return f;
-  case DT_F32: memcpy(&f, p, 4); return f;
-  case DT_E4M3: memcpy(&b, p, 1); return ref_decode(&ref_e4m3, b, false);
-  case DT_E5M2: memcpy(&b, p, 1); return ref_decode(&ref_e5m2, b, true);
-  case DT_I32: memcpy(&i, p, 4); return i;
-  case DT_U64: memcpy(&u, p, 8); return (double)u;
-  case DT_BOOL: memcpy(&b, p, 1); return b != 0;
-  default: die("ref_from_bits: dtype %d", (int)t);
-  }
 }
 
 /* ---------------------------------------------------------- arguments */
@@ -382,7 +204,7 @@ static void ref_fill_tensor(RefTensor *t, DType type, int64_t int_max,
   int64_t n = ref_numel(t);
   for (int64_t e = 0; e < n; e++) {
     if (dtype_is_float(type))
-      t->data[e] = ref_round(type, ref_rng_normal(r));
+      t->data[e] = dtype_round(type, ref_rng_normal(r));
     else if (type == DT_BOOL)
       t->data[e] = (double)(ref_rng_next(r) >> 63);
     else

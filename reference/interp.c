@@ -16,7 +16,7 @@
  * deepest path to the inputs. Sweep L computes the outputs and amax nodes
  * of level L, reading the finished amax values of lower levels.
  */
-#include "attnc.h"
+#include "ref.h"
 
 #include <limits.h>
 #include <math.h>
@@ -509,10 +509,10 @@ static double ref_leaf(const RefCtx *c, const IrNode *n) {
   /* A constant or scalar is a value of its declared type: the device
    * receives 0.35 as the f32 0.35f, so the reference does too. */
   case IR_CONST:
-    return dtype_is_float(n->type) ? ref_round(n->type, n->fval)
+    return dtype_is_float(n->type) ? dtype_round(n->type, n->fval)
                                    : (double)n->ival;
   case IR_SCALAR:
-    return ref_round(c->g->scalars[n->ref].type, c->args->scalars[n->ref]);
+    return dtype_round(c->g->scalars[n->ref].type, c->args->scalars[n->ref]);
   case IR_DIM:
     return (double)c->dimval[n->ref];
   case IR_INDEX:

@@ -6,7 +6,7 @@
 #define ATTN_CHECK_H
 
 #include "attn.h"
-#include "attnc.h"
+#include "ref.h"
 
 typedef struct ChkOptions {
   bool bshd;        /* store q, k, v and o as [B, S, H, D] views */

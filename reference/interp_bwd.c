@@ -16,7 +16,7 @@
  *
  * Slow but obviously right; meant for the small shapes of tests.
  */
-#include "attnc.h"
+#include "ref.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -124,10 +124,10 @@ static double bref_leaf(const BwdRef *c, const IrNode *n, int64_t i,
                         int64_t j) {
   switch (n->op) {
   case IR_CONST:
-    return dtype_is_float(n->type) ? ref_round(n->type, n->fval)
+    return dtype_is_float(n->type) ? dtype_round(n->type, n->fval)
                                    : (double)n->ival;
   case IR_SCALAR:
-    return ref_round(c->g->scalars[n->ref].type, c->args->scalars[n->ref]);
+    return dtype_round(c->g->scalars[n->ref].type, c->args->scalars[n->ref]);
   case IR_DIM:
     return (double)c->dimval[n->ref];
   case IR_INDEX:

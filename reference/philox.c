@@ -4,7 +4,7 @@
  * and the GPU draw bit-identical masks; this file only adapts it to the
  * compiler's types (see attnc.h for the bit layout).
  */
-#include "attnc.h"
+#include "ref.h"
 
 #include "../templates/philox.cuh"
 

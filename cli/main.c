@@ -130,7 +130,7 @@ extern const char attn_abi_src[], common_src[], ptx_src[], wgmma_src[], hooks_sr
  * templates' text. */
 static void put_brief(const char *src) {
   static const struct { const char *name, *text; } texts[] = {
-      {"runtime/attn_abi.h", attn_abi_src},
+      {"abi/attn_abi.h", attn_abi_src},
       {"templates/common.cuh", common_src},
       {"templates/ptx.cuh", ptx_src},
       {"templates/wgmma.cuh", wgmma_src},

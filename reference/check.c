@@ -113,7 +113,7 @@ static attn_status upload(const RtDriver *drv, const IrTensor *it, const RefTens
   unsigned char *host = calloc(dt->bytes, 1);
   if (!host) return ATTN_ERROR_OUT_OF_MEMORY;
   for (int64_t e = 0; e < n; e++)
-    ref_to_bits(it->type, t->data[e], host + storage_offset(t, dt->strides, e) * es);
+    dtype_to_bits(it->type, t->data[e], host + storage_offset(t, dt->strides, e) * es);
   r = drv->MemcpyHtoD(dt->ptr, host, dt->bytes);
   free(host);
   return r == CUDA_SUCCESS ? ATTN_SUCCESS : rt_driver_error(drv, r, "cuMemcpyHtoD", err);
@@ -137,7 +137,7 @@ static attn_status download(const RtDriver *drv, const IrTensor *it, const RefTe
     return rt_driver_error(drv, r, "cuMemcpyDtoH", err);
   }
   for (int64_t e = 0; e < n; e++)
-    vals[e] = ref_from_bits(it->type, host + storage_offset(shape, dt->strides, e) * es);
+    vals[e] = dtype_from_bits(it->type, host + storage_offset(shape, dt->strides, e) * es);
   free(host);
   *out = vals;
   return ATTN_SUCCESS;
