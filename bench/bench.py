@@ -21,6 +21,8 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 ATTN_DTYPES = {torch.bfloat16: 2, torch.float16: 1, torch.float32: 3, torch.int32: 6}
+ATTN_OPTION_BACKWARD_TEMPLATE, ATTN_OPTION_SM90_VARIANT = 1, 2  # attn.h
+SM90_VARIANTS = ["auto", "base", "persist", "bn80", "persist_bn80"]
 
 
 class Attn:
@@ -46,9 +48,20 @@ class Attn:
         L.attn_call_launch_backward.argtypes = [vp, vp]
         L.attn_call_set_deterministic.argtypes = [vp, ctypes.c_int]
         L.attn_context_destroy.argtypes = [vp]
+        L.attn_context_set_option.argtypes = [vp, ctypes.c_int, ctypes.c_longlong]
         self.L = L
         self.ctx = vp()
         self.check(L.attn_context_create(ctypes.byref(self.ctx)), "attn_context_create")
+        # The tuning knobs' environment variables, as the attnc command reads them
+        # (the library takes them as context options only).
+        self.set_sm90_variant(os.environ.get("ATTN_SM90_VARIANT", "auto"))
+        bwd = {"sm80": 80, "sm90": 90}.get(os.environ.get("ATTN_BWD_TEMPLATE", ""), 0)
+        self.check(L.attn_context_set_option(self.ctx, ATTN_OPTION_BACKWARD_TEMPLATE, bwd), "set_option")
+
+    def set_sm90_variant(self, name):
+        """fwd_sm90's variant for the modules compiled next (tmpl_sm90.c)."""
+        n = SM90_VARIANTS.index(name) if name in SM90_VARIANTS else 0
+        self.check(self.L.attn_context_set_option(self.ctx, ATTN_OPTION_SM90_VARIANT, n), "set_option")
 
     def check(self, status, what):
         if status != 0:

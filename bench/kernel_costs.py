@@ -163,7 +163,8 @@ SCHED_SHAPES = [(D, S, c) for D in (64, 128, 256) for S in (1024, 2048, 4096, 16
 
 
 def run_sched(attn, variants):
-    """Each ATTN_SM90_VARIANT (read when a graph is compiled) against cuDNN, same tensors."""
+    """Each fwd_sm90 variant (ATTN_OPTION_SM90_VARIANT, applied when a graph is compiled) against
+    cuDNN, same tensors."""
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
     print("| D | S | causal | cuDNN ms | " + " | ".join(f"{v} ms (x cuDNN)" for v in variants) + " |")
@@ -178,7 +179,7 @@ def run_sched(attn, variants):
             t_ref = time_batches([lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)])
         cells = []
         for var in variants:
-            os.environ["ATTN_SM90_VARIANT"] = var
+            attn.set_sm90_variant(var)
             name = f"g_{var}_{D}_{S}_{int(causal)}"
             call = attn.call(attn.compile(name, text(name, D, body)), name, dict(q=q, k=k, v=v, o=o))
             o.fill_(float("nan"))
@@ -194,7 +195,7 @@ def run_sched(attn, variants):
             logs[var].append(t_ref / ms)
             cells.append(f"{ms:.3f} ({t_ref / ms:.2f}){' ERR %.1e' % err if not err < 2e-2 else ''}")
             attn.L.attn_call_destroy(call)
-        os.environ.pop("ATTN_SM90_VARIANT", None)
+        attn.set_sm90_variant("auto")
         print(f"| {D} | {S} | {causal} | {t_ref:.3f} | " + " | ".join(cells) + " |", flush=True)
     for var, r in logs.items():
         print(f"{var}: geomean x cuDNN {math.exp(sum(map(math.log, r)) / len(r)):.3f}, lowest {min(r):.2f}")

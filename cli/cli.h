@@ -2,6 +2,7 @@
 #ifndef ATTNC_CLI_H
 #define ATTNC_CLI_H
 
+#include "attn.h"
 #include "attnc.h"
 
 enum {
@@ -16,6 +17,13 @@ enum {
 int cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* File -> checked IR; prints diagnostics to stderr; NULL on errors. */
 IrModule *cli_front_end(const char *path, Arena *a);
+/* The compile options for arch, with the tuning knobs' defaults from the
+ * environment (ATTN_BWD_TEMPLATE=sm80|sm90, ATTN_SM90_VARIANT=NAME): the
+ * library reads no environment for them, the command does. */
+CompileOptions cli_compile_options(const char *arch);
+/* A library context with those knobs and ATTN_PERSISTENT_CTAS=N set as
+ * its options; NULL (after a message) when it cannot be made. */
+attn_context *cli_context_create(void);
 
 int cli_compile(int argc, char **argv); /* cli_compile.c */
 int cli_run(int argc, char **argv);     /* cli_run.c */

@@ -35,7 +35,7 @@ typedef struct BuildImage {
   bool is_ptx;
   unsigned char *data; /* PTX: with its NUL */
   size_t size;
-  EmitResult er;
+  Compiled cm; /* its kernels' plans: cm.plans */
 } BuildImage;
 
 /* ------------------------------------------------------------- helpers */
@@ -405,32 +405,21 @@ static void gen_source(StrBuf *c, const char *name, const char *file,
               name, b->arch, b->is_ptx ? "ptx" : "cubin");
     c_bytes(c, b->data, b->size);
     sb_puts(c, "};\n");
-    sb_printf(c, "static const attn_embedded_kernel %s_%s_%s_kernels[] = {\n",
-              name, b->arch, b->is_ptx ? "ptx" : "cubin");
-    for (int k = 0; k < b->er.nkernels; k++) {
-      const KernelInfo *ki = &b->er.kernels[k];
-      sb_printf(c, "    {\"%s\", \"%s\", %d, %d, %d, %d, %d, {", ki->graph, ki->entry,
-                ki->threads, ki->smem_bytes, ki->block_m, ki->tma_rows_q, ki->tma_rows_kv);
-      for (int e = 0; e < 4; e++) /* the backward's entries, or NULLs */
-        sb_printf(c, e ? ", %s%s%s" : "%s%s%s", ki->bwd_entry[e] ? "\"" : "",
-                  ki->bwd_entry[e] ? ki->bwd_entry[e] : "NULL", ki->bwd_entry[e] ? "\"" : "");
-      sb_printf(c, "}, %d, %d, %d, ", ki->bwd_threads, ki->bwd_smem_bytes, ki->bwd_block_n);
-      /* The separable masks' prep kernel and its workspace's cell sizes. */
-      sb_printf(c, "%s%s%s, {%d, %d, %d, %d}, %d},\n", ki->prep_entry ? "\"" : "",
-                ki->prep_entry ? ki->prep_entry : "NULL", ki->prep_entry ? "\"" : "",
-                ki->prep_cell_bytes[0], ki->prep_cell_bytes[1], ki->prep_cell_bytes[2],
-                ki->prep_cell_bytes[3], ki->bwd_tma_rows);
-    }
-    sb_puts(c, "};\n");
+    /* The launch plans, as plan_write writes them and the library reads them. */
+    StrBuf plans = {0};
+    plan_write(&plans, b->cm.plans, b->cm.ngraphs);
+    sb_printf(c, "static const char %s_%s_%s_plans[] =\n", name, b->arch,
+              b->is_ptx ? "ptx" : "cubin");
+    c_string(c, plans.data, plans.len);
+    sb_puts(c, ";\n");
+    sb_free(&plans);
   }
   sb_printf(c, "\nstatic const attn_embedded_image %s_images[] = {\n", name);
   for (int i = 0; i < nim; i++) {
     const BuildImage *b = &im[i];
     const char *kind = b->is_ptx ? "ptx" : "cubin";
-    sb_printf(c, "    {\"%s\", %d, %s_%s_%s, sizeof %s_%s_%s, %s_%s_%s_kernels, "
-                 "%d},\n",
-              b->arch, b->is_ptx, name, b->arch, kind, name, b->arch, kind, name,
-              b->arch, kind, b->er.nkernels);
+    sb_printf(c, "    {\"%s\", %d, %s_%s_%s, sizeof %s_%s_%s, %s_%s_%s_plans},\n", b->arch,
+              b->is_ptx, name, b->arch, kind, name, b->arch, kind, name, b->arch, kind);
   }
   sb_puts(c, "};\n\n");
   sb_printf(c, "const attn_embedded %s_embedded = {\n"
@@ -449,17 +438,18 @@ static int compile_image(const IrModule *m, const char *file, const char *arch,
   memset(out, 0, sizeof *out);
   snprintf(out->arch, sizeof out->arch, "%s", arch);
   out->is_ptx = is_ptx;
-  if (emit_module(m, arch, a, &d, &out->er) != 0) {
+  const CompileOptions opt = cli_compile_options(out->arch);
+  if (compile_module(m, &opt, STAGE_EMIT, a, &d, &out->cm) != 0) {
     if (d.out.len) fputs(d.out.data, stderr);
     diag_free(&d);
     return EXIT_INPUT;
   }
   diag_free(&d);
-  NvrtcOptions opt;
-  nvrtc_options(&opt, arch, true);
+  NvrtcOptions nv;
+  nvrtc_options(&nv, arch, true);
   NvrtcOutput res;
   StrBuf err = {0};
-  if (nvrtc_compile(out->er.source, file, &opt, is_ptx, &res, &err)) {
+  if (nvrtc_compile(out->cm.source, file, &nv, is_ptx, &res, &err)) {
     fprintf(stderr, "attnc: error: compiling for %s: %s\n", arch,
             err.data ? err.data : "");
     sb_free(&err);

@@ -1,6 +1,7 @@
 /*
  * cli_compile.c: `attnc compile FILE --arch A -o OUT [--ptx OUT.ptx] [-v]`.
- * The whole compile pipeline without a GPU: front end, emitter, NVRTC.
+ * The whole compile pipeline without a GPU: front end, compile_module
+ * (match, plan, emit), NVRTC.
  * CI uses it to prove every example compiles for every target; -v prints
  * ptxas's resource report (registers, spills, shared memory).
  */
@@ -39,13 +40,14 @@ int cli_compile(int argc, char **argv) {
   int status = EXIT_INPUT;
   IrModule *m = cli_front_end(file, a);
   Diag d = {0};
-  EmitResult er;
-  if (m && emit_module(m, arch, a, &d, &er) == 0) {
+  Compiled cm;
+  const CompileOptions copt = cli_compile_options(arch);
+  if (m && compile_module(m, &copt, STAGE_EMIT, a, &d, &cm) == 0) {
     NvrtcOptions opt;
     nvrtc_options(&opt, arch, getenv("ATTN_NO_CACHE") != NULL);
     NvrtcOutput res = {0};
     StrBuf err = {0};
-    if (nvrtc_compile(er.source, file, &opt, ptx != NULL, &res, &err) != ATTN_SUCCESS) {
+    if (nvrtc_compile(cm.source, file, &opt, ptx != NULL, &res, &err) != ATTN_SUCCESS) {
       fprintf(stderr, "attnc: error: NVRTC failed for %s (a bug in attnc):\n%s\n", arch,
               err.data ? err.data : "");
       status = EXIT_NORUN;

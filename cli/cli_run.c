@@ -139,7 +139,7 @@ static bool open_gpu(StrBuf *why) {
 }
 
 /* JIT-compiles the file through libattn, as a user's program would. */
-static int compile_module(attn_context *ctx, const RunOptions *o, bool gpu, attn_module **mod) {
+static int compile_run_module(attn_context *ctx, const RunOptions *o, bool gpu, attn_module **mod) {
   if (o->arch || !gpu) attn_context_set_arch(ctx, o->arch ? o->arch : "sm_90a");
   double t0 = now_ms();
   attn_status st = attn_module_compile_file(ctx, o->file, mod);
@@ -202,13 +202,12 @@ int cli_run(int argc, char **argv) {
     goto done;
   }
   if (!o.cpu) {
-    if (attn_context_create(&ctx) != ATTN_SUCCESS) {
-      fprintf(stderr, "attnc: error: out of memory\n");
+    if (!(ctx = cli_context_create())) {
       status = EXIT_NORUN;
       goto done;
     }
     gpu = open_gpu(&why);
-    if ((status = compile_module(ctx, &o, gpu, &mod)) != EXIT_OK) goto done;
+    if ((status = compile_run_module(ctx, &o, gpu, &mod)) != EXIT_OK) goto done;
   }
   for (int k = 0; k < m->ngraphs; k++) {
     const IrGraph *g = m->graphs[k];

@@ -1,9 +1,14 @@
 /*
- * main.c: the attnc command. Each subcommand is a short list of pipeline
- * calls; the pipeline itself is
+ * main.c: the attnc command, a client of libattn like any other. Each
+ * subcommand is a short list of pipeline calls; the pipeline itself is
  *
- *   source_load -> parse_source -> ir_build -> emit_module        (compiler)
- *     -> NVRTC -> cache -> driver load -> launch                   (runtime)
+ *   source_load -> front_end (parse, build)                      (compiler,
+ *     -> compile_module (match, plan, emit)                     pipeline.c)
+ *     -> NVRTC -> cache -> driver load -> launch                  (runtime)
+ *
+ * and `ir`, `plan`, `emit`, `compile` stop after a named stage of it. The
+ * environment variables for the library's tuning knobs are read here, not
+ * in the library (cli_compile_options, cli_context_create).
  *
  * Exit status: 0 success; 1 errors in the input (diagnostics printed);
  * 2 bad usage; 3 could not run (no GPU, driver or NVRTC failure);
@@ -19,25 +24,34 @@
 static const char usage_text[] =
     "usage: attnc COMMAND [OPTIONS] FILE...\n"
     "\n"
-    "commands:\n"
+    "commands (each takes --help):\n"
     "  check FILE...          parse and check; report every error\n"
-    "  ir [--backward] FILE   print the IR of each graph (--backward: the\n"
-    "                         derived backward of graphs that declare grad)\n"
+    "  ir [--backward] FILE   print the IR of each graph (--backward, before\n"
+    "                         or after FILE: the derived backward of graphs\n"
+    "                         that declare grad)\n"
     "  dot FILE               print the IR as a Graphviz digraph\n"
+    "  plan FILE [--arch A]   print each graph's launch plan (default sm_90a):\n"
+    "                         its kernels, grids, tensor maps and workspace\n"
     "  emit FILE [--arch A] [--brief]\n"
     "                         print the generated CUDA C (default sm_90a);\n"
     "                         --brief elides the embedded template texts\n"
-    "  compile FILE --arch A -o OUT\n"
-    "                         compile with NVRTC and write the cubin\n"
-    "  build FILE --arch A[,B...] -o DIR [--name N] [-MF DEPFILE]\n"
+    "  compile FILE --arch A -o OUT [--ptx OUT.ptx] [-v]\n"
+    "                         compile with NVRTC and write the cubin (and\n"
+    "                         the PTX); -v prints ptxas's resource report\n"
+    "  build FILE --arch A[,B...] -o DIR [--name N] [-MF DEPFILE] [-v]\n"
     "                         compile ahead of time: DIR/N.h (typed entry\n"
-    "                         points), DIR/N.c (cubins, PTX) and DIR/N.d\n"
+    "                         points), DIR/N.c (cubins, PTX, launch plans)\n"
+    "                         and DIR/N.d; -v reports each target's build\n"
     "  run FILE [--cpu] [--shape B=2,H=4,S=128] [--set NAME=VALUE]\n"
-    "           [--seed N] [--graph NAME] [--check] [--bench]\n"
+    "           [--seed N] [--graph NAME] [--check] [--bench] [--bshd]\n"
+    "           [--arch A]\n"
     "                         run on random inputs: on the GPU, checked\n"
     "                         against the CPU reference with --check, or\n"
-    "                         on the CPU reference alone with --cpu\n"
-    "  cache [list|clear]     list or clear the kernel cache\n"
+    "                         on the CPU reference alone with --cpu;\n"
+    "                         --bshd binds q, k, v, o as [B, S, H, D]\n"
+    "                         views; --arch compiles for target A\n"
+    "  cache [list|clear]     list (graph, source, target, size, date) or\n"
+    "                         clear the kernel cache\n"
     "\n"
     "options:\n"
     "  --help                 this text\n"
@@ -46,7 +60,10 @@ static const char usage_text[] =
     "exit status: 0 ok, 1 errors in the input, 2 bad usage,\n"
     "             3 could not run, 4 GPU result disagrees with the reference\n"
     "environment: ATTN_CACHE_DIR (cache root), ATTN_NO_CACHE=1 (no cache),\n"
-    "             ATTN_NVRTC (path of the libnvrtc to use)\n";
+    "             ATTN_NVRTC (path of the libnvrtc to use); tuning knobs the\n"
+    "             command passes to the library: ATTN_BWD_TEMPLATE=sm80|sm90,\n"
+    "             ATTN_SM90_VARIANT=auto|base|persist|bn80|persist_bn80,\n"
+    "             ATTN_PERSISTENT_CTAS=N\n";
 
 int cli_usage_error(const char *fmt, ...) {
   va_list ap;
@@ -63,14 +80,43 @@ IrModule *cli_front_end(const char *path, Arena *a) {
   Diag d = {0};
   IrModule *m = NULL;
   Source *src = source_load(a, path, &d);
-  if (src) {
-    AstFile *ast = parse_source(src, a, &d);
-    if (d.nerrors == 0) m = ir_build(ast, a, &d);
-  }
+  if (src) m = front_end(src, a, &d);
   if (d.out.len) fputs(d.out.data, stderr);
   if (d.nerrors) m = NULL;
   diag_free(&d);
   return m;
+}
+
+/* The tuning knobs' environment variables, as the library's numbers. */
+static int env_bwd_template(void) {
+  const char *v = getenv("ATTN_BWD_TEMPLATE");
+  return v && !strcmp(v, "sm80") ? 80 : v && !strcmp(v, "sm90") ? 90 : 0;
+}
+
+static int env_sm90_variant(void) {
+  static const char *const names[] = {"auto", "base", "persist", "bn80", "persist_bn80"};
+  const char *v = getenv("ATTN_SM90_VARIANT");
+  for (int k = 0; v && k < 5; k++)
+    if (!strcmp(v, names[k])) return k;
+  return 0;
+}
+
+CompileOptions cli_compile_options(const char *arch) {
+  return (CompileOptions){.arch = arch, .bwd_template = env_bwd_template(),
+                          .sm90_variant = env_sm90_variant()};
+}
+
+attn_context *cli_context_create(void) {
+  attn_context *ctx;
+  if (attn_context_create(&ctx) != ATTN_SUCCESS) {
+    fprintf(stderr, "attnc: error: out of memory\n");
+    return NULL;
+  }
+  attn_context_set_option(ctx, ATTN_OPTION_BACKWARD_TEMPLATE, env_bwd_template());
+  attn_context_set_option(ctx, ATTN_OPTION_SM90_VARIANT, env_sm90_variant());
+  const char *ctas = getenv("ATTN_PERSISTENT_CTAS");
+  if (ctas && *ctas) attn_context_set_option(ctx, ATTN_OPTION_PERSISTENT_CTAS, atoll(ctas));
+  return ctx;
 }
 
 static int cmd_check(int argc, char **argv) {
@@ -102,11 +148,17 @@ static bool dump_backward(StrBuf *out, const IrGraph *g, Arena *a) {
 /* ir and dot: print every graph of one file with a dumper. */
 static int cmd_dump(int argc, char **argv,
                     void (*dump)(StrBuf *, const IrGraph *)) {
-  bool backward = argc == 2 && dump == ir_dump && !strcmp(argv[0], "--backward");
-  if (backward) argc--, argv++;
-  if (argc != 1) return cli_usage_error("%s", "expected exactly one FILE");
+  bool backward = false;
+  const char *file = NULL;
+  for (int k = 0; k < argc; k++) {
+    if (dump == ir_dump && !strcmp(argv[k], "--backward")) backward = true;
+    else if (argv[k][0] == '-') return cli_usage_error("unknown option '%s'", argv[k]);
+    else if (file) return cli_usage_error("%s", "expected exactly one FILE");
+    else file = argv[k];
+  }
+  if (!file) return cli_usage_error("%s", "expected exactly one FILE");
   Arena *a = arena_new();
-  IrModule *m = cli_front_end(argv[0], a);
+  IrModule *m = cli_front_end(file, a);
   bool ok = m != NULL;
   if (m) {
     StrBuf out = {0};
@@ -157,26 +209,36 @@ static void put_brief(const char *src) {
   }
 }
 
-static int cmd_emit(int argc, char **argv) {
-  const char *arch = "sm_90a", *file = NULL;
+/* emit and plan: the pipeline up to STAGE_EMIT or STAGE_PLAN. */
+static int cmd_stage(int argc, char **argv, Stage last) {
+  const char *arch = "sm_90a", *file = NULL, *what = last == STAGE_PLAN ? "plan" : "emit";
   bool brief = false;
   for (int k = 0; k < argc; k++) {
     if (!strcmp(argv[k], "--arch") && k + 1 < argc) arch = argv[++k];
-    else if (!strcmp(argv[k], "--brief")) brief = true;
+    else if (last == STAGE_EMIT && !strcmp(argv[k], "--brief")) brief = true;
     else if (argv[k][0] == '-') return cli_usage_error("unknown option '%s'", argv[k]);
-    else if (file) return cli_usage_error("%s", "emit takes one FILE");
+    else if (file) return cli_usage_error("%s takes one FILE", what);
     else file = argv[k];
   }
-  if (!file) return cli_usage_error("%s", "emit needs a FILE");
+  if (!file) return cli_usage_error("%s needs a FILE", what);
   Arena *a = arena_new();
   int status = EXIT_INPUT;
   IrModule *m = cli_front_end(file, a);
   if (m) {
     Diag d = {0};
-    EmitResult er;
-    if (emit_module(m, arch, a, &d, &er) == 0) {
-      if (brief) put_brief(er.source);
-      else fputs(er.source, stdout);
+    Compiled cm;
+    const CompileOptions opt = cli_compile_options(arch);
+    if (compile_module(m, &opt, last, a, &d, &cm) == 0) {
+      if (last == STAGE_PLAN) {
+        StrBuf out = {0};
+        plan_write(&out, cm.plans, cm.ngraphs);
+        fputs(out.data, stdout);
+        sb_free(&out);
+      } else if (brief) {
+        put_brief(cm.source);
+      } else {
+        fputs(cm.source, stdout);
+      }
       status = EXIT_OK;
     }
     if (d.out.len) fputs(d.out.data, stderr);
@@ -205,7 +267,12 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "check")) return cmd_check(n, rest);
   if (!strcmp(cmd, "ir")) return cmd_dump(n, rest, ir_dump);
   if (!strcmp(cmd, "dot")) return cmd_dump(n, rest, ir_dot);
-  if (!strcmp(cmd, "emit")) return cmd_emit(n, rest);
+  if (n > 0 && (!strcmp(rest[0], "--help") || !strcmp(rest[0], "-h"))) {
+    fputs(usage_text, stdout); /* `attnc run --help`: the same text */
+    return EXIT_OK;
+  }
+  if (!strcmp(cmd, "plan")) return cmd_stage(n, rest, STAGE_PLAN);
+  if (!strcmp(cmd, "emit")) return cmd_stage(n, rest, STAGE_EMIT);
   if (!strcmp(cmd, "compile")) return cli_compile(n, rest);
   if (!strcmp(cmd, "build")) return cli_build(n, rest);
   if (!strcmp(cmd, "run")) return cli_run(n, rest);

@@ -489,10 +489,6 @@ typedef struct KernelSpec {
 /* Recognises the forward chain and picks a template. NULL with a located
  * error (naming the node and why) when no template can run the graph. */
 KernelSpec *match_graph(const IrGraph *g, int sm, Arena *a, Diag *d);
-/* The template for a matched spec: FWD_SM90 when sm == 90, arch_specific
- * (the target ends in 'a': wgmma and setmaxnreg exist only there) and the
- * sm90 table has a configuration for the head dims; FWD_SM80 otherwise. */
-TemplateKind match_template(const KernelSpec *s, bool arch_specific);
 /* The affine form of one comparison: fills out[0] (and out[1] for ==) and
  * returns how many it filled; 0 when the condition is not affine. */
 int match_affine(IrNode *cond, MaskTerm out[2]);
@@ -542,61 +538,39 @@ typedef struct Sm90Config {
 
 /* 0 and fills out, or -1 when the template cannot run these head dims
  * (each of d_qk, d_v must be 64, 128 or 256; in_bytes 2). Prints nothing. */
-int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, Sm90Config *out);
+int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int variant, Sm90Config *out);
 
 /* ------------------------------------------------------ match.c, emit.c */
 
-/* What the runtime needs to launch one emitted kernel. */
-typedef struct KernelInfo {
-  const char *graph; /* graph name */
-  const char *entry; /* extern "C" __global__ function in the source */
-  int threads;       /* CTA size */
-  int smem_bytes;    /* dynamic shared memory */
-  int block_m;       /* query rows per CTA: grid = (ceil(Sq/block_m), H, B) */
-  /* TMA box rows of the q and k/v tensor maps (fwd_sm90); 0: the kernel
-   * takes no tensor maps (its only parameter is attn_params). */
-  int tma_rows_q, tma_rows_kv;
-  /* 1 (fwd_sm90, ATTN_PERSISTENT): the kernel walks the (query tile, head,
-   * batch) tiles with a stride of the grid's size, and the runtime launches
-   * min(tiles, SMs) CTAs. Any grid is correct: embedded kernel tables
-   * leave it 0, one CTA per tile. */
-  int persistent;
-  /* The backward kernels (templates/bwd_sm80.cuh, emit_bwd.c), emitted for
-   * a graph that declares grad: entries of the delta pre-pass, the main
-   * kernel, dQ's conversion and (GQA) dK/dV's; bwd_entry[0] is NULL when
-   * there is no backward. The main kernel's grid is (ceil(Skv/bwd_block_n),
-   * H, B) with bwd_smem_bytes of dynamic shared memory; the row kernels
-   * take ATTN_BWD_ROWS_PER_CTA rows per CTA (attn_abi.h). */
-  const char *bwd_entry[4];
-  int bwd_threads, bwd_smem_bytes, bwd_block_n;
-  /* Separable mask conjuncts (emit_sep.c): the prep kernel that writes
-   * their sides' per-tile ranges into the workspace attn_params.
-   * mask_ranges points to (grid (2, H or 1, B), SEP_PREP_THREADS
-   * threads; launched before the forward and the backward), NULL when the
-   * graph has none; and the bytes of one summary cell in each of the
-   * workspace's regions (SEP_REGION_*), 0 where a region is absent. */
-  const char *prep_entry;
-  int prep_cell_bytes[4];
-  /* bwd_sm90: the TMA box rows of the main kernel's q, dO and dQ
-   * accumulator tensor maps, which it takes as its second parameter
-   * (attn_tmaps: ATTN_TMAP_Q, ATTN_TMAP_DO, ATTN_TMAP_DQA), and it runs
-   * bwd_threads + 128 threads (a producer warpgroup); 0: attn_params
-   * alone and bwd_threads. */
-  int bwd_tma_rows;
-} KernelInfo;
+/* The forward template a graph runs on and its launch shape, chosen from
+ * the matched spec, the target and the compile options (match_fwd_config):
+ * what the plan launches and the emitter's configuration macros both come
+ * from here, so they cannot disagree. */
+typedef struct FwdConfig {
+  TemplateKind kind;
+  const char *name; /* "fwd_sm80", "fwd_sm90" */
+  int bm, bn;       /* query rows per CTA, keys per K/V tile */
+  int warps;        /* fwd_sm80: ATTN_WARPS */
+  int stages;       /* fwd_sm90: K/V stages */
+  int threads, smem_bytes;
+  bool persistent;  /* fwd_sm90 ATTN_PERSISTENT: a tile queue, at most one
+                       CTA per SM (any grid is correct) */
+} FwdConfig;
 
-typedef struct EmitResult {
-  char *source;        /* one CUDA C translation unit, NVRTC-ready */
-  KernelInfo *kernels; /* one per graph, in module order */
-  int nkernels;
-} EmitResult;
+/* Options of one compile, beyond the target. Tuning knobs the library
+ * takes as context options (attn.h, attn_context_set_option); 0 is the
+ * default everywhere. */
+typedef struct CompileOptions {
+  const char *arch;  /* "sm_80", "sm_90a", ... */
+  int bwd_template;  /* 0: the target's fastest; 80: bwd_sm80's main kernel;
+                        90: bwd_sm90's wherever the target is sm_90a */
+  int sm90_variant;  /* fwd_sm90's variant (tmpl_sm90.c): 0 auto, 1 base,
+                        2 persist, 3 bn80, 4 persist_bn80 */
+} CompileOptions;
 
-/* Matches every graph onto a template and emits one translation unit for
- * the target ("sm_80", "sm_90a", ...). Deterministic: the same module and
- * target give byte-identical source. Returns 0, or -1 with located errors
- * in d (a graph no template can run names the node and why). */
-int emit_module(const IrModule *m, const char *arch, Arena *a, Diag *d,
-                EmitResult *out);
+/* 0 and fills c, or -1 with a located error naming the head dims and the
+ * supported set when no forward template takes them on this target. */
+int match_fwd_config(const KernelSpec *s, const CompileOptions *o, FwdConfig *c, Diag *d);
 
 /* --------------------------------- emit_sep.c: separable mask conjuncts */
 
@@ -616,15 +590,17 @@ size_t sep_workspace_bytes(const int cell_bytes[SEP_NREGIONS], long long B, long
                            long long Sq, long long Skv, size_t off[SEP_NREGIONS]);
 /* Whether a matched spec has a separable conjunct. */
 bool sep_any(const KernelSpec *s);
+/* The bytes of one range cell in each region (SEP_REGION_*), 0 where a
+ * region is absent: the plan sizes the workspace from them. */
+void sep_cell_bytes(const KernelSpec *s, int cb[SEP_NREGIONS]);
 /* Inside the graph's namespace, before attn_tile_class: the range
- * structs, their builders and lookups, and the prep kernel's body. Fills
- * info's prep fields. */
-void emit_sep_helpers(StrBuf *out, const KernelSpec *s, Arena *a, KernelInfo *info);
+ * structs, their builders and lookups, and the prep kernel's body. */
+void emit_sep_helpers(StrBuf *out, const KernelSpec *s, Arena *a);
 /* Into attn_tile_class's body, after the affine conjuncts: each separable
  * conjunct's classification (`return 0` or `cls = 1`). */
 void emit_sep_classes(StrBuf *out, const KernelSpec *s, Arena *a);
 /* After the namespace: the prep kernel's extern "C" entry point. */
-void emit_sep_entry(StrBuf *out, const KernelSpec *s, const KernelInfo *info);
+void emit_sep_entry(StrBuf *out, const KernelSpec *s, const char *entry);
 
 /* --------------------------------------------- backward.c: derivation */
 
@@ -707,6 +683,13 @@ const char *expr_as(ExprHook *hk, IrNode *n, DType want);
 /* "static __device__ __forceinline__ SIG { locals; return RET; }". */
 void expr_put_fn(StrBuf *out, ExprHook *hk, const char *sig, const char *ret);
 const char *expr_ctype(DType t); /* "float", "int", ... */
+/* text made safe inside a C block comment of generated code (user file
+ * names reach the unit's comments): no comment terminator, ASCII only,
+ * at most 160 bytes. */
+const char *emit_comment_safe(Arena *a, const char *text);
+/* The source's base name, comment-safe, as the unit names it: the unit
+ * (and so the cache key) does not depend on how the path was spelled. */
+const char *emit_source_name(Arena *a, const Source *src);
 DType expr_kind(DType t);        /* the type a value computes in */
 
 /* --------------------------------------- match_bwd.c: backward matching */
@@ -773,11 +756,19 @@ typedef struct BwdSpec {
  * 64/128, too many tensor slots, a derivation error. Callers check
  * bwd_unsupported_grad first (match_bwd refuses such graphs too).
  * The main kernel is bwd_sm90's when fwd->tmpl is TMPL_FWD_SM90 (the
- * target is sm_90a), bwd_sm80's otherwise; the environment variable
- * ATTN_BWD_TEMPLATE, read here, overrides: "sm80" always takes bwd_sm80,
- * "sm90" takes bwd_sm90 whenever fwd->sm is 90 (the caller's target must
- * then be sm_90a), anything else is the default. */
-BwdSpec *match_bwd(const KernelSpec *fwd, Arena *a, Diag *d);
+ * target is sm_90a), bwd_sm80's otherwise; o->bwd_template overrides: 80
+ * always takes bwd_sm80, 90 takes bwd_sm90 whenever fwd->sm is 90 (the
+ * target must then be sm_90a), anything else is the default. */
+BwdSpec *match_bwd(const KernelSpec *fwd, const CompileOptions *o, Arena *a, Diag *d);
+
+/* ------------------------------------------------ emit.c: the CUDA unit */
+
+/* The translation unit of a matched and planned module: a banner, the
+ * ABI header and the common texts, then per graph its namespace (the
+ * configuration macros, the hooks generated from its expressions, the
+ * template texts) and its entry points, named as its plan names them. */
+typedef struct Compiled Compiled; /* pipeline.c */
+char *emit_unit(const Compiled *c, const CompileOptions *o, Arena *a);
 
 /* ----------------------------------------- emit_bwd.c: backward emitter */
 
@@ -786,12 +777,181 @@ BwdSpec *match_bwd(const KernelSpec *fwd, Arena *a, Diag *d);
  * templates/bwd_sm80.cuh. The forward's hooks (attn_score, attn_keep,
  * attn_tile_class, attn_dropout_words, attn_dropout_rate) are reused as they are. */
 void emit_bwd_body(StrBuf *out, const BwdSpec *s, Arena *a);
-/* After the namespace: the four extern "C" entry points (filling info's
- * bwd_* fields) and the #undefs of the slot macros. */
-void emit_bwd_entries(StrBuf *out, const BwdSpec *s, Arena *a, KernelInfo *info);
+/* After the namespace: the backward's extern "C" entry points, named as
+ * the plan names them (plan_entry), and the #undefs of the slot macros. */
+void emit_bwd_entries(StrBuf *out, const BwdSpec *s, Arena *a);
 
 /* ref_arith.c: one element of a pointwise op, as ref_forward computes it
  * (fault set on integer division by zero). */
 double ref_apply_op(const IrNode *n, const double *x, int *fault);
+
+/* --------------------------------------------------- plan.c: launch plans */
+
+/* A graph's launch plan: for each pass (forward, backward), the kernels to
+ * launch in order and the workspace they share, with every fact a launch
+ * needs (entry, CTA size, dynamic shared memory, grid rule, tensor maps,
+ * workspace slices, the launch-time conditions that pick among steps).
+ * The compiler makes it from the matched specs (plan_graph); one writer
+ * (plan_write) and one reader (plan_read) carry it as text through the JIT
+ * cache, the AOT .c file and embedded modules, and the runtime runs any
+ * plan with one loop (runtime/launch.c). `attnc plan` prints it. */
+#define PLAN_FORMAT 1
+#define PLAN_MAX_STEPS 8
+#define PLAN_MAX_SLICES 10
+#define PLAN_MAX_MAPS 4
+
+typedef enum PlanPass { PLAN_FORWARD, PLAN_BACKWARD, PLAN_NPASSES } PlanPass;
+
+/* Facts known only at launch, on which steps and slices depend: each has
+ * `need` (all of these hold) and `deny` (none of these holds) masks. */
+enum {
+  PLAN_IF_DET = 1, /* attn_call_set_deterministic(call, 1) */
+  PLAN_IF_GQA = 2  /* H != Hk in the bound shapes */
+};
+
+/* A size read off the bound problem: a constant, a problem size, the
+ * element count of a bound tensor, or the separable masks' range table. */
+typedef enum PlanDimKind {
+  PD_CONST, PD_B, PD_H, PD_HK, PD_SQ, PD_SKV, PD_NUMEL, PD_SEP_BYTES
+} PlanDimKind;
+typedef struct PlanDim {
+  PlanDimKind kind;
+  int n; /* PD_CONST: the value; PD_NUMEL: the tensor's index */
+} PlanDim;
+
+/* Grid x = ceil(x0 / div0) (+ ceil(x1 / div1) when div1 > 0), y, z. A
+ * step whose grid has no CTA is skipped. */
+typedef struct PlanGrid {
+  PlanDim x0, x1;
+  int div0, div1;
+  PlanDim y, z;
+} PlanGrid;
+
+/* What a workspace slice is for: a dense tensor view in a parameter
+ * slot (sizes dims[0..3], element strides dense), the separable masks'
+ * range table (attn_params.mask_ranges) or a persistent kernel's work
+ * queue (attn_params.tile_queue). */
+typedef enum PlanBind { PB_SLOT, PB_MASK_RANGES, PB_TILE_QUEUE } PlanBind;
+/* When the runtime zeroes a slice: never (the kernels write it first),
+ * before every launch (atomics add into it), or when its memory is new
+ * to it (the kernels leave it zero: a work queue); a caller's workspace
+ * is always new. */
+typedef enum PlanZero { PZ_NEVER, PZ_EACH, PZ_NEW } PlanZero;
+
+typedef struct PlanSlice {
+  const char *name;
+  PlanBind bind;
+  int slot;        /* PB_SLOT: attn_params.t[slot]; absent, it is null */
+  int elem;        /* bytes per element */
+  PlanDim dims[4]; /* bytes = elem * dims[0] * ... * dims[3] */
+  unsigned need, deny;
+  PlanZero zero;
+} PlanSlice;
+
+/* One TMA tensor map of a step (runtime/tmap.c): over attn_params.t[slot]
+ * as bound, element type dtype, boxes of box_cols x box_rows with the
+ * 128-byte swizzle; `what` names it in messages. */
+typedef struct PlanMap {
+  int index; /* ATTN_TMAP_* */
+  int slot;
+  DType dtype;
+  int box_cols, box_rows;
+  const char *what;
+} PlanMap;
+
+typedef struct PlanStep {
+  const char *role;  /* "forward", "prep", "delta", "main", "convert", "convert_kv" */
+  const char *entry; /* extern "C" __global__ function of the unit */
+  int threads, smem_bytes;
+  PlanGrid grid;
+  /* At most one CTA per SM (and at most the context's cap) taking work
+   * from the pass's PB_TILE_QUEUE slice, all in x. */
+  bool persistent;
+  unsigned need, deny;
+  PlanMap maps[PLAN_MAX_MAPS]; /* nmaps > 0: the kernel's second parameter
+                                  is attn_tmaps */
+  int nmaps;
+} PlanStep;
+
+typedef struct PassPlan {
+  bool present;
+  bool det_ok; /* the backward has a deterministic mode (PLAN_IF_DET) */
+  PlanStep steps[PLAN_MAX_STEPS];
+  int nsteps;
+  PlanSlice slices[PLAN_MAX_SLICES];
+  int nslices;
+} PassPlan;
+
+typedef struct GraphPlan {
+  const char *graph;
+  int sep_cells[SEP_NREGIONS]; /* PD_SEP_BYTES: sep_cell_bytes */
+  PassPlan pass[PLAN_NPASSES];
+} GraphPlan;
+
+/* The plan of one matched graph: its forward (fwd with config c), the
+ * separable masks' prep step before each pass, and its backward when bwd
+ * is non-NULL. */
+void plan_graph(GraphPlan *gp, const KernelSpec *fwd, const FwdConfig *c, const BwdSpec *bwd,
+                Arena *a);
+/* The entry point of a role: "attn_<graph>_fwd", "attn_<graph>_bwd_main". */
+const char *plan_entry(Arena *a, const char *graph, const char *role);
+/* Plans as text ("attnc-plan 1", then per graph its passes, steps, maps
+ * and slices, one record a line); plan_read takes exactly what plan_write
+ * writes and validates every field (a plan may come from a file): 0, or
+ * -1 with the reason in err. Strings point into a (or into text). */
+void plan_write(StrBuf *out, const GraphPlan *plans, int n);
+int plan_read(const char *text, Arena *a, GraphPlan **plans, int *n, StrBuf *err);
+/* The bytes a slice takes for a bound problem (B, H, Hk, Sq, Skv and the
+ * graph's bound tensor shapes), and whether a step or slice applies
+ * under a launch's facts (PLAN_IF_*). */
+typedef struct PlanProblem {
+  long long B, H, Hk, Sq, Skv;
+  const int64_t (*shape)[IR_MAX_RANK]; /* bound shapes by tensor index */
+  const int *ndims;                    /* their ranks */
+} PlanProblem;
+long long plan_dim(const GraphPlan *gp, PlanDim d, const PlanProblem *pr);
+size_t plan_slice_bytes(const GraphPlan *gp, const PlanSlice *s, const PlanProblem *pr);
+bool plan_applies(unsigned need, unsigned deny, unsigned facts);
+
+/* ------------------------------------------- pipeline.c: the whole pass list */
+
+/* The compiler's passes, in the order compile_module runs them; `attnc ir`,
+ * `plan`, `emit` and `compile` stop at one of them. */
+typedef enum Stage {
+  STAGE_PARSE, /* .attn text -> AST (grammar/attn.y) */
+  STAGE_BUILD, /* AST -> checked IR (ir_build.c, ir_check.c) */
+  STAGE_MATCH, /* IR -> kernel specs: the forward (match.c, match_fwd_config)
+                  and the derived backward (backward.c, match_bwd.c) */
+  STAGE_PLAN,  /* specs -> launch plans (plan.c) */
+  STAGE_EMIT   /* specs and plans -> one CUDA C unit (emit.c ...) */
+} Stage;
+
+/* What the passes made of one graph. */
+typedef struct GraphCompile {
+  const IrGraph *g;
+  KernelSpec *fwd; /* STAGE_MATCH */
+  FwdConfig cfg;
+  BwdSpec *bwd;    /* NULL: no GPU backward */
+  GraphPlan *plan; /* STAGE_PLAN: in Compiled.plans */
+} GraphCompile;
+
+struct Compiled {
+  const IrModule *ir;
+  GraphCompile *graphs; /* one per graph, in module order */
+  int ngraphs;
+  GraphPlan *plans;     /* the graphs' plans, contiguous (for plan_write) */
+  char *source;         /* STAGE_EMIT: one translation unit, NVRTC-ready */
+};
+
+/* The front end, shared by libattn and the attnc command: parse and build
+ * (every check). NULL with located errors in d. */
+IrModule *front_end(const Source *src, Arena *a, Diag *d);
+/* Runs the passes after the front end on m for o->arch, up to and
+ * including `last` (STAGE_MATCH, STAGE_PLAN or STAGE_EMIT). Deterministic:
+ * the same module and options give byte-identical source and plans.
+ * Returns 0, or -1 with located errors in d (every graph is matched, so
+ * each refusal is reported). */
+int compile_module(const IrModule *m, const CompileOptions *o, Stage last, Arena *a, Diag *d,
+                   Compiled *out);
 
 #endif

@@ -12,7 +12,6 @@
  * CUDA reads like the source. Output is deterministic: nodes are visited
  * in a fixed order and nothing depends on addresses or time.
  */
-#include <ctype.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,7 +128,8 @@ static void emit_kv_bounds(StrBuf *out, const KernelSpec *s, Arena *a) {
     /* ci*i + cj*j + C <= 0; the loosest bound over i in [i0, i1]. */
     const char *ie = t->ci > 0 ? "i0" : "i1";
     long long ci = (long long)t->ci, cj = (long long)t->cj;
-    sb_printf(&code, "  { /* %s:%d:%d */\n    const long long c = %s;\n", t->cond->loc.src->name,
+    sb_printf(&code, "  { /* %s:%d:%d */\n    const long long c = %s;\n",
+              emit_source_name(a, t->cond->loc.src),
               t->cond->loc.line, t->cond->loc.col, c);
     if (cj > 0)
       sb_printf(&code, "    hi = min(hi, attn_floordiv(-c - %lldLL * %s, %lldLL) + 1);\n", ci, ie, cj);
@@ -164,7 +164,8 @@ static void emit_tile_class(StrBuf *out, const KernelSpec *s, Arena *a) {
     }
     const char *c = term_constant(&hk, t);
     long long ci = (long long)t->ci, cj = (long long)t->cj;
-    sb_printf(&code, "  { /* %s:%d:%d */\n    const long long c = %s;\n", t->cond->loc.src->name,
+    sb_printf(&code, "  { /* %s:%d:%d */\n    const long long c = %s;\n",
+              emit_source_name(a, t->cond->loc.src),
               t->cond->loc.line, t->cond->loc.col, c);
     sb_printf(&code, "    const long long hi = c + %lldLL * %s + %lldLL * %s;\n", ci,
               ci > 0 ? "i1" : "i0", cj, cj > 0 ? "j1" : "j0");
@@ -240,80 +241,34 @@ static const char *dtype_macro(DType t) {
   return t == DT_BF16 ? "BF16" : t == DT_F16 ? "F16" : "F32";
 }
 
-/* The template's configuration macros and launch shape. */
-typedef struct TmplChoice {
-  TemplateKind kind;
-  const char *name; /* fwd_sm80 / fwd_sm90 */
-  const char *text;
-  int bm, bn, warps, stages;
-} TmplChoice;
-
-static int choose_template(const KernelSpec *s, bool arch_specific, int sm, TmplChoice *c,
-                           KernelInfo *info) {
-  memset(c, 0, sizeof *c);
-  c->kind = match_template(s, arch_specific);
-  if (c->kind == TMPL_FWD_SM90) {
-    Sm90Config cfg;
-    if (tmpl_sm90_config(s->d_qk, s->d_v, dtype_size(s->in_type), &cfg) != 0) return -1;
-    c->name = "fwd_sm90";
-    c->text = fwd_sm90_src;
-    c->bm = cfg.bm, c->bn = cfg.bn, c->stages = cfg.stages;
-    info->threads = cfg.threads;
-    info->smem_bytes = cfg.smem_bytes;
-    info->block_m = cfg.bm;
-    info->tma_rows_q = cfg.bm;
-    info->tma_rows_kv = cfg.bn;
-    /* Masked graphs too: the tile queue (fwd90_next_tile) balances
-     * unequal tiles, where the static order lost up to 40% on causal
-     * (bench/NOTES-sm90.md). Dropout graphs too since one Philox call
-     * serves several elements (no spills; measured neutral). */
-    info->persistent = cfg.persistent;
-    return 0;
-  }
-  Sm80Config cfg;
-  if (tmpl_sm80_config(s->d_qk, s->d_v, dtype_size(s->in_type), sm, &cfg) != 0) return -1;
-  c->name = "fwd_sm80";
-  c->text = fwd_sm80_src;
-  c->bm = cfg.bm, c->bn = cfg.bn, c->warps = cfg.warps;
-  info->threads = cfg.warps * 32;
-  info->smem_bytes = cfg.smem_bytes;
-  info->block_m = cfg.bm;
-  return 0;
+/* The plan's step of a role in a pass (the entry names the unit defines). */
+static const PlanStep *plan_step(const GraphPlan *gp, PlanPass pass, const char *role) {
+  const PassPlan *p = &gp->pass[pass];
+  for (int k = 0; k < p->nsteps; k++)
+    if (!strcmp(p->steps[k].role, role)) return &p->steps[k];
+  return NULL;
 }
 
-static int emit_graph(StrBuf *out, const IrGraph *g, int sm, bool arch_specific, Arena *a,
-                      Diag *d, KernelInfo *info) {
-  KernelSpec *s = match_graph(g, sm, a, d);
-  if (!s) return -1;
-  TmplChoice tc;
-  memset(info, 0, sizeof *info);
-  if (choose_template(s, arch_specific, sm, &tc, info) != 0) {
-    diag_error(d, g->tensors[g->q].loc,
-               "graph '%s': no kernel template takes head dimensions %d (q, k) and %d (v) on "
-               "sm_%d", g->name, s->d_qk, s->d_v, sm);
-    return -1;
-  }
-  s->tmpl = tc.kind; /* the backward's choice of main kernel follows it */
+static void emit_graph(StrBuf *out, const GraphCompile *gc, Arena *a) {
+  const IrGraph *g = gc->g;
+  const KernelSpec *s = gc->fwd;
+  const FwdConfig *c = &gc->cfg;
+  const PlanStep *fwd = plan_step(gc->plan, PLAN_FORWARD, "forward");
+  const PlanStep *prep = plan_step(gc->plan, PLAN_FORWARD, "prep");
   int o_slot = g->outputs[s->o_output].tensor;
   int lse_slot = s->lse_output >= 0 ? g->outputs[s->lse_output].tensor : -1;
-  info->graph = g->name;
-  info->entry = arena_printf(a, "attn_%s_fwd", g->name);
-  /* The backward of a graph that declares grad (emit_bwd.c). One with the
-   * gradient of a bias keeps its forward; the runtime refuses its backward. */
-  BwdSpec *bwd = NULL;
-  if (bwd_has_grad(g) && bwd_unsupported_grad(g) < 0 && !(bwd = match_bwd(s, a, d))) return -1;
 
   sb_printf(out, "/* ---- graph %s (%s:%d:%d): forward, template %s ---- */\n", g->name,
-            g->loc.src->name, g->loc.line, g->loc.col, tc.name);
+            emit_source_name(a, g->loc.src), g->loc.line, g->loc.col, c->name);
   sb_printf(out, "#define ATTN_D_QK %d\n#define ATTN_D_V %d\n", s->d_qk, s->d_v);
   sb_printf(out, "#define ATTN_IN_%s 1\n#define ATTN_OUT_%s 1\n", dtype_macro(s->in_type),
             dtype_macro(s->out_type));
-  if (tc.kind == TMPL_FWD_SM90)
-    sb_printf(out, "#define ATTN_BM %d\n#define ATTN_BN %d\n#define ATTN_STAGES %d\n%s", tc.bm,
-              tc.bn, tc.stages, info->persistent ? "#define ATTN_PERSISTENT 1\n" : "");
+  if (c->kind == TMPL_FWD_SM90)
+    sb_printf(out, "#define ATTN_BM %d\n#define ATTN_BN %d\n#define ATTN_STAGES %d\n%s", c->bm,
+              c->bn, c->stages, c->persistent ? "#define ATTN_PERSISTENT 1\n" : "");
   else
-    sb_printf(out, "#define ATTN_BM %d\n#define ATTN_BN %d\n#define ATTN_WARPS %d\n", tc.bm,
-              tc.bn, tc.warps);
+    sb_printf(out, "#define ATTN_BM %d\n#define ATTN_BN %d\n#define ATTN_WARPS %d\n", c->bm,
+              c->bn, c->warps);
   sb_printf(out, "#define ATTN_TQ %d\n#define ATTN_TK %d\n#define ATTN_TV %d\n", g->q, g->k, g->v);
   sb_printf(out, "#define ATTN_TO %d\n#define ATTN_TLSE %d\n", o_slot, lse_slot);
   if (s->dropout) sb_puts(out, "#define ATTN_DROPOUT 1\n");
@@ -321,61 +276,46 @@ static int emit_graph(StrBuf *out, const IrGraph *g, int sm, bool arch_specific,
   sb_puts(out, hooks_src);
   sb_puts(out, "\n");
   emit_score(out, s, a);
-  if (sep_any(s)) /* the separable conjuncts' ranges, read by attn_tile_class */
-    emit_sep_helpers(out, s, a, info);
+  if (prep) /* the separable conjuncts' ranges, read by attn_tile_class */
+    emit_sep_helpers(out, s, a);
   emit_keep(out, s, a);
   emit_kv_bounds(out, s, a);
   emit_tile_class(out, s, a);
   emit_out(out, s, a);
   if (s->dropout) emit_dropout(out, s, a);
-  sb_puts(out, tc.text);
-  if (bwd) emit_bwd_body(out, bwd, a);
+  sb_puts(out, c->kind == TMPL_FWD_SM90 ? fwd_sm90_src : fwd_sm80_src);
+  if (gc->bwd) emit_bwd_body(out, gc->bwd, a);
   sb_printf(out, "\n} /* namespace graph_%s */\n\n", g->name);
-  if (tc.kind == TMPL_FWD_SM90)
+  if (c->kind == TMPL_FWD_SM90)
     /* One CTA per SM by design (the ", 1" gives setmaxnreg its cap). */
     sb_printf(out, "extern \"C\" __global__ void __launch_bounds__(%d, 1) %s(const __grid_constant__ "
                    "attn_params p, const __grid_constant__ attn_tmaps tm) {\n"
                    "  graph_%s::attn_fwd_sm90(p, tm);\n}\n\n",
-              info->threads, info->entry, g->name);
+              fwd->threads, fwd->entry, g->name);
   else
     sb_printf(out, "extern \"C\" __global__ void __launch_bounds__(%d) %s(const __grid_constant__ "
                    "attn_params p) {\n  graph_%s::attn_fwd_sm80(p);\n}\n\n",
-              info->threads, info->entry, g->name);
-  if (bwd) emit_bwd_entries(out, bwd, a, info);
-  if (info->prep_entry) emit_sep_entry(out, s, info);
+              fwd->threads, fwd->entry, g->name);
+  if (gc->bwd) emit_bwd_entries(out, gc->bwd, a);
+  if (prep) emit_sep_entry(out, s, prep->entry);
   sb_puts(out, "#undef ATTN_D_QK\n#undef ATTN_D_V\n");
   sb_printf(out, "#undef ATTN_IN_%s\n#undef ATTN_OUT_%s\n", dtype_macro(s->in_type),
             dtype_macro(s->out_type));
   sb_printf(out, "#undef ATTN_BM\n#undef ATTN_BN\n#undef %s\n#undef ATTN_TQ\n#undef ATTN_TK\n"
                  "#undef ATTN_TV\n#undef ATTN_TO\n#undef ATTN_TLSE\n\n",
-            tc.kind == TMPL_FWD_SM90 ? "ATTN_STAGES" : "ATTN_WARPS");
+            c->kind == TMPL_FWD_SM90 ? "ATTN_STAGES" : "ATTN_WARPS");
   if (s->dropout) sb_puts(out, "#undef ATTN_DROPOUT\n\n");
-  if (info->persistent) sb_puts(out, "#undef ATTN_PERSISTENT\n\n");
-  return 0;
+  if (c->persistent) sb_puts(out, "#undef ATTN_PERSISTENT\n\n");
 }
 
-/* "sm_80" -> 80, "sm_90a" -> 90; -1 when malformed. */
-static int parse_arch(const char *arch) {
-  if (!arch || strncmp(arch, "sm_", 3) != 0 || !isdigit((unsigned char)arch[3])) return -1;
-  char *end;
-  long v = strtol(arch + 3, &end, 10);
-  if ((*end && strcmp(end, "a") != 0) || v < 10 || v > 1000) return -1;
-  return (int)v;
-}
-
-int emit_module(const IrModule *m, const char *arch, Arena *a, Diag *d, EmitResult *out) {
-  memset(out, 0, sizeof *out);
-  int sm = parse_arch(arch);
-  if (sm < 0) {
-    diag_plain(d, "unknown target '%s': expected sm_NN or sm_NNa, e.g. sm_80 or sm_90a",
-               arch ? arch : "(null)");
-    return -1;
-  }
+char *emit_unit(const Compiled *c, const CompileOptions *o, Arena *a) {
+  const IrModule *m = c->ir;
   /* "sm_90a": arch-specific instructions (wgmma, setmaxnreg) exist. */
-  bool arch_specific = arch[strlen(arch) - 1] == 'a';
+  const char *arch = o->arch;
+  bool sm90a = !strcmp(arch, "sm_90a");
   StrBuf src = {0};
   sb_printf(&src, "/* Generated by attnc %s from %s for %s. Do not edit. */\n\n", ATTNC_VERSION,
-            m->src ? m->src->name : "<string>", arch);
+            emit_source_name(a, m->src), arch);
   sb_puts(&src, attn_abi_src);
   sb_puts(&src, "\n");
   sb_puts(&src, common_src);
@@ -383,7 +323,7 @@ int emit_module(const IrModule *m, const char *arch, Arena *a, Diag *d, EmitResu
   sb_puts(&src, ptx_src);
   sb_puts(&src, "\n");
   /* The warpgroup-MMA wrappers of the sm90 templates (fwd_sm90, bwd_sm90). */
-  if (arch_specific && sm == 90) {
+  if (sm90a) {
     sb_puts(&src, wgmma_src);
     sb_puts(&src, "\n");
   }
@@ -396,12 +336,8 @@ int emit_module(const IrModule *m, const char *arch, Arena *a, Diag *d, EmitResu
       break;
     }
   }
-  out->kernels = arena_alloc(a, (size_t)(m->ngraphs + 1) * sizeof *out->kernels);
-  int rc = 0;
-  for (int k = 0; k < m->ngraphs; k++)
-    if (emit_graph(&src, m->graphs[k], sm, arch_specific, a, d, &out->kernels[k]) != 0) rc = -1;
-  out->nkernels = m->ngraphs;
-  out->source = arena_strdup(a, src.data);
+  for (int k = 0; k < c->ngraphs; k++) emit_graph(&src, &c->graphs[k], a);
+  char *text = arena_strdup(a, src.data);
   sb_free(&src);
-  return rc;
+  return text;
 }

@@ -241,29 +241,26 @@ void emit_bwd_body(StrBuf *out, const BwdSpec *s, Arena *a) {
   if (sl->nbias > 0) emit_bias_hooks(out, s, a);
 }
 
-void emit_bwd_entries(StrBuf *out, const BwdSpec *s, Arena *a, KernelInfo *info) {
+void emit_bwd_entries(StrBuf *out, const BwdSpec *s, Arena *a) {
   static const char *const part[4] = {"delta", "main", "convert", "convert_kv"};
   const char *gname = s->g->name;
   for (int k = 0; k < 4; k++) {
     /* bwd_sm90: its own main kernel (one CTA per SM: its registers; the
      * q and dO tensor maps; a producer warpgroup beyond s->threads), the
-     * row kernels of bwd_sm80 at s->threads. */
+     * row kernels of bwd_sm80 at s->threads. The plan names the entries
+     * (plan_entry) and launches them (plan.c). */
     bool own = s->sm90 && k == 1;
-    info->bwd_entry[k] = arena_printf(a, "attn_%s_bwd_%s", gname, part[k]);
+    const char *entry = plan_entry(a, gname, arena_printf(a, "bwd_%s", part[k]));
     if (own)
       sb_printf(out, "extern \"C\" __global__ void __launch_bounds__(%d, 1) %s(const "
                      "__grid_constant__ attn_params p, const __grid_constant__ attn_tmaps tm) "
                      "{\n  graph_%s::attn_bwd_sm90_main(p, tm);\n}\n\n",
-                s->threads + 128, info->bwd_entry[k], gname);
+                s->threads + 128, entry, gname);
     else
       sb_printf(out, "extern \"C\" __global__ void __launch_bounds__(%d) %s(const "
                      "__grid_constant__ attn_params p) {\n  graph_%s::attn_bwd_sm80_%s(p);\n}\n\n",
-                s->threads, info->bwd_entry[k], gname, part[k]);
+                s->threads, entry, gname, part[k]);
   }
-  info->bwd_tma_rows = s->sm90 ? 64 : 0;
-  info->bwd_threads = s->threads;
-  info->bwd_smem_bytes = s->smem_bytes;
-  info->bwd_block_n = s->block_n;
   sb_puts(out, "#undef ATTN_TDO\n#undef ATTN_TDELTA\n#undef ATTN_TDQA\n#undef ATTN_TDQ\n"
                "#undef ATTN_TDK\n#undef ATTN_TDV\n#undef ATTN_TDKA\n#undef ATTN_TDVA\n\n");
   if (s->slots.nbias > 0) sb_puts(out, "#undef ATTN_BWD_BIAS\n#undef ATTN_BWD_NRED\n\n");

@@ -210,6 +210,34 @@ const char *expr_value(ExprHook *hk, IrNode *n) {
 
 
 
+const char *emit_comment_safe(Arena *a, const char *text) {
+  /* Inside a block comment only the sequence star-slash ends it; control
+   * and non-ASCII bytes become '?' so the unit stays plain ASCII whatever
+   * a file name holds, and a very long name is cut. */
+  enum { MAX = 160 };
+  size_t n = strlen(text);
+  char *out = arena_alloc(a, (n < MAX ? n : MAX) * 2 + 4);
+  size_t k = 0;
+  for (size_t i = 0; i < n && i < MAX; i++) {
+    unsigned char ch = (unsigned char)text[i];
+    if (ch == '*' && text[i + 1] == '/') {
+      out[k++] = '*';
+      out[k++] = ' ';
+    } else {
+      out[k++] = ch < 0x20 || ch >= 0x7f ? '?' : (char)ch;
+    }
+  }
+  if (n > MAX) memcpy(out + k, "...", 4);
+  else out[k] = '\0';
+  return out;
+}
+
+const char *emit_source_name(Arena *a, const Source *src) {
+  const char *name = src ? src->name : "<string>";
+  const char *slash = strrchr(name, '/');
+  return emit_comment_safe(a, slash && slash[1] ? slash + 1 : name);
+}
+
 void expr_put_fn(StrBuf *out, ExprHook *hk, const char *sig, const char *ret) {
   sb_printf(out, "static __device__ __forceinline__ %s {\n", sig);
   if (hk->body.len) sb_puts(out, hk->body.data);

@@ -211,8 +211,7 @@ static const char sep_tables[] =
     "    }\n"
     "  }\n}\n\n";
 
-/* The bytes of each region's cell. */
-static void cell_bytes(const KernelSpec *s, int cb[SEP_NREGIONS]) {
+void sep_cell_bytes(const KernelSpec *s, int cb[SEP_NREGIONS]) {
   memset(cb, 0, sizeof(int) * SEP_NREGIONS);
   for (int m = 0; m < s->nmasks; m++) {
     const MaskTerm *t = &s->masks[m];
@@ -224,11 +223,9 @@ static void cell_bytes(const KernelSpec *s, int cb[SEP_NREGIONS]) {
   }
 }
 
-void emit_sep_helpers(StrBuf *out, const KernelSpec *s, Arena *a, KernelInfo *info) {
+void emit_sep_helpers(StrBuf *out, const KernelSpec *s, Arena *a) {
   int cb[SEP_NREGIONS];
-  cell_bytes(s, cb);
-  memcpy(info->prep_cell_bytes, cb, sizeof cb);
-  info->prep_entry = arena_printf(a, "attn_%s_prep", s->g->name);
+  sep_cell_bytes(s, cb);
   emit_minmax(out, s);
   emit_offsets(out, cb);
   for (int r = 0; r < SEP_NREGIONS; r++)
@@ -275,7 +272,7 @@ static const char *region_row(int r) {
 
 void emit_sep_classes(StrBuf *out, const KernelSpec *s, Arena *a) {
   int cb[SEP_NREGIONS];
-  cell_bytes(s, cb);
+  sep_cell_bytes(s, cb);
   sb_puts(out, "  { /* separable conjuncts: from the ranges of their sides over the tile */\n"
                "    long long off[4];\n    attn_sep_offsets(p, off);\n");
   for (int r = 0; r < SEP_NREGIONS; r++) {
@@ -295,7 +292,8 @@ void emit_sep_classes(StrBuf *out, const KernelSpec *s, Arena *a) {
     side_bounds(t, id, 1, "r_", "j0", "j1", a, &lo[1], &hi[1]);
     const char *none, *all;
     match_sep_rules(t->sep_op, &none, &all);
-    sb_printf(out, "    { /* %s:%d:%d: i side %s j side */\n", t->cond->loc.src->name,
+    sb_printf(out, "    { /* %s:%d:%d: i side %s j side */\n",
+              emit_source_name(a, t->cond->loc.src),
               t->cond->loc.line, t->cond->loc.col, ir_op_name(t->sep_op));
     sb_printf(out, "      const %s alo = %s, ahi = %s, blo = %s, bhi = %s;\n", ct, lo[0], hi[0],
               lo[1], hi[1]);
@@ -304,8 +302,8 @@ void emit_sep_classes(StrBuf *out, const KernelSpec *s, Arena *a) {
   sb_puts(out, "  }\n");
 }
 
-void emit_sep_entry(StrBuf *out, const KernelSpec *s, const KernelInfo *info) {
+void emit_sep_entry(StrBuf *out, const KernelSpec *s, const char *entry) {
   sb_printf(out, "extern \"C\" __global__ void __launch_bounds__(%d) %s(const __grid_constant__ "
                  "attn_params p) {\n  graph_%s::attn_sep_prep(p);\n}\n\n",
-            SEP_PREP_THREADS, info->prep_entry, s->g->name);
+            SEP_PREP_THREADS, entry, s->g->name);
 }

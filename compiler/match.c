@@ -358,10 +358,32 @@ KernelSpec *match_graph(const IrGraph *g, int sm, Arena *a, Diag *d) {
   return spec;
 }
 
-TemplateKind match_template(const KernelSpec *s, bool arch_specific) {
-  Sm90Config c;
-  if (s->sm == 90 && arch_specific &&
-      tmpl_sm90_config(s->d_qk, s->d_v, dtype_size(s->in_type), &c) == 0)
-    return TMPL_FWD_SM90;
-  return TMPL_FWD_SM80;
+int match_fwd_config(const KernelSpec *s, const CompileOptions *o, FwdConfig *c, Diag *d) {
+  memset(c, 0, sizeof *c);
+  /* fwd_sm90 needs the arch-specific target (wgmma, setmaxnreg exist only
+   * on sm_90a); fwd_sm80 runs everywhere else. */
+  const bool sm90a = s->sm == 90 && o->arch[strlen(o->arch) - 1] == 'a';
+  Sm90Config h;
+  if (sm90a && tmpl_sm90_config(s->d_qk, s->d_v, dtype_size(s->in_type), o->sm90_variant, &h) == 0) {
+    *c = (FwdConfig){.kind = TMPL_FWD_SM90, .name = "fwd_sm90", .bm = h.bm, .bn = h.bn,
+                     .stages = h.stages, .threads = h.threads, .smem_bytes = h.smem_bytes,
+                     /* Masked graphs too: the tile queue balances unequal
+                      * tiles, where the static order lost up to 40% on
+                      * causal (bench/NOTES-sm90.md). Dropout graphs too
+                      * since one Philox call serves several elements (no
+                      * spills; measured neutral). */
+                     .persistent = h.persistent};
+    return 0;
+  }
+  Sm80Config p;
+  if (tmpl_sm80_config(s->d_qk, s->d_v, dtype_size(s->in_type), s->sm, &p) == 0) {
+    *c = (FwdConfig){.kind = TMPL_FWD_SM80, .name = "fwd_sm80", .bm = p.bm, .bn = p.bn,
+                     .warps = p.warps, .threads = p.warps * 32, .smem_bytes = p.smem_bytes};
+    return 0;
+  }
+  const IrGraph *g = s->g;
+  diag_error(d, g->tensors[g->q].loc,
+             "graph '%s': no kernel template takes head dimensions %d (q, k) and %d (v) on sm_%d "
+             "(the forward takes 64, 128 and 256)", g->name, s->d_qk, s->d_v, s->sm);
+  return -1;
 }

@@ -12,7 +12,6 @@
  * through f32 atomics, or summed per warp (BwdBiasMode). Each refusal is a
  * located error naming what to change.
  */
-#include <stdlib.h>
 #include <string.h>
 
 #include "attn_abi.h"
@@ -113,17 +112,16 @@ int bwd_unsupported_grad(const IrGraph *g) {
 static bool head_dim_ok(int d) { return d == 64 || d == 128; }
 
 /* Which main kernel (attnc.h, match_bwd): the forward's choice of the
- * Hopper template says the target is sm_90a; ATTN_BWD_TEMPLATE overrides
- * it (the library never fails on a tuning knob: other values are the
- * default). */
-static bool bwd_use_sm90(const KernelSpec *fwd) {
-  const char *v = getenv("ATTN_BWD_TEMPLATE");
-  if (v && strcmp(v, "sm80") == 0) return false;
-  if (v && strcmp(v, "sm90") == 0) return fwd->sm == 90;
+ * Hopper template says the target is sm_90a; the bwd_template option
+ * overrides it (the library never fails on a tuning knob: other values
+ * are the default). */
+static bool bwd_use_sm90(const KernelSpec *fwd, const CompileOptions *o) {
+  if (o->bwd_template == 80) return false;
+  if (o->bwd_template == 90) return fwd->sm == 90;
   return fwd->tmpl == TMPL_FWD_SM90;
 }
 
-BwdSpec *match_bwd(const KernelSpec *fwd, Arena *a, Diag *d) {
+BwdSpec *match_bwd(const KernelSpec *fwd, const CompileOptions *o, Arena *a, Diag *d) {
   const IrGraph *g = fwd->g;
   int bad = bwd_unsupported_grad(g);
   if (bad >= 0) {
@@ -156,7 +154,7 @@ BwdSpec *match_bwd(const KernelSpec *fwd, Arena *a, Diag *d) {
   s->out_type = g->tensors[s->slots.o].type;
   s->d_qk = fwd->d_qk;
   s->d_v = fwd->d_v;
-  s->sm90 = bwd_use_sm90(fwd);
+  s->sm90 = bwd_use_sm90(fwd, o);
   /* bwd_sm90's split-D mode takes 256 for both (sm_90a only). */
   const bool split_d = s->sm90 && s->d_qk == 256 && s->d_v == 256;
   if (!split_d && (!head_dim_ok(s->d_qk) || !head_dim_ok(s->d_v))) {

@@ -16,19 +16,19 @@
  * at d_v 256 the O accumulator (128) leaves room for BN 64 or 80.
  *
  * Variants (measured side by side in bench/NOTES-sm90.md) are chosen by
- * the environment variable ATTN_SM90_VARIANT, read at emit time; each is
+ * the compile option sm90_variant (CompileOptions; the library's context
+ * option ATTN_OPTION_SM90_VARIANT, which the attnc command and the
+ * benchmarks set from the environment variable ATTN_SM90_VARIANT); each is
  * emitted as macros, so the kernel source (and so its cache key) differs:
  *   auto          the default: persistent (tile queue), and BN 80 at D 256
  *   base          one CTA per query tile; D 256: BN 64, 2 stages
  *   persist       persistent grid (ATTN_PERSISTENT), same tiles
  *   bn80          D 256: BN 80, 2 stages; one CTA per query tile
  *   persist_bn80  both
- * Unset or empty: the default below (the fastest measured); an unknown
- * name also takes the default (the library never fails on a tuning knob).
+ * numbered 0 to 4 in this order; 0 is the default below (the fastest
+ * measured), and so is any number out of range (the library never fails
+ * on a tuning knob).
  */
-#include <stdlib.h>
-#include <string.h>
-
 #include "attnc.h"
 
 typedef struct Sm90Candidate {
@@ -58,19 +58,17 @@ static const Sm90Variant sm90_variants[] = {
 
 #define SM90_SMEM_LIMIT (227 * 1024)
 
-static const Sm90Variant *sm90_variant(void) {
-  const char *v = getenv("ATTN_SM90_VARIANT");
-  if (v && *v)
-    for (size_t k = 0; k < sizeof sm90_variants / sizeof sm90_variants[0]; k++)
-      if (strcmp(v, sm90_variants[k].name) == 0) return &sm90_variants[k];
-  return &sm90_variants[SM90_DEFAULT_VARIANT];
+static const Sm90Variant *sm90_variant(int variant) {
+  if (variant < 0 || variant >= (int)(sizeof sm90_variants / sizeof sm90_variants[0]))
+    variant = SM90_DEFAULT_VARIANT;
+  return &sm90_variants[variant];
 }
 
 static int sm90_smem_bytes(const Sm90Candidate *c, int d_qk, int d_v) {
   return 2 * (128 * d_qk + c->stages * c->bn * (d_qk + d_v)) + 8 * (3 + 5 * c->stages) + 1024;
 }
 
-int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, Sm90Config *out) {
+int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int variant, Sm90Config *out) {
   /* Fastest first: more stages hide more TMA latency; BN 128 halves the
    * per-tile softmax bookkeeping where the registers allow it. */
   static const Sm90Candidate small[] = {{128, 3}, {128, 2}, {64, 2}};
@@ -79,7 +77,7 @@ int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, Sm90Config *out) {
   if (in_bytes != 2 || !out) return -1;
   if ((d_qk != 64 && d_qk != 128 && d_qk != 256) || (d_v != 64 && d_v != 128 && d_v != 256))
     return -1;
-  const Sm90Variant *var = sm90_variant();
+  const Sm90Variant *var = sm90_variant(variant);
   const Sm90Candidate *list = small;
   int n = (int)(sizeof small / sizeof small[0]);
   if (d_qk == 256 || d_v == 256) {

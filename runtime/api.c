@@ -1,13 +1,15 @@
-/* api.c: attn.h. The compile path reads as the pipeline it is:
+/* api.c: attn.h's contexts, modules, graphs and calls (launches: launch.c).
+ * The compile path reads as the pipeline it is:
  *
- *   source -> parse_source -> ir_build -> (target) -> emit_module
- *     -> cache key -> cache_get (NVRTC on a miss) -> driver load
+ *   source -> front_end (parse, build) -> (target) -> compile_module
+ *     (match, plan, emit) -> cache key -> cache_get (NVRTC on a miss;
+ *     the entry keeps the cubin and the plans) -> module -> driver load
  *
  * and an embedded module (`attnc build`) takes a shorter one:
  *
- *   embedded source -> parse_source -> ir_build -> (target)
- *     -> embedded cubin or PTX for the target -> driver load
- *     (no image for the target: the compile path above, from emit on)
+ *   embedded source -> front_end -> (target) -> embedded cubin or PTX and
+ *     its plans for the target -> module -> driver load
+ *     (no image for the target: the compile path above, from match on)
  *
  * Every failure ends in the context's error message and a status; nothing
  * here prints, exits or aborts. Modules, graphs and calls report into the
@@ -18,65 +20,6 @@
 
 #include "cuda_driver.h"
 #include "rt.h"
-
-/* Embedded modules a context loaded for generated NAME_launch code. */
-typedef struct RtEmbeddedModule {
-  const attn_embedded *em;
-  attn_module *m;
-  struct RtEmbeddedModule *next;
-} RtEmbeddedModule;
-
-struct attn_context {
-  StrBuf error;
-  char arch[16]; /* "" until attn_context_set_arch */
-  bool disk_cache; /* the caller's wish; the Cache may still fall back */
-  Cache cache;
-  RtEmbeddedModule *embedded;
-};
-
-struct attn_graph {
-  attn_module *m;
-  const IrGraph *ir;
-  KernelInfo kernel;
-  CUkernel kern;      /* once the module's library is loaded */
-  CUfunction fn;      /* kern in fn_ctx */
-  CUcontext fn_ctx;
-  /* The other entries (rt_call_aux_function: the backward's, the
-   * separable masks' prep kernel) in aux_fn_ctx. */
-  CUfunction aux_fn[RT_ENTRY_COUNT];
-  CUcontext aux_fn_ctx;
-};
-
-struct attn_module {
-  attn_context *ctx;
-  Arena *arena; /* the IR and emitted source live here */
-  const IrModule *ir;
-  char arch[16];   /* what the image was built for ("sm_90" for PTX) */
-  char target[16]; /* what it was chosen for: the device's target */
-  attn_source_kind kind;
-  unsigned char *cubin; /* or NUL-terminated PTX */
-  size_t cubin_len;
-  char *log;
-  const char *source;
-  CUlibrary lib;
-  bool loaded;
-  attn_graph *graphs;
-  int ngraphs;
-};
-
-struct attn_call {
-  attn_graph *g;
-  BindState bind;
-  void *tile_counter;
-  RtBwdScratch *bwd; /* backward.c's scratch buffers, or NULL */
-  CUdeviceptr ranges; /* rt_call_prep's workspace, ranges_bytes long */
-  size_t ranges_bytes;
-  /* Persistent kernels' work queue: two words the kernel leaves zero
-   * (attn_abi.h), allocated and zeroed at the first such launch. One per
-   * call, so a call's launches must be ordered (they write the same
-   * outputs anyway); different calls never share one. */
-  CUdeviceptr tile_queue;
-};
 
 /* ------------------------------------------------------------- statuses */
 
@@ -93,17 +36,14 @@ const char *attn_status_string(attn_status s) {
   case ATTN_ERROR_OUT_OF_MEMORY: return "out of memory";
   case ATTN_ERROR_IO: return "I/O error";
   case ATTN_ERROR_INCOMPLETE: return "incomplete bindings";
+  case ATTN_ERROR_INTERNAL: return "internal error in libattn";
   }
   return "unknown status";
 }
 
 const char *attn_version(void) { return ATTNC_VERSION; }
 
-static attn_status rt_fail(attn_context *ctx, attn_status st,
-                           const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static attn_status rt_fail(attn_context *ctx, attn_status st,
-                           const char *fmt, ...) {
+attn_status rt_fail(attn_context *ctx, attn_status st, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   ctx->error.len = 0;
@@ -112,7 +52,7 @@ static attn_status rt_fail(attn_context *ctx, attn_status st,
   return st;
 }
 
-static void rt_clear_error(attn_context *ctx) {
+void rt_clear_error(attn_context *ctx) {
   ctx->error.len = 0;
   if (ctx->error.data) ctx->error.data[0] = '\0';
 }
@@ -199,6 +139,29 @@ attn_status attn_context_set_cache_dir(attn_context *ctx, const char *dir) {
   return ATTN_SUCCESS;
 }
 
+attn_status attn_context_set_option(attn_context *ctx, attn_option option, long long value) {
+  if (!ctx) return ATTN_ERROR_INVALID_ARGUMENT;
+  rt_clear_error(ctx);
+  switch (option) {
+  case ATTN_OPTION_BACKWARD_TEMPLATE:
+    if (value != 0 && value != 80 && value != 90) break;
+    ctx->options.bwd_template = (int)value;
+    return ATTN_SUCCESS;
+  case ATTN_OPTION_SM90_VARIANT:
+    if (value < 0 || value > 4) break;
+    ctx->options.sm90_variant = (int)value;
+    return ATTN_SUCCESS;
+  case ATTN_OPTION_PERSISTENT_CTAS:
+    if (value < 0 || value > 1 << 20) break;
+    ctx->options.persistent_ctas = value;
+    return ATTN_SUCCESS;
+  default:
+    return rt_fail(ctx, ATTN_ERROR_INVALID_ARGUMENT, "unknown option %d", (int)option);
+  }
+  return rt_fail(ctx, ATTN_ERROR_INVALID_ARGUMENT,
+                 "option %d does not take %lld (attn.h lists the values)", (int)option, value);
+}
+
 Cache *rt_context_cache(attn_context *ctx) { return &ctx->cache; }
 
 /* --------------------------------------------------------------- target */
@@ -240,72 +203,41 @@ static attn_status rt_resolve_arch(attn_context *ctx, char arch[16]) {
 
 /* ------------------------------------------------------------- loading */
 
-/* Loads the module's cubin (once) and resolves every entry point; a cubin
- * the device cannot run fails here, not at the first launch. */
-static attn_status rt_module_load(attn_module *m, const RtDriver *d) {
+attn_status rt_module_load(attn_module *m, const RtDriver *d) {
   StrBuf *err = &m->ctx->error;
   if (m->loaded) return ATTN_SUCCESS;
   if (!m->cubin)
-    return rt_fail(m->ctx, ATTN_ERROR_UNSUPPORTED,
-                   "module holds no compiled kernels");
-  CUresult r = d->LibraryLoadData(&m->lib, m->cubin, NULL, NULL, 0, NULL,
-                                  NULL, 0);
+    return rt_fail(m->ctx, ATTN_ERROR_UNSUPPORTED, "module holds no compiled kernels");
+  CUresult r = d->LibraryLoadData(&m->lib, m->cubin, NULL, NULL, 0, NULL, NULL, 0);
   if (r != CUDA_SUCCESS) {
     attn_status st = rt_driver_error(d, r, "cuLibraryLoadData", err);
     sb_printf(err, " (kernels built for %s%s)", m->arch,
               m->kind == ATTN_FROM_EMBEDDED_PTX ? " as PTX" : "");
     return st;
   }
+  /* Every step of every plan: a cubin the device cannot run, or one that
+   * lacks an entry its plan names, fails here, not at a launch. */
   for (int i = 0; i < m->ngraphs; i++) {
     attn_graph *g = &m->graphs[i];
-    r = d->LibraryGetKernel(&g->kern, m->lib, g->kernel.entry);
-    if (r != CUDA_SUCCESS) {
-      attn_status st = rt_driver_error(d, r, "cuLibraryGetKernel", err);
-      sb_printf(err, " for entry '%s'", g->kernel.entry);
-      d->LibraryUnload(m->lib);
-      return st;
-    }
+    for (int pass = 0; pass < PLAN_NPASSES; pass++)
+      for (int k = 0; k < g->plan->pass[pass].nsteps; k++) {
+        const char *entry = g->plan->pass[pass].steps[k].entry;
+        r = d->LibraryGetKernel(&g->kern[pass][k], m->lib, entry);
+        if (r != CUDA_SUCCESS) {
+          attn_status st = rt_driver_error(d, r, "cuLibraryGetKernel", err);
+          sb_printf(err, " for entry '%s'", entry);
+          d->LibraryUnload(m->lib);
+          return st;
+        }
+      }
   }
   m->loaded = true;
   return ATTN_SUCCESS;
 }
 
-/* The graph's function in the current context, with its shared-memory
- * limit raised; cached for the last context used. */
-static attn_status rt_graph_function(attn_graph *g, const RtDriver *d,
-                                     CUcontext cu, CUfunction *fn) {
-  attn_module *m = g->m;
-  StrBuf *err = &m->ctx->error;
-  attn_status st = rt_module_load(m, d);
-  if (st) return st;
-  if (g->fn && g->fn_ctx == cu) {
-    *fn = g->fn;
-    return ATTN_SUCCESS;
-  }
-  CUresult r = d->KernelGetFunction(fn, g->kern);
-  if (r != CUDA_SUCCESS) {
-    st = rt_driver_error(d, r, "cuKernelGetFunction", err);
-    sb_printf(err, " for '%s' (built for %s; is that this GPU's target?)",
-              g->kernel.entry, m->arch);
-    return st;
-  }
-  if (g->kernel.smem_bytes > 0) {
-    r = d->FuncSetAttribute(*fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                            g->kernel.smem_bytes);
-    if (r != CUDA_SUCCESS) {
-      st = rt_driver_error(d, r, "cuFuncSetAttribute", err);
-      sb_printf(err, " raising '%s' to %d bytes of dynamic shared memory",
-                g->kernel.entry, g->kernel.smem_bytes);
-      return st;
-    }
-  }
-  g->fn = *fn;
-  g->fn_ctx = cu;
-  return ATTN_SUCCESS;
-}
-
-/* Loads now when a driver and a context for this very target exist;
- * otherwise the first launch loads (compiling needs no GPU). */
+/* Loads now when a driver and a context for this very target exist, and
+ * resolves every step's function there; otherwise the first launch loads
+ * (compiling needs no GPU). */
 static attn_status rt_module_try_load(attn_module *m) {
   attn_status st;
   const RtDriver *d = rt_driver(&st, NULL);
@@ -320,27 +252,35 @@ static attn_status rt_module_try_load(attn_module *m) {
   if (!ready) return ATTN_SUCCESS;
   nvrtc_arch_for_cc(major, minor, dev_arch);
   if (strcmp(dev_arch, m->target) != 0) return ATTN_SUCCESS;
-  for (int i = 0; i < m->ngraphs; i++) {
-    CUfunction fn;
-    if ((st = rt_graph_function(&m->graphs[i], d, cu, &fn))) return st;
-  }
+  for (int i = 0; i < m->ngraphs; i++)
+    if ((st = rt_graph_resolve(&m->graphs[i], d, cu))) return st;
   return ATTN_SUCCESS;
 }
 
 /* --------------------------------------------------------------- module */
 
-attn_status rt_module_from_ir(attn_context *ctx, Arena *a,
-                              const IrModule *ir, const KernelInfo *kernels,
-                              int nkernels, const char *arch,
-                              const void *cubin, size_t cubin_len,
-                              attn_module **out) {
-  *out = NULL;
-  if (nkernels != ir->ngraphs) {
-    arena_free(a);
-    return rt_fail(ctx, ATTN_ERROR_UNSUPPORTED,
-                   "the emitter returned %d kernels for %d graphs", nkernels,
-                   ir->ngraphs);
+/* A plan read back must describe this graph: its name, and slots and
+ * tensors that exist in it. */
+static bool rt_plan_fits(const GraphPlan *gp, const IrGraph *g) {
+  if (strcmp(gp->graph, g->name) != 0) return false;
+  for (int pass = 0; pass < PLAN_NPASSES; pass++) {
+    const PassPlan *pp = &gp->pass[pass];
+    for (int k = 0; k < pp->nslices; k++)
+      for (int x = 0; x < 4; x++)
+        if (pp->slices[k].dims[x].kind == PD_NUMEL && pp->slices[k].dims[x].n >= g->ntensors)
+          return false;
+    bool queue = false;
+    for (int k = 0; k < pp->nslices; k++) queue |= pp->slices[k].bind == PB_TILE_QUEUE;
+    for (int k = 0; k < pp->nsteps; k++)
+      if (pp->steps[k].persistent && !queue) return false;
   }
+  return gp->pass[PLAN_FORWARD].present;
+}
+
+attn_status rt_module_from_ir(attn_context *ctx, Arena *a, const IrModule *ir,
+                              const char *plan_text, const char *arch, const void *cubin,
+                              size_t cubin_len, attn_module **out) {
+  *out = NULL;
   for (int i = 0; i < ir->ngraphs; i++) {
     const IrGraph *g = ir->graphs[i];
     if (g->ntensors > ATTN_MAX_TENSORS || g->nscalars > ATTN_MAX_SCALARS ||
@@ -353,9 +293,27 @@ attn_status rt_module_from_ir(attn_context *ctx, Arena *a,
                      ATTN_MAX_TENSORS, ATTN_MAX_SCALARS, ATTN_MAX_DIMS);
     }
   }
+  GraphPlan *plans;
+  int nplans;
+  StrBuf why = {0};
+  if (plan_read(plan_text, a, &plans, &nplans, &why) != 0 || nplans != ir->ngraphs) {
+    rt_fail(ctx, ATTN_ERROR_INVALID_ARGUMENT, "the module's launch plans do not fit its graphs: %s",
+            why.len ? why.data : "one plan per graph expected");
+    sb_free(&why);
+    arena_free(a);
+    return ATTN_ERROR_INVALID_ARGUMENT;
+  }
+  sb_free(&why);
+  for (int i = 0; i < ir->ngraphs; i++)
+    if (!rt_plan_fits(&plans[i], ir->graphs[i])) {
+      rt_fail(ctx, ATTN_ERROR_INVALID_ARGUMENT,
+              "the module's launch plan %d (for '%s') does not fit graph '%s'", i,
+              plans[i].graph, ir->graphs[i]->name);
+      arena_free(a);
+      return ATTN_ERROR_INVALID_ARGUMENT;
+    }
   attn_module *m = calloc(1, sizeof *m);
-  if (m) m->graphs = calloc((size_t)(ir->ngraphs ? ir->ngraphs : 1),
-                            sizeof *m->graphs);
+  if (m) m->graphs = calloc((size_t)(ir->ngraphs ? ir->ngraphs : 1), sizeof *m->graphs);
   if (m && cubin) m->cubin = malloc(cubin_len ? cubin_len : 1);
   if (!m || !m->graphs || (cubin && !m->cubin)) {
     if (m) free(m->graphs);
@@ -375,7 +333,7 @@ attn_status rt_module_from_ir(attn_context *ctx, Arena *a,
   for (int i = 0; i < m->ngraphs; i++) {
     m->graphs[i].m = m;
     m->graphs[i].ir = ir->graphs[i];
-    m->graphs[i].kernel = kernels[i];
+    m->graphs[i].plan = &plans[i];
   }
   *out = m;
   return ATTN_SUCCESS;
@@ -406,10 +364,12 @@ const char *rt_module_source(const attn_module *m) {
   return m && m->source ? m->source : "";
 }
 
-/* What NVRTC needs to fill one cache entry. */
+/* What NVRTC needs to fill one cache entry, and what the entry keeps
+ * beside the cubin: the plans and where they came from. */
 typedef struct RtCompileJob {
   const char *source;
   const NvrtcOptions *options;
+  const char *meta;
 } RtCompileJob;
 
 static attn_status rt_compile_job(void *user, CacheBlob *out, StrBuf *err) {
@@ -418,6 +378,13 @@ static attn_status rt_compile_job(void *user, CacheBlob *out, StrBuf *err) {
   attn_status st =
       nvrtc_compile(job->source, "attnc.cu", job->options, false, &nv, err);
   if (st) return st;
+  out->meta = strdup(job->meta);
+  if (!out->meta) {
+    nvrtc_output_free(&nv);
+    sb_puts(err, "out of memory");
+    return ATTN_ERROR_OUT_OF_MEMORY;
+  }
+  out->meta_len = strlen(job->meta);
   out->cubin = nv.cubin;
   out->cubin_len = nv.cubin_len;
   out->log = nv.log;
@@ -426,7 +393,19 @@ static attn_status rt_compile_job(void *user, CacheBlob *out, StrBuf *err) {
   return ATTN_SUCCESS;
 }
 
-/* emit -> cache (NVRTC on a miss) -> module, for a built IR. */
+/* The plans in a cache entry's meta: after its "source" and "target"
+ * lines. NULL when there are none. */
+static const char *rt_meta_plans(const char *meta) {
+  const char *p = meta ? strstr(meta, "attnc-plan ") : NULL;
+  return p && (p == meta || p[-1] == '\n') ? p : NULL;
+}
+
+static CompileOptions rt_compile_options(const attn_context *ctx, const char *arch) {
+  return (CompileOptions){.arch = arch, .bwd_template = ctx->options.bwd_template,
+                          .sm90_variant = ctx->options.sm90_variant};
+}
+
+/* compile_module -> cache (NVRTC on a miss) -> module, for a built IR. */
 static attn_status rt_compile_ir(attn_context *ctx, Arena *a,
                                  const IrModule *ir, attn_module **out) {
   char arch[16];
@@ -436,8 +415,9 @@ static attn_status rt_compile_ir(attn_context *ctx, Arena *a,
     return st;
   }
   Diag d = {0};
-  EmitResult er = {0};
-  if (emit_module(ir, arch, a, &d, &er) != 0) {
+  Compiled cm;
+  const CompileOptions opt = rt_compile_options(ctx, arch);
+  if (compile_module(ir, &opt, STAGE_EMIT, a, &d, &cm) != 0) {
     rt_fail(ctx, ATTN_ERROR_UNSUPPORTED, "%s",
             d.out.len ? d.out.data : "no kernel template can run this "
                                      "module\n");
@@ -446,32 +426,43 @@ static attn_status rt_compile_ir(attn_context *ctx, Arena *a,
     return ATTN_ERROR_UNSUPPORTED;
   }
   diag_free(&d);
-  const char **entries = arena_alloc(a, sizeof *entries *
-                                            (size_t)(er.nkernels + 1));
-  for (int i = 0; i < er.nkernels; i++) entries[i] = er.kernels[i].entry;
+  /* Every entry the plans launch is part of the key. */
+  int nentries = 0;
+  const char **entries = arena_alloc(a, sizeof *entries * (size_t)(cm.ngraphs * PLAN_NPASSES *
+                                                                     PLAN_MAX_STEPS + 1));
+  for (int i = 0; i < cm.ngraphs; i++)
+    for (int pass = 0; pass < PLAN_NPASSES; pass++)
+      for (int k = 0; k < cm.plans[i].pass[pass].nsteps; k++)
+        entries[nentries++] = cm.plans[i].pass[pass].steps[k].entry;
+  StrBuf meta = {0};
+  sb_printf(&meta, "source %s\ntarget %s\n", emit_source_name(a, ir->src), arch);
+  plan_write(&meta, cm.plans, cm.ngraphs);
   NvrtcOptions opts;
   nvrtc_options(&opts, arch, !ctx->disk_cache);
-  CacheKeyInput in = {er.source,   strlen(er.source), nvrtc_version(),
-                      arch,        opts.v,            opts.n,
-                      entries,     er.nkernels};
+  CacheKeyInput in = {cm.source, strlen(cm.source), nvrtc_version(),
+                      arch,      opts.v,            opts.n,
+                      entries,   nentries};
   unsigned char key[SHA256_BYTES];
   cache_key(&in, key);
-  RtCompileJob job = {er.source, &opts};
+  RtCompileJob job = {cm.source, &opts, meta.data};
   CacheBlob blob;
   int compiles = ctx->cache.compiles;
-  if ((st = cache_get(&ctx->cache, arch, key, rt_compile_job, &job, &blob,
-                      &ctx->error))) {
+  st = cache_get(&ctx->cache, arch, key, rt_compile_job, &job, &blob, &ctx->error);
+  sb_free(&meta);
+  if (st) {
     arena_free(a);
     return st;
   }
-  st = rt_module_from_ir(ctx, a, ir, er.kernels, er.nkernels, arch,
-                         blob.cubin, blob.cubin_len, out);
+  /* The entry's plans, read back as every module's are (a disk entry
+   * holds what this very source planned: the key covers it). */
+  const char *plans = rt_meta_plans(blob.meta);
+  st = rt_module_from_ir(ctx, a, ir, plans ? plans : "", arch, blob.cubin, blob.cubin_len, out);
   if (st == ATTN_SUCCESS) {
     (*out)->kind = ctx->cache.compiles > compiles ? ATTN_FROM_NVRTC
                                                   : ATTN_FROM_CACHE;
     (*out)->log = blob.log;
     blob.log = NULL;
-    (*out)->source = er.source;
+    (*out)->source = cm.source;
   }
   cache_blob_free(&blob);
   if (st == ATTN_SUCCESS && (st = rt_module_try_load(*out))) {
@@ -485,9 +476,8 @@ static attn_status rt_compile_ir(attn_context *ctx, Arena *a,
  * context's error (and the arena is freed) on failure. */
 static IrModule *rt_front_end(attn_context *ctx, Arena *a, const Source *src,
                               Diag *d) {
-  AstFile *ast = parse_source(src, a, d);
-  IrModule *ir = d->nerrors ? NULL : ir_build(ast, a, d);
-  if (!ir || d->nerrors) {
+  IrModule *ir = front_end(src, a, d);
+  if (!ir) {
     rt_fail(ctx, ATTN_ERROR_SOURCE, "%s", d->out.len ? d->out.data : "");
     diag_free(d);
     arena_free(a);
@@ -574,31 +564,30 @@ static bool rt_image_fits(const attn_embedded_image *im, const char *target) {
   return is == '\0' && in / 10 == tn / 10 && tn >= in;
 }
 
-/* Does the image describe this module's graphs, in order? An image from
- * the same source and attnc version always does; this guards the rest. */
-static bool rt_image_matches(const attn_embedded_image *im,
-                             const IrModule *ir) {
-  if (!im->kernels || im->nkernels != ir->ngraphs) return false;
-  for (int i = 0; i < ir->ngraphs; i++) {
-    const attn_embedded_kernel *k = &im->kernels[i];
-    if (!k->graph || !k->entry || strcmp(k->graph, ir->graphs[i]->name) != 0 ||
-        k->threads <= 0 || k->block_m <= 0 || k->smem_bytes < 0)
-      return false;
-  }
-  return true;
+/* Do the image's plans describe this module's graphs, in order? An
+ * image from the same source and attnc version always does; this guards
+ * the rest (the loader then reads them again into the module's arena). */
+static bool rt_image_matches(const attn_embedded_image *im, const IrModule *ir) {
+  Arena *a = arena_new();
+  GraphPlan *plans;
+  int n;
+  StrBuf why = {0};
+  bool ok = a && im->plans && plan_read(im->plans, a, &plans, &n, &why) == 0 && n == ir->ngraphs;
+  for (int i = 0; ok && i < n; i++) ok = rt_plan_fits(&plans[i], ir->graphs[i]);
+  sb_free(&why);
+  arena_free(a);
+  return ok;
 }
 
 /* The image to use for target: an exact cubin first, then a compatible
  * cubin (highest first), then PTX (highest first); NULL when none fits. */
-static const attn_embedded_image *rt_pick_image(const attn_embedded *em,
-                                                const IrModule *ir,
+static const attn_embedded_image *rt_pick_image(const attn_embedded *em, const IrModule *ir,
                                                 const char *target) {
   const attn_embedded_image *best = NULL;
   int best_rank = 0, best_num = -1;
   for (int i = 0; i < em->nimages; i++) {
     const attn_embedded_image *im = &em->images[i];
-    if (!im->arch || !rt_image_fits(im, target) || !rt_image_matches(im, ir))
-      continue;
+    if (!im->arch || !rt_image_fits(im, target) || !rt_image_matches(im, ir)) continue;
     char suffix;
     int num = rt_arch_number(im->arch, &suffix);
     int rank = im->is_ptx ? 1 : strcmp(im->arch, target) == 0 ? 3 : 2;
@@ -616,35 +605,7 @@ static attn_status rt_module_from_image(attn_context *ctx, Arena *a,
                                         const attn_embedded_image *im,
                                         const char *target,
                                         attn_module **out) {
-  KernelInfo *kernels =
-      arena_alloc(a, sizeof *kernels * (size_t)(ir->ngraphs ? ir->ngraphs : 1));
-  for (int i = 0; i < ir->ngraphs; i++) {
-    kernels[i].graph = ir->graphs[i]->name;
-    kernels[i].entry = arena_strdup(a, im->kernels[i].entry);
-    kernels[i].threads = im->kernels[i].threads;
-    kernels[i].smem_bytes = im->kernels[i].smem_bytes;
-    kernels[i].block_m = im->kernels[i].block_m;
-    kernels[i].tma_rows_q = im->kernels[i].tma_rows_q;
-    kernels[i].tma_rows_kv = im->kernels[i].tma_rows_kv;
-    for (int e = 0; e < 4; e++)
-      kernels[i].bwd_entry[e] = im->kernels[i].bwd_entry[e]
-                                    ? arena_strdup(a, im->kernels[i].bwd_entry[e])
-                                    : NULL;
-    if (!kernels[i].bwd_entry[0] || !kernels[i].bwd_entry[1] ||
-        !kernels[i].bwd_entry[2] || !kernels[i].bwd_entry[3])
-      kernels[i].bwd_entry[0] = NULL; /* all four, or no backward */
-    kernels[i].bwd_threads = im->kernels[i].bwd_threads;
-    kernels[i].bwd_smem_bytes = im->kernels[i].bwd_smem_bytes;
-    kernels[i].bwd_block_n = im->kernels[i].bwd_block_n;
-    kernels[i].bwd_tma_rows = im->kernels[i].bwd_tma_rows;
-    kernels[i].prep_entry = im->kernels[i].prep_entry
-                                ? arena_strdup(a, im->kernels[i].prep_entry)
-                                : NULL;
-    memcpy(kernels[i].prep_cell_bytes, im->kernels[i].prep_cell_bytes,
-           sizeof kernels[i].prep_cell_bytes);
-  }
-  attn_status st = rt_module_from_ir(ctx, a, ir, kernels, ir->ngraphs,
-                                     im->arch, im->data, im->size, out);
+  attn_status st = rt_module_from_ir(ctx, a, ir, im->plans, im->arch, im->data, im->size, out);
   if (st) return st;
   attn_module *m = *out;
   m->kind = im->is_ptx ? ATTN_FROM_EMBEDDED_PTX : ATTN_FROM_EMBEDDED;
@@ -794,10 +755,7 @@ attn_status attn_call_create(attn_graph *g, attn_call **out) {
 
 void attn_call_destroy(attn_call *c) {
   if (!c) return;
-  rt_bwd_scratch_free(c->bwd);
-  const RtDriver *d = c->ranges || c->tile_queue ? rt_driver(NULL, NULL) : NULL;
-  if (d && c->ranges) d->MemFree(c->ranges);
-  if (d && c->tile_queue) d->MemFree(c->tile_queue);
+  rt_call_free_workspace(c);
   free(c);
 }
 
@@ -873,168 +831,3 @@ attn_status attn_call_set_tile_counter(attn_call *c, void *device_u64) {
   return ATTN_SUCCESS;
 }
 
-/* Grid (ceil(Sq/block_m), H, B) within the hardware's limits. */
-static attn_status rt_grid(attn_call *c, unsigned grid[3]) {
-  const attn_params *p = &c->bind.params;
-  const KernelInfo *k = &c->g->kernel;
-  attn_context *ctx = c->g->m->ctx;
-  if (k->block_m <= 0 || k->threads <= 0)
-    return rt_fail(ctx, ATTN_ERROR_UNSUPPORTED,
-                   "graph '%s': kernel '%s' has no launch shape",
-                   c->g->ir->name, k->entry);
-  if (p->H > 65535 || p->B > 65535)
-    return rt_fail(ctx, ATTN_ERROR_INVALID_ARGUMENT,
-                   "graph '%s': %d heads and batch %d: the launch grid "
-                   "allows at most 65535 of each",
-                   c->g->ir->name, p->H, p->B);
-  grid[0] = (unsigned)((p->Sq + (long long)k->block_m - 1) / k->block_m);
-  grid[1] = (unsigned)p->H;
-  grid[2] = (unsigned)p->B;
-  return ATTN_SUCCESS;
-}
-
-attn_status rt_call_prep(attn_call *c, const RtDriver *d, CUcontext cu, attn_params *p,
-                         void *stream) {
-  const KernelInfo *k = &c->g->kernel;
-  p->mask_ranges = NULL;
-  if (!k->prep_entry || p->B == 0 || p->H == 0 || p->Sq == 0) return ATTN_SUCCESS;
-  attn_context *ctx = c->g->m->ctx;
-  CUfunction fn;
-  attn_status st = rt_call_aux_function(c, d, cu, RT_ENTRY_PREP, &fn);
-  if (st) return st;
-  size_t bytes = sep_workspace_bytes(k->prep_cell_bytes, p->B, p->H, p->Sq,
-                                     p->Skv, NULL);
-  if (bytes == 0) bytes = 16;
-  if (c->ranges_bytes < bytes) { /* grown on demand, kept for the next launch */
-    if (c->ranges) d->MemFree(c->ranges);
-    c->ranges = 0;
-    c->ranges_bytes = 0;
-    CUresult r = d->MemAlloc(&c->ranges, bytes);
-    if (r != CUDA_SUCCESS) {
-      c->ranges = 0;
-      st = rt_driver_error(d, r, "cuMemAlloc", &ctx->error);
-      sb_printf(&ctx->error, " (%zu bytes of mask ranges for graph '%s')",
-                bytes, c->g->ir->name);
-      return st;
-    }
-    c->ranges_bytes = bytes;
-  }
-  p->mask_ranges = (void *)(uintptr_t)c->ranges;
-  /* CTA (side, h, b); per-head regions need a CTA per head. */
-  bool per_h = k->prep_cell_bytes[SEP_REGION_IBH] || k->prep_cell_bytes[SEP_REGION_JBH];
-  unsigned gy = per_h ? (unsigned)p->H : 1u;
-  void *args[] = {p};
-  CUresult r = d->LaunchKernel(fn, 2, gy, (unsigned)p->B, SEP_PREP_THREADS, 1,
-                               1, 0, (CUstream)stream, args, NULL);
-  if (r != CUDA_SUCCESS) {
-    st = rt_driver_error(d, r, "cuLaunchKernel", &ctx->error);
-    sb_printf(&ctx->error, " for '%s' (grid 2 x %u x %d)", k->prep_entry, gy,
-              p->B);
-  }
-  return st;
-}
-
-attn_status attn_call_launch(attn_call *c, void *stream) {
-  if (!c) return ATTN_ERROR_INVALID_ARGUMENT;
-  attn_context *ctx = c->g->m->ctx;
-  rt_clear_error(ctx);
-  attn_status st = bind_finish(&c->bind, &ctx->error);
-  if (st) return st;
-  attn_params *p = &c->bind.params;
-  p->tiles_visited = c->tile_counter;
-  if (p->B == 0 || p->H == 0 || p->Sq == 0) return ATTN_SUCCESS;
-  unsigned grid[3] = {0, 0, 0};
-  if ((st = rt_grid(c, grid))) return st;
-  const RtDriver *d = rt_driver(&st, &ctx->error);
-  if (!d) return st;
-  CUcontext cu;
-  CUdevice dev;
-  CUfunction fn;
-  if ((st = rt_driver_current(d, &cu, &dev, &ctx->error)) ||
-      (st = rt_graph_function(c->g, d, cu, &fn)))
-    return st;
-  const KernelInfo *k = &c->g->kernel;
-  if (k->persistent) { /* at most one CTA per SM; the kernel walks the tiles */
-    rt_persistent_grid(d, dev, grid, 0); /* else one CTA per tile, still through the queue */
-    if (!c->tile_queue) {
-      CUdeviceptr q = 0;
-      CUresult r = d->MemAlloc(&q, 2 * sizeof(unsigned));
-      if (r == CUDA_SUCCESS) r = d->MemsetD32(q, 0, 2);
-      if (r != CUDA_SUCCESS) {
-        if (q) d->MemFree(q);
-        return rt_driver_error(d, r, "cuMemAlloc (the persistent kernel's tile queue)",
-                               &ctx->error);
-      }
-      c->tile_queue = q;
-    }
-    p->tile_queue = (unsigned *)(uintptr_t)c->tile_queue;
-  }
-  if ((st = rt_call_prep(c, d, cu, p, stream))) return st; /* separable masks' ranges */
-  attn_tmaps tmaps; /* the sm90 template's second parameter (tmap.c) */
-  if ((st = rt_tmap_fill(d, c->g->ir, k, p, &tmaps, &ctx->error))) return st;
-  void *args[] = {p, &tmaps};
-  CUresult r = d->LaunchKernel(fn, grid[0], grid[1], grid[2],
-                               (unsigned)k->threads, 1, 1,
-                               (unsigned)(k->smem_bytes > 0 ? k->smem_bytes
-                                                            : 0),
-                               (CUstream)stream, args, NULL);
-  if (r != CUDA_SUCCESS) {
-    st = rt_driver_error(d, r, "cuLaunchKernel", &ctx->error);
-    sb_printf(&ctx->error, " for graph '%s' (grid %u x %u x %u, %d threads, "
-                           "%d bytes of shared memory)",
-              c->g->ir->name, grid[0], grid[1], grid[2], k->threads,
-              k->smem_bytes);
-  }
-  return st;
-}
-
-/* ------------------------------------------------ for backward.c */
-
-attn_context *rt_call_context(attn_call *c) { return c->g->m->ctx; }
-StrBuf *rt_call_error(attn_call *c) { return &c->g->m->ctx->error; }
-const IrGraph *rt_call_ir(const attn_call *c) { return c->g->ir; }
-const KernelInfo *rt_call_kernel(const attn_call *c) { return &c->g->kernel; }
-BindState *rt_call_bind(attn_call *c) { return &c->bind; }
-RtBwdScratch **rt_call_bwd_scratch(attn_call *c) { return &c->bwd; }
-
-/* cuda_driver.h: the backward's entries and the prep kernel, loading the
- * module first. */
-attn_status rt_call_aux_function(attn_call *c, const RtDriver *d, CUcontext cu,
-                                 int which, CUfunction *fn) {
-  attn_graph *g = c->g;
-  attn_module *m = g->m;
-  StrBuf *err = &m->ctx->error;
-  attn_status st = rt_module_load(m, d);
-  if (st) return st;
-  if (g->aux_fn_ctx != cu) {
-    memset(g->aux_fn, 0, sizeof g->aux_fn);
-    g->aux_fn_ctx = cu;
-  }
-  if (g->aux_fn[which]) {
-    *fn = g->aux_fn[which];
-    return ATTN_SUCCESS;
-  }
-  const bool prep = which == RT_ENTRY_PREP;
-  const char *entry = prep ? g->kernel.prep_entry : g->kernel.bwd_entry[which];
-  CUkernel kern;
-  CUresult r = d->LibraryGetKernel(&kern, m->lib, entry);
-  if (r == CUDA_SUCCESS) r = d->KernelGetFunction(fn, kern);
-  if (r != CUDA_SUCCESS) {
-    st = rt_driver_error(d, r, "cuLibraryGetKernel", err);
-    sb_printf(err, " for %s entry '%s' (built for %s)", prep ? "the mask prep" : "backward",
-              entry, m->arch);
-    return st;
-  }
-  if (which == 1 && g->kernel.bwd_smem_bytes > 0) {
-    r = d->FuncSetAttribute(*fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                            g->kernel.bwd_smem_bytes);
-    if (r != CUDA_SUCCESS) {
-      st = rt_driver_error(d, r, "cuFuncSetAttribute", err);
-      sb_printf(err, " raising '%s' to %d bytes of dynamic shared memory", entry,
-                g->kernel.bwd_smem_bytes);
-      return st;
-    }
-  }
-  g->aux_fn[which] = *fn;
-  return ATTN_SUCCESS;
-}

@@ -36,7 +36,10 @@ typedef enum attn_status {
   ATTN_ERROR_CUDA = 7,             /* a driver call failed */
   ATTN_ERROR_OUT_OF_MEMORY = 8,
   ATTN_ERROR_IO = 9,               /* reading a source file */
-  ATTN_ERROR_INCOMPLETE = 10       /* a launch with unbound tensors */
+  ATTN_ERROR_INCOMPLETE = 10,      /* a launch with unbound tensors */
+  ATTN_ERROR_INTERNAL = 11         /* a broken invariant inside libattn: a bug;
+                                      the message says where, the context
+                                      stays usable */
 } attn_status;
 
 typedef enum attn_dtype {
@@ -70,6 +73,26 @@ const char *attn_context_warning(const attn_context *ctx);
 attn_status attn_context_set_arch(attn_context *ctx, const char *arch);
 /* Cache directory; NULL disables the disk cache. */
 attn_status attn_context_set_cache_dir(attn_context *ctx, const char *dir);
+
+/* Tuning knobs, per context; every one defaults to 0, the fastest
+ * measured choice. Compile options apply to the modules compiled after
+ * the call (they change the kernels, so the cache keeps them apart):
+ *   ATTN_OPTION_BACKWARD_TEMPLATE  the backward's main kernel: 0 the
+ *       target's fastest, 80 the portable bwd_sm80 everywhere, 90
+ *       bwd_sm90 wherever the target is sm_90a
+ *   ATTN_OPTION_SM90_VARIANT  the Hopper forward's variant: 0 auto,
+ *       1 base, 2 persist, 3 bn80, 4 persist_bn80 (bench/NOTES-sm90.md)
+ * and a launch option:
+ *   ATTN_OPTION_PERSISTENT_CTAS  at most this many CTAs for persistent
+ *       kernels (0: one per SM); tests use a few to make every CTA take
+ *       several work items
+ * Other values: ATTN_ERROR_INVALID_ARGUMENT with a message. */
+typedef enum attn_option {
+  ATTN_OPTION_BACKWARD_TEMPLATE = 1,
+  ATTN_OPTION_SM90_VARIANT = 2,
+  ATTN_OPTION_PERSISTENT_CTAS = 3
+} attn_option;
+attn_status attn_context_set_option(attn_context *ctx, attn_option option, long long value);
 
 attn_status attn_module_compile_file(attn_context *ctx, const char *path,
                                      attn_module **out);
@@ -105,8 +128,10 @@ attn_status attn_call_launch(attn_call *c, void *stream);
  * wrote. The f32 scratch the kernels need (delta, dQ's accumulator, and
  * for GQA dK/dV's) is allocated by the library on first use, kept on the
  * call for the next launch and freed by attn_call_destroy, which must run
- * while the CUDA context of the launch still exists. Launches four
- * kernels on the stream. Each bias declared with grad is bound the same
+ * while the CUDA context of the launch still exists (or pass your own:
+ * attn_call_launch_backward_with_workspace). Launches the kernels of the
+ * graph's backward plan (`attnc plan`) on the stream. Zero key positions
+ * (Skv 0) give zero dq; zero queries give zero dk and dv. Each bias declared with grad is bound the same
  * way, "d" + its name (its dtype and shape; written, zeros where the
  * scores do not reach). ATTN_ERROR_UNSUPPORTED for a graph without grad
  * or without a GPU backward (a grad tensor that is not read as a bias
@@ -122,6 +147,20 @@ attn_status attn_call_launch_backward(attn_call *c, void *stream);
  * 128 have no deterministic backward: on != 0 returns
  * ATTN_ERROR_UNSUPPORTED with a message, and the mode stays off. */
 attn_status attn_call_set_deterministic(attn_call *c, int on);
+/* Workspace the caller owns (cuDNN's get-size-then-execute). The f32
+ * scratch and work queues a pass needs for the bound shapes (and the
+ * call's mode) take attn_call_workspace_size bytes; the _with_workspace
+ * launches use the caller's buffer (device memory of the current context,
+ * 16-byte aligned, at least that long, not used by anything else until
+ * the launch's kernels have run) and allocate nothing, so they can be
+ * captured into a CUDA graph and replayed. The plain launches keep a
+ * workspace of their own on the call instead, allocated on first use. */
+typedef enum attn_pass { ATTN_PASS_FORWARD = 0, ATTN_PASS_BACKWARD = 1 } attn_pass;
+attn_status attn_call_workspace_size(attn_call *c, attn_pass pass, size_t *bytes);
+attn_status attn_call_launch_with_workspace(attn_call *c, void *workspace, size_t bytes,
+                                            void *stream);
+attn_status attn_call_launch_backward_with_workspace(attn_call *c, void *workspace,
+                                                     size_t bytes, void *stream);
 /* Optional: count key tiles loaded (device pointer to one u64), for tests. */
 attn_status attn_call_set_tile_counter(attn_call *c, void *device_u64);
 
@@ -140,45 +179,18 @@ attn_status attn_call_bind_dlpack(attn_call *c, const char *name,
  * `attnc build FILE.attn --arch sm_80,sm_90a -o DIR` writes DIR/NAME.c,
  * which defines one attn_embedded: the .attn text (re-parsed at load for
  * argument checking), a cubin per listed target and PTX for the highest
- * one (without its a/f suffix), which the driver compiles for newer GPUs.
- * The structs below are what that file initialises; their layout is part
- * of the ABI (format ATTN_EMBEDDED_FORMAT). */
-#define ATTN_EMBEDDED_FORMAT 5
-
-typedef struct attn_embedded_kernel {
-  const char *graph; /* graph name */
-  const char *entry; /* kernel entry point in the image */
-  int threads;       /* CTA size */
-  int smem_bytes;    /* dynamic shared memory */
-  int block_m;       /* query rows per CTA */
-  int tma_rows_q;    /* TMA box rows for q and for k/v (0: the kernel */
-  int tma_rows_kv;   /* takes no tensor maps) */
-  /* The backward of a graph that declares grad (format 3): entries of the
-   * delta pre-pass, the main kernel, dQ's and dK/dV's conversions, NULL
-   * when the graph has no GPU backward; CTA size, the main kernel's
-   * dynamic shared memory and keys per CTA. */
-  const char *bwd_entry[4];
-  int bwd_threads;
-  int bwd_smem_bytes;
-  int bwd_block_n;
-  /* Separable mask conjuncts (format 4): the prep kernel that fills the
-   * per-tile range workspace before the forward and backward (NULL when
-   * the graph has none) and the bytes of a summary cell in each of the
-   * workspace's four regions. */
-  const char *prep_entry;
-  int prep_cell_bytes[4];
-  /* (format 5) The backward main kernel's TMA box rows: > 0 when it takes
-   * tensor maps and a producer warpgroup (bwd_sm90); 0 otherwise. */
-  int bwd_tma_rows;
-} attn_embedded_kernel;
+ * one (without its a/f suffix), which the driver compiles for newer GPUs,
+ * each with the launch plans of its kernels (text the library reads: a
+ * new launch fact changes the plan, not these structs). Their layout is
+ * part of the ABI (format ATTN_EMBEDDED_FORMAT). */
+#define ATTN_EMBEDDED_FORMAT 6
 
 typedef struct attn_embedded_image {
   const char *arch; /* cubin: "sm_90a"; PTX: "sm_90" (runs on 9.0 and up) */
   int is_ptx;       /* PTX text, NUL-terminated; size counts the NUL */
   const unsigned char *data;
   size_t size;
-  const attn_embedded_kernel *kernels; /* one per graph, in source order */
-  int nkernels;
+  const char *plans; /* the graphs' launch plans, in source order */
 } attn_embedded_image;
 
 typedef struct attn_embedded {

@@ -2,17 +2,20 @@
  *
  * Entries live at ROOT/v1/ARCH/KK/KEY.bin (KK: the key's first two hex
  * digits, so no directory grows huge). Each is a fixed header followed by
- * the cubin and NVRTC's log:
+ * the cubin, NVRTC's log and the entry's meta (its source and target, and
+ * the launch plans of its kernels, which `attnc cache list` shows and the
+ * loader runs):
  *
  *   offset  size  field
  *        0     8  magic "ATTNCBIN"
  *        8     4  format version (CACHE_FORMAT_VERSION), little-endian
- *       12     4  header size (96)
+ *       12     4  header size (104)
  *       16    32  key (SHA-256 of the compile's inputs, see cache_key)
  *       48     8  cubin length
  *       56     8  log length
- *       64    32  SHA-256 of cubin || log
- *       96        cubin, then log
+ *       64     8  meta length
+ *       72    32  SHA-256 of cubin || log || meta
+ *      104        cubin, then log, then meta
  *
  * Writers compile under a per-key flock on KEY.lock (so two processes never
  * compile the same key twice: the loser waits, then finds the entry), write
@@ -36,7 +39,7 @@
 #include "rt.h"
 
 #define CACHE_MAGIC "ATTNCBIN"
-#define CACHE_HEADER_SIZE 96
+#define CACHE_HEADER_SIZE 104
 #define CACHE_MAX_ENTRY ((uint64_t)1 << 30) /* nothing real comes close */
 
 struct CacheMemEntry {
@@ -85,6 +88,7 @@ void cache_key(const CacheKeyInput *in, unsigned char key[SHA256_BYTES]) {
 void cache_blob_free(CacheBlob *b) {
   free(b->cubin);
   free(b->log);
+  free(b->meta);
   memset(b, 0, sizeof *b);
 }
 
@@ -92,15 +96,19 @@ static int cache_blob_copy(CacheBlob *dst, const CacheBlob *src) {
   memset(dst, 0, sizeof *dst);
   dst->cubin = malloc(src->cubin_len ? src->cubin_len : 1);
   dst->log = malloc(src->log_len + 1);
-  if (!dst->cubin || !dst->log) {
+  dst->meta = malloc(src->meta_len + 1);
+  if (!dst->cubin || !dst->log || !dst->meta) {
     cache_blob_free(dst);
     return -1;
   }
   if (src->cubin_len) memcpy(dst->cubin, src->cubin, src->cubin_len);
   if (src->log_len) memcpy(dst->log, src->log, src->log_len);
+  if (src->meta_len) memcpy(dst->meta, src->meta, src->meta_len);
   dst->log[src->log_len] = '\0';
+  dst->meta[src->meta_len] = '\0';
   dst->cubin_len = src->cubin_len;
   dst->log_len = src->log_len;
+  dst->meta_len = src->meta_len;
   return 0;
 }
 
@@ -241,6 +249,7 @@ static void cache_checksum(const CacheBlob *b, unsigned char out[32]) {
   sha256_init(&s);
   sha256_update(&s, b->cubin, b->cubin_len);
   sha256_update(&s, b->log, b->log_len);
+  sha256_update(&s, b->meta, b->meta_len);
   sha256_final(&s, out);
 }
 
@@ -253,7 +262,8 @@ static void cache_header(unsigned char h[CACHE_HEADER_SIZE],
   memcpy(h + 16, key, SHA256_BYTES);
   cache_put_u64(h + 48, b->cubin_len, 8);
   cache_put_u64(h + 56, b->log_len, 8);
-  cache_checksum(b, h + 64);
+  cache_put_u64(h + 64, b->meta_len, 8);
+  cache_checksum(b, h + 72);
 }
 
 typedef enum CacheRead {
@@ -285,14 +295,16 @@ static CacheRead cache_parse(const unsigned char *buf, size_t size,
     return CACHE_CORRUPT;
   uint64_t ncubin = cache_get_u64(buf + 48, 8);
   uint64_t nlog = cache_get_u64(buf + 56, 8);
-  if (ncubin > CACHE_MAX_ENTRY || nlog > CACHE_MAX_ENTRY ||
-      CACHE_HEADER_SIZE + ncubin + nlog != size)
+  uint64_t nmeta = cache_get_u64(buf + 64, 8);
+  if (ncubin > CACHE_MAX_ENTRY || nlog > CACHE_MAX_ENTRY || nmeta > CACHE_MAX_ENTRY ||
+      CACHE_HEADER_SIZE + ncubin + nlog + nmeta != size)
     return CACHE_CORRUPT;
   CacheBlob view = {(unsigned char *)buf + CACHE_HEADER_SIZE, ncubin,
-                    (char *)buf + CACHE_HEADER_SIZE + ncubin, nlog};
+                    (char *)buf + CACHE_HEADER_SIZE + ncubin, nlog,
+                    (char *)buf + CACHE_HEADER_SIZE + ncubin + nlog, nmeta};
   unsigned char sum[SHA256_BYTES];
   cache_checksum(&view, sum);
-  if (memcmp(sum, buf + 64, SHA256_BYTES) != 0) return CACHE_CORRUPT;
+  if (memcmp(sum, buf + 72, SHA256_BYTES) != 0) return CACHE_CORRUPT;
   return cache_blob_copy(out, &view) == 0 ? CACHE_FOUND : CACHE_NOMEM;
 }
 
@@ -304,7 +316,7 @@ static CacheRead cache_read_entry(const char *path,
   struct stat st;
   CacheRead r = CACHE_CORRUPT;
   if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
-      (uint64_t)st.st_size <= 2 * CACHE_MAX_ENTRY + CACHE_HEADER_SIZE) {
+      (uint64_t)st.st_size <= 3 * CACHE_MAX_ENTRY + CACHE_HEADER_SIZE) {
     size_t size = (size_t)st.st_size;
     unsigned char *buf = malloc(size ? size : 1);
     if (!buf)
@@ -350,6 +362,7 @@ static int cache_write_entry(const char *dir, const char *path,
   int rc = cache_write_all(fd, h, sizeof h) == 0 &&
                    cache_write_all(fd, b->cubin, b->cubin_len) == 0 &&
                    cache_write_all(fd, b->log, b->log_len) == 0 &&
+                   cache_write_all(fd, b->meta, b->meta_len) == 0 &&
                    fchmod(fd, 0644) == 0 && fsync(fd) == 0
                ? 0
                : -1;

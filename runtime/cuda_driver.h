@@ -48,6 +48,12 @@
   X(MemsetD8, cuMemsetD8_v2)                                                  \
   X(MemsetD32, cuMemsetD32_v2)                                                \
   X(MemsetD32Async, cuMemsetD32Async)                                         \
+  X(StreamBeginCapture, cuStreamBeginCapture_v2)                              \
+  X(StreamEndCapture, cuStreamEndCapture)                                     \
+  X(GraphInstantiate, cuGraphInstantiateWithFlags)                            \
+  X(GraphLaunch, cuGraphLaunch)                                               \
+  X(GraphExecDestroy, cuGraphExecDestroy)                                     \
+  X(GraphDestroy, cuGraphDestroy)                                             \
   X(StreamCreate, cuStreamCreate)                                             \
   X(StreamDestroy, cuStreamDestroy_v2)                                        \
   X(StreamSynchronize, cuStreamSynchronize)                                   \
@@ -97,37 +103,9 @@ attn_status rt_driver_cc(const RtDriver *d, CUdevice dev, int *major,
 attn_status rt_driver_make_current_primary(int device, StrBuf *err);
 void rt_driver_release_primary(int device);
 
-/* tmap.c: the tensor maps of a kernel whose KernelInfo asks for them
- * (tma_rows_q/kv > 0; fwd_sm90), from the bound parameter block; all zero
- * for other kernels. Error in err. */
-attn_status rt_tmap_fill(const RtDriver *d, const IrGraph *g, const KernelInfo *k,
+/* tmap.c: the tensor maps a plan step asks for (PlanStep.maps), from
+ * the launch's parameter block; the others stay zero. Error in err. */
+attn_status rt_tmap_fill(const RtDriver *d, const IrGraph *g, const PlanStep *step,
                          const attn_params *p, attn_tmaps *tm, StrBuf *err);
-/* The backward main kernel's maps (KernelInfo.bwd_tma_rows > 0; bwd_sm90):
- * q at ATTN_TMAP_Q and dO (slot dout, typed like the output o) at
- * ATTN_TMAP_DO, boxes of 64 columns by bwd_tma_rows rows; dQ's f32
- * accumulator (slot dqa, when bound) at ATTN_TMAP_DQA, boxes of 32
- * columns. */
-attn_status rt_tmap_fill_bwd(const RtDriver *d, const IrGraph *g, const KernelInfo *k, int o,
-                             int dout, int dqa, const attn_params *p, attn_tmaps *tm,
-                             StrBuf *err);
-
-/* api.c: an entry of the call's graph besides its forward kernel, in
- * context cu (cached per graph for the last context used): `which` 0..3
- * is the backward's (as KernelInfo.bwd_entry; the main kernel's
- * shared-memory limit raised), RT_ENTRY_PREP the separable masks' prep
- * kernel. Error in the context's message. */
-enum { RT_ENTRY_PREP = 4, RT_ENTRY_COUNT = 5 };
-attn_status rt_call_aux_function(attn_call *c, const RtDriver *d, CUcontext cu, int which,
-                                 CUfunction *fn);
-
-/* Separable mask conjuncts (KernelInfo.prep_entry): makes sure the call's
- * range workspace is large enough for p's problem (allocated on first use,
- * grown on demand, freed with the call), points p->mask_ranges at it and
- * launches the graph's prep kernel on `stream`; for a graph without one,
- * sets p->mask_ranges to NULL and does nothing else. The forward launch
- * calls it, and backward.c before its kernels, with the driver and the
- * current context they hold. */
-attn_status rt_call_prep(attn_call *c, const RtDriver *d, CUcontext cu, attn_params *p,
-                         void *stream);
 
 #endif

@@ -7,7 +7,10 @@
  *   cache.c    the on-disk cubin cache (keyed, atomic, locked, verified)
  *   bind.c     tensor/scalar bindings checked against the IR graph
  *   dlpack.c   DLPack tensors -> the arguments of a tensor binding
- *   api.c      attn.h: contexts, modules, graphs, calls, launches
+ *   api.c      attn.h: contexts, modules, graphs, calls (the structs below)
+ *   tmap.c     the TMA tensor maps of a plan step
+ *   launch.c   runs a pass of a graph's plan: workspace, grids, launches
+ *   backward.c the backward's bindings checked before its pass
  *
  * The driver loader has its own header, cuda_driver.h, because tools and
  * GPU tests use it too. Internal names carry the file's prefix
@@ -90,7 +93,7 @@ void nvrtc_arch_for_cc(int major, int minor, char out[16]);
 
 /* --------------------------------------------------------------- cache.c */
 
-#define CACHE_FORMAT_VERSION 1
+#define CACHE_FORMAT_VERSION 2
 
 /* Everything that decides the bytes of a cubin. The source embeds the
  * templates and attn_abi.h, so the template set needs no separate hash:
@@ -114,6 +117,10 @@ typedef struct CacheBlob {
   size_t cubin_len;
   char *log; /* NUL-terminated, may be "" */
   size_t log_len;
+  /* NUL-terminated: "source NAME", "target ARCH" lines, then the launch
+   * plans (plan_write), which `attnc cache list` and the loader read. */
+  char *meta;
+  size_t meta_len;
 } CacheBlob;
 void cache_blob_free(CacheBlob *b);
 
@@ -193,17 +200,92 @@ typedef struct DlpackTensor {
 attn_status dlpack_unpack(const void *dl_tensor, const char *name,
                           DlpackTensor *out, StrBuf *err);
 
-/* ----------------------------------------------------------------- api.c */
+/* ------------------------------------------ the library's objects (api.c) */
 
-/* Builds a module from a built IR (the arena passes to the module) and
- * its kernels, with an optional cubin (NULL: not compiled, so launches
- * fail with a message). Used by the compile path and by tests that build
- * IR graphs by hand. */
-attn_status rt_module_from_ir(attn_context *ctx, Arena *a,
-                              const IrModule *ir, const KernelInfo *kernels,
-                              int nkernels, const char *arch,
-                              const void *cubin, size_t cubin_len,
-                              attn_module **out);
+#include "cuda_driver.h"
+
+/* Embedded modules a context loaded for generated NAME_launch code. */
+typedef struct RtEmbeddedModule {
+  const attn_embedded *em;
+  attn_module *m;
+  struct RtEmbeddedModule *next;
+} RtEmbeddedModule;
+
+/* Tuning knobs (attn_context_set_option): compile options for the
+ * modules it compiles, and the persistent kernels' CTA cap for launches. */
+typedef struct RtOptions {
+  int bwd_template, sm90_variant;
+  long long persistent_ctas; /* 0: the SM count */
+} RtOptions;
+
+struct attn_context {
+  StrBuf error;
+  char arch[16];   /* "" until attn_context_set_arch */
+  bool disk_cache; /* the caller's wish; the Cache may still fall back */
+  Cache cache;
+  RtOptions options;
+  RtEmbeddedModule *embedded;
+};
+
+/* A graph's kernels: the plan's steps, resolved once the module's library
+ * is loaded (kern) and per CUDA context (fn, in fn_ctx). */
+struct attn_graph {
+  attn_module *m;
+  const IrGraph *ir;
+  const GraphPlan *plan;
+  CUkernel kern[PLAN_NPASSES][PLAN_MAX_STEPS];
+  CUfunction fn[PLAN_NPASSES][PLAN_MAX_STEPS];
+  CUcontext fn_ctx;
+};
+
+struct attn_module {
+  attn_context *ctx;
+  Arena *arena;    /* the IR, plans and emitted source live here */
+  const IrModule *ir;
+  char arch[16];   /* what the image was built for ("sm_90" for PTX) */
+  char target[16]; /* what it was chosen for: the device's target */
+  attn_source_kind kind;
+  unsigned char *cubin; /* or NUL-terminated PTX */
+  size_t cubin_len;
+  char *log;
+  const char *source;
+  CUlibrary lib;
+  bool loaded;
+  attn_graph *graphs;
+  int ngraphs;
+};
+
+/* A pass's library-owned workspace, grown on demand and kept for the next
+ * launch; `zeroed` is the layout whose PZ_NEW slices it last zeroed. */
+typedef struct RtWorkspace {
+  CUdeviceptr ptr;
+  size_t bytes;
+  unsigned long long zeroed;
+} RtWorkspace;
+
+struct attn_call {
+  attn_graph *g;
+  BindState bind;
+  void *tile_counter;
+  bool deterministic; /* attn_call_set_deterministic */
+  RtWorkspace ws[PLAN_NPASSES];
+};
+
+/* The context's last error: clears it, or sets it (returning st). */
+void rt_clear_error(attn_context *ctx);
+attn_status rt_fail(attn_context *ctx, attn_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Builds a module from a built IR (the arena passes to the module), its
+ * plans as plan_write wrote them, and an optional image (NULL: not
+ * compiled, so launches fail with a message). The one way modules are
+ * made: from a compile, the cache and embedded images alike, and by tests
+ * that build IR graphs by hand. */
+attn_status rt_module_from_ir(attn_context *ctx, Arena *a, const IrModule *ir,
+                              const char *plan_text, const char *arch, const void *cubin,
+                              size_t cubin_len, attn_module **out);
+/* Loads the module's library once and resolves every step's kernel. */
+attn_status rt_module_load(attn_module *m, const RtDriver *d);
 /* NVRTC's log for the module's cubin ("" on a cache hit that kept none,
  * or when the cache disabled logs); the target it was built for. */
 const char *rt_module_log(const attn_module *m);
@@ -212,21 +294,26 @@ const char *rt_module_source(const attn_module *m);
 /* The context's cache, for `attnc` to report hits and warnings. */
 Cache *rt_context_cache(attn_context *ctx);
 
-/* For backward.c: a call's context, error message (the context's), IR,
- * kernel table entry, bindings and backward scratch; and the backward's
- * entry `which` (KernelInfo.bwd_entry index) in the current context. */
-typedef struct RtBwdScratch RtBwdScratch;
-attn_context *rt_call_context(attn_call *c);
-StrBuf *rt_call_error(attn_call *c);
-const IrGraph *rt_call_ir(const attn_call *c);
-const KernelInfo *rt_call_kernel(const attn_call *c);
-BindState *rt_call_bind(attn_call *c);
-RtBwdScratch **rt_call_bwd_scratch(attn_call *c);
+/* ------------------------------------------------------------- launch.c */
 
+/* Runs one pass of the call's plan on stream, from the call's finished
+ * bindings: with the caller's workspace (ws, ws_bytes) when caller_ws,
+ * else the call's own, allocated on first use and grown on demand. */
+attn_status rt_run_pass(attn_call *c, PlanPass pass, bool caller_ws, void *ws, size_t ws_bytes,
+                        void *stream);
+/* Every step's function in context cu (loading the module first), so
+ * that launches, captured ones too, only look them up. */
+attn_status rt_graph_resolve(attn_graph *g, const RtDriver *d, CUcontext cu);
+/* The workspace bytes a pass needs for the call's bound problem. */
+attn_status rt_pass_workspace(attn_call *c, PlanPass pass, size_t *bytes);
+/* Frees the call's own workspaces (the driver must still be there). */
+void rt_call_free_workspace(attn_call *c);
 
-/* ------------------------------------------------------------ backward.c */
+/* ----------------------------------------------------------- backward.c */
 
-/* Frees the scratch buffers (NULL: nothing). */
-void rt_bwd_scratch_free(RtBwdScratch *s);
+/* The backward's own checks before its pass runs: the graph has a GPU
+ * backward, dO and the gradients are bound with the right shapes, the
+ * deterministic mode exists for its head dims. */
+attn_status rt_backward_ready(attn_call *c);
 
 #endif

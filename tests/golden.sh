@@ -5,7 +5,9 @@
 #                          tests/golden/ir/NAME.ir; `attnc emit --brief` must print
 #                          tests/golden/emit/NAME.cu; one with a `grad` line
 #                          must print tests/golden/backward/NAME.ir from
-#                          `attnc ir --backward`
+#                          `attnc ir --backward`; tests/golden/plan/
+#                          NAME.sm_80.plan and NAME.sm_90a.plan from
+#                          `attnc plan --arch ARCH`
 # UPDATE=1 rewrites the expected files instead (review the diff after).
 set -u
 attnc=${1:?usage: golden.sh ATTNC}
@@ -64,6 +66,19 @@ for f in examples/*.attn; do
   name=$(basename "${f%.attn}")
   "$attnc" ir --backward "$f" >"$tmp/bwd" 2>&1
   compare "$f: ir --backward" "tests/golden/backward/$name.ir" "$tmp/bwd"
+done
+
+# Launch plans: every example the matcher takes has `attnc plan` goldens
+# for both targets in tests/golden/plan/NAME.ARCH.plan (kernels, grids,
+# tensor maps, workspace slices and their launch-time conditions).
+for f in examples/*.attn; do
+  [ -e "$f" ] || continue
+  name=$(basename "${f%.attn}")
+  [ -f "tests/golden/emit/$name.err" ] && continue
+  for arch in sm_80 sm_90a; do
+    "$attnc" plan --arch "$arch" "$f" >"$tmp/plan" 2>&1
+    compare "$f: plan $arch" "tests/golden/plan/$name.$arch.plan" "$tmp/plan"
+  done
 done
 
 echo "golden: $pass passed, $fail failed"

@@ -36,7 +36,9 @@ step test_forward "$B/tests/gpu/test_forward"
 [ -x "$B/tests/gpu/test_backward" ] && step test_backward "$B/tests/gpu/test_backward"
 # The persistent backward with 3 CTAs: every CTA takes several work items.
 [ -x "$B/tests/gpu/test_backward" ] &&
-  step test_backward_ctas3 env ATTN_BWD_CTAS=3 "$B/tests/gpu/test_backward"
+  step test_backward_ctas3 env ATTN_PERSISTENT_CTAS=3 "$B/tests/gpu/test_backward"
+# The launch plan's promises: caller workspaces, CUDA graph capture, empty sequences.
+[ -x "$B/tests/gpu/test_plan" ] && step test_plan "$B/tests/gpu/test_plan"
 [ -x "$B/tests/gpu/template_sm80_test" ] && step template_sm80 "$B/tests/gpu/template_sm80_test"
 [ -x "$B/tests/gpu/template_bwd_test" ] && step template_bwd "$B/tests/gpu/template_bwd_test"
 if [ "${HOST:-1}" = 1 ] && [ -d "$B/host" ]; then

@@ -16,6 +16,13 @@ set -u
 attnc=${1:?usage: sass_snapshot.sh ATTNC OUTDIR}
 out=${2:?usage: sass_snapshot.sh ATTNC OUTDIR}
 CUDA=${CUDA:-/usr/local/cuda}
+# cuobjdump: the toolkit's, else one on PATH (the nvidia-cuda-cuobjdump
+# wheel carries one where the toolkit was installed without it).
+CUOBJDUMP=${CUOBJDUMP:-$CUDA/bin/cuobjdump}
+[ -x "$CUOBJDUMP" ] || CUOBJDUMP=$(command -v cuobjdump) || {
+  echo "sass_snapshot: no cuobjdump (set CUOBJDUMP, or pip install nvidia-cuda-cuobjdump)" >&2
+  exit 2
+}
 mkdir -p "$out"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -46,10 +53,14 @@ for f in examples/*.attn tests/nvrtc/*.attn "$tmp"/*.attn; do
   [ -f "tests/golden/emit/$name.err" ] && continue # the matcher refuses it
   for arch in sm_80 sm_90a; do
     if ATTN_NO_CACHE=1 "$attnc" compile "$f" --arch "$arch" -o "$tmp/k.cubin" 2>"$tmp/err"; then
-      "$CUDA/bin/cuobjdump" -sass "$tmp/k.cubin" | grep -v -e '^\s*$' -e 'code for sm_' \
+      "$CUOBJDUMP" -sass "$tmp/k.cubin" | grep -v -e '^\s*$' -e 'code for sm_' \
         -e '^Fatbin' -e 'arch = ' -e 'code version' -e 'host = ' -e 'compile_size' \
         -e 'File :' >"$out/$name.$arch.sass"
       n=$((n + 1))
+    elif grep -q ': error: ' "$tmp/err"; then
+      # A located refusal (D 256 has no sm_80 backward): recorded, so a
+      # change in what is refused shows too.
+      sed "s|$tmp/||" "$tmp/err" >"$out/$name.$arch.refused"
     else
       echo "sass_snapshot: $f for $arch did not compile:" >&2
       cat "$tmp/err" >&2

@@ -14,9 +14,11 @@
  * regenerated identically in the backward; a bias read transposed is
  * refused with a message; a graph without grad is refused. Skips without a
  * GPU (exit 0). Run from the repository root (it reads examples/).
- * Everything runs twice, with ATTN_BWD_TEMPLATE=sm80 and =sm90, so both
- * main kernels are checked on Hopper (once, with that value, when the
- * variable is already set).
+ * Everything runs twice, with the context option ATTN_OPTION_BACKWARD_TEMPLATE
+ * at 80 and at 90, so both main kernels are checked on Hopper (once, when
+ * ATTN_BWD_TEMPLATE=sm80|sm90 names one). ATTN_PERSISTENT_CTAS=N caps the
+ * persistent kernels' CTAs (tools/device_check.sh runs it with 3, so every
+ * CTA takes several work items).
  */
 #include <dirent.h>
 #include <math.h>
@@ -30,9 +32,9 @@
 #include "gpu_test.h"
 
 
-/* The main kernel under test: ATTN_BWD_TEMPLATE as main sets it for
- * each pass ("sm80", then "sm90": bwd_sm90 on an sm_90 device, bwd_sm80
- * again elsewhere). */
+/* The main kernel under test: main sets ATTN_OPTION_BACKWARD_TEMPLATE
+ * for each pass ("sm80", then "sm90": bwd_sm90 on an sm_90 device,
+ * bwd_sm80 again elsewhere). */
 static const char *bwd_template_tag = "default";
 
 /* Forward then backward on the GPU, ref_backward on the CPU; compares
@@ -392,21 +394,17 @@ int main(void) {
   attn_context *ctx;
   if (attn_context_create(&ctx) != ATTN_SUCCESS) return 1;
   attn_context_set_cache_dir(ctx, NULL);
-  /* Every case once per backward template (compiler/match_bwd.c reads the
-   * variable when a module is compiled; the cache is off, so each pass
+  const char *ctas = getenv("ATTN_PERSISTENT_CTAS");
+  if (ctas && *ctas) attn_context_set_option(ctx, ATTN_OPTION_PERSISTENT_CTAS, atoll(ctas));
+  /* Every case once per backward template (a compile option: each pass
    * compiles its own kernels). */
   static const char *const tmpls[] = {"sm80", "sm90"};
   const char *given = getenv("ATTN_BWD_TEMPLATE"); /* set: that pass alone */
-  if (given && *given) {
-    bwd_template_tag = given;
+  for (size_t pass = 0; pass < sizeof tmpls / sizeof tmpls[0]; pass++) {
+    if (given && *given && strcmp(given, tmpls[pass])) continue;
+    bwd_template_tag = tmpls[pass];
+    attn_context_set_option(ctx, ATTN_OPTION_BACKWARD_TEMPLATE, pass == 0 ? 80 : 90);
     run_all(ctx);
-  } else {
-    for (size_t pass = 0; pass < sizeof tmpls / sizeof tmpls[0]; pass++) {
-      bwd_template_tag = tmpls[pass];
-      setenv("ATTN_BWD_TEMPLATE", tmpls[pass], 1);
-      run_all(ctx);
-    }
-    unsetenv("ATTN_BWD_TEMPLATE");
   }
   attn_context_destroy(ctx);
   rt_driver_release_primary(0);

@@ -120,7 +120,7 @@ extern "C" size_t sep_workspace_bytes(const int cell_bytes[4], long long B, long
                                       long long Sq, long long Skv, size_t off[4]);
 
 /* One problem: tensors set in p, reference `want(b, h, i, j)`; cb: the
- * graph's KernelInfo.prep_cell_bytes. */
+ * graph's plan (GraphPlan.sep_cells). */
 template <typename Want>
 static void check_problem(attn_params &p, const int cb[4], Want want, const char *what) {
   /* The workspace exactly as large as the runtime makes it (built with

@@ -40,7 +40,7 @@ run_case() { # run_case N FILE GRAPH
   # The graph's namespace from its first line to the template's text.
   sed -n "/^namespace graph_$3 {/,/^\/\* \[the text of templates\/fwd_/p" "$tmp/$3.cu" |
     sed '$d' >"$tmp/$3.inc"
-  g++ -std=c++17 -O1 -g -w -fsanitize=address,undefined -Iruntime -DSEP_CASE="$1" \
+  g++ -std=c++17 -O1 -g -w -fsanitize=address,undefined -Iabi -DSEP_CASE="$1" \
     -DSEP_NS="graph_$3" -DSEP_HOOKS="\"$tmp/$3.inc\"" -o "$tmp/check$1" tests/host/sep_host_check.cpp \
     "$lib" -ldl -lm -lpthread
   "$tmp/check$1" || fail=1

@@ -20,9 +20,12 @@ static const char src[] =
     "  output o : bf16[B, H, Sq, 64];\n"
     "}\n";
 static const unsigned char fake[] = {1};
-static const attn_embedded_kernel kern[] = {{"g", "attn_g_fwd", 128, 0, 64, 0, 0, {NULL, NULL, NULL, NULL}, 0, 0, 0, NULL, {0, 0, 0, 0}, 0}};
+static const char kern[] =
+    "attnc-plan 1\ngraph g sep=0,0,0,0\npass forward det=0\n"
+    "  step forward entry=attn_g_fwd threads=128 smem=0 grid=Sq/64,H,B persistent=0 need=- deny=-\n"
+    "end\n";
 static const attn_embedded_image images[] = {
-    {"sm_80", 0, fake, sizeof fake, kern, 1}};
+    {"sm_80", 0, fake, sizeof fake, kern}};
 static const attn_embedded em = {ATTN_EMBEDDED_FORMAT, ATTN_ABI_VERSION,
                                  ATTNC_VERSION, "g.attn", src, sizeof src - 1,
                                  images, 1};

@@ -21,11 +21,14 @@ static const char src[] =
     "}\n";
 static const unsigned char fake_cubin[] = {0x7f, 'E', 'L', 'F', 0};
 static const unsigned char fake_ptx[] = ".version 8.0\n";
-static const attn_embedded_kernel kern[] = {{"sdpa", "attn_sdpa_fwd", 128, 0, 64, 0, 0, {NULL, NULL, NULL, NULL}, 0, 0, 0, NULL, {0, 0, 0, 0}, 0}};
+static const char kern[] =
+    "attnc-plan 1\ngraph sdpa sep=0,0,0,0\npass forward det=0\n"
+    "  step forward entry=attn_sdpa_fwd threads=128 smem=0 grid=Sq/64,H,B persistent=0 need=- deny=-\n"
+    "end\n";
 static const attn_embedded_image images[] = {
-    {"sm_80", 0, fake_cubin, sizeof fake_cubin, kern, 1},
-    {"sm_90a", 0, fake_cubin, sizeof fake_cubin, kern, 1},
-    {"sm_90", 1, fake_ptx, sizeof fake_ptx, kern, 1},
+    {"sm_80", 0, fake_cubin, sizeof fake_cubin, kern},
+    {"sm_90a", 0, fake_cubin, sizeof fake_cubin, kern},
+    {"sm_90", 1, fake_ptx, sizeof fake_ptx, kern},
 };
 static attn_embedded em = {ATTN_EMBEDDED_FORMAT, ATTN_ABI_VERSION,
                            ATTNC_VERSION, "sdpa.attn", src, sizeof src - 1,
@@ -126,11 +129,14 @@ Test(embedded, bad_format_and_bad_source) {
   cr_assert_null(m);
 }
 
-Test(embedded, mismatched_kernel_table_is_skipped) {
-  /* A table naming another graph cannot describe this source. */
-  static const attn_embedded_kernel wrong[] = {{"other", "e", 128, 0, 64, 0, 0, {NULL, NULL, NULL, NULL}, 0, 0, 0, NULL, {0, 0, 0, 0}, 0}};
+Test(embedded, mismatched_plans_are_skipped) {
+  /* Plans naming another graph cannot describe this source. */
+  static const char wrong[] =
+      "attnc-plan 1\ngraph other sep=0,0,0,0\npass forward det=0\n"
+      "  step forward entry=e threads=128 smem=0 grid=Sq/64,H,B persistent=0 need=- deny=-\n"
+      "end\n";
   static const attn_embedded_image im[] = {
-      {"sm_80", 0, fake_cubin, sizeof fake_cubin, wrong, 1}};
+      {"sm_80", 0, fake_cubin, sizeof fake_cubin, wrong}};
   attn_embedded e = em;
   e.images = im;
   e.nimages = 1;

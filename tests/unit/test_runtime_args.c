@@ -76,6 +76,21 @@ static IrModule *make_ir(Arena *a) {
   return m;
 }
 
+/* A forward plan for the hand-built graph (one kernel, as plan_write
+ * writes it), and one with a backward whose deterministic mode is there
+ * or not. */
+#define PLAN_FWD                                                                                \
+  "attnc-plan 1\ngraph g sep=0,0,0,0\npass forward det=0\n"                                    \
+  "  step forward entry=attn_g_fwd threads=128 smem=0 grid=Sq/64,H,B persistent=0 need=- "       \
+  "deny=-\n"
+static const char plan_fwd[] = PLAN_FWD "end\n";
+static const char *plan_bwd(bool det_ok) {
+  return det_ok ? PLAN_FWD "pass backward det=1\n  step main entry=attn_g_bwd_main threads=128 "
+                           "smem=0 grid=Skv/64,H,B persistent=0 need=- deny=-\nend\n"
+                : PLAN_FWD "pass backward det=0\n  step main entry=attn_g_bwd_main threads=128 "
+                           "smem=0 grid=Skv/64,H,B persistent=0 need=- deny=-\nend\n";
+}
+
 static void setup(void) {
   unsetenv("ATTN_CACHE_DIR");
   setenv("ATTN_NO_CACHE", "1", 1);
@@ -83,9 +98,8 @@ static void setup(void) {
   Arena *a = arena_new();
   IrModule *ir = make_ir(a);
   ir_graph = ir->graphs[0];
-  KernelInfo ki = {"g", "attn_g_fwd", 128, 0, 64, 0, 0, 0, {NULL, NULL, NULL, NULL}, 0, 0, 0, NULL, {0, 0, 0, 0}, 0};
-  cr_assert_eq(rt_module_from_ir(ctx, a, ir, &ki, 1, "sm_80", NULL, 0, &mod),
-               ATTN_SUCCESS);
+  cr_assert_eq(rt_module_from_ir(ctx, a, ir, plan_fwd, "sm_80", NULL, 0, &mod), ATTN_SUCCESS,
+               "%s", attn_context_error(ctx));
   cr_assert_eq(attn_module_get_graph(mod, NULL, &graph), ATTN_SUCCESS);
   cr_assert_eq(attn_call_create(graph, &call), ATTN_SUCCESS);
 }
@@ -548,11 +562,11 @@ static void det_refusal_case(int head_dim, attn_status want) {
   IrGraph *g = ir->graphs[0];
   for (int t = Q; t <= O; t++)
     if (t != BIAS) g->tensors[t].dim_sym[3] = -1, g->tensors[t].dim_val[3] = head_dim;
-  KernelInfo ki = {"g", "attn_g_fwd", 128, 0, 64, 0, 0, 0, {NULL, NULL, NULL, NULL}, 0, 0, 0, NULL, {0, 0, 0, 0}, 0};
   attn_module *m = NULL;
   attn_graph *gr = NULL;
   attn_call *cl = NULL;
-  cr_assert_eq(rt_module_from_ir(c, a, ir, &ki, 1, "sm_90a", NULL, 0, &m), ATTN_SUCCESS);
+  cr_assert_eq(rt_module_from_ir(c, a, ir, plan_bwd(head_dim <= 128), "sm_90a", NULL, 0, &m),
+               ATTN_SUCCESS, "%s", attn_context_error(c));
   cr_assert_eq(attn_module_get_graph(m, NULL, &gr), ATTN_SUCCESS);
   cr_assert_eq(attn_call_create(gr, &cl), ATTN_SUCCESS);
   attn_status st = attn_call_set_deterministic(cl, 1);

@@ -164,10 +164,9 @@ Test(sep_mask, index_sides_classified_per_tile) {
   static const char chunk[] = HEAD "  s = mask((q @ k^T) * 0.125, i / 64 == j / 64);\n" TAIL;
   IrModule *m = sm_module(chunk, a);
   Diag d = {0};
-  EmitResult er;
-  cr_assert_eq(emit_module(m, "sm_80", a, &d, &er), 0);
+  Compiled er = unit_compile(a, m, "sm_80", STAGE_EMIT);
   diag_free(&d);
-  cr_assert_str_eq(er.kernels[0].prep_entry, "attn_g_prep");
+  cr_assert_str_eq(unit_step(&er.plans[0], PLAN_FORWARD, "prep")->entry, "attn_g_prep");
   cr_assert(strstr(er.source, "attn_sep_range<attn_sep_ib>"));
   cr_assert_null(strstr(er.source, "attn_sep_keep0"));
   arena_free(a);
@@ -202,16 +201,14 @@ Test(sep_mask, prep_kernel_only_where_needed) {
   const char *texts[2] = {doc, causal};
   for (int t = 0; t < 2; t++) {
     IrModule *m = sm_module(texts[t], a);
-    Diag d = {0};
-    EmitResult er;
-    cr_assert_eq(emit_module(m, "sm_90a", a, &d, &er), 0);
-    diag_free(&d);
-    const KernelInfo *k = &er.kernels[0];
+    Compiled er = unit_compile(a, m, "sm_90a", STAGE_EMIT);
+    const GraphPlan *k = &er.plans[0];
+    const PlanStep *prep = unit_step(k, PLAN_FORWARD, "prep");
     if (t == 0) {
-      cr_assert_str_eq(k->prep_entry, "attn_g_prep");
-      cr_assert_eq(k->prep_cell_bytes[SEP_REGION_IB], 8);
-      cr_assert_eq(k->prep_cell_bytes[SEP_REGION_JB], 8);
-      cr_assert_eq(k->prep_cell_bytes[SEP_REGION_IBH] + k->prep_cell_bytes[SEP_REGION_JBH], 0);
+      cr_assert_str_eq(prep->entry, "attn_g_prep");
+      cr_assert_eq(k->sep_cells[SEP_REGION_IB], 8);
+      cr_assert_eq(k->sep_cells[SEP_REGION_JB], 8);
+      cr_assert_eq(k->sep_cells[SEP_REGION_IBH] + k->sep_cells[SEP_REGION_JBH], 0);
       cr_assert(strstr(er.source, "void __launch_bounds__(256) attn_g_prep("));
       cr_assert(strstr(er.source, "if (ahi < blo || bhi < alo) return 0;"));
       /* attn_keep tests the condition as written (the ids' reads merge
@@ -219,7 +216,7 @@ Test(sep_mask, prep_kernel_only_where_needed) {
       cr_assert_null(strstr(er.source, "attn_sep_keep"));
       cr_assert(strstr(er.source, "attn_sep_range<attn_sep_jb>"));
     } else {
-      cr_assert_null(k->prep_entry);
+      cr_assert_null(prep);
       cr_assert_null(strstr(er.source, "attn_sep"));
     }
   }

@@ -1,11 +1,12 @@
 /*
- * test_tmap.c: the tensor maps bwd_sm90's main kernel takes (runtime/tmap.c,
- * rt_tmap_fill_bwd), checked without a GPU: the driver's encoder is a fake
- * that records what it was asked for. Q and dO are bf16 maps with 64-column
- * boxes; dQ's f32 accumulator (the target of the kernel's TMA reduce-adds)
- * gets 32-column boxes over its dense [B, H, Sq, D] layout, no map in
- * deterministic mode (null accumulator), and an encoder failure on it comes
- * back as a status with a message naming it.
+ * test_tmap.c: the tensor maps bwd_sm90's main kernel takes, as its launch
+ * plan lists them (compiler/plan.c) and runtime/tmap.c encodes them,
+ * checked without a GPU: the driver's encoder is a fake that records what
+ * it was asked for. Q and dO are bf16 maps with 64-column boxes; dQ's f32
+ * accumulator (the target of the kernel's TMA reduce-adds) gets 32-column
+ * boxes over its dense [B, H, Sq, D] layout, no map in deterministic mode
+ * (null accumulator), and an encoder failure on it comes back as a status
+ * with a message naming it; bwd_sm80's main kernel takes none.
  */
 #include <criterion/criterion.h>
 #include <string.h>
@@ -65,7 +66,7 @@ typedef struct {
   const IrGraph *g;
   BwdSlots sl;
   attn_params p;
-  KernelInfo k;
+  const PlanStep *main90, *main80; /* the backward's main step on sm_90a, sm_80 */
   RtDriver d;
   float dqa[1]; /* only its address matters */
   unsigned short q[1], dout[1];
@@ -87,12 +88,15 @@ static void setup(Fixture *f) {
   ncalls = 0;
   fail_on_call = -1;
   f->a = arena_new();
-  f->g = unit_build(f->a, "<tmap>", GRAPH)->graphs[0];
+  IrModule *m = unit_build(f->a, "<tmap>", GRAPH);
+  f->g = m->graphs[0];
   cr_assert_eq(bwd_slots(f->g, &f->sl), 0);
+  f->main90 = unit_step(unit_compile(f->a, m, "sm_90a", STAGE_PLAN).plans, PLAN_BACKWARD, "main");
+  f->main80 = unit_step(unit_compile(f->a, m, "sm_80", STAGE_PLAN).plans, PLAN_BACKWARD, "main");
+  cr_assert(f->main90 && f->main80);
   bind4(&f->p.t[f->g->q], f->q, ND);
   bind4(&f->p.t[f->sl.dout], f->dout, ND);
   bind4(&f->p.t[f->sl.dqa], f->dqa, ND);
-  f->k.bwd_tma_rows = 64;
   f->d.TensorMapEncodeTiled = fake_encode;
   f->d.GetErrorName = fake_error_name;
   f->d.GetErrorString = fake_error_string;
@@ -108,7 +112,7 @@ Test(tmap, backward_maps_q_dout_and_the_dq_accumulator) {
   setup(&f);
   attn_tmaps tm;
   StrBuf err = {0};
-  cr_assert_eq(rt_tmap_fill_bwd(&f.d, f.g, &f.k, f.sl.o, f.sl.dout, f.sl.dqa, &f.p, &tm, &err),
+  cr_assert_eq(rt_tmap_fill(&f.d, f.g, f.main90, &f.p, &tm, &err),
                ATTN_SUCCESS, "%s", err.data ? err.data : "");
   cr_assert_eq(ncalls, 3);
   /* q and dO: bf16, 64 x 64 boxes, 128-byte swizzle. */
@@ -150,7 +154,7 @@ Test(tmap, deterministic_mode_has_no_dq_map) {
   memset(&f.p.t[f.sl.dqa], 0, sizeof f.p.t[f.sl.dqa]); /* the null accumulator */
   attn_tmaps tm;
   StrBuf err = {0};
-  cr_assert_eq(rt_tmap_fill_bwd(&f.d, f.g, &f.k, f.sl.o, f.sl.dout, f.sl.dqa, &f.p, &tm, &err),
+  cr_assert_eq(rt_tmap_fill(&f.d, f.g, f.main90, &f.p, &tm, &err),
                ATTN_SUCCESS);
   cr_assert_eq(ncalls, 2, "q and dO only");
   cr_assert(map_is_zero(&tm.m[ATTN_TMAP_DQA]));
@@ -164,21 +168,20 @@ Test(tmap, a_failed_dq_map_is_an_error_naming_it) {
   fail_on_call = 2;
   attn_tmaps tm;
   StrBuf err = {0};
-  cr_assert_eq(rt_tmap_fill_bwd(&f.d, f.g, &f.k, f.sl.o, f.sl.dout, f.sl.dqa, &f.p, &tm, &err),
+  cr_assert_eq(rt_tmap_fill(&f.d, f.g, f.main90, &f.p, &tm, &err),
                ATTN_ERROR_CUDA);
   cr_assert(err.data && strstr(err.data, "cuTensorMapEncodeTiled failed"), "%s", err.data);
-  cr_assert(strstr(err.data, "dQ accumulator of graph 'g'"), "%s", err.data);
+  cr_assert(strstr(err.data, "dQ_accumulator of graph 'g'"), "%s", err.data);
   sb_free(&err);
   arena_free(f.a);
 }
 
-Test(tmap, no_maps_without_tma_rows) {
+Test(tmap, no_maps_for_the_portable_backward) {
   Fixture f;
   setup(&f);
-  f.k.bwd_tma_rows = 0; /* bwd_sm80: takes no maps */
-  attn_tmaps tm;
+  attn_tmaps tm; /* bwd_sm80: its main kernel takes no maps */
   StrBuf err = {0};
-  cr_assert_eq(rt_tmap_fill_bwd(&f.d, f.g, &f.k, f.sl.o, f.sl.dout, f.sl.dqa, &f.p, &tm, &err),
+  cr_assert_eq(rt_tmap_fill(&f.d, f.g, f.main80, &f.p, &tm, &err),
                ATTN_SUCCESS);
   cr_assert_eq(ncalls, 0);
   for (int i = 0; i < 4; i++) cr_assert(map_is_zero(&tm.m[i]));

@@ -24,4 +24,24 @@ static inline IrModule *unit_build(Arena *a, const char *name, const char *text)
   return m;
 }
 
+/* The passes after the front end for arch, up to `last`; fails the test
+ * with the diagnostics when they refuse. */
+static inline Compiled unit_compile(Arena *a, const IrModule *m, const char *arch, Stage last) {
+  Diag d = {0};
+  Compiled c;
+  const CompileOptions o = {.arch = arch};
+  int rc = compile_module(m, &o, last, a, &d, &c);
+  if (rc) cr_log_error("%s", d.out.data ? d.out.data : "");
+  diag_free(&d);
+  cr_assert_eq(rc, 0, "the test graph does not compile for %s", arch);
+  return c;
+}
+
+/* A pass's step of a role, or NULL. */
+static inline const PlanStep *unit_step(const GraphPlan *gp, PlanPass pass, const char *role) {
+  for (int k = 0; k < gp->pass[pass].nsteps; k++)
+    if (!strcmp(gp->pass[pass].steps[k].role, role)) return &gp->pass[pass].steps[k];
+  return NULL;
+}
+
 #endif

@@ -1,0 +1,620 @@
+/*
+ * plan.c: launch plans (attnc.h, "plan.c"). A graph's plan lists, per pass,
+ * the kernels to launch in order and the workspace slices they share, with
+ * every launch fact; the runtime runs any plan with one loop
+ * (runtime/launch.c), so a new kernel is a new step here and a template,
+ * not new launch code.
+ *
+ * The plans of today's templates:
+ *
+ *   forward   [prep]  forward (fwd_sm80, or fwd_sm90 with q/k/v tensor
+ *                     maps, persistent with a tile queue)
+ *   backward  [prep]  delta  main  [convert]  [convert_kv]
+ *             (main: bwd_sm80, or bwd_sm90 with q/dO/dQ-accumulator maps
+ *             and a producer warpgroup; persistent at 128-key tiles; in
+ *             deterministic mode a second main step with dQ's extra CTAs)
+ *
+ * and their slices: the separable masks' range table, the forward's and
+ * the backward's work queues, delta, dQ's f32 accumulator, GQA's dK/dV
+ * accumulators and the bias gradients' scratch, each with the launch-time
+ * facts (deterministic mode, GQA) under which it exists.
+ *
+ * The text form is line-oriented, one record a line, `key=value` fields;
+ * plan_read validates every field against the bounds the runtime relies
+ * on, since an embedded module's plan is data from a file.
+ */
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attn_abi.h"
+#include "attnc.h"
+
+/* ------------------------------------------------------------ building */
+
+const char *plan_entry(Arena *a, const char *graph, const char *role) {
+  return arena_printf(a, "attn_%s_%s", graph, role);
+}
+
+static PlanDim pd(PlanDimKind k) { return (PlanDim){k, 0}; }
+static PlanDim pconst(int n) { return (PlanDim){PD_CONST, n}; }
+
+static PlanStep *add_step(PassPlan *p, const char *role, const char *entry, int threads,
+                          int smem) {
+  PlanStep *s = &p->steps[p->nsteps++];
+  memset(s, 0, sizeof *s);
+  s->role = role;
+  s->entry = entry;
+  s->threads = threads;
+  s->smem_bytes = smem;
+  s->grid.y = pd(PD_H);
+  s->grid.z = pd(PD_B);
+  return s;
+}
+
+static PlanSlice *add_slice(PassPlan *p, const char *name, PlanBind bind, int slot, int elem,
+                            PlanDim d0, PlanDim d1, PlanDim d2, PlanDim d3, PlanZero zero) {
+  PlanSlice *s = &p->slices[p->nslices++];
+  *s = (PlanSlice){.name = name, .bind = bind, .slot = slot, .elem = elem,
+                   .dims = {d0, d1, d2, d3}, .zero = zero};
+  return s;
+}
+
+static void add_map(PlanStep *s, int index, int slot, DType t, int cols, int rows,
+                    const char *what) {
+  s->maps[s->nmaps++] = (PlanMap){index, slot, t, cols, rows, what};
+}
+
+/* The separable masks' prep kernel and its range table, first in a pass. */
+static void add_prep(PassPlan *p, const GraphPlan *gp, const char *entry) {
+  bool any = false, per_h = gp->sep_cells[SEP_REGION_IBH] || gp->sep_cells[SEP_REGION_JBH];
+  for (int r = 0; r < SEP_NREGIONS; r++) any |= gp->sep_cells[r] != 0;
+  if (!any) return;
+  add_slice(p, "mask_ranges", PB_MASK_RANGES, -1, 1, pd(PD_SEP_BYTES), pconst(1), pconst(1),
+            pconst(1), PZ_NEVER);
+  /* CTA (side, h, b); per-head regions need a CTA per head. */
+  PlanStep *s = add_step(p, "prep", entry, SEP_PREP_THREADS, 0);
+  s->grid.x0 = pconst(2);
+  s->grid.div0 = 1;
+  if (!per_h) s->grid.y = pconst(1);
+}
+
+static void plan_forward(GraphPlan *gp, const KernelSpec *f, const FwdConfig *c, Arena *a) {
+  const IrGraph *g = f->g;
+  PassPlan *p = &gp->pass[PLAN_FORWARD];
+  p->present = true;
+  add_prep(p, gp, plan_entry(a, g->name, "prep"));
+  PlanStep *s = add_step(p, "forward", plan_entry(a, g->name, "fwd"), c->threads, c->smem_bytes);
+  s->grid.x0 = pd(PD_SQ);
+  s->grid.div0 = c->bm;
+  if (c->persistent) {
+    s->persistent = true;
+    add_slice(p, "tile_queue", PB_TILE_QUEUE, -1, 4, pconst(2), pconst(1), pconst(1), pconst(1),
+              PZ_NEW);
+  }
+  if (c->kind == TMPL_FWD_SM90) { /* TMA boxes of 64 columns by the tile's rows */
+    add_map(s, ATTN_TMAP_Q, g->q, f->in_type, 64, c->bm, "q");
+    add_map(s, ATTN_TMAP_K, g->k, f->in_type, 64, c->bn, "k");
+    add_map(s, ATTN_TMAP_V, g->v, f->in_type, 64, c->bn, "v");
+  }
+}
+
+static void plan_backward(GraphPlan *gp, const BwdSpec *b, Arena *a) {
+  const IrGraph *g = b->g;
+  const BwdSlots *sl = &b->slots;
+  PassPlan *p = &gp->pass[PLAN_BACKWARD];
+  p->present = true;
+  /* The ordered dQ tiles exist up to head dim 128 (split-D has none). */
+  p->det_ok = b->d_qk <= 128 && b->d_v <= 128;
+  add_prep(p, gp, plan_entry(a, g->name, "prep"));
+
+  /* Per query row {delta, lse * log2(e)}, written by the delta pass, which
+   * also zeroes dQ's accumulator (absent in deterministic mode: the null
+   * slot is the kernels' deterministic flag). */
+  add_slice(p, "delta", PB_SLOT, sl->delta, 4, pd(PD_B), pd(PD_H), pd(PD_SQ), pconst(2),
+            PZ_NEVER);
+  add_slice(p, "dq_acc", PB_SLOT, sl->dqa, 4, pd(PD_B), pd(PD_H), pd(PD_SQ), pconst(b->d_qk),
+            PZ_NEVER)->deny = PLAN_IF_DET;
+  /* GQA: dK/dV summed over a group's query heads, by f32 atomics (zeroed
+   * first) or, deterministic, one slice per query head summed in head
+   * order by convert_kv. Without GQA the slots stay null. */
+  const int acc_slot[2] = {sl->dka, sl->dva}, acc_d[2] = {b->d_qk, b->d_v};
+  static const char *const acc_name[2][2] = {{"dk_acc", "dk_acc_det"}, {"dv_acc", "dv_acc_det"}};
+  for (int r = 0; r < 2; r++) {
+    if (acc_slot[r] < 0) continue;
+    PlanSlice *x = add_slice(p, acc_name[r][0], PB_SLOT, acc_slot[r], 4, pd(PD_B), pd(PD_HK),
+                             pd(PD_SKV), pconst(acc_d[r]), PZ_EACH);
+    x->need = PLAN_IF_GQA;
+    x->deny = PLAN_IF_DET;
+    if (p->det_ok)
+      add_slice(p, acc_name[r][1], PB_SLOT, acc_slot[r], 4, pd(PD_B), pd(PD_H), pd(PD_SKV),
+                pconst(acc_d[r]), PZ_NEVER)->need = PLAN_IF_GQA | PLAN_IF_DET;
+  }
+  /* Accumulated bias gradients: f32 scratch of the bias's shape (atomics),
+   * or deterministic one element per score summed by the convert pass. */
+  bool finish_always = false;
+  for (int r = 0; r < sl->nbias; r++) {
+    if (sl->bias_mode[r] == BWD_BIAS_DIRECT) continue;
+    finish_always = true;
+    const char *name = arena_printf(a, "d%s_acc", g->tensors[sl->bias[r]].name);
+    add_slice(p, name, PB_SLOT, sl->dbias_acc[r], 4, pconst(1), pconst(1), pconst(1),
+              (PlanDim){PD_NUMEL, sl->bias[r]}, PZ_EACH)->deny = PLAN_IF_DET;
+    if (p->det_ok)
+      add_slice(p, arena_printf(a, "%s_det", name), PB_SLOT, sl->dbias_acc[r], 4, pd(PD_B),
+                pd(PD_H), pd(PD_SQ), pd(PD_SKV), PZ_EACH)->need = PLAN_IF_DET;
+  }
+
+  const int rows = ATTN_BWD_ROWS_PER_CTA;
+  PlanStep *s = add_step(p, "delta", plan_entry(a, g->name, "bwd_delta"), b->threads, 0);
+  s->grid.x0 = pd(PD_SQ);
+  s->grid.div0 = rows;
+
+  /* The main kernel: one CTA per block_n keys. bwd_sm90 runs a producer
+   * warpgroup beyond its consumers and takes q, dO and dQ's accumulator
+   * as tensor maps; at 128-key tiles (D <= 128) it is persistent: split-D
+   * (D 256) measured 7-23% slower so (bench/NOTES-sm90.md, session 7).
+   * Deterministic mode adds one CTA per 64 queries that computes dQ in
+   * key order (bwd80_dq_tile) and is never persistent. */
+  const char *main_entry = plan_entry(a, g->name, "bwd_main");
+  const int main_threads = b->threads + (b->sm90 ? 128 : 0);
+  for (int det = 0; det <= (p->det_ok ? 1 : 0); det++) {
+    s = add_step(p, "main", main_entry, main_threads, b->smem_bytes);
+    s->grid.x0 = pd(PD_SKV);
+    s->grid.div0 = b->block_n;
+    if (det) {
+      s->need = PLAN_IF_DET;
+      if (sl->dq >= 0) {
+        s->grid.x1 = pd(PD_SQ);
+        s->grid.div1 = 64;
+      }
+    } else {
+      s->deny = p->det_ok ? PLAN_IF_DET : 0;
+      s->persistent = b->sm90 && b->block_n == 128;
+    }
+    if (b->sm90) {
+      add_map(s, ATTN_TMAP_Q, g->q, b->in_type, 64, 64, "q");
+      add_map(s, ATTN_TMAP_DO, sl->dout, b->out_type, 64, 64, "dO");
+      add_map(s, ATTN_TMAP_DQA, sl->dqa, DT_F32, 32, 64, "dQ_accumulator");
+    }
+  }
+  if (b->sm90 && b->block_n == 128)
+    add_slice(p, "tile_queue", PB_TILE_QUEUE, -1, 4, pconst(2), pconst(1), pconst(1), pconst(1),
+              PZ_NEW)->deny = PLAN_IF_DET;
+
+  /* dQ to dq's dtype (deterministic mode writes dq directly), and the
+   * accumulated bias gradients out of their scratch. */
+  if (finish_always || sl->dq >= 0) {
+    s = add_step(p, "convert", plan_entry(a, g->name, "bwd_convert"), b->threads, 0);
+    s->grid.x0 = pd(PD_SQ);
+    s->grid.div0 = rows;
+    if (!finish_always) s->deny = PLAN_IF_DET;
+  }
+  /* GQA: dK/dV from their accumulators to the kv heads. */
+  if (sl->dk >= 0 || sl->dv >= 0) {
+    s = add_step(p, "convert_kv", plan_entry(a, g->name, "bwd_convert_kv"), b->threads, 0);
+    s->grid.x0 = pd(PD_SKV);
+    s->grid.div0 = rows;
+    s->grid.y = pd(PD_HK);
+    s->need = PLAN_IF_GQA;
+  }
+}
+
+void plan_graph(GraphPlan *gp, const KernelSpec *fwd, const FwdConfig *c, const BwdSpec *bwd,
+                Arena *a) {
+  memset(gp, 0, sizeof *gp);
+  gp->graph = fwd->g->name;
+  sep_cell_bytes(fwd, gp->sep_cells);
+  plan_forward(gp, fwd, c, a);
+  if (bwd) plan_backward(gp, bwd, a);
+}
+
+/* ----------------------------------------------------------- evaluating */
+
+bool plan_applies(unsigned need, unsigned deny, unsigned facts) {
+  return (facts & need) == need && (facts & deny) == 0;
+}
+
+long long plan_dim(const GraphPlan *gp, PlanDim d, const PlanProblem *pr) {
+  switch (d.kind) {
+  case PD_CONST: return d.n;
+  case PD_B: return pr->B;
+  case PD_H: return pr->H;
+  case PD_HK: return pr->Hk;
+  case PD_SQ: return pr->Sq;
+  case PD_SKV: return pr->Skv;
+  case PD_NUMEL: {
+    long long n = 1;
+    for (int k = 0; k < pr->ndims[d.n]; k++) n *= (long long)pr->shape[d.n][k];
+    return n;
+  }
+  case PD_SEP_BYTES:
+    return (long long)sep_workspace_bytes(gp->sep_cells, pr->B, pr->H, pr->Sq, pr->Skv, NULL);
+  }
+  return 0;
+}
+
+size_t plan_slice_bytes(const GraphPlan *gp, const PlanSlice *s, const PlanProblem *pr) {
+  size_t n = (size_t)s->elem;
+  for (int k = 0; k < 4; k++) n *= (size_t)plan_dim(gp, s->dims[k], pr);
+  return n;
+}
+
+/* -------------------------------------------------------------- writing */
+
+static const char *const dim_names[] = {[PD_B] = "B",   [PD_H] = "H",     [PD_HK] = "Hk",
+                                        [PD_SQ] = "Sq", [PD_SKV] = "Skv", [PD_SEP_BYTES] = "sep"};
+static const char *const bind_names[] = {[PB_SLOT] = "slot", [PB_MASK_RANGES] = "ranges",
+                                         [PB_TILE_QUEUE] = "queue"};
+static const char *const zero_names[] = {[PZ_NEVER] = "never", [PZ_EACH] = "each",
+                                         [PZ_NEW] = "new"};
+static const char *const pass_names[] = {[PLAN_FORWARD] = "forward", [PLAN_BACKWARD] = "backward"};
+
+/* Launch facts by name, PLAN_IF_* in bit order; "-" is none. */
+static const char *const fact_names[] = {"det", "gqa"};
+
+static void put_facts(StrBuf *out, const char *key, unsigned facts) {
+  sb_printf(out, " %s=", key);
+  if (!facts) sb_putc(out, '-');
+  for (unsigned k = 0, first = 1; k < sizeof fact_names / sizeof *fact_names; k++)
+    if (facts & (1u << k)) {
+      sb_printf(out, "%s%s", first ? "" : ",", fact_names[k]);
+      first = 0;
+    }
+}
+
+static void put_dim(StrBuf *out, PlanDim d) {
+  if (d.kind == PD_CONST) sb_printf(out, "%d", d.n);
+  else if (d.kind == PD_NUMEL) sb_printf(out, "numel:%d", d.n);
+  else sb_puts(out, dim_names[d.kind]);
+}
+
+void plan_write(StrBuf *out, const GraphPlan *plans, int n) {
+  sb_printf(out, "attnc-plan %d\n", PLAN_FORMAT);
+  for (int gi = 0; gi < n; gi++) {
+    const GraphPlan *gp = &plans[gi];
+    sb_printf(out, "graph %s sep=%d,%d,%d,%d\n", gp->graph, gp->sep_cells[0], gp->sep_cells[1],
+              gp->sep_cells[2], gp->sep_cells[3]);
+    for (int pi = 0; pi < PLAN_NPASSES; pi++) {
+      const PassPlan *p = &gp->pass[pi];
+      if (!p->present) continue;
+      sb_printf(out, "pass %s det=%d\n", pass_names[pi], p->det_ok ? 1 : 0);
+      for (int k = 0; k < p->nslices; k++) {
+        const PlanSlice *s = &p->slices[k];
+        sb_printf(out, "  slice %s bind=%s slot=%d elem=%d dims=", s->name, bind_names[s->bind],
+                  s->slot, s->elem);
+        for (int d = 0; d < 4; d++) {
+          if (d) sb_putc(out, ',');
+          put_dim(out, s->dims[d]);
+        }
+        sb_printf(out, " zero=%s", zero_names[s->zero]);
+        put_facts(out, "need", s->need);
+        put_facts(out, "deny", s->deny);
+        sb_putc(out, '\n');
+      }
+      for (int k = 0; k < p->nsteps; k++) {
+        const PlanStep *s = &p->steps[k];
+        sb_printf(out, "  step %s entry=%s threads=%d smem=%d grid=", s->role, s->entry,
+                  s->threads, s->smem_bytes);
+        put_dim(out, s->grid.x0);
+        sb_printf(out, "/%d", s->grid.div0);
+        if (s->grid.div1 > 0) {
+          sb_putc(out, '+');
+          put_dim(out, s->grid.x1);
+          sb_printf(out, "/%d", s->grid.div1);
+        }
+        sb_putc(out, ',');
+        put_dim(out, s->grid.y);
+        sb_putc(out, ',');
+        put_dim(out, s->grid.z);
+        sb_printf(out, " persistent=%d", s->persistent ? 1 : 0);
+        put_facts(out, "need", s->need);
+        put_facts(out, "deny", s->deny);
+        sb_putc(out, '\n');
+        for (int m = 0; m < s->nmaps; m++) {
+          const PlanMap *x = &s->maps[m];
+          sb_printf(out, "    map index=%d slot=%d dtype=%s box=%dx%d what=%s\n", x->index,
+                    x->slot, dtype_name(x->dtype), x->box_cols, x->box_rows, x->what);
+        }
+      }
+    }
+  }
+  sb_puts(out, "end\n");
+}
+
+/* -------------------------------------------------------------- reading */
+
+/* One line cut into whitespace-separated words (at most 16). */
+typedef struct PlanLine {
+  char *w[16];
+  int n;
+  int lineno;
+} PlanLine;
+
+typedef struct PlanReader {
+  Arena *a;
+  StrBuf *err;
+  int lineno;
+} PlanReader;
+
+static int rd_fail(PlanReader *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int rd_fail(PlanReader *r, const char *fmt, ...) {
+  sb_printf(r->err, "launch plan, line %d: ", r->lineno);
+  va_list ap;
+  va_start(ap, fmt);
+  sb_vprintf(r->err, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+static bool is_ident(const char *s) {
+  if (!*s || isdigit((unsigned char)*s)) return false;
+  for (; *s; s++)
+    if (!isalnum((unsigned char)*s) && *s != '_') return false;
+  return true;
+}
+
+/* A decimal integer in [lo, hi]. */
+static int rd_int(PlanReader *r, const char *s, long lo, long hi, long *out) {
+  char *end;
+  if (!*s || !(isdigit((unsigned char)*s) || *s == '-')) return rd_fail(r, "'%s' is no number", s);
+  long v = strtol(s, &end, 10);
+  if (*end || v < lo || v > hi) return rd_fail(r, "'%s' is outside [%ld, %ld]", s, lo, hi);
+  *out = v;
+  return 0;
+}
+
+/* The value of field `key` among the words after the first; NULL when absent. */
+static const char *rd_field(const PlanLine *l, const char *key) {
+  size_t n = strlen(key);
+  for (int k = 1; k < l->n; k++)
+    if (!strncmp(l->w[k], key, n) && l->w[k][n] == '=') return l->w[k] + n + 1;
+  return NULL;
+}
+
+static int rd_need_int(PlanReader *r, const PlanLine *l, const char *key, long lo, long hi,
+                       long *out) {
+  const char *v = rd_field(l, key);
+  if (!v) return rd_fail(r, "'%s' has no %s=", l->w[0], key);
+  return rd_int(r, v, lo, hi, out);
+}
+
+static int rd_name(PlanReader *r, const char *s, const char **out) {
+  if (!is_ident(s)) return rd_fail(r, "'%s' is not an identifier", s);
+  *out = arena_strdup(r->a, s);
+  return 0;
+}
+
+static int rd_dim(PlanReader *r, const char *s, PlanDim *d) {
+  for (int k = 0; k < (int)(sizeof dim_names / sizeof *dim_names); k++)
+    if (dim_names[k] && !strcmp(s, dim_names[k])) {
+      *d = (PlanDim){(PlanDimKind)k, 0};
+      return 0;
+    }
+  long v;
+  if (!strncmp(s, "numel:", 6)) {
+    if (rd_int(r, s + 6, 0, ATTN_MAX_TENSORS - 1, &v)) return -1;
+    *d = (PlanDim){PD_NUMEL, (int)v};
+    return 0;
+  }
+  if (rd_int(r, s, 1, 1 << 20, &v)) return -1;
+  *d = (PlanDim){PD_CONST, (int)v};
+  return 0;
+}
+
+static int rd_enum(PlanReader *r, const char *s, const char *const *names, int n, int *out) {
+  for (int k = 0; k < n; k++)
+    if (names[k] && !strcmp(s, names[k])) {
+      *out = k;
+      return 0;
+    }
+  return rd_fail(r, "unknown value '%s'", s ? s : "");
+}
+
+/* "-" or names of facts, comma-separated. */
+static int rd_facts(PlanReader *r, const PlanLine *l, const char *key, unsigned *out) {
+  const char *v = rd_field(l, key);
+  *out = 0;
+  if (!v) return rd_fail(r, "'%s' has no %s=", l->w[0], key);
+  if (!strcmp(v, "-")) return 0;
+  char buf[64];
+  snprintf(buf, sizeof buf, "%s", v);
+  char *save = NULL;
+  for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    int k = 0;
+    if (rd_enum(r, t, fact_names, (int)(sizeof fact_names / sizeof *fact_names), &k)) return -1;
+    *out |= 1u << k;
+  }
+  return 0;
+}
+
+static int rd_conditions(PlanReader *r, const PlanLine *l, unsigned *need, unsigned *deny) {
+  return rd_facts(r, l, "need", need) || rd_facts(r, l, "deny", deny) ? -1 : 0;
+}
+
+static int rd_slice(PlanReader *r, const PlanLine *l, PassPlan *p) {
+  if (p->nslices == PLAN_MAX_SLICES) return rd_fail(r, "more than %d slices", PLAN_MAX_SLICES);
+  PlanSlice *s = &p->slices[p->nslices];
+  memset(s, 0, sizeof *s);
+  long slot, elem;
+  int bind = 0, zero = 0;
+  if (l->n < 2 || rd_name(r, l->w[1], &s->name) ||
+      rd_enum(r, rd_field(l, "bind"), bind_names, 3, &bind) ||
+      rd_need_int(r, l, "slot", -1, ATTN_MAX_TENSORS - 1, &slot) ||
+      rd_need_int(r, l, "elem", 1, 16, &elem) ||
+      rd_enum(r, rd_field(l, "zero"), zero_names, 3, &zero) ||
+      rd_conditions(r, l, &s->need, &s->deny))
+    return -1;
+  s->bind = (PlanBind)bind;
+  s->zero = (PlanZero)zero;
+  s->slot = (int)slot;
+  s->elem = (int)elem;
+  if ((s->bind == PB_SLOT) != (s->slot >= 0))
+    return rd_fail(r, "slice '%s': a slot exactly when bound to one", s->name);
+  const char *dims = rd_field(l, "dims");
+  if (!dims) return rd_fail(r, "slice '%s' has no dims=", s->name);
+  char buf[128];
+  snprintf(buf, sizeof buf, "%s", dims);
+  char *save = NULL, *tok = strtok_r(buf, ",", &save);
+  for (int d = 0; d < 4; d++, tok = strtok_r(NULL, ",", &save))
+    if (!tok || rd_dim(r, tok, &s->dims[d])) return tok ? -1 : rd_fail(r, "dims need four sizes");
+  if (tok) return rd_fail(r, "dims take four sizes");
+  p->nslices++;
+  return 0;
+}
+
+/* "Sq/128+Sq/64,H,B" */
+static int rd_grid(PlanReader *r, const char *s, PlanGrid *g) {
+  char buf[128];
+  snprintf(buf, sizeof buf, "%s", s ? s : "");
+  char *parts[3], *save = NULL;
+  int n = 0;
+  for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    if (n == 3) return rd_fail(r, "a grid has three dimensions");
+    parts[n++] = t;
+  }
+  if (n != 3) return rd_fail(r, "a grid has three dimensions");
+  char *plus = strchr(parts[0], '+');
+  if (plus) *plus++ = '\0';
+  char *terms[2] = {parts[0], plus};
+  PlanDim *dims[2] = {&g->x0, &g->x1};
+  int *divs[2] = {&g->div0, &g->div1};
+  for (int k = 0; k < 2 && terms[k]; k++) {
+    char *slash = strchr(terms[k], '/');
+    long div;
+    if (!slash) return rd_fail(r, "grid x is SIZE/DIVISOR");
+    *slash = '\0';
+    if (rd_dim(r, terms[k], dims[k]) || rd_int(r, slash + 1, 1, 1 << 20, &div)) return -1;
+    *divs[k] = (int)div;
+  }
+  return rd_dim(r, parts[1], &g->y) || rd_dim(r, parts[2], &g->z) ? -1 : 0;
+}
+
+static int rd_step(PlanReader *r, const PlanLine *l, PassPlan *p) {
+  if (p->nsteps == PLAN_MAX_STEPS) return rd_fail(r, "more than %d steps", PLAN_MAX_STEPS);
+  PlanStep *s = &p->steps[p->nsteps];
+  memset(s, 0, sizeof *s);
+  long threads, smem, pers;
+  const char *entry = rd_field(l, "entry");
+  if (l->n < 2 || rd_name(r, l->w[1], &s->role) || !entry || rd_name(r, entry, &s->entry) ||
+      rd_need_int(r, l, "threads", 1, 1024, &threads) ||
+      rd_need_int(r, l, "smem", 0, 1 << 20, &smem) ||
+      rd_need_int(r, l, "persistent", 0, 1, &pers) || rd_grid(r, rd_field(l, "grid"), &s->grid) ||
+      rd_conditions(r, l, &s->need, &s->deny))
+    return -1;
+  s->threads = (int)threads;
+  s->smem_bytes = (int)smem;
+  s->persistent = pers != 0;
+  p->nsteps++;
+  return 0;
+}
+
+static int rd_map(PlanReader *r, const PlanLine *l, PassPlan *p) {
+  if (p->nsteps == 0) return rd_fail(r, "a map before any step");
+  PlanStep *s = &p->steps[p->nsteps - 1];
+  if (s->nmaps == PLAN_MAX_MAPS) return rd_fail(r, "more than %d maps", PLAN_MAX_MAPS);
+  PlanMap *m = &s->maps[s->nmaps];
+  long index, slot, cols, rows;
+  const char *dt = rd_field(l, "dtype"), *box = rd_field(l, "box"), *what = rd_field(l, "what");
+  if (rd_need_int(r, l, "index", 0, 3, &index) ||
+      rd_need_int(r, l, "slot", 0, ATTN_MAX_TENSORS - 1, &slot))
+    return -1;
+  if (!what) return rd_fail(r, "a map has no what=");
+  if (rd_name(r, what, &m->what)) return -1;
+  m->dtype = DT_NONE;
+  for (int t = 1; t < DT_COUNT && dt; t++)
+    if (!strcmp(dt, dtype_name((DType)t))) m->dtype = (DType)t;
+  if (m->dtype != DT_BF16 && m->dtype != DT_F16 && m->dtype != DT_F32)
+    return rd_fail(r, "a tensor map is bf16, f16 or f32, not '%s'", dt ? dt : "");
+  char *x = box ? strchr(box, 'x') : NULL;
+  if (!x) return rd_fail(r, "a map's box is COLSxROWS");
+  char cbuf[16];
+  snprintf(cbuf, sizeof cbuf, "%.*s", (int)(x - box), box);
+  if (rd_int(r, cbuf, 1, 256, &cols) || rd_int(r, x + 1, 1, 256, &rows)) return -1;
+  m->index = (int)index;
+  m->slot = (int)slot;
+  m->box_cols = (int)cols;
+  m->box_rows = (int)rows;
+  s->nmaps++;
+  return 0;
+}
+
+int plan_read(const char *text, Arena *a, GraphPlan **plans, int *n, StrBuf *err) {
+  PlanReader r = {.a = a, .err = err};
+  *plans = NULL;
+  *n = 0;
+  int cap = 0;
+  GraphPlan *gp = NULL;
+  PassPlan *pass = NULL;
+  bool ended = false;
+  const char *p = text ? text : "";
+  while (*p && !ended) {
+    const char *eol = strchr(p, '\n');
+    size_t len = eol ? (size_t)(eol - p) : strlen(p);
+    r.lineno++;
+    if (len > (1u << 20)) return rd_fail(&r, "line too long");
+    char *line = arena_strndup(a, p, len);
+    p += len + (eol ? 1 : 0);
+    PlanLine l = {.lineno = r.lineno};
+    char *save = NULL;
+    for (char *w = strtok_r(line, " \t", &save); w; w = strtok_r(NULL, " \t", &save)) {
+      if (l.n == 16) return rd_fail(&r, "too many fields");
+      l.w[l.n++] = w;
+    }
+    if (l.n == 0) continue;
+    const char *kind = l.w[0];
+    if (r.lineno == 1) {
+      long v;
+      if (strcmp(kind, "attnc-plan") || l.n != 2 || rd_int(&r, l.w[1], 0, 1 << 20, &v))
+        return rd_fail(&r, "not a launch plan");
+      if (v != PLAN_FORMAT)
+        return rd_fail(&r, "plan format %ld; this libattn reads %d", v, PLAN_FORMAT);
+      continue;
+    }
+    if (!strcmp(kind, "end")) {
+      ended = true;
+    } else if (!strcmp(kind, "graph")) {
+      if (*n == cap) {
+        cap = cap ? 2 * cap : 4;
+        GraphPlan *grown = arena_alloc(a, (size_t)cap * sizeof *grown);
+        if (*n) memcpy(grown, *plans, (size_t)*n * sizeof *grown);
+        *plans = grown;
+      }
+      gp = &(*plans)[(*n)++];
+      memset(gp, 0, sizeof *gp);
+      pass = NULL;
+      const char *sep = rd_field(&l, "sep");
+      if (l.n < 2 || rd_name(&r, l.w[1], &gp->graph) || !sep ||
+          sscanf(sep, "%d,%d,%d,%d", &gp->sep_cells[0], &gp->sep_cells[1], &gp->sep_cells[2],
+                 &gp->sep_cells[3]) != 4)
+        return rd_fail(&r, "a graph line is `graph NAME sep=A,B,C,D`");
+      for (int k = 0; k < SEP_NREGIONS; k++)
+        if (gp->sep_cells[k] < 0 || gp->sep_cells[k] > 1024)
+          return rd_fail(&r, "a range cell of %d bytes", gp->sep_cells[k]);
+    } else if (!gp) {
+      return rd_fail(&r, "'%s' before any graph", kind);
+    } else if (!strcmp(kind, "pass")) {
+      int which = 0;
+      long det;
+      if (l.n < 2 || rd_enum(&r, l.w[1], pass_names, PLAN_NPASSES, &which) ||
+          rd_need_int(&r, &l, "det", 0, 1, &det))
+        return -1;
+      pass = &gp->pass[which];
+      if (pass->present) return rd_fail(&r, "pass %s twice", l.w[1]);
+      pass->present = true;
+      pass->det_ok = det != 0;
+    } else if (!pass) {
+      return rd_fail(&r, "'%s' before any pass", kind);
+    } else if (!strcmp(kind, "slice")) {
+      if (rd_slice(&r, &l, pass)) return -1;
+    } else if (!strcmp(kind, "step")) {
+      if (rd_step(&r, &l, pass)) return -1;
+    } else if (!strcmp(kind, "map")) {
+      if (rd_map(&r, &l, pass)) return -1;
+    } else {
+      return rd_fail(&r, "unknown record '%s'", kind);
+    }
+  }
+  if (r.lineno == 0) return rd_fail(&r, "not a launch plan (no text)");
+  if (!ended) return rd_fail(&r, "the plan has no end");
+  return 0;
+}

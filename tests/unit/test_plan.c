@@ -1,0 +1,199 @@
+/*
+ * test_plan.c: launch plans (compiler/plan.c) without a GPU. Every
+ * example's plans for both targets survive their text form unchanged; the
+ * reader refuses malformed plans with a line number and a reason; the
+ * planner's choices follow the specs (persistent steps have a queue, the
+ * deterministic backward exists up to head dim 128, GQA adds convert_kv);
+ * slice sizes follow the bound problem.
+ */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attnc.h"
+#include "unit_build.h"
+
+static char *read_text(const char *path) {
+  FILE *f = fopen(path, "rb");
+  cr_assert(f, "cannot open %s", path);
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *s = calloc((size_t)n + 1, 1);
+  cr_assert_eq(fread(s, 1, (size_t)n, f), (size_t)n);
+  fclose(f);
+  return s;
+}
+
+static void round_trip(const GraphPlan *plans, int n, Arena *a, const char *what) {
+  StrBuf w1 = {0}, w2 = {0}, err = {0};
+  plan_write(&w1, plans, n);
+  GraphPlan *back;
+  int m;
+  cr_assert_eq(plan_read(w1.data, a, &back, &m, &err), 0, "%s: %s", what, err.data);
+  cr_assert_eq(m, n);
+  plan_write(&w2, back, m);
+  cr_assert_str_eq(w2.data, w1.data, "%s: the plan changed on its way through text", what);
+  sb_free(&w1);
+  sb_free(&w2);
+  sb_free(&err);
+}
+
+Test(plan, every_example_round_trips) {
+  DIR *dir = opendir("examples");
+  cr_assert(dir);
+  int done = 0;
+  for (struct dirent *e; (e = readdir(dir));) {
+    size_t len = strlen(e->d_name);
+    if (len < 6 || strcmp(e->d_name + len - 5, ".attn")) continue;
+    char path[512];
+    snprintf(path, sizeof path, "examples/%s", e->d_name);
+    char *text = read_text(path);
+    Arena *a = arena_new();
+    IrModule *m = unit_build(a, path, text);
+    for (int t = 0; t < 2; t++) {
+      const char *arch = t ? "sm_90a" : "sm_80";
+      Diag d = {0};
+      Compiled c;
+      const CompileOptions o = {.arch = arch};
+      if (compile_module(m, &o, STAGE_PLAN, a, &d, &c) == 0) {
+        round_trip(c.plans, c.ngraphs, a, path);
+        done++;
+      }
+      diag_free(&d);
+    }
+    arena_free(a);
+    free(text);
+  }
+  closedir(dir);
+  cr_assert_gt(done, 30);
+}
+
+/* Long graph names make long lines; the text form has no length limit
+ * below the reader's megabyte a line. */
+Test(plan, long_names_round_trip) {
+  Arena *a = arena_new();
+  StrBuf src = {0};
+  char name[3000];
+  memset(name, 'g', sizeof name - 1);
+  name[sizeof name - 1] = '\0';
+  sb_printf(&src,
+            "attention %s {\n  input q : bf16[B, H, S, 64];\n  input k : bf16[B, H, S, 64];\n"
+            "  input v : bf16[B, H, S, 64];\n  s = q @ k^T;\n  o = softmax(s) @ v;\n"
+            "  output o : bf16[B, H, S, 64];\n  output lse = logsumexp(s);\n  grad q, k, v;\n}\n",
+            name);
+  IrModule *m = unit_build(a, "<long>", src.data);
+  Compiled c = unit_compile(a, m, "sm_90a", STAGE_PLAN);
+  round_trip(c.plans, c.ngraphs, a, "long name");
+  sb_free(&src);
+  arena_free(a);
+}
+
+#define GOOD                                                                                    \
+  "attnc-plan 1\ngraph g sep=0,0,0,0\npass forward det=0\n"                                    \
+  "  slice tile_queue bind=queue slot=-1 elem=4 dims=2,1,1,1 zero=new need=- deny=-\n"          \
+  "  step forward entry=attn_g_fwd threads=384 smem=1024 grid=Sq/128,H,B persistent=1 "         \
+  "need=- deny=-\n"                                                                             \
+  "    map index=0 slot=0 dtype=bf16 box=64x128 what=q\n"
+
+static void refused(const char *text, const char *why) {
+  Arena *a = arena_new();
+  GraphPlan *p;
+  int n;
+  StrBuf err = {0};
+  cr_assert_neq(plan_read(text, a, &p, &n, &err), 0, "accepted: %s", text);
+  cr_assert(err.data && strstr(err.data, "launch plan, line "), "%s", err.data);
+  cr_assert(strstr(err.data, why), "'%s' does not say '%s'", err.data, why);
+  sb_free(&err);
+  arena_free(a);
+}
+
+Test(plan, the_reader_refuses_malformed_plans) {
+  Arena *a = arena_new();
+  GraphPlan *p;
+  int n;
+  StrBuf err = {0};
+  cr_assert_eq(plan_read(GOOD "end\n", a, &p, &n, &err), 0, "%s", err.data);
+  cr_assert_eq(n, 1);
+  cr_assert_eq(p[0].pass[PLAN_FORWARD].steps[0].maps[0].box_rows, 128);
+  sb_free(&err);
+  arena_free(a);
+  refused("", "not a launch plan");
+  refused("attnc-plan 99\nend\n", "plan format 99");
+  refused(GOOD, "the plan has no end");
+  refused(GOOD "  step x entry=e threads=2000 smem=0 grid=Sq/1,H,B persistent=0 need=- deny=-\nend\n",
+          "outside [1, 1024]");
+  refused(GOOD "  step x entry=e threads=32 smem=0 grid=Sq/0,H,B persistent=0 need=- deny=-\nend\n",
+          "outside [1, 1048576]");
+  refused(GOOD "  step x entry=e threads=32 smem=0 grid=Sq,H,B persistent=0 need=- deny=-\nend\n",
+          "SIZE/DIVISOR");
+  refused(GOOD "  step x entry=e threads=32 smem=0 grid=Sq/1,H,B persistent=0 need=bogus deny=-\nend\n",
+          "unknown value 'bogus'");
+  refused(GOOD "  step x entry=9e threads=32 smem=0 grid=Sq/1,H,B persistent=0 need=- deny=-\nend\n",
+          "not an identifier");
+  refused(GOOD "    map index=7 slot=0 dtype=bf16 box=64x64 what=q\nend\n", "outside [0, 3]");
+  refused(GOOD "    map index=1 slot=0 dtype=e4m3 box=64x64 what=q\nend\n", "bf16, f16 or f32");
+  refused(GOOD "  slice s bind=slot slot=40 elem=4 dims=B,H,Sq,2 zero=never need=- deny=-\nend\n",
+          "outside [-1, 15]");
+  refused(GOOD "  slice s bind=slot slot=-1 elem=4 dims=B,H,Sq,2 zero=never need=- deny=-\nend\n",
+          "a slot exactly when bound to one");
+  refused(GOOD "  slice s bind=queue slot=-1 elem=4 dims=B,H,Sq zero=never need=- deny=-\nend\n",
+          "four sizes");
+  refused("attnc-plan 1\npass forward det=0\nend\n", "before any graph");
+  refused("attnc-plan 1\ngraph g sep=0,0,0,0\n  step x\nend\n", "before any pass");
+  refused(GOOD "pass forward det=0\nend\n", "pass forward twice");
+  refused(GOOD "frobnicate\nend\n", "unknown record 'frobnicate'");
+}
+
+Test(plan, choices_follow_the_specs) {
+  Arena *a = arena_new();
+  static const char gqa[] =
+      "attention g {\n  input q : bf16[B, H, S, 128];\n  input k : bf16[B, Hk, S, 128];\n"
+      "  input v : bf16[B, Hk, S, 128];\n  s = q @ k^T;\n  o = softmax(s) @ v;\n"
+      "  output o : bf16[B, H, S, 128];\n  output lse = logsumexp(s);\n  grad q, k, v;\n}\n";
+  IrModule *m = unit_build(a, "<gqa>", gqa);
+  const GraphPlan *p90 = unit_compile(a, m, "sm_90a", STAGE_PLAN).plans;
+  const GraphPlan *p80 = unit_compile(a, m, "sm_80", STAGE_PLAN).plans;
+  /* Hopper: a persistent forward and backward main step, each with a queue. */
+  cr_assert(unit_step(p90, PLAN_FORWARD, "forward")->persistent);
+  cr_assert(unit_step(p90, PLAN_BACKWARD, "main")->persistent);
+  cr_assert_eq(unit_step(p90, PLAN_BACKWARD, "main")->threads, 384);
+  cr_assert_eq(unit_step(p90, PLAN_BACKWARD, "main")->nmaps, 3);
+  cr_assert(!unit_step(p80, PLAN_FORWARD, "forward")->persistent);
+  cr_assert_eq(unit_step(p80, PLAN_BACKWARD, "main")->nmaps, 0);
+  /* GQA: convert_kv, only when H != Hk. */
+  const PlanStep *kv = unit_step(p80, PLAN_BACKWARD, "convert_kv");
+  cr_assert(kv && kv->need == PLAN_IF_GQA);
+  cr_assert(p80->pass[PLAN_BACKWARD].det_ok);
+  /* Sizes: delta is [B, H, Sq, 2] f32. */
+  int ndims[4] = {4, 4, 4, 4};
+  const int64_t shapes[4][IR_MAX_RANK] = {{2, 8, 100, 128}, {2, 2, 300, 128}, {2, 2, 300, 128},
+                                           {2, 8, 100, 128}};
+  PlanProblem pr = {2, 8, 2, 100, 300, shapes, ndims};
+  const PassPlan *bw = &p80->pass[PLAN_BACKWARD];
+  cr_assert_str_eq(bw->slices[0].name, "delta");
+  cr_assert_eq(plan_slice_bytes(p80, &bw->slices[0], &pr), (size_t)2 * 8 * 100 * 2 * 4);
+  cr_assert(plan_applies(PLAN_IF_GQA, PLAN_IF_DET, PLAN_IF_GQA));
+  cr_assert(!plan_applies(PLAN_IF_GQA, PLAN_IF_DET, PLAN_IF_GQA | PLAN_IF_DET));
+  cr_assert(!plan_applies(PLAN_IF_GQA, 0, 0));
+  arena_free(a);
+}
+
+Test(plan, no_deterministic_backward_at_head_dim_256) {
+  Arena *a = arena_new();
+  static const char d256[] =
+      "attention g {\n  input q : bf16[B, H, S, 256];\n  input k : bf16[B, H, S, 256];\n"
+      "  input v : bf16[B, H, S, 256];\n  s = q @ k^T;\n  o = softmax(s) @ v;\n"
+      "  output o : bf16[B, H, S, 256];\n  output lse = logsumexp(s);\n  grad q, k, v;\n}\n";
+  IrModule *m = unit_build(a, "<d256>", d256);
+  const GraphPlan *p = unit_compile(a, m, "sm_90a", STAGE_PLAN).plans;
+  cr_assert(!p->pass[PLAN_BACKWARD].det_ok);
+  /* split-D: one CTA per 64 keys, not persistent, no work queue. */
+  const PlanStep *s = unit_step(p, PLAN_BACKWARD, "main");
+  cr_assert(!s->persistent);
+  cr_assert_eq(s->grid.div0, 64);
+  for (int k = 0; k < p->pass[PLAN_BACKWARD].nslices; k++)
+    cr_assert_neq(p->pass[PLAN_BACKWARD].slices[k].bind, PB_TILE_QUEUE);
+  arena_free(a);
+}
