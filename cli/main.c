@@ -248,7 +248,7 @@ static int cmd_stage(int argc, char **argv, Stage last) {
   return status;
 }
 
-int main(int argc, char **argv) {
+static int dispatch(int argc, char **argv) {
   if (argc < 2) {
     fputs(usage_text, stderr);
     return EXIT_USAGE;
@@ -264,13 +264,13 @@ int main(int argc, char **argv) {
     printf("attnc %s\n", ATTNC_VERSION);
     return EXIT_OK;
   }
-  if (!strcmp(cmd, "check")) return cmd_check(n, rest);
-  if (!strcmp(cmd, "ir")) return cmd_dump(n, rest, ir_dump);
-  if (!strcmp(cmd, "dot")) return cmd_dump(n, rest, ir_dot);
   if (n > 0 && (!strcmp(rest[0], "--help") || !strcmp(rest[0], "-h"))) {
     fputs(usage_text, stdout); /* `attnc run --help`: the same text */
     return EXIT_OK;
   }
+  if (!strcmp(cmd, "check")) return cmd_check(n, rest);
+  if (!strcmp(cmd, "ir")) return cmd_dump(n, rest, ir_dump);
+  if (!strcmp(cmd, "dot")) return cmd_dump(n, rest, ir_dot);
   if (!strcmp(cmd, "plan")) return cmd_stage(n, rest, STAGE_PLAN);
   if (!strcmp(cmd, "emit")) return cmd_stage(n, rest, STAGE_EMIT);
   if (!strcmp(cmd, "compile")) return cli_compile(n, rest);
@@ -278,4 +278,29 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "run")) return cli_run(n, rest);
   if (!strcmp(cmd, "cache")) return cli_cache(n, rest);
   return cli_usage_error("unknown command '%s'", cmd);
+}
+
+typedef struct MainArgs {
+  int argc;
+  char **argv;
+  int status;
+} MainArgs;
+
+static void main_pass(void *arg) {
+  MainArgs *m = arg;
+  m->status = dispatch(m->argc, m->argv);
+}
+
+/* The whole command runs as one scope (compiler/mem.c): running out of
+ * memory or a broken invariant anywhere in it is reported here, and the
+ * command exits with status 3 (the library itself never exits). */
+int main(int argc, char **argv) {
+  MainArgs m = {argc, argv, EXIT_OK};
+  char msg[512];
+  if (mem_scoped(main_pass, &m, msg, sizeof msg) != 0) {
+    fflush(stdout);
+    fprintf(stderr, "attnc: %s\n", msg);
+    return EXIT_NORUN;
+  }
+  return m.status;
 }

@@ -12,8 +12,10 @@
  *   emit.c           kernel spec -> CUDA C source
  *
  * Conventions: every node carries a Loc; user errors go through diag_error();
- * internal bugs go through die(), which names __FILE__:__LINE__ and aborts.
- * The front end allocates from an Arena freed once per unit of work.
+ * internal bugs go through die(), which names __FILE__:__LINE__ and unwinds
+ * to the pass's scope (mem.c): the library reports ATTN_ERROR_INTERNAL, the
+ * command prints it; nothing aborts. The passes allocate from an Arena freed
+ * once per unit of work, and every allocation goes through mem.c.
  */
 #ifndef ATTNC_H
 #define ATTNC_H
@@ -26,8 +28,37 @@
 
 #define ATTNC_VERSION "0.1.0"
 
+/* ----------------------------------------------------------------- mem.c */
+
+/* Allocation: NULL (and the thread's failure flag set) when memory runs
+ * out or a test made this allocation fail. Free with mem_free only. */
+void *mem_alloc(size_t n);
+void *mem_calloc(size_t n, size_t size);
+void *mem_realloc(void *p, size_t n); /* NULL: p is left as it was */
+char *mem_strdup(const char *s);
+void mem_free(void *p);
+/* The same owner scope as the block `sibling` (an arena's chunks). */
+void *mem_alloc_like(const void *sibling, size_t n);
+/* p, or unwinds to the current scope reporting out of memory. */
+void *mem_must(void *p);
+_Noreturn void mem_oom(void);
+/* Runs fn(arg) as a scoped pass: 0 when it returns; MEM_OOM or
+ * MEM_INTERNAL when an allocation failed or die() was called inside it,
+ * with every block it allocated freed and the reason in msg. */
+enum { MEM_OOM = 1, MEM_INTERNAL = 2 };
+int mem_scoped(void (*fn)(void *), void *arg, char *msg, size_t cap);
+bool mem_in_scope(void);
+/* Whether an allocation failed on this thread since the last call. */
+bool mem_take_failure(void);
+/* Tests: the n-th allocation from now fails (once); 0 turns it off. */
+void mem_fail_nth(long n);
+long mem_allocations(void);
+
 /* ---------------------------------------------------------------- util.c */
 
+/* Arenas and string buffers come from mem.c: inside a scope a failed
+ * allocation unwinds it; outside, arena_new returns NULL and a string
+ * buffer that cannot grow empties and ignores further writes (failed). */
 typedef struct Arena Arena;
 Arena *arena_new(void);
 void arena_free(Arena *a);
@@ -41,6 +72,7 @@ char *arena_printf(Arena *a, const char *fmt, ...)
 typedef struct StrBuf {
   char *data;
   size_t len, cap;
+  bool failed; /* memory ran out outside a scope: empty from then on */
 } StrBuf;
 void sb_putc(StrBuf *sb, char c);
 void sb_puts(StrBuf *sb, const char *s);
@@ -76,6 +108,9 @@ typedef struct Diag {
   int max_errors; /* 0: default (20); later errors are counted, not shown */
 } Diag;
 
+/* The largest source attnc reads: a 10 MB file of 48k graphs checks in a
+ * second; /dev/zero must not fill memory. */
+#define SOURCE_MAX_BYTES (64 << 20)
 /* Reads a whole file; on failure reports "cannot read FILE: reason". */
 Source *source_load(Arena *a, const char *path, Diag *d);
 Source *source_from_string(Arena *a, const char *name, const char *text,

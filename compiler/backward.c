@@ -442,9 +442,9 @@ static void fold_draw_scale(BwdGraph *bg) {
 /* Drops derived nodes nothing reaches (left behind by rewrites) and
  * renumbers the rest, keeping their order. */
 static void drop_unused(BwdGraph *bg, const IrGraph *g) {
-  bool *live = calloc((size_t)bg->nnodes + 1, 1);
+  bool *live = mem_calloc((size_t)bg->nnodes + 1, 1);
   if (!live)
-    die("out of memory");
+    mem_oom();
   IrNode *roots[2] = {bg->draw, bg->draw_scale};
   for (int r = 0; r < 2 + bg->nbias; r++) {
     IrNode *n = r < 2 ? roots[r] : bg->bias[r - 2].value;
@@ -470,7 +470,7 @@ static void drop_unused(BwdGraph *bg, const IrGraph *g) {
     bg->nodes[n++] = x;
   }
   bg->nnodes = n;
-  free(live);
+  mem_free(live);
 }
 
 bool bwd_has_grad(const IrGraph *g) {
@@ -498,10 +498,10 @@ BwdGraph *bwd_derive(const IrGraph *g, Arena *a, Diag *d) {
   int before = d->nerrors;
   if (find_landmarks(&dv))
     return NULL;
-  dv.adj = calloc((size_t)g->nnodes + 1, sizeof *dv.adj);
-  dv.dep = calloc((size_t)g->nnodes + 1, sizeof *dv.dep);
+  dv.adj = mem_calloc((size_t)g->nnodes + 1, sizeof *dv.adj);
+  dv.dep = mem_calloc((size_t)g->nnodes + 1, sizeof *dv.dep);
   if (!dv.adj || !dv.dep)
-    die("out of memory");
+    mem_oom();
   mark_deps(&dv);
   bg->ds = ir_node(a, IR_INPUT, bg->score->loc, DT_F32,
                    DOM_B | DOM_H | DOM_I | DOM_J, 0, NULL);
@@ -513,8 +513,8 @@ BwdGraph *bwd_derive(const IrGraph *g, Arena *a, Diag *d) {
     if (dv.adj[id] && dv.dep[id] && derive_node(&dv, n, dv.adj[id]))
       break;
   }
-  free(dv.adj);
-  free(dv.dep);
+  mem_free(dv.adj);
+  mem_free(dv.dep);
   if (d->nerrors > before)
     return NULL;
   drop_unused(bg, g);

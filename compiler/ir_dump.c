@@ -70,8 +70,8 @@ static void put_scalar_value(StrBuf *out, const IrScalar *s) {
 /* live[k]: whether an output reaches node k. Nodes are in topological
  * order, so one backward sweep suffices. */
 static bool *live_nodes(const IrGraph *g) {
-  bool *live = calloc((size_t)g->nnodes + 1, 1);
-  if (!live) die("out of memory");
+  bool *live = mem_calloc((size_t)g->nnodes + 1, 1);
+  if (!live) mem_oom();
   for (int k = 0; k < g->noutputs; k++)
     if (g->outputs[k].value) live[g->outputs[k].value->id] = true;
   for (int k = g->nnodes - 1; k >= 0; k--)
@@ -146,7 +146,7 @@ void ir_dump(StrBuf *out, const IrGraph *g) {
   }
   bool *live = live_nodes(g);
   for (int k = 0; k < g->nnodes; k++) put_node(out, g, g->nodes[k], live[k]);
-  free(live);
+  mem_free(live);
   for (int k = 0; k < g->noutputs; k++) {
     const IrOutput *o = &g->outputs[k];
     sb_printf(out, "  output %s = %%%d : ", o->name, o->value->id);
@@ -176,7 +176,7 @@ void ir_dot(StrBuf *out, const IrGraph *g) {
     sb_printf(out, "\\nline %d\"%s];\n", n->loc.line,
               live[k] ? "" : ", style=dashed");
   }
-  free(live);
+  mem_free(live);
   for (int k = 0; k < g->nnodes; k++) {
     const IrNode *n = g->nodes[k];
     for (int s = 0; s < n->nsrc; s++)

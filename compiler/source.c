@@ -23,19 +23,33 @@ Source *source_from_string(Arena *a, const char *name, const char *text,
   return s;
 }
 
-/* Reads everything from fd into a malloc'd buffer; the size hint from
- * fstat only sets the first capacity, so pipes and growing files work. */
+/* Reads everything from fd into a buffer; the size hint from fstat only
+ * sets the first capacity, so pipes and growing files work. At most
+ * SOURCE_MAX_BYTES (then EFBIG): /dev/zero or a runaway pipe is refused
+ * instead of filling memory. NULL with errno (ENOMEM when memory ran out:
+ * the fd is still open, so this returns rather than unwinding). */
 static char *source_read_all(int fd, size_t hint, size_t *len_out) {
+  if (hint > SOURCE_MAX_BYTES) hint = SOURCE_MAX_BYTES;
   size_t cap = hint + 1 > 4096 ? hint + 1 : 4096, len = 0;
-  char *buf = malloc(cap);
-  if (!buf)
-    die("out of memory reading a file of %zu bytes", hint);
+  char *buf = mem_alloc(cap);
+  if (!buf) {
+    errno = ENOMEM;
+    return NULL;
+  }
   for (;;) {
+    if (len > SOURCE_MAX_BYTES) {
+      mem_free(buf);
+      errno = EFBIG;
+      return NULL;
+    }
     if (len == cap) {
       cap *= 2;
-      char *p = realloc(buf, cap);
-      if (!p)
-        die("out of memory reading a file of %zu bytes", cap);
+      char *p = mem_realloc(buf, cap);
+      if (!p) {
+        mem_free(buf);
+        errno = ENOMEM;
+        return NULL;
+      }
       buf = p;
     }
     ssize_t n = read(fd, buf + len, cap - len);
@@ -43,7 +57,7 @@ static char *source_read_all(int fd, size_t hint, size_t *len_out) {
       if (errno == EINTR)
         continue;
       int saved = errno;
-      free(buf);
+      mem_free(buf);
       errno = saved;
       return NULL;
     }
@@ -73,11 +87,17 @@ Source *source_load(Arena *a, const char *path, Diag *d) {
   char *buf = source_read_all(fd, hint, &len);
   int err = errno;
   close(fd);
+  if (!buf && err == ENOMEM) mem_oom(); /* the fd is closed: unwind now */
+  if (!buf && err == EFBIG) {
+    diag_plain(d, "cannot read %s: it is larger than %d MiB, the most attnc reads as a source",
+               path, SOURCE_MAX_BYTES >> 20);
+    return NULL;
+  }
   if (!buf) {
     diag_plain(d, "cannot read %s: %s", path, strerror(err));
     return NULL;
   }
   Source *s = source_from_string(a, path, buf, len);
-  free(buf);
+  mem_free(buf);
   return s;
 }

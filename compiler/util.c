@@ -1,9 +1,11 @@
-/* util.c: the arena every front-end pass allocates from, a growable string
- * buffer, and die() for internal bugs. Nothing here ever sees user input
- * errors; running out of memory is treated as fatal. */
+/* util.c: the arena every compiler pass allocates from and a growable
+ * string buffer, both on mem.c. Inside a pass's scope running out of
+ * memory unwinds it (mem_oom); outside one (the runtime's own buffers) a
+ * string buffer that cannot grow empties and stays empty, and the failure
+ * is reported by the public call (mem_take_failure). */
 #include "attnc.h"
 
-#include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 /* Chunks are zeroed by calloc, so arena_alloc never clears memory itself.
@@ -22,12 +24,14 @@ struct Arena {
   ArenaChunk *head; /* the chunk being filled */
 };
 
-static ArenaChunk *arena_chunk_new(size_t size) {
-  if (size > SIZE_MAX - sizeof(ArenaChunk) - ARENA_ALIGN)
-    die("arena allocation of %zu bytes is too large", size);
-  ArenaChunk *c = calloc(1, sizeof(ArenaChunk) + ARENA_ALIGN + size);
-  if (!c)
-    die("out of memory (arena chunk of %zu bytes)", size);
+/* A chunk owned like the arena itself (mem_alloc_like): a pass's scope
+ * never frees the chunks of an arena made before it. NULL when memory ran
+ * out (the arena's callers unwind, or report it outside a scope). */
+static ArenaChunk *arena_chunk_new(const Arena *a, size_t size) {
+  if (size > SIZE_MAX - sizeof(ArenaChunk) - ARENA_ALIGN) return NULL;
+  ArenaChunk *c = mem_alloc_like(a, sizeof(ArenaChunk) + ARENA_ALIGN + size);
+  if (!c) return NULL;
+  memset(c, 0, sizeof(ArenaChunk) + ARENA_ALIGN + size);
   uintptr_t p = (uintptr_t)(c + 1);
   p = (p + ARENA_ALIGN - 1) & ~(uintptr_t)(ARENA_ALIGN - 1);
   c->base = (unsigned char *)p;
@@ -36,10 +40,12 @@ static ArenaChunk *arena_chunk_new(size_t size) {
 }
 
 Arena *arena_new(void) {
-  Arena *a = calloc(1, sizeof *a);
-  if (!a)
-    die("out of memory (arena)");
-  a->head = arena_chunk_new(ARENA_CHUNK);
+  Arena *a = mem_calloc(1, sizeof *a);
+  if (a && !(a->head = arena_chunk_new(a, ARENA_CHUNK))) {
+    mem_free(a);
+    a = NULL;
+  }
+  if (!a && mem_in_scope()) mem_oom();
   return a;
 }
 
@@ -49,17 +55,19 @@ void arena_free(Arena *a) {
   ArenaChunk *c = a->head;
   while (c) {
     ArenaChunk *next = c->next;
-    free(c);
+    mem_free(c);
     c = next;
   }
-  free(a);
+  mem_free(a);
 }
 
+/* Outside a scope (the runtime reads plans in one too) there is no caller
+ * that could handle NULL: running out there is a bug, caught by mem_oom. */
 void *arena_alloc(Arena *a, size_t size) {
   if (size == 0)
     size = 1;
   if (size > SIZE_MAX - ARENA_ALIGN)
-    die("arena allocation of %zu bytes is too large", size);
+    mem_oom();
   size = (size + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
   ArenaChunk *c = a->head;
   if (c->size - c->used >= size) {
@@ -69,13 +77,13 @@ void *arena_alloc(Arena *a, size_t size) {
   }
   if (size > ARENA_CHUNK / 4) {
     /* A big block: give it its own chunk behind the current one. */
-    ArenaChunk *big = arena_chunk_new(size);
+    ArenaChunk *big = mem_must(arena_chunk_new(a, size));
     big->used = size;
     big->next = c->next;
     c->next = big;
     return big->base;
   }
-  ArenaChunk *fresh = arena_chunk_new(ARENA_CHUNK);
+  ArenaChunk *fresh = mem_must(arena_chunk_new(a, ARENA_CHUNK));
   fresh->next = c;
   a->head = fresh;
   fresh->used = size;
@@ -107,25 +115,35 @@ char *arena_printf(Arena *a, const char *fmt, ...) {
   return p;
 }
 
-/* Makes room for n more bytes plus the terminating NUL, doubling. */
-static void sb_reserve(StrBuf *sb, size_t n) {
-  if (n > SIZE_MAX / 2 - sb->len)
-    die("string buffer too large");
+/* Makes room for n more bytes plus the terminating NUL, doubling; false
+ * (outside a scope) when it cannot: the buffer is then failed, empty. */
+static bool sb_reserve(StrBuf *sb, size_t n) {
+  if (sb->failed)
+    return false;
   size_t need = sb->len + n + 1;
-  if (need <= sb->cap)
-    return;
+  if (n <= SIZE_MAX / 2 - sb->len && need <= sb->cap)
+    return true;
   size_t cap = sb->cap ? sb->cap : 64;
-  while (cap < need)
+  while (n <= SIZE_MAX / 2 - sb->len && cap < need)
     cap *= 2;
-  char *p = realloc(sb->data, cap);
-  if (!p)
-    die("out of memory (string buffer of %zu bytes)", cap);
+  char *p = n <= SIZE_MAX / 2 - sb->len ? mem_realloc(sb->data, cap) : NULL;
+  if (!p) {
+    if (mem_in_scope())
+      mem_oom();
+    sb->failed = true;
+    sb->len = 0;
+    if (sb->data)
+      sb->data[0] = '\0';
+    return false;
+  }
   sb->data = p;
   sb->cap = cap;
+  return true;
 }
 
 void sb_write(StrBuf *sb, const char *s, size_t n) {
-  sb_reserve(sb, n);
+  if (!sb_reserve(sb, n))
+    return;
   if (n)
     memcpy(sb->data + sb->len, s, n);
   sb->len += n;
@@ -146,10 +164,11 @@ __attribute__((format(printf, 2, 0))) void sb_vprintf(StrBuf *sb,
   int n = vsnprintf(NULL, 0, fmt, ap);
   if (n < 0)
     die("bad format string '%s'", fmt);
-  sb_reserve(sb, (size_t)n);
-  vsnprintf(sb->data + sb->len, (size_t)n + 1, fmt, ap2);
+  if (sb_reserve(sb, (size_t)n)) {
+    vsnprintf(sb->data + sb->len, (size_t)n + 1, fmt, ap2);
+    sb->len += (size_t)n;
+  }
   va_end(ap2);
-  sb->len += (size_t)n;
 }
 
 void sb_printf(StrBuf *sb, const char *fmt, ...) {
@@ -160,18 +179,8 @@ void sb_printf(StrBuf *sb, const char *fmt, ...) {
 }
 
 void sb_free(StrBuf *sb) {
-  free(sb->data);
+  mem_free(sb->data);
   sb->data = NULL;
   sb->len = sb->cap = 0;
-}
-
-_Noreturn void die_at(const char *file, int line, const char *fmt, ...) {
-  va_list ap;
-  fflush(stdout);
-  fprintf(stderr, "attnc: internal error at %s:%d: ", file, line);
-  va_start(ap, fmt);
-  vfprintf(stderr, fmt, ap);
-  va_end(ap);
-  fputc('\n', stderr);
-  abort();
+  sb->failed = false;
 }

@@ -117,6 +117,12 @@ YY_DECL;
 
 #include "lex.yy.h"
 
+/* The parser's stack, when it outgrows its first 200 entries, comes from
+ * mem.c too (the front end's scope unwinds when memory runs out). */
+static void *parse_stack_alloc(size_t n) { return mem_must(mem_alloc(n)); }
+#define YYMALLOC parse_stack_alloc
+#define YYFREE mem_free
+
 #define YYMAXDEPTH 10000
 
 /* Spans: first symbol's start to last symbol's end; an empty rule sits at
@@ -782,9 +788,9 @@ static int yyreport_syntax_error(const yypcontext_t *ctx, yyscan_t scanner,
 }
 
 AstFile *parse_source(const Source *src, Arena *a, Diag *d) {
-  ParseState *ps = calloc(1, sizeof *ps);
+  ParseState *ps = mem_calloc(1, sizeof *ps);
   if (!ps)
-    die("out of memory");
+    mem_oom();
   ps->src = src;
   ps->a = a;
   ps->d = d;
@@ -804,7 +810,7 @@ AstFile *parse_source(const Source *src, Arena *a, Diag *d) {
   }
   yylex_destroy(scanner);
   AstFile *f = ps->file;
-  free(ps->names);
-  free(ps);
+  mem_free(ps->names);
+  mem_free(ps);
   return f;
 }

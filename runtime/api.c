@@ -54,7 +54,43 @@ attn_status rt_fail(attn_context *ctx, attn_status st, const char *fmt, ...) {
 
 void rt_clear_error(attn_context *ctx) {
   ctx->error.len = 0;
+  ctx->error.failed = false;
   if (ctx->error.data) ctx->error.data[0] = '\0';
+}
+
+/* ------------------------------------------------- out of memory, sticky */
+
+/* Every public call on a context goes through rt_begin and rt_end
+ * (RT_CALL): host memory that ran out during a call, whether a checked
+ * allocation failed or a string buffer could not grow, makes the call
+ * return ATTN_ERROR_OUT_OF_MEMORY and marks the context, whose next calls
+ * return it too until attn_context_clear_error (SQLite's way: a caller
+ * that missed one status still sees the failure). The context's message
+ * buffer is reserved at creation, so the message always fits. */
+static const char rt_oom_message[] =
+    "out of memory (host memory ran out in a call on this context; "
+    "attn_context_clear_error resets it)";
+
+attn_status rt_begin(attn_context *ctx) {
+  mem_take_failure(); /* a stale flag belongs to no call on this context */
+  if (!ctx->oom) return ATTN_SUCCESS;
+  rt_clear_error(ctx);
+  sb_puts(&ctx->error, rt_oom_message);
+  return ATTN_ERROR_OUT_OF_MEMORY;
+}
+
+attn_status rt_end(attn_context *ctx, attn_status st) {
+  if (!mem_take_failure()) return st; /* (a device's out of memory is not sticky) */
+  ctx->oom = true;
+  rt_clear_error(ctx);
+  sb_puts(&ctx->error, rt_oom_message);
+  return ATTN_ERROR_OUT_OF_MEMORY;
+}
+
+void attn_context_clear_error(attn_context *ctx) {
+  if (!ctx) return;
+  ctx->oom = false;
+  rt_clear_error(ctx);
 }
 
 /* -------------------------------------------------------------- context */
@@ -62,23 +98,32 @@ void rt_clear_error(attn_context *ctx) {
 attn_status attn_context_create(attn_context **out) {
   if (!out) return ATTN_ERROR_INVALID_ARGUMENT;
   *out = NULL;
-  attn_context *ctx = calloc(1, sizeof *ctx);
-  if (!ctx) return ATTN_ERROR_OUT_OF_MEMORY;
+  attn_context *ctx = mem_calloc(1, sizeof *ctx);
+  /* The message buffer is reserved now, so "out of memory" always fits. */
+  if (ctx && !(ctx->error.data = mem_alloc(ctx->error.cap = 512))) {
+    mem_free(ctx);
+    ctx = NULL;
+  }
+  if (!ctx) {
+    mem_take_failure();
+    return ATTN_ERROR_OUT_OF_MEMORY;
+  }
+  ctx->error.data[0] = '\0';
   const char *no_cache = getenv("ATTN_NO_CACHE");
   ctx->disk_cache = !(no_cache && strcmp(no_cache, "1") == 0);
   StrBuf root = {0};
   bool have_root = ctx->disk_cache && cache_default_root(&root) == 0;
-  if (cache_init(&ctx->cache, have_root ? root.data : NULL) != 0) {
-    sb_free(&root);
-    free(ctx);
-    return ATTN_ERROR_OUT_OF_MEMORY;
-  }
-  if (ctx->disk_cache && !have_root)
+  int rc = root.failed ? -1 : cache_init(&ctx->cache, have_root ? root.data : NULL);
+  if (rc == 0 && ctx->disk_cache && !have_root)
     sb_puts(&ctx->cache.warning,
             "warning: no kernel cache directory (ATTN_CACHE_DIR, "
             "XDG_CACHE_HOME and HOME are unset); keeping compiled kernels "
             "in memory only");
   sb_free(&root);
+  if (mem_take_failure() || rc != 0) { /* whatever ran out, no half-made context */
+    attn_context_destroy(ctx);
+    return ATTN_ERROR_OUT_OF_MEMORY;
+  }
   *out = ctx;
   return ATTN_SUCCESS;
 }
@@ -89,11 +134,11 @@ void attn_context_destroy(attn_context *ctx) {
     RtEmbeddedModule *e = ctx->embedded;
     ctx->embedded = e->next;
     attn_module_destroy(e->m);
-    free(e);
+    mem_free(e);
   }
   cache_free(&ctx->cache);
   sb_free(&ctx->error);
-  free(ctx);
+  mem_free(ctx);
 }
 
 const char *attn_context_error(const attn_context *ctx) {
@@ -106,7 +151,7 @@ const char *attn_context_warning(const attn_context *ctx) {
   return ctx->cache.warning.len ? ctx->cache.warning.data : "";
 }
 
-attn_status attn_context_set_arch(attn_context *ctx, const char *arch) {
+static attn_status context_set_arch_impl(attn_context *ctx, const char *arch) {
   if (!ctx) return ATTN_ERROR_INVALID_ARGUMENT;
   rt_clear_error(ctx);
   if (!arch) {
@@ -126,7 +171,7 @@ attn_status attn_context_set_arch(attn_context *ctx, const char *arch) {
   return ATTN_SUCCESS;
 }
 
-attn_status attn_context_set_cache_dir(attn_context *ctx, const char *dir) {
+static attn_status context_set_cache_dir_impl(attn_context *ctx, const char *dir) {
   if (!ctx) return ATTN_ERROR_INVALID_ARGUMENT;
   rt_clear_error(ctx);
   if (dir && !*dir)
@@ -139,7 +184,7 @@ attn_status attn_context_set_cache_dir(attn_context *ctx, const char *dir) {
   return ATTN_SUCCESS;
 }
 
-attn_status attn_context_set_option(attn_context *ctx, attn_option option, long long value) {
+static attn_status context_set_option_impl(attn_context *ctx, attn_option option, long long value) {
   if (!ctx) return ATTN_ERROR_INVALID_ARGUMENT;
   rt_clear_error(ctx);
   switch (option) {
@@ -277,6 +322,47 @@ static bool rt_plan_fits(const GraphPlan *gp, const IrGraph *g) {
   return gp->pass[PLAN_FORWARD].present;
 }
 
+/* ------------------------------------------------- the passes, scoped */
+
+/* Compiler code (the front end, the passes, the plan reader) runs in a
+ * mem.c scope: out of memory or a broken invariant inside it unwinds to
+ * rt_scoped and becomes a status and the context's message, with every
+ * block it allocated freed. It writes only into an arena made before the
+ * scope (which survives) and into its Diag (emptied when it unwinds). */
+static attn_status rt_scoped(attn_context *ctx, void (*pass)(void *), void *arg, Diag *d) {
+  char msg[512];
+  int r = mem_scoped(pass, arg, msg, sizeof msg);
+  if (r == 0) return ATTN_SUCCESS;
+  memset(d, 0, sizeof *d); /* its text went with the scope */
+  return rt_fail(ctx, r == MEM_OOM ? ATTN_ERROR_OUT_OF_MEMORY : ATTN_ERROR_INTERNAL, "%s", msg);
+}
+
+/* plan_read of a module's plans, each checked against its graph. */
+typedef struct RtPlans {
+  const char *text;
+  Arena *a;
+  const IrModule *ir;
+  GraphPlan *plans;
+  int rc;
+  Diag why; /* why not (its StrBuf) */
+} RtPlans;
+
+static void rt_plans_pass(void *arg) {
+  RtPlans *rp = arg;
+  int n = 0;
+  rp->rc = plan_read(rp->text, rp->a, &rp->plans, &n, &rp->why.out);
+  if (rp->rc == 0 && n != rp->ir->ngraphs) {
+    sb_printf(&rp->why.out, "%d plans for %d graphs", n, rp->ir->ngraphs);
+    rp->rc = -1;
+  }
+  for (int i = 0; rp->rc == 0 && i < n; i++)
+    if (!rt_plan_fits(&rp->plans[i], rp->ir->graphs[i])) {
+      sb_printf(&rp->why.out, "plan %d (for '%s') does not fit graph '%s'", i,
+                rp->plans[i].graph, rp->ir->graphs[i]->name);
+      rp->rc = -1;
+    }
+}
+
 attn_status rt_module_from_ir(attn_context *ctx, Arena *a, const IrModule *ir,
                               const char *plan_text, const char *arch, const void *cubin,
                               size_t cubin_len, attn_module **out) {
@@ -293,31 +379,23 @@ attn_status rt_module_from_ir(attn_context *ctx, Arena *a, const IrModule *ir,
                      ATTN_MAX_TENSORS, ATTN_MAX_SCALARS, ATTN_MAX_DIMS);
     }
   }
-  GraphPlan *plans;
-  int nplans;
-  StrBuf why = {0};
-  if (plan_read(plan_text, a, &plans, &nplans, &why) != 0 || nplans != ir->ngraphs) {
-    rt_fail(ctx, ATTN_ERROR_INVALID_ARGUMENT, "the module's launch plans do not fit its graphs: %s",
-            why.len ? why.data : "one plan per graph expected");
-    sb_free(&why);
+  RtPlans rp = {.text = plan_text, .a = a, .ir = ir};
+  attn_status st = rt_scoped(ctx, rt_plans_pass, &rp, &rp.why);
+  if (st == ATTN_SUCCESS && rp.rc != 0)
+    st = rt_fail(ctx, ATTN_ERROR_INVALID_ARGUMENT, "the module's launch plans do not fit its "
+                 "graphs: %s", rp.why.out.len ? rp.why.out.data : "one plan per graph expected");
+  diag_free(&rp.why);
+  if (st) {
     arena_free(a);
-    return ATTN_ERROR_INVALID_ARGUMENT;
+    return st;
   }
-  sb_free(&why);
-  for (int i = 0; i < ir->ngraphs; i++)
-    if (!rt_plan_fits(&plans[i], ir->graphs[i])) {
-      rt_fail(ctx, ATTN_ERROR_INVALID_ARGUMENT,
-              "the module's launch plan %d (for '%s') does not fit graph '%s'", i,
-              plans[i].graph, ir->graphs[i]->name);
-      arena_free(a);
-      return ATTN_ERROR_INVALID_ARGUMENT;
-    }
-  attn_module *m = calloc(1, sizeof *m);
-  if (m) m->graphs = calloc((size_t)(ir->ngraphs ? ir->ngraphs : 1), sizeof *m->graphs);
-  if (m && cubin) m->cubin = malloc(cubin_len ? cubin_len : 1);
+  GraphPlan *plans = rp.plans;
+  attn_module *m = mem_calloc(1, sizeof *m);
+  if (m) m->graphs = mem_calloc((size_t)(ir->ngraphs ? ir->ngraphs : 1), sizeof *m->graphs);
+  if (m && cubin) m->cubin = mem_alloc(cubin_len ? cubin_len : 1);
   if (!m || !m->graphs || (cubin && !m->cubin)) {
-    if (m) free(m->graphs);
-    free(m);
+    if (m) mem_free(m->graphs);
+    mem_free(m);
     arena_free(a);
     return rt_fail(ctx, ATTN_ERROR_OUT_OF_MEMORY, "out of memory");
   }
@@ -345,11 +423,11 @@ void attn_module_destroy(attn_module *m) {
     const RtDriver *d = rt_driver(NULL, NULL);
     if (d) d->LibraryUnload(m->lib);
   }
-  free(m->cubin);
-  free(m->log);
-  free(m->graphs);
+  mem_free(m->cubin);
+  mem_free(m->log);
+  mem_free(m->graphs);
   arena_free(m->arena);
-  free(m);
+  mem_free(m);
 }
 
 const char *rt_module_log(const attn_module *m) {
@@ -378,7 +456,7 @@ static attn_status rt_compile_job(void *user, CacheBlob *out, StrBuf *err) {
   attn_status st =
       nvrtc_compile(job->source, "attnc.cu", job->options, false, &nv, err);
   if (st) return st;
-  out->meta = strdup(job->meta);
+  out->meta = mem_strdup(job->meta);
   if (!out->meta) {
     nvrtc_output_free(&nv);
     sb_puts(err, "out of memory");
@@ -389,7 +467,7 @@ static attn_status rt_compile_job(void *user, CacheBlob *out, StrBuf *err) {
   out->cubin_len = nv.cubin_len;
   out->log = nv.log;
   out->log_len = strlen(nv.log);
-  free(nv.ptx);
+  mem_free(nv.ptx);
   return ATTN_SUCCESS;
 }
 
@@ -405,6 +483,35 @@ static CompileOptions rt_compile_options(const attn_context *ctx, const char *ar
                           .sm90_variant = ctx->options.sm90_variant};
 }
 
+/* The passes after the front end, and what the cache keys and keeps:
+ * every entry the plans launch, and the meta (source, target, plans). */
+typedef struct RtCompile {
+  const IrModule *ir;
+  CompileOptions opt;
+  Arena *a;
+  Diag d;
+  Compiled cm;
+  int rc;
+  const char **entries;
+  int nentries;
+  StrBuf meta;
+} RtCompile;
+
+static void rt_compile_pass(void *arg) {
+  RtCompile *c = arg;
+  c->rc = compile_module(c->ir, &c->opt, STAGE_EMIT, c->a, &c->d, &c->cm);
+  if (c->rc) return;
+  const Compiled *cm = &c->cm;
+  c->entries = arena_alloc(c->a, sizeof *c->entries *
+                                     (size_t)(cm->ngraphs * PLAN_NPASSES * PLAN_MAX_STEPS + 1));
+  for (int i = 0; i < cm->ngraphs; i++)
+    for (int pass = 0; pass < PLAN_NPASSES; pass++)
+      for (int k = 0; k < cm->plans[i].pass[pass].nsteps; k++)
+        c->entries[c->nentries++] = cm->plans[i].pass[pass].steps[k].entry;
+  sb_printf(&c->meta, "source %s\ntarget %s\n", emit_source_name(c->a, c->ir->src), c->opt.arch);
+  plan_write(&c->meta, cm->plans, cm->ngraphs);
+}
+
 /* compile_module -> cache (NVRTC on a miss) -> module, for a built IR. */
 static attn_status rt_compile_ir(attn_context *ctx, Arena *a,
                                  const IrModule *ir, attn_module **out) {
@@ -414,41 +521,34 @@ static attn_status rt_compile_ir(attn_context *ctx, Arena *a,
     arena_free(a);
     return st;
   }
-  Diag d = {0};
-  Compiled cm;
-  const CompileOptions opt = rt_compile_options(ctx, arch);
-  if (compile_module(ir, &opt, STAGE_EMIT, a, &d, &cm) != 0) {
+  RtCompile c = {.ir = ir, .opt = rt_compile_options(ctx, arch), .a = a};
+  if ((st = rt_scoped(ctx, rt_compile_pass, &c, &c.d))) {
+    memset(&c.meta, 0, sizeof c.meta); /* went with the scope */
+    arena_free(a);
+    return st;
+  }
+  if (c.rc != 0) {
     rt_fail(ctx, ATTN_ERROR_UNSUPPORTED, "%s",
-            d.out.len ? d.out.data : "no kernel template can run this "
-                                     "module\n");
-    diag_free(&d);
+            c.d.out.len ? c.d.out.data : "no kernel template can run this module\n");
+    diag_free(&c.d);
+    sb_free(&c.meta);
     arena_free(a);
     return ATTN_ERROR_UNSUPPORTED;
   }
-  diag_free(&d);
-  /* Every entry the plans launch is part of the key. */
-  int nentries = 0;
-  const char **entries = arena_alloc(a, sizeof *entries * (size_t)(cm.ngraphs * PLAN_NPASSES *
-                                                                     PLAN_MAX_STEPS + 1));
-  for (int i = 0; i < cm.ngraphs; i++)
-    for (int pass = 0; pass < PLAN_NPASSES; pass++)
-      for (int k = 0; k < cm.plans[i].pass[pass].nsteps; k++)
-        entries[nentries++] = cm.plans[i].pass[pass].steps[k].entry;
-  StrBuf meta = {0};
-  sb_printf(&meta, "source %s\ntarget %s\n", emit_source_name(a, ir->src), arch);
-  plan_write(&meta, cm.plans, cm.ngraphs);
+  diag_free(&c.d);
   NvrtcOptions opts;
   nvrtc_options(&opts, arch, !ctx->disk_cache);
-  CacheKeyInput in = {cm.source, strlen(cm.source), nvrtc_version(),
-                      arch,      opts.v,            opts.n,
-                      entries,   nentries};
+  CacheKeyInput in = {c.cm.source, strlen(c.cm.source), nvrtc_version(),
+                      arch,        opts.v,              opts.n,
+                      c.entries,   c.nentries};
   unsigned char key[SHA256_BYTES];
   cache_key(&in, key);
-  RtCompileJob job = {cm.source, &opts, meta.data};
+  RtCompileJob job = {c.cm.source, &opts, c.meta.failed ? NULL : c.meta.data};
   CacheBlob blob;
   int compiles = ctx->cache.compiles;
-  st = cache_get(&ctx->cache, arch, key, rt_compile_job, &job, &blob, &ctx->error);
-  sb_free(&meta);
+  st = job.meta ? cache_get(&ctx->cache, arch, key, rt_compile_job, &job, &blob, &ctx->error)
+                : rt_fail(ctx, ATTN_ERROR_OUT_OF_MEMORY, "out of memory");
+  sb_free(&c.meta);
   if (st) {
     arena_free(a);
     return st;
@@ -462,7 +562,7 @@ static attn_status rt_compile_ir(attn_context *ctx, Arena *a,
                                                   : ATTN_FROM_CACHE;
     (*out)->log = blob.log;
     blob.log = NULL;
-    (*out)->source = cm.source;
+    (*out)->source = c.cm.source;
   }
   cache_blob_free(&blob);
   if (st == ATTN_SUCCESS && (st = rt_module_try_load(*out))) {
@@ -472,31 +572,40 @@ static attn_status rt_compile_ir(attn_context *ctx, Arena *a,
   return st;
 }
 
-/* parse -> IR; the front end's diagnostics go verbatim into the
- * context's error (and the arena is freed) on failure. */
-static IrModule *rt_front_end(attn_context *ctx, Arena *a, const Source *src,
-                              Diag *d) {
-  IrModule *ir = front_end(src, a, d);
-  if (!ir) {
-    rt_fail(ctx, ATTN_ERROR_SOURCE, "%s", d->out.len ? d->out.data : "");
-    diag_free(d);
-    arena_free(a);
-    return NULL;
+/* The front end on a file (path) or a string: source -> checked IR. */
+typedef struct RtFront {
+  Arena *a;
+  const char *path;
+  const char *name, *text;
+  size_t len;
+  Diag d;
+  const Source *src;
+  IrModule *ir;
+} RtFront;
+
+static void rt_front_pass(void *arg) {
+  RtFront *f = arg;
+  f->src = f->path ? source_load(f->a, f->path, &f->d)
+                   : source_from_string(f->a, f->name, f->text, f->len);
+  if (f->src) f->ir = front_end(f->src, f->a, &f->d);
+}
+
+/* parse -> IR in a fresh arena; the front end's diagnostics go verbatim
+ * into the context's error (and the arena is freed) on failure: IO when
+ * the file could not be read, SOURCE for errors in it. */
+static attn_status rt_front(attn_context *ctx, RtFront *f) {
+  if (!(f->a = arena_new())) return rt_fail(ctx, ATTN_ERROR_OUT_OF_MEMORY, "out of memory");
+  attn_status st = rt_scoped(ctx, rt_front_pass, f, &f->d);
+  if (!st && !f->ir) {
+    st = f->src ? ATTN_ERROR_SOURCE : ATTN_ERROR_IO;
+    rt_fail(ctx, st, "%s", f->d.out.len ? f->d.out.data : "cannot read the source");
   }
-  diag_free(d);
-  return ir;
+  diag_free(&f->d);
+  if (st) arena_free(f->a);
+  return st;
 }
 
-/* parse -> IR -> compile. */
-static attn_status rt_compile_source(attn_context *ctx, Arena *a,
-                                     const Source *src, Diag *d,
-                                     attn_module **out) {
-  IrModule *ir = rt_front_end(ctx, a, src, d);
-  if (!ir) return ATTN_ERROR_SOURCE;
-  return rt_compile_ir(ctx, a, ir, out);
-}
-
-attn_status attn_module_compile_string(attn_context *ctx, const char *name,
+static attn_status module_compile_string_impl(attn_context *ctx, const char *name,
                                        const char *text, size_t len,
                                        attn_module **out) {
   if (!ctx) return ATTN_ERROR_INVALID_ARGUMENT;
@@ -506,15 +615,16 @@ attn_status attn_module_compile_string(attn_context *ctx, const char *name,
                    out ? "text" : "out");
   *out = NULL;
   rt_clear_error(ctx);
-  Arena *a = arena_new();
-  if (!a) return rt_fail(ctx, ATTN_ERROR_OUT_OF_MEMORY, "out of memory");
-  Diag d = {0};
-  const Source *src =
-      source_from_string(a, name ? name : "<string>", text ? text : "", len);
-  return rt_compile_source(ctx, a, src, &d, out);
+  if (len > SOURCE_MAX_BYTES)
+    return rt_fail(ctx, ATTN_ERROR_INVALID_ARGUMENT,
+                   "attn_module_compile_string: %zu bytes; a source is at most %d MiB", len,
+                   SOURCE_MAX_BYTES >> 20);
+  RtFront f = {.name = name ? name : "<string>", .text = text ? text : "", .len = len};
+  attn_status st = rt_front(ctx, &f);
+  return st ? st : rt_compile_ir(ctx, f.a, f.ir, out);
 }
 
-attn_status attn_module_compile_file(attn_context *ctx, const char *path,
+static attn_status module_compile_file_impl(attn_context *ctx, const char *path,
                                      attn_module **out) {
   if (!ctx) return ATTN_ERROR_INVALID_ARGUMENT;
   if (!out || !path)
@@ -523,18 +633,9 @@ attn_status attn_module_compile_file(attn_context *ctx, const char *path,
                    out ? "path" : "out");
   *out = NULL;
   rt_clear_error(ctx);
-  Arena *a = arena_new();
-  if (!a) return rt_fail(ctx, ATTN_ERROR_OUT_OF_MEMORY, "out of memory");
-  Diag d = {0};
-  const Source *src = source_load(a, path, &d);
-  if (!src) {
-    rt_fail(ctx, ATTN_ERROR_IO, "%s",
-            d.out.len ? d.out.data : "cannot read the source file");
-    diag_free(&d);
-    arena_free(a);
-    return ATTN_ERROR_IO;
-  }
-  return rt_compile_source(ctx, a, src, &d, out);
+  RtFront f = {.path = path};
+  attn_status st = rt_front(ctx, &f);
+  return st ? st : rt_compile_ir(ctx, f.a, f.ir, out);
 }
 
 /* ------------------------------------------------------ embedded modules */
@@ -567,27 +668,25 @@ static bool rt_image_fits(const attn_embedded_image *im, const char *target) {
 /* Do the image's plans describe this module's graphs, in order? An
  * image from the same source and attnc version always does; this guards
  * the rest (the loader then reads them again into the module's arena). */
-static bool rt_image_matches(const attn_embedded_image *im, const IrModule *ir) {
-  Arena *a = arena_new();
-  GraphPlan *plans;
-  int n;
-  StrBuf why = {0};
-  bool ok = a && im->plans && plan_read(im->plans, a, &plans, &n, &why) == 0 && n == ir->ngraphs;
-  for (int i = 0; ok && i < n; i++) ok = rt_plan_fits(&plans[i], ir->graphs[i]);
-  sb_free(&why);
-  arena_free(a);
+static bool rt_image_matches(attn_context *ctx, const attn_embedded_image *im,
+                             const IrModule *ir) {
+  RtPlans rp = {.text = im->plans, .a = arena_new(), .ir = ir};
+  bool ok = rp.a && im->plans && rt_scoped(ctx, rt_plans_pass, &rp, &rp.why) == ATTN_SUCCESS &&
+            rp.rc == 0;
+  diag_free(&rp.why);
+  arena_free(rp.a);
   return ok;
 }
 
 /* The image to use for target: an exact cubin first, then a compatible
  * cubin (highest first), then PTX (highest first); NULL when none fits. */
-static const attn_embedded_image *rt_pick_image(const attn_embedded *em, const IrModule *ir,
-                                                const char *target) {
+static const attn_embedded_image *rt_pick_image(attn_context *ctx, const attn_embedded *em,
+                                                const IrModule *ir, const char *target) {
   const attn_embedded_image *best = NULL;
   int best_rank = 0, best_num = -1;
   for (int i = 0; i < em->nimages; i++) {
     const attn_embedded_image *im = &em->images[i];
-    if (!im->arch || !rt_image_fits(im, target) || !rt_image_matches(im, ir)) continue;
+    if (!im->arch || !rt_image_fits(im, target) || !rt_image_matches(ctx, im, ir)) continue;
     char suffix;
     int num = rt_arch_number(im->arch, &suffix);
     int rank = im->is_ptx ? 1 : strcmp(im->arch, target) == 0 ? 3 : 2;
@@ -623,7 +722,7 @@ static attn_status rt_module_from_image(attn_context *ctx, Arena *a,
   return st;
 }
 
-attn_status attn_module_load_embedded(attn_context *ctx,
+static attn_status module_load_embedded_impl(attn_context *ctx,
                                       const attn_embedded *em,
                                       attn_module **out) {
   if (!ctx) return ATTN_ERROR_INVALID_ARGUMENT;
@@ -640,15 +739,15 @@ attn_status attn_module_load_embedded(attn_context *ctx,
                    "format %d (rebuild it with this attnc)",
                    em->name ? em->name : "?", em->format,
                    ATTN_EMBEDDED_FORMAT);
-  Arena *a = arena_new();
-  if (!a) return rt_fail(ctx, ATTN_ERROR_OUT_OF_MEMORY, "out of memory");
-  Diag d = {0};
-  const Source *src = source_from_string(a, em->name ? em->name : "<embedded>",
-                                         em->source, em->source_len);
-  IrModule *ir = rt_front_end(ctx, a, src, &d);
-  if (!ir) return ATTN_ERROR_SOURCE;
+  RtFront f = {.name = em->name ? em->name : "<embedded>", .text = em->source,
+               .len = em->source_len};
+  attn_status st = rt_front(ctx, &f);
+  if (st) return st;
+  Arena *a = f.a;
+  const IrModule *ir = f.ir;
+  const Source *src = f.src;
   char target[16];
-  attn_status st = rt_target_arch(ctx, target, false);
+  st = rt_target_arch(ctx, target, false);
   if (st) {
     arena_free(a);
     return st;
@@ -664,12 +763,12 @@ attn_status attn_module_load_embedded(attn_context *ctx,
               em->abi_version, ATTNC_VERSION, ATTN_ABI_VERSION);
   }
   const attn_embedded_image *im =
-      same_build ? rt_pick_image(em, ir, target) : NULL;
+      same_build ? rt_pick_image(ctx, em, ir, target) : NULL;
   if (im) return rt_module_from_image(ctx, a, ir, im, target, out);
   return rt_compile_ir(ctx, a, ir, out);
 }
 
-attn_status attn_context_embedded_module(attn_context *ctx,
+static attn_status context_embedded_module_impl(attn_context *ctx,
                                          const attn_embedded *em,
                                          attn_module **out) {
   if (!ctx) return ATTN_ERROR_INVALID_ARGUMENT;
@@ -683,11 +782,11 @@ attn_status attn_context_embedded_module(attn_context *ctx,
       *out = e->m;
       return ATTN_SUCCESS;
     }
-  RtEmbeddedModule *e = calloc(1, sizeof *e);
+  RtEmbeddedModule *e = mem_calloc(1, sizeof *e);
   if (!e) return rt_fail(ctx, ATTN_ERROR_OUT_OF_MEMORY, "out of memory");
-  attn_status st = attn_module_load_embedded(ctx, em, &e->m);
+  attn_status st = module_load_embedded_impl(ctx, em, &e->m);
   if (st) {
-    free(e);
+    mem_free(e);
     *out = NULL;
     return st;
   }
@@ -707,7 +806,7 @@ const char *attn_module_graph_name(const attn_module *m, int index) {
   return m->graphs[index].ir->name;
 }
 
-attn_status attn_module_get_graph(attn_module *m, const char *name,
+static attn_status module_get_graph_impl(attn_module *m, const char *name,
                                   attn_graph **out) {
   if (!m) return ATTN_ERROR_INVALID_ARGUMENT;
   if (!out)
@@ -739,13 +838,13 @@ attn_status attn_module_get_graph(attn_module *m, const char *name,
 
 /* ----------------------------------------------------------------- calls */
 
-attn_status attn_call_create(attn_graph *g, attn_call **out) {
+static attn_status call_create_impl(attn_graph *g, attn_call **out) {
   if (!g) return ATTN_ERROR_INVALID_ARGUMENT;
   if (!out)
     return rt_fail(g->m->ctx, ATTN_ERROR_INVALID_ARGUMENT,
                    "attn_call_create: out is NULL");
   rt_clear_error(g->m->ctx);
-  *out = calloc(1, sizeof **out);
+  *out = mem_calloc(1, sizeof **out);
   if (!*out) return rt_fail(g->m->ctx, ATTN_ERROR_OUT_OF_MEMORY,
                             "out of memory");
   (*out)->g = g;
@@ -756,7 +855,7 @@ attn_status attn_call_create(attn_graph *g, attn_call **out) {
 void attn_call_destroy(attn_call *c) {
   if (!c) return;
   rt_call_free_workspace(c);
-  free(c);
+  mem_free(c);
 }
 
 static attn_status rt_call_begin(attn_call *c, const char *name,
@@ -769,7 +868,7 @@ static attn_status rt_call_begin(attn_call *c, const char *name,
   return ATTN_SUCCESS;
 }
 
-attn_status attn_call_bind_tensor(attn_call *c, const char *name, void *ptr,
+static attn_status call_bind_tensor_impl(attn_call *c, const char *name, void *ptr,
                                   attn_dtype dtype, int ndim,
                                   const int64_t *shape,
                                   const int64_t *strides) {
@@ -779,7 +878,7 @@ attn_status attn_call_bind_tensor(attn_call *c, const char *name, void *ptr,
                      &c->g->m->ctx->error);
 }
 
-attn_status attn_call_bind_dlpack(attn_call *c, const char *name,
+static attn_status call_bind_dlpack_impl(attn_call *c, const char *name,
                                   const void *dl_tensor) {
   attn_status st = rt_call_begin(c, name, "attn_call_bind_dlpack");
   if (st) return st;
@@ -797,31 +896,31 @@ static attn_status rt_bind_scalar(attn_call *c, const char *name, DType t,
   return bind_scalar(&c->bind, name, t, v, &c->g->m->ctx->error);
 }
 
-attn_status attn_call_bind_f32(attn_call *c, const char *name, float v) {
+static attn_status call_bind_f32_impl(attn_call *c, const char *name, float v) {
   attn_scalar_arg a = {0};
   a.f = v;
   return rt_bind_scalar(c, name, DT_F32, a, "attn_call_bind_f32");
 }
 
-attn_status attn_call_bind_i32(attn_call *c, const char *name, int32_t v) {
+static attn_status call_bind_i32_impl(attn_call *c, const char *name, int32_t v) {
   attn_scalar_arg a = {0};
   a.i = v;
   return rt_bind_scalar(c, name, DT_I32, a, "attn_call_bind_i32");
 }
 
-attn_status attn_call_bind_u64(attn_call *c, const char *name, uint64_t v) {
+static attn_status call_bind_u64_impl(attn_call *c, const char *name, uint64_t v) {
   attn_scalar_arg a = {0};
   a.u = v;
   return rt_bind_scalar(c, name, DT_U64, a, "attn_call_bind_u64");
 }
 
-attn_status attn_call_bind_bool(attn_call *c, const char *name, int v) {
+static attn_status call_bind_bool_impl(attn_call *c, const char *name, int v) {
   attn_scalar_arg a = {0};
   a.i = v != 0;
   return rt_bind_scalar(c, name, DT_BOOL, a, "attn_call_bind_bool");
 }
 
-attn_status attn_call_set_tile_counter(attn_call *c, void *device_u64) {
+static attn_status call_set_tile_counter_impl(attn_call *c, void *device_u64) {
   if (!c) return ATTN_ERROR_INVALID_ARGUMENT;
   rt_clear_error(c->g->m->ctx);
   if ((uintptr_t)device_u64 % 8 != 0)
@@ -831,3 +930,118 @@ attn_status attn_call_set_tile_counter(attn_call *c, void *device_u64) {
   return ATTN_SUCCESS;
 }
 
+/* ------------------------------------------------------------- attn.h */
+
+/* The public calls: each one's _impl between rt_begin and rt_end. A call
+ * that made an object (out) and then ran out of memory gives it back. */
+#define RT_CALL(ctx, call)                                                                      \
+  do {                                                                                          \
+    attn_context *ctx_ = (ctx);                                                                 \
+    attn_status st_ = rt_begin(ctx_);                                                           \
+    return st_ ? st_ : rt_end(ctx_, (call));                                                    \
+  } while (0)
+#define RT_CALL_OUT(ctx, call, out, destroy)                                                    \
+  do {                                                                                          \
+    attn_context *ctx_ = (ctx);                                                                 \
+    attn_status st_ = rt_begin(ctx_);                                                           \
+    if (st_) {                                                                                  \
+      if (out) *(out) = NULL;                                                                   \
+      return st_;                                                                               \
+    }                                                                                           \
+    attn_status made_ = (call);                                                                 \
+    st_ = rt_end(ctx_, made_);                                                                  \
+    if (st_ && !made_ && out && *(out)) {                                                       \
+      destroy(*(out));                                                                          \
+      *(out) = NULL;                                                                            \
+    }                                                                                           \
+    return st_;                                                                                 \
+  } while (0)
+
+attn_status attn_context_set_arch(attn_context *ctx, const char *arch) {
+  if (!ctx) return ATTN_ERROR_INVALID_ARGUMENT;
+  RT_CALL(ctx, context_set_arch_impl(ctx, arch));
+}
+
+attn_status attn_context_set_cache_dir(attn_context *ctx, const char *dir) {
+  if (!ctx) return ATTN_ERROR_INVALID_ARGUMENT;
+  RT_CALL(ctx, context_set_cache_dir_impl(ctx, dir));
+}
+
+attn_status attn_context_set_option(attn_context *ctx, attn_option option, long long value) {
+  if (!ctx) return ATTN_ERROR_INVALID_ARGUMENT;
+  RT_CALL(ctx, context_set_option_impl(ctx, option, value));
+}
+
+attn_status attn_module_compile_string(attn_context *ctx, const char *name, const char *text,
+                                       size_t len, attn_module **out) {
+  if (!ctx) return ATTN_ERROR_INVALID_ARGUMENT;
+  RT_CALL_OUT(ctx, module_compile_string_impl(ctx, name, text, len, out), out,
+              attn_module_destroy);
+}
+
+attn_status attn_module_compile_file(attn_context *ctx, const char *path, attn_module **out) {
+  if (!ctx) return ATTN_ERROR_INVALID_ARGUMENT;
+  RT_CALL_OUT(ctx, module_compile_file_impl(ctx, path, out), out, attn_module_destroy);
+}
+
+attn_status attn_module_load_embedded(attn_context *ctx, const attn_embedded *em,
+                                      attn_module **out) {
+  if (!ctx) return ATTN_ERROR_INVALID_ARGUMENT;
+  RT_CALL_OUT(ctx, module_load_embedded_impl(ctx, em, out), out, attn_module_destroy);
+}
+
+/* (The module stays the context's: a failure after it was made leaves it
+ * there, destroyed with the context.) */
+static void rt_keep_module(attn_module *m) { (void)m; }
+
+attn_status attn_context_embedded_module(attn_context *ctx, const attn_embedded *em,
+                                         attn_module **out) {
+  if (!ctx) return ATTN_ERROR_INVALID_ARGUMENT;
+  RT_CALL_OUT(ctx, context_embedded_module_impl(ctx, em, out), out, rt_keep_module);
+}
+
+attn_status attn_module_get_graph(attn_module *m, const char *name, attn_graph **out) {
+  if (!m) return ATTN_ERROR_INVALID_ARGUMENT;
+  RT_CALL(m->ctx, module_get_graph_impl(m, name, out));
+}
+
+attn_status attn_call_create(attn_graph *g, attn_call **out) {
+  if (!g) return ATTN_ERROR_INVALID_ARGUMENT;
+  RT_CALL_OUT(g->m->ctx, call_create_impl(g, out), out, attn_call_destroy);
+}
+
+attn_status attn_call_bind_tensor(attn_call *c, const char *name, void *ptr, attn_dtype dtype,
+                                  int ndim, const int64_t *shape, const int64_t *strides) {
+  if (!c) return ATTN_ERROR_INVALID_ARGUMENT;
+  RT_CALL(c->g->m->ctx, call_bind_tensor_impl(c, name, ptr, dtype, ndim, shape, strides));
+}
+
+attn_status attn_call_bind_dlpack(attn_call *c, const char *name, const void *dl_tensor) {
+  if (!c) return ATTN_ERROR_INVALID_ARGUMENT;
+  RT_CALL(c->g->m->ctx, call_bind_dlpack_impl(c, name, dl_tensor));
+}
+
+attn_status attn_call_bind_f32(attn_call *c, const char *name, float v) {
+  if (!c) return ATTN_ERROR_INVALID_ARGUMENT;
+  RT_CALL(c->g->m->ctx, call_bind_f32_impl(c, name, v));
+}
+
+attn_status attn_call_bind_i32(attn_call *c, const char *name, int32_t v) {
+  if (!c) return ATTN_ERROR_INVALID_ARGUMENT;
+  RT_CALL(c->g->m->ctx, call_bind_i32_impl(c, name, v));
+}
+
+attn_status attn_call_bind_u64(attn_call *c, const char *name, uint64_t v) {
+  if (!c) return ATTN_ERROR_INVALID_ARGUMENT;
+  RT_CALL(c->g->m->ctx, call_bind_u64_impl(c, name, v));
+}
+
+attn_status attn_call_bind_bool(attn_call *c, const char *name, int v) {
+  if (!c) return ATTN_ERROR_INVALID_ARGUMENT;
+  RT_CALL(c->g->m->ctx, call_bind_bool_impl(c, name, v));
+}
+
+attn_status attn_call_set_tile_counter(attn_call *c, void *device_u64) {
+  if (!c) return ATTN_ERROR_INVALID_ARGUMENT;
+  RT_CALL(c->g->m->ctx, call_set_tile_counter_impl(c, device_u64));
+}

@@ -6,8 +6,13 @@
  *
  * Errors: every call returns an attn_status; the message for the last
  * failure is kept on the context (attn_context_error). The library never
- * prints, exits or aborts. One context must not be used by two threads at
- * once; separate contexts are independent.
+ * prints, exits or aborts, whatever the input and out of memory included:
+ * host memory that runs out during a call makes it return
+ * ATTN_ERROR_OUT_OF_MEMORY, and the context's later calls return it too
+ * until attn_context_clear_error (it stays usable then); a broken
+ * invariant inside the library is ATTN_ERROR_INTERNAL with the place in
+ * the message. One context must not be used by two threads at once;
+ * separate contexts are independent.
  *
  * libcuda is opened at run time: without a driver, compiling still works
  * (give the target with attn_context_set_arch) and launching returns
@@ -66,6 +71,8 @@ const char *attn_version(void);
 attn_status attn_context_create(attn_context **out);
 void attn_context_destroy(attn_context *ctx);
 const char *attn_context_error(const attn_context *ctx);
+/* Clears the last error and the sticky out-of-memory state. */
+void attn_context_clear_error(attn_context *ctx);
 /* Non-fatal trouble, such as a cache directory that could not be used
  * (kernels are then kept in memory only); "" when there is none. */
 const char *attn_context_warning(const attn_context *ctx);

@@ -50,7 +50,7 @@ static attn_status bwd_check_det(attn_call *c) {
                   "runs the default backward)", g->name, dqk, dv);
 }
 
-attn_status attn_call_set_deterministic(attn_call *c, int on) {
+static attn_status call_set_deterministic_impl(attn_call *c, int on) {
   if (!c) return ATTN_ERROR_INVALID_ARGUMENT;
   rt_clear_error(c->g->m->ctx);
   attn_status st = on ? bwd_check_det(c) : ATTN_SUCCESS;
@@ -124,4 +124,11 @@ attn_status rt_backward_ready(attn_call *c) {
   attn_status st = bind_finish(&c->bind, err);
   if (st || (st = bwd_check_bound(c, &sl))) return st;
   return c->deterministic ? bwd_check_det(c) : ATTN_SUCCESS;
+}
+
+attn_status attn_call_set_deterministic(attn_call *c, int on) {
+  if (!c) return ATTN_ERROR_INVALID_ARGUMENT;
+  attn_context *ctx = c->g->m->ctx;
+  attn_status st = rt_begin(ctx);
+  return st ? st : rt_end(ctx, call_set_deterministic_impl(c, on));
 }

@@ -86,17 +86,17 @@ void cache_key(const CacheKeyInput *in, unsigned char key[SHA256_BYTES]) {
 /* ---------------------------------------------------------------- blobs */
 
 void cache_blob_free(CacheBlob *b) {
-  free(b->cubin);
-  free(b->log);
-  free(b->meta);
+  mem_free(b->cubin);
+  mem_free(b->log);
+  mem_free(b->meta);
   memset(b, 0, sizeof *b);
 }
 
 static int cache_blob_copy(CacheBlob *dst, const CacheBlob *src) {
   memset(dst, 0, sizeof *dst);
-  dst->cubin = malloc(src->cubin_len ? src->cubin_len : 1);
-  dst->log = malloc(src->log_len + 1);
-  dst->meta = malloc(src->meta_len + 1);
+  dst->cubin = mem_alloc(src->cubin_len ? src->cubin_len : 1);
+  dst->log = mem_alloc(src->log_len + 1);
+  dst->meta = mem_alloc(src->meta_len + 1);
   if (!dst->cubin || !dst->log || !dst->meta) {
     cache_blob_free(dst);
     return -1;
@@ -121,8 +121,8 @@ int cache_init(Cache *c, const char *root) {
 
 int cache_set_root(Cache *c, const char *root) {
   char *copy = NULL;
-  if (root && !(copy = strdup(root))) return -1;
-  free(c->root);
+  if (root && !(copy = mem_strdup(root))) return -1;
+  mem_free(c->root);
   c->root = copy;
   c->warning.len = 0;
   if (c->warning.data) c->warning.data[0] = '\0';
@@ -133,9 +133,9 @@ void cache_free(Cache *c) {
   for (CacheMemEntry *e = c->mem, *next; e; e = next) {
     next = e->next;
     cache_blob_free(&e->blob);
-    free(e);
+    mem_free(e);
   }
-  free(c->root);
+  mem_free(c->root);
   sb_free(&c->warning);
   memset(c, 0, sizeof *c);
 }
@@ -150,7 +150,7 @@ static CacheMemEntry *cache_mem_find(Cache *c,
 /* Takes ownership of blob. */
 static int cache_mem_add(Cache *c, const unsigned char key[SHA256_BYTES],
                          CacheBlob *blob) {
-  CacheMemEntry *e = calloc(1, sizeof *e);
+  CacheMemEntry *e = mem_calloc(1, sizeof *e);
   if (!e) return -1;
   memcpy(e->key, key, SHA256_BYTES);
   e->blob = *blob;
@@ -168,7 +168,7 @@ static void cache_abandon_disk(Cache *c, const char *what, const char *path,
             "warning: kernel cache %s %s: %s; keeping compiled kernels in "
             "memory only",
             what, path, strerror(err));
-  free(c->root);
+  mem_free(c->root);
   c->root = NULL;
 }
 
@@ -210,7 +210,7 @@ int cache_default_root(StrBuf *out) {
 
 /* mkdir -p; returns 0 or -1 with errno set. */
 static int cache_mkdirs(const char *path) {
-  char *p = strdup(path);
+  char *p = mem_strdup(path);
   if (!p) return -1;
   for (char *s = p + 1;; s++) {
     if (*s != '/' && *s != '\0') continue;
@@ -218,7 +218,7 @@ static int cache_mkdirs(const char *path) {
     *s = '\0';
     if (mkdir(p, 0755) != 0 && errno != EEXIST) {
       int e = errno;
-      free(p);
+      mem_free(p);
       errno = e;
       return -1;
     }
@@ -228,7 +228,7 @@ static int cache_mkdirs(const char *path) {
   struct stat st;
   int rc = stat(p, &st) == 0 && S_ISDIR(st.st_mode) ? 0 : -1;
   if (rc != 0 && errno == 0) errno = ENOTDIR;
-  free(p);
+  mem_free(p);
   return rc;
 }
 
@@ -318,12 +318,12 @@ static CacheRead cache_read_entry(const char *path,
   if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
       (uint64_t)st.st_size <= 3 * CACHE_MAX_ENTRY + CACHE_HEADER_SIZE) {
     size_t size = (size_t)st.st_size;
-    unsigned char *buf = malloc(size ? size : 1);
+    unsigned char *buf = mem_alloc(size ? size : 1);
     if (!buf)
       r = CACHE_NOMEM;
     else if (cache_read_all(fd, buf, size) == 0)
       r = cache_parse(buf, size, key, out);
-    free(buf);
+    mem_free(buf);
   }
   close(fd);
   return r;
@@ -578,7 +578,7 @@ static void cache_list_one(void *user, const char *arch, const char *dir,
               name, (long long)st.st_size, when);
     if (lines->n == lines->cap) {
       int cap = lines->cap ? 2 * lines->cap : 16;
-      char **v = realloc(lines->v, sizeof *v * (size_t)cap);
+      char **v = mem_realloc(lines->v, sizeof *v * (size_t)cap);
       if (!v) {
         lines->nomem = true;
         sb_free(&p);
@@ -604,9 +604,9 @@ int cache_list(const char *root, StrBuf *out) {
                      cache_cmp_lines);
   for (int i = 0; i < lines.n; i++) {
     if (rc == 0 && !lines.nomem) sb_puts(out, lines.v[i]);
-    free(lines.v[i]);
+    mem_free(lines.v[i]);
   }
-  free(lines.v);
+  mem_free(lines.v);
   if (rc != 0 || lines.nomem) {
     out->len = 0;
     sb_printf(out, "cannot read the kernel cache at %s/v1: %s", root,

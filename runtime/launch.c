@@ -306,11 +306,11 @@ static attn_status launch_forward(attn_call *c, void *ws, size_t bytes, bool cal
   return rt_run_pass(c, PLAN_FORWARD, caller_ws, ws, bytes, stream);
 }
 
-attn_status attn_call_launch(attn_call *c, void *stream) {
+static attn_status call_launch_impl(attn_call *c, void *stream) {
   return launch_forward(c, NULL, 0, false, stream);
 }
 
-attn_status attn_call_launch_with_workspace(attn_call *c, void *workspace, size_t bytes,
+static attn_status call_launch_with_workspace_impl(attn_call *c, void *workspace, size_t bytes,
                                             void *stream) {
   return launch_forward(c, workspace, bytes, true, stream);
 }
@@ -328,16 +328,16 @@ static attn_status launch_backward(attn_call *c, void *ws, size_t bytes, bool ca
   return rt_run_pass(c, PLAN_BACKWARD, caller_ws, ws, bytes, stream);
 }
 
-attn_status attn_call_launch_backward(attn_call *c, void *stream) {
+static attn_status call_launch_backward_impl(attn_call *c, void *stream) {
   return launch_backward(c, NULL, 0, false, stream);
 }
 
-attn_status attn_call_launch_backward_with_workspace(attn_call *c, void *workspace,
+static attn_status call_launch_backward_with_workspace_impl(attn_call *c, void *workspace,
                                                      size_t bytes, void *stream) {
   return launch_backward(c, workspace, bytes, true, stream);
 }
 
-attn_status attn_call_workspace_size(attn_call *c, attn_pass pass, size_t *bytes) {
+static attn_status call_workspace_size_impl(attn_call *c, attn_pass pass, size_t *bytes) {
   if (!c) return ATTN_ERROR_INVALID_ARGUMENT;
   attn_context *ctx = c->g->m->ctx;
   rt_clear_error(ctx);
@@ -352,4 +352,44 @@ attn_status attn_call_workspace_size(attn_call *c, attn_pass pass, size_t *bytes
       pass == ATTN_PASS_BACKWARD ? rt_backward_ready(c) : bind_finish(&c->bind, &ctx->error);
   if (st) return st;
   return rt_pass_workspace(c, pass == ATTN_PASS_FORWARD ? PLAN_FORWARD : PLAN_BACKWARD, bytes);
+}
+
+/* ------------------------------------------------------------- attn.h */
+
+attn_status attn_call_launch(attn_call *c, void *stream) {
+  if (!c) return ATTN_ERROR_INVALID_ARGUMENT;
+  attn_context *ctx = c->g->m->ctx;
+  attn_status st = rt_begin(ctx);
+  return st ? st : rt_end(ctx, call_launch_impl(c, stream));
+}
+
+attn_status attn_call_launch_with_workspace(attn_call *c, void *workspace, size_t bytes,
+                                            void *stream) {
+  if (!c) return ATTN_ERROR_INVALID_ARGUMENT;
+  attn_context *ctx = c->g->m->ctx;
+  attn_status st = rt_begin(ctx);
+  return st ? st : rt_end(ctx, call_launch_with_workspace_impl(c, workspace, bytes, stream));
+}
+
+attn_status attn_call_launch_backward(attn_call *c, void *stream) {
+  if (!c) return ATTN_ERROR_INVALID_ARGUMENT;
+  attn_context *ctx = c->g->m->ctx;
+  attn_status st = rt_begin(ctx);
+  return st ? st : rt_end(ctx, call_launch_backward_impl(c, stream));
+}
+
+attn_status attn_call_launch_backward_with_workspace(attn_call *c, void *workspace,
+                                                     size_t bytes, void *stream) {
+  if (!c) return ATTN_ERROR_INVALID_ARGUMENT;
+  attn_context *ctx = c->g->m->ctx;
+  attn_status st = rt_begin(ctx);
+  return st ? st
+            : rt_end(ctx, call_launch_backward_with_workspace_impl(c, workspace, bytes, stream));
+}
+
+attn_status attn_call_workspace_size(attn_call *c, attn_pass pass, size_t *bytes) {
+  if (!c) return ATTN_ERROR_INVALID_ARGUMENT;
+  attn_context *ctx = c->g->m->ctx;
+  attn_status st = rt_begin(ctx);
+  return st ? st : rt_end(ctx, call_workspace_size_impl(c, pass, bytes));
 }

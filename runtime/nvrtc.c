@@ -175,16 +175,16 @@ void nvrtc_arch_for_cc(int major, int minor, char out[16]) {
 }
 
 void nvrtc_output_free(NvrtcOutput *out) {
-  free(out->cubin);
-  free(out->ptx);
-  free(out->log);
+  mem_free(out->cubin);
+  mem_free(out->ptx);
+  mem_free(out->log);
   memset(out, 0, sizeof *out);
 }
 
 static char *nvrtc_take_log(const NvrtcLib *nv, nvrtcProgram prog) {
   size_t n = 0;
   if (nv->GetProgramLogSize(prog, &n) != NVRTC_SUCCESS || n == 0) n = 1;
-  char *log = malloc(n);
+  char *log = mem_alloc(n);
   if (!log) return NULL;
   log[0] = '\0';
   if (nv->GetProgramLog(prog, log) != NVRTC_SUCCESS) log[0] = '\0';
@@ -205,14 +205,14 @@ static attn_status nvrtc_take_code(const NvrtcLib *nv, nvrtcProgram prog,
                                    StrBuf *err) {
   nvrtcResult r = nv->GetCUBINSize(prog, &out->cubin_len);
   if (r != NVRTC_SUCCESS) return nvrtc_fail(nv, err, "nvrtcGetCUBINSize", r);
-  out->cubin = malloc(out->cubin_len ? out->cubin_len : 1);
+  out->cubin = mem_alloc(out->cubin_len ? out->cubin_len : 1);
   if (!out->cubin) return ATTN_ERROR_OUT_OF_MEMORY;
   r = nv->GetCUBIN(prog, (char *)out->cubin);
   if (r != NVRTC_SUCCESS) return nvrtc_fail(nv, err, "nvrtcGetCUBIN", r);
   if (!want_ptx) return ATTN_SUCCESS;
   r = nv->GetPTXSize(prog, &out->ptx_len);
   if (r != NVRTC_SUCCESS) return nvrtc_fail(nv, err, "nvrtcGetPTXSize", r);
-  out->ptx = malloc(out->ptx_len ? out->ptx_len : 1);
+  out->ptx = mem_alloc(out->ptx_len ? out->ptx_len : 1);
   if (!out->ptx) return ATTN_ERROR_OUT_OF_MEMORY;
   r = nv->GetPTX(prog, out->ptx);
   if (r != NVRTC_SUCCESS) return nvrtc_fail(nv, err, "nvrtcGetPTX", r);

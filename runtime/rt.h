@@ -225,6 +225,7 @@ struct attn_context {
   Cache cache;
   RtOptions options;
   RtEmbeddedModule *embedded;
+  bool oom; /* sticky: host memory ran out (rt_end); attn_context_clear_error */
 };
 
 /* A graph's kernels: the plan's steps, resolved once the module's library
@@ -271,6 +272,11 @@ struct attn_call {
   RtWorkspace ws[PLAN_NPASSES];
 };
 
+/* Every public call: rt_begin (the context's sticky out-of-memory state)
+ * and rt_end (host memory that ran out during the call becomes
+ * ATTN_ERROR_OUT_OF_MEMORY and that state); api.c's RT_CALL. */
+attn_status rt_begin(attn_context *ctx);
+attn_status rt_end(attn_context *ctx, attn_status st);
 /* The context's last error: clears it, or sets it (returning st). */
 void rt_clear_error(attn_context *ctx);
 attn_status rt_fail(attn_context *ctx, attn_status st, const char *fmt, ...)

@@ -65,9 +65,9 @@ static attn_status fake_compile(void *user, CacheBlob *out, StrBuf *err) {
   }
   const char *p = fc->payload ? fc->payload : "\x7f" "ELF fake cubin";
   out->cubin_len = strlen(p);
-  out->cubin = malloc(out->cubin_len);
+  out->cubin = mem_alloc(out->cubin_len);
   memcpy(out->cubin, p, out->cubin_len);
-  out->log = strdup("ptxas info    : Used 42 registers");
+  out->log = mem_strdup("ptxas info    : Used 42 registers");
   out->log_len = strlen(out->log);
   return ATTN_SUCCESS;
 }
@@ -245,7 +245,7 @@ static unsigned char atomic_key[32];
 static void no_entry_yet(void) {
   char *p = entry_path(atomic_key, ".bin");
   cr_assert_eq(access(p, F_OK), -1, "entry visible before it is complete");
-  free(p);
+  mem_free(p);
 }
 
 Test(cache, writes_are_atomic_and_leave_no_temp_files) {
@@ -261,7 +261,7 @@ Test(cache, writes_are_atomic_and_leave_no_temp_files) {
   cr_assert_eq(count_files(p, ".bin", false), 1);
   cr_assert_eq(count_files(p, ".lock", false), 1);
   cr_assert_eq(count_files(p, ".tmp-", true), 0);
-  free(p);
+  mem_free(p);
   cache_free(&c);
 }
 
@@ -318,7 +318,7 @@ Test(cache, truncated_entry_is_recompiled) {
   expect_recompile(key, "truncated inside the header");
   cr_assert_eq(truncate(p, 0), 0);
   expect_recompile(key, "empty file");
-  free(p);
+  mem_free(p);
 }
 
 Test(cache, flipped_payload_byte_is_recompiled) {
@@ -330,7 +330,7 @@ Test(cache, flipped_payload_byte_is_recompiled) {
   expect_recompile(key, "flipped payload byte");
   patch_byte(p, 70); /* inside the stored checksum */
   expect_recompile(key, "flipped checksum byte");
-  free(p);
+  mem_free(p);
 }
 
 Test(cache, wrong_magic_or_key_is_recompiled) {
@@ -348,8 +348,8 @@ Test(cache, wrong_magic_or_key_is_recompiled) {
   snprintf(cmd, sizeof cmd, "cp '%s' '%s'", q, p);
   cr_assert_eq(system(cmd), 0);
   expect_recompile(key, "entry for another key");
-  free(p);
-  free(q);
+  mem_free(p);
+  mem_free(q);
 }
 
 Test(cache, failed_compile_writes_nothing_and_releases_the_lock) {
@@ -365,7 +365,7 @@ Test(cache, failed_compile_writes_nothing_and_releases_the_lock) {
   cr_assert_str_eq(err.data, "fake compile failed");
   char *p = entry_path(key, ".bin");
   cr_assert_eq(access(p, F_OK), -1);
-  free(p);
+  mem_free(p);
   FakeCompiler good = {0};
   get_ok(&c, key, &good, &b); /* would hang if the lock were still held */
   cr_assert_eq(good.calls, 1);

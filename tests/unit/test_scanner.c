@@ -27,7 +27,7 @@ static void setup(void) {
 }
 
 static void teardown(void) {
-  free(ps.names);
+  mem_free(ps.names);
   diag_free(&d);
   arena_free(arena);
 }

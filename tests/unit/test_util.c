@@ -103,8 +103,66 @@ Test(util, strbuf_keeps_nul_bytes) {
   sb_free(&sb);
 }
 
-Test(util, die_aborts, .signal = SIGABRT) {
+/* mem.c's scopes: die() and running out of memory inside a pass unwind
+ * to its scope, which frees what the pass allocated (ASan's leak check
+ * watches) and reports why; nothing aborts. */
+static void broken_pass(void *arg) {
+  (void)arg;
+  StrBuf sb = {0};
+  sb_puts(&sb, "allocated inside the pass, freed by its scope");
+  Arena *a = arena_new();
+  arena_alloc(a, 100000);
   die("broken invariant %d", 7);
+}
+
+Test(util, die_unwinds_to_the_scope) {
+  char msg[512];
+  cr_assert_eq(mem_scoped(broken_pass, NULL, msg, sizeof msg), MEM_INTERNAL);
+  cr_assert(strstr(msg, "internal error at tests/unit/test_util.c:"), "%s", msg);
+  cr_assert(strstr(msg, "broken invariant 7"), "%s", msg);
+  cr_assert(!mem_in_scope());
+}
+
+static void hungry_pass(void *arg) {
+  Arena *outer = arg;
+  arena_alloc(outer, 100); /* a chunk of the caller's arena survives */
+  mem_fail_nth(3);
+  for (int k = 0; k < 10; k++) mem_must(mem_alloc(64));
+}
+
+Test(util, out_of_memory_unwinds_and_is_reported) {
+  Arena *outer = arena_new();
+  char msg[512];
+  cr_assert_eq(mem_scoped(hungry_pass, outer, msg, sizeof msg), MEM_OOM);
+  cr_assert_str_eq(msg, "out of memory");
+  cr_assert(mem_take_failure());
+  cr_assert(!mem_take_failure(), "the flag is taken once");
+  arena_alloc(outer, 200000); /* the arena made before the scope still works */
+  arena_free(outer);
+}
+
+static void good_pass(void *arg) { *(char **)arg = mem_strdup("kept"); }
+
+Test(util, a_completed_scope_keeps_its_blocks) {
+  char *kept = NULL, msg[64];
+  cr_assert_eq(mem_scoped(good_pass, &kept, msg, sizeof msg), 0);
+  cr_assert_str_eq(kept, "kept");
+  mem_free(kept);
+}
+
+Test(util, a_string_buffer_that_cannot_grow_outside_a_scope_empties) {
+  StrBuf sb = {0};
+  sb_puts(&sb, "abc");
+  mem_fail_nth(1);
+  sb_printf(&sb, "%4000s", "x"); /* needs to grow: refused */
+  cr_assert(sb.failed);
+  cr_assert_eq(sb.len, 0);
+  cr_assert_str_eq(sb.data, "");
+  sb_puts(&sb, "later writes are ignored");
+  cr_assert_eq(sb.len, 0);
+  cr_assert(mem_take_failure());
+  sb_free(&sb);
+  cr_assert(!sb.failed);
 }
 
 Test(types, dtype_facts) {
