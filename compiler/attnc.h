@@ -52,6 +52,7 @@ bool mem_in_scope(void);
 bool mem_take_failure(void);
 /* Tests: the n-th allocation from now fails (once); 0 turns it off. */
 void mem_fail_nth(long n);
+bool mem_fail_pending(void); /* the failing allocation has not come yet */
 long mem_allocations(void);
 
 /* ---------------------------------------------------------------- util.c */

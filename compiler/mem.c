@@ -78,6 +78,7 @@ static void mem_unlink(MemHdr *h) {
 }
 
 void mem_fail_nth(long n) { mem_countdown = n > 0 ? n : 0; }
+bool mem_fail_pending(void) { return mem_countdown > 0; }
 long mem_allocations(void) { return mem_count; }
 
 bool mem_take_failure(void) {

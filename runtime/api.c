@@ -394,7 +394,7 @@ attn_status rt_module_from_ir(attn_context *ctx, Arena *a, const IrModule *ir,
   if (m) m->graphs = mem_calloc((size_t)(ir->ngraphs ? ir->ngraphs : 1), sizeof *m->graphs);
   if (m && cubin) m->cubin = mem_alloc(cubin_len ? cubin_len : 1);
   if (!m || !m->graphs || (cubin && !m->cubin)) {
-    if (m) mem_free(m->graphs);
+    if (m) mem_free(m->graphs), mem_free(m->cubin);
     mem_free(m);
     arena_free(a);
     return rt_fail(ctx, ATTN_ERROR_OUT_OF_MEMORY, "out of memory");

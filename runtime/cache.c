@@ -350,6 +350,11 @@ static int cache_write_entry(const char *dir, const char *path,
   sha256_hex(key, hex);
   StrBuf tmp = {0};
   sb_printf(&tmp, "%s/.tmp-%s-XXXXXX", dir, hex);
+  if (tmp.failed) {
+    sb_free(&tmp);
+    errno = ENOMEM;
+    return -1;
+  }
   int fd = mkstemp(tmp.data);
   if (fd < 0) {
     int e = errno;
@@ -428,9 +433,12 @@ static attn_status cache_disk_get(Cache *c, const char *arch,
   *done = true;
   cache_entry_path(&path, c->root, arch, key, ".bin");
   cache_entry_path(&lock, c->root, arch, key, ".lock");
-  sb_write(&dir, path.data, (size_t)(strrchr(path.data, '/') - path.data));
+  if (!path.failed && path.data)
+    sb_write(&dir, path.data, (size_t)(strrchr(path.data, '/') - path.data));
 
-  CacheRead r = cache_probe(c, path.data, key, out);
+  /* A path that could not be built (out of memory) is never opened. */
+  CacheRead r = path.failed || lock.failed || dir.failed || !dir.data ? CACHE_NOMEM
+                                                                      : cache_probe(c, path.data, key, out);
   int fd = -1;
   if (r == CACHE_FOUND) {
     c->hits_disk++;
