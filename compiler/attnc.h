@@ -287,8 +287,11 @@ AstFile *parse_source(const Source *src, Arena *a, Diag *d);
  * the output over B|H|I|D, softmax statistics over B|H|I, scalars over none. */
 enum { DOM_B = 1, DOM_H = 2, DOM_I = 4, DOM_J = 8, DOM_D = 16 };
 
-/* X(enum suffix, spelling, operand count; -1 = variable) */
-#define IR_OPS(X)                                                             \
+/* The IR's ops: the structural ones here, X(enum suffix, spelling,
+ * operand count; -1 = variable), and between them the pointwise ops of
+ * compiler/ops.def (one row each: name, arity, typing, CPU evaluation,
+ * device spelling, derivative). */
+#define IR_OPS_LEAVES(X)                                                      \
   X(CONST, "const", 0)         /* fval (floats) or ival (ints, bools) */     \
   X(SCALAR, "scalar", 0)       /* ref: graph->scalars[ref] */                \
   X(DIM, "dim", 0)             /* ref: graph->dims[ref], an i32 */           \
@@ -297,38 +300,10 @@ enum { DOM_B = 1, DOM_H = 2, DOM_I = 4, DOM_J = 8, DOM_D = 16 };
   X(LOAD, "load", -1)          /* ref: tensor; src: subscripts */            \
   X(TRANSPOSE, "transpose", 1) /* k^T */                                     \
   X(QK, "matmul_qk", 2)        /* q @ k^T: src q, k */                       \
-  X(PV, "matmul_pv", 2)        /* p @ v: src p, v */                         \
-  X(NEG, "neg", 1)                                                           \
-  X(NOT, "not", 1)                                                           \
-  X(ADD, "add", 2)                                                           \
-  X(SUB, "sub", 2)                                                           \
-  X(MUL, "mul", 2)                                                           \
-  X(DIV, "div", 2)                                                           \
-  X(MOD, "mod", 2)                                                           \
-  X(LT, "lt", 2)                                                             \
-  X(LE, "le", 2)                                                             \
-  X(GT, "gt", 2)                                                             \
-  X(GE, "ge", 2)                                                             \
-  X(EQ, "eq", 2)                                                             \
-  X(NE, "ne", 2)                                                             \
-  X(AND, "and", 2)                                                           \
-  X(OR, "or", 2)                                                             \
-  X(MIN, "min", 2)                                                           \
-  X(MAX, "max", 2)                                                           \
-  X(WHERE, "where", 3)                                                       \
-  X(TANH, "tanh", 1)                                                         \
-  X(EXP, "exp", 1)                                                           \
-  X(EXP2, "exp2", 1)                                                         \
-  X(LOG, "log", 1)                                                           \
-  X(LOG2, "log2", 1)                                                         \
-  X(SIGMOID, "sigmoid", 1)                                                   \
-  X(ABS, "abs", 1)                                                           \
-  X(SQRT, "sqrt", 1)                                                         \
-  X(RSQRT, "rsqrt", 1)                                                       \
-  X(FLOOR, "floor", 1)                                                       \
-  X(CEIL, "ceil", 1)                                                         \
-  X(CAST, "cast", 1)           /* to node->type: f32(x), i32(x) */           \
-  X(MASK, "mask", 2)           /* src: scores, condition */                  \
+  X(PV, "matmul_pv", 2)        /* p @ v: src p, v */
+/* (ops.def: NEG .. OR, MIN, MAX, WHERE, the math functions, CAST (to
+ * node->type: f32(x), i32(x)), MASK (src: scores, condition).) */
+#define IR_OPS_REDUCTIONS(X)                                                  \
   X(SOFTMAX, "softmax", 1)     /* over j */                                  \
   X(LOGSUMEXP, "logsumexp", 1) /* over j */                                  \
   X(DROPOUT, "dropout", 4)     /* src: p, rate, seed, offset */              \
@@ -336,10 +311,35 @@ enum { DOM_B = 1, DOM_H = 2, DOM_I = 4, DOM_J = 8, DOM_D = 16 };
 
 typedef enum IrOp {
 #define X(e, s, n) IR_##e,
-  IR_OPS(X)
+  IR_OPS_LEAVES(X)
+#define OP(e, ir, fn, n, ...) IR_##e,
+#include "ops.def"
+#undef OP
+  IR_OPS_REDUCTIONS(X)
 #undef X
       IR_OP_COUNT
 } IrOp;
+
+/* What ops.def says of a pointwise op (ops.c): the language function
+ * that makes it (NULL for operators and internal ops), its arity and
+ * typing rule, its device spellings for float and for integer operands,
+ * and whether it passes gradient to some operand. */
+typedef enum OpType {
+  T_NEG, T_NOT, T_ARITH, T_MOD, T_CMP, T_EQ, T_LOGIC, T_MINMAX, T_WHERE, T_MATH, T_KEEP,
+  T_CAST, T_MASK
+} OpType;
+typedef struct OpInfo {
+  const char *fn;
+  int arity;
+  OpType type;
+  const char *dev, *dev_int;
+  bool diff;
+} OpInfo;
+/* NULL for the structural ops (leaves, matmuls, reductions). */
+const OpInfo *op_info(IrOp op);
+/* One element of pointwise op `op` computing in `type`, from nsrc
+ * operands x (fault set on integer division by zero). */
+double op_apply(IrOp op, DType type, const double *x, int nsrc, int *fault);
 
 const char *ir_op_name(IrOp op);
 int ir_op_arity(IrOp op); /* -1: variable */

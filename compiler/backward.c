@@ -38,6 +38,7 @@ typedef struct Deriver {
   Diag *d;
   int cap;
   IrNode **adj;  /* per forward node: its adjoint so far, or NULL (zero) */
+  IrNode **first; /* per min/max node: its "first operand wins" condition */
   bool *dep;     /* per forward node: differentiable and depends on a
                     differentiated leaf (q @ k^T or a grad load) */
   Loc loc;       /* the forward node being differentiated */
@@ -252,10 +253,47 @@ static int derive_load(Deriver *dv, IrNode *n, IrNode *adj) {
   return 0;
 }
 
+/* ops.def's derivative columns in the builders' terms: adj is the
+ * incoming adjoint, A B C the operands, R the node itself. first_le/ge:
+ * min's and max's "the first operand wins" condition, built once per node
+ * and shared by both operands' terms. */
+#define A (n->src[0])
+#define B (n->src[1])
+#define C (n->src[2])
+#define R n
+#define NODIFF NULL
+#define neg(x) b_neg(dv, x)
+#define add(x, y) b_add(dv, x, y)
+#define sub(x, y) b_sub(dv, x, y)
+#define mul(x, y) b_mul(dv, x, y)
+#define div(x, y) b_div(dv, x, y)
+#define sel(c, x, when) b_select(dv, c, x, when)
+#define konst(v) fconst(dv, v)
+#define one() fconst(dv, 1)
+#define zero() fconst(dv, 0)
+#define to_f32(x) b_to_f32(dv, x)
+#define gt(x, y) mk2(dv, IR_GT, x, y)
+#define lt(x, y) mk2(dv, IR_LT, x, y)
+#define sigmoid(x) mk1(dv, IR_SIGMOID, x)
+#define first_le() b_first(dv, n, IR_LE)
+#define first_ge() b_first(dv, n, IR_GE)
+
+static IrNode *b_first(Deriver *dv, IrNode *n, IrOp op) {
+  if (!dv->first[n->id]) dv->first[n->id] = mk2(dv, op, n->src[0], n->src[1]);
+  return dv->first[n->id];
+}
+
+/* Operand k gets `grad` when it carries gradient and the op passes it. */
+#define PASS(k, grad)                                                         \
+  do {                                                                        \
+    if ((k) < n->nsrc && dv->dep[n->src[k]->id]) {                            \
+      IrNode *g_ = (grad);                                                    \
+      if (g_) accumulate(dv, n->src[k], g_);                                  \
+    }                                                                         \
+  } while (0)
+
 /* Passes node n's adjoint to its operands. */
 static int derive_node(Deriver *dv, IrNode *n, IrNode *adj) {
-  IrNode *x = n->nsrc > 0 ? n->src[0] : NULL;
-  IrNode *y = n->nsrc > 1 ? n->src[1] : NULL;
   dv->loc = n->loc;
   switch (n->op) {
   case IR_QK:
@@ -263,91 +301,41 @@ static int derive_node(Deriver *dv, IrNode *n, IrNode *adj) {
     return 0;
   case IR_LOAD:
     return derive_load(dv, n, adj);
-  case IR_NEG:
-    accumulate(dv, x, b_neg(dv, adj));
+#define OP(e, ir, fn, arity, ty, cpu, dev, devi, d0, d1, d2)                  \
+  case IR_##e:                                                                \
+    PASS(0, d0);                                                              \
+    PASS(1, d1);                                                              \
+    PASS(2, d2);                                                              \
     return 0;
-  case IR_ADD:
-    accumulate(dv, x, adj);
-    accumulate(dv, y, adj);
-    return 0;
-  case IR_SUB:
-    accumulate(dv, x, adj);
-    if (dv->dep[y->id])
-      accumulate(dv, y, b_neg(dv, adj));
-    return 0;
-  case IR_MUL:
-    if (dv->dep[x->id])
-      accumulate(dv, x, b_mul(dv, adj, y));
-    if (dv->dep[y->id])
-      accumulate(dv, y, b_mul(dv, adj, x));
-    return 0;
-  case IR_DIV: /* d(x/y)/dy = -(x/y)/y */
-    if (dv->dep[x->id])
-      accumulate(dv, x, b_div(dv, adj, y));
-    if (dv->dep[y->id])
-      accumulate(dv, y, b_neg(dv, b_div(dv, b_mul(dv, adj, n), y)));
-    return 0;
-  case IR_MIN:
-  case IR_MAX: { /* ties go to the first operand */
-    IrNode *first = mk2(dv, n->op == IR_MIN ? IR_LE : IR_GE, x, y);
-    if (dv->dep[x->id])
-      accumulate(dv, x, b_select(dv, first, adj, true));
-    if (dv->dep[y->id])
-      accumulate(dv, y, b_select(dv, first, adj, false));
-    return 0;
-  }
-  case IR_WHERE:
-    if (dv->dep[y->id])
-      accumulate(dv, y, b_select(dv, x, adj, true));
-    if (dv->dep[n->src[2]->id])
-      accumulate(dv, n->src[2], b_select(dv, x, adj, false));
-    return 0;
-  case IR_MASK:
-    accumulate(dv, x, b_select(dv, y, adj, true));
-    return 0;
-  case IR_CAST: /* float to f32: the value passes unchanged */
-    accumulate(dv, x, adj);
-    return 0;
-  case IR_TANH: /* 1 - t^2 */
-    accumulate(dv, x, b_mul(dv, adj,
-                            b_sub(dv, fconst(dv, 1), b_mul(dv, n, n))));
-    return 0;
-  case IR_EXP:
-    accumulate(dv, x, b_mul(dv, adj, n));
-    return 0;
-  case IR_EXP2:
-    accumulate(dv, x, b_mul(dv, b_mul(dv, adj, n), fconst(dv, M_LN2)));
-    return 0;
-  case IR_LOG:
-    accumulate(dv, x, b_div(dv, adj, x));
-    return 0;
-  case IR_LOG2:
-    accumulate(dv, x, b_div(dv, adj, b_mul(dv, x, fconst(dv, M_LN2))));
-    return 0;
-  case IR_SIGMOID: /* s (1 - s) */
-    accumulate(dv, x, b_mul(dv, b_mul(dv, adj, n),
-                            b_sub(dv, fconst(dv, 1), n)));
-    return 0;
-  case IR_SQRT: /* 1 / (2 r) */
-    accumulate(dv, x, b_div(dv, b_mul(dv, adj, fconst(dv, 0.5)), n));
-    return 0;
-  case IR_RSQRT: /* -r^3 / 2 */
-    accumulate(dv, x, b_mul(dv, b_mul(dv, adj, b_mul(dv, b_mul(dv, n, n), n)),
-                            fconst(dv, -0.5)));
-    return 0;
-  case IR_ABS: { /* sign(x): 1, -1, or 0 at 0 */
-    IrNode *zero = fconst(dv, 0);
-    IrNode *sign = b_sub(dv, b_to_f32(dv, mk2(dv, IR_GT, x, zero)),
-                         b_to_f32(dv, mk2(dv, IR_LT, x, zero)));
-    accumulate(dv, x, b_mul(dv, adj, sign));
-    return 0;
-  }
+#include "ops.def"
+#undef OP
   default:
     diag_error(dv->d, n->loc, "the backward pass cannot differentiate '%s'",
                ir_op_name(n->op));
     return -1;
   }
 }
+#undef A
+#undef B
+#undef C
+#undef R
+#undef NODIFF
+#undef neg
+#undef add
+#undef sub
+#undef mul
+#undef div
+#undef sel
+#undef konst
+#undef one
+#undef zero
+#undef to_f32
+#undef gt
+#undef lt
+#undef sigmoid
+#undef first_le
+#undef first_ge
+#undef PASS
 
 /* Which forward nodes carry gradient: q @ k^T, loads of grad tensors, and
  * f32 values computed from them by differentiable ops. Integer and bool
@@ -364,11 +352,9 @@ static void mark_deps(Deriver *dv) {
     case IR_LOAD:
       dep = g->tensors[n->ref].grad && n->type == DT_F32;
       break;
-    case IR_FLOOR: case IR_CEIL: case IR_SOFTMAX: case IR_LOGSUMEXP:
-    case IR_DROPOUT: case IR_PV: case IR_AMAX:
-      break;
-    default:
-      for (int s = 0; s < n->nsrc && n->type == DT_F32; s++)
+    default: /* a pointwise op that passes gradient (ops.def) */
+      for (int s = 0; op_info(n->op) && op_info(n->op)->diff && s < n->nsrc &&
+                      n->type == DT_F32; s++)
         dep |= dv->dep[n->src[s]->id];
       break;
     }
@@ -498,10 +484,9 @@ BwdGraph *bwd_derive(const IrGraph *g, Arena *a, Diag *d) {
   int before = d->nerrors;
   if (find_landmarks(&dv))
     return NULL;
-  dv.adj = mem_calloc((size_t)g->nnodes + 1, sizeof *dv.adj);
-  dv.dep = mem_calloc((size_t)g->nnodes + 1, sizeof *dv.dep);
-  if (!dv.adj || !dv.dep)
-    mem_oom();
+  dv.adj = arena_alloc(a, ((size_t)g->nnodes + 1) * sizeof *dv.adj);
+  dv.dep = arena_alloc(a, ((size_t)g->nnodes + 1) * sizeof *dv.dep);
+  dv.first = arena_alloc(a, ((size_t)g->nnodes + 1) * sizeof *dv.first);
   mark_deps(&dv);
   bg->ds = ir_node(a, IR_INPUT, bg->score->loc, DT_F32,
                    DOM_B | DOM_H | DOM_I | DOM_J, 0, NULL);
@@ -513,8 +498,6 @@ BwdGraph *bwd_derive(const IrGraph *g, Arena *a, Diag *d) {
     if (dv.adj[id] && dv.dep[id] && derive_node(&dv, n, dv.adj[id]))
       break;
   }
-  mem_free(dv.adj);
-  mem_free(dv.dep);
   if (d->nerrors > before)
     return NULL;
   drop_unused(bg, g);

@@ -80,50 +80,24 @@ static const char *load_ref(ExprHook *hk, IrNode *n) {
                       sub[0], sub[1], sub[2], sub[3]);
 }
 
-static const char *unary_fn(IrOp op, DType k) {
-  bool f = k == DT_F32;
-  switch (op) {
-  case IR_TANH: return "attn_tanh";
-  case IR_EXP: return "expf";
-  case IR_EXP2: return "exp2f";
-  case IR_LOG: return "logf";
-  case IR_LOG2: return "log2f";
-  case IR_SIGMOID: return "attn_sigmoid";
-  case IR_ABS: return f ? "fabsf" : "abs";
-  case IR_SQRT: return "sqrtf";
-  case IR_RSQRT: return "rsqrtf";
-  case IR_FLOOR: return "floorf";
-  case IR_CEIL: return "ceilf";
-  default: return NULL;
-  }
+/* ops.def's device spelling of op for operands computing in k: an
+ * operator, a function, "=" (the value itself) or "" (spelled below). */
+static const char *device_spelling(IrOp op, DType k) {
+  const OpInfo *oi = op_info(op);
+  if (!oi) return "";
+  const char *sp = k == DT_F32 || !oi->dev_int ? oi->dev : oi->dev_int;
+  return sp ? sp : "";
 }
 
-static const char *binary_op(IrOp op) {
-  switch (op) {
-  case IR_ADD: return "+";
-  case IR_SUB: return "-";
-  case IR_MUL: return "*";
-  case IR_DIV: return "/";
-  case IR_MOD: return "%";
-  case IR_LT: return "<";
-  case IR_LE: return "<=";
-  case IR_GT: return ">";
-  case IR_GE: return ">=";
-  case IR_EQ: return "==";
-  case IR_NE: return "!=";
-  case IR_AND: return "&&";
-  case IR_OR: return "||";
-  default: return NULL;
-  }
-}
+static bool is_operator(const char *sp) { return *sp && !isalpha((unsigned char)*sp) && strcmp(sp, "="); }
 
-static bool is_comparison(IrOp op) { return op >= IR_LT && op <= IR_NE; }
+static bool is_comparison(IrOp op) { const OpInfo *oi = op_info(op); return oi && (oi->type == T_CMP || oi->type == T_EQ); }
 
 /* The right-hand side for a node that gets a local. */
 static const char *expr_compute(ExprHook *hk, IrNode *n) {
   Arena *a = hk->a;
   DType k = expr_kind(n->type);
-  const char *op = binary_op(n->op);
+  const char *op = device_spelling(n->op, k);
   /* x / y for a float y fixed per (b, h) (a constant, a scalar): x times
    * 1/y, within an ulp of the quotient, instead of an IEEE division per
    * score element (a dozen instructions, which made softcapping's s / cap
@@ -137,21 +111,21 @@ static const char *expr_compute(ExprHook *hk, IrNode *n) {
     if (div->op != IR_CONST)
       return arena_printf(a, "%s * (1.0f / %s)", num, expr_as(hk, div, k));
   }
-  if (op) {
+  if (is_operator(op) && n->nsrc == 2) {
     DType in = is_comparison(n->op) ? common_kind(n->src[0], n->src[1])
                : (n->op == IR_AND || n->op == IR_OR) ? DT_BOOL : k;
     return arena_printf(a, "%s %s %s", expr_as(hk, n->src[0], in), op, expr_as(hk, n->src[1], in));
   }
-  const char *fn = unary_fn(n->op, k);
-  if (fn) return arena_printf(a, "%s(%s)", fn, expr_as(hk, n->src[0], k));
+  if (is_operator(op)) /* -x, !x */
+    return arena_printf(a, "%s%s", op, expr_as(hk, n->src[0], n->op == IR_NOT ? DT_BOOL : k));
+  if (!strcmp(op, "=")) return expr_as(hk, n->src[0], k); /* floor and ceil of an integer */
+  if (*op && n->nsrc == 1) return arena_printf(a, "%s(%s)", op, expr_as(hk, n->src[0], k));
   switch (n->op) {
-  case IR_NEG: return arena_printf(a, "-%s", expr_as(hk, n->src[0], k));
-  case IR_NOT: return arena_printf(a, "!%s", expr_as(hk, n->src[0], DT_BOOL));
   case IR_CAST: return expr_as(hk, n->src[0], k);
   case IR_MIN:
   case IR_MAX: {
     const char *x = expr_as(hk, n->src[0], k), *y = expr_as(hk, n->src[1], k);
-    if (k == DT_F32) return arena_printf(a, "%s(%s, %s)", n->op == IR_MIN ? "fminf" : "fmaxf", x, y);
+    if (*op) return arena_printf(a, "%s(%s, %s)", op, x, y); /* fminf, fmaxf */
     return arena_printf(a, "%s %s %s ? %s : %s", x, n->op == IR_MIN ? "<" : ">", y, x, y);
   }
   case IR_WHERE:

@@ -1,9 +1,9 @@
 /*
  * ir.c: the IR's tables and tiny constructors.
  *
- * The op names and arities come from the one IR_OPS table in attnc.h; the
- * static_assert keeps this file's copy the same length as the enum, so an
- * op added there without a name here fails to compile.
+ * The op names and arities come from attnc.h's structural tables and
+ * ops.def's rows; the static_assert keeps this file's copy the same length
+ * as the enum, so an op added there without a name here fails to compile.
  */
 #include <string.h>
 
@@ -11,13 +11,21 @@
 
 static const char *const ir_names[] = {
 #define X(e, s, n) s,
-    IR_OPS(X)
+#define OP(e, ir, fn, n, ...) ir,
+    IR_OPS_LEAVES(X)
+#include "ops.def"
+    IR_OPS_REDUCTIONS(X)
+#undef OP
 #undef X
 };
 
 static const signed char ir_arities[] = {
 #define X(e, s, n) n,
-    IR_OPS(X)
+#define OP(e, ir, fn, n, ...) n,
+    IR_OPS_LEAVES(X)
+#include "ops.def"
+    IR_OPS_REDUCTIONS(X)
+#undef OP
 #undef X
 };
 

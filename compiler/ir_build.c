@@ -72,17 +72,7 @@ static void *grow(Arena *a, void *p, int n, int *cap, size_t elem) {
 
 /* ------------------------------------------------------------- names */
 
-static const char *const builtin_funcs[] = {
-    "mask", "softmax", "logsumexp", "dropout", "amax",  "tanh",  "exp",
-    "exp2", "log",     "log2",      "sigmoid", "abs",   "sqrt",  "rsqrt",
-    "floor", "ceil",   "min",       "max",     "where", "clamp", "f32",
-    "i32",  "float",   "int"};
-
-static bool is_builtin_func(const char *name) {
-  for (size_t k = 0; k < sizeof builtin_funcs / sizeof *builtin_funcs; k++)
-    if (!strcmp(name, builtin_funcs[k])) return true;
-  return false;
-}
+static bool is_builtin_func(const char *name) { return ir_find_fn(name) != NULL; }
 
 /* DOM_B..DOM_J for the index names b h i j, else 0. */
 static unsigned index_dom(const char *name) {
@@ -283,21 +273,11 @@ static CVal cv_int(DType t, int64_t i) {
 
 static CVal cv_float(double f) { return (CVal){.t = DT_F32, .f = f}; }
 
+/* A math function of a float constant: ops.def's CPU evaluation, the one
+ * the CPU reference uses. */
 static double cv_math(IrOp op, double x) {
-  switch (op) {
-  case IR_TANH: return tanh(x);
-  case IR_EXP: return exp(x);
-  case IR_EXP2: return exp2(x);
-  case IR_LOG: return log(x);
-  case IR_LOG2: return log2(x);
-  case IR_SIGMOID: return 1.0 / (1.0 + exp(-x));
-  case IR_ABS: return fabs(x);
-  case IR_SQRT: return sqrt(x);
-  case IR_RSQRT: return 1.0 / sqrt(x);
-  case IR_FLOOR: return floor(x);
-  case IR_CEIL: return ceil(x);
-  default: die("not a math op: %s", ir_op_name(op));
-  }
+  int fault = 0;
+  return op_apply(op, DT_F32, &x, 1, &fault);
 }
 
 static bool fold(Builder *b, const AstExpr *e, CVal *out);
@@ -329,16 +309,10 @@ static bool fold_binary(Builder *b, const AstExpr *e, CVal *out) {
     *out = cv_int(DT_BOOL, r);
     return true;
   }
-  if (t == DT_F32) {
-    double p = cv_num(x), q = cv_num(y), r = 0;
-    switch (e->op) {
-    case BIN_ADD: r = p + q; break;
-    case BIN_SUB: r = p - q; break;
-    case BIN_MUL: r = p * q; break;
-    case BIN_DIV: r = p / q; break;
-    default: die("bad float op %d", e->op);
-    }
-    *out = cv_float(r);
+  if (t == DT_F32) { /* ops.def's CPU evaluation, as the reference's */
+    const double pq[2] = {cv_num(x), cv_num(y)};
+    int fault = 0;
+    *out = cv_float(op_apply(ir_binop_op((BinOp)e->op), DT_F32, pq, 2, &fault));
     return true;
   }
   /* Integers wrap like the kernel's two's-complement arithmetic. */

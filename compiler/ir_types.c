@@ -68,21 +68,16 @@ DType ir_binop_type(Diag *d, Loc loc, BinOp op, DType x, DType y) {
 
 /* ------------------------------------------------------------- functions */
 
+/* The functions of the language: the pointwise ops ops.def gives a
+ * function name (math functions, min, max, where), then the rest. */
+#define FN_OF(ty) ((ty) == T_MINMAX ? FN_MINMAX : (ty) == T_WHERE ? FN_WHERE : FN_MATH)
+#define OP(e, ir, fn, n, ty, ...) {fn, FN_OF(ty), n, IR_##e, DT_NONE},
+static const FnInfo fn_ops[] = {
+#include "ops.def"
+};
+#undef OP
+
 static const FnInfo fn_table[] = {
-    {"tanh", FN_MATH, 1, IR_TANH, DT_NONE},
-    {"exp", FN_MATH, 1, IR_EXP, DT_NONE},
-    {"exp2", FN_MATH, 1, IR_EXP2, DT_NONE},
-    {"log", FN_MATH, 1, IR_LOG, DT_NONE},
-    {"log2", FN_MATH, 1, IR_LOG2, DT_NONE},
-    {"sigmoid", FN_MATH, 1, IR_SIGMOID, DT_NONE},
-    {"abs", FN_MATH, 1, IR_ABS, DT_NONE},
-    {"sqrt", FN_MATH, 1, IR_SQRT, DT_NONE},
-    {"rsqrt", FN_MATH, 1, IR_RSQRT, DT_NONE},
-    {"floor", FN_MATH, 1, IR_FLOOR, DT_NONE},
-    {"ceil", FN_MATH, 1, IR_CEIL, DT_NONE},
-    {"min", FN_MINMAX, 2, IR_MIN, DT_NONE},
-    {"max", FN_MINMAX, 2, IR_MAX, DT_NONE},
-    {"where", FN_WHERE, 3, IR_WHERE, DT_NONE},
     {"clamp", FN_CLAMP, 3, IR_MIN, DT_NONE},
     {"f32", FN_CAST, 1, IR_CAST, DT_F32},
     {"float", FN_CAST, 1, IR_CAST, DT_F32},
@@ -96,6 +91,8 @@ static const FnInfo fn_table[] = {
 };
 
 const FnInfo *ir_find_fn(const char *name) {
+  for (size_t k = 0; k < sizeof fn_ops / sizeof *fn_ops; k++)
+    if (fn_ops[k].name && !strcmp(fn_ops[k].name, name)) return &fn_ops[k];
   for (size_t k = 0; k < sizeof fn_table / sizeof *fn_table; k++)
     if (!strcmp(fn_table[k].name, name)) return &fn_table[k];
   return NULL;
@@ -107,8 +104,7 @@ DType ir_math_type(Diag *d, Loc loc, const FnInfo *fn, DType x) {
     diag_error(d, loc, "'%s' needs a number, got %s", fn->name, dtype_name(x));
     return DT_NONE;
   }
-  bool keeps_int = fn->op == IR_ABS || fn->op == IR_FLOOR || fn->op == IR_CEIL;
-  return keeps_int ? ir_compute_type(x) : DT_F32;
+  return op_info(fn->op)->type == T_KEEP ? ir_compute_type(x) : DT_F32;
 }
 
 /* The result type of where(c, x, y), or DT_NONE after an error. */

@@ -154,6 +154,17 @@ Test(backward, exp_sigmoid) {
            "B=1,H=2,Sq=4,Skv=4", NULL, NULL, NULL, NULL);
 }
 
+/* softplus (one row of ops.def): on the score path and on a learned
+ * per-head slope, each gradient against finite differences. */
+Test(backward, softplus) {
+  bt_check("attention t {\n" QKV(4, "H")
+           "  input raw : f32[H];\n"
+           "  s = q @ k^T;\n"
+           "  s = -softplus(-s) + softplus(s * 0.5) - softplus(raw[h]) * f32(i - j);\n" TAIL
+           "  grad q, k, v, raw;\n}\n",
+           "B=2,H=2,Sq=4,Skv=5", NULL, NULL, NULL, NULL);
+}
+
 Test(backward, math_functions) {
   bt_check("attention t {\n" QKV(4, "H")
            "  input bias : f32[B, H, Sq, Skv];\n"

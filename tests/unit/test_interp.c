@@ -1007,3 +1007,25 @@ Test(interp, every_example_evaluates) {
   }
   globfree(&gl);
 }
+
+/* ops.def's softplus row, as the CPU reference and the constant folder
+ * evaluate it: log(1 + e^x) without overflow or cancellation. */
+Test(interp, softplus_values_and_folding) {
+  const double xs[] = {-800.0, -30.0, -1.0, 0.0, 0.5, 30.0, 800.0};
+  for (size_t k = 0; k < sizeof xs / sizeof xs[0]; k++) {
+    int fault = 0;
+    double x = xs[k], got = op_apply(IR_SOFTPLUS, DT_F32, &x, 1, &fault);
+    double want = x > 30 ? x + exp(-x) : x < -30 ? exp(x) : log1p(exp(x));
+    cr_assert(fabs(got - want) <= 1e-15 * fmax(1.0, fabs(want)) && isfinite(got),
+              "softplus(%g) = %.17g, want %.17g", x, got, want);
+    cr_assert_eq(fault, 0);
+  }
+  Arena *a = arena_new();
+  IrModule *m = unit_build(a, "<softplus>",
+                           "attention g {\n  input q : bf16[B, H, S, 64];\n"
+                           "  input k : bf16[B, H, S, 64];\n  input v : bf16[B, H, S, 64];\n"
+                           "  scalar t : f32 = softplus(2.0) - 1.0;\n"
+                           "  o = softmax((q @ k^T) * t) @ v;\n  output o : bf16[B, H, S, 64];\n}\n");
+  cr_assert_float_eq(m->graphs[0]->scalars[0].fdefault, log1p(exp(2.0)) - 1.0, 1e-15);
+  arena_free(a);
+}
