@@ -148,8 +148,13 @@ static int compile_run_module(attn_context *ctx, const RunOptions *o, bool gpu, 
     fprintf(stderr, "%s%s", msg, msg[0] && msg[strlen(msg) - 1] == '\n' ? "" : "\n");
     return st == ATTN_ERROR_SOURCE || st == ATTN_ERROR_UNSUPPORTED ? EXIT_INPUT : EXIT_NORUN;
   }
-  const char *warning = attn_context_warning(ctx);
-  if (warning && *warning) fprintf(stderr, "attnc: warning: %s\n", warning);
+  /* One line each: the library's warnings carry no prefix of their own. */
+  for (const char *w = attn_context_warning(ctx); w && *w;) {
+    const char *nl = strchr(w, '\n');
+    int n = nl ? (int)(nl - w) : (int)strlen(w);
+    fprintf(stderr, "attnc: warning: %.*s\n", n, w);
+    w += n + (nl ? 1 : 0);
+  }
   const Cache *c = rt_context_cache(ctx);
   printf("compiled %s for %s in %.0f ms (%s)\n", o->file, rt_module_arch(*mod), now_ms() - t0,
          c->compiles ? "NVRTC" : "from the cache");

@@ -112,6 +112,8 @@ typedef struct Diag {
 /* The largest source attnc reads: a 10 MB file of 48k graphs checks in a
  * second; /dev/zero must not fill memory. */
 #define SOURCE_MAX_BYTES (64 << 20)
+/* The longest name (graph, tensor, scalar, local) the language takes. */
+#define ATTN_MAX_NAME 256
 /* Reads a whole file; on failure reports "cannot read FILE: reason". */
 Source *source_load(Arena *a, const char *path, Diag *d);
 Source *source_from_string(Arena *a, const char *name, const char *text,

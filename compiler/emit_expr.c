@@ -9,6 +9,7 @@
  */
 #include <ctype.h>
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "attnc.h"
@@ -33,9 +34,19 @@ const char *expr_ctype(DType t) {
 /* The C type a value computes in: every float type computes as float. */
 DType expr_kind(DType t) { return dtype_is_float(t) ? DT_F32 : t; }
 
+/* The f32 the device computes with (constants are rounded to f32, as
+ * the CPU reference rounds them): beyond f32's range an infinity, below
+ * its normal range the exact bits (NVRTC refuses literals out of range). */
 static const char *float_literal(Arena *a, double x) {
   if (isnan(x)) return "__int_as_float(0x7fc00000)";
-  if (isinf(x)) return x > 0 ? "attn_pos_inf()" : "attn_neg_inf()";
+  const float f = (float)x;
+  if (isinf(f)) return f > 0 ? "attn_pos_inf()" : "attn_neg_inf()";
+  if (f == 0 && x != 0) return signbit(f) ? "-0.0f" : "0.0f"; /* underflows to zero */
+  if (f != 0 && fabsf(f) < 1.17549435e-38f) {
+    uint32_t bits;
+    memcpy(&bits, &f, sizeof bits);
+    return arena_printf(a, "__int_as_float(0x%08x)", (unsigned)bits);
+  }
   char buf[64];
   snprintf(buf, sizeof buf, "%.9g", x);
   if (!strpbrk(buf, ".en")) strcat(buf, ".0");
@@ -111,6 +122,12 @@ static const char *expr_compute(ExprHook *hk, IrNode *n) {
     if (div->op != IR_CONST)
       return arena_printf(a, "%s * (1.0f / %s)", num, expr_as(hk, div, k));
   }
+  /* Integer / and %: C's operators only where the divisor is a constant
+   * they are defined for; else the language's total versions. */
+  if ((n->op == IR_DIV || n->op == IR_MOD) && k != DT_F32 &&
+      !(div->op == IR_CONST && div->ival != 0 && div->ival != -1))
+    return arena_printf(a, "%s(%s, %s)", n->op == IR_DIV ? "attn_idiv" : "attn_imod",
+                        expr_as(hk, n->src[0], k), expr_as(hk, n->src[1], k));
   if (is_operator(op) && n->nsrc == 2) {
     DType in = is_comparison(n->op) ? common_kind(n->src[0], n->src[1])
                : (n->op == IR_AND || n->op == IR_OR) ? DT_BOOL : k;
@@ -176,7 +193,9 @@ const char *expr_value(ExprHook *hk, IrNode *n) {
   const char **vars = derived ? hk->dvars : hk->vars;
   if (vars[n->id]) return vars[n->id];
   const char *rhs = expr_compute(hk, n);
-  const char *name = derived ? arena_printf(hk->a, "d_%d", n->id) : local_name(hk, n);
+  /* Derived locals are gN: user locals are NAME_N and unnamed ones tN, so
+   * no .attn name can collide with one (a local called d once did). */
+  const char *name = derived ? arena_printf(hk->a, "g%d", n->id) : local_name(hk, n);
   sb_printf(&hk->body, "  const %s %s = %s;\n", expr_ctype(expr_kind(n->type)), name, rhs);
   vars[n->id] = name;
   return name;

@@ -233,6 +233,14 @@ static IrNode *op_node(Builder *b, IrOp op, Loc loc, DType type, int n,
                  "be an output");
       return NULL;
     }
+    /* The kernels know a row's logsumexp only once its last key tile is
+     * done, after every hook that could read it has run. */
+    if (src[k]->op == IR_LOGSUMEXP) {
+      diag_error(b->d, loc, "logsumexp can only be an output (`output lse = "
+                 "logsumexp(s)`); no op may read it");
+      diag_note(b->d, src[k]->loc, "the logsumexp is here");
+      return NULL;
+    }
   }
   if (op == IR_LOGSUMEXP) dom &= ~(unsigned)DOM_J;
   if (op == IR_AMAX) dom = 0;

@@ -153,6 +153,31 @@ static void check_output(IrGraph *g, Diag *d, const IrOutput *o) {
   sb_free(&should);
 }
 
+/* The backward binds "d" + a name for each gradient it reads or writes
+ * (dO for the output p @ v, dq, dk, dv and each bias's): a declared
+ * tensor or scalar with one of those names would be ambiguous there. */
+static void check_grad_names(const IrGraph *g, Diag *d) {
+  bool grad = false;
+  for (int t = 0; t < g->ntensors; t++) grad |= g->tensors[t].grad;
+  if (!grad) return;
+  for (int t = 0; t < g->ntensors; t++) {
+    const IrTensor *from = &g->tensors[t];
+    bool named = from->grad;
+    for (int k = 0; k < g->noutputs; k++)
+      named |= g->outputs[k].value == g->pv && g->outputs[k].tensor == t;
+    if (!named) continue;
+    for (int u = 0; u < g->ntensors + g->nscalars; u++) {
+      const char *other = u < g->ntensors ? g->tensors[u].name : g->scalars[u - g->ntensors].name;
+      Loc at = u < g->ntensors ? g->tensors[u].loc : g->scalars[u - g->ntensors].loc;
+      if (other[0] == 'd' && !strcmp(other + 1, from->name)) {
+        diag_error(d, at, "'%s' is the name the backward gives the gradient of '%s'; "
+                   "rename it", other, from->name);
+        diag_note(d, from->loc, "'%s' is declared here", from->name);
+      }
+    }
+  }
+}
+
 int ir_check_graph(IrGraph *g, Diag *d) {
   int before = d->nerrors;
   g->qk = landmark(g, d, IR_QK, "q @ k^T");
@@ -176,5 +201,6 @@ int ir_check_graph(IrGraph *g, Diag *d) {
   if (g->noutputs == 0 && d->nerrors == before)
     diag_error(d, g->loc, "graph '%s' has no outputs", g->name);
   for (int k = 0; k < g->noutputs; k++) check_output(g, d, &g->outputs[k]);
+  if (d->nerrors == before) check_grad_names(g, d);
   return d->nerrors - before;
 }

@@ -33,7 +33,9 @@ static int64_t ref_ival(double x) {
   return (int64_t)x;
 }
 
-/* Integer arithmetic with C semantics; *fault = 1 on division by zero. */
+/* Integer arithmetic with C's wrap-around, division and remainder total
+ * as the language defines them (x / 0 is 0, x % 0 is x; *fault is kept
+ * for callers and never set). */
 static double ref_int_op(IrOp op, DType t, double xa, double xb, int *fault) {
   int64_t a = ref_ival(xa), b = ref_ival(xb);
   uint64_t ua = (uint64_t)a, ub = (uint64_t)b;
@@ -45,11 +47,9 @@ static double ref_int_op(IrOp op, DType t, double xa, double xb, int *fault) {
   case IR_SUB: return ref_wrap(t, (int64_t)(ua - ub));
   case IR_MUL: return ref_wrap(t, (int64_t)(ua * ub));
   case IR_DIV:
-  case IR_MOD:
-    if (b == 0) {
-      *fault = 1;
-      return 0;
-    }
+  case IR_MOD: /* the language's total division: x / 0 is 0, x % 0 is x */
+    if (b == 0)
+      return op == IR_DIV ? 0 : ref_wrap(t, a);
     if (u)
       return ref_wrap(t, (int64_t)(op == IR_DIV ? ua / ub : ua % ub));
     if (a == INT64_MIN && b == -1)

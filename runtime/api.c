@@ -116,7 +116,7 @@ attn_status attn_context_create(attn_context **out) {
   int rc = root.failed ? -1 : cache_init(&ctx->cache, have_root ? root.data : NULL);
   if (rc == 0 && ctx->disk_cache && !have_root)
     sb_puts(&ctx->cache.warning,
-            "warning: no kernel cache directory (ATTN_CACHE_DIR, "
+            "no kernel cache directory (ATTN_CACHE_DIR, "
             "XDG_CACHE_HOME and HOME are unset); keeping compiled kernels "
             "in memory only");
   sb_free(&root);
@@ -757,7 +757,7 @@ static attn_status module_load_embedded_impl(attn_context *ctx,
   if (!same_build) {
     ctx->cache.warning.len = 0;
     sb_printf(&ctx->cache.warning,
-              "warning: %s was built by attnc %s (kernel ABI %d); this "
+              "%s was built by attnc %s (kernel ABI %d); this "
               "libattn is %s (ABI %d): compiling its kernels instead",
               src->name, em->attnc_version ? em->attnc_version : "?",
               em->abi_version, ATTNC_VERSION, ATTN_ABI_VERSION);

@@ -74,7 +74,8 @@ const char *attn_context_error(const attn_context *ctx);
 /* Clears the last error and the sticky out-of-memory state. */
 void attn_context_clear_error(attn_context *ctx);
 /* Non-fatal trouble, such as a cache directory that could not be used
- * (kernels are then kept in memory only); "" when there is none. */
+ * (kernels are then kept in memory only): one line per warning, without
+ * a "warning:" prefix (add your own); "" when there is none. */
 const char *attn_context_warning(const attn_context *ctx);
 /* Target such as "sm_90a" or "sm_80"; NULL: the current device's. */
 attn_status attn_context_set_arch(attn_context *ctx, const char *arch);

@@ -24,6 +24,14 @@
  * not check out (magic, version, key, lengths, checksum) is removed and
  * recompiled. A directory that cannot be used turns into a warning and an
  * in-memory cache: the disk cache is an optimisation, never a failure.
+ *
+ * On a shared machine nobody else may feed us a cubin: directories are
+ * created 0700 and files 0600; the root must be a directory owned by the
+ * user and writable by nobody else, and everything below it (v1, ARCH,
+ * KK, the entries and locks) a real directory or file (never a symbolic
+ * link, which is not followed) with the same owner and modes, or the disk
+ * cache is abandoned with a warning (or, for an entry, it is replaced).
+ * `attnc cache list` and `clear` walk only such directories.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -160,14 +168,21 @@ static int cache_mem_add(Cache *c, const unsigned char key[SHA256_BYTES],
   return 0;
 }
 
+/* Why a cache path is not used: the trust checks' reasons in words. */
+static const char *cache_reason(int err) {
+  return err == EPERM   ? "not owned by you, or writable by others"
+         : err == ELOOP ? "a symbolic link, which the cache does not follow"
+                        : strerror(err);
+}
+
 /* The disk cache stops being used for the rest of this Cache's life. */
 static void cache_abandon_disk(Cache *c, const char *what, const char *path,
                                int err) {
   if (c->warning.len) sb_puts(&c->warning, "\n");
   sb_printf(&c->warning,
-            "warning: kernel cache %s %s: %s; keeping compiled kernels in "
+            "kernel cache %s %s: %s; keeping compiled kernels in "
             "memory only",
-            what, path, strerror(err));
+            what, path, cache_reason(err));
   mem_free(c->root);
   c->root = NULL;
 }
@@ -175,7 +190,7 @@ static void cache_abandon_disk(Cache *c, const char *what, const char *path,
 static void cache_warn(Cache *c, const char *what, const char *path,
                        int err) {
   if (c->warning.len) sb_puts(&c->warning, "\n");
-  sb_printf(&c->warning, "warning: kernel cache %s %s: %s", what, path,
+  sb_printf(&c->warning, "kernel cache %s %s: %s", what, path,
             strerror(err));
 }
 
@@ -208,15 +223,43 @@ int cache_default_root(StrBuf *out) {
   return -1;
 }
 
-/* mkdir -p; returns 0 or -1 with errno set. */
-static int cache_mkdirs(const char *path) {
-  char *p = mem_strdup(path);
+/* Whether st describes something the user owns and only the user may
+ * write: else EPERM. */
+static int cache_owned(const struct stat *st) {
+  if (st->st_uid != geteuid() || (st->st_mode & (S_IWGRP | S_IWOTH))) {
+    errno = EPERM;
+    return -1;
+  }
+  return 0;
+}
+
+/* A directory of the cache: a real one (follow: the root may be a link
+ * to one), owned by the user, writable by nobody else. 0 or -1 with errno
+ * (ELOOP for a link, ENOTDIR, EPERM). */
+static int cache_trusted_dir(const char *path, bool follow) {
+  struct stat st;
+  if ((follow ? stat(path, &st) : lstat(path, &st)) != 0) return -1;
+  if (S_ISLNK(st.st_mode)) {
+    errno = ELOOP;
+    return -1;
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    errno = ENOTDIR;
+    return -1;
+  }
+  return cache_owned(&st);
+}
+
+/* mkdir -p of the root (its missing parts 0700), which must then be a
+ * trusted directory; returns 0 or -1 with errno set. */
+static int cache_mkroot(const char *root) {
+  char *p = mem_strdup(root);
   if (!p) return -1;
   for (char *s = p + 1;; s++) {
     if (*s != '/' && *s != '\0') continue;
     char c = *s;
     *s = '\0';
-    if (mkdir(p, 0755) != 0 && errno != EEXIST) {
+    if (mkdir(p, 0700) != 0 && errno != EEXIST) {
       int e = errno;
       mem_free(p);
       errno = e;
@@ -225,11 +268,15 @@ static int cache_mkdirs(const char *path) {
     *s = c;
     if (c == '\0') break;
   }
-  struct stat st;
-  int rc = stat(p, &st) == 0 && S_ISDIR(st.st_mode) ? 0 : -1;
-  if (rc != 0 && errno == 0) errno = ENOTDIR;
   mem_free(p);
-  return rc;
+  return cache_trusted_dir(root, true);
+}
+
+/* One level below a trusted directory: made 0700 when missing, then a
+ * trusted directory itself. */
+static int cache_mksub(const char *path) {
+  if (mkdir(path, 0700) != 0 && errno != EEXIST) return -1;
+  return cache_trusted_dir(path, false);
 }
 
 /* --------------------------------------------------------- entry format */
@@ -311,11 +358,12 @@ static CacheRead cache_parse(const unsigned char *buf, size_t size,
 static CacheRead cache_read_entry(const char *path,
                                   const unsigned char key[SHA256_BYTES],
                                   CacheBlob *out) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  /* Never through a link; never a file someone else could have written. */
+  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return errno == ENOENT ? CACHE_MISSING : CACHE_CORRUPT;
   struct stat st;
   CacheRead r = CACHE_CORRUPT;
-  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && cache_owned(&st) == 0 &&
       (uint64_t)st.st_size <= 3 * CACHE_MAX_ENTRY + CACHE_HEADER_SIZE) {
     size_t size = (size_t)st.st_size;
     unsigned char *buf = mem_alloc(size ? size : 1);
@@ -368,7 +416,7 @@ static int cache_write_entry(const char *dir, const char *path,
                    cache_write_all(fd, b->cubin, b->cubin_len) == 0 &&
                    cache_write_all(fd, b->log, b->log_len) == 0 &&
                    cache_write_all(fd, b->meta, b->meta_len) == 0 &&
-                   fchmod(fd, 0644) == 0 && fsync(fd) == 0
+                   fchmod(fd, 0600) == 0 && fsync(fd) == 0
                ? 0
                : -1;
   int e = errno;
@@ -401,8 +449,14 @@ static CacheRead cache_probe(Cache *c, const char *path,
 }
 
 static int cache_lock(const char *path) {
-  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) return -1;
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || cache_owned(&st) != 0) {
+    close(fd);
+    errno = EPERM;
+    return -1;
+  }
   while (flock(fd, LOCK_EX) != 0) {
     if (errno != EINTR) {
       int e = errno;
@@ -424,6 +478,23 @@ static void cache_unlock(int fd) {
 /* The disk path of cache_get; on return *done says whether out is filled
  * (or an error returned). When not done, the disk cache was abandoned and
  * the caller compiles without it. */
+/* ROOT/v1/ARCH/KK made (0700) and checked, into dir; -1 with errno and
+ * the failing directory in dir when it cannot be trusted. */
+static int cache_entry_dir(const Cache *c, const char *arch, const char *hex, StrBuf *dir) {
+  sb_puts(dir, c->root);
+  if (dir->failed) return errno = ENOMEM, -1;
+  if (cache_mkroot(dir->data) != 0) return -1;
+  const char *sub[3] = {"v1", arch, NULL};
+  char kk[3] = {hex[0], hex[1], '\0'};
+  sub[2] = kk;
+  for (int k = 0; k < 3; k++) {
+    sb_printf(dir, "/%s", sub[k]);
+    if (dir->failed) return errno = ENOMEM, -1;
+    if (cache_mksub(dir->data) != 0) return -1;
+  }
+  return 0;
+}
+
 static attn_status cache_disk_get(Cache *c, const char *arch,
                                   const unsigned char key[SHA256_BYTES],
                                   CacheCompileFn compile, void *user,
@@ -431,22 +502,23 @@ static attn_status cache_disk_get(Cache *c, const char *arch,
   StrBuf dir = {0}, path = {0}, lock = {0};
   attn_status st = ATTN_SUCCESS;
   *done = true;
-  cache_entry_path(&path, c->root, arch, key, ".bin");
-  cache_entry_path(&lock, c->root, arch, key, ".lock");
-  if (!path.failed && path.data)
-    sb_write(&dir, path.data, (size_t)(strrchr(path.data, '/') - path.data));
-
+  char hex[SHA256_HEX];
+  sha256_hex(key, hex);
+  if (cache_entry_dir(c, arch, hex, &dir) != 0) {
+    if (errno == ENOMEM) st = ATTN_ERROR_OUT_OF_MEMORY;
+    else cache_abandon_disk(c, "directory", dir.data ? dir.data : c->root, errno), *done = false;
+    sb_free(&dir);
+    return st;
+  }
+  sb_printf(&path, "%s/%s.bin", dir.data, hex);
+  sb_printf(&lock, "%s/%s.lock", dir.data, hex);
   /* A path that could not be built (out of memory) is never opened. */
-  CacheRead r = path.failed || lock.failed || dir.failed || !dir.data ? CACHE_NOMEM
-                                                                      : cache_probe(c, path.data, key, out);
+  CacheRead r = path.failed || lock.failed ? CACHE_NOMEM : cache_probe(c, path.data, key, out);
   int fd = -1;
   if (r == CACHE_FOUND) {
     c->hits_disk++;
   } else if (r == CACHE_NOMEM) {
     st = ATTN_ERROR_OUT_OF_MEMORY;
-  } else if (cache_mkdirs(dir.data) != 0) {
-    cache_abandon_disk(c, "directory", dir.data, errno);
-    *done = false;
   } else if ((fd = cache_lock(lock.data)) < 0) {
     cache_abandon_disk(c, "lock", lock.data, errno);
     *done = false;
@@ -531,7 +603,9 @@ static void cache_walk_shard(void *user, const char *arch, const char *dir,
   CacheWalk *w = user;
   StrBuf p = {0};
   sb_printf(&p, "%s/%s", dir, name);
-  if (cache_walk_dir(p.data, arch, w->fn, w->user) != 0) w->failed = 1;
+  /* Only the cache's own directories: never through a link. */
+  if (cache_trusted_dir(p.data, false) == 0 && cache_walk_dir(p.data, arch, w->fn, w->user) != 0)
+    w->failed = 1;
   sb_free(&p);
 }
 
@@ -541,8 +615,7 @@ static void cache_walk_arch(void *user, const char *arch, const char *dir,
   StrBuf p = {0};
   sb_printf(&p, "%s/%s", dir, name);
   CacheWalk inner = {w->fn, w->user, 0};
-  struct stat st;
-  if (stat(p.data, &st) == 0 && S_ISDIR(st.st_mode) &&
+  if (cache_trusted_dir(p.data, false) == 0 &&
       cache_walk_dir(p.data, arch, cache_walk_shard, &inner) != 0)
     w->failed = 1;
   w->failed |= inner.failed;
@@ -553,7 +626,11 @@ static int cache_walk(const char *root, CacheVisitFn fn, void *user) {
   StrBuf v1 = {0};
   sb_printf(&v1, "%s/v1", root);
   CacheWalk w = {fn, user, 0};
-  int rc = cache_walk_dir(v1.data, NULL, cache_walk_arch, &w);
+  int rc = 0;
+  if (cache_trusted_dir(root, true) == 0 && cache_trusted_dir(v1.data, false) == 0)
+    rc = cache_walk_dir(v1.data, NULL, cache_walk_arch, &w);
+  else if (errno != ENOENT)
+    rc = -1; /* a root or v1 someone else could write: not walked */
   sb_free(&v1);
   return rc == 0 && !w.failed ? 0 : -1;
 }
@@ -569,6 +646,37 @@ typedef struct CacheLines {
   bool nomem;
 } CacheLines;
 
+/* "SOURCE GRAPH[,GRAPH...]" from an entry's meta (its "source" line and
+ * its plans' "graph" lines); "? ?" when it has none or cannot be read. */
+static void cache_entry_names(const char *path, StrBuf *out) {
+  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  unsigned char h[CACHE_HEADER_SIZE];
+  char *meta = NULL;
+  uint64_t nmeta = 0;
+  if (fd >= 0 && cache_read_all(fd, h, sizeof h) == 0 && memcmp(h, CACHE_MAGIC, 8) == 0 &&
+      cache_get_u64(h + 8, 4) == CACHE_FORMAT_VERSION &&
+      (nmeta = cache_get_u64(h + 64, 8)) > 0 && nmeta < (1 << 24)) {
+    off_t at = (off_t)(CACHE_HEADER_SIZE + cache_get_u64(h + 48, 8) + cache_get_u64(h + 56, 8));
+    meta = mem_alloc(nmeta + 1);
+    if (meta && (lseek(fd, at, SEEK_SET) != at || cache_read_all(fd, (unsigned char *)meta, nmeta)))
+      mem_free(meta), meta = NULL;
+    if (meta) meta[nmeta] = '\0';
+  }
+  if (fd >= 0) close(fd);
+  const char *src = meta ? strstr(meta, "source ") : NULL;
+  if (!src || (src != meta && src[-1] != '\n')) {
+    sb_puts(out, "? ?");
+    mem_free(meta);
+    return;
+  }
+  sb_printf(out, "%.*s ", (int)strcspn(src + 7, "\n"), src + 7);
+  int n = 0;
+  for (const char *g = meta; (g = strstr(g, "\ngraph ")); g += 7)
+    sb_printf(out, "%s%.*s", n++ ? "," : "", (int)strcspn(g + 7, " \n"), g + 7);
+  if (!n) sb_putc(out, '?');
+  mem_free(meta);
+}
+
 static void cache_list_one(void *user, const char *arch, const char *dir,
                            const char *name) {
   CacheLines *lines = user;
@@ -576,14 +684,17 @@ static void cache_list_one(void *user, const char *arch, const char *dir,
   StrBuf p = {0};
   sb_printf(&p, "%s/%s", dir, name);
   struct stat st;
-  if (stat(p.data, &st) == 0 && S_ISREG(st.st_mode)) {
+  if (lstat(p.data, &st) == 0 && S_ISREG(st.st_mode) && cache_owned(&st) == 0) {
     char when[32];
     struct tm tm;
     time_t t = st.st_mtime;
     strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", gmtime_r(&t, &tm));
+    StrBuf names = {0};
+    cache_entry_names(p.data, &names);
     p.len = 0;
-    sb_printf(&p, "%s %.*s %lld %s UTC\n", arch, (int)(strlen(name) - 4),
-              name, (long long)st.st_size, when);
+    sb_printf(&p, "%s %.*s %lld %s UTC %s\n", arch, (int)(strlen(name) - 4),
+              name, (long long)st.st_size, when, names.data ? names.data : "? ?");
+    sb_free(&names);
     if (lines->n == lines->cap) {
       int cap = lines->cap ? 2 * lines->cap : 16;
       char **v = mem_realloc(lines->v, sizeof *v * (size_t)cap);
@@ -641,7 +752,7 @@ static void cache_clear_one(void *user, const char *arch, const char *dir,
   StrBuf p = {0};
   sb_printf(&p, "%s/%s", dir, name);
   struct stat st;
-  long long size = stat(p.data, &st) == 0 ? (long long)st.st_size : 0;
+  long long size = lstat(p.data, &st) == 0 ? (long long)st.st_size : 0;
   if (unlink(p.data) == 0) {
     if (entry) {
       cc->entries++;
@@ -667,8 +778,7 @@ static void cache_rmdir_arch(void *user, const char *arch, const char *dir,
                              const char *name) {
   StrBuf p = {0};
   sb_printf(&p, "%s/%s", dir, name);
-  struct stat st;
-  if (stat(p.data, &st) == 0 && S_ISDIR(st.st_mode)) {
+  if (cache_trusted_dir(p.data, false) == 0) {
     cache_walk_dir(p.data, arch, cache_rmdir_shard, NULL);
     rmdir(p.data);
   }
@@ -681,8 +791,10 @@ int cache_clear(const char *root, StrBuf *out) {
   int walk_errno = errno;
   StrBuf v1 = {0};
   sb_printf(&v1, "%s/v1", root);
-  cache_walk_dir(v1.data, NULL, cache_rmdir_arch, NULL);
-  rmdir(v1.data);
+  if (cache_trusted_dir(v1.data, false) == 0) {
+    cache_walk_dir(v1.data, NULL, cache_rmdir_arch, NULL);
+    rmdir(v1.data);
+  }
   if (rc != 0 || cc.failed) {
     sb_printf(out, "cannot clear the kernel cache at %s: %s", v1.data,
               strerror(cc.failed ? cc.err : walk_errno));

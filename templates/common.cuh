@@ -14,6 +14,26 @@
 
 [[maybe_unused]] static __device__ __forceinline__ float attn_sigmoid(float x) { return 1.0f / (1.0f + __expf(-x)); }
 
+/* Integer abs, and division and remainder as the language defines them
+ * (docs/language.md): x / 0 is 0 and x % 0 is x; INT_MIN / -1 wraps to
+ * INT_MIN and INT_MIN % -1 is 0 (C leaves all four undefined). The
+ * emitter calls these only where the divisor is not a constant other than
+ * 0 and -1. */
+[[maybe_unused]] static __device__ __forceinline__ int attn_abs(int x) { return x < 0 ? (int)(0u - (unsigned)x) : x; }
+[[maybe_unused]] static __device__ __forceinline__ unsigned long long attn_abs(unsigned long long x) { return x; }
+[[maybe_unused]] static __device__ __forceinline__ int attn_idiv(int x, int y) {
+  return y == 0 ? 0 : y == -1 ? (int)(0u - (unsigned)x) : x / y;
+}
+[[maybe_unused]] static __device__ __forceinline__ unsigned long long attn_idiv(unsigned long long x, unsigned long long y) {
+  return y == 0 ? 0 : x / y;
+}
+[[maybe_unused]] static __device__ __forceinline__ int attn_imod(int x, int y) {
+  return y == 0 ? x : y == -1 ? 0 : x % y;
+}
+[[maybe_unused]] static __device__ __forceinline__ unsigned long long attn_imod(unsigned long long x, unsigned long long y) {
+  return y == 0 ? x : x % y;
+}
+
 /* softplus, log(1 + e^x), as max(x, 0) + log(1 + e^-|x|): no overflow for
  * large x (ops.def's CPU form). Branch-free on purpose: log1pf's branches
  * put a divergent path between bwd_sm90's wgmmas, which ptxas then

@@ -36,6 +36,19 @@ for f in examples/*.attn; do
     else echo "FAIL: $f for $arch: not a CUDA ELF (magic '$magic', machine '$machine')"; fail=$((fail + 1)); fi
   done
 done
+# Graphs that attnc check accepts must compile (or be refused with a
+# located error, never an NVRTC failure): tests/nvrtc/checked/ holds the
+# ones that once failed in NVRTC.
+for f in tests/nvrtc/checked/*.attn; do
+  for arch in sm_80 sm_90a; do
+    if "$attnc" check "$f" 2>"$tmp/err" && compile "$f" --arch "$arch" -o "$tmp/checked.cubin"; then
+      pass=$((pass + 1))
+    else
+      cat "$tmp/err"; echo "FAIL: $f (accepted by attnc check) does not compile for $arch"
+      fail=$((fail + 1))
+    fi
+  done
+done
 # No sm_90a kernel may have its wgmma serialized by ptxas (its "wgmma.mma_async
 # instructions are serialized" remarks: C7514, a non-wgmma instruction reads
 # an accumulator inside a pipeline stage, cost D 256's backward 11%; C7512,

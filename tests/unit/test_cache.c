@@ -504,6 +504,146 @@ Test(cache, list_and_clear) {
   sb_free(&out);
 }
 
+/* -------------------------------------------------- on a shared machine */
+
+static mode_t mode_of(const char *path) {
+  struct stat st;
+  cr_assert_eq(lstat(path, &st), 0, "%s", path);
+  return st.st_mode & 0777;
+}
+
+Test(cache, directories_are_0700_and_files_0600) {
+  unsigned char key[32];
+  some_key(key, "modes");
+  char sub[300];
+  snprintf(sub, sizeof sub, "%s/made/here", root);
+  Cache c;
+  cache_init(&c, sub);
+  FakeCompiler fc = {0};
+  CacheBlob b;
+  get_ok(&c, key, &fc, &b);
+  cache_blob_free(&b);
+  cr_assert_eq(c.warning.len, 0, "%s", c.warning.data);
+  char *bin = NULL, *lock = NULL;
+  StrBuf pb = {0}, pl = {0};
+  cache_entry_path(&pb, sub, "sm_80", key, ".bin");
+  cache_entry_path(&pl, sub, "sm_80", key, ".lock");
+  bin = pb.data, lock = pl.data;
+  cr_assert_eq(mode_of(bin), 0600);
+  cr_assert_eq(mode_of(lock), 0600);
+  char dir[400];
+  snprintf(dir, sizeof dir, "%s", bin);
+  for (int k = 0; k < 4; k++) { /* KK, ARCH, v1, the root: all made here */
+    *strrchr(dir, '/') = '\0';
+    cr_assert_eq(mode_of(dir), 0700, "%s", dir);
+  }
+  sb_free(&pb);
+  sb_free(&pl);
+  cache_free(&c);
+}
+
+Test(cache, a_root_others_may_write_is_not_used) {
+  chmod(root, 0777);
+  Cache c;
+  cache_init(&c, root);
+  unsigned char key[32];
+  some_key(key, "world-writable");
+  FakeCompiler fc = {0};
+  CacheBlob b;
+  get_ok(&c, key, &fc, &b);
+  cache_blob_free(&b);
+  cr_assert_null(c.root, "the disk cache should be abandoned");
+  cr_assert(strstr(c.warning.data, "writable by others"), "%s", c.warning.data);
+  cr_assert_eq(count_files(root, "", true), 2, "nothing written there");
+  cache_free(&c);
+  chmod(root, 0700);
+}
+
+/* A link where the cache expects its own directory or entry is never
+ * followed: not read, not written through, not cleared. */
+Test(cache, links_are_never_followed) {
+  char elsewhere[300], link[320], planted[400];
+  snprintf(elsewhere, sizeof elsewhere, "%s-elsewhere", root);
+  cr_assert_eq(mkdir(elsewhere, 0700), 0);
+  /* ROOT/v1 -> elsewhere, with a valid-looking entry planted there. */
+  unsigned char key[32];
+  some_key(key, "planted");
+  snprintf(link, sizeof link, "%s/v1", root);
+  cr_assert_eq(symlink(elsewhere, link), 0);
+  snprintf(planted, sizeof planted, "%s/keep.bin", elsewhere);
+  FILE *f = fopen(planted, "w");
+  cr_assert(f);
+  fputs("do not remove", f);
+  fclose(f);
+  Cache c;
+  cache_init(&c, root);
+  FakeCompiler fc = {0};
+  CacheBlob b;
+  get_ok(&c, key, &fc, &b);
+  cache_blob_free(&b);
+  cr_assert_eq(fc.calls, 1);
+  cr_assert_null(c.root, "a linked v1 abandons the disk cache");
+  cr_assert(strstr(c.warning.data, "symbolic link"), "%s", c.warning.data);
+  cache_free(&c);
+  StrBuf out = {0};
+  cr_assert_neq(cache_clear(root, &out), 0, "clear must refuse a linked v1");
+  cr_assert_eq(access(planted, F_OK), 0, "clear followed the link");
+  sb_free(&out);
+  unlink(link);
+  /* An entry that is a link to a well-formed entry elsewhere: recompiled. */
+  Cache c2;
+  cache_init(&c2, root);
+  FakeCompiler fc2 = {.payload = "\x7f" "ELF the real one"};
+  get_ok(&c2, key, &fc2, &b);
+  cache_blob_free(&b);
+  StrBuf bin = {0};
+  cache_entry_path(&bin, root, "sm_80", key, ".bin");
+  char moved[420];
+  snprintf(moved, sizeof moved, "%s/moved.bin", elsewhere);
+  cr_assert_eq(rename(bin.data, moved), 0);
+  cr_assert_eq(symlink(moved, bin.data), 0);
+  cache_free(&c2);
+  Cache c3;
+  cache_init(&c3, root);
+  FakeCompiler fc3 = {0};
+  get_ok(&c3, key, &fc3, &b);
+  cache_blob_free(&b);
+  cr_assert_eq(fc3.calls, 1, "a linked entry must not be loaded");
+  cache_free(&c3);
+  sb_free(&bin);
+  unlink(moved);
+  unlink(planted);
+  rmdir(elsewhere);
+}
+
+/* An entry someone else owns is never loaded (as root we can make one). */
+Test(cache, an_entry_of_another_user_is_not_loaded) {
+  if (geteuid() != 0) {
+    remove_root();
+    cr_skip_test("making a file of another owner needs root");
+  }
+  unsigned char key[32];
+  some_key(key, "foreign");
+  Cache c;
+  cache_init(&c, root);
+  FakeCompiler fc = {0};
+  CacheBlob b;
+  get_ok(&c, key, &fc, &b);
+  cache_blob_free(&b);
+  cache_free(&c);
+  StrBuf bin = {0};
+  cache_entry_path(&bin, root, "sm_80", key, ".bin");
+  cr_assert_eq(chown(bin.data, 65534, 65534), 0);
+  Cache c2;
+  cache_init(&c2, root);
+  FakeCompiler fc2 = {0};
+  get_ok(&c2, key, &fc2, &b);
+  cache_blob_free(&b);
+  cr_assert_eq(fc2.calls, 1, "an entry of uid 65534 must not be loaded");
+  cache_free(&c2);
+  sb_free(&bin);
+}
+
 /* ----------------------------------------------------- real NVRTC compile */
 
 static const char *kernel_src =

@@ -109,8 +109,8 @@ static __device__ __forceinline__ float attn_out(float o, int b, int h, int i, i
  * (attnc ir --backward), without the factor attn_bwd_scale gives. */
 static __device__ __forceinline__ float attn_bwd_draw(float ds, float acc, int b, int h, int i, int j, const attn_params &p) {
   const bool t13 = j <= i;
-  const float d_0 = t13 ? ds : 0.0f;
-  return d_0;
+  const float g0 = t13 ? ds : 0.0f;
+  return g0;
 }
 
 /* The factor folded out of dRaw, applied to dQ and dK. */
@@ -132,12 +132,12 @@ static_assert(attn_bwd_sm90_smem_bytes == 232192, "compiler/match_bwd.c and temp
 /* attn_bwd_draw plus each bias's gradient at score element (b, h, i, j). */
 static __device__ __forceinline__ float attn_bwd_draw_bias(float ds, float acc, int b, int h, int i, int j, const attn_params &p, float (&red)[bwd80_nred]) {
   const bool t13 = j <= i;
-  const float d_0 = t13 ? ds : 0.0f;
+  const float g0 = t13 ? ds : 0.0f;
   { /* dbias, written once per element */
     const long long o = attn_offset(p.t[14], b, h, i, j);
-    if (o >= 0) bwd80_st_f32(p.t[14].ptr, o, d_0);
+    if (o >= 0) bwd80_st_f32(p.t[14].ptr, o, g0);
   }
-  return d_0;
+  return g0;
 }
 
 static __device__ __forceinline__ void attn_bwd_bias_flush(const float (&red)[bwd80_nred], int b, int h, const attn_params &p) {

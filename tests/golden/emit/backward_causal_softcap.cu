@@ -108,12 +108,12 @@ static __device__ __forceinline__ float attn_bwd_draw(float ds, float acc, int b
   const float s_4 = acc * p.s[0].f;
   const float t7 = s_4 * 0.0333333333f;
   const float t8 = attn_tanh(t7);
-  const float d_1 = t8 * t8;
-  const float d_2 = 1.0f - d_1;
+  const float g1 = t8 * t8;
+  const float g2 = 1.0f - g1;
   const bool t12 = j <= i;
-  const float d_0 = t12 ? ds : 0.0f;
-  const float d_3 = d_0 * d_2;
-  return d_3;
+  const float g0 = t12 ? ds : 0.0f;
+  const float g3 = g0 * g2;
+  return g3;
 }
 
 /* The factor folded out of dRaw, applied to dQ and dK. */

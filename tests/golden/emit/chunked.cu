@@ -80,7 +80,7 @@ static __device__ __forceinline__ void attn_sep_join(attn_sep_ib &r, const attn_
 }
 /* The i sides at row i. */
 static __device__ __forceinline__ void attn_sep_at(attn_sep_ib &r, int b, int h, int i, const attn_params &p) {
-  const int t7 = i / p.s[1].i;
+  const int t7 = attn_idiv(i, p.s[1].i);
   r.lo0 = r.hi0 = t7;
 }
 
@@ -93,7 +93,7 @@ static __device__ __forceinline__ void attn_sep_join(attn_sep_jb &r, const attn_
 }
 /* The j sides at key j. */
 static __device__ __forceinline__ void attn_sep_at(attn_sep_jb &r, int b, int h, int j, const attn_params &p) {
-  const int t10 = j / p.s[1].i;
+  const int t10 = attn_idiv(j, p.s[1].i);
   r.lo0 = r.hi0 = t10;
 }
 
@@ -167,8 +167,8 @@ static __device__ __forceinline__ void attn_sep_prep(const attn_params &p) {
 
 /* The top-level masks, element by element: true keeps the score. */
 static __device__ __forceinline__ bool attn_keep(int b, int h, int i, int j, const attn_params &p) {
-  const int t10 = j / p.s[1].i;
-  const int t7 = i / p.s[1].i;
+  const int t10 = attn_idiv(j, p.s[1].i);
+  const int t7 = attn_idiv(i, p.s[1].i);
   const bool t11 = t7 == t10;
   const bool t14 = j <= i;
   return t11 && t14;

@@ -119,13 +119,13 @@ static __device__ __forceinline__ float attn_out(float o, int b, int h, int i, i
 static __device__ __forceinline__ float attn_bwd_draw(float ds, float acc, int b, int h, int i, int j, const attn_params &p) {
   const float s_4 = acc * p.s[0].f;
   const float t5 = -s_4;
-  const float d_6 = attn_sigmoid(t5);
+  const float g6 = attn_sigmoid(t5);
   const bool t19 = j <= i;
-  const float d_0 = t19 ? ds : 0.0f;
-  const float d_5 = -d_0;
-  const float d_7 = d_5 * d_6;
-  const float d_8 = -d_7;
-  return d_8;
+  const float g0 = t19 ? ds : 0.0f;
+  const float g5 = -g0;
+  const float g7 = g5 * g6;
+  const float g8 = -g7;
+  return g8;
 }
 
 /* The factor folded out of dRaw, applied to dQ and dK. */
@@ -148,24 +148,24 @@ static_assert(attn_bwd_sm90_smem_bytes == 232192, "compiler/match_bwd.c and temp
 static __device__ __forceinline__ float attn_bwd_draw_bias(float ds, float acc, int b, int h, int i, int j, const attn_params &p, float (&red)[bwd80_nred]) {
   const float s_4 = acc * p.s[0].f;
   const float t5 = -s_4;
-  const float d_6 = attn_sigmoid(t5);
+  const float g6 = attn_sigmoid(t5);
   const bool t19 = j <= i;
-  const float d_0 = t19 ? ds : 0.0f;
-  const float d_5 = -d_0;
-  const float d_7 = d_5 * d_6;
-  const float d_8 = -d_7;
+  const float g0 = t19 ? ds : 0.0f;
+  const float g5 = -g0;
+  const float g7 = g5 * g6;
+  const float g8 = -g7;
   const float t9 = attn_ld_f32(p.t[3], h, 0, 0, 0);
-  const float d_3 = attn_sigmoid(t9);
+  const float g3 = attn_sigmoid(t9);
   const int t13 = i - j;
   const float t14 = (float)(t13);
-  const float d_1 = -d_0;
-  const float d_2 = d_1 * t14;
-  const float d_4 = d_2 * d_3;
+  const float g1 = -g0;
+  const float g2 = g1 * t14;
+  const float g4 = g2 * g3;
   if (bwd80_deterministic(p)) /* draw_slope: every element kept, summed later */
-    ((float *)p.t[15].ptr)[(((long long)b * p.H + h) * p.Sq + i) * p.Skv + j] = d_4;
+    ((float *)p.t[15].ptr)[(((long long)b * p.H + h) * p.Sq + i) * p.Skv + j] = g4;
   else
-    red[0] += d_4;
-  return d_8;
+    red[0] += g4;
+  return g8;
 }
 
 static __device__ __forceinline__ void attn_bwd_bias_flush(const float (&red)[bwd80_nred], int b, int h, const attn_params &p) {
