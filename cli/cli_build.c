@@ -184,6 +184,120 @@ static void shape_text(StrBuf *out, const IrGraph *g, const IrTensor *t) {
   sb_putc(out, ']');
 }
 
+/* A path in make's syntax: backslash before spaces, tabs, '#', ':' (not
+ * a drive letter here) and itself before those, '$' doubled. */
+static void make_path(StrBuf *out, const char *p) {
+  for (; *p; p++) {
+    if (*p == '$') sb_puts(out, "$$");
+    else if (*p == ' ' || *p == '\t' || *p == '#' || *p == ':' || *p == '\\')
+      sb_printf(out, "\\%c", *p);
+    else sb_putc(out, *p);
+  }
+}
+
+static bool has_typed_backward(const IrGraph *g, BwdSlots *sl);
+
+/* ------------------------------------------------ names in C, checked */
+
+/* Words the generated C (and C++, which includes the header) cannot take
+ * as a name: the keywords of both languages and the macros the header
+ * brings in (stddef.h, stdint.h, attn.h). */
+static const char *const c_reserved[] = {
+    "alignas", "alignof", "and", "and_eq", "asm", "auto", "bitand", "bitor", "bool", "break",
+    "case", "catch", "char", "char8_t", "char16_t", "char32_t", "class", "co_await",
+    "co_return", "co_yield", "compl", "concept", "const", "const_cast", "consteval",
+    "constexpr", "constinit", "continue", "decltype", "default", "delete", "do", "double",
+    "dynamic_cast", "else", "enum", "explicit", "export", "extern", "false", "float", "for",
+    "friend", "goto", "if", "inline", "int", "long", "mutable", "namespace", "new",
+    "noexcept", "not", "not_eq", "nullptr", "operator", "or", "or_eq", "private",
+    "protected", "public", "register", "reinterpret_cast", "requires", "restrict", "return",
+    "short", "signed", "sizeof", "static", "static_assert", "static_cast", "struct",
+    "switch", "template", "this", "thread_local", "throw", "true", "try", "typedef",
+    "typeid", "typename", "union", "unsigned", "using", "virtual", "void", "volatile",
+    "wchar_t", "while", "xor", "xor_eq", "NULL", "offsetof", "SIZE_MAX", "PTRDIFF_MIN",
+    "PTRDIFF_MAX", "WCHAR_MIN", "WCHAR_MAX", "WINT_MIN", "WINT_MAX", "SIG_ATOMIC_MIN",
+    "SIG_ATOMIC_MAX"};
+
+/* Why name cannot be used in the generated C, or NULL. A struct field
+ * meets only keywords and macros; a graph's name starts global names
+ * (NAME_launch), which must stay out of libattn's attn_ too. */
+static const char *c_name_problem(const char *name, bool global) {
+  for (size_t k = 0; k < sizeof c_reserved / sizeof *c_reserved; k++)
+    if (!strcmp(name, c_reserved[k])) return "a C or C++ keyword or a standard macro";
+  if (name[0] == '_' && (name[1] == '_' || (name[1] >= 'A' && name[1] <= 'Z')))
+    return "reserved in C (it starts with __ or _ and a capital)";
+  if ((global && !strncmp(name, "attn_", 5)) || !strncmp(name, "ATTN_", 5))
+    return global ? "in libattn's namespace (attn_, ATTN_)" : "in libattn's macros' namespace (ATTN_)";
+  bool upper = true;
+  for (const char *c = name; *c; c++) upper &= (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '_';
+  if (upper && strstr(name, "INT") && (strstr(name, "_MAX") || strstr(name, "_MIN") || strstr(name, "_C")))
+    return "a macro of stdint.h";
+  return NULL;
+}
+
+/* The names one scope of the generated C declares, each with the .attn
+ * declaration that made it. */
+typedef struct CNames {
+  const char *name[4 * ATTN_MAX_TENSORS + 4 * ATTN_MAX_SCALARS + 8];
+  Loc from[4 * ATTN_MAX_TENSORS + 4 * ATTN_MAX_SCALARS + 8];
+  const char *what[4 * ATTN_MAX_TENSORS + 4 * ATTN_MAX_SCALARS + 8];
+  int n;
+} CNames;
+
+static void c_declare(CNames *s, Diag *d, const char *name, Loc from, const char *what) {
+  for (int k = 0; k < s->n; k++)
+    if (!strcmp(s->name[k], name)) {
+      diag_error(d, from, "the C header attnc build writes would declare '%s' twice: for %s "
+                 "and for %s; rename one", name, what, s->what[k]);
+      diag_note(d, s->from[k], "the other is declared here");
+      return;
+    }
+  if (s->n < (int)(sizeof s->name / sizeof *s->name))
+    s->name[s->n] = name, s->from[s->n] = from, s->what[s->n++] = what;
+}
+
+/* Every name attnc build puts into C: graphs (NAME_args, NAME_launch, ...)
+ * and, per graph, the fields of its args and grads structs (T, T_shape,
+ * T_strides, S, S_set; d_T, d_T_strides). Located errors in d. */
+static void check_c_names(const IrModule *m, Arena *a, Diag *d) {
+  for (int gi = 0; gi < m->ngraphs; gi++) {
+    const IrGraph *g = m->graphs[gi];
+    const char *why = c_name_problem(g->name, true);
+    if (why)
+      diag_error(d, g->loc, "graph '%s': attnc build names C functions after it, and it is "
+                 "%s; rename it", g->name, why);
+    CNames args = {.n = 0}, grads = {.n = 0};
+    BwdSlots sl;
+    bool bwd = has_typed_backward(g, &sl);
+    if (bwd) c_declare(&grads, d, "deterministic", g->loc, "the deterministic flag");
+    for (int t = 0; t < g->ntensors; t++) {
+      const IrTensor *x = &g->tensors[t];
+      if ((why = c_name_problem(x->name, false)))
+        diag_error(d, x->loc, "'%s' is %s: attnc build makes it a field of C struct %s_args; "
+                   "rename it", x->name, why, g->name);
+      const char *what = arena_printf(a, "tensor '%s'", x->name);
+      c_declare(&args, d, x->name, x->loc, what);
+      if (x->ndims) {
+        c_declare(&args, d, arena_printf(a, "%s_shape", x->name), x->loc, what);
+        c_declare(&args, d, arena_printf(a, "%s_strides", x->name), x->loc, what);
+      }
+      if (bwd && (x->grad || t == sl.o)) {
+        c_declare(&grads, d, arena_printf(a, "d_%s", x->name), x->loc, what);
+        c_declare(&grads, d, arena_printf(a, "d_%s_strides", x->name), x->loc, what);
+      }
+    }
+    for (int k = 0; k < g->nscalars; k++) {
+      const IrScalar *x = &g->scalars[k];
+      if ((why = c_name_problem(x->name, false)))
+        diag_error(d, x->loc, "'%s' is %s: attnc build makes it a field of C struct %s_args; "
+                   "rename it", x->name, why, g->name);
+      const char *what = arena_printf(a, "scalar '%s'", x->name);
+      c_declare(&args, d, x->name, x->loc, what);
+      if (x->has_default) c_declare(&args, d, arena_printf(a, "%s_set", x->name), x->loc, what);
+    }
+  }
+}
+
 /* ------------------------------------------------------------- header */
 
 /* Whether graph g gets NAME_launch_backward: it declares grad, every grad
@@ -386,7 +500,9 @@ static void gen_launch(StrBuf *c, const char *name, const IrGraph *g) {
              "  attn_call_destroy(c);\n  return st;\n}\n");
 }
 
-static void gen_source(StrBuf *c, const char *name, const char *file,
+/* file: the source's name made safe for comments; src_name as it is (a C
+ * string literal carries it, escaped). */
+static void gen_source(StrBuf *c, const char *name, const char *file, const char *src_name,
                        const IrModule *m, const BuildImage *im, int nim) {
   sb_printf(c, "/* %s.c: generated by `attnc build` (attnc %s) from %s.\n"
                " * Do not edit; rebuild instead. */\n"
@@ -423,10 +539,12 @@ static void gen_source(StrBuf *c, const char *name, const char *file,
   }
   sb_puts(c, "};\n\n");
   sb_printf(c, "const attn_embedded %s_embedded = {\n"
-               "    ATTN_EMBEDDED_FORMAT, %d, \"%s\", \"%s\",\n"
-               "    %s_source, sizeof %s_source - 1,\n"
+               "    ATTN_EMBEDDED_FORMAT, %d, \"%s\",\n",
+            name, ATTN_ABI_VERSION, ATTNC_VERSION);
+  c_string(c, src_name, strlen(src_name)); /* the file's name, escaped */
+  sb_printf(c, ",\n    %s_source, sizeof %s_source - 1,\n"
                "    %s_images, %d};\n",
-            name, ATTN_ABI_VERSION, ATTNC_VERSION, file, name, name, name, nim);
+            name, name, name, nim);
   for (int gi = 0; gi < m->ngraphs; gi++) gen_launch(c, name, m->graphs[gi]);
 }
 
@@ -521,6 +639,17 @@ int cli_build(int argc, char **argv) {
 
   int status = EXIT_INPUT;
   IrModule *m = cli_front_end(file, a);
+  if (m) { /* names the C it writes cannot take, and paths make cannot spell */
+    Diag d = {0};
+    check_c_names(m, a, &d);
+    if (d.out.len) fputs(d.out.data, stderr);
+    if (d.nerrors) m = NULL;
+    diag_free(&d);
+  }
+  if (m && (strchr(file, '\n') || strchr(dir, '\n') || (depfile && strchr(depfile, '\n')))) {
+    fprintf(stderr, "attnc: error: a path with a newline cannot be written in a make rule\n");
+    m = NULL;
+  }
   BuildImage images[BUILD_MAX_ARCHS + 1];
   int nim = 0;
   if (m) {
@@ -544,13 +673,23 @@ int cli_build(int argc, char **argv) {
   }
   if (status == EXIT_OK) {
     StrBuf h = {0}, c = {0}, d = {0};
-    gen_header(&h, name, src_name, m, images, nim);
-    gen_source(&c, name, src_name, m, images, nim);
+    const char *commented = emit_comment_safe(a, src_name); /* the headers' comments */
+    gen_header(&h, name, commented, m, images, nim);
+    gen_source(&c, name, commented, src_name, m, images, nim);
     char *hpath = arena_printf(a, "%s/%s.h", dir, name);
     char *cpath = arena_printf(a, "%s/%s.c", dir, name);
     char *dpath = depfile ? arena_strdup(a, depfile)
                           : arena_printf(a, "%s/%s.d", dir, name);
-    sb_printf(&d, "%s %s: %s\n\n%s:\n", cpath, hpath, file, file);
+    /* make's syntax: each path escaped (spaces, #, $); a path make
+     * cannot spell (a newline in it) was refused above. */
+    make_path(&d, cpath);
+    sb_putc(&d, ' ');
+    make_path(&d, hpath);
+    sb_puts(&d, ": ");
+    make_path(&d, file);
+    sb_puts(&d, "\n\n");
+    make_path(&d, file);
+    sb_puts(&d, ":\n");
     if (write_output(hpath, &h) || write_output(cpath, &c) ||
         write_output(dpath, &d))
       status = EXIT_NORUN;

@@ -81,5 +81,10 @@ for f in examples/*.attn; do
   done
 done
 
+# A file that never ends is refused, not read until memory runs out.
+timeout 20 "$attnc" check /dev/zero >"$tmp/out" 2>"$tmp/err"
+if [ $? -eq 1 ] && grep -q "larger than 64 MiB" "$tmp/err"; then verdict "check /dev/zero" 1
+else cat "$tmp/err"; verdict "check /dev/zero: refused with a message" 0; fi
+
 echo "golden: $pass passed, $fail failed"
 [ $fail -eq 0 ]

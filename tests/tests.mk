@@ -5,6 +5,8 @@
 #   tests/golden/      IR and emitted-CUDA goldens of examples/*.attn
 #   tests/gpu/*.c      GPU tests against the CPU reference (plain C)
 #   tests/host/        emitted hooks compiled for the host and checked (no GPU)
+#   tests/build/       attnc build's refusals; tests/build.sh also builds a
+#                      source at an odd path and compiles what it wrote
 #   tests/fuzz/        the front end's libFuzzer harness and seed corpus
 #
 # `make test` builds everything again under ASan+UBSan in build/san and runs
@@ -38,6 +40,7 @@ test-here: all $(BUILD)/tests/unit_tests $(GPU_BIN)
 	$(BUILD)/tests/unit_tests --jobs 2
 	tests/golden.sh $(BUILD)/attnc
 	tests/nvrtc.sh $(BUILD)/attnc
+	tests/build.sh $(BUILD)/attnc
 	tests/host/sep_host_check.sh $(BUILD)/attnc
 	@for t in $(GPU_BIN); do echo "== $$t"; $$t || exit 1; done
 

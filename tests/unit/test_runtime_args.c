@@ -584,3 +584,14 @@ Test(runtime_context, deterministic_refused_above_128) {
   det_refusal_case(256, ATTN_ERROR_UNSUPPORTED);
   det_refusal_case(128, ATTN_SUCCESS);
 }
+
+/* A source is read up to 64 MiB: /dev/zero is refused, not read until
+ * memory runs out. */
+Test(runtime_args, endless_sources_are_refused) {
+  attn_module *m = NULL;
+  expect_error(attn_module_compile_file(ctx, "/dev/zero", &m), ATTN_ERROR_IO,
+               "larger than 64 MiB");
+  cr_assert_null(m);
+  expect_error(attn_module_compile_string(ctx, "big", "", (size_t)SOURCE_MAX_BYTES + 1, &m),
+               ATTN_ERROR_INVALID_ARGUMENT, "at most 64 MiB");
+}

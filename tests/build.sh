@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# build.sh ATTNC: what `attnc build` writes is valid wherever the input
+# comes from. tests/build/refuse_*.attn must be refused (exit 1) with the
+# diagnostics in the .err beside them; a source at a path with spaces, '#',
+# '*', '"' and a comment terminator in its name builds, its make rule
+# escapes the path, and the generated .c and .h compile as C and C++.
+set -u
+attnc=${1:?usage: build.sh ATTNC}
+pass=0 fail=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+ok() { pass=$((pass + 1)); }
+bad() { echo "FAIL: $1"; fail=$((fail + 1)); }
+for f in tests/build/refuse_*.attn; do
+  "$attnc" build "$f" --arch sm_80 -o "$tmp/refused" 2>"$tmp/err"
+  rc=$?
+  if [ $rc -ne 1 ]; then bad "$f: exit status $rc, expected 1"; continue; fi
+  if [ "${UPDATE:-0}" = 1 ]; then cp "$tmp/err" "${f%.attn}.err"; ok; continue; fi
+  if cmp -s "${f%.attn}.err" "$tmp/err"; then ok; else diff -u "${f%.attn}.err" "$tmp/err" | head -20; bad "$f"; fi
+done
+dir="$tmp/a b#c/x"
+mkdir -p "$dir"
+src="$dir/we*/ird\"x.attn"
+mkdir -p "$(dirname "$src")"
+cp examples/sdpa.attn "$src"
+if ATTN_NO_CACHE=1 "$attnc" build "$src" --arch sm_80 -o "$dir/out" --name weird 2>"$tmp/err"; then
+  ok
+  want="$(printf '%s' "$dir/out/weird.c" | sed 's/[ #]/\\&/g')"
+  grep -qF -- "$want " "$dir/out/weird.d" && ok || bad "the make rule does not escape the path: $(head -1 "$dir/out/weird.d")"
+  cc -std=c17 -Wall -Werror -c -Iruntime -o "$tmp/weird.o" "$dir/out/weird.c" && ok || bad "weird.c does not compile"
+  c++ -std=c++17 -Wall -Werror -fsyntax-only -x c++ -Iruntime "$dir/out/weird.h" && ok || bad "weird.h is not C++"
+else
+  cat "$tmp/err"; bad "attnc build of a source at an odd path"
+fi
+echo "build: $pass passed, $fail failed"
+[ $fail -eq 0 ]
