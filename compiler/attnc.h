@@ -482,6 +482,16 @@ void ir_dot(StrBuf *out, const IrGraph *g);
  * scalars and dimension sizes all qualify. Affine conjuncts give each query
  * tile its range of key tiles; the others are tested per element. */
 #define MATCH_MAX_TERMS 8
+/* A bound on |value| of integer arithmetic over i, j and row-invariant
+ * terms: mi |i| + mj |j| + mk + sum(c |t|), coefficients >= 0. */
+typedef struct MagForm {
+  int64_t mi, mj, mk;
+  int n;
+  int64_t c[MATCH_MAX_TERMS];
+  IrNode *t[MATCH_MAX_TERMS];
+  bool unbounded; /* a coefficient overflowed: no useful bound */
+} MagForm;
+
 typedef struct MaskTerm {
   IrNode *cond; /* the conjunct as written */
   bool affine;
@@ -489,6 +499,13 @@ typedef struct MaskTerm {
   int nterms;
   int64_t coef[MATCH_MAX_TERMS];
   IrNode *term[MATCH_MAX_TERMS];
+  /* The kernels evaluate the two sides in i32, wrapping like C on int32
+   * (the language's semantics); the affine form above is exact. They agree
+   * while no arithmetic in a side leaves i32: wrap[s] bounds every
+   * intermediate of side s (has_wrap[s]: some arithmetic to bound), which
+   * the hooks check per tile before trusting the form (emit.c). */
+  bool has_wrap[2];
+  MagForm wrap[2];
   /* A separable conjunct (not affine): `side[0] sep_op side[1]`, a
    * comparison whose side[0] varies over i but not j and side[1] over j
    * but not i (neither over d); sides written the other way round are

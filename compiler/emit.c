@@ -117,6 +117,43 @@ static const char *term_constant(ExprHook *hk, const MaskTerm *t) {
   return r;
 }
 
+/* A C condition under which the kernels' i32 evaluation of conjunct t's
+ * sides cannot wrap, for i <= imax and j <= jmax (both >= 0): then the
+ * exact affine form decides like attn_keep does. NULL when neither side
+ * does arithmetic (a lone index, term or constant never wraps); "false"
+ * when no bound can be had. */
+static const char *wrap_guard(ExprHook *hk, const MaskTerm *t, const char *imax,
+                              const char *jmax) {
+  StrBuf e = {0};
+  for (int side = 0; side < 2; side++) {
+    if (!t->has_wrap[side]) continue;
+    const MagForm *m = &t->wrap[side];
+    bool small = !m->unbounded && m->mi <= (1 << 28) && m->mj <= (1 << 28) && m->mk <= (1LL << 40);
+    for (int k = 0; small && k < m->n; k++) small = m->c[k] <= (1 << 28);
+    if (!small) {
+      sb_free(&e);
+      return "false";
+    }
+    StrBuf sum = {0};
+    if (m->mk) sb_printf(&sum, "%lldLL", (long long)m->mk);
+    const int64_t cs[2] = {m->mi, m->mj};
+    const char *vs[2] = {imax, jmax};
+    for (int k = 0; k < 2; k++)
+      if (cs[k] == 1) sb_printf(&sum, "%s(long long)%s", sum.len ? " + " : "", vs[k]);
+      else if (cs[k]) sb_printf(&sum, "%s%lldLL * %s", sum.len ? " + " : "", (long long)cs[k], vs[k]);
+    for (int k = 0; k < m->n; k++) {
+      const char *v = expr_as(hk, m->t[k], DT_I32);
+      if (m->c[k] == 1) sb_printf(&sum, "%sattn_labs(%s)", sum.len ? " + " : "", v);
+      else sb_printf(&sum, "%s%lldLL * attn_labs(%s)", sum.len ? " + " : "", (long long)m->c[k], v);
+    }
+    sb_printf(&e, "%s%s <= 2147483647LL", e.len ? " && " : "", sum.len ? sum.data : "0LL");
+    sb_free(&sum);
+  }
+  const char *r = e.len ? arena_strdup(hk->a, e.data) : NULL;
+  sb_free(&e);
+  return r;
+}
+
 static void emit_kv_bounds(StrBuf *out, const KernelSpec *s, Arena *a) {
   ExprHook hk;
   expr_init(&hk, a, s->g, DOM_B | DOM_H);
@@ -128,7 +165,9 @@ static void emit_kv_bounds(StrBuf *out, const KernelSpec *s, Arena *a) {
     /* ci*i + cj*j + C <= 0; the loosest bound over i in [i0, i1]. */
     const char *ie = t->ci > 0 ? "i0" : "i1";
     long long ci = (long long)t->ci, cj = (long long)t->cj;
-    sb_printf(&code, "  { /* %s:%d:%d */\n    const long long c = %s;\n",
+    const char *guard = wrap_guard(&hk, t, "i1", "p.Skv");
+    sb_printf(&code, "  %s{ /* %s:%d:%d */\n    const long long c = %s;\n",
+              guard ? arena_printf(a, "if (%s) /* its sides cannot wrap in i32 */\n  ", guard) : "",
               emit_source_name(a, t->cond->loc.src),
               t->cond->loc.line, t->cond->loc.col, c);
     if (cj > 0)
@@ -164,6 +203,9 @@ static void emit_tile_class(StrBuf *out, const KernelSpec *s, Arena *a) {
     }
     const char *c = term_constant(&hk, t);
     long long ci = (long long)t->ci, cj = (long long)t->cj;
+    /* Where a side's i32 arithmetic could wrap, only attn_keep decides. */
+    const char *guard = wrap_guard(&hk, t, "i1", "j1");
+    if (guard) sb_printf(&code, "  if (!(%s)) cls = 1; /* a side may wrap in i32 */\n  else\n", guard);
     sb_printf(&code, "  { /* %s:%d:%d */\n    const long long c = %s;\n",
               emit_source_name(a, t->cond->loc.src),
               t->cond->loc.line, t->cond->loc.col, c);

@@ -128,6 +128,12 @@ static const char *expr_compute(ExprHook *hk, IrNode *n) {
       !(div->op == IR_CONST && div->ival != 0 && div->ival != -1))
     return arena_printf(a, "%s(%s, %s)", n->op == IR_DIV ? "attn_idiv" : "attn_imod",
                         expr_as(hk, n->src[0], k), expr_as(hk, n->src[1], k));
+  /* i32 + - * and negation wrap, as the language defines them. */
+  if (k == DT_I32 && (n->op == IR_ADD || n->op == IR_SUB || n->op == IR_MUL))
+    return arena_printf(a, "%s(%s, %s)",
+                        n->op == IR_ADD ? "attn_iadd" : n->op == IR_SUB ? "attn_isub" : "attn_imul",
+                        expr_as(hk, n->src[0], k), expr_as(hk, n->src[1], k));
+  if (k == DT_I32 && n->op == IR_NEG) return arena_printf(a, "attn_ineg(%s)", expr_as(hk, n->src[0], k));
   if (is_operator(op) && n->nsrc == 2) {
     DType in = is_comparison(n->op) ? common_kind(n->src[0], n->src[1])
                : (n->op == IR_AND || n->op == IR_OR) ? DT_BOOL : k;

@@ -95,6 +95,97 @@ static bool lin_of(IrNode *n, Lin *out, int depth) {
   }
 }
 
+/* ---------------------------------------------------- i32 wrap-around */
+
+static void mag_add(MagForm *m, const MagForm *x, int64_t s) {
+  int64_t a, b, c;
+  if (m->unbounded || x->unbounded || __builtin_mul_overflow(s, x->mi, &a) ||
+      __builtin_mul_overflow(s, x->mj, &b) || __builtin_mul_overflow(s, x->mk, &c) ||
+      __builtin_add_overflow(m->mi, a, &m->mi) || __builtin_add_overflow(m->mj, b, &m->mj) ||
+      __builtin_add_overflow(m->mk, c, &m->mk)) {
+    m->unbounded = true;
+    return;
+  }
+  for (int k = 0; k < x->n && !m->unbounded; k++) {
+    int64_t v;
+    int at = -1;
+    for (int q = 0; q < m->n; q++)
+      if (m->t[q] == x->t[k]) at = q;
+    if (at < 0 && m->n == MATCH_MAX_TERMS) m->unbounded = true;
+    else if (__builtin_mul_overflow(s, x->c[k], &v)) m->unbounded = true;
+    else if (at < 0) m->t[m->n] = x->t[k], m->c[m->n++] = v;
+    else if (__builtin_add_overflow(m->c[at], v, &m->c[at])) m->unbounded = true;
+  }
+}
+
+/* Componentwise maximum: bounds each of the forms it joins. */
+static void mag_max(MagForm *m, const MagForm *x) {
+  if (x->unbounded) m->unbounded = true;
+  if (m->unbounded) return;
+  if (x->mi > m->mi) m->mi = x->mi;
+  if (x->mj > m->mj) m->mj = x->mj;
+  if (x->mk > m->mk) m->mk = x->mk;
+  for (int k = 0; k < x->n && !m->unbounded; k++) {
+    int at = -1;
+    for (int q = 0; q < m->n; q++)
+      if (m->t[q] == x->t[k]) at = q;
+    if (at < 0 && m->n == MATCH_MAX_TERMS) m->unbounded = true;
+    else if (at < 0) m->t[m->n] = x->t[k], m->c[m->n++] = x->c[k];
+    else if (x->c[k] > m->c[at]) m->c[at] = x->c[k];
+  }
+}
+
+/* The value bound of n in *val, and the bound of every arithmetic node
+ * under it (their i32 results) joined into *inter; *arith says whether
+ * there was any. Mirrors lin_of, which has accepted n. */
+static void mag_of(IrNode *n, MagForm *val, MagForm *inter, bool *arith, int depth) {
+  memset(val, 0, sizeof *val);
+  if (depth > 64) {
+    val->unbounded = inter->unbounded = *arith = true;
+    return;
+  }
+  if (n->op == IR_CONST) {
+    val->mk = n->ival < 0 ? -n->ival : n->ival;
+    return;
+  }
+  if (n->op == IR_INDEX) {
+    *(n->ival == DOM_I ? &val->mi : &val->mj) = 1;
+    return;
+  }
+  bool term = (is_row_invariant(n) && n->op != IR_ADD && n->op != IR_SUB && n->op != IR_NEG &&
+               n->op != IR_MUL) || (n->op == IR_MUL && is_row_invariant(n));
+  if (term) { /* computed in i32 by the kernels and by the hook alike */
+    val->n = 1, val->t[0] = n, val->c[0] = 1;
+    return;
+  }
+  MagForm a, b;
+  switch (n->op) {
+  case IR_NEG:
+    mag_of(n->src[0], &a, inter, arith, depth + 1);
+    mag_add(val, &a, 1);
+    break;
+  case IR_ADD:
+  case IR_SUB:
+    mag_of(n->src[0], &a, inter, arith, depth + 1);
+    mag_of(n->src[1], &b, inter, arith, depth + 1);
+    mag_add(val, &a, 1);
+    mag_add(val, &b, 1);
+    break;
+  case IR_MUL: {
+    int s = n->src[0]->op == IR_CONST ? 0 : 1;
+    int64_t c = n->src[s]->ival;
+    mag_of(n->src[1 - s], &a, inter, arith, depth + 1);
+    mag_add(val, &a, c < 0 ? -c : c);
+    break;
+  }
+  default:
+    val->unbounded = true;
+    break;
+  }
+  *arith = true;
+  mag_max(inter, val);
+}
+
 /* Puts lhs - rhs (times sign, plus bias) into the form `... <= 0`. */
 static bool term_from(IrNode *cond, const Lin *diff, int64_t sign, int64_t bias,
                       MaskTerm *t) {
@@ -120,15 +211,24 @@ int match_affine(IrNode *cond, MaskTerm out[2]) {
   if (!lin_of(cond->src[0], &a, 0) || !lin_of(cond->src[1], &b, 0)) return 0;
   if (!lin_axpy(&diff, 1, &a) || !lin_axpy(&diff, -1, &b)) return 0;
   /* Integers: x < 0 is x + 1 <= 0, and x > 0 is -x + 1 <= 0. */
+  int n;
   switch (op) {
-  case IR_LE: return term_from(cond, &diff, 1, 0, &out[0]) ? 1 : 0;
-  case IR_LT: return term_from(cond, &diff, 1, 1, &out[0]) ? 1 : 0;
-  case IR_GE: return term_from(cond, &diff, -1, 0, &out[0]) ? 1 : 0;
-  case IR_GT: return term_from(cond, &diff, -1, 1, &out[0]) ? 1 : 0;
+  case IR_LE: n = term_from(cond, &diff, 1, 0, &out[0]) ? 1 : 0; break;
+  case IR_LT: n = term_from(cond, &diff, 1, 1, &out[0]) ? 1 : 0; break;
+  case IR_GE: n = term_from(cond, &diff, -1, 0, &out[0]) ? 1 : 0; break;
+  case IR_GT: n = term_from(cond, &diff, -1, 1, &out[0]) ? 1 : 0; break;
   default:
-    return term_from(cond, &diff, 1, 0, &out[0]) && term_from(cond, &diff, -1, 0, &out[1])
-               ? 2 : 0;
+    n = term_from(cond, &diff, 1, 0, &out[0]) && term_from(cond, &diff, -1, 0, &out[1]) ? 2 : 0;
   }
+  /* Where the i32 evaluation of each side could wrap. */
+  for (int k = 0; k < n; k++)
+    for (int side = 0; side < 2; side++) {
+      MagForm val;
+      memset(&out[k].wrap[side], 0, sizeof out[k].wrap[side]);
+      out[k].has_wrap[side] = false;
+      mag_of(cond->src[side], &val, &out[k].wrap[side], &out[k].has_wrap[side], 0);
+    }
+  return n;
 }
 
 /* --------------------------------------------------- separable analysis */

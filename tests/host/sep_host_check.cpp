@@ -62,6 +62,7 @@ static long long attn_floordiv(long long a, long long b) {
   return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
 }
 static long long attn_ceildiv(long long a, long long b) { return -attn_floordiv(-a, b); }
+#include "host_shims.h"
 
 #include SEP_HOOKS
 } // the graph's namespace, left open by the extract

@@ -40,7 +40,7 @@ run_case() { # run_case N FILE GRAPH
   # The graph's namespace from its first line to the template's text.
   sed -n "/^namespace graph_$3 {/,/^\/\* \[the text of templates\/fwd_/p" "$tmp/$3.cu" |
     sed '$d' >"$tmp/$3.inc"
-  g++ -std=c++17 -O1 -g -w -fsanitize=address,undefined -Iabi -DSEP_CASE="$1" \
+  g++ -std=c++17 -O1 -g -w -fsanitize=address,undefined -Iabi -Itests/host -DSEP_CASE="$1" \
     -DSEP_NS="graph_$3" -DSEP_HOOKS="\"$tmp/$3.inc\"" -o "$tmp/check$1" tests/host/sep_host_check.cpp \
     "$lib" -ldl -lm -lpthread
   "$tmp/check$1" || fail=1
@@ -49,4 +49,39 @@ run_case 1 examples/document.attn document
 run_case 2 "$tmp/docqk.attn" docqk
 run_case 3 "$tmp/posf.attn" posf
 run_case 4 examples/chunked.attn chunked
+
+# Affine masks whose i32 arithmetic can wrap (tests/host/affine_host_check.cpp).
+cat >"$tmp/wrap1.attn" <<'EOF'
+attention wrap1 {
+  input q : bf16[B, H, Sq, 64];
+  input k : bf16[B, H, Skv, 64];
+  input v : bf16[B, H, Skv, 64];
+  scalar w : i32;
+  s = mask((q @ k^T) * 0.125, j > i - w && j <= i + w);
+  o = softmax(s) @ v;
+  output o : bf16[B, H, Sq, 64];
+}
+EOF
+cat >"$tmp/wrap2.attn" <<'EOF'
+attention wrap2 {
+  input q : bf16[B, H, Sq, 64];
+  input k : bf16[B, H, Skv, 64];
+  input v : bf16[B, H, Skv, 64];
+  scalar w : i32;
+  scalar c : i32;
+  s = mask((q @ k^T) * 0.125, 3 * j - 1000000000 * (i - j) <= w * 2 + c && -(j - c) < i);
+  o = softmax(s) @ v;
+  output o : bf16[B, H, Sq, 64];
+}
+EOF
+run_affine() { # run_affine N FILE GRAPH
+  "$attnc" emit --brief "$2" --arch sm_90a >"$tmp/$3.cu"
+  sed -n "/^namespace graph_$3 {/,/^\/\* \[the text of templates\/fwd_/p" "$tmp/$3.cu" |
+    sed '$d' >"$tmp/$3.inc"
+  g++ -std=c++17 -O1 -g -w -fsanitize=address,undefined -Iabi -Itests/host -DAFF_CASE="$1" \
+    -DAFF_NS="graph_$3" -DAFF_HOOKS="\"$tmp/$3.inc\"" -o "$tmp/aff$1" tests/host/affine_host_check.cpp
+  "$tmp/aff$1" || fail=1
+}
+run_affine 1 "$tmp/wrap1.attn" wrap1
+run_affine 2 "$tmp/wrap2.attn" wrap2
 exit $fail

@@ -40,7 +40,7 @@ static __device__ __forceinline__ attn_bh attn_bh_load(int b, int h, const attn_
 
 /* The score chain applied to the raw q.k product `acc`. */
 static __device__ __forceinline__ float attn_score_bh(float acc, const attn_bh &c, int b, int h, int i, int j, const attn_params &p) {
-  const int t9 = i - j;
+  const int t9 = attn_isub(i, j);
   const float t10 = c.v6 * (float)(t9);
   const float s_4 = acc * p.s[0].f;
   const float s_11 = s_4 - t10;

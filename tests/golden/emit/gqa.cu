@@ -47,8 +47,8 @@ static __device__ __forceinline__ float attn_score(float acc, int b, int h, int 
 
 /* The top-level masks, element by element: true keeps the score. */
 static __device__ __forceinline__ bool attn_keep(int b, int h, int i, int j, const attn_params &p) {
-  const int t8 = i + p.dim[2];
-  const int t10 = t8 - p.dim[1];
+  const int t8 = attn_iadd(i, p.dim[2]);
+  const int t10 = attn_isub(t8, p.dim[1]);
   const bool t11 = j <= t10;
   return t11;
 }
@@ -59,6 +59,7 @@ constexpr bool attn_keep_reads = false;
 /* Keys [j_lo, j_hi) any row in [i0, i1] may keep (conservative). */
 static __device__ __forceinline__ void attn_kv_bounds(int b, int h, int i0, int i1, const attn_params &p, int &j_lo, int &j_hi) {
   long long lo = 0, hi = p.Skv;
+  if ((long long)i1 + attn_labs(p.dim[2]) + attn_labs(p.dim[1]) <= 2147483647LL) /* its sides cannot wrap in i32 */
   { /* gqa.attn:12:15 */
     const long long c = 0LL + -1LL * (long long)(p.dim[2]) + 1LL * (long long)(p.dim[1]);
     hi = min(hi, attn_floordiv(-c - -1LL * i1, 1LL) + 1);
@@ -74,6 +75,8 @@ static __device__ __forceinline__ void attn_kv_bounds(int b, int h, int i0, int 
  * 2: wholly kept, so the mask test is skipped. */
 static __device__ __forceinline__ int attn_tile_class(int b, int h, int i0, int i1, int j0, int j1, const attn_params &p) {
   int cls = 2;
+  if (!((long long)i1 + attn_labs(p.dim[2]) + attn_labs(p.dim[1]) <= 2147483647LL)) cls = 1; /* a side may wrap in i32 */
+  else
   { /* gqa.attn:12:15 */
     const long long c = 0LL + -1LL * (long long)(p.dim[2]) + 1LL * (long long)(p.dim[1]);
     const long long hi = c + -1LL * i0 + 1LL * j1;

@@ -37,8 +37,8 @@ static __device__ __forceinline__ attn_bh attn_bh_load(int b, int h, const attn_
 
 /* The score chain applied to the raw q.k product `acc`. */
 static __device__ __forceinline__ float attn_score_bh(float acc, const attn_bh &c, int b, int h, int i, int j, const attn_params &p) {
-  const int t8 = j - i;
-  const int t10 = t8 + 128;
+  const int t8 = attn_isub(j, i);
+  const int t10 = attn_iadd(t8, 128);
   const int t13 = t10 > 0 ? t10 : 0;
   const int t14 = t13 < 255 ? t13 : 255;
   const float t15 = attn_ld_f32(p.t[3], h, t14, 0, 0);

@@ -48,7 +48,7 @@ static __device__ __forceinline__ float attn_score(float acc, int b, int h, int 
 /* The top-level masks, element by element: true keeps the score. */
 static __device__ __forceinline__ bool attn_keep(int b, int h, int i, int j, const attn_params &p) {
   const bool t7 = j <= i;
-  const int t11 = i - p.s[1].i;
+  const int t11 = attn_isub(i, p.s[1].i);
   const bool t12 = j > t11;
   return t7 && t12;
 }
@@ -63,6 +63,7 @@ static __device__ __forceinline__ void attn_kv_bounds(int b, int h, int i0, int 
     const long long c = 0LL;
     hi = min(hi, attn_floordiv(-c - -1LL * i1, 1LL) + 1);
   }
+  if ((long long)i1 + attn_labs(p.s[1].i) <= 2147483647LL) /* its sides cannot wrap in i32 */
   { /* sliding_window.attn:13:25 */
     const long long c = 1LL + -1LL * (long long)(p.s[1].i);
     lo = max(lo, attn_ceildiv(c + 1LL * i0, 1LL));
@@ -85,6 +86,8 @@ static __device__ __forceinline__ int attn_tile_class(int b, int h, int i0, int 
     if (lo > 0) return 0;
     if (hi > 0) cls = 1;
   }
+  if (!((long long)i1 + attn_labs(p.s[1].i) <= 2147483647LL)) cls = 1; /* a side may wrap in i32 */
+  else
   { /* sliding_window.attn:13:25 */
     const long long c = 1LL + -1LL * (long long)(p.s[1].i);
     const long long hi = c + 1LL * i1 + -1LL * j0;

@@ -41,7 +41,7 @@ static __device__ __forceinline__ attn_bh attn_bh_load(int b, int h, const attn_
 
 /* The score chain applied to the raw q.k product `acc`. */
 static __device__ __forceinline__ float attn_score_bh(float acc, const attn_bh &c, int b, int h, int i, int j, const attn_params &p) {
-  const int t13 = i - j;
+  const int t13 = attn_isub(i, j);
   const float t14 = (float)(t13);
   const float t15 = c.v10 * t14;
   const float s_4 = acc * p.s[0].f;
@@ -156,7 +156,7 @@ static __device__ __forceinline__ float attn_bwd_draw_bias(float ds, float acc, 
   const float g8 = -g7;
   const float t9 = attn_ld_f32(p.t[3], h, 0, 0, 0);
   const float g3 = attn_sigmoid(t9);
-  const int t13 = i - j;
+  const int t13 = attn_isub(i, j);
   const float t14 = (float)(t13);
   const float g1 = -g0;
   const float g2 = g1 * t14;
