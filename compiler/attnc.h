@@ -728,6 +728,7 @@ typedef struct ExprHook {
   const BwdGraph *bg;       /* a derived backward graph, or NULL */
   const char **dvars;       /* its nodes' locals, by their ids */
   int acc_reads;            /* how many times IR_QK was read (as acc_name) */
+  int mem_reads;            /* how many tensor loads (attn_ld_*) were written */
 } ExprHook;
 
 void expr_init(ExprHook *hk, Arena *a, const IrGraph *g, unsigned indices);

@@ -95,8 +95,7 @@ static void emit_keep(StrBuf *out, const KernelSpec *s, Arena *a) {
   }
   /* Whether it reads memory (a tensor load among its locals): fwd_sm90
    * then evaluates it ahead of the S GEMM to hide the reads' latency. */
-  bool reads = (hk.body.len && strstr(hk.body.data, "attn_ld_")) ||
-               (ret.len && strstr(ret.data, "attn_ld_"));
+  bool reads = hk.mem_reads > 0;
   sb_puts(out, "/* The top-level masks, element by element: true keeps the score. */\n");
   expr_put_fn(out, &hk, "bool attn_keep(int b, int h, int i, int j, const attn_params &p)",
            ret.len ? arena_strdup(a, ret.data) : "true");

@@ -183,11 +183,11 @@ static void emit_bias_hooks(StrBuf *out, const BwdSpec *s, Arena *a) {
 static void draw_reads(const BwdSpec *s, Arena *a, bool *acc, bool *mem) {
   ExprHook hk;
   bwd_hook_init(&hk, s, a);
-  const char *ret = s->bg->draw ? expr_value(&hk, s->bg->draw) : "";
+  if (s->bg->draw) expr_value(&hk, s->bg->draw);
   for (int k = 0; k < s->bg->nbias; k++)
     if (s->bg->bias[k].value) expr_value(&hk, s->bg->bias[k].value);
   *acc = hk.acc_reads > 0;
-  *mem = (hk.body.len && strstr(hk.body.data, "attn_ld_")) || strstr(ret, "attn_ld_");
+  *mem = hk.mem_reads > 0;
   sb_free(&hk.body);
 }
 

@@ -85,6 +85,7 @@ static const char *scalar_ref(ExprHook *hk, IrNode *n) {
 static const char *load_ref(ExprHook *hk, IrNode *n) {
   const IrTensor *t = &hk->g->tensors[n->ref];
   const char *sub[IR_MAX_RANK] = {"0", "0", "0", "0"};
+  hk->mem_reads++;
   for (int d = 0; d < t->ndims && d < IR_MAX_RANK; d++)
     if (t->dim_sym[d] >= 0 || t->dim_val[d] != 1) sub[d] = expr_as(hk, n->src[d], DT_I32);
   return arena_printf(hk->a, "attn_ld_%s(p.t[%d], %s, %s, %s, %s)", dtype_name(t->type), n->ref,
