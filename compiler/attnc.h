@@ -342,6 +342,10 @@ const OpInfo *op_info(IrOp op);
 /* One element of pointwise op `op` computing in `type`, from nsrc
  * operands x (fault set on integer division by zero). */
 double op_apply(IrOp op, DType type, const double *x, int nsrc, int *fault);
+/* op_apply for node n's op and type, as the CPU reference evaluates
+ * each element (reference/interp.c, interp_bwd.c). */
+typedef struct IrNode IrNode;
+double ref_apply_op(const IrNode *n, const double *x, int *fault);
 
 const char *ir_op_name(IrOp op);
 int ir_op_arity(IrOp op); /* -1: variable */
@@ -349,7 +353,7 @@ int ir_op_arity(IrOp op); /* -1: variable */
 #define IR_MAX_SRC 4
 #define IR_MAX_RANK 4
 
-typedef struct IrNode {
+struct IrNode {
   IrOp op;
   int id;   /* position in graph->nodes: a topological order */
   Loc loc;  /* the source expression that made it */
@@ -361,7 +365,7 @@ typedef struct IrNode {
   double fval;
   int ref;
   const char *name; /* last user name bound to it, or NULL */
-} IrNode;
+};
 
 typedef struct IrDimSym {
   const char *name; /* "B", "Sq", ... */
@@ -805,6 +809,12 @@ typedef struct BwdSpec {
    * with the same CTA size. */
   bool sm90;
   int threads, block_n, smem_bytes; /* the main kernel's launch shape */
+  /* bwd_sm90's modes, decided here and declared to the template
+   * (ATTN_BWD_SPLIT_D, _WIDE, _PERSISTENT) and to the plan (persistent),
+   * which neither infers: split-D (D 256: 64 keys per CTA, each
+   * warpgroup half of the columns), wide (D 64: 128-query tiles),
+   * persistent (a grid of at most one CTA per SM walking a tile queue). */
+  bool split_d, wide, persistent;
 } BwdSpec;
 
 /* Derives and matches the backward of a graph whose forward matched as
@@ -826,20 +836,29 @@ BwdSpec *match_bwd(const KernelSpec *fwd, const CompileOptions *o, Arena *a, Dia
 typedef struct Compiled Compiled; /* pipeline.c */
 char *emit_unit(const Compiled *c, const CompileOptions *o, Arena *a);
 
+/* A graph's configuration macros (ATTN_D_QK, slots, modes): each
+ * macro_def writes `#define NAME VALUE` and remembers NAME, and
+ * macro_undef_all writes their #undefs after the graph's entry points, in
+ * definition order, so no #undef list is kept by hand. */
+#define MACRO_SET_MAX 48
+typedef struct MacroSet {
+  const char *name[MACRO_SET_MAX];
+  int n;
+} MacroSet;
+void macro_def(StrBuf *out, MacroSet *ms, Arena *a, const char *name, long long value);
+void macro_undef_all(StrBuf *out, const MacroSet *ms);
+
 /* ----------------------------------------- emit_bwd.c: backward emitter */
 
 /* Inside the graph's namespace, after the forward template's text: the
  * slot macros, attn_bwd_draw and attn_bwd_scale, the text of
  * templates/bwd_sm80.cuh. The forward's hooks (attn_score, attn_keep,
  * attn_tile_class, attn_dropout_words, attn_dropout_rate) are reused as they are. */
-void emit_bwd_body(StrBuf *out, const BwdSpec *s, Arena *a);
+void emit_bwd_body(StrBuf *out, const BwdSpec *s, MacroSet *ms, Arena *a);
 /* After the namespace: the backward's extern "C" entry points, named as
- * the plan names them (plan_entry), and the #undefs of the slot macros. */
+ * the plan names them (plan_entry). */
 void emit_bwd_entries(StrBuf *out, const BwdSpec *s, Arena *a);
 
-/* ref_arith.c: one element of a pointwise op, as ref_forward computes it
- * (fault set on integer division by zero). */
-double ref_apply_op(const IrNode *n, const double *x, int *fault);
 
 /* --------------------------------------------------- plan.c: launch plans */
 

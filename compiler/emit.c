@@ -290,6 +290,17 @@ static const PlanStep *plan_step(const GraphPlan *gp, PlanPass pass, const char 
   return NULL;
 }
 
+void macro_def(StrBuf *out, MacroSet *ms, Arena *a, const char *name, long long value) {
+  if (ms->n == MACRO_SET_MAX) die("more than %d configuration macros", MACRO_SET_MAX);
+  ms->name[ms->n++] = arena_strdup(a, name);
+  sb_printf(out, "#define %s %lld\n", name, value);
+}
+
+void macro_undef_all(StrBuf *out, const MacroSet *ms) {
+  for (int k = 0; k < ms->n; k++) sb_printf(out, "#undef %s\n", ms->name[k]);
+  if (ms->n) sb_puts(out, "\n");
+}
+
 static void emit_graph(StrBuf *out, const GraphCompile *gc, Arena *a) {
   const IrGraph *g = gc->g;
   const KernelSpec *s = gc->fwd;
@@ -301,18 +312,25 @@ static void emit_graph(StrBuf *out, const GraphCompile *gc, Arena *a) {
 
   sb_printf(out, "/* ---- graph %s (%s:%d:%d): forward, template %s ---- */\n", g->name,
             emit_source_name(a, g->loc.src), g->loc.line, g->loc.col, c->name);
-  sb_printf(out, "#define ATTN_D_QK %d\n#define ATTN_D_V %d\n", s->d_qk, s->d_v);
-  sb_printf(out, "#define ATTN_IN_%s 1\n#define ATTN_OUT_%s 1\n", dtype_macro(s->in_type),
-            dtype_macro(s->out_type));
-  if (c->kind == TMPL_FWD_SM90)
-    sb_printf(out, "#define ATTN_BM %d\n#define ATTN_BN %d\n#define ATTN_STAGES %d\n%s", c->bm,
-              c->bn, c->stages, c->persistent ? "#define ATTN_PERSISTENT 1\n" : "");
-  else
-    sb_printf(out, "#define ATTN_BM %d\n#define ATTN_BN %d\n#define ATTN_WARPS %d\n", c->bm,
-              c->bn, c->warps);
-  sb_printf(out, "#define ATTN_TQ %d\n#define ATTN_TK %d\n#define ATTN_TV %d\n", g->q, g->k, g->v);
-  sb_printf(out, "#define ATTN_TO %d\n#define ATTN_TLSE %d\n", o_slot, lse_slot);
-  if (s->dropout) sb_puts(out, "#define ATTN_DROPOUT 1\n");
+  MacroSet ms = {.n = 0};
+  macro_def(out, &ms, a, "ATTN_D_QK", s->d_qk);
+  macro_def(out, &ms, a, "ATTN_D_V", s->d_v);
+  macro_def(out, &ms, a, arena_printf(a, "ATTN_IN_%s", dtype_macro(s->in_type)), 1);
+  macro_def(out, &ms, a, arena_printf(a, "ATTN_OUT_%s", dtype_macro(s->out_type)), 1);
+  macro_def(out, &ms, a, "ATTN_BM", c->bm);
+  macro_def(out, &ms, a, "ATTN_BN", c->bn);
+  if (c->kind == TMPL_FWD_SM90) {
+    macro_def(out, &ms, a, "ATTN_STAGES", c->stages);
+    if (c->persistent) macro_def(out, &ms, a, "ATTN_PERSISTENT", 1);
+  } else {
+    macro_def(out, &ms, a, "ATTN_WARPS", c->warps);
+  }
+  macro_def(out, &ms, a, "ATTN_TQ", g->q);
+  macro_def(out, &ms, a, "ATTN_TK", g->k);
+  macro_def(out, &ms, a, "ATTN_TV", g->v);
+  macro_def(out, &ms, a, "ATTN_TO", o_slot);
+  macro_def(out, &ms, a, "ATTN_TLSE", lse_slot);
+  if (s->dropout) macro_def(out, &ms, a, "ATTN_DROPOUT", 1);
   sb_printf(out, "namespace graph_%s {\n\n", g->name);
   sb_puts(out, hooks_src);
   sb_puts(out, "\n");
@@ -325,7 +343,7 @@ static void emit_graph(StrBuf *out, const GraphCompile *gc, Arena *a) {
   emit_out(out, s, a);
   if (s->dropout) emit_dropout(out, s, a);
   sb_puts(out, c->kind == TMPL_FWD_SM90 ? fwd_sm90_src : fwd_sm80_src);
-  if (gc->bwd) emit_bwd_body(out, gc->bwd, a);
+  if (gc->bwd) emit_bwd_body(out, gc->bwd, &ms, a);
   sb_printf(out, "\n} /* namespace graph_%s */\n\n", g->name);
   if (c->kind == TMPL_FWD_SM90)
     /* One CTA per SM by design (the ", 1" gives setmaxnreg its cap). */
@@ -339,14 +357,7 @@ static void emit_graph(StrBuf *out, const GraphCompile *gc, Arena *a) {
               fwd->threads, fwd->entry, g->name);
   if (gc->bwd) emit_bwd_entries(out, gc->bwd, a);
   if (prep) emit_sep_entry(out, s, prep->entry);
-  sb_puts(out, "#undef ATTN_D_QK\n#undef ATTN_D_V\n");
-  sb_printf(out, "#undef ATTN_IN_%s\n#undef ATTN_OUT_%s\n", dtype_macro(s->in_type),
-            dtype_macro(s->out_type));
-  sb_printf(out, "#undef ATTN_BM\n#undef ATTN_BN\n#undef %s\n#undef ATTN_TQ\n#undef ATTN_TK\n"
-                 "#undef ATTN_TV\n#undef ATTN_TO\n#undef ATTN_TLSE\n\n",
-            c->kind == TMPL_FWD_SM90 ? "ATTN_STAGES" : "ATTN_WARPS");
-  if (s->dropout) sb_puts(out, "#undef ATTN_DROPOUT\n\n");
-  if (c->persistent) sb_puts(out, "#undef ATTN_PERSISTENT\n\n");
+  macro_undef_all(out, &ms);
 }
 
 char *emit_unit(const Compiled *c, const CompileOptions *o, Arena *a) {

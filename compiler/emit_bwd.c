@@ -191,20 +191,31 @@ static void draw_reads(const BwdSpec *s, Arena *a, bool *acc, bool *mem) {
   sb_free(&hk.body);
 }
 
-void emit_bwd_body(StrBuf *out, const BwdSpec *s, Arena *a) {
+void emit_bwd_body(StrBuf *out, const BwdSpec *s, MacroSet *ms, Arena *a) {
   const BwdSlots *sl = &s->slots;
   sb_printf(out, "\n/* ---- backward (templates/%s) ---- */\n",
             s->sm90 ? "bwd_sm80.cuh, bwd_sm90.cuh" : "bwd_sm80.cuh");
-  sb_printf(out, "#define ATTN_TDO %d\n#define ATTN_TDELTA %d\n#define ATTN_TDQA %d\n", sl->dout,
-            sl->delta, sl->dqa);
-  sb_printf(out, "#define ATTN_TDQ %d\n#define ATTN_TDK %d\n#define ATTN_TDV %d\n", sl->dq, sl->dk,
-            sl->dv);
-  sb_printf(out, "#define ATTN_TDKA %d\n#define ATTN_TDVA %d\n\n", sl->dka, sl->dva);
+  macro_def(out, ms, a, "ATTN_TDO", sl->dout);
+  macro_def(out, ms, a, "ATTN_TDELTA", sl->delta);
+  macro_def(out, ms, a, "ATTN_TDQA", sl->dqa);
+  macro_def(out, ms, a, "ATTN_TDQ", sl->dq);
+  macro_def(out, ms, a, "ATTN_TDK", sl->dk);
+  macro_def(out, ms, a, "ATTN_TDV", sl->dv);
+  macro_def(out, ms, a, "ATTN_TDKA", sl->dka);
+  macro_def(out, ms, a, "ATTN_TDVA", sl->dva);
+  if (s->sm90) { /* the modes match_bwd chose; the template infers none */
+    macro_def(out, ms, a, "ATTN_BWD_SPLIT_D", s->split_d);
+    macro_def(out, ms, a, "ATTN_BWD_WIDE", s->wide);
+    macro_def(out, ms, a, "ATTN_BWD_PERSISTENT", s->persistent);
+  }
+  sb_puts(out, "\n");
   if (sl->nbias > 0) {
     int nred = 0;
     for (int r = 0; r < sl->nbias; r++) nred += sl->bias_mode[r] == BWD_BIAS_REDUCED;
-    sb_printf(out, "/* Bias gradients: hooks after the template. */\n#define ATTN_BWD_BIAS 1\n"
-                   "#define ATTN_BWD_NRED %d\n\n", nred);
+    sb_puts(out, "/* Bias gradients: hooks after the template. */\n");
+    macro_def(out, ms, a, "ATTN_BWD_BIAS", 1);
+    macro_def(out, ms, a, "ATTN_BWD_NRED", nred);
+    sb_puts(out, "\n");
   }
 
   ExprHook hk;
@@ -261,7 +272,4 @@ void emit_bwd_entries(StrBuf *out, const BwdSpec *s, Arena *a) {
                      "__grid_constant__ attn_params p) {\n  graph_%s::attn_bwd_sm80_%s(p);\n}\n\n",
                 s->threads, entry, gname, part[k]);
   }
-  sb_puts(out, "#undef ATTN_TDO\n#undef ATTN_TDELTA\n#undef ATTN_TDQA\n#undef ATTN_TDQ\n"
-               "#undef ATTN_TDK\n#undef ATTN_TDV\n#undef ATTN_TDKA\n#undef ATTN_TDVA\n\n");
-  if (s->slots.nbias > 0) sb_puts(out, "#undef ATTN_BWD_BIAS\n#undef ATTN_BWD_NRED\n\n");
 }

@@ -180,6 +180,7 @@ BwdSpec *match_bwd(const KernelSpec *fwd, const CompileOptions *o, Arena *a, Dia
      * beyond them, KernelInfo.bwd_tma_rows.) */
     s->threads = 256;
     s->block_n = 64;
+    s->split_d = true; /* never persistent: 7-23% slower (bench/NOTES-sm90.md, session 7) */
     s->smem_bytes = 64 * (s->d_qk + s->d_v) * 2 + 2 * 64 * (s->d_qk + s->d_v) * 2 +
                     4 * 64 * 64 * 2 + 2 * 64 * 8 + 128 + 1024;
     return s;
@@ -195,6 +196,8 @@ BwdSpec *match_bwd(const KernelSpec *fwd, const CompileOptions *o, Arena *a, Dia
     const int bm = wide ? 128 : 64, stages = wide ? 2 : 3;
     s->threads = 256;
     s->block_n = 128;
+    s->wide = wide;
+    s->persistent = true;
     s->smem_bytes = 128 * (s->d_qk + s->d_v) * 2 + stages * bm * (s->d_qk + s->d_v) * 2 +
                     2 * 128 * bm * 2 + bm * s->d_qk * 4 + stages * bm * 8 + 256 + 1024;
     return s;

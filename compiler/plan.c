@@ -151,8 +151,8 @@ static void plan_backward(GraphPlan *gp, const BwdSpec *b, Arena *a) {
 
   /* The main kernel: one CTA per block_n keys. bwd_sm90 runs a producer
    * warpgroup beyond its consumers and takes q, dO and dQ's accumulator
-   * as tensor maps; at 128-key tiles (D <= 128) it is persistent: split-D
-   * (D 256) measured 7-23% slower so (bench/NOTES-sm90.md, session 7).
+   * as tensor maps; it is persistent where match_bwd declared it (128-key
+   * tiles, D <= 128; split-D measured 7-23% slower so).
    * Deterministic mode adds one CTA per 64 queries that computes dQ in
    * key order (bwd80_dq_tile) and is never persistent. */
   const char *main_entry = plan_entry(a, g->name, "bwd_main");
@@ -169,7 +169,7 @@ static void plan_backward(GraphPlan *gp, const BwdSpec *b, Arena *a) {
       }
     } else {
       s->deny = p->det_ok ? PLAN_IF_DET : 0;
-      s->persistent = b->sm90 && b->block_n == 128;
+      s->persistent = b->persistent;
     }
     if (b->sm90) {
       add_map(s, ATTN_TMAP_Q, g->q, b->in_type, 64, 64, "q");
@@ -177,7 +177,7 @@ static void plan_backward(GraphPlan *gp, const BwdSpec *b, Arena *a) {
       add_map(s, ATTN_TMAP_DQA, sl->dqa, DT_F32, 32, 64, "dQ_accumulator");
     }
   }
-  if (b->sm90 && b->block_n == 128)
+  if (b->persistent)
     add_slice(p, "tile_queue", PB_TILE_QUEUE, -1, 4, pconst(2), pconst(1), pconst(1), pconst(1),
               PZ_NEW)->deny = PLAN_IF_DET;
 

@@ -78,11 +78,15 @@ constexpr int bwd90_dv = ATTN_D_V;
  * two halves of Pd^T and dRaw^T meet in shared memory, where dV's and dK's
  * GEMMs read them. The deterministic mode's ordered dQ tiles (bwd_sm80's)
  * do not exist at D 256; the runtime refuses that mode there. */
-constexpr bool bwd90_split_d = bwd90_dqk > 128 || bwd90_dv > 128;
-#define BWD90_SPLIT_D (ATTN_D_QK > 128 || ATTN_D_V > 128) /* for #if */
+#if !defined(ATTN_BWD_SPLIT_D) || !defined(ATTN_BWD_WIDE) || !defined(ATTN_BWD_PERSISTENT)
+#error "bwd_sm90.cuh needs its modes declared: ATTN_BWD_SPLIT_D, ATTN_BWD_WIDE, ATTN_BWD_PERSISTENT"
+#endif
+constexpr bool bwd90_split_d = ATTN_BWD_SPLIT_D;
+#define BWD90_SPLIT_D ATTN_BWD_SPLIT_D /* for #if */
 static_assert(bwd90_split_d ? bwd90_dqk == 256 && bwd90_dv == 256
-                            : bwd90_dqk % 64 == 0 && bwd90_dv % 64 == 0,
-              "D_QK, D_V: 64 or 128 each, or both 256");
+                            : bwd90_dqk % 64 == 0 && bwd90_dv % 64 == 0 && bwd90_dqk <= 128 &&
+                                  bwd90_dv <= 128,
+              "D_QK, D_V: 64 or 128 each, or both 256 in split-D mode");
 /* Wide mode (head dim 64): 128-query tiles instead of 64, worked as two
  * halves of 64 queries (the element work and dV, dK as below, unrolled)
  * and then one barrier, one dQ GEMM and one dQ hand-over per 128 queries,
@@ -93,7 +97,9 @@ static_assert(bwd90_split_d ? bwd90_dqk == 256 && bwd90_dv == 256
  * m64n128 products (128 registers beside dK and dV) made ptxas serialize
  * every wgmma for want of registers, and a rolled half loop did too; at D
  * 128 dK and dV alone hold 128 registers, so only D 64 takes this mode. */
-constexpr bool bwd90_wide = !bwd90_split_d && bwd90_dqk == 64 && bwd90_dv == 64;
+constexpr bool bwd90_wide = ATTN_BWD_WIDE;
+static_assert(!bwd90_wide || (!bwd90_split_d && bwd90_dqk == 64 && bwd90_dv == 64),
+              "wide mode is for head dim 64");
 constexpr int bwd90_bn = bwd90_split_d ? 64 : 128; /* keys per CTA */
 constexpr int bwd90_key_wg = bwd90_split_d ? 0 : 64; /* warpgroup w's keys start at w times this */
 constexpr int bwd90_dk_cols = bwd90_split_d ? bwd90_dqk / 2 : bwd90_dqk; /* a warpgroup's dK columns */
@@ -188,7 +194,8 @@ static_assert((bwd90_bn * bwd90_dqk / 8) % bwd90_threads == 0 &&
  * blockIdx as before: with the walk's per-item state its consumers ran
  * out of registers (spills in the tile loop, 7-25% slower on the H200,
  * bench/NOTES-sm90.md, session 7), and it gained nothing persistent. */
-constexpr bool bwd90_items = !bwd90_split_d;
+constexpr bool bwd90_items = ATTN_BWD_PERSISTENT;
+static_assert(!(bwd90_items && bwd90_split_d), "split-D keeps one CTA per key tile");
 
 /* One work item of the main kernel: key tile kt of (batch b, head h). */
 struct bwd90_item {

@@ -102,6 +102,11 @@ test-install: all
 	test -z "$$(find $(BUILD)/destdir -type f)"
 	! readelf -d $(HOST_PREFIX)/lib/libattn.so | grep -q nvrtc
 	readelf -d $(HOST_PREFIX)/lib/libattn.so | grep -q 'SONAME.*libattn.so.0'
+	@# The library never prints, exits or aborts: it imports none of them.
+	! nm -D --undefined-only $(HOST_PREFIX)/lib/libattn.so | \
+	  grep -wE 'abort|exit|_exit|_Exit|quick_exit|printf|puts|fputs|fprintf|vfprintf|putchar|perror|fwrite|stdout|stderr|__assert_fail|__printf_chk|__fprintf_chk'
+	@# Nor does it hold the CPU reference (libattnref.a).
+	! nm -D --defined-only $(HOST_PREFIX)/lib/libattn.so | grep -wE 'ref_forward|ref_backward|interp_run'
 	ATTN_NVRTC=/nonexistent/libnvrtc.so $(HOST_PREFIX)/bin/attnc compile \
 	  examples/sdpa.attn --arch sm_80 -o $(BUILD)/nonvrtc.cubin 2>$(BUILD)/nonvrtc.err; \
 	  test $$? -eq 3 && grep -q 'libnvrtc not found' $(BUILD)/nonvrtc.err

@@ -100,6 +100,9 @@ static __device__ __forceinline__ float attn_out(float o, int b, int h, int i, i
 #define ATTN_TDV 11
 #define ATTN_TDKA 12
 #define ATTN_TDVA 13
+#define ATTN_BWD_SPLIT_D 0
+#define ATTN_BWD_WIDE 0
+#define ATTN_BWD_PERSISTENT 1
 
 /* Bias gradients: hooks after the template. */
 #define ATTN_BWD_BIAS 1
@@ -181,6 +184,19 @@ extern "C" __global__ void __launch_bounds__(256) attn_backward_bwd_convert_kv(c
   graph_backward::attn_bwd_sm80_convert_kv(p);
 }
 
+#undef ATTN_D_QK
+#undef ATTN_D_V
+#undef ATTN_IN_BF16
+#undef ATTN_OUT_BF16
+#undef ATTN_BM
+#undef ATTN_BN
+#undef ATTN_STAGES
+#undef ATTN_PERSISTENT
+#undef ATTN_TQ
+#undef ATTN_TK
+#undef ATTN_TV
+#undef ATTN_TO
+#undef ATTN_TLSE
 #undef ATTN_TDO
 #undef ATTN_TDELTA
 #undef ATTN_TDQA
@@ -189,22 +205,9 @@ extern "C" __global__ void __launch_bounds__(256) attn_backward_bwd_convert_kv(c
 #undef ATTN_TDV
 #undef ATTN_TDKA
 #undef ATTN_TDVA
-
+#undef ATTN_BWD_SPLIT_D
+#undef ATTN_BWD_WIDE
+#undef ATTN_BWD_PERSISTENT
 #undef ATTN_BWD_BIAS
 #undef ATTN_BWD_NRED
-
-#undef ATTN_D_QK
-#undef ATTN_D_V
-#undef ATTN_IN_BF16
-#undef ATTN_OUT_BF16
-#undef ATTN_BM
-#undef ATTN_BN
-#undef ATTN_STAGES
-#undef ATTN_TQ
-#undef ATTN_TK
-#undef ATTN_TV
-#undef ATTN_TO
-#undef ATTN_TLSE
-
-#undef ATTN_PERSISTENT
 

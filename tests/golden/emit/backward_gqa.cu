@@ -86,6 +86,9 @@ static __device__ __forceinline__ float attn_out(float o, int b, int h, int i, i
 #define ATTN_TDV 9
 #define ATTN_TDKA 10
 #define ATTN_TDVA 11
+#define ATTN_BWD_SPLIT_D 0
+#define ATTN_BWD_WIDE 1
+#define ATTN_BWD_PERSISTENT 1
 
 /* dRaw, the gradient at q @ k^T, from dS by the derived chain rule
  * (attnc ir --backward), without the factor attn_bwd_scale gives. */
@@ -131,6 +134,19 @@ extern "C" __global__ void __launch_bounds__(256) attn_backward_gqa_bwd_convert_
   graph_backward_gqa::attn_bwd_sm80_convert_kv(p);
 }
 
+#undef ATTN_D_QK
+#undef ATTN_D_V
+#undef ATTN_IN_BF16
+#undef ATTN_OUT_BF16
+#undef ATTN_BM
+#undef ATTN_BN
+#undef ATTN_STAGES
+#undef ATTN_PERSISTENT
+#undef ATTN_TQ
+#undef ATTN_TK
+#undef ATTN_TV
+#undef ATTN_TO
+#undef ATTN_TLSE
 #undef ATTN_TDO
 #undef ATTN_TDELTA
 #undef ATTN_TDQA
@@ -139,19 +155,7 @@ extern "C" __global__ void __launch_bounds__(256) attn_backward_gqa_bwd_convert_
 #undef ATTN_TDV
 #undef ATTN_TDKA
 #undef ATTN_TDVA
-
-#undef ATTN_D_QK
-#undef ATTN_D_V
-#undef ATTN_IN_BF16
-#undef ATTN_OUT_BF16
-#undef ATTN_BM
-#undef ATTN_BN
-#undef ATTN_STAGES
-#undef ATTN_TQ
-#undef ATTN_TK
-#undef ATTN_TV
-#undef ATTN_TO
-#undef ATTN_TLSE
-
-#undef ATTN_PERSISTENT
+#undef ATTN_BWD_SPLIT_D
+#undef ATTN_BWD_WIDE
+#undef ATTN_BWD_PERSISTENT
 

@@ -120,11 +120,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) attn_padding_fwd(const __gr
 #undef ATTN_BM
 #undef ATTN_BN
 #undef ATTN_STAGES
+#undef ATTN_PERSISTENT
 #undef ATTN_TQ
 #undef ATTN_TK
 #undef ATTN_TV
 #undef ATTN_TO
 #undef ATTN_TLSE
-
-#undef ATTN_PERSISTENT
 
