@@ -36,7 +36,7 @@ LDFLAGS := $(SANFLAGS) -L$(CUDA)/lib64 -Wl,-rpath,$(CUDA)/lib64
 LDLIBS := -ldl -lm -lpthread
 
 GEN := $(BUILD)/gen
-TEMPLATES := $(sort $(wildcard templates/*.cuh)) abi/attn_abi.h
+TEMPLATES := $(sort $(wildcard templates/*.cuh)) abi/attn_abi.h abi/attn_layout.h
 # The layout (docs/design.md): grammar/ and compiler/ make the compiler,
 # runtime/ the library around it (together libattn); reference/ is the CPU
 # reference, a library of its own (libattnref.a) that cli/ (the attnc

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "attn_abi.h"
+#include "attn_layout.h"
 #include "attnc.h"
 
 static int find_o_output(const IrGraph *g) {
@@ -181,8 +182,7 @@ BwdSpec *match_bwd(const KernelSpec *fwd, const CompileOptions *o, Arena *a, Dia
     s->threads = 256;
     s->block_n = 64;
     s->split_d = true; /* never persistent: 7-23% slower (bench/NOTES-sm90.md, session 7) */
-    s->smem_bytes = 64 * (s->d_qk + s->d_v) * 2 + 2 * 64 * (s->d_qk + s->d_v) * 2 +
-                    4 * 64 * 64 * 2 + 2 * 64 * 8 + 128 + 1024;
+    s->smem_bytes = attn_bwd90_layout_of(64, 64, 2, s->d_qk, s->d_v, 1).total;
     return s;
   }
   if (s->sm90) {
@@ -198,14 +198,13 @@ BwdSpec *match_bwd(const KernelSpec *fwd, const CompileOptions *o, Arena *a, Dia
     s->block_n = 128;
     s->wide = wide;
     s->persistent = true;
-    s->smem_bytes = 128 * (s->d_qk + s->d_v) * 2 + stages * bm * (s->d_qk + s->d_v) * 2 +
-                    2 * 128 * bm * 2 + bm * s->d_qk * 4 + stages * bm * 8 + 256 + 1024;
+    s->smem_bytes = attn_bwd90_layout_of(128, bm, stages, s->d_qk, s->d_v, 0).total;
     return s;
   }
   /* bwd_sm80.cuh: 64 keys per CTA in four warps, 64-row query tiles; K, V,
    * Q, dO and dRaw^T tiles of 16-bit elements, then lse and delta. */
   s->threads = 128;
   s->block_n = 64;
-  s->smem_bytes = 64 * (s->d_qk + s->d_v) * 2 * 2 + 64 * 64 * 2 + 2 * 64 * 4;
+  s->smem_bytes = attn_bwd80_layout_of(64, 64, s->d_qk, s->d_v).total;
   return s;
 }

@@ -8,12 +8,12 @@
  *
  *     smem = 2 * (BM * d_qk + 2 * BN * (d_qk + d_v))   bytes
  *
- * which is the template's attn_fwd_sm80_smem_bytes; the GPU test checks
- * the two agree. For each head dim the candidates are listed fastest
+ * as abi/attn_layout.h defines it for the template too. For each head dim the candidates are listed fastest
  * first and the first that fits the target's per-block shared-memory limit
  * wins: the sm_80-class limits (163 KB on A100, 99 KB on the sm_86/89
  * parts) force smaller tiles at head dim 256 than Hopper's 227 KB.
  */
+#include "attn_layout.h"
 #include "attnc.h"
 
 typedef struct Sm80Candidate {
@@ -38,7 +38,7 @@ static int sm80_smem_limit(int sm) {
 }
 
 static int sm80_smem_bytes(const Sm80Candidate *c, int d_qk, int d_v) {
-  return 2 * (c->bm * d_qk + 2 * c->bn * (d_qk + d_v));
+  return attn_fwd80_layout_of(c->bm, c->bn, d_qk, d_v).total;
 }
 
 int tmpl_sm80_config(int d_qk, int d_v, int in_bytes, int sm, Sm80Config *out) {

@@ -11,7 +11,7 @@
  *
  *     smem = 2*(BM*d_qk + stages*BN*(d_qk + d_v)) + 8*(3 + 5*stages) + 1024
  *
- * which is the template's attn_fwd_sm90_smem_bytes. Register budget per
+ * as abi/attn_layout.h defines it for the template too. Register budget per
  * consumer thread (232): S is BN/2 floats, O d_v/2 floats, P BN/4 words;
  * at d_v 256 the O accumulator (128) leaves room for BN 64 or 80.
  *
@@ -29,6 +29,7 @@
  * measured), and so is any number out of range (the library never fails
  * on a tuning knob).
  */
+#include "attn_layout.h"
 #include "attnc.h"
 
 typedef struct Sm90Candidate {
@@ -65,7 +66,7 @@ static const Sm90Variant *sm90_variant(int variant) {
 }
 
 static int sm90_smem_bytes(const Sm90Candidate *c, int d_qk, int d_v) {
-  return 2 * (128 * d_qk + c->stages * c->bn * (d_qk + d_v)) + 8 * (3 + 5 * c->stages) + 1024;
+  return attn_fwd90_layout_of(128, c->bn, c->stages, d_qk, d_v).total;
 }
 
 int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int variant, Sm90Config *out) {

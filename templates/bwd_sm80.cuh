@@ -76,13 +76,15 @@ static_assert(bwd80_dv % 64 == 0, "D_V: 64 or 128");
 
 /* Shared memory: K, V (the CTA's keys), Q, dO (the streamed query tile),
  * dRaw^T (keys x queries, for dQ), then lse and delta of the query tile. */
-constexpr int bwd80_k_bytes = bwd80_bn * bwd80_dqk * 2;
-constexpr int bwd80_v_bytes = bwd80_bn * bwd80_dv * 2;
-constexpr int bwd80_q_bytes = bwd80_bm * bwd80_dqk * 2;
-constexpr int bwd80_do_bytes = bwd80_bm * bwd80_dv * 2;
-constexpr int bwd80_ds_bytes = bwd80_bn * bwd80_bm * 2;
-constexpr int attn_bwd_sm80_smem_bytes = bwd80_k_bytes + bwd80_v_bytes + bwd80_q_bytes +
-                                         bwd80_do_bytes + bwd80_ds_bytes + 2 * bwd80_bm * 4;
+/* (abi/attn_layout.h, which compiler/match_bwd.c sizes launches by.) */
+constexpr attn_bwd80_layout bwd80_layout =
+    attn_bwd80_layout_of(bwd80_bn, bwd80_bm, bwd80_dqk, bwd80_dv);
+constexpr int bwd80_k_bytes = bwd80_layout.k_bytes;
+constexpr int bwd80_v_bytes = bwd80_layout.v_bytes;
+constexpr int bwd80_q_bytes = bwd80_layout.q_bytes;
+constexpr int bwd80_do_bytes = bwd80_layout.do_bytes;
+constexpr int bwd80_ds_bytes = bwd80_layout.ds_bytes;
+constexpr int attn_bwd_sm80_smem_bytes = bwd80_layout.total;
 
 /* The hooks: templates/hooks.cuh (pasted before this text), and these. */
 

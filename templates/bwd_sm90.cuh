@@ -119,18 +119,22 @@ constexpr bool bwd90_in_bf16 = attn_in_bf16;
  * keys), three stages of Q and of dO (two at D 64 and 256), two buffers of
  * dRaw^T [keys][64 queries] (and at D 256 of Pd^T), per stage the query
  * tile's {delta, lse log2 e} pairs, the mbarriers and slots.
- * compiler/match_bwd.c computes the same total (640 (D_QK + D_V) + 256
+ * abi/attn_layout.h gives the total (for compiler/match_bwd.c too: 640 (D_QK + D_V) + 256
  * D_QK + 35584 with dQ's buffer; D 64: 199936; D 256: 384 (D_QK + D_V) + 34944). Three
  * stages, not two: with two, a tile's copy (issued one tile ahead) had often not
  * landed when the tile began (ncu: a quarter of the stall samples; with
  * the producer warpgroup four stages at D 64 measured 3% slower). */
 constexpr int bwd90_stages = bwd90_split_d || bwd90_wide ? 2 : 3; /* D 256, wide: three do not fit */
-constexpr int bwd90_k_bytes = bwd90_bn * bwd90_dqk * 2;
-constexpr int bwd90_v_bytes = bwd90_bn * bwd90_dv * 2;
-constexpr int bwd90_q_bytes = bwd90_bm * bwd90_dqk * 2;
-constexpr int bwd90_do_bytes = bwd90_bm * bwd90_dv * 2;
-constexpr int bwd90_ds_bytes = bwd90_bn * bwd90_bm * 2;
-constexpr int bwd90_pt_bytes = bwd90_split_d ? bwd90_bn * bwd90_bm * 2 : 0; /* Pd^T */
+/* The layout itself is abi/attn_layout.h's, which compiler/match_bwd.c
+ * sizes launches by. */
+constexpr attn_bwd90_layout bwd90_layout = attn_bwd90_layout_of(
+    bwd90_bn, bwd90_bm, bwd90_stages, bwd90_dqk, bwd90_dv, bwd90_split_d ? 1 : 0);
+constexpr int bwd90_k_bytes = bwd90_layout.k_bytes;
+constexpr int bwd90_v_bytes = bwd90_layout.v_bytes;
+constexpr int bwd90_q_bytes = bwd90_layout.q_bytes;
+constexpr int bwd90_do_bytes = bwd90_layout.do_bytes;
+constexpr int bwd90_ds_bytes = bwd90_layout.ds_bytes;
+constexpr int bwd90_pt_bytes = bwd90_layout.pt_bytes; /* Pd^T, split-D */
 /* dQ's reduction (D <= 128): the consumers store a tile's 64 x D_QK f32
  * part into one buffer of its own laid out as the accumulator's TMA boxes
  * land (D/32 blocks of [64 rows][32 f32], 128-byte swizzle) and the
@@ -148,25 +152,25 @@ constexpr int bwd90_pt_bytes = bwd90_split_d ? bwd90_bn * bwd90_bm * 2 : 0; /* P
  * element atomics this replaced kept L2 83% busy; H200, D 256: 4.75 ->
  * 3.33 ms (bench/NOTES-sm90.md, session 6). */
 constexpr bool bwd90_dq_in_stage = bwd90_split_d;
-constexpr int bwd90_dq_bytes = bwd90_dq_in_stage ? 0 : bwd90_bm * bwd90_dqk * 4;
-constexpr int bwd90_off_v = bwd90_k_bytes;
-constexpr int bwd90_off_q = bwd90_off_v + bwd90_v_bytes;
-constexpr int bwd90_off_do = bwd90_off_q + bwd90_stages * bwd90_q_bytes;
-constexpr int bwd90_off_ds = bwd90_off_do + bwd90_stages * bwd90_do_bytes;
+constexpr int bwd90_dq_bytes = bwd90_layout.dq_bytes; /* 0 where the stage holds dQ */
+constexpr int bwd90_off_v = bwd90_layout.off_v;
+constexpr int bwd90_off_q = bwd90_layout.off_q;
+constexpr int bwd90_off_do = bwd90_layout.off_do;
+constexpr int bwd90_off_ds = bwd90_layout.off_ds;
 /* dRaw^T and Pd^T: two buffers each, by tile parity, so a warpgroup may
  * write the next tile's while the other still reads this one's in its dQ
  * GEMM (the barrier before dQ orders every reuse after that). */
-constexpr int bwd90_off_pt = bwd90_off_ds + 2 * bwd90_ds_bytes;
-constexpr int bwd90_off_dqs = bwd90_off_pt + 2 * bwd90_pt_bytes;
-constexpr int bwd90_off_stats = bwd90_off_dqs + bwd90_dq_bytes;
+constexpr int bwd90_off_pt = bwd90_layout.off_pt;
+constexpr int bwd90_off_dqs = bwd90_layout.off_dqs;
+constexpr int bwd90_off_stats = bwd90_layout.off_stats;
 /* Per stage: mbarriers `full` (the producer's 32 lanes and its copies)
  * and `empty` (the 8 consumer warps), and the tile slot: {m, class | key
  * tile << 2, work item, b << 16 | h} (16 bytes; the runtime keeps H and B
  * below 2^16), or in split-D mode, one item per CTA, {m, class}; then the
  * dQ buffer's slot {first query row of the tile it holds, b << 16 | h}. */
-constexpr int bwd90_off_bars = bwd90_off_stats + bwd90_stages * bwd90_bm * 8;
+constexpr int bwd90_off_bars = bwd90_layout.off_bars;
 constexpr int bwd90_slot_bytes = bwd90_split_d ? 8 : 16;
-constexpr int bwd90_bars_bytes = bwd90_split_d ? 128 : 256; /* compiler/match_bwd.c too */
+constexpr int bwd90_bars_bytes = bwd90_layout.bars_bytes;
 /* At D 256 (two stages) also per stage, pass and warpgroup an mbarrier
  * `dq ready` (128 arrivals: the warpgroup's dQ pass is in the stage). */
 /* Then per consumer warp the item it works on {key tile, b << 16 | h},
@@ -176,8 +180,8 @@ constexpr int bwd90_off_item_words = bwd90_stages * (16 + bwd90_slot_bytes) + 8 
                                      (bwd90_dq_in_stage ? bwd90_stages * 4 * 8 : 0);
 static_assert(bwd90_off_item_words + (bwd90_split_d ? 0 : 8 * 8) <= bwd90_bars_bytes,
               "barriers and slots");
-/* + 1024: the dynamic shared-memory base is rounded up to 1024 bytes. */
-constexpr int attn_bwd_sm90_smem_bytes = bwd90_off_bars + bwd90_bars_bytes + 1024;
+/* With 1024 bytes for rounding the dynamic shared-memory base up. */
+constexpr int attn_bwd_sm90_smem_bytes = bwd90_layout.total;
 static_assert(attn_bwd_sm90_smem_bytes <= 227 * 1024, "tiles exceed shared memory");
 /* The deterministic dQ tiles run bwd_sm80's code in the same memory. */
 static_assert(bwd90_split_d || attn_bwd_sm90_smem_bytes >= attn_bwd_sm80_smem_bytes,

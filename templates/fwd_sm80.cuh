@@ -66,12 +66,14 @@ static_assert(fwd80_bn % 16 == 0 && fwd80_bn >= 16, "BN: a multiple of 16");
 constexpr bool fwd80_q_in_regs = fwd80_dqk <= 128;
 
 /* Shared memory, in bytes: the Q tile, then two stages of (K tile, V
- * tile). compiler/tmpl_sm80.c computes the same number. */
-constexpr int fwd80_q_bytes = fwd80_bm * fwd80_dqk * 2;
-constexpr int fwd80_k_bytes = fwd80_bn * fwd80_dqk * 2;
-constexpr int fwd80_v_bytes = fwd80_bn * fwd80_dv * 2;
-constexpr int fwd80_stage_bytes = fwd80_k_bytes + fwd80_v_bytes;
-constexpr int attn_fwd_sm80_smem_bytes = fwd80_q_bytes + 2 * fwd80_stage_bytes;
+ * tile), as abi/attn_layout.h defines it for compiler/tmpl_sm80.c too. */
+constexpr attn_fwd80_layout fwd80_layout =
+    attn_fwd80_layout_of(fwd80_bm, fwd80_bn, fwd80_dqk, fwd80_dv);
+constexpr int fwd80_q_bytes = fwd80_layout.q_bytes;
+constexpr int fwd80_k_bytes = fwd80_layout.k_bytes;
+constexpr int fwd80_v_bytes = fwd80_layout.v_bytes;
+constexpr int fwd80_stage_bytes = fwd80_layout.stage_bytes;
+constexpr int attn_fwd_sm80_smem_bytes = fwd80_layout.total;
 static_assert(attn_fwd_sm80_smem_bytes <= 227 * 1024,
               "the tiles exceed every target's shared memory");
 

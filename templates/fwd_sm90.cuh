@@ -76,26 +76,27 @@ static_assert(fwd90_stages >= 2 && fwd90_stages <= 4, "2 to 4 K/V stages");
 /* Shared memory: Q, then per stage a K and a V tile, then the mbarriers;
  * every tile is a multiple of 1024 bytes, so each stays on the 1024-byte
  * boundary the 128-byte swizzle repeats on. Each tile is stored as
- * D/64 blocks of [rows][64] elements, as the TMA boxes land.
- * compiler/tmpl_sm90.c computes the same total. */
-constexpr int fwd90_q_bytes = fwd90_bm * fwd90_dqk * 2;
-constexpr int fwd90_k_bytes = fwd90_bn * fwd90_dqk * 2;
-constexpr int fwd90_v_bytes = fwd90_bn * fwd90_dv * 2;
-constexpr int fwd90_stage_bytes = fwd90_k_bytes + fwd90_v_bytes;
-constexpr int fwd90_bar_offset = fwd90_q_bytes + fwd90_stages * fwd90_stage_bytes;
+ * D/64 blocks of [rows][64] elements, as the TMA boxes land. The layout
+ * is abi/attn_layout.h's, which compiler/tmpl_sm90.c sizes launches by. */
+constexpr attn_fwd90_layout fwd90_layout =
+    attn_fwd90_layout_of(fwd90_bm, fwd90_bn, fwd90_stages, fwd90_dqk, fwd90_dv);
+constexpr int fwd90_q_bytes = fwd90_layout.q_bytes;
+constexpr int fwd90_k_bytes = fwd90_layout.k_bytes;
+constexpr int fwd90_v_bytes = fwd90_layout.v_bytes;
+constexpr int fwd90_stage_bytes = fwd90_layout.stage_bytes;
+constexpr int fwd90_bar_offset = fwd90_layout.bar_offset;
 /* q full, k full, v full, k empty, q empty, v empty. K and V of a stage
  * are freed apart: K when the S GEMM that read it is done, V one softmax
  * later when P V is, so the next K load starts a whole key tile sooner
  * (it mattered at D 256, two stages of 80 KB: bench/NOTES-sm90.md). */
-constexpr int fwd90_nbars = 2 + 4 * fwd90_stages;
+constexpr int fwd90_nbars = fwd90_layout.nbars;
 /* After the barriers, 8-byte slots the producer fills for the consumers:
  * the work tile (its index for the persistent kernel, fwd90_next_tile,
  * and whether it has any live key tile), then one per stage (the key
  * tile's index and class). */
-constexpr int fwd90_slot_bytes = 8 * (1 + fwd90_stages);
-/* + 1024: the dynamic shared-memory base is rounded up to 1024 bytes. */
-constexpr int attn_fwd_sm90_smem_bytes =
-    fwd90_bar_offset + 8 * fwd90_nbars + fwd90_slot_bytes + 1024;
+constexpr int fwd90_slot_bytes = fwd90_layout.slot_bytes;
+/* With 1024 bytes for rounding the dynamic shared-memory base up. */
+constexpr int attn_fwd_sm90_smem_bytes = fwd90_layout.total;
 static_assert(attn_fwd_sm90_smem_bytes <= 227 * 1024, "tiles exceed shared memory");
 
 /* The S tile per thread: BN/8 fragments of 4; O: DV/8 fragments of 4. */

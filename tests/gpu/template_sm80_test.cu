@@ -28,6 +28,7 @@
 
 extern "C" {
 #include "../../abi/attn_abi.h"
+#include "../../abi/attn_layout.h"
 }
 /* The shared PTX wrappers, once, as the emitter pastes them. */
 #include "../../templates/ptx.cuh"

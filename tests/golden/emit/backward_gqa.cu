@@ -2,6 +2,8 @@
 
 /* [the text of abi/attn_abi.h] */
 
+/* [the text of abi/attn_layout.h] */
+
 /* [the text of templates/common.cuh] */
 
 /* [the text of templates/ptx.cuh] */

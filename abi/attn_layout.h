@@ -1,0 +1,116 @@
+/*
+ * attn_layout.h: the shared-memory layout of each kernel template, defined
+ * once. The compiler reads it to size a launch's dynamic shared memory
+ * (compiler/tmpl_sm80.c, tmpl_sm90.c, match_bwd.c) and the templates read
+ * it to place their tiles (templates/fwd_sm80.cuh, fwd_sm90.cuh,
+ * bwd_sm80.cuh, bwd_sm90.cuh), so the two cannot disagree; the emitted unit
+ * still static_asserts the backward's total against the plan's.
+ *
+ * Plain C that is also C++ constexpr (the templates evaluate it at
+ * compile time; NVRTC sees it as text pasted after attn_abi.h): every
+ * function fills a struct of byte sizes and offsets from the tile shape.
+ * Offsets are from the dynamic shared-memory base after it is rounded up
+ * to 1024 bytes, the period of the 128-byte swizzle; `total` includes
+ * those 1024 bytes of slack where a template rounds its base.
+ */
+#ifndef ATTN_LAYOUT_H
+#define ATTN_LAYOUT_H
+
+#ifdef __cplusplus
+#define ATTN_LAYOUT_FN static constexpr
+#else
+#define ATTN_LAYOUT_FN static inline
+#endif
+
+/* fwd_sm80: the Q tile, then two stages of (K tile, V tile), 16-bit
+ * elements; no barriers (cp.async groups), no rounding. */
+typedef struct attn_fwd80_layout {
+  int q_bytes, k_bytes, v_bytes, stage_bytes, total;
+} attn_fwd80_layout;
+
+ATTN_LAYOUT_FN attn_fwd80_layout attn_fwd80_layout_of(int bm, int bn, int dqk, int dv) {
+  attn_fwd80_layout l = {0, 0, 0, 0, 0};
+  l.q_bytes = bm * dqk * 2;
+  l.k_bytes = bn * dqk * 2;
+  l.v_bytes = bn * dv * 2;
+  l.stage_bytes = l.k_bytes + l.v_bytes;
+  l.total = l.q_bytes + 2 * l.stage_bytes;
+  return l;
+}
+
+/* fwd_sm90: Q, then per stage a K and a V tile (each a multiple of 1024
+ * bytes, stored as D/64 blocks of [rows][64] as the TMA boxes land), then
+ * the mbarriers (q full, k full, v full, k empty, q empty, v empty: 2 + 4
+ * per stage), then the producer's 8-byte slots (the work tile, then one
+ * per stage). */
+typedef struct attn_fwd90_layout {
+  int q_bytes, k_bytes, v_bytes, stage_bytes, bar_offset, nbars, slot_bytes, total;
+} attn_fwd90_layout;
+
+ATTN_LAYOUT_FN attn_fwd90_layout attn_fwd90_layout_of(int bm, int bn, int stages, int dqk,
+                                                      int dv) {
+  attn_fwd90_layout l = {0, 0, 0, 0, 0, 0, 0, 0};
+  l.q_bytes = bm * dqk * 2;
+  l.k_bytes = bn * dqk * 2;
+  l.v_bytes = bn * dv * 2;
+  l.stage_bytes = l.k_bytes + l.v_bytes;
+  l.bar_offset = l.q_bytes + stages * l.stage_bytes;
+  l.nbars = 2 + 4 * stages;
+  l.slot_bytes = 8 * (1 + stages);
+  l.total = l.bar_offset + 8 * l.nbars + l.slot_bytes + 1024;
+  return l;
+}
+
+/* bwd_sm80 (64 keys per CTA, 64-query tiles): K, V (the CTA's keys), Q, dO
+ * (the streamed query tile), dRaw^T (keys x queries, for dQ), then the
+ * tile's lse and delta (f32). */
+typedef struct attn_bwd80_layout {
+  int k_bytes, v_bytes, q_bytes, do_bytes, ds_bytes, total;
+} attn_bwd80_layout;
+
+ATTN_LAYOUT_FN attn_bwd80_layout attn_bwd80_layout_of(int bn, int bm, int dqk, int dv) {
+  attn_bwd80_layout l = {0, 0, 0, 0, 0, 0};
+  l.k_bytes = bn * dqk * 2;
+  l.v_bytes = bn * dv * 2;
+  l.q_bytes = bm * dqk * 2;
+  l.do_bytes = bm * dv * 2;
+  l.ds_bytes = bn * bm * 2;
+  l.total = l.k_bytes + l.v_bytes + l.q_bytes + l.do_bytes + l.ds_bytes + 2 * bm * 4;
+  return l;
+}
+
+/* bwd_sm90: K, V (bn keys), `stages` stages of Q and of dO (bm queries),
+ * two buffers of dRaw^T [keys][queries] and, split-D, of Pd^T, dQ's f32
+ * buffer (bm x D_QK; none split-D, where the stage holds dQ), per stage
+ * the query tile's {delta, lse log2 e} pairs, then mbarriers and slots
+ * (128 bytes split-D, else 256). */
+typedef struct attn_bwd90_layout {
+  int k_bytes, v_bytes, q_bytes, do_bytes, ds_bytes, pt_bytes, dq_bytes;
+  int off_v, off_q, off_do, off_ds, off_pt, off_dqs, off_stats, off_bars, bars_bytes, total;
+} attn_bwd90_layout;
+
+ATTN_LAYOUT_FN attn_bwd90_layout attn_bwd90_layout_of(int bn, int bm, int stages, int dqk,
+                                                      int dv, int split_d) {
+  attn_bwd90_layout l = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  l.k_bytes = bn * dqk * 2;
+  l.v_bytes = bn * dv * 2;
+  l.q_bytes = bm * dqk * 2;
+  l.do_bytes = bm * dv * 2;
+  l.ds_bytes = bn * bm * 2;
+  l.pt_bytes = split_d ? bn * bm * 2 : 0;
+  l.dq_bytes = split_d ? 0 : bm * dqk * 4;
+  l.off_v = l.k_bytes;
+  l.off_q = l.off_v + l.v_bytes;
+  l.off_do = l.off_q + stages * l.q_bytes;
+  l.off_ds = l.off_do + stages * l.do_bytes;
+  l.off_pt = l.off_ds + 2 * l.ds_bytes;
+  l.off_dqs = l.off_pt + 2 * l.pt_bytes;
+  l.off_stats = l.off_dqs + l.dq_bytes;
+  l.off_bars = l.off_stats + stages * bm * 8;
+  l.bars_bytes = split_d ? 128 : 256;
+  l.total = l.off_bars + l.bars_bytes + 1024;
+  return l;
+}
+
+#undef ATTN_LAYOUT_FN
+#endif /* ATTN_LAYOUT_H */

@@ -1,0 +1,74 @@
+/*
+ * test_layout.c: the templates' shared-memory layouts (abi/attn_layout.h),
+ * which the compiler sizes launches by and the templates place tiles by.
+ * The totals are checked against the formulas the compiler used before the
+ * layouts were shared (and that docs/templates.md quotes), written out
+ * independently here, and the offsets against the order the templates
+ * document: each region starts where the one before it ends, and every
+ * TMA-written tile stays on a 1024-byte boundary.
+ */
+#include <criterion/criterion.h>
+
+#include "attn_layout.h"
+#include "attnc.h"
+
+Test(layout, fwd80_totals) {
+  const int bm[] = {64, 128}, bn[] = {32, 64, 128}, d[] = {64, 128, 256};
+  for (int a = 0; a < 2; a++)
+    for (int b = 0; b < 3; b++)
+      for (int k = 0; k < 3; k++)
+        for (int v = 0; v < 3; v++) {
+          attn_fwd80_layout l = attn_fwd80_layout_of(bm[a], bn[b], d[k], d[v]);
+          cr_assert_eq(l.total, 2 * (bm[a] * d[k] + 2 * bn[b] * (d[k] + d[v])));
+          cr_assert_eq(l.stage_bytes, l.k_bytes + l.v_bytes);
+        }
+}
+
+Test(layout, fwd90_totals_and_alignment) {
+  const int bn[] = {64, 80, 128}, d[] = {64, 128, 256};
+  for (int b = 0; b < 3; b++)
+    for (int st = 2; st <= 4; st++)
+      for (int k = 0; k < 3; k++)
+        for (int v = 0; v < 3; v++) {
+          attn_fwd90_layout l = attn_fwd90_layout_of(128, bn[b], st, d[k], d[v]);
+          cr_assert_eq(l.total,
+                       2 * (128 * d[k] + st * bn[b] * (d[k] + d[v])) + 8 * (3 + 5 * st) + 1024);
+          cr_assert_eq(l.q_bytes % 1024, 0);
+          cr_assert_eq(l.k_bytes % 1024, 0, "BN %d D %d", bn[b], d[k]);
+          cr_assert_eq(l.v_bytes % 1024, 0);
+          cr_assert_eq(l.bar_offset % 8, 0);
+        }
+}
+
+Test(layout, bwd80_total) {
+  for (int k = 64; k <= 128; k += 64)
+    for (int v = 64; v <= 128; v += 64)
+      cr_assert_eq(attn_bwd80_layout_of(64, 64, k, v).total,
+                   64 * (k + v) * 2 * 2 + 64 * 64 * 2 + 2 * 64 * 4);
+}
+
+Test(layout, bwd90_totals_and_order) {
+  /* 128 keys: three stages of 64 queries at D 128, two of 128 (wide) at
+   * D 64; split-D: 64 keys, two stages, no dQ buffer. */
+  struct {
+    int bn, bm, stages, d, split, total;
+  } c[] = {
+      {128, 64, 3, 128, 0, 640 * 256 + 256 * 128 + 35584},
+      {128, 128, 2, 64, 0, 199936},
+      {64, 64, 2, 256, 1, 384 * 512 + 34944},
+  };
+  for (int n = 0; n < 3; n++) {
+    attn_bwd90_layout l =
+        attn_bwd90_layout_of(c[n].bn, c[n].bm, c[n].stages, c[n].d, c[n].d, c[n].split);
+    cr_assert_eq(l.total, c[n].total, "case %d: %d", n, l.total);
+    cr_assert_eq(l.total, l.off_bars + l.bars_bytes + 1024);
+    cr_assert_eq(l.off_q, l.off_v + l.v_bytes);
+    cr_assert_eq(l.off_do, l.off_q + c[n].stages * l.q_bytes);
+    cr_assert_eq(l.off_ds, l.off_do + c[n].stages * l.do_bytes);
+    cr_assert_eq(l.off_pt, l.off_ds + 2 * l.ds_bytes);
+    cr_assert_eq(l.dq_bytes == 0, c[n].split != 0);
+    const int tma[] = {l.off_v, l.off_q, l.off_do, l.off_ds, l.off_pt, l.off_dqs};
+    for (int t = 0; t < 6; t++) cr_assert_eq(tma[t] % 1024, 0, "case %d region %d", n, t);
+    cr_assert(l.total <= 227 * 1024);
+  }
+}
