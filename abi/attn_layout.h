@@ -17,7 +17,7 @@
 #define ATTN_LAYOUT_H
 
 #ifdef __cplusplus
-#define ATTN_LAYOUT_FN static constexpr
+#define ATTN_LAYOUT_FN [[maybe_unused]] static constexpr
 #else
 #define ATTN_LAYOUT_FN static inline
 #endif

@@ -174,7 +174,7 @@ static int cmd_dump(int argc, char **argv,
 }
 
 /* The embedded texts (build/gen/templates.c), which --brief elides. */
-extern const char attn_abi_src[], attn_layout_src[], common_src[], ptx_src[], wgmma_src[], hooks_src[], fwd_sm80_src[],
+extern const char attn_abi_src[], attn_layout_src[], common_src[], ptx_src[], softmax_src[], wgmma_src[], hooks_src[], fwd_sm80_src[],
     fwd_sm90_src[], philox_src[], bwd_sm80_src[], bwd_sm90_src[];
 
 /* Prints the unit with each embedded template replaced by a one-line
@@ -186,6 +186,7 @@ static void put_brief(const char *src) {
       {"abi/attn_layout.h", attn_layout_src},
       {"templates/common.cuh", common_src},
       {"templates/ptx.cuh", ptx_src},
+      {"templates/softmax.cuh", softmax_src},
       {"templates/wgmma.cuh", wgmma_src},
       {"templates/hooks.cuh", hooks_src},
       {"templates/fwd_sm80.cuh", fwd_sm80_src},

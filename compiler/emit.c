@@ -2,7 +2,7 @@
  * emit.c: kernel specs -> one CUDA C translation unit for NVRTC.
  *
  * Layout of the unit: a banner; the text of abi/attn_abi.h,
- * abi/attn_layout.h and templates/common.cuh; then, for each graph, a namespace holding the
+ * abi/attn_layout.h, templates/common.cuh, ptx.cuh and softmax.cuh; then, for each graph, a namespace holding the
  * configuration macros, the hook functions generated from the graph's
  * expressions, and the text of the chosen template; after it, the graph's
  * extern "C" entry point. The templates call the hooks (docs/templates.md).
@@ -19,7 +19,7 @@
 #include "attnc.h"
 
 /* The texts embedded by tools/embed.c (build/gen/templates.c). */
-extern const char attn_abi_src[], attn_layout_src[], common_src[], ptx_src[], wgmma_src[], hooks_src[], fwd_sm80_src[],
+extern const char attn_abi_src[], attn_layout_src[], common_src[], ptx_src[], softmax_src[], wgmma_src[], hooks_src[], fwd_sm80_src[],
     fwd_sm90_src[], philox_src[];
 
 /* ---------------------------------------------------------------- hooks */
@@ -375,6 +375,8 @@ char *emit_unit(const Compiled *c, const CompileOptions *o, Arena *a) {
   sb_puts(&src, common_src);
   sb_puts(&src, "\n");
   sb_puts(&src, ptx_src);
+  sb_puts(&src, "\n");
+  sb_puts(&src, softmax_src); /* the forwards' online softmax */
   sb_puts(&src, "\n");
   /* The warpgroup-MMA wrappers of the sm90 templates (fwd_sm90, bwd_sm90). */
   if (sm90a) {

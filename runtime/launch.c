@@ -292,49 +292,40 @@ attn_status rt_run_pass(attn_call *c, PlanPass pass, bool caller_ws, void *ws, s
 
 /* ---------------------------------------------------------------- attn.h */
 
-static attn_status launch_forward(attn_call *c, void *ws, size_t bytes, bool caller_ws,
-                                  void *stream) {
+/* One pass of a bound call: the forward once every input and output is
+ * bound (nothing to do without queries), the backward once backward.c's
+ * checks pass (Skv or Sq 0 still run: their plans write the zeros). */
+static attn_status launch_pass(attn_call *c, PlanPass pass, void *ws, size_t bytes,
+                               bool caller_ws, void *stream) {
   if (!c) return ATTN_ERROR_INVALID_ARGUMENT;
   attn_context *ctx = c->g->m->ctx;
   rt_clear_error(ctx);
   if (caller_ws && !ws && bytes)
     return rt_fail(ctx, ATTN_ERROR_INVALID_ARGUMENT, "workspace is NULL but %zu bytes long",
                    bytes);
-  attn_status st = bind_finish(&c->bind, &ctx->error);
+  attn_status st =
+      pass == PLAN_FORWARD ? bind_finish(&c->bind, &ctx->error) : rt_backward_ready(c);
   if (st) return st;
-  if (c->bind.params.Sq == 0) return ATTN_SUCCESS; /* no query: no output element */
-  return rt_run_pass(c, PLAN_FORWARD, caller_ws, ws, bytes, stream);
+  if (pass == PLAN_FORWARD && c->bind.params.Sq == 0) return ATTN_SUCCESS;
+  return rt_run_pass(c, pass, caller_ws, ws, bytes, stream);
 }
 
 static attn_status call_launch_impl(attn_call *c, void *stream) {
-  return launch_forward(c, NULL, 0, false, stream);
+  return launch_pass(c, PLAN_FORWARD, NULL, 0, false, stream);
 }
 
 static attn_status call_launch_with_workspace_impl(attn_call *c, void *workspace, size_t bytes,
-                                            void *stream) {
-  return launch_forward(c, workspace, bytes, true, stream);
-}
-
-static attn_status launch_backward(attn_call *c, void *ws, size_t bytes, bool caller_ws,
-                                   void *stream) {
-  if (!c) return ATTN_ERROR_INVALID_ARGUMENT;
-  attn_context *ctx = c->g->m->ctx;
-  rt_clear_error(ctx);
-  if (caller_ws && !ws && bytes)
-    return rt_fail(ctx, ATTN_ERROR_INVALID_ARGUMENT, "workspace is NULL but %zu bytes long",
-                   bytes);
-  attn_status st = rt_backward_ready(c);
-  if (st) return st;
-  return rt_run_pass(c, PLAN_BACKWARD, caller_ws, ws, bytes, stream);
+                                                   void *stream) {
+  return launch_pass(c, PLAN_FORWARD, workspace, bytes, true, stream);
 }
 
 static attn_status call_launch_backward_impl(attn_call *c, void *stream) {
-  return launch_backward(c, NULL, 0, false, stream);
+  return launch_pass(c, PLAN_BACKWARD, NULL, 0, false, stream);
 }
 
 static attn_status call_launch_backward_with_workspace_impl(attn_call *c, void *workspace,
                                                      size_t bytes, void *stream) {
-  return launch_backward(c, workspace, bytes, true, stream);
+  return launch_pass(c, PLAN_BACKWARD, workspace, bytes, true, stream);
 }
 
 static attn_status call_workspace_size_impl(attn_call *c, attn_pass pass, size_t *bytes) {

@@ -129,8 +129,6 @@ constexpr int bwd90_stages = bwd90_split_d || bwd90_wide ? 2 : 3; /* D 256, wide
  * sizes launches by. */
 constexpr attn_bwd90_layout bwd90_layout = attn_bwd90_layout_of(
     bwd90_bn, bwd90_bm, bwd90_stages, bwd90_dqk, bwd90_dv, bwd90_split_d ? 1 : 0);
-constexpr int bwd90_k_bytes = bwd90_layout.k_bytes;
-constexpr int bwd90_v_bytes = bwd90_layout.v_bytes;
 constexpr int bwd90_q_bytes = bwd90_layout.q_bytes;
 constexpr int bwd90_do_bytes = bwd90_layout.do_bytes;
 constexpr int bwd90_ds_bytes = bwd90_layout.ds_bytes;
@@ -152,7 +150,8 @@ constexpr int bwd90_pt_bytes = bwd90_layout.pt_bytes; /* Pd^T, split-D */
  * element atomics this replaced kept L2 83% busy; H200, D 256: 4.75 ->
  * 3.33 ms (bench/NOTES-sm90.md, session 6). */
 constexpr bool bwd90_dq_in_stage = bwd90_split_d;
-constexpr int bwd90_dq_bytes = bwd90_layout.dq_bytes; /* 0 where the stage holds dQ */
+static_assert(bwd90_layout.dq_bytes == (bwd90_dq_in_stage ? 0 : bwd90_bm * bwd90_dqk * 4),
+              "dQ's buffer: none where the stage holds dQ");
 constexpr int bwd90_off_v = bwd90_layout.off_v;
 constexpr int bwd90_off_q = bwd90_layout.off_q;
 constexpr int bwd90_off_do = bwd90_layout.off_do;

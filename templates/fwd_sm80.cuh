@@ -71,7 +71,6 @@ constexpr attn_fwd80_layout fwd80_layout =
     attn_fwd80_layout_of(fwd80_bm, fwd80_bn, fwd80_dqk, fwd80_dv);
 constexpr int fwd80_q_bytes = fwd80_layout.q_bytes;
 constexpr int fwd80_k_bytes = fwd80_layout.k_bytes;
-constexpr int fwd80_v_bytes = fwd80_layout.v_bytes;
 constexpr int fwd80_stage_bytes = fwd80_layout.stage_bytes;
 constexpr int attn_fwd_sm80_smem_bytes = fwd80_layout.total;
 static_assert(attn_fwd_sm80_smem_bytes <= 227 * 1024,
@@ -148,7 +147,6 @@ fwd80_scores(float (&s)[fwd80_bn / 8][4], const attn_bh &c, int b, int h, int i_
 __device__ __forceinline__ void attn_fwd_sm80(const attn_params &p) {
   extern __shared__ __align__(128) unsigned char fwd80_smem[];
   const float neg_inf = __int_as_float(0xff800000);
-  const float log2e = 1.4426950408889634f;
 
   const int tid = threadIdx.x;
   const int warp = tid >> 5, lane = tid & 31;
@@ -286,33 +284,16 @@ __device__ __forceinline__ void attn_fwd_sm80(const attn_params &p) {
     else
       fwd80_scores<true>(s, bhc, b, h, i_row, j0 + 2 * t, cls != 2, p);
 
-    /* Online softmax, rows g (r = 0) and g + 8 (r = 1). */
+    /* Online softmax, rows g (r = 0) and g + 8 (r = 1): softmax.cuh. */
+    attn_softmax_tile<fwd80_bn / 8>(
+        [&](int nt, int k) -> float & { return s[nt][k]; }, row_max, row_sum,
+        [&](int r, float a) {
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float mx = row_max[r];
-#pragma unroll
-      for (int nt = 0; nt < fwd80_bn / 8; ++nt)
-        mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      /* Safe max: with every key so far masked, subtract 0, not -inf. */
-      const float base = mx == neg_inf ? 0.f : mx * log2e;
-      const float alpha = attn_exp2(row_max[r] * log2e - base);
-      row_max[r] = mx;
-      float sum = 0.f;
-#pragma unroll
-      for (int nt = 0; nt < fwd80_bn / 8; ++nt) {
-        s[nt][2 * r] = attn_exp2(fmaf(s[nt][2 * r], log2e, -base));
-        s[nt][2 * r + 1] = attn_exp2(fmaf(s[nt][2 * r + 1], log2e, -base));
-        sum += s[nt][2 * r] + s[nt][2 * r + 1];
-      }
-      row_sum[r] = row_sum[r] * alpha + sum;
-#pragma unroll
-      for (int nt = 0; nt < fwd80_dv / 8; ++nt) {
-        o[nt][2 * r] *= alpha;
-        o[nt][2 * r + 1] *= alpha;
-      }
-    }
+          for (int nt = 0; nt < fwd80_dv / 8; ++nt) {
+            o[nt][2 * r] *= a;
+            o[nt][2 * r + 1] *= a;
+          }
+        });
 #if defined(ATTN_DROPOUT)
     /* After the row sums: dropout changes what P V adds, not the
      * normalizer. Masked elements are 0 whatever the factor. s[nt][2r + x]
@@ -376,10 +357,8 @@ __device__ __forceinline__ void attn_fwd_sm80(const attn_params &p) {
   /* Normalize and store. */
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    float l = row_sum[r];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const float inv = l > 0.f ? 1.f / l : 0.f;
+    const float l = attn_softmax_total(row_sum[r]);
+    const float inv = attn_softmax_inv(l);
     const int i = i_row + r * 8;
     if (i >= p.Sq)
       continue;

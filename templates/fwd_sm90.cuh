@@ -93,8 +93,7 @@ constexpr int fwd90_nbars = fwd90_layout.nbars;
 /* After the barriers, 8-byte slots the producer fills for the consumers:
  * the work tile (its index for the persistent kernel, fwd90_next_tile,
  * and whether it has any live key tile), then one per stage (the key
- * tile's index and class). */
-constexpr int fwd90_slot_bytes = fwd90_layout.slot_bytes;
+ * tile's index and class): fwd90_layout.slot_bytes. */
 /* With 1024 bytes for rounding the dynamic shared-memory base up. */
 constexpr int attn_fwd_sm90_smem_bytes = fwd90_layout.total;
 static_assert(attn_fwd_sm90_smem_bytes <= 227 * 1024, "tiles exceed shared memory");
@@ -236,7 +235,6 @@ static __device__ __forceinline__ int fwd90_next_tile(int t, int n_ctas, int n_t
 __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_tmaps &tm) {
   extern __shared__ __align__(1024) unsigned char fwd90_smem[];
   const float neg_inf = __int_as_float(0xff800000);
-  const float log2e = 1.4426950408889634f;
 
   const int tid = threadIdx.x;
   const int warp = tid >> 5, lane = tid & 31;
@@ -560,28 +558,8 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       /* Online softmax of rows g (r = 0) and g + 8 (r = 1), overlapping
        * the previous tile's P V. */
       float alpha[2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float mx = row_max[r];
-#pragma unroll
-        for (int nb = 0; nb < fwd90_bn / 8; ++nb)
-          mx = fmaxf(mx, fmaxf(s[nb * 4 + 2 * r], s[nb * 4 + 2 * r + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        /* Safe max: with every key so far masked, subtract 0, not -inf. */
-        const float base2 = mx == neg_inf ? 0.f : mx * log2e;
-        alpha[r] = attn_exp2(row_max[r] * log2e - base2);
-        row_max[r] = mx;
-        float sum = 0.f;
-#pragma unroll
-        for (int nb = 0; nb < fwd90_bn / 8; ++nb) {
-          float &x0 = s[nb * 4 + 2 * r], &x1 = s[nb * 4 + 2 * r + 1];
-          x0 = attn_exp2(fmaf(x0, log2e, -base2));
-          x1 = attn_exp2(fmaf(x1, log2e, -base2));
-          sum += x0 + x1;
-        }
-        row_sum[r] = row_sum[r] * alpha[r] + sum;
-      }
+      attn_softmax_tile<fwd90_bn / 8>([&](int nb, int k) -> float & { return s[nb * 4 + k]; },
+                                      row_max, row_sum, [&](int r, float a) { alpha[r] = a; });
 #if defined(ATTN_DROPOUT)
       /* After the row sums: dropout changes what P V adds, not the
        * normalizer. Masked elements are 0 whatever the factor.
@@ -675,10 +653,8 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
     /* Normalize and store, straight from the accumulators. */
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      float l = row_sum[r];
-      l += __shfl_xor_sync(0xffffffffu, l, 1);
-      l += __shfl_xor_sync(0xffffffffu, l, 2);
-      const float inv = l > 0.f ? 1.f / l : 0.f;
+      const float l = attn_softmax_total(row_sum[r]);
+      const float inv = attn_softmax_inv(l);
       const int i = i_row + r * 8;
       if (i >= p.Sq)
         continue;

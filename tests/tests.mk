@@ -50,7 +50,7 @@ test-here: all $(BUILD)/tests/unit_tests $(GPU_BIN)
 
 # The template on its own, with hand-written hooks (nvcc, cudart).
 $(BUILD)/tests/gpu/template_sm80_test: tests/gpu/template_sm80_test.cu templates/fwd_sm80.cuh \
-    templates/ptx.cuh templates/hooks.cuh compiler/tmpl_sm80.c abi/attn_abi.h abi/attn_layout.h
+    templates/ptx.cuh templates/softmax.cuh templates/hooks.cuh compiler/tmpl_sm80.c abi/attn_abi.h abi/attn_layout.h
 	@mkdir -p $(dir $@)
 	$(CUDA)/bin/nvcc -std=c++17 -O3 -Iabi -gencode=arch=compute_90a,code=sm_90a \
 	  -gencode=arch=compute_80,code=sm_80 -o $@ $<

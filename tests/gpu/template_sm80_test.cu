@@ -32,6 +32,7 @@ extern "C" {
 }
 /* The shared PTX wrappers, once, as the emitter pastes them. */
 #include "../../templates/ptx.cuh"
+#include "../../templates/softmax.cuh"
 
 /* The emitter's tile table, compiled here as C++ to check it against the
  * template ( _Noreturn is a C11 keyword C++ lacks). */

@@ -8,6 +8,8 @@
 
 /* [the text of templates/ptx.cuh] */
 
+/* [the text of templates/softmax.cuh] */
+
 /* [the text of templates/wgmma.cuh] */
 
 /* ---- graph document (document.attn:5:11): forward, template fwd_sm90 ---- */

@@ -8,6 +8,8 @@
 
 /* [the text of templates/ptx.cuh] */
 
+/* [the text of templates/softmax.cuh] */
+
 /* [the text of templates/wgmma.cuh] */
 
 /* ---- graph gemma2_local (gemma2_local.attn:3:11): forward, template fwd_sm90 ---- */

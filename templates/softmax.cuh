@@ -1,0 +1,61 @@
+/*
+ * softmax.cuh: the online softmax of the forward templates (fwd_sm80,
+ * fwd_sm90), written once; a split-KV or decode template takes the same.
+ *
+ * A thread holds two rows of a score tile (r = 0 and 1: rows g and g + 8
+ * of an m16n8 or m64nN fragment) as 8-key blocks n < N, the pair at
+ * frag(n, 2 r) and frag(n, 2 r + 1); the rest of a row lives in the other
+ * three lanes of the thread's quad. Maxima are kept in natural-log units
+ * (they are what logsumexp stores); exponentials are exp2 with log2(e)
+ * folded into one fma. Each row keeps this lane's partial sum; the quad's
+ * total is taken once, at the end (attn_softmax_total).
+ */
+
+/* One tile: the rows' new maxima over it (a quad reduction), the tile's
+ * scores replaced by their exponentials, the running sums updated, and
+ * for each row on_row(r, alpha) with the factor that rescales what was
+ * accumulated under the old maximum. The caller applies it to O where it
+ * overlaps best: at once (fwd_sm80), or kept and applied behind the next
+ * P V GEMM (fwd_sm90). A row whose keys were all masked so far subtracts
+ * 0, not -inf (the "safe max"), so its exponentials are 0 and alpha is 1,
+ * never NaN. */
+template <int N, typename Frag, typename OnRow>
+static __device__ __forceinline__ void attn_softmax_tile(Frag frag, float (&row_max)[2],
+                                                         float (&row_sum)[2], OnRow on_row) {
+  const float neg_inf = __int_as_float(0xff800000);
+  const float log2e = 1.4426950408889634f;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float mx = row_max[r];
+#pragma unroll
+    for (int n = 0; n < N; ++n)
+      mx = fmaxf(mx, fmaxf(frag(n, 2 * r), frag(n, 2 * r + 1)));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float base = mx == neg_inf ? 0.f : mx * log2e;
+    const float alpha = attn_exp2(row_max[r] * log2e - base);
+    row_max[r] = mx;
+    float sum = 0.f;
+#pragma unroll
+    for (int n = 0; n < N; ++n) {
+      float &x0 = frag(n, 2 * r), &x1 = frag(n, 2 * r + 1);
+      x0 = attn_exp2(fmaf(x0, log2e, -base));
+      x1 = attn_exp2(fmaf(x1, log2e, -base));
+      sum += x0 + x1;
+    }
+    row_sum[r] = row_sum[r] * alpha + sum;
+    on_row(r, alpha);
+  }
+}
+
+/* The row's normalizer: this lane's partial sum added over its quad. */
+static __device__ __forceinline__ float attn_softmax_total(float partial) {
+  partial += __shfl_xor_sync(0xffffffffu, partial, 1);
+  partial += __shfl_xor_sync(0xffffffffu, partial, 2);
+  return partial;
+}
+
+/* 1 / l, or 0 for a row that kept no key (its output is 0). */
+static __device__ __forceinline__ float attn_softmax_inv(float l) {
+  return l > 0.f ? 1.f / l : 0.f;
+}
