@@ -67,8 +67,9 @@
  * (an item >= n_items) zeroes the queue for the next launch on the stream,
  * and no CTA reads it after its end marker. Without a queue (a kernel
  * launched one CTA per item), a static stride. (fwd90_next_tile is the
- * same walk written on p.tile_queue; it stays as it is, whose SASS the
- * forward tables were measured on.) */
+ * same walk written on p.tile_queue; made one with this, it moved the
+ * SASS of examples/padding.attn's forward (register choices, 8 more
+ * instructions), so it stays as the forward tables were measured on.) */
 [[maybe_unused]] static __device__ __forceinline__ int attn_next_work(unsigned *queue, int t,
                                                                      int n_ctas, int n_items) {
   if (!queue)

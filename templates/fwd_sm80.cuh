@@ -354,28 +354,9 @@ __device__ __forceinline__ void attn_fwd_sm80(const attn_params &p) {
   if (tid == 0 && p.tiles_visited)
     atomicAdd(p.tiles_visited, visited);
 
-  /* Normalize and store. */
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const float l = attn_softmax_total(row_sum[r]);
-    const float inv = attn_softmax_inv(l);
-    const int i = i_row + r * 8;
-    if (i >= p.Sq)
-      continue;
-    const attn_tensor_arg &to = p.t[fwd80_to];
-    const long long orow = b * to.stride[0] + h * to.stride[1] +
-                           (long long)i * to.stride[2];
-#pragma unroll
-    for (int nt = 0; nt < fwd80_dv / 8; ++nt) {
-      const int d = nt * 8 + 2 * t;
-      const float x0 = attn_out(o[nt][2 * r] * inv, b, h, i, d, p);
-      const float x1 = attn_out(o[nt][2 * r + 1] * inv, b, h, i, d + 1, p);
-      attn_store_pair<fwd80_out_kind>(to.ptr, orow + d, x0, x1);
-    }
-    if constexpr (fwd80_tlse >= 0) {
-      if (t == 0) {
-        attn_store_lse(p.t[fwd80_tlse >= 0 ? fwd80_tlse : 0], b, h, i, row_max[r], l);
-      }
-    }
-  }
+  /* Normalize and store (softmax.cuh). */
+  attn_softmax_store<fwd80_dv / 8, fwd80_out_kind, (fwd80_tlse >= 0)>(
+      [&](int nt, int k) -> float & { return o[nt][k]; }, row_max, row_sum, i_row, t, b, h,
+      fwd80_to, fwd80_tlse >= 0 ? fwd80_tlse : 0, p,
+      [&](float x, int i, int d) { return attn_out(x, b, h, i, d, p); });
 }

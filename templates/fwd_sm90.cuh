@@ -650,30 +650,11 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
     if (lane == 0)
       attn_mbar_arrive(bar_q_empty);
 
-    /* Normalize and store, straight from the accumulators. */
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const float l = attn_softmax_total(row_sum[r]);
-      const float inv = attn_softmax_inv(l);
-      const int i = i_row + r * 8;
-      if (i >= p.Sq)
-        continue;
-      const attn_tensor_arg &to = p.t[fwd90_to];
-      const long long orow = b * to.stride[0] + h * to.stride[1] +
-                             (long long)i * to.stride[2];
-#pragma unroll
-      for (int nb = 0; nb < fwd90_dv / 8; ++nb) {
-        const int d = nb * 8 + 2 * t4;
-        const float x0 = attn_out(o[nb * 4 + 2 * r] * inv, b, h, i, d, p);
-        const float x1 = attn_out(o[nb * 4 + 2 * r + 1] * inv, b, h, i, d + 1, p);
-        attn_store_pair<fwd90_out_kind>(to.ptr, orow + d, x0, x1);
-      }
-      if constexpr (fwd90_tlse >= 0) {
-        if (t4 == 0) {
-          attn_store_lse(p.t[fwd90_tlse >= 0 ? fwd90_tlse : 0], b, h, i, row_max[r], l);
-        }
-      }
-    }
+    /* Normalize and store, straight from the accumulators (softmax.cuh). */
+    attn_softmax_store<fwd90_dv / 8, fwd90_out_kind, (fwd90_tlse >= 0)>(
+        [&](int nb, int k) -> float & { return o[nb * 4 + k]; }, row_max, row_sum, i_row, t4, b,
+        h, fwd90_to, fwd90_tlse >= 0 ? fwd90_tlse : 0, p,
+        [&](float x, int i, int d) { return attn_out(x, b, h, i, d, p); });
   }
 }
 

@@ -59,3 +59,39 @@ static __device__ __forceinline__ float attn_softmax_total(float partial) {
 static __device__ __forceinline__ float attn_softmax_inv(float l) {
   return l > 0.f ? 1.f / l : 0.f;
 }
+
+/* The epilogue of a forward: for the thread's two rows (i_row and i_row +
+ * 8), the quad's normalizer, O's row divided by it and passed through the
+ * graph's output hook (out(x, i, d): attn_out of the graph's namespace),
+ * stored as pairs of columns 8 nb + 2 t, + 1 for nb < NB, and the row's
+ * logsumexp (natural-log max and sum) by the quad's first lane when the
+ * graph has an lse output. Rows past Sq store nothing. */
+template <int NB, int OUT_KIND, bool LSE, typename FragO, typename Out>
+static __device__ __forceinline__ void attn_softmax_store(FragO o, const float (&row_max)[2],
+                                                          const float (&row_sum)[2], int i_row,
+                                                          int t, int b, int h, int o_slot,
+                                                          int lse_slot, const attn_params &p,
+                                                          Out out) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float l = attn_softmax_total(row_sum[r]);
+    const float inv = attn_softmax_inv(l);
+    const int i = i_row + r * 8;
+    if (i >= p.Sq)
+      continue;
+    const attn_tensor_arg &to = p.t[o_slot];
+    const long long orow = b * to.stride[0] + h * to.stride[1] + (long long)i * to.stride[2];
+#pragma unroll
+    for (int nb = 0; nb < NB; ++nb) {
+      const int d = nb * 8 + 2 * t;
+      const float x0 = out(o(nb, 2 * r) * inv, i, d);
+      const float x1 = out(o(nb, 2 * r + 1) * inv, i, d + 1);
+      attn_store_pair<OUT_KIND>(to.ptr, orow + d, x0, x1);
+    }
+    if constexpr (LSE) {
+      if (t == 0) {
+        attn_store_lse(p.t[lse_slot], b, h, i, row_max[r], l);
+      }
+    }
+  }
+}
