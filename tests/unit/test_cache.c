@@ -129,6 +129,18 @@ static void get_ok(Cache *c, const unsigned char key[32], FakeCompiler *fc,
   sb_free(&err);
 }
 
+/* A cache over root, one lookup of a fresh key through a fake compiler:
+ * for tests about what the cache makes of its root. */
+static void init_and_get_once(Cache *c, const char *label) {
+  cache_init(c, root);
+  unsigned char key[32];
+  some_key(key, label);
+  FakeCompiler fc = {0};
+  CacheBlob b;
+  get_ok(c, key, &fc, &b);
+  cache_blob_free(&b);
+}
+
 /* ----------------------------------------------------------------- keys */
 
 Test(cache_key, same_inputs_same_key) {
@@ -445,13 +457,7 @@ Test(cache, read_only_directory_falls_back_to_memory) {
   }
   chmod(root, 0555);
   Cache c;
-  cache_init(&c, root);
-  unsigned char key[32];
-  some_key(key, "read-only");
-  FakeCompiler fc = {0};
-  CacheBlob b;
-  get_ok(&c, key, &fc, &b);
-  cache_blob_free(&b);
+  init_and_get_once(&c, "read-only");
   cr_assert(c.warning.len > 0);
   cache_free(&c);
   chmod(root, 0755);
@@ -545,13 +551,7 @@ Test(cache, directories_are_0700_and_files_0600) {
 Test(cache, a_root_others_may_write_is_not_used) {
   chmod(root, 0777);
   Cache c;
-  cache_init(&c, root);
-  unsigned char key[32];
-  some_key(key, "world-writable");
-  FakeCompiler fc = {0};
-  CacheBlob b;
-  get_ok(&c, key, &fc, &b);
-  cache_blob_free(&b);
+  init_and_get_once(&c, "world-writable");
   cr_assert_null(c.root, "the disk cache should be abandoned");
   cr_assert(strstr(c.warning.data, "writable by others"), "%s", c.warning.data);
   cr_assert_eq(count_files(root, "", true), 2, "nothing written there");
