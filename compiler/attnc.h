@@ -985,6 +985,8 @@ typedef struct PlanProblem {
   const int *ndims;                    /* their ranks */
 } PlanProblem;
 long long plan_dim(const GraphPlan *gp, PlanDim d, const PlanProblem *pr);
+/* "forward" or "backward", as plans and messages name a pass. */
+const char *plan_pass_name(PlanPass pass);
 size_t plan_slice_bytes(const GraphPlan *gp, const PlanSlice *s, const PlanProblem *pr);
 bool plan_applies(unsigned need, unsigned deny, unsigned facts);
 

@@ -249,6 +249,8 @@ static const char *const zero_names[] = {[PZ_NEVER] = "never", [PZ_EACH] = "each
                                          [PZ_NEW] = "new"};
 static const char *const pass_names[] = {[PLAN_FORWARD] = "forward", [PLAN_BACKWARD] = "backward"};
 
+const char *plan_pass_name(PlanPass pass) { return pass_names[pass]; }
+
 /* Launch facts by name, PLAN_IF_* in bit order; "-" is none. */
 static const char *const fact_names[] = {"det", "gqa"};
 
@@ -327,7 +329,6 @@ void plan_write(StrBuf *out, const GraphPlan *plans, int n) {
 typedef struct PlanLine {
   char *w[16];
   int n;
-  int lineno;
 } PlanLine;
 
 typedef struct PlanReader {
@@ -438,10 +439,12 @@ static int rd_slice(PlanReader *r, const PlanLine *l, PassPlan *p) {
   long slot, elem;
   int bind = 0, zero = 0;
   if (l->n < 2 || rd_name(r, l->w[1], &s->name) ||
-      rd_enum(r, rd_field(l, "bind"), bind_names, 3, &bind) ||
+      rd_enum(r, rd_field(l, "bind"), bind_names, (int)(sizeof bind_names / sizeof *bind_names),
+              &bind) ||
       rd_need_int(r, l, "slot", -1, ATTN_MAX_TENSORS - 1, &slot) ||
       rd_need_int(r, l, "elem", 1, 16, &elem) ||
-      rd_enum(r, rd_field(l, "zero"), zero_names, 3, &zero) ||
+      rd_enum(r, rd_field(l, "zero"), zero_names, (int)(sizeof zero_names / sizeof *zero_names),
+              &zero) ||
       rd_conditions(r, l, &s->need, &s->deny))
     return -1;
   s->bind = (PlanBind)bind;
@@ -554,7 +557,7 @@ int plan_read(const char *text, Arena *a, GraphPlan **plans, int *n, StrBuf *err
     if (len > (1u << 20)) return rd_fail(&r, "line too long");
     char *line = arena_strndup(a, p, len);
     p += len + (eol ? 1 : 0);
-    PlanLine l = {.lineno = r.lineno};
+    PlanLine l = {.n = 0};
     char *save = NULL;
     for (char *w = strtok_r(line, " \t", &save); w; w = strtok_r(NULL, " \t", &save)) {
       if (l.n == 16) return rd_fail(&r, "too many fields");

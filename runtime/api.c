@@ -932,31 +932,6 @@ static attn_status call_set_tile_counter_impl(attn_call *c, void *device_u64) {
 
 /* ------------------------------------------------------------- attn.h */
 
-/* The public calls: each one's _impl between rt_begin and rt_end. A call
- * that made an object (out) and then ran out of memory gives it back. */
-#define RT_CALL(ctx, call)                                                                      \
-  do {                                                                                          \
-    attn_context *ctx_ = (ctx);                                                                 \
-    attn_status st_ = rt_begin(ctx_);                                                           \
-    return st_ ? st_ : rt_end(ctx_, (call));                                                    \
-  } while (0)
-#define RT_CALL_OUT(ctx, call, out, destroy)                                                    \
-  do {                                                                                          \
-    attn_context *ctx_ = (ctx);                                                                 \
-    attn_status st_ = rt_begin(ctx_);                                                           \
-    if (st_) {                                                                                  \
-      if (out) *(out) = NULL;                                                                   \
-      return st_;                                                                               \
-    }                                                                                           \
-    attn_status made_ = (call);                                                                 \
-    st_ = rt_end(ctx_, made_);                                                                  \
-    if (st_ && !made_ && out && *(out)) {                                                       \
-      destroy(*(out));                                                                          \
-      *(out) = NULL;                                                                            \
-    }                                                                                           \
-    return st_;                                                                                 \
-  } while (0)
-
 attn_status attn_context_set_arch(attn_context *ctx, const char *arch) {
   if (!ctx) return ATTN_ERROR_INVALID_ARGUMENT;
   RT_CALL(ctx, context_set_arch_impl(ctx, arch));

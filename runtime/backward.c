@@ -128,7 +128,5 @@ attn_status rt_backward_ready(attn_call *c) {
 
 attn_status attn_call_set_deterministic(attn_call *c, int on) {
   if (!c) return ATTN_ERROR_INVALID_ARGUMENT;
-  attn_context *ctx = c->g->m->ctx;
-  attn_status st = rt_begin(ctx);
-  return st ? st : rt_end(ctx, call_set_deterministic_impl(c, on));
+  RT_CALL(c->g->m->ctx, call_set_deterministic_impl(c, on));
 }

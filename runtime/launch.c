@@ -44,17 +44,16 @@ static PlanProblem launch_problem(const attn_call *c, int ndims[ATTN_MAX_TENSORS
   return (PlanProblem){p->B, p->H, p->Hk, p->Sq, p->Skv, c->bind.shape, ndims};
 }
 
-static void layout_pass(const attn_call *c, const PassPlan *pp, unsigned facts, PassLayout *l) {
+static void layout_pass(const attn_call *c, const PassPlan *pp, unsigned facts,
+                        const PlanProblem *pr, PassLayout *l) {
   memset(l, 0, sizeof *l);
-  int ndims[ATTN_MAX_TENSORS];
-  const PlanProblem pr = launch_problem(c, ndims);
   unsigned long long sig = 1469598103934665603ull;
   for (int k = 0; k < pp->nslices; k++) {
     const PlanSlice *s = &pp->slices[k];
     if (!plan_applies(s->need, s->deny, facts)) continue;
     l->present[k] = true;
     l->off[k] = l->total;
-    l->bytes[k] = plan_slice_bytes(c->g->plan, s, &pr);
+    l->bytes[k] = plan_slice_bytes(c->g->plan, s, pr);
     l->total = (l->total + l->bytes[k] + WS_ALIGN - 1) / WS_ALIGN * WS_ALIGN;
     if (s->zero == PZ_NEW) sig = (sig ^ (k + 1) ^ (l->off[k] << 8)) * 1099511628211ull;
   }
@@ -70,8 +69,10 @@ attn_status rt_pass_workspace(attn_call *c, PlanPass pass, size_t *bytes) {
   *bytes = 0;
   const PassPlan *pp = pass_plan(c, pass);
   if (!pp) return ATTN_SUCCESS;
+  int ndims[ATTN_MAX_TENSORS];
+  const PlanProblem pr = launch_problem(c, ndims);
   PassLayout l;
-  layout_pass(c, pp, launch_facts(c), &l);
+  layout_pass(c, pp, launch_facts(c), &pr, &l);
   *bytes = l.total;
   return ATTN_SUCCESS;
 }
@@ -100,7 +101,7 @@ static attn_status own_workspace(attn_call *c, const RtDriver *d, PlanPass pass,
       w->ptr = 0;
       attn_status st = rt_driver_error(d, r, "cuMemAlloc", &c->g->m->ctx->error);
       sb_printf(&c->g->m->ctx->error, " (%zu bytes of workspace for the %s of graph '%s')", bytes,
-                pass == PLAN_FORWARD ? "forward" : "backward", c->g->ir->name);
+                plan_pass_name(pass), c->g->ir->name);
       return st;
     }
     w->bytes = bytes;
@@ -178,7 +179,7 @@ attn_status rt_run_pass(attn_call *c, PlanPass pass, bool caller_ws, void *ws, s
   const PassPlan *pp = pass_plan(c, pass);
   if (!pp)
     return rt_fail(ctx, ATTN_ERROR_UNSUPPORTED, "graph '%s': the module holds no %s kernels",
-                   ir->name, pass == PLAN_FORWARD ? "forward" : "backward");
+                   ir->name, plan_pass_name(pass));
   attn_params p = c->bind.params; /* the call's block plus this launch's workspace */
   p.tiles_visited = pass == PLAN_FORWARD ? c->tile_counter : NULL;
   p.tile_queue = NULL;
@@ -189,13 +190,15 @@ attn_status rt_run_pass(attn_call *c, PlanPass pass, bool caller_ws, void *ws, s
                    "graph '%s': %d heads and batch %d: the launch grid allows at most 65535 of "
                    "each", ir->name, p.H, p.B);
   const unsigned facts = launch_facts(c);
+  int ndims[ATTN_MAX_TENSORS];
+  const PlanProblem pr = launch_problem(c, ndims);
   PassLayout l;
-  layout_pass(c, pp, facts, &l);
+  layout_pass(c, pp, facts, &pr, &l);
   if (caller_ws && ws_bytes < l.total)
     return rt_fail(ctx, ATTN_ERROR_INVALID_ARGUMENT,
                    "graph '%s': the %s needs %zu bytes of workspace for these shapes; %zu given "
                    "(attn_call_workspace_size)", ir->name,
-                   pass == PLAN_FORWARD ? "forward" : "backward", l.total, ws_bytes);
+                   plan_pass_name(pass), l.total, ws_bytes);
   if (caller_ws && (uintptr_t)ws % WS_BASE_ALIGN)
     return rt_fail(ctx, ATTN_ERROR_INVALID_ARGUMENT,
                    "graph '%s': workspace %p is not %d-byte aligned", ir->name, ws,
@@ -216,8 +219,6 @@ attn_status rt_run_pass(attn_call *c, PlanPass pass, bool caller_ws, void *ws, s
     if ((st = own_workspace(c, d, pass, l.total, &base, &fresh))) return st;
     fresh = fresh || c->ws[pass].zeroed != l.signature;
   }
-  int ndims[ATTN_MAX_TENSORS];
-  const PlanProblem pr = launch_problem(c, ndims);
   for (int k = 0; k < pp->nslices; k++) /* slots of absent slices stay null */
     if (pp->slices[k].bind == PB_SLOT) memset(&p.t[pp->slices[k].slot], 0, sizeof p.t[0]);
   bool have_queue = false;
@@ -292,44 +293,30 @@ attn_status rt_run_pass(attn_call *c, PlanPass pass, bool caller_ws, void *ws, s
 
 /* ---------------------------------------------------------------- attn.h */
 
-/* One pass of a bound call: the forward once every input and output is
- * bound (nothing to do without queries), the backward once backward.c's
- * checks pass (Skv or Sq 0 still run: their plans write the zeros). */
+/* Whether a pass of a bound call can run: the forward once every input
+ * and output is bound, the backward once backward.c's checks pass. */
+static attn_status pass_ready(attn_call *c, PlanPass pass) {
+  return pass == PLAN_FORWARD ? bind_finish(&c->bind, &c->g->m->ctx->error)
+                              : rt_backward_ready(c);
+}
+
+/* One pass of a ready call (the forward has nothing to do without
+ * queries; the backward's Skv or Sq 0 still run: their plans write the
+ * zeros). */
 static attn_status launch_pass(attn_call *c, PlanPass pass, void *ws, size_t bytes,
                                bool caller_ws, void *stream) {
-  if (!c) return ATTN_ERROR_INVALID_ARGUMENT;
   attn_context *ctx = c->g->m->ctx;
   rt_clear_error(ctx);
   if (caller_ws && !ws && bytes)
     return rt_fail(ctx, ATTN_ERROR_INVALID_ARGUMENT, "workspace is NULL but %zu bytes long",
                    bytes);
-  attn_status st =
-      pass == PLAN_FORWARD ? bind_finish(&c->bind, &ctx->error) : rt_backward_ready(c);
+  attn_status st = pass_ready(c, pass);
   if (st) return st;
   if (pass == PLAN_FORWARD && c->bind.params.Sq == 0) return ATTN_SUCCESS;
   return rt_run_pass(c, pass, caller_ws, ws, bytes, stream);
 }
 
-static attn_status call_launch_impl(attn_call *c, void *stream) {
-  return launch_pass(c, PLAN_FORWARD, NULL, 0, false, stream);
-}
-
-static attn_status call_launch_with_workspace_impl(attn_call *c, void *workspace, size_t bytes,
-                                                   void *stream) {
-  return launch_pass(c, PLAN_FORWARD, workspace, bytes, true, stream);
-}
-
-static attn_status call_launch_backward_impl(attn_call *c, void *stream) {
-  return launch_pass(c, PLAN_BACKWARD, NULL, 0, false, stream);
-}
-
-static attn_status call_launch_backward_with_workspace_impl(attn_call *c, void *workspace,
-                                                     size_t bytes, void *stream) {
-  return launch_pass(c, PLAN_BACKWARD, workspace, bytes, true, stream);
-}
-
 static attn_status call_workspace_size_impl(attn_call *c, attn_pass pass, size_t *bytes) {
-  if (!c) return ATTN_ERROR_INVALID_ARGUMENT;
   attn_context *ctx = c->g->m->ctx;
   rt_clear_error(ctx);
   if (!bytes)
@@ -339,48 +326,35 @@ static attn_status call_workspace_size_impl(attn_call *c, attn_pass pass, size_t
     return rt_fail(ctx, ATTN_ERROR_INVALID_ARGUMENT,
                    "attn_call_workspace_size: pass %d is neither ATTN_PASS_FORWARD nor "
                    "ATTN_PASS_BACKWARD", (int)pass);
-  attn_status st =
-      pass == ATTN_PASS_BACKWARD ? rt_backward_ready(c) : bind_finish(&c->bind, &ctx->error);
+  const PlanPass pp = pass == ATTN_PASS_FORWARD ? PLAN_FORWARD : PLAN_BACKWARD;
+  attn_status st = pass_ready(c, pp);
   if (st) return st;
-  return rt_pass_workspace(c, pass == ATTN_PASS_FORWARD ? PLAN_FORWARD : PLAN_BACKWARD, bytes);
+  return rt_pass_workspace(c, pp, bytes);
 }
-
-/* ------------------------------------------------------------- attn.h */
 
 attn_status attn_call_launch(attn_call *c, void *stream) {
   if (!c) return ATTN_ERROR_INVALID_ARGUMENT;
-  attn_context *ctx = c->g->m->ctx;
-  attn_status st = rt_begin(ctx);
-  return st ? st : rt_end(ctx, call_launch_impl(c, stream));
+  RT_CALL(c->g->m->ctx, launch_pass(c, PLAN_FORWARD, NULL, 0, false, stream));
 }
 
 attn_status attn_call_launch_with_workspace(attn_call *c, void *workspace, size_t bytes,
                                             void *stream) {
   if (!c) return ATTN_ERROR_INVALID_ARGUMENT;
-  attn_context *ctx = c->g->m->ctx;
-  attn_status st = rt_begin(ctx);
-  return st ? st : rt_end(ctx, call_launch_with_workspace_impl(c, workspace, bytes, stream));
+  RT_CALL(c->g->m->ctx, launch_pass(c, PLAN_FORWARD, workspace, bytes, true, stream));
 }
 
 attn_status attn_call_launch_backward(attn_call *c, void *stream) {
   if (!c) return ATTN_ERROR_INVALID_ARGUMENT;
-  attn_context *ctx = c->g->m->ctx;
-  attn_status st = rt_begin(ctx);
-  return st ? st : rt_end(ctx, call_launch_backward_impl(c, stream));
+  RT_CALL(c->g->m->ctx, launch_pass(c, PLAN_BACKWARD, NULL, 0, false, stream));
 }
 
 attn_status attn_call_launch_backward_with_workspace(attn_call *c, void *workspace,
                                                      size_t bytes, void *stream) {
   if (!c) return ATTN_ERROR_INVALID_ARGUMENT;
-  attn_context *ctx = c->g->m->ctx;
-  attn_status st = rt_begin(ctx);
-  return st ? st
-            : rt_end(ctx, call_launch_backward_with_workspace_impl(c, workspace, bytes, stream));
+  RT_CALL(c->g->m->ctx, launch_pass(c, PLAN_BACKWARD, workspace, bytes, true, stream));
 }
 
 attn_status attn_call_workspace_size(attn_call *c, attn_pass pass, size_t *bytes) {
   if (!c) return ATTN_ERROR_INVALID_ARGUMENT;
-  attn_context *ctx = c->g->m->ctx;
-  attn_status st = rt_begin(ctx);
-  return st ? st : rt_end(ctx, call_workspace_size_impl(c, pass, bytes));
+  RT_CALL(c->g->m->ctx, call_workspace_size_impl(c, pass, bytes));
 }

@@ -274,9 +274,33 @@ struct attn_call {
 
 /* Every public call: rt_begin (the context's sticky out-of-memory state)
  * and rt_end (host memory that ran out during the call becomes
- * ATTN_ERROR_OUT_OF_MEMORY and that state); api.c's RT_CALL. */
+ * ATTN_ERROR_OUT_OF_MEMORY and that state), through RT_CALL below. */
 attn_status rt_begin(attn_context *ctx);
 attn_status rt_end(attn_context *ctx, attn_status st);
+/* The public calls: each one's _impl between rt_begin and rt_end. A call
+ * that made an object (out) and then ran out of memory gives it back. */
+#define RT_CALL(ctx, call)                                                                      \
+  do {                                                                                          \
+    attn_context *ctx_ = (ctx);                                                                 \
+    attn_status st_ = rt_begin(ctx_);                                                           \
+    return st_ ? st_ : rt_end(ctx_, (call));                                                    \
+  } while (0)
+#define RT_CALL_OUT(ctx, call, out, destroy)                                                    \
+  do {                                                                                          \
+    attn_context *ctx_ = (ctx);                                                                 \
+    attn_status st_ = rt_begin(ctx_);                                                           \
+    if (st_) {                                                                                  \
+      if (out) *(out) = NULL;                                                                   \
+      return st_;                                                                               \
+    }                                                                                           \
+    attn_status made_ = (call);                                                                 \
+    st_ = rt_end(ctx_, made_);                                                                  \
+    if (st_ && !made_ && out && *(out)) {                                                       \
+      destroy(*(out));                                                                          \
+      *(out) = NULL;                                                                            \
+    }                                                                                           \
+    return st_;                                                                                 \
+  } while (0)
 /* The context's last error: clears it, or sets it (returning st). */
 void rt_clear_error(attn_context *ctx);
 attn_status rt_fail(attn_context *ctx, attn_status st, const char *fmt, ...)
