@@ -173,10 +173,6 @@ static int cmd_dump(int argc, char **argv,
   return ok ? EXIT_OK : EXIT_INPUT;
 }
 
-/* The embedded texts (build/gen/templates.c), which --brief elides. */
-extern const char attn_abi_src[], attn_layout_src[], common_src[], ptx_src[], softmax_src[], wgmma_src[], hooks_src[], fwd_sm80_src[],
-    fwd_sm90_src[], philox_src[], bwd_sm80_src[], bwd_sm90_src[];
-
 /* Prints the unit with each embedded template replaced by a one-line
  * reference, so goldens test what the emitter generates, not the
  * templates' text. */

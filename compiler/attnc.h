@@ -829,6 +829,12 @@ BwdSpec *match_bwd(const KernelSpec *fwd, const CompileOptions *o, Arena *a, Dia
 
 /* ------------------------------------------------ emit.c: the CUDA unit */
 
+/* The texts of abi/ and templates/ the unit is made of, embedded by
+ * tools/embed.c (build/gen/templates.c); `attnc emit --brief` elides them. */
+extern const char attn_abi_src[], attn_layout_src[], common_src[], ptx_src[], softmax_src[],
+    wgmma_src[], hooks_src[], fwd_sm80_src[], fwd_sm90_src[], philox_src[], bwd_sm80_src[],
+    bwd_sm90_src[];
+
 /* The translation unit of a matched and planned module: a banner, the
  * ABI header and the common texts, then per graph its namespace (the
  * configuration macros, the hooks generated from its expressions, the

@@ -2,10 +2,10 @@
  * emit.c: kernel specs -> one CUDA C translation unit for NVRTC.
  *
  * Layout of the unit: a banner; the text of abi/attn_abi.h,
- * abi/attn_layout.h, templates/common.cuh, ptx.cuh and softmax.cuh; then, for each graph, a namespace holding the
- * configuration macros, the hook functions generated from the graph's
- * expressions, and the text of the chosen template; after it, the graph's
- * extern "C" entry point. The templates call the hooks (docs/templates.md).
+ * abi/attn_layout.h, templates/common.cuh, ptx.cuh and softmax.cuh; then,
+ * for each graph, a namespace holding the configuration macros, the hook
+ * functions generated from the graph's expressions, and the text of the
+ * chosen template; after it, the graph's extern "C" entry point. The templates call the hooks (docs/templates.md).
  *
  * Expressions become straight-line code: each IR node used by a hook is
  * one `const` local, named after the .attn name it was bound to, so the
@@ -18,9 +18,6 @@
 
 #include "attnc.h"
 
-/* The texts embedded by tools/embed.c (build/gen/templates.c). */
-extern const char attn_abi_src[], attn_layout_src[], common_src[], ptx_src[], softmax_src[], wgmma_src[], hooks_src[], fwd_sm80_src[],
-    fwd_sm90_src[], philox_src[];
 
 /* ---------------------------------------------------------------- hooks */
 

@@ -17,9 +17,6 @@
 
 #include "attnc.h"
 
-extern const char bwd_sm80_src[];
-extern const char bwd_sm90_src[];
-
 /* A hook over the forward graph and its derived backward: forward nodes
  * are named as emit.c names them, derived ones d_ID, dS is `ds` and the
  * raw score `acc` (emit_expr.c). */

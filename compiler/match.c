@@ -97,6 +97,17 @@ static bool lin_of(IrNode *n, Lin *out, int depth) {
 
 /* ---------------------------------------------------- i32 wrap-around */
 
+/* Term t's place in m (added with magnitude 0 when new); -1 when m has
+ * no room for another term. */
+static int mag_slot(MagForm *m, IrNode *t) {
+  for (int q = 0; q < m->n; q++)
+    if (m->t[q] == t) return q;
+  if (m->n == MATCH_MAX_TERMS) return -1;
+  m->t[m->n] = t, m->c[m->n] = 0;
+  return m->n++;
+}
+
+/* m += s * x (magnitudes, s >= 0). */
 static void mag_add(MagForm *m, const MagForm *x, int64_t s) {
   int64_t a, b, c;
   if (m->unbounded || x->unbounded || __builtin_mul_overflow(s, x->mi, &a) ||
@@ -108,13 +119,10 @@ static void mag_add(MagForm *m, const MagForm *x, int64_t s) {
   }
   for (int k = 0; k < x->n && !m->unbounded; k++) {
     int64_t v;
-    int at = -1;
-    for (int q = 0; q < m->n; q++)
-      if (m->t[q] == x->t[k]) at = q;
-    if (at < 0 && m->n == MATCH_MAX_TERMS) m->unbounded = true;
-    else if (__builtin_mul_overflow(s, x->c[k], &v)) m->unbounded = true;
-    else if (at < 0) m->t[m->n] = x->t[k], m->c[m->n++] = v;
-    else if (__builtin_add_overflow(m->c[at], v, &m->c[at])) m->unbounded = true;
+    int at = mag_slot(m, x->t[k]);
+    if (at < 0 || __builtin_mul_overflow(s, x->c[k], &v) ||
+        __builtin_add_overflow(m->c[at], v, &m->c[at]))
+      m->unbounded = true;
   }
 }
 
@@ -126,11 +134,8 @@ static void mag_max(MagForm *m, const MagForm *x) {
   if (x->mj > m->mj) m->mj = x->mj;
   if (x->mk > m->mk) m->mk = x->mk;
   for (int k = 0; k < x->n && !m->unbounded; k++) {
-    int at = -1;
-    for (int q = 0; q < m->n; q++)
-      if (m->t[q] == x->t[k]) at = q;
-    if (at < 0 && m->n == MATCH_MAX_TERMS) m->unbounded = true;
-    else if (at < 0) m->t[m->n] = x->t[k], m->c[m->n++] = x->c[k];
+    int at = mag_slot(m, x->t[k]);
+    if (at < 0) m->unbounded = true;
     else if (x->c[k] > m->c[at]) m->c[at] = x->c[k];
   }
 }
@@ -152,9 +157,9 @@ static void mag_of(IrNode *n, MagForm *val, MagForm *inter, bool *arith, int dep
     *(n->ival == DOM_I ? &val->mi : &val->mj) = 1;
     return;
   }
-  bool term = (is_row_invariant(n) && n->op != IR_ADD && n->op != IR_SUB && n->op != IR_NEG &&
-               n->op != IR_MUL) || (n->op == IR_MUL && is_row_invariant(n));
-  if (term) { /* computed in i32 by the kernels and by the hook alike */
+  /* A row-invariant value other than a sum or negation is one term
+   * (computed in i32 by the kernels and by the hook alike). */
+  if (is_row_invariant(n) && n->op != IR_ADD && n->op != IR_SUB && n->op != IR_NEG) {
     val->n = 1, val->t[0] = n, val->c[0] = 1;
     return;
   }
@@ -220,14 +225,18 @@ int match_affine(IrNode *cond, MaskTerm out[2]) {
   default:
     n = term_from(cond, &diff, 1, 0, &out[0]) && term_from(cond, &diff, -1, 0, &out[1]) ? 2 : 0;
   }
-  /* Where the i32 evaluation of each side could wrap. */
-  for (int k = 0; k < n; k++)
-    for (int side = 0; side < 2; side++) {
-      MagForm val;
-      memset(&out[k].wrap[side], 0, sizeof out[k].wrap[side]);
-      out[k].has_wrap[side] = false;
-      mag_of(cond->src[side], &val, &out[k].wrap[side], &out[k].has_wrap[side], 0);
+  /* Where the i32 evaluation of each side could wrap (== gives two
+   * conjuncts of the same sides). */
+  for (int side = 0; n > 0 && side < 2; side++) {
+    MagForm val;
+    memset(&out[0].wrap[side], 0, sizeof out[0].wrap[side]);
+    out[0].has_wrap[side] = false;
+    mag_of(cond->src[side], &val, &out[0].wrap[side], &out[0].has_wrap[side], 0);
+    for (int k = 1; k < n; k++) {
+      out[k].wrap[side] = out[0].wrap[side];
+      out[k].has_wrap[side] = out[0].has_wrap[side];
     }
+  }
   return n;
 }
 
