@@ -340,12 +340,12 @@ typedef struct OpInfo {
 /* NULL for the structural ops (leaves, matmuls, reductions). */
 const OpInfo *op_info(IrOp op);
 /* One element of pointwise op `op` computing in `type`, from nsrc
- * operands x (fault set on integer division by zero). */
-double op_apply(IrOp op, DType type, const double *x, int nsrc, int *fault);
+ * operands x (total: integer division by zero is defined). */
+double op_apply(IrOp op, DType type, const double *x, int nsrc);
 /* op_apply for node n's op and type, as the CPU reference evaluates
  * each element (reference/interp.c, interp_bwd.c). */
 typedef struct IrNode IrNode;
-double ref_apply_op(const IrNode *n, const double *x, int *fault);
+double ref_apply_op(const IrNode *n, const double *x);
 
 const char *ir_op_name(IrOp op);
 int ir_op_arity(IrOp op); /* -1: variable */

@@ -284,8 +284,7 @@ static CVal cv_float(double f) { return (CVal){.t = DT_F32, .f = f}; }
 /* A math function of a float constant: ops.def's CPU evaluation, the one
  * the CPU reference uses. */
 static double cv_math(IrOp op, double x) {
-  int fault = 0;
-  return op_apply(op, DT_F32, &x, 1, &fault);
+  return op_apply(op, DT_F32, &x, 1);
 }
 
 static bool fold(Builder *b, const AstExpr *e, CVal *out);
@@ -319,8 +318,7 @@ static bool fold_binary(Builder *b, const AstExpr *e, CVal *out) {
   }
   if (t == DT_F32) { /* ops.def's CPU evaluation, as the reference's */
     const double pq[2] = {cv_num(x), cv_num(y)};
-    int fault = 0;
-    *out = cv_float(op_apply(ir_binop_op((BinOp)e->op), DT_F32, pq, 2, &fault));
+    *out = cv_float(op_apply(ir_binop_op((BinOp)e->op), DT_F32, pq, 2));
     return true;
   }
   /* Integers wrap like the kernel's two's-complement arithmetic. */

@@ -34,9 +34,8 @@ static int64_t ref_ival(double x) {
 }
 
 /* Integer arithmetic with C's wrap-around, division and remainder total
- * as the language defines them (x / 0 is 0, x % 0 is x; *fault is kept
- * for callers and never set). */
-static double ref_int_op(IrOp op, DType t, double xa, double xb, int *fault) {
+ * as the language defines them (x / 0 is 0, x % 0 is x). */
+static double ref_int_op(IrOp op, DType t, double xa, double xb) {
   int64_t a = ref_ival(xa), b = ref_ival(xb);
   uint64_t ua = (uint64_t)a, ub = (uint64_t)b;
   bool u = t == DT_U64;
@@ -79,9 +78,9 @@ static double ref_to_type(DType t, double x) {
   return x;
 }
 
-double op_apply(IrOp op, DType type, const double *x, int nsrc, int *fault) {
+double op_apply(IrOp op, DType type, const double *x, int nsrc) {
   if (dtype_is_int(type) && ref_int_arith(op))
-    return ref_int_op(op, type, x[0], nsrc > 1 ? x[1] : 0, fault);
+    return ref_int_op(op, type, x[0], nsrc > 1 ? x[1] : 0);
   /* A cast rounds to its type (f32(x) is the float nearest x). */
   if (op == IR_CAST) return dtype_round(type, x[0]);
   const double a = x[0], b = nsrc > 1 ? x[1] : 0, c = nsrc > 2 ? x[2] : 0;
@@ -99,8 +98,8 @@ double op_apply(IrOp op, DType type, const double *x, int nsrc, int *fault) {
   return ref_to_type(type, r);
 }
 
-double ref_apply_op(const IrNode *n, const double *x, int *fault) {
-  return op_apply(n->op, n->type, x, n->nsrc, fault);
+double ref_apply_op(const IrNode *n, const double *x) {
+  return op_apply(n->op, n->type, x, n->nsrc);
 }
 
 /* ---------------------------------------------------- the table as data */

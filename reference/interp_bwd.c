@@ -203,12 +203,7 @@ static int bref_eval(BwdRef *c, const IrNode *n, double **vals, bool fwd,
   for (int64_t e = 0; e < cnt; e++) {
     for (int s = 0; s < n->nsrc; s++)
       x[s] = vals[n->src[s]->id][e];
-    int fault = 0;
-    out[e] = ref_apply_op(n, x, &fault);
-    if (fault)
-      return bref_fail(c, n, "integer division by zero at b=%lld h=%lld "
-                       "i=%lld j=%lld", (long long)c->b, (long long)c->h,
-                       (long long)(e / c->Skv), (long long)(e % c->Skv));
+    out[e] = ref_apply_op(n, x);
   }
   return 0;
 }
@@ -240,8 +235,7 @@ static int bref_eval_derived(BwdRef *c, const IrNode *n, const double *ds,
   for (int64_t e = 0; e < cnt; e++) {
     for (int s = 0; s < n->nsrc; s++)
       x[s] = src[s][e];
-    int fault = 0;
-    out[e] = ref_apply_op(n, x, &fault);
+    out[e] = ref_apply_op(n, x);
   }
   return 0;
 }
