@@ -475,26 +475,30 @@ static void cache_unlock(int fd) {
   close(fd);
 }
 
-/* The disk path of cache_get; on return *done says whether out is filled
- * (or an error returned). When not done, the disk cache was abandoned and
- * the caller compiles without it. */
-/* ROOT/v1/ARCH/KK made (0700) and checked, into dir; -1 with errno and
- * the failing directory in dir when it cannot be trusted. */
-static int cache_entry_dir(const Cache *c, const char *arch, const char *hex, StrBuf *dir) {
-  sb_puts(dir, c->root);
-  if (dir->failed) return errno = ENOMEM, -1;
-  if (cache_mkroot(dir->data) != 0) return -1;
-  const char *sub[3] = {"v1", arch, NULL};
-  char kk[3] = {hex[0], hex[1], '\0'};
-  sub[2] = kk;
-  for (int k = 0; k < 3; k++) {
-    sb_printf(dir, "/%s", sub[k]);
-    if (dir->failed) return errno = ENOMEM, -1;
-    if (cache_mksub(dir->data) != 0) return -1;
+/* The entry's directory (dir, below root: v1/ARCH/KK in cache_entry_path's
+ * layout) made 0700 where missing, and every level of it checked: the
+ * root a trusted directory, each level below it a real one of ours. -1
+ * with errno, dir cut to the level that failed, when one cannot be
+ * trusted. */
+static int cache_entry_dir(const char *root, StrBuf *dir) {
+  char *d = dir->data;
+  const size_t n = strlen(root);
+  for (size_t k = n; k <= dir->len; k++) {
+    if (d[k] != '/' && d[k] != '\0') continue;
+    const char c = d[k];
+    d[k] = '\0';
+    if ((k == n ? cache_mkroot(d) : cache_mksub(d)) != 0) {
+      dir->len = k; /* the level that failed, for the warning */
+      return -1;
+    }
+    d[k] = c;
   }
   return 0;
 }
 
+/* The disk path of cache_get; on return *done says whether out is filled
+ * (or an error returned). When not done, the disk cache was abandoned and
+ * the caller compiles without it. */
 static attn_status cache_disk_get(Cache *c, const char *arch,
                                   const unsigned char key[SHA256_BYTES],
                                   CacheCompileFn compile, void *user,
@@ -502,18 +506,23 @@ static attn_status cache_disk_get(Cache *c, const char *arch,
   StrBuf dir = {0}, path = {0}, lock = {0};
   attn_status st = ATTN_SUCCESS;
   *done = true;
-  char hex[SHA256_HEX];
-  sha256_hex(key, hex);
-  if (cache_entry_dir(c, arch, hex, &dir) != 0) {
-    if (errno == ENOMEM) st = ATTN_ERROR_OUT_OF_MEMORY;
-    else cache_abandon_disk(c, "directory", dir.data ? dir.data : c->root, errno), *done = false;
+  cache_entry_path(&path, c->root, arch, key, ".bin");
+  cache_entry_path(&lock, c->root, arch, key, ".lock");
+  if (!path.failed) sb_write(&dir, path.data, (size_t)(strrchr(path.data, '/') - path.data));
+  /* A path that could not be built (out of memory) is never opened. */
+  if (path.failed || lock.failed || dir.failed) {
+    st = ATTN_ERROR_OUT_OF_MEMORY;
+  } else if (cache_entry_dir(c->root, &dir) != 0) {
+    cache_abandon_disk(c, "directory", dir.data, errno);
+    *done = false;
+  }
+  if (st || !*done) {
     sb_free(&dir);
+    sb_free(&path);
+    sb_free(&lock);
     return st;
   }
-  sb_printf(&path, "%s/%s.bin", dir.data, hex);
-  sb_printf(&lock, "%s/%s.lock", dir.data, hex);
-  /* A path that could not be built (out of memory) is never opened. */
-  CacheRead r = path.failed || lock.failed ? CACHE_NOMEM : cache_probe(c, path.data, key, out);
+  CacheRead r = cache_probe(c, path.data, key, out);
   int fd = -1;
   if (r == CACHE_FOUND) {
     c->hits_disk++;
