@@ -64,15 +64,6 @@ static char *ident_from_file(Arena *a, const char *path) {
   return s;
 }
 
-static bool valid_ident(const char *s) {
-  if (!*s || (*s >= '0' && *s <= '9')) return false;
-  for (; *s; s++)
-    if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
-          (*s >= '0' && *s <= '9') || *s == '_'))
-      return false;
-  return true;
-}
-
 /* "sm_90a" -> "sm_90": PTX of the base target runs on 9.0 and newer. */
 static void base_arch(const char *arch, char out[16]) {
   snprintf(out, 16, "%s", arch);
@@ -623,7 +614,7 @@ int cli_build(int argc, char **argv) {
   }
   if (!file || !arch_list || !dir)
     return cli_usage_error("%s", "build needs FILE, --arch A[,B...] and -o DIR");
-  if (name && !valid_ident(name))
+  if (name && !is_c_ident(name))
     return cli_usage_error("--name '%s' is not a C identifier", name);
 
   Arena *a = arena_new();

@@ -84,6 +84,9 @@ void sb_vprintf(StrBuf *sb, const char *fmt, va_list ap)
     __attribute__((format(printf, 2, 0)));
 void sb_free(StrBuf *sb);
 
+/* Whether s is a C identifier ([A-Za-z_][A-Za-z0-9_]*). */
+bool is_c_ident(const char *s);
+
 _Noreturn void die_at(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 #define die(...) die_at(__FILE__, __LINE__, __VA_ARGS__)

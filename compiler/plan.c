@@ -347,13 +347,6 @@ static int rd_fail(PlanReader *r, const char *fmt, ...) {
   return -1;
 }
 
-static bool is_ident(const char *s) {
-  if (!*s || isdigit((unsigned char)*s)) return false;
-  for (; *s; s++)
-    if (!isalnum((unsigned char)*s) && *s != '_') return false;
-  return true;
-}
-
 /* A decimal integer in [lo, hi]. */
 static int rd_int(PlanReader *r, const char *s, long lo, long hi, long *out) {
   char *end;
@@ -380,7 +373,7 @@ static int rd_need_int(PlanReader *r, const PlanLine *l, const char *key, long l
 }
 
 static int rd_name(PlanReader *r, const char *s, const char **out) {
-  if (!is_ident(s)) return rd_fail(r, "'%s' is not an identifier", s);
+  if (!is_c_ident(s)) return rd_fail(r, "'%s' is not an identifier", s);
   *out = arena_strdup(r->a, s);
   return 0;
 }

@@ -184,3 +184,12 @@ void sb_free(StrBuf *sb) {
   sb->len = sb->cap = 0;
   sb->failed = false;
 }
+
+bool is_c_ident(const char *s) {
+  if (!*s || (*s >= '0' && *s <= '9')) return false;
+  for (; *s; s++)
+    if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+          *s == '_'))
+      return false;
+  return true;
+}
