@@ -24,18 +24,6 @@
 
 #include "rt.h"
 
-static attn_status bwd_fail(attn_call *c, attn_status st, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static attn_status bwd_fail(attn_call *c, attn_status st, const char *fmt, ...) {
-  StrBuf *err = &c->g->m->ctx->error;
-  err->len = 0;
-  va_list ap;
-  va_start(ap, fmt);
-  sb_vprintf(err, fmt, ap);
-  va_end(ap);
-  return st;
-}
-
 /* The deterministic mode's ordered dQ tiles exist for head dims up to
  * 128 (bwd_sm90's split-D mode at 256 has none; the plan says so):
  * refused at once, by the call that asks for it, and again at launch. */
@@ -44,7 +32,7 @@ static attn_status bwd_check_det(attn_call *c) {
   const PassPlan *pp = &c->g->plan->pass[PLAN_BACKWARD];
   if (!pp->present || pp->det_ok || g->q < 0 || g->v < 0) return ATTN_SUCCESS; /* launch says why */
   const int dqk = (int)g->tensors[g->q].dim_val[3], dv = (int)g->tensors[g->v].dim_val[3];
-  return bwd_fail(c, ATTN_ERROR_UNSUPPORTED,
+  return rt_fail(c->g->m->ctx, ATTN_ERROR_UNSUPPORTED,
                   "graph '%s': the deterministic backward takes head dimensions up to 128; "
                   "this graph has %d (q, k) and %d (v) (attn_call_set_deterministic(call, 0) "
                   "runs the default backward)", g->name, dqk, dv);
@@ -76,7 +64,7 @@ static attn_status bwd_check_bound(attn_call *c, const BwdSlots *sl) {
       int ax = sl->bias_axis[r][k];
       int w = ax == DOM_B ? 1 : ax == DOM_H ? 2 : ax == DOM_I ? 3 : ax == DOM_J ? 4 : 0;
       if (w && b->shape[sl->bias[r]][k] != want[w])
-        return bwd_fail(c, ATTN_ERROR_UNSUPPORTED,
+        return rt_fail(c->g->m->ctx, ATTN_ERROR_UNSUPPORTED,
                         "graph '%s': the gradient of '%s' needs its dimension %d to be %lld "
                         "(the scores' %s), not %lld", g->name, g->tensors[sl->bias[r]].name, k,
                         (long long)want[w], w == 1 ? "batch" : w == 2 ? "heads" : w == 3 ? "Sq" : "Skv",
@@ -87,11 +75,11 @@ static attn_status bwd_check_bound(attn_call *c, const BwdSlots *sl) {
     if (slot[r] < 0) continue;
     const char *name = g->tensors[like[r]].name;
     if (!b->tensor_bound[slot[r]])
-      return bwd_fail(c, ATTN_ERROR_INCOMPLETE, "graph '%s': the backward needs %s 'd%s' bound",
+      return rt_fail(c->g->m->ctx, ATTN_ERROR_INCOMPLETE, "graph '%s': the backward needs %s 'd%s' bound",
                       g->name, r ? "output" : "tensor", name);
     for (int i = 0; i < 4; i++)
       if (b->shape[slot[r]][i] != b->shape[like[r]][i])
-        return bwd_fail(c, ATTN_ERROR_INVALID_ARGUMENT,
+        return rt_fail(c->g->m->ctx, ATTN_ERROR_INVALID_ARGUMENT,
                         "graph '%s': 'd%s' has size %lld in dimension %d, but '%s' has %lld",
                         g->name, name, (long long)b->shape[slot[r]][i], i, name,
                         (long long)b->shape[like[r]][i]);
@@ -103,23 +91,23 @@ attn_status rt_backward_ready(attn_call *c) {
   const IrGraph *g = c->g->ir;
   StrBuf *err = &c->g->m->ctx->error;
   if (!bwd_has_grad(g))
-    return bwd_fail(c, ATTN_ERROR_UNSUPPORTED,
+    return rt_fail(c->g->m->ctx, ATTN_ERROR_UNSUPPORTED,
                     "graph '%s' declares no grad, so it has no backward (add `grad q, k, v;`)",
                     g->name);
   int bad = bwd_unsupported_grad(g);
   if (bad >= 0)
-    return bwd_fail(c, ATTN_ERROR_UNSUPPORTED,
+    return rt_fail(c->g->m->ctx, ATTN_ERROR_UNSUPPORTED,
                     "graph '%s': the GPU backward computes the gradients of q, k, v and of at "
                     "most %d f32/bf16/f16 biases read as t[b, h, i, j]; '%s' (%s:%d:%d) is "
                     "declared with grad", g->name, BWD_MAX_BIAS, g->tensors[bad].name,
                     g->tensors[bad].loc.src ? g->tensors[bad].loc.src->name : "?",
                     g->tensors[bad].loc.line, g->tensors[bad].loc.col);
   if (!c->g->plan->pass[PLAN_BACKWARD].present)
-    return bwd_fail(c, ATTN_ERROR_UNSUPPORTED,
+    return rt_fail(c->g->m->ctx, ATTN_ERROR_UNSUPPORTED,
                     "graph '%s': the module holds no backward kernels for it", g->name);
   BwdSlots sl;
   if (bwd_slots(g, &sl) != 0 || sl.end > ATTN_MAX_TENSORS)
-    return bwd_fail(c, ATTN_ERROR_UNSUPPORTED, "graph '%s' saves no lse for the backward",
+    return rt_fail(c->g->m->ctx, ATTN_ERROR_UNSUPPORTED, "graph '%s' saves no lse for the backward",
                     g->name);
   attn_status st = bind_finish(&c->bind, err);
   if (st || (st = bwd_check_bound(c, &sl))) return st;
