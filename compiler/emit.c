@@ -5,7 +5,8 @@
  * abi/attn_layout.h, templates/common.cuh, ptx.cuh and softmax.cuh; then,
  * for each graph, a namespace holding the configuration macros, the hook
  * functions generated from the graph's expressions, and the text of the
- * chosen template; after it, the graph's extern "C" entry point. The templates call the hooks (docs/templates.md).
+ * chosen template; after it, the graph's extern "C" entry point. The
+ * templates call the hooks (docs/templates.md).
  *
  * Expressions become straight-line code: each IR node used by a hook is
  * one `const` local, named after the .attn name it was bound to, so the
