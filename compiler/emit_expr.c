@@ -101,9 +101,14 @@ static const char *device_spelling(IrOp op, DType k) {
   return sp ? sp : "";
 }
 
-static bool is_operator(const char *sp) { return *sp && !isalpha((unsigned char)*sp) && strcmp(sp, "="); }
+static bool is_operator(const char *sp) {
+  return *sp && !isalpha((unsigned char)*sp) && strcmp(sp, "=");
+}
 
-static bool is_comparison(IrOp op) { const OpInfo *oi = op_info(op); return oi && (oi->type == T_CMP || oi->type == T_EQ); }
+static bool is_comparison(IrOp op) {
+  const OpInfo *oi = op_info(op);
+  return oi && (oi->type == T_CMP || oi->type == T_EQ);
+}
 
 /* The right-hand side for a node that gets a local. */
 static const char *expr_compute(ExprHook *hk, IrNode *n) {

@@ -14,19 +14,21 @@
 
 [[maybe_unused]] static __device__ __forceinline__ float attn_sigmoid(float x) { return 1.0f / (1.0f + __expf(-x)); }
 
-/* Integer abs, and division and remainder as the language defines them
- * (docs/language.md): x / 0 is 0 and x % 0 is x; INT_MIN / -1 wraps to
- * INT_MIN and INT_MIN % -1 is 0 (C leaves all four undefined). The
- * emitter calls these only where the divisor is not a constant other than
- * 0 and -1. */
-/* i32 arithmetic wraps like C on int32, the language's semantics (C++
+/* i32 arithmetic wraps (two's complement), the language's semantics (C++
  * leaves signed overflow undefined, which a compiler may exploit): done
- * on unsigned, converted back (modulo 2^32). */
+ * on unsigned, converted back (modulo 2^32). attn_labs: the mask
+ * analysis's wrap guards, in 64 bits. */
 [[maybe_unused]] static __device__ __forceinline__ int attn_iadd(int x, int y) { return (int)((unsigned)x + (unsigned)y); }
 [[maybe_unused]] static __device__ __forceinline__ int attn_isub(int x, int y) { return (int)((unsigned)x - (unsigned)y); }
 [[maybe_unused]] static __device__ __forceinline__ int attn_imul(int x, int y) { return (int)((unsigned)x * (unsigned)y); }
 [[maybe_unused]] static __device__ __forceinline__ int attn_ineg(int x) { return (int)(0u - (unsigned)x); }
 [[maybe_unused]] static __device__ __forceinline__ long long attn_labs(long long x) { return x < 0 ? -x : x; }
+
+/* Integer abs, and division and remainder as the language defines them
+ * (docs/language.md): x / 0 is 0 and x % 0 is x; INT_MIN / -1 wraps to
+ * INT_MIN and INT_MIN % -1 is 0 (C leaves all four undefined). The
+ * emitter calls these only where the divisor is not a constant other than
+ * 0 and -1. */
 [[maybe_unused]] static __device__ __forceinline__ int attn_abs(int x) { return x < 0 ? (int)(0u - (unsigned)x) : x; }
 [[maybe_unused]] static __device__ __forceinline__ unsigned long long attn_abs(unsigned long long x) { return x; }
 [[maybe_unused]] static __device__ __forceinline__ int attn_idiv(int x, int y) {
