@@ -35,11 +35,14 @@ attention posf {
 EOF
 
 fail=0
-run_case() { # run_case N FILE GRAPH
-  "$attnc" emit --brief "$2" --arch sm_90a >"$tmp/$3.cu"
+hooks_of() { # hooks_of FILE GRAPH: the graph's emitted hooks in $tmp/GRAPH.inc
+  "$attnc" emit --brief "$1" --arch sm_90a >"$tmp/$2.cu"
   # The graph's namespace from its first line to the template's text.
-  sed -n "/^namespace graph_$3 {/,/^\/\* \[the text of templates\/fwd_/p" "$tmp/$3.cu" |
-    sed '$d' >"$tmp/$3.inc"
+  sed -n "/^namespace graph_$2 {/,/^\/\* \[the text of templates\/fwd_/p" "$tmp/$2.cu" |
+    sed '$d' >"$tmp/$2.inc"
+}
+run_case() { # run_case N FILE GRAPH
+  hooks_of "$2" "$3"
   g++ -std=c++17 -O1 -g -w -fsanitize=address,undefined -Iabi -Itests/host -DSEP_CASE="$1" \
     -DSEP_NS="graph_$3" -DSEP_HOOKS="\"$tmp/$3.inc\"" -o "$tmp/check$1" tests/host/sep_host_check.cpp \
     "$lib" -ldl -lm -lpthread
@@ -75,9 +78,7 @@ attention wrap2 {
 }
 EOF
 run_affine() { # run_affine N FILE GRAPH
-  "$attnc" emit --brief "$2" --arch sm_90a >"$tmp/$3.cu"
-  sed -n "/^namespace graph_$3 {/,/^\/\* \[the text of templates\/fwd_/p" "$tmp/$3.cu" |
-    sed '$d' >"$tmp/$3.inc"
+  hooks_of "$2" "$3"
   g++ -std=c++17 -O1 -g -w -fsanitize=address,undefined -Iabi -Itests/host -DAFF_CASE="$1" \
     -DAFF_NS="graph_$3" -DAFF_HOOKS="\"$tmp/$3.inc\"" -o "$tmp/aff$1" tests/host/affine_host_check.cpp
   "$tmp/aff$1" || fail=1
