@@ -112,5 +112,26 @@ ATTN_LAYOUT_FN attn_bwd90_layout attn_bwd90_layout_of(int bn, int bm, int stages
   return l;
 }
 
+/* decode (split-KV): the Q block of 16 packed rows, then `stages` stages
+ * of (K tile, V tile), 16-bit elements, no rounding. After the key loop
+ * the same memory holds each warp's partial (row maxima, row sums, O rows
+ * in f32) for the CTA's combine, so total covers the larger of the two. */
+typedef struct attn_dec_layout {
+  int q_bytes, k_bytes, v_bytes, stage_bytes, combine_bytes, total;
+} attn_dec_layout;
+
+ATTN_LAYOUT_FN attn_dec_layout attn_dec_layout_of(int bn, int stages, int dqk, int dv) {
+  attn_dec_layout l = {0, 0, 0, 0, 0, 0};
+  const int warps = bn / 16, rows = 16;
+  l.q_bytes = rows * dqk * 2;
+  l.k_bytes = bn * dqk * 2;
+  l.v_bytes = bn * dv * 2;
+  l.stage_bytes = l.k_bytes + l.v_bytes;
+  l.combine_bytes = warps * rows * (dv + 2) * 4;
+  l.total = l.q_bytes + stages * l.stage_bytes;
+  if (l.combine_bytes > l.total) l.total = l.combine_bytes;
+  return l;
+}
+
 #undef ATTN_LAYOUT_FN
 #endif /* ATTN_LAYOUT_H */

@@ -187,6 +187,7 @@ static void put_brief(const char *src) {
       {"templates/hooks.cuh", hooks_src},
       {"templates/fwd_sm80.cuh", fwd_sm80_src},
       {"templates/fwd_sm90.cuh", fwd_sm90_src},
+      {"templates/decode.cuh", decode_src},
       {"templates/philox.cuh", philox_src},
       {"templates/bwd_sm80.cuh", bwd_sm80_src},
       {"templates/bwd_sm90.cuh", bwd_sm90_src}};

@@ -602,6 +602,29 @@ typedef struct Sm90Config {
  * (each of d_qk, d_v must be 64, 128 or 256; in_bytes 2). Prints nothing. */
 int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int variant, Sm90Config *out);
 
+/* ---------------------------------------------------------- tmpl_decode.c */
+
+/* The split-KV decode template (templates/decode.cuh): 16 packed query
+ * rows per CTA, BN keys per K/V stage (16 per warp), and the merge
+ * kernel. The plan runs it instead of the forward when the packed rows of
+ * one K/V head, (H / Hk) * Sq, are at most DECODE_MAX_ROWS. */
+#define DECODE_MAX_ROWS 64
+#define DECODE_MERGE_ROWS 4 /* the merge kernel's rows per CTA (decode.cuh) */
+typedef struct DecodeConfig {
+  bool on;        /* the graph has a decode kernel */
+  int bn, stages; /* ATTN_DEC_BN, ATTN_DEC_STAGES */
+  int threads, smem_bytes;
+  int ctas_per_sm; /* resident CTAs an SM holds (the split count's target) */
+  int partial_o, partial_lse; /* parameter slots of the splits' partials */
+} DecodeConfig;
+
+/* 0 and fills out, or -1 when the template cannot run the graph: head
+ * dims other than 64, 128, 256, other element sizes, dropout (decode
+ * kernels serve inference), or no two free parameter slots (the graph's
+ * tensors fill attn_params). Prints nothing. */
+int tmpl_decode_config(int d_qk, int d_v, int in_bytes, bool dropout, int ntensors,
+                       DecodeConfig *out);
+
 /* ------------------------------------------------------ match.c, emit.c */
 
 /* The forward template a graph runs on and its launch shape, chosen from
@@ -617,6 +640,7 @@ typedef struct FwdConfig {
   int threads, smem_bytes;
   bool persistent;  /* fwd_sm90 ATTN_PERSISTENT: a tile queue, at most one
                        CTA per SM (any grid is correct) */
+  DecodeConfig decode; /* the split-KV decode kernel the plan may run instead */
 } FwdConfig;
 
 /* Options of one compile, beyond the target. Tuning knobs the library
@@ -835,8 +859,8 @@ BwdSpec *match_bwd(const KernelSpec *fwd, const CompileOptions *o, Arena *a, Dia
 /* The texts of abi/ and templates/ the unit is made of, embedded by
  * tools/embed.c (build/gen/templates.c); `attnc emit --brief` elides them. */
 extern const char attn_abi_src[], attn_layout_src[], common_src[], ptx_src[], softmax_src[],
-    wgmma_src[], hooks_src[], fwd_sm80_src[], fwd_sm90_src[], philox_src[], bwd_sm80_src[],
-    bwd_sm90_src[];
+    wgmma_src[], hooks_src[], fwd_sm80_src[], fwd_sm90_src[], decode_src[], philox_src[],
+    bwd_sm80_src[], bwd_sm90_src[];
 
 /* The translation unit of a matched and planned module: a banner, the
  * ABI header and the common texts, then per graph its namespace (the
@@ -879,7 +903,7 @@ void emit_bwd_entries(StrBuf *out, const BwdSpec *s, Arena *a);
  * (plan_write) and one reader (plan_read) carry it as text through the JIT
  * cache, the AOT .c file and embedded modules, and the runtime runs any
  * plan with one loop (runtime/launch.c). `attnc plan` prints it. */
-#define PLAN_FORMAT 1
+#define PLAN_FORMAT 2
 #define PLAN_MAX_STEPS 8
 #define PLAN_MAX_SLICES 10
 #define PLAN_MAX_MAPS 4
@@ -889,14 +913,19 @@ typedef enum PlanPass { PLAN_FORWARD, PLAN_BACKWARD, PLAN_NPASSES } PlanPass;
 /* Facts known only at launch, on which steps and slices depend: each has
  * `need` (all of these hold) and `deny` (none of these holds) masks. */
 enum {
-  PLAN_IF_DET = 1, /* attn_call_set_deterministic(call, 1) */
-  PLAN_IF_GQA = 2  /* H != Hk in the bound shapes */
+  PLAN_IF_DET = 1,    /* attn_call_set_deterministic(call, 1) */
+  PLAN_IF_GQA = 2,    /* H != Hk in the bound shapes */
+  PLAN_IF_DECODE = 4, /* the decode kernel runs instead of the forward:
+                         (H / Hk) * Sq <= DECODE_MAX_ROWS (plan_facts) */
+  PLAN_IF_SPLIT = 8   /* ... over more than one key split (a merge follows) */
 };
 
 /* A size read off the bound problem: a constant, a problem size, the
  * element count of a bound tensor, or the separable masks' range table. */
 typedef enum PlanDimKind {
-  PD_CONST, PD_B, PD_H, PD_HK, PD_SQ, PD_SKV, PD_NUMEL, PD_SEP_BYTES
+  PD_CONST, PD_B, PD_H, PD_HK, PD_SQ, PD_SKV, PD_NUMEL, PD_SEP_BYTES,
+  PD_SPLITS,     /* the decode's key splits (plan_decode_splits) */
+  PD_DECODE_ROWS /* Hk * ceil((H / Hk) * Sq / 16): the decode's row blocks */
 } PlanDimKind;
 typedef struct PlanDim {
   PlanDimKind kind;
@@ -969,6 +998,9 @@ typedef struct PassPlan {
 typedef struct GraphPlan {
   const char *graph;
   int sep_cells[SEP_NREGIONS]; /* PD_SEP_BYTES: sep_cell_bytes */
+  /* The decode kernel's keys per tile and resident CTAs per SM, which
+   * PD_SPLITS reads; 0 when the graph has no decode kernel. */
+  int decode_bn, decode_ctas;
   PassPlan pass[PLAN_NPASSES];
 } GraphPlan;
 
@@ -979,7 +1011,7 @@ void plan_graph(GraphPlan *gp, const KernelSpec *fwd, const FwdConfig *c, const 
                 Arena *a);
 /* The entry point of a role: "attn_<graph>_fwd", "attn_<graph>_bwd_main". */
 const char *plan_entry(Arena *a, const char *graph, const char *role);
-/* Plans as text ("attnc-plan 1", then per graph its passes, steps, maps
+/* Plans as text ("attnc-plan 2", then per graph its passes, steps, maps
  * and slices, one record a line); plan_read takes exactly what plan_write
  * writes and validates every field (a plan may come from a file): 0, or
  * -1 with the reason in err. Strings point into a (or into text). */
@@ -992,7 +1024,18 @@ typedef struct PlanProblem {
   long long B, H, Hk, Sq, Skv;
   const int64_t (*shape)[IR_MAX_RANK]; /* bound shapes by tensor index */
   const int *ndims;                    /* their ranks */
+  long long sms;          /* the device's SMs (0: unknown) */
+  long long force_splits; /* the decode's split count when > 0 (an option) */
+  bool no_decode;         /* the context option that keeps the forward */
 } PlanProblem;
+/* The launch facts the shapes decide (PLAN_IF_GQA, PLAN_IF_DECODE,
+ * PLAN_IF_SPLIT); the runtime adds the call's options (PLAN_IF_DET). */
+unsigned plan_facts(const GraphPlan *gp, const PlanProblem *pr);
+/* The decode's key splits: enough CTAs to fill the SMs' resident slots
+ * (gp->decode_ctas each), at most one per two key tiles and 128, 1 when
+ * the work items alone fill them; a function of the shapes and the SM
+ * count only, so the same launch always splits alike. */
+long long plan_decode_splits(const GraphPlan *gp, const PlanProblem *pr);
 long long plan_dim(const GraphPlan *gp, PlanDim d, const PlanProblem *pr);
 /* "forward" or "backward", as plans and messages name a pass. */
 const char *plan_pass_name(PlanPass pass);

@@ -329,6 +329,14 @@ static void emit_graph(StrBuf *out, const GraphCompile *gc, Arena *a) {
   macro_def(out, &ms, a, "ATTN_TO", o_slot);
   macro_def(out, &ms, a, "ATTN_TLSE", lse_slot);
   if (s->dropout) macro_def(out, &ms, a, "ATTN_DROPOUT", 1);
+  const PlanStep *dec = plan_step(gc->plan, PLAN_FORWARD, "decode");
+  const PlanStep *merge = plan_step(gc->plan, PLAN_FORWARD, "merge");
+  if (dec) {
+    macro_def(out, &ms, a, "ATTN_DEC_BN", c->decode.bn);
+    macro_def(out, &ms, a, "ATTN_DEC_STAGES", c->decode.stages);
+    macro_def(out, &ms, a, "ATTN_DEC_TPO", c->decode.partial_o);
+    macro_def(out, &ms, a, "ATTN_DEC_TPL", c->decode.partial_lse);
+  }
   sb_printf(out, "namespace graph_%s {\n\n", g->name);
   sb_puts(out, hooks_src);
   sb_puts(out, "\n");
@@ -341,6 +349,7 @@ static void emit_graph(StrBuf *out, const GraphCompile *gc, Arena *a) {
   emit_out(out, s, a);
   if (s->dropout) emit_dropout(out, s, a);
   sb_puts(out, c->kind == TMPL_FWD_SM90 ? fwd_sm90_src : fwd_sm80_src);
+  if (dec) sb_puts(out, decode_src);
   if (gc->bwd) emit_bwd_body(out, gc->bwd, &ms, a);
   sb_printf(out, "\n} /* namespace graph_%s */\n\n", g->name);
   if (c->kind == TMPL_FWD_SM90)
@@ -353,6 +362,12 @@ static void emit_graph(StrBuf *out, const GraphCompile *gc, Arena *a) {
     sb_printf(out, "extern \"C\" __global__ void __launch_bounds__(%d) %s(const __grid_constant__ "
                    "attn_params p) {\n  graph_%s::attn_fwd_sm80(p);\n}\n\n",
               fwd->threads, fwd->entry, g->name);
+  if (dec && merge)
+    sb_printf(out, "extern \"C\" __global__ void __launch_bounds__(%d) %s(const __grid_constant__ "
+                   "attn_params p) {\n  graph_%s::attn_decode(p);\n}\n\n"
+                   "extern \"C\" __global__ void __launch_bounds__(%d) %s(const __grid_constant__ "
+                   "attn_params p) {\n  graph_%s::attn_decode_merge(p);\n}\n\n",
+              dec->threads, dec->entry, g->name, merge->threads, merge->entry, g->name);
   if (gc->bwd) emit_bwd_entries(out, gc->bwd, a);
   if (prep) emit_sep_entry(out, s, prep->entry);
   macro_undef_all(out, &ms);

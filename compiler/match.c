@@ -467,8 +467,16 @@ KernelSpec *match_graph(const IrGraph *g, int sm, Arena *a, Diag *d) {
   return spec;
 }
 
-int match_fwd_config(const KernelSpec *s, const CompileOptions *o, FwdConfig *c, Diag *d) {
-  memset(c, 0, sizeof *c);
+/* The decode kernel beside the forward, where its template takes the graph
+ * (tmpl_decode.c); without it the plan always runs the forward. */
+static void match_decode(const KernelSpec *s, FwdConfig *c) {
+  if (tmpl_decode_config(s->d_qk, s->d_v, dtype_size(s->in_type), s->dropout != NULL,
+                         s->g->ntensors, &c->decode) != 0)
+    c->decode = (DecodeConfig){.on = false};
+}
+
+/* The forward template and its launch shape. */
+static int match_fwd_template(const KernelSpec *s, const CompileOptions *o, FwdConfig *c, Diag *d) {
   /* fwd_sm90 needs the arch-specific target (wgmma, setmaxnreg exist only
    * on sm_90a); fwd_sm80 runs everywhere else. */
   const bool sm90a = s->sm == 90 && o->arch[strlen(o->arch) - 1] == 'a';
@@ -495,4 +503,11 @@ int match_fwd_config(const KernelSpec *s, const CompileOptions *o, FwdConfig *c,
              "graph '%s': no kernel template takes head dimensions %d (q, k) and %d (v) on sm_%d "
              "(the forward takes 64, 128 and 256)", g->name, s->d_qk, s->d_v, s->sm);
   return -1;
+}
+
+int match_fwd_config(const KernelSpec *s, const CompileOptions *o, FwdConfig *c, Diag *d) {
+  memset(c, 0, sizeof *c);
+  int r = match_fwd_template(s, o, c, d);
+  if (r == 0) match_decode(s, c);
+  return r;
 }

@@ -79,6 +79,36 @@ static void add_prep(PassPlan *p, const GraphPlan *gp, const char *entry) {
   if (!per_h) s->grid.y = pconst(1);
 }
 
+/* The decode alternative of the forward (templates/decode.cuh): where the
+ * packed rows of a K/V head are few (PLAN_IF_DECODE) the decode kernel
+ * runs instead of `fwd`, one CTA per (key split, 16 packed rows of a K/V
+ * head, batch); over several splits (PLAN_IF_SPLIT) it leaves normalized
+ * partial rows and their lse in the workspace, [split][b][h][i], and the
+ * merge step combines them into O and lse. */
+static void plan_decode(GraphPlan *gp, PassPlan *p, PlanStep *fwd, const KernelSpec *f,
+                        const DecodeConfig *dc, Arena *a) {
+  const IrGraph *g = f->g;
+  gp->decode_bn = dc->bn;
+  gp->decode_ctas = dc->ctas_per_sm;
+  fwd->deny |= PLAN_IF_DECODE;
+  for (int k = 0; k < p->nslices; k++) /* the forward's work queue */
+    if (p->slices[k].bind == PB_TILE_QUEUE) p->slices[k].deny |= PLAN_IF_DECODE;
+  add_slice(p, "partial_o", PB_SLOT, dc->partial_o, 4 * f->d_v, pd(PD_SPLITS), pd(PD_B), pd(PD_H),
+            pd(PD_SQ), PZ_NEVER)->need = PLAN_IF_DECODE | PLAN_IF_SPLIT;
+  add_slice(p, "partial_lse", PB_SLOT, dc->partial_lse, 4, pd(PD_SPLITS), pd(PD_B), pd(PD_H),
+            pd(PD_SQ), PZ_NEVER)->need = PLAN_IF_DECODE | PLAN_IF_SPLIT;
+  PlanStep *s = add_step(p, "decode", plan_entry(a, g->name, "decode"), dc->threads,
+                         dc->smem_bytes);
+  s->grid.x0 = pd(PD_SPLITS);
+  s->grid.div0 = 1;
+  s->grid.y = pd(PD_DECODE_ROWS);
+  s->need = PLAN_IF_DECODE;
+  s = add_step(p, "merge", plan_entry(a, g->name, "decode_merge"), DECODE_MERGE_ROWS * 32, 0);
+  s->grid.x0 = pd(PD_SQ);
+  s->grid.div0 = DECODE_MERGE_ROWS;
+  s->need = PLAN_IF_DECODE | PLAN_IF_SPLIT;
+}
+
 static void plan_forward(GraphPlan *gp, const KernelSpec *f, const FwdConfig *c, Arena *a) {
   const IrGraph *g = f->g;
   PassPlan *p = &gp->pass[PLAN_FORWARD];
@@ -97,6 +127,7 @@ static void plan_forward(GraphPlan *gp, const KernelSpec *f, const FwdConfig *c,
     add_map(s, ATTN_TMAP_K, g->k, f->in_type, 64, c->bn, "k");
     add_map(s, ATTN_TMAP_V, g->v, f->in_type, 64, c->bn, "v");
   }
+  if (c->decode.on) plan_decode(gp, p, s, f, &c->decode, a);
 }
 
 static void plan_backward(GraphPlan *gp, const BwdSpec *b, Arena *a) {
@@ -210,6 +241,38 @@ void plan_graph(GraphPlan *gp, const KernelSpec *fwd, const FwdConfig *c, const 
 
 /* ----------------------------------------------------------- evaluating */
 
+static long long cdiv(long long a, long long b) { return b > 0 ? (a + b - 1) / b : 0; }
+
+/* The decode's work items: (16 packed rows of a K/V head, batch). */
+static long long decode_items(const PlanProblem *pr) {
+  const long long group = pr->Hk > 0 ? pr->H / pr->Hk : 0;
+  return pr->B * pr->Hk * cdiv(group * pr->Sq, 16);
+}
+
+long long plan_decode_splits(const GraphPlan *gp, const PlanProblem *pr) {
+  if (gp->decode_bn <= 0) return 1;
+  const long long tiles = cdiv(pr->Skv, gp->decode_bn);
+  if (tiles <= 1) return 1;
+  if (pr->force_splits > 0) return pr->force_splits < tiles ? pr->force_splits : tiles;
+  const long long items = decode_items(pr);
+  const long long slots = (pr->sms > 0 ? pr->sms : 1) * gp->decode_ctas;
+  if (items <= 0 || items >= slots) return 1;
+  long long n = cdiv(slots, items);
+  const long long most = tiles / 2 < 128 ? tiles / 2 : 128; /* two tiles a split at least */
+  if (n > most) n = most;
+  return n < 1 ? 1 : n;
+}
+
+unsigned plan_facts(const GraphPlan *gp, const PlanProblem *pr) {
+  unsigned f = pr->H != pr->Hk ? PLAN_IF_GQA : 0u;
+  const long long group = pr->Hk > 0 ? pr->H / pr->Hk : 0;
+  if (gp->decode_bn > 0 && !pr->no_decode && group > 0 && group * pr->Sq <= DECODE_MAX_ROWS) {
+    f |= PLAN_IF_DECODE;
+    if (plan_decode_splits(gp, pr) > 1) f |= PLAN_IF_SPLIT;
+  }
+  return f;
+}
+
 bool plan_applies(unsigned need, unsigned deny, unsigned facts) {
   return (facts & need) == need && (facts & deny) == 0;
 }
@@ -229,6 +292,8 @@ long long plan_dim(const GraphPlan *gp, PlanDim d, const PlanProblem *pr) {
   }
   case PD_SEP_BYTES:
     return (long long)sep_workspace_bytes(gp->sep_cells, pr->B, pr->H, pr->Sq, pr->Skv, NULL);
+  case PD_SPLITS: return plan_decode_splits(gp, pr);
+  case PD_DECODE_ROWS: return pr->B > 0 ? decode_items(pr) / pr->B : 0;
   }
   return 0;
 }
@@ -241,8 +306,10 @@ size_t plan_slice_bytes(const GraphPlan *gp, const PlanSlice *s, const PlanProbl
 
 /* -------------------------------------------------------------- writing */
 
-static const char *const dim_names[] = {[PD_B] = "B",   [PD_H] = "H",     [PD_HK] = "Hk",
-                                        [PD_SQ] = "Sq", [PD_SKV] = "Skv", [PD_SEP_BYTES] = "sep"};
+static const char *const dim_names[] = {
+    [PD_B] = "B",          [PD_H] = "H",          [PD_HK] = "Hk",
+    [PD_SQ] = "Sq",        [PD_SKV] = "Skv",      [PD_SEP_BYTES] = "sep",
+    [PD_SPLITS] = "splits", [PD_DECODE_ROWS] = "decode_rows"};
 static const char *const bind_names[] = {[PB_SLOT] = "slot", [PB_MASK_RANGES] = "ranges",
                                          [PB_TILE_QUEUE] = "queue"};
 static const char *const zero_names[] = {[PZ_NEVER] = "never", [PZ_EACH] = "each",
@@ -252,7 +319,7 @@ static const char *const pass_names[] = {[PLAN_FORWARD] = "forward", [PLAN_BACKW
 const char *plan_pass_name(PlanPass pass) { return pass_names[pass]; }
 
 /* Launch facts by name, PLAN_IF_* in bit order; "-" is none. */
-static const char *const fact_names[] = {"det", "gqa"};
+static const char *const fact_names[] = {"det", "gqa", "decode", "split"};
 
 static void put_facts(StrBuf *out, const char *key, unsigned facts) {
   sb_printf(out, " %s=", key);
@@ -274,8 +341,9 @@ void plan_write(StrBuf *out, const GraphPlan *plans, int n) {
   sb_printf(out, "attnc-plan %d\n", PLAN_FORMAT);
   for (int gi = 0; gi < n; gi++) {
     const GraphPlan *gp = &plans[gi];
-    sb_printf(out, "graph %s sep=%d,%d,%d,%d\n", gp->graph, gp->sep_cells[0], gp->sep_cells[1],
-              gp->sep_cells[2], gp->sep_cells[3]);
+    sb_printf(out, "graph %s sep=%d,%d,%d,%d decode=%d,%d\n", gp->graph, gp->sep_cells[0],
+              gp->sep_cells[1], gp->sep_cells[2], gp->sep_cells[3], gp->decode_bn,
+              gp->decode_ctas);
     for (int pi = 0; pi < PLAN_NPASSES; pi++) {
       const PassPlan *p = &gp->pass[pi];
       if (!p->present) continue;
@@ -435,7 +503,7 @@ static int rd_slice(PlanReader *r, const PlanLine *l, PassPlan *p) {
       rd_enum(r, rd_field(l, "bind"), bind_names, (int)(sizeof bind_names / sizeof *bind_names),
               &bind) ||
       rd_need_int(r, l, "slot", -1, ATTN_MAX_TENSORS - 1, &slot) ||
-      rd_need_int(r, l, "elem", 1, 16, &elem) ||
+      rd_need_int(r, l, "elem", 1, 4 * 1024, &elem) ||
       rd_enum(r, rd_field(l, "zero"), zero_names, (int)(sizeof zero_names / sizeof *zero_names),
               &zero) ||
       rd_conditions(r, l, &s->need, &s->deny))
@@ -582,10 +650,15 @@ int plan_read(const char *text, Arena *a, GraphPlan **plans, int *n, StrBuf *err
       if (l.n < 2 || rd_name(&r, l.w[1], &gp->graph) || !sep ||
           sscanf(sep, "%d,%d,%d,%d", &gp->sep_cells[0], &gp->sep_cells[1], &gp->sep_cells[2],
                  &gp->sep_cells[3]) != 4)
-        return rd_fail(&r, "a graph line is `graph NAME sep=A,B,C,D`");
+        return rd_fail(&r, "a graph line is `graph NAME sep=A,B,C,D decode=N,C`");
       for (int k = 0; k < SEP_NREGIONS; k++)
         if (gp->sep_cells[k] < 0 || gp->sep_cells[k] > 1024)
           return rd_fail(&r, "a range cell of %d bytes", gp->sep_cells[k]);
+      const char *dec = rd_field(&l, "decode");
+      if (!dec || sscanf(dec, "%d,%d", &gp->decode_bn, &gp->decode_ctas) != 2 ||
+          gp->decode_bn < 0 || gp->decode_bn > 256 || gp->decode_ctas < 0 || gp->decode_ctas > 64 ||
+          (gp->decode_bn > 0) != (gp->decode_ctas > 0))
+        return rd_fail(&r, "a graph's decode= is KEYS,CTAS (0,0 without a decode kernel)");
     } else if (!gp) {
       return rd_fail(&r, "'%s' before any graph", kind);
     } else if (!strcmp(kind, "pass")) {

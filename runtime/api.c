@@ -200,6 +200,14 @@ static attn_status context_set_option_impl(attn_context *ctx, attn_option option
     if (value < 0 || value > 1 << 20) break;
     ctx->options.persistent_ctas = value;
     return ATTN_SUCCESS;
+  case ATTN_OPTION_DECODE_SPLITS:
+    if (value < 0 || value > 1 << 16) break;
+    ctx->options.decode_splits = value;
+    return ATTN_SUCCESS;
+  case ATTN_OPTION_DECODE:
+    if (value != 0 && value != 1) break;
+    ctx->options.no_decode = value == 0;
+    return ATTN_SUCCESS;
   default:
     return rt_fail(ctx, ATTN_ERROR_INVALID_ARGUMENT, "unknown option %d", (int)option);
   }

@@ -94,11 +94,20 @@ attn_status attn_context_set_cache_dir(attn_context *ctx, const char *dir);
  *   ATTN_OPTION_PERSISTENT_CTAS  at most this many CTAs for persistent
  *       kernels (0: one per SM); tests use a few to make every CTA take
  *       several work items
+ * and two decode options (docs/runtime.md, "Decode"): a forward whose
+ * query heads per K/V head times Sq is at most 64 runs the split-KV decode
+ * kernel, its key split count chosen from the shapes and the SM count:
+ *   ATTN_OPTION_DECODE_SPLITS  0: that choice; n > 0: n splits (at most
+ *       one per 64-key tile), for tests and tuning
+ *   ATTN_OPTION_DECODE  1 (default): the decode kernel where it applies;
+ *       0: always the forward kernel
  * Other values: ATTN_ERROR_INVALID_ARGUMENT with a message. */
 typedef enum attn_option {
   ATTN_OPTION_BACKWARD_TEMPLATE = 1,
   ATTN_OPTION_SM90_VARIANT = 2,
-  ATTN_OPTION_PERSISTENT_CTAS = 3
+  ATTN_OPTION_PERSISTENT_CTAS = 3,
+  ATTN_OPTION_DECODE_SPLITS = 4,
+  ATTN_OPTION_DECODE = 5
 } attn_option;
 attn_status attn_context_set_option(attn_context *ctx, attn_option option, long long value);
 

@@ -1,7 +1,8 @@
 /* launch.c: runs one pass of a graph's launch plan (compiler/plan.c), the
  * one launch loop of the library:
  *
- *   facts (deterministic mode, GQA) -> the slices and steps that apply
+ *   facts (deterministic mode, GQA, decode and its key splits) -> the
+ *     slices and steps that apply
  *     -> the workspace laid out (the caller's, or the call's own, grown on
  *        demand) -> slices bound into the parameter block, zeroed where
  *        the plan says -> for each step: its grid (skipped when empty;
@@ -32,16 +33,29 @@ typedef struct PassLayout {
   unsigned long long signature; /* of the offsets of its PZ_NEW slices */
 } PassLayout;
 
-static unsigned launch_facts(const attn_call *c) {
-  const attn_params *p = &c->bind.params;
-  return (c->deterministic ? PLAN_IF_DET : 0u) | (p->H != p->Hk ? PLAN_IF_GQA : 0u);
+/* The shapes' facts (plan_facts: GQA, decode, split) and the call's. */
+static unsigned launch_facts(const attn_call *c, const PlanProblem *pr) {
+  return plan_facts(c->g->plan, pr) | (c->deterministic ? PLAN_IF_DET : 0u);
 }
 
-static PlanProblem launch_problem(const attn_call *c, int ndims[ATTN_MAX_TENSORS]) {
+/* The SMs of device dev, or 0 when the driver cannot say. */
+static long long device_sms(const RtDriver *d, CUdevice dev) {
+  int nsm = 0;
+  if (d->DeviceGetAttribute(&nsm, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev) != CUDA_SUCCESS)
+    return 0;
+  return nsm > 0 ? nsm : 0;
+}
+
+/* The bound problem, with the SM count and the decode options that the
+ * decode's split count reads. */
+static PlanProblem launch_problem(const attn_call *c, long long sms,
+                                  int ndims[ATTN_MAX_TENSORS]) {
   const IrGraph *g = c->g->ir;
   for (int t = 0; t < ATTN_MAX_TENSORS; t++) ndims[t] = t < g->ntensors ? g->tensors[t].ndims : 0;
   const attn_params *p = &c->bind.params;
-  return (PlanProblem){p->B, p->H, p->Hk, p->Sq, p->Skv, c->bind.shape, ndims};
+  const RtOptions *o = &c->g->m->ctx->options;
+  return (PlanProblem){p->B,   p->H,           p->Hk,           p->Sq,       p->Skv,
+                       c->bind.shape, ndims, sms, o->decode_splits, o->no_decode};
 }
 
 static void layout_pass(const attn_call *c, const PassPlan *pp, unsigned facts,
@@ -69,10 +83,18 @@ attn_status rt_pass_workspace(attn_call *c, PlanPass pass, size_t *bytes) {
   *bytes = 0;
   const PassPlan *pp = pass_plan(c, pass);
   if (!pp) return ATTN_SUCCESS;
+  /* The workspace depends on the split count, which depends on the
+   * current device's SMs: as the launch on it will count them. */
+  attn_status st;
+  const RtDriver *d = rt_driver(&st, &c->g->m->ctx->error);
+  if (!d) return st;
+  CUcontext cu;
+  CUdevice dev;
+  if ((st = rt_driver_current(d, &cu, &dev, &c->g->m->ctx->error))) return st;
   int ndims[ATTN_MAX_TENSORS];
-  const PlanProblem pr = launch_problem(c, ndims);
+  const PlanProblem pr = launch_problem(c, device_sms(d, dev), ndims);
   PassLayout l;
-  layout_pass(c, pp, launch_facts(c), &pr, &l);
+  layout_pass(c, pp, launch_facts(c, &pr), &pr, &l);
   *bytes = l.total;
   return ATTN_SUCCESS;
 }
@@ -189,9 +211,15 @@ attn_status rt_run_pass(attn_call *c, PlanPass pass, bool caller_ws, void *ws, s
     return rt_fail(ctx, ATTN_ERROR_INVALID_ARGUMENT,
                    "graph '%s': %d heads and batch %d: the launch grid allows at most 65535 of "
                    "each", ir->name, p.H, p.B);
-  const unsigned facts = launch_facts(c);
+  attn_status st;
+  const RtDriver *d = rt_driver(&st, err);
+  if (!d) return st;
+  CUcontext cu;
+  CUdevice dev;
+  if ((st = rt_driver_current(d, &cu, &dev, err))) return st;
   int ndims[ATTN_MAX_TENSORS];
-  const PlanProblem pr = launch_problem(c, ndims);
+  const PlanProblem pr = launch_problem(c, device_sms(d, dev), ndims);
+  const unsigned facts = launch_facts(c, &pr);
   PassLayout l;
   layout_pass(c, pp, facts, &pr, &l);
   if (caller_ws && ws_bytes < l.total)
@@ -203,12 +231,6 @@ attn_status rt_run_pass(attn_call *c, PlanPass pass, bool caller_ws, void *ws, s
     return rt_fail(ctx, ATTN_ERROR_INVALID_ARGUMENT,
                    "graph '%s': workspace %p is not %d-byte aligned", ir->name, ws,
                    WS_BASE_ALIGN);
-  attn_status st;
-  const RtDriver *d = rt_driver(&st, err);
-  if (!d) return st;
-  CUcontext cu;
-  CUdevice dev;
-  if ((st = rt_driver_current(d, &cu, &dev, err))) return st;
   CUstream s = (CUstream)stream;
 
   /* The workspace. A caller's is new to us every time; the call's own is

@@ -216,6 +216,8 @@ typedef struct RtEmbeddedModule {
 typedef struct RtOptions {
   int bwd_template, sm90_variant;
   long long persistent_ctas; /* 0: the SM count */
+  long long decode_splits;   /* 0: plan_decode_splits' choice */
+  bool no_decode;            /* ATTN_OPTION_DECODE 0 */
 } RtOptions;
 
 struct attn_context {

@@ -86,36 +86,13 @@ static __device__ __forceinline__ unsigned fwd80_pack_in(float lo, float hi) {
 
 /* ------------------------------------------------------ tile movement */
 
-/* Byte offset of 16-byte chunk c of row r in a swizzled tile whose rows
- * are row_bytes long. */
-static __device__ __forceinline__ unsigned fwd80_swz(int r, int c,
-                                                     int row_bytes) {
-  return (unsigned)(r * row_bytes + ((c ^ (r & 7)) << 4));
-}
-
-/* Starts the copy of ROWS rows of D elements (rows row0.. of a tensor
- * whose row stride is row_stride elements) into a swizzled tile; rows at
- * or beyond row_end are zero-filled so they contribute nothing. Thread tid
- * copies chunk tid % (D/8) of every (threads / (D/8))-th row, so its
- * source advances by a fixed step: one 64-bit pointer, not one per copy. */
+/* Starts the copy of a swizzled tile by the CTA (ptx.cuh, attn_cp_tile):
+ * rows row0.. of D elements, zero-filled at or beyond row_end. */
 template <int ROWS, int D>
 static __device__ __forceinline__ void
 fwd80_load_tile(unsigned dst, const unsigned short *base, long long row_stride,
                 int row0, int row_end, int tid) {
-  constexpr int chunks = D / 8;
-  constexpr int step = fwd80_threads / chunks; /* rows per pass */
-  static_assert(fwd80_threads % chunks == 0 && ROWS % step == 0,
-                "tile chunks divide the CTA");
-  const int c = tid % chunks, r0 = tid / chunks;
-  const unsigned short *src = base + (long long)(row0 + r0) * row_stride + c * 8;
-  const long long src_step = (long long)step * row_stride;
-#pragma unroll
-  for (int k = 0; k < ROWS / step; ++k) {
-    const int r = r0 + k * step;
-    const bool in = row0 + r < row_end;
-    attn_cp_async16(dst + fwd80_swz(r, c, D * 2), in ? src : base, in ? 16 : 0);
-    src += src_step;
-  }
+  attn_cp_tile<ROWS, D, fwd80_threads>(dst, base, row_stride, row0, row_end, tid);
 }
 
 /* ------------------------------------------------------- the kernel body */

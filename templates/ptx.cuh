@@ -23,6 +23,39 @@
                : "memory");
 }
 
+/* Byte offset of 16-byte chunk c of row r in a tile whose rows are
+ * row_bytes long, chunks XOR-swizzled by (r & 7) so that the eight row
+ * addresses of an ldmatrix phase hit distinct banks (rows of a multiple
+ * of eight chunks: head dims that are multiples of 64). */
+[[maybe_unused]] static __device__ __forceinline__ unsigned attn_swz(int r, int c, int row_bytes) {
+  return (unsigned)(r * row_bytes + ((c ^ (r & 7)) << 4));
+}
+
+/* Starts the copy of ROWS rows of D 16-bit elements (rows row0.. of a
+ * tensor whose row stride is row_stride elements) into a swizzled tile by
+ * a CTA of THREADS threads; rows at or beyond row_end are zero-filled so
+ * they contribute nothing. Thread tid copies chunk tid % (D/8) of every
+ * (THREADS / (D/8))-th row, so its source advances by a fixed step: one
+ * 64-bit pointer, not one per copy. */
+template <int ROWS, int D, int THREADS>
+static __device__ __forceinline__ void attn_cp_tile(unsigned dst, const unsigned short *base,
+                                                    long long row_stride, int row0, int row_end,
+                                                    int tid) {
+  constexpr int chunks = D / 8;
+  constexpr int step = THREADS / chunks; /* rows per pass */
+  static_assert(THREADS % chunks == 0 && ROWS % step == 0, "tile chunks divide the CTA");
+  const int c = tid % chunks, r0 = tid / chunks;
+  const unsigned short *src = base + (long long)(row0 + r0) * row_stride + c * 8;
+  const long long src_step = (long long)step * row_stride;
+#pragma unroll
+  for (int k = 0; k < ROWS / step; ++k) {
+    const int r = r0 + k * step;
+    const bool in = row0 + r < row_end;
+    attn_cp_async16(dst + attn_swz(r, c, D * 2), in ? src : base, in ? 16 : 0);
+    src += src_step;
+  }
+}
+
 [[maybe_unused]] static __device__ __forceinline__ void attn_cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::: "memory");
 }

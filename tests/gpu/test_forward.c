@@ -7,7 +7,9 @@
  * NaN); the mask analysis: a causal forward loads about half the key
  * tiles of a full one; separable masks (document ids: sorted, unsorted,
  * one document; f32 sides with NaN) against the reference, and the tiles
- * they skip; and dropout's mask, bit-identical to the CPU's. Without a GPU
+ * they skip; dropout's mask, bit-identical to the CPU's; and the split-KV
+ * decode kernel (packed GQA rows, forced split counts, the same bits twice,
+ * fully masked rows). Without a GPU
  * it says so and skips (exit 0).
  * Run from the repository root (it reads examples/).
  */
@@ -146,23 +148,32 @@ static void test_fully_masked(attn_context *ctx) {
   IrGraph *g = build_ir(a, "shifted.attn", text);
   attn_graph *ag;
   if (mod && g && attn_module_get_graph(mod, "shifted", &ag) == ATTN_SUCCESS) {
-    ChkResult res;
-    RefArgs ra;
-    ChkOptions co = {0};
-    if (run_case(ctx, ag, g, "B=1,H=2,Sq=70,Skv=70", 99, &co, "fully masked rows", &res, &ra)) {
-      int ko = g->outputs[0].tensor, kl = g->outputs[1].tensor;
+    /* The forward (70 rows), then the decode kernel (8 rows of 300 keys)
+     * unsplit and over three key splits. */
+    static const struct { const char *spec; int sq, splits; const char *label; } cases[] = {
+        {"B=1,H=2,Sq=70,Skv=70", 70, 0, "fully masked rows"},
+        {"B=1,H=2,Sq=8,Skv=300", 8, 1, "fully masked rows, decode"},
+        {"B=1,H=2,Sq=8,Skv=300", 8, 3, "fully masked rows, decode over 3 splits"}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+      ChkResult res;
+      RefArgs ra;
+      ChkOptions co = {0};
+      attn_context_set_option(ctx, ATTN_OPTION_DECODE_SPLITS, cases[c].splits);
+      if (!run_case(ctx, ag, g, cases[c].spec, 99, &co, cases[c].label, &res, &ra)) continue;
+      int ko = g->outputs[0].tensor, kl = g->outputs[1].tensor, sq = cases[c].sq;
       bool exact = true;
       for (int h = 0; h < 2; h++)
         for (int i = 0; i < 5; i++) {
-          const double *o = res.outputs[ko] + ((size_t)h * 70 + (size_t)i) * 128;
+          const double *o = res.outputs[ko] + ((size_t)h * sq + (size_t)i) * 128;
           for (int d = 0; d < 128; d++) exact &= o[d] == 0.0;
-          double l = res.outputs[kl][h * 70 + i];
+          double l = res.outputs[kl][h * sq + i];
           exact &= isinf(l) && l < 0;
         }
-      verdict(exact, "fully masked rows give O = 0 and lse = -inf exactly", NULL);
+      verdict(exact, arena_printf(a, "%s: O = 0 and lse = -inf exactly", cases[c].label), NULL);
       chk_result_free(&res, g->ntensors);
       ref_args_free(&ra);
     }
+    attn_context_set_option(ctx, ATTN_OPTION_DECODE_SPLITS, 0);
   }
   attn_module_destroy(mod);
   arena_free(a);
@@ -550,6 +561,76 @@ static void test_dropout_mask(attn_context *ctx) {
   arena_free(a);
 }
 
+/* The decode kernel (few packed query rows against many keys) against
+ * the CPU reference: MHA, GQA and MQA packing, one to four row blocks,
+ * masks and score modifications, head dims 64, 128 and 256, at the split
+ * count the plan chooses and at 1, 3 and 7 forced splits; and the chosen
+ * split count twice on the same inputs gives the same bits. */
+static void test_decode(attn_context *ctx) {
+  static const char *const paths[] = {
+      "examples/sdpa.attn",    "examples/gqa.attn",   "examples/mqa.attn",
+      "examples/causal_bottom_right.attn", "examples/bias.attn", "examples/softcap.attn",
+      "examples/lse.attn",     "examples/padding.attn", "examples/gemma2_local.attn",
+      "examples/backward_gqa.attn", "examples/relative_position.attn"};
+  /* B, H, Hk, Sq, Skv: one query of 32:8 against 4100 keys; 3 of 8:2;
+   * 4 of 16:2 (32 rows, two blocks); 16 of 4:1 (64 rows, four); one
+   * key; a tile and a bit. */
+  static const int shapes[][5] = {{1, 32, 8, 1, 4100}, {2, 8, 2, 3, 1000}, {1, 16, 2, 4, 777},
+                                  {1, 4, 1, 16, 2000}, {2, 4, 4, 1, 1},    {3, 4, 2, 2, 65}};
+  static const int splits[] = {0, 1, 3, 7};
+  uint64_t seed = 7000;
+  for (size_t f = 0; f < sizeof paths / sizeof paths[0]; f++) {
+    attn_module *mod = NULL;
+    if (attn_module_compile_file(ctx, paths[f], &mod) != ATTN_SUCCESS) {
+      verdict(false, paths[f], attn_context_error(ctx));
+      continue;
+    }
+    Arena *a = arena_new();
+    Diag d = {0};
+    Source *src = source_load(a, paths[f], &d);
+    IrModule *m = src ? ir_build(parse_source(src, a, &d), a, &d) : NULL;
+    for (int k = 0; m && k < m->ngraphs; k++) {
+      const IrGraph *g = m->graphs[k];
+      attn_graph *ag;
+      if (attn_module_get_graph(mod, g->name, &ag) != ATTN_SUCCESS) continue;
+      StrBuf spec = {0};
+      for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++) {
+        chk_shape_spec(g, &spec, shapes[sh][0], shapes[sh][1], shapes[sh][2], shapes[sh][3],
+                       shapes[sh][4]);
+        for (size_t sp = 0; sp < sizeof splits / sizeof splits[0]; sp++) {
+          attn_context_set_option(ctx, ATTN_OPTION_DECODE_SPLITS, splits[sp]);
+          ChkOptions co = {0};
+          ChkResult r1, r2;
+          RefArgs ra1, ra2;
+          const char *label = arena_printf(a, "decode %s:%s splits %d", paths[f], g->name,
+                                           splits[sp]);
+          if (!run_case(ctx, ag, g, spec.data, seed, &co, label, &r1, &ra1)) continue;
+          if (splits[sp] == 0 && run_case(ctx, ag, g, spec.data, seed, &co, label, &r2, &ra2)) {
+            bool same = true;
+            for (int n = 0; n < g->noutputs; n++) {
+              int t = g->outputs[n].tensor;
+              same &= !memcmp(r1.outputs[t], r2.outputs[t],
+                              (size_t)ref_numel(&ra1.tensors[t]) * sizeof(double));
+            }
+            verdict(same, arena_printf(a, "%s [%s]: the same bits twice", label, spec.data), NULL);
+            chk_result_free(&r2, g->ntensors);
+            ref_args_free(&ra2);
+          }
+          chk_result_free(&r1, g->ntensors);
+          ref_args_free(&ra1);
+        }
+        seed++;
+      }
+      sb_free(&spec);
+    }
+    if (!m) verdict(false, paths[f], d.out.data);
+    diag_free(&d);
+    arena_free(a);
+    attn_module_destroy(mod);
+  }
+  attn_context_set_option(ctx, ATTN_OPTION_DECODE_SPLITS, 0);
+}
+
 static int cmp_str(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
@@ -568,6 +649,7 @@ int main(int argc, char **argv) {
   if (attn_context_create(&ctx) != ATTN_SUCCESS) return 1;
   attn_context_set_cache_dir(ctx, NULL);
   test_fully_masked(ctx);
+  test_decode(ctx);
   test_tile_skipping(ctx);
   test_dropout_mask(ctx);
   test_separable_masks(ctx);

@@ -91,7 +91,7 @@ Test(plan, long_names_round_trip) {
 }
 
 #define GOOD                                                                                    \
-  "attnc-plan 1\ngraph g sep=0,0,0,0\npass forward det=0\n"                                    \
+  "attnc-plan 2\ngraph g sep=0,0,0,0 decode=0,0\npass forward det=0\n"                                    \
   "  slice tile_queue bind=queue slot=-1 elem=4 dims=2,1,1,1 zero=new need=- deny=-\n"          \
   "  step forward entry=attn_g_fwd threads=384 smem=1024 grid=Sq/128,H,B persistent=1 "         \
   "need=- deny=-\n"                                                                             \
@@ -140,9 +140,11 @@ Test(plan, the_reader_refuses_malformed_plans) {
           "a slot exactly when bound to one");
   refused(GOOD "  slice s bind=queue slot=-1 elem=4 dims=B,H,Sq zero=never need=- deny=-\nend\n",
           "four sizes");
-  refused("attnc-plan 1\npass forward det=0\nend\n", "before any graph");
-  refused("attnc-plan 1\ngraph g sep=0,0,0,0\n  step x\nend\n", "before any pass");
+  refused("attnc-plan 2\npass forward det=0\nend\n", "before any graph");
+  refused("attnc-plan 2\ngraph g sep=0,0,0,0 decode=0,0\n  step x\nend\n", "before any pass");
   refused(GOOD "pass forward det=0\nend\n", "pass forward twice");
+  refused("attnc-plan 2\ngraph g sep=0,0,0,0\nend\n", "decode=");
+  refused("attnc-plan 2\ngraph g sep=0,0,0,0 decode=64,0\nend\n", "decode=");
   refused(GOOD "frobnicate\nend\n", "unknown record 'frobnicate'");
 }
 
@@ -170,13 +172,75 @@ Test(plan, choices_follow_the_specs) {
   int ndims[4] = {4, 4, 4, 4};
   const int64_t shapes[4][IR_MAX_RANK] = {{2, 8, 100, 128}, {2, 2, 300, 128}, {2, 2, 300, 128},
                                            {2, 8, 100, 128}};
-  PlanProblem pr = {2, 8, 2, 100, 300, shapes, ndims};
+  PlanProblem pr = {.B = 2, .H = 8, .Hk = 2, .Sq = 100, .Skv = 300, .shape = shapes, .ndims = ndims};
   const PassPlan *bw = &p80->pass[PLAN_BACKWARD];
   cr_assert_str_eq(bw->slices[0].name, "delta");
   cr_assert_eq(plan_slice_bytes(p80, &bw->slices[0], &pr), (size_t)2 * 8 * 100 * 2 * 4);
   cr_assert(plan_applies(PLAN_IF_GQA, PLAN_IF_DET, PLAN_IF_GQA));
   cr_assert(!plan_applies(PLAN_IF_GQA, PLAN_IF_DET, PLAN_IF_GQA | PLAN_IF_DET));
   cr_assert(!plan_applies(PLAN_IF_GQA, 0, 0));
+  arena_free(a);
+}
+
+Test(plan, decode_and_its_splits_follow_the_shapes) {
+  Arena *a = arena_new();
+  static const char gqa[] =
+      "attention g {\n  input q : bf16[B, H, Sq, 128];\n  input k : bf16[B, Hk, S, 128];\n"
+      "  input v : bf16[B, Hk, S, 128];\n  s = q @ k^T;\n  o = softmax(s) @ v;\n"
+      "  output o : bf16[B, H, Sq, 128];\n}\n";
+  IrModule *m = unit_build(a, "<gqa>", gqa);
+  const GraphPlan *p = unit_compile(a, m, "sm_90a", STAGE_PLAN).plans;
+  cr_assert_eq(p->decode_bn, 64);
+  cr_assert_eq(p->decode_ctas, 2); /* 100 KB of stages at head dim 128 */
+  cr_assert_eq(unit_step(p, PLAN_FORWARD, "forward")->deny, PLAN_IF_DECODE);
+  cr_assert_eq(unit_step(p, PLAN_FORWARD, "decode")->need, PLAN_IF_DECODE);
+  cr_assert_eq(unit_step(p, PLAN_FORWARD, "merge")->need, PLAN_IF_DECODE | PLAN_IF_SPLIT);
+  /* B 1, GQA 32:8, one query, 32k keys on 132 SMs: 8 items fill 264
+   * slots in 33 splits, each a partial of [splits, B, H, Sq] rows. */
+  PlanProblem pr = {.B = 1, .H = 32, .Hk = 8, .Sq = 1, .Skv = 32768, .sms = 132};
+  cr_assert_eq(plan_decode_splits(p, &pr), 33);
+  cr_assert_eq(plan_facts(p, &pr), PLAN_IF_GQA | PLAN_IF_DECODE | PLAN_IF_SPLIT);
+  cr_assert_eq(plan_dim(p, (PlanDim){PD_DECODE_ROWS, 0}, &pr), 8);
+  const PassPlan *fw = &p->pass[PLAN_FORWARD];
+  for (int k = 0; k < fw->nslices; k++)
+    if (!strcmp(fw->slices[k].name, "partial_o"))
+      cr_assert_eq(plan_slice_bytes(p, &fw->slices[k], &pr), (size_t)33 * 32 * 128 * 4);
+  /* Enough work items: one split, no merge. */
+  pr = (PlanProblem){.B = 128, .H = 32, .Hk = 32, .Sq = 1, .Skv = 1024, .sms = 132};
+  cr_assert_eq(plan_facts(p, &pr), PLAN_IF_DECODE);
+  /* 4 queries of 8 heads per K/V head: 32 rows, two row blocks. */
+  pr = (PlanProblem){.B = 1, .H = 16, .Hk = 2, .Sq = 4, .Skv = 4096, .sms = 132};
+  cr_assert_eq(plan_dim(p, (PlanDim){PD_DECODE_ROWS, 0}, &pr), 4);
+  cr_assert_eq(plan_decode_splits(p, &pr), 32); /* 64 tiles: at most 32 */
+  /* Prefill-sized rows run the forward; so does the option. */
+  pr = (PlanProblem){.B = 1, .H = 32, .Hk = 8, .Sq = 17, .Skv = 4096, .sms = 132};
+  cr_assert_eq(plan_facts(p, &pr), PLAN_IF_GQA);
+  pr = (PlanProblem){.B = 1, .H = 8, .Hk = 8, .Sq = 1, .Skv = 4096, .sms = 132, .no_decode = true};
+  cr_assert_eq(plan_facts(p, &pr), 0u);
+  /* A forced count, capped at the key tiles; one tile never splits. */
+  pr = (PlanProblem){.B = 1, .H = 8, .Hk = 8, .Sq = 1, .Skv = 300, .sms = 132, .force_splits = 3};
+  cr_assert_eq(plan_decode_splits(p, &pr), 3);
+  pr.force_splits = 1000;
+  cr_assert_eq(plan_decode_splits(p, &pr), 5);
+  pr.Skv = 64;
+  cr_assert_eq(plan_decode_splits(p, &pr), 1);
+  cr_assert_eq(plan_facts(p, &pr), PLAN_IF_DECODE);
+  arena_free(a);
+}
+
+Test(plan, no_decode_kernel_for_dropout) {
+  Arena *a = arena_new();
+  static const char drop[] =
+      "attention g {\n  input q : bf16[B, H, S, 64];\n  input k : bf16[B, H, S, 64];\n"
+      "  input v : bf16[B, H, S, 64];\n  scalar rate : f32 = 0.1;\n  scalar seed : u64 = 0;\n"
+      "  scalar offset : u64 = 0;\n  s = q @ k^T;\n  p = dropout(softmax(s), rate, seed, offset);\n"
+      "  o = p @ v;\n  output o : bf16[B, H, S, 64];\n}\n";
+  IrModule *m = unit_build(a, "<drop>", drop);
+  const GraphPlan *p = unit_compile(a, m, "sm_80", STAGE_PLAN).plans;
+  cr_assert_eq(p->decode_bn, 0);
+  cr_assert_null(unit_step(p, PLAN_FORWARD, "decode"));
+  PlanProblem pr = {.B = 1, .H = 8, .Hk = 8, .Sq = 1, .Skv = 4096, .sms = 132};
+  cr_assert_eq(plan_facts(p, &pr), 0u);
   arena_free(a);
 }
 

@@ -26,6 +26,10 @@
 #define ATTN_TV 2
 #define ATTN_TO 3
 #define ATTN_TLSE 4
+#define ATTN_DEC_BN 64
+#define ATTN_DEC_STAGES 3
+#define ATTN_DEC_TPO 5
+#define ATTN_DEC_TPL 6
 namespace graph_backward_causal_softcap {
 
 /* [the text of templates/hooks.cuh] */
@@ -95,6 +99,7 @@ static __device__ __forceinline__ float attn_out(float o, int b, int h, int i, i
 }
 
 /* [the text of templates/fwd_sm90.cuh] */
+/* [the text of templates/decode.cuh] */
 
 /* ---- backward (templates/bwd_sm80.cuh, bwd_sm90.cuh) ---- */
 #define ATTN_TDO 5
@@ -145,6 +150,14 @@ extern "C" __global__ void __launch_bounds__(384, 1) attn_backward_causal_softca
   graph_backward_causal_softcap::attn_fwd_sm90(p, tm);
 }
 
+extern "C" __global__ void __launch_bounds__(128) attn_backward_causal_softcap_decode(const __grid_constant__ attn_params p) {
+  graph_backward_causal_softcap::attn_decode(p);
+}
+
+extern "C" __global__ void __launch_bounds__(128) attn_backward_causal_softcap_decode_merge(const __grid_constant__ attn_params p) {
+  graph_backward_causal_softcap::attn_decode_merge(p);
+}
+
 extern "C" __global__ void __launch_bounds__(256) attn_backward_causal_softcap_bwd_delta(const __grid_constant__ attn_params p) {
   graph_backward_causal_softcap::attn_bwd_sm80_delta(p);
 }
@@ -174,6 +187,10 @@ extern "C" __global__ void __launch_bounds__(256) attn_backward_causal_softcap_b
 #undef ATTN_TV
 #undef ATTN_TO
 #undef ATTN_TLSE
+#undef ATTN_DEC_BN
+#undef ATTN_DEC_STAGES
+#undef ATTN_DEC_TPO
+#undef ATTN_DEC_TPL
 #undef ATTN_TDO
 #undef ATTN_TDELTA
 #undef ATTN_TDQA

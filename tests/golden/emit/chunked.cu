@@ -26,6 +26,10 @@
 #define ATTN_TV 2
 #define ATTN_TO 3
 #define ATTN_TLSE -1
+#define ATTN_DEC_BN 64
+#define ATTN_DEC_STAGES 4
+#define ATTN_DEC_TPO 4
+#define ATTN_DEC_TPL 5
 namespace graph_chunked {
 
 /* [the text of templates/hooks.cuh] */
@@ -226,11 +230,20 @@ static __device__ __forceinline__ float attn_out(float o, int b, int h, int i, i
 }
 
 /* [the text of templates/fwd_sm90.cuh] */
+/* [the text of templates/decode.cuh] */
 
 } /* namespace graph_chunked */
 
 extern "C" __global__ void __launch_bounds__(384, 1) attn_chunked_fwd(const __grid_constant__ attn_params p, const __grid_constant__ attn_tmaps tm) {
   graph_chunked::attn_fwd_sm90(p, tm);
+}
+
+extern "C" __global__ void __launch_bounds__(128) attn_chunked_decode(const __grid_constant__ attn_params p) {
+  graph_chunked::attn_decode(p);
+}
+
+extern "C" __global__ void __launch_bounds__(128) attn_chunked_decode_merge(const __grid_constant__ attn_params p) {
+  graph_chunked::attn_decode_merge(p);
 }
 
 extern "C" __global__ void __launch_bounds__(256) attn_chunked_prep(const __grid_constant__ attn_params p) {
@@ -250,4 +263,8 @@ extern "C" __global__ void __launch_bounds__(256) attn_chunked_prep(const __grid
 #undef ATTN_TV
 #undef ATTN_TO
 #undef ATTN_TLSE
+#undef ATTN_DEC_BN
+#undef ATTN_DEC_STAGES
+#undef ATTN_DEC_TPO
+#undef ATTN_DEC_TPL
 

@@ -26,6 +26,10 @@
 #define ATTN_TV 2
 #define ATTN_TO 3
 #define ATTN_TLSE 4
+#define ATTN_DEC_BN 64
+#define ATTN_DEC_STAGES 4
+#define ATTN_DEC_TPO 5
+#define ATTN_DEC_TPL 6
 namespace graph_lse {
 
 /* [the text of templates/hooks.cuh] */
@@ -80,11 +84,20 @@ static __device__ __forceinline__ float attn_out(float o, int b, int h, int i, i
 }
 
 /* [the text of templates/fwd_sm90.cuh] */
+/* [the text of templates/decode.cuh] */
 
 } /* namespace graph_lse */
 
 extern "C" __global__ void __launch_bounds__(384, 1) attn_lse_fwd(const __grid_constant__ attn_params p, const __grid_constant__ attn_tmaps tm) {
   graph_lse::attn_fwd_sm90(p, tm);
+}
+
+extern "C" __global__ void __launch_bounds__(128) attn_lse_decode(const __grid_constant__ attn_params p) {
+  graph_lse::attn_decode(p);
+}
+
+extern "C" __global__ void __launch_bounds__(128) attn_lse_decode_merge(const __grid_constant__ attn_params p) {
+  graph_lse::attn_decode_merge(p);
 }
 
 #undef ATTN_D_QK
@@ -100,4 +113,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) attn_lse_fwd(const __grid_c
 #undef ATTN_TV
 #undef ATTN_TO
 #undef ATTN_TLSE
+#undef ATTN_DEC_BN
+#undef ATTN_DEC_STAGES
+#undef ATTN_DEC_TPO
+#undef ATTN_DEC_TPL
 

@@ -1,0 +1,163 @@
+"""decode.py: attnc's split-KV decode against cuDNN and FA2 (PyTorch SDPA) in one process.
+
+Runs on the GPU machine: python3 bench/decode.py [--lib build/libattn.so] [--out DIR] [--quick]
+
+The issue's grid: bf16, D 128, Sq = 1, B in {1, 8, 32, 128} x KV length in {1k, 8k, 32k} x
+{MHA 32:32, GQA 32:8}, dense [B, H, L, D] caches. Effective bandwidth = K+V bytes / time (the
+anchors' convention: bytes read, not read + written). Every configuration is checked against
+cuDNN's output before it is timed. Timing as the anchors (../shared/anchors): CUDA events around
+each call, all calls queued behind a torch.cuda._sleep so host overhead does not enter, median
+of 30 calls after 6 warm-up calls, rotating over enough copies of K and V that the working set
+is at least 180 MB (so L2 does not serve a call from the previous one's reads).
+
+Also per configuration: attnc with the decode kernel switched off (ATTN_OPTION_DECODE 0, the
+prefill forward kernel), and the split count the plan chose. --rows adds Sq in {2, 4, 8, 16}
+at B 8, 8k (speculative decoding: more packed rows per K/V head).
+"""
+import argparse, ctypes, json, math, os, statistics, sys, time
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench import Attn, driver_version  # noqa: E402
+
+ATTN_OPTION_DECODE_SPLITS, ATTN_OPTION_DECODE = 4, 5  # attn.h
+D = 128
+
+
+def graph_text():
+    return ("attention dec {\n"
+            f"    input q : bf16[B, H, Sq, {D}];\n    input k : bf16[B, Hk, Skv, {D}];\n"
+            f"    input v : bf16[B, Hk, Skv, {D}];\n    scalar scale : f32 = 1.0 / sqrt({D}.0);\n"
+            "    s = (q @ k^T) * scale;\n    o = softmax(s) @ v;\n"
+            f"    output o : bf16[B, H, Sq, {D}];\n}}\n")
+
+
+def time_queued(fns, calls=30, warm=6):
+    """Median microseconds of one call, the calls queued behind a GPU sleep."""
+    for n in range(warm):
+        fns[n % len(fns)]()
+    torch.cuda.synchronize()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(calls)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(calls)]
+    torch.cuda._sleep(100_000_000)  # ~50 ms of GPU time: the host queues everything meanwhile
+    for n in range(calls):
+        starts[n].record()
+        fns[n % len(fns)]()
+        ends[n].record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)) * 1e3
+
+
+def sdpa(q, k, v, backend):
+    with sdpa_kernel([backend]):
+        return F.scaled_dot_product_attention(q, k, v, enable_gqa=q.shape[1] != k.shape[1])
+
+
+def run(attn, mod, sms, B, H, Hk, L, Sq=1):
+    kv_bytes = 2 * B * Hk * L * D * 2
+    copies = max(1, min(45, math.ceil(180e6 / kv_bytes)))
+    if kv_bytes * copies > 90e9:
+        copies = 1
+    sets = []
+    for _ in range(copies):
+        q = torch.randn(B, H, Sq, D, device="cuda", dtype=torch.bfloat16)
+        k, v = (torch.randn(B, Hk, L, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        o = torch.empty_like(q)
+        sets.append((q, k, v, o, attn.call(mod, "dec", dict(q=q, k=k, v=v, o=o))))
+    q, k, v, o, c = sets[0]
+    attn.launch(c)
+    ref = sdpa(q, k, v, SDPBackend.CUDNN_ATTENTION)
+    torch.cuda.synchronize()
+    err = ((o.float() - ref.float()).norm() / ref.float().norm()).item()
+    row = dict(Hq=H, Hkv=Hk, B=B, L=L, Sq=Sq, kv_mb=kv_bytes / 1e6, copies=copies,
+               rel_err_vs_cudnn=err)
+    row["attnc_us"] = time_queued([lambda c=c: attn.launch(c) for *_, c in sets])
+    attn.check(attn.L.attn_context_set_option(attn.ctx, ATTN_OPTION_DECODE, 0), "set_option")
+    row["attnc_fwd_us"] = time_queued([lambda c=c: attn.launch(c) for *_, c in sets])
+    attn.check(attn.L.attn_context_set_option(attn.ctx, ATTN_OPTION_DECODE, 1), "set_option")
+    row["cudnn_us"] = time_queued([lambda s=s: sdpa(s[0], s[1], s[2], SDPBackend.CUDNN_ATTENTION)
+                                   for s in sets])
+    try:
+        row["fa2_us"] = time_queued([lambda s=s: sdpa(s[0], s[1], s[2], SDPBackend.FLASH_ATTENTION)
+                                     for s in sets])
+    except RuntimeError as e:  # FA2 through SDPA may refuse a shape
+        row["fa2_us"], row["fa2_error"] = None, str(e)[:120]
+    for key in ("attnc", "attnc_fwd", "cudnn", "fa2"):
+        t = row[f"{key}_us"]
+        row[f"{key}_gbs"] = kv_bytes / (t * 1e-6) / 1e9 if t else None
+    row["splits"] = splits_for(B, H, Hk, Sq, L, sms)
+    row["ratio_vs_cudnn"] = row["cudnn_us"] / row["attnc_us"]
+    for *_, c in sets:
+        attn.L.attn_call_destroy(c)
+    del sets
+    torch.cuda.empty_cache()
+    return row
+
+
+def splits_for(B, H, Hk, Sq, L, sms, ctas=2, bn=64):
+    """plan_decode_splits (compiler/plan.c), for the table: the split count the plan chose."""
+    tiles = -(-L // bn)
+    if tiles <= 1:
+        return 1
+    items = B * Hk * -(-(H // Hk) * Sq // 16)
+    slots = sms * ctas
+    if items >= slots:
+        return 1
+    return max(1, min(-(-slots // items), tiles // 2, 128))
+
+
+def table(rows):
+    out = ["| Hq:Hkv | B | Sq | KV len | K+V MB | splits | attnc decode us / GB/s | attnc forward kernel us / GB/s "
+           "| cuDNN us / GB/s | FA2 us / GB/s | attnc / cuDNN | rel err vs cuDNN |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        def cell(k):
+            return "-" if r[f"{k}_us"] is None else f"{r[f'{k}_us']:.1f} / {r[f'{k}_gbs']:.0f}"
+        out.append(f"| {r['Hq']}:{r['Hkv']} | {r['B']} | {r['Sq']} | {r['L'] // 1024}k | {r['kv_mb']:.0f} "
+                   f"| {r['splits']} | {cell('attnc')} | {cell('attnc_fwd')} | {cell('cudnn')} | {cell('fa2')} "
+                   f"| {r['ratio_vs_cudnn']:.2f} | {r['rel_err_vs_cudnn']:.1e} |")
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lib", default="build/libattn.so")
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--quick", action="store_true", help="B 1 and 32 only")
+    ap.add_argument("--rows", action="store_true", help="also Sq 2..16 at B 8, 8k")
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    torch.zeros(1, device="cuda")
+    attn = Attn(os.path.abspath(args.lib))
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    mod = attn.compile("dec", graph_text())
+    rows = []
+    for Hk in (8, 32):
+        for B in ((1, 32) if args.quick else (1, 8, 32, 128)):
+            for L in (1024, 8192, 32768):
+                row = run(attn, mod, sms, B, 32, Hk, L)
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    if args.rows:
+        for Hk in (8, 32):
+            for Sq in (2, 4, 8, 16):
+                row = run(attn, mod, sms, 8, 32, Hk, 8192, Sq)
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    attn.L.attn_module_destroy(mod)
+    lines = [f"GPU: {torch.cuda.get_device_name()}; driver {driver_version()}; torch {torch.__version__}; "
+             f"cuDNN {torch.backends.cudnn.version()}; {time.strftime('%Y-%m-%d')}", ""] + table(rows)
+    text = "\n".join(lines)
+    print(text)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "bench-decode.md"), "w") as f:
+        f.write(text + "\n")
+    with open(os.path.join(args.out, "bench-decode.json"), "w") as f:
+        json.dump(dict(rows=rows, device=torch.cuda.get_device_name()), f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,46 @@
+/*
+ * tmpl_decode.c: the configuration of the split-KV decode template,
+ * templates/decode.cuh.
+ *
+ * The kernel reads each K/V tile once per 16 packed query rows and does
+ * little arithmetic on it, so what matters is the bytes in flight per SM:
+ * 64-key tiles (four warps of 16 keys) in as many cp.async stages as keep
+ * about 96 KB a CTA in flight, two CTAs an SM where they fit (at head dim
+ * 256 one CTA of two 64 KB stages). Shared memory, 16-bit elements:
+ *
+ *     smem = 2 * (16 * d_qk + stages * 64 * (d_qk + d_v))   bytes
+ *
+ * as abi/attn_layout.h defines it for the template too (the combine at
+ * the end reuses it).
+ */
+#include "attn_abi.h"
+#include "attn_layout.h"
+#include "attnc.h"
+
+/* Shared memory an SM shares among its CTAs (Ampere's A100 and Hopper:
+ * 164 / 228 KB; the kernel asks for what one CTA needs, at most 227 KB). */
+#define DECODE_SM_SMEM (228 * 1024)
+#define DECODE_BN 64
+
+int tmpl_decode_config(int d_qk, int d_v, int in_bytes, bool dropout, int ntensors,
+                       DecodeConfig *out) {
+  if (!out || in_bytes != 2 || dropout) return -1;
+  if ((d_qk != 64 && d_qk != 128 && d_qk != 256) || (d_v != 64 && d_v != 128 && d_v != 256))
+    return -1;
+  if (ntensors + 2 > ATTN_MAX_TENSORS) return -1;
+  const int stage = DECODE_BN * (d_qk + d_v) * 2;
+  int stages = 96 * 1024 / stage;
+  if (stages > 4) stages = 4;
+  if (stages < 2) stages = 2;
+  const attn_dec_layout l = attn_dec_layout_of(DECODE_BN, stages, d_qk, d_v);
+  *out = (DecodeConfig){.on = true,
+                        .bn = DECODE_BN,
+                        .stages = stages,
+                        .threads = DECODE_BN / 16 * 32,
+                        .smem_bytes = l.total,
+                        .ctas_per_sm = DECODE_SM_SMEM / (l.total + 1024),
+                        .partial_o = ntensors,
+                        .partial_lse = ntensors + 1};
+  if (out->ctas_per_sm < 1) out->ctas_per_sm = 1;
+  return 0;
+}

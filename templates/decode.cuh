@@ -1,0 +1,408 @@
+/*
+ * decode.cuh: the decode forward (few queries against a long KV cache),
+ * split over the keys (flash-decoding), with the query heads that share a
+ * K/V head packed into the rows of one tile (GQA packing). Portable
+ * (mma.sync, ldmatrix, cp.async: sm_80 and later, Hopper included): the
+ * kernel is bound by reading K and V once, not by its tensor cores.
+ *
+ * Device-only text for NVRTC, pasted once per graph inside its namespace
+ * after the forward template and the graph's hooks (hooks.cuh), like the
+ * other templates. The plan runs it in place of the forward when the
+ * packed rows of one K/V head, (H / Hk) * Sq, are few (compiler/plan.c,
+ * "decode"); docs/templates.md has the contract.
+ *
+ * - Rows. The queries of one (b, hk) are R = (H / Hk) * Sq packed rows,
+ *   head-major: row r is query r % Sq of head hk * (H / Hk) + r / Sq. A
+ *   CTA owns 16 of them (one mma row block; grid y = Hk * ceil(R / 16)),
+ *   so every K/V tile is read once per 16 rows, not once per query head.
+ *   Each head's rows are a contiguous query range, so the hooks' tile
+ *   classes and key bounds are asked per head and combined.
+ * - Keys. Grid x is the split count: split s takes its share of the key
+ *   tiles the rows may keep (attn_key_tiles over the block's heads, as
+ *   the forward's), in tiles of ATTN_DEC_BN keys that stream through
+ *   ATTN_DEC_STAGES cp.async stages; each of the CTA's BN / 16 warps
+ *   multiplies its own 16 keys of every tile with the whole row block, so
+ *   the warps keep separate online softmaxes (softmax.cuh) and the CTA
+ *   combines them at the end through shared memory.
+ * - Output. With one split the CTA writes O (through attn_out) and lse as
+ *   the forward does. With several it writes its normalized partial O in
+ *   f32 and its lse to the plan's workspace ([split][b][h][i]) and
+ *   attn_decode_merge combines the splits in split order: the same inputs
+ *   and split count give the same bits, and the split count is a function
+ *   of the shapes and the SM count (plan.c, plan_decode_splits).
+ * - Rows past R compute on a clamped row (hooks never see an index out of
+ *   range) and are dropped. A row whose keys are all masked ends with
+ *   O = 0 and lse = -inf, as in the forward.
+ */
+
+#if !defined(ATTN_DEC_BN) || !defined(ATTN_DEC_STAGES) || !defined(ATTN_DEC_TPO) || \
+    !defined(ATTN_DEC_TPL)
+#error "decode.cuh needs ATTN_DEC_BN, ATTN_DEC_STAGES, ATTN_DEC_TPO, ATTN_DEC_TPL"
+#endif
+
+constexpr int dec_dqk = ATTN_D_QK;
+constexpr int dec_dv = ATTN_D_V;
+constexpr int dec_bn = ATTN_DEC_BN;
+constexpr int dec_stages = ATTN_DEC_STAGES;
+constexpr int dec_warps = dec_bn / 16; /* each warp takes 16 keys of a tile */
+constexpr int dec_threads = dec_warps * 32;
+constexpr int dec_rows = 16; /* packed rows per CTA */
+constexpr int dec_tq = ATTN_TQ, dec_tk = ATTN_TK, dec_tv = ATTN_TV;
+constexpr int dec_to = ATTN_TO, dec_tlse = ATTN_TLSE;
+constexpr int dec_tpo = ATTN_DEC_TPO, dec_tpl = ATTN_DEC_TPL; /* partial O, lse */
+constexpr bool dec_in_bf16 = attn_in_bf16;
+constexpr int dec_out_kind = attn_out_kind;
+/* The merge: one warp per output row, this many rows per CTA. */
+constexpr int dec_merge_rows = 4;
+
+static_assert(dec_dqk % 64 == 0 && dec_dqk <= 256, "D_QK: 64, 128 or 256");
+static_assert(dec_dv % 64 == 0 && dec_dv <= 256, "D_V: 64, 128 or 256");
+static_assert(dec_bn % 16 == 0 && dec_bn >= 32 && dec_bn <= 128, "BN: 32 to 128 keys");
+static_assert(dec_stages >= 2, "two stages at least");
+
+constexpr attn_dec_layout dec_layout = attn_dec_layout_of(dec_bn, dec_stages, dec_dqk, dec_dv);
+constexpr int attn_decode_smem_bytes = dec_layout.total;
+static_assert(attn_decode_smem_bytes <= 227 * 1024, "the stages exceed shared memory");
+
+/* The CTA's packed rows and the heads they span. */
+struct dec_block {
+  int b, hk, group; /* group = H / Hk */
+  int r0, r_last;   /* packed rows [r0, r_last] of this (b, hk) */
+  int x_first, x_last; /* heads hk * group + x for x in [x_first, x_last] */
+};
+
+/* Query range [qa, qb] of head x within the block's rows. */
+static __device__ __forceinline__ void dec_head_rows(const dec_block &k, int x, int sq, int &qa,
+                                                     int &qb) {
+  qa = max(k.r0, x * sq) - x * sq;
+  qb = min(k.r_last, x * sq + sq - 1) - x * sq;
+}
+
+/* The block's class for keys [j0, j1]: 0 when every head's rows mask them
+ * all, 2 when every head's rows keep them all, else 1. */
+static __device__ __forceinline__ int dec_tile_class(const dec_block &k, int j0, int j1,
+                                                     const attn_params &p) {
+  int lo = 2, any = 0;
+  for (int x = k.x_first; x <= k.x_last; ++x) {
+    int qa, qb;
+    dec_head_rows(k, x, p.Sq, qa, qb);
+    const int c = attn_tile_class(k.b, k.hk * k.group + x, qa, qb, j0, j1, p);
+    lo = min(lo, c);
+    any |= c;
+  }
+  return any == 0 ? 0 : lo;
+}
+
+/* The first tile at or after n, below n_end, that the block does not
+ * wholly mask. */
+static __device__ __forceinline__ int dec_next_live(const dec_block &k, int n, int n_end,
+                                                    const attn_params &p) {
+  for (; n < n_end; ++n) {
+    const int j0 = n * dec_bn;
+    if (dec_tile_class(k, j0, min(j0 + dec_bn, p.Skv) - 1, p) != 0)
+      break;
+  }
+  return n;
+}
+
+__device__ __forceinline__ void attn_decode(const attn_params &p) {
+  extern __shared__ __align__(128) unsigned char dec_smem[];
+  const float neg_inf = __int_as_float(0xff800000);
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, t = lane & 3; /* mma fragment coordinates */
+
+  dec_block blk;
+  blk.group = p.H / p.Hk;
+  const int R = blk.group * p.Sq;
+  const int nrb = (R + dec_rows - 1) / dec_rows;
+  blk.hk = (int)blockIdx.y / nrb;
+  blk.r0 = ((int)blockIdx.y % nrb) * dec_rows;
+  blk.r_last = min(blk.r0 + dec_rows, R) - 1;
+  blk.b = blockIdx.z;
+  blk.x_first = blk.r0 / p.Sq;
+  blk.x_last = blk.r_last / p.Sq;
+  const int b = blk.b;
+  const int split = blockIdx.x, nsplit = gridDim.x;
+
+  const attn_tensor_arg &tq = p.t[dec_tq];
+  const attn_tensor_arg &tk = p.t[dec_tk];
+  const attn_tensor_arg &tv = p.t[dec_tv];
+  const unsigned short *kg = (const unsigned short *)tk.ptr + b * tk.stride[0] +
+                             blk.hk * tk.stride[1];
+  const unsigned short *vg = (const unsigned short *)tv.ptr + b * tv.stride[0] +
+                             blk.hk * tv.stride[1];
+  const unsigned sq_addr = attn_smem_addr(dec_smem);
+  const unsigned skv = sq_addr + dec_layout.q_bytes; /* stage s at skv + s * stage */
+
+  /* The tiles any of the block's heads may keep, and this split's share. */
+  int n_lo = 0, n_hi = 0;
+  for (int x = blk.x_first; x <= blk.x_last; ++x) {
+    int qa, qb, nb, ne;
+    dec_head_rows(blk, x, p.Sq, qa, qb);
+    attn_key_tiles<dec_bn>(b, blk.hk * blk.group + x, qa, qb, p, nb, ne);
+    if (ne <= nb)
+      continue;
+    n_lo = n_hi > n_lo ? min(n_lo, nb) : nb;
+    n_hi = max(n_hi, ne);
+  }
+  const int per_split = (n_hi - n_lo + nsplit - 1) / nsplit;
+  const int n_begin = min(n_lo + split * per_split, n_hi);
+  const int n_end = min(n_begin + per_split, n_hi);
+
+  /* Q: the 16 packed rows (zeros past R), group 0 of the pipeline. */
+  {
+    constexpr int chunks = dec_dqk / 8;
+    for (int c = tid; c < dec_rows * chunks; c += dec_threads) {
+      const int r = c / chunks, ch = c % chunks, rr = blk.r0 + r;
+      const bool in = rr < R;
+      const int h = blk.hk * blk.group + (in ? rr / p.Sq : 0), i = in ? rr % p.Sq : 0;
+      const unsigned short *src = (const unsigned short *)tq.ptr + b * tq.stride[0] +
+                                  h * tq.stride[1] + (long long)i * tq.stride[2] + ch * 8;
+      attn_cp_async16(sq_addr + attn_swz(r, ch, dec_dqk * 2), src, in ? 16 : 0);
+    }
+  }
+  auto load_kv = [&](int n, int stage) {
+    const unsigned dst = skv + stage * dec_layout.stage_bytes;
+    attn_cp_tile<dec_bn, dec_dqk, dec_threads>(dst, kg, tk.stride[2], n * dec_bn, p.Skv, tid);
+    attn_cp_tile<dec_bn, dec_dv, dec_threads>(dst + dec_layout.k_bytes, vg, tv.stride[2],
+                                              n * dec_bn, p.Skv, tid);
+  };
+  /* Groups 1 .. STAGES-1: the first live tiles (maybe none). */
+  int n_load = dec_next_live(blk, n_begin, n_end, p);
+  attn_cp_async_commit();
+#pragma unroll
+  for (int s = 0; s < dec_stages - 1; ++s) {
+    if (n_load < n_end) {
+      load_kv(n_load, s);
+      n_load = dec_next_live(blk, n_load + 1, n_end, p);
+    }
+    attn_cp_async_commit();
+  }
+
+  /* Per-lane ldmatrix offsets, as in fwd_sm80: the swizzle key of every
+   * address is lane & 7, so chunk c lands at ((c & 7) ^ key) + (c & ~7). */
+  const int sw = lane & 7;
+  unsigned q_off[4], k_off[4], v_off[4];
+#pragma unroll
+  for (int c = 0; c < 4; ++c) {
+    q_off[c] = (lane & 15) * dec_dqk * 2 + (((2 * c + (lane >> 4)) ^ sw) << 4);
+    k_off[c] = (warp * 16 + (lane & 7) + ((lane >> 4) << 3)) * dec_dqk * 2 +
+               (((2 * c + ((lane >> 3) & 1)) ^ sw) << 4);
+    v_off[c] = (warp * 16 + (lane & 7) + (((lane >> 3) & 1) << 3)) * dec_dv * 2 +
+               (((2 * c + (lane >> 4)) ^ sw) << 4);
+  }
+
+  /* This thread's two rows (g, g + 8), clamped into the block for hooks. */
+  int row_h[2], row_i[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int rr = min(blk.r0 + g + 8 * r, blk.r_last);
+    row_h[r] = blk.hk * blk.group + rr / p.Sq;
+    row_i[r] = rr % p.Sq;
+  }
+  const attn_bh bhc[2] = {attn_bh_load(b, row_h[0], p), attn_bh_load(b, row_h[1], p)};
+
+  attn_cp_async_wait<dec_stages - 1>(); /* Q has landed */
+  __syncthreads();
+  unsigned qf[dec_dqk / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < dec_dqk / 16; ++kk)
+    attn_ldsm_x4(qf[kk], sq_addr + q_off[kk & 3] + (kk >> 2) * 128);
+
+  float o[dec_dv / 8][4];
+#pragma unroll
+  for (int nt = 0; nt < dec_dv / 8; ++nt)
+    o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.f;
+  float row_max[2] = {neg_inf, neg_inf};
+  float row_sum[2] = {0.f, 0.f};
+
+  int stage = 0;
+  unsigned long long visited = 0;
+  for (int n = dec_next_live(blk, n_begin, n_end, p); n < n_end;) {
+    /* Refill the stage freed last iteration, then wait for tile n. */
+    if (n_load < n_end) {
+      load_kv(n_load, (stage + dec_stages - 1) % dec_stages);
+      n_load = dec_next_live(blk, n_load + 1, n_end, p);
+    }
+    attn_cp_async_commit();
+    attn_cp_async_wait<dec_stages - 1>();
+    __syncthreads();
+    ++visited;
+    const unsigned ks = skv + stage * dec_layout.stage_bytes;
+    const unsigned vs = ks + dec_layout.k_bytes;
+
+    /* S = Q K^T for this warp's 16 keys. */
+    float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+    for (int kk = 0; kk < dec_dqk / 16; ++kk) {
+      unsigned kb[4];
+      attn_ldsm_x4(kb, ks + k_off[kk & 3] + (kk >> 2) * 128);
+      attn_mma16816<dec_in_bf16>(s[0], qf[kk], kb[0], kb[1]);
+      attn_mma16816<dec_in_bf16>(s[1], qf[kk], kb[2], kb[3]);
+    }
+
+    /* The score chain and the masks, per row's own head. */
+    const int j0 = n * dec_bn;
+    const int j1 = min(j0 + dec_bn, p.Skv) - 1;
+    const int cls = dec_tile_class(blk, j0, j1, p);
+    const bool exact = cls == 2 && j0 + dec_bn <= p.Skv;
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e >> 1;
+        const int j = j0 + warp * 16 + nt * 8 + 2 * t + (e & 1);
+        const float x = attn_score_bh(s[nt][e], bhc[r], b, row_h[r], row_i[r], min(j, p.Skv - 1), p);
+        if (exact)
+          s[nt][e] = x;
+        else
+          s[nt][e] = (cls == 2 ? j < p.Skv : attn_keep_in<true>(b, row_h[r], row_i[r], j, p))
+                         ? x
+                         : neg_inf;
+      }
+
+    attn_softmax_tile<2>([&](int nt, int k) -> float & { return s[nt][k]; }, row_max, row_sum,
+                         [&](int r, float a) {
+#pragma unroll
+                           for (int nt = 0; nt < dec_dv / 8; ++nt) {
+                             o[nt][2 * r] *= a;
+                             o[nt][2 * r + 1] *= a;
+                           }
+                         });
+
+    /* O += P V over the warp's 16 keys, P from the S registers. */
+    unsigned pa[4];
+    pa[0] = attn_pack2<dec_in_bf16>(s[0][0], s[0][1]);
+    pa[1] = attn_pack2<dec_in_bf16>(s[0][2], s[0][3]);
+    pa[2] = attn_pack2<dec_in_bf16>(s[1][0], s[1][1]);
+    pa[3] = attn_pack2<dec_in_bf16>(s[1][2], s[1][3]);
+#pragma unroll
+    for (int np = 0; np < dec_dv / 16; ++np) {
+      unsigned vb[4];
+      attn_ldsm_x4_trans(vb, vs + v_off[np & 3] + (np >> 2) * 128);
+      attn_mma16816<dec_in_bf16>(o[2 * np], pa, vb[0], vb[1]);
+      attn_mma16816<dec_in_bf16>(o[2 * np + 1], pa, vb[2], vb[3]);
+    }
+
+    __syncthreads(); /* this stage may be refilled from now on */
+    n = dec_next_live(blk, n + 1, n_end, p);
+    stage = (stage + 1) % dec_stages;
+  }
+  attn_cp_async_wait<0>();
+  __syncthreads();
+  if (tid == 0 && p.tiles_visited)
+    atomicAdd(p.tiles_visited, visited);
+
+  /* The warps' partials to shared memory: per warp 16 maxima, 16 sums,
+   * then 16 rows of O (f32). */
+  float *cm = (float *)dec_smem;
+  float *cl = cm + dec_warps * dec_rows;
+  float *co = cl + dec_warps * dec_rows;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = g + 8 * r;
+    const float l = attn_softmax_total(row_sum[r]);
+    if (t == 0) {
+      cm[warp * dec_rows + row] = row_max[r];
+      cl[warp * dec_rows + row] = l;
+    }
+    float *orow = co + (warp * dec_rows + row) * dec_dv;
+#pragma unroll
+    for (int nb = 0; nb < dec_dv / 8; ++nb)
+      *(float2 *)(orow + nb * 8 + 2 * t) = make_float2(o[nb][2 * r], o[nb][2 * r + 1]);
+  }
+  __syncthreads();
+
+  /* Combine the warps: thread pairs of columns of one row at a time. */
+  const attn_tensor_arg &to = p.t[dec_to];
+  constexpr int pairs = dec_dv / 2;
+  for (int w = tid; w < dec_rows * pairs; w += dec_threads) {
+    const int row = w / pairs, d = 2 * (w % pairs), rr = blk.r0 + row;
+    if (rr > blk.r_last)
+      continue;
+    float m = neg_inf;
+#pragma unroll
+    for (int k = 0; k < dec_warps; ++k)
+      m = fmaxf(m, cm[k * dec_rows + row]);
+    float l = 0.f, x0 = 0.f, x1 = 0.f;
+    if (m != neg_inf) {
+#pragma unroll
+      for (int k = 0; k < dec_warps; ++k) {
+        const float f = __expf(cm[k * dec_rows + row] - m);
+        const float2 v = *(const float2 *)(co + (k * dec_rows + row) * dec_dv + d);
+        l += f * cl[k * dec_rows + row];
+        x0 += f * v.x;
+        x1 += f * v.y;
+      }
+    }
+    const float inv = attn_softmax_inv(l);
+    const int h = blk.hk * blk.group + rr / p.Sq, i = rr % p.Sq;
+    if (nsplit == 1) {
+      const long long orow = b * to.stride[0] + h * to.stride[1] + (long long)i * to.stride[2];
+      attn_store_pair<dec_out_kind>(to.ptr, orow + d, attn_out(x0 * inv, b, h, i, d, p),
+                                    attn_out(x1 * inv, b, h, i, d + 1, p));
+      if constexpr (dec_tlse >= 0)
+        if (d == 0)
+          attn_store_lse(p.t[dec_tlse], b, h, i, m, l);
+    } else {
+      /* Partial rows: [split][b][h][i] of dv floats, and their lse. */
+      const attn_tensor_arg &po = p.t[dec_tpo];
+      const long long prow =
+          split * po.stride[0] + b * po.stride[1] + h * po.stride[2] + (long long)i * po.stride[3];
+      *(float2 *)((float *)po.ptr + prow * dec_dv + d) = make_float2(x0 * inv, x1 * inv);
+      if (d == 0) {
+        const attn_tensor_arg &pl = p.t[dec_tpl];
+        ((float *)pl.ptr)[split * pl.stride[0] + b * pl.stride[1] + h * pl.stride[2] +
+                          (long long)i * pl.stride[3]] =
+            l > 0.f ? m + logf(l) : neg_inf;
+      }
+    }
+  }
+}
+
+/* The splits of each row combined in split order: lse = log sum exp of
+ * the partial lse, O = sum exp(lse_s - lse) O_s, then attn_out and the
+ * store. One warp per row (b, h, i); lanes hold pairs of columns. */
+__device__ __forceinline__ void attn_decode_merge(const attn_params &p) {
+  const float neg_inf = __int_as_float(0xff800000);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int i = blockIdx.x * dec_merge_rows + warp, h = blockIdx.y, b = blockIdx.z;
+  if (i >= p.Sq)
+    return;
+  const attn_tensor_arg &po = p.t[dec_tpo];
+  const attn_tensor_arg &pl = p.t[dec_tpl];
+  const int nsplit = pl.size[0];
+  const long long row = b * pl.stride[1] + h * pl.stride[2] + (long long)i * pl.stride[3];
+  const float *lse_s = (const float *)pl.ptr + row;
+  float m = neg_inf;
+  for (int s = lane; s < nsplit; s += 32)
+    m = fmaxf(m, lse_s[s * pl.stride[0]]);
+#pragma unroll
+  for (int k = 16; k >= 1; k >>= 1)
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, k));
+  /* The total in split order, the same in every lane. */
+  float l = 0.f;
+  if (m != neg_inf)
+    for (int s = 0; s < nsplit; ++s)
+      l += __expf(lse_s[s * pl.stride[0]] - m);
+  const float lse = m != neg_inf ? m + logf(l) : neg_inf;
+  const attn_tensor_arg &to = p.t[dec_to];
+  const long long orow = b * to.stride[0] + h * to.stride[1] + (long long)i * to.stride[2];
+  for (int d = 2 * lane; d < dec_dv; d += 64) {
+    float x0 = 0.f, x1 = 0.f;
+    if (m != neg_inf)
+      for (int s = 0; s < nsplit; ++s) {
+        const float f = __expf(lse_s[s * pl.stride[0]] - lse);
+        const float2 v =
+            *(const float2 *)((const float *)po.ptr + (s * po.stride[0] + row) * dec_dv + d);
+        x0 += f * v.x;
+        x1 += f * v.y;
+      }
+    attn_store_pair<dec_out_kind>(to.ptr, orow + d, attn_out(x0, b, h, i, d, p),
+                                  attn_out(x1, b, h, i, d + 1, p));
+  }
+  if constexpr (dec_tlse >= 0)
+    if (lane == 0)
+      ((float *)p.t[dec_tlse].ptr)[b * p.t[dec_tlse].stride[0] + h * p.t[dec_tlse].stride[1] +
+                                   (long long)i * p.t[dec_tlse].stride[2]] = lse;
+}
