@@ -106,7 +106,7 @@ def splits_for(B, H, Hk, Sq, L, sms, ctas=2, bn=64):
     slots = sms * ctas
     if items >= slots:
         return 1
-    return max(1, min(-(-slots // items), tiles // 2, 128))
+    return max(1, min(slots // items, tiles // 2, 128))
 
 
 def table(rows):
@@ -128,6 +128,8 @@ def main():
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--quick", action="store_true", help="B 1 and 32 only")
     ap.add_argument("--rows", action="store_true", help="also Sq 2..16 at B 8, 8k")
+    ap.add_argument("--config", default=None,
+                    help="one configuration, HQ:HKV,B,L[,SQ] (e.g. 32:8,1,8192), for profiling")
     args = ap.parse_args()
     torch.manual_seed(0)
     torch.zeros(1, device="cuda")
@@ -135,6 +137,12 @@ def main():
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     mod = attn.compile("dec", graph_text())
     rows = []
+    if args.config:
+        heads, B, L, *sq = args.config.split(",")
+        H, Hk = (int(x) for x in heads.split(":"))
+        row = run(attn, mod, sms, int(B), H, Hk, int(L), int(sq[0]) if sq else 1)
+        print(json.dumps(row), flush=True)
+        return
     for Hk in (8, 32):
         for B in ((1, 32) if args.quick else (1, 8, 32, 128)):
             for L in (1024, 8192, 32768):

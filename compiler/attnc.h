@@ -609,7 +609,8 @@ int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int variant, Sm90Config *o
  * kernel. The plan runs it instead of the forward when the packed rows of
  * one K/V head, (H / Hk) * Sq, are at most DECODE_MAX_ROWS. */
 #define DECODE_MAX_ROWS 64
-#define DECODE_MERGE_ROWS 4 /* the merge kernel's rows per CTA (decode.cuh) */
+#define DECODE_MERGE_THREADS 128 /* the merge kernel's CTA, one per row (decode.cuh) */
+#define DECODE_MAX_SPLITS 128    /* the merge's limit (decode.cuh, dec_max_splits) */
 typedef struct DecodeConfig {
   bool on;        /* the graph has a decode kernel */
   int bn, stages; /* ATTN_DEC_BN, ATTN_DEC_STAGES */
@@ -1031,10 +1032,11 @@ typedef struct PlanProblem {
 /* The launch facts the shapes decide (PLAN_IF_GQA, PLAN_IF_DECODE,
  * PLAN_IF_SPLIT); the runtime adds the call's options (PLAN_IF_DET). */
 unsigned plan_facts(const GraphPlan *gp, const PlanProblem *pr);
-/* The decode's key splits: enough CTAs to fill the SMs' resident slots
- * (gp->decode_ctas each), at most one per two key tiles and 128, 1 when
- * the work items alone fill them; a function of the shapes and the SM
- * count only, so the same launch always splits alike. */
+/* The decode's key splits: as many as fit the SMs' resident slots
+ * (gp->decode_ctas each) in one wave, at most one per two key tiles and
+ * DECODE_MAX_SPLITS, 1 when the work items alone fill them (a forced
+ * count is capped at the tiles and DECODE_MAX_SPLITS); a function of the
+ * shapes and the SM count only, so the same launch always splits alike. */
 long long plan_decode_splits(const GraphPlan *gp, const PlanProblem *pr);
 long long plan_dim(const GraphPlan *gp, PlanDim d, const PlanProblem *pr);
 /* "forward" or "backward", as plans and messages name a pass. */

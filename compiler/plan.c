@@ -9,15 +9,19 @@
  *
  *   forward   [prep]  forward (fwd_sm80, or fwd_sm90 with q/k/v tensor
  *                     maps, persistent with a tile queue)
+ *                     or, where few packed rows share a K/V head (the
+ *                     launch fact `decode`), decode [merge] (decode.cuh:
+ *                     split-KV, the merge when the keys are split)
  *   backward  [prep]  delta  main  [convert]  [convert_kv]
  *             (main: bwd_sm80, or bwd_sm90 with q/dO/dQ-accumulator maps
  *             and a producer warpgroup; persistent at 128-key tiles; in
  *             deterministic mode a second main step with dQ's extra CTAs)
  *
  * and their slices: the separable masks' range table, the forward's and
- * the backward's work queues, delta, dQ's f32 accumulator, GQA's dK/dV
- * accumulators and the bias gradients' scratch, each with the launch-time
- * facts (deterministic mode, GQA) under which it exists.
+ * the backward's work queues, the decode's partial rows and lse, delta,
+ * dQ's f32 accumulator, GQA's dK/dV accumulators and the bias gradients'
+ * scratch, each with the launch-time facts (deterministic mode, GQA,
+ * decode, split) under which it exists.
  *
  * The text form is line-oriented, one record a line, `key=value` fields;
  * plan_read validates every field against the bounds the runtime relies
@@ -103,9 +107,9 @@ static void plan_decode(GraphPlan *gp, PassPlan *p, PlanStep *fwd, const KernelS
   s->grid.div0 = 1;
   s->grid.y = pd(PD_DECODE_ROWS);
   s->need = PLAN_IF_DECODE;
-  s = add_step(p, "merge", plan_entry(a, g->name, "decode_merge"), DECODE_MERGE_ROWS * 32, 0);
+  s = add_step(p, "merge", plan_entry(a, g->name, "decode_merge"), DECODE_MERGE_THREADS, 0);
   s->grid.x0 = pd(PD_SQ);
-  s->grid.div0 = DECODE_MERGE_ROWS;
+  s->grid.div0 = 1;
   s->need = PLAN_IF_DECODE | PLAN_IF_SPLIT;
 }
 
@@ -253,12 +257,15 @@ long long plan_decode_splits(const GraphPlan *gp, const PlanProblem *pr) {
   if (gp->decode_bn <= 0) return 1;
   const long long tiles = cdiv(pr->Skv, gp->decode_bn);
   if (tiles <= 1) return 1;
-  if (pr->force_splits > 0) return pr->force_splits < tiles ? pr->force_splits : tiles;
+  const long long cap = tiles < DECODE_MAX_SPLITS ? tiles : DECODE_MAX_SPLITS;
+  if (pr->force_splits > 0) return pr->force_splits < cap ? pr->force_splits : cap;
+  /* As many splits as fit the resident slots in one wave (rounded down:
+   * a second, partial wave of equal CTAs costs a whole CTA's time). */
   const long long items = decode_items(pr);
   const long long slots = (pr->sms > 0 ? pr->sms : 1) * gp->decode_ctas;
   if (items <= 0 || items >= slots) return 1;
-  long long n = cdiv(slots, items);
-  const long long most = tiles / 2 < 128 ? tiles / 2 : 128; /* two tiles a split at least */
+  long long n = slots / items;
+  const long long most = tiles / 2 < cap ? tiles / 2 : cap; /* two tiles a split at least */
   if (n > most) n = most;
   return n < 1 ? 1 : n;
 }

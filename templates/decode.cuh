@@ -52,8 +52,10 @@ constexpr int dec_to = ATTN_TO, dec_tlse = ATTN_TLSE;
 constexpr int dec_tpo = ATTN_DEC_TPO, dec_tpl = ATTN_DEC_TPL; /* partial O, lse */
 constexpr bool dec_in_bf16 = attn_in_bf16;
 constexpr int dec_out_kind = attn_out_kind;
-/* The merge: one warp per output row, this many rows per CTA. */
-constexpr int dec_merge_rows = 4;
+/* The merge: one CTA of this many threads per output row, and at most
+ * this many splits (plan.c caps the split count at it). */
+constexpr int dec_merge_threads = 128;
+constexpr int dec_max_splits = 128;
 
 static_assert(dec_dqk % 64 == 0 && dec_dqk <= 256, "D_QK: 64, 128 or 256");
 static_assert(dec_dv % 64 == 0 && dec_dv <= 256, "D_V: 64, 128 or 256");
@@ -167,11 +169,13 @@ __device__ __forceinline__ void attn_decode(const attn_params &p) {
     attn_cp_tile<dec_bn, dec_dv, dec_threads>(dst + dec_layout.k_bytes, vg, tv.stride[2],
                                               n * dec_bn, p.Skv, tid);
   };
-  /* Groups 1 .. STAGES-1: the first live tiles (maybe none). */
+  /* Groups 1 .. STAGES: the first live tiles (maybe none), one a stage:
+   * a split holds few tiles, so all stages are in flight from the start
+   * and each is refilled as soon as its tile is consumed. */
   int n_load = dec_next_live(blk, n_begin, n_end, p);
   attn_cp_async_commit();
 #pragma unroll
-  for (int s = 0; s < dec_stages - 1; ++s) {
+  for (int s = 0; s < dec_stages; ++s) {
     if (n_load < n_end) {
       load_kv(n_load, s);
       n_load = dec_next_live(blk, n_load + 1, n_end, p);
@@ -202,7 +206,7 @@ __device__ __forceinline__ void attn_decode(const attn_params &p) {
   }
   const attn_bh bhc[2] = {attn_bh_load(b, row_h[0], p), attn_bh_load(b, row_h[1], p)};
 
-  attn_cp_async_wait<dec_stages - 1>(); /* Q has landed */
+  attn_cp_async_wait<dec_stages>(); /* Q has landed */
   __syncthreads();
   unsigned qf[dec_dqk / 16][4];
 #pragma unroll
@@ -219,12 +223,7 @@ __device__ __forceinline__ void attn_decode(const attn_params &p) {
   int stage = 0;
   unsigned long long visited = 0;
   for (int n = dec_next_live(blk, n_begin, n_end, p); n < n_end;) {
-    /* Refill the stage freed last iteration, then wait for tile n. */
-    if (n_load < n_end) {
-      load_kv(n_load, (stage + dec_stages - 1) % dec_stages);
-      n_load = dec_next_live(blk, n_load + 1, n_end, p);
-    }
-    attn_cp_async_commit();
+    /* Tile n is the oldest of the STAGES groups in flight. */
     attn_cp_async_wait<dec_stages - 1>();
     __syncthreads();
     ++visited;
@@ -284,7 +283,12 @@ __device__ __forceinline__ void attn_decode(const attn_params &p) {
       attn_mma16816<dec_in_bf16>(o[2 * np + 1], pa, vb[2], vb[3]);
     }
 
-    __syncthreads(); /* this stage may be refilled from now on */
+    __syncthreads(); /* every warp is done with this stage: refill it */
+    if (n_load < n_end) {
+      load_kv(n_load, stage);
+      n_load = dec_next_live(blk, n_load + 1, n_end, p);
+    }
+    attn_cp_async_commit();
     n = dec_next_live(blk, n + 1, n_end, p);
     stage = (stage + 1) % dec_stages;
   }
@@ -360,49 +364,90 @@ __device__ __forceinline__ void attn_decode(const attn_params &p) {
   }
 }
 
+/* A block-wide reduction of the merge's 128 threads in a fixed order (a
+ * shuffle tree per warp, then the warps in order): the same bits every
+ * launch. */
+template <bool MAX>
+static __device__ __forceinline__ float dec_block_reduce(float x, float *scratch) {
+#pragma unroll
+  for (int k = 16; k >= 1; k >>= 1) {
+    const float y = __shfl_xor_sync(0xffffffffu, x, k);
+    x = MAX ? fmaxf(x, y) : x + y;
+  }
+  __syncthreads(); /* scratch may hold an earlier reduction's values */
+  if ((threadIdx.x & 31) == 0)
+    scratch[threadIdx.x >> 5] = x;
+  __syncthreads();
+  x = scratch[0];
+#pragma unroll
+  for (int w = 1; w < dec_merge_threads / 32; ++w)
+    x = MAX ? fmaxf(x, scratch[w]) : x + scratch[w];
+  return x;
+}
+
 /* The splits of each row combined in split order: lse = log sum exp of
  * the partial lse, O = sum exp(lse_s - lse) O_s, then attn_out and the
- * store. One warp per row (b, h, i); lanes hold pairs of columns. */
+ * store. One CTA per row (i, h, b). The partials were just written, so
+ * the kernel is bound by the latency of its loads, not their bytes: one
+ * thread per split loads the lse values (all at once), and for O each
+ * thread owns a 4-column group of one of 128 / (dv / 4) interleaved split
+ * subsets, its loads several in flight, the subsets then summed in order
+ * through shared memory. */
 __device__ __forceinline__ void attn_decode_merge(const attn_params &p) {
+  constexpr int cols = dec_dv / 4;                   /* float4 columns */
+  constexpr int groups = dec_merge_threads / cols;   /* split subsets */
+  static_assert(dec_max_splits <= dec_merge_threads, "one thread per split's lse");
+  __shared__ float dec_w[dec_max_splits];
+  __shared__ float dec_scratch[dec_merge_threads / 32];
+  __shared__ float4 dec_part[groups][cols];
   const float neg_inf = __int_as_float(0xff800000);
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int i = blockIdx.x * dec_merge_rows + warp, h = blockIdx.y, b = blockIdx.z;
-  if (i >= p.Sq)
-    return;
+  const int tid = threadIdx.x;
+  const int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const attn_tensor_arg &po = p.t[dec_tpo];
   const attn_tensor_arg &pl = p.t[dec_tpl];
-  const int nsplit = pl.size[0];
+  const int nsplit = min(pl.size[0], dec_max_splits);
   const long long row = b * pl.stride[1] + h * pl.stride[2] + (long long)i * pl.stride[3];
-  const float *lse_s = (const float *)pl.ptr + row;
-  float m = neg_inf;
-  for (int s = lane; s < nsplit; s += 32)
-    m = fmaxf(m, lse_s[s * pl.stride[0]]);
+
+  const float x = tid < nsplit ? ((const float *)pl.ptr)[row + tid * pl.stride[0]] : neg_inf;
+  const float m = dec_block_reduce<true>(x, dec_scratch);
+  const float e = tid < nsplit && m != neg_inf ? __expf(x - m) : 0.f;
+  if (tid < dec_max_splits)
+    dec_w[tid] = e;
+  const float l = dec_block_reduce<false>(e, dec_scratch); /* its barriers publish dec_w */
+  const float inv = attn_softmax_inv(l);
+
+  const int col = tid % cols, grp = tid / cols;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  const float *base = (const float *)po.ptr + row * dec_dv + 4 * col;
+#pragma unroll 8
+  for (int s = grp; s < nsplit; s += groups) {
+    const float f = dec_w[s];
+    const float4 v = *(const float4 *)(base + (long long)s * po.stride[0] * dec_dv);
+    acc.x += f * v.x;
+    acc.y += f * v.y;
+    acc.z += f * v.z;
+    acc.w += f * v.w;
+  }
+  dec_part[grp][col] = acc;
+  __syncthreads();
+  if (tid < cols) {
+    float4 o = dec_part[0][tid];
 #pragma unroll
-  for (int k = 16; k >= 1; k >>= 1)
-    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, k));
-  /* The total in split order, the same in every lane. */
-  float l = 0.f;
-  if (m != neg_inf)
-    for (int s = 0; s < nsplit; ++s)
-      l += __expf(lse_s[s * pl.stride[0]] - m);
-  const float lse = m != neg_inf ? m + logf(l) : neg_inf;
-  const attn_tensor_arg &to = p.t[dec_to];
-  const long long orow = b * to.stride[0] + h * to.stride[1] + (long long)i * to.stride[2];
-  for (int d = 2 * lane; d < dec_dv; d += 64) {
-    float x0 = 0.f, x1 = 0.f;
-    if (m != neg_inf)
-      for (int s = 0; s < nsplit; ++s) {
-        const float f = __expf(lse_s[s * pl.stride[0]] - lse);
-        const float2 v =
-            *(const float2 *)((const float *)po.ptr + (s * po.stride[0] + row) * dec_dv + d);
-        x0 += f * v.x;
-        x1 += f * v.y;
-      }
-    attn_store_pair<dec_out_kind>(to.ptr, orow + d, attn_out(x0, b, h, i, d, p),
-                                  attn_out(x1, b, h, i, d + 1, p));
+    for (int g = 1; g < groups; ++g) {
+      const float4 y = dec_part[g][tid];
+      o.x += y.x, o.y += y.y, o.z += y.z, o.w += y.w;
+    }
+    const attn_tensor_arg &to = p.t[dec_to];
+    const long long orow = b * to.stride[0] + h * to.stride[1] + (long long)i * to.stride[2];
+    const int d = 4 * tid;
+    attn_store_pair<dec_out_kind>(to.ptr, orow + d, attn_out(o.x * inv, b, h, i, d, p),
+                                  attn_out(o.y * inv, b, h, i, d + 1, p));
+    attn_store_pair<dec_out_kind>(to.ptr, orow + d + 2, attn_out(o.z * inv, b, h, i, d + 2, p),
+                                  attn_out(o.w * inv, b, h, i, d + 3, p));
   }
   if constexpr (dec_tlse >= 0)
-    if (lane == 0)
+    if (tid == 0)
       ((float *)p.t[dec_tlse].ptr)[b * p.t[dec_tlse].stride[0] + h * p.t[dec_tlse].stride[1] +
-                                   (long long)i * p.t[dec_tlse].stride[2]] = lse;
+                                   (long long)i * p.t[dec_tlse].stride[2]] =
+          l > 0.f ? m + logf(l) : neg_inf;
 }

@@ -75,6 +75,57 @@ static bool run_case(attn_context *ctx, attn_graph *ag, const IrGraph *g, const 
   return run_case_filled(ctx, ag, g, spec, seed, co, label, NULL, keep, keep_ref);
 }
 
+/* The decode kernel (few packed query rows against many keys) against
+ * the CPU reference, for the examples decode_paths lists (test_example
+ * calls it with their modules): MHA, GQA and MQA packing, one to four row
+ * blocks, masks and score modifications, head dims 64, 128 and 256, at the
+ * split count the plan chooses and at 1, 3 and 7 forced splits; and the
+ * chosen split count twice on the same inputs gives the same bits. */
+static const char *const decode_paths[] = {
+    "examples/sdpa.attn",    "examples/gqa.attn",   "examples/mqa.attn",
+    "examples/causal_bottom_right.attn", "examples/bias.attn", "examples/softcap.attn",
+    "examples/lse.attn",     "examples/padding.attn", "examples/gemma2_local.attn",
+    "examples/backward_gqa.attn", "examples/relative_position.attn"};
+
+static void test_decode(attn_context *ctx, attn_graph *ag, const IrGraph *g, const char *path,
+                        Arena *a, uint64_t *seed) {
+  /* B, H, Hk, Sq, Skv: one query of 32:8 against 4100 keys; 3 of 8:2;
+   * 4 of 16:2 (32 rows, two blocks); 16 of 4:1 (64 rows, four); one
+   * key; a tile and a bit. */
+  static const int shapes[][5] = {{1, 32, 8, 1, 4100}, {2, 8, 2, 3, 1000}, {1, 16, 2, 4, 777},
+                                  {1, 4, 1, 16, 2000}, {2, 4, 4, 1, 1},    {3, 4, 2, 2, 65}};
+  static const int splits[] = {0, 1, 3, 7};
+  StrBuf spec = {0};
+  for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++) {
+    chk_shape_spec(g, &spec, shapes[sh][0], shapes[sh][1], shapes[sh][2], shapes[sh][3],
+                   shapes[sh][4]);
+    for (size_t sp = 0; sp < sizeof splits / sizeof splits[0]; sp++) {
+      attn_context_set_option(ctx, ATTN_OPTION_DECODE_SPLITS, splits[sp]);
+      ChkOptions co = {0};
+      ChkResult r1, r2;
+      RefArgs ra1, ra2;
+      const char *label = arena_printf(a, "decode %s:%s splits %d", path, g->name, splits[sp]);
+      if (!run_case(ctx, ag, g, spec.data, *seed, &co, label, &r1, &ra1)) continue;
+      if (splits[sp] == 0 && run_case(ctx, ag, g, spec.data, *seed, &co, label, &r2, &ra2)) {
+        bool same = true;
+        for (int n = 0; n < g->noutputs; n++) {
+          int t = g->outputs[n].tensor;
+          same &= !memcmp(r1.outputs[t], r2.outputs[t],
+                          (size_t)ref_numel(&ra1.tensors[t]) * sizeof(double));
+        }
+        verdict(same, arena_printf(a, "%s [%s]: the same bits twice", label, spec.data), NULL);
+        chk_result_free(&r2, g->ntensors);
+        ref_args_free(&ra2);
+      }
+      chk_result_free(&r1, g->ntensors);
+      ref_args_free(&ra1);
+    }
+    (*seed)++;
+  }
+  sb_free(&spec);
+  attn_context_set_option(ctx, ATTN_OPTION_DECODE_SPLITS, 0);
+}
+
 static void test_example(attn_context *ctx, const char *path, uint64_t *seed) {
   attn_module *mod = NULL;
   attn_status st = attn_module_compile_file(ctx, path, &mod);
@@ -111,6 +162,8 @@ static void test_example(attn_context *ctx, const char *path, uint64_t *seed) {
     ChkOptions bshd = {.bshd = true};
     run_case(ctx, ag, g, spec.data, (*seed)++, &bshd, label, NULL, NULL);
     sb_free(&spec);
+    for (size_t p = 0; p < sizeof decode_paths / sizeof decode_paths[0]; p++)
+      if (!strcmp(path, decode_paths[p])) test_decode(ctx, ag, g, path, a, seed);
   }
   if (!m) verdict(false, path, d.out.data);
   diag_free(&d);
@@ -561,76 +614,6 @@ static void test_dropout_mask(attn_context *ctx) {
   arena_free(a);
 }
 
-/* The decode kernel (few packed query rows against many keys) against
- * the CPU reference: MHA, GQA and MQA packing, one to four row blocks,
- * masks and score modifications, head dims 64, 128 and 256, at the split
- * count the plan chooses and at 1, 3 and 7 forced splits; and the chosen
- * split count twice on the same inputs gives the same bits. */
-static void test_decode(attn_context *ctx) {
-  static const char *const paths[] = {
-      "examples/sdpa.attn",    "examples/gqa.attn",   "examples/mqa.attn",
-      "examples/causal_bottom_right.attn", "examples/bias.attn", "examples/softcap.attn",
-      "examples/lse.attn",     "examples/padding.attn", "examples/gemma2_local.attn",
-      "examples/backward_gqa.attn", "examples/relative_position.attn"};
-  /* B, H, Hk, Sq, Skv: one query of 32:8 against 4100 keys; 3 of 8:2;
-   * 4 of 16:2 (32 rows, two blocks); 16 of 4:1 (64 rows, four); one
-   * key; a tile and a bit. */
-  static const int shapes[][5] = {{1, 32, 8, 1, 4100}, {2, 8, 2, 3, 1000}, {1, 16, 2, 4, 777},
-                                  {1, 4, 1, 16, 2000}, {2, 4, 4, 1, 1},    {3, 4, 2, 2, 65}};
-  static const int splits[] = {0, 1, 3, 7};
-  uint64_t seed = 7000;
-  for (size_t f = 0; f < sizeof paths / sizeof paths[0]; f++) {
-    attn_module *mod = NULL;
-    if (attn_module_compile_file(ctx, paths[f], &mod) != ATTN_SUCCESS) {
-      verdict(false, paths[f], attn_context_error(ctx));
-      continue;
-    }
-    Arena *a = arena_new();
-    Diag d = {0};
-    Source *src = source_load(a, paths[f], &d);
-    IrModule *m = src ? ir_build(parse_source(src, a, &d), a, &d) : NULL;
-    for (int k = 0; m && k < m->ngraphs; k++) {
-      const IrGraph *g = m->graphs[k];
-      attn_graph *ag;
-      if (attn_module_get_graph(mod, g->name, &ag) != ATTN_SUCCESS) continue;
-      StrBuf spec = {0};
-      for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++) {
-        chk_shape_spec(g, &spec, shapes[sh][0], shapes[sh][1], shapes[sh][2], shapes[sh][3],
-                       shapes[sh][4]);
-        for (size_t sp = 0; sp < sizeof splits / sizeof splits[0]; sp++) {
-          attn_context_set_option(ctx, ATTN_OPTION_DECODE_SPLITS, splits[sp]);
-          ChkOptions co = {0};
-          ChkResult r1, r2;
-          RefArgs ra1, ra2;
-          const char *label = arena_printf(a, "decode %s:%s splits %d", paths[f], g->name,
-                                           splits[sp]);
-          if (!run_case(ctx, ag, g, spec.data, seed, &co, label, &r1, &ra1)) continue;
-          if (splits[sp] == 0 && run_case(ctx, ag, g, spec.data, seed, &co, label, &r2, &ra2)) {
-            bool same = true;
-            for (int n = 0; n < g->noutputs; n++) {
-              int t = g->outputs[n].tensor;
-              same &= !memcmp(r1.outputs[t], r2.outputs[t],
-                              (size_t)ref_numel(&ra1.tensors[t]) * sizeof(double));
-            }
-            verdict(same, arena_printf(a, "%s [%s]: the same bits twice", label, spec.data), NULL);
-            chk_result_free(&r2, g->ntensors);
-            ref_args_free(&ra2);
-          }
-          chk_result_free(&r1, g->ntensors);
-          ref_args_free(&ra1);
-        }
-        seed++;
-      }
-      sb_free(&spec);
-    }
-    if (!m) verdict(false, paths[f], d.out.data);
-    diag_free(&d);
-    arena_free(a);
-    attn_module_destroy(mod);
-  }
-  attn_context_set_option(ctx, ATTN_OPTION_DECODE_SPLITS, 0);
-}
-
 static int cmp_str(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
@@ -649,7 +632,6 @@ int main(int argc, char **argv) {
   if (attn_context_create(&ctx) != ATTN_SUCCESS) return 1;
   attn_context_set_cache_dir(ctx, NULL);
   test_fully_masked(ctx);
-  test_decode(ctx);
   test_tile_skipping(ctx);
   test_dropout_mask(ctx);
   test_separable_masks(ctx);

@@ -205,6 +205,12 @@ Test(plan, decode_and_its_splits_follow_the_shapes) {
   for (int k = 0; k < fw->nslices; k++)
     if (!strcmp(fw->slices[k].name, "partial_o"))
       cr_assert_eq(plan_slice_bytes(p, &fw->slices[k], &pr), (size_t)33 * 32 * 128 * 4);
+  /* 64 items: 4 splits fill 256 of the 264 slots in one wave (5 would
+   * take a second wave). A forced count stops at 128. */
+  pr = (PlanProblem){.B = 8, .H = 32, .Hk = 8, .Sq = 1, .Skv = 8192, .sms = 132};
+  cr_assert_eq(plan_decode_splits(p, &pr), 4);
+  pr.force_splits = 1000;
+  cr_assert_eq(plan_decode_splits(p, &pr), 128);
   /* Enough work items: one split, no merge. */
   pr = (PlanProblem){.B = 128, .H = 32, .Hk = 32, .Sq = 1, .Skv = 1024, .sms = 132};
   cr_assert_eq(plan_facts(p, &pr), PLAN_IF_DECODE);
