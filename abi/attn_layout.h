@@ -112,23 +112,30 @@ ATTN_LAYOUT_FN attn_bwd90_layout attn_bwd90_layout_of(int bn, int bm, int stages
   return l;
 }
 
-/* decode (split-KV): the Q block of 16 packed rows, then `stages` stages
- * of (K tile, V tile), 16-bit elements, no rounding. After the key loop
- * the same memory holds each warp's partial (row maxima, row sums, O rows
- * in f32) for the CTA's combine, so total covers the larger of the two. */
+/* decode (split-KV): the Q block of 16 packed rows (16-bit), then
+ * `stages` stages of (K tile, V tile) of kv_bytes-wide elements, then,
+ * for 8-bit K/V, the one 16-bit (K tile, V tile) each stage is converted
+ * into; no rounding. After the key loop the same memory holds each warp's
+ * partial (row maxima, row sums, O rows in f32) for the CTA's combine, so
+ * total covers the larger of the two. */
 typedef struct attn_dec_layout {
-  int q_bytes, k_bytes, v_bytes, stage_bytes, combine_bytes, total;
+  int q_bytes, k_bytes, v_bytes, stage_bytes, conv_offset, conv_k_bytes, conv_bytes,
+      combine_bytes, total;
 } attn_dec_layout;
 
-ATTN_LAYOUT_FN attn_dec_layout attn_dec_layout_of(int bn, int stages, int dqk, int dv) {
-  attn_dec_layout l = {0, 0, 0, 0, 0, 0};
+ATTN_LAYOUT_FN attn_dec_layout attn_dec_layout_of(int bn, int stages, int dqk, int dv,
+                                                  int kv_bytes) {
+  attn_dec_layout l = {0, 0, 0, 0, 0, 0, 0, 0, 0};
   const int warps = bn / 16, rows = 16;
   l.q_bytes = rows * dqk * 2;
-  l.k_bytes = bn * dqk * 2;
-  l.v_bytes = bn * dv * 2;
+  l.k_bytes = bn * dqk * kv_bytes;
+  l.v_bytes = bn * dv * kv_bytes;
   l.stage_bytes = l.k_bytes + l.v_bytes;
+  l.conv_offset = l.q_bytes + stages * l.stage_bytes;
+  l.conv_k_bytes = kv_bytes == 2 ? 0 : bn * dqk * 2;
+  l.conv_bytes = kv_bytes == 2 ? 0 : bn * (dqk + dv) * 2;
   l.combine_bytes = warps * rows * (dv + 2) * 4;
-  l.total = l.q_bytes + stages * l.stage_bytes;
+  l.total = l.conv_offset + l.conv_bytes;
   if (l.combine_bytes > l.total) l.total = l.combine_bytes;
   return l;
 }

@@ -20,7 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-ATTN_DTYPES = {torch.bfloat16: 2, torch.float16: 1, torch.float32: 3, torch.int32: 6}
+ATTN_DTYPES = {torch.bfloat16: 2, torch.float16: 1, torch.float32: 3, torch.int32: 6,
+               torch.float8_e4m3fn: 4, torch.float8_e5m2: 5}
 ATTN_OPTION_BACKWARD_TEMPLATE, ATTN_OPTION_SM90_VARIANT = 1, 2  # attn.h
 SM90_VARIANTS = ["auto", "base", "persist", "bn80", "persist_bn80"]
 

@@ -10,6 +10,9 @@ each call, all calls queued behind a torch.cuda._sleep so host overhead does not
 of 30 calls after 6 warm-up calls, rotating over enough copies of K and V that the working set
 is at least 180 MB (so L2 does not serve a call from the previous one's reads).
 
+--fp8: an e4m3 KV cache (examples/fp8_kv_cache.attn's kind of graph) against the same values in
+bf16, attnc on both and cuDNN on bf16 (torch SDPA has no FP8 KV cache), MHA and GQA 32:8, B 1/8/32.
+
 Also per configuration: attnc with the decode kernel switched off (ATTN_OPTION_DECODE 0, the
 prefill forward kernel), and the split count the plan chose. --rows adds Sq in {2, 4, 8, 16}
 at B 8, 8k (speculative decoding: more packed rows per K/V head).
@@ -27,10 +30,10 @@ ATTN_OPTION_DECODE_SPLITS, ATTN_OPTION_DECODE = 4, 5  # attn.h
 D = 128
 
 
-def graph_text():
+def graph_text(kv="bf16"):
     return ("attention dec {\n"
-            f"    input q : bf16[B, H, Sq, {D}];\n    input k : bf16[B, Hk, Skv, {D}];\n"
-            f"    input v : bf16[B, Hk, Skv, {D}];\n    scalar scale : f32 = 1.0 / sqrt({D}.0);\n"
+            f"    input q : bf16[B, H, Sq, {D}];\n    input k : {kv}[B, Hk, Skv, {D}];\n"
+            f"    input v : {kv}[B, Hk, Skv, {D}];\n    scalar scale : f32 = 1.0 / sqrt({D}.0);\n"
             "    s = (q @ k^T) * scale;\n    o = softmax(s) @ v;\n"
             f"    output o : bf16[B, H, Sq, {D}];\n}}\n")
 
@@ -97,6 +100,52 @@ def run(attn, mod, sms, B, H, Hk, L, Sq=1):
     return row
 
 
+def run_fp8(attn, mod8, mod16, B, H, Hk, L):
+    """An e4m3 KV cache against the same values in bf16: attnc on each, cuDNN on bf16."""
+    kv8_bytes = 2 * B * Hk * L * D
+    copies = max(1, min(45, math.ceil(180e6 / kv8_bytes)))
+    sets = []
+    for _ in range(copies):
+        q = torch.randn(B, H, 1, D, device="cuda", dtype=torch.bfloat16)
+        k8, v8 = (torch.randn(B, Hk, L, D, device="cuda").to(torch.float8_e4m3fn) for _ in range(2))
+        k16, v16 = k8.to(torch.bfloat16), v8.to(torch.bfloat16)
+        o8, o16 = torch.empty_like(q), torch.empty_like(q)
+        # k8 and v8 stay in the tuple: the calls hold their addresses, not references.
+        sets.append((q, k16, v16, o8, o16, attn.call(mod8, "dec", dict(q=q, k=k8, v=v8, o=o8)),
+                     attn.call(mod16, "dec", dict(q=q, k=k16, v=v16, o=o16)), k8, v8))
+    q, k16, v16, o8, o16, c8, c16, *_ = sets[0]
+    attn.launch(c8)
+    ref = sdpa(q, k16, v16, SDPBackend.CUDNN_ATTENTION)
+    torch.cuda.synchronize()
+    err = ((o8.float() - ref.float()).norm() / ref.float().norm()).item()
+    row = dict(Hq=H, Hkv=Hk, B=B, L=L, kv8_mb=kv8_bytes / 1e6, copies=copies, rel_err_vs_cudnn_bf16=err)
+    row["attnc_fp8_us"] = time_queued([lambda s=s: attn.launch(s[5]) for s in sets])
+    row["attnc_bf16_us"] = time_queued([lambda s=s: attn.launch(s[6]) for s in sets])
+    row["cudnn_bf16_us"] = time_queued([lambda s=s: sdpa(s[0], s[1], s[2], SDPBackend.CUDNN_ATTENTION)
+                                        for s in sets])
+    row["attnc_fp8_gbs"] = kv8_bytes / (row["attnc_fp8_us"] * 1e-6) / 1e9
+    row["speedup_vs_attnc_bf16"] = row["attnc_bf16_us"] / row["attnc_fp8_us"]
+    row["speedup_vs_cudnn_bf16"] = row["cudnn_bf16_us"] / row["attnc_fp8_us"]
+    for s in sets:
+        attn.L.attn_call_destroy(s[5])
+        attn.L.attn_call_destroy(s[6])
+    del sets
+    torch.cuda.empty_cache()
+    return row
+
+
+def fp8_table(rows):
+    out = ["| Hq:Hkv | B | KV len | e4m3 K+V MB | attnc e4m3 us / GB/s | attnc bf16 us | cuDNN bf16 us "
+           "| e4m3 / attnc bf16 | e4m3 / cuDNN bf16 | rel err vs cuDNN (same values) |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| {r['Hq']}:{r['Hkv']} | {r['B']} | {r['L'] // 1024}k | {r['kv8_mb']:.0f} "
+                   f"| {r['attnc_fp8_us']:.1f} / {r['attnc_fp8_gbs']:.0f} | {r['attnc_bf16_us']:.1f} "
+                   f"| {r['cudnn_bf16_us']:.1f} | {r['speedup_vs_attnc_bf16']:.2f}x "
+                   f"| {r['speedup_vs_cudnn_bf16']:.2f}x | {r['rel_err_vs_cudnn_bf16']:.1e} |")
+    return out
+
+
 def splits_for(B, H, Hk, Sq, L, sms, ctas=2, bn=64):
     """plan_decode_splits (compiler/plan.c), for the table: the split count the plan chose."""
     tiles = -(-L // bn)
@@ -128,6 +177,7 @@ def main():
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--quick", action="store_true", help="B 1 and 32 only")
     ap.add_argument("--rows", action="store_true", help="also Sq 2..16 at B 8, 8k")
+    ap.add_argument("--fp8", action="store_true", help="only the e4m3 KV cache grid")
     ap.add_argument("--config", default=None,
                     help="one configuration, HQ:HKV,B,L[,SQ] (e.g. 32:8,1,8192), for profiling")
     args = ap.parse_args()
@@ -137,6 +187,23 @@ def main():
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     mod = attn.compile("dec", graph_text())
     rows = []
+    if args.fp8:
+        mod8 = attn.compile("dec", graph_text("e4m3"))
+        for Hk in (8, 32):
+            for B in (1, 8, 32):
+                for L in (1024, 8192, 32768):
+                    row = run_fp8(attn, mod8, mod, B, 32, Hk, L)
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
+        text = "\n".join([f"GPU: {torch.cuda.get_device_name()}; {time.strftime('%Y-%m-%d')}", ""] +
+                         fp8_table(rows))
+        print(text)
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "bench-decode-fp8.md"), "w") as f:
+            f.write(text + "\n")
+        with open(os.path.join(args.out, "bench-decode-fp8.json"), "w") as f:
+            json.dump(dict(rows=rows), f, indent=1)
+        return
     if args.config:
         heads, B, L, *sq = args.config.split(",")
         H, Hk = (int(x) for x in heads.split(":"))

@@ -527,8 +527,10 @@ typedef struct MaskTerm {
 } MaskTerm;
 
 /* FWD_SM80: portable mma.sync template; FWD_SM90: the Hopper TMA + wgmma
- * template, chosen for sm_90 when the target is the arch-specific sm_90a. */
-typedef enum TemplateKind { TMPL_FWD_SM80, TMPL_FWD_SM90 } TemplateKind;
+ * template, chosen for sm_90 when the target is the arch-specific sm_90a;
+ * DECODE_ONLY: no forward template takes the graph (bf16/f16 q against an
+ * FP8 K/V cache) and the plan runs only its decode kernel. */
+typedef enum TemplateKind { TMPL_FWD_SM80, TMPL_FWD_SM90, TMPL_DECODE_ONLY } TemplateKind;
 
 /* What a graph asks of a kernel template. */
 typedef struct KernelSpec {
@@ -536,6 +538,8 @@ typedef struct KernelSpec {
   TemplateKind tmpl;
   int sm;          /* target compute capability, e.g. 80, 90 */
   DType in_type;   /* q, k, v */
+  DType kv_type;   /* k, v: in_type, or e4m3/e5m2 against a bf16/f16 q
+                      (an FP8 KV cache: the decode kernel only) */
   DType out_type;  /* o */
   int d_qk, d_v;
   IrNode *score;   /* the score chain under the top-level masks */
@@ -620,11 +624,12 @@ typedef struct DecodeConfig {
 } DecodeConfig;
 
 /* 0 and fills out, or -1 when the template cannot run the graph: head
- * dims other than 64, 128, 256, other element sizes, dropout (decode
+ * dims other than 64, 128, 256 (128 or 256 for 8-bit K/V, kv_bytes 1),
+ * a 16-bit q (in_bytes 2) and K/V of 2 or 1 bytes, dropout (decode
  * kernels serve inference), or no two free parameter slots (the graph's
  * tensors fill attn_params). Prints nothing. */
-int tmpl_decode_config(int d_qk, int d_v, int in_bytes, bool dropout, int ntensors,
-                       DecodeConfig *out);
+int tmpl_decode_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool dropout,
+                       int ntensors, DecodeConfig *out);
 
 /* ------------------------------------------------------ match.c, emit.c */
 
@@ -990,6 +995,8 @@ typedef struct PlanStep {
 typedef struct PassPlan {
   bool present;
   bool det_ok; /* the backward has a deterministic mode (PLAN_IF_DET) */
+  unsigned need; /* facts without which no step can run the pass (a
+                    decode-only forward needs PLAN_IF_DECODE) */
   PlanStep steps[PLAN_MAX_STEPS];
   int nsteps;
   PlanSlice slices[PLAN_MAX_SLICES];

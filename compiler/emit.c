@@ -315,12 +315,14 @@ static void emit_graph(StrBuf *out, const GraphCompile *gc, Arena *a) {
   macro_def(out, &ms, a, "ATTN_D_V", s->d_v);
   macro_def(out, &ms, a, arena_printf(a, "ATTN_IN_%s", dtype_macro(s->in_type)), 1);
   macro_def(out, &ms, a, arena_printf(a, "ATTN_OUT_%s", dtype_macro(s->out_type)), 1);
-  macro_def(out, &ms, a, "ATTN_BM", c->bm);
-  macro_def(out, &ms, a, "ATTN_BN", c->bn);
   if (c->kind == TMPL_FWD_SM90) {
+    macro_def(out, &ms, a, "ATTN_BM", c->bm);
+    macro_def(out, &ms, a, "ATTN_BN", c->bn);
     macro_def(out, &ms, a, "ATTN_STAGES", c->stages);
     if (c->persistent) macro_def(out, &ms, a, "ATTN_PERSISTENT", 1);
-  } else {
+  } else if (c->kind == TMPL_FWD_SM80) {
+    macro_def(out, &ms, a, "ATTN_BM", c->bm);
+    macro_def(out, &ms, a, "ATTN_BN", c->bn);
     macro_def(out, &ms, a, "ATTN_WARPS", c->warps);
   }
   macro_def(out, &ms, a, "ATTN_TQ", g->q);
@@ -336,6 +338,8 @@ static void emit_graph(StrBuf *out, const GraphCompile *gc, Arena *a) {
     macro_def(out, &ms, a, "ATTN_DEC_STAGES", c->decode.stages);
     macro_def(out, &ms, a, "ATTN_DEC_TPO", c->decode.partial_o);
     macro_def(out, &ms, a, "ATTN_DEC_TPL", c->decode.partial_lse);
+    if (s->kv_type == DT_E4M3 || s->kv_type == DT_E5M2) /* an FP8 KV cache */
+      macro_def(out, &ms, a, s->kv_type == DT_E4M3 ? "ATTN_KV_E4M3" : "ATTN_KV_E5M2", 1);
   }
   sb_printf(out, "namespace graph_%s {\n\n", g->name);
   sb_puts(out, hooks_src);
@@ -348,11 +352,14 @@ static void emit_graph(StrBuf *out, const GraphCompile *gc, Arena *a) {
   emit_tile_class(out, s, a);
   emit_out(out, s, a);
   if (s->dropout) emit_dropout(out, s, a);
-  sb_puts(out, c->kind == TMPL_FWD_SM90 ? fwd_sm90_src : fwd_sm80_src);
+  if (c->kind != TMPL_DECODE_ONLY)
+    sb_puts(out, c->kind == TMPL_FWD_SM90 ? fwd_sm90_src : fwd_sm80_src);
   if (dec) sb_puts(out, decode_src);
   if (gc->bwd) emit_bwd_body(out, gc->bwd, &ms, a);
   sb_printf(out, "\n} /* namespace graph_%s */\n\n", g->name);
-  if (c->kind == TMPL_FWD_SM90)
+  if (!fwd) {
+    /* decode only (an FP8 KV cache): the decode entries below */
+  } else if (c->kind == TMPL_FWD_SM90)
     /* One CTA per SM by design (the ", 1" gives setmaxnreg its cap). */
     sb_printf(out, "extern \"C\" __global__ void __launch_bounds__(%d, 1) %s(const __grid_constant__ "
                    "attn_params p, const __grid_constant__ attn_tmaps tm) {\n"

@@ -400,10 +400,14 @@ KernelSpec *match_graph(const IrGraph *g, int sm, Arena *a, Diag *d) {
   }
   const IrTensor *q = &g->tensors[g->q], *k = &g->tensors[g->k], *v = &g->tensors[g->v];
   DType t = q->type;
-  if ((t != DT_BF16 && t != DT_F16) || k->type != t || v->type != t) {
+  /* An FP8 KV cache: bf16/f16 q against e4m3 (or e5m2) k and v alike. */
+  const bool kv8 = (t == DT_BF16 || t == DT_F16) && k->type == v->type &&
+                   (k->type == DT_E4M3 || k->type == DT_E5M2);
+  if ((t != DT_BF16 && t != DT_F16) || ((k->type != t || v->type != t) && !kv8)) {
     const IrTensor *bad = (t != DT_BF16 && t != DT_F16) ? q : (k->type != t ? k : v);
     diag_error(d, bad->loc, "graph '%s': no kernel template takes %s q, %s k and %s v: the "
-               "forward template needs q, k and v all f16 or all bf16 (FP8 comes later)",
+               "templates need q, k and v all f16 or all bf16, or an f16/bf16 q against "
+               "e4m3 or e5m2 k and v (the decode kernel); FP8 q comes later",
                g->name, dtype_name(q->type), dtype_name(k->type), dtype_name(v->type));
     return NULL;
   }
@@ -412,6 +416,7 @@ KernelSpec *match_graph(const IrGraph *g, int sm, Arena *a, Diag *d) {
   spec->tmpl = TMPL_FWD_SM80;
   spec->sm = sm;
   spec->in_type = t;
+  spec->kv_type = k->type;
   spec->d_qk = (int)q->dim_val[3];
   spec->d_v = (int)v->dim_val[3];
   spec->o_output = spec->lse_output = -1;
@@ -470,9 +475,24 @@ KernelSpec *match_graph(const IrGraph *g, int sm, Arena *a, Diag *d) {
 /* The decode kernel beside the forward, where its template takes the graph
  * (tmpl_decode.c); without it the plan always runs the forward. */
 static void match_decode(const KernelSpec *s, FwdConfig *c) {
-  if (tmpl_decode_config(s->d_qk, s->d_v, dtype_size(s->in_type), s->dropout != NULL,
-                         s->g->ntensors, &c->decode) != 0)
+  if (tmpl_decode_config(s->d_qk, s->d_v, dtype_size(s->in_type), dtype_size(s->kv_type),
+                         s->dropout != NULL, s->g->ntensors, &c->decode) != 0)
     c->decode = (DecodeConfig){.on = false};
+}
+
+/* An FP8 KV cache: no forward template reads 8-bit k and v, so the graph
+ * runs its decode kernel alone (shapes of more packed rows are refused at
+ * launch), or is refused here when the decode template cannot take it. */
+static int match_decode_only(const KernelSpec *s, FwdConfig *c, Diag *d) {
+  *c = (FwdConfig){.kind = TMPL_DECODE_ONLY, .name = "decode"};
+  match_decode(s, c);
+  if (c->decode.on) return 0;
+  const IrGraph *g = s->g;
+  diag_error(d, g->tensors[g->k].loc,
+             "graph '%s': %s k and v run only on the decode kernel, which takes head dimensions "
+             "128 and 256 and no dropout (here %d and %d%s)", g->name, dtype_name(s->kv_type),
+             s->d_qk, s->d_v, s->dropout ? ", with dropout" : "");
+  return -1;
 }
 
 /* The forward template and its launch shape. */
@@ -507,6 +527,7 @@ static int match_fwd_template(const KernelSpec *s, const CompileOptions *o, FwdC
 
 int match_fwd_config(const KernelSpec *s, const CompileOptions *o, FwdConfig *c, Diag *d) {
   memset(c, 0, sizeof *c);
+  if (s->kv_type != s->in_type) return match_decode_only(s, c, d);
   int r = match_fwd_template(s, o, c, d);
   if (r == 0) match_decode(s, c);
   return r;

@@ -124,6 +124,12 @@ static bool bwd_use_sm90(const KernelSpec *fwd, const CompileOptions *o) {
 
 BwdSpec *match_bwd(const KernelSpec *fwd, const CompileOptions *o, Arena *a, Diag *d) {
   const IrGraph *g = fwd->g;
+  if (fwd->kv_type != fwd->in_type) {
+    diag_error(d, g->tensors[g->k].loc,
+               "graph '%s': no backward for %s k and v (an FP8 KV cache serves inference; "
+               "the FP8 backward comes later)", g->name, dtype_name(fwd->kv_type));
+    return NULL;
+  }
   int bad = bwd_unsupported_grad(g);
   if (bad >= 0) {
     diag_error(d, g->tensors[bad].loc,

@@ -94,7 +94,7 @@ static void plan_decode(GraphPlan *gp, PassPlan *p, PlanStep *fwd, const KernelS
   const IrGraph *g = f->g;
   gp->decode_bn = dc->bn;
   gp->decode_ctas = dc->ctas_per_sm;
-  fwd->deny |= PLAN_IF_DECODE;
+  if (fwd) fwd->deny |= PLAN_IF_DECODE;
   for (int k = 0; k < p->nslices; k++) /* the forward's work queue */
     if (p->slices[k].bind == PB_TILE_QUEUE) p->slices[k].deny |= PLAN_IF_DECODE;
   add_slice(p, "partial_o", PB_SLOT, dc->partial_o, 4 * f->d_v, pd(PD_SPLITS), pd(PD_B), pd(PD_H),
@@ -118,6 +118,11 @@ static void plan_forward(GraphPlan *gp, const KernelSpec *f, const FwdConfig *c,
   PassPlan *p = &gp->pass[PLAN_FORWARD];
   p->present = true;
   add_prep(p, gp, plan_entry(a, g->name, "prep"));
+  if (c->kind == TMPL_DECODE_ONLY) { /* an FP8 KV cache: nothing runs without decode */
+    p->need = PLAN_IF_DECODE;
+    plan_decode(gp, p, NULL, f, &c->decode, a);
+    return;
+  }
   PlanStep *s = add_step(p, "forward", plan_entry(a, g->name, "fwd"), c->threads, c->smem_bytes);
   s->grid.x0 = pd(PD_SQ);
   s->grid.div0 = c->bm;
@@ -354,7 +359,9 @@ void plan_write(StrBuf *out, const GraphPlan *plans, int n) {
     for (int pi = 0; pi < PLAN_NPASSES; pi++) {
       const PassPlan *p = &gp->pass[pi];
       if (!p->present) continue;
-      sb_printf(out, "pass %s det=%d\n", pass_names[pi], p->det_ok ? 1 : 0);
+      sb_printf(out, "pass %s det=%d", pass_names[pi], p->det_ok ? 1 : 0);
+      put_facts(out, "need", p->need);
+      sb_putc(out, '\n');
       for (int k = 0; k < p->nslices; k++) {
         const PlanSlice *s = &p->slices[k];
         sb_printf(out, "  slice %s bind=%s slot=%d elem=%d dims=", s->name, bind_names[s->bind],
@@ -671,13 +678,15 @@ int plan_read(const char *text, Arena *a, GraphPlan **plans, int *n, StrBuf *err
     } else if (!strcmp(kind, "pass")) {
       int which = 0;
       long det;
+      unsigned need;
       if (l.n < 2 || rd_enum(&r, l.w[1], pass_names, PLAN_NPASSES, &which) ||
-          rd_need_int(&r, &l, "det", 0, 1, &det))
+          rd_need_int(&r, &l, "det", 0, 1, &det) || rd_facts(&r, &l, "need", &need))
         return -1;
       pass = &gp->pass[which];
       if (pass->present) return rd_fail(&r, "pass %s twice", l.w[1]);
       pass->present = true;
       pass->det_ok = det != 0;
+      pass->need = need;
     } else if (!pass) {
       return rd_fail(&r, "'%s' before any pass", kind);
     } else if (!strcmp(kind, "slice")) {

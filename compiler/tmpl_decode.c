@@ -11,7 +11,9 @@
  *     smem = 2 * (16 * d_qk + stages * 64 * (d_qk + d_v))   bytes
  *
  * as abi/attn_layout.h defines it for the template too (the combine at
- * the end reuses it).
+ * the end reuses it). An 8-bit K/V cache (e4m3, e5m2) streams half the
+ * bytes: stages of 8-bit tiles, each converted once into one 16-bit K/V
+ * tile the MMAs read (q's type; the conversion is exact).
  */
 #include "attn_abi.h"
 #include "attn_layout.h"
@@ -22,17 +24,19 @@
 #define DECODE_SM_SMEM (228 * 1024)
 #define DECODE_BN 64
 
-int tmpl_decode_config(int d_qk, int d_v, int in_bytes, bool dropout, int ntensors,
-                       DecodeConfig *out) {
-  if (!out || in_bytes != 2 || dropout) return -1;
+int tmpl_decode_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool dropout,
+                       int ntensors, DecodeConfig *out) {
+  if (!out || in_bytes != 2 || (kv_bytes != 2 && kv_bytes != 1) || dropout) return -1;
   if ((d_qk != 64 && d_qk != 128 && d_qk != 256) || (d_v != 64 && d_v != 128 && d_v != 256))
     return -1;
+  /* 8-bit rows of 64 bytes have too few 16-byte chunks for the swizzle. */
+  if (kv_bytes == 1 && (d_qk < 128 || d_v < 128)) return -1;
   if (ntensors + 2 > ATTN_MAX_TENSORS) return -1;
-  const int stage = DECODE_BN * (d_qk + d_v) * 2;
+  const int stage = DECODE_BN * (d_qk + d_v) * kv_bytes;
   int stages = 96 * 1024 / stage;
   if (stages > 4) stages = 4;
   if (stages < 2) stages = 2;
-  const attn_dec_layout l = attn_dec_layout_of(DECODE_BN, stages, d_qk, d_v);
+  const attn_dec_layout l = attn_dec_layout_of(DECODE_BN, stages, d_qk, d_v, kv_bytes);
   *out = (DecodeConfig){.on = true,
                         .bn = DECODE_BN,
                         .stages = stages,

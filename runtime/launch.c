@@ -220,6 +220,13 @@ attn_status rt_run_pass(attn_call *c, PlanPass pass, bool caller_ws, void *ws, s
   int ndims[ATTN_MAX_TENSORS];
   const PlanProblem pr = launch_problem(c, device_sms(d, dev), ndims);
   const unsigned facts = launch_facts(c, &pr);
+  if (!plan_applies(pp->need, 0, facts)) /* today only a decode-only forward (FP8 K/V) */
+    return rt_fail(ctx, ATTN_ERROR_UNSUPPORTED,
+                   "graph '%s': its %s runs only on the decode kernel (%s k and v), which takes "
+                   "at most %d packed query rows a K/V head ((H / Hk) * Sq); these shapes have "
+                   "%lld%s", ir->name, plan_pass_name(pass), dtype_name(ir->tensors[ir->k].type),
+                   DECODE_MAX_ROWS, p.Hk > 0 ? (long long)(p.H / p.Hk) * p.Sq : 0LL,
+                   ctx->options.no_decode ? " (and ATTN_OPTION_DECODE is 0)" : "");
   PassLayout l;
   layout_pass(c, pp, facts, &pr, &l);
   if (caller_ws && ws_bytes < l.total)

@@ -52,6 +52,19 @@ constexpr int dec_to = ATTN_TO, dec_tlse = ATTN_TLSE;
 constexpr int dec_tpo = ATTN_DEC_TPO, dec_tpl = ATTN_DEC_TPL; /* partial O, lse */
 constexpr bool dec_in_bf16 = attn_in_bf16;
 constexpr int dec_out_kind = attn_out_kind;
+/* An FP8 KV cache (ATTN_KV_E4M3 or ATTN_KV_E5M2): 8-bit K/V stages, each
+ * converted (exactly) into one 16-bit K/V tile of q's type. */
+#if defined(ATTN_KV_E4M3) || defined(ATTN_KV_E5M2)
+constexpr bool dec_kv8 = true;
+#else
+constexpr bool dec_kv8 = false;
+#endif
+#if defined(ATTN_KV_E4M3)
+constexpr bool dec_kv_e4m3 = true;
+#else
+constexpr bool dec_kv_e4m3 = false;
+#endif
+constexpr int dec_kv_bytes = dec_kv8 ? 1 : 2;
 /* The merge: one CTA of this many threads per output row, and at most
  * this many splits (plan.c caps the split count at it). */
 constexpr int dec_merge_threads = 128;
@@ -62,7 +75,8 @@ static_assert(dec_dv % 64 == 0 && dec_dv <= 256, "D_V: 64, 128 or 256");
 static_assert(dec_bn % 16 == 0 && dec_bn >= 32 && dec_bn <= 128, "BN: 32 to 128 keys");
 static_assert(dec_stages >= 2, "two stages at least");
 
-constexpr attn_dec_layout dec_layout = attn_dec_layout_of(dec_bn, dec_stages, dec_dqk, dec_dv);
+constexpr attn_dec_layout dec_layout =
+    attn_dec_layout_of(dec_bn, dec_stages, dec_dqk, dec_dv, dec_kv_bytes);
 constexpr int attn_decode_smem_bytes = dec_layout.total;
 static_assert(attn_decode_smem_bytes <= 227 * 1024, "the stages exceed shared memory");
 
@@ -93,6 +107,33 @@ static __device__ __forceinline__ int dec_tile_class(const dec_block &k, int j0,
     any |= c;
   }
   return any == 0 ? 0 : lo;
+}
+
+/* An 8-bit tile of ROWS x D (rows of D bytes, swizzled) converted into a
+ * 16-bit tile of q's type (rows of 2D bytes, swizzled as fwd_sm80's): each
+ * thread takes 16-byte chunks, one source chunk making two. */
+template <int ROWS, int D>
+static __device__ __forceinline__ void dec_convert_tile(unsigned src, unsigned dst, int tid) {
+  constexpr int chunks = ROWS * D / 16;
+  static_assert(chunks % dec_threads == 0, "the tile's chunks divide the CTA");
+#pragma unroll
+  for (int k = 0; k < chunks / dec_threads; ++k) {
+    const int ch = tid + k * dec_threads, r = ch / (D / 16), c = ch % (D / 16);
+    unsigned x[4], y[8];
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(x[0]), "=r"(x[1]), "=r"(x[2]), "=r"(x[3])
+                 : "r"(src + attn_swz(r, c, D)));
+#pragma unroll
+    for (int w = 0; w < 4; ++w)
+      attn_fp8x4_cvt<dec_kv_e4m3, dec_in_bf16>(x[w], y[2 * w], y[2 * w + 1]);
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+      asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(
+                       dst + attn_swz(r, 2 * c + half, 2 * D)),
+                   "r"(y[4 * half]), "r"(y[4 * half + 1]), "r"(y[4 * half + 2]),
+                   "r"(y[4 * half + 3])
+                   : "memory");
+  }
 }
 
 /* The first tile at or after n, below n_end, that the block does not
@@ -129,10 +170,10 @@ __device__ __forceinline__ void attn_decode(const attn_params &p) {
   const attn_tensor_arg &tq = p.t[dec_tq];
   const attn_tensor_arg &tk = p.t[dec_tk];
   const attn_tensor_arg &tv = p.t[dec_tv];
-  const unsigned short *kg = (const unsigned short *)tk.ptr + b * tk.stride[0] +
-                             blk.hk * tk.stride[1];
-  const unsigned short *vg = (const unsigned short *)tv.ptr + b * tv.stride[0] +
-                             blk.hk * tv.stride[1];
+  const unsigned char *kg = (const unsigned char *)tk.ptr +
+                            (b * tk.stride[0] + blk.hk * tk.stride[1]) * dec_kv_bytes;
+  const unsigned char *vg = (const unsigned char *)tv.ptr +
+                            (b * tv.stride[0] + blk.hk * tv.stride[1]) * dec_kv_bytes;
   const unsigned sq_addr = attn_smem_addr(dec_smem);
   const unsigned skv = sq_addr + dec_layout.q_bytes; /* stage s at skv + s * stage */
 
@@ -165,9 +206,10 @@ __device__ __forceinline__ void attn_decode(const attn_params &p) {
   }
   auto load_kv = [&](int n, int stage) {
     const unsigned dst = skv + stage * dec_layout.stage_bytes;
-    attn_cp_tile<dec_bn, dec_dqk, dec_threads>(dst, kg, tk.stride[2], n * dec_bn, p.Skv, tid);
-    attn_cp_tile<dec_bn, dec_dv, dec_threads>(dst + dec_layout.k_bytes, vg, tv.stride[2],
-                                              n * dec_bn, p.Skv, tid);
+    attn_cp_tile<dec_bn, dec_dqk * dec_kv_bytes, dec_threads>(
+        dst, kg, tk.stride[2] * dec_kv_bytes, n * dec_bn, p.Skv, tid);
+    attn_cp_tile<dec_bn, dec_dv * dec_kv_bytes, dec_threads>(
+        dst + dec_layout.k_bytes, vg, tv.stride[2] * dec_kv_bytes, n * dec_bn, p.Skv, tid);
   };
   /* Groups 1 .. STAGES: the first live tiles (maybe none), one a stage:
    * a split holds few tiles, so all stages are in flight from the start
@@ -227,8 +269,16 @@ __device__ __forceinline__ void attn_decode(const attn_params &p) {
     attn_cp_async_wait<dec_stages - 1>();
     __syncthreads();
     ++visited;
-    const unsigned ks = skv + stage * dec_layout.stage_bytes;
-    const unsigned vs = ks + dec_layout.k_bytes;
+    unsigned ks = skv + stage * dec_layout.stage_bytes;
+    unsigned vs = ks + dec_layout.k_bytes;
+    if constexpr (dec_kv8) { /* the stage into the 16-bit tile the MMAs read */
+      const unsigned conv = sq_addr + dec_layout.conv_offset;
+      dec_convert_tile<dec_bn, dec_dqk>(ks, conv, tid);
+      dec_convert_tile<dec_bn, dec_dv>(vs, conv + dec_layout.conv_k_bytes, tid);
+      __syncthreads();
+      ks = conv;
+      vs = conv + dec_layout.conv_k_bytes;
+    }
 
     /* S = Q K^T for this warp's 16 keys. */
     float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
@@ -283,7 +333,7 @@ __device__ __forceinline__ void attn_decode(const attn_params &p) {
       attn_mma16816<dec_in_bf16>(o[2 * np + 1], pa, vb[2], vb[3]);
     }
 
-    __syncthreads(); /* every warp is done with this stage: refill it */
+    __syncthreads(); /* every warp is done with this stage (and the 16-bit tile): refill it */
     if (n_load < n_end) {
       load_kv(n_load, stage);
       n_load = dec_next_live(blk, n_load + 1, n_end, p);

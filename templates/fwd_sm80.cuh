@@ -92,7 +92,8 @@ template <int ROWS, int D>
 static __device__ __forceinline__ void
 fwd80_load_tile(unsigned dst, const unsigned short *base, long long row_stride,
                 int row0, int row_end, int tid) {
-  attn_cp_tile<ROWS, D, fwd80_threads>(dst, base, row_stride, row0, row_end, tid);
+  attn_cp_tile<ROWS, D * 2, fwd80_threads>(dst, (const unsigned char *)base, row_stride * 2, row0,
+                                           row_end, tid);
 }
 
 /* ------------------------------------------------------- the kernel body */

@@ -31,29 +31,70 @@
   return (unsigned)(r * row_bytes + ((c ^ (r & 7)) << 4));
 }
 
-/* Starts the copy of ROWS rows of D 16-bit elements (rows row0.. of a
- * tensor whose row stride is row_stride elements) into a swizzled tile by
- * a CTA of THREADS threads; rows at or beyond row_end are zero-filled so
- * they contribute nothing. Thread tid copies chunk tid % (D/8) of every
- * (THREADS / (D/8))-th row, so its source advances by a fixed step: one
- * 64-bit pointer, not one per copy. */
-template <int ROWS, int D, int THREADS>
-static __device__ __forceinline__ void attn_cp_tile(unsigned dst, const unsigned short *base,
+/* Starts the copy of ROWS rows of ROW_BYTES bytes each (rows row0.. of a
+ * tensor whose row stride is row_stride bytes) into a swizzled tile by a
+ * CTA of THREADS threads; rows at or beyond row_end are zero-filled so
+ * they contribute nothing. Thread tid copies chunk tid % (ROW_BYTES/16) of
+ * every (THREADS / (ROW_BYTES/16))-th row, so its source advances by a
+ * fixed step: one 64-bit pointer, not one per copy. */
+template <int ROWS, int ROW_BYTES, int THREADS>
+static __device__ __forceinline__ void attn_cp_tile(unsigned dst, const unsigned char *base,
                                                     long long row_stride, int row0, int row_end,
                                                     int tid) {
-  constexpr int chunks = D / 8;
+  constexpr int chunks = ROW_BYTES / 16;
   constexpr int step = THREADS / chunks; /* rows per pass */
   static_assert(THREADS % chunks == 0 && ROWS % step == 0, "tile chunks divide the CTA");
   const int c = tid % chunks, r0 = tid / chunks;
-  const unsigned short *src = base + (long long)(row0 + r0) * row_stride + c * 8;
+  const unsigned char *src = base + (long long)(row0 + r0) * row_stride + c * 16;
   const long long src_step = (long long)step * row_stride;
 #pragma unroll
   for (int k = 0; k < ROWS / step; ++k) {
     const int r = r0 + k * step;
     const bool in = row0 + r < row_end;
-    attn_cp_async16(dst + attn_swz(r, c, D * 2), in ? src : base, in ? 16 : 0);
+    attn_cp_async16(dst + attn_swz(r, c, ROW_BYTES), in ? src : base, in ? 16 : 0);
     src += src_step;
   }
+}
+
+/* Four FP8 values (bytes of x, e4m3 when E4M3 else e5m2) as four 16-bit
+ * values of the MMA type (bf16 when BF16, else f16), two per word, in
+ * byte order; exact (every e4m3 and e5m2 value is an f16 and a bf16
+ * value). e4m3 is rebuilt without conversion instructions (their pipe is
+ * narrow, and a decode converts every key): its exponent field and
+ * mantissa moved into the 16-bit type's places, then one multiply by the
+ * power of two of the bias difference (2^8 for f16, 2^120 for bf16;
+ * exact, subnormals included: f16x2 and bf16x2 arithmetic keep them);
+ * e4m3's NaN (S.1111.111) becomes a NaN. e5m2 is the top byte of an f16
+ * (for bf16 then converted through f32). */
+template <bool E4M3, bool BF16>
+static __device__ __forceinline__ void attn_fp8x4_cvt(unsigned x, unsigned &lo, unsigned &hi) {
+  unsigned h[2];
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    if constexpr (E4M3) {
+      const unsigned w = __byte_perm(x, 0u, k ? 0x4342u : 0x4140u); /* bytes in 16-bit lanes */
+      const unsigned nan = __vcmpeq2(w & 0x007f007fu, 0x007f007fu) & 0x7fff7fffu;
+      if constexpr (BF16) {
+        const unsigned f = ((w & 0x007f007fu) << 4) | ((w & 0x00800080u) << 8) | nan;
+        asm("fma.rn.bf16x2 %0, %1, %2, %3;"
+            : "=r"(h[k])
+            : "r"(f), "r"(0x7b807b80u), "r"(0x80008000u)); /* f * 2^120 + -0 */
+      } else {
+        const unsigned f = ((w & 0x007f007fu) << 7) | ((w & 0x00800080u) << 8) | nan;
+        asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(h[k]) : "r"(f), "r"(0x5c005c00u)); /* 2^8 */
+      }
+    } else {
+      h[k] = __byte_perm(x, 0u, k ? 0x3424u : 0x1404u);
+      if constexpr (BF16)
+        asm("{ .reg .b16 l, u; .reg .f32 fl, fu;\n"
+            "  mov.b32 {l, u}, %1; cvt.f32.f16 fl, l; cvt.f32.f16 fu, u;\n"
+            "  cvt.rn.bf16x2.f32 %0, fu, fl; }"
+            : "=r"(h[k])
+            : "r"(h[k]));
+    }
+  }
+  lo = h[0];
+  hi = h[1];
 }
 
 [[maybe_unused]] static __device__ __forceinline__ void attn_cp_async_commit() {

@@ -85,7 +85,52 @@ static const char *const decode_paths[] = {
     "examples/sdpa.attn",    "examples/gqa.attn",   "examples/mqa.attn",
     "examples/causal_bottom_right.attn", "examples/bias.attn", "examples/softcap.attn",
     "examples/lse.attn",     "examples/padding.attn", "examples/gemma2_local.attn",
-    "examples/backward_gqa.attn", "examples/relative_position.attn"};
+    "examples/backward_gqa.attn", "examples/relative_position.attn", "examples/fp8_kv_cache.attn"};
+
+/* A graph with an FP8 KV cache runs only its decode kernel: shapes of more
+ * packed rows are refused at launch with a message, not run. */
+static bool decode_only(const IrGraph *g) {
+  DType t = g->tensors[g->k].type;
+  return t == DT_E4M3 || t == DT_E5M2;
+}
+
+static void expect_refused(attn_context *ctx, attn_graph *ag, const IrGraph *g, const char *spec,
+                           uint64_t seed, const ChkOptions *co, const char *label) {
+  RefArgs ra = {.g = g};
+  StrBuf err = {0}, what = {0};
+  ChkResult res = {0};
+  bool ok = ref_make_inputs(&ra, spec, seed, &err) == 0 && chk_output_shapes(&ra, &err) == 0;
+  attn_status st = ok ? chk_run_gpu(ctx, ag, &ra, co, &res, &err) : ATTN_ERROR_INTERNAL;
+  ok = ok && st == ATTN_ERROR_UNSUPPORTED && strstr(attn_context_error(ctx), "decode kernel");
+  sb_printf(&what, "%s [%s]%s refused (decode only)", label, spec, co->bshd ? " bshd" : "");
+  verdict(ok, what.data, ok ? NULL : (err.len ? err.data : attn_context_error(ctx)));
+  chk_result_free(&res, g->ntensors);
+  ref_args_free(&ra);
+  sb_free(&err);
+  sb_free(&what);
+}
+
+/* Every finite value of the FP8 type in k and v (bytes n % 256 in order,
+ * NaNs skipped): the kernel's conversion of each, subnormals included,
+ * against the reference's. */
+static void fill_every_fp8(RefArgs *ra, const void *arg) {
+  (void)arg;
+  const IrGraph *g = ra->g;
+  const int kv[2] = {g->k, g->v};
+  for (int x = 0; x < 2; x++) {
+    RefTensor *t = &ra->tensors[kv[x]];
+    const DType dt = g->tensors[kv[x]].type;
+    size_t n = (size_t)ref_numel(t), m = 0;
+    for (size_t e = 0; e < n; e++) {
+      double v;
+      do {
+        const uint8_t byte = (uint8_t)(m++ % 256);
+        v = dtype_from_bits(dt, &byte);
+      } while (isnan(v) || isinf(v));
+      t->data[e] = v;
+    }
+  }
+}
 
 static void test_decode(attn_context *ctx, attn_graph *ag, const IrGraph *g, const char *path,
                         Arena *a, uint64_t *seed) {
@@ -122,6 +167,15 @@ static void test_decode(attn_context *ctx, attn_graph *ag, const IrGraph *g, con
     }
     (*seed)++;
   }
+  if (decode_only(g)) {
+    chk_shape_spec(g, &spec, 1, 8, 2, 2, 1000);
+    ChkOptions co = {0};
+    const InputFill every = {fill_every_fp8, NULL};
+    run_case_filled(ctx, ag, g, spec.data, (*seed)++, &co,
+                    arena_printf(a, "decode %s:%s, every finite %s value in k and v", path, g->name,
+                                 dtype_name(g->tensors[g->k].type)),
+                    &every, NULL, NULL);
+  }
   sb_free(&spec);
   attn_context_set_option(ctx, ATTN_OPTION_DECODE_SPLITS, 0);
 }
@@ -156,11 +210,18 @@ static void test_example(attn_context *ctx, const char *path, uint64_t *seed) {
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
       chk_shape_spec(g, &spec, shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3], shapes[s][4]);
       ChkOptions co = {0};
-      run_case(ctx, ag, g, spec.data, (*seed)++, &co, label, NULL, NULL);
+      const int rows = shapes[s][1] / shapes[s][2] * shapes[s][3];
+      if (decode_only(g) && rows > 64)
+        expect_refused(ctx, ag, g, spec.data, (*seed)++, &co, label);
+      else
+        run_case(ctx, ag, g, spec.data, (*seed)++, &co, label, NULL, NULL);
     }
     chk_shape_spec(g, &spec, 2, 4, 2, 100, 150);
     ChkOptions bshd = {.bshd = true};
-    run_case(ctx, ag, g, spec.data, (*seed)++, &bshd, label, NULL, NULL);
+    if (decode_only(g))
+      expect_refused(ctx, ag, g, spec.data, (*seed)++, &bshd, label);
+    else
+      run_case(ctx, ag, g, spec.data, (*seed)++, &bshd, label, NULL, NULL);
     sb_free(&spec);
     for (size_t p = 0; p < sizeof decode_paths / sizeof decode_paths[0]; p++)
       if (!strcmp(path, decode_paths[p])) test_decode(ctx, ag, g, path, a, seed);
@@ -614,6 +675,31 @@ static void test_dropout_mask(attn_context *ctx) {
   arena_free(a);
 }
 
+/* The other FP8 KV caches the decode kernel takes: e5m2 under a bf16 q,
+ * and e4m3 under an f16 q (the conversions' other paths). */
+static void test_fp8_kv_variants(attn_context *ctx, uint64_t *seed) {
+  static const char text[] =
+      "attention kv_e5m2 {\n  input q : bf16[B, H, Sq, 128];\n  input k : e5m2[B, Hk, Skv, 128];\n"
+      "  input v : e5m2[B, Hk, Skv, 128];\n  s = mask((q @ k^T) * 0.088, j <= i + Skv - Sq);\n"
+      "  o = softmax(s) @ v;\n  output o : bf16[B, H, Sq, 128];\n  output lse = logsumexp(s);\n}\n"
+      "attention kv_f16_e4m3 {\n  input q : f16[B, H, Sq, 256];\n  input k : e4m3[B, Hk, Skv, 256];\n"
+      "  input v : e4m3[B, Hk, Skv, 256];\n  s = (q @ k^T) * 0.0625;\n  o = softmax(s) @ v;\n"
+      "  output o : f16[B, H, Sq, 256];\n}\n";
+  Arena *a = arena_new();
+  attn_module *mod = compile_text(ctx, "fp8_kv.attn", text);
+  Diag d = {0};
+  Source *src = source_from_string(a, "fp8_kv.attn", text, strlen(text));
+  IrModule *m = mod && src ? ir_build(parse_source(src, a, &d), a, &d) : NULL;
+  for (int k = 0; m && k < m->ngraphs; k++) {
+    attn_graph *ag;
+    if (attn_module_get_graph(mod, m->graphs[k]->name, &ag) == ATTN_SUCCESS)
+      test_decode(ctx, ag, m->graphs[k], "fp8_kv.attn", a, seed);
+  }
+  diag_free(&d);
+  attn_module_destroy(mod);
+  arena_free(a);
+}
+
 static int cmp_str(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
@@ -632,6 +718,8 @@ int main(int argc, char **argv) {
   if (attn_context_create(&ctx) != ATTN_SUCCESS) return 1;
   attn_context_set_cache_dir(ctx, NULL);
   test_fully_masked(ctx);
+  uint64_t kv_seed = 9000;
+  test_fp8_kv_variants(ctx, &kv_seed);
   test_tile_skipping(ctx);
   test_dropout_mask(ctx);
   test_separable_masks(ctx);

@@ -91,7 +91,7 @@ Test(plan, long_names_round_trip) {
 }
 
 #define GOOD                                                                                    \
-  "attnc-plan 2\ngraph g sep=0,0,0,0 decode=0,0\npass forward det=0\n"                                    \
+  "attnc-plan 2\ngraph g sep=0,0,0,0 decode=0,0\npass forward det=0 need=-\n"                                    \
   "  slice tile_queue bind=queue slot=-1 elem=4 dims=2,1,1,1 zero=new need=- deny=-\n"          \
   "  step forward entry=attn_g_fwd threads=384 smem=1024 grid=Sq/128,H,B persistent=1 "         \
   "need=- deny=-\n"                                                                             \
@@ -140,9 +140,9 @@ Test(plan, the_reader_refuses_malformed_plans) {
           "a slot exactly when bound to one");
   refused(GOOD "  slice s bind=queue slot=-1 elem=4 dims=B,H,Sq zero=never need=- deny=-\nend\n",
           "four sizes");
-  refused("attnc-plan 2\npass forward det=0\nend\n", "before any graph");
+  refused("attnc-plan 2\npass forward det=0 need=-\nend\n", "before any graph");
   refused("attnc-plan 2\ngraph g sep=0,0,0,0 decode=0,0\n  step x\nend\n", "before any pass");
-  refused(GOOD "pass forward det=0\nend\n", "pass forward twice");
+  refused(GOOD "pass forward det=0 need=-\nend\n", "pass forward twice");
   refused("attnc-plan 2\ngraph g sep=0,0,0,0\nend\n", "decode=");
   refused("attnc-plan 2\ngraph g sep=0,0,0,0 decode=64,0\nend\n", "decode=");
   refused(GOOD "frobnicate\nend\n", "unknown record 'frobnicate'");

@@ -80,14 +80,14 @@ static IrModule *make_ir(Arena *a) {
  * writes it), and one with a backward whose deterministic mode is there
  * or not. */
 #define PLAN_FWD                                                                                \
-  "attnc-plan 2\ngraph g sep=0,0,0,0 decode=0,0\npass forward det=0\n"                                    \
+  "attnc-plan 2\ngraph g sep=0,0,0,0 decode=0,0\npass forward det=0 need=-\n"                                    \
   "  step forward entry=attn_g_fwd threads=128 smem=0 grid=Sq/64,H,B persistent=0 need=- "       \
   "deny=-\n"
 static const char plan_fwd[] = PLAN_FWD "end\n";
 static const char *plan_bwd(bool det_ok) {
-  return det_ok ? PLAN_FWD "pass backward det=1\n  step main entry=attn_g_bwd_main threads=128 "
+  return det_ok ? PLAN_FWD "pass backward det=1 need=-\n  step main entry=attn_g_bwd_main threads=128 "
                            "smem=0 grid=Skv/64,H,B persistent=0 need=- deny=-\nend\n"
-                : PLAN_FWD "pass backward det=0\n  step main entry=attn_g_bwd_main threads=128 "
+                : PLAN_FWD "pass backward det=0 need=-\n  step main entry=attn_g_bwd_main threads=128 "
                            "smem=0 grid=Skv/64,H,B persistent=0 need=- deny=-\nend\n";
 }
 
