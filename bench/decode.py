@@ -187,6 +187,12 @@ def main():
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     mod = attn.compile("dec", graph_text())
     rows = []
+    if args.fp8 and args.config:  # one configuration, for profiling
+        mod8 = attn.compile("dec", graph_text("e4m3"))
+        heads, B, L = args.config.split(",")[:3]
+        H, Hk = (int(x) for x in heads.split(":"))
+        print(json.dumps(run_fp8(attn, mod8, mod, int(B), H, Hk, int(L))), flush=True)
+        return
     if args.fp8:
         mod8 = attn.compile("dec", graph_text("e4m3"))
         for Hk in (8, 32):

@@ -5,7 +5,7 @@
 # A summary is printed last.
 set -u
 # Knobs: BENCH=0 skips the benchmarks, HOST=0 the host examples, SM80=0
-# the portable template's grid. Logs go to /tmp/attnc-device; what comes
+# the portable template's grid, CTAS3=0 the second backward run. Logs go to /tmp/attnc-device; what comes
 # back from the device machine ($OUT holds at most 8 files) is one .tgz of
 # them plus the benchmark tables and plot.
 B=${1:-build}
@@ -34,8 +34,9 @@ save() { # what has been logged so far, into $OUT (a call cut short keeps it)
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >"$L/gpu.txt" 2>&1
 step test_forward "$B/tests/gpu/test_forward"
 [ -x "$B/tests/gpu/test_backward" ] && step test_backward "$B/tests/gpu/test_backward"
-# The persistent backward with 3 CTAs: every CTA takes several work items.
-[ -x "$B/tests/gpu/test_backward" ] &&
+# The persistent backward with 3 CTAs: every CTA takes several work items
+# (CTAS3=0 skips it).
+[ -x "$B/tests/gpu/test_backward" ] && [ "${CTAS3:-1}" = 1 ] &&
   step test_backward_ctas3 env ATTN_PERSISTENT_CTAS=3 "$B/tests/gpu/test_backward"
 # The launch plan's promises: caller workspaces, CUDA graph capture, empty sequences.
 [ -x "$B/tests/gpu/test_plan" ] && step test_plan "$B/tests/gpu/test_plan"
