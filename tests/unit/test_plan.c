@@ -250,6 +250,52 @@ Test(plan, no_decode_kernel_for_dropout) {
   arena_free(a);
 }
 
+/* An FP8 KV cache: a decode-only plan (no forward step; the pass needs the
+ * decode fact), and located refusals where the decode kernel cannot run
+ * the graph (head dim 64) or a backward is asked for. */
+static char *fp8_kv_refusal(const char *text) {
+  Arena *a = arena_new();
+  IrModule *m = unit_build(a, "<fp8kv>", text);
+  Diag d = {0};
+  Compiled c;
+  const CompileOptions o = {.arch = "sm_90a"};
+  int rc = compile_module(m, &o, STAGE_PLAN, a, &d, &c);
+  char *why = rc ? strdup(d.out.data ? d.out.data : "") : NULL;
+  diag_free(&d);
+  arena_free(a);
+  return why;
+}
+
+Test(plan, fp8_kv_caches_plan_the_decode_kernel_alone) {
+  Arena *a = arena_new();
+  static const char kv8[] =
+      "attention g {\n  input q : bf16[B, H, Sq, 128];\n  input k : e4m3[B, Hk, S, 128];\n"
+      "  input v : e4m3[B, Hk, S, 128];\n  s = q @ k^T;\n  o = softmax(s) @ v;\n"
+      "  output o : bf16[B, H, Sq, 128];\n}\n";
+  IrModule *m = unit_build(a, "<kv8>", kv8);
+  const GraphPlan *p = unit_compile(a, m, "sm_80", STAGE_PLAN).plans;
+  cr_assert_null(unit_step(p, PLAN_FORWARD, "forward"));
+  cr_assert_not_null(unit_step(p, PLAN_FORWARD, "decode"));
+  cr_assert_eq(p->pass[PLAN_FORWARD].need, PLAN_IF_DECODE);
+  PlanProblem pr = {.B = 1, .H = 32, .Hk = 8, .Sq = 17, .Skv = 4096, .sms = 132};
+  cr_assert(!plan_applies(p->pass[PLAN_FORWARD].need, 0, plan_facts(p, &pr)));
+  arena_free(a);
+
+  char *why = fp8_kv_refusal(
+      "attention g {\n  input q : bf16[B, H, Sq, 64];\n  input k : e4m3[B, Hk, S, 64];\n"
+      "  input v : e4m3[B, Hk, S, 64];\n  s = q @ k^T;\n  o = softmax(s) @ v;\n"
+      "  output o : bf16[B, H, Sq, 64];\n}\n");
+  cr_assert(why && strstr(why, "<fp8kv>:3:") && strstr(why, "run only on the decode kernel"),
+            "%s", why ? why : "(accepted)");
+  free(why);
+  why = fp8_kv_refusal(
+      "attention g {\n  input q : bf16[B, H, S, 128];\n  input k : e4m3[B, H, S, 128];\n"
+      "  input v : e4m3[B, H, S, 128];\n  s = q @ k^T;\n  o = softmax(s) @ v;\n"
+      "  output o : bf16[B, H, S, 128];\n  output lse = logsumexp(s);\n  grad q;\n}\n");
+  cr_assert(why && strstr(why, "no backward for e4m3 k and v"), "%s", why ? why : "(accepted)");
+  free(why);
+}
+
 Test(plan, no_deterministic_backward_at_head_dim_256) {
   Arena *a = arena_new();
   static const char d256[] =
