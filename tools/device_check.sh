@@ -31,6 +31,13 @@ save() { # what has been logged so far, into $OUT (a call cut short keeps it)
   done
   return 0
 }
+# A call cut short by its time limit keeps the logs of the step it was in
+# too: they are saved every 30 s meanwhile, not only after each step.
+# (Their own archive, so it never races the final save.)
+( while sleep 30; do [ -n "${OUT:-}" ] &&
+    tar czf "$OUT/device-logs-partial.tgz" --exclude=./cache -C "$L" . 2>/dev/null; done ) &
+saver=$!
+trap 'kill $saver 2>/dev/null' EXIT
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >"$L/gpu.txt" 2>&1
 step test_forward "$B/tests/gpu/test_forward"
 [ -x "$B/tests/gpu/test_backward" ] && step test_backward "$B/tests/gpu/test_backward"
