@@ -79,23 +79,41 @@ static const PassPlan *pass_plan(attn_call *c, PlanPass pass) {
   return pp->present ? pp : NULL;
 }
 
+/* What one pass of a call is on the current device: the driver and the
+ * device, the bound problem with the device's SM count, the launch facts
+ * and the workspace layout. The workspace query and the launch both take
+ * it from here, so the size a caller is told is the size the launch
+ * lays out (the decode's split count depends on the SMs). Fill in place:
+ * pr points into ndims. */
+typedef struct PassLaunch {
+  const RtDriver *d;
+  CUcontext cu;
+  CUdevice dev;
+  int ndims[ATTN_MAX_TENSORS];
+  PlanProblem pr;
+  unsigned facts;
+  PassLayout l;
+} PassLaunch;
+
+static attn_status pass_launch(attn_call *c, const PassPlan *pp, PassLaunch *x) {
+  StrBuf *err = &c->g->m->ctx->error;
+  attn_status st;
+  if (!(x->d = rt_driver(&st, err))) return st;
+  if ((st = rt_driver_current(x->d, &x->cu, &x->dev, err))) return st;
+  x->pr = launch_problem(c, device_sms(x->d, x->dev), x->ndims);
+  x->facts = launch_facts(c, &x->pr);
+  layout_pass(c, pp, x->facts, &x->pr, &x->l);
+  return ATTN_SUCCESS;
+}
+
 attn_status rt_pass_workspace(attn_call *c, PlanPass pass, size_t *bytes) {
   *bytes = 0;
   const PassPlan *pp = pass_plan(c, pass);
   if (!pp) return ATTN_SUCCESS;
-  /* The workspace depends on the split count, which depends on the
-   * current device's SMs: as the launch on it will count them. */
-  attn_status st;
-  const RtDriver *d = rt_driver(&st, &c->g->m->ctx->error);
-  if (!d) return st;
-  CUcontext cu;
-  CUdevice dev;
-  if ((st = rt_driver_current(d, &cu, &dev, &c->g->m->ctx->error))) return st;
-  int ndims[ATTN_MAX_TENSORS];
-  const PlanProblem pr = launch_problem(c, device_sms(d, dev), ndims);
-  PassLayout l;
-  layout_pass(c, pp, launch_facts(c, &pr), &pr, &l);
-  *bytes = l.total;
+  PassLaunch x;
+  attn_status st = pass_launch(c, pp, &x);
+  if (st) return st;
+  *bytes = x.l.total;
   return ATTN_SUCCESS;
 }
 
@@ -211,15 +229,12 @@ attn_status rt_run_pass(attn_call *c, PlanPass pass, bool caller_ws, void *ws, s
     return rt_fail(ctx, ATTN_ERROR_INVALID_ARGUMENT,
                    "graph '%s': %d heads and batch %d: the launch grid allows at most 65535 of "
                    "each", ir->name, p.H, p.B);
-  attn_status st;
-  const RtDriver *d = rt_driver(&st, err);
-  if (!d) return st;
-  CUcontext cu;
-  CUdevice dev;
-  if ((st = rt_driver_current(d, &cu, &dev, err))) return st;
-  int ndims[ATTN_MAX_TENSORS];
-  const PlanProblem pr = launch_problem(c, device_sms(d, dev), ndims);
-  const unsigned facts = launch_facts(c, &pr);
+  PassLaunch run;
+  attn_status st = pass_launch(c, pp, &run);
+  if (st) return st;
+  const RtDriver *d = run.d;
+  const unsigned facts = run.facts;
+  const PassLayout *l = &run.l;
   if (!plan_applies(pp->need, 0, facts)) /* today only a decode-only forward (FP8 K/V) */
     return rt_fail(ctx, ATTN_ERROR_UNSUPPORTED,
                    "graph '%s': its %s runs only on the decode kernel (%s k and v), which takes "
@@ -227,13 +242,11 @@ attn_status rt_run_pass(attn_call *c, PlanPass pass, bool caller_ws, void *ws, s
                    "%lld%s", ir->name, plan_pass_name(pass), dtype_name(ir->tensors[ir->k].type),
                    DECODE_MAX_ROWS, p.Hk > 0 ? (long long)(p.H / p.Hk) * p.Sq : 0LL,
                    ctx->options.no_decode ? " (and ATTN_OPTION_DECODE is 0)" : "");
-  PassLayout l;
-  layout_pass(c, pp, facts, &pr, &l);
-  if (caller_ws && ws_bytes < l.total)
+  if (caller_ws && ws_bytes < l->total)
     return rt_fail(ctx, ATTN_ERROR_INVALID_ARGUMENT,
                    "graph '%s': the %s needs %zu bytes of workspace for these shapes; %zu given "
                    "(attn_call_workspace_size)", ir->name,
-                   plan_pass_name(pass), l.total, ws_bytes);
+                   plan_pass_name(pass), l->total, ws_bytes);
   if (caller_ws && (uintptr_t)ws % WS_BASE_ALIGN)
     return rt_fail(ctx, ATTN_ERROR_INVALID_ARGUMENT,
                    "graph '%s': workspace %p is not %d-byte aligned", ir->name, ws,
@@ -244,22 +257,22 @@ attn_status rt_run_pass(attn_call *c, PlanPass pass, bool caller_ws, void *ws, s
    * new when it was (re)allocated or its layout moved a PZ_NEW slice. */
   CUdeviceptr base = (CUdeviceptr)(uintptr_t)ws;
   bool fresh = true;
-  if (!caller_ws && l.total > 0) {
-    if ((st = own_workspace(c, d, pass, l.total, &base, &fresh))) return st;
-    fresh = fresh || c->ws[pass].zeroed != l.signature;
+  if (!caller_ws && l->total > 0) {
+    if ((st = own_workspace(c, d, pass, l->total, &base, &fresh))) return st;
+    fresh = fresh || c->ws[pass].zeroed != l->signature;
   }
   for (int k = 0; k < pp->nslices; k++) /* slots of absent slices stay null */
     if (pp->slices[k].bind == PB_SLOT) memset(&p.t[pp->slices[k].slot], 0, sizeof p.t[0]);
   bool have_queue = false;
   for (int k = 0; k < pp->nslices; k++) {
-    if (!l.present[k]) continue;
+    if (!l->present[k]) continue;
     const PlanSlice *sl = &pp->slices[k];
     /* A slice of no bytes (no rows for these sizes) stays null, so a
      * stray access faults instead of reading a neighbour. */
-    const CUdeviceptr at = l.bytes[k] ? base + l.off[k] : 0;
+    const CUdeviceptr at = l->bytes[k] ? base + l->off[k] : 0;
     if (sl->bind == PB_SLOT) {
       long long dims[4];
-      for (int x = 0; x < 4; x++) dims[x] = plan_dim(c->g->plan, sl->dims[x], &pr);
+      for (int x = 0; x < 4; x++) dims[x] = plan_dim(c->g->plan, sl->dims[x], &run.pr);
       bind_slice(&p, sl, dims, at);
     } else if (sl->bind == PB_MASK_RANGES) {
       p.mask_ranges = (void *)(uintptr_t)at;
@@ -268,8 +281,8 @@ attn_status rt_run_pass(attn_call *c, PlanPass pass, bool caller_ws, void *ws, s
       have_queue = true;
     }
     const bool zero = sl->zero == PZ_EACH || (sl->zero == PZ_NEW && fresh);
-    if (zero && l.bytes[k] > 0) {
-      CUresult r = d->MemsetD32Async(at, 0, l.bytes[k] / 4, s);
+    if (zero && l->bytes[k] > 0) {
+      CUresult r = d->MemsetD32Async(at, 0, l->bytes[k] / 4, s);
       if (r != CUDA_SUCCESS) {
         st = rt_driver_error(d, r, "cuMemsetD32Async", err);
         sb_printf(err, " zeroing '%s' of graph '%s'", sl->name, ir->name);
@@ -277,16 +290,16 @@ attn_status rt_run_pass(attn_call *c, PlanPass pass, bool caller_ws, void *ws, s
       }
     }
   }
-  if (!caller_ws && l.total > 0) c->ws[pass].zeroed = l.signature;
+  if (!caller_ws && l->total > 0) c->ws[pass].zeroed = l->signature;
 
   for (int k = 0; k < pp->nsteps; k++) {
     const PlanStep *step = &pp->steps[k];
     if (!plan_applies(step->need, step->deny, facts)) continue;
     const PlanGrid *gr = &step->grid;
-    long long gx = ceil_div(plan_dim(c->g->plan, gr->x0, &pr), gr->div0);
-    if (gr->div1 > 0) gx += ceil_div(plan_dim(c->g->plan, gr->x1, &pr), gr->div1);
-    unsigned grid[3] = {0, (unsigned)plan_dim(c->g->plan, gr->y, &pr),
-                        (unsigned)plan_dim(c->g->plan, gr->z, &pr)};
+    long long gx = ceil_div(plan_dim(c->g->plan, gr->x0, &run.pr), gr->div0);
+    if (gr->div1 > 0) gx += ceil_div(plan_dim(c->g->plan, gr->x1, &run.pr), gr->div1);
+    unsigned grid[3] = {0, (unsigned)plan_dim(c->g->plan, gr->y, &run.pr),
+                        (unsigned)plan_dim(c->g->plan, gr->z, &run.pr)};
     if (gx > 0x7fffffffLL)
       return rt_fail(ctx, ATTN_ERROR_INVALID_ARGUMENT,
                      "graph '%s': step '%s' needs %lld CTAs in x; the grid allows 2^31 - 1",
@@ -300,10 +313,10 @@ attn_status rt_run_pass(attn_call *c, PlanPass pass, bool caller_ws, void *ws, s
         return rt_fail(ctx, ATTN_ERROR_INTERNAL,
                        "graph '%s': the plan's persistent step '%s' has no work queue", ir->name,
                        step->role);
-      rt_persistent_grid(d, dev, grid, (unsigned long long)ctx->options.persistent_ctas);
+      rt_persistent_grid(d, run.dev, grid, (unsigned long long)ctx->options.persistent_ctas);
     }
     CUfunction fn;
-    if ((st = step_function(c->g, d, cu, pass, k, &fn))) return st;
+    if ((st = step_function(c->g, d, run.cu, pass, k, &fn))) return st;
     attn_tmaps tmaps;
     if (step->nmaps > 0 && (st = rt_tmap_fill(d, ir, step, &p, &tmaps, err))) return st;
     void *args[] = {&p, &tmaps};
