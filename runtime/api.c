@@ -433,6 +433,8 @@ void attn_module_destroy(attn_module *m) {
   }
   mem_free(m->cubin);
   mem_free(m->log);
+  for (int i = 0; m->graphs && i < m->ngraphs; i++)
+    for (int r = 0; r < 4 + BWD_MAX_BIAS; r++) mem_free(m->graphs[i].grad_name[r]);
   mem_free(m->graphs);
   arena_free(m->arena);
   mem_free(m);

@@ -192,6 +192,52 @@ attn_status attn_call_set_tile_counter(attn_call *c, void *device_u64);
 attn_status attn_call_bind_dlpack(attn_call *c, const char *name,
                                   const void *dl_tensor);
 
+/* ------------------------------------------------- a graph's signature
+ * What a binding for another language (python/attnc) needs to allocate a
+ * graph's outputs and gradients and to call it, without parsing .attn:
+ * its tensors in binding order (the inputs and outputs as declared, then
+ * the backward's dO and gradients, when it has a backward) and its
+ * scalars. Strings and the graph stay valid while the module lives. */
+typedef enum attn_tensor_role {
+  ATTN_ROLE_INPUT = 1,      /* read by the forward */
+  ATTN_ROLE_OUTPUT = 2,     /* written by the forward */
+  ATTN_ROLE_GRAD_INPUT = 3, /* read by the backward: "d" + o's name */
+  ATTN_ROLE_GRAD_OUTPUT = 4 /* written by the backward: dq, dk, dv, dbias */
+} attn_tensor_role;
+
+typedef struct attn_tensor_info {
+  const char *name; /* the binding name */
+  attn_tensor_role role;
+  attn_dtype dtype;
+  int ndim;
+  const char *dim_name[4]; /* a dimension symbol ("B", "Sq"), NULL for a literal */
+  int64_t dim_size[4];     /* the literal, -1 for a symbol */
+  int grad;                /* an input declared in grad */
+  int of;                  /* the grad roles: index of the tensor whose
+                              gradient it is (dO: the attention output);
+                              -1 for the others */
+  int attention_output;    /* the output softmax(..) @ v lands in */
+  int lse;                 /* the output the backward reads as lse */
+} attn_tensor_info;
+
+typedef struct attn_scalar_info {
+  const char *name;
+  attn_dtype dtype; /* ATTN_F32, ATTN_I32, ATTN_U64 or ATTN_BOOL */
+  int has_default;
+  double default_float; /* f32 scalars */
+  int64_t default_int;  /* i32, bool, and u64 (as its bits) */
+} attn_scalar_info;
+
+const char *attn_graph_name(const attn_graph *g); /* "" for NULL */
+/* 1 when attn_call_launch_backward can run the graph: it declares grad,
+ * saves lse, and the module holds its backward kernels; else 0 and, with
+ * why non-NULL, the reason written into why[0..len) (truncated, NUL-ended). */
+int attn_graph_has_backward(const attn_graph *g, char *why, size_t len);
+int attn_graph_tensor_count(const attn_graph *g);
+attn_status attn_graph_tensor(const attn_graph *g, int index, attn_tensor_info *out);
+int attn_graph_scalar_count(const attn_graph *g);
+attn_status attn_graph_scalar(const attn_graph *g, int index, attn_scalar_info *out);
+
 /* ------------------------------------------------ ahead-of-time modules
  * `attnc build FILE.attn --arch sm_80,sm_90a -o DIR` writes DIR/NAME.c,
  * which defines one attn_embedded: the .attn text (re-parsed at load for

@@ -20,6 +20,7 @@
  * head order by convert_kv); accumulated bias gradients get a full f32
  * [B, H, Sq, Skv] scratch, one element per score, summed in a fixed order
  * by the convert pass. */
+#include <stdio.h>
 #include <string.h>
 
 #include "rt.h"
@@ -87,29 +88,43 @@ static attn_status bwd_check_bound(attn_call *c, const BwdSlots *sl) {
   return ATTN_SUCCESS;
 }
 
-attn_status rt_backward_ready(attn_call *c) {
-  const IrGraph *g = c->g->ir;
-  StrBuf *err = &c->g->m->ctx->error;
-  if (!bwd_has_grad(g))
-    return rt_fail(c->g->m->ctx, ATTN_ERROR_UNSUPPORTED,
-                    "graph '%s' declares no grad, so it has no backward (add `grad q, k, v;`)",
-                    g->name);
+/* Why the graph has no GPU backward, written into why; true when it has one. */
+bool rt_backward_supported(const attn_graph *gr, char *why, size_t len) {
+  const IrGraph *g = gr->ir;
+  if (!bwd_has_grad(g)) {
+    snprintf(why, len, "graph '%s' declares no grad, so it has no backward (add `grad q, k, v;`)",
+             g->name);
+    return false;
+  }
   int bad = bwd_unsupported_grad(g);
-  if (bad >= 0)
-    return rt_fail(c->g->m->ctx, ATTN_ERROR_UNSUPPORTED,
-                    "graph '%s': the GPU backward computes the gradients of q, k, v and of at "
-                    "most %d f32/bf16/f16 biases read as t[b, h, i, j]; '%s' (%s:%d:%d) is "
-                    "declared with grad", g->name, BWD_MAX_BIAS, g->tensors[bad].name,
-                    g->tensors[bad].loc.src ? g->tensors[bad].loc.src->name : "?",
-                    g->tensors[bad].loc.line, g->tensors[bad].loc.col);
-  if (!c->g->plan->pass[PLAN_BACKWARD].present)
-    return rt_fail(c->g->m->ctx, ATTN_ERROR_UNSUPPORTED,
-                    "graph '%s': the module holds no backward kernels for it", g->name);
+  if (bad >= 0) {
+    snprintf(why, len,
+             "graph '%s': the GPU backward computes the gradients of q, k, v and of at most %d "
+             "f32/bf16/f16 biases read as t[b, h, i, j]; '%s' (%s:%d:%d) is declared with grad",
+             g->name, BWD_MAX_BIAS, g->tensors[bad].name,
+             g->tensors[bad].loc.src ? g->tensors[bad].loc.src->name : "?",
+             g->tensors[bad].loc.line, g->tensors[bad].loc.col);
+    return false;
+  }
+  if (!gr->plan->pass[PLAN_BACKWARD].present) {
+    snprintf(why, len, "graph '%s': the module holds no backward kernels for it", g->name);
+    return false;
+  }
   BwdSlots sl;
-  if (bwd_slots(g, &sl) != 0 || sl.end > ATTN_MAX_TENSORS)
-    return rt_fail(c->g->m->ctx, ATTN_ERROR_UNSUPPORTED, "graph '%s' saves no lse for the backward",
-                    g->name);
-  attn_status st = bind_finish(&c->bind, err);
+  if (bwd_slots(g, &sl) != 0 || sl.end > ATTN_MAX_TENSORS) {
+    snprintf(why, len, "graph '%s' saves no lse for the backward", g->name);
+    return false;
+  }
+  return true;
+}
+
+attn_status rt_backward_ready(attn_call *c) {
+  char why[512];
+  if (!rt_backward_supported(c->g, why, sizeof why))
+    return rt_fail(c->g->m->ctx, ATTN_ERROR_UNSUPPORTED, "%s", why);
+  BwdSlots sl;
+  bwd_slots(c->g->ir, &sl);
+  attn_status st = bind_finish(&c->bind, &c->g->m->ctx->error);
   if (st || (st = bwd_check_bound(c, &sl))) return st;
   return c->deterministic ? bwd_check_det(c) : ATTN_SUCCESS;
 }

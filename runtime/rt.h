@@ -11,6 +11,7 @@
  *   tmap.c     the TMA tensor maps of a plan step
  *   launch.c   runs a pass of a graph's plan: workspace, grids, launches
  *   backward.c the backward's bindings checked before its pass
+ *   signature.c a graph's tensors and scalars, for other languages' bindings
  *
  * The driver loader has its own header, cuda_driver.h, because tools and
  * GPU tests use it too. Internal names carry the file's prefix
@@ -239,6 +240,9 @@ struct attn_graph {
   CUkernel kern[PLAN_NPASSES][PLAN_MAX_STEPS];
   CUfunction fn[PLAN_NPASSES][PLAN_MAX_STEPS];
   CUcontext fn_ctx;
+  /* The backward's binding names ("do", "dq", ...), made on the first
+   * attn_graph_tensor that asks (signature.c), freed with the module. */
+  char *grad_name[4 + BWD_MAX_BIAS];
 };
 
 struct attn_module {
@@ -347,5 +351,8 @@ void rt_call_free_workspace(attn_call *c);
  * backward, dO and the gradients are bound with the right shapes, the
  * deterministic mode exists for its head dims. */
 attn_status rt_backward_ready(attn_call *c);
+/* Whether the graph has a GPU backward; if not, why (a message written
+ * into why[0..len)). attn_graph_has_backward and rt_backward_ready. */
+bool rt_backward_supported(const attn_graph *g, char *why, size_t len);
 
 #endif
