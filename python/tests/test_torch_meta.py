@@ -1,0 +1,113 @@
+"""The torch operators without a GPU: meta tensors run the fake
+implementation and the autograd wiring, and torch.compile traces a call
+without graph breaks."""
+import pytest
+
+import attnc
+from conftest import needs_torch
+from test_compile import SDPA
+
+pytestmark = needs_torch
+
+FWD_ONLY = """
+attention plain {
+  input  q : bf16[B, H, S, 128];
+  input  k : bf16[B, H, S, 128];
+  input  v : bf16[B, H, S, 128];
+  input  doc : i32[B, S];
+  scalar seed : u64 = 1;
+  o = softmax(mask(q @ k^T, doc[b, i] == doc[b, j])) @ v;
+  output o : bf16[B, H, S, 128];
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def sdpa(cache_dir):
+    return attnc.compile(SDPA, arch="sm_90a", cache_dir=cache_dir).sdpa
+
+
+def meta(*shape, dtype=None, grad=False):
+    import torch
+    t = torch.randn(*shape, device="meta", dtype=dtype or torch.bfloat16)
+    return t.requires_grad_(grad)
+
+
+def test_outputs_take_their_shapes_from_the_inputs(sdpa):
+    import torch
+    q, k, v = meta(2, 8, 33, 64), meta(2, 2, 70, 64), meta(2, 2, 70, 64)
+    bias = meta(1, 8, 33, 70, dtype=torch.float32)
+    o, lse = sdpa(q, k, v, bias)
+    assert o.shape == (2, 8, 33, 64) and o.dtype == torch.bfloat16 and o.device.type == "meta"
+    assert lse.shape == (2, 8, 33) and lse.dtype == torch.float32
+    # By name, in any order, scalars too.
+    o2, _ = sdpa(v=v, k=k, q=q, bias=bias, window=4, scale=0.5)
+    assert o2.shape == o.shape
+
+
+def test_autograd_gives_a_gradient_per_declared_input(sdpa):
+    import torch
+    q, k, v = meta(2, 8, 33, 64, grad=True), meta(2, 2, 70, 64, grad=True), meta(2, 2, 70, 64)
+    bias = meta(1, 8, 33, 70, dtype=torch.float32)
+    o, lse = sdpa(q, k, v, bias)
+    assert o.requires_grad and not lse.requires_grad  # lse is not differentiable
+    o.sum().backward()
+    assert q.grad.shape == q.shape and k.grad.shape == k.shape and v.grad is None
+
+
+def test_torch_compile_traces_a_call_without_graph_breaks(sdpa):
+    import torch
+
+    def model(q, k, v, bias):
+        o, lse = sdpa(q, k, v, bias=bias, scale=0.1)
+        return (o.float() * 2).sum() + lse.sum()
+
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    q, k, v = meta(2, 8, 64, 64, grad=True), meta(2, 2, 64, 64, grad=True), meta(2, 2, 64, 64, grad=True)
+    bias = meta(1, 8, 64, 64, dtype=torch.float32)
+    loss = compiled(q, k, v, bias)
+    loss.backward()
+    assert q.grad.shape == q.shape and v.grad.shape == v.shape
+
+
+def test_argument_errors_name_what_is_wrong(sdpa):
+    import torch
+    q, k, v = meta(2, 8, 33, 64), meta(2, 2, 70, 64), meta(2, 2, 70, 64)
+    bias = meta(1, 8, 33, 70, dtype=torch.float32)
+    with pytest.raises(TypeError, match="needs the tensor 'bias'"):
+        sdpa(q, k, v)
+    with pytest.raises(TypeError, match="no argument 'temperature'"):
+        sdpa(q, k, v, bias, temperature=2.0)
+    with pytest.raises(TypeError, match="got 'q' twice"):
+        sdpa(q, k, v, bias, q=q)
+    with pytest.raises(TypeError, match="takes 4 tensors and 2 scalars"):
+        sdpa(q, k, v, bias, 1.0, 2, 3)
+    with pytest.raises(ValueError, match="declared with 4 dimensions, given 3"):
+        sdpa(q[0], k, v, bias)
+    with pytest.raises(RuntimeError, match="declares no gradient for it"):
+        sdpa(q, k, v, bias.requires_grad_(True))
+
+
+def test_scalars_from_numbers_and_zero_dim_tensors(sdpa, cache_dir):
+    import torch
+    tensors, scalars = sdpa._arguments((1, 2, 3, 4), {"scale": torch.tensor(0.25), "window": 7.0})
+    assert scalars == [0.25, 7] and isinstance(scalars[1], int)
+    plain = attnc.compile(FWD_ONLY, arch="sm_90a", cache_dir=cache_dir).plain
+    # u64 beyond 2^63 passes through the schema's signed int and back.
+    _, s = plain._arguments((1, 2, 3, 4), {"seed": 2**64 - 5})
+    assert s == [-5]
+    nodefault = attnc.compile(SDPA.replace("scale : f32 = 0.125", "scale : f32"),
+                              arch="sm_90a", cache_dir=cache_dir).sdpa
+    with pytest.raises(TypeError, match="needs the scalar 'scale', which has no default"):
+        nodefault._arguments((1, 2, 3, 4), {})
+
+
+def test_a_graph_without_backward_refuses_inputs_that_need_grad(cache_dir):
+    import torch
+    plain = attnc.compile(FWD_ONLY, arch="sm_90a", cache_dir=cache_dir).plain
+    q = meta(1, 2, 16, 128, grad=True)
+    doc = torch.zeros(1, 16, dtype=torch.int32, device="meta")
+    with pytest.raises(RuntimeError, match="has no backward: graph 'plain' declares no grad"):
+        plain(q, q, q, doc)
+    with torch.no_grad():
+        assert plain(q, q, q, doc).shape == q.shape
