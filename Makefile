@@ -130,10 +130,15 @@ uninstall:
 	rm -f $(addprefix $(INST)/,$(INSTALLED))
 	-rmdir $(INST)/share/doc/attnc 2>/dev/null
 
+# python/attnc with its own copy of libattn, so `pip install ./python`
+# gives a package that needs nothing on the loader's path.
+python-lib: $(BUILD)/libattn.so
+	cp $(BUILD)/libattn.so python/attnc/libattn.so.0
+
 include tests/tests.mk
 
 clean:
 	rm -rf build
 
-.PHONY: all clean examples install uninstall
+.PHONY: all clean examples install uninstall python-lib
 .DELETE_ON_ERROR:

@@ -216,6 +216,9 @@ typedef struct attn_tensor_info {
   int of;                  /* the grad roles: index of the tensor whose
                               gradient it is (dO: the attention output);
                               -1 for the others */
+  int operand;             /* 'q', 'k' or 'v' for the products' operands
+                              (16-byte vector loads: their rules in
+                              docs/runtime.md, "Bindings"), 0 for the others */
   int attention_output;    /* the output softmax(..) @ v lands in */
   int lse;                 /* the output the backward reads as lse */
 } attn_tensor_info;

@@ -82,6 +82,7 @@ static attn_status graph_tensor_impl(const attn_graph *gr, int index, attn_tenso
     out->dtype = (attn_dtype)t->type;
     out->grad = t->grad;
     out->of = -1;
+    out->operand = index == g->q ? 'q' : index == g->k ? 'k' : index == g->v ? 'v' : 0;
     out->attention_output = index == sl.o;
     out->lse = index == sl.lse;
     fill_dims(g, t, out);

@@ -34,7 +34,15 @@ deps:
 test: deps
 	$(MAKE) BUILD=build/san SAN=1 test-here
 	$(MAKE) test-install
+	$(MAKE) test-python
 	$(MAKE) fuzz
+
+# python/attnc's tests (pytest) against this build's libattn.so: compiling,
+# signatures and refusals everywhere, meta tensors and torch.compile
+# tracing where PyTorch is, results, gradients, capture on a GPU.
+test-python: all
+	@tools/pydeps.sh
+	ATTN_LIBRARY=$(CURDIR)/$(BUILD)/libattn.so python3 -m pytest -q -rs python/tests
 
 # The unit tests run one at a time: with two workers, Criterion's runner
 # (libcriterion 2.4, the parent process, none of our code) leaks 48 bytes of
@@ -126,4 +134,4 @@ test-install: all
 	$(HOST_OUT)/aot/aot_example
 	$(HOST_OUT)/cmake/build/cmake_example
 
-.PHONY: deps test test-here test-gpu golden-update fuzz test-install
+.PHONY: deps test test-here test-gpu golden-update fuzz test-install test-python

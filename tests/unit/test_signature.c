@@ -110,6 +110,7 @@ Test(signature, tensors_in_binding_order_then_the_backward) {
     cr_assert_eq(t.dtype, types[i], "%s", names[i]);
     cr_assert_eq(t.grad, grads[i], "%s", names[i]);
     cr_assert_eq(t.of, ofs[i], "%s", names[i]);
+    cr_assert_eq(t.operand, i < 3 ? "qkv"[i] : 0, "%s", names[i]);
     cr_assert_eq(t.attention_output, i == 5, "%s", names[i]);
     cr_assert_eq(t.lse, i == 6, "%s", names[i]);
   }

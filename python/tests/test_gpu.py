@@ -1,0 +1,257 @@
+"""On the GPU: results and gradients against a float64 reference computed
+here from the same inputs (and torch's SDPA where it runs the graph),
+torch.compile(fullgraph=True) of a small model, CUDA graph capture and
+replay, the deterministic backward, the decode and FP8 KV cache paths, and
+binding errors as exceptions."""
+import math
+
+import pytest
+
+import attnc
+from conftest import needs_gpu
+
+pytestmark = needs_gpu
+
+TRAIN = """
+attention train {
+  input  q : bf16[B, H, Sq, 64];
+  input  k : bf16[B, Hk, Skv, 64];
+  input  v : bf16[B, Hk, Skv, 64];
+  scalar scale : f32 = 0.125;
+  scalar window : i32 = 48;
+  s = mask((q @ k^T) * scale, j <= i && i - j < window);
+  o = softmax(s) @ v;
+  output o : bf16[B, H, Sq, 64];
+  output lse = logsumexp(s);
+  grad q, k, v;
+}
+"""
+
+BIAS_SOFTCAP = """
+attention bias_softcap {
+  input  q : bf16[B, H, S, 128];
+  input  k : bf16[B, H, S, 128];
+  input  v : bf16[B, H, S, 128];
+  input  bias : f32[1, H, S, S];
+  scalar scale : f32 = 1.0 / sqrt(128.0);
+  scalar cap : f32 = 20.0;
+  s = (q @ k^T) * scale + bias[0, h, i, j];
+  s = mask(cap * tanh(s / cap), j <= i);
+  o = softmax(s) @ v;
+  output o : bf16[B, H, S, 128];
+  output lse = logsumexp(s);
+  grad q, k, v, bias;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def torch():
+    import torch
+    torch.manual_seed(0)
+    return torch
+
+
+def compile_(text_or_path, cache_dir, **kw):
+    return attnc.compile(text_or_path, cache_dir=cache_dir, **kw)
+
+
+def reference(torch, q, k, v, scale, keep=None, bias=None, cap=None):
+    """float64 attention from the same (rounded) inputs: o and lse."""
+    q, k, v = q.double(), k.double(), v.double()
+    g = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
+    s = q @ k.transpose(-1, -2) * scale
+    if bias is not None:
+        s = s + bias.double()
+    if cap is not None:
+        s = cap * torch.tanh(s / cap)
+    if keep is not None:
+        s = s.masked_fill(~keep, float("-inf"))
+    lse = torch.logsumexp(s, -1)
+    p = torch.exp(s - lse[..., None]).nan_to_num(0.0)
+    return p @ v, lse
+
+
+def causal_window(torch, sq, skv, window, device):
+    i = torch.arange(sq, device=device)[:, None]
+    j = torch.arange(skv, device=device)[None, :]
+    return (j <= i) & (i - j < window)
+
+
+def rel(torch, x, ref):
+    return ((x.double() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+def rand(torch, *shape, dtype=None, grad=False):
+    t = torch.randn(*shape, device="cuda", dtype=dtype or torch.bfloat16)
+    return t.requires_grad_(grad)
+
+
+def test_forward_matches_float64_with_gqa_window_and_lse(torch, cache_dir):
+    g = compile_(TRAIN, cache_dir).train
+    q, k, v = rand(torch, 2, 8, 100, 64), rand(torch, 2, 2, 130, 64), rand(torch, 2, 2, 130, 64)
+    with torch.no_grad():
+        o, lse = g(q, k, v, window=40, scale=0.1)
+    keep = causal_window(torch, 100, 130, 40, "cuda")
+    ro, rlse = reference(torch, q, k, v, 0.1, keep)
+    assert o.shape == (2, 8, 100, 64) and o.dtype == torch.bfloat16
+    assert rel(torch, o, ro) < 1e-2
+    assert (lse.double() - rlse).abs().max().item() < 1e-2
+
+
+def test_forward_matches_torch_sdpa(torch, root, cache_dir):
+    import torch.nn.functional as F
+    causal = compile_(f"{root}/examples/causal.attn", cache_dir).causal
+    q, k, v = (rand(torch, 2, 4, 257, 128, dtype=torch.float16) for _ in range(3))
+    o, lse = causal(q, k, v, scale=0.07)
+    ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True,
+                                         scale=0.07)
+    assert rel(torch, o, ref.double()) < 5e-3
+
+
+def test_gradients_match_float64(torch, cache_dir):
+    g = compile_(TRAIN, cache_dir).train
+    q = rand(torch, 2, 8, 96, 64, grad=True)
+    k, v = rand(torch, 2, 2, 96, 64, grad=True), rand(torch, 2, 2, 96, 64, grad=True)
+    dout = torch.randn(2, 8, 96, 64, device="cuda", dtype=torch.bfloat16)
+    o, _ = g(q, k, v)
+    o.backward(dout)
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    ro, _ = reference(torch, q64, k64, v64, 0.125, causal_window(torch, 96, 96, 48, "cuda"))
+    ro.backward(dout.double())
+    for got, want in ((q.grad, q64.grad), (k.grad, k64.grad), (v.grad, v64.grad)):
+        assert got.shape == want.shape and got.dtype == torch.bfloat16
+        assert rel(torch, got, want) < 2e-2
+
+
+def test_bias_and_softcap_gradients_with_strided_inputs(torch, cache_dir):
+    g = compile_(BIAS_SOFTCAP, cache_dir).bias_softcap
+    B, H, S, D = 2, 4, 130, 128
+    # q as a view of a [B, S, H, D] tensor (strided), bias broadcast over b.
+    q_bshd = rand(torch, B, S, H, D, grad=True)
+    q = q_bshd.transpose(1, 2)
+    k, v = rand(torch, B, H, S, D, grad=True), rand(torch, B, H, S, D, grad=True)
+    bias = (0.5 * torch.randn(1, H, S, S, device="cuda")).requires_grad_()
+    o, lse = g(q, k, v, bias, cap=20.0)
+    o.float().sum().backward()  # an expanded (stride 0) gradient reaches the op
+    leaves = [t.detach().double().requires_grad_() for t in (q_bshd, k, v, bias)]
+    keep = causal_window(torch, S, S, S, "cuda")
+    ro, rlse = reference(torch, leaves[0].transpose(1, 2), leaves[1], leaves[2],
+                         1 / math.sqrt(D), keep, leaves[3], 20.0)
+    assert rel(torch, o, ro.detach()) < 1e-2
+    assert (lse.double() - rlse.detach()).abs().max().item() < 1e-2
+    ro.sum().backward()
+    for got, leaf in zip((q_bshd.grad, k.grad, v.grad, bias.grad), leaves):
+        assert rel(torch, got, leaf.grad) < 2e-2
+
+
+def test_deterministic_backward_gives_the_same_bits(torch, cache_dir):
+    g = compile_(TRAIN, cache_dir).train
+    q = rand(torch, 1, 8, 200, 64, grad=True)
+    k, v = rand(torch, 1, 2, 200, 64, grad=True), rand(torch, 1, 2, 200, 64, grad=True)
+    grads = []
+    for _ in range(2):
+        for t in (q, k, v):
+            t.grad = None
+        o, _ = g(q, k, v, deterministic=True)
+        o.backward(torch.ones_like(o))
+        grads.append([t.grad.clone() for t in (q, k, v)])
+    for a, b in zip(*grads):
+        assert torch.equal(a, b)
+
+
+def test_torch_compile_of_a_model(torch, cache_dir):
+    g = compile_(TRAIN, cache_dir).train
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.qkv = torch.nn.Linear(256, 3 * 256, dtype=torch.bfloat16)
+            self.out = torch.nn.Linear(256, 256, dtype=torch.bfloat16)
+
+        def forward(self, x):
+            b, s, _ = x.shape
+            q, k, v = self.qkv(x).view(b, s, 3, 4, 64).permute(2, 0, 3, 1, 4)
+            o, _ = g(q, k, v, window=1 << 20)
+            return self.out(o.transpose(1, 2).reshape(b, s, 256))
+
+    model = Block().cuda()
+    x = torch.randn(2, 80, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    eager = model(x)
+    eager.float().square().mean().backward()
+    want = [x.grad.clone()] + [p.grad.clone() for p in model.parameters()]
+    x.grad = None
+    model.zero_grad()
+    compiled = torch.compile(model, fullgraph=True)
+    got_out = compiled(x)
+    got_out.float().square().mean().backward()
+    got = [x.grad] + [p.grad for p in model.parameters()]
+    assert rel(torch, got_out, eager.double()) < 1e-2
+    for a, b in zip(got, want):
+        assert rel(torch, a, b.double()) < 3e-2
+
+
+def test_cuda_graph_capture_and_replay(torch, cache_dir):
+    g = compile_(TRAIN, cache_dir).train
+    bwd = getattr(torch.ops.attnc, g.op_name + "_backward")
+    q = rand(torch, 2, 8, 150, 64)
+    k, v = rand(torch, 2, 2, 150, 64), rand(torch, 2, 2, 150, 64)
+    dout = torch.randn_like(q)
+
+    def step():
+        o, lse = g(q, k, v, window=64)
+        return (o, lse) + tuple(bwd(q, k, v, o, lse, dout, 0.125, 64, True))
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.no_grad(), torch.cuda.stream(side):
+        for _ in range(2):
+            step()  # warm up outside capture (kernels loaded, allocator primed)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.no_grad(), torch.cuda.graph(graph):
+        captured = step()
+    for trial in range(2):
+        for t in (q, k, v, dout):
+            t.copy_(torch.randn_like(t))
+        graph.replay()
+        torch.cuda.synchronize()
+        with torch.no_grad():
+            want = step()
+        for a, b in zip(captured, want):
+            assert torch.equal(a, b), f"replay {trial}"
+
+
+def test_decode_with_gqa_packing(torch, root, cache_dir):
+    g = compile_(f"{root}/examples/gqa.attn", cache_dir).gqa
+    for splits in (None, 3):
+        if splits:
+            g = compile_(f"{root}/examples/gqa.attn", cache_dir,
+                         options={"decode_splits": splits}).gqa
+        q, k, v = rand(torch, 3, 32, 1, 128), rand(torch, 3, 8, 3000, 128), rand(torch, 3, 8, 3000, 128)
+        o = g(q, k, v)
+        ro, _ = reference(torch, q, k, v, 1 / math.sqrt(128))
+        assert rel(torch, o, ro) < 1e-2, splits
+
+
+def test_fp8_kv_cache(torch, root, cache_dir):
+    if not hasattr(torch, "float8_e4m3fn"):
+        pytest.skip("this PyTorch has no float8_e4m3fn")
+    g = compile_(f"{root}/examples/fp8_kv_cache.attn", cache_dir).fp8_kv_cache
+    q = rand(torch, 2, 16, 1, 128)
+    k8 = torch.randn(2, 4, 1500, 128, device="cuda").to(torch.float8_e4m3fn)
+    v8 = torch.randn(2, 4, 1500, 128, device="cuda").to(torch.float8_e4m3fn)
+    o = g(q, k8, v8, descale_k=0.5, descale_v=2.0)
+    ro, _ = reference(torch, q, k8.double() * 0.5, v8.double(), 1 / math.sqrt(128))
+    assert rel(torch, o, ro * 2.0) < 1e-2
+
+
+def test_binding_errors_are_exceptions_with_the_message(torch, cache_dir):
+    g = compile_(TRAIN, cache_dir).train
+    q = rand(torch, 1, 8, 32, 64, dtype=torch.float16)
+    k, v = rand(torch, 1, 2, 32, 64), rand(torch, 1, 2, 32, 64)
+    with pytest.raises(attnc.BindError, match="declared bf16, bound as f16"):
+        g(q, k, v)
+    with pytest.raises(attnc.BindError, match="not divide the 8 query heads"):
+        g(q.bfloat16(), rand(torch, 1, 3, 32, 64), rand(torch, 1, 3, 32, 64))
