@@ -1,7 +1,7 @@
 """bench.py: attnc against cuDNN (PyTorch SDPA) in one process, on the same tensors.
 
 Runs on the GPU machine: python3 bench/bench.py [--lib build/libattn.so] [--out DIR] [--quick]
-attnc kernels are compiled from .attn text through libattn (ctypes) and launched on PyTorch's
+attnc kernels are compiled from .attn text through the attnc package (python/attnc) and launched on PyTorch's
 current stream in PyTorch's (primary) context. Every configuration is checked against SDPA
 before it is timed. Times: CUDA events around a batch of launches (so launch overhead is
 amortized the same way for both sides), rotating among three input sets so that no run reads
@@ -14,103 +14,70 @@ autograd on SDPA, the forward's outputs kept), D 64/128 x S 1k/4k/16k x causal, 
 H = 2048/D, FLOPs = 2.5 x the forward's; plus attnc rows with and without dropout (rate 0.1) and
 with and without deterministic mode at D 128, S 4k.
 """
-import argparse, ctypes, json, math, os, statistics, sys, tempfile, time
+import argparse, json, math, os, statistics, sys, tempfile, time
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-ATTN_DTYPES = {torch.bfloat16: 2, torch.float16: 1, torch.float32: 3, torch.int32: 6,
-               torch.float8_e4m3fn: 4, torch.float8_e5m2: 5}
-ATTN_OPTION_BACKWARD_TEMPLATE, ATTN_OPTION_SM90_VARIANT = 1, 2  # attn.h
+# The attnc package of this checkout (python/attnc), over the libattn that --lib names.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 SM90_VARIANTS = ["auto", "base", "persist", "bn80", "persist_bn80"]
 
 
 class Attn:
-    """The few libattn calls the benchmark needs, through ctypes."""
+    """What the benchmarks need of libattn, through the attnc package's
+    low-level layer (attnc.Context, RawModule, Call): one context, modules
+    compiled from text, calls bound to torch tensors and launched on
+    PyTorch's current stream."""
 
     def __init__(self, path):
-        L = ctypes.CDLL(path)
-        P = ctypes.POINTER
-        vp = ctypes.c_void_p
-        L.attn_context_create.argtypes = [P(vp)]
-        L.attn_context_error.argtypes = [vp]
-        L.attn_context_error.restype = ctypes.c_char_p
-        L.attn_context_set_cache_dir.argtypes = [vp, ctypes.c_char_p]
-        L.attn_context_set_arch.argtypes = [vp, ctypes.c_char_p]
-        L.attn_module_compile_string.argtypes = [vp, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t, P(vp)]
-        L.attn_module_get_graph.argtypes = [vp, ctypes.c_char_p, P(vp)]
-        L.attn_module_destroy.argtypes = [vp]
-        L.attn_call_create.argtypes = [vp, P(vp)]
-        L.attn_call_destroy.argtypes = [vp]
-        L.attn_call_bind_tensor.argtypes = [vp, ctypes.c_char_p, vp, ctypes.c_int, ctypes.c_int,
-                                            P(ctypes.c_int64), P(ctypes.c_int64)]
-        L.attn_call_launch.argtypes = [vp, vp]
-        L.attn_call_launch_backward.argtypes = [vp, vp]
-        L.attn_call_set_deterministic.argtypes = [vp, ctypes.c_int]
-        L.attn_context_destroy.argtypes = [vp]
-        L.attn_context_set_option.argtypes = [vp, ctypes.c_int, ctypes.c_longlong]
-        self.L = L
-        self.ctx = vp()
-        self.check(L.attn_context_create(ctypes.byref(self.ctx)), "attn_context_create")
+        os.environ.setdefault("ATTN_LIBRARY", path)
+        import attnc
+        self.attnc = attnc
+        self.ctx = attnc.Context()
         # The tuning knobs' environment variables, as the attnc command reads them
         # (the library takes them as context options only).
         self.set_sm90_variant(os.environ.get("ATTN_SM90_VARIANT", "auto"))
         bwd = {"sm80": 80, "sm90": 90}.get(os.environ.get("ATTN_BWD_TEMPLATE", ""), 0)
-        self.check(L.attn_context_set_option(self.ctx, ATTN_OPTION_BACKWARD_TEMPLATE, bwd), "set_option")
+        self.ctx.set_option("backward_template", bwd)
 
     def set_sm90_variant(self, name):
         """fwd_sm90's variant for the modules compiled next (tmpl_sm90.c)."""
-        n = SM90_VARIANTS.index(name) if name in SM90_VARIANTS else 0
-        self.check(self.L.attn_context_set_option(self.ctx, ATTN_OPTION_SM90_VARIANT, n), "set_option")
+        self.ctx.set_option("sm90_variant", SM90_VARIANTS.index(name) if name in SM90_VARIANTS else 0)
 
-    def check(self, status, what):
-        if status != 0:
-            msg = self.L.attn_context_error(self.ctx) if self.ctx else b""
-            raise RuntimeError(f"{what}: status {status}: {(msg or b'').decode()}")
+    def set_option(self, name, value):
+        self.ctx.set_option(name, value)
 
     def set_arch(self, arch):
-        self.check(self.L.attn_context_set_arch(self.ctx, arch.encode() if arch else None), "set_arch")
+        self.ctx.set_arch(arch)
 
     def set_cache_dir(self, d):
-        self.check(self.L.attn_context_set_cache_dir(self.ctx, d.encode() if d else None), "set_cache_dir")
+        self.ctx.set_cache_dir(d)
 
     def compile(self, name, text):
-        mod = ctypes.c_void_p()
-        b = text.encode()
-        self.check(self.L.attn_module_compile_string(self.ctx, name.encode(), b, len(b), ctypes.byref(mod)),
-                   "compile")
-        return mod
+        return self.ctx.compile(text, name)
 
     def call(self, mod, graph, tensors):
-        g = ctypes.c_void_p()
-        self.check(self.L.attn_module_get_graph(mod, graph.encode(), ctypes.byref(g)), "get_graph")
-        c = ctypes.c_void_p()
-        self.check(self.L.attn_call_create(g, ctypes.byref(c)), "call_create")
-        for name, t in tensors.items():
-            shape = (ctypes.c_int64 * t.dim())(*t.shape)
-            strides = (ctypes.c_int64 * t.dim())(*t.stride())
-            self.check(self.L.attn_call_bind_tensor(c, name.encode(), ctypes.c_void_p(t.data_ptr()), ATTN_DTYPES[t.dtype],
-                                                    t.dim(), shape, strides), f"bind {name}")
+        c = mod.graph(graph).call()
+        c.bind(**tensors)
         return c
 
+    @staticmethod
+    def stream():
+        return torch.cuda.current_stream().cuda_stream
+
     def launch(self, call):
-        self.check(self.L.attn_call_launch(call, ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)),
-                   "launch")
+        call.launch(self.stream())
 
     def bind(self, call, tensors):
-        for name, t in tensors.items():
-            shape = (ctypes.c_int64 * t.dim())(*t.shape)
-            strides = (ctypes.c_int64 * t.dim())(*t.stride())
-            self.check(self.L.attn_call_bind_tensor(call, name.encode(), ctypes.c_void_p(t.data_ptr()),
-                                                    ATTN_DTYPES[t.dtype], t.dim(), shape, strides), f"bind {name}")
+        call.bind(**tensors)
 
     def launch_backward(self, call):
-        self.check(self.L.attn_call_launch_backward(call, ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)),
-                   "launch_backward")
+        call.launch_backward(self.stream())
 
     def set_deterministic(self, call, on):
-        self.check(self.L.attn_call_set_deterministic(call, 1 if on else 0), "set_deterministic")
+        call.set_deterministic(on)
 
 
 def graph_text(D, causal):
@@ -182,7 +149,7 @@ def main():
             t0 = time.perf_counter()
             wmod = warm_ctx.compile("fwd", text)
             warm = time.perf_counter() - t0
-            warm_ctx.L.attn_module_destroy(wmod)
+            wmod.close()
             compile_rows.append(dict(D=D, causal=causal, cold_ms=cold * 1e3, warm_ms=warm * 1e3))
             for S in seqs:
                 B = max(1, 16384 // S)
@@ -212,9 +179,9 @@ def main():
                 rows.append(row)
                 print(json.dumps(row), flush=True)
                 for *_, c in sets:
-                    attn.L.attn_call_destroy(c)
+                    c.close()
                 del sets
-            attn.L.attn_module_destroy(mod)
+            mod.close()
     variant_rows = run_variants(attn) if args.variants else []
     bwd_rows, bwd_extra = run_backward(attn, args) if args.backward else ([], [])
     lines = [f"GPU: {dev}; driver {driver_version()}; torch {torch.__version__}; "
@@ -322,9 +289,9 @@ def run_backward(attn, args):
                 rows.append(row)
                 print(json.dumps(row), flush=True)
                 for s in sets:
-                    attn.L.attn_call_destroy(s[-1])
+                    s[-1].close()
                 del sets, ref_sets
-            attn.L.attn_module_destroy(mod)
+            mod.close()
     # Overheads at S 4k, non-causal, per head dim: dropout (rate 0.1) and deterministic mode
     # (refused at D 256, so not timed there).
     for D in [int(d) for d in args.dims.split(",")]:
@@ -363,9 +330,9 @@ def backward_overheads(attn, D):
         extra.append(row)
         print(json.dumps(row), flush=True)
         for s in sets:
-            attn.L.attn_call_destroy(s[-1])
+            s[-1].close()
         del sets
-        attn.L.attn_module_destroy(mod)
+        mod.close()
     return extra
 
 
@@ -527,8 +494,8 @@ def run_variants(attn):
                    speedup_vs_flex=t_flex / t_attnc)
         rows.append(row)
         print(json.dumps(row), flush=True)
-        attn.L.attn_call_destroy(call)
-        attn.L.attn_module_destroy(mod)
+        call.close()
+        mod.close()
     return rows
 
 

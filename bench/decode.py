@@ -17,7 +17,7 @@ Also per configuration: attnc with the decode kernel switched off (ATTN_OPTION_D
 prefill forward kernel), and the split count the plan chose. --rows adds Sq in {2, 4, 8, 16}
 at B 8, 8k (speculative decoding: more packed rows per K/V head).
 """
-import argparse, ctypes, json, math, os, statistics, sys, time
+import argparse, json, math, os, statistics, sys, time
 
 import torch
 import torch.nn.functional as F
@@ -26,7 +26,6 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench import Attn, driver_version  # noqa: E402
 
-ATTN_OPTION_DECODE_SPLITS, ATTN_OPTION_DECODE = 4, 5  # attn.h
 D = 128
 
 
@@ -78,9 +77,9 @@ def run(attn, mod, sms, B, H, Hk, L, Sq=1):
     row = dict(Hq=H, Hkv=Hk, B=B, L=L, Sq=Sq, kv_mb=kv_bytes / 1e6, copies=copies,
                rel_err_vs_cudnn=err)
     row["attnc_us"] = time_queued([lambda c=c: attn.launch(c) for *_, c in sets])
-    attn.check(attn.L.attn_context_set_option(attn.ctx, ATTN_OPTION_DECODE, 0), "set_option")
+    attn.set_option("decode", 0)
     row["attnc_fwd_us"] = time_queued([lambda c=c: attn.launch(c) for *_, c in sets])
-    attn.check(attn.L.attn_context_set_option(attn.ctx, ATTN_OPTION_DECODE, 1), "set_option")
+    attn.set_option("decode", 1)
     row["cudnn_us"] = time_queued([lambda s=s: sdpa(s[0], s[1], s[2], SDPBackend.CUDNN_ATTENTION)
                                    for s in sets])
     try:
@@ -94,7 +93,7 @@ def run(attn, mod, sms, B, H, Hk, L, Sq=1):
     row["splits"] = splits_for(B, H, Hk, Sq, L, sms)
     row["ratio_vs_cudnn"] = row["cudnn_us"] / row["attnc_us"]
     for *_, c in sets:
-        attn.L.attn_call_destroy(c)
+        c.close()
     del sets
     torch.cuda.empty_cache()
     return row
@@ -127,8 +126,8 @@ def run_fp8(attn, mod8, mod16, B, H, Hk, L):
     row["speedup_vs_attnc_bf16"] = row["attnc_bf16_us"] / row["attnc_fp8_us"]
     row["speedup_vs_cudnn_bf16"] = row["cudnn_bf16_us"] / row["attnc_fp8_us"]
     for s in sets:
-        attn.L.attn_call_destroy(s[5])
-        attn.L.attn_call_destroy(s[6])
+        s[5].close()
+        s[6].close()
     del sets
     torch.cuda.empty_cache()
     return row
@@ -228,7 +227,7 @@ def main():
                 row = run(attn, mod, sms, 8, 32, Hk, 8192, Sq)
                 rows.append(row)
                 print(json.dumps(row), flush=True)
-    attn.L.attn_module_destroy(mod)
+    mod.close()
     lines = [f"GPU: {torch.cuda.get_device_name()}; driver {driver_version()}; torch {torch.__version__}; "
              f"cuDNN {torch.backends.cudnn.version()}; {time.strftime('%Y-%m-%d')}", ""] + table(rows)
     text = "\n".join(lines)

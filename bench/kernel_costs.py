@@ -14,7 +14,7 @@ times say what a modification costs: e.g. `alibi` against `alibi_float`
 per element) isolates the int-to-float conversion, and `softcap` against
 `plain` the tanh.
 """
-import argparse, ctypes, math, os, sys
+import argparse, math, os, sys
 
 import torch
 
@@ -103,11 +103,10 @@ def main():
             continue
         if args.tiles:  # key tiles the kernel loaded, of all (BM 128, BN 128 at D <= 128)
             counter = torch.zeros(1, dtype=torch.int64, device="cuda")
-            attn.L.attn_call_set_tile_counter.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
-            attn.check(attn.L.attn_call_set_tile_counter(call, ctypes.c_void_p(counter.data_ptr())), "counter")
+            call.set_tile_counter(counter.data_ptr())
             attn.launch(call)
             torch.cuda.synchronize()
-            attn.check(attn.L.attn_call_set_tile_counter(call, None), "counter")
+            call.set_tile_counter(0)
             total = B * H * ((S + 127) // 128) ** 2
             print(f"{name}: key tiles loaded {counter.item()} of {total} ({counter.item() / total:.3f})")
         ms = time_batches([lambda: attn.launch(call)], reps=21)
@@ -194,7 +193,7 @@ def run_sched(attn, variants):
             err = max(err, ((o.float() - ref.float()).norm() / ref.float().norm()).item())
             logs[var].append(t_ref / ms)
             cells.append(f"{ms:.3f} ({t_ref / ms:.2f}){' ERR %.1e' % err if not err < 2e-2 else ''}")
-            attn.L.attn_call_destroy(call)
+            call.close()
         attn.set_sm90_variant("auto")
         print(f"| {D} | {S} | {causal} | {t_ref:.3f} | " + " | ".join(cells) + " |", flush=True)
     for var, r in logs.items():

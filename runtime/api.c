@@ -1026,6 +1026,13 @@ attn_status attn_call_bind_bool(attn_call *c, const char *name, int v) {
   RT_CALL(c->g->m->ctx, call_bind_bool_impl(c, name, v));
 }
 
+attn_status attn_call_clear_bindings(attn_call *c) {
+  if (!c) return ATTN_ERROR_INVALID_ARGUMENT;
+  rt_clear_error(c->g->m->ctx);
+  bind_init(&c->bind, c->g->ir);
+  return ATTN_SUCCESS;
+}
+
 attn_status attn_call_set_tile_counter(attn_call *c, void *device_u64) {
   if (!c) return ATTN_ERROR_INVALID_ARGUMENT;
   RT_CALL(c->g->m->ctx, call_set_tile_counter_impl(c, device_u64));

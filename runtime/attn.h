@@ -131,6 +131,11 @@ attn_status attn_call_bind_tensor(attn_call *c, const char *name, void *ptr,
                                   attn_dtype dtype, int ndim,
                                   const int64_t *shape,
                                   const int64_t *strides);
+/* Forgets every tensor and scalar binding, so the call can be bound
+ * afresh for other shapes (a binding is checked against the ones already
+ * there); the mode (deterministic), tile counter and the call's own
+ * workspace stay. Bindings tools reuse one call per graph this way. */
+attn_status attn_call_clear_bindings(attn_call *c);
 attn_status attn_call_bind_f32(attn_call *c, const char *name, float v);
 attn_status attn_call_bind_i32(attn_call *c, const char *name, int32_t v);
 attn_status attn_call_bind_u64(attn_call *c, const char *name, uint64_t v);

@@ -56,19 +56,37 @@ class Context:
         check(self.lib.attn_context_create(ctypes.byref(self.ptr)), None, "attn_context_create")
         try:
             if arch is not None:
-                check(self.lib.attn_context_set_arch(self.ptr, arch.encode()), self.ptr, "arch")
+                self.set_arch(arch)
             if cache_dir != "default":
-                d = os.fsencode(cache_dir) if cache_dir is not None else None
-                check(self.lib.attn_context_set_cache_dir(self.ptr, d), self.ptr, "cache_dir")
+                self.set_cache_dir(cache_dir)
             for name, value in (options or {}).items():
-                if name not in _lib.OPTIONS:
-                    raise ValueError(f"unknown option {name!r}; the options are "
-                                     + ", ".join(sorted(_lib.OPTIONS)))
-                check(self.lib.attn_context_set_option(self.ptr, _lib.OPTIONS[name], int(value)),
-                      self.ptr, f"option {name}")
+                self.set_option(name, value)
         except BaseException:
             self.close()
             raise
+
+    def set_arch(self, arch):
+        """The target of the modules compiled next (None: the current device's)."""
+        with self.lock:
+            check(self.lib.attn_context_set_arch(self.ptr, arch.encode() if arch else None),
+                  self.ptr, "arch")
+
+    def set_cache_dir(self, cache_dir):
+        """The kernel cache directory (None: no disk cache)."""
+        d = os.fsencode(cache_dir) if cache_dir is not None else None
+        with self.lock:
+            check(self.lib.attn_context_set_cache_dir(self.ptr, d), self.ptr, "cache_dir")
+
+    def set_option(self, name, value):
+        """A tuning option by name: compile options apply to the modules
+        compiled next, launch options (decode, decode_splits,
+        persistent_ctas) to the next launches."""
+        if name not in _lib.OPTIONS:
+            raise ValueError(f"unknown option {name!r}; the options are "
+                             + ", ".join(sorted(_lib.OPTIONS)))
+        with self.lock:
+            check(self.lib.attn_context_set_option(self.ptr, _lib.OPTIONS[name], int(value)),
+                  self.ptr, f"option {name}")
 
     def warning(self):
         with self.lock:
@@ -233,6 +251,37 @@ class Call:
         with self.ctx.lock:
             self._check(self.lib.attn_call_bind_tensor(self.ptr, name.encode(), ctypes.c_void_p(ptr),
                                                        code, n, shp, st), f"bind {name}")
+
+    def bind(self, **tensors):
+        """Binds torch tensors by name: call.bind(q=q, k=k, v=v, o=o)."""
+        from ._torch import dtype_code
+        for name, t in tensors.items():
+            self.bind_tensor(name, t.data_ptr(), dtype_code(t), tuple(t.shape), tuple(t.stride()))
+
+    def bind_fast(self, items):
+        """The launch path's binding: items are (name as bytes, attn_dtype
+        code, torch tensor), bound under one lock with no per-call
+        conversions beyond the shape and stride arrays."""
+        lib, ptr, arr = self.lib, self.ptr, _lib.I64 * 4
+        with self.ctx.lock:
+            for name, code, t in items:
+                n = t.dim()
+                st = lib.attn_call_bind_tensor(ptr, name, t.data_ptr(), code, n, arr(*t.shape),
+                                               arr(*t.stride()))
+                if st:
+                    self._check(st, "bind " + name.decode())
+
+    def set_tile_counter(self, device_u64):
+        """Counts the key tiles the kernels load into one u64 at that device
+        address (0: off), for tests and benchmarks."""
+        with self.ctx.lock:
+            self._check(self.lib.attn_call_set_tile_counter(self.ptr, ctypes.c_void_p(device_u64 or None)),
+                        "set_tile_counter")
+
+    def clear(self):
+        """Forgets every binding, so the call can be bound for other shapes."""
+        with self.ctx.lock:
+            self._check(self.lib.attn_call_clear_bindings(self.ptr), "clear_bindings")
 
     def bind_scalar(self, name, value):
         kind = self._scalar_types.get(name)

@@ -26,6 +26,7 @@ for _name, _code in (("float8_e4m3fn", "e4m3"), ("float8_e5m2", "e5m2"), ("uint6
     if hasattr(torch, _name):
         _TORCH_DTYPES[getattr(torch, _name)] = _code
 _ATTN_DTYPES = {v: k for k, v in _TORCH_DTYPES.items()}
+_TORCH_CODES = {k: _lib.DTYPE_CODES[v] for k, v in _TORCH_DTYPES.items()}
 _SCHEMA_SCALAR = {"f32": "float", "i32": "int", "u64": "int", "bool": "bool"}
 
 _LIB = torch.library.Library("attnc", "FRAGMENT")
@@ -42,6 +43,14 @@ def torch_dtype(code):
 def dtype_code(t):
     try:
         return _TORCH_DTYPES[t.dtype]
+    except KeyError:
+        raise TypeError(f"attnc takes no {t.dtype} tensors") from None
+
+
+def dtype_int(t):
+    """attn.h's attn_dtype of a tensor, for the launch path's bindings."""
+    try:
+        return _TORCH_CODES[t.dtype]
     except KeyError:
         raise TypeError(f"attnc takes no {t.dtype} tensors") from None
 
@@ -142,7 +151,7 @@ def vector_ready(t):
 
 
 def bind(call, spec, t):
-    call.bind_tensor(spec.name, t.data_ptr(), dtype_code(t), tuple(t.shape), tuple(t.stride()))
+    call.bind(**{spec.name: t})
 
 
 def stream_of(device):

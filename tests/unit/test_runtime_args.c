@@ -595,3 +595,16 @@ Test(runtime_args, endless_sources_are_refused) {
   expect_error(attn_module_compile_string(ctx, "big", "", (size_t)SOURCE_MAX_BYTES + 1, &m),
                ATTN_ERROR_INVALID_ARGUMENT, "at most 64 MiB");
 }
+
+Test(runtime_args, cleared_bindings_take_other_shapes) {
+  bind_all();
+  static const int64_t q2[4] = {1, 8, 50, 64};
+  /* B = 1 and Sq = 50 disagree with the bound k, v, o and bias: refused... */
+  expect_error(bind4("q", PQ, ATTN_BF16, q2, NULL), ATTN_ERROR_INVALID_ARGUMENT, "dimension");
+  /* ...until the call forgets them. */
+  cr_assert_eq(attn_call_clear_bindings(call), ATTN_SUCCESS);
+  cr_assert_eq(bind4("q", PQ, ATTN_BF16, q2, NULL), ATTN_SUCCESS, "%s", attn_context_error(ctx));
+  /* Nothing else is bound any more: a launch is incomplete. */
+  cr_assert_eq(attn_call_launch(call, NULL), ATTN_ERROR_INCOMPLETE);
+  cr_assert_eq(attn_call_clear_bindings(NULL), ATTN_ERROR_INVALID_ARGUMENT);
+}
