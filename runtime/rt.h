@@ -3,6 +3,7 @@
  * order a compile walks through them:
  *
  *   sha256.c   SHA-256 (FIPS 180-4), for cache keys and entry checksums
+ *              (sha256_x86.c: its block function on the SHA extensions)
  *   nvrtc.c    CUDA C -> cubin with NVRTC, options, target names
  *   cache.c    the on-disk cubin cache (keyed, atomic, locked, verified)
  *   bind.c     tensor/scalar bindings checked against the IR graph
@@ -45,6 +46,13 @@ void sha256_update(Sha256 *s, const void *data, size_t len);
 void sha256_final(Sha256 *s, unsigned char out[SHA256_BYTES]);
 void sha256(const void *data, size_t len, unsigned char out[SHA256_BYTES]);
 void sha256_hex(const unsigned char digest[SHA256_BYTES], char out[SHA256_HEX]);
+/* sha256_x86.c: the block function on the x86 SHA extensions, and whether
+ * this CPU has them. sha256_use_portable(true) makes sha256.c keep to its
+ * portable loop (tests compare the two). */
+bool sha256_x86_available(void);
+void sha256_x86_blocks(uint32_t h[8], const unsigned char *p, size_t nblocks,
+                       const uint32_t k[64]);
+void sha256_use_portable(bool portable);
 
 /* --------------------------------------------------------------- nvrtc.c */
 

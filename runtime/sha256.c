@@ -1,5 +1,7 @@
 /* sha256.c: SHA-256 as FIPS 180-4 specifies it, written for clarity: cache
- * keys and entry checksums hash a few hundred kilobytes at most. */
+ * keys and entry checksums hash a few hundred kilobytes per module load.
+ * Whole blocks go to sha256_x86.c's SHA-extension loop where the CPU has
+ * one (checked once per process), else to the portable loop here. */
 #include <string.h>
 
 #include "rt.h"
@@ -62,6 +64,21 @@ static void sha256_block(uint32_t h[8], const unsigned char *p) {
   h[7] += hh;
 }
 
+/* 0: not yet asked, 1: the SHA extensions, 2: portable. A race between
+ * threads writes the same answer. */
+static int sha256_impl;
+
+void sha256_use_portable(bool portable) { sha256_impl = portable ? 2 : 0; }
+
+static void sha256_blocks(uint32_t h[8], const unsigned char *p, size_t n) {
+  if (sha256_impl == 0) sha256_impl = sha256_x86_available() ? 1 : 2;
+  if (sha256_impl == 1) {
+    sha256_x86_blocks(h, p, n, sha256_k);
+    return;
+  }
+  for (; n > 0; n--, p += 64) sha256_block(h, p);
+}
+
 void sha256_init(Sha256 *s) {
   static const uint32_t iv[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372,
                                  0xa54ff53a, 0x510e527f, 0x9b05688c,
@@ -74,18 +91,24 @@ void sha256_init(Sha256 *s) {
 void sha256_update(Sha256 *s, const void *data, size_t len) {
   const unsigned char *p = data;
   s->nbytes += len;
-  while (len > 0) {
+  if (s->nblock > 0) { /* top up the partial block first */
     size_t take = 64 - s->nblock;
     if (take > len) take = len;
     memcpy(s->block + s->nblock, p, take);
     s->nblock += take;
     p += take;
     len -= take;
-    if (s->nblock == 64) {
-      sha256_block(s->h, s->block);
-      s->nblock = 0;
-    }
+    if (s->nblock < 64) return;
+    sha256_blocks(s->h, s->block, 1);
+    s->nblock = 0;
   }
+  if (len >= 64) { /* whole blocks straight from the input */
+    sha256_blocks(s->h, p, len / 64);
+    p += len / 64 * 64;
+    len %= 64;
+  }
+  memcpy(s->block, p, len);
+  s->nblock = len;
 }
 
 /* Padding: a 1 bit, zeros, then the message length in bits, big-endian,

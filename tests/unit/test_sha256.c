@@ -83,3 +83,27 @@ Test(sha256, hex_is_lowercase_and_terminated) {
   cr_assert_eq(strlen(h), 64);
   cr_assert_eq(strncmp(h, "f0f1f2f3", 8), 0);
 }
+
+/* The SHA-extension path (sha256_x86.c, where this CPU has it) and the
+ * portable loop agree on every length around the block boundaries, whole
+ * and in odd chunks, and the vectors above hold on whichever path ran. */
+Test(sha256, both_block_functions_agree) {
+  if (!sha256_x86_available()) cr_log_info("no SHA extensions here: the portable loop twice");
+  unsigned char buf[1100];
+  for (size_t i = 0; i < sizeof buf; i++) buf[i] = (unsigned char)(i * 131 + 7);
+  for (size_t len = 0; len <= sizeof buf; len += len < 200 ? 1 : 37) {
+    unsigned char fast[SHA256_BYTES], slow[SHA256_BYTES], chunked[SHA256_BYTES];
+    sha256_use_portable(false);
+    sha256(buf, len, fast);
+    Sha256 s;
+    sha256_init(&s);
+    for (size_t off = 0; off < len; off += 13)
+      sha256_update(&s, buf + off, len - off < 13 ? len - off : 13);
+    sha256_final(&s, chunked);
+    sha256_use_portable(true);
+    sha256(buf, len, slow);
+    sha256_use_portable(false);
+    cr_assert(memcmp(fast, slow, SHA256_BYTES) == 0, "length %zu", len);
+    cr_assert(memcmp(chunked, slow, SHA256_BYTES) == 0, "length %zu in chunks", len);
+  }
+}
