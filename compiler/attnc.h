@@ -309,8 +309,8 @@ enum { DOM_B = 1, DOM_H = 2, DOM_I = 4, DOM_J = 8, DOM_D = 16 };
 /* (ops.def: NEG .. OR, MIN, MAX, WHERE, the math functions, CAST (to
  * node->type: f32(x), i32(x)), MASK (src: scores, condition).) */
 #define IR_OPS_REDUCTIONS(X)                                                  \
-  X(SOFTMAX, "softmax", 1)     /* over j */                                  \
-  X(LOGSUMEXP, "logsumexp", 1) /* over j */                                  \
+  X(SOFTMAX, "softmax", -1)    /* over j; src[1]: the sink, if any */        \
+  X(LOGSUMEXP, "logsumexp", -1) /* over j; src[1]: the same sink */          \
   X(DROPOUT, "dropout", 4)     /* src: p, rate, seed, offset */              \
   X(AMAX, "amax", 1)           /* max |x| over everything */
 
@@ -369,6 +369,9 @@ struct IrNode {
   int ref;
   const char *name; /* last user name bound to it, or NULL */
 };
+
+/* The sink of a softmax or logsumexp node (its second operand), or NULL. */
+static inline IrNode *ir_sink(const IrNode *n) { return n && n->nsrc > 1 ? n->src[1] : NULL; }
 
 typedef struct IrDimSym {
   const char *name; /* "B", "Sq", ... */

@@ -482,6 +482,13 @@ BwdGraph *bwd_derive(const IrGraph *g, Arena *a, Diag *d) {
   bg->dv = g->tensors[g->v].grad;
   bg->bias = arena_alloc(a, (size_t)(g->ntensors + 1) * sizeof *bg->bias);
   int before = d->nerrors;
+  if (ir_sink(g->softmax)) {
+    /* The forward runs sinks; their backward (lse takes the sink, and the
+     * sink's gradient is -sum_i e^(sink - lse_i) delta_i) is not written yet. */
+    diag_error(d, ir_sink(g->softmax)->loc, "the backward pass does not take a softmax sink "
+               "yet; drop `grad` to run this graph forward");
+    return NULL;
+  }
   if (find_landmarks(&dv))
     return NULL;
   dv.adj = arena_alloc(a, ((size_t)g->nnodes + 1) * sizeof *dv.adj);

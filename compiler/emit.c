@@ -79,6 +79,17 @@ static void emit_score(StrBuf *out, const KernelSpec *s, Arena *a) {
   sb_free(&init);
 }
 
+/* The softmax's sink for (b, h), when it has one (hooks.cuh, ATTN_SINK). */
+static void emit_sink(StrBuf *out, const KernelSpec *s, Arena *a) {
+  IrNode *sink = ir_sink(s->g->softmax);
+  if (!sink) return;
+  ExprHook hk;
+  expr_init(&hk, a, s->g, DOM_B | DOM_H);
+  const char *ret = expr_value(&hk, sink);
+  sb_puts(out, "/* The softmax's sink: one more logit in each row's denominator. */\n");
+  expr_put_fn(out, &hk, "float attn_sink(int b, int h, const attn_params &p)", ret);
+}
+
 static void emit_keep(StrBuf *out, const KernelSpec *s, Arena *a) {
   ExprHook hk;
   expr_init(&hk, a, s->g, DOM_B | DOM_H | DOM_I | DOM_J);
@@ -331,6 +342,7 @@ static void emit_graph(StrBuf *out, const GraphCompile *gc, Arena *a) {
   macro_def(out, &ms, a, "ATTN_TO", o_slot);
   macro_def(out, &ms, a, "ATTN_TLSE", lse_slot);
   if (s->dropout) macro_def(out, &ms, a, "ATTN_DROPOUT", 1);
+  if (ir_sink(g->softmax)) macro_def(out, &ms, a, "ATTN_SINK", 1);
   const PlanStep *dec = plan_step(gc->plan, PLAN_FORWARD, "decode");
   const PlanStep *merge = plan_step(gc->plan, PLAN_FORWARD, "merge");
   if (dec) {
@@ -345,6 +357,7 @@ static void emit_graph(StrBuf *out, const GraphCompile *gc, Arena *a) {
   sb_puts(out, hooks_src);
   sb_puts(out, "\n");
   emit_score(out, s, a);
+  emit_sink(out, s, a);
   if (prep) /* the separable conjuncts' ranges, read by attn_tile_class */
     emit_sep_helpers(out, s, a);
   emit_keep(out, s, a);

@@ -613,6 +613,23 @@ static bool check_scores(Builder *b, const char *fn, const AstExpr *arg,
   return false;
 }
 
+/* A softmax sink (gpt-oss's learnable per-head logit): one number per
+ * (b, h) at most, joining every row's denominator. */
+static bool check_sink(Builder *b, const char *fn, const AstExpr *arg, IrNode *x) {
+  if (x->dom & ~(unsigned)(DOM_B | DOM_H)) {
+    char buf[8];
+    diag_error(b->d, arg->loc, "%s's sink must be one value per batch and head (b, h), but "
+               "this varies over %s", fn, ir_dom_letters(x->dom, buf));
+    return false;
+  }
+  if (!ir_is_num(x->type) || (node_flags(b, x) & (F_QK | F_PROB))) {
+    diag_error(b->d, arg->loc, "%s's sink must be a number computed from inputs and scalars, "
+               "got %s", fn, (node_flags(b, x) & (F_QK | F_PROB)) ? "scores" : dtype_name(x->type));
+    return false;
+  }
+  return true;
+}
+
 static bool check_uniform(Builder *b, const char *what, const AstExpr *arg,
                           IrNode *x, bool integer) {
   if (x->dom) {
@@ -663,7 +680,13 @@ static IrNode *lower_call_fn(Builder *b, const AstExpr *e, const FnInfo *fn,
   case FN_SOFTMAX:
   case FN_LSE: {
     if (!check_scores(b, fn->name, e->args[0], v[0])) return NULL;
-    IrNode *n = op1(b, fn->op, e->loc, DT_F32, v[0]);
+    if (e->nargs == 2) {
+      if (!check_sink(b, fn->name, e->args[1], v[1])) return NULL;
+      if (v[1]->type != DT_F32 && !(v[1] = op1(b, IR_CAST, e->args[1]->loc, DT_F32, v[1])))
+        return NULL;
+    }
+    IrNode *n = e->nargs == 2 ? op_node(b, fn->op, e->loc, DT_F32, 2, v)
+                              : op1(b, fn->op, e->loc, DT_F32, v[0]);
     if (n && fn->kind == FN_SOFTMAX) b->flags[n->id] |= F_PROB;
     return n;
   }
@@ -703,7 +726,14 @@ static IrNode *lower_call(Builder *b, const AstExpr *e) {
       diag_error(b->d, e->name_loc, "unknown function '%s'", e->name);
     return NULL;
   }
-  if (e->nargs != fn->nargs) {
+  /* softmax and logsumexp take an optional sink: softmax(s, sink[h]). */
+  bool sinkable = fn->kind == FN_SOFTMAX || fn->kind == FN_LSE;
+  if (sinkable && e->nargs != 1 && e->nargs != 2) {
+    diag_error(b->d, e->loc, "'%s' takes 1 or 2 arguments (the scores and an optional sink), "
+               "got %d", fn->name, e->nargs);
+    return NULL;
+  }
+  if (!sinkable && e->nargs != fn->nargs) {
     diag_error(b->d, e->loc, "'%s' takes %d argument%s, got %d", fn->name,
                fn->nargs, fn->nargs == 1 ? "" : "s", e->nargs);
     return NULL;

@@ -196,6 +196,12 @@ int ir_check_graph(IrGraph *g, Diag *d) {
       diag_error(d, n->loc, "logsumexp must take the scores that softmax "
                  "takes");
       diag_note(d, g->softmax->loc, "the softmax is here");
+    } else if (n->op == IR_LOGSUMEXP && ir_sink(n) != ir_sink(g->softmax)) {
+      /* The kernels know one denominator per row: the softmax's. */
+      diag_error(d, n->loc, ir_sink(g->softmax) ? "logsumexp must take the softmax's sink too "
+                 "(name it, `sk = sinks[h];`, and pass the name to both)"
+                 : "logsumexp has a sink that the softmax does not");
+      diag_note(d, g->softmax->loc, "the softmax is here");
     }
   }
   if (g->noutputs == 0 && d->nerrors == before)

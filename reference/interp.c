@@ -642,10 +642,14 @@ static void ref_eval_pv(const RefCtx *c, const IrNode *n, double *out) {
 }
 
 /* softmax and logsumexp over j, row by row. A row that is all -inf gives
- * zero probabilities and lse = -inf, never NaN. */
+ * zero probabilities and lse = -inf, never NaN. A sink (src[1], one value
+ * per (b, h): a scalar in this slice) joins each row's denominator as one
+ * more logit whose probability is dropped: p_j = e^{x_j} / (e^sink +
+ * sum_k e^{x_k}), lse = log(e^sink + sum_k e^{x_k}). */
 static void ref_eval_row_reduce(const RefCtx *c, const IrNode *n,
                                 double *out) {
   const double *x = c->val[n->src[0]->id];
+  const double sink = ir_sink(n) ? c->val[ir_sink(n)->id][0] : -INFINITY;
   unsigned dom = ref_vdom(n);
   int64_t cnt[3], xs[3], os[3];
   ref_counts(c, dom, cnt);
@@ -659,9 +663,12 @@ static void ref_eval_row_reduce(const RefCtx *c, const IrNode *n,
       for (int64_t j = 0; j < c->Skv; j++)
         if (row[j * xs[1]] > m)
           m = row[j * xs[1]];
-      if (m != -INFINITY)
+      if (sink > m) m = sink;
+      if (m != -INFINITY) {
         for (int64_t j = 0; j < c->Skv; j++)
           sum += exp(row[j * xs[1]] - m);
+        sum += exp(sink - m);
+      }
       if (n->op == IR_LOGSUMEXP) {
         orow[0] = m == -INFINITY ? -INFINITY : m + log(sum);
         continue;

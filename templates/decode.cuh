@@ -389,7 +389,11 @@ __device__ __forceinline__ void attn_decode(const attn_params &p) {
         x1 += f * v.y;
       }
     }
-    const float inv = attn_softmax_inv(l);
+    float keep = 1.f; /* the sink joins the row once: here, or in the merge */
+    if constexpr (attn_has_sink)
+      if (nsplit == 1)
+        keep = attn_softmax_sink(attn_sink_value(b, blk.hk * blk.group + rr / p.Sq, p), m, l);
+    const float inv = attn_softmax_inv(l) * keep;
     const int h = blk.hk * blk.group + rr / p.Sq, i = rr % p.Sq;
     if (nsplit == 1) {
       const long long orow = b * to.stride[0] + h * to.stride[1] + (long long)i * to.stride[2];
@@ -459,12 +463,15 @@ __device__ __forceinline__ void attn_decode_merge(const attn_params &p) {
   const long long row = b * pl.stride[1] + h * pl.stride[2] + (long long)i * pl.stride[3];
 
   const float x = tid < nsplit ? ((const float *)pl.ptr)[row + tid * pl.stride[0]] : neg_inf;
-  const float m = dec_block_reduce<true>(x, dec_scratch);
+  float m = dec_block_reduce<true>(x, dec_scratch);
   const float e = tid < nsplit && m != neg_inf ? __expf(x - m) : 0.f;
   if (tid < dec_max_splits)
     dec_w[tid] = e;
-  const float l = dec_block_reduce<false>(e, dec_scratch); /* its barriers publish dec_w */
-  const float inv = attn_softmax_inv(l);
+  float l = dec_block_reduce<false>(e, dec_scratch); /* its barriers publish dec_w */
+  float keep = 1.f; /* the sink joins the merged row (the partials have none) */
+  if constexpr (attn_has_sink)
+    keep = attn_softmax_sink(attn_sink_value(b, h, p), m, l);
+  const float inv = attn_softmax_inv(l) * keep;
 
   const int col = tid % cols, grp = tid / cols;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);

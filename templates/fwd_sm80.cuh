@@ -333,8 +333,9 @@ __device__ __forceinline__ void attn_fwd_sm80(const attn_params &p) {
     atomicAdd(p.tiles_visited, visited);
 
   /* Normalize and store (softmax.cuh). */
-  attn_softmax_store<fwd80_dv / 8, fwd80_out_kind, (fwd80_tlse >= 0)>(
+  attn_softmax_store<fwd80_dv / 8, fwd80_out_kind, (fwd80_tlse >= 0), (attn_has_sink != 0)>(
       [&](int nt, int k) -> float & { return o[nt][k]; }, row_max, row_sum, i_row, t, b, h,
       fwd80_to, fwd80_tlse >= 0 ? fwd80_tlse : 0, p,
-      [&](float x, int i, int d) { return attn_out(x, b, h, i, d, p); });
+      [&](float x, int i, int d) { return attn_out(x, b, h, i, d, p); },
+      attn_sink_value(b, h, p));
 }

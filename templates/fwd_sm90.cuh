@@ -651,10 +651,11 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       attn_mbar_arrive(bar_q_empty);
 
     /* Normalize and store, straight from the accumulators (softmax.cuh). */
-    attn_softmax_store<fwd90_dv / 8, fwd90_out_kind, (fwd90_tlse >= 0)>(
+    attn_softmax_store<fwd90_dv / 8, fwd90_out_kind, (fwd90_tlse >= 0), (attn_has_sink != 0)>(
         [&](int nb, int k) -> float & { return o[nb * 4 + k]; }, row_max, row_sum, i_row, t4, b,
         h, fwd90_to, fwd90_tlse >= 0 ? fwd90_tlse : 0, p,
-        [&](float x, int i, int d) { return attn_out(x, b, h, i, d, p); });
+        [&](float x, int i, int d) { return attn_out(x, b, h, i, d, p); },
+        attn_sink_value(b, h, p));
   }
 }
 

@@ -49,6 +49,26 @@ __device__ __forceinline__ int attn_tile_class(int b, int h, int i0, int i1,
                                                const attn_params &p);
 __device__ __forceinline__ float attn_out(float o, int b, int h, int i, int d,
                                           const attn_params &p);
+/* A softmax sink (`softmax(s, sink)`): the emitter defines ATTN_SINK and
+ * writes attn_sink, the sink's value for (b, h) in natural-log units; the
+ * forward epilogues and the decode merge fold it into each row's
+ * denominator (softmax.cuh, attn_softmax_sink). attn_sink_value is what
+ * the templates call: 0, unused, without one. */
+#if defined(ATTN_SINK)
+enum : int { attn_has_sink = 1 };
+__device__ __forceinline__ float attn_sink(int b, int h, const attn_params &p);
+#else
+enum : int { attn_has_sink = 0 };
+#endif
+static __device__ __forceinline__ float attn_sink_value(int b, int h, const attn_params &p) {
+#if defined(ATTN_SINK)
+  return attn_sink(b, h, p);
+#else
+  (void)b, (void)h, (void)p;
+  return 0.f;
+#endif
+}
+
 #if defined(ATTN_DROPOUT)
 /* Dropout: P is scaled by a factor per element, 0 or 256 / (256 - T),
  * before P V; the row sums and lse stay those of the undropped softmax.

@@ -60,22 +60,42 @@ static __device__ __forceinline__ float attn_softmax_inv(float l) {
   return l > 0.f ? 1.f / l : 0.f;
 }
 
+/* A softmax sink (a logit per (b, h), natural-log units, that joins every
+ * row's denominator and whose probability is dropped: gpt-oss) folded into
+ * a finished row: its max m and total l become those of the row with the
+ * sink, and the factor O's row must be scaled by, e^(m - m'), comes back.
+ * A row that kept no key gets m = sink, l = 1 and factor 0 (O = 0, lse =
+ * sink); with neither keys nor a finite sink nothing changes. */
+static __device__ __forceinline__ float attn_softmax_sink(float sink, float &m, float &l) {
+  const float neg_inf = __int_as_float(0xff800000);
+  const float m2 = fmaxf(m, sink);
+  if (m2 == neg_inf)
+    return 1.f;
+  const float keep = m == neg_inf ? 0.f : expf(m - m2);
+  l = l * keep + expf(sink - m2);
+  m = m2;
+  return keep;
+}
+
 /* The epilogue of a forward: for the thread's two rows (i_row and i_row +
  * 8), the quad's normalizer, O's row divided by it and passed through the
  * graph's output hook (out(x, i, d): attn_out of the graph's namespace),
  * stored as pairs of columns 8 nb + 2 t, + 1 for nb < NB, and the row's
  * logsumexp (natural-log max and sum) by the quad's first lane when the
- * graph has an lse output. Rows past Sq store nothing. */
-template <int NB, int OUT_KIND, bool LSE, typename FragO, typename Out>
+ * graph has an lse output. Rows past Sq store nothing. With SINK, the
+ * (b, h) sink `sink` joins each row's denominator (attn_softmax_sink). */
+template <int NB, int OUT_KIND, bool LSE, bool SINK, typename FragO, typename Out>
 static __device__ __forceinline__ void attn_softmax_store(FragO o, const float (&row_max)[2],
                                                           const float (&row_sum)[2], int i_row,
                                                           int t, int b, int h, int o_slot,
                                                           int lse_slot, const attn_params &p,
-                                                          Out out) {
+                                                          Out out, float sink) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const float l = attn_softmax_total(row_sum[r]);
-    const float inv = attn_softmax_inv(l);
+    float l = attn_softmax_total(row_sum[r]), m = row_max[r], keep = 1.f;
+    if constexpr (SINK)
+      keep = attn_softmax_sink(sink, m, l);
+    const float inv = attn_softmax_inv(l) * keep;
     const int i = i_row + r * 8;
     if (i >= p.Sq)
       continue;
@@ -90,7 +110,7 @@ static __device__ __forceinline__ void attn_softmax_store(FragO o, const float (
     }
     if constexpr (LSE) {
       if (t == 0) {
-        attn_store_lse(p.t[lse_slot], b, h, i, row_max[r], l);
+        attn_store_lse(p.t[lse_slot], b, h, i, m, l);
       }
     }
   }

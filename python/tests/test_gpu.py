@@ -325,3 +325,50 @@ def test_the_readme_example_against_float64(torch, root, cache_dir):
     ro.sum().backward()
     for t, leaf in zip((q, k, v), leaves):
         assert rel(torch, t.grad, leaf.grad) < 2e-2
+
+
+SINKS = """
+attention sinks {
+  input  q : bf16[B, H, Sq, 64];
+  input  k : bf16[B, Hk, Skv, 64];
+  input  v : bf16[B, Hk, Skv, 64];
+  input  sinks : f32[H];
+  scalar scale : f32 = 0.125;
+  scalar valid : i32 = 1000000000;
+  s = mask((q @ k^T) * scale, j <= i + Skv - Sq && j < valid);
+  sink = sinks[h];
+  o = softmax(s, sink) @ v;
+  output o : bf16[B, H, Sq, 64];
+  output lse = logsumexp(s, sink);
+}
+"""
+
+
+def sink_reference(torch, q, k, v, sinks, scale, keep):
+    """float64: the sink as one more logit per (h) whose probability is dropped."""
+    q, k, v = q.double(), k.double(), v.double()
+    g = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
+    s = (q @ k.transpose(-1, -2) * scale).masked_fill(~keep, float("-inf"))
+    sink = sinks.double().view(1, -1, 1, 1).expand(s.shape[0], -1, s.shape[2], 1)
+    full = torch.cat([s, sink], -1)
+    lse = torch.logsumexp(full, -1)
+    p = torch.exp(s - lse[..., None])
+    return p @ v, lse
+
+
+@pytest.mark.parametrize("sq,skv", [(128, 300), (3, 2000), (1, 5000)])  # forward, decode
+def test_sinks_against_float64(torch, cache_dir, sq, skv):
+    g = compile_(SINKS, cache_dir).sinks
+    q, k, v = rand(torch, 2, 16, sq, 64), rand(torch, 2, 4, skv, 64), rand(torch, 2, 4, skv, 64)
+    sinks = 2.0 * torch.randn(16, device="cuda")
+    o, lse = g(q, k, v, sinks)
+    i = torch.arange(sq, device="cuda")[:, None]
+    j = torch.arange(skv, device="cuda")[None, :]
+    ro, rlse = sink_reference(torch, q, k, v, sinks, 0.125, j <= i + skv - sq)
+    assert rel(torch, o, ro) < 1e-2
+    assert (lse.double() - rlse).abs().max().item() < 1e-2
+    # Rows that keep no key put all their weight on the sink: O = 0, lse = sink.
+    o0, lse0 = g(q, k, v, sinks, valid=0)
+    assert o0.abs().max().item() == 0.0
+    assert torch.allclose(lse0, sinks.view(1, -1, 1).expand_as(lse0))

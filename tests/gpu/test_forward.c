@@ -85,7 +85,8 @@ static const char *const decode_paths[] = {
     "examples/sdpa.attn",    "examples/gqa.attn",   "examples/mqa.attn",
     "examples/causal_bottom_right.attn", "examples/bias.attn", "examples/softcap.attn",
     "examples/lse.attn",     "examples/padding.attn", "examples/gemma2_local.attn",
-    "examples/backward_gqa.attn", "examples/relative_position.attn", "examples/fp8_kv_cache.attn"};
+    "examples/backward_gqa.attn", "examples/relative_position.attn", "examples/fp8_kv_cache.attn",
+    "examples/sinks.attn"};
 
 /* A graph with an FP8 KV cache runs only its decode kernel: shapes of more
  * packed rows are refused at launch with a message, not run. */

@@ -284,6 +284,21 @@ Test(backward, refuses_bias_read_out_of_order) {
   arena_free(a);
 }
 
+/* Sinks run forward only for now: a graph with grad is refused where the
+ * sink is, so `attnc check` accepting it still ends in a located reason. */
+Test(backward, refuses_a_softmax_sink) {
+  Arena *a = arena_new();
+  char *err;
+  char *s = bt_dump("attention t {\n" QKV(64, "H")
+                    "  input sinks : f32[H];\n  s = q @ k^T;\n  sk = sinks[h];\n"
+                    "  o = softmax(s, sk) @ v;\n  output o;\n"
+                    "  output lse = logsumexp(s, sk);\n  grad q;\n}\n", a, &err);
+  cr_assert_null(s);
+  cr_expect(strstr(err, "<test>:7:8: error: the backward pass does not take a softmax sink"),
+            "%s", err);
+  arena_free(a);
+}
+
 Test(backward, refuses_ops_on_the_output) {
   Arena *a = arena_new();
   char *err;

@@ -301,6 +301,35 @@ Test(interp, tiny_problem_by_hand) {
   tg_free(t);
 }
 
+/* A softmax sink (0.5 here) joins each row's denominator; its own
+ * probability is dropped, and logsumexp with the same sink counts it. */
+Test(interp, sink_joins_the_denominator) {
+  TG *t = tg_new();
+  IrNode *s = tg_chain(t, "H", 2, 2);
+  IrNode *sink = tg_f(t, 0.5);
+  IrNode *p = tg_node(t, IR_SOFTMAX, DT_F32, 2, s, sink, NULL);
+  t->g.softmax = p;
+  IrNode *pv = tg_op2(t, IR_PV, DT_F32, p, t->v);
+  t->g.pv = pv;
+  int o = tg_output(t, "o", pv, DT_F32, "B,H,Sq,2");
+  int lse = tg_output(t, "lse", tg_node(t, IR_LOGSUMEXP, DT_F32, 2, s, sink, NULL), DT_F32,
+                      "B,H,Sq");
+  tg_set(t, t->g.q, SHAPE(1, 1, 2, 2), VALS(1, 0, 0, 2));
+  tg_set(t, t->g.k, SHAPE(1, 1, 2, 2), VALS(1, 0, 0, 1));
+  tg_set(t, t->g.v, SHAPE(1, 1, 2, 2), VALS(1, 2, 3, 4));
+  tg_run_ok(t);
+  const double e = exp(1.0), e2 = exp(2.0), es = exp(0.5);
+  const double d0 = e + 1 + es, d1 = 1 + e2 + es;
+  double *O = tg_out(t, o), *L = tg_out(t, lse);
+  near(O[0], (e * 1 + 1 * 3) / d0);
+  near(O[1], (e * 2 + 1 * 4) / d0);
+  near(O[2], (1 * 1 + e2 * 3) / d1);
+  near(O[3], (1 * 2 + e2 * 4) / d1);
+  near(L[0], log(d0));
+  near(L[1], log(d1));
+  tg_free(t);
+}
+
 Test(interp, scale_by_a_scalar) {
   TG *t = tg_new();
   IrNode *s = tg_chain(t, "H", 2, 2);
