@@ -471,6 +471,22 @@ bool bwd_is_forward(const BwdGraph *bg, const IrNode *n) {
          bg->g->nodes[n->id] == n;
 }
 
+/* A softmax sink is a constant of the backward: the saved lse includes it,
+ * so P = exp(s - lse) and dS = P (dP - delta) need nothing more. Its own
+ * gradient, -sum_i exp(sink - lse_i) delta_i, is not computed yet: a sink
+ * that reads a tensor declared with grad is refused there. */
+static bool sink_reads_grad(const IrGraph *g, const IrNode *n, Diag *d) {
+  if (n->op == IR_LOAD && g->tensors[n->ref].grad) {
+    diag_error(d, n->loc, "the backward pass does not compute the gradient of a softmax sink "
+               "yet; '%s' is declared with grad", g->tensors[n->ref].name);
+    diag_note(d, g->tensors[n->ref].loc, "'%s' is declared here", g->tensors[n->ref].name);
+    return true;
+  }
+  for (int k = 0; k < n->nsrc; k++)
+    if (sink_reads_grad(g, n->src[k], d)) return true;
+  return false;
+}
+
 BwdGraph *bwd_derive(const IrGraph *g, Arena *a, Diag *d) {
   if (!g->qk || !g->softmax || !g->pv || g->q < 0 || g->k < 0 || g->v < 0)
     die("bwd_derive: graph '%s' has not been checked", g->name);
@@ -482,13 +498,8 @@ BwdGraph *bwd_derive(const IrGraph *g, Arena *a, Diag *d) {
   bg->dv = g->tensors[g->v].grad;
   bg->bias = arena_alloc(a, (size_t)(g->ntensors + 1) * sizeof *bg->bias);
   int before = d->nerrors;
-  if (ir_sink(g->softmax)) {
-    /* The forward runs sinks; their backward (lse takes the sink, and the
-     * sink's gradient is -sum_i e^(sink - lse_i) delta_i) is not written yet. */
-    diag_error(d, ir_sink(g->softmax)->loc, "the backward pass does not take a softmax sink "
-               "yet; drop `grad` to run this graph forward");
+  if (ir_sink(g->softmax) && sink_reads_grad(g, ir_sink(g->softmax), d))
     return NULL;
-  }
   if (find_landmarks(&dv))
     return NULL;
   dv.adj = arena_alloc(a, ((size_t)g->nnodes + 1) * sizeof *dv.adj);

@@ -99,6 +99,8 @@ static int bref_bind(BwdRef *c) {
 static void bref_plan(BwdRef *c) {
   const IrGraph *g = c->g;
   c->need[c->bg->score->id] = true;
+  if (ir_sink(g->softmax))
+    c->need[ir_sink(g->softmax)->id] = true;
   if (c->bg->dropout)
     for (int s = 1; s < 4; s++)
       c->need[c->bg->dropout->src[s]->id] = true;
@@ -262,15 +264,19 @@ typedef struct BwdWork {
   double *p, *pd, *keep, *dsv, *tmp[IR_MAX_SRC], *buf;
 } BwdWork;
 
-static void bref_softmax(const BwdRef *c, const double *x, double *p) {
+/* P row by row, with the softmax's sink (a constant of this (b, h), or
+ * -inf) in each denominator, as the forward reference computes it. */
+static void bref_softmax(const BwdRef *c, const double *x, double sink, double *p) {
   for (int64_t i = 0; i < c->Sq; i++) {
     const double *row = x + i * c->Skv;
-    double m = -INFINITY, sum = 0;
+    double m = sink, sum = 0;
     for (int64_t j = 0; j < c->Skv; j++)
       m = row[j] > m ? row[j] : m;
-    if (m != -INFINITY)
+    if (m != -INFINITY) {
       for (int64_t j = 0; j < c->Skv; j++)
         sum += exp(row[j] - m);
+      sum += exp(sink - m);
+    }
     for (int64_t j = 0; j < c->Skv; j++)
       p[i * c->Skv + j] = m == -INFINITY ? 0.0 : exp(row[j] - m) / sum;
   }
@@ -346,7 +352,8 @@ static int bref_pair(BwdRef *c, BwdWork *w, const double *dout,
   for (int id = 0; id < g->nnodes; id++)
     if (c->need[id] && bref_eval(c, g->nodes[id], c->fv, true, c->fv[id]))
       return -1;
-  bref_softmax(c, c->fv[bg->score->id], w->p);
+  const IrNode *sink = ir_sink(g->softmax);
+  bref_softmax(c, c->fv[bg->score->id], sink ? c->fv[sink->id][0] : -INFINITY, w->p);
   double inv = 1;
   uint64_t seed = 0, offset = 0;
   uint32_t thresh = 0;

@@ -372,3 +372,21 @@ def test_sinks_against_float64(torch, cache_dir, sq, skv):
     o0, lse0 = g(q, k, v, sinks, valid=0)
     assert o0.abs().max().item() == 0.0
     assert torch.allclose(lse0, sinks.view(1, -1, 1).expand_as(lse0))
+
+
+def test_sinks_gradients_against_float64(torch, cache_dir):
+    g = compile_(SINKS.replace("output lse = logsumexp(s, sink);",
+                               "output lse = logsumexp(s, sink);\n  grad q, k, v;"), cache_dir).sinks
+    q = rand(torch, 2, 8, 150, 64, grad=True)
+    k, v = rand(torch, 2, 2, 150, 64, grad=True), rand(torch, 2, 2, 150, 64, grad=True)
+    sinks = 2.0 * torch.randn(8, device="cuda")
+    dout = torch.randn(2, 8, 150, 64, device="cuda", dtype=torch.bfloat16)
+    o, _ = g(q, k, v, sinks)
+    o.backward(dout)
+    leaves = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    i = torch.arange(150, device="cuda")
+    ro, _ = sink_reference(torch, *leaves, sinks, 0.125, i[None, :] <= i[:, None])
+    ro.backward(dout.double())
+    assert rel(torch, o, ro.detach()) < 1e-2
+    for t, leaf in zip((q, k, v), leaves):
+        assert rel(torch, t.grad, leaf.grad) < 2e-2

@@ -383,7 +383,12 @@ static int by_name(const void *x, const void *y) {
 
 static void run_all(attn_context *ctx);
 
-int main(void) {
+/* argv[1], when given, keeps only the examples whose file name contains it
+ * (and skips the built-in graphs), for a quick look at one feature. */
+static const char *only;
+
+int main(int argc, char **argv) {
+  only = argc > 1 ? argv[1] : NULL;
   StrBuf err = {0};
   attn_status st;
   if (!rt_driver(&st, &err) || rt_driver_make_current_primary(0, &err) != ATTN_SUCCESS) {
@@ -421,7 +426,7 @@ static void run_all(attn_context *ctx) {
   int n = 0;
   for (struct dirent *e; dir && (e = readdir(dir)) && n < 256;) {
     size_t len = strlen(e->d_name);
-    if (len > 5 && !strcmp(e->d_name + len - 5, ".attn"))
+    if (len > 5 && !strcmp(e->d_name + len - 5, ".attn") && (!only || strstr(e->d_name, only)))
       names[n++] = strdup(e->d_name);
   }
   if (dir) closedir(dir);
@@ -432,6 +437,7 @@ static void run_all(attn_context *ctx) {
     test_example(ctx, path, &seed);
     free(names[k]);
   }
+  if (only) return;
   test_module(ctx, "masked_rows", masked_rows_src, sizeof masked_rows_src - 1, &seed, 64);
   test_module(ctx, "dropout_grad", dropout_src, sizeof dropout_src - 1, &seed, 0);
   test_module(ctx, "bias_bcast", bias_bcast_src, sizeof bias_bcast_src - 1, &seed, 0);
