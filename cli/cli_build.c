@@ -23,6 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "rt.h"
@@ -541,6 +543,32 @@ static void gen_source(StrBuf *c, const char *name, const char *file, const char
 
 /* ------------------------------------------------------------ compiling */
 
+/* A build compiles one NVRTC unit per target, seconds each for graphs with
+ * a backward: on a terminal (or with -v) each target says when it starts
+ * and how long it took, so a long build is seen to move. */
+typedef struct Progress {
+  bool on;
+  int done, total;
+  struct timespec t0;
+} Progress;
+
+static void progress_begin(Progress *p, const char *arch, bool is_ptx) {
+  if (!p->on) return;
+  fprintf(stderr, "attnc build: [%d/%d] compiling %s for %s\n", p->done + 1, p->total,
+          is_ptx ? "PTX" : "a cubin", arch);
+  clock_gettime(CLOCK_MONOTONIC, &p->t0);
+}
+
+static void progress_end(Progress *p, const char *arch, bool ok) {
+  if (!p->on) return;
+  struct timespec t1;
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double s = (double)(t1.tv_sec - p->t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - p->t0.tv_nsec);
+  fprintf(stderr, "attnc build: [%d/%d] %s %s in %.1f s\n", p->done + 1, p->total, arch,
+          ok ? "done" : "failed", s);
+  p->done++;
+}
+
 static int compile_image(const IrModule *m, const char *file, const char *arch,
                          bool is_ptx, bool verbose, Arena *a, BuildImage *out) {
   Diag d = {0};
@@ -649,12 +677,19 @@ int cli_build(int argc, char **argv) {
      * that very target is listed, its compile yields the PTX too. */
     char ptx_arch[16];
     base_arch(archs[narchs - 1], ptx_arch);
-    for (int i = 0; i < narchs && status == EXIT_OK; i++)
+    Progress pg = {.on = verbose || isatty(STDERR_FILENO), .total = narchs + 1};
+    for (int i = 0; i < narchs && status == EXIT_OK; i++) {
+      progress_begin(&pg, archs[i], false);
       status = compile_image(m, src_name, archs[i], false, verbose, a,
                              &images[nim++]);
-    if (status == EXIT_OK)
+      progress_end(&pg, archs[i], status == EXIT_OK);
+    }
+    if (status == EXIT_OK) {
+      progress_begin(&pg, ptx_arch, true);
       status = compile_image(m, src_name, ptx_arch, true, verbose, a,
                              &images[nim++]);
+      progress_end(&pg, ptx_arch, status == EXIT_OK);
+    }
   }
   if (status == EXIT_OK) {
     if (mkdir(dir, 0777) != 0 && errno != EEXIST) {

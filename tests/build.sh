@@ -32,5 +32,14 @@ if ATTN_NO_CACHE=1 "$attnc" build "$src" --arch sm_80 -o "$dir/out" --name weird
 else
   cat "$tmp/err"; bad "attnc build of a source at an odd path"
 fi
+# Progress: one line as each target starts and one when it ends, on a
+# terminal or with -v (quiet otherwise, as make logs want).
+if ATTN_NO_CACHE=1 "$attnc" build examples/sdpa.attn --arch sm_80 -o "$tmp/prog" -v 2>"$tmp/perr" &&
+   grep -q '^attnc build: \[1/2\] compiling a cubin for sm_80$' "$tmp/perr" &&
+   grep -qE '^attnc build: \[2/2\] sm_80 done in [0-9.]+ s$' "$tmp/perr"; then
+  ok
+else
+  cat "$tmp/perr"; bad "attnc build -v shows no progress"
+fi
 echo "build: $pass passed, $fail failed"
 [ $fail -eq 0 ]
