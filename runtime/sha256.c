@@ -90,6 +90,7 @@ void sha256_init(Sha256 *s) {
 
 void sha256_update(Sha256 *s, const void *data, size_t len) {
   const unsigned char *p = data;
+  if (len == 0) return; /* data may be NULL then, which memcpy may not take */
   s->nbytes += len;
   if (s->nblock > 0) { /* top up the partial block first */
     size_t take = 64 - s->nblock;

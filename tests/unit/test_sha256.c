@@ -20,6 +20,17 @@ static void expect(const char *msg, const char *want) {
 
 Test(sha256, empty) {
   expect("", "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  /* No bytes may come as a NULL pointer (cache entries with an empty log). */
+  Sha256 s;
+  sha256_init(&s);
+  sha256_update(&s, "ab", 2);
+  sha256_update(&s, NULL, 0);
+  sha256_update(&s, "c", 1);
+  unsigned char d[SHA256_BYTES];
+  sha256_final(&s, d);
+  char got[SHA256_HEX];
+  sha256_hex(d, got);
+  cr_assert_str_eq(got, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
 }
 
 Test(sha256, abc) {
