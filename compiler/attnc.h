@@ -492,6 +492,7 @@ void ir_dot(StrBuf *out, const IrGraph *g);
  * scalars and dimension sizes all qualify. Affine conjuncts give each query
  * tile its range of key tiles; the others are tested per element. */
 #define MATCH_MAX_TERMS 8
+#define MATCH_MAX_ALTS 8 /* alternatives of a disjunctive mask conjunct */
 /* A bound on |value| of integer arithmetic over i, j and row-invariant
  * terms: mi |i| + mj |j| + mk + sum(c |t|), coefficients >= 0. */
 typedef struct MagForm {
@@ -527,6 +528,16 @@ typedef struct MaskTerm {
   IrOp sep_op;
   IrNode *side[2];
   DType sep_kind;
+  /* A disjunction of affine conjunctions (StreamingLLM's `j < 4 || i - j <
+   * w`, prefix-LM's `j <= i || j < prefix[b]`): not affine itself, but
+   * each of its nalt alternatives is a conjunction of the alt_n[a] affine
+   * terms alt[a][..]. The hooks classify a tile by its best alternative
+   * (class 0 when every alternative masks it, 2 when one keeps it all) and
+   * bound its keys by the hull of the alternatives' ranges, so the tiles
+   * between the parts are skipped (emit.c). */
+  int nalt;
+  struct MaskTerm **alt;
+  int *alt_n;
 } MaskTerm;
 
 /* FWD_SM80: portable mma.sync template; FWD_SM90: the Hopper TMA + wgmma

@@ -162,12 +162,77 @@ static const char *wrap_guard(ExprHook *hk, const MaskTerm *t, const char *imax,
   return r;
 }
 
+/* A disjunctive conjunct's key bounds: each alternative's range (the
+ * intersection of its terms' bounds, as below for one term; a term whose
+ * sides may wrap in i32 bounds nothing), and the hull of the non-empty
+ * ones, intersected with [lo, hi). */
+static void disj_kv_bounds(StrBuf *code, ExprHook *hk, const MaskTerm *t, Arena *a) {
+  sb_printf(code, "  { /* %s:%d:%d, a disjunction: the hull of its alternatives */\n"
+                  "    long long dlo = p.Skv, dhi = 0;\n",
+            emit_source_name(a, t->cond->loc.src), t->cond->loc.line, t->cond->loc.col);
+  for (int x = 0; x < t->nalt; x++) {
+    sb_puts(code, "    {\n      long long alo = 0, ahi = p.Skv;\n");
+    for (int y = 0; y < t->alt_n[x]; y++) {
+      const MaskTerm *u = &t->alt[x][y];
+      const char *c = term_constant(hk, u);
+      const char *ie = u->ci > 0 ? "i0" : "i1";
+      long long ci = (long long)u->ci, cj = (long long)u->cj;
+      const char *guard = wrap_guard(hk, u, "i1", "p.Skv");
+      sb_printf(code, "      %s{\n        const long long c = %s;\n",
+                guard ? arena_printf(a, "if (%s) ", guard) : "", c);
+      if (cj > 0)
+        sb_printf(code, "        ahi = min(ahi, attn_floordiv(-c - %lldLL * %s, %lldLL) + 1);\n", ci,
+                  ie, cj);
+      else if (cj < 0)
+        sb_printf(code, "        alo = max(alo, attn_ceildiv(c + %lldLL * %s, %lldLL));\n", ci, ie,
+                  -cj);
+      else
+        sb_printf(code, "        if (c + %lldLL * %s > 0) ahi = alo;\n", ci, ie);
+      sb_puts(code, "      }\n");
+    }
+    sb_puts(code, "      if (alo < ahi) {\n        dlo = min(dlo, alo);\n        dhi = max(dhi, ahi);\n"
+                  "      }\n    }\n");
+  }
+  sb_puts(code, "    if (dlo >= dhi) hi = lo; /* no alternative keeps a key */\n"
+                "    else {\n      lo = max(lo, dlo);\n      hi = min(hi, dhi);\n    }\n  }\n");
+}
+
+/* A disjunctive conjunct's tile class: the best alternative's, each the
+ * worst of its terms' (0 masked, 1 partly, 2 kept; a term whose sides may
+ * wrap in i32 is 1). */
+static void disj_tile_class(StrBuf *code, ExprHook *hk, const MaskTerm *t, Arena *a) {
+  sb_printf(code, "  { /* %s:%d:%d, a disjunction: its best alternative */\n    int dc = 0;\n",
+            emit_source_name(a, t->cond->loc.src), t->cond->loc.line, t->cond->loc.col);
+  for (int x = 0; x < t->nalt; x++) {
+    sb_puts(code, "    {\n      int ac = 2;\n");
+    for (int y = 0; y < t->alt_n[x]; y++) {
+      const MaskTerm *u = &t->alt[x][y];
+      const char *c = term_constant(hk, u);
+      long long ci = (long long)u->ci, cj = (long long)u->cj;
+      const char *guard = wrap_guard(hk, u, "i1", "j1");
+      sb_printf(code, "      {\n        const long long c = %s;\n", c);
+      sb_printf(code, "        const long long hi = c + %lldLL * %s + %lldLL * %s;\n", ci,
+                ci > 0 ? "i1" : "i0", cj, cj > 0 ? "j1" : "j0");
+      sb_printf(code, "        const long long lo = c + %lldLL * %s + %lldLL * %s;\n", ci,
+                ci > 0 ? "i0" : "i1", cj, cj > 0 ? "j0" : "j1");
+      sb_printf(code, "        const int tc = lo > 0 ? 0 : hi > 0 ? 1 : 2;\n        ac = min(ac, %s);\n"
+                      "      }\n", guard ? arena_printf(a, "(%s) ? tc : 1", guard) : "tc");
+    }
+    sb_puts(code, "      dc = max(dc, ac);\n    }\n");
+  }
+  sb_puts(code, "    if (dc == 0) return 0;\n    if (dc == 1) cls = 1;\n  }\n");
+}
+
 static void emit_kv_bounds(StrBuf *out, const KernelSpec *s, Arena *a) {
   ExprHook hk;
   expr_init(&hk, a, s->g, DOM_B | DOM_H);
   StrBuf code = {0};
   for (int m = 0; m < s->nmasks; m++) {
     const MaskTerm *t = &s->masks[m];
+    if (t->nalt) {
+      disj_kv_bounds(&code, &hk, t, a);
+      continue;
+    }
     if (!t->affine) continue;
     const char *c = term_constant(&hk, t);
     /* ci*i + cj*j + C <= 0; the loosest bound over i in [i0, i1]. */
@@ -202,9 +267,13 @@ static void emit_tile_class(StrBuf *out, const KernelSpec *s, Arena *a) {
   ExprHook hk;
   expr_init(&hk, a, s->g, DOM_B | DOM_H);
   StrBuf code = {0};
-  bool all_affine = true; /* every conjunct affine or separable */
+  bool all_affine = true; /* every conjunct affine, separable or disjunctive */
   for (int m = 0; m < s->nmasks; m++) {
     const MaskTerm *t = &s->masks[m];
+    if (t->nalt) {
+      disj_tile_class(&code, &hk, t, a);
+      continue;
+    }
     if (!t->affine) {
       all_affine = all_affine && t->sep;
       continue;

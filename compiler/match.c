@@ -341,6 +341,52 @@ static void push_term(Matcher *m, const MaskTerm *t) {
   m->masks[m->nmasks++] = *t;
 }
 
+/* The affine terms of an alternative of a disjunction, an &&-tree of
+ * affine comparisons (== gives two terms): appended to terms; false when
+ * some part is not affine or there are too many. */
+static bool alt_terms(IrNode *cond, MaskTerm *terms, int *n, int depth) {
+  if (cond->op == IR_AND && depth < 16)
+    return alt_terms(cond->src[0], terms, n, depth + 1) &&
+           alt_terms(cond->src[1], terms, n, depth + 1);
+  MaskTerm t[2];
+  int k = match_affine(cond, t);
+  if (k == 0 || *n + k > MATCH_MAX_TERMS) return false;
+  for (int x = 0; x < k; x++) terms[(*n)++] = t[x];
+  return true;
+}
+
+/* The alternatives of an ||-tree, flattened into alts[]; false past
+ * MATCH_MAX_ALTS. */
+static bool alternatives(IrNode *cond, IrNode **alts, int *n, int depth) {
+  if (cond->op == IR_OR && depth < 16)
+    return alternatives(cond->src[0], alts, n, depth + 1) &&
+           alternatives(cond->src[1], alts, n, depth + 1);
+  if (*n == MATCH_MAX_ALTS) return false;
+  alts[(*n)++] = cond;
+  return true;
+}
+
+/* A conjunct `A || B || ...` whose alternatives are conjunctions of affine
+ * comparisons, as a disjunctive MaskTerm; false (t untouched) otherwise. */
+static bool match_disjunction(Matcher *m, IrNode *cond, MaskTerm *t) {
+  if (cond->op != IR_OR) return false;
+  IrNode *alts[MATCH_MAX_ALTS];
+  int nalt = 0;
+  if (!alternatives(cond, alts, &nalt, 0)) return false;
+  MaskTerm **alt = arena_alloc(m->a, (size_t)nalt * sizeof *alt);
+  int *alt_n = arena_alloc(m->a, (size_t)nalt * sizeof *alt_n);
+  for (int a = 0; a < nalt; a++) {
+    alt[a] = arena_alloc(m->a, MATCH_MAX_TERMS * sizeof **alt);
+    if (!alt_terms(alts[a], alt[a], &alt_n[a], 0)) return false;
+  }
+  memset(t, 0, sizeof *t);
+  t->cond = cond;
+  t->nalt = nalt;
+  t->alt = alt;
+  t->alt_n = alt_n;
+  return true;
+}
+
 /* Splits a top-level mask condition on && into conjuncts. */
 static void add_conjuncts(Matcher *m, IrNode *cond, int depth) {
   if (cond->op == IR_AND && depth < 64) {
@@ -352,7 +398,7 @@ static void add_conjuncts(Matcher *m, IrNode *cond, int depth) {
   MaskTerm t[2];
   int n = match_affine(cond, t);
   if (n == 0) {
-    if (!match_separable(cond, &t[0])) {
+    if (!match_separable(cond, &t[0]) && !match_disjunction(m, cond, &t[0])) {
       memset(t, 0, sizeof t[0]);
       t[0].cond = cond;
     }

@@ -86,7 +86,7 @@ static const char *const decode_paths[] = {
     "examples/causal_bottom_right.attn", "examples/bias.attn", "examples/softcap.attn",
     "examples/lse.attn",     "examples/padding.attn", "examples/gemma2_local.attn",
     "examples/backward_gqa.attn", "examples/relative_position.attn", "examples/fp8_kv_cache.attn",
-    "examples/sinks.attn"};
+    "examples/sinks.attn", "examples/streaming_llm.attn"};
 
 /* A graph with an FP8 KV cache runs only its decode kernel: shapes of more
  * packed rows are refused at launch with a message, not run. */

@@ -83,6 +83,34 @@ run_affine() { # run_affine N FILE GRAPH
     -DAFF_NS="graph_$3" -DAFF_HOOKS="\"$tmp/$3.inc\"" -o "$tmp/aff$1" tests/host/affine_host_check.cpp
   "$tmp/aff$1" || fail=1
 }
+# Disjunctions of affine conjunctions (StreamingLLM: sink tokens or a
+# window), classified per alternative: the same three properties.
+cat >"$tmp/stream1.attn" <<'EOF'
+attention stream1 {
+  input q : bf16[B, H, Sq, 64];
+  input k : bf16[B, H, Skv, 64];
+  input v : bf16[B, H, Skv, 64];
+  scalar n : i32;
+  scalar w : i32;
+  s = mask((q @ k^T) * 0.125, j <= i && (j < n || i - j < w));
+  o = softmax(s) @ v;
+  output o : bf16[B, H, Sq, 64];
+}
+EOF
+cat >"$tmp/stream2.attn" <<'EOF'
+attention stream2 {
+  input q : bf16[B, H, Sq, 64];
+  input k : bf16[B, H, Skv, 64];
+  input v : bf16[B, H, Skv, 64];
+  scalar n : i32;
+  scalar w : i32;
+  s = mask((q @ k^T) * 0.125, j < n || (j <= i && i - j < w) || j == i + 3 * w);
+  o = softmax(s) @ v;
+  output o : bf16[B, H, Sq, 64];
+}
+EOF
 run_affine 1 "$tmp/wrap1.attn" wrap1
 run_affine 2 "$tmp/wrap2.attn" wrap2
+run_affine 3 "$tmp/stream1.attn" stream1
+run_affine 4 "$tmp/stream2.attn" stream2
 exit $fail

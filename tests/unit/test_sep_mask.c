@@ -222,3 +222,28 @@ Test(sep_mask, prep_kernel_only_where_needed) {
   }
   arena_free(a);
 }
+
+/* Disjunctions of affine conjunctions (match_disjunction): each
+ * alternative's affine terms, == as two; an alternative that is not affine
+ * leaves the whole conjunct to attn_keep. The hooks emitted from them are
+ * checked on the host (tests/host/sep_host_check.sh, cases 3 and 4). */
+Test(sep_mask, disjunctions_of_affine_conjunctions) {
+  Arena *a = arena_new();
+  KernelSpec *s = sm_spec("j <= i && (j < 4 || (i - j < 64 && j >= 2) || j == i + 7)", a);
+  cr_assert_eq(s->nmasks, 2);
+  cr_assert(s->masks[0].affine);
+  const MaskTerm *t = &s->masks[1];
+  cr_assert(!t->affine && !t->sep);
+  cr_assert_eq(t->nalt, 3);
+  cr_assert_eq(t->alt_n[0], 1);
+  cr_assert_eq(t->alt_n[1], 2);
+  cr_assert_eq(t->alt_n[2], 2); /* j == i + 7: j <= i + 7 and j >= i + 7 */
+  cr_assert(t->alt[1][0].affine && t->alt[1][1].affine);
+  cr_assert_eq(t->alt[0][0].cj, 1);
+  /* Not affine in one alternative: no disjunctive form. */
+  s = sm_spec("j < 4 || dq[b, i] == dk[b, j]", a);
+  cr_assert_eq(s->nmasks, 1);
+  cr_assert_eq(s->masks[0].nalt, 0);
+  cr_assert(!s->masks[0].affine && !s->masks[0].sep);
+  arena_free(a);
+}
