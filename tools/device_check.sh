@@ -5,7 +5,8 @@
 # A summary is printed last.
 set -u
 # Knobs: BENCH=0 skips the benchmarks, HOST=0 the host examples, SM80=0
-# the portable template's grid, CTAS3=0 the second backward run. Logs go to /tmp/attnc-device; what comes
+# the portable template's grid, CTAS3=0 the second backward run, PYTEST=0
+# the Python package's tests. Logs go to /tmp/attnc-device; what comes
 # back from the device machine ($OUT holds at most 8 files) is one .tgz of
 # them plus the benchmark tables and plot.
 B=${1:-build}
@@ -26,7 +27,7 @@ save() { # what has been logged so far, into $OUT (a call cut short keeps it)
   [ -n "${OUT:-}" ] || return 0
   printf '%s\n' "${summary[@]}" >"$L/summary.txt"
   tar czf "$OUT/device-logs.tgz" --exclude=./cache -C "$L" .
-  for f in bench-grid.md bench-grid.png bench-variants.md bench-backward.md summary.txt; do
+  for f in bench-grid.md bench-grid.png bench-variants.md bench-backward.md bench-python-overhead.md summary.txt; do
     [ -f "$L/$f" ] && cp "$L/$f" "$OUT/"
   done
   return 0
@@ -57,7 +58,16 @@ if [ "${HOST:-1}" = 1 ] && [ -d "$B/host" ]; then
   step host_cmake "$B/host/cmake/build/cmake_example"
   step dlpack python3 examples/host/dlpack/attn_torch.py "$B/install/lib/libattn.so.0"
 fi
+# The Python package's tests (python/tests): pytest from wheels carried in
+# $B/pywheels (`pip download pytest -d build/pywheels` on the dev machine)
+# when the device machine has none (PYTEST=0 skips).
+if [ "${PYTEST:-1}" = 1 ]; then
+  python3 -c "import pytest" 2>/dev/null ||
+    { [ -d "$B/pywheels" ] && pip install -q --no-index "$B"/pywheels/*.whl >/dev/null 2>&1; }
+  step pytest env ATTN_LIBRARY="$PWD/$B/libattn.so" python3 -m pytest -q -rs python/tests
+fi
 if [ "${BENCH:-1}" = 1 ]; then
+  step bench_python_overhead python3 bench/python_overhead.py --lib "$B/libattn.so" --out "$L"
   step bench_grid python3 bench/bench.py --lib "$B/libattn.so" --out "$L"
   [ "${SM80:-1}" = 1 ] && step bench_grid_sm80 python3 bench/bench.py --lib "$B/libattn.so" --out "$L" --arch sm_90 --dims 128 --seqs 1024,4096,16384
   step bench_variants python3 bench/bench.py --lib "$B/libattn.so" --out "$L" --variants
