@@ -112,48 +112,39 @@ class Graph:
 
     # ------------------------------------------------- shapes and launches
 
-    def _dims(self, tensors):
-        """The dimension symbols' sizes, from the inputs' shapes."""
-        dims = {}
+    def _new_outputs(self, tensors):
+        """The forward's outputs, shaped from the inputs by the launch plan:
+        what the fake implementation returns and the CUDA one writes."""
+        from ._torch import torch_dtype
+        plan = self._launch_plan()
         for t, spec in zip(tensors, self.inputs):
             if t.dim() != len(spec.dims):
                 raise ValueError(f"graph '{self.name}': '{spec.name}' is declared with "
                                  f"{len(spec.dims)} dimensions, given {t.dim()}")
-            for d, size in zip(spec.dims, t.shape):
-                if isinstance(d, str):
-                    dims.setdefault(d, size)
-        return dims
+        return [tensors[0].new_empty([d if isinstance(d, int) else tensors[d[0]].shape[d[1]]
+                                      for d in dims], dtype=torch_dtype(dtype))
+                for _, dtype, dims in plan["outputs"]]
 
-    def _shape(self, spec, dims):
-        shape = []
-        for d in spec.dims:
-            if isinstance(d, int):
-                shape.append(d)
-            elif d in dims:
-                shape.append(dims[d])
-            else:
-                raise ValueError(f"graph '{self.name}': output '{spec.name}' has dimension {d}, "
-                                 "which no input gives")
-        return shape
+    def _new_grads(self, tensors):
+        """The backward's gradients, each shaped like the input it belongs to."""
+        from ._torch import torch_dtype
+        return [tensors[of].new_empty(tensors[of].shape, dtype=torch_dtype(dtype))
+                for _, dtype, of in self._launch_plan()["grads"]]
 
     def fake_forward(self, tensors):
-        from ._torch import torch_dtype
-        dims = self._dims(tensors)
-        q = tensors[0]
-        outs = [q.new_empty(self._shape(s, dims), dtype=torch_dtype(s.dtype)) for s in self.outputs]
+        outs = self._new_outputs(tensors)
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def fake_backward(self, tensors):
-        from ._torch import torch_dtype
-        grads = [tensors[s.of].new_empty(tensors[s.of].shape, dtype=torch_dtype(s.dtype))
-                 for s in self.raw.by_role("grad_output")]
+        grads = self._new_grads(tensors)
         return grads[0] if len(grads) == 1 else tuple(grads)
 
     # The launch path runs on every call: it reuses one attn_call per pass
     # (rebinding every tensor and scalar each time, under the context's lock),
-    # binds with precomputed names, and allocates outputs straight from the
-    # shape plan, so the host cost stays a few microseconds above the ctypes
-    # calls themselves (bench/python_overhead.py measures it).
+    # binds with precomputed names, and allocates outputs from the shape plan
+    # below (the same allocation the fake implementation makes), so the host
+    # cost stays a few microseconds above the ctypes calls themselves
+    # (bench/python_overhead.py measures it).
 
     def _launch_plan(self):
         if getattr(self, "_plan", None) is None:
@@ -176,7 +167,7 @@ class Graph:
                 outs.append((spec.name.encode(), spec.dtype, dims))
             self._plan = dict(
                 inputs=[(s.name.encode(), bool(s.operand)) for s in self.inputs],
-                scalars=[(s.name, s.dtype) for s in self.scalars],
+                scalars=[s.name for s in self.scalars],
                 outputs=outs,
                 dout=self.raw.by_role("grad_input")[0].name.encode() if self.has_backward else None,
                 grads=[(s.name.encode(), s.dtype, s.of) for s in self.raw.by_role("grad_output")],
@@ -198,8 +189,8 @@ class Graph:
                 t = tensors[i] = vector_ready(t)
             items.append((name, dtype_int(t), t))
         call.bind_fast(items)
-        for (name, kind), v in zip(plan["scalars"], scalars):
-            call.bind_scalar(name, v & 0xFFFFFFFFFFFFFFFF if kind == "u64" else v)
+        for name, v in zip(plan["scalars"], scalars):
+            call.bind_scalar(name, v)  # a u64 comes back to unsigned there
 
     def run_forward(self, tensors, scalars):
         import torch
@@ -209,10 +200,7 @@ class Graph:
             with torch.cuda.device(device):
                 return self.run_forward(tensors, scalars)
         plan = self._launch_plan()
-        outs = []
-        for name, dtype, dims in plan["outputs"]:
-            shape = [d if isinstance(d, int) else tensors[d[0]].shape[d[1]] for d in dims]
-            outs.append(torch.empty(shape, dtype=_torch.torch_dtype(dtype), device=device))
+        outs = self._new_outputs(tensors)
         with self.raw.module.ctx.lock:
             call = self._call(plan, False)
             items = [(name, _torch.dtype_int(t), t) for (name, _, _), t in zip(plan["outputs"], outs)]
@@ -230,8 +218,7 @@ class Graph:
             with torch.cuda.device(device):
                 return self.run_backward(tensors, outputs, dout, scalars, deterministic)
         plan = self._launch_plan()
-        grads = [torch.empty(tensors[of].shape, dtype=_torch.torch_dtype(dtype), device=device)
-                 for _, dtype, of in plan["grads"]]
+        grads = self._new_grads(tensors)
         dout = _torch.vector_ready(dout.to(tensors[plan["q"]].dtype))
         with self.raw.module.ctx.lock:
             call = self._call(plan, True)

@@ -150,10 +150,6 @@ def vector_ready(t):
     return t if ok else t.contiguous()
 
 
-def bind(call, spec, t):
-    call.bind(**{spec.name: t})
-
-
 def stream_of(device):
     return torch.cuda.current_stream(device).cuda_stream
 
