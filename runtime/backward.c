@@ -88,8 +88,9 @@ static attn_status bwd_check_bound(attn_call *c, const BwdSlots *sl) {
   return ATTN_SUCCESS;
 }
 
-/* Why the graph has no GPU backward, written into why; true when it has one. */
-bool rt_backward_supported(const attn_graph *gr, char *why, size_t len) {
+/* Why the graph has no GPU backward, written into why; true when it has
+ * one, with its slots in *sl. */
+bool rt_backward_supported(const attn_graph *gr, BwdSlots *sl, char *why, size_t len) {
   const IrGraph *g = gr->ir;
   if (!bwd_has_grad(g)) {
     snprintf(why, len, "graph '%s' declares no grad, so it has no backward (add `grad q, k, v;`)",
@@ -110,8 +111,7 @@ bool rt_backward_supported(const attn_graph *gr, char *why, size_t len) {
     snprintf(why, len, "graph '%s': the module holds no backward kernels for it", g->name);
     return false;
   }
-  BwdSlots sl;
-  if (bwd_slots(g, &sl) != 0 || sl.end > ATTN_MAX_TENSORS) {
+  if (bwd_slots(g, sl) != 0 || sl->end > ATTN_MAX_TENSORS) {
     snprintf(why, len, "graph '%s' saves no lse for the backward", g->name);
     return false;
   }
@@ -120,10 +120,9 @@ bool rt_backward_supported(const attn_graph *gr, char *why, size_t len) {
 
 attn_status rt_backward_ready(attn_call *c) {
   char why[512];
-  if (!rt_backward_supported(c->g, why, sizeof why))
-    return rt_fail(c->g->m->ctx, ATTN_ERROR_UNSUPPORTED, "%s", why);
   BwdSlots sl;
-  bwd_slots(c->g->ir, &sl);
+  if (!rt_backward_supported(c->g, &sl, why, sizeof why))
+    return rt_fail(c->g->m->ctx, ATTN_ERROR_UNSUPPORTED, "%s", why);
   attn_status st = bind_finish(&c->bind, &c->g->m->ctx->error);
   if (st || (st = bwd_check_bound(c, &sl))) return st;
   return c->deterministic ? bwd_check_det(c) : ATTN_SUCCESS;

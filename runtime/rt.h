@@ -359,8 +359,9 @@ void rt_call_free_workspace(attn_call *c);
  * backward, dO and the gradients are bound with the right shapes, the
  * deterministic mode exists for its head dims. */
 attn_status rt_backward_ready(attn_call *c);
-/* Whether the graph has a GPU backward; if not, why (a message written
- * into why[0..len)). attn_graph_has_backward and rt_backward_ready. */
-bool rt_backward_supported(const attn_graph *g, char *why, size_t len);
+/* Whether the graph has a GPU backward (then its slots in *sl); if not,
+ * why (a message written into why[0..len)). attn_graph_has_backward,
+ * attn_graph_tensor and rt_backward_ready. */
+bool rt_backward_supported(const attn_graph *g, BwdSlots *sl, char *why, size_t len);
 
 #endif

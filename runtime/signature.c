@@ -20,7 +20,8 @@ int attn_graph_has_backward(const attn_graph *g, char *why, size_t len) {
     if (why && len) snprintf(why, len, "graph is NULL");
     return 0;
   }
-  if (rt_backward_supported(g, buf, sizeof buf)) return 1;
+  BwdSlots sl;
+  if (rt_backward_supported(g, &sl, buf, sizeof buf)) return 1;
   if (why && len) snprintf(why, len, "%s", buf);
   return 0;
 }
@@ -35,10 +36,9 @@ typedef struct GradTensor {
 
 static int grad_tensors(const attn_graph *gr, GradTensor *out) {
   char why[8];
-  if (!rt_backward_supported(gr, why, sizeof why)) return 0;
-  const IrGraph *g = gr->ir;
   BwdSlots sl;
-  bwd_slots(g, &sl);
+  if (!rt_backward_supported(gr, &sl, why, sizeof why)) return 0;
+  const IrGraph *g = gr->ir;
   int n = 0;
   out[n++] = (GradTensor){sl.o, true};
   const int qkv[3] = {g->q, g->k, g->v}, slot[3] = {sl.dq, sl.dk, sl.dv};
