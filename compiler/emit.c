@@ -162,6 +162,34 @@ static const char *wrap_guard(ExprHook *hk, const MaskTerm *t, const char *imax,
   return r;
 }
 
+/* Affine term t (ci*i + cj*j + C <= 0, C in a variable `c`) tightens the
+ * key range [lo, hi) (variables of those names) for rows i in [i0, i1]:
+ * the loosest bound over those rows. */
+static void term_key_bound(StrBuf *code, const MaskTerm *t, const char *indent, const char *lo,
+                           const char *hi) {
+  const char *ie = t->ci > 0 ? "i0" : "i1";
+  long long ci = (long long)t->ci, cj = (long long)t->cj;
+  if (cj > 0)
+    sb_printf(code, "%s%s = min(%s, attn_floordiv(-c - %lldLL * %s, %lldLL) + 1);\n", indent, hi, hi,
+              ci, ie, cj);
+  else if (cj < 0)
+    sb_printf(code, "%s%s = max(%s, attn_ceildiv(c + %lldLL * %s, %lldLL));\n", indent, lo, lo, ci,
+              ie, -cj);
+  else
+    sb_printf(code, "%sif (c + %lldLL * %s > 0) %s = %s; /* no row keeps any key */\n", indent, ci,
+              ie, hi, lo);
+}
+
+/* Affine term t's extremes over the tile [i0, i1] x [j0, j1], as variables
+ * hi and lo (from `c`): lo > 0 masks the whole tile, hi <= 0 keeps it all. */
+static void term_corners(StrBuf *code, const MaskTerm *t, const char *indent) {
+  long long ci = (long long)t->ci, cj = (long long)t->cj;
+  sb_printf(code, "%sconst long long hi = c + %lldLL * %s + %lldLL * %s;\n", indent, ci,
+            ci > 0 ? "i1" : "i0", cj, cj > 0 ? "j1" : "j0");
+  sb_printf(code, "%sconst long long lo = c + %lldLL * %s + %lldLL * %s;\n", indent, ci,
+            ci > 0 ? "i0" : "i1", cj, cj > 0 ? "j0" : "j1");
+}
+
 /* A disjunctive conjunct's key bounds: each alternative's range (the
  * intersection of its terms' bounds, as below for one term; a term whose
  * sides may wrap in i32 bounds nothing), and the hull of the non-empty
@@ -174,20 +202,10 @@ static void disj_kv_bounds(StrBuf *code, ExprHook *hk, const MaskTerm *t, Arena 
     sb_puts(code, "    {\n      long long alo = 0, ahi = p.Skv;\n");
     for (int y = 0; y < t->alt_n[x]; y++) {
       const MaskTerm *u = &t->alt[x][y];
-      const char *c = term_constant(hk, u);
-      const char *ie = u->ci > 0 ? "i0" : "i1";
-      long long ci = (long long)u->ci, cj = (long long)u->cj;
       const char *guard = wrap_guard(hk, u, "i1", "p.Skv");
       sb_printf(code, "      %s{\n        const long long c = %s;\n",
-                guard ? arena_printf(a, "if (%s) ", guard) : "", c);
-      if (cj > 0)
-        sb_printf(code, "        ahi = min(ahi, attn_floordiv(-c - %lldLL * %s, %lldLL) + 1);\n", ci,
-                  ie, cj);
-      else if (cj < 0)
-        sb_printf(code, "        alo = max(alo, attn_ceildiv(c + %lldLL * %s, %lldLL));\n", ci, ie,
-                  -cj);
-      else
-        sb_printf(code, "        if (c + %lldLL * %s > 0) ahi = alo;\n", ci, ie);
+                guard ? arena_printf(a, "if (%s) ", guard) : "", term_constant(hk, u));
+      term_key_bound(code, u, "        ", "alo", "ahi");
       sb_puts(code, "      }\n");
     }
     sb_puts(code, "      if (alo < ahi) {\n        dlo = min(dlo, alo);\n        dhi = max(dhi, ahi);\n"
@@ -207,14 +225,9 @@ static void disj_tile_class(StrBuf *code, ExprHook *hk, const MaskTerm *t, Arena
     sb_puts(code, "    {\n      int ac = 2;\n");
     for (int y = 0; y < t->alt_n[x]; y++) {
       const MaskTerm *u = &t->alt[x][y];
-      const char *c = term_constant(hk, u);
-      long long ci = (long long)u->ci, cj = (long long)u->cj;
       const char *guard = wrap_guard(hk, u, "i1", "j1");
-      sb_printf(code, "      {\n        const long long c = %s;\n", c);
-      sb_printf(code, "        const long long hi = c + %lldLL * %s + %lldLL * %s;\n", ci,
-                ci > 0 ? "i1" : "i0", cj, cj > 0 ? "j1" : "j0");
-      sb_printf(code, "        const long long lo = c + %lldLL * %s + %lldLL * %s;\n", ci,
-                ci > 0 ? "i0" : "i1", cj, cj > 0 ? "j0" : "j1");
+      sb_printf(code, "      {\n        const long long c = %s;\n", term_constant(hk, u));
+      term_corners(code, u, "        ");
       sb_printf(code, "        const int tc = lo > 0 ? 0 : hi > 0 ? 1 : 2;\n        ac = min(ac, %s);\n"
                       "      }\n", guard ? arena_printf(a, "(%s) ? tc : 1", guard) : "tc");
     }
@@ -235,20 +248,12 @@ static void emit_kv_bounds(StrBuf *out, const KernelSpec *s, Arena *a) {
     }
     if (!t->affine) continue;
     const char *c = term_constant(&hk, t);
-    /* ci*i + cj*j + C <= 0; the loosest bound over i in [i0, i1]. */
-    const char *ie = t->ci > 0 ? "i0" : "i1";
-    long long ci = (long long)t->ci, cj = (long long)t->cj;
     const char *guard = wrap_guard(&hk, t, "i1", "p.Skv");
     sb_printf(&code, "  %s{ /* %s:%d:%d */\n    const long long c = %s;\n",
               guard ? arena_printf(a, "if (%s) /* its sides cannot wrap in i32 */\n  ", guard) : "",
               emit_source_name(a, t->cond->loc.src),
               t->cond->loc.line, t->cond->loc.col, c);
-    if (cj > 0)
-      sb_printf(&code, "    hi = min(hi, attn_floordiv(-c - %lldLL * %s, %lldLL) + 1);\n", ci, ie, cj);
-    else if (cj < 0)
-      sb_printf(&code, "    lo = max(lo, attn_ceildiv(c + %lldLL * %s, %lldLL));\n", ci, ie, -cj);
-    else
-      sb_printf(&code, "    if (c + %lldLL * %s > 0) hi = lo; /* no row keeps any key */\n", ci, ie);
+    term_key_bound(&code, t, "    ", "lo", "hi");
     sb_puts(&code, "  }\n");
   }
   sb_puts(out, "/* Keys [j_lo, j_hi) any row in [i0, i1] may keep (conservative). */\n"
@@ -279,17 +284,13 @@ static void emit_tile_class(StrBuf *out, const KernelSpec *s, Arena *a) {
       continue;
     }
     const char *c = term_constant(&hk, t);
-    long long ci = (long long)t->ci, cj = (long long)t->cj;
     /* Where a side's i32 arithmetic could wrap, only attn_keep decides. */
     const char *guard = wrap_guard(&hk, t, "i1", "j1");
     if (guard) sb_printf(&code, "  if (!(%s)) cls = 1; /* a side may wrap in i32 */\n  else\n", guard);
     sb_printf(&code, "  { /* %s:%d:%d */\n    const long long c = %s;\n",
               emit_source_name(a, t->cond->loc.src),
               t->cond->loc.line, t->cond->loc.col, c);
-    sb_printf(&code, "    const long long hi = c + %lldLL * %s + %lldLL * %s;\n", ci,
-              ci > 0 ? "i1" : "i0", cj, cj > 0 ? "j1" : "j0");
-    sb_printf(&code, "    const long long lo = c + %lldLL * %s + %lldLL * %s;\n", ci,
-              ci > 0 ? "i0" : "i1", cj, cj > 0 ? "j0" : "j1");
+    term_corners(&code, t, "    ");
     sb_puts(&code, "    if (lo > 0) return 0;\n    if (hi > 0) cls = 1;\n  }\n");
   }
   sb_puts(out, "/* 0: the tile [i0, i1] x [j0, j1] is wholly masked; 1: partly;\n"
