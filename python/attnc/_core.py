@@ -254,18 +254,18 @@ class Call:
 
     def bind(self, **tensors):
         """Binds torch tensors by name: call.bind(q=q, k=k, v=v, o=o)."""
-        from ._torch import dtype_code
-        for name, t in tensors.items():
-            self.bind_tensor(name, t.data_ptr(), dtype_code(t), tuple(t.shape), tuple(t.stride()))
+        from ._torch import dtype_int
+        self.bind_fast([(name.encode(), dtype_int(t), t) for name, t in tensors.items()])
 
     def bind_fast(self, items):
         """The launch path's binding: items are (name as bytes, attn_dtype
         code, torch tensor), bound under one lock with no per-call
         conversions beyond the shape and stride arrays."""
-        lib, ptr, arr = self.lib, self.ptr, _lib.I64 * 4
+        lib, ptr = self.lib, self.ptr
         with self.ctx.lock:
             for name, code, t in items:
                 n = t.dim()
+                arr = _lib.I64 * max(n, 1)
                 st = lib.attn_call_bind_tensor(ptr, name, t.data_ptr(), code, n, arr(*t.shape),
                                                arr(*t.stride()))
                 if st:

@@ -40,13 +40,6 @@ def torch_dtype(code):
         raise TypeError(f"this PyTorch has no dtype for attnc's {code}")
 
 
-def dtype_code(t):
-    try:
-        return _TORCH_DTYPES[t.dtype]
-    except KeyError:
-        raise TypeError(f"attnc takes no {t.dtype} tensors") from None
-
-
 def dtype_int(t):
     """attn.h's attn_dtype of a tensor, for the launch path's bindings."""
     try:
