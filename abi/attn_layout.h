@@ -22,6 +22,16 @@
 #define ATTN_LAYOUT_FN static inline
 #endif
 
+/* Head dims. Every template takes a head dim d that is a multiple of 8 (rows
+ * of whole 16-byte chunks: the cp.async and TMA unit) from 8 to 256, and
+ * builds its tiles for attn_head_tile(d), d rounded up to whole 64-element
+ * (128-byte) swizzle blocks: the columns past d are loaded as zeros (TMA's
+ * out-of-bounds fill, cp.async's zero source size) and never stored, and
+ * the Q K^T products stop at d's last 16-column step. Every layout below
+ * takes tile dims. */
+ATTN_LAYOUT_FN int attn_head_dim_ok(int d) { return d >= 8 && d <= 256 && d % 8 == 0; }
+ATTN_LAYOUT_FN int attn_head_tile(int d) { return (d + 63) / 64 * 64; }
+
 /* fwd_sm80: the Q tile, then two stages of (K tile, V tile), 16-bit
  * elements; no barriers (cp.async groups), no rounding. */
 typedef struct attn_fwd80_layout {

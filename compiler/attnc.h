@@ -599,7 +599,8 @@ typedef struct Sm80Config {
 
 /* sm is the compute capability times ten (80, 86, 89, 90, ...). Returns 0
  * and fills out, or -1 for head dims the template cannot run (each of d_qk
- * and d_v must be 64, 128 or 256; in_bytes must be 2). Prints nothing. */
+ * and d_v a multiple of 8 up to 256, attn_head_dim_ok; in_bytes must be
+ * 2). Prints nothing. */
 int tmpl_sm80_config(int d_qk, int d_v, int in_bytes, int sm, Sm80Config *out);
 
 /* ----------------------------------------------------------- tmpl_sm90.c */
@@ -617,7 +618,8 @@ typedef struct Sm90Config {
 } Sm90Config;
 
 /* 0 and fills out, or -1 when the template cannot run these head dims
- * (each of d_qk, d_v must be 64, 128 or 256; in_bytes 2). Prints nothing. */
+ * (each of d_qk, d_v a multiple of 8 up to 256, attn_head_dim_ok; in_bytes
+ * 2). Prints nothing. */
 int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int variant, Sm90Config *out);
 
 /* ---------------------------------------------------------- tmpl_decode.c */
@@ -638,7 +640,8 @@ typedef struct DecodeConfig {
 } DecodeConfig;
 
 /* 0 and fills out, or -1 when the template cannot run the graph: head
- * dims other than 64, 128, 256 (128 or 256 for 8-bit K/V, kv_bytes 1),
+ * dims that attn_head_dim_ok refuses (for 8-bit K/V, kv_bytes 1, also those
+ * of 64 or less),
  * a 16-bit q (in_bytes 2) and K/V of 2 or 1 bytes, dropout (decode
  * kernels serve inference), or no two free parameter slots (the graph's
  * tensors fill attn_params). Prints nothing. */

@@ -536,7 +536,7 @@ static int match_decode_only(const KernelSpec *s, FwdConfig *c, Diag *d) {
   const IrGraph *g = s->g;
   diag_error(d, g->tensors[g->k].loc,
              "graph '%s': %s k and v run only on the decode kernel, which takes head dimensions "
-             "128 and 256 and no dropout (here %d and %d%s)", g->name, dtype_name(s->kv_type),
+             "that are multiples of 16 from 80 to 256 and no dropout (here %d and %d%s)", g->name, dtype_name(s->kv_type),
              s->d_qk, s->d_v, s->dropout ? ", with dropout" : "");
   return -1;
 }
@@ -567,7 +567,7 @@ static int match_fwd_template(const KernelSpec *s, const CompileOptions *o, FwdC
   const IrGraph *g = s->g;
   diag_error(d, g->tensors[g->q].loc,
              "graph '%s': no kernel template takes head dimensions %d (q, k) and %d (v) on sm_%d "
-             "(the forward takes 64, 128 and 256)", g->name, s->d_qk, s->d_v, s->sm);
+             "(the forward takes multiples of 8 from 8 to 256)", g->name, s->d_qk, s->d_v, s->sm);
   return -1;
 }
 

@@ -27,8 +27,11 @@
 int tmpl_decode_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool dropout,
                        int ntensors, DecodeConfig *out) {
   if (!out || in_bytes != 2 || (kv_bytes != 2 && kv_bytes != 1) || dropout) return -1;
-  if ((d_qk != 64 && d_qk != 128 && d_qk != 256) || (d_v != 64 && d_v != 128 && d_v != 256))
-    return -1;
+  if (!attn_head_dim_ok(d_qk) || !attn_head_dim_ok(d_v)) return -1;
+  /* 8-bit rows must be whole 16-byte chunks (cp.async's unit). */
+  if (kv_bytes == 1 && (d_qk % 16 != 0 || d_v % 16 != 0)) return -1;
+  d_qk = attn_head_tile(d_qk); /* the tiles' dims from here on */
+  d_v = attn_head_tile(d_v);
   /* 8-bit rows of 64 bytes have too few 16-byte chunks for the swizzle. */
   if (kv_bytes == 1 && (d_qk < 128 || d_v < 128)) return -1;
   if (ntensors + 2 > ATTN_MAX_TENSORS) return -1;

@@ -42,7 +42,7 @@ static int sm80_smem_bytes(const Sm80Candidate *c, int d_qk, int d_v) {
 }
 
 int tmpl_sm80_config(int d_qk, int d_v, int in_bytes, int sm, Sm80Config *out) {
-  /* Per widest head dim. 8 warps of 16 rows keep the tensor cores fed;
+  /* Per widest tile dim (attn_head_tile; 192 takes 256's list). 8 warps of 16 rows keep the tensor cores fed;
    * at 256 the O accumulator is 128 registers a thread, and the smaller
    * limits leave room only for 4 warps or 32-key tiles. */
   static const Sm80Candidate d64[] = {{128, 128, 8}, {128, 64, 8}, {64, 64, 4}};
@@ -53,9 +53,10 @@ int tmpl_sm80_config(int d_qk, int d_v, int in_bytes, int sm, Sm80Config *out) {
 
   if (in_bytes != 2 || !out)
     return -1;
-  if ((d_qk != 64 && d_qk != 128 && d_qk != 256) ||
-      (d_v != 64 && d_v != 128 && d_v != 256))
+  if (!attn_head_dim_ok(d_qk) || !attn_head_dim_ok(d_v))
     return -1;
+  d_qk = attn_head_tile(d_qk);
+  d_v = attn_head_tile(d_v);
   int dmax = d_qk > d_v ? d_qk : d_v;
   if (dmax == 64)
     list = d64, n = (int)(sizeof d64 / sizeof d64[0]);

@@ -71,31 +71,38 @@ static int sm90_smem_bytes(const Sm90Candidate *c, int d_qk, int d_v) {
 
 int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int variant, Sm90Config *out) {
   /* Fastest first: more stages hide more TMA latency; BN 128 halves the
-   * per-tile softmax bookkeeping where the registers allow it. */
+   * per-tile softmax bookkeeping where the registers allow it. Lists by
+   * the wider tile dim (attn_head_tile): at 192 an O accumulator of 96
+   * registers leaves room for S tiles of 80 keys (BN 128 would need 192 of
+   * the 232 for O, S and P alone). */
   static const Sm90Candidate small[] = {{128, 3}, {128, 2}, {64, 2}};
+  static const Sm90Candidate d192[] = {{80, 2}, {64, 3}, {64, 2}};
   static const Sm90Candidate d256[] = {{64, 2}};
   static const Sm90Candidate d256_80[] = {{80, 2}, {64, 2}};
   if (in_bytes != 2 || !out) return -1;
-  if ((d_qk != 64 && d_qk != 128 && d_qk != 256) || (d_v != 64 && d_v != 128 && d_v != 256))
-    return -1;
+  if (!attn_head_dim_ok(d_qk) || !attn_head_dim_ok(d_v)) return -1;
+  const int tqk = attn_head_tile(d_qk), tv = attn_head_tile(d_v);
+  const int tmax = tqk > tv ? tqk : tv;
   const Sm90Variant *var = sm90_variant(variant);
   const Sm90Candidate *list = small;
   int n = (int)(sizeof small / sizeof small[0]);
-  if (d_qk == 256 || d_v == 256) {
+  if (tmax == 256) {
     if (var->bn80)
       list = d256_80, n = (int)(sizeof d256_80 / sizeof d256_80[0]);
     else
       list = d256, n = (int)(sizeof d256 / sizeof d256[0]);
+  } else if (tv == 192) {
+    list = d192, n = (int)(sizeof d192 / sizeof d192[0]);
   }
   for (int k = 0; k < n; k++) {
-    int bytes = sm90_smem_bytes(&list[k], d_qk, d_v);
+    int bytes = sm90_smem_bytes(&list[k], tqk, tv);
     if (bytes <= SM90_SMEM_LIMIT) {
       out->bm = 128;
       out->bn = list[k].bn;
       out->stages = list[k].stages;
       out->threads = 384;
       out->smem_bytes = bytes;
-      out->persistent = (d_qk > d_v ? d_qk : d_v) <= var->persistent_max_d;
+      out->persistent = tmax <= var->persistent_max_d;
       return 0;
     }
   }

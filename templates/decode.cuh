@@ -40,8 +40,14 @@
 #error "decode.cuh needs ATTN_DEC_BN, ATTN_DEC_STAGES, ATTN_DEC_TPO, ATTN_DEC_TPL"
 #endif
 
-constexpr int dec_dqk = ATTN_D_QK;
-constexpr int dec_dv = ATTN_D_V;
+/* The tiles' head dims (attn_layout.h, attn_head_tile), the columns past
+ * the graph's own loaded as zeros, and the MMAs' 16-column steps that hold
+ * some of q's (S) and v's (O) columns. Partial rows and the output have
+ * the graph's ATTN_D_V columns. */
+constexpr int dec_dqk = attn_head_tile(ATTN_D_QK);
+constexpr int dec_dv = attn_head_tile(ATTN_D_V);
+constexpr int dec_qk_steps = (ATTN_D_QK + 15) / 16;
+constexpr int dec_v_steps = (ATTN_D_V + 15) / 16;
 constexpr int dec_bn = ATTN_DEC_BN;
 constexpr int dec_stages = ATTN_DEC_STAGES;
 constexpr int dec_warps = dec_bn / 16; /* each warp takes 16 keys of a tile */
@@ -70,8 +76,10 @@ constexpr int dec_kv_bytes = dec_kv8 ? 1 : 2;
 constexpr int dec_merge_threads = 128;
 constexpr int dec_max_splits = 128;
 
-static_assert(dec_dqk % 64 == 0 && dec_dqk <= 256, "D_QK: 64, 128 or 256");
-static_assert(dec_dv % 64 == 0 && dec_dv <= 256, "D_V: 64, 128 or 256");
+static_assert(attn_head_dim_ok(ATTN_D_QK) && attn_head_dim_ok(ATTN_D_V),
+              "head dims: multiples of 8 up to 256");
+static_assert(!dec_kv8 || (ATTN_D_QK % 16 == 0 && ATTN_D_V % 16 == 0),
+              "8-bit K/V rows of whole 16-byte chunks");
 static_assert(dec_bn % 16 == 0 && dec_bn >= 32 && dec_bn <= 128, "BN: 32 to 128 keys");
 static_assert(dec_stages >= 2, "two stages at least");
 
@@ -197,7 +205,7 @@ __device__ __forceinline__ void attn_decode(const attn_params &p) {
     constexpr int chunks = dec_dqk / 8;
     for (int c = tid; c < dec_rows * chunks; c += dec_threads) {
       const int r = c / chunks, ch = c % chunks, rr = blk.r0 + r;
-      const bool in = rr < R;
+      const bool in = rr < R && ch * 8 < ATTN_D_QK;
       const int h = blk.hk * blk.group + (in ? rr / p.Sq : 0), i = in ? rr % p.Sq : 0;
       const unsigned short *src = (const unsigned short *)tq.ptr + b * tq.stride[0] +
                                   h * tq.stride[1] + (long long)i * tq.stride[2] + ch * 8;
@@ -206,9 +214,9 @@ __device__ __forceinline__ void attn_decode(const attn_params &p) {
   }
   auto load_kv = [&](int n, int stage) {
     const unsigned dst = skv + stage * dec_layout.stage_bytes;
-    attn_cp_tile<dec_bn, dec_dqk * dec_kv_bytes, dec_threads>(
+    attn_cp_tile<dec_bn, dec_dqk * dec_kv_bytes, dec_threads, ATTN_D_QK * dec_kv_bytes>(
         dst, kg, tk.stride[2] * dec_kv_bytes, n * dec_bn, p.Skv, tid);
-    attn_cp_tile<dec_bn, dec_dv * dec_kv_bytes, dec_threads>(
+    attn_cp_tile<dec_bn, dec_dv * dec_kv_bytes, dec_threads, ATTN_D_V * dec_kv_bytes>(
         dst + dec_layout.k_bytes, vg, tv.stride[2] * dec_kv_bytes, n * dec_bn, p.Skv, tid);
   };
   /* Groups 1 .. STAGES: the first live tiles (maybe none), one a stage:
@@ -250,14 +258,14 @@ __device__ __forceinline__ void attn_decode(const attn_params &p) {
 
   attn_cp_async_wait<dec_stages>(); /* Q has landed */
   __syncthreads();
-  unsigned qf[dec_dqk / 16][4];
+  unsigned qf[dec_qk_steps][4];
 #pragma unroll
-  for (int kk = 0; kk < dec_dqk / 16; ++kk)
+  for (int kk = 0; kk < dec_qk_steps; ++kk)
     attn_ldsm_x4(qf[kk], sq_addr + q_off[kk & 3] + (kk >> 2) * 128);
 
-  float o[dec_dv / 8][4];
+  float o[2 * dec_v_steps][4];
 #pragma unroll
-  for (int nt = 0; nt < dec_dv / 8; ++nt)
+  for (int nt = 0; nt < 2 * dec_v_steps; ++nt)
     o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.f;
   float row_max[2] = {neg_inf, neg_inf};
   float row_sum[2] = {0.f, 0.f};
@@ -283,7 +291,7 @@ __device__ __forceinline__ void attn_decode(const attn_params &p) {
     /* S = Q K^T for this warp's 16 keys. */
     float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
-    for (int kk = 0; kk < dec_dqk / 16; ++kk) {
+    for (int kk = 0; kk < dec_qk_steps; ++kk) {
       unsigned kb[4];
       attn_ldsm_x4(kb, ks + k_off[kk & 3] + (kk >> 2) * 128);
       attn_mma16816<dec_in_bf16>(s[0], qf[kk], kb[0], kb[1]);
@@ -313,7 +321,7 @@ __device__ __forceinline__ void attn_decode(const attn_params &p) {
     attn_softmax_tile<2>([&](int nt, int k) -> float & { return s[nt][k]; }, row_max, row_sum,
                          [&](int r, float a) {
 #pragma unroll
-                           for (int nt = 0; nt < dec_dv / 8; ++nt) {
+                           for (int nt = 0; nt < 2 * dec_v_steps; ++nt) {
                              o[nt][2 * r] *= a;
                              o[nt][2 * r + 1] *= a;
                            }
@@ -326,7 +334,7 @@ __device__ __forceinline__ void attn_decode(const attn_params &p) {
     pa[2] = attn_pack2<dec_in_bf16>(s[1][0], s[1][1]);
     pa[3] = attn_pack2<dec_in_bf16>(s[1][2], s[1][3]);
 #pragma unroll
-    for (int np = 0; np < dec_dv / 16; ++np) {
+    for (int np = 0; np < dec_v_steps; ++np) {
       unsigned vb[4];
       attn_ldsm_x4_trans(vb, vs + v_off[np & 3] + (np >> 2) * 128);
       attn_mma16816<dec_in_bf16>(o[2 * np], pa, vb[0], vb[1]);
@@ -362,14 +370,14 @@ __device__ __forceinline__ void attn_decode(const attn_params &p) {
     }
     float *orow = co + (warp * dec_rows + row) * dec_dv;
 #pragma unroll
-    for (int nb = 0; nb < dec_dv / 8; ++nb)
+    for (int nb = 0; nb < ATTN_D_V / 8; ++nb)
       *(float2 *)(orow + nb * 8 + 2 * t) = make_float2(o[nb][2 * r], o[nb][2 * r + 1]);
   }
   __syncthreads();
 
   /* Combine the warps: thread pairs of columns of one row at a time. */
   const attn_tensor_arg &to = p.t[dec_to];
-  constexpr int pairs = dec_dv / 2;
+  constexpr int pairs = ATTN_D_V / 2;
   for (int w = tid; w < dec_rows * pairs; w += dec_threads) {
     const int row = w / pairs, d = 2 * (w % pairs), rr = blk.r0 + row;
     if (rr > blk.r_last)
@@ -407,7 +415,7 @@ __device__ __forceinline__ void attn_decode(const attn_params &p) {
       const attn_tensor_arg &po = p.t[dec_tpo];
       const long long prow =
           split * po.stride[0] + b * po.stride[1] + h * po.stride[2] + (long long)i * po.stride[3];
-      *(float2 *)((float *)po.ptr + prow * dec_dv + d) = make_float2(x0 * inv, x1 * inv);
+      *(float2 *)((float *)po.ptr + prow * ATTN_D_V + d) = make_float2(x0 * inv, x1 * inv);
       if (d == 0) {
         const attn_tensor_arg &pl = p.t[dec_tpl];
         ((float *)pl.ptr)[split * pl.stride[0] + b * pl.stride[1] + h * pl.stride[2] +
@@ -448,8 +456,9 @@ static __device__ __forceinline__ float dec_block_reduce(float x, float *scratch
  * subsets, its loads several in flight, the subsets then summed in order
  * through shared memory. */
 __device__ __forceinline__ void attn_decode_merge(const attn_params &p) {
-  constexpr int cols = dec_dv / 4;                   /* float4 columns */
+  constexpr int cols = ATTN_D_V / 4;                 /* float4 columns */
   constexpr int groups = dec_merge_threads / cols;   /* split subsets */
+  static_assert(groups >= 1, "a row's columns within the merge's threads");
   static_assert(dec_max_splits <= dec_merge_threads, "one thread per split's lse");
   __shared__ float dec_w[dec_max_splits];
   __shared__ float dec_scratch[dec_merge_threads / 32];
@@ -475,17 +484,19 @@ __device__ __forceinline__ void attn_decode_merge(const attn_params &p) {
 
   const int col = tid % cols, grp = tid / cols;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  const float *base = (const float *)po.ptr + row * dec_dv + 4 * col;
+  const float *base = (const float *)po.ptr + row * ATTN_D_V + 4 * col;
 #pragma unroll 8
-  for (int s = grp; s < nsplit; s += groups) {
+  for (int s = grp; grp < groups && s < nsplit; s += groups) {
+    /* (threads past groups * cols: ATTN_D_V / 4 does not divide 128) */
     const float f = dec_w[s];
-    const float4 v = *(const float4 *)(base + (long long)s * po.stride[0] * dec_dv);
+    const float4 v = *(const float4 *)(base + (long long)s * po.stride[0] * ATTN_D_V);
     acc.x += f * v.x;
     acc.y += f * v.y;
     acc.z += f * v.z;
     acc.w += f * v.w;
   }
-  dec_part[grp][col] = acc;
+  if (grp < groups)
+    dec_part[grp][col] = acc;
   __syncthreads();
   if (tid < cols) {
     float4 o = dec_part[0][tid];

@@ -38,8 +38,13 @@
 #error "fwd_sm80.cuh needs the tensor slots ATTN_TQ/TK/TV/TO/TLSE"
 #endif
 
-constexpr int fwd80_dqk = ATTN_D_QK;
-constexpr int fwd80_dv = ATTN_D_V;
+/* The tiles' head dims (attn_layout.h, attn_head_tile): whole 64-column
+ * swizzle blocks, the columns past the graph's head dims loaded as zeros. */
+constexpr int fwd80_dqk = attn_head_tile(ATTN_D_QK);
+constexpr int fwd80_dv = attn_head_tile(ATTN_D_V);
+/* The MMAs' 16-column steps holding some of q's (S) and v's (O) columns. */
+constexpr int fwd80_qk_steps = (ATTN_D_QK + 15) / 16;
+constexpr int fwd80_v_steps = (ATTN_D_V + 15) / 16;
 constexpr int fwd80_bm = ATTN_BM;
 constexpr int fwd80_bn = ATTN_BN;
 constexpr int fwd80_warps = ATTN_WARPS;
@@ -56,8 +61,8 @@ constexpr int fwd80_out_kind = attn_out_kind;
 
 /* Head dims are whole multiples of 64 so that a row holds a multiple of
  * eight 16-byte chunks, which the (row & 7) swizzle needs. */
-static_assert(fwd80_dqk % 64 == 0 && fwd80_dqk <= 256, "D_QK: 64, 128 or 256");
-static_assert(fwd80_dv % 64 == 0 && fwd80_dv <= 256, "D_V: 64, 128 or 256");
+static_assert(attn_head_dim_ok(ATTN_D_QK) && attn_head_dim_ok(ATTN_D_V),
+              "head dims: multiples of 8 up to 256");
 static_assert(fwd80_bm == 16 * fwd80_warps, "each warp owns 16 query rows");
 static_assert(fwd80_bn % 16 == 0 && fwd80_bn >= 16, "BN: a multiple of 16");
 
@@ -87,13 +92,14 @@ static __device__ __forceinline__ unsigned fwd80_pack_in(float lo, float hi) {
 /* ------------------------------------------------------ tile movement */
 
 /* Starts the copy of a swizzled tile by the CTA (ptx.cuh, attn_cp_tile):
- * rows row0.. of D elements, zero-filled at or beyond row_end. */
-template <int ROWS, int D>
+ * rows row0.. of D elements (the tile's dim) of which the tensor has
+ * D_REAL, zero-filled at or beyond row_end and past column D_REAL. */
+template <int ROWS, int D, int D_REAL>
 static __device__ __forceinline__ void
 fwd80_load_tile(unsigned dst, const unsigned short *base, long long row_stride,
                 int row0, int row_end, int tid) {
-  attn_cp_tile<ROWS, D * 2, fwd80_threads>(dst, (const unsigned char *)base, row_stride * 2, row0,
-                                           row_end, tid);
+  attn_cp_tile<ROWS, D * 2, fwd80_threads, D_REAL * 2>(dst, (const unsigned char *)base,
+                                                       row_stride * 2, row0, row_end, tid);
 }
 
 /* ------------------------------------------------------- the kernel body */
@@ -159,14 +165,14 @@ __device__ __forceinline__ void attn_fwd_sm80(const attn_params &p) {
   };
   auto load_kv = [&](int n, int stage) {
     unsigned dst = skv + stage * fwd80_stage_bytes;
-    fwd80_load_tile<fwd80_bn, fwd80_dqk>(dst, kg, tk.stride[2], n * fwd80_bn,
-                                         p.Skv, tid);
-    fwd80_load_tile<fwd80_bn, fwd80_dv>(dst + fwd80_k_bytes, vg, tv.stride[2],
-                                        n * fwd80_bn, p.Skv, tid);
+    fwd80_load_tile<fwd80_bn, fwd80_dqk, ATTN_D_QK>(dst, kg, tk.stride[2], n * fwd80_bn,
+                                                    p.Skv, tid);
+    fwd80_load_tile<fwd80_bn, fwd80_dv, ATTN_D_V>(dst + fwd80_k_bytes, vg, tv.stride[2],
+                                                  n * fwd80_bn, p.Skv, tid);
   };
 
   /* Group 0: Q. Group 1: the first live K/V tile (maybe empty). */
-  fwd80_load_tile<fwd80_bm, fwd80_dqk>(sq, qg, tq.stride[2], i0, p.Sq, tid);
+  fwd80_load_tile<fwd80_bm, fwd80_dqk, ATTN_D_QK>(sq, qg, tq.stride[2], i0, p.Sq, tid);
   attn_cp_async_commit();
   int n = next_live(n_begin);
   if (n < n_end)
@@ -193,18 +199,18 @@ __device__ __forceinline__ void attn_fwd_sm80(const attn_params &p) {
                (((2 * c + (lane >> 4)) ^ sw) << 4);
   }
 
-  unsigned qf[fwd80_q_in_regs ? fwd80_dqk / 16 : 1][4];
+  unsigned qf[fwd80_q_in_regs ? fwd80_qk_steps : 1][4];
   if constexpr (fwd80_q_in_regs) {
     attn_cp_async_wait<1>();
     __syncthreads();
 #pragma unroll
-    for (int kk = 0; kk < fwd80_dqk / 16; ++kk)
+    for (int kk = 0; kk < fwd80_qk_steps; ++kk)
       attn_ldsm_x4(qf[kk], sq + q_off[kk & 3] + (kk >> 2) * 128);
   }
 
-  float o[fwd80_dv / 8][4];
+  float o[2 * fwd80_v_steps][4];
 #pragma unroll
-  for (int nt = 0; nt < fwd80_dv / 8; ++nt)
+  for (int nt = 0; nt < 2 * fwd80_v_steps; ++nt)
     o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.f;
   float row_max[2] = {neg_inf, neg_inf}; /* natural-log units */
   float row_sum[2] = {0.f, 0.f};         /* this lane's partial sums */
@@ -234,7 +240,7 @@ __device__ __forceinline__ void attn_fwd_sm80(const attn_params &p) {
     for (int nt = 0; nt < fwd80_bn / 8; ++nt)
       s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
 #pragma unroll
-    for (int kk = 0; kk < fwd80_dqk / 16; ++kk) {
+    for (int kk = 0; kk < fwd80_qk_steps; ++kk) {
       unsigned qa[4];
       if constexpr (fwd80_q_in_regs) {
         qa[0] = qf[kk][0], qa[1] = qf[kk][1], qa[2] = qf[kk][2],
@@ -267,7 +273,7 @@ __device__ __forceinline__ void attn_fwd_sm80(const attn_params &p) {
         [&](int nt, int k) -> float & { return s[nt][k]; }, row_max, row_sum,
         [&](int r, float a) {
 #pragma unroll
-          for (int nt = 0; nt < fwd80_dv / 8; ++nt) {
+          for (int nt = 0; nt < 2 * fwd80_v_steps; ++nt) {
             o[nt][2 * r] *= a;
             o[nt][2 * r + 1] *= a;
           }
@@ -314,7 +320,7 @@ __device__ __forceinline__ void attn_fwd_sm80(const attn_params &p) {
       pa[2] = fwd80_pack_in(s[2 * kk + 1][0], s[2 * kk + 1][1]);
       pa[3] = fwd80_pack_in(s[2 * kk + 1][2], s[2 * kk + 1][3]);
 #pragma unroll
-      for (int np = 0; np < fwd80_dv / 16; ++np) {
+      for (int np = 0; np < fwd80_v_steps; ++np) {
         unsigned vb[4];
         attn_ldsm_x4_trans(vb, vs + v_off[np & 3] + (np >> 2) * 128 +
                                     kk * 16 * fwd80_dv * 2);
@@ -333,7 +339,7 @@ __device__ __forceinline__ void attn_fwd_sm80(const attn_params &p) {
     atomicAdd(p.tiles_visited, visited);
 
   /* Normalize and store (softmax.cuh). */
-  attn_softmax_store<fwd80_dv / 8, fwd80_out_kind, (fwd80_tlse >= 0), (attn_has_sink != 0)>(
+  attn_softmax_store<ATTN_D_V / 8, fwd80_out_kind, (fwd80_tlse >= 0), (attn_has_sink != 0)>(
       [&](int nt, int k) -> float & { return o[nt][k]; }, row_max, row_sum, i_row, t, b, h,
       fwd80_to, fwd80_tlse >= 0 ? fwd80_tlse : 0, p,
       [&](float x, int i, int d) { return attn_out(x, b, h, i, d, p); },

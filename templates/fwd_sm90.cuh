@@ -17,7 +17,8 @@
  * - The runtime builds one tensor map per operand (runtime/tmap.c) over
  *   the 4-D tensor as bound (any 16-byte strides), boxes of 64 columns
  *   (128 bytes) by the tile's rows, 128-byte swizzle. Rows beyond Sq/Skv
- *   come back zero-filled, as the sm80 template's loads do.
+ *   and columns beyond a head dim that is not a multiple of 64 come back
+ *   zero-filled, as the sm80 template's loads do.
  * - S = Q K^T: wgmma m64nBNk16 with Q and K both from shared memory
  *   (K-major descriptors). O += P V: wgmma m64nDVk16 with P from registers
  *   (the S accumulators packed to 16 bits: the accumulator layout is the A
@@ -42,8 +43,12 @@
 #error "fwd_sm90.cuh needs the tensor slots ATTN_TQ/TK/TV/TO/TLSE"
 #endif
 
-constexpr int fwd90_dqk = ATTN_D_QK;
-constexpr int fwd90_dv = ATTN_D_V;
+/* The tiles' head dims (attn_layout.h, attn_head_tile): whole 64-column
+ * blocks, the columns past the graph's own head dims zero-filled by TMA. */
+constexpr int fwd90_dqk = attn_head_tile(ATTN_D_QK);
+constexpr int fwd90_dv = attn_head_tile(ATTN_D_V);
+/* The S GEMM's 16-column steps: those holding some of q's columns. */
+constexpr int fwd90_qk_steps = (ATTN_D_QK + 15) / 16;
 constexpr int fwd90_bm = ATTN_BM;
 constexpr int fwd90_bn = ATTN_BN;
 constexpr int fwd90_stages = ATTN_STAGES;
@@ -65,10 +70,11 @@ constexpr bool fwd90_persistent = false;
 constexpr bool fwd90_in_bf16 = attn_in_bf16;
 constexpr int fwd90_out_kind = attn_out_kind;
 
-/* Head dims: whole 64-column (128-byte) swizzle blocks. BN: an S GEMM of
- * m64n64, m64n80 or m64n128. BM: two consumer warpgroups of 64 rows. */
-static_assert(fwd90_dqk % 64 == 0 && fwd90_dqk <= 256, "D_QK: 64, 128 or 256");
-static_assert(fwd90_dv % 64 == 0 && fwd90_dv <= 256, "D_V: 64, 128 or 256");
+/* Head dims: multiples of 8 up to 256, in tiles of whole 64-column
+ * (128-byte) swizzle blocks. BN: an S GEMM of m64n64, m64n80 or m64n128.
+ * BM: two consumer warpgroups of 64 rows. */
+static_assert(attn_head_dim_ok(ATTN_D_QK) && attn_head_dim_ok(ATTN_D_V),
+              "head dims: multiples of 8 up to 256");
 static_assert(fwd90_bm == 128, "two consumer warpgroups of 64 rows");
 static_assert(fwd90_bn == 64 || fwd90_bn == 80 || fwd90_bn == 128, "BN: 64, 80 or 128");
 static_assert(fwd90_stages >= 2 && fwd90_stages <= 4, "2 to 4 K/V stages");
@@ -125,9 +131,15 @@ static __device__ __forceinline__ void fwd90_gemm_qk(float (&d)[N / 2], unsigned
 template <int N>
 static __device__ __forceinline__ void fwd90_gemm_pv(float (&d)[N / 2], const unsigned (&a)[4],
                                                      unsigned long long db) {
-  if constexpr (N == 256)
+  if constexpr (N == 256) {
     attn_wgmma_rs256<fwd90_in_bf16>(d, a, db);
-  else if constexpr (N == 128)
+  } else if constexpr (N == 192) {
+    /* Columns 0-127, then 128-191: V's third 64-column block, two blocks
+     * (of fwd90_bn rows of 128 bytes) further on. */
+    attn_wgmma_rs128<fwd90_in_bf16>(*reinterpret_cast<float(*)[64]>(&d[0]), a, db);
+    attn_wgmma_rs64<fwd90_in_bf16>(*reinterpret_cast<float(*)[32]>(&d[64]), a,
+                                   attn_wgmma_desc_add(db, 2 * fwd90_bn * 128));
+  } else if constexpr (N == 128)
     attn_wgmma_rs128<fwd90_in_bf16>(d, a, db);
   else
     attn_wgmma_rs64<fwd90_in_bf16>(d, a, db);
@@ -514,7 +526,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       attn_named_sync(my_turn);
       attn_wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < fwd90_dqk / 16; ++kk) {
+      for (int kk = 0; kk < fwd90_qk_steps; ++kk) {
         const unsigned long long dq =
             attn_wgmma_desc(q_wg + (kk >> 2) * fwd90_bm * 128 + (kk & 3) * 32, 16, 1024);
         const unsigned long long dk =
@@ -651,7 +663,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       attn_mbar_arrive(bar_q_empty);
 
     /* Normalize and store, straight from the accumulators (softmax.cuh). */
-    attn_softmax_store<fwd90_dv / 8, fwd90_out_kind, (fwd90_tlse >= 0), (attn_has_sink != 0)>(
+    attn_softmax_store<ATTN_D_V / 8, fwd90_out_kind, (fwd90_tlse >= 0), (attn_has_sink != 0)>(
         [&](int nb, int k) -> float & { return o[nb * 4 + k]; }, row_max, row_sum, i_row, t4, b,
         h, fwd90_to, fwd90_tlse >= 0 ? fwd90_tlse : 0, p,
         [&](float x, int i, int d) { return attn_out(x, b, h, i, d, p); },

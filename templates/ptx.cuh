@@ -33,26 +33,40 @@
 
 /* Starts the copy of ROWS rows of ROW_BYTES bytes each (rows row0.. of a
  * tensor whose row stride is row_stride bytes) into a swizzled tile by a
- * CTA of THREADS threads; rows at or beyond row_end are zero-filled so
- * they contribute nothing. Thread tid copies chunk tid % (ROW_BYTES/16) of
+ * CTA of THREADS threads; rows at or beyond row_end, and the bytes of each
+ * row past VALID_BYTES (a tensor row narrower than the tile's: a head dim
+ * that is not a multiple of 64), are zero-filled so they contribute
+ * nothing and nothing past the tensor's row is read. Thread tid copies chunk tid % (ROW_BYTES/16) of
  * every (THREADS / (ROW_BYTES/16))-th row, so its source advances by a
  * fixed step: one 64-bit pointer, not one per copy. */
-template <int ROWS, int ROW_BYTES, int THREADS>
+template <int ROWS, int ROW_BYTES, int THREADS, int VALID_BYTES = ROW_BYTES>
 static __device__ __forceinline__ void attn_cp_tile(unsigned dst, const unsigned char *base,
                                                     long long row_stride, int row0, int row_end,
                                                     int tid) {
   constexpr int chunks = ROW_BYTES / 16;
-  constexpr int step = THREADS / chunks; /* rows per pass */
-  static_assert(THREADS % chunks == 0 && ROWS % step == 0, "tile chunks divide the CTA");
-  const int c = tid % chunks, r0 = tid / chunks;
-  const unsigned char *src = base + (long long)(row0 + r0) * row_stride + c * 16;
-  const long long src_step = (long long)step * row_stride;
+  static_assert(VALID_BYTES % 16 == 0 && VALID_BYTES <= ROW_BYTES, "whole chunks of a row");
+  if constexpr (THREADS % chunks != 0 || ROWS % (THREADS / chunks) != 0) {
+    /* Rows of 24 chunks (a 192-column tile) do not divide the CTA: each
+     * thread takes every THREADS-th chunk of the tile instead. */
+    for (int e = tid; e < ROWS * chunks; e += THREADS) {
+      const int r = e / chunks, c = e % chunks;
+      const bool in = (VALID_BYTES == ROW_BYTES || c * 16 < VALID_BYTES) && row0 + r < row_end;
+      const unsigned char *src = base + (long long)(row0 + r) * row_stride + c * 16;
+      attn_cp_async16(dst + attn_swz(r, c, ROW_BYTES), in ? src : base, in ? 16 : 0);
+    }
+  } else {
+    constexpr int step = THREADS / chunks; /* rows per pass */
+    const int c = tid % chunks, r0 = tid / chunks;
+    const bool col_in = VALID_BYTES == ROW_BYTES || c * 16 < VALID_BYTES;
+    const unsigned char *src = base + (long long)(row0 + r0) * row_stride + c * 16;
+    const long long src_step = (long long)step * row_stride;
 #pragma unroll
-  for (int k = 0; k < ROWS / step; ++k) {
-    const int r = r0 + k * step;
-    const bool in = row0 + r < row_end;
-    attn_cp_async16(dst + attn_swz(r, c, ROW_BYTES), in ? src : base, in ? 16 : 0);
-    src += src_step;
+    for (int k = 0; k < ROWS / step; ++k) {
+      const int r = r0 + k * step;
+      const bool in = col_in && row0 + r < row_end;
+      attn_cp_async16(dst + attn_swz(r, c, ROW_BYTES), in ? src : base, in ? 16 : 0);
+      src += src_step;
+    }
   }
 }
 
