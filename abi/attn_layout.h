@@ -31,6 +31,13 @@
  * takes tile dims. */
 ATTN_LAYOUT_FN int attn_head_dim_ok(int d) { return d >= 8 && d <= 256 && d % 8 == 0; }
 ATTN_LAYOUT_FN int attn_head_tile(int d) { return (d + 63) / 64 * 64; }
+/* The backward's tiles come in fewer widths: 64, 128, and 256 for both
+ * (bwd_sm90's split-D mode) once either head dim passes 128; d is the one
+ * to tile, other the graph's other head dim. The f32 accumulators of dQ,
+ * dK and dV have rows of these widths (their padding stays zero). */
+ATTN_LAYOUT_FN int attn_bwd_head_tile(int d, int other) {
+  return d > 128 || other > 128 ? 256 : d > 64 ? 128 : 64;
+}
 
 /* fwd_sm80: the Q tile, then two stages of (K tile, V tile), 16-bit
  * elements; no barriers (cp.async groups), no rounding. */

@@ -854,6 +854,9 @@ typedef struct BwdSpec {
   BwdSlots slots;
   DType in_type, out_type; /* q/k/v (also dO, dq, dk, dv); o */
   int d_qk, d_v;
+  /* The widths the kernels' tiles and the f32 accumulators' rows have
+   * (attn_layout.h, attn_bwd_head_tile): 64, 128 or 256. */
+  int tile_qk, tile_v;
   /* The main kernel's template: bwd_sm90 (wgmma, sm_90a) or bwd_sm80;
    * the delta and convert kernels are bwd_sm80's either way, launched
    * with the same CTA size. */
@@ -868,8 +871,8 @@ typedef struct BwdSpec {
 } BwdSpec;
 
 /* Derives and matches the backward of a graph whose forward matched as
- * fwd. NULL with located errors: no lse output, head dims other than
- * 64/128, too many tensor slots, a derivation error. Callers check
+ * fwd. NULL with located errors: no lse output, head dims that are not
+ * multiples of 8 up to 256 (up to 128 on bwd_sm80), too many tensor slots, a derivation error. Callers check
  * bwd_unsupported_grad first (match_bwd refuses such graphs too).
  * The main kernel is bwd_sm90's when fwd->tmpl is TMPL_FWD_SM90 (the
  * target is sm_90a), bwd_sm80's otherwise; o->bwd_template overrides: 80

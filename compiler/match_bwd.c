@@ -6,7 +6,8 @@
  *
  * The template recomputes P from the forward's scores and the saved lse,
  * so the graph must output lse; it holds K, V, Q and dO tiles of 64 rows
- * in shared memory, so head dims are 64 or 128; a bias gradient (a grad
+ * in shared memory, in tiles of 64 or 128 columns (256 on sm_90a:
+ * attn_bwd_head_tile) holding any head dim that is a multiple of 8; a bias gradient (a grad
  * tensor other than q, k, v) needs the bias read as t[b, h, i, j] (some
  * indices left out, literal-1 dims broadcast) and is written directly,
  * through f32 atomics, or summed per warp (BwdBiasMode). Each refusal is a
@@ -110,8 +111,6 @@ int bwd_unsupported_grad(const IrGraph *g) {
   return bad;
 }
 
-static bool head_dim_ok(int d) { return d == 64 || d == 128; }
-
 /* Which main kernel (attnc.h, match_bwd): the forward's choice of the
  * Hopper template says the target is sm_90a; the bwd_template option
  * overrides it (the library never fails on a tuning knob: other values
@@ -162,13 +161,18 @@ BwdSpec *match_bwd(const KernelSpec *fwd, const CompileOptions *o, Arena *a, Dia
   s->d_qk = fwd->d_qk;
   s->d_v = fwd->d_v;
   s->sm90 = bwd_use_sm90(fwd, o);
-  /* bwd_sm90's split-D mode takes 256 for both (sm_90a only). */
-  const bool split_d = s->sm90 && s->d_qk == 256 && s->d_v == 256;
-  if (!split_d && (!head_dim_ok(s->d_qk) || !head_dim_ok(s->d_v))) {
+  /* Tiles of 64 or 128 columns each, or of 256 for both (bwd_sm90's
+   * split-D mode, sm_90a only) once either head dim passes 128. */
+  s->tile_qk = attn_bwd_head_tile(s->d_qk, s->d_v);
+  s->tile_v = attn_bwd_head_tile(s->d_v, s->d_qk);
+  const bool split_d = s->sm90 && s->tile_qk == 256;
+  if (!attn_head_dim_ok(s->d_qk) || !attn_head_dim_ok(s->d_v) ||
+      (!split_d && s->tile_qk == 256)) {
     diag_error(d, g->tensors[g->q].loc,
-               "graph '%s': the backward takes head dimensions 64 or 128 (on sm_90a also 256 "
-               "for q, k and v alike); this graph has %d (q, k) and %d (v) for %s",
-               g->name, s->d_qk, s->d_v, s->sm90 ? "sm_90a" : "this target");
+               "graph '%s': the backward takes head dimensions that are multiples of 8 up to "
+               "%d on %s; this graph has %d (q, k) and %d (v)",
+               g->name, s->sm90 ? 256 : 128, s->sm90 ? "sm_90a" : "this target (256 on sm_90a)",
+               s->d_qk, s->d_v);
     return NULL;
   }
   if (s->slots.end > ATTN_MAX_TENSORS) {
@@ -188,7 +192,7 @@ BwdSpec *match_bwd(const KernelSpec *fwd, const CompileOptions *o, Arena *a, Dia
     s->threads = 256;
     s->block_n = 64;
     s->split_d = true; /* never persistent: 7-23% slower (bench/NOTES-sm90.md, session 7) */
-    s->smem_bytes = attn_bwd90_layout_of(64, 64, 2, s->d_qk, s->d_v, 1).total;
+    s->smem_bytes = attn_bwd90_layout_of(64, 64, 2, s->tile_qk, s->tile_v, 1).total;
     return s;
   }
   if (s->sm90) {
@@ -198,19 +202,19 @@ BwdSpec *match_bwd(const KernelSpec *fwd, const CompileOptions *o, Arena *a, Dia
      * lse log2 e}, the stages' mbarriers and tile slots (256 bytes), and
      * 1024 bytes to align the base. Wide mode (D 64 for q, k and v):
      * 128-query tiles in two stages (bwd90_wide). */
-    const bool wide = s->d_qk == 64 && s->d_v == 64;
+    const bool wide = s->tile_qk == 64 && s->tile_v == 64;
     const int bm = wide ? 128 : 64, stages = wide ? 2 : 3;
     s->threads = 256;
     s->block_n = 128;
     s->wide = wide;
     s->persistent = true;
-    s->smem_bytes = attn_bwd90_layout_of(128, bm, stages, s->d_qk, s->d_v, 0).total;
+    s->smem_bytes = attn_bwd90_layout_of(128, bm, stages, s->tile_qk, s->tile_v, 0).total;
     return s;
   }
   /* bwd_sm80.cuh: 64 keys per CTA in four warps, 64-row query tiles; K, V,
    * Q, dO and dRaw^T tiles of 16-bit elements, then lse and delta. */
   s->threads = 128;
   s->block_n = 64;
-  s->smem_bytes = attn_bwd80_layout_of(64, 64, s->d_qk, s->d_v).total;
+  s->smem_bytes = attn_bwd80_layout_of(64, 64, s->tile_qk, s->tile_v).total;
   return s;
 }

@@ -145,7 +145,7 @@ static void plan_backward(GraphPlan *gp, const BwdSpec *b, Arena *a) {
   PassPlan *p = &gp->pass[PLAN_BACKWARD];
   p->present = true;
   /* The ordered dQ tiles exist up to head dim 128 (split-D has none). */
-  p->det_ok = b->d_qk <= 128 && b->d_v <= 128;
+  p->det_ok = b->tile_qk <= 128 && b->tile_v <= 128;
   add_prep(p, gp, plan_entry(a, g->name, "prep"));
 
   /* Per query row {delta, lse * log2(e)}, written by the delta pass, which
@@ -153,12 +153,12 @@ static void plan_backward(GraphPlan *gp, const BwdSpec *b, Arena *a) {
    * slot is the kernels' deterministic flag). */
   add_slice(p, "delta", PB_SLOT, sl->delta, 4, pd(PD_B), pd(PD_H), pd(PD_SQ), pconst(2),
             PZ_NEVER);
-  add_slice(p, "dq_acc", PB_SLOT, sl->dqa, 4, pd(PD_B), pd(PD_H), pd(PD_SQ), pconst(b->d_qk),
+  add_slice(p, "dq_acc", PB_SLOT, sl->dqa, 4, pd(PD_B), pd(PD_H), pd(PD_SQ), pconst(b->tile_qk),
             PZ_NEVER)->deny = PLAN_IF_DET;
   /* GQA: dK/dV summed over a group's query heads, by f32 atomics (zeroed
    * first) or, deterministic, one slice per query head summed in head
    * order by convert_kv. Without GQA the slots stay null. */
-  const int acc_slot[2] = {sl->dka, sl->dva}, acc_d[2] = {b->d_qk, b->d_v};
+  const int acc_slot[2] = {sl->dka, sl->dva}, acc_d[2] = {b->tile_qk, b->tile_v};
   static const char *const acc_name[2][2] = {{"dk_acc", "dk_acc_det"}, {"dv_acc", "dv_acc_det"}};
   for (int r = 0; r < 2; r++) {
     if (acc_slot[r] < 0) continue;

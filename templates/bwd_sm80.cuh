@@ -47,8 +47,12 @@
 #error "bwd_sm80.cuh needs the slots ATTN_TQ/TK/TV/TO/TLSE/TDO/TDELTA/TDQA/TDQ/TDK/TDV/TDKA/TDVA"
 #endif
 
-constexpr int bwd80_dqk = ATTN_D_QK;
-constexpr int bwd80_dv = ATTN_D_V;
+/* The tiles' widths (attn_layout.h, attn_bwd_head_tile: 64, 128 or 256),
+ * which the f32 accumulators' rows share (their padding stays zero); loads
+ * from and stores to the graph's tensors take ATTN_D_QK / ATTN_D_V
+ * columns, the rest of a tile being zeros. */
+constexpr int bwd80_dqk = attn_bwd_head_tile(ATTN_D_QK, ATTN_D_V);
+constexpr int bwd80_dv = attn_bwd_head_tile(ATTN_D_V, ATTN_D_QK);
 constexpr int bwd80_bn = 64; /* keys per CTA, 16 per warp */
 constexpr int bwd80_bm = 64; /* queries per streamed tile */
 [[maybe_unused]] constexpr int bwd80_warps = 4; /* (unused at D 256: no main kernel) */
@@ -69,10 +73,8 @@ constexpr int bwd80_out_kind = attn_out_kind;
  * (their accumulators); at 256 (bwd_sm90's split-D mode) this text
  * provides only the row kernels, hooks and helpers. */
 #define BWD80_MAIN (ATTN_D_QK <= 128 && ATTN_D_V <= 128)
-#if BWD80_MAIN
-static_assert(bwd80_dqk % 64 == 0, "D_QK: 64 or 128");
-static_assert(bwd80_dv % 64 == 0, "D_V: 64 or 128");
-#endif
+static_assert(attn_head_dim_ok(ATTN_D_QK) && attn_head_dim_ok(ATTN_D_V),
+              "head dims: multiples of 8 up to 256");
 
 /* Shared memory: K, V (the CTA's keys), Q, dO (the streamed query tile),
  * dRaw^T (keys x queries, for dQ), then lse and delta of the query tile. */
@@ -197,9 +199,10 @@ static __device__ __forceinline__ unsigned short bwd80_from_f32(float x) {
   return tile + (unsigned)(r * row_bytes + ((((c >> 3) ^ (r & 7))) << 4) + (c & 7) * 2);
 }
 
-/* Copies ROWS rows of D elements starting at row0 into a swizzled tile;
- * rows at or beyond row_end are zero-filled (garbage could be NaN). */
-template <int ROWS, int D>
+/* Copies ROWS rows of D elements (the tile's width; the tensor has
+ * D_REAL) starting at row0 into a swizzled tile; rows at or beyond
+ * row_end and columns past D_REAL are zero-filled (garbage could be NaN). */
+template <int ROWS, int D, int D_REAL>
 static __device__ __forceinline__ void bwd80_load(unsigned dst, const unsigned short *base,
                                                   long long row_stride, int row0,
                                                   int row_end, int tid) {
@@ -207,7 +210,7 @@ static __device__ __forceinline__ void bwd80_load(unsigned dst, const unsigned s
 #pragma unroll
   for (int e = tid; e < ROWS * chunks; e += bwd80_threads) {
     const int r = e / chunks, c = e % chunks;
-    const bool in = row0 + r < row_end;
+    const bool in = row0 + r < row_end && (D_REAL == D || c * 8 < D_REAL);
     const unsigned short *src = base + (in ? (long long)(row0 + r) * row_stride + c * 8 : 0);
     attn_cp_async16(bwd80_at(dst, r, c * 8, D * 2), src, in ? 16 : 0);
   }
@@ -330,7 +333,7 @@ __device__ __forceinline__ void attn_bwd_sm80_delta(const attn_params &p) {
     const unsigned short *dor = (const unsigned short *)tdo.ptr + b * tdo.stride[0] +
                                 h * tdo.stride[1] + (long long)i * tdo.stride[2];
     const long long oo = b * to.stride[0] + h * to.stride[1] + (long long)i * to.stride[2];
-    for (int d = rs.col; d < bwd80_dv; d += rs.step) {
+    for (int d = rs.col; d < ATTN_D_V; d += rs.step) {
       float g[8], o[8];
       bwd80_ld8_half<bwd80_in_bf16>(dor + d, g);
       if constexpr (bwd80_out_kind == 2)
@@ -429,8 +432,8 @@ static __device__ __forceinline__ void bwd80_dq_tile(const attn_params &p, int m
    * warps; the others only take part in the barriers. */
   const bool active = warp < bwd80_warps;
   if (active) {
-    bwd80_load<bwd80_bm, bwd80_dqk>(sq, qg, tq.stride[2], i0, p.Sq, tid);
-    bwd80_load<bwd80_bm, bwd80_dv>(sdo, dog, tdo.stride[2], i0, p.Sq, tid);
+    bwd80_load<bwd80_bm, bwd80_dqk, ATTN_D_QK>(sq, qg, tq.stride[2], i0, p.Sq, tid);
+    bwd80_load<bwd80_bm, bwd80_dv, ATTN_D_V>(sdo, dog, tdo.stride[2], i0, p.Sq, tid);
   }
   if (tid < bwd80_bm) {
     const int i = i0 + tid;
@@ -454,8 +457,8 @@ static __device__ __forceinline__ void bwd80_dq_tile(const attn_params &p, int m
 
     bwd80_cta_sync<NAMED>(); /* the previous key tile is consumed */
     if (active) {
-      bwd80_load<bwd80_bn, bwd80_dqk>(sk, kg, tk.stride[2], j0, p.Skv, tid);
-      bwd80_load<bwd80_bn, bwd80_dv>(sv, vg, tv.stride[2], j0, p.Skv, tid);
+      bwd80_load<bwd80_bn, bwd80_dqk, ATTN_D_QK>(sk, kg, tk.stride[2], j0, p.Skv, tid);
+      bwd80_load<bwd80_bn, bwd80_dv, ATTN_D_V>(sv, vg, tv.stride[2], j0, p.Skv, tid);
     }
     bwd80_cp_async_wait_all(); /* also Q, dO on the first visit */
     bwd80_cta_sync<NAMED>();
@@ -567,7 +570,7 @@ static __device__ __forceinline__ void bwd80_dq_tile(const attn_params &p, int m
     unsigned short *row = (unsigned short *)to.ptr + b * to.stride[0] + h * to.stride[1] +
                           (long long)i * to.stride[2];
 #pragma unroll
-    for (int nt = 0; nt < bwd80_dqk / 8; ++nt)
+    for (int nt = 0; nt < ATTN_D_QK / 8; ++nt)
       *(unsigned *)(row + nt * 8 + 2 * t) = bwd80_pack(dq[nt][2 * r] * sc, dq[nt][2 * r + 1] * sc);
   }
 }
@@ -640,8 +643,8 @@ __device__ __forceinline__ void attn_bwd_sm80_main(const attn_params &p) {
                            bwd80_do_bytes + bwd80_ds_bytes);
   float *s_delta = s_lse + bwd80_bm;
 
-  bwd80_load<bwd80_bn, bwd80_dqk>(sk, kg, tk.stride[2], j0, p.Skv, tid);
-  bwd80_load<bwd80_bn, bwd80_dv>(sv, vg, tv.stride[2], j0, p.Skv, tid);
+  bwd80_load<bwd80_bn, bwd80_dqk, ATTN_D_QK>(sk, kg, tk.stride[2], j0, p.Skv, tid);
+  bwd80_load<bwd80_bn, bwd80_dv, ATTN_D_V>(sv, vg, tv.stride[2], j0, p.Skv, tid);
 
   float dk[bwd80_dqk / 8][4], dv[bwd80_dv / 8][4];
 #pragma unroll
@@ -670,8 +673,8 @@ __device__ __forceinline__ void attn_bwd_sm80_main(const attn_params &p) {
       continue; /* uniform across the CTA: no thread skips a barrier alone */
 
     __syncthreads(); /* the previous tile's Q, dO and dRaw are consumed */
-    bwd80_load<bwd80_bm, bwd80_dqk>(sq, qg, tq.stride[2], i0, p.Sq, tid);
-    bwd80_load<bwd80_bm, bwd80_dv>(sdo, dog, tdo.stride[2], i0, p.Sq, tid);
+    bwd80_load<bwd80_bm, bwd80_dqk, ATTN_D_QK>(sq, qg, tq.stride[2], i0, p.Sq, tid);
+    bwd80_load<bwd80_bm, bwd80_dv, ATTN_D_V>(sdo, dog, tdo.stride[2], i0, p.Sq, tid);
     if (tid < bwd80_bm) {
       const int i = i0 + tid;
       s_lse[tid] = i < p.Sq ? lseg[(long long)i * tl.stride[2]] : 0.f;
@@ -899,7 +902,7 @@ __device__ __forceinline__ void attn_bwd_sm80_main(const attn_params &p) {
       unsigned short *row = (unsigned short *)to.ptr + b * to.stride[0] + hk * to.stride[1] +
                             (long long)j * to.stride[2];
 #pragma unroll
-      for (int nt = 0; nt < bwd80_dqk / 8; ++nt) {
+      for (int nt = 0; nt < ATTN_D_QK / 8; ++nt) {
         const int d = nt * 8 + 2 * t;
         if (shared_kv && bwd80_deterministic(p)) {
           *(float2 *)(acc + d) = make_float2(dk[nt][2 * r] * sc, dk[nt][2 * r + 1] * sc);
@@ -919,7 +922,7 @@ __device__ __forceinline__ void attn_bwd_sm80_main(const attn_params &p) {
       unsigned short *row = (unsigned short *)to.ptr + b * to.stride[0] + hk * to.stride[1] +
                             (long long)j * to.stride[2];
 #pragma unroll
-      for (int nt = 0; nt < bwd80_dv / 8; ++nt) {
+      for (int nt = 0; nt < ATTN_D_V / 8; ++nt) {
         const int d = nt * 8 + 2 * t;
         if (shared_kv && bwd80_deterministic(p)) {
           *(float2 *)(acc + d) = make_float2(dv[nt][2 * r], dv[nt][2 * r + 1]);
@@ -954,15 +957,16 @@ __device__ __forceinline__ void attn_bwd_sm80_convert(const attn_params &p) {
       (const float *)p.t[bwd80_tdqa].ptr + (((long long)b * p.H + h) * p.Sq + i) * bwd80_dqk;
   unsigned short *row = (unsigned short *)to.ptr + b * to.stride[0] + h * to.stride[1] +
                         (long long)i * to.stride[2];
-  for (int d = rs.col; d < bwd80_dqk; d += rs.step) {
+  for (int d = rs.col; d < ATTN_D_QK; d += rs.step) {
     float x[8];
     bwd80_ld8_f32(acc + d, x);
     bwd80_st8_half(row + d, x);
   }
 }
 
-/* dK's or dV's row j of (b, hk) from its f32 accumulator rows, summed
- * over the `group` query heads they came from (head_step floats apart). */
+/* dK's or dV's row j of (b, hk), D columns, from its f32 accumulator rows
+ * (of the tile's width), summed over the `group` query heads they came
+ * from (head_step floats apart). */
 template <int D>
 static __device__ __forceinline__ void bwd80_convert_kv_row(const attn_tensor_arg &to,
                                                             const float *acc, int group,
@@ -996,12 +1000,12 @@ __device__ __forceinline__ void attn_bwd_sm80_convert_kv(const attn_params &p) {
   const long long r = det ? ((long long)b * p.H + (long long)hk * group) * p.Skv + j
                           : ((long long)b * p.Hk + hk) * p.Skv + j;
   if constexpr (bwd80_tdk >= 0)
-    bwd80_convert_kv_row<bwd80_dqk>(p.t[bwd80_tdk >= 0 ? bwd80_tdk : 0],
+    bwd80_convert_kv_row<ATTN_D_QK>(p.t[bwd80_tdk >= 0 ? bwd80_tdk : 0],
                                     (const float *)p.t[bwd80_tdka >= 0 ? bwd80_tdka : 0].ptr +
                                         r * bwd80_dqk,
                                     group, (long long)p.Skv * bwd80_dqk, b, hk, j, rs);
   if constexpr (bwd80_tdv >= 0)
-    bwd80_convert_kv_row<bwd80_dv>(p.t[bwd80_tdv >= 0 ? bwd80_tdv : 0],
+    bwd80_convert_kv_row<ATTN_D_V>(p.t[bwd80_tdv >= 0 ? bwd80_tdv : 0],
                                    (const float *)p.t[bwd80_tdva >= 0 ? bwd80_tdva : 0].ptr +
                                        r * bwd80_dv,
                                    group, (long long)p.Skv * bwd80_dv, b, hk, j, rs);

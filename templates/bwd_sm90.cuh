@@ -68,8 +68,12 @@
 #error "bwd_sm90.cuh needs ATTN_D_QK, ATTN_D_V"
 #endif
 
-constexpr int bwd90_dqk = ATTN_D_QK;
-constexpr int bwd90_dv = ATTN_D_V;
+/* The tiles' widths, as bwd_sm80's (attn_bwd_head_tile): the graph's head
+ * dims rounded up to 64, 128 or (both) 256; K and V are loaded with zeros
+ * past ATTN_D_QK / ATTN_D_V columns, Q and dO come zero-filled from their
+ * tensor maps, and dK, dV stop at the graph's columns. */
+constexpr int bwd90_dqk = bwd80_dqk;
+constexpr int bwd90_dv = bwd80_dv;
 /* Split-D mode (head dim 256): one warpgroup cannot hold dK and dV of 64
  * keys at D 256 (256 accumulator registers per thread), so a CTA takes 64
  * keys, both warpgroups work on all of them, and warpgroup w owns columns
@@ -304,7 +308,7 @@ static __device__ __forceinline__ unsigned bwd90_at(unsigned tile, int r, int c)
  * once per CTA; the two address forms below were measured when it also
  * loaded every query tile's Q and dO, and one form would now do (a change
  * of SASS, so left for a run on the GPU). */
-template <int ROWS, int D>
+template <int ROWS, int D, int D_REAL>
 static __device__ __forceinline__ void bwd90_load(unsigned dst, const unsigned short *base,
                                                   long long row_stride, int row0, int row_end,
                                                   int tid) {
@@ -321,12 +325,13 @@ static __device__ __forceinline__ void bwd90_load(unsigned dst, const unsigned s
      * source pointer advanced by a row step (not one 64-bit address per
      * copy, which the compiler would keep live across the caller's loop). */
     const int r0 = tid / chunks, c = tid % chunks;
+    const bool col_in = D_REAL == D || c * 8 < D_REAL;
     const unsigned short *src = base + (long long)(row0 + r0) * row_stride + c * 8;
     const long long step = (long long)rows_per_round * row_stride;
 #pragma unroll
     for (int k = 0; k < ROWS / rows_per_round; ++k) {
       const int r = r0 + k * rows_per_round;
-      const bool in = row0 + r < row_end;
+      const bool in = col_in && row0 + r < row_end;
       attn_cp_async16(bwd90_at<ROWS>(dst, r, c * 8), in ? src : base, in ? 16 : 0);
       src += step;
     }
@@ -335,7 +340,7 @@ static __device__ __forceinline__ void bwd90_load(unsigned dst, const unsigned s
     for (int k = 0; k < ROWS * chunks / bwd90_threads; ++k) {
       const int e = tid + k * bwd90_threads;
       const int r = e / chunks, c = e % chunks;
-      const bool in = row0 + r < row_end;
+      const bool in = row0 + r < row_end && (D_REAL == D || c * 8 < D_REAL);
       const unsigned short *src = base + (in ? (long long)(row0 + r) * row_stride + c * 8 : 0);
       attn_cp_async16(bwd90_at<ROWS>(dst, r, c * 8), src, in ? 16 : 0);
     }
@@ -363,10 +368,11 @@ static __device__ __forceinline__ unsigned bwd90_keep_bits(int b, int h, int i0,
 }
 
 /* Row r (key row + 8 r) of a thread's dK or dV fragment (N columns from
- * col0 of a D-wide row), times scale, to where it goes: the bf16 output
- * row (b, hk, j), or with GQA the f32 accumulator row acc_row, by atomics
- * or, in deterministic mode, plain stores into per-head rows. */
-template <int N, int D>
+ * col0 of a D-wide row, D the tile's width, of which the tensor has
+ * D_REAL), times scale, to where it goes: the bf16 output row (b, hk, j),
+ * or with GQA the f32 accumulator row acc_row, by atomics or, in
+ * deterministic mode, plain stores into per-head rows. */
+template <int N, int D, int D_REAL>
 static __device__ __forceinline__ void bwd90_store_row(const float (&x)[N / 2], int r, float scale,
                                                        const attn_tensor_arg &to, float *acc_base,
                                                        long long acc_row, int col0, int b, int hk,
@@ -377,6 +383,8 @@ static __device__ __forceinline__ void bwd90_store_row(const float (&x)[N / 2], 
 #pragma unroll
   for (int nb = 0; nb < N / 8; ++nb) {
     const int d = nb * 8 + 2 * t4;
+    if (D_REAL != D && col0 + nb * 8 >= D_REAL)
+      break; /* (D_REAL is a multiple of 8) */
     const float x0 = x[nb * 4 + 2 * r] * scale, x1 = x[nb * 4 + 2 * r + 1] * scale;
     if (shared_kv && det)
       *(float2 *)(acc + d) = make_float2(x0, x1);
@@ -690,11 +698,11 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
                                     hk * tv.stride[1]);
           for (int r = lane; r < j_last + 1 - j0; r += 32) {
 #pragma unroll
-            for (int c = 0; c < bwd90_dqk * 2; c += 128)
+            for (int c = 0; c < ATTN_D_QK * 2; c += 128)
               asm volatile("prefetch.global.L2 [%0];\n" ::"l"(kb + 2 * (j0 + r) * tk.stride[2] +
                                                                  c));
 #pragma unroll
-            for (int c = 0; c < bwd90_dv * 2; c += 128)
+            for (int c = 0; c < ATTN_D_V * 2; c += 128)
               asm volatile("prefetch.global.L2 [%0];\n" ::"l"(vb + 2 * (j0 + r) * tv.stride[2] +
                                                                  c));
           }
@@ -742,8 +750,8 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
   /* An item's K and V (keys j0.. of the rows at kg, vg), by the
    * consumers, visible to wgmma once both warpgroups have passed. */
   auto load_kv_rows = [&](const unsigned short *kg, const unsigned short *vg, int j0) {
-    bwd90_load<bwd90_bn, bwd90_dqk>(sk, kg, tk.stride[2], j0, p.Skv, tid);
-    bwd90_load<bwd90_bn, bwd90_dv>(sv, vg, tv.stride[2], j0, p.Skv, tid);
+    bwd90_load<bwd90_bn, bwd90_dqk, ATTN_D_QK>(sk, kg, tk.stride[2], j0, p.Skv, tid);
+    bwd90_load<bwd90_bn, bwd90_dv, ATTN_D_V>(sv, vg, tv.stride[2], j0, p.Skv, tid);
     attn_cp_async_commit();
     attn_cp_async_wait<0>();
     attn_fence_proxy_async();
@@ -912,12 +920,12 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
           (det ? (long long)b * p.H + h : (long long)b * p.Hk + hk) * p.Skv + j;
       /* Split-D: this warpgroup's half of the row. */
       if constexpr (bwd80_tdk >= 0)
-        bwd90_store_row<bwd90_dk_cols, bwd90_dqk>(
+        bwd90_store_row<bwd90_dk_cols, bwd90_dqk, ATTN_D_QK>(
             dk, r, sc, p.t[bwd80_tdk >= 0 ? bwd80_tdk : 0],
             (float *)p.t[bwd80_tdka >= 0 ? bwd80_tdka : 0].ptr, acc_row,
             bwd90_split_d ? wg * bwd90_dk_cols : 0, b, hk, j, t4, shared_kv, det);
       if constexpr (bwd80_tdv >= 0)
-        bwd90_store_row<bwd90_dv_cols, bwd90_dv>(
+        bwd90_store_row<bwd90_dv_cols, bwd90_dv, ATTN_D_V>(
             dv, r, 1.f, p.t[bwd80_tdv >= 0 ? bwd80_tdv : 0],
             (float *)p.t[bwd80_tdva >= 0 ? bwd80_tdva : 0].ptr, acc_row,
             bwd90_split_d ? wg * bwd90_dv_cols : 0, b, hk, j, t4, shared_kv, det);

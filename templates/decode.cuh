@@ -459,6 +459,8 @@ __device__ __forceinline__ void attn_decode_merge(const attn_params &p) {
   constexpr int cols = ATTN_D_V / 4;                 /* float4 columns */
   constexpr int groups = dec_merge_threads / cols;   /* split subsets */
   static_assert(groups >= 1, "a row's columns within the merge's threads");
+  /* Threads past groups * cols (ATTN_D_V / 4 not dividing 128) sit out. */
+  constexpr bool ragged = groups * cols != dec_merge_threads;
   static_assert(dec_max_splits <= dec_merge_threads, "one thread per split's lse");
   __shared__ float dec_w[dec_max_splits];
   __shared__ float dec_scratch[dec_merge_threads / 32];
@@ -486,8 +488,7 @@ __device__ __forceinline__ void attn_decode_merge(const attn_params &p) {
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
   const float *base = (const float *)po.ptr + row * ATTN_D_V + 4 * col;
 #pragma unroll 8
-  for (int s = grp; grp < groups && s < nsplit; s += groups) {
-    /* (threads past groups * cols: ATTN_D_V / 4 does not divide 128) */
+  for (int s = grp; (!ragged || grp < groups) && s < nsplit; s += groups) {
     const float f = dec_w[s];
     const float4 v = *(const float4 *)(base + (long long)s * po.stride[0] * ATTN_D_V);
     acc.x += f * v.x;
@@ -495,7 +496,7 @@ __device__ __forceinline__ void attn_decode_merge(const attn_params &p) {
     acc.z += f * v.z;
     acc.w += f * v.w;
   }
-  if (grp < groups)
+  if (!ragged || grp < groups)
     dec_part[grp][col] = acc;
   __syncthreads();
   if (tid < cols) {

@@ -72,3 +72,46 @@ Test(layout, bwd90_totals_and_order) {
     cr_assert(l.total <= 227 * 1024);
   }
 }
+
+/* Head dims: multiples of 8 up to 256, tiled in whole 64-column blocks
+ * (the backward: 64, 128, or 256 for both). */
+Test(layout, head_dim_tiles) {
+  for (int d = 0; d <= 300; d++) {
+    const bool ok = d >= 8 && d <= 256 && d % 8 == 0;
+    cr_assert_eq(attn_head_dim_ok(d) != 0, ok, "d %d", d);
+    if (!ok) continue;
+    const int t = attn_head_tile(d);
+    cr_assert(t % 64 == 0 && t >= d && t - d < 64, "d %d tile %d", d, t);
+    for (int o = 8; o <= 256; o += 8) {
+      const int b = attn_bwd_head_tile(d, o);
+      cr_assert(b >= d && (b == 64 || b == 128 || b == 256), "d %d other %d tile %d", d, o, b);
+      cr_assert_eq(b == 256, d > 128 || o > 128, "d %d other %d", d, o);
+      cr_assert_eq(b == 256, attn_bwd_head_tile(o, d) == 256, "split-D for both or neither");
+    }
+  }
+}
+
+/* Every head dim the tiles take has a forward configuration on both
+ * templates and a decode one; the others are refused (-1); 8-bit K/V needs
+ * rows of whole 16-byte chunks and more than 64 columns. */
+Test(layout, head_dim_configs) {
+  for (int k = 0; k <= 264; k += 4)
+    for (int v = 0; v <= 264; v += 4) {
+      const bool ok = attn_head_dim_ok(k) && attn_head_dim_ok(v);
+      Sm90Config h;
+      Sm80Config p;
+      DecodeConfig dc;
+      cr_assert_eq(tmpl_sm90_config(k, v, 2, 0, &h) == 0, ok, "sm90 %d %d", k, v);
+      cr_assert_eq(tmpl_sm80_config(k, v, 2, 90, &p) == 0, ok, "sm80 %d %d", k, v);
+      cr_assert_eq(tmpl_decode_config(k, v, 2, 2, false, 4, &dc) == 0, ok, "decode %d %d", k, v);
+      if (ok) {
+        cr_assert_leq(h.smem_bytes, 227 * 1024);
+        cr_assert_eq(h.smem_bytes,
+                     attn_fwd90_layout_of(128, h.bn, h.stages, attn_head_tile(k),
+                                          attn_head_tile(v)).total);
+      }
+      const bool ok8 = ok && k % 16 == 0 && v % 16 == 0 && k > 64 && v > 64;
+      cr_assert_eq(tmpl_decode_config(k, v, 2, 1, false, 4, &dc) == 0, ok8, "decode8 %d %d", k,
+                   v);
+    }
+}
