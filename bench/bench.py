@@ -439,6 +439,9 @@ def variant_defs():
                   "alibi", "causal"),
         "causal": ("", "    s = mask(s, j <= i);\n", None, "causal"),
         "sliding_window": ("", "    s = mask(s, j <= i && j > i - 1024);\n", None, "window"),
+        # StreamingLLM: 4 sink tokens beside the window (a disjunction: two
+        # key ranges per query tile, both skipped tile-wise).
+        "streaming_llm": ("", "    s = mask(s, j <= i && (j < 4 || j > i - 1024));\n", None, "streaming"),
         "document": ("    input doc : i32[B, S];\n", "    s = mask(s, doc[b, i] == doc[b, j]);\n", None, "document"),
     }, head, tail
 
@@ -467,6 +470,7 @@ def run_variants(attn):
     mask_mods = {
         "causal": lambda b, h, qi, kv: qi >= kv,
         "window": lambda b, h, qi, kv: (qi >= kv) & (qi - kv < 1024),
+        "streaming": lambda b, h, qi, kv: (qi >= kv) & ((kv < 4) | (qi - kv < 1024)),
         "document": lambda b, h, qi, kv: doc[b, qi] == doc[b, kv],
     }
     rows = []
