@@ -750,6 +750,14 @@ typedef struct BwdGraph {
   BwdBias *bias;
   int nbias;
   bool dq, dk, dv;    /* whether q, k, v are declared with grad */
+  /* A softmax sink that reads a tensor declared with grad, directly
+   * (sinks[h], sinks[b, h]): that tensor, else -1, and its axes as
+   * BwdBias.axis. Its gradient is no chain of nodes: with p_sink,i =
+   * exp(sink - lse_i) (the sink's share of row i's denominator), dsink =
+   * -sum_i p_sink,i delta_i over the rows (and the axes it does not keep). */
+  int sink_tensor;
+  int sink_axis[IR_MAX_RANK];
+  unsigned sink_keep;
 } BwdGraph;
 
 bool bwd_has_grad(const IrGraph *g);
@@ -821,8 +829,12 @@ typedef enum BwdBiasMode {
                       delta pre-pass zeroes it first, for skipped tiles) */
   BWD_BIAS_ATOMIC, /* broadcast over some axis: f32 atomics into a scratch
                       of the bias's shape, converted by the convert pass */
-  BWD_BIAS_REDUCED /* varies over b and h at most (slopes[h]): summed in
+  BWD_BIAS_REDUCED, /* varies over b and h at most (slopes[h]): summed in
                       registers, one atomic per warp, then converted */
+  BWD_BIAS_SINK    /* the softmax's sink (BwdGraph.sink_tensor): no score
+                      element reads it; the dsink kernel sums its gradient
+                      from delta and lse, one CTA per element, in a fixed
+                      order */
 } BwdBiasMode;
 typedef struct BwdSlots {
   int o, lse;
@@ -830,7 +842,7 @@ typedef struct BwdSlots {
   int nbias;
   int bias[BWD_MAX_BIAS];      /* tensor index of each bias with grad */
   int dbias[BWD_MAX_BIAS];     /* slot of its gradient d<name> */
-  int dbias_acc[BWD_MAX_BIAS]; /* its f32 scratch slot, -1 for DIRECT */
+  int dbias_acc[BWD_MAX_BIAS]; /* its f32 scratch slot, -1 for DIRECT, SINK */
   BwdBiasMode bias_mode[BWD_MAX_BIAS];
   int bias_axis[BWD_MAX_BIAS][IR_MAX_RANK]; /* as BwdBias.axis */
   unsigned bias_keep[BWD_MAX_BIAS];         /* as BwdBias.keep */

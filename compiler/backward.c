@@ -471,19 +471,51 @@ bool bwd_is_forward(const BwdGraph *bg, const IrNode *n) {
          bg->g->nodes[n->id] == n;
 }
 
-/* A softmax sink is a constant of the backward: the saved lse includes it,
- * so P = exp(s - lse) and dS = P (dP - delta) need nothing more. Its own
- * gradient, -sum_i exp(sink - lse_i) delta_i, is not computed yet: a sink
- * that reads a tensor declared with grad is refused there. */
+/* A softmax sink is a constant of the score chain: the saved lse includes
+ * it, so P = exp(s - lse) and dS = P (dP - delta) need nothing more. Its
+ * own gradient, -sum_i exp(sink - lse_i) delta_i (BwdGraph.sink_tensor),
+ * exists when the sink is a tensor with grad read directly over b and h
+ * and nowhere else; a sink that reads one otherwise is refused here. */
 static bool sink_reads_grad(const IrGraph *g, const IrNode *n, Diag *d) {
   if (n->op == IR_LOAD && g->tensors[n->ref].grad) {
-    diag_error(d, n->loc, "the backward pass does not compute the gradient of a softmax sink "
-               "yet; '%s' is declared with grad", g->tensors[n->ref].name);
+    diag_error(d, n->loc, "the gradient of a softmax sink is computed when the sink is the "
+               "tensor read directly, as %s[h] or %s[b, h]; '%s' is declared with grad",
+               g->tensors[n->ref].name, g->tensors[n->ref].name, g->tensors[n->ref].name);
     diag_note(d, g->tensors[n->ref].loc, "'%s' is declared here", g->tensors[n->ref].name);
     return true;
   }
   for (int k = 0; k < n->nsrc; k++)
     if (sink_reads_grad(g, n->src[k], d)) return true;
+  return false;
+}
+
+/* The sink as a direct read of a grad tensor over b and h (fills bg's
+ * sink fields), or whatever sink_reads_grad says of it. Another read of
+ * the same tensor elsewhere in the graph is refused: its gradient would
+ * have two parts, and the kernels compute only this one. */
+static bool sink_grad(const IrGraph *g, BwdGraph *bg, Diag *d) {
+  const IrNode *s = ir_sink(g->softmax);
+  bg->sink_tensor = -1;
+  if (!s) return false;
+  if (s->op != IR_LOAD || !g->tensors[s->ref].grad) return sink_reads_grad(g, s, d);
+  const IrTensor *t = &g->tensors[s->ref];
+  if (!bwd_bias_axes(g, s, bg->sink_axis, &bg->sink_keep) ||
+      (bg->sink_keep & ~(unsigned)(DOM_B | DOM_H))) {
+    diag_error(d, s->loc, "the gradient of a softmax sink needs it read as %s[h] or %s[b, h] "
+               "(one value per batch and head)", t->name, t->name);
+    diag_note(d, t->loc, "'%s' is declared with grad", t->name);
+    return true;
+  }
+  for (int id = 0; id < g->nnodes; id++) {
+    const IrNode *n = g->nodes[id];
+    if (n->op == IR_LOAD && n->ref == s->ref && n != s) {
+      diag_error(d, n->loc, "'%s' is the softmax's sink and is read here too; its gradient "
+                 "is computed for the sink alone", t->name);
+      diag_note(d, s->loc, "the sink reads it here");
+      return true;
+    }
+  }
+  bg->sink_tensor = s->ref;
   return false;
 }
 
@@ -498,7 +530,7 @@ BwdGraph *bwd_derive(const IrGraph *g, Arena *a, Diag *d) {
   bg->dv = g->tensors[g->v].grad;
   bg->bias = arena_alloc(a, (size_t)(g->ntensors + 1) * sizeof *bg->bias);
   int before = d->nerrors;
-  if (ir_sink(g->softmax) && sink_reads_grad(g, ir_sink(g->softmax), d))
+  if (sink_grad(g, bg, d))
     return NULL;
   if (find_landmarks(&dv))
     return NULL;
@@ -675,7 +707,11 @@ void bwd_dump(StrBuf *out, const BwdGraph *bg) {
       if (bg->bias[x].tensor == t)
         bb = &bg->bias[x];
     e.len = 0;
-    if (!bb) {
+    if (t == bg->sink_tensor) {
+      sb_puts(&e, "-rowsum(exp(sink - lse) * delta), the softmax sink's gradient");
+      unsigned sum = (DOM_B | DOM_H | DOM_I) & ~bg->sink_keep;
+      sb_printf(&e, ", summed over %s", ir_dom_letters(sum, axes));
+    } else if (!bb) {
       sb_puts(&e, "0.0 (the scores do not read it)");
     } else {
       put_ref(&e, bg, bb->value);

@@ -57,6 +57,16 @@ static const char *bias_dense(Arena *a, const BwdSlots *sl, int r) {
                       axis_var(ax[0]), t, axis_var(ax[1]), t, axis_var(ax[2]), t, axis_var(ax[3]));
 }
 
+/* The bias list's entry of the softmax sink's gradient, or -1. */
+static int sink_entry(const BwdSlots *sl) {
+  for (int r = 0; r < sl->nbias; r++)
+    if (sl->bias_mode[r] == BWD_BIAS_SINK) return r;
+  return -1;
+}
+
+/* How many of the gradients the score elements feed (not the sink's). */
+static int score_biases(const BwdSlots *sl) { return sl->nbias - (sink_entry(sl) >= 0); }
+
 static const char *full_index(Arena *a, const char *b, const char *h, const char *i,
                               const char *j) {
   return arena_printf(a, "(((long long)%s * p.H + %s) * p.Sq + %s) * p.Skv + %s", b, h, i, j);
@@ -73,7 +83,7 @@ static void emit_bias_hooks(StrBuf *out, const BwdSpec *s, Arena *a) {
   const char *val[BWD_MAX_BIAS] = {NULL};
   for (int r = 0; r < sl->nbias; r++) {
     const BwdBias *bb = find_bias(s->bg, sl->bias[r]);
-    if (bb) val[r] = expr_as(&hk, bb->value, DT_F32);
+    if (bb && sl->bias_mode[r] != BWD_BIAS_SINK) val[r] = expr_as(&hk, bb->value, DT_F32);
   }
   sb_puts(out, "\n/* attn_bwd_draw plus each bias's gradient at score element (b, h, i, j). */\n"
                "static __device__ __forceinline__ float attn_bwd_draw_bias(float ds, float acc, "
@@ -84,6 +94,7 @@ static void emit_bias_hooks(StrBuf *out, const BwdSpec *s, Arena *a) {
   for (int r = 0; r < sl->nbias; r++) {
     const IrTensor *t = &g->tensors[sl->bias[r]];
     const char *st = dtype_name(t->type);
+    if (sl->bias_mode[r] == BWD_BIAS_SINK) continue; /* the dsink kernel's */
     if (!val[r]) {
       sb_printf(out, "  /* d%s: the scores pass it no gradient */\n", t->name);
       if (sl->bias_mode[r] == BWD_BIAS_REDUCED) nred++;
@@ -95,6 +106,8 @@ static void emit_bias_hooks(StrBuf *out, const BwdSpec *s, Arena *a) {
                      "    const long long o = attn_offset(p.t[%d], %s);\n"
                      "    if (o >= 0) bwd80_st_%s(p.t[%d].ptr, o, %s);\n  }\n",
                 t->name, sl->dbias[r], bias_subs(a, sl, r), st, sl->dbias[r], val[r]);
+      break;
+    case BWD_BIAS_SINK:
       break;
     case BWD_BIAS_ATOMIC:
     case BWD_BIAS_REDUCED:
@@ -140,7 +153,7 @@ static void emit_bias_hooks(StrBuf *out, const BwdSpec *s, Arena *a) {
                "int lane, const attn_params &p) {\n"
                "  const bool det = bwd80_deterministic(p);\n  (void)det;\n");
   for (int r = 0; r < sl->nbias; r++) {
-    if (sl->bias_mode[r] == BWD_BIAS_DIRECT) continue;
+    if (sl->bias_mode[r] == BWD_BIAS_DIRECT || sl->bias_mode[r] == BWD_BIAS_SINK) continue;
     unsigned kp = sl->bias_keep[r];
     bool kb = kp & DOM_B, kh = kp & DOM_H, ki = kp & DOM_I, kj = kp & DOM_J;
     const IrTensor *t = &g->tensors[sl->bias[r]];
@@ -206,7 +219,13 @@ void emit_bwd_body(StrBuf *out, const BwdSpec *s, MacroSet *ms, Arena *a) {
     macro_def(out, ms, a, "ATTN_BWD_PERSISTENT", s->persistent);
   }
   sb_puts(out, "\n");
-  if (sl->nbias > 0) {
+  if (sink_entry(sl) >= 0) {
+    sb_puts(out, "/* The softmax sink's gradient: the dsink kernel, its store hook after\n"
+                 " * the template. */\n");
+    macro_def(out, ms, a, "ATTN_BWD_DSINK", 1);
+    sb_puts(out, "\n");
+  }
+  if (score_biases(sl) > 0) {
     int nred = 0;
     for (int r = 0; r < sl->nbias; r++) nred += sl->bias_mode[r] == BWD_BIAS_REDUCED;
     sb_puts(out, "/* Bias gradients: hooks after the template. */\n");
@@ -235,7 +254,7 @@ void emit_bwd_body(StrBuf *out, const BwdSpec *s, MacroSet *ms, Arena *a) {
                  " * memory (then it runs only where P is not 0). */\n"
                  "constexpr bool attn_bwd_draw_reads_acc = %s;\n"
                  "constexpr bool attn_bwd_draw_guarded = %s;\n\n",
-            reads_acc ? "true" : "false", reads_mem || s->slots.nbias > 0 ? "true" : "false");
+            reads_acc ? "true" : "false", reads_mem || score_biases(sl) > 0 ? "true" : "false");
   sb_puts(out, bwd_sm80_src);
   /* bwd_sm90's main kernel reuses bwd_sm80's other kernels and helpers. */
   if (s->sm90) sb_puts(out, bwd_sm90_src);
@@ -246,7 +265,20 @@ void emit_bwd_body(StrBuf *out, const BwdSpec *s, MacroSet *ms, Arena *a) {
             "static_assert(attn_bwd_%s_smem_bytes == %d, \"compiler/match_bwd.c and "
             "templates/bwd_%s.cuh disagree on shared memory\");\n\n",
             s->sm90 ? "sm90" : "sm80", s->smem_bytes, s->sm90 ? "sm90" : "sm80");
-  if (sl->nbias > 0) emit_bias_hooks(out, s, a);
+  if (score_biases(sl) > 0) emit_bias_hooks(out, s, a);
+  const int r = sink_entry(sl);
+  if (r >= 0) {
+    const IrTensor *t = &s->g->tensors[sl->bias[r]];
+    sb_printf(out,
+              "/* d%s, the sink's gradient at its element (b, h) (0 on an axis it does\n"
+              " * not keep). */\n"
+              "static __device__ __forceinline__ void attn_bwd_dsink_store(int b, int h, float v, "
+              "const attn_params &p) {\n"
+              "  const long long o = attn_offset(p.t[%d], %s);\n"
+              "  if (o >= 0) bwd80_st_%s(p.t[%d].ptr, o, v);\n"
+              "  (void)b; (void)h;\n}\n\n",
+              t->name, sl->dbias[r], bias_subs(a, sl, r), dtype_name(t->type), sl->dbias[r]);
+  }
 }
 
 void emit_bwd_entries(StrBuf *out, const BwdSpec *s, Arena *a) {
@@ -269,4 +301,8 @@ void emit_bwd_entries(StrBuf *out, const BwdSpec *s, Arena *a) {
                      "__grid_constant__ attn_params p) {\n  graph_%s::attn_bwd_sm80_%s(p);\n}\n\n",
                 s->threads, entry, gname, part[k]);
   }
+  if (sink_entry(&s->slots) >= 0)
+    sb_printf(out, "extern \"C\" __global__ void __launch_bounds__(128) %s(const "
+                   "__grid_constant__ attn_params p) {\n  graph_%s::attn_bwd_sm80_dsink(p);\n}\n\n",
+              plan_entry(a, gname, "bwd_dsink"), gname);
 }

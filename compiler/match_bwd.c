@@ -62,8 +62,13 @@ static int bias_list(const IrGraph *g, BwdSlots *s, int *bad) {
     if (!g->tensors[t].grad || t == g->q || t == g->k || t == g->v) continue;
     int axis[IR_MAX_RANK] = {0, 0, 0, 0};
     unsigned keep = 0;
+    /* The softmax's sink read directly (bwd_derive refuses other reads of
+     * it): a gradient over b and h at most, summed by the dsink kernel. */
+    const IrNode *sk = ir_sink(g->softmax);
+    const bool sink = sk && sk->op == IR_LOAD && sk->ref == t;
     if (s->nbias == BWD_MAX_BIAS || !bias_dtype_ok(g->tensors[t].type) ||
-        !bias_read(g, t, axis, &keep)) {
+        !(sink ? bwd_bias_axes(g, sk, axis, &keep) && !(keep & (DOM_I | DOM_J))
+               : bias_read(g, t, axis, &keep))) {
       *bad = t;
       return -1;
     }
@@ -74,7 +79,8 @@ static int bias_list(const IrGraph *g, BwdSlots *s, int *bad) {
     const IrTensor *it = &g->tensors[t];
     bool direct = it->ndims == 4 && axis[0] == DOM_B && axis[1] == DOM_H && axis[2] == DOM_I &&
                   axis[3] == DOM_J;
-    s->bias_mode[r] = direct ? BWD_BIAS_DIRECT
+    s->bias_mode[r] = sink     ? BWD_BIAS_SINK
+                      : direct ? BWD_BIAS_DIRECT
                       : (keep & (DOM_I | DOM_J)) == 0 ? BWD_BIAS_REDUCED
                                                       : BWD_BIAS_ATOMIC;
   }
@@ -98,7 +104,8 @@ int bwd_slots(const IrGraph *g, BwdSlots *s) {
   if (bias_list(g, s, &bad)) s->nbias = 0;
   for (int r = 0; r < s->nbias; r++) {
     s->dbias[r] = next++;
-    s->dbias_acc[r] = s->bias_mode[r] == BWD_BIAS_DIRECT ? -1 : next++;
+    s->dbias_acc[r] =
+        s->bias_mode[r] == BWD_BIAS_DIRECT || s->bias_mode[r] == BWD_BIAS_SINK ? -1 : next++;
   }
   s->end = next;
   return s->o >= 0 && s->lse >= 0 ? 0 : -1;

@@ -173,8 +173,10 @@ static void plan_backward(GraphPlan *gp, const BwdSpec *b, Arena *a) {
   /* Accumulated bias gradients: f32 scratch of the bias's shape (atomics),
    * or deterministic one element per score summed by the convert pass. */
   bool finish_always = false;
+  int sink = -1; /* the sink's gradient, in sl's bias list */
   for (int r = 0; r < sl->nbias; r++) {
-    if (sl->bias_mode[r] == BWD_BIAS_DIRECT) continue;
+    if (sl->bias_mode[r] == BWD_BIAS_SINK) sink = r;
+    if (sl->bias_mode[r] == BWD_BIAS_DIRECT || sl->bias_mode[r] == BWD_BIAS_SINK) continue;
     finish_always = true;
     const char *name = arena_printf(a, "d%s_acc", g->tensors[sl->bias[r]].name);
     add_slice(p, name, PB_SLOT, sl->dbias_acc[r], 4, pconst(1), pconst(1), pconst(1),
@@ -188,6 +190,16 @@ static void plan_backward(GraphPlan *gp, const BwdSpec *b, Arena *a) {
   PlanStep *s = add_step(p, "delta", plan_entry(a, g->name, "bwd_delta"), b->threads, 0);
   s->grid.x0 = pd(PD_SQ);
   s->grid.div0 = rows;
+  /* The sink's gradient from the rows' delta and lse: one CTA per element
+   * of it (per head, per batch where it keeps them), summing its rows in
+   * a fixed order, so every mode gives the same bits. */
+  if (sink >= 0) {
+    s = add_step(p, "dsink", plan_entry(a, g->name, "bwd_dsink"), 128, 0);
+    s->grid.x0 = pconst(1);
+    s->grid.div0 = 1;
+    s->grid.y = sl->bias_keep[sink] & DOM_H ? pd(PD_H) : pconst(1);
+    s->grid.z = sl->bias_keep[sink] & DOM_B ? pd(PD_B) : pconst(1);
+  }
 
   /* The main kernel: one CTA per block_n keys. bwd_sm90 runs a producer
    * warpgroup beyond its consumers and takes q, dO and dQ's accumulator

@@ -262,11 +262,14 @@ static const double *bref_value(BwdRef *c, const IrNode *n, const double *ds,
 
 typedef struct BwdWork {
   double *p, *pd, *keep, *dsv, *tmp[IR_MAX_SRC], *buf;
+  double *psink; /* per row: the sink's share of the denominator */
 } BwdWork;
 
 /* P row by row, with the softmax's sink (a constant of this (b, h), or
- * -inf) in each denominator, as the forward reference computes it. */
-static void bref_softmax(const BwdRef *c, const double *x, double sink, double *p) {
+ * -inf) in each denominator, as the forward reference computes it; and
+ * the sink's own share of each row, exp(sink - lse_i), in psink. */
+static void bref_softmax(const BwdRef *c, const double *x, double sink, double *p,
+                         double *psink) {
   for (int64_t i = 0; i < c->Sq; i++) {
     const double *row = x + i * c->Skv;
     double m = sink, sum = 0;
@@ -279,6 +282,7 @@ static void bref_softmax(const BwdRef *c, const double *x, double sink, double *
     }
     for (int64_t j = 0; j < c->Skv; j++)
       p[i * c->Skv + j] = m == -INFINITY ? 0.0 : exp(row[j] - m) / sum;
+    psink[i] = m == -INFINITY || sink == -INFINITY ? 0.0 : exp(sink - m) / sum;
   }
 }
 
@@ -353,7 +357,7 @@ static int bref_pair(BwdRef *c, BwdWork *w, const double *dout,
     if (c->need[id] && bref_eval(c, g->nodes[id], c->fv, true, c->fv[id]))
       return -1;
   const IrNode *sink = ir_sink(g->softmax);
-  bref_softmax(c, c->fv[bg->score->id], sink ? c->fv[sink->id][0] : -INFINITY, w->p);
+  bref_softmax(c, c->fv[bg->score->id], sink ? c->fv[sink->id][0] : -INFINITY, w->p, w->psink);
   double inv = 1;
   uint64_t seed = 0, offset = 0;
   uint32_t thresh = 0;
@@ -383,6 +387,15 @@ static int bref_pair(BwdRef *c, BwdWork *w, const double *dout,
       for (int64_t j = 0; j < Skv; j++)
         o += w->pd[i * Skv + j] * vp[j * Dv + d];
       delta += o * dop[i * Dv + d];
+    }
+    if (bg->sink_tensor >= 0) { /* dsink = -sum_i p_sink,i delta_i */
+      RefTensor *gt = &grads[bg->sink_tensor];
+      int64_t off = 0;
+      for (int k = 0; k < gt->ndims; k++) {
+        const int ax = bg->sink_axis[k];
+        off = off * gt->shape[k] + (ax == DOM_B ? c->b : ax == DOM_H ? c->h : 0);
+      }
+      gt->data[off] -= w->psink[i] * delta;
     }
     for (int64_t j = 0; j < Skv; j++) {
       int64_t e = i * Skv + j;
@@ -437,7 +450,8 @@ int ref_backward(RefArgs *args, const BwdGraph *bg, const double *dout,
   for (int id = 0; id < bg->nnodes; id++)
     ok &= (c.dvv[id] = malloc(bytes)) != NULL;
   ok &= (w.p = malloc(bytes)) && (w.pd = malloc(bytes)) && (w.keep = malloc(bytes)) &&
-        (w.dsv = malloc(bytes)) && (w.buf = malloc(bytes));
+        (w.dsv = malloc(bytes)) && (w.buf = malloc(bytes)) &&
+        (w.psink = malloc((size_t)(c.Sq > 0 ? c.Sq : 1) * sizeof(double)));
   for (int s = 0; s < IR_MAX_SRC; s++)
     ok &= (w.tmp[s] = malloc(bytes)) != NULL;
   for (int t = 0; ok && t < g->ntensors; t++) {
@@ -474,6 +488,7 @@ done:
   free(w.keep);
   free(w.dsv);
   free(w.buf);
+  free(w.psink);
   for (int s = 0; s < IR_MAX_SRC; s++)
     free(w.tmp[s]);
   free(c.dimval);

@@ -1011,4 +1011,53 @@ __device__ __forceinline__ void attn_bwd_sm80_convert_kv(const attn_params &p) {
                                    group, (long long)p.Skv * bwd80_dv, b, hk, j, rs);
 }
 
+#if defined(ATTN_BWD_DSINK)
+/* The softmax sink's gradient (compiler/emit_bwd.c writes the store hook
+ * after this text). The sink joins each row's denominator with share
+ * p_sink,i = exp(sink - lse_i) and adds nothing to O, so dO . dO/dsink =
+ * -p_sink,i (dO_i . O_i) = -p_sink,i delta_i. Grid (1, H or 1, B or 1):
+ * one CTA per element of the gradient (the axes it does not keep walked
+ * inside), each thread summing every 128th row in order, then a fixed
+ * tree: the same bits in every mode. Rows of a -inf sink add nothing; so
+ * do fully masked rows without one (their lse, stored +inf, makes the
+ * share 0). */
+static __device__ __forceinline__ void attn_bwd_dsink_store(int b, int h, float v,
+                                                            const attn_params &p);
+
+__device__ __forceinline__ void attn_bwd_sm80_dsink(const attn_params &p) {
+  __shared__ float part[32];
+  const float log2e = 1.4426950408889634f;
+  const int tid = threadIdx.x;
+  const int h0 = blockIdx.y, b0 = blockIdx.z;
+  const int h_end = gridDim.y == 1 ? p.H : h0 + 1, b_end = gridDim.z == 1 ? p.B : b0 + 1;
+  float acc = 0.f;
+  for (int b = gridDim.z == 1 ? 0 : b0; b < b_end; ++b)
+    for (int h = gridDim.y == 1 ? 0 : h0; h < h_end; ++h) {
+      const float sink = attn_sink_value(b, h, p);
+      if (sink == __int_as_float(0xff800000))
+        continue;
+      const float s2 = sink * log2e;
+      /* Rows of {delta, lse log2(e)} (attn_bwd_sm80_delta). */
+      const float2 *rows =
+          (const float2 *)p.t[bwd80_tdelta].ptr + ((long long)b * p.H + h) * p.Sq;
+      for (int i = tid; i < p.Sq; i += blockDim.x) {
+        const float2 x = rows[i];
+        acc += x.x * exp2f(s2 - x.y);
+      }
+    }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  if ((tid & 31) == 0)
+    part[tid >> 5] = acc;
+  __syncthreads();
+  if (tid == 0) {
+    float v = 0.f;
+    for (int w = 0; w < (int)(blockDim.x >> 5); ++w)
+      v += part[w];
+    attn_bwd_dsink_store(b0, h0, -v, p);
+  }
+}
+#endif
+
 #undef BWD80_MAIN

@@ -375,18 +375,19 @@ def test_sinks_against_float64(torch, cache_dir, sq, skv):
 
 
 def test_sinks_gradients_against_float64(torch, cache_dir):
+    """dq, dk, dv and the sinks' own gradient (summed over the batch: sinks[h])."""
     g = compile_(SINKS.replace("output lse = logsumexp(s, sink);",
-                               "output lse = logsumexp(s, sink);\n  grad q, k, v;"), cache_dir).sinks
+                               "output lse = logsumexp(s, sink);\n  grad q, k, v, sinks;"), cache_dir).sinks
     q = rand(torch, 2, 8, 150, 64, grad=True)
     k, v = rand(torch, 2, 2, 150, 64, grad=True), rand(torch, 2, 2, 150, 64, grad=True)
-    sinks = 2.0 * torch.randn(8, device="cuda")
+    sinks = (2.0 * torch.randn(8, device="cuda")).requires_grad_()
     dout = torch.randn(2, 8, 150, 64, device="cuda", dtype=torch.bfloat16)
     o, _ = g(q, k, v, sinks)
     o.backward(dout)
-    leaves = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    leaves = [t.detach().double().requires_grad_() for t in (q, k, v, sinks)]
     i = torch.arange(150, device="cuda")
-    ro, _ = sink_reference(torch, *leaves, sinks, 0.125, i[None, :] <= i[:, None])
+    ro, _ = sink_reference(torch, *leaves[:3], leaves[3], 0.125, i[None, :] <= i[:, None])
     ro.backward(dout.double())
     assert rel(torch, o, ro.detach()) < 1e-2
-    for t, leaf in zip((q, k, v), leaves):
+    for t, leaf in zip((q, k, v, sinks), leaves):
         assert rel(torch, t.grad, leaf.grad) < 2e-2

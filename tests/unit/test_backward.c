@@ -116,15 +116,21 @@ Test(backward, sdpa) {
            "B=2,H=2,Sq=3,Skv=5", NULL, NULL, NULL, NULL);
 }
 
-/* A sink in the denominator: dq, dk, dv against finite differences of the
- * forward reference (which also runs the sink), with a fully masked row
- * (i = 0 keeps no key: all its weight on the sink). */
+/* A sink in the denominator: dq, dk, dv and the sink's own gradient
+ * against finite differences of the forward reference (which also runs
+ * the sink), with a fully masked row (i = 0 keeps no key: all its weight
+ * on the sink); the sink per head (summed over the batch) and per (b, h). */
 Test(backward, softmax_sink) {
   bt_check("attention t {\n" QKV(4, "H")
            "  input sinks : f32[H];\n  s = mask(q @ k^T, j < i);\n  sk = sinks[h];\n"
            "  o = softmax(s, sk) @ v;\n  output o;\n  output lse = logsumexp(s, sk);\n"
-           "  grad q, k, v;\n}\n",
+           "  grad q, k, v, sinks;\n}\n",
            "B=2,H=2,Sq=4,Skv=5", NULL, NULL, NULL, NULL);
+  bt_check("attention t {\n" QKV(4, "H")
+           "  input sinks : f32[B, H];\n  s = mask(q @ k^T, j <= i);\n  sk = sinks[b, h];\n"
+           "  o = softmax(s, sk) @ v;\n  output o;\n"
+           "  output lse = logsumexp(s, sk);\n  grad k, sinks;\n}\n",
+           "B=2,H=3,Sq=4,Skv=6", NULL, NULL, NULL, NULL);
 }
 
 Test(backward, scale) {
@@ -295,10 +301,11 @@ Test(backward, refuses_bias_read_out_of_order) {
   arena_free(a);
 }
 
-/* A softmax sink is a constant of the backward (the saved lse includes
- * it): q, k, v get their gradients; the sink's own gradient is refused at
- * the read of the tensor declared with grad. */
-Test(backward, a_softmax_sink_is_a_constant_its_gradient_refused) {
+/* A softmax sink is a constant of the score chain (the saved lse includes
+ * it): q, k, v get their usual gradients; the sink's own gradient exists
+ * when the sink is the tensor read directly over b and h and nowhere
+ * else, and is refused at the read otherwise. */
+Test(backward, a_softmax_sink_gradient_needs_a_direct_read) {
   Arena *a = arena_new();
   char *err;
 #define SINK_GRAPH(GRAD)                                                                  \
@@ -309,10 +316,23 @@ Test(backward, a_softmax_sink_is_a_constant_its_gradient_refused) {
   cr_assert(s, "%s", err ? err : "");
   cr_expect(strstr(s, "dq ="), "%s", s);
   s = bt_dump(SINK_GRAPH("q, sinks"), a, &err);
-  cr_assert_null(s);
-  cr_expect(strstr(err, "<test>:7:8: error: the backward pass does not compute the gradient of "
-                        "a softmax sink yet; 'sinks' is declared with grad"), "%s", err);
+  cr_assert(s, "%s", err ? err : "");
+  cr_expect(strstr(s, "dsinks = -rowsum(exp(sink - lse) * delta), the softmax sink's gradient, "
+                      "summed over bi : f32[H]"), "%s", s);
 #undef SINK_GRAPH
+  /* Through an expression, or read by the scores too: refused. */
+  s = bt_dump("attention t {\n" QKV(64, "H") "  input sinks : f32[H];\n  s = q @ k^T;\n"
+              "  sk = 2.0 * sinks[h];\n  o = softmax(s, sk) @ v;\n  output o;\n"
+              "  output lse = logsumexp(s, sk);\n  grad q, sinks;\n}\n", a, &err);
+  cr_assert_null(s);
+  cr_expect(strstr(err, "<test>:7:14: error: the gradient of a softmax sink is computed when the "
+                        "sink is the tensor read directly, as sinks[h] or sinks[b, h]; 'sinks' "
+                        "is declared with grad"), "%s", err);
+  s = bt_dump("attention t {\n" QKV(64, "H") "  input sinks : f32[H];\n"
+              "  s = q @ k^T + sinks[h];\n  sk = sinks[h];\n  o = softmax(s, sk) @ v;\n"
+              "  output o;\n  output lse = logsumexp(s, sk);\n  grad q, sinks;\n}\n", a, &err);
+  cr_assert_null(s);
+  cr_expect(strstr(err, "is the softmax's sink and is read here too"), "%s", err);
   arena_free(a);
 }
 

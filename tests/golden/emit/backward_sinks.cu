@@ -12,7 +12,7 @@
 
 /* [the text of templates/wgmma.cuh] */
 
-/* ---- graph backward_sinks (backward_sinks.attn:7:11): forward, template fwd_sm90 ---- */
+/* ---- graph backward_sinks (backward_sinks.attn:8:11): forward, template fwd_sm90 ---- */
 #define ATTN_D_QK 64
 #define ATTN_D_V 64
 #define ATTN_IN_BF16 1
@@ -79,12 +79,12 @@ constexpr bool attn_keep_reads = false;
 static __device__ __forceinline__ void attn_kv_bounds(int b, int h, int i0, int i1, const attn_params &p, int &j_lo, int &j_hi) {
   long long lo = 0, hi = p.Skv;
   if ((long long)i1 + attn_labs(p.dim[4]) + attn_labs(p.dim[2]) <= 2147483647LL) /* its sides cannot wrap in i32 */
-  { /* backward_sinks.attn:15:15 */
+  { /* backward_sinks.attn:16:15 */
     const long long c = 0LL + -1LL * (long long)(p.dim[4]) + 1LL * (long long)(p.dim[2]);
     hi = min(hi, attn_floordiv(-c - -1LL * i1, 1LL) + 1);
   }
   if ((long long)i1 + (long long)p.Skv + attn_labs(p.dim[4]) + attn_labs(p.dim[2]) <= 2147483647LL) /* its sides cannot wrap in i32 */
-  { /* backward_sinks.attn:15:36 */
+  { /* backward_sinks.attn:16:36 */
     const long long c = -127LL + 1LL * (long long)(p.dim[4]) + -1LL * (long long)(p.dim[2]);
     lo = max(lo, attn_ceildiv(c + 1LL * i0, 1LL));
   }
@@ -101,7 +101,7 @@ static __device__ __forceinline__ int attn_tile_class(int b, int h, int i0, int 
   int cls = 2;
   if (!((long long)i1 + attn_labs(p.dim[4]) + attn_labs(p.dim[2]) <= 2147483647LL)) cls = 1; /* a side may wrap in i32 */
   else
-  { /* backward_sinks.attn:15:15 */
+  { /* backward_sinks.attn:16:15 */
     const long long c = 0LL + -1LL * (long long)(p.dim[4]) + 1LL * (long long)(p.dim[2]);
     const long long hi = c + -1LL * i0 + 1LL * j1;
     const long long lo = c + -1LL * i1 + 1LL * j0;
@@ -110,7 +110,7 @@ static __device__ __forceinline__ int attn_tile_class(int b, int h, int i0, int 
   }
   if (!((long long)i1 + (long long)j1 + attn_labs(p.dim[4]) + attn_labs(p.dim[2]) <= 2147483647LL)) cls = 1; /* a side may wrap in i32 */
   else
-  { /* backward_sinks.attn:15:36 */
+  { /* backward_sinks.attn:16:36 */
     const long long c = -127LL + 1LL * (long long)(p.dim[4]) + -1LL * (long long)(p.dim[2]);
     const long long hi = c + 1LL * i1 + -1LL * j0;
     const long long lo = c + 1LL * i0 + -1LL * j1;
@@ -141,6 +141,10 @@ static __device__ __forceinline__ float attn_out(float o, int b, int h, int i, i
 #define ATTN_BWD_WIDE 1
 #define ATTN_BWD_PERSISTENT 1
 
+/* The softmax sink's gradient: the dsink kernel, its store hook after
+ * the template. */
+#define ATTN_BWD_DSINK 1
+
 /* dRaw, the gradient at q @ k^T, from dS by the derived chain rule
  * (attnc ir --backward), without the factor attn_bwd_scale gives. */
 static __device__ __forceinline__ float attn_bwd_draw(float ds, float acc, int b, int h, int i, int j, const attn_params &p) {
@@ -170,6 +174,14 @@ constexpr bool attn_bwd_draw_guarded = false;
 /* [the text of templates/bwd_sm80.cuh] */
 /* [the text of templates/bwd_sm90.cuh] */
 static_assert(attn_bwd_sm90_smem_bytes == 199936, "compiler/match_bwd.c and templates/bwd_sm90.cuh disagree on shared memory");
+
+/* dsinks, the sink's gradient at its element (b, h) (0 on an axis it does
+ * not keep). */
+static __device__ __forceinline__ void attn_bwd_dsink_store(int b, int h, float v, const attn_params &p) {
+  const long long o = attn_offset(p.t[14], h, 0, 0, 0);
+  if (o >= 0) bwd80_st_f32(p.t[14].ptr, o, v);
+  (void)b; (void)h;
+}
 
 
 } /* namespace graph_backward_sinks */
@@ -202,6 +214,10 @@ extern "C" __global__ void __launch_bounds__(256) attn_backward_sinks_bwd_conver
   graph_backward_sinks::attn_bwd_sm80_convert_kv(p);
 }
 
+extern "C" __global__ void __launch_bounds__(128) attn_backward_sinks_bwd_dsink(const __grid_constant__ attn_params p) {
+  graph_backward_sinks::attn_bwd_sm80_dsink(p);
+}
+
 #undef ATTN_D_QK
 #undef ATTN_D_V
 #undef ATTN_IN_BF16
@@ -231,4 +247,5 @@ extern "C" __global__ void __launch_bounds__(256) attn_backward_sinks_bwd_conver
 #undef ATTN_BWD_SPLIT_D
 #undef ATTN_BWD_WIDE
 #undef ATTN_BWD_PERSISTENT
+#undef ATTN_BWD_DSINK
 
