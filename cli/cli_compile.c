@@ -1,9 +1,12 @@
 /*
- * cli_compile.c: `attnc compile FILE --arch A -o OUT [--ptx OUT.ptx] [-v]`.
+ * cli_compile.c: `attnc compile FILE --arch A -o OUT [--ptx OUT.ptx]
+ * [--part forward|backward] [-v]`.
  * The whole compile pipeline without a GPU: front end, compile_module
  * (match, plan, emit), NVRTC.
  * CI uses it to prove every example compiles for every target; -v prints
- * ptxas's resource report (registers, spills, shared memory).
+ * ptxas's resource report (registers, spills, shared memory); --part
+ * compiles one of the two programs libattn's JIT builds (the forward
+ * pass's kernels, or the backward's, compiled on first use).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -24,11 +27,18 @@ static int write_file(const char *path, const void *data, size_t len) {
 int cli_compile(int argc, char **argv) {
   const char *file = NULL, *arch = NULL, *out = NULL, *ptx = NULL;
   bool verbose = false;
+  EmitPart part = EMIT_ALL;
   for (int k = 0; k < argc; k++) {
     if (!strcmp(argv[k], "--arch") && k + 1 < argc) arch = argv[++k];
     else if (!strcmp(argv[k], "-o") && k + 1 < argc) out = argv[++k];
     else if (!strcmp(argv[k], "--ptx") && k + 1 < argc) ptx = argv[++k];
     else if (!strcmp(argv[k], "-v")) verbose = true;
+    else if (!strcmp(argv[k], "--part") && k + 1 < argc) {
+      const char *p = argv[++k];
+      if (!strcmp(p, "forward")) part = EMIT_FORWARD;
+      else if (!strcmp(p, "backward")) part = EMIT_BACKWARD;
+      else return cli_usage_error("--part takes forward or backward, not '%s'", p);
+    }
     else if (argv[k][0] == '-') return cli_usage_error("unknown option '%s'", argv[k]);
     else if (file) return cli_usage_error("%s", "compile takes one FILE");
     else file = argv[k];
@@ -47,7 +57,8 @@ int cli_compile(int argc, char **argv) {
     nvrtc_options(&opt, arch, getenv("ATTN_NO_CACHE") != NULL);
     NvrtcOutput res = {0};
     StrBuf err = {0};
-    if (nvrtc_compile(cm.source, file, &opt, ptx != NULL, &res, &err) != ATTN_SUCCESS) {
+    const char *src = part == EMIT_ALL ? cm.source : emit_unit_part(&cm, &copt, part, a);
+    if (nvrtc_compile(src, file, &opt, ptx != NULL, &res, &err) != ATTN_SUCCESS) {
       fprintf(stderr, "attnc: error: NVRTC failed for %s (a bug in attnc):\n%s\n", arch,
               err.data ? err.data : "");
       status = EXIT_NORUN;

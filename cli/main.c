@@ -35,7 +35,7 @@ static const char usage_text[] =
     "  emit FILE [--arch A] [--brief]\n"
     "                         print the generated CUDA C (default sm_90a);\n"
     "                         --brief elides the embedded template texts\n"
-    "  compile FILE --arch A -o OUT [--ptx OUT.ptx] [-v]\n"
+    "  compile FILE --arch A -o OUT [--ptx OUT.ptx] [--part forward|backward] [-v]\n"
     "                         compile with NVRTC and write the cubin (and\n"
     "                         the PTX); -v prints ptxas's resource report\n"
     "  build FILE --arch A[,B...] -o DIR [--name N] [-MF DEPFILE] [-v]\n"

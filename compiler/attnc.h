@@ -906,6 +906,14 @@ extern const char attn_abi_src[], attn_layout_src[], common_src[], ptx_src[], so
  * template texts) and its entry points, named as its plan names them. */
 typedef struct Compiled Compiled; /* pipeline.c */
 char *emit_unit(const Compiled *c, const CompileOptions *o, Arena *a);
+/* A part of that unit, for NVRTC programs of their own: the forward
+ * pass's kernels (every graph's forward, decode, merge and prep), or the
+ * backward pass's (each graph with grad: its hooks, the backward
+ * templates, its backward and prep entries). libattn compiles the
+ * backward part on a graph's first backward launch, so a forward never
+ * waits for it; EMIT_ALL is emit_unit. */
+typedef enum EmitPart { EMIT_ALL, EMIT_FORWARD, EMIT_BACKWARD } EmitPart;
+char *emit_unit_part(const Compiled *c, const CompileOptions *o, EmitPart part, Arena *a);
 
 /* A graph's configuration macros (ATTN_D_QK, slots, modes): each
  * macro_def writes `#define NAME VALUE` and remembers NAME, and

@@ -88,6 +88,7 @@ void cache_key(const CacheKeyInput *in, unsigned char key[SHA256_BYTES]) {
   cache_key_u64(&s, (uint64_t)in->nentries);
   for (int i = 0; i < in->nentries; i++) cache_key_str(&s, in->entries[i]);
   cache_key_bytes(&s, in->source, in->source_len);
+  if (in->meta) cache_key_bytes(&s, in->meta, strlen(in->meta));
   sha256_final(&s, key);
 }
 

@@ -169,7 +169,7 @@ static attn_status step_function(attn_graph *g, const RtDriver *d, CUcontext cu,
                                  int k, CUfunction *fn) {
   attn_module *m = g->m;
   StrBuf *err = &m->ctx->error;
-  attn_status st = rt_module_load(m, d);
+  attn_status st = rt_module_load_pass(m, d, pass);
   if (st) return st;
   if (g->fn_ctx != cu) {
     memset(g->fn, 0, sizeof g->fn);
@@ -202,6 +202,8 @@ static attn_status step_function(attn_graph *g, const RtDriver *d, CUcontext cu,
 attn_status rt_graph_resolve(attn_graph *g, const RtDriver *d, CUcontext cu) {
   for (int pass = 0; pass < PLAN_NPASSES; pass++)
     for (int k = 0; k < g->plan->pass[pass].nsteps; k++) {
+      /* (a backward compiled apart waits for its first launch) */
+      if (pass == PLAN_BACKWARD && g->m->bwd_source && !g->m->bwd_loaded) break;
       CUfunction fn;
       attn_status st = step_function(g, d, cu, (PlanPass)pass, k, &fn);
       if (st) return st;

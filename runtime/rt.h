@@ -116,6 +116,11 @@ typedef struct CacheKeyInput {
   int noptions;
   const char *const *entries;
   int nentries;
+  /* What the entry keeps beside the cubin (the launch plans): a cubin is
+   * reused only with the plans it was made with. The forward's program of
+   * a module compiled in two does not show the backward's template choice,
+   * which its plans do. NULL: none. */
+  const char *meta;
 } CacheKeyInput;
 
 void cache_key(const CacheKeyInput *in, unsigned char key[SHA256_BYTES]);
@@ -268,6 +273,17 @@ struct attn_module {
   bool loaded;
   attn_graph *graphs;
   int ngraphs;
+  /* The backward pass's kernels as an NVRTC program of their own (a JIT
+   * module whose graphs declare grad): its source and entries, compiled
+   * (through the cache) and loaded on the first backward launch, so a
+   * forward never waits for them. bwd_source NULL: they are in lib. */
+  const char *bwd_source, *bwd_meta;
+  const char **bwd_entries;
+  int bwd_nentries;
+  unsigned char *bwd_cubin;
+  size_t bwd_cubin_len;
+  CUlibrary bwd_lib;
+  bool bwd_loaded;
 };
 
 /* A pass's library-owned workspace, grown on demand and kept for the next
@@ -330,6 +346,9 @@ attn_status rt_module_from_ir(attn_context *ctx, Arena *a, const IrModule *ir,
                               size_t cubin_len, attn_module **out);
 /* Loads the module's library once and resolves every step's kernel. */
 attn_status rt_module_load(attn_module *m, const RtDriver *d);
+/* The library that holds pass's kernels loaded (for the backward of a
+ * module that compiles it apart, compiled first) and its kernels found. */
+attn_status rt_module_load_pass(attn_module *m, const RtDriver *d, PlanPass pass);
 /* NVRTC's log for the module's cubin ("" on a cache hit that kept none,
  * or when the cache disabled logs); the target it was built for. */
 const char *rt_module_log(const attn_module *m);
@@ -346,7 +365,8 @@ Cache *rt_context_cache(attn_context *ctx);
 attn_status rt_run_pass(attn_call *c, PlanPass pass, bool caller_ws, void *ws, size_t ws_bytes,
                         void *stream);
 /* Every step's function in context cu (loading the module first), so
- * that launches, captured ones too, only look them up. */
+ * that launches, captured ones too, only look them up; a backward
+ * compiled apart is left to its first launch. */
 attn_status rt_graph_resolve(attn_graph *g, const RtDriver *d, CUcontext cu);
 /* The workspace bytes a pass needs for the call's bound problem. */
 attn_status rt_pass_workspace(attn_call *c, PlanPass pass, size_t *bytes);

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # nvrtc.sh ATTNC: every example the matcher takes is compiled by NVRTC for
 # sm_80 and sm_90a, and each result must be a CUDA ELF (magic \177ELF,
-# e_machine 190 = EM_CUDA). Needs no GPU.
+# e_machine 190 = EM_CUDA), or refused for a target exactly as its plan
+# golden says; and the two programs libattn's JIT makes of a graph with
+# grad (attnc compile --part forward|backward) compile too. Needs no GPU.
 set -u
 attnc=${1:?usage: nvrtc.sh ATTNC}
 pass=0 fail=0
@@ -27,6 +29,14 @@ for f in examples/*.attn; do
   [ -f "tests/golden/emit/$name.err" ] && continue # the matcher refuses it
   for arch in sm_80 sm_90a; do
     out="$tmp/$name.$arch.cubin"
+    # A target whose plan golden is a located refusal (mla.attn's backward
+    # on sm_80) must refuse it the same way, not reach NVRTC.
+    plan="tests/golden/plan/$name.$arch.plan"
+    if [ -f "$plan" ] && grep -q '^[^ ]*:[0-9]*:[0-9]*: error: ' "$plan"; then
+      if ! compile "$f" --arch "$arch" -o "$out" && cmp -s "$plan" "$tmp/err"; then pass=$((pass + 1))
+      else cat "$tmp/err"; echo "FAIL: $f for $arch: expected the refusal in $plan"; fail=$((fail + 1)); fi
+      continue
+    fi
     if ! compile "$f" --arch "$arch" -o "$out"; then
       cat "$tmp/err"; echo "FAIL: $f for $arch"; fail=$((fail + 1)); continue
     fi
@@ -34,6 +44,23 @@ for f in examples/*.attn; do
     machine=$(od -An -tu2 -j18 -N2 "$out" | tr -d ' ')
     if [ "$magic" = '177ELF' ] && [ "$machine" = 190 ]; then pass=$((pass + 1))
     else echo "FAIL: $f for $arch: not a CUDA ELF (magic '$magic', machine '$machine')"; fail=$((fail + 1)); fi
+  done
+done
+# libattn compiles a module whose graphs declare grad as two programs
+# (the forward pass's kernels now, the backward's on first use): both
+# compile for every example with grad, on both targets.
+for f in examples/*.attn; do
+  name=$(basename "${f%.attn}")
+  grep -q '^[[:space:]]*grad[[:space:]]' "$f" || continue
+  for arch in sm_80 sm_90a; do
+    grep -q ': error: ' "tests/golden/plan/$name.$arch.plan" && continue
+    for part in forward backward; do
+      if compile "$f" --arch "$arch" --part "$part" -o "$tmp/$name.$arch.$part.cubin"; then
+        pass=$((pass + 1))
+      else
+        cat "$tmp/err"; echo "FAIL: $f for $arch: the $part program"; fail=$((fail + 1))
+      fi
+    done
   done
 done
 # Graphs that attnc check accepts must compile (or be refused with a

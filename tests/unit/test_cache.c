@@ -77,7 +77,7 @@ static const char *entries_a[] = {"attn_fwd_a", "attn_fwd_b"};
 
 static CacheKeyInput base_input(void) {
   CacheKeyInput in = {"extern \"C\" __global__ void k() {}", 0, 13000,
-                      "sm_80", opts_a, 2, entries_a, 2};
+                      "sm_80", opts_a, 2, entries_a, 2, NULL};
   in.source_len = strlen(in.source);
   return in;
 }
@@ -159,7 +159,7 @@ Test(cache_key, every_field_changes_the_key) {
   const char *opts_other[] = {"--gpu-architecture=sm_80", "-std=c++20"};
   const char *entries_split[] = {"attn_fwd_", "aattn_fwd_b"};
   const char *entries_other[] = {"attn_fwd_a", "attn_fwd_c"};
-  for (int field = 0; field < 9; field++) {
+  for (int field = 0; field < 11; field++) {
     CacheKeyInput in = base_input();
     switch (field) {
     case 0: in.source = "extern \"C\" __global__ void k() { }"; break;
@@ -171,6 +171,8 @@ Test(cache_key, every_field_changes_the_key) {
     case 6: in.noptions = 1; break;
     case 7: in.entries = entries_split; break;
     case 8: in.entries = entries_other; break;
+    case 9: in.meta = "attnc-plan 2\n"; break; /* the plans kept beside the cubin */
+    case 10: in.meta = ""; break;
     }
     if (field == 0) in.source_len = strlen(in.source);
     key_of(&in, k);
@@ -680,7 +682,7 @@ Test(cache, nvrtc_cubins_roundtrip_for_each_target) {
     nvrtc_options(&job.o, archs[i], true);
     const char *entries[] = {"scale_rows"};
     CacheKeyInput in = {kernel_src, strlen(kernel_src), nvrtc_version(),
-                        archs[i], job.o.v, job.o.n, entries, 1};
+                        archs[i], job.o.v, job.o.n, entries, 1, NULL};
     unsigned char key[32];
     cache_key(&in, key);
     Cache c;
@@ -747,4 +749,40 @@ Test(nvrtc, targets) {
   cr_assert_not_null(strstr(err.data, "sm_35"), "%s", err.data);
   sb_free(&err);
   cr_assert(nvrtc_version() >= 12000);
+}
+
+/* ------------------------------------------- a module in two programs */
+
+/* A module whose graph declares grad compiles its forward's program now
+ * and keeps the backward's source for its first backward launch; the
+ * forward's cache entry is keyed by its plans too, so the same forward
+ * text compiled for the other backward template (the same forward
+ * program) gets that template's backward plan, not the cached one's. */
+Test(two_programs, backward_apart_and_plans_keyed) {
+  static const char text[] =
+      "attention g {\n  input q : bf16[B, H, S, 64];\n  input k : bf16[B, H, S, 64];\n"
+      "  input v : bf16[B, H, S, 64];\n  s = (q @ k^T) * 0.125;\n  o = softmax(s) @ v;\n"
+      "  output o : bf16[B, H, S, 64];\n  output lse = logsumexp(s);\n  grad q, k, v;\n}\n";
+  attn_context *ctx;
+  cr_assert_eq(attn_context_create(&ctx), ATTN_SUCCESS);
+  cr_assert_eq(attn_context_set_arch(ctx, "sm_90a"), ATTN_SUCCESS);
+  cr_assert_eq(attn_context_set_cache_dir(ctx, NULL), ATTN_SUCCESS);
+  int threads[2] = {0, 0};
+  for (int t = 0; t < 2; t++) {
+    cr_assert_eq(attn_context_set_option(ctx, ATTN_OPTION_BACKWARD_TEMPLATE, t ? 90 : 80),
+                 ATTN_SUCCESS);
+    attn_module *m;
+    cr_assert_eq(attn_module_compile_string(ctx, "g.attn", text, sizeof text - 1, &m),
+                 ATTN_SUCCESS, "%s", attn_context_error(ctx));
+    cr_assert_not_null(m->bwd_source);
+    cr_expect(strstr(m->bwd_source, "bwd_main") && !strstr(m->bwd_source, "attn_fwd_sm90("),
+              "the backward's program holds the backward alone");
+    const PassPlan *bp = &m->graphs[0].plan->pass[PLAN_BACKWARD];
+    for (int k = 0; k < bp->nsteps; k++)
+      if (!strcmp(bp->steps[k].role, "main")) threads[t] = bp->steps[k].threads;
+    attn_module_destroy(m);
+  }
+  cr_expect_eq(threads[0], 128, "bwd_sm80's main kernel: %d threads", threads[0]);
+  cr_expect_eq(threads[1], 384, "bwd_sm90's main kernel: %d threads", threads[1]);
+  attn_context_destroy(ctx);
 }
