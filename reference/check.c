@@ -343,6 +343,16 @@ void chk_result_free(ChkResult *res, int ntensors) {
   res->grads = NULL;
 }
 
+double *chk_random_dout(const RefArgs *args, int o, uint64_t seed) {
+  const IrGraph *g = args->g;
+  const int64_t n = ref_numel(&args->tensors[o]);
+  double *dout = malloc((size_t)(n > 0 ? n : 1) * sizeof *dout);
+  RefRng rng = ref_rng(seed, 777);
+  for (int64_t e = 0; dout && e < n; e++)
+    dout[e] = dtype_round(g->tensors[g->q].type, ref_rng_normal(&rng));
+  return dout;
+}
+
 double chk_tolerance(DType out_type) {
   /* Relative L2 error allowed against the double reference. Inputs are
    * exact in both; the kernel rounds P to 16 bits before P @ V and the

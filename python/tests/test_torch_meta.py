@@ -1,6 +1,8 @@
 """The torch operators without a GPU: meta tensors run the fake
 implementation and the autograd wiring, and torch.compile traces a call
 without graph breaks."""
+import os
+
 import pytest
 
 import attnc
@@ -111,3 +113,23 @@ def test_a_graph_without_backward_refuses_inputs_that_need_grad(cache_dir):
         plain(q, q, q, doc)
     with torch.no_grad():
         assert plain(q, q, q, doc).shape == q.shape
+
+
+def test_mla_head_dims_and_a_learnable_sink(root, cache_dir):
+    """Head dims other than 64/128/256 (MLA's 192 for q.k, 128 for v) and a
+    sink declared with grad: the shapes of o and of every gradient, sinks'
+    included, come from the inputs."""
+    import torch
+    mla = attnc.compile(os.path.join(root, "examples", "mla.attn"), arch="sm_90a", cache_dir=cache_dir).mla
+    q, k, v = meta(2, 4, 33, 192, grad=True), meta(2, 4, 70, 192, grad=True), meta(2, 4, 70, 128, grad=True)
+    o, lse = mla(q, k, v)
+    assert o.shape == (2, 4, 33, 128) and lse.shape == (2, 4, 33)
+    o.sum().backward()
+    assert q.grad.shape == q.shape and k.grad.shape == k.shape and v.grad.shape == v.shape
+    sinks = attnc.compile(os.path.join(root, "examples", "backward_sinks.attn"), arch="sm_90a",
+                          cache_dir=cache_dir).backward_sinks
+    q, k, v = meta(2, 8, 33, 64, grad=True), meta(2, 2, 70, 64), meta(2, 2, 70, 64)
+    s = torch.randn(8, device="meta", dtype=torch.float32).requires_grad_()
+    o, _ = sinks(q, k, v, s)
+    o.sum().backward()
+    assert s.grad.shape == (8,) and s.grad.dtype == torch.float32 and q.grad.shape == q.shape

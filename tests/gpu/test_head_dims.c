@@ -67,14 +67,7 @@ static void run_backward(attn_context *ctx, attn_graph *ag, const IrGraph *g, co
   BwdSlots sl;
   bool ok = grads && ref_make_inputs(&ra, spec, seed, &err) == 0 &&
             chk_output_shapes(&ra, &err) == 0 && bwd_slots(g, &sl) == 0;
-  if (ok) {
-    const int64_t n = ref_numel(&ra.tensors[sl.o]);
-    dout = malloc((size_t)n * sizeof *dout);
-    RefRng rng = ref_rng(seed, 777);
-    for (int64_t e = 0; dout && e < n; e++)
-      dout[e] = dtype_round(g->tensors[g->q].type, ref_rng_normal(&rng));
-    ok = dout != NULL;
-  }
+  if (ok) ok = (dout = chk_random_dout(&ra, sl.o, seed)) != NULL;
   ChkOptions co = {.dout = dout, .deterministic = det};
   if (ok && chk_run_gpu(ctx, ag, &ra, &co, &res, &err) != ATTN_SUCCESS) ok = false;
   if (ok && ref_backward(&ra, bg, dout, grads, &err) != 0) ok = false;
