@@ -601,7 +601,14 @@ static void rt_compile_pass(void *arg) {
     c->entries = rt_entries(cm, c->a, PLAN_FORWARD, &c->nentries);
     c->bwd_source = emit_unit_part(cm, &c->opt, EMIT_BACKWARD, c->a);
     c->bwd_entries = rt_entries(cm, c->a, PLAN_BACKWARD, &c->bwd_nentries);
-    c->bwd_meta = arena_printf(c->a, "source %s\ntarget %s\npart backward\n", src, c->opt.arch);
+    /* Its graphs by name, for `attnc cache list` (no plans: the forward's
+     * entry holds them). */
+    const char *names = "";
+    for (int i = 0; i < cm->ngraphs; i++)
+      if (cm->plans[i].pass[PLAN_BACKWARD].present)
+        names = arena_printf(c->a, "%sgraph %s\n", names, cm->plans[i].graph);
+    c->bwd_meta =
+        arena_printf(c->a, "source %s\ntarget %s\npart backward\n%s", src, c->opt.arch, names);
   } else {
     c->source = cm->source;
     c->entries = rt_entries(cm, c->a, -1, &c->nentries);

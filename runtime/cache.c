@@ -657,7 +657,9 @@ typedef struct CacheLines {
 } CacheLines;
 
 /* "SOURCE GRAPH[,GRAPH...]" from an entry's meta (its "source" line and
- * its plans' "graph" lines); "? ?" when it has none or cannot be read. */
+ * its plans' "graph" lines), " (backward)" after them for the program of a
+ * module's backward (its "part backward" line); "? ?" when it has none or
+ * cannot be read. */
 static void cache_entry_names(const char *path, StrBuf *out) {
   int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   unsigned char h[CACHE_HEADER_SIZE];
@@ -684,6 +686,7 @@ static void cache_entry_names(const char *path, StrBuf *out) {
   for (const char *g = meta; (g = strstr(g, "\ngraph ")); g += 7)
     sb_printf(out, "%s%.*s", n++ ? "," : "", (int)strcspn(g + 7, " \n"), g + 7);
   if (!n) sb_putc(out, '?');
+  if (strstr(meta, "\npart backward\n")) sb_puts(out, " (backward)");
   mem_free(meta);
 }
 

@@ -45,6 +45,7 @@ typedef struct FakeCompiler {
   const char *count_file; /* append a line per compile (across processes) */
   int sleep_ms;
   void (*during)(void);
+  const char *meta; /* the entry's meta, or none */
 } FakeCompiler;
 
 static attn_status fake_compile(void *user, CacheBlob *out, StrBuf *err) {
@@ -69,6 +70,10 @@ static attn_status fake_compile(void *user, CacheBlob *out, StrBuf *err) {
   memcpy(out->cubin, p, out->cubin_len);
   out->log = mem_strdup("ptxas info    : Used 42 registers");
   out->log_len = strlen(out->log);
+  if (fc->meta) {
+    out->meta = mem_strdup(fc->meta);
+    out->meta_len = strlen(fc->meta);
+  }
   return ATTN_SUCCESS;
 }
 
@@ -509,6 +514,30 @@ Test(cache, list_and_clear) {
   char v1[300];
   snprintf(v1, sizeof v1, "%s/v1", root);
   cr_assert_eq(access(v1, F_OK), -1, "empty directories should go");
+  sb_free(&out);
+}
+
+/* A listed entry names its source and graphs, and the program of a
+ * module's backward says so. */
+Test(cache, list_names_graphs_and_the_backward_part) {
+  static const char *metas[2] = {
+      "source a.attn\ntarget sm_80\nattnc-plan 2\ngraph g1 sep=0,0,0,0\ngraph g2 sep=0,0,0,0\n",
+      "source a.attn\ntarget sm_80\npart backward\ngraph g2\n"};
+  for (int k = 0; k < 2; k++) {
+    Cache c;
+    cache_init(&c, root);
+    unsigned char key[32];
+    some_key(key, metas[k]);
+    FakeCompiler fc = {.meta = metas[k]};
+    CacheBlob b;
+    get_ok(&c, key, &fc, &b);
+    cache_blob_free(&b);
+    cache_free(&c);
+  }
+  StrBuf out = {0};
+  cr_assert_eq(cache_list(root, &out), 0);
+  cr_expect(strstr(out.data, " a.attn g1,g2\n"), "%s", out.data);
+  cr_expect(strstr(out.data, " a.attn g2 (backward)\n"), "%s", out.data);
   sb_free(&out);
 }
 
