@@ -590,7 +590,8 @@ static const char **rt_entries(const Compiled *cm, Arena *a, int pass_only, int 
 
 static void rt_compile_pass(void *arg) {
   RtCompile *c = arg;
-  c->rc = compile_module(c->ir, &c->opt, STAGE_EMIT, c->a, &c->d, &c->cm);
+  /* To the plans, then only the program(s) NVRTC will compile. */
+  c->rc = compile_module(c->ir, &c->opt, STAGE_PLAN, c->a, &c->d, &c->cm);
   if (c->rc) return;
   const Compiled *cm = &c->cm;
   bool split = false;
@@ -610,7 +611,7 @@ static void rt_compile_pass(void *arg) {
     c->bwd_meta =
         arena_printf(c->a, "source %s\ntarget %s\npart backward\n%s", src, c->opt.arch, names);
   } else {
-    c->source = cm->source;
+    c->source = emit_unit(cm, &c->opt, c->a);
     c->entries = rt_entries(cm, c->a, -1, &c->nentries);
   }
   sb_printf(&c->meta, "source %s\ntarget %s\n", src, c->opt.arch);
@@ -667,7 +668,7 @@ static attn_status rt_compile_ir(attn_context *ctx, Arena *a,
                                                   : ATTN_FROM_CACHE;
     (*out)->log = blob.log;
     blob.log = NULL;
-    (*out)->source = c.cm.source;
+    (*out)->source = c.source; /* the forward's program when the backward is apart */
     (*out)->bwd_source = c.bwd_source;
     (*out)->bwd_meta = c.bwd_meta;
     (*out)->bwd_entries = c.bwd_entries;
