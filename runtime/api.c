@@ -301,31 +301,16 @@ attn_status rt_module_load(attn_module *m, const RtDriver *d) {
   return ATTN_SUCCESS;
 }
 
-static attn_status rt_compile_job(void *user, CacheBlob *out, StrBuf *err);
+static attn_status rt_cached_program(attn_context *ctx, const char *arch, const char *source,
+                                     const char *const *entries, int nentries, const char *meta,
+                                     CacheBlob *out);
 
-/* What NVRTC needs to fill one cache entry, and what the entry keeps
- * beside the cubin: the plans and where they came from. */
-typedef struct RtCompileJob {
-  const char *source;
-  const NvrtcOptions *options;
-  const char *meta;
-} RtCompileJob;
-
-/* The backward's program through the cache (NVRTC on a miss): keyed like
- * the forward's, by its own source and entries; its entry's meta names
- * the part (the plans are in the forward's). */
+/* The backward's program through the cache (NVRTC on a miss); its
+ * entry's meta names the part (the plans are in the forward's). */
 static attn_status rt_compile_backward(attn_module *m) {
-  attn_context *ctx = m->ctx;
-  NvrtcOptions opts;
-  nvrtc_options(&opts, m->arch, !ctx->disk_cache);
-  CacheKeyInput in = {m->bwd_source, strlen(m->bwd_source), nvrtc_version(), m->arch,
-                      opts.v,        opts.n,                m->bwd_entries,  m->bwd_nentries,
-                      m->bwd_meta};
-  unsigned char key[SHA256_BYTES];
-  cache_key(&in, key);
-  RtCompileJob job = {m->bwd_source, &opts, m->bwd_meta};
   CacheBlob blob;
-  attn_status st = cache_get(&ctx->cache, m->arch, key, rt_compile_job, &job, &blob, &ctx->error);
+  attn_status st = rt_cached_program(m->ctx, m->arch, m->bwd_source, m->bwd_entries,
+                                     m->bwd_nentries, m->bwd_meta, &blob);
   if (st) return st;
   m->bwd_cubin = (unsigned char *)blob.cubin;
   m->bwd_cubin_len = blob.cubin_len;
@@ -518,6 +503,14 @@ const char *rt_module_source(const attn_module *m) {
   return m && m->source ? m->source : "";
 }
 
+/* What NVRTC needs to fill one cache entry, and what the entry keeps
+ * beside the cubin: the plans and where they came from. */
+typedef struct RtCompileJob {
+  const char *source;
+  const NvrtcOptions *options;
+  const char *meta;
+} RtCompileJob;
+
 static attn_status rt_compile_job(void *user, CacheBlob *out, StrBuf *err) {
   RtCompileJob *job = user;
   NvrtcOutput nv;
@@ -537,6 +530,22 @@ static attn_status rt_compile_job(void *user, CacheBlob *out, StrBuf *err) {
   out->log_len = strlen(nv.log);
   mem_free(nv.ptx);
   return ATTN_SUCCESS;
+}
+
+/* One NVRTC program through the cache (compiled on a miss): keyed by its
+ * source, entries, target, options and the meta the entry keeps beside
+ * the cubin (cache_key). */
+static attn_status rt_cached_program(attn_context *ctx, const char *arch, const char *source,
+                                     const char *const *entries, int nentries, const char *meta,
+                                     CacheBlob *out) {
+  NvrtcOptions opts;
+  nvrtc_options(&opts, arch, !ctx->disk_cache);
+  CacheKeyInput in = {source, strlen(source), nvrtc_version(), arch,
+                      opts.v, opts.n,         entries,         nentries, meta};
+  unsigned char key[SHA256_BYTES];
+  cache_key(&in, key);
+  RtCompileJob job = {source, &opts, meta};
+  return cache_get(&ctx->cache, arch, key, rt_compile_job, &job, out, &ctx->error);
 }
 
 /* The plans in a cache entry's meta: after its "source" and "target"
@@ -575,7 +584,8 @@ typedef struct RtCompile {
   int bwd_nentries;
 } RtCompile;
 
-/* The entries of pass (or of every pass, all) of cm's plans, NULL-ended. */
+/* The entries of pass_only's steps in cm's plans (of every pass's when it
+ * is -1); *n of them. */
 static const char **rt_entries(const Compiled *cm, Arena *a, int pass_only, int *n) {
   const char **e = arena_alloc(a, sizeof *e * (size_t)(cm->ngraphs * PLAN_NPASSES *
                                                        PLAN_MAX_STEPS + 1));
@@ -642,18 +652,11 @@ static attn_status rt_compile_ir(attn_context *ctx, Arena *a,
     return ATTN_ERROR_UNSUPPORTED;
   }
   diag_free(&c.d);
-  NvrtcOptions opts;
-  nvrtc_options(&opts, arch, !ctx->disk_cache);
-  CacheKeyInput in = {c.source,  strlen(c.source), nvrtc_version(),
-                      arch,      opts.v,           opts.n,
-                      c.entries, c.nentries,       c.meta.failed ? NULL : c.meta.data};
-  unsigned char key[SHA256_BYTES];
-  cache_key(&in, key);
-  RtCompileJob job = {c.source, &opts, c.meta.failed ? NULL : c.meta.data};
   CacheBlob blob;
   int compiles = ctx->cache.compiles;
-  st = job.meta ? cache_get(&ctx->cache, arch, key, rt_compile_job, &job, &blob, &ctx->error)
-                : rt_fail(ctx, ATTN_ERROR_OUT_OF_MEMORY, "out of memory");
+  st = c.meta.failed ? rt_fail(ctx, ATTN_ERROR_OUT_OF_MEMORY, "out of memory")
+                     : rt_cached_program(ctx, arch, c.source, c.entries, c.nentries, c.meta.data,
+                                         &blob);
   sb_free(&c.meta);
   if (st) {
     arena_free(a);
