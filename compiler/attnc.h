@@ -858,6 +858,13 @@ int bwd_slots(const IrGraph *g, BwdSlots *s);
  * 16- or 32-bit float read as a bias (bwd_bias_axes, the same way at every
  * read), or beyond the first BWD_MAX_BIAS such biases. */
 int bwd_unsupported_grad(const IrGraph *g);
+/* Whether a bias gradient of this mode is summed in an f32 scratch
+ * (dbias_acc) and converted at the end: ATOMIC and REDUCED. */
+static inline bool bwd_bias_accumulated(BwdBiasMode m) {
+  return m == BWD_BIAS_ATOMIC || m == BWD_BIAS_REDUCED;
+}
+/* The index in s's bias list of the softmax sink's gradient, or -1. */
+int bwd_sink_entry(const BwdSlots *s);
 
 /* What the backward template is filled from. */
 typedef struct BwdSpec {

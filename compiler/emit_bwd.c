@@ -57,15 +57,8 @@ static const char *bias_dense(Arena *a, const BwdSlots *sl, int r) {
                       axis_var(ax[0]), t, axis_var(ax[1]), t, axis_var(ax[2]), t, axis_var(ax[3]));
 }
 
-/* The bias list's entry of the softmax sink's gradient, or -1. */
-static int sink_entry(const BwdSlots *sl) {
-  for (int r = 0; r < sl->nbias; r++)
-    if (sl->bias_mode[r] == BWD_BIAS_SINK) return r;
-  return -1;
-}
-
 /* How many of the gradients the score elements feed (not the sink's). */
-static int score_biases(const BwdSlots *sl) { return sl->nbias - (sink_entry(sl) >= 0); }
+static int score_biases(const BwdSlots *sl) { return sl->nbias - (bwd_sink_entry(sl) >= 0); }
 
 static const char *full_index(Arena *a, const char *b, const char *h, const char *i,
                               const char *j) {
@@ -83,7 +76,7 @@ static void emit_bias_hooks(StrBuf *out, const BwdSpec *s, Arena *a) {
   const char *val[BWD_MAX_BIAS] = {NULL};
   for (int r = 0; r < sl->nbias; r++) {
     const BwdBias *bb = find_bias(s->bg, sl->bias[r]);
-    if (bb && sl->bias_mode[r] != BWD_BIAS_SINK) val[r] = expr_as(&hk, bb->value, DT_F32);
+    if (bb) val[r] = expr_as(&hk, bb->value, DT_F32); /* (none for the sink: not in the scores) */
   }
   sb_puts(out, "\n/* attn_bwd_draw plus each bias's gradient at score element (b, h, i, j). */\n"
                "static __device__ __forceinline__ float attn_bwd_draw_bias(float ds, float acc, "
@@ -107,7 +100,7 @@ static void emit_bias_hooks(StrBuf *out, const BwdSpec *s, Arena *a) {
                      "    if (o >= 0) bwd80_st_%s(p.t[%d].ptr, o, %s);\n  }\n",
                 t->name, sl->dbias[r], bias_subs(a, sl, r), st, sl->dbias[r], val[r]);
       break;
-    case BWD_BIAS_SINK:
+    case BWD_BIAS_SINK: /* (skipped above) */
       break;
     case BWD_BIAS_ATOMIC:
     case BWD_BIAS_REDUCED:
@@ -153,7 +146,7 @@ static void emit_bias_hooks(StrBuf *out, const BwdSpec *s, Arena *a) {
                "int lane, const attn_params &p) {\n"
                "  const bool det = bwd80_deterministic(p);\n  (void)det;\n");
   for (int r = 0; r < sl->nbias; r++) {
-    if (sl->bias_mode[r] == BWD_BIAS_DIRECT || sl->bias_mode[r] == BWD_BIAS_SINK) continue;
+    if (!bwd_bias_accumulated(sl->bias_mode[r])) continue;
     unsigned kp = sl->bias_keep[r];
     bool kb = kp & DOM_B, kh = kp & DOM_H, ki = kp & DOM_I, kj = kp & DOM_J;
     const IrTensor *t = &g->tensors[sl->bias[r]];
@@ -219,7 +212,7 @@ void emit_bwd_body(StrBuf *out, const BwdSpec *s, MacroSet *ms, Arena *a) {
     macro_def(out, ms, a, "ATTN_BWD_PERSISTENT", s->persistent);
   }
   sb_puts(out, "\n");
-  if (sink_entry(sl) >= 0) {
+  if (bwd_sink_entry(sl) >= 0) {
     sb_puts(out, "/* The softmax sink's gradient: the dsink kernel, its store hook after\n"
                  " * the template. */\n");
     macro_def(out, ms, a, "ATTN_BWD_DSINK", 1);
@@ -266,7 +259,7 @@ void emit_bwd_body(StrBuf *out, const BwdSpec *s, MacroSet *ms, Arena *a) {
             "templates/bwd_%s.cuh disagree on shared memory\");\n\n",
             s->sm90 ? "sm90" : "sm80", s->smem_bytes, s->sm90 ? "sm90" : "sm80");
   if (score_biases(sl) > 0) emit_bias_hooks(out, s, a);
-  const int r = sink_entry(sl);
+  const int r = bwd_sink_entry(sl);
   if (r >= 0) {
     const IrTensor *t = &s->g->tensors[sl->bias[r]];
     sb_printf(out,
@@ -301,7 +294,7 @@ void emit_bwd_entries(StrBuf *out, const BwdSpec *s, Arena *a) {
                      "__grid_constant__ attn_params p) {\n  graph_%s::attn_bwd_sm80_%s(p);\n}\n\n",
                 s->threads, entry, gname, part[k]);
   }
-  if (sink_entry(&s->slots) >= 0)
+  if (bwd_sink_entry(&s->slots) >= 0)
     sb_printf(out, "extern \"C\" __global__ void __launch_bounds__(128) %s(const "
                    "__grid_constant__ attn_params p) {\n  graph_%s::attn_bwd_sm80_dsink(p);\n}\n\n",
               plan_entry(a, gname, "bwd_dsink"), gname);

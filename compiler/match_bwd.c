@@ -104,11 +104,16 @@ int bwd_slots(const IrGraph *g, BwdSlots *s) {
   if (bias_list(g, s, &bad)) s->nbias = 0;
   for (int r = 0; r < s->nbias; r++) {
     s->dbias[r] = next++;
-    s->dbias_acc[r] =
-        s->bias_mode[r] == BWD_BIAS_DIRECT || s->bias_mode[r] == BWD_BIAS_SINK ? -1 : next++;
+    s->dbias_acc[r] = bwd_bias_accumulated(s->bias_mode[r]) ? next++ : -1;
   }
   s->end = next;
   return s->o >= 0 && s->lse >= 0 ? 0 : -1;
+}
+
+int bwd_sink_entry(const BwdSlots *s) {
+  for (int r = 0; r < s->nbias; r++)
+    if (s->bias_mode[r] == BWD_BIAS_SINK) return r;
+  return -1;
 }
 
 int bwd_unsupported_grad(const IrGraph *g) {

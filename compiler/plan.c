@@ -173,10 +173,8 @@ static void plan_backward(GraphPlan *gp, const BwdSpec *b, Arena *a) {
   /* Accumulated bias gradients: f32 scratch of the bias's shape (atomics),
    * or deterministic one element per score summed by the convert pass. */
   bool finish_always = false;
-  int sink = -1; /* the sink's gradient, in sl's bias list */
   for (int r = 0; r < sl->nbias; r++) {
-    if (sl->bias_mode[r] == BWD_BIAS_SINK) sink = r;
-    if (sl->bias_mode[r] == BWD_BIAS_DIRECT || sl->bias_mode[r] == BWD_BIAS_SINK) continue;
+    if (!bwd_bias_accumulated(sl->bias_mode[r])) continue;
     finish_always = true;
     const char *name = arena_printf(a, "d%s_acc", g->tensors[sl->bias[r]].name);
     add_slice(p, name, PB_SLOT, sl->dbias_acc[r], 4, pconst(1), pconst(1), pconst(1),
@@ -193,6 +191,7 @@ static void plan_backward(GraphPlan *gp, const BwdSpec *b, Arena *a) {
   /* The sink's gradient from the rows' delta and lse: one CTA per element
    * of it (per head, per batch where it keeps them), summing its rows in
    * a fixed order, so every mode gives the same bits. */
+  const int sink = bwd_sink_entry(sl);
   if (sink >= 0) {
     s = add_step(p, "dsink", plan_entry(a, g->name, "bwd_dsink"), 128, 0);
     s->grid.x0 = pconst(1);
