@@ -1045,9 +1045,7 @@ __device__ __forceinline__ void attn_bwd_sm80_dsink(const attn_params &p) {
         acc += x.x * exp2f(s2 - x.y);
       }
     }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1)
-    acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  acc = bwd80_row_sum(acc, 32);
   if ((tid & 31) == 0)
     part[tid >> 5] = acc;
   __syncthreads();
