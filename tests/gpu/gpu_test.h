@@ -8,6 +8,9 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+#include "attn.h"
+#include "cuda_driver.h"
+
 static int passed, failed, skipped;
 
 static void verdict(bool ok, const char *what, const char *detail) {
@@ -15,6 +18,29 @@ static void verdict(bool ok, const char *what, const char *detail) {
          detail ? detail : "");
   if (ok) passed++;
   else failed++;
+}
+
+/* The driver with device 0's primary context current; NULL after
+ * printing why the GPU tests skip (the caller exits 0). */
+static const RtDriver *gpu_test_driver(void) {
+  StrBuf why = {0};
+  attn_status st;
+  const RtDriver *d = rt_driver(&st, &why);
+  if (!d || rt_driver_make_current_primary(0, &why) != ATTN_SUCCESS) {
+    printf("SKIP: GPU tests need a GPU: %s\n", why.data ? why.data : "no driver");
+    d = NULL;
+  }
+  sb_free(&why);
+  return d;
+}
+
+/* A context for the tests, without the disk cache (every compile is
+ * fresh); NULL when it cannot be made. */
+static attn_context *gpu_test_context(void) {
+  attn_context *ctx;
+  if (attn_context_create(&ctx) != ATTN_SUCCESS) return NULL;
+  attn_context_set_cache_dir(ctx, NULL);
+  return ctx;
 }
 
 #endif

@@ -30,91 +30,13 @@
 #include "check.h"
 #include "cuda_driver.h"
 #include "gpu_test.h"
+#include "bwd_case.h"
 
 
 /* The main kernel under test: main sets ATTN_OPTION_BACKWARD_TEMPLATE
  * for each pass ("sm80", then "sm90": bwd_sm90 on an sm_90 device,
  * bwd_sm80 again elsewhere). */
 static const char *bwd_template_tag = "default";
-
-/* Forward then backward on the GPU, ref_backward on the CPU; compares
- * every gradient. zero_rows > 0: dq's first zero_rows query rows of every
- * (b, h) must be exactly 0 (their keys are all masked). det: in
- * deterministic mode, twice, and the two runs must agree bit for bit. */
-static void run_case(attn_context *ctx, attn_graph *ag, const IrGraph *g, const BwdGraph *bg,
-                     const char *spec, uint64_t seed, const char *label, int zero_rows,
-                     bool det) {
-  RefArgs ra = {.g = g};
-  StrBuf err = {0}, detail = {0};
-  ChkResult res = {0}, again = {0};
-  RefTensor *grads = calloc((size_t)g->ntensors, sizeof *grads);
-  double *dout = NULL;
-  bool ok = grads && ref_make_inputs(&ra, spec, seed, &err) == 0 &&
-            chk_output_shapes(&ra, &err) == 0;
-  BwdSlots sl;
-  if (ok && bwd_slots(g, &sl) != 0) {
-    sb_puts(&err, "no lse output");
-    ok = false;
-  }
-  if (ok) ok = (dout = chk_random_dout(&ra, sl.o, seed)) != NULL;
-  ChkOptions co = {.dout = dout, .deterministic = det};
-  if (ok && chk_run_gpu(ctx, ag, &ra, &co, &res, &err) != ATTN_SUCCESS) ok = false;
-  if (ok && det && chk_run_gpu(ctx, ag, &ra, &co, &again, &err) != ATTN_SUCCESS) ok = false;
-  if (ok && ref_backward(&ra, bg, dout, grads, &err) != 0) ok = false;
-  for (int t = 0; ok && t < g->ntensors; t++) {
-    if (!g->tensors[t].grad) continue;
-    if (!res.grads || !res.grads[t] || !grads[t].data) {
-      sb_printf(&detail, "d%s missing; ", g->tensors[t].name);
-      ok = false;
-      break;
-    }
-    size_t n = (size_t)ref_numel(&grads[t]);
-    RefCompare c = ref_compare(res.grads[t], grads[t].data, n);
-    sb_printf(&detail, "d%s rel_l2 %.1e nonfinite-mismatch %zu; ", g->tensors[t].name, c.rel_l2,
-              c.nonfinite_mismatch);
-    /* A bias over b and h only sums every score's gradient: more
-     * cancellation, so a looser bound. */
-    bool qkv = t == g->q || t == g->k || t == g->v;
-    unsigned keep = 0;
-    for (int x = 0; !qkv && x < bg->nbias; x++)
-      if (bg->bias[x].tensor == t) keep = bg->bias[x].keep;
-    double tol = !qkv && !(keep & (DOM_I | DOM_J)) ? 5e-2 : 2e-2;
-    if (!(c.rel_l2 <= tol) || c.nonfinite_mismatch) ok = false;
-    if (det) {
-      size_t differ = 0;
-      if (!again.grads || !again.grads[t]) differ = n;
-      for (size_t e = 0; again.grads && again.grads[t] && e < n; e++)
-        differ += memcmp(&res.grads[t][e], &again.grads[t][e], sizeof(double)) != 0;
-      sb_printf(&detail, "d%s differs between two deterministic runs at %zu; ",
-                g->tensors[t].name, differ);
-      if (differ) ok = false;
-    }
-    if (t == g->q && zero_rows > 0) {
-      const int64_t *sh = grads[t].shape; /* [B, H, Sq, D] */
-      size_t nonzero = 0;
-      for (int64_t bh = 0; bh < sh[0] * sh[1]; bh++)
-        for (int64_t i = 0; i < zero_rows && i < sh[2]; i++)
-          for (int64_t d = 0; d < sh[3]; d++)
-            nonzero += res.grads[t][(bh * sh[2] + i) * sh[3] + d] != 0.0;
-      sb_printf(&detail, "nonzero dq in fully masked rows %zu; ", nonzero);
-      if (nonzero) ok = false;
-    }
-  }
-  StrBuf what = {0};
-  sb_printf(&what, "backward%s %s [%s] (%s)", det ? " (deterministic)" : "", label, spec,
-            bwd_template_tag);
-  if (err.len) sb_printf(&detail, "%s", err.data);
-  verdict(ok, what.data, detail.data);
-  sb_free(&what);
-  sb_free(&err);
-  sb_free(&detail);
-  chk_result_free(&res, g->ntensors);
-  chk_result_free(&again, g->ntensors);
-  for (int t = 0; grads && t < g->ntensors; t++) free(grads[t].data);
-  free(grads);
-  free(dout);
-  ref_args_free(&ra);
-}
 
 /* A graph with grad on a tensor the GPU backward cannot differentiate
  * (a bias read transposed): the forward compiles, the backward is refused
@@ -201,13 +123,13 @@ static void test_module_det(attn_context *ctx, const char *name, const char *tex
     StrBuf spec = {0};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
       chk_shape_spec(g, &spec, shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3], shapes[s][4]);
-      run_case(ctx, ag, g, bg, spec.data, (*seed)++, label, zero_rows, false);
+      bwd_case(ctx, ag, g, bg, spec.data, (*seed)++, label, bwd_template_tag, zero_rows, false);
     }
     /* Deterministic mode at the GQA, unaligned shape (its ordered dQ tiles
      * take head dims up to 128: refused above, as examples/mla.attn's). */
     chk_shape_spec(g, &spec, shapes[1][0], shapes[1][1], shapes[1][2], shapes[1][3], shapes[1][4]);
     if (det && g->tensors[g->q].dim_val[3] <= 128 && g->tensors[g->v].dim_val[3] <= 128)
-      run_case(ctx, ag, g, bg, spec.data, (*seed)++, label, zero_rows, true);
+      bwd_case(ctx, ag, g, bg, spec.data, (*seed)++, label, bwd_template_tag, zero_rows, true);
     else
       test_det_refused(ctx, ag, label);
     sb_free(&spec);
@@ -392,16 +314,9 @@ static const char *only;
 
 int main(int argc, char **argv) {
   only = argc > 1 ? argv[1] : NULL;
-  StrBuf err = {0};
-  attn_status st;
-  if (!rt_driver(&st, &err) || rt_driver_make_current_primary(0, &err) != ATTN_SUCCESS) {
-    printf("SKIP: GPU tests need a GPU: %s\n", err.data ? err.data : "no driver");
-    sb_free(&err);
-    return 0;
-  }
-  attn_context *ctx;
-  if (attn_context_create(&ctx) != ATTN_SUCCESS) return 1;
-  attn_context_set_cache_dir(ctx, NULL);
+  if (!gpu_test_driver()) return 0;
+  attn_context *ctx = gpu_test_context();
+  if (!ctx) return 1;
   const char *ctas = getenv("ATTN_PERSISTENT_CTAS");
   if (ctas && *ctas) attn_context_set_option(ctx, ATTN_OPTION_PERSISTENT_CTAS, atoll(ctas));
   /* Every case once per backward template (a compile option: each pass
@@ -416,7 +331,6 @@ int main(int argc, char **argv) {
   }
   attn_context_destroy(ctx);
   rt_driver_release_primary(0);
-  sb_free(&err);
   printf("backward: %d passed, %d failed, %d skipped\n", passed, failed, skipped);
   return failed ? 1 : 0;
 }

@@ -714,16 +714,9 @@ static int cmp_str(const void *a, const void *b) {
 /* argv[1], when given, keeps only the examples whose file name contains
  * it (the other tests always run). */
 int main(int argc, char **argv) {
-  StrBuf why = {0};
-  attn_status st;
-  if (!rt_driver(&st, &why) || rt_driver_make_current_primary(0, &why) != ATTN_SUCCESS) {
-    printf("SKIP: GPU tests need a GPU: %s\n", why.data ? why.data : "no driver");
-    sb_free(&why);
-    return 0;
-  }
-  attn_context *ctx;
-  if (attn_context_create(&ctx) != ATTN_SUCCESS) return 1;
-  attn_context_set_cache_dir(ctx, NULL);
+  if (!gpu_test_driver()) return 0;
+  attn_context *ctx = gpu_test_context();
+  if (!ctx) return 1;
   test_fully_masked(ctx);
   uint64_t kv_seed = 9000;
   test_fp8_kv_variants(ctx, &kv_seed);

@@ -10,7 +10,8 @@
  * (the context's target sm_90, where fwd_sm80 runs), and on the split-KV
  * decode kernel (the plan's split count and 3) at shapes that are and are
  * not tile multiples, with GQA, against the reference. Graphs with grad
- * run their backward too (bwd_sm90 and bwd_sm80). Skips without a GPU
+ * run their backward too (bwd_sm90 and bwd_sm80; bwd_case.h, as
+ * test_backward checks it: deterministic runs twice, bit for bit). Skips without a GPU
  * (exit 0). argv[1], when given, keeps only the pairs whose graph name
  * (hd_<d_qk>_<d_v>) contains it.
  */
@@ -21,6 +22,7 @@
 #include "check.h"
 #include "cuda_driver.h"
 #include "gpu_test.h"
+#include "bwd_case.h"
 #include "ref.h"
 
 static const int head_dims[][2] = {
@@ -56,48 +58,6 @@ static void run_forward(attn_context *ctx, attn_graph *ag, const IrGraph *g, con
   sb_free(&what);
 }
 
-/* Forward and backward at spec; every gradient against ref_backward. */
-static void run_backward(attn_context *ctx, attn_graph *ag, const IrGraph *g, const BwdGraph *bg,
-                         const char *spec, uint64_t seed, const char *label, bool det) {
-  RefArgs ra = {.g = g};
-  StrBuf err = {0}, detail = {0}, what = {0};
-  ChkResult res = {0};
-  RefTensor *grads = calloc((size_t)g->ntensors, sizeof *grads);
-  double *dout = NULL;
-  BwdSlots sl;
-  bool ok = grads && ref_make_inputs(&ra, spec, seed, &err) == 0 &&
-            chk_output_shapes(&ra, &err) == 0 && bwd_slots(g, &sl) == 0;
-  if (ok) ok = (dout = chk_random_dout(&ra, sl.o, seed)) != NULL;
-  ChkOptions co = {.dout = dout, .deterministic = det};
-  if (ok && chk_run_gpu(ctx, ag, &ra, &co, &res, &err) != ATTN_SUCCESS) ok = false;
-  if (ok && ref_backward(&ra, bg, dout, grads, &err) != 0) ok = false;
-  for (int t = 0; ok && t < g->ntensors; t++) {
-    if (!g->tensors[t].grad) continue;
-    if (!res.grads || !res.grads[t] || !grads[t].data) {
-      sb_printf(&detail, "d%s missing; ", g->tensors[t].name);
-      ok = false;
-      break;
-    }
-    const RefCompare c = ref_compare(res.grads[t], grads[t].data, (size_t)ref_numel(&grads[t]));
-    sb_printf(&detail, "d%s rel_l2 %.1e nonfinite-mismatch %zu; ", g->tensors[t].name, c.rel_l2,
-              c.nonfinite_mismatch);
-    if (!(c.rel_l2 <= 2e-2) || c.nonfinite_mismatch) ok = false;
-  }
-  if (err.len) sb_printf(&detail, "%s", err.data);
-  sb_printf(&what, "%s backward%s [%s]", label, det ? " deterministic" : "", spec);
-  verdict(ok, what.data, detail.data);
-  chk_result_free(&res, g->ntensors);
-  ref_args_free(&ra);
-  for (int t = 0; grads && t < g->ntensors; t++) free(grads[t].data);
-  free(grads);
-  free(dout);
-  sb_free(&err);
-  sb_free(&detail);
-  sb_free(&what);
-}
-
-/* One (d_qk, d_v) pair on the context's target: the forward at three
- * shapes, decode at two split counts, and the backward. */
 /* The graph's text, with or without grad. */
 static void pair_text(char *text, size_t size, const char *name, int dqk, int dv,
                       bool with_grad) {
@@ -177,7 +137,7 @@ static void test_pair(attn_context *ctx, const char *arch, int dqk, int dv, uint
       const size_t nb = dqk <= 128 && dv <= 128 ? 3 : 2;
       for (size_t s = 0; bg && s < nb; s++) {
         chk_shape_spec(g, &spec, bwd[s][0], bwd[s][1], bwd[s][2], bwd[s][3], bwd[s][4]);
-        run_backward(ctx, ag, g, bg, spec.data, (*seed)++, label, s == 2);
+        bwd_case(ctx, ag, g, bg, spec.data, (*seed)++, label, NULL, 0, s == 2);
       }
       if (!bg) verdict(false, label, d.out.data);
     } else if (with_grad) {
@@ -191,17 +151,11 @@ static void test_pair(attn_context *ctx, const char *arch, int dqk, int dv, uint
 }
 
 int main(int argc, char **argv) {
+  const RtDriver *drv = gpu_test_driver();
+  if (!drv) return 0;
+  attn_context *ctx = gpu_test_context();
+  if (!ctx) return 1;
   StrBuf why = {0};
-  attn_status st;
-  const RtDriver *drv = rt_driver(&st, &why);
-  if (!drv || rt_driver_make_current_primary(0, &why) != ATTN_SUCCESS) {
-    printf("SKIP: GPU tests need a GPU: %s\n", why.data ? why.data : "no driver");
-    sb_free(&why);
-    return 0;
-  }
-  attn_context *ctx;
-  if (attn_context_create(&ctx) != ATTN_SUCCESS) return 1;
-  attn_context_set_cache_dir(ctx, NULL);
   /* The device's own target (sm_90a on Hopper: fwd_sm90, bwd_sm90), then
    * sm_90 without the arch-specific features (fwd_sm80, bwd_sm80). */
   static const char *const arches[] = {NULL, "sm_90"};

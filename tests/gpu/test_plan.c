@@ -322,17 +322,10 @@ static void test_empty(attn_context *ctx, attn_module *m, const char *tag, bool 
 }
 
 int main(void) {
-  StrBuf err = {0};
-  attn_status st;
-  const RtDriver *d = rt_driver(&st, &err);
-  if (!d || rt_driver_make_current_primary(0, &err) != ATTN_SUCCESS) {
-    printf("SKIP: GPU tests need a GPU: %s\n", err.data ? err.data : "no driver");
-    sb_free(&err);
-    return 0;
-  }
-  attn_context *ctx;
-  if (attn_context_create(&ctx) != ATTN_SUCCESS) return 1;
-  attn_context_set_cache_dir(ctx, NULL);
+  const RtDriver *d = gpu_test_driver();
+  if (!d) return 0;
+  attn_context *ctx = gpu_test_context();
+  if (!ctx) return 1;
   CUstream s;
   d->StreamCreate(&s, CU_STREAM_NON_BLOCKING);
   static const int tmpl[2] = {80, 90};
@@ -357,7 +350,6 @@ int main(void) {
   d->StreamDestroy(s);
   attn_context_destroy(ctx);
   rt_driver_release_primary(0);
-  sb_free(&err);
   printf("plan: %d passed, %d failed, %d skipped\n", passed, failed, skipped);
   return failed ? 1 : 0;
 }

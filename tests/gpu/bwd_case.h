@@ -1,0 +1,97 @@
+/*
+ * bwd_case.h: one backward check shared by the GPU tests: the forward and
+ * the backward on the GPU (attn_call_launch_backward) against ref_backward
+ * in double, every gradient compared. Include after gpu_test.h.
+ */
+#ifndef ATTN_BWD_CASE_H
+#define ATTN_BWD_CASE_H
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "attn.h"
+#include "check.h"
+#include "gpu_test.h"
+#include "ref.h"
+
+/* Forward then backward on the GPU, ref_backward on the CPU; compares
+ * every gradient. zero_rows > 0: dq's first zero_rows query rows of every
+ * (b, h) must be exactly 0 (their keys are all masked). det: in
+ * deterministic mode, twice, and the two runs must agree bit for bit.
+ * tag, when given, ends the verdict's line in parentheses. */
+static void bwd_case(attn_context *ctx, attn_graph *ag, const IrGraph *g, const BwdGraph *bg,
+                     const char *spec, uint64_t seed, const char *label, const char *tag,
+                     int zero_rows, bool det) {
+  RefArgs ra = {.g = g};
+  StrBuf err = {0}, detail = {0};
+  ChkResult res = {0}, again = {0};
+  RefTensor *grads = calloc((size_t)g->ntensors, sizeof *grads);
+  double *dout = NULL;
+  bool ok = grads && ref_make_inputs(&ra, spec, seed, &err) == 0 &&
+            chk_output_shapes(&ra, &err) == 0;
+  BwdSlots sl;
+  if (ok && bwd_slots(g, &sl) != 0) {
+    sb_puts(&err, "no lse output");
+    ok = false;
+  }
+  if (ok) ok = (dout = chk_random_dout(&ra, sl.o, seed)) != NULL;
+  ChkOptions co = {.dout = dout, .deterministic = det};
+  if (ok && chk_run_gpu(ctx, ag, &ra, &co, &res, &err) != ATTN_SUCCESS) ok = false;
+  if (ok && det && chk_run_gpu(ctx, ag, &ra, &co, &again, &err) != ATTN_SUCCESS) ok = false;
+  if (ok && ref_backward(&ra, bg, dout, grads, &err) != 0) ok = false;
+  for (int t = 0; ok && t < g->ntensors; t++) {
+    if (!g->tensors[t].grad) continue;
+    if (!res.grads || !res.grads[t] || !grads[t].data) {
+      sb_printf(&detail, "d%s missing; ", g->tensors[t].name);
+      ok = false;
+      break;
+    }
+    size_t n = (size_t)ref_numel(&grads[t]);
+    RefCompare c = ref_compare(res.grads[t], grads[t].data, n);
+    sb_printf(&detail, "d%s rel_l2 %.1e nonfinite-mismatch %zu; ", g->tensors[t].name, c.rel_l2,
+              c.nonfinite_mismatch);
+    /* A bias over b and h only sums every score's gradient: more
+     * cancellation, so a looser bound. */
+    bool qkv = t == g->q || t == g->k || t == g->v;
+    unsigned keep = 0;
+    for (int x = 0; !qkv && x < bg->nbias; x++)
+      if (bg->bias[x].tensor == t) keep = bg->bias[x].keep;
+    double tol = !qkv && !(keep & (DOM_I | DOM_J)) ? 5e-2 : 2e-2;
+    if (!(c.rel_l2 <= tol) || c.nonfinite_mismatch) ok = false;
+    if (det) {
+      size_t differ = 0;
+      if (!again.grads || !again.grads[t]) differ = n;
+      for (size_t e = 0; again.grads && again.grads[t] && e < n; e++)
+        differ += memcmp(&res.grads[t][e], &again.grads[t][e], sizeof(double)) != 0;
+      sb_printf(&detail, "d%s differs between two deterministic runs at %zu; ",
+                g->tensors[t].name, differ);
+      if (differ) ok = false;
+    }
+    if (t == g->q && zero_rows > 0) {
+      const int64_t *sh = grads[t].shape; /* [B, H, Sq, D] */
+      size_t nonzero = 0;
+      for (int64_t bh = 0; bh < sh[0] * sh[1]; bh++)
+        for (int64_t i = 0; i < zero_rows && i < sh[2]; i++)
+          for (int64_t d = 0; d < sh[3]; d++)
+            nonzero += res.grads[t][(bh * sh[2] + i) * sh[3] + d] != 0.0;
+      sb_printf(&detail, "nonzero dq in fully masked rows %zu; ", nonzero);
+      if (nonzero) ok = false;
+    }
+  }
+  StrBuf what = {0};
+  sb_printf(&what, "backward%s %s [%s]%s%s%s", det ? " (deterministic)" : "", label, spec,
+            tag ? " (" : "", tag ? tag : "", tag ? ")" : "");
+  if (err.len) sb_printf(&detail, "%s", err.data);
+  verdict(ok, what.data, detail.data);
+  sb_free(&what);
+  sb_free(&err);
+  sb_free(&detail);
+  chk_result_free(&res, g->ntensors);
+  chk_result_free(&again, g->ntensors);
+  for (int t = 0; grads && t < g->ntensors; t++) free(grads[t].data);
+  free(grads);
+  free(dout);
+  ref_args_free(&ra);
+}
+
+#endif
