@@ -387,7 +387,15 @@ typedef struct IrTensor {
   int64_t dim_val[IR_MAX_RANK]; /* the literal when dim_sym < 0 */
   bool is_output;
   bool grad;
+  /* A paged KV cache, read through paged(cache, table) (pages of
+   * [Pages, PageSize, Hk, D]) or paged_hnd(cache, table) ([Pages, Hk,
+   * PageSize, D]): page_table is the i32 [B, MaxPages] table's tensor
+   * index. Its logical view is [B, Hk, MaxPages * PageSize, D]
+   * (ir_kv_dim). */
+  bool paged, paged_hnd;
+  int page_table;
 } IrTensor;
+
 
 typedef struct IrScalar {
   const char *name;
@@ -423,6 +431,17 @@ typedef struct IrGraph {
   int q, k, v; /* tensor indices of q, k, v */
 } IrGraph;
 
+/* Where the logical dims of k or v, [B, Hk, Skv, D], are declared: role 0
+ * to 3 gives the tensor and its dimension. A dense tensor holds them all;
+ * a paged cache takes B from its page table, Skv from no one dimension
+ * (the table's MaxPages times the cache's PageSize: -1). */
+typedef struct IrKvDim {
+  int tensor, dim;
+} IrKvDim;
+IrKvDim ir_kv_dim(const IrGraph *g, int tensor, int role);
+/* The page size's dimension of a paged cache (1, or 2 for paged_hnd). */
+static inline int ir_page_dim(const IrTensor *t) { return t->paged_hnd ? 2 : 1; }
+
 typedef struct IrModule {
   const Source *src;
   IrGraph **graphs;
@@ -438,7 +457,7 @@ IrGraph *ir_find_graph(const IrModule *m, const char *name);
 typedef enum FnKind {
   FN_MATH, /* one number -> f32 (abs, floor, ceil keep integers) */
   FN_MINMAX, FN_WHERE, FN_CLAMP, FN_CAST, FN_MASK, FN_SOFTMAX, FN_LSE,
-  FN_DROPOUT, FN_AMAX
+  FN_DROPOUT, FN_AMAX, FN_PAGED /* paged(cache, table): a view, not a value */
 } FnKind;
 
 typedef struct FnInfo {
@@ -543,7 +562,8 @@ typedef struct MaskTerm {
 /* FWD_SM80: portable mma.sync template; FWD_SM90: the Hopper TMA + wgmma
  * template, chosen for sm_90 when the target is the arch-specific sm_90a;
  * DECODE_ONLY: no forward template takes the graph (bf16/f16 q against an
- * FP8 K/V cache) and the plan runs only its decode kernel. */
+ * FP8 K/V cache, or a paged K/V cache) and the plan runs only its decode
+ * kernel. */
 typedef enum TemplateKind { TMPL_FWD_SM80, TMPL_FWD_SM90, TMPL_DECODE_ONLY } TemplateKind;
 
 /* What a graph asks of a kernel template. */
@@ -554,6 +574,8 @@ typedef struct KernelSpec {
   DType in_type;   /* q, k, v */
   DType kv_type;   /* k, v: in_type, or e4m3/e5m2 against a bf16/f16 q
                       (an FP8 KV cache: the decode kernel only) */
+  bool paged;      /* k and v are paged caches (IrTensor.paged): the decode
+                      kernel only, for now */
   DType out_type;  /* o */
   int d_qk, d_v;
   IrNode *score;   /* the score chain under the top-level masks */

@@ -424,6 +424,10 @@ static void emit_graph(StrBuf *out, const GraphCompile *gc, EmitPart part, Arena
     macro_def(out, &ms, a, "ATTN_DEC_TPL", c->decode.partial_lse);
     if (s->kv_type == DT_E4M3 || s->kv_type == DT_E5M2) /* an FP8 KV cache */
       macro_def(out, &ms, a, s->kv_type == DT_E4M3 ? "ATTN_KV_E4M3" : "ATTN_KV_E5M2", 1);
+    if (s->paged) { /* paged caches: the table's slot, and which dim is the page's rows */
+      macro_def(out, &ms, a, "ATTN_KV_TABLE", g->tensors[g->k].page_table);
+      macro_def(out, &ms, a, "ATTN_KV_PAGE_DIM", ir_page_dim(&g->tensors[g->k]));
+    }
   }
   sb_printf(out, "namespace graph_%s {\n\n", g->name);
   sb_puts(out, hooks_src);

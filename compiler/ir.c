@@ -91,3 +91,14 @@ const char *ir_dom_letters(unsigned dom, char buf[8]) {
   buf[n] = '\0';
   return buf;
 }
+
+IrKvDim ir_kv_dim(const IrGraph *g, int tensor, int role) {
+  const IrTensor *t = &g->tensors[tensor];
+  if (!t->paged) return (IrKvDim){tensor, role};
+  switch (role) {
+  case 0: return (IrKvDim){t->page_table, 0};
+  case 1: return (IrKvDim){tensor, t->paged_hnd ? 1 : 2};
+  case 2: return (IrKvDim){-1, -1};
+  default: return (IrKvDim){tensor, 3};
+  }
+}

@@ -32,6 +32,9 @@ typedef struct Binding {
   IrNode *node;  /* a local's current value; NULL when poisoned */
   bool fixed;    /* bound by `output x = ...`: cannot be reassigned */
   Loc grad_loc;  /* an input's first mention in grad */
+  int view;      /* a local bound to paged(cache, table): the cache's index + 1 */
+  bool whole;    /* an input read whole (dense) by a matmul */
+  Loc whole_loc;
 } Binding;
 
 /* An output as declared; its value is known at the end of the graph. */
@@ -459,6 +462,11 @@ static IrNode *lower(Builder *b, const AstExpr *e);
 
 static IrNode *lower_name(Builder *b, const AstExpr *e) {
   Binding *x = lookup(b, e->name);
+  if (x && x->kind == BIND_LOCAL && x->view) {
+    diag_error(b->d, e->loc, "'%s' is a paged view of '%s'; only q @ k^T and p @ v read it",
+               e->name, b->inputs[x->view - 1].name);
+    return NULL;
+  }
   if (x && x->kind == BIND_LOCAL) return x->node;
   if (x && x->kind == BIND_SCALAR) {
     IrNode *n = ir_node(b->a, IR_SCALAR, e->loc, b->g->scalars[x->ref].type,
@@ -494,24 +502,94 @@ static IrNode *lower_name(Builder *b, const AstExpr *e) {
   return NULL;
 }
 
-/* The tensor index of a 4-d input named whole as a matmul operand, or -1
- * after an error. role: "left operand of q @ k^T" and so on. */
-static int whole_input(Builder *b, const AstExpr *e, const char *role) {
+/* An input named by e (an AST_NAME), or NULL after reporting why not:
+ * role says what needs it ("the cache of paged(...)"). */
+static Binding *named_input(Builder *b, const AstExpr *e, const char *role) {
   if (e->kind == AST_ERROR) {
     b->incomplete = true;
-    return -1;
+    return NULL;
   }
   Binding *x = e->kind == AST_NAME ? lookup(b, e->name) : NULL;
-  if (!x || x->kind != BIND_INPUT) {
-    if (e->kind == AST_NAME && !x && !index_dom(e->name) &&
-        find_dim(b->g, e->name) < 0 && strcmp(e->name, "inf"))
-      diag_error(b->d, e->loc, "unknown name '%s'", e->name);
-    else
-      diag_error(b->d, e->loc, "the %s must be an input tensor, named whole",
-                 role);
+  if (x && x->kind == BIND_INPUT) return x;
+  if (x && x->kind == BIND_LOCAL && !x->node && !x->view) return NULL; /* poisoned */
+  if (e->kind == AST_NAME && !x && !index_dom(e->name) && find_dim(b->g, e->name) < 0 &&
+      strcmp(e->name, "inf"))
+    diag_error(b->d, e->loc, "unknown name '%s'", e->name);
+  else
+    diag_error(b->d, e->loc, "the %s must be an input tensor, named whole", role);
+  return NULL;
+}
+
+/* paged(cache, table) or paged_hnd(cache, table): the cache's tensor
+ * index, marked paged, or -1 after an error. A cache is paged one way:
+ * by one table, in one layout, and never also read whole. */
+static int lower_paged(Builder *b, const AstExpr *e) {
+  const bool hnd = !strcmp(e->name, "paged_hnd");
+  if (e->nargs != 2) {
+    diag_error(b->d, e->loc, "'%s' takes 2 arguments (the cache and its page table), got %d",
+               e->name, e->nargs);
     return -1;
   }
-  const IrTensor *t = &b->inputs[x->ref];
+  Binding *c = named_input(b, e->args[0], "cache of a paged view");
+  Binding *tb = named_input(b, e->args[1], "page table of a paged view");
+  if (!c || !tb) return -1;
+  IrTensor *t = &b->inputs[c->ref];
+  const IrTensor *table = &b->inputs[tb->ref];
+  if (t->ndims != 4 || !dtype_is_float(t->type)) {
+    diag_error(b->d, e->args[0]->loc, "a paged cache is a 4-d float tensor %s; '%s' is %s "
+               "with %d dimension%s", hnd ? "[pages, heads, page size, head dimension]"
+               : "[pages, page size, heads, head dimension]", t->name, dtype_name(t->type),
+               t->ndims, t->ndims == 1 ? "" : "s");
+    diag_note(b->d, t->loc, "'%s' declared here", t->name);
+    return -1;
+  }
+  if (table->ndims != 2 || table->type != DT_I32) {
+    diag_error(b->d, e->args[1]->loc, "a page table is an i32 tensor [batch, pages per "
+               "sequence]; '%s' is %s with %d dimension%s", table->name,
+               dtype_name(table->type), table->ndims, table->ndims == 1 ? "" : "s");
+    diag_note(b->d, table->loc, "'%s' declared here", table->name);
+    return -1;
+  }
+  if (c->whole) {
+    diag_error(b->d, e->args[0]->loc, "'%s' is read whole as a dense tensor, so it cannot "
+               "also be a paged cache", t->name);
+    diag_note(b->d, c->whole_loc, "read whole here");
+    return -1;
+  }
+  if (t->paged && (t->page_table != tb->ref || t->paged_hnd != hnd)) {
+    diag_error(b->d, e->loc, "'%s' is already paged %s", t->name,
+               t->page_table != tb->ref ? "by another page table" : "in the other layout");
+    return -1;
+  }
+  t->paged = true;
+  t->paged_hnd = hnd;
+  t->page_table = tb->ref;
+  return c->ref;
+}
+
+/* The tensor index of a 4-d input named whole as a matmul operand (or,
+ * for k and v, a paged view of one), or -1 after an error. role: "left
+ * operand of q @ k^T" and so on. */
+static int whole_input(Builder *b, const AstExpr *e, const char *role, bool view_ok) {
+  int ref = -1;
+  const bool inline_view = e->kind == AST_CALL && ir_find_fn(e->name) &&
+                           ir_find_fn(e->name)->kind == FN_PAGED;
+  Binding *x = e->kind == AST_NAME ? lookup(b, e->name) : NULL;
+  if (inline_view || (x && x->kind == BIND_LOCAL && x->view)) {
+    if (!view_ok) {
+      diag_error(b->d, e->loc, "the %s cannot be a paged view: only k and v are paged", role);
+      return -1;
+    }
+    return inline_view ? lower_paged(b, e) : x->view - 1;
+  }
+  if (!(x = named_input(b, e, role))) return -1;
+  ref = x->ref;
+  const IrTensor *t = &b->inputs[ref];
+  if (t->paged) {
+    diag_error(b->d, e->loc, "'%s' is a paged cache; read it through paged(%s, %s)", t->name,
+               t->name, b->inputs[t->page_table].name);
+    return -1;
+  }
   if (t->ndims != 4) {
     diag_error(b->d, e->loc, "'%s' has %d dimension%s; the %s needs 4 "
                "[batch, heads, positions, head dimension]", t->name, t->ndims,
@@ -524,7 +602,9 @@ static int whole_input(Builder *b, const AstExpr *e, const char *role) {
                t->name, dtype_name(t->type));
     return -1;
   }
-  return x->ref;
+  if (!x->whole) x->whole_loc = e->loc;
+  x->whole = true;
+  return ref;
 }
 
 static IrNode *input_node(Builder *b, int ref, Loc loc, unsigned dom) {
@@ -538,8 +618,8 @@ static IrNode *input_node(Builder *b, int ref, Loc loc, unsigned dom) {
 static IrNode *lower_matmul(Builder *b, const AstExpr *e) {
   const AstExpr *l = e->args[0], *r = e->args[1];
   if (r->kind == AST_TRANSPOSE) {
-    int q = whole_input(b, l, "left operand of q @ k^T");
-    int k = whole_input(b, r->args[0], "right operand of q @ k^T");
+    int q = whole_input(b, l, "left operand of q @ k^T", false);
+    int k = whole_input(b, r->args[0], "right operand of q @ k^T", true);
     if (q < 0 || k < 0) return NULL;
     IrNode *s[2] = {input_node(b, q, l->loc, DOM_B | DOM_H | DOM_I | DOM_D),
                     input_node(b, k, r->args[0]->loc,
@@ -558,7 +638,7 @@ static IrNode *lower_matmul(Builder *b, const AstExpr *e) {
     }
   }
   IrNode *p = lower(b, l);
-  int v = whole_input(b, r, "right operand of p @ v");
+  int v = whole_input(b, r, "right operand of p @ v", true);
   if (!p || v < 0) return NULL;
   if (!(node_flags(b, p) & F_PROB)) {
     diag_error(b->d, l->loc, "the left operand of p @ v must be the softmax's "
@@ -704,6 +784,8 @@ static IrNode *lower_call_fn(Builder *b, const AstExpr *e, const FnInfo *fn,
     if (n) b->flags[n->id] |= F_PROB;
     return n;
   }
+  case FN_PAGED: /* lower_call answers before lowering the arguments */
+    return NULL;
   case FN_AMAX:
     if (!ir_is_num(v[0]->type)) {
       diag_error(b->d, e->loc, "'amax' needs a number, got %s",
@@ -724,6 +806,12 @@ static IrNode *lower_call(Builder *b, const AstExpr *e) {
                  x->kind == BIND_INPUT ? "an" : "a", bind_kind_name(x->kind));
     else
       diag_error(b->d, e->name_loc, "unknown function '%s'", e->name);
+    return NULL;
+  }
+  if (fn->kind == FN_PAGED) {
+    diag_error(b->d, e->loc, "'%s(...)' is a view of a paged cache, read only by q @ k^T and "
+               "p @ v: bind it (k = %s(cache, table);) or write it as their operand", e->name,
+               e->name);
     return NULL;
   }
   /* softmax and logsumexp take an optional sink: softmax(s, sink[h]). */
@@ -750,7 +838,7 @@ static IrNode *lower_call(Builder *b, const AstExpr *e) {
 static IrNode *lower_load(Builder *b, const AstExpr *e) {
   Binding *x = lookup(b, e->name);
   if (!x || x->kind != BIND_INPUT) {
-    if (x && x->kind == BIND_LOCAL && !x->node) return NULL;
+    if (x && x->kind == BIND_LOCAL && !x->node && !x->view) return NULL;
     if (x)
       diag_error(b->d, e->name_loc, "'%s' is %s %s; only input tensors can be "
                  "indexed", e->name, x->kind == BIND_INPUT ? "an" : "a",
@@ -910,11 +998,20 @@ static Binding *assign(Builder *b, const char *name, Loc name_loc,
     lower(b, value); /* still report errors inside it */
     return NULL;
   }
+  if (value && value->kind == AST_CALL && ir_find_fn(value->name) &&
+      ir_find_fn(value->name)->kind == FN_PAGED) {
+    const int ref = lower_paged(b, value);
+    if (!x) x = bind(b, name, BIND_LOCAL, name_loc);
+    x->node = NULL; /* a view, or poisoned after an error */
+    x->view = ref + 1;
+    return x;
+  }
   b->defining = x ? NULL : name;
   IrNode *n = lower(b, value);
   b->defining = NULL;
   if (!x) x = bind(b, name, BIND_LOCAL, name_loc);
   x->node = n;
+  x->view = 0;
   if (n) n->name = name;
   return x;
 }
@@ -946,6 +1043,11 @@ static void declare_output(Builder *b, const AstStmt *st) {
     /* Kept even when the value failed (value NULL; finish_graph drops
      * it), so a second `output` of the same name is still caught. */
     Binding *y = assign(b, st->name, st->name_loc, st->value);
+    if (y && y->view) {
+      diag_error(b->d, st->value->loc, "an output cannot be a paged view; outputs are "
+                 "computed values");
+      y->view = 0;
+    }
     if (y) {
       y->fixed = true;
       y->loc = st->name_loc;
@@ -996,6 +1098,9 @@ static void resolve_outputs(Builder *b) {
       diag_error(b->d, o->loc, "output '%s' is never defined", o->name);
       continue;
     }
+    if (x->kind == BIND_LOCAL && x->view)
+      diag_error(b->d, o->loc, "output '%s' is a paged view; outputs are computed values",
+                 o->name);
     o->value = x->node; /* NULL if poisoned: already reported */
   }
 }

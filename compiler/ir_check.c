@@ -62,7 +62,48 @@ static bool head_dim_const(const IrTensor *t, Diag *d) {
   return false;
 }
 
-/* q [B, H, Sq, D], k [B, Hk, Skv, D], v [B, Hk, Skv, Dv]. */
+/* Logical dimension `role` of k or v (ir_kv_dim) equals dimension ia of
+ * a; a paged cache's length (role 2) is checked apart. */
+static bool kv_dim_eq(const IrGraph *g, const IrTensor *a, int ia, int kv, int role) {
+  const IrKvDim x = ir_kv_dim(g, kv, role);
+  return dim_eq(a, ia, &g->tensors[x.tensor], x.dim);
+}
+
+static const char *kv_dim_str(StrBuf *sb, const IrGraph *g, int kv, int role) {
+  const IrKvDim x = ir_kv_dim(g, kv, role);
+  return dim_str(sb, g, &g->tensors[x.tensor], x.dim);
+}
+
+/* A paged k and v: both paged, by one table in one layout, with the same
+ * pages (count, size and heads). */
+static void check_paged(IrGraph *g, Diag *d) {
+  const IrTensor *k = &g->tensors[g->k], *v = &g->tensors[g->v];
+  if (!k->paged && !v->paged) return;
+  if (k->paged != v->paged) {
+    const IrTensor *dense = k->paged ? v : k;
+    diag_error(d, dense->loc, "'%s' is dense but '%s' is a paged cache: k and v are paged "
+               "together", dense->name, k->paged ? k->name : v->name);
+    return;
+  }
+  if (k->page_table != v->page_table || k->paged_hnd != v->paged_hnd) {
+    diag_error(d, v->loc, "'%s' and '%s' must be paged by the same page table in the same "
+               "layout", k->name, v->name);
+    return;
+  }
+  StrBuf s1 = {0}, s2 = {0};
+  static const char *const what[3] = {"page count", "page size", "head count"};
+  const int dims[3] = {0, ir_page_dim(k), 3 - ir_page_dim(k)};
+  for (int x = 0; x < 3; x++)
+    if (!dim_eq(k, dims[x], v, dims[x]))
+      diag_error(d, v->loc, "the paged caches '%s' and '%s' must have the same %s: %s and %s",
+                 k->name, v->name, what[x], dim_str(&s1, g, k, dims[x]),
+                 dim_str(&s2, g, v, dims[x]));
+  sb_free(&s1);
+  sb_free(&s2);
+}
+
+/* q [B, H, Sq, D], k [B, Hk, Skv, D], v [B, Hk, Skv, Dv] (a paged k and
+ * v in their logical view). */
 static void check_qkv(IrGraph *g, Diag *d) {
   const IrTensor *q = &g->tensors[g->q], *k = &g->tensors[g->k];
   StrBuf s1 = {0}, s2 = {0};
@@ -72,21 +113,23 @@ static void check_qkv(IrGraph *g, Diag *d) {
     diag_error(d, k->loc, "head dimensions of '%s' (%lld) and '%s' (%lld) "
                "differ", q->name, (long long)q->dim_val[3], k->name,
                (long long)k->dim_val[3]);
-  if (!dim_eq(q, 0, k, 0))
+  if (!kv_dim_eq(g, q, 0, g->k, 0))
     diag_error(d, k->loc, "'%s' and '%s' must have the same batch size: %s and "
-               "%s", q->name, k->name, dim_str(&s1, g, q, 0),
-               dim_str(&s2, g, k, 0));
-  if (q->dim_sym[1] < 0 && k->dim_sym[1] < 0 &&
-      q->dim_val[1] % k->dim_val[1] != 0)
+               "%s", q->name, k->paged ? g->tensors[k->page_table].name : k->name,
+               dim_str(&s1, g, q, 0), kv_dim_str(&s2, g, g->k, 0));
+  const IrKvDim kh = ir_kv_dim(g, g->k, 1);
+  if (q->dim_sym[1] < 0 && k->dim_sym[kh.dim] < 0 &&
+      q->dim_val[1] % k->dim_val[kh.dim] != 0)
     diag_error(d, k->loc, "'%s' has %lld heads, which does not divide the %lld "
-               "heads of '%s'", k->name, (long long)k->dim_val[1],
+               "heads of '%s'", k->name, (long long)k->dim_val[kh.dim],
                (long long)q->dim_val[1], q->name);
   if (g->v >= 0) {
     const IrTensor *v = &g->tensors[g->v];
     if (g->v != g->q && g->v != g->k) head_dim_const(v, d);
+    check_paged(g, d);
     static const char *const what[3] = {"batch size", "head count",
                                         "key length"};
-    for (int x = 0; x < 3; x++) {
+    for (int x = 0; x < 3 && !k->paged; x++) {
       if (dim_eq(k, x, v, x)) continue;
       diag_error(d, v->loc, "'%s' and '%s' must have the same %s: %s and %s",
                  k->name, v->name, what[x], dim_str(&s1, g, k, x),

@@ -133,6 +133,9 @@ void ir_dump(StrBuf *out, const IrGraph *g) {
     sb_printf(out, "  %s %s : ", t->is_output ? "output" : "input", t->name);
     put_shape(out, g, t);
     if (t->grad) sb_puts(out, " grad");
+    if (t->paged)
+      sb_printf(out, " %s by %s", t->paged_hnd ? "paged_hnd" : "paged",
+                g->tensors[t->page_table].name);
     sb_putc(out, '\n');
   }
   for (int k = 0; k < g->nscalars; k++) {

@@ -88,6 +88,8 @@ static const FnInfo fn_table[] = {
     {"logsumexp", FN_LSE, 1, IR_LOGSUMEXP, DT_NONE},
     {"dropout", FN_DROPOUT, 4, IR_DROPOUT, DT_NONE},
     {"amax", FN_AMAX, 1, IR_AMAX, DT_NONE},
+    {"paged", FN_PAGED, 2, IR_INPUT, DT_NONE},
+    {"paged_hnd", FN_PAGED, 2, IR_INPUT, DT_NONE},
 };
 
 const FnInfo *ir_find_fn(const char *name) {

@@ -463,6 +463,7 @@ KernelSpec *match_graph(const IrGraph *g, int sm, Arena *a, Diag *d) {
   spec->sm = sm;
   spec->in_type = t;
   spec->kv_type = k->type;
+  spec->paged = k->paged;
   spec->d_qk = (int)q->dim_val[3];
   spec->d_v = (int)v->dim_val[3];
   spec->o_output = spec->lse_output = -1;
@@ -526,18 +527,21 @@ static void match_decode(const KernelSpec *s, FwdConfig *c) {
     c->decode = (DecodeConfig){.on = false};
 }
 
-/* An FP8 KV cache: no forward template reads 8-bit k and v, so the graph
- * runs its decode kernel alone (shapes of more packed rows are refused at
- * launch), or is refused here when the decode template cannot take it. */
+/* An FP8 KV cache or a paged one: no forward template reads 8-bit or
+ * paged k and v, so the graph runs its decode kernel alone (shapes of more
+ * packed rows are refused at launch), or is refused here when the decode
+ * template cannot take it. */
 static int match_decode_only(const KernelSpec *s, FwdConfig *c, Diag *d) {
   *c = (FwdConfig){.kind = TMPL_DECODE_ONLY, .name = "decode"};
   match_decode(s, c);
   if (c->decode.on) return 0;
   const IrGraph *g = s->g;
+  const bool kv8 = s->kv_type != s->in_type;
   diag_error(d, g->tensors[g->k].loc,
-             "graph '%s': %s k and v run only on the decode kernel, which takes head dimensions "
-             "that are multiples of 16 from 80 to 256 and no dropout (here %d and %d%s)", g->name, dtype_name(s->kv_type),
-             s->d_qk, s->d_v, s->dropout ? ", with dropout" : "");
+             "graph '%s': %s%s k and v run only on the decode kernel, which takes head dimensions "
+             "that are multiples of %d %s256 and no dropout (here %d and %d%s)", g->name,
+             s->paged ? "paged " : "", dtype_name(s->kv_type), kv8 ? 16 : 8,
+             kv8 ? "from 80 to " : "up to ", s->d_qk, s->d_v, s->dropout ? ", with dropout" : "");
   return -1;
 }
 
@@ -573,7 +577,7 @@ static int match_fwd_template(const KernelSpec *s, const CompileOptions *o, FwdC
 
 int match_fwd_config(const KernelSpec *s, const CompileOptions *o, FwdConfig *c, Diag *d) {
   memset(c, 0, sizeof *c);
-  if (s->kv_type != s->in_type) return match_decode_only(s, c, d);
+  if (s->kv_type != s->in_type || s->paged) return match_decode_only(s, c, d);
   int r = match_fwd_template(s, o, c, d);
   if (r == 0) match_decode(s, c);
   return r;

@@ -141,6 +141,12 @@ BwdSpec *match_bwd(const KernelSpec *fwd, const CompileOptions *o, Arena *a, Dia
                "the FP8 backward comes later)", g->name, dtype_name(fwd->kv_type));
     return NULL;
   }
+  if (g->tensors[g->k].paged) {
+    diag_error(d, g->tensors[g->k].loc,
+               "graph '%s': no backward through a paged KV cache (pages serve inference; "
+               "train on dense or packed k and v)", g->name);
+    return NULL;
+  }
   int bad = bwd_unsupported_grad(g);
   if (bad >= 0) {
     diag_error(d, g->tensors[bad].loc,

@@ -368,15 +368,30 @@ static const char *chk_dim_name(const IrGraph *g, int tensor, int d) {
   return s >= 0 ? g->dims[s].name : NULL;
 }
 
-void chk_shape_spec(const IrGraph *g, StrBuf *sb, int B, int H, int Hk, int Sq, int Skv) {
+void chk_paged_spec(const IrGraph *g, StrBuf *sb, int B, int H, int Hk, int Sq, int Skv,
+                    int page) {
+  const bool paged = g->tensors[g->k].paged;
   const char *b = chk_dim_name(g, g->q, 0), *h = chk_dim_name(g, g->q, 1);
-  const char *hk = chk_dim_name(g, g->k, 1), *sq = chk_dim_name(g, g->q, 2);
-  const char *skv = chk_dim_name(g, g->k, 2);
+  const char *hk = chk_dim_name(g, g->k, ir_kv_dim(g, g->k, 1).dim), *sq = chk_dim_name(g, g->q, 2);
+  const char *skv = paged ? NULL : chk_dim_name(g, g->k, 2);
   sb->len = 0;
   if (b) sb_printf(sb, "%s=%d,", b, B);
   if (h) sb_printf(sb, "%s=%d,", h, H);
   if (hk && (!h || strcmp(hk, h))) sb_printf(sb, "%s=%d,", hk, Hk);
   if (sq) sb_printf(sb, "%s=%d,", sq, Sq);
   if (skv && (!sq || strcmp(skv, sq))) sb_printf(sb, "%s=%d,", skv, Skv);
+  if (paged) { /* pages of `page` keys, enough for Skv, and three to spare */
+    const IrTensor *k = &g->tensors[g->k];
+    const char *ps = chk_dim_name(g, g->k, ir_page_dim(k));
+    const char *mp = chk_dim_name(g, k->page_table, 1), *np = chk_dim_name(g, g->k, 0);
+    const int maxp = (Skv + page - 1) / page;
+    if (ps) sb_printf(sb, "%s=%d,", ps, page);
+    if (mp) sb_printf(sb, "%s=%d,", mp, maxp);
+    if (np) sb_printf(sb, "%s=%d,", np, B * maxp + 3);
+  }
   if (sb->len) sb->data[--sb->len] = 0;
+}
+
+void chk_shape_spec(const IrGraph *g, StrBuf *sb, int B, int H, int Hk, int Sq, int Skv) {
+  chk_paged_spec(g, sb, B, H, Hk, Sq, Skv, 16);
 }

@@ -45,5 +45,10 @@ double chk_tolerance(DType out_type);
 /* A shape spec for ref_make_inputs naming only g's own symbols: batch,
  * heads, kv heads, query and key lengths (literal dims are skipped). */
 void chk_shape_spec(const IrGraph *g, StrBuf *sb, int B, int H, int Hk, int Sq, int Skv);
+/* The same for a graph with paged k and v, in pages of `page` keys (and
+ * enough of them for Skv keys a sequence, three to spare); chk_shape_spec
+ * pages by 16. */
+void chk_paged_spec(const IrGraph *g, StrBuf *sb, int B, int H, int Hk, int Sq, int Skv,
+                    int page);
 
 #endif

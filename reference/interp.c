@@ -42,6 +42,10 @@ typedef struct RefCtx {
   int *dimfrom;    /* the tensor that bound each dim */
   int *dimpos;     /* and its position there */
   int64_t B, H, Hk, Sq, Skv, Dq, Dv;
+  /* k and v as [B (or 1), Hk, Skv, D]: the inputs, or for paged caches
+   * kview and vview, gathered from their pages (ref_gather_pages). */
+  const RefTensor *k, *v;
+  RefTensor kview, vview;
   int64_t b, h;     /* the pair being evaluated */
   int *level;       /* per node */
   int maxlevel;
@@ -303,11 +307,53 @@ static int ref_bind_tensor(RefCtx *c, int ti) {
   return 0;
 }
 
+/* The logical [B, Hk, MaxPages * PageSize, D] of a paged cache: key j of
+ * sequence b is row j % PageSize of page table[b, j / PageSize]; a page
+ * id outside [0, Pages) reads as zeros (as on the GPU). */
+static int ref_gather_pages(RefCtx *c, int ti, RefTensor *out) {
+  const IrTensor *t = &c->g->tensors[ti];
+  const RefTensor *cache = &c->args->tensors[ti], *table = &c->args->tensors[t->page_table];
+  const int64_t pages = cache->shape[0], P = cache->shape[ir_page_dim(t)];
+  const int64_t Hk = cache->shape[3 - ir_page_dim(t)], D = cache->shape[3];
+  const int64_t B = table->shape[0], maxp = table->shape[1], Skv = maxp * P;
+  out->ndims = 4;
+  out->shape[0] = B, out->shape[1] = Hk, out->shape[2] = Skv, out->shape[3] = D;
+  if (B * Hk * Skv * D > (INT64_C(1) << 28))
+    return ref_fail(c, NULL, "the paged cache '%s' is too large for the CPU reference", t->name);
+  out->data = calloc((size_t)(B * Hk * Skv * D) + 1, sizeof(double));
+  if (!out->data) return ref_fail(c, NULL, "out of memory");
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t j = 0; j < Skv; j++) {
+      const double id = table->data[b * maxp + j / P];
+      if (!(id >= 0 && id < (double)pages)) continue;
+      const int64_t pg = (int64_t)id, r = j % P;
+      for (int64_t h = 0; h < Hk; h++) {
+        const int64_t row = t->paged_hnd ? (pg * Hk + h) * P + r : (pg * P + r) * Hk + h;
+        memcpy(out->data + ((b * Hk + h) * Skv + j) * D, cache->data + row * D,
+               (size_t)D * sizeof(double));
+      }
+    }
+  return 0;
+}
+
+/* k and v as the attention reads them: a paged pair gathered, else the
+ * inputs themselves. */
+static int ref_kv_views(RefCtx *c) {
+  const IrGraph *g = c->g;
+  c->k = &c->args->tensors[g->k];
+  c->v = &c->args->tensors[g->v];
+  if (!g->tensors[g->k].paged) return 0;
+  if (ref_gather_pages(c, g->k, &c->kview) || ref_gather_pages(c, g->v, &c->vview)) return -1;
+  c->k = &c->kview;
+  c->v = &c->vview;
+  return 0;
+}
+
 /* A size of q, k or v, or a message naming who disagrees. */
 static int ref_check_qkv(RefCtx *c) {
   const IrGraph *g = c->g;
-  const RefTensor *q = &c->args->tensors[g->q], *k = &c->args->tensors[g->k],
-                  *v = &c->args->tensors[g->v];
+  if (ref_kv_views(c)) return -1;
+  const RefTensor *q = &c->args->tensors[g->q], *k = c->k, *v = c->v;
   const char *qn = g->tensors[g->q].name, *kn = g->tensors[g->k].name,
              *vn = g->tensors[g->v].name;
   if (q->ndims != 4 || k->ndims != 4 || v->ndims != 4)
@@ -604,7 +650,7 @@ static int ref_eval_load(RefCtx *c, const IrNode *n, double *out) {
 /* s[i][j] = sum_d q[b, h, i, d] * k[b, h / (H / Hk), j, d]. */
 static void ref_eval_qk(const RefCtx *c, double *out) {
   const IrGraph *g = c->g;
-  const RefTensor *q = &c->args->tensors[g->q], *k = &c->args->tensors[g->k];
+  const RefTensor *q = &c->args->tensors[g->q], *k = c->k;
   int64_t hk = c->h / (c->H / c->Hk), D = c->Dq;
   int64_t kb = k->shape[0] == 1 ? 0 : c->b;
   const double *qp = q->data + (c->b * c->H + c->h) * c->Sq * D;
@@ -622,7 +668,7 @@ static void ref_eval_qk(const RefCtx *c, double *out) {
  * are not skipped: a NaN in v must reach the output as it would on the
  * device. */
 static void ref_eval_pv(const RefCtx *c, const IrNode *n, double *out) {
-  const RefTensor *v = &c->args->tensors[c->g->v];
+  const RefTensor *v = c->v;
   const double *p = c->val[n->src[0]->id];
   int64_t hk = c->h / (c->H / c->Hk), Dv = c->Dv, pst[3], cnt[3];
   int64_t vb = v->shape[0] == 1 ? 0 : c->b;
@@ -890,6 +936,8 @@ static bool ref_alloc_ctx(RefCtx *c) {
 }
 
 static void ref_free_ctx(RefCtx *c) {
+  free(c->kview.data);
+  free(c->vview.data);
   free(c->dimval);
   free(c->dimfrom);
   free(c->dimpos);

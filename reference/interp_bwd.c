@@ -424,6 +424,8 @@ int ref_backward(RefArgs *args, const BwdGraph *bg, const double *dout,
   if (!dout || !grads)
     return bref_fail(&c, NULL, "no dO or no gradient slots given");
   const IrGraph *g = bg->g;
+  if (g->k >= 0 && g->k < g->ntensors && g->tensors[g->k].paged)
+    return bref_fail(&c, NULL, "the CPU reference has no backward through a paged KV cache");
   int rc = -1;
   BwdWork w = {0};
   c.dimval = calloc((size_t)g->ndims + 1, sizeof *c.dimval);

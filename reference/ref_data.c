@@ -106,6 +106,7 @@ typedef struct RefDimSpec {
   int64_t *val;  /* per dim symbol, 0 = not given */
   int64_t s_all; /* "S=N" when no symbol is named S */
   int batch, heads, kv_heads, seq_q, seq_kv; /* symbol indices or -1 */
+  int pages, page_size, max_pages; /* a paged k and v's, or -1 */
 } RefDimSpec;
 
 static int ref_parse_size(const char *name, const char *value, int64_t *out,
@@ -175,6 +176,17 @@ static void ref_default_dims(RefDimSpec *s) {
     s->val[s->seq_q] = 128;
   if (s->seq_kv >= 0 && !s->val[s->seq_kv])
     s->val[s->seq_kv] = 128;
+  /* Paged k and v: pages of 16 keys, enough a sequence for S (or 128)
+   * keys, and a few more pages than the sequences use. */
+  if (s->page_size >= 0 && !s->val[s->page_size])
+    s->val[s->page_size] = 16;
+  if (s->max_pages >= 0 && !s->val[s->max_pages]) {
+    const int64_t keys = s->s_all ? s->s_all : 128, ps = s->page_size >= 0 ? s->val[s->page_size] : 16;
+    s->val[s->max_pages] = (keys + ps - 1) / ps;
+  }
+  if (s->pages >= 0 && !s->val[s->pages])
+    s->val[s->pages] = (s->batch >= 0 ? s->val[s->batch] : 2) *
+                           (s->max_pages >= 0 ? s->val[s->max_pages] : 8) + 3;
   for (int d = 0; d < g->ndims; d++)
     if (!s->val[d])
       s->val[d] = 64;
@@ -212,17 +224,37 @@ static void ref_fill_tensor(RefTensor *t, DType type, int64_t int_max,
   }
 }
 
+/* A page table: the pages in a shuffled order, dealt to the sequences in
+ * turn (each sequence's pages distinct while the cache has enough). */
+static void ref_fill_page_table(RefTensor *t, int64_t pages, RefRng *r) {
+  const int64_t n = ref_numel(t);
+  for (int64_t e = 0; e < n; e++)
+    t->data[e] = pages > 0 ? (double)(e % pages) : 0.0;
+  for (int64_t e = n - 1; e > 0; e--) { /* Fisher-Yates */
+    const int64_t x = (int64_t)(ref_rng_next(r) % (uint64_t)(e + 1));
+    const double y = t->data[e];
+    t->data[e] = t->data[x];
+    t->data[x] = y;
+  }
+}
+
 int ref_make_inputs(RefArgs *args, const char *shape_spec, uint64_t seed,
                     StrBuf *err) {
   const IrGraph *g = args->g;
   if (!g)
     return ref_data_fail(err, "no graph given");
+  const bool paged = g->k >= 0 && g->k < g->ntensors && g->tensors[g->k].paged;
   RefDimSpec s = {.g = g,
                   .batch = ref_sym_at(g, g->q, 0),
                   .heads = ref_sym_at(g, g->q, 1),
-                  .kv_heads = ref_sym_at(g, g->k, 1),
+                  .kv_heads = ref_sym_at(g, g->k, paged ? ir_kv_dim(g, g->k, 1).dim : 1),
                   .seq_q = ref_sym_at(g, g->q, 2),
-                  .seq_kv = ref_sym_at(g, g->k, 2)};
+                  .seq_kv = paged ? -1 : ref_sym_at(g, g->k, 2),
+                  .pages = paged ? ref_sym_at(g, g->k, 0) : -1,
+                  .page_size = paged ? ref_sym_at(g, g->k, ir_page_dim(&g->tensors[g->k])) : -1,
+                  .max_pages = -1};
+  if (paged && g->tensors[g->tensors[g->k].page_table].dim_sym[1] >= 0)
+    s.max_pages = g->tensors[g->tensors[g->k].page_table].dim_sym[1];
   s.val = calloc((size_t)g->ndims + 1, sizeof *s.val);
   args->tensors = calloc((size_t)g->ntensors + 1, sizeof *args->tensors);
   int rc = -1;
@@ -239,6 +271,8 @@ int ref_make_inputs(RefArgs *args, const char *shape_spec, uint64_t seed,
     int_max = s.val[s.seq_q >= 0 ? s.seq_q : s.seq_kv];
   if (s.seq_kv >= 0 && s.val[s.seq_kv] > int_max)
     int_max = s.val[s.seq_kv];
+  if (s.page_size >= 0 && s.max_pages >= 0 && s.val[s.page_size] * s.val[s.max_pages] > int_max)
+    int_max = s.val[s.page_size] * s.val[s.max_pages]; /* the logical keys */
   for (int ti = 0; ti < g->ntensors; ti++) {
     const IrTensor *it = &g->tensors[ti];
     RefTensor *t = &args->tensors[ti];
@@ -261,7 +295,11 @@ int ref_make_inputs(RefArgs *args, const char *shape_spec, uint64_t seed,
       goto done;
     }
     RefRng r = ref_rng(seed, (uint64_t)ti);
-    ref_fill_tensor(t, it->type, int_max, &r);
+    if (paged && ti == g->tensors[g->k].page_table)
+      ref_fill_page_table(t, g->tensors[g->k].dim_sym[0] >= 0 ? s.val[g->tensors[g->k].dim_sym[0]]
+                                                               : g->tensors[g->k].dim_val[0], &r);
+    else
+      ref_fill_tensor(t, it->type, int_max, &r);
   }
   rc = 0;
 done:

@@ -175,6 +175,10 @@ static attn_status bind_check_problem(const BindState *b, BindTensor *bt,
   }
   const char *qn = q ? g->tensors[g->q].name : "";
   const char *kn = k ? g->tensors[g->k].name : "";
+  /* A paged k: its heads in dim 1 or 2 (the batch size is its page
+   * table's, checked by bind_finish once the table is bound). */
+  const bool paged = g->k >= 0 && g->tensors[g->k].paged;
+  const int kh = paged ? ir_kv_dim(g, g->k, 1).dim : 1;
   if (q && k && q[3] != k[3]) {
     sb_printf(err,
               "graph '%s': head dims differ: tensor '%s' has %lld, tensor "
@@ -182,28 +186,31 @@ static attn_status bind_check_problem(const BindState *b, BindTensor *bt,
               g->name, qn, (long long)q[3], kn, (long long)k[3]);
     return ATTN_ERROR_INVALID_ARGUMENT;
   }
-  if (q && k && q[0] != k[0]) {
+  if (q && k && !paged && q[0] != k[0]) {
     sb_printf(err,
               "graph '%s': batch sizes differ: tensor '%s' has %lld, tensor "
               "'%s' has %lld",
               g->name, qn, (long long)q[0], kn, (long long)k[0]);
     return ATTN_ERROR_INVALID_ARGUMENT;
   }
-  if (q && k && (k[1] == 0 ? q[1] != 0 : q[1] % k[1] != 0)) {
+  if (q && k && (k[kh] == 0 ? q[1] != 0 : q[1] % k[kh] != 0)) {
     sb_printf(err,
               "graph '%s': tensor '%s' has %lld key/value heads, which does "
               "not divide the %lld query heads of tensor '%s'",
-              g->name, kn, (long long)k[1], (long long)q[1], qn);
+              g->name, kn, (long long)k[kh], (long long)q[1], qn);
     return ATTN_ERROR_INVALID_ARGUMENT;
   }
   if (k && v) {
     static const char *what[3] = {"batch size", "head count", "length"};
+    static const char *what_paged[2][3] = {{"page count", "page size", "head count"},
+                                           {"page count", "head count", "page size"}};
     for (int i = 0; i < 3; i++)
       if (k[i] != v[i]) {
         sb_printf(err,
                   "graph '%s': tensors '%s' and '%s' differ in %s "
                   "(dimension %d): %lld and %lld",
-                  g->name, kn, g->tensors[g->v].name, what[i], i,
+                  g->name, kn, g->tensors[g->v].name,
+                  paged ? what_paged[g->tensors[g->k].paged_hnd][i] : what[i], i,
                   (long long)k[i], (long long)v[i]);
         return ATTN_ERROR_INVALID_ARGUMENT;
       }
@@ -448,6 +455,33 @@ static attn_scalar_arg bind_default(const IrScalar *s) {
   return v;
 }
 
+/* A paged k and v: the logical problem [B, Hk, MaxPages * PageSize, D]
+ * from the caches and their page table, which must agree with q. */
+static attn_status bind_finish_paged(BindState *b, StrBuf *err) {
+  const IrGraph *g = b->g;
+  const IrTensor *k = &g->tensors[g->k];
+  const int64_t *kc = b->shape[g->k], *table = b->shape[k->page_table];
+  const int64_t *q = b->shape[g->q];
+  if (table[0] != q[0]) {
+    sb_printf(err,
+              "graph '%s': batch sizes differ: tensor '%s' has %lld, page table '%s' has "
+              "%lld", g->name, g->tensors[g->q].name, (long long)q[0],
+              g->tensors[k->page_table].name, (long long)table[0]);
+    return ATTN_ERROR_INVALID_ARGUMENT;
+  }
+  const int64_t keys = table[1] * kc[ir_page_dim(k)];
+  if (keys > INT32_MAX) {
+    sb_printf(err,
+              "graph '%s': page table '%s' spans %lld pages of %lld keys, %lld keys a "
+              "sequence; at most %d", g->name, g->tensors[k->page_table].name,
+              (long long)table[1], (long long)kc[ir_page_dim(k)], (long long)keys, INT32_MAX);
+    return ATTN_ERROR_INVALID_ARGUMENT;
+  }
+  b->params.Hk = (int)kc[ir_kv_dim(g, g->k, 1).dim];
+  b->params.Skv = (int)keys;
+  return ATTN_SUCCESS;
+}
+
 attn_status bind_finish(BindState *b, StrBuf *err) {
   const IrGraph *g = b->g;
   for (int t = 0; t < g->ntensors; t++)
@@ -482,5 +516,6 @@ attn_status bind_finish(BindState *b, StrBuf *err) {
   b->params.Sq = (int)q[2];
   b->params.Hk = (int)k[1];
   b->params.Skv = (int)k[2];
+  if (g->tensors[g->k].paged) return bind_finish_paged(b, err);
   return ATTN_SUCCESS;
 }

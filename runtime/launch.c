@@ -239,9 +239,10 @@ attn_status rt_run_pass(attn_call *c, PlanPass pass, bool caller_ws, void *ws, s
   const PassLayout *l = &run.l;
   if (!plan_applies(pp->need, 0, facts)) /* today only a decode-only forward (FP8 K/V) */
     return rt_fail(ctx, ATTN_ERROR_UNSUPPORTED,
-                   "graph '%s': its %s runs only on the decode kernel (%s k and v), which takes "
-                   "at most %d packed query rows a K/V head ((H / Hk) * Sq); these shapes have "
-                   "%lld%s", ir->name, plan_pass_name(pass), dtype_name(ir->tensors[ir->k].type),
+                   "graph '%s': its %s runs only on the decode kernel (%s%s k and v), which "
+                   "takes at most %d packed query rows a K/V head ((H / Hk) * Sq); these shapes "
+                   "have %lld%s", ir->name, plan_pass_name(pass),
+                   ir->tensors[ir->k].paged ? "paged " : "", dtype_name(ir->tensors[ir->k].type),
                    DECODE_MAX_ROWS, p.Hk > 0 ? (long long)(p.H / p.Hk) * p.Sq : 0LL,
                    ctx->options.no_decode ? " (and ATTN_OPTION_DECODE is 0)" : "");
   if (caller_ws && ws_bytes < l->total)

@@ -71,6 +71,18 @@ constexpr bool dec_kv_e4m3 = true;
 constexpr bool dec_kv_e4m3 = false;
 #endif
 constexpr int dec_kv_bytes = dec_kv8 ? 1 : 2;
+/* A paged KV cache (ATTN_KV_TABLE: the page table's slot): K and V are
+ * [pages, page size, Hk, D] (ATTN_KV_PAGE_DIM 1) or [pages, Hk, page size,
+ * D] (2), key j of sequence b row j % page size of page table[b, j / page
+ * size]; a page id outside [0, pages) reads as zeros. */
+#if defined(ATTN_KV_TABLE)
+constexpr bool dec_paged = true;
+constexpr int dec_ttab = ATTN_KV_TABLE, dec_page_dim = ATTN_KV_PAGE_DIM;
+#else
+constexpr bool dec_paged = false;
+constexpr int dec_ttab = 0, dec_page_dim = 1;
+#endif
+constexpr int dec_head_dim = dec_paged ? 3 - dec_page_dim : 1; /* K/V's dim of heads */
 /* The merge: one CTA of this many threads per output row, and at most
  * this many splits (plan.c caps the split count at it). */
 constexpr int dec_merge_threads = 128;
@@ -178,10 +190,13 @@ __device__ __forceinline__ void attn_decode(const attn_params &p) {
   const attn_tensor_arg &tq = p.t[dec_tq];
   const attn_tensor_arg &tk = p.t[dec_tk];
   const attn_tensor_arg &tv = p.t[dec_tv];
+  /* Dense: the (b, hk) rows' base. Paged: the head's base in page 0. */
   const unsigned char *kg = (const unsigned char *)tk.ptr +
-                            (b * tk.stride[0] + blk.hk * tk.stride[1]) * dec_kv_bytes;
+                            ((dec_paged ? 0 : b * tk.stride[0]) + blk.hk * tk.stride[dec_head_dim]) *
+                                dec_kv_bytes;
   const unsigned char *vg = (const unsigned char *)tv.ptr +
-                            (b * tv.stride[0] + blk.hk * tv.stride[1]) * dec_kv_bytes;
+                            ((dec_paged ? 0 : b * tv.stride[0]) + blk.hk * tv.stride[dec_head_dim]) *
+                                dec_kv_bytes;
   const unsigned sq_addr = attn_smem_addr(dec_smem);
   const unsigned skv = sq_addr + dec_layout.q_bytes; /* stage s at skv + s * stage */
 
@@ -212,12 +227,35 @@ __device__ __forceinline__ void attn_decode(const attn_params &p) {
       attn_cp_async16(sq_addr + attn_swz(r, ch, dec_dqk * 2), src, in ? 16 : 0);
     }
   }
+  /* Paged: key j's row through sequence b's page table (a page size that
+   * is a power of two divides by a shift). */
+  const int page_size = tk.size[dec_page_dim], npages = tk.size[0];
+  const bool page_pow2 = (page_size & (page_size - 1)) == 0;
+  const int page_shift = __ffs(page_size) - 1;
+  const int *table = (const int *)p.t[dec_ttab].ptr + b * p.t[dec_ttab].stride[0];
+  const long long table_step = p.t[dec_ttab].stride[1];
+  auto page_row = [&](const attn_tensor_arg &tx, const unsigned char *head, int j) {
+    const int pg = page_pow2 ? j >> page_shift : j / page_size, r = j - pg * page_size;
+    const int id = __ldg(table + pg * table_step);
+    return (unsigned)id < (unsigned)npages
+               ? head + ((long long)id * tx.stride[0] + (long long)r * tx.stride[dec_page_dim]) *
+                            dec_kv_bytes
+               : nullptr;
+  };
   auto load_kv = [&](int n, int stage) {
     const unsigned dst = skv + stage * dec_layout.stage_bytes;
-    attn_cp_tile<dec_bn, dec_dqk * dec_kv_bytes, dec_threads, ATTN_D_QK * dec_kv_bytes>(
-        dst, kg, tk.stride[2] * dec_kv_bytes, n * dec_bn, p.Skv, tid);
-    attn_cp_tile<dec_bn, dec_dv * dec_kv_bytes, dec_threads, ATTN_D_V * dec_kv_bytes>(
-        dst + dec_layout.k_bytes, vg, tv.stride[2] * dec_kv_bytes, n * dec_bn, p.Skv, tid);
+    if constexpr (dec_paged) {
+      attn_cp_rows<dec_bn, dec_dqk * dec_kv_bytes, dec_threads, ATTN_D_QK * dec_kv_bytes>(
+          dst, [&](int j) { return page_row(tk, kg, j); }, kg, n * dec_bn, p.Skv, tid);
+      attn_cp_rows<dec_bn, dec_dv * dec_kv_bytes, dec_threads, ATTN_D_V * dec_kv_bytes>(
+          dst + dec_layout.k_bytes, [&](int j) { return page_row(tv, vg, j); }, vg, n * dec_bn,
+          p.Skv, tid);
+    } else {
+      attn_cp_tile<dec_bn, dec_dqk * dec_kv_bytes, dec_threads, ATTN_D_QK * dec_kv_bytes>(
+          dst, kg, tk.stride[2] * dec_kv_bytes, n * dec_bn, p.Skv, tid);
+      attn_cp_tile<dec_bn, dec_dv * dec_kv_bytes, dec_threads, ATTN_D_V * dec_kv_bytes>(
+          dst + dec_layout.k_bytes, vg, tv.stride[2] * dec_kv_bytes, n * dec_bn, p.Skv, tid);
+    }
   };
   /* Groups 1 .. STAGES: the first live tiles (maybe none), one a stage:
    * a split holds few tiles, so all stages are in flight from the start

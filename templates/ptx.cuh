@@ -70,6 +70,43 @@ static __device__ __forceinline__ void attn_cp_tile(unsigned dst, const unsigned
   }
 }
 
+/* attn_cp_tile for rows that are not evenly spaced (a paged KV cache's,
+ * gathered page by page): row_ptr(j) gives row j's first byte, or nullptr
+ * for a row that reads as zeros (a page id out of range). Each thread
+ * finds the rows it copies first, so their lookups are in flight
+ * together, then starts the copies. `fallback` is any valid address, for
+ * the zero-filled chunks. */
+template <int ROWS, int ROW_BYTES, int THREADS, int VALID_BYTES = ROW_BYTES, class RowPtr>
+static __device__ __forceinline__ void attn_cp_rows(unsigned dst, RowPtr row_ptr,
+                                                    const void *fallback, int row0, int row_end,
+                                                    int tid) {
+  constexpr int chunks = ROW_BYTES / 16;
+  static_assert(VALID_BYTES % 16 == 0 && VALID_BYTES <= ROW_BYTES, "whole chunks of a row");
+  if constexpr (THREADS % chunks != 0 || ROWS % (THREADS / chunks) != 0) {
+    for (int e = tid; e < ROWS * chunks; e += THREADS) {
+      const int r = e / chunks, c = e % chunks;
+      const unsigned char *src = row0 + r < row_end ? row_ptr(row0 + r) : nullptr;
+      const bool in = src && (VALID_BYTES == ROW_BYTES || c * 16 < VALID_BYTES);
+      attn_cp_async16(dst + attn_swz(r, c, ROW_BYTES), in ? src + c * 16 : fallback,
+                      in ? 16 : 0);
+    }
+  } else {
+    constexpr int step = THREADS / chunks, per_thread = ROWS / step;
+    const int c = tid % chunks, r0 = tid / chunks;
+    const bool col_in = VALID_BYTES == ROW_BYTES || c * 16 < VALID_BYTES;
+    const unsigned char *src[per_thread];
+#pragma unroll
+    for (int k = 0; k < per_thread; ++k) {
+      const int r = r0 + k * step;
+      src[k] = col_in && row0 + r < row_end ? row_ptr(row0 + r) : nullptr;
+    }
+#pragma unroll
+    for (int k = 0; k < per_thread; ++k)
+      attn_cp_async16(dst + attn_swz(r0 + k * step, c, ROW_BYTES),
+                      src[k] ? src[k] + c * 16 : fallback, src[k] ? 16 : 0);
+  }
+}
+
 /* Four FP8 values (bytes of x, e4m3 when E4M3 else e5m2) as four 16-bit
  * values of the MMA type (bf16 when BF16, else f16), two per word, in
  * byte order; exact (every e4m3 and e5m2 value is an f16 and a bf16

@@ -86,13 +86,18 @@ static const char *const decode_paths[] = {
     "examples/causal_bottom_right.attn", "examples/bias.attn", "examples/softcap.attn",
     "examples/lse.attn",     "examples/padding.attn", "examples/gemma2_local.attn",
     "examples/backward_gqa.attn", "examples/relative_position.attn", "examples/fp8_kv_cache.attn",
-    "examples/sinks.attn", "examples/streaming_llm.attn"};
+    "examples/sinks.attn", "examples/streaming_llm.attn", "examples/paged_kv.attn"};
 
-/* A graph with an FP8 KV cache runs only its decode kernel: shapes of more
- * packed rows are refused at launch with a message, not run. */
-static bool decode_only(const IrGraph *g) {
+static bool kv_fp8(const IrGraph *g) {
   DType t = g->tensors[g->k].type;
   return t == DT_E4M3 || t == DT_E5M2;
+}
+
+/* A graph with an FP8 or a paged KV cache runs only its decode kernel:
+ * shapes of more packed rows are refused at launch with a message, not
+ * run. */
+static bool decode_only(const IrGraph *g) {
+  return kv_fp8(g) || g->tensors[g->k].paged;
 }
 
 static void expect_refused(attn_context *ctx, attn_graph *ag, const IrGraph *g, const char *spec,
@@ -174,7 +179,7 @@ static void test_decode(attn_context *ctx, attn_graph *ag, const IrGraph *g, con
     }
     (*seed)++;
   }
-  if (decode_only(g)) {
+  if (kv_fp8(g)) {
     chk_shape_spec(g, &spec, 1, 8, 2, 2, 1000);
     ChkOptions co = {0};
     const InputFill every = {fill_every_fp8, NULL};
@@ -707,6 +712,120 @@ static void test_fp8_kv_variants(attn_context *ctx, uint64_t *seed) {
   arena_free(a);
 }
 
+/* Paged caches' edges: the first sequence empty, the last using every
+ * key of its pages, and the table's entries past each sequence's last
+ * page out of range (-1, or past the cache): those pages must never be
+ * read, and the keys are masked anyway. */
+static void fill_paged_edges(RefArgs *ra, const void *arg) {
+  (void)arg;
+  const IrGraph *g = ra->g;
+  const IrTensor *k = &g->tensors[g->k];
+  RefTensor *table = &ra->tensors[k->page_table];
+  int len_t = -1;
+  for (int t = 0; t < g->ntensors; t++)
+    if (!strcmp(g->tensors[t].name, "kv_len")) len_t = t;
+  if (len_t < 0) return;
+  RefTensor *len = &ra->tensors[len_t];
+  const int64_t B = table->shape[0], maxp = table->shape[1];
+  const int64_t P = ra->tensors[g->k].shape[ir_page_dim(k)];
+  len->data[0] = 0;
+  if (B > 1) len->data[B - 1] = (double)(maxp * P);
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t pg = ((int64_t)len->data[b] + P - 1) / P; pg < maxp; pg++)
+      table->data[b * maxp + pg] = pg % 2 ? -1.0 : (double)(1 << 30);
+}
+
+/* Paged KV caches on the decode kernel beyond test_decode's shapes: page
+ * sizes from 1 to 256 (powers of two and not, pages smaller and larger
+ * than a 64-key tile), both layouts, an e4m3 cache, forced split counts,
+ * empty and full sequences with out-of-range table entries past them. */
+static void test_paged(attn_context *ctx, uint64_t *seed) {
+  static const char text[] =
+      "attention paged_e4m3 {\n"
+      "  input q : bf16[B, H, Sq, 128];\n"
+      "  input kc : e4m3[Pages, PageSize, Hk, 128];\n"
+      "  input vc : e4m3[Pages, PageSize, Hk, 128];\n"
+      "  input table : i32[B, MaxPages];\n"
+      "  input kv_len : i32[B];\n"
+      "  scalar descale_k : f32 = 0.5;\n"
+      "  s = (q @ paged(kc, table)^T) * (0.088 * descale_k);\n"
+      "  s = mask(s, j < kv_len[b]);\n"
+      "  p = softmax(s);\n"
+      "  o = (p @ paged(vc, table)) * 2.0;\n"
+      "  output o : bf16[B, H, Sq, 128];\n"
+      "  output lse = logsumexp(s);\n"
+      "}\n"
+      "attention paged_d64 {\n"
+      "  input q : f16[B, H, Sq, 64];\n"
+      "  input kc : f16[Pages, Hk, PageSize, 64];\n"
+      "  input vc : f16[Pages, Hk, PageSize, 64];\n"
+      "  input table : i32[B, MaxPages];\n"
+      "  input kv_len : i32[B];\n"
+      "  s = (q @ paged_hnd(kc, table)^T) * 0.125;\n"
+      "  s = mask(s, j < kv_len[b] && j <= i + kv_len[b] - Sq);\n"
+      "  p = softmax(s);\n"
+      "  o = p @ paged_hnd(vc, table);\n"
+      "  output o : f16[B, H, Sq, 64];\n"
+      "}\n";
+  attn_module *mod = compile_text(ctx, "paged.attn", text);
+  Arena *a = arena_new();
+  Diag d = {0};
+  Source *src = source_from_string(a, "paged.attn", text, strlen(text));
+  IrModule *m = mod && src ? ir_build(parse_source(src, a, &d), a, &d) : NULL;
+  attn_module *ex = NULL;
+  IrModule *em = NULL;
+  if (attn_module_compile_file(ctx, "examples/paged_kv.attn", &ex) == ATTN_SUCCESS) {
+    Source *es = source_load(a, "examples/paged_kv.attn", &d);
+    em = es ? ir_build(parse_source(es, a, &d), a, &d) : NULL;
+  } else {
+    verdict(false, "examples/paged_kv.attn", attn_context_error(ctx));
+  }
+  /* B, H, Hk, Sq, keys a sequence, page size */
+  static const int shapes[][6] = {{1, 32, 8, 1, 4100, 16}, {2, 8, 2, 3, 1000, 64},
+                                  {3, 16, 2, 4, 777, 256}, {2, 4, 4, 1, 70, 1},
+                                  {2, 8, 8, 1, 500, 48},   {4, 4, 1, 16, 300, 32}};
+  static const int splits[] = {0, 1, 3};
+  const InputFill edges = {fill_paged_edges, NULL};
+  StrBuf spec = {0};
+  for (int mi = 0; mi < 2; mi++) {
+    attn_module *mm = mi ? ex : mod;
+    IrModule *ir = mi ? em : m;
+    for (int k = 0; mm && ir && k < ir->ngraphs; k++) {
+      const IrGraph *g = ir->graphs[k];
+      attn_graph *ag;
+      if (attn_module_get_graph(mm, g->name, &ag) != ATTN_SUCCESS) {
+        verdict(false, g->name, attn_context_error(ctx));
+        continue;
+      }
+      for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++) {
+        const int *x = shapes[sh];
+        chk_paged_spec(g, &spec, x[0], x[1], x[2], x[3], x[4], x[5]);
+        for (size_t sp = 0; sp < sizeof splits / sizeof splits[0]; sp++) {
+          attn_context_set_option(ctx, ATTN_OPTION_DECODE_SPLITS, splits[sp]);
+          ChkOptions co = {0};
+          run_case_filled(ctx, ag, g, spec.data, *seed, &co,
+                          arena_printf(a, "paged %s page %d splits %d, edges", g->name, x[5],
+                                       splits[sp]),
+                          &edges, NULL, NULL);
+        }
+        attn_context_set_option(ctx, ATTN_OPTION_DECODE_SPLITS, 0);
+        ChkOptions strided = {.bshd = true}; /* the cache's rows and heads strided the other way */
+        if ((x[1] / x[2]) * x[3] <= 64)
+          run_case(ctx, ag, g, spec.data, *seed + 1, &strided,
+                   arena_printf(a, "paged %s page %d, permuted strides", g->name, x[5]), NULL,
+                   NULL);
+        (*seed) += 2;
+      }
+    }
+  }
+  attn_context_set_option(ctx, ATTN_OPTION_DECODE_SPLITS, 0);
+  sb_free(&spec);
+  diag_free(&d);
+  attn_module_destroy(ex);
+  attn_module_destroy(mod);
+  arena_free(a);
+}
+
 static int cmp_str(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
@@ -720,6 +839,8 @@ int main(int argc, char **argv) {
   test_fully_masked(ctx);
   uint64_t kv_seed = 9000;
   test_fp8_kv_variants(ctx, &kv_seed);
+  uint64_t paged_seed = 9500;
+  test_paged(ctx, &paged_seed);
   test_tile_skipping(ctx);
   test_dropout_mask(ctx);
   test_separable_masks(ctx);
