@@ -13,6 +13,14 @@ is at least 180 MB (so L2 does not serve a call from the previous one's reads).
 --fp8: an e4m3 KV cache (examples/fp8_kv_cache.attn's kind of graph) against the same values in
 bf16, attnc on both and cuDNN on bf16 (torch SDPA has no FP8 KV cache), MHA and GQA 32:8, B 1/8/32.
 
+--paged: paged KV caches (examples/paged_kv.attn's kind of graph, vLLM's [pages, page size, Hk, D]
+layout, each sequence's pages in a shuffled order) at page sizes 16 and 64 against attnc's dense
+decode on the same values, both with the per-sequence length mask (`j < kv_len[b]`) a server's
+graph has, and cuDNN dense; the paged output must equal the dense one's to the bit (same keys,
+same order of work). FlashInfer is not run in this process (its kernels must be built ahead with
+nvcc: ../shared/tools/anchor_bench2.py prep_fi); RESULTS.md quotes the anchors' FlashInfer paged
+decode beside these figures.
+
 Also per configuration: attnc with the decode kernel switched off (ATTN_OPTION_DECODE 0, the
 prefill forward kernel), and the split count the plan chose. --rows adds Sq in {2, 4, 8, 16}
 at B 8, 8k (speculative decoding: more packed rows per K/V head).
@@ -35,6 +43,88 @@ def graph_text(kv="bf16"):
             f"    input v : {kv}[B, Hk, Skv, {D}];\n    scalar scale : f32 = 1.0 / sqrt({D}.0);\n"
             "    s = (q @ k^T) * scale;\n    o = softmax(s) @ v;\n"
             f"    output o : bf16[B, H, Sq, {D}];\n}}\n")
+
+
+def paged_graph_text(paged):
+    kv = "paged(k_cache, page_table)" if paged else "k"
+    vv = "paged(v_cache, page_table)" if paged else "v"
+    decl = ("    input k_cache : bf16[Pages, Page, Hk, 128];\n    input v_cache : bf16[Pages, Page, Hk, 128];\n"
+            "    input page_table : i32[B, MaxPages];\n") if paged else \
+           ("    input k : bf16[B, Hk, Skv, 128];\n    input v : bf16[B, Hk, Skv, 128];\n")
+    return ("attention dec {\n"
+            f"    input q : bf16[B, H, Sq, {D}];\n{decl}    input kv_len : i32[B];\n"
+            f"    scalar scale : f32 = 1.0 / sqrt({D}.0);\n"
+            f"    s = mask((q @ {kv}^T) * scale, j < kv_len[b]);\n    o = softmax(s) @ {vv};\n"
+            f"    output o : bf16[B, H, Sq, {D}];\n}}\n")
+
+
+def to_pages(x, page, perm):
+    """[B, Hk, L, D] -> [pages, page, Hk, D], sequence b's page p at perm[b * L / page + p]."""
+    B, Hk, L, Dh = x.shape
+    pages = x.view(B, Hk, L // page, page, Dh).permute(0, 2, 3, 1, 4).reshape(-1, page, Hk, Dh)
+    out = torch.empty_like(pages)
+    out[perm] = pages
+    return out
+
+
+def run_paged(attn, dense_mod, paged_mod, B, H, Hk, L, pages=(16, 64)):
+    """attnc dense (length-masked) against paged caches of the same values, and cuDNN dense."""
+    kv_bytes = 2 * B * Hk * L * D * 2
+    copies = max(1, min(45, math.ceil(180e6 / kv_bytes)))
+    lens = torch.full((B,), L, device="cuda", dtype=torch.int32)
+    sets = []
+    for _ in range(copies):
+        q = torch.randn(B, H, 1, D, device="cuda", dtype=torch.bfloat16)
+        k, v = (torch.randn(B, Hk, L, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        o = torch.empty_like(q)
+        x = dict(q=q, k=k, v=v, o=o, c=attn.call(dense_mod, "dec", dict(q=q, k=k, v=v, kv_len=lens, o=o)))
+        for page in pages:
+            perm = torch.randperm(B * L // page, device="cuda")
+            kc, vc = to_pages(k, page, perm), to_pages(v, page, perm)
+            table = perm.view(B, L // page).to(torch.int32).contiguous()
+            op = torch.empty_like(q)
+            x[page] = (kc, vc, table, op, attn.call(paged_mod, "dec", dict(q=q, k_cache=kc, v_cache=vc,
+                                                                      page_table=table, kv_len=lens, o=op)))
+        sets.append(x)
+    x = sets[0]
+    attn.launch(x["c"])
+    for page in pages:
+        attn.launch(x[page][4])
+    ref = sdpa(x["q"], x["k"], x["v"], SDPBackend.CUDNN_ATTENTION)
+    torch.cuda.synchronize()
+    row = dict(Hq=H, Hkv=Hk, B=B, L=L, kv_mb=kv_bytes / 1e6, copies=copies,
+               rel_err_vs_cudnn=((x["o"].float() - ref.float()).norm() / ref.float().norm()).item())
+    for page in pages:
+        row[f"paged{page}_bits_equal_dense"] = bool(torch.equal(x[page][3], x["o"]))
+    row["dense_us"] = time_queued([lambda s=s: attn.launch(s["c"]) for s in sets])
+    for page in pages:
+        row[f"paged{page}_us"] = time_queued([lambda s=s, p=page: attn.launch(s[p][4]) for s in sets])
+    row["cudnn_us"] = time_queued([lambda s=s: sdpa(s["q"], s["k"], s["v"], SDPBackend.CUDNN_ATTENTION)
+                                   for s in sets])
+    for key in ["dense", "cudnn"] + [f"paged{p}" for p in pages]:
+        row[f"{key}_gbs"] = kv_bytes / (row[f"{key}_us"] * 1e-6) / 1e9
+    for page in pages:
+        row[f"paged{page}_vs_dense"] = row["dense_us"] / row[f"paged{page}_us"]
+    for s in sets:
+        s["c"].close()
+        for page in pages:
+            s[page][4].close()
+    del sets
+    torch.cuda.empty_cache()
+    return row
+
+
+def paged_table(rows):
+    out = ["| Hq:Hkv | B | KV len | K+V MB | attnc dense us / GB/s | paged 16 us / GB/s | paged 64 us / GB/s "
+           "| paged 16 / dense | paged 64 / dense | cuDNN dense us / GB/s | paged 64 / cuDNN | bits = dense |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        c = lambda k: f"{r[k + '_us']:.1f} / {r[k + '_gbs']:.0f}"
+        out.append(f"| {r['Hq']}:{r['Hkv']} | {r['B']} | {r['L'] // 1024}k | {r['kv_mb']:.0f} | {c('dense')} "
+                   f"| {c('paged16')} | {c('paged64')} | {r['paged16_vs_dense']:.3f} | {r['paged64_vs_dense']:.3f} "
+                   f"| {c('cudnn')} | {r['cudnn_us'] / r['paged64_us']:.2f} "
+                   f"| {'yes' if r['paged16_bits_equal_dense'] and r['paged64_bits_equal_dense'] else 'NO'} |")
+    return out
 
 
 def time_queued(fns, calls=30, warm=6):
@@ -177,6 +267,7 @@ def main():
     ap.add_argument("--quick", action="store_true", help="B 1 and 32 only")
     ap.add_argument("--rows", action="store_true", help="also Sq 2..16 at B 8, 8k")
     ap.add_argument("--fp8", action="store_true", help="only the e4m3 KV cache grid")
+    ap.add_argument("--paged", action="store_true", help="only the paged KV cache grid")
     ap.add_argument("--config", default=None,
                     help="one configuration, HQ:HKV,B,L[,SQ] (e.g. 32:8,1,8192), for profiling")
     args = ap.parse_args()
@@ -191,6 +282,27 @@ def main():
         heads, B, L = args.config.split(",")[:3]
         H, Hk = (int(x) for x in heads.split(":"))
         print(json.dumps(run_fp8(attn, mod8, mod, int(B), H, Hk, int(L))), flush=True)
+        return
+    if args.paged:
+        dense_mod = attn.compile("dec", paged_graph_text(False))
+        paged_mod = attn.compile("dec", paged_graph_text(True))
+        for Hk in (8, 32):
+            for B in ((1, 32) if args.quick else (1, 8, 32, 128)):
+                for L in (1024, 8192, 32768):
+                    if 2 * B * Hk * L * D * 2 > 20e9:  # dense and paged copies side by side
+                        continue
+                    row = run_paged(attn, dense_mod, paged_mod, B, 32, Hk, L)
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
+        text = "\n".join([f"GPU: {torch.cuda.get_device_name()}; driver {driver_version()}; "
+                          f"cuDNN {torch.backends.cudnn.version()}; {time.strftime('%Y-%m-%d')}", ""] +
+                         paged_table(rows))
+        print(text)
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "bench-decode-paged.md"), "w") as f:
+            f.write(text + "\n")
+        with open(os.path.join(args.out, "bench-decode-paged.json"), "w") as f:
+            json.dump(dict(rows=rows), f, indent=1)
         return
     if args.fp8:
         mod8 = attn.compile("dec", graph_text("e4m3"))
