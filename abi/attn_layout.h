@@ -39,19 +39,28 @@ ATTN_LAYOUT_FN int attn_bwd_head_tile(int d, int other) {
   return d > 128 || other > 128 ? 256 : d > 64 ? 128 : 64;
 }
 
-/* fwd_sm80: the Q tile, then two stages of (K tile, V tile), 16-bit
- * elements; no barriers (cp.async groups), no rounding. */
+/* fwd_sm80: the Q tile (16-bit, the MMA type), then two stages of (K
+ * tile, V tile) of k and v's element size (q_el, kv_el: 2, or 1 for FP8);
+ * with FP8 k and v, one 16-bit (K, V) tile pair the current stage is
+ * converted into, and with an FP8 q, the 8-bit Q tile it is converted
+ * from. No barriers (cp.async groups), no rounding. */
 typedef struct attn_fwd80_layout {
-  int q_bytes, k_bytes, v_bytes, stage_bytes, total;
+  int q_bytes, k_bytes, v_bytes, stage_bytes, conv_offset, conv_k_bytes, conv_bytes, q8_offset,
+      total;
 } attn_fwd80_layout;
 
-ATTN_LAYOUT_FN attn_fwd80_layout attn_fwd80_layout_of(int bm, int bn, int dqk, int dv) {
-  attn_fwd80_layout l = {0, 0, 0, 0, 0};
+ATTN_LAYOUT_FN attn_fwd80_layout attn_fwd80_layout_of(int bm, int bn, int dqk, int dv, int q_el,
+                                                      int kv_el) {
+  attn_fwd80_layout l = {0, 0, 0, 0, 0, 0, 0, 0, 0};
   l.q_bytes = bm * dqk * 2;
-  l.k_bytes = bn * dqk * 2;
-  l.v_bytes = bn * dv * 2;
+  l.k_bytes = bn * dqk * kv_el;
+  l.v_bytes = bn * dv * kv_el;
   l.stage_bytes = l.k_bytes + l.v_bytes;
-  l.total = l.q_bytes + 2 * l.stage_bytes;
+  l.conv_offset = l.q_bytes + 2 * l.stage_bytes;
+  l.conv_k_bytes = kv_el == 2 ? 0 : bn * dqk * 2;
+  l.conv_bytes = kv_el == 2 ? 0 : bn * (dqk + dv) * 2;
+  l.q8_offset = l.conv_offset + l.conv_bytes;
+  l.total = l.q8_offset + (q_el == 2 ? 0 : bm * dqk);
   return l;
 }
 

@@ -157,6 +157,7 @@ typedef enum DType {
 const char *dtype_name(DType t); /* "bf16"; "?" for DT_NONE */
 int dtype_size(DType t);
 bool dtype_is_float(DType t); /* f16 bf16 f32 e4m3 e5m2 */
+bool dtype_is_fp8(DType t);   /* e4m3 e5m2 */
 bool dtype_is_int(DType t);   /* i32 u64 */
 
 /* Rounds x to the value dtype t can hold, bit-compatible with CUDA's
@@ -571,9 +572,11 @@ typedef struct KernelSpec {
   const IrGraph *g;
   TemplateKind tmpl;
   int sm;          /* target compute capability, e.g. 80, 90 */
-  DType in_type;   /* q, k, v */
-  DType kv_type;   /* k, v: in_type, or e4m3/e5m2 against a bf16/f16 q
-                      (an FP8 KV cache: the decode kernel only) */
+  DType in_type;   /* q: f16, bf16, e4m3 or e5m2 */
+  DType kv_type;   /* k and v: in_type, or e4m3/e5m2 (an FP8 q, or an FP8
+                      KV cache against a bf16/f16 q) */
+  DType mma_type;  /* the 16-bit type the MMAs take: q's, or f16 for an
+                      FP8 q (FP8 tensors are converted on load, exactly) */
   bool paged;      /* k and v are paged caches (IrTensor.paged): the decode
                       kernel only, for now */
   DType out_type;  /* o */
@@ -583,6 +586,8 @@ typedef struct KernelSpec {
   int nmasks;
   int o_output;    /* index in g->outputs of the p @ v chain's output */
   int lse_output;  /* index in g->outputs of logsumexp, or -1 */
+  int amax_output; /* index in g->outputs of amax(x), x a function of the
+                      output row element, or -1 */
   IrNode *dropout; /* the dropout p @ v reads (src: p, rate, seed, offset),
                       or NULL; the kernels scale P by attn_dropout_words
                       before P V only (row sums and lse stay undropped) */
@@ -623,7 +628,7 @@ typedef struct Sm80Config {
  * and fills out, or -1 for head dims the template cannot run (each of d_qk
  * and d_v a multiple of 8 up to 256, attn_head_dim_ok; in_bytes must be
  * 2). Prints nothing. */
-int tmpl_sm80_config(int d_qk, int d_v, int in_bytes, int sm, Sm80Config *out);
+int tmpl_sm80_config(int d_qk, int d_v, int q_bytes, int kv_bytes, int sm, Sm80Config *out);
 
 /* ----------------------------------------------------------- tmpl_sm90.c */
 

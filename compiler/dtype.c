@@ -44,6 +44,8 @@ bool dtype_is_float(DType t) {
          t == DT_E5M2;
 }
 
+bool dtype_is_fp8(DType t) { return t == DT_E4M3 || t == DT_E5M2; }
+
 bool dtype_is_int(DType t) { return t == DT_I32 || t == DT_U64; }
 
 const char *binop_spelling(BinOp op) {

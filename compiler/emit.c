@@ -316,6 +316,18 @@ static void emit_out(StrBuf *out, const KernelSpec *s, Arena *a) {
            ret);
 }
 
+/* An amax output's operand for the normalized output row element `o`
+ * (hooks.cuh, ATTN_AMAX). */
+static void emit_amax(StrBuf *out, const KernelSpec *s, Arena *a) {
+  ExprHook hk;
+  expr_init(&hk, a, s->g, DOM_B | DOM_H | DOM_I);
+  hk.pv_name = "o";
+  const char *ret = expr_as(&hk, s->g->outputs[s->amax_output].value->src[0], DT_F32);
+  sb_puts(out, "/* What the amax output reduces, for the normalized output row element. */\n");
+  expr_put_fn(out, &hk,
+              "float attn_amax_arg(float o, int b, int h, int i, int d, const attn_params &p)", ret);
+}
+
 /* dropout(p, rate, seed, offset): the hooks hooks.cuh declares, the Philox
  * words of one 16-element group (templates/philox.cuh's, drawn exactly as
  * the CPU reference draws them: docs/language.md has the layout, so the
@@ -358,7 +370,8 @@ static void emit_dropout(StrBuf *out, const KernelSpec *s, Arena *a) {
 /* ------------------------------------------------------------ the unit */
 
 static const char *dtype_macro(DType t) {
-  return t == DT_BF16 ? "BF16" : t == DT_F16 ? "F16" : "F32";
+  return t == DT_BF16 ? "BF16" : t == DT_F16 ? "F16" : t == DT_E4M3 ? "E4M3"
+         : t == DT_E5M2 ? "E5M2" : "F32";
 }
 
 /* The plan's step of a role in a pass (the entry names the unit defines). */
@@ -396,8 +409,12 @@ static void emit_graph(StrBuf *out, const GraphCompile *gc, EmitPart part, Arena
   MacroSet ms = {.n = 0};
   macro_def(out, &ms, a, "ATTN_D_QK", s->d_qk);
   macro_def(out, &ms, a, "ATTN_D_V", s->d_v);
-  macro_def(out, &ms, a, arena_printf(a, "ATTN_IN_%s", dtype_macro(s->in_type)), 1);
+  macro_def(out, &ms, a, arena_printf(a, "ATTN_IN_%s", dtype_macro(s->mma_type)), 1);
   macro_def(out, &ms, a, arena_printf(a, "ATTN_OUT_%s", dtype_macro(s->out_type)), 1);
+  if (dtype_is_fp8(s->in_type)) /* an FP8 q, converted on load */
+    macro_def(out, &ms, a, arena_printf(a, "ATTN_Q_%s", dtype_macro(s->in_type)), 1);
+  if (dtype_is_fp8(s->kv_type)) /* FP8 k and v (an FP8 KV cache, or with an FP8 q) */
+    macro_def(out, &ms, a, arena_printf(a, "ATTN_KV_%s", dtype_macro(s->kv_type)), 1);
   if (c->kind == TMPL_FWD_SM90) {
     macro_def(out, &ms, a, "ATTN_BM", c->bm);
     macro_def(out, &ms, a, "ATTN_BN", c->bn);
@@ -414,6 +431,8 @@ static void emit_graph(StrBuf *out, const GraphCompile *gc, EmitPart part, Arena
   macro_def(out, &ms, a, "ATTN_TO", o_slot);
   macro_def(out, &ms, a, "ATTN_TLSE", lse_slot);
   if (s->dropout) macro_def(out, &ms, a, "ATTN_DROPOUT", 1);
+  if (s->amax_output >= 0) /* the amax output's slot */
+    macro_def(out, &ms, a, "ATTN_AMAX", g->outputs[s->amax_output].tensor);
   if (ir_sink(g->softmax)) macro_def(out, &ms, a, "ATTN_SINK", 1);
   const PlanStep *dec = plan_step(gc->plan, PLAN_FORWARD, "decode");
   const PlanStep *merge = plan_step(gc->plan, PLAN_FORWARD, "merge");
@@ -422,8 +441,6 @@ static void emit_graph(StrBuf *out, const GraphCompile *gc, EmitPart part, Arena
     macro_def(out, &ms, a, "ATTN_DEC_STAGES", c->decode.stages);
     macro_def(out, &ms, a, "ATTN_DEC_TPO", c->decode.partial_o);
     macro_def(out, &ms, a, "ATTN_DEC_TPL", c->decode.partial_lse);
-    if (s->kv_type == DT_E4M3 || s->kv_type == DT_E5M2) /* an FP8 KV cache */
-      macro_def(out, &ms, a, s->kv_type == DT_E4M3 ? "ATTN_KV_E4M3" : "ATTN_KV_E5M2", 1);
     if (s->paged) { /* paged caches: the table's slot, and which dim is the page's rows */
       macro_def(out, &ms, a, "ATTN_KV_TABLE", g->tensors[g->k].page_table);
       macro_def(out, &ms, a, "ATTN_KV_PAGE_DIM", ir_page_dim(&g->tensors[g->k]));
@@ -440,6 +457,7 @@ static void emit_graph(StrBuf *out, const GraphCompile *gc, EmitPart part, Arena
   emit_kv_bounds(out, s, a);
   emit_tile_class(out, s, a);
   emit_out(out, s, a);
+  if (s->amax_output >= 0) emit_amax(out, s, a);
   if (s->dropout) emit_dropout(out, s, a);
   if (fwd_part && c->kind != TMPL_DECODE_ONLY)
     sb_puts(out, c->kind == TMPL_FWD_SM90 ? fwd_sm90_src : fwd_sm80_src);
@@ -458,6 +476,11 @@ static void emit_graph(StrBuf *out, const GraphCompile *gc, EmitPart part, Arena
     sb_printf(out, "extern \"C\" __global__ void __launch_bounds__(%d) %s(const __grid_constant__ "
                    "attn_params p) {\n  graph_%s::attn_fwd_sm80(p);\n}\n\n",
               fwd->threads, fwd->entry, g->name);
+  const PlanStep *amax0 = plan_step(gc->plan, PLAN_FORWARD, "amax_init");
+  if (fwd_part && amax0) /* zeroes the amax output before the forward adds into it */
+    sb_printf(out, "extern \"C\" __global__ void __launch_bounds__(%d) %s(const __grid_constant__ "
+                   "attn_params p) {\n  if (threadIdx.x == 0) *(unsigned *)p.t[%d].ptr = 0u;\n}\n\n",
+              amax0->threads, amax0->entry, g->outputs[s->amax_output].tensor);
   if (fwd_part && dec && merge)
     sb_printf(out, "extern \"C\" __global__ void __launch_bounds__(%d) %s(const __grid_constant__ "
                    "attn_params p) {\n  graph_%s::attn_decode(p);\n}\n\n"

@@ -414,18 +414,6 @@ static KernelSpec *refuse(Matcher *m, const IrNode *n, const char *why) {
   return NULL;
 }
 
-/* Operations no template runs yet: refused wherever they appear. */
-static bool check_ops(Matcher *m) {
-  for (int k = 0; k < m->g->nnodes; k++) {
-    IrNode *n = m->g->nodes[k];
-    if (n->op == IR_AMAX) {
-      refuse(m, n, "here: amax comes with the FP8 kernels");
-      return false;
-    }
-  }
-  return true;
-}
-
 /* Whether `target` is among root's operands, transitively. Marks visited
  * nodes so shared subexpressions are walked once. */
 static bool reaches(const IrNode *root, const IrNode *target, char *seen) {
@@ -446,14 +434,15 @@ KernelSpec *match_graph(const IrGraph *g, int sm, Arena *a, Diag *d) {
   }
   const IrTensor *q = &g->tensors[g->q], *k = &g->tensors[g->k], *v = &g->tensors[g->v];
   DType t = q->type;
-  /* An FP8 KV cache: bf16/f16 q against e4m3 (or e5m2) k and v alike. */
-  const bool kv8 = (t == DT_BF16 || t == DT_F16) && k->type == v->type &&
-                   (k->type == DT_E4M3 || k->type == DT_E5M2);
-  if ((t != DT_BF16 && t != DT_F16) || ((k->type != t || v->type != t) && !kv8)) {
-    const IrTensor *bad = (t != DT_BF16 && t != DT_F16) ? q : (k->type != t ? k : v);
+  /* q, k and v all f16 or all bf16; or FP8 (e4m3 or e5m2) k and v alike
+   * against a bf16/f16 q (an FP8 KV cache) or an FP8 q. */
+  const bool q16 = t == DT_BF16 || t == DT_F16;
+  const bool kv_ok = k->type == v->type && (k->type == t || dtype_is_fp8(k->type));
+  if ((!q16 && !dtype_is_fp8(t)) || !kv_ok || (!q16 && !dtype_is_fp8(k->type))) {
+    const IrTensor *bad = !q16 && !dtype_is_fp8(t) ? q : k->type != v->type ? v : k;
     diag_error(d, bad->loc, "graph '%s': no kernel template takes %s q, %s k and %s v: the "
-               "templates need q, k and v all f16 or all bf16, or an f16/bf16 q against "
-               "e4m3 or e5m2 k and v (the decode kernel); FP8 q comes later",
+               "templates take q, k and v all f16 or all bf16, or e4m3/e5m2 k and v (one type) "
+               "against an f16, bf16, e4m3 or e5m2 q",
                g->name, dtype_name(q->type), dtype_name(k->type), dtype_name(v->type));
     return NULL;
   }
@@ -463,11 +452,11 @@ KernelSpec *match_graph(const IrGraph *g, int sm, Arena *a, Diag *d) {
   spec->sm = sm;
   spec->in_type = t;
   spec->kv_type = k->type;
+  spec->mma_type = q16 ? t : DT_F16; /* FP8 converts exactly into f16 */
   spec->paged = k->paged;
   spec->d_qk = (int)q->dim_val[3];
   spec->d_v = (int)v->dim_val[3];
-  spec->o_output = spec->lse_output = -1;
-  if (!check_ops(&m)) return NULL;
+  spec->o_output = spec->lse_output = spec->amax_output = -1;
   char *seen = arena_alloc(a, (size_t)g->nnodes + 1);
 
   for (int n = 0; n < g->noutputs; n++) {
@@ -480,6 +469,21 @@ KernelSpec *match_graph(const IrGraph *g, int sm, Arena *a, Diag *d) {
         return NULL;
       }
       spec->lse_output = n;
+    } else if (o->value->op == IR_AMAX) {
+      /* amax of a function of the output row element: the epilogue sees
+       * every such element once. ir_check made it f32[1]. */
+      const IrNode *x = o->value->src[0];
+      if ((x->dom & DOM_J) || !reaches(x, g->pv, memset(seen, 0, (size_t)g->nnodes)))
+        return refuse(&m, o->value, "of a value that is not a function of p @ v's output row "
+                      "element (the epilogue reduces what it stores; amax of P comes with FP8 "
+                      "P quantization)");
+      if (spec->amax_output >= 0) {
+        diag_error(d, o->loc, "graph '%s': a second amax output ('%s'); the kernels reduce one",
+                   g->name, o->name);
+        diag_note(d, g->outputs[spec->amax_output].loc, "the first is here");
+        return NULL;
+      }
+      spec->amax_output = n;
     } else if (reaches(o->value, g->pv, memset(seen, 0, (size_t)g->nnodes))) {
       if (spec->o_output >= 0) {
         diag_error(d, o->loc, "graph '%s': a second output of p @ v ('%s'); the template "
@@ -487,10 +491,10 @@ KernelSpec *match_graph(const IrGraph *g, int sm, Arena *a, Diag *d) {
         diag_note(d, g->outputs[spec->o_output].loc, "the first is here");
         return NULL;
       }
-      if (ot->type != DT_BF16 && ot->type != DT_F16 && ot->type != DT_F32) {
-        diag_error(d, o->loc, "graph '%s': output '%s' is %s; the forward template stores "
-                   "f16, bf16 or f32 (FP8 outputs come later)", g->name, o->name,
-                   dtype_name(ot->type));
+      if (ot->type != DT_BF16 && ot->type != DT_F16 && ot->type != DT_F32 &&
+          !dtype_is_fp8(ot->type)) {
+        diag_error(d, o->loc, "graph '%s': output '%s' is %s; the forward templates store "
+                   "f16, bf16, f32, e4m3 or e5m2", g->name, o->name, dtype_name(ot->type));
         return NULL;
       }
       spec->o_output = n;
@@ -520,17 +524,18 @@ KernelSpec *match_graph(const IrGraph *g, int sm, Arena *a, Diag *d) {
 }
 
 /* The decode kernel beside the forward, where its template takes the graph
- * (tmpl_decode.c); without it the plan always runs the forward. */
+ * (tmpl_decode.c; a 16-bit q, and no amax output: its epilogue and merge
+ * do not reduce one yet); without it the plan always runs the forward. */
 static void match_decode(const KernelSpec *s, FwdConfig *c) {
-  if (tmpl_decode_config(s->d_qk, s->d_v, dtype_size(s->in_type), dtype_size(s->kv_type),
+  if (s->amax_output >= 0 ||
+      tmpl_decode_config(s->d_qk, s->d_v, dtype_size(s->in_type), dtype_size(s->kv_type),
                          s->dropout != NULL, s->g->ntensors, &c->decode) != 0)
     c->decode = (DecodeConfig){.on = false};
 }
 
-/* An FP8 KV cache or a paged one: no forward template reads 8-bit or
- * paged k and v, so the graph runs its decode kernel alone (shapes of more
- * packed rows are refused at launch), or is refused here when the decode
- * template cannot take it. */
+/* A paged KV cache: no forward template reads paged k and v, so the graph
+ * runs its decode kernel alone (shapes of more packed rows are refused at
+ * launch), or is refused here when the decode template cannot take it. */
 static int match_decode_only(const KernelSpec *s, FwdConfig *c, Diag *d) {
   *c = (FwdConfig){.kind = TMPL_DECODE_ONLY, .name = "decode"};
   match_decode(s, c);
@@ -539,9 +544,13 @@ static int match_decode_only(const KernelSpec *s, FwdConfig *c, Diag *d) {
   const bool kv8 = s->kv_type != s->in_type;
   diag_error(d, g->tensors[g->k].loc,
              "graph '%s': %s%s k and v run only on the decode kernel, which takes head dimensions "
-             "that are multiples of %d %s256 and no dropout (here %d and %d%s)", g->name,
+             "that are multiples of %d %s256, a bf16 or f16 q, no dropout and no amax output "
+             "(here %d and %d%s%s%s%s)", g->name,
              s->paged ? "paged " : "", dtype_name(s->kv_type), kv8 ? 16 : 8,
-             kv8 ? "from 80 to " : "up to ", s->d_qk, s->d_v, s->dropout ? ", with dropout" : "");
+             kv8 ? "from 80 to " : "up to ", s->d_qk, s->d_v,
+             dtype_is_fp8(s->in_type) ? ", q " : "",
+             dtype_is_fp8(s->in_type) ? dtype_name(s->in_type) : "",
+             s->dropout ? ", with dropout" : "", s->amax_output >= 0 ? ", with amax" : "");
   return -1;
 }
 
@@ -550,8 +559,9 @@ static int match_fwd_template(const KernelSpec *s, const CompileOptions *o, FwdC
   /* fwd_sm90 needs the arch-specific target (wgmma, setmaxnreg exist only
    * on sm_90a); fwd_sm80 runs everywhere else. */
   const bool sm90a = s->sm == 90 && o->arch[strlen(o->arch) - 1] == 'a';
+  const bool all16 = !dtype_is_fp8(s->in_type) && !dtype_is_fp8(s->kv_type);
   Sm90Config h;
-  if (sm90a && tmpl_sm90_config(s->d_qk, s->d_v, dtype_size(s->in_type), o->sm90_variant, &h) == 0) {
+  if (sm90a && all16 && tmpl_sm90_config(s->d_qk, s->d_v, dtype_size(s->in_type), o->sm90_variant, &h) == 0) {
     *c = (FwdConfig){.kind = TMPL_FWD_SM90, .name = "fwd_sm90", .bm = h.bm, .bn = h.bn,
                      .stages = h.stages, .threads = h.threads, .smem_bytes = h.smem_bytes,
                      /* Masked graphs too: the tile queue balances unequal
@@ -563,7 +573,8 @@ static int match_fwd_template(const KernelSpec *s, const CompileOptions *o, FwdC
     return 0;
   }
   Sm80Config p;
-  if (tmpl_sm80_config(s->d_qk, s->d_v, dtype_size(s->in_type), s->sm, &p) == 0) {
+  if (tmpl_sm80_config(s->d_qk, s->d_v, dtype_size(s->in_type), dtype_size(s->kv_type), s->sm,
+                       &p) == 0) {
     *c = (FwdConfig){.kind = TMPL_FWD_SM80, .name = "fwd_sm80", .bm = p.bm, .bn = p.bn,
                      .warps = p.warps, .threads = p.warps * 32, .smem_bytes = p.smem_bytes};
     return 0;
@@ -571,13 +582,14 @@ static int match_fwd_template(const KernelSpec *s, const CompileOptions *o, FwdC
   const IrGraph *g = s->g;
   diag_error(d, g->tensors[g->q].loc,
              "graph '%s': no kernel template takes head dimensions %d (q, k) and %d (v) on sm_%d "
-             "(the forward takes multiples of 8 from 8 to 256)", g->name, s->d_qk, s->d_v, s->sm);
+             "(the forward takes multiples of 8 from 8 to 256, of 16 for FP8 tensors)", g->name,
+             s->d_qk, s->d_v, s->sm);
   return -1;
 }
 
 int match_fwd_config(const KernelSpec *s, const CompileOptions *o, FwdConfig *c, Diag *d) {
   memset(c, 0, sizeof *c);
-  if (s->kv_type != s->in_type || s->paged) return match_decode_only(s, c, d);
+  if (s->paged) return match_decode_only(s, c, d);
   int r = match_fwd_template(s, o, c, d);
   if (r == 0) match_decode(s, c);
   return r;

@@ -135,10 +135,18 @@ static bool bwd_use_sm90(const KernelSpec *fwd, const CompileOptions *o) {
 
 BwdSpec *match_bwd(const KernelSpec *fwd, const CompileOptions *o, Arena *a, Diag *d) {
   const IrGraph *g = fwd->g;
-  if (fwd->kv_type != fwd->in_type) {
-    diag_error(d, g->tensors[g->k].loc,
-               "graph '%s': no backward for %s k and v (an FP8 KV cache serves inference; "
-               "the FP8 backward comes later)", g->name, dtype_name(fwd->kv_type));
+  if (dtype_is_fp8(fwd->in_type) || fwd->kv_type != fwd->in_type) {
+    const bool q8 = dtype_is_fp8(fwd->in_type);
+    diag_error(d, g->tensors[q8 ? g->q : g->k].loc,
+               "graph '%s': no backward for %s %s (the FP8 backward comes later)", g->name,
+               dtype_name(q8 ? fwd->in_type : fwd->kv_type), q8 ? "q" : "k and v");
+    return NULL;
+  }
+  if (dtype_is_fp8(fwd->out_type)) {
+    const IrOutput *out = &g->outputs[fwd->o_output];
+    diag_error(d, out->loc, "graph '%s': no backward from a %s output '%s' (the backward reads O "
+               "in 16 or 32 bits; the FP8 backward comes later)", g->name,
+               dtype_name(fwd->out_type), out->name);
     return NULL;
   }
   if (g->tensors[g->k].paged) {

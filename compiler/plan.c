@@ -7,7 +7,8 @@
  *
  * The plans of today's templates:
  *
- *   forward   [prep]  forward (fwd_sm80, or fwd_sm90 with q/k/v tensor
+ *   forward   [prep]  [amax_init]  (zeroes an amax output the kernels max into)
+ *                     forward (fwd_sm80, or fwd_sm90 with q/k/v tensor
  *                     maps, persistent with a tile queue)
  *                     or, where few packed rows share a K/V head (the
  *                     launch fact `decode`), decode [merge] (decode.cuh:
@@ -118,7 +119,13 @@ static void plan_forward(GraphPlan *gp, const KernelSpec *f, const FwdConfig *c,
   PassPlan *p = &gp->pass[PLAN_FORWARD];
   p->present = true;
   add_prep(p, gp, plan_entry(a, g->name, "prep"));
-  if (c->kind == TMPL_DECODE_ONLY) { /* an FP8 KV cache: nothing runs without decode */
+  if (f->amax_output >= 0) { /* one CTA zeroes the f32[1] the epilogues atomically max into */
+    PlanStep *z = add_step(p, "amax_init", plan_entry(a, g->name, "amax_init"), 32, 0);
+    z->grid.x0 = pconst(1);
+    z->grid.div0 = 1;
+    z->grid.y = z->grid.z = pconst(1);
+  }
+  if (c->kind == TMPL_DECODE_ONLY) { /* a paged KV cache: nothing runs without decode */
     p->need = PLAN_IF_DECODE;
     plan_decode(gp, p, NULL, f, &c->decode, a);
     return;

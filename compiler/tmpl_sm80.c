@@ -8,7 +8,8 @@
  *
  *     smem = 2 * (BM * d_qk + 2 * BN * (d_qk + d_v))   bytes
  *
- * as abi/attn_layout.h defines it for the template too. For each head dim the candidates are listed fastest
+ * as abi/attn_layout.h defines it for the template too (FP8 tensors add
+ * their 8-bit staging tiles there). For each head dim the candidates are listed fastest
  * first and the first that fits the target's per-block shared-memory limit
  * wins: the sm_80-class limits (163 KB on A100, 99 KB on the sm_86/89
  * parts) force smaller tiles at head dim 256 than Hopper's 227 KB.
@@ -37,11 +38,11 @@ static int sm80_smem_limit(int sm) {
   }
 }
 
-static int sm80_smem_bytes(const Sm80Candidate *c, int d_qk, int d_v) {
-  return attn_fwd80_layout_of(c->bm, c->bn, d_qk, d_v).total;
+static int sm80_smem_bytes(const Sm80Candidate *c, int d_qk, int d_v, int q_bytes, int kv_bytes) {
+  return attn_fwd80_layout_of(c->bm, c->bn, d_qk, d_v, q_bytes, kv_bytes).total;
 }
 
-int tmpl_sm80_config(int d_qk, int d_v, int in_bytes, int sm, Sm80Config *out) {
+int tmpl_sm80_config(int d_qk, int d_v, int q_bytes, int kv_bytes, int sm, Sm80Config *out) {
   /* Per widest tile dim (attn_head_tile; 192 takes 256's list). 8 warps of 16 rows keep the tensor cores fed;
    * at 256 the O accumulator is 128 registers a thread, and the smaller
    * limits leave room only for 4 warps or 32-key tiles. */
@@ -51,9 +52,13 @@ int tmpl_sm80_config(int d_qk, int d_v, int in_bytes, int sm, Sm80Config *out) {
   const Sm80Candidate *list;
   int n;
 
-  if (in_bytes != 2 || !out)
+  /* 16-bit or FP8 q, k and v (FP8 converted on load into 16-bit tiles). */
+  if ((q_bytes != 2 && q_bytes != 1) || (kv_bytes != 2 && kv_bytes != 1) || !out)
     return -1;
   if (!attn_head_dim_ok(d_qk) || !attn_head_dim_ok(d_v))
+    return -1;
+  /* 8-bit rows are copied in whole 16-byte chunks. */
+  if ((q_bytes == 1 && d_qk % 16 != 0) || (kv_bytes == 1 && (d_qk % 16 != 0 || d_v % 16 != 0)))
     return -1;
   d_qk = attn_head_tile(d_qk);
   d_v = attn_head_tile(d_v);
@@ -67,7 +72,7 @@ int tmpl_sm80_config(int d_qk, int d_v, int in_bytes, int sm, Sm80Config *out) {
 
   int limit = sm80_smem_limit(sm);
   for (int k = 0; k < n; k++) {
-    int bytes = sm80_smem_bytes(&list[k], d_qk, d_v);
+    int bytes = sm80_smem_bytes(&list[k], d_qk, d_v, q_bytes, kv_bytes);
     if (bytes <= limit) {
       out->bm = list[k].bm;
       out->bn = list[k].bn;

@@ -141,33 +141,6 @@ static __device__ __forceinline__ int dec_tile_class(const dec_block &k, int j0,
   return any == 0 ? 0 : lo;
 }
 
-/* An 8-bit tile of ROWS x D (rows of D bytes, swizzled) converted into a
- * 16-bit tile of q's type (rows of 2D bytes, swizzled as fwd_sm80's): each
- * thread takes 16-byte chunks, one source chunk making two. */
-template <int ROWS, int D>
-static __device__ __forceinline__ void dec_convert_tile(unsigned src, unsigned dst, int tid) {
-  constexpr int chunks = ROWS * D / 16;
-  static_assert(chunks % dec_threads == 0, "the tile's chunks divide the CTA");
-#pragma unroll
-  for (int k = 0; k < chunks / dec_threads; ++k) {
-    const int ch = tid + k * dec_threads, r = ch / (D / 16), c = ch % (D / 16);
-    unsigned x[4], y[8];
-    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(x[0]), "=r"(x[1]), "=r"(x[2]), "=r"(x[3])
-                 : "r"(src + attn_swz(r, c, D)));
-#pragma unroll
-    for (int w = 0; w < 4; ++w)
-      attn_fp8x4_cvt<dec_kv_e4m3, dec_in_bf16>(x[w], y[2 * w], y[2 * w + 1]);
-#pragma unroll
-    for (int half = 0; half < 2; ++half)
-      asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(
-                       dst + attn_swz(r, 2 * c + half, 2 * D)),
-                   "r"(y[4 * half]), "r"(y[4 * half + 1]), "r"(y[4 * half + 2]),
-                   "r"(y[4 * half + 3])
-                   : "memory");
-  }
-}
-
 /* The first tile at or after n, below n_end, that the block does not
  * wholly mask. */
 static __device__ __forceinline__ int dec_next_live(const dec_block &k, int n, int n_end,
@@ -366,8 +339,9 @@ __device__ __forceinline__ void attn_decode(const attn_params &p) {
     unsigned vs = ks + dec_layout.k_bytes;
     if constexpr (dec_kv8) { /* the stage into the 16-bit tile the MMAs read */
       const unsigned conv = sq_addr + dec_layout.conv_offset;
-      dec_convert_tile<dec_bn, dec_dqk>(ks, conv, tid);
-      dec_convert_tile<dec_bn, dec_dv>(vs, conv + dec_layout.conv_k_bytes, tid);
+      attn_convert_tile<dec_bn, dec_dqk, dec_threads, dec_kv_e4m3, dec_in_bf16>(ks, conv, tid);
+      attn_convert_tile<dec_bn, dec_dv, dec_threads, dec_kv_e4m3, dec_in_bf16>(vs, conv + dec_layout.conv_k_bytes,
+                                                                          tid);
       __syncthreads();
       ks = conv;
       vs = conv + dec_layout.conv_k_bytes;

@@ -55,9 +55,13 @@ constexpr int fwd80_tv = ATTN_TV;
 constexpr int fwd80_to = ATTN_TO;
 constexpr int fwd80_tlse = ATTN_TLSE;
 
-/* Element types: attn_in_bf16, attn_out_kind (hooks.cuh). */
+/* Element types: attn_in_bf16 (the MMAs'), attn_out_kind, and FP8 q or
+ * k/v (attn_q_fp8, attn_kv_fp8: hooks.cuh), whose 8-bit tiles land in
+ * staging tiles and are converted into the 16-bit ones the MMAs read. */
 constexpr bool fwd80_in_bf16 = attn_in_bf16;
 constexpr int fwd80_out_kind = attn_out_kind;
+constexpr bool fwd80_q8 = attn_q_fp8 != 0, fwd80_kv8 = attn_kv_fp8 != 0;
+constexpr int fwd80_q_el = fwd80_q8 ? 1 : 2, fwd80_kv_el = fwd80_kv8 ? 1 : 2;
 
 /* Head dims are whole multiples of 64 so that a row holds a multiple of
  * eight 16-byte chunks, which the (row & 7) swizzle needs. */
@@ -71,9 +75,10 @@ static_assert(fwd80_bn % 16 == 0 && fwd80_bn >= 16, "BN: a multiple of 16");
 constexpr bool fwd80_q_in_regs = fwd80_dqk <= 128;
 
 /* Shared memory, in bytes: the Q tile, then two stages of (K tile, V
- * tile), as abi/attn_layout.h defines it for compiler/tmpl_sm80.c too. */
+ * tile), then FP8's conversion and staging tiles, as abi/attn_layout.h
+ * defines it for compiler/tmpl_sm80.c too. */
 constexpr attn_fwd80_layout fwd80_layout =
-    attn_fwd80_layout_of(fwd80_bm, fwd80_bn, fwd80_dqk, fwd80_dv);
+    attn_fwd80_layout_of(fwd80_bm, fwd80_bn, fwd80_dqk, fwd80_dv, fwd80_q_el, fwd80_kv_el);
 constexpr int fwd80_q_bytes = fwd80_layout.q_bytes;
 constexpr int fwd80_k_bytes = fwd80_layout.k_bytes;
 constexpr int fwd80_stage_bytes = fwd80_layout.stage_bytes;
@@ -91,15 +96,21 @@ static __device__ __forceinline__ unsigned fwd80_pack_in(float lo, float hi) {
 
 /* ------------------------------------------------------ tile movement */
 
+/* The storage type of an element of EL bytes (pointer arithmetic in
+ * elements, as the 16-bit-only template had it: the same SASS). */
+template <int EL> struct fwd80_elem { typedef unsigned short t; };
+template <> struct fwd80_elem<1> { typedef unsigned char t; };
+
 /* Starts the copy of a swizzled tile by the CTA (ptx.cuh, attn_cp_tile):
- * rows row0.. of D elements (the tile's dim) of which the tensor has
- * D_REAL, zero-filled at or beyond row_end and past column D_REAL. */
-template <int ROWS, int D, int D_REAL>
+ * rows row0.. of D elements of EL bytes (the tile's dim) of which the
+ * tensor has D_REAL, zero-filled at or beyond row_end and past column
+ * D_REAL; base and row_stride in bytes. */
+template <int ROWS, int D, int D_REAL, int EL>
 static __device__ __forceinline__ void
-fwd80_load_tile(unsigned dst, const unsigned short *base, long long row_stride,
+fwd80_load_tile(unsigned dst, const unsigned char *base, long long row_stride,
                 int row0, int row_end, int tid) {
-  attn_cp_tile<ROWS, D * 2, fwd80_threads, D_REAL * 2>(dst, (const unsigned char *)base,
-                                                       row_stride * 2, row0, row_end, tid);
+  attn_cp_tile<ROWS, D * EL, fwd80_threads, D_REAL * EL>(dst, base, row_stride, row0, row_end,
+                                                        tid);
 }
 
 /* ------------------------------------------------------- the kernel body */
@@ -145,15 +156,17 @@ __device__ __forceinline__ void attn_fwd_sm80(const attn_params &p) {
   const attn_tensor_arg &tq = p.t[fwd80_tq];
   const attn_tensor_arg &tk = p.t[fwd80_tk];
   const attn_tensor_arg &tv = p.t[fwd80_tv];
-  const unsigned short *qg = (const unsigned short *)tq.ptr +
-                             b * tq.stride[0] + h * tq.stride[1];
-  const unsigned short *kg = (const unsigned short *)tk.ptr +
-                             b * tk.stride[0] + hk * tk.stride[1];
-  const unsigned short *vg = (const unsigned short *)tv.ptr +
-                             b * tv.stride[0] + hk * tv.stride[1];
+  const unsigned char *qg = (const unsigned char *)((const fwd80_elem<fwd80_q_el>::t *)tq.ptr +
+                                                     b * tq.stride[0] + h * tq.stride[1]);
+  const unsigned char *kg = (const unsigned char *)((const fwd80_elem<fwd80_kv_el>::t *)tk.ptr +
+                                                     b * tk.stride[0] + hk * tk.stride[1]);
+  const unsigned char *vg = (const unsigned char *)((const fwd80_elem<fwd80_kv_el>::t *)tv.ptr +
+                                                     b * tv.stride[0] + hk * tv.stride[1]);
 
   const unsigned sq = attn_smem_addr(fwd80_smem);
   const unsigned skv = sq + fwd80_q_bytes; /* stage s at skv + s*stage */
+  const unsigned sconv = sq + fwd80_layout.conv_offset; /* FP8 K/V, converted */
+  const unsigned sq8 = sq + fwd80_layout.q8_offset;     /* FP8 Q, as loaded */
 
   /* Key tiles to visit: those overlapping the hook's bounds. */
   int n_begin, n_end;
@@ -165,14 +178,15 @@ __device__ __forceinline__ void attn_fwd_sm80(const attn_params &p) {
   };
   auto load_kv = [&](int n, int stage) {
     unsigned dst = skv + stage * fwd80_stage_bytes;
-    fwd80_load_tile<fwd80_bn, fwd80_dqk, ATTN_D_QK>(dst, kg, tk.stride[2], n * fwd80_bn,
-                                                    p.Skv, tid);
-    fwd80_load_tile<fwd80_bn, fwd80_dv, ATTN_D_V>(dst + fwd80_k_bytes, vg, tv.stride[2],
-                                                  n * fwd80_bn, p.Skv, tid);
+    fwd80_load_tile<fwd80_bn, fwd80_dqk, ATTN_D_QK, fwd80_kv_el>(
+        dst, kg, tk.stride[2] * fwd80_kv_el, n * fwd80_bn, p.Skv, tid);
+    fwd80_load_tile<fwd80_bn, fwd80_dv, ATTN_D_V, fwd80_kv_el>(
+        dst + fwd80_k_bytes, vg, tv.stride[2] * fwd80_kv_el, n * fwd80_bn, p.Skv, tid);
   };
 
   /* Group 0: Q. Group 1: the first live K/V tile (maybe empty). */
-  fwd80_load_tile<fwd80_bm, fwd80_dqk, ATTN_D_QK>(sq, qg, tq.stride[2], i0, p.Sq, tid);
+  fwd80_load_tile<fwd80_bm, fwd80_dqk, ATTN_D_QK, fwd80_q_el>(
+      fwd80_q8 ? sq8 : sq, qg, tq.stride[2] * fwd80_q_el, i0, p.Sq, tid);
   attn_cp_async_commit();
   int n = next_live(n_begin);
   if (n < n_end)
@@ -199,6 +213,12 @@ __device__ __forceinline__ void attn_fwd_sm80(const attn_params &p) {
                (((2 * c + (lane >> 4)) ^ sw) << 4);
   }
 
+  if constexpr (fwd80_q8) { /* Q's 8-bit tile into the 16-bit one, once */
+    attn_cp_async_wait<1>();
+    __syncthreads();
+    attn_convert_tile<fwd80_bm, fwd80_dqk, fwd80_threads, attn_q_fp8 == 1, fwd80_in_bf16>(sq8, sq,
+                                                                                        tid);
+  }
   unsigned qf[fwd80_q_in_regs ? fwd80_qk_steps : 1][4];
   if constexpr (fwd80_q_in_regs) {
     attn_cp_async_wait<1>();
@@ -231,8 +251,17 @@ __device__ __forceinline__ void attn_fwd_sm80(const attn_params &p) {
     __syncthreads();
     ++visited;
 
-    const unsigned ks = skv + stage * fwd80_stage_bytes;
-    const unsigned vs = ks + fwd80_k_bytes;
+    unsigned ks = skv + stage * fwd80_stage_bytes;
+    unsigned vs = ks + fwd80_k_bytes;
+    if constexpr (fwd80_kv8) { /* the stage into the 16-bit tiles the MMAs read */
+      attn_convert_tile<fwd80_bn, fwd80_dqk, fwd80_threads, attn_kv_fp8 == 1, fwd80_in_bf16>(
+          ks, sconv, tid);
+      attn_convert_tile<fwd80_bn, fwd80_dv, fwd80_threads, attn_kv_fp8 == 1, fwd80_in_bf16>(
+          vs, sconv + fwd80_layout.conv_k_bytes, tid);
+      __syncthreads();
+      ks = sconv;
+      vs = sconv + fwd80_layout.conv_k_bytes;
+    }
 
     /* S = Q K^T */
     float s[fwd80_bn / 8][4];
@@ -338,10 +367,23 @@ __device__ __forceinline__ void attn_fwd_sm80(const attn_params &p) {
   if (tid == 0 && p.tiles_visited)
     atomicAdd(p.tiles_visited, visited);
 
-  /* Normalize and store (softmax.cuh). */
+  /* Normalize and store (softmax.cuh), folding an amax output's operand
+   * into the warp's one atomic. */
+#if defined(ATTN_AMAX)
+  attn_amax_commit(
+      attn_softmax_store<ATTN_D_V / 8, fwd80_out_kind, (fwd80_tlse >= 0), (attn_has_sink != 0),
+                         true>(
+          [&](int nt, int k) -> float & { return o[nt][k]; }, row_max, row_sum, i_row, t, b, h,
+          fwd80_to, fwd80_tlse >= 0 ? fwd80_tlse : 0, p,
+          [&](float x, int i, int d) { return attn_out(x, b, h, i, d, p); },
+          attn_sink_value(b, h, p),
+          [&](float x, int i, int d) { return attn_amax_arg(x, b, h, i, d, p); }),
+      p);
+#else
   attn_softmax_store<ATTN_D_V / 8, fwd80_out_kind, (fwd80_tlse >= 0), (attn_has_sink != 0)>(
       [&](int nt, int k) -> float & { return o[nt][k]; }, row_max, row_sum, i_row, t, b, h,
       fwd80_to, fwd80_tlse >= 0 ? fwd80_tlse : 0, p,
       [&](float x, int i, int d) { return attn_out(x, b, h, i, d, p); },
       attn_sink_value(b, h, p));
+#endif
 }

@@ -456,6 +456,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
   float s[fwd90_s_regs];
   unsigned pa[fwd90_bn / 16][4];
   int git = 0, tq = 0; /* K/V stage uses and Q loads, over all tiles */
+  unsigned amax = 0;   /* an amax output's running max, over all tiles */
   for (int t = first;; ++tq) {
     if (!fwd90_persistent && tq > 0)
       break;
@@ -663,11 +664,24 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       attn_mbar_arrive(bar_q_empty);
 
     /* Normalize and store, straight from the accumulators (softmax.cuh). */
+#if defined(ATTN_AMAX)
+    amax = max(amax, attn_softmax_store<ATTN_D_V / 8, fwd90_out_kind, (fwd90_tlse >= 0),
+                                        (attn_has_sink != 0), true>(
+                         [&](int nb, int k) -> float & { return o[nb * 4 + k]; }, row_max,
+                         row_sum, i_row, t4, b, h, fwd90_to, fwd90_tlse >= 0 ? fwd90_tlse : 0, p,
+                         [&](float x, int i, int d) { return attn_out(x, b, h, i, d, p); },
+                         attn_sink_value(b, h, p),
+                         [&](float x, int i, int d) { return attn_amax_arg(x, b, h, i, d, p); }));
+#else
     attn_softmax_store<ATTN_D_V / 8, fwd90_out_kind, (fwd90_tlse >= 0), (attn_has_sink != 0)>(
         [&](int nb, int k) -> float & { return o[nb * 4 + k]; }, row_max, row_sum, i_row, t4, b,
         h, fwd90_to, fwd90_tlse >= 0 ? fwd90_tlse : 0, p,
         [&](float x, int i, int d) { return attn_out(x, b, h, i, d, p); },
         attn_sink_value(b, h, p));
+#endif
   }
+  if constexpr (attn_has_amax) /* one atomic a consumer warp */
+    attn_amax_commit(amax, p);
+  (void)amax;
 }
 

@@ -16,14 +16,37 @@ enum : int { attn_in_bf16 = 0 };
 #else
 #error "define exactly one of ATTN_IN_BF16, ATTN_IN_F16"
 #endif
-#if defined(ATTN_OUT_BF16) && !defined(ATTN_OUT_F16) && !defined(ATTN_OUT_F32)
+#if defined(ATTN_OUT_BF16) + defined(ATTN_OUT_F16) + defined(ATTN_OUT_F32) +                 \
+        defined(ATTN_OUT_E4M3) + defined(ATTN_OUT_E5M2) != 1
+#error "define exactly one of ATTN_OUT_BF16, ATTN_OUT_F16, ATTN_OUT_F32, ATTN_OUT_E4M3, ATTN_OUT_E5M2"
+#elif defined(ATTN_OUT_BF16)
 enum : int { attn_out_kind = 0 };
-#elif defined(ATTN_OUT_F16) && !defined(ATTN_OUT_BF16) && !defined(ATTN_OUT_F32)
+#elif defined(ATTN_OUT_F16)
 enum : int { attn_out_kind = 1 };
-#elif defined(ATTN_OUT_F32) && !defined(ATTN_OUT_BF16) && !defined(ATTN_OUT_F16)
+#elif defined(ATTN_OUT_F32)
 enum : int { attn_out_kind = 2 };
+#elif defined(ATTN_OUT_E4M3)
+enum : int { attn_out_kind = 3 };
 #else
-#error "define exactly one of ATTN_OUT_BF16, ATTN_OUT_F16, ATTN_OUT_F32"
+enum : int { attn_out_kind = 4 };
+#endif
+/* FP8 q, k and v (ATTN_Q_E4M3 / ATTN_Q_E5M2, ATTN_KV_E4M3 / ATTN_KV_E5M2;
+ * k and v share a type): 0 for a 16-bit tensor, 1 e4m3, 2 e5m2. The
+ * portable forward converts them on load into the MMA type above (exact:
+ * every FP8 value is an f16 and a bf16 value). */
+#if defined(ATTN_Q_E4M3)
+enum : int { attn_q_fp8 = 1 };
+#elif defined(ATTN_Q_E5M2)
+enum : int { attn_q_fp8 = 2 };
+#else
+enum : int { attn_q_fp8 = 0 };
+#endif
+#if defined(ATTN_KV_E4M3)
+enum : int { attn_kv_fp8 = 1 };
+#elif defined(ATTN_KV_E5M2)
+enum : int { attn_kv_fp8 = 2 };
+#else
+enum : int { attn_kv_fp8 = 0 };
 #endif
 
 /* The score chain's values fixed per (b, h) -- reads of per-head or
@@ -49,6 +72,27 @@ __device__ __forceinline__ int attn_tile_class(int b, int h, int i0, int i1,
                                                const attn_params &p);
 __device__ __forceinline__ float attn_out(float o, int b, int h, int i, int d,
                                           const attn_params &p);
+/* An amax output (`output amax_o = amax(x)`, x a function of the output
+ * row element): ATTN_AMAX is its tensor slot, an f32[1] a plan step
+ * zeroes before the forward; attn_amax_arg gives x for the normalized
+ * element o, and the epilogues fold max |x| into it by attn_amax_commit
+ * (max of the f32 bits, so a NaN wins as in the CPU reference). */
+#if defined(ATTN_AMAX)
+enum : int { attn_has_amax = 1, attn_amax_slot = ATTN_AMAX };
+__device__ __forceinline__ float attn_amax_arg(float o, int b, int h, int i, int d,
+                                               const attn_params &p);
+#else
+enum : int { attn_has_amax = 0, attn_amax_slot = 0 };
+#endif
+/* Every lane of a warp calls it with its running bits: one atomic a warp. */
+static __device__ __forceinline__ void attn_amax_commit(unsigned bits, const attn_params &p) {
+#pragma unroll
+  for (int k = 16; k >= 1; k >>= 1)
+    bits = max(bits, __shfl_xor_sync(0xffffffffu, bits, k));
+  if ((threadIdx.x & 31) == 0)
+    atomicMax((unsigned *)p.t[attn_amax_slot].ptr, bits);
+}
+
 /* A softmax sink (`softmax(s, sink)`): the emitter defines ATTN_SINK and
  * writes attn_sink, the sink's value for (b, h) in natural-log units; the
  * forward epilogues and the decode merge fold it into each row's

@@ -28,6 +28,11 @@
  * addresses of an ldmatrix phase hit distinct banks (rows of a multiple
  * of eight chunks: head dims that are multiples of 64). */
 [[maybe_unused]] static __device__ __forceinline__ unsigned attn_swz(int r, int c, int row_bytes) {
+  /* Rows narrower than eight chunks (64-column 8-bit staging tiles, which
+   * only row-wise 16-byte copies touch) are not swizzled: the XOR would
+   * leave the row. Every caller's row_bytes is a compile-time constant. */
+  if (row_bytes < 128)
+    return (unsigned)(r * row_bytes + (c << 4));
   return (unsigned)(r * row_bytes + ((c ^ (r & 7)) << 4));
 }
 
@@ -148,6 +153,35 @@ static __device__ __forceinline__ void attn_fp8x4_cvt(unsigned x, unsigned &lo, 
   hi = h[1];
 }
 
+/* An 8-bit tile of ROWS x D (rows of D bytes, attn_swz'd) converted by a
+ * CTA of THREADS threads into a 16-bit tile of the MMA type (rows of 2D
+ * bytes, attn_swz'd): each thread takes 16-byte chunks, one source chunk
+ * making two (attn_fp8x4_cvt: exact). */
+template <int ROWS, int D, int THREADS, bool E4M3, bool BF16>
+static __device__ __forceinline__ void attn_convert_tile(unsigned src, unsigned dst, int tid) {
+  constexpr int chunks = ROWS * D / 16;
+#pragma unroll
+  for (int k = 0; k < (chunks + THREADS - 1) / THREADS; ++k) {
+    const int ch = tid + k * THREADS, r = ch / (D / 16), c = ch % (D / 16);
+    if (chunks % THREADS != 0 && ch >= chunks)
+      break;
+    unsigned x[4], y[8];
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(x[0]), "=r"(x[1]), "=r"(x[2]), "=r"(x[3])
+                 : "r"(src + attn_swz(r, c, D)));
+#pragma unroll
+    for (int w = 0; w < 4; ++w)
+      attn_fp8x4_cvt<E4M3, BF16>(x[w], y[2 * w], y[2 * w + 1]);
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+      asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(
+                       dst + attn_swz(r, 2 * c + half, 2 * D)),
+                   "r"(y[4 * half]), "r"(y[4 * half + 1]), "r"(y[4 * half + 2]),
+                   "r"(y[4 * half + 3])
+                   : "memory");
+  }
+}
+
 [[maybe_unused]] static __device__ __forceinline__ void attn_cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
@@ -207,10 +241,43 @@ static __device__ __forceinline__ unsigned attn_pack2(float lo, float hi) {
   return y;
 }
 
+/* f32 to OCP FP8 as the CPU reference rounds (compiler/dtype.c): to
+ * nearest even, overflow and infinities saturating to the largest finite
+ * value (CUDA's satfinite), NaN to NaN; in software, so sm_80 needs no FP8
+ * instructions. Normal results round the f32 bits at the format's last
+ * mantissa bit (a carry moves into the exponent by itself, and the
+ * exponent's bias is then swapped); subnormal ones are |x| in units of
+ * the format's smallest subnormal, rounded as an integer (exact). */
+template <int MBITS, int BIAS, int EMIN, unsigned MAXCODE>
+static __device__ __forceinline__ unsigned char attn_f32_to_fp8(float x) {
+  const unsigned u = __float_as_uint(x), a = u & 0x7fffffffu, sign = (u >> 24) & 0x80u;
+  unsigned code;
+  if (a > 0x7f800000u) {
+    /* e4m3's one NaN, S.1111.111; e5m2's quiet NaN keeps the top two
+     * payload bits (dtype_e5m2_bits). */
+    code = MBITS == 3 ? 0x7fu : 0x7eu | ((a >> 21) & 3u);
+  } else if (a >= (unsigned)(127 + EMIN) << 23) {
+    constexpr int drop = 23 - MBITS;
+    const unsigned r = (a + ((1u << (drop - 1)) - 1u) + ((a >> drop) & 1u)) >> drop;
+    code = r - ((unsigned)(127 - BIAS) << MBITS);
+    code = code > MAXCODE ? MAXCODE : code;
+  } else {
+    code = (unsigned)rintf(__uint_as_float(a) * __uint_as_float((unsigned)(127 + MBITS - EMIN) << 23));
+  }
+  return (unsigned char)(sign | code);
+}
+[[maybe_unused]] static __device__ __forceinline__ unsigned char attn_f32_to_e4m3(float x) {
+  return attn_f32_to_fp8<3, 7, -6, 0x7eu>(x);
+}
+[[maybe_unused]] static __device__ __forceinline__ unsigned char attn_f32_to_e5m2(float x) {
+  return attn_f32_to_fp8<2, 15, -14, 0x7bu>(x);
+}
+
 /* ------------------------------------------ stores shared by epilogues */
 
-/* Output elements d and d + 1 of one row (8-byte or 4-byte store); KIND
- * is the element type: 0 bf16, 1 f16, 2 f32. */
+/* Output elements d and d + 1 of one row (8-, 4- or 2-byte store); KIND
+ * is the element type: 0 bf16, 1 f16, 2 f32, 3 e4m3, 4 e5m2 (common.cuh's
+ * rounding, the CPU reference's). */
 template <int KIND>
 static __device__ __forceinline__ void attn_store_pair(void *base, long long off, float x0,
                                                        float x1) {
@@ -218,6 +285,10 @@ static __device__ __forceinline__ void attn_store_pair(void *base, long long off
     float2 v;
     v.x = x0, v.y = x1;
     *(float2 *)((float *)base + off) = v;
+  } else if constexpr (KIND == 3 || KIND == 4) {
+    const unsigned lo = KIND == 3 ? attn_f32_to_e4m3(x0) : attn_f32_to_e5m2(x0);
+    const unsigned hi = KIND == 3 ? attn_f32_to_e4m3(x1) : attn_f32_to_e5m2(x1);
+    *(unsigned short *)((unsigned char *)base + off) = (unsigned short)(lo | (hi << 8));
   } else {
     *(unsigned *)((unsigned short *)base + off) = attn_pack2<KIND == 0>(x0, x1);
   }

@@ -77,19 +77,29 @@ static __device__ __forceinline__ float attn_softmax_sink(float sink, float &m, 
   return keep;
 }
 
+/* |x| as the bits of a non-negative float: their unsigned order is the
+ * numbers', with NaN above every number (amax outputs). */
+static __device__ __forceinline__ unsigned attn_amax_bits(float x) {
+  return __float_as_uint(x) & 0x7fffffffu;
+}
+
 /* The epilogue of a forward: for the thread's two rows (i_row and i_row +
  * 8), the quad's normalizer, O's row divided by it and passed through the
  * graph's output hook (out(x, i, d): attn_out of the graph's namespace),
  * stored as pairs of columns 8 nb + 2 t, + 1 for nb < NB, and the row's
  * logsumexp (natural-log max and sum) by the quad's first lane when the
  * graph has an lse output. Rows past Sq store nothing. With SINK, the
- * (b, h) sink `sink` joins each row's denominator (attn_softmax_sink). */
-template <int NB, int OUT_KIND, bool LSE, bool SINK, typename FragO, typename Out>
-static __device__ __forceinline__ void attn_softmax_store(FragO o, const float (&row_max)[2],
-                                                          const float (&row_sum)[2], int i_row,
-                                                          int t, int b, int h, int o_slot,
-                                                          int lse_slot, const attn_params &p,
-                                                          Out out, float sink) {
+ * (b, h) sink `sink` joins each row's denominator (attn_softmax_sink).
+ * With AMAX, returns the largest attn_amax_bits of amax_arg(x, i, d) over
+ * the elements stored (x the normalized element; the caller commits it
+ * for the warp), else 0. */
+template <int NB, int OUT_KIND, bool LSE, bool SINK, bool AMAX = false, typename FragO,
+          typename Out, typename AmaxArg = int>
+static __device__ __forceinline__ unsigned
+attn_softmax_store(FragO o, const float (&row_max)[2], const float (&row_sum)[2], int i_row, int t,
+                   int b, int h, int o_slot, int lse_slot, const attn_params &p, Out out,
+                   float sink, AmaxArg amax_arg = 0) {
+  unsigned amax = 0;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float l = attn_softmax_total(row_sum[r]), m = row_max[r], keep = 1.f;
@@ -104,9 +114,13 @@ static __device__ __forceinline__ void attn_softmax_store(FragO o, const float (
 #pragma unroll
     for (int nb = 0; nb < NB; ++nb) {
       const int d = nb * 8 + 2 * t;
-      const float x0 = out(o(nb, 2 * r) * inv, i, d);
-      const float x1 = out(o(nb, 2 * r + 1) * inv, i, d + 1);
+      const float y0 = o(nb, 2 * r) * inv, y1 = o(nb, 2 * r + 1) * inv;
+      const float x0 = out(y0, i, d);
+      const float x1 = out(y1, i, d + 1);
       attn_store_pair<OUT_KIND>(to.ptr, orow + d, x0, x1);
+      if constexpr (AMAX)
+        amax = max(amax, max(attn_amax_bits(amax_arg(y0, i, d)),
+                             attn_amax_bits(amax_arg(y1, i, d + 1))));
     }
     if constexpr (LSE) {
       if (t == 0) {
@@ -114,4 +128,5 @@ static __device__ __forceinline__ void attn_softmax_store(FragO o, const float (
       }
     }
   }
+  return amax;
 }

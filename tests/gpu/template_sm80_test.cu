@@ -869,7 +869,7 @@ int main(int argc, char **argv) {
   int passed = 0, failed = 0;
   for (const Variant *v : variants) {
     Sm80Config cfg;
-    int r = tmpl_sm80_config(v->dqk, v->dv, 2, v->table_sm, &cfg);
+    int r = tmpl_sm80_config(v->dqk, v->dv, 2, 2, v->table_sm, &cfg);
     bool ok = r == 0 && cfg.bm == v->bm && cfg.bn == v->bn &&
               cfg.warps == v->warps && cfg.smem_bytes == v->smem;
     printf("%s table %-22s sm_%d: bm=%d bn=%d warps=%d smem=%d (template %d)\n",

@@ -23,57 +23,8 @@
 #include "check.h"
 #include "cuda_driver.h"
 #include "gpu_test.h"
+#include "fwd_case.h"
 
-
-/* Runs g on the GPU and the CPU; compares every output. Returns the GPU
- * result (caller frees) through res when asked. */
-/* Rewrites a test's inputs after ref_make_inputs (NULL: keep them). */
-typedef struct InputFill {
-  void (*fn)(RefArgs *ra, const void *arg);
-  const void *arg;
-} InputFill;
-
-static bool run_case_filled(attn_context *ctx, attn_graph *ag, const IrGraph *g,
-                            const char *spec, uint64_t seed, const ChkOptions *co,
-                            const char *label, const InputFill *fill, ChkResult *keep,
-                            RefArgs *keep_ref) {
-  RefArgs ra = {.g = g};
-  StrBuf err = {0}, detail = {0};
-  ChkResult res = {0};
-  bool ok = ref_make_inputs(&ra, spec, seed, &err) == 0 && chk_output_shapes(&ra, &err) == 0;
-  if (ok && fill) fill->fn(&ra, fill->arg);
-  if (ok && chk_run_gpu(ctx, ag, &ra, co, &res, &err) != ATTN_SUCCESS) ok = false;
-  if (ok && ref_forward(&ra, &err) != 0) ok = false;
-  for (int n = 0; ok && n < g->noutputs; n++) {
-    int k = g->outputs[n].tensor;
-    RefCompare c = ref_compare(res.outputs[k], ra.tensors[k].data, (size_t)ref_numel(&ra.tensors[k]));
-    double tol = chk_tolerance(g->tensors[k].type);
-    sb_printf(&detail, "%s rel_l2 %.1e nonfinite-mismatch %zu; ", g->tensors[k].name, c.rel_l2,
-              c.nonfinite_mismatch);
-    if (!(c.rel_l2 <= tol) || c.nonfinite_mismatch) ok = false;
-  }
-  StrBuf what = {0};
-  sb_printf(&what, "%s [%s]%s", label, spec, co->bshd ? " bshd" : "");
-  if (err.len) sb_printf(&detail, "%s", err.data);
-  verdict(ok, what.data, detail.data);
-  sb_free(&what);
-  sb_free(&err);
-  sb_free(&detail);
-  if (keep && ok) {
-    *keep = res;
-    *keep_ref = ra;
-    return ok;
-  }
-  chk_result_free(&res, g->ntensors);
-  ref_args_free(&ra);
-  return ok;
-}
-
-static bool run_case(attn_context *ctx, attn_graph *ag, const IrGraph *g, const char *spec,
-                     uint64_t seed, const ChkOptions *co, const char *label, ChkResult *keep,
-                     RefArgs *keep_ref) {
-  return run_case_filled(ctx, ag, g, spec, seed, co, label, NULL, keep, keep_ref);
-}
 
 /* The decode kernel (few packed query rows against many keys) against
  * the CPU reference, for the examples decode_paths lists (test_example
@@ -93,11 +44,11 @@ static bool kv_fp8(const IrGraph *g) {
   return t == DT_E4M3 || t == DT_E5M2;
 }
 
-/* A graph with an FP8 or a paged KV cache runs only its decode kernel:
- * shapes of more packed rows are refused at launch with a message, not
- * run. */
+/* A graph with a paged KV cache runs only its decode kernel: shapes of
+ * more packed rows are refused at launch with a message, not run. (FP8
+ * caches run the portable forward too since session 14.) */
 static bool decode_only(const IrGraph *g) {
-  return kv_fp8(g) || g->tensors[g->k].paged;
+  return g->tensors[g->k].paged;
 }
 
 static void expect_refused(attn_context *ctx, attn_graph *ag, const IrGraph *g, const char *spec,
@@ -149,7 +100,7 @@ static void test_decode(attn_context *ctx, attn_graph *ag, const IrGraph *g, con
    * plan's choice and 3 for the other masks and score mods (the plan's
    * choice is 1 for the last two shapes), to keep the device time down. */
   static const int all_splits[] = {0, 1, 3, 7}, few_splits[] = {0, 3};
-  const bool all = decode_only(g) || strstr(path, "sdpa") || strstr(path, "/gqa");
+  const bool all = decode_only(g) || kv_fp8(g) || strstr(path, "sdpa") || strstr(path, "/gqa");
   const int *splits = all ? all_splits : few_splits;
   const size_t nsplits = all ? 4 : 2;
   StrBuf spec = {0};
@@ -242,23 +193,6 @@ static void test_example(attn_context *ctx, const char *path, uint64_t *seed) {
   diag_free(&d);
   arena_free(a);
   attn_module_destroy(mod);
-}
-
-static attn_module *compile_text(attn_context *ctx, const char *name, const char *text) {
-  attn_module *mod = NULL;
-  if (attn_module_compile_string(ctx, name, text, strlen(text), &mod) != ATTN_SUCCESS) {
-    verdict(false, name, attn_context_error(ctx));
-    return NULL;
-  }
-  return mod;
-}
-
-static IrGraph *build_ir(Arena *a, const char *name, const char *text) {
-  Diag d = {0};
-  Source *src = source_from_string(a, name, text, strlen(text));
-  IrModule *m = ir_build(parse_source(src, a, &d), a, &d);
-  diag_free(&d);
-  return m ? m->graphs[0] : NULL;
 }
 
 /* Rows 0..4 keep no key: O must be exactly 0 and lse exactly -inf. */
@@ -687,8 +621,9 @@ static void test_dropout_mask(attn_context *ctx) {
   arena_free(a);
 }
 
-/* The other FP8 KV caches the decode kernel takes: e5m2 under a bf16 q,
- * and e4m3 under an f16 q (the conversions' other paths). */
+/* The other FP8 KV caches: e5m2 under a bf16 q, and e4m3 under an f16 q
+ * (the conversions' other paths), on the decode kernel and at a prefill
+ * shape on the portable forward. */
 static void test_fp8_kv_variants(attn_context *ctx, uint64_t *seed) {
   static const char text[] =
       "attention kv_e5m2 {\n  input q : bf16[B, H, Sq, 128];\n  input k : e5m2[B, Hk, Skv, 128];\n"
@@ -704,8 +639,15 @@ static void test_fp8_kv_variants(attn_context *ctx, uint64_t *seed) {
   IrModule *m = mod && src ? ir_build(parse_source(src, a, &d), a, &d) : NULL;
   for (int k = 0; m && k < m->ngraphs; k++) {
     attn_graph *ag;
-    if (attn_module_get_graph(mod, m->graphs[k]->name, &ag) == ATTN_SUCCESS)
-      test_decode(ctx, ag, m->graphs[k], "fp8_kv.attn", a, seed);
+    if (attn_module_get_graph(mod, m->graphs[k]->name, &ag) != ATTN_SUCCESS) continue;
+    test_decode(ctx, ag, m->graphs[k], "fp8_kv.attn", a, seed);
+    /* Prefill shapes: the portable forward, converting k and v on load. */
+    StrBuf spec = {0};
+    chk_shape_spec(m->graphs[k], &spec, 2, 4, 2, 200, 333);
+    ChkOptions co = {0};
+    run_case(ctx, ag, m->graphs[k], spec.data, (*seed)++, &co,
+             arena_printf(a, "fp8_kv.attn:%s prefill", m->graphs[k]->name), NULL, NULL);
+    sb_free(&spec);
   }
   diag_free(&d);
   attn_module_destroy(mod);

@@ -18,10 +18,30 @@ Test(layout, fwd80_totals) {
     for (int b = 0; b < 3; b++)
       for (int k = 0; k < 3; k++)
         for (int v = 0; v < 3; v++) {
-          attn_fwd80_layout l = attn_fwd80_layout_of(bm[a], bn[b], d[k], d[v]);
+          attn_fwd80_layout l = attn_fwd80_layout_of(bm[a], bn[b], d[k], d[v], 2, 2);
           cr_assert_eq(l.total, 2 * (bm[a] * d[k] + 2 * bn[b] * (d[k] + d[v])));
           cr_assert_eq(l.stage_bytes, l.k_bytes + l.v_bytes);
+          cr_assert_eq(l.conv_bytes, 0);
         }
+}
+
+/* FP8 q and k/v: 8-bit stages, one 16-bit (K, V) pair converted into, and
+ * the 8-bit Q tile, each region after the one before. */
+Test(layout, fwd80_fp8_regions) {
+  const int d[] = {64, 128, 256};
+  for (int k = 0; k < 3; k++)
+    for (int v = 0; v < 3; v++)
+      for (int q_el = 1; q_el <= 2; q_el++) {
+        attn_fwd80_layout l = attn_fwd80_layout_of(128, 64, d[k], d[v], q_el, 1);
+        cr_assert_eq(l.q_bytes, 2 * 128 * d[k]);
+        cr_assert_eq(l.stage_bytes, 64 * (d[k] + d[v]));
+        cr_assert_eq(l.conv_offset, l.q_bytes + 2 * l.stage_bytes);
+        cr_assert_eq(l.conv_k_bytes, 2 * 64 * d[k]);
+        cr_assert_eq(l.conv_bytes, 2 * 64 * (d[k] + d[v]));
+        cr_assert_eq(l.q8_offset, l.conv_offset + l.conv_bytes);
+        cr_assert_eq(l.total, l.q8_offset + (q_el == 1 ? 128 * d[k] : 0));
+        cr_assert_eq(l.conv_offset % 16, 0);
+      }
 }
 
 Test(layout, fwd90_totals_and_alignment) {
@@ -102,7 +122,7 @@ Test(layout, head_dim_configs) {
       Sm80Config p;
       DecodeConfig dc;
       cr_assert_eq(tmpl_sm90_config(k, v, 2, 0, &h) == 0, ok, "sm90 %d %d", k, v);
-      cr_assert_eq(tmpl_sm80_config(k, v, 2, 90, &p) == 0, ok, "sm80 %d %d", k, v);
+      cr_assert_eq(tmpl_sm80_config(k, v, 2, 2, 90, &p) == 0, ok, "sm80 %d %d", k, v);
       cr_assert_eq(tmpl_decode_config(k, v, 2, 2, false, 4, &dc) == 0, ok, "decode %d %d", k, v);
       if (ok) {
         cr_assert_leq(h.smem_bytes, 227 * 1024);

@@ -12,11 +12,15 @@
 
 /* [the text of templates/wgmma.cuh] */
 
-/* ---- graph fp8_kv_cache (fp8_kv_cache.attn:5:11): forward, template decode ---- */
+/* ---- graph fp8_kv_cache (fp8_kv_cache.attn:5:11): forward, template fwd_sm80 ---- */
 #define ATTN_D_QK 128
 #define ATTN_D_V 128
 #define ATTN_IN_BF16 1
 #define ATTN_OUT_BF16 1
+#define ATTN_KV_E4M3 1
+#define ATTN_BM 128
+#define ATTN_BN 128
+#define ATTN_WARPS 8
 #define ATTN_TQ 0
 #define ATTN_TK 1
 #define ATTN_TV 2
@@ -26,7 +30,6 @@
 #define ATTN_DEC_STAGES 4
 #define ATTN_DEC_TPO 4
 #define ATTN_DEC_TPL 5
-#define ATTN_KV_E4M3 1
 namespace graph_fp8_kv_cache {
 
 /* [the text of templates/hooks.cuh] */
@@ -101,9 +104,14 @@ static __device__ __forceinline__ float attn_out(float o, int b, int h, int i, i
   return o_19;
 }
 
+/* [the text of templates/fwd_sm80.cuh] */
 /* [the text of templates/decode.cuh] */
 
 } /* namespace graph_fp8_kv_cache */
+
+extern "C" __global__ void __launch_bounds__(256) attn_fp8_kv_cache_fwd(const __grid_constant__ attn_params p) {
+  graph_fp8_kv_cache::attn_fwd_sm80(p);
+}
 
 extern "C" __global__ void __launch_bounds__(128) attn_fp8_kv_cache_decode(const __grid_constant__ attn_params p) {
   graph_fp8_kv_cache::attn_decode(p);
@@ -117,6 +125,10 @@ extern "C" __global__ void __launch_bounds__(128) attn_fp8_kv_cache_decode_merge
 #undef ATTN_D_V
 #undef ATTN_IN_BF16
 #undef ATTN_OUT_BF16
+#undef ATTN_KV_E4M3
+#undef ATTN_BM
+#undef ATTN_BN
+#undef ATTN_WARPS
 #undef ATTN_TQ
 #undef ATTN_TK
 #undef ATTN_TV
@@ -126,5 +138,4 @@ extern "C" __global__ void __launch_bounds__(128) attn_fp8_kv_cache_decode_merge
 #undef ATTN_DEC_STAGES
 #undef ATTN_DEC_TPO
 #undef ATTN_DEC_TPL
-#undef ATTN_KV_E4M3
 

@@ -1,0 +1,96 @@
+/*
+ * fwd_case.h: one forward check shared by the GPU tests: a graph on the GPU
+ * (chk_run_gpu, NaN-poisoned outputs) against ref_forward in double rounded
+ * to each output's dtype, every output compared at its dtype's tolerance
+ * (chk_tolerance). Include after gpu_test.h.
+ */
+#ifndef ATTN_FWD_CASE_H
+#define ATTN_FWD_CASE_H
+
+#include <string.h>
+
+#include "attn.h"
+#include "check.h"
+#include "gpu_test.h"
+#include "ref.h"
+
+/* Rewrites a test's inputs after ref_make_inputs (NULL: keep them). */
+typedef struct InputFill {
+  void (*fn)(RefArgs *ra, const void *arg);
+  const void *arg;
+} InputFill;
+
+/* Runs g on the GPU and the CPU; compares every output. spec is the
+ * shapes ("B=2,H=4,Sq=128"), then optionally ';' and scalar settings
+ * ("descale_q=0.5,scale_o=8"). Returns the GPU result and the inputs
+ * (caller frees) through keep/keep_ref when asked. */
+static bool run_case_filled(attn_context *ctx, attn_graph *ag, const IrGraph *g,
+                            const char *spec, uint64_t seed, const ChkOptions *co,
+                            const char *label, const InputFill *fill, ChkResult *keep,
+                            RefArgs *keep_ref) {
+  RefArgs ra = {.g = g};
+  StrBuf err = {0}, detail = {0}, dims = {0};
+  ChkResult res = {0};
+  const char *semi = strchr(spec, ';');
+  sb_printf(&dims, "%.*s", semi ? (int)(semi - spec) : (int)strlen(spec), spec);
+  bool ok = ref_make_inputs(&ra, dims.data, seed, &err) == 0 &&
+            (!semi || ref_set_scalars(&ra, semi + 1, &err) == 0) &&
+            chk_output_shapes(&ra, &err) == 0;
+  sb_free(&dims);
+  if (ok && fill) fill->fn(&ra, fill->arg);
+  if (ok && chk_run_gpu(ctx, ag, &ra, co, &res, &err) != ATTN_SUCCESS) ok = false;
+  if (ok && ref_forward(&ra, &err) != 0) ok = false;
+  for (int n = 0; ok && n < g->noutputs; n++) {
+    int k = g->outputs[n].tensor;
+    /* The reference's output as stored (rounded to its dtype: FP8 outputs
+     * saturate), so only the kernels' own error remains. */
+    if (dtype_is_float(g->tensors[k].type))
+      for (int64_t e = 0; e < ref_numel(&ra.tensors[k]); e++)
+        ra.tensors[k].data[e] = dtype_round(g->tensors[k].type, ra.tensors[k].data[e]);
+    RefCompare c = ref_compare(res.outputs[k], ra.tensors[k].data, (size_t)ref_numel(&ra.tensors[k]));
+    double tol = chk_tolerance(g->tensors[k].type);
+    sb_printf(&detail, "%s rel_l2 %.1e nonfinite-mismatch %zu; ", g->tensors[k].name, c.rel_l2,
+              c.nonfinite_mismatch);
+    if (!(c.rel_l2 <= tol) || c.nonfinite_mismatch) ok = false;
+  }
+  StrBuf what = {0};
+  sb_printf(&what, "%s [%s]%s", label, spec, co->bshd ? " bshd" : "");
+  if (err.len) sb_printf(&detail, "%s", err.data);
+  verdict(ok, what.data, detail.data);
+  sb_free(&what);
+  sb_free(&err);
+  sb_free(&detail);
+  if (keep && ok) {
+    *keep = res;
+    *keep_ref = ra;
+    return ok;
+  }
+  chk_result_free(&res, g->ntensors);
+  ref_args_free(&ra);
+  return ok;
+}
+
+static bool run_case(attn_context *ctx, attn_graph *ag, const IrGraph *g, const char *spec,
+                     uint64_t seed, const ChkOptions *co, const char *label, ChkResult *keep,
+                     RefArgs *keep_ref) {
+  return run_case_filled(ctx, ag, g, spec, seed, co, label, NULL, keep, keep_ref);
+}
+
+static attn_module *compile_text(attn_context *ctx, const char *name, const char *text) {
+  attn_module *mod = NULL;
+  if (attn_module_compile_string(ctx, name, text, strlen(text), &mod) != ATTN_SUCCESS) {
+    verdict(false, name, attn_context_error(ctx));
+    return NULL;
+  }
+  return mod;
+}
+
+[[maybe_unused]] static IrGraph *build_ir(Arena *a, const char *name, const char *text) {
+  Diag d = {0};
+  Source *src = source_from_string(a, name, text, strlen(text));
+  IrModule *m = ir_build(parse_source(src, a, &d), a, &d);
+  diag_free(&d);
+  return m ? m->graphs[0] : NULL;
+}
+
+#endif
