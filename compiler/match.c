@@ -559,9 +559,11 @@ static int match_fwd_template(const KernelSpec *s, const CompileOptions *o, FwdC
   /* fwd_sm90 needs the arch-specific target (wgmma, setmaxnreg exist only
    * on sm_90a); fwd_sm80 runs everywhere else. */
   const bool sm90a = s->sm == 90 && o->arch[strlen(o->arch) - 1] == 'a';
-  const bool all16 = !dtype_is_fp8(s->in_type) && !dtype_is_fp8(s->kv_type);
+  /* fwd_sm90 takes 16-bit q, k and v, or FP8 q, k and v (an FP8 KV
+   * cache under a 16-bit q runs fwd_sm80). */
+  const bool same_width = dtype_is_fp8(s->in_type) == dtype_is_fp8(s->kv_type);
   Sm90Config h;
-  if (sm90a && all16 && tmpl_sm90_config(s->d_qk, s->d_v, dtype_size(s->in_type), o->sm90_variant, &h) == 0) {
+  if (sm90a && same_width && tmpl_sm90_config(s->d_qk, s->d_v, dtype_size(s->in_type), o->sm90_variant, &h) == 0) {
     *c = (FwdConfig){.kind = TMPL_FWD_SM90, .name = "fwd_sm90", .bm = h.bm, .bn = h.bn,
                      .stages = h.stages, .threads = h.threads, .smem_bytes = h.smem_bytes,
                      /* Masked graphs too: the tile queue balances unequal

@@ -138,10 +138,11 @@ static void plan_forward(GraphPlan *gp, const KernelSpec *f, const FwdConfig *c,
     add_slice(p, "tile_queue", PB_TILE_QUEUE, -1, 4, pconst(2), pconst(1), pconst(1), pconst(1),
               PZ_NEW);
   }
-  if (c->kind == TMPL_FWD_SM90) { /* TMA boxes of 64 columns by the tile's rows */
-    add_map(s, ATTN_TMAP_Q, g->q, f->in_type, 64, c->bm, "q");
-    add_map(s, ATTN_TMAP_K, g->k, f->in_type, 64, c->bn, "k");
-    add_map(s, ATTN_TMAP_V, g->v, f->in_type, 64, c->bn, "v");
+  if (c->kind == TMPL_FWD_SM90) { /* TMA boxes of 128 bytes by the tile's rows */
+    const int cols = dtype_is_fp8(f->in_type) ? 128 : 64;
+    add_map(s, ATTN_TMAP_Q, g->q, f->in_type, cols, c->bm, "q");
+    add_map(s, ATTN_TMAP_K, g->k, f->kv_type, cols, c->bn, "k");
+    add_map(s, ATTN_TMAP_V, g->v, f->kv_type, cols, c->bn, "v");
   }
   if (c->decode.on) plan_decode(gp, p, s, f, &c->decode, a);
 }
@@ -619,8 +620,8 @@ static int rd_map(PlanReader *r, const PlanLine *l, PassPlan *p) {
   m->dtype = DT_NONE;
   for (int t = 1; t < DT_COUNT && dt; t++)
     if (!strcmp(dt, dtype_name((DType)t))) m->dtype = (DType)t;
-  if (m->dtype != DT_BF16 && m->dtype != DT_F16 && m->dtype != DT_F32)
-    return rd_fail(r, "a tensor map is bf16, f16 or f32, not '%s'", dt ? dt : "");
+  if (m->dtype != DT_BF16 && m->dtype != DT_F16 && m->dtype != DT_F32 && !dtype_is_fp8(m->dtype))
+    return rd_fail(r, "a tensor map is bf16, f16, f32, e4m3 or e5m2, not '%s'", dt ? dt : "");
   char *x = box ? strchr(box, 'x') : NULL;
   if (!x) return rd_fail(r, "a map's box is COLSxROWS");
   char cbuf[16];

@@ -11,6 +11,8 @@
  *
  *     smem = 2*(BM*d_qk + stages*BN*(d_qk + d_v)) + 8*(3 + 5*stages) + 1024
  *
+ * (FP8: 8-bit Q and K tiles and an 8-bit V tile per stage beside the
+ * 16-bit one: attn_fwd90_layout_of)
  * as abi/attn_layout.h defines it for the template too. Register budget per
  * consumer thread (232): S is BN/2 floats, O d_v/2 floats, P BN/4 words;
  * at d_v 256 the O accumulator (128) leaves room for BN 64 or 80.
@@ -65,8 +67,8 @@ static const Sm90Variant *sm90_variant(int variant) {
   return &sm90_variants[variant];
 }
 
-static int sm90_smem_bytes(const Sm90Candidate *c, int d_qk, int d_v) {
-  return attn_fwd90_layout_of(128, c->bn, c->stages, d_qk, d_v).total;
+static int sm90_smem_bytes(const Sm90Candidate *c, int d_qk, int d_v, int fp8) {
+  return attn_fwd90_layout_of(128, c->bn, c->stages, d_qk, d_v, fp8).total;
 }
 
 int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int variant, Sm90Config *out) {
@@ -79,8 +81,12 @@ int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int variant, Sm90Config *o
   static const Sm90Candidate d192[] = {{80, 2}, {64, 3}, {64, 2}};
   static const Sm90Candidate d256[] = {{64, 2}};
   static const Sm90Candidate d256_80[] = {{80, 2}, {64, 2}};
-  if (in_bytes != 2 || !out) return -1;
+  /* in_bytes 1: FP8 q, k and v (8-bit Q and K tiles, V converted to f16
+   * by the producer warpgroup); their rows are whole 16-byte chunks. */
+  if ((in_bytes != 2 && in_bytes != 1) || !out) return -1;
   if (!attn_head_dim_ok(d_qk) || !attn_head_dim_ok(d_v)) return -1;
+  const int fp8 = in_bytes == 1;
+  if (fp8 && (d_qk % 16 != 0 || d_v % 16 != 0)) return -1;
   const int tqk = attn_head_tile(d_qk), tv = attn_head_tile(d_v);
   const int tmax = tqk > tv ? tqk : tv;
   const Sm90Variant *var = sm90_variant(variant);
@@ -95,7 +101,7 @@ int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int variant, Sm90Config *o
     list = d192, n = (int)(sizeof d192 / sizeof d192[0]);
   }
   for (int k = 0; k < n; k++) {
-    int bytes = sm90_smem_bytes(&list[k], tqk, tv);
+    int bytes = sm90_smem_bytes(&list[k], fp8 ? attn_head_tile8(d_qk) : tqk, tv, fp8);
     if (bytes <= SM90_SMEM_LIMIT) {
       out->bm = 128;
       out->bn = list[k].bn;

@@ -4,7 +4,8 @@
  * One map per operand over the 4-D tensor exactly as bound: dims (D, S,
  * heads, batch) innermost first, the bound byte strides, a box of the
  * plan's columns (128 bytes: the widest the 128-byte swizzle takes; 64
- * bf16 columns for fwd_sm90's q, k, v and bwd_sm90's q and dO, 32 f32 for
+ * bf16 columns for fwd_sm90's q, k, v and bwd_sm90's q and dO, 128 FP8
+ * columns (as bytes) for fwd_sm90's FP8 q, k and v, 32 f32 for
  * bwd_sm90's dQ accumulator, into which it adds tiles by TMA reduce-add)
  * by the template's tile rows, and zero fill out of bounds, so tiles that
  * run past Sq or Skv read zeros. Built per launch: encoding is a
@@ -40,6 +41,7 @@ static attn_status tmap_encode(const RtDriver *d, const IrGraph *g, const PlanMa
   const cuuint64_t es = (cuuint64_t)dtype_size(m->dtype);
   const CUtensorMapDataType dt = m->dtype == DT_BF16  ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                                  : m->dtype == DT_F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                 : dtype_is_fp8(m->dtype) ? CU_TENSOR_MAP_DATA_TYPE_UINT8
                                                       : CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
   cuuint64_t dim[4], stride[3];
   for (int i = 0; i < 4; i++) dim[i] = (cuuint64_t)(t->size[3 - i] > 0 ? t->size[3 - i] : 1);

@@ -43,12 +43,24 @@
 #error "fwd_sm90.cuh needs the tensor slots ATTN_TQ/TK/TV/TO/TLSE"
 #endif
 
+/* FP8 q, k and v (hooks.cuh: attn_q_fp8, attn_kv_fp8): Q and K stay
+ * 8-bit and the S GEMM runs FP8 wgmma (k 32); V lands 8-bit and the
+ * producer warpgroup's other three warps convert it (exactly) into the
+ * 16-bit V tile P V reads, so P keeps its 16 bits. */
+constexpr bool fwd90_fp8 = attn_q_fp8 != 0;
+static_assert(fwd90_fp8 == (attn_kv_fp8 != 0), "FP8 q takes FP8 k and v here");
+/* Elements of a 128-byte swizzle row, and of the S GEMM's k steps. */
+constexpr int fwd90_blk = fwd90_fp8 ? 128 : 64;
+constexpr int fwd90_kstep = fwd90_fp8 ? 32 : 16;
 /* The tiles' head dims (attn_layout.h, attn_head_tile): whole 64-column
- * blocks, the columns past the graph's own head dims zero-filled by TMA. */
-constexpr int fwd90_dqk = attn_head_tile(ATTN_D_QK);
+ * blocks (128-column for FP8 Q and K), the columns past the graph's own
+ * head dims zero-filled by TMA. */
+constexpr int fwd90_dqk = fwd90_fp8 ? attn_head_tile8(ATTN_D_QK) : attn_head_tile(ATTN_D_QK);
 constexpr int fwd90_dv = attn_head_tile(ATTN_D_V);
-/* The S GEMM's 16-column steps: those holding some of q's columns. */
-constexpr int fwd90_qk_steps = (ATTN_D_QK + 15) / 16;
+constexpr int fwd90_dv8 = fwd90_fp8 ? attn_head_tile8(ATTN_D_V) : 0; /* V's 8-bit tile */
+/* The S GEMM's k steps: those holding some of q's columns. Either way
+ * four of them (32 bytes each) make a 128-byte row. */
+constexpr int fwd90_qk_steps = (ATTN_D_QK + fwd90_kstep - 1) / fwd90_kstep;
 constexpr int fwd90_bm = ATTN_BM;
 constexpr int fwd90_bn = ATTN_BN;
 constexpr int fwd90_stages = ATTN_STAGES;
@@ -85,10 +97,11 @@ static_assert(fwd90_stages >= 2 && fwd90_stages <= 4, "2 to 4 K/V stages");
  * D/64 blocks of [rows][64] elements, as the TMA boxes land. The layout
  * is abi/attn_layout.h's, which compiler/tmpl_sm90.c sizes launches by. */
 constexpr attn_fwd90_layout fwd90_layout =
-    attn_fwd90_layout_of(fwd90_bm, fwd90_bn, fwd90_stages, fwd90_dqk, fwd90_dv);
+    attn_fwd90_layout_of(fwd90_bm, fwd90_bn, fwd90_stages, fwd90_dqk, fwd90_dv, fwd90_fp8);
 constexpr int fwd90_q_bytes = fwd90_layout.q_bytes;
 constexpr int fwd90_k_bytes = fwd90_layout.k_bytes;
 constexpr int fwd90_v_bytes = fwd90_layout.v_bytes;
+constexpr int fwd90_v8_bytes = fwd90_layout.v8_bytes; /* after V's 16-bit tile */
 constexpr int fwd90_stage_bytes = fwd90_layout.stage_bytes;
 constexpr int fwd90_bar_offset = fwd90_layout.bar_offset;
 /* q full, k full, v full, k empty, q empty, v empty. K and V of a stage
@@ -121,7 +134,14 @@ static __device__ __forceinline__ unsigned fwd90_pack_in(float lo, float hi) {
 template <int N>
 static __device__ __forceinline__ void fwd90_gemm_qk(float (&d)[N / 2], unsigned long long da,
                                                      unsigned long long db, int scale_d) {
-  if constexpr (N == 128)
+  constexpr bool qe4 = attn_q_fp8 == 1, ke4 = attn_kv_fp8 == 1;
+  if constexpr (fwd90_fp8 && N == 128)
+    attn_wgmma_ss128_fp8<qe4, ke4>(d, da, db, scale_d);
+  else if constexpr (fwd90_fp8 && N == 80)
+    attn_wgmma_ss80_fp8<qe4, ke4>(d, da, db, scale_d);
+  else if constexpr (fwd90_fp8)
+    attn_wgmma_ss64_fp8<qe4, ke4>(d, da, db, scale_d);
+  else if constexpr (N == 128)
     attn_wgmma_ss128_kk<fwd90_in_bf16>(d, da, db, scale_d);
   else if constexpr (N == 80)
     attn_wgmma_ss80_kk<fwd90_in_bf16>(d, da, db, scale_d);
@@ -244,6 +264,44 @@ static __device__ __forceinline__ int fwd90_next_tile(int t, int n_ctas, int n_t
   return next;
 }
 
+/* FP8 V: the 8-bit tile at v8 (blocks of [BN][128 bytes] as TMA landed
+ * them) into the 16-bit tile at v16 (blocks of [BN][64 elements], the
+ * layout a TMA box of f16 would have), by the 96 threads ct of producer
+ * warps 1-3: each takes 16-byte chunks (8 lanes read one swizzled row),
+ * cvt.rn.f16x2 of e4m3 (exact) or e5m2 (its bytes are the top bytes of
+ * f16). Only the columns of the 16-bit tile are converted. */
+static __device__ __forceinline__ void fwd90_convert_v(unsigned v8, unsigned v16, int ct) {
+  constexpr int row_chunks = fwd90_dv / 16, chunks = fwd90_bn * row_chunks;
+#pragma unroll 2
+  for (int ch = ct; ch < chunks; ch += 96) {
+    const int r = ch / row_chunks, cc = ch % row_chunks;
+    unsigned x[4], y[8];
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(x[0]), "=r"(x[1]), "=r"(x[2]), "=r"(x[3])
+                 : "r"(v8 + (cc >> 3) * fwd90_bn * 128 + r * 128 + (((cc & 7) ^ (r & 7)) << 4)));
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      if constexpr (attn_kv_fp8 == 1) {
+        asm("{ .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e4m3x2 %0, l;\n"
+            " cvt.rn.f16x2.e4m3x2 %1, h; }"
+            : "=r"(y[2 * w]), "=r"(y[2 * w + 1])
+            : "r"(x[w]));
+      } else {
+        y[2 * w] = __byte_perm(x[w], 0u, 0x1404u);
+        y[2 * w + 1] = __byte_perm(x[w], 0u, 0x3424u);
+      }
+    }
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+      asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(
+                       v16 + (cc >> 2) * fwd90_bn * 128 + r * 128 +
+                       ((((2 * (cc & 3) + half)) ^ (r & 7)) << 4)),
+                   "r"(y[4 * half]), "r"(y[4 * half + 1]), "r"(y[4 * half + 2]),
+                   "r"(y[4 * half + 3])
+                   : "memory");
+  }
+}
+
 __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_tmaps &tm) {
   extern __shared__ __align__(1024) unsigned char fwd90_smem[];
   const float neg_inf = __int_as_float(0xff800000);
@@ -287,8 +345,13 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
   auto bar_empty = [&](int s) { return bars + 8u * (1 + 2 * fwd90_stages + s); }; /* K */
   auto bar_empty_v = [&](int s) { return bars + 8u * (2 + 3 * fwd90_stages + s); };
   const unsigned bar_q_empty = bars + 8u * (1 + 3 * fwd90_stages);
+  /* FP8: V converted to 16 bits (by the three converter warps). */
+  auto bar_v16 = [&](int s) { return bars + 8u * (2 + 4 * fwd90_stages + s); };
   const unsigned tile_slot = bars + 8u * fwd90_nbars;
   auto stage_slot = [&](int s) { return tile_slot + 8u * (1 + s); };
+  /* FP8: the converters' word per stage, written with each V copy: 1, or
+   * 0 when no copy comes (the producer is done). */
+  auto conv_slot = [&](int s) { return tile_slot + 8u * (1 + fwd90_stages + s); };
 
   if (tid == 0) {
     attn_mbar_init(bar_q, 1);
@@ -298,6 +361,8 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       attn_mbar_init(bar_v(s), 1);
       attn_mbar_init(bar_empty(s), 8); /* one arrive per consumer warp */
       attn_mbar_init(bar_empty_v(s), 8);
+      if constexpr (fwd90_fp8)
+        attn_mbar_init(bar_v16(s), 3); /* one arrive per converter warp */
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
@@ -311,9 +376,28 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
     /* ---------------------------------------------------- producer */
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
     /* Warp 0 walks the key tiles (its lanes classify 32 candidates at
-     * once); lane 0 issues the copies and the barrier arrivals. */
-    if (warp != 0)
+     * once); lane 0 issues the copies and the barrier arrivals. With FP8,
+     * warps 1-3 convert each V tile as it lands, in the producer's order
+     * of stage uses, until the producer's word says no copy comes. */
+    if (warp != 0) {
+      if constexpr (fwd90_fp8) {
+        for (int u = 0;; ++u) {
+          const int st = u % fwd90_stages, ph = (u / fwd90_stages) & 1;
+          attn_mbar_wait(bar_v(st), ph);
+          unsigned more;
+          asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(more) : "r"(conv_slot(st)) : "memory");
+          if (!more)
+            break;
+          const unsigned vs = skv + st * fwd90_stage_bytes + fwd90_k_bytes;
+          fwd90_convert_v(vs + fwd90_v_bytes, vs, tid - 32);
+          attn_fence_proxy_async(); /* the 16-bit tile is read by wgmma */
+          __syncwarp();
+          if (lane == 0)
+            attn_mbar_arrive(bar_v16(st));
+        }
+      }
       return;
+    }
     const attn_tmap *mq = &tm.m[ATTN_TMAP_Q];
     const attn_tmap *mk = &tm.m[ATTN_TMAP_K];
     const attn_tmap *mv = &tm.m[ATTN_TMAP_V];
@@ -396,8 +480,8 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
                        : "memory");
           attn_mbar_expect_tx(bar_q, fwd90_q_bytes);
 #pragma unroll
-          for (int c = 0; c < fwd90_dqk / 64; ++c)
-            attn_tma_load4(sq + c * fwd90_bm * 128, mq, bar_q, c * 64, i0, h, b);
+          for (int c = 0; c < fwd90_dqk / fwd90_blk; ++c)
+            attn_tma_load4(sq + c * fwd90_bm * 128, mq, bar_q, c * fwd90_blk, i0, h, b);
         }
         q_sent = true;
       };
@@ -418,15 +502,25 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
                        : "memory");
           attn_mbar_expect_tx(bar_k(st), fwd90_k_bytes);
 #pragma unroll
-          for (int c = 0; c < fwd90_dqk / 64; ++c)
-            attn_tma_load4(ks + c * fwd90_bn * 128, mk, bar_k(st), c * 64, n * fwd90_bn, hk, b);
+          for (int c = 0; c < fwd90_dqk / fwd90_blk; ++c)
+            attn_tma_load4(ks + c * fwd90_bn * 128, mk, bar_k(st), c * fwd90_blk, n * fwd90_bn, hk,
+                           b);
         }
         attn_mbar_wait(bar_empty_v(st), ph ^ 1);
         if (lane == 0) {
-          attn_mbar_expect_tx(bar_v(st), fwd90_v_bytes);
+          if constexpr (fwd90_fp8) { /* the 8-bit tile, for the converters */
+            asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(conv_slot(st)), "r"(1u) : "memory");
+            attn_mbar_expect_tx(bar_v(st), fwd90_v8_bytes);
 #pragma unroll
-          for (int c = 0; c < fwd90_dv / 64; ++c)
-            attn_tma_load4(vs + c * fwd90_bn * 128, mv, bar_v(st), c * 64, n * fwd90_bn, hk, b);
+            for (int c = 0; c < fwd90_dv8 / 128; ++c)
+              attn_tma_load4(vs + fwd90_v_bytes + c * fwd90_bn * 128, mv, bar_v(st), c * 128,
+                             n * fwd90_bn, hk, b);
+          } else {
+            attn_mbar_expect_tx(bar_v(st), fwd90_v_bytes);
+#pragma unroll
+            for (int c = 0; c < fwd90_dv / 64; ++c)
+              attn_tma_load4(vs + c * fwd90_bn * 128, mv, bar_v(st), c * 64, n * fwd90_bn, hk, b);
+          }
         }
         ++visited;
         ++it;
@@ -438,6 +532,14 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       }
       if (!q_sent)
         send_q();
+    }
+    if constexpr (fwd90_fp8) { /* tells the converters no copy comes */
+      const int st = it % fwd90_stages, ph = (it / fwd90_stages) & 1;
+      attn_mbar_wait(bar_empty_v(st), ph ^ 1);
+      if (lane == 0) {
+        asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(conv_slot(st)), "r"(0u) : "memory");
+        attn_mbar_arrive(bar_v(st));
+      }
     }
     if (p.tiles_visited && lane == 0)
       atomicAdd(p.tiles_visited, visited);
@@ -537,7 +639,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       attn_wgmma_commit();
       if (it > 0) {
         const unsigned vs = skv + pst * fwd90_stage_bytes + fwd90_k_bytes;
-        attn_mbar_wait(bar_v(pst), pph);
+        attn_mbar_wait(fwd90_fp8 ? bar_v16(pst) : bar_v(pst), pph);
 #pragma unroll
         for (int kk = 0; kk < fwd90_bn / 16; ++kk) {
           const unsigned long long dv = attn_wgmma_desc(vs + kk * 16 * 128, fwd90_bn * 128, 1024);
@@ -643,7 +745,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
     }
     if (it > 0) { /* the last tile's P V */
       const unsigned vs = skv + pst * fwd90_stage_bytes + fwd90_k_bytes;
-      attn_mbar_wait(bar_v(pst), pph);
+      attn_mbar_wait(fwd90_fp8 ? bar_v16(pst) : bar_v(pst), pph);
       attn_wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < fwd90_bn / 16; ++kk) {

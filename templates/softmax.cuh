@@ -79,7 +79,7 @@ static __device__ __forceinline__ float attn_softmax_sink(float sink, float &m, 
 
 /* |x| as the bits of a non-negative float: their unsigned order is the
  * numbers', with NaN above every number (amax outputs). */
-static __device__ __forceinline__ unsigned attn_amax_bits(float x) {
+[[maybe_unused]] static __device__ __forceinline__ unsigned attn_amax_bits(float x) {
   return __float_as_uint(x) & 0x7fffffffu;
 }
 

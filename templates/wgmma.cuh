@@ -10,7 +10,8 @@
  * `kmn` A K-major and B MN-major;
  * scale_d 0 overwrites d. rs: A from registers (the accumulator fragment
  * layout of a previous wgmma, packed to pairs), B MN-major from shared
- * memory; always accumulates. The asm below is written by
+ * memory; always accumulates. `fp8`: one m64nNk32 step of FP8 A and B
+ * (e4m3 or e5m2 each; K-major only, as FP8 wgmma requires). The asm below is written by
  * tools/gen_wgmma.py (the operand lists are long); each shape is one
  * statement for both input types.
  */
@@ -400,3 +401,89 @@ static __device__ __forceinline__ void attn_wgmma_rs256(float (&d)[128], const u
     ATTN_WGMMA_RS256("f16");
 }
 #undef ATTN_WGMMA_RS256
+
+/* m64n64k32, FP8 A and B (e4m3 or e5m2 each) K-major from shared memory. */
+#define ATTN_WGMMA_SS64_FP8(TA, TB) \
+  asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0;\n" \
+  "wgmma.mma_async.sync.aligned.m64n64k32.f32." TA "." TB " {" \
+  "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
+  "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31" \
+  "}, %32, %33, p, 1, 1; }\n" \
+  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) \
+  : "l"(da), "l"(db), "r"(scale_d))
+template <bool A_E4M3, bool B_E4M3>
+static __device__ __forceinline__ void attn_wgmma_ss64_fp8(float (&d)[32], unsigned long long da,
+                                                   unsigned long long db, int scale_d) {
+  if constexpr (A_E4M3 && B_E4M3)
+    ATTN_WGMMA_SS64_FP8("e4m3", "e4m3");
+  else if constexpr (A_E4M3)
+    ATTN_WGMMA_SS64_FP8("e4m3", "e5m2");
+  else if constexpr (B_E4M3)
+    ATTN_WGMMA_SS64_FP8("e5m2", "e4m3");
+  else
+    ATTN_WGMMA_SS64_FP8("e5m2", "e5m2");
+}
+#undef ATTN_WGMMA_SS64_FP8
+
+/* m64n80k32, FP8 A and B (e4m3 or e5m2 each) K-major from shared memory. */
+#define ATTN_WGMMA_SS80_FP8(TA, TB) \
+  asm volatile("{ .reg .pred p; setp.ne.b32 p, %42, 0;\n" \
+  "wgmma.mma_async.sync.aligned.m64n80k32.f32." TA "." TB " {" \
+  "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
+  "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31," \
+  "%32,%33,%34,%35,%36,%37,%38,%39" \
+  "}, %40, %41, p, 1, 1; }\n" \
+  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+  "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]) \
+  : "l"(da), "l"(db), "r"(scale_d))
+template <bool A_E4M3, bool B_E4M3>
+static __device__ __forceinline__ void attn_wgmma_ss80_fp8(float (&d)[40], unsigned long long da,
+                                                   unsigned long long db, int scale_d) {
+  if constexpr (A_E4M3 && B_E4M3)
+    ATTN_WGMMA_SS80_FP8("e4m3", "e4m3");
+  else if constexpr (A_E4M3)
+    ATTN_WGMMA_SS80_FP8("e4m3", "e5m2");
+  else if constexpr (B_E4M3)
+    ATTN_WGMMA_SS80_FP8("e5m2", "e4m3");
+  else
+    ATTN_WGMMA_SS80_FP8("e5m2", "e5m2");
+}
+#undef ATTN_WGMMA_SS80_FP8
+
+/* m64n128k32, FP8 A and B (e4m3 or e5m2 each) K-major from shared memory. */
+#define ATTN_WGMMA_SS128_FP8(TA, TB) \
+  asm volatile("{ .reg .pred p; setp.ne.b32 p, %66, 0;\n" \
+  "wgmma.mma_async.sync.aligned.m64n128k32.f32." TA "." TB " {" \
+  "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
+  "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31," \
+  "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47," \
+  "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63" \
+  "}, %64, %65, p, 1, 1; }\n" \
+  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+  "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+  "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+  "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+  "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]) \
+  : "l"(da), "l"(db), "r"(scale_d))
+template <bool A_E4M3, bool B_E4M3>
+static __device__ __forceinline__ void attn_wgmma_ss128_fp8(float (&d)[64], unsigned long long da,
+                                                   unsigned long long db, int scale_d) {
+  if constexpr (A_E4M3 && B_E4M3)
+    ATTN_WGMMA_SS128_FP8("e4m3", "e4m3");
+  else if constexpr (A_E4M3)
+    ATTN_WGMMA_SS128_FP8("e4m3", "e5m2");
+  else if constexpr (B_E4M3)
+    ATTN_WGMMA_SS128_FP8("e5m2", "e4m3");
+  else
+    ATTN_WGMMA_SS128_FP8("e5m2", "e5m2");
+}
+#undef ATTN_WGMMA_SS128_FP8

@@ -50,6 +50,30 @@ static __device__ __forceinline__ void attn_wgmma_{name}(float (&d)[{n}], const 
 }}
 #undef ATTN_WGMMA_{name.upper()}
 '''
+def ss8(name, N, doc):
+    n=N//2
+    return f'''/* {doc} */
+#define ATTN_WGMMA_{name.upper()}(TA, TB) \\
+  asm volatile("{{ .reg .pred p; setp.ne.b32 p, %{n+2}, 0;\\n" \\
+  "wgmma.mma_async.sync.aligned.m64n{N}k32.f32." TA "." TB " {{" \\
+  "{regs(n)}" \\
+  "}}, %{n}, %{n+1}, p, 1, 1; }}\\n" \\
+  : {outs(n)} \\
+  : "l"(da), "l"(db), "r"(scale_d))
+template <bool A_E4M3, bool B_E4M3>
+static __device__ __forceinline__ void attn_wgmma_{name}(float (&d)[{n}], unsigned long long da,
+                                                   unsigned long long db, int scale_d) {{
+  if constexpr (A_E4M3 && B_E4M3)
+    ATTN_WGMMA_{name.upper()}("e4m3", "e4m3");
+  else if constexpr (A_E4M3)
+    ATTN_WGMMA_{name.upper()}("e4m3", "e5m2");
+  else if constexpr (B_E4M3)
+    ATTN_WGMMA_{name.upper()}("e5m2", "e4m3");
+  else
+    ATTN_WGMMA_{name.upper()}("e5m2", "e5m2");
+}}
+#undef ATTN_WGMMA_{name.upper()}
+'''
 head='''/*
  * wgmma.cuh: the Hopper (sm_90a) warpgroup-MMA wrappers every sm90 template
  * uses (fwd_sm90.cuh, bwd_sm90.cuh), written once. Pasted at the top of a
@@ -62,7 +86,8 @@ head='''/*
  * `kmn` A K-major and B MN-major;
  * scale_d 0 overwrites d. rs: A from registers (the accumulator fragment
  * layout of a previous wgmma, packed to pairs), B MN-major from shared
- * memory; always accumulates. The asm below is written by
+ * memory; always accumulates. `fp8`: one m64nNk32 step of FP8 A and B
+ * (e4m3 or e5m2 each; K-major only, as FP8 wgmma requires). The asm below is written by
  * tools/gen_wgmma.py (the operand lists are long); each shape is one
  * statement for both input types.
  */
@@ -213,4 +238,7 @@ body+="\n"+ss("ss32_mn",32,1,1,"m64n32k16, A and B MN-major (transposed) from sh
 body+="\n"+rs("rs64",64,"m64n64k16, A from registers, B MN-major from shared memory.")
 body+="\n"+rs("rs128",128,"m64n128k16, A from registers, B MN-major from shared memory.")
 body+="\n"+rs("rs256",256,"m64n256k16, A from registers, B MN-major from shared memory.")
+body+="\n"+ss8("ss64_fp8",64,"m64n64k32, FP8 A and B (e4m3 or e5m2 each) K-major from shared memory.")
+body+="\n"+ss8("ss80_fp8",80,"m64n80k32, FP8 A and B (e4m3 or e5m2 each) K-major from shared memory.")
+body+="\n"+ss8("ss128_fp8",128,"m64n128k32, FP8 A and B (e4m3 or e5m2 each) K-major from shared memory.")
 open('templates/wgmma.cuh', 'w').write(body)

@@ -8,7 +8,9 @@
  * own f32 output), GQA, causal, sliding-window and document masks, head
  * dims 64, 80, 128 and 256, inputs with outliers (entries 10-100x the
  * rest), every finite e4m3 value in q, fully masked rows (O = 0, lse =
- * -inf) and BSHD strides. Without a GPU it says so and skips (exit 0).
+ * -inf) and BSHD strides, on fwd_sm90 (FP8 wgmma for Q K^T, V converted
+ * to f16 by the producer warps) or, given `sm_90`, on fwd_sm80 (every
+ * FP8 tile converted on load). Without a GPU it says so and skips (exit 0).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -196,10 +198,16 @@ static void test_fully_masked(attn_context *ctx, attn_graph *ag, const IrGraph *
   ref_args_free(&ra);
 }
 
-int main(void) {
+/* argv[1], when given, is the target to compile for (sm_90: the portable
+ * template on Hopper; default: the device's, sm_90a's FP8 wgmma path). */
+int main(int argc, char **argv) {
   if (!gpu_test_driver()) return 0;
   attn_context *ctx = gpu_test_context();
   if (!ctx) return 1;
+  if (argc > 1 && attn_context_set_arch(ctx, argv[1]) != ATTN_SUCCESS) {
+    verdict(false, argv[1], attn_context_error(ctx));
+    return 1;
+  }
   Arena *a = arena_new();
   Diag d = {0};
   attn_module *mod = compile_text(ctx, "fp8_tests.attn", fp8_graphs);

@@ -50,7 +50,7 @@ Test(layout, fwd90_totals_and_alignment) {
     for (int st = 2; st <= 4; st++)
       for (int k = 0; k < 3; k++)
         for (int v = 0; v < 3; v++) {
-          attn_fwd90_layout l = attn_fwd90_layout_of(128, bn[b], st, d[k], d[v]);
+          attn_fwd90_layout l = attn_fwd90_layout_of(128, bn[b], st, d[k], d[v], 0);
           cr_assert_eq(l.total,
                        2 * (128 * d[k] + st * bn[b] * (d[k] + d[v])) + 8 * (3 + 5 * st) + 1024);
           cr_assert_eq(l.q_bytes % 1024, 0);
@@ -128,7 +128,7 @@ Test(layout, head_dim_configs) {
         cr_assert_leq(h.smem_bytes, 227 * 1024);
         cr_assert_eq(h.smem_bytes,
                      attn_fwd90_layout_of(128, h.bn, h.stages, attn_head_tile(k),
-                                          attn_head_tile(v)).total);
+                                          attn_head_tile(v), 0).total);
       }
       const bool ok8 = ok && k % 16 == 0 && v % 16 == 0 && k > 64 && v > 64;
       cr_assert_eq(tmpl_decode_config(k, v, 2, 1, false, 4, &dc) == 0, ok8, "decode8 %d %d", k,

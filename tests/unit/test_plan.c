@@ -133,7 +133,7 @@ Test(plan, the_reader_refuses_malformed_plans) {
   refused(GOOD "  step x entry=9e threads=32 smem=0 grid=Sq/1,H,B persistent=0 need=- deny=-\nend\n",
           "not an identifier");
   refused(GOOD "    map index=7 slot=0 dtype=bf16 box=64x64 what=q\nend\n", "outside [0, 3]");
-  refused(GOOD "    map index=1 slot=0 dtype=e4m3 box=64x64 what=q\nend\n", "bf16, f16 or f32");
+  refused(GOOD "    map index=1 slot=0 dtype=i32 box=64x64 what=q\nend\n", "bf16, f16, f32, e4m3 or e5m2");
   refused(GOOD "  slice s bind=slot slot=40 elem=4 dims=B,H,Sq,2 zero=never need=- deny=-\nend\n",
           "outside [-1, 15]");
   refused(GOOD "  slice s bind=slot slot=-1 elem=4 dims=B,H,Sq,2 zero=never need=- deny=-\nend\n",
@@ -300,8 +300,8 @@ Test(plan, fp8_kv_caches_plan_the_forward_and_the_decode_kernel) {
   free(why);
 }
 
-/* FP8 q: the portable forward (no decode kernel takes an FP8 q), an
- * amax_init step before it, no backward. */
+/* FP8 q: the forward (no decode kernel takes an FP8 q), an amax_init step
+ * before it, no backward. */
 Test(plan, fp8_q_plans_amax_init_then_the_forward) {
   Arena *a = arena_new();
   static const char q8[] =
@@ -315,7 +315,15 @@ Test(plan, fp8_q_plans_amax_init_then_the_forward) {
   cr_assert_str_eq(pp->steps[0].role, "amax_init");
   cr_assert_str_eq(pp->steps[1].role, "forward");
   cr_assert_null(unit_step(uc.plans, PLAN_FORWARD, "decode"));
-  cr_assert_str_eq(uc.graphs[0].cfg.name, "fwd_sm80");
+  /* sm_90a: fwd_sm90 with 8-bit maps of 128-byte boxes; sm_80: fwd_sm80. */
+  cr_assert_str_eq(uc.graphs[0].cfg.name, "fwd_sm90");
+  const PlanStep *f = &pp->steps[1];
+  cr_assert_eq(f->nmaps, 3);
+  for (int k = 0; k < 3; k++) {
+    cr_assert_eq(f->maps[k].dtype, DT_E4M3);
+    cr_assert_eq(f->maps[k].box_cols, 128);
+  }
+  cr_assert_str_eq(unit_compile(a, m, "sm_80", STAGE_PLAN).graphs[0].cfg.name, "fwd_sm80");
   arena_free(a);
   char *why = fp8_kv_refusal(
       "attention g {\n  input q : e5m2[B, H, S, 128];\n  input k : e4m3[B, H, S, 128];\n"

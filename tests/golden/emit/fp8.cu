@@ -12,7 +12,7 @@
 
 /* [the text of templates/wgmma.cuh] */
 
-/* ---- graph fp8 (fp8.attn:5:11): forward, template fwd_sm80 ---- */
+/* ---- graph fp8 (fp8.attn:5:11): forward, template fwd_sm90 ---- */
 #define ATTN_D_QK 128
 #define ATTN_D_V 128
 #define ATTN_IN_F16 1
@@ -21,7 +21,8 @@
 #define ATTN_KV_E4M3 1
 #define ATTN_BM 128
 #define ATTN_BN 128
-#define ATTN_WARPS 8
+#define ATTN_STAGES 3
+#define ATTN_PERSISTENT 1
 #define ATTN_TQ 0
 #define ATTN_TK 1
 #define ATTN_TV 2
@@ -93,12 +94,12 @@ static __device__ __forceinline__ float attn_amax_arg(float o, int b, int h, int
   return out_13;
 }
 
-/* [the text of templates/fwd_sm80.cuh] */
+/* [the text of templates/fwd_sm90.cuh] */
 
 } /* namespace graph_fp8 */
 
-extern "C" __global__ void __launch_bounds__(256) attn_fp8_fwd(const __grid_constant__ attn_params p) {
-  graph_fp8::attn_fwd_sm80(p);
+extern "C" __global__ void __launch_bounds__(384, 1) attn_fp8_fwd(const __grid_constant__ attn_params p, const __grid_constant__ attn_tmaps tm) {
+  graph_fp8::attn_fwd_sm90(p, tm);
 }
 
 extern "C" __global__ void __launch_bounds__(32) attn_fp8_amax_init(const __grid_constant__ attn_params p) {
@@ -113,7 +114,8 @@ extern "C" __global__ void __launch_bounds__(32) attn_fp8_amax_init(const __grid
 #undef ATTN_KV_E4M3
 #undef ATTN_BM
 #undef ATTN_BN
-#undef ATTN_WARPS
+#undef ATTN_STAGES
+#undef ATTN_PERSISTENT
 #undef ATTN_TQ
 #undef ATTN_TK
 #undef ATTN_TV
