@@ -22,15 +22,18 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench import Attn, driver_version, time_batches  # noqa: E402
 
 
-def fp8_text(D, causal):
+def fp8_text(D, causal, p8=False):
+    """cuDNN's recipe; p8 also rounds P to e4m3 (scale_s 448) before P V, the form on which
+    fwd_sm90 runs both products in FP8 (key tiles of 128: D 64 and 128)."""
     mask = "    s = mask(s, j <= i);\n" if causal else ""
+    pv = "(e4m3(softmax(s) * 448.0) @ v) * (descale_v / 448.0)" if p8 else "(softmax(s) @ v) * descale_v"
     return ("attention f8 {\n"
             f"    input q : e4m3[B, H, S, {D}];\n    input k : e4m3[B, H, S, {D}];\n"
             f"    input v : e4m3[B, H, S, {D}];\n    scalar scale : f32 = 1.0 / sqrt({D}.0);\n"
             "    scalar descale_q : f32 = 1.0;\n    scalar descale_k : f32 = 1.0;\n"
             "    scalar descale_v : f32 = 1.0;\n    scalar scale_o : f32 = 1.0;\n"
             f"    s = (q @ k^T) * (scale * descale_q * descale_k);\n{mask}"
-            "    out = (softmax(s) @ v) * descale_v;\n"
+            f"    out = {pv};\n"
             f"    output o : e4m3[B, H, S, {D}] = out * scale_o;\n"
             "    output amax_o = amax(out);\n}\n")
 
@@ -49,20 +52,41 @@ def main():
     ap.add_argument("--lib", default="build/libattn.so")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--once", default=None, metavar="D,S",
+                    help="one non-causal configuration, each kernel launched once, nothing timed "
+                         "(for ncu: bf16, FP8 with P f16, FP8 with P e4m3)")
     args = ap.parse_args()
     torch.manual_seed(0)
     torch.zeros(1, device="cuda")
     attn = Attn(os.path.abspath(args.lib))
     dims = [64, 128, 256]
     seqs = [4096] if args.quick else [1024, 4096, 8192, 16384]
+    if args.once:
+        D, S = (int(x) for x in args.once.split(","))
+        B, H = 16384 // S, 2048 // D
+        q8, k8, v8 = (torch.randn(B, H, S, D, device="cuda").to(torch.float8_e4m3fn) for _ in range(3))
+        q16, k16, v16 = (x.to(torch.bfloat16) for x in (q8, k8, v8))
+        o16 = torch.empty(B, H, S, D, device="cuda", dtype=torch.bfloat16)
+        o8, op8 = (torch.empty(B, H, S, D, device="cuda", dtype=torch.float8_e4m3fn) for _ in range(2))
+        am = torch.empty(2, device="cuda")
+        calls = [attn.call(attn.compile("b16.attn", bf16_text(D, False)), "b16", dict(q=q16, k=k16, v=v16, o=o16)),
+                 attn.call(attn.compile("f8.attn", fp8_text(D, False)), "f8",
+                           dict(q=q8, k=k8, v=v8, o=o8, amax_o=am[0:1])),
+                 attn.call(attn.compile("p8.attn", fp8_text(D, False, p8=True)), "f8",
+                           dict(q=q8, k=k8, v=v8, o=op8, amax_o=am[1:2]))]
+        for c in calls:
+            attn.launch(c)
+        torch.cuda.synchronize()
+        return
     rows = []
     for D in dims:
         mods = {c: (attn.compile(f"f8_{D}_{c}.attn", fp8_text(D, c)),
-                    attn.compile(f"b16_{D}_{c}.attn", bf16_text(D, c))) for c in (False, True)}
+                    attn.compile(f"b16_{D}_{c}.attn", bf16_text(D, c)),
+                    attn.compile(f"p8_{D}_{c}.attn", fp8_text(D, c, p8=True))) for c in (False, True)}
         for S in seqs:
             B, H = 16384 // S, 2048 // D
             for causal in (False, True):
-                m8, m16 = mods[causal]
+                m8, m16, mp8 = mods[causal]
                 # e4m3 values (2 sigma = 2 keeps them in range; 448 is the top), and the same
                 # values in bf16 (e4m3 -> bf16 is exact).
                 q8, k8, v8 = (torch.randn(B, H, S, D, device="cuda").to(torch.float8_e4m3fn)
@@ -72,39 +96,49 @@ def main():
                 amax = torch.empty(1, device="cuda", dtype=torch.float32)
                 o16 = torch.empty(B, H, S, D, device="cuda", dtype=torch.bfloat16)
                 c8 = attn.call(m8, "f8", dict(q=q8, k=k8, v=v8, o=o8, amax_o=amax))
+                op8 = torch.empty_like(o8)
+                amax_p8 = torch.empty_like(amax)
+                cp8 = attn.call(mp8, "f8", dict(q=q8, k=k8, v=v8, o=op8, amax_o=amax_p8))
                 c16 = attn.call(m16, "b16", dict(q=q16, k=k16, v=v16, o=o16))
                 attn.launch(c8)
                 attn.launch(c16)
+                attn.launch(cp8)
                 torch.cuda.synchronize()
                 ref = o16.float()
                 err = ((o8.float() - ref).norm() / ref.norm()).item()
                 amax_ref = ref.abs().max().item()
                 amax_err = abs(amax.item() - amax_ref) / amax_ref
-                assert err < 0.05 and amax_err < 0.01, (D, S, causal, err, amax_err)
+                err_p8 = ((op8.float() - ref).norm() / ref.norm()).item()
+                assert err < 0.05 and amax_err < 0.01 and err_p8 < 0.06, (D, S, causal, err, amax_err,
+                                                                          err_p8)
                 t8 = time_batches([lambda: attn.launch(c8)])
+                tp8 = time_batches([lambda: attn.launch(cp8)])
                 t16 = time_batches([lambda: attn.launch(c16)])
                 with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
                     tc = time_batches([lambda: F.scaled_dot_product_attention(q16, k16, v16,
                                                                                is_causal=causal)])
                 flops = 4 * B * H * S * S * D * (0.5 if causal else 1.0)
                 row = dict(D=D, S=S, B=B, H=H, causal=causal, fp8_ms=t8, bf16_ms=t16, cudnn_bf16_ms=tc,
+                           p8_ms=tp8, p8_tflops=flops / tp8 / 1e9, rel_err_p8_vs_bf16=err_p8,
                            fp8_tflops=flops / t8 / 1e9, bf16_tflops=flops / t16 / 1e9,
                            cudnn_bf16_tflops=flops / tc / 1e9, rel_err_vs_bf16=err,
                            amax_rel_err=amax_err)
                 rows.append(row)
                 print(json.dumps(row), flush=True)
-                del q8, k8, v8, q16, k16, v16, o8, o16
+                del q8, k8, v8, q16, k16, v16, o8, o16, op8
     info = dict(gpu=torch.cuda.get_device_name(), driver=driver_version(), torch=torch.__version__,
                 cudnn=torch.backends.cudnn.version())
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "fp8.json"), "w") as f:
         json.dump(dict(info=info, rows=rows), f, indent=1)
-    print("| D | S | causal | FP8 TFLOP/s | attnc bf16 | cuDNN bf16 | FP8/bf16 | rel err vs bf16 |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| D | S | causal | FP8, P e4m3 | FP8, P f16 | attnc bf16 | cuDNN bf16 | P e4m3 / bf16 | "
+          "rel err (P e4m3, P f16) vs bf16 |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['D']} | {r['S']} | {'yes' if r['causal'] else 'no'} | {r['fp8_tflops']:.0f} | "
-              f"{r['bf16_tflops']:.0f} | {r['cudnn_bf16_tflops']:.0f} | "
-              f"{r['fp8_tflops'] / r['bf16_tflops']:.2f} | {r['rel_err_vs_bf16']:.3f} |")
+        print(f"| {r['D']} | {r['S']} | {'yes' if r['causal'] else 'no'} | {r['p8_tflops']:.0f} | "
+              f"{r['fp8_tflops']:.0f} | {r['bf16_tflops']:.0f} | {r['cudnn_bf16_tflops']:.0f} | "
+              f"{r['p8_tflops'] / r['bf16_tflops']:.2f} | {r['rel_err_p8_vs_bf16']:.3f}, "
+              f"{r['rel_err_vs_bf16']:.3f} |")
 
 
 if __name__ == "__main__":

@@ -440,6 +440,16 @@ typedef struct IrKvDim {
   int tensor, dim;
 } IrKvDim;
 IrKvDim ir_kv_dim(const IrGraph *g, int tensor, int role);
+/* What p @ v's left operand does to the softmax's output P, innermost
+ * first: dropout, a scale fixed per (b, h) (`p * scale_s`), a rounding to
+ * a storage type (`e4m3(...)`, the FP8 recipe's P). Each is NULL when
+ * absent (f32 casts are skipped); `bad` is the first node of any other
+ * shape (a second scale, a scale after the rounding), which no kernel
+ * takes. ir_build admits only these ops between softmax and p @ v. */
+typedef struct IrPChain {
+  IrNode *dropout, *scale, *round, *bad;
+} IrPChain;
+IrPChain ir_p_chain(const IrGraph *g);
 /* The page size's dimension of a paged cache (1, or 2 for paged_hnd). */
 static inline int ir_page_dim(const IrTensor *t) { return t->paged_hnd ? 2 : 1; }
 
@@ -591,6 +601,9 @@ typedef struct KernelSpec {
   IrNode *dropout; /* the dropout p @ v reads (src: p, rate, seed, offset),
                       or NULL; the kernels scale P by attn_dropout_words
                       before P V only (row sums and lse stay undropped) */
+  IrNode *p_scale; /* P's scale before P V (fixed per (b, h)), or NULL */
+  DType p_round;   /* the type P is rounded to before P V (e4m3, e5m2,
+                      bf16, f16), or DT_NONE (ir_p_chain) */
 } KernelSpec;
 
 /* Recognises the forward chain and picks a template. NULL with a located

@@ -530,6 +530,14 @@ BwdGraph *bwd_derive(const IrGraph *g, Arena *a, Diag *d) {
   bg->dv = g->tensors[g->v].grad;
   bg->bias = arena_alloc(a, (size_t)(g->ntensors + 1) * sizeof *bg->bias);
   int before = d->nerrors;
+  const IrPChain pc = ir_p_chain(g);
+  if (pc.scale || pc.round || pc.bad) {
+    const IrNode *at = pc.round ? pc.round : pc.scale ? pc.scale : pc.bad;
+    diag_error(d, at->loc, "graph '%s' declares grad, but p @ v reads a %s P: the backward "
+               "differentiates the softmax's own output, or dropout of it (the FP8 backward "
+               "comes later)", g->name, pc.round ? "rounded" : "scaled");
+    return NULL;
+  }
   if (sink_grad(g, bg, d))
     return NULL;
   if (find_landmarks(&dv))

@@ -316,6 +316,15 @@ static void emit_out(StrBuf *out, const KernelSpec *s, Arena *a) {
            ret);
 }
 
+/* P's scale before P V, fixed per (b, h) (hooks.cuh, ATTN_P_SCALE). */
+static void emit_p_scale(StrBuf *out, const KernelSpec *s, Arena *a) {
+  ExprHook hk;
+  expr_init(&hk, a, s->g, DOM_B | DOM_H);
+  const char *ret = expr_as(&hk, s->p_scale, DT_F32);
+  sb_puts(out, "/* P's scale before P V (the FP8 recipe's scale_s). */\n");
+  expr_put_fn(out, &hk, "float attn_p_scale(int b, int h, const attn_params &p)", ret);
+}
+
 /* An amax output's operand for the normalized output row element `o`
  * (hooks.cuh, ATTN_AMAX). */
 static void emit_amax(StrBuf *out, const KernelSpec *s, Arena *a) {
@@ -431,6 +440,10 @@ static void emit_graph(StrBuf *out, const GraphCompile *gc, EmitPart part, Arena
   macro_def(out, &ms, a, "ATTN_TO", o_slot);
   macro_def(out, &ms, a, "ATTN_TLSE", lse_slot);
   if (s->dropout) macro_def(out, &ms, a, "ATTN_DROPOUT", 1);
+  if (s->p_scale) macro_def(out, &ms, a, "ATTN_P_SCALE", 1);
+  if (s->p_round != DT_NONE) /* P rounded before P V: 1 e4m3, 2 e5m2, 3 bf16, 4 f16 */
+    macro_def(out, &ms, a, "ATTN_P_ROUND",
+              s->p_round == DT_E4M3 ? 1 : s->p_round == DT_E5M2 ? 2 : s->p_round == DT_BF16 ? 3 : 4);
   if (s->amax_output >= 0) /* the amax output's slot */
     macro_def(out, &ms, a, "ATTN_AMAX", g->outputs[s->amax_output].tensor);
   if (ir_sink(g->softmax)) macro_def(out, &ms, a, "ATTN_SINK", 1);
@@ -458,6 +471,7 @@ static void emit_graph(StrBuf *out, const GraphCompile *gc, EmitPart part, Arena
   emit_tile_class(out, s, a);
   emit_out(out, s, a);
   if (s->amax_output >= 0) emit_amax(out, s, a);
+  if (s->p_scale) emit_p_scale(out, s, a);
   if (s->dropout) emit_dropout(out, s, a);
   if (fwd_part && c->kind != TMPL_DECODE_ONLY)
     sb_puts(out, c->kind == TMPL_FWD_SM90 ? fwd_sm90_src : fwd_sm80_src);
@@ -524,7 +538,7 @@ char *emit_unit_part(const Compiled *c, const CompileOptions *o, EmitPart part, 
   /* Dropout's generator, once, when some graph's p @ v reads a dropout. */
   for (int k = 0; k < m->ngraphs; k++) {
     const IrGraph *g = m->graphs[k];
-    if (g->pv && g->pv->src[0]->op == IR_DROPOUT) {
+    if (g->pv && ir_p_chain(g).dropout) {
       sb_puts(&src, philox_src);
       sb_puts(&src, "\n");
       break;

@@ -150,7 +150,11 @@ static const char *expr_compute(ExprHook *hk, IrNode *n) {
   if (!strcmp(op, "=")) return expr_as(hk, n->src[0], k); /* floor and ceil of an integer */
   if (*op && n->nsrc == 1) return arena_printf(a, "%s(%s)", op, expr_as(hk, n->src[0], k));
   switch (n->op) {
-  case IR_CAST: return expr_as(hk, n->src[0], k);
+  case IR_CAST: /* f32 and the integer casts convert; the rest round (ptx.cuh) */
+    if (n->type == DT_E4M3 || n->type == DT_E5M2 || n->type == DT_BF16 || n->type == DT_F16)
+      return arena_printf(a, "attn_round_%s(%s)", dtype_name(n->type),
+                          expr_as(hk, n->src[0], DT_F32));
+    return expr_as(hk, n->src[0], k);
   case IR_MIN:
   case IR_MAX: {
     const char *x = expr_as(hk, n->src[0], k), *y = expr_as(hk, n->src[1], k);

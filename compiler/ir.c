@@ -102,3 +102,30 @@ IrKvDim ir_kv_dim(const IrGraph *g, int tensor, int role) {
   default: return (IrKvDim){tensor, 3};
   }
 }
+
+/* A rounding cast (e4m3, e5m2, bf16, f16), not f32's no-op. */
+static bool is_round(const IrNode *n) { return n->op == IR_CAST && n->type != DT_F32; }
+static IrNode *skip_f32(IrNode *n) {
+  while (n->op == IR_CAST && n->type == DT_F32) n = n->src[0];
+  return n;
+}
+
+IrPChain ir_p_chain(const IrGraph *g) {
+  IrPChain c = {NULL, NULL, NULL, NULL};
+  IrNode *x = skip_f32(g->pv->src[0]);
+  if (is_round(x)) {
+    c.round = x;
+    x = skip_f32(x->src[0]);
+  }
+  if (x->op == IR_MUL) { /* P's side varies over j; the scale does not */
+    const int k = (x->src[0]->dom & DOM_J) ? 0 : 1;
+    c.scale = x->src[1 - k];
+    x = skip_f32(x->src[k]);
+  }
+  if (x->op == IR_DROPOUT) {
+    c.dropout = x;
+    x = skip_f32(x->src[0]);
+  }
+  if (x != g->softmax) c.bad = x;
+  return c;
+}

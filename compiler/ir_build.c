@@ -224,10 +224,17 @@ static IrNode *op_node(Builder *b, IrOp op, Loc loc, DType type, int n,
     flags |= node_flags(b, src[k]) & (F_QK | F_PV);
   }
   for (int k = 0; k < n; k++) {
-    bool prob_ok = k == 0 && (op == IR_PV || op == IR_DROPOUT);
+    /* P may also be scaled by a value fixed per (b, h) and rounded
+     * (`e4m3(p * scale_s) @ v`, FP8 attention): still P for p @ v. */
+    const IrNode *other = n == 2 ? src[1 - k] : NULL;
+    bool scaled = op == IR_MUL && other && !(node_flags(b, other) & F_PROB) &&
+                  !(other->dom & (DOM_I | DOM_J | DOM_D)) && dtype_is_float(type);
+    bool rounded = op == IR_CAST && dtype_is_float(type);
+    bool prob_ok = (k == 0 && (op == IR_PV || op == IR_DROPOUT)) || scaled || rounded;
+    if ((node_flags(b, src[k]) & F_PROB) && (scaled || rounded)) flags |= F_PROB;
     if ((node_flags(b, src[k]) & F_PROB) && !prob_ok) {
-      diag_error(b->d, loc, "the softmax's output may only feed dropout or "
-                 "the second matmul (p @ v)");
+      diag_error(b->d, loc, "the softmax's output may only feed dropout, a scale fixed per "
+                 "(b, h), a rounding (e4m3(p)) or the second matmul (p @ v)");
       diag_note(b->d, src[k]->loc, "the softmax's output comes from here");
       return NULL;
     }
@@ -393,7 +400,8 @@ static bool fold_call(Builder *b, const AstExpr *e, CVal *out) {
     else out->t = t;
     return true;
   case FN_CAST:
-    if (fn->cast == DT_F32) *out = cv_float(cv_num(v[0]));
+    if (dtype_is_float(fn->cast)) /* f32(x), or a rounding: e4m3(x), bf16(x) */
+      *out = cv_float(dtype_round(fn->cast, cv_num(v[0])));
     else if (dtype_is_float(v[0].t)) {
       if (!(fabs(v[0].f) < 2147483648.0)) {
         diag_error(b->d, e->loc, "'%s' of a value outside the i32 range",

@@ -83,6 +83,12 @@ static const FnInfo fn_table[] = {
     {"float", FN_CAST, 1, IR_CAST, DT_F32},
     {"i32", FN_CAST, 1, IR_CAST, DT_I32},
     {"int", FN_CAST, 1, IR_CAST, DT_I32},
+    /* Roundings to a storage type (saturating for FP8): the value stays
+     * a number computed in f32, as the type's nearest value. */
+    {"e4m3", FN_CAST, 1, IR_CAST, DT_E4M3},
+    {"e5m2", FN_CAST, 1, IR_CAST, DT_E5M2},
+    {"bf16", FN_CAST, 1, IR_CAST, DT_BF16},
+    {"f16", FN_CAST, 1, IR_CAST, DT_F16},
     {"mask", FN_MASK, 2, IR_MASK, DT_NONE},
     {"softmax", FN_SOFTMAX, 1, IR_SOFTMAX, DT_NONE},
     {"logsumexp", FN_LSE, 1, IR_LOGSUMEXP, DT_NONE},

@@ -515,9 +515,18 @@ KernelSpec *match_graph(const IrGraph *g, int sm, Arena *a, Diag *d) {
     s = s->src[0];
   }
   spec->score = s;
-  /* ir_check guarantees p @ v reads the softmax or dropout of it; a
-   * dropout nothing reads is dead and ignored. */
-  if (g->pv->src[0]->op == IR_DROPOUT) spec->dropout = g->pv->src[0];
+  /* P as p @ v reads it: dropout, a scale fixed per (b, h), a rounding
+   * (ir_p_chain); a dropout nothing reads is dead and ignored. */
+  const IrPChain pc = ir_p_chain(g);
+  if (pc.bad)
+    return refuse(&m, pc.bad, "between the softmax and p @ v: the kernels take P, dropout of "
+                  "it, then one scale fixed per (b, h), then one rounding (e4m3(p * scale))");
+  spec->dropout = pc.dropout;
+  spec->p_scale = pc.scale;
+  spec->p_round = pc.round ? pc.round->type : DT_NONE;
+  if (pc.round && !dtype_is_fp8(pc.round->type))
+    return refuse(&m, pc.round, "on P: the kernels round P before P V to e4m3 or e5m2 only "
+                  "(their values are exact in the MMAs' 16-bit types)");
   spec->masks = m.masks;
   spec->nmasks = m.nmasks;
   return spec;
@@ -527,7 +536,9 @@ KernelSpec *match_graph(const IrGraph *g, int sm, Arena *a, Diag *d) {
  * (tmpl_decode.c; a 16-bit q, and no amax output: its epilogue and merge
  * do not reduce one yet); without it the plan always runs the forward. */
 static void match_decode(const KernelSpec *s, FwdConfig *c) {
-  if (s->amax_output >= 0 ||
+  /* Its tiles pack several heads' rows: P's scale must not vary by head. */
+  const bool head_scale = s->p_scale && (s->p_scale->dom & (DOM_B | DOM_H));
+  if (s->amax_output >= 0 || head_scale ||
       tmpl_decode_config(s->d_qk, s->d_v, dtype_size(s->in_type), dtype_size(s->kv_type),
                          s->dropout != NULL, s->g->ntensors, &c->decode) != 0)
     c->decode = (DecodeConfig){.on = false};

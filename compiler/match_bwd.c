@@ -149,6 +149,12 @@ BwdSpec *match_bwd(const KernelSpec *fwd, const CompileOptions *o, Arena *a, Dia
                dtype_name(fwd->out_type), out->name);
     return NULL;
   }
+  if (fwd->p_scale || fwd->p_round != DT_NONE) {
+    diag_error(d, (fwd->p_scale ? fwd->p_scale : g->pv->src[0])->loc,
+               "graph '%s': no backward through a scaled or rounded P (the FP8 backward comes "
+               "later)", g->name);
+    return NULL;
+  }
   if (g->tensors[g->k].paged) {
     diag_error(d, g->tensors[g->k].loc,
                "graph '%s': no backward through a paged KV cache (pages serve inference; "

@@ -47,6 +47,9 @@ typedef struct RefCtx {
   const RefTensor *k, *v;
   RefTensor kview, vview;
   int64_t b, h;     /* the pair being evaluated */
+  /* p @ v's rounding of P (ir_p_chain), evaluated in the flash form the
+   * kernels compute (ref_eval_p_round); NULL without one. */
+  const IrNode *p_round;
   int *level;       /* per node */
   int maxlevel;
   bool *live;       /* reachable from an output */
@@ -687,6 +690,38 @@ static void ref_eval_pv(const RefCtx *c, const IrNode *n, double *out) {
   }
 }
 
+/* A rounding of P before p @ v (`e4m3(p * c) @ v`), in the kernels'
+ * flash form, made reproducible (docs/language.md, "FP8"): per row, M =
+ * ceil(max_j s_j log2 e) over the softmax's input s (an integer, so the
+ * kernels' rescalings are powers of two), L = sum_j 2^(s_j log2 e - M)
+ * (+ the sink's term), and P_j = 2^(s_j log2 e - M) / L. The value before
+ * the rounding is u_j = P_j f_j c (f: dropout's factor, c the scale), and
+ * what p @ v reads is round(u_j L) / L: the rounding of the unnormalized
+ * P, normalized after, as the kernels do. A row with no kept key reads 0. */
+static void ref_eval_p_round(const RefCtx *c, const IrNode *n, double *out) {
+  const IrNode *sm = c->g->softmax;
+  const double *s = c->val[sm->src[0]->id], *u = c->val[n->src[0]->id];
+  const double sink = ir_sink(sm) ? c->val[ir_sink(sm)->id][0] : -INFINITY;
+  int64_t cnt[3], ss[3], us[3], os[3];
+  ref_counts(c, ref_vdom(n), cnt);
+  ref_strides(c, ref_vdom(sm->src[0]), ss);
+  ref_strides(c, ref_vdom(n->src[0]), us);
+  ref_strides(c, ref_vdom(n), os);
+  const double log2e = 1.4426950408889634;
+  for (int64_t i = 0; i < c->Sq; i++) {
+    double mx = -INFINITY;
+    for (int64_t j = 0; j < c->Skv; j++) mx = fmax(mx, s[i * ss[0] + j * ss[1]]);
+    double L = 0, M = isinf(mx) ? 0 : ceil(mx * log2e);
+    for (int64_t j = 0; !isinf(mx) && j < c->Skv; j++) L += exp2(s[i * ss[0] + j * ss[1]] * log2e - M);
+    if (!isinf(mx) && !isinf(sink)) L += exp2(sink * log2e - M);
+    for (int64_t j = 0; j < c->Skv; j++) {
+      const double x = u[i * us[0] + j * us[1]];
+      out[i * os[0] + j * os[1]] = L > 0 ? dtype_round(n->type, x * L) / L : dtype_round(n->type, x);
+    }
+  }
+  (void)cnt;
+}
+
 /* softmax and logsumexp over j, row by row. A row that is all -inf gives
  * zero probabilities and lse = -inf, never NaN. A sink (src[1], one value
  * per (b, h): a scalar in this slice) joins each row's denominator as one
@@ -798,6 +833,12 @@ static int ref_eval_node(RefCtx *c, const IrNode *n) {
   case IR_DROPOUT:
     ref_eval_dropout(c, n, out);
     return 0;
+  case IR_CAST:
+    if (n == c->p_round) {
+      ref_eval_p_round(c, n, out);
+      return 0;
+    }
+    return ref_eval_pointwise(c, n, out);
   case IR_INPUT: case IR_TRANSPOSE: case IR_AMAX:
     die("ref_eval_node: %s is not an array", ir_op_name(n->op));
   default:
@@ -835,6 +876,12 @@ static void ref_plan_sweep(RefCtx *c, int L) {
       c->needed[sid] = !ref_is_tensor_operand(n->src[s]->op);
       if (c->last_use[sid] < id)
         c->last_use[sid] = id;
+    }
+    /* P's rounding reads the softmax's input (and sink) too. */
+    if (n == c->p_round) {
+      const IrNode *sm = g->softmax, *extra[2] = {sm->src[0], ir_sink(sm)};
+      for (int k = 0; k < 2; k++)
+        if (extra[k] && c->last_use[extra[k]->id] < id) c->last_use[extra[k]->id] = id;
     }
   }
 }
@@ -953,6 +1000,7 @@ static void ref_free_ctx(RefCtx *c) {
 
 int ref_forward(RefArgs *args, StrBuf *err) {
   RefCtx c = {.args = args, .g = args->g, .err = err};
+  if (c.g && c.g->pv && c.g->softmax) c.p_round = ir_p_chain(c.g).round;
   int rc = -1;
   if (!c.g)
     return ref_fail(&c, NULL, "no graph given");

@@ -125,6 +125,59 @@
   return attn_f16_to_f32((unsigned short)((unsigned)x << 8));
 }
 
+/* f32 to OCP FP8 as the CPU reference rounds (compiler/dtype.c): to
+ * nearest even, overflow and infinities saturating to the largest finite
+ * value (CUDA's satfinite), NaN to NaN; in software, so sm_80 needs no FP8
+ * instructions. Normal results round the f32 bits at the format's last
+ * mantissa bit (a carry moves into the exponent by itself, and the
+ * exponent's bias is then swapped); subnormal ones are |x| in units of
+ * the format's smallest subnormal, rounded as an integer (exact). */
+template <int MBITS, int BIAS, int EMIN, unsigned MAXCODE>
+static __device__ __forceinline__ unsigned char attn_f32_to_fp8(float x) {
+  const unsigned u = __float_as_uint(x), a = u & 0x7fffffffu, sign = (u >> 24) & 0x80u;
+  unsigned code;
+  if (a > 0x7f800000u) {
+    /* e4m3's one NaN, S.1111.111; e5m2's quiet NaN keeps the top two
+     * payload bits (dtype_e5m2_bits). */
+    code = MBITS == 3 ? 0x7fu : 0x7eu | ((a >> 21) & 3u);
+  } else if (a >= (unsigned)(127 + EMIN) << 23) {
+    constexpr int drop = 23 - MBITS;
+    const unsigned r = (a + ((1u << (drop - 1)) - 1u) + ((a >> drop) & 1u)) >> drop;
+    code = r - ((unsigned)(127 - BIAS) << MBITS);
+    code = code > MAXCODE ? MAXCODE : code;
+  } else {
+    code = (unsigned)rintf(__uint_as_float(a) * __uint_as_float((unsigned)(127 + MBITS - EMIN) << 23));
+  }
+  return (unsigned char)(sign | code);
+}
+[[maybe_unused]] static __device__ __forceinline__ unsigned char attn_f32_to_e4m3(float x) {
+  return attn_f32_to_fp8<3, 7, -6, 0x7eu>(x);
+}
+[[maybe_unused]] static __device__ __forceinline__ unsigned char attn_f32_to_e5m2(float x) {
+  return attn_f32_to_fp8<2, 15, -14, 0x7bu>(x);
+}
+
+/* x rounded to a storage type's nearest value (the language's e4m3(x),
+ * e5m2(x), bf16(x), f16(x)), as an f32. */
+[[maybe_unused]] static __device__ __forceinline__ float attn_round_e4m3(float x) {
+  return attn_e4m3_to_f32(attn_f32_to_e4m3(x));
+}
+[[maybe_unused]] static __device__ __forceinline__ float attn_round_e5m2(float x) {
+  return attn_e5m2_to_f32(attn_f32_to_e5m2(x));
+}
+[[maybe_unused]] static __device__ __forceinline__ float attn_round_bf16(float x) {
+  unsigned short h;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(x));
+  return __uint_as_float((unsigned)h << 16);
+}
+[[maybe_unused]] static __device__ __forceinline__ float attn_round_f16(float x) {
+  unsigned short h;
+  float y;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x));
+  asm("cvt.f32.f16 %0, %1;" : "=f"(y) : "h"(h));
+  return y;
+}
+
 /* One element of an input tensor, read through an asm statement that is
  * neither volatile nor clobbers memory: the compiler takes it for a pure
  * function of the address, so equal reads merge and reads fixed per

@@ -377,7 +377,7 @@ __device__ __forceinline__ void attn_decode(const attn_params &p) {
                          : neg_inf;
       }
 
-    attn_softmax_tile<2>([&](int nt, int k) -> float & { return s[nt][k]; }, row_max, row_sum,
+    attn_softmax_tile<2, attn_p_round != 0>([&](int nt, int k) -> float & { return s[nt][k]; }, row_max, row_sum,
                          [&](int r, float a) {
 #pragma unroll
                            for (int nt = 0; nt < 2 * dec_v_steps; ++nt) {
@@ -385,6 +385,16 @@ __device__ __forceinline__ void attn_decode(const attn_params &p) {
                              o[nt][2 * r + 1] *= a;
                            }
                          });
+
+    /* P as P V reads it (hooks.cuh; a scale the same for every head). */
+    if constexpr (attn_p_mod != 0) {
+      const float ps = attn_p_scale_value(b, row_h[0], p);
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          s[nt][e] = attn_p_value(s[nt][e], ps);
+    }
 
     /* O += P V over the warp's 16 keys, P from the S registers. */
     unsigned pa[4];

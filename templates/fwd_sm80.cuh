@@ -237,6 +237,7 @@ __device__ __forceinline__ void attn_fwd_sm80(const attn_params &p) {
 
   const int i_row = i0 + warp * 16 + g;
   const attn_bh bhc = attn_bh_load(b, h, p); /* once per CTA */
+  const float p_sc = attn_p_scale_value(b, h, p); /* P's scale before P V */
 #if defined(ATTN_DROPOUT)
   const attn_dropout_t drop_t = attn_dropout_params(p);
 #endif
@@ -298,7 +299,7 @@ __device__ __forceinline__ void attn_fwd_sm80(const attn_params &p) {
       fwd80_scores<true>(s, bhc, b, h, i_row, j0 + 2 * t, cls != 2, p);
 
     /* Online softmax, rows g (r = 0) and g + 8 (r = 1): softmax.cuh. */
-    attn_softmax_tile<fwd80_bn / 8>(
+    attn_softmax_tile<fwd80_bn / 8, attn_p_round != 0>(
         [&](int nt, int k) -> float & { return s[nt][k]; }, row_max, row_sum,
         [&](int r, float a) {
 #pragma unroll
@@ -339,6 +340,15 @@ __device__ __forceinline__ void attn_fwd_sm80(const attn_params &p) {
       }
     }
 #endif
+
+    /* P as P V reads it (hooks.cuh: `e4m3(p * scale) @ v`). */
+    if constexpr (attn_p_mod != 0) {
+#pragma unroll
+      for (int nt = 0; nt < fwd80_bn / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          s[nt][e] = attn_p_value(s[nt][e], p_sc);
+    }
 
     /* O += P V, P straight from the S registers. */
 #pragma unroll

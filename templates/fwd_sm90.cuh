@@ -49,6 +49,20 @@
  * 16-bit V tile P V reads, so P keeps its 16 bits. */
 constexpr bool fwd90_fp8 = attn_q_fp8 != 0;
 static_assert(fwd90_fp8 == (attn_kv_fp8 != 0), "FP8 q takes FP8 k and v here");
+/* FP8 P V, where the graph rounds P to FP8 (`e4m3(p * scale_s) @ v`,
+ * hooks.cuh's ATTN_P_ROUND) and key tiles are 128 (one 128-byte row of
+ * keys): P packs straight from the S accumulators into FP8 A fragments
+ * (k 32), and the converter warps transpose V into a K-major tile V^T
+ * instead of widening it (FP8 wgmma reads no MN-major operand). The keys
+ * of each 32 go in the order the accumulators hold them: thread t of a
+ * quad has keys 8c + 2t + x (c = 0..3, x = 0, 1) of a row, and A's k
+ * columns 4t..4t+3 and 16+4t..16+4t+3, so key 16h + 8c + 2t + x (c, h =
+ * 0, 1) is V^T's column 16h + 4t + 2c + x: no shuffles. Elsewhere P is
+ * rounded in f32 and P V runs in f16 (the same values: FP8 is exact in
+ * f16). */
+constexpr bool fwd90_p8 = fwd90_fp8 && attn_p_round != 0 && ATTN_BN == 128;
+/* P's A fragments per key tile: 16 keys each (16-bit), or 32 (FP8). */
+constexpr int fwd90_pa_steps = fwd90_p8 ? ATTN_BN / 32 : ATTN_BN / 16;
 /* Elements of a 128-byte swizzle row, and of the S GEMM's k steps. */
 constexpr int fwd90_blk = fwd90_fp8 ? 128 : 64;
 constexpr int fwd90_kstep = fwd90_fp8 ? 32 : 16;
@@ -163,6 +177,77 @@ static __device__ __forceinline__ void fwd90_gemm_pv(float (&d)[N / 2], const un
     attn_wgmma_rs128<fwd90_in_bf16>(d, a, db);
   else
     attn_wgmma_rs64<fwd90_in_bf16>(d, a, db);
+}
+
+/* O += P V with FP8 P (a: 4 registers of 4 keys' bytes) and the K-major
+ * V^T tile (rows of 128 keys' bytes, one per output column). */
+template <int N>
+static __device__ __forceinline__ void fwd90_gemm_pv8(float (&d)[N / 2], const unsigned (&a)[4],
+                                                      unsigned long long db) {
+  constexpr bool pe4 = attn_p_round == 1, ve4 = attn_kv_fp8 == 1;
+  if constexpr (N == 256) {
+    attn_wgmma_rs256_fp8<pe4, ve4>(d, a, db);
+  } else if constexpr (N == 192) { /* columns 0-127, then 128-191: rows 128.. of V^T */
+    attn_wgmma_rs128_fp8<pe4, ve4>(*reinterpret_cast<float(*)[64]>(&d[0]), a, db);
+    attn_wgmma_rs64_fp8<pe4, ve4>(*reinterpret_cast<float(*)[32]>(&d[64]), a,
+                                  attn_wgmma_desc_add(db, 128 * 128));
+  } else if constexpr (N == 128)
+    attn_wgmma_rs128_fp8<pe4, ve4>(d, a, db);
+  else
+    attn_wgmma_rs64_fp8<pe4, ve4>(d, a, db);
+}
+
+/* Two f32 of P rounded to P's FP8 type (satfinite, the reference's
+ * rounding) and widened back, exactly, to the MMAs' 16-bit type: two
+ * conversions, where attn_p_value's portable rounding costs tens of
+ * instructions an element. */
+static __device__ __forceinline__ unsigned fwd90_pack_p16(float x0, float x1) {
+  unsigned short h;
+  unsigned w;
+  if constexpr (attn_p_round == 1) {
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(h) : "f"(x1), "f"(x0));
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(w) : "h"(h));
+  } else {
+    asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(h) : "f"(x1), "f"(x0));
+    asm("cvt.rn.f16x2.e5m2x2 %0, %1;" : "=r"(w) : "h"(h));
+  }
+  if constexpr (fwd90_in_bf16) /* f16 -> bf16, exact for FP8 values */
+    asm("{ .reg .b16 l, u; .reg .f32 fl, fu;\n"
+        "  mov.b32 {l, u}, %1; cvt.f32.f16 fl, l; cvt.f32.f16 fu, u;\n"
+        "  cvt.rn.bf16x2.f32 %0, fu, fl; }"
+        : "=r"(w)
+        : "r"(w));
+  return w;
+}
+
+/* O += P V over one key tile: 16-bit P against V's MN-major tile at vs,
+ * or FP8 P against V^T (K-major, stored where the 16-bit tile would be). */
+static __device__ __forceinline__ void fwd90_pv(float (&o)[fwd90_dv / 2],
+                                                const unsigned (&pa)[fwd90_pa_steps][4],
+                                                unsigned vs) {
+#pragma unroll
+  for (int kk = 0; kk < fwd90_pa_steps; ++kk) {
+    if constexpr (fwd90_p8) {
+      fwd90_gemm_pv8<fwd90_dv>(o, pa[kk], attn_wgmma_desc(vs + kk * 32, 16, 1024));
+    } else {
+      const unsigned long long dv = attn_wgmma_desc(vs + kk * 16 * 128, fwd90_bn * 128, 1024);
+      fwd90_gemm_pv<fwd90_dv>(o, pa[kk], dv);
+    }
+  }
+}
+
+/* Four f32 as four FP8 bytes (P's type, satfinite: the reference's
+ * rounding), lo first. */
+static __device__ __forceinline__ unsigned fwd90_pack_p8(float x0, float x1, float x2, float x3) {
+  unsigned short lo, hi;
+  if constexpr (attn_p_round == 1) {
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(lo) : "f"(x1), "f"(x0));
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(hi) : "f"(x3), "f"(x2));
+  } else {
+    asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(lo) : "f"(x1), "f"(x0));
+    asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(hi) : "f"(x3), "f"(x2));
+  }
+  return (unsigned)lo | ((unsigned)hi << 16);
 }
 
 /* ------------------------------------------------------- the kernel body */
@@ -302,6 +387,46 @@ static __device__ __forceinline__ void fwd90_convert_v(unsigned v8, unsigned v16
   }
 }
 
+/* FP8 P V: the 8-bit V tile at v8 (blocks of [BN][128 bytes]) into V^T
+ * at vt ([DV rows][128 key bytes], 128-byte swizzle), keys permuted as
+ * fwd90_p8 says, by the 96 threads ct of producer warps 1-3. An item is 4
+ * keys (16g + 2t + {0, 1, 8, 9}) by 4 columns d0..d0+3: four words read,
+ * a 4x4 byte transpose, four words written to rows d0.. at key byte
+ * 16g + 4t. A warp's 32 lanes take t (2 bits), d0's low bits (2) and g's
+ * low bit, so both its reads and its writes fall on 16 banks. */
+static __device__ __forceinline__ void fwd90_transpose_v(unsigned v8, unsigned vt, int ct) {
+  constexpr int groups = fwd90_bn / 16, items = groups * 4 * (fwd90_dv / 4);
+#pragma unroll 2
+  for (int it = ct; it < items; it += 96) {
+    const int lane = it & 31, rest = it >> 5;
+    const int t = lane & 3, w = (lane >> 2) & 3, g0 = lane >> 4;
+    const int gh = rest % (groups / 2), q = rest / (groups / 2);
+    const int g = 2 * gh + g0, d0 = 16 * q + 4 * w;
+    unsigned x[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = 16 * g + 2 * t + (e & 1) + 8 * (e >> 1);
+      asm volatile("ld.shared.b32 %0, [%1];"
+                   : "=r"(x[e])
+                   : "r"(v8 + (d0 >> 7) * fwd90_bn * 128 + r * 128 +
+                         ((((d0 & 127) >> 4) ^ (r & 7)) << 4) + (d0 & 15)));
+    }
+    const unsigned lo01 = __byte_perm(x[0], x[1], 0x5140u), hi01 = __byte_perm(x[0], x[1], 0x7362u);
+    const unsigned lo23 = __byte_perm(x[2], x[3], 0x5140u), hi23 = __byte_perm(x[2], x[3], 0x7362u);
+    const unsigned y[4] = {__byte_perm(lo01, lo23, 0x5410u), __byte_perm(lo01, lo23, 0x7632u),
+                           __byte_perm(hi01, hi23, 0x5410u), __byte_perm(hi01, hi23, 0x7632u)};
+    const int kb = 16 * g + 4 * t; /* the key byte in V^T's row */
+#pragma unroll
+    for (int xx = 0; xx < 4; ++xx) {
+      const int d = d0 + xx;
+      asm volatile("st.shared.b32 [%0], %1;" ::"r"(vt + d * 128 + (((kb >> 4) ^ (d & 7)) << 4) +
+                                                   (kb & 15)),
+                   "r"(y[xx])
+                   : "memory");
+    }
+  }
+}
+
 __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_tmaps &tm) {
   extern __shared__ __align__(1024) unsigned char fwd90_smem[];
   const float neg_inf = __int_as_float(0xff800000);
@@ -389,7 +514,10 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
           if (!more)
             break;
           const unsigned vs = skv + st * fwd90_stage_bytes + fwd90_k_bytes;
-          fwd90_convert_v(vs + fwd90_v_bytes, vs, tid - 32);
+          if constexpr (fwd90_p8)
+            fwd90_transpose_v(vs + fwd90_v_bytes, vs, tid - 32);
+          else
+            fwd90_convert_v(vs + fwd90_v_bytes, vs, tid - 32);
           attn_fence_proxy_async(); /* the 16-bit tile is read by wgmma */
           __syncwarp();
           if (lane == 0)
@@ -556,7 +684,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
 
   float o[fwd90_o_regs];
   float s[fwd90_s_regs];
-  unsigned pa[fwd90_bn / 16][4];
+  unsigned pa[fwd90_pa_steps][4];
   int git = 0, tq = 0; /* K/V stage uses and Q loads, over all tiles */
   unsigned amax = 0;   /* an amax output's running max, over all tiles */
   for (int t = first;; ++tq) {
@@ -582,6 +710,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
     const int i0 = tl.m_block * fwd90_bm;
     const int i_row = i0 + 64 * wg + 16 * ww + g;
     const attn_bh bhc = attn_bh_load(b, h, p); /* once per work tile */
+    const float p_sc = attn_p_scale_value(b, h, p); /* P's scale before P V */
     const bool row_edge = i0 + fwd90_bm > p.Sq;
 #if defined(ATTN_DROPOUT)
     const attn_dropout_t drop_t = attn_dropout_params(p);
@@ -640,11 +769,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       if (it > 0) {
         const unsigned vs = skv + pst * fwd90_stage_bytes + fwd90_k_bytes;
         attn_mbar_wait(fwd90_fp8 ? bar_v16(pst) : bar_v(pst), pph);
-#pragma unroll
-        for (int kk = 0; kk < fwd90_bn / 16; ++kk) {
-          const unsigned long long dv = attn_wgmma_desc(vs + kk * 16 * 128, fwd90_bn * 128, 1024);
-          fwd90_gemm_pv<fwd90_dv>(o, pa[kk], dv);
-        }
+        fwd90_pv(o, pa, vs);
       }
       /* Always a second group (empty in the first round), so one wait<1>
        * below means "S is done" on every path. */
@@ -673,7 +798,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       /* Online softmax of rows g (r = 0) and g + 8 (r = 1), overlapping
        * the previous tile's P V. */
       float alpha[2];
-      attn_softmax_tile<fwd90_bn / 8>([&](int nb, int k) -> float & { return s[nb * 4 + k]; },
+      attn_softmax_tile<fwd90_bn / 8, attn_p_round != 0>([&](int nb, int k) -> float & { return s[nb * 4 + k]; },
                                       row_max, row_sum, [&](int r, float a) { alpha[r] = a; });
 #if defined(ATTN_DROPOUT)
       /* After the row sums: dropout changes what P V adds, not the
@@ -716,7 +841,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       for (int r = 0; r < fwd90_o_regs; ++r)
         attn_fence_reg(o[r]);
 #pragma unroll
-      for (int kk = 0; kk < fwd90_bn / 16; ++kk)
+      for (int kk = 0; kk < fwd90_pa_steps; ++kk)
 #pragma unroll
         for (int e = 0; e < 4; ++e)
           asm volatile("" : "+r"(pa[kk][e])::"memory");
@@ -729,14 +854,46 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
         o[nb * 4 + 2] *= alpha[1];
         o[nb * 4 + 3] *= alpha[1];
       }
-      /* P for the next round: fragments 2kk and 2kk+1 of S are the A
-       * operand of the kk-th 16-key step. */
+      if constexpr (fwd90_p8) {
+        /* P for the next round, in FP8: 32-key step kb holds fragments
+         * 4kb..4kb+3; a0/a1 take rows g/g+8 of fragments 4kb, 4kb+1, and
+         * a2/a3 of 4kb+2, 4kb+3 (fwd90_p8's key order). */
+        const float ps = attn_has_p_scale ? p_sc : 1.f;
 #pragma unroll
-      for (int kk = 0; kk < fwd90_bn / 16; ++kk) {
-        pa[kk][0] = fwd90_pack_in(s[8 * kk + 0], s[8 * kk + 1]);
-        pa[kk][1] = fwd90_pack_in(s[8 * kk + 2], s[8 * kk + 3]);
-        pa[kk][2] = fwd90_pack_in(s[8 * kk + 4], s[8 * kk + 5]);
-        pa[kk][3] = fwd90_pack_in(s[8 * kk + 6], s[8 * kk + 7]);
+        for (int kb = 0; kb < fwd90_pa_steps; ++kb) {
+          const float *f = &s[16 * kb];
+#pragma unroll
+          for (int h2 = 0; h2 < 2; ++h2)
+#pragma unroll
+            for (int r = 0; r < 2; ++r)
+              pa[kb][2 * h2 + r] =
+                  fwd90_pack_p8(f[8 * h2 + 2 * r] * ps, f[8 * h2 + 2 * r + 1] * ps,
+                                f[8 * h2 + 4 + 2 * r] * ps, f[8 * h2 + 4 + 2 * r + 1] * ps);
+        }
+      } else if constexpr (attn_p_round != 0) {
+        /* P rounded to FP8 (hooks.cuh: `e4m3(p * scale) @ v`), in 16 bits. */
+        const float ps = attn_has_p_scale ? p_sc : 1.f;
+#pragma unroll
+        for (int kk = 0; kk < fwd90_bn / 16; ++kk)
+#pragma unroll
+          for (int x = 0; x < 4; ++x)
+            pa[kk][x] = fwd90_pack_p16(s[8 * kk + 2 * x] * ps, s[8 * kk + 2 * x + 1] * ps);
+      } else {
+        /* P as P V reads it (a scale without a rounding: hooks.cuh). */
+        if constexpr (attn_p_mod != 0) {
+#pragma unroll
+          for (int r = 0; r < fwd90_s_regs; ++r)
+            s[r] = attn_p_value(s[r], p_sc);
+        }
+        /* P for the next round: fragments 2kk and 2kk+1 of S are the A
+         * operand of the kk-th 16-key step. */
+#pragma unroll
+        for (int kk = 0; kk < fwd90_bn / 16; ++kk) {
+          pa[kk][0] = fwd90_pack_in(s[8 * kk + 0], s[8 * kk + 1]);
+          pa[kk][1] = fwd90_pack_in(s[8 * kk + 2], s[8 * kk + 3]);
+          pa[kk][2] = fwd90_pack_in(s[8 * kk + 4], s[8 * kk + 5]);
+          pa[kk][3] = fwd90_pack_in(s[8 * kk + 6], s[8 * kk + 7]);
+        }
       }
       pst = st;
       pph = ph;
@@ -747,11 +904,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       const unsigned vs = skv + pst * fwd90_stage_bytes + fwd90_k_bytes;
       attn_mbar_wait(fwd90_fp8 ? bar_v16(pst) : bar_v(pst), pph);
       attn_wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < fwd90_bn / 16; ++kk) {
-        const unsigned long long dv = attn_wgmma_desc(vs + kk * 16 * 128, fwd90_bn * 128, 1024);
-        fwd90_gemm_pv<fwd90_dv>(o, pa[kk], dv);
-      }
+      fwd90_pv(o, pa, vs);
       attn_wgmma_commit();
       attn_wgmma_wait<0>();
 #pragma unroll

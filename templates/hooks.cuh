@@ -93,6 +93,45 @@ static __device__ __forceinline__ void attn_amax_commit(unsigned bits, const att
     atomicMax((unsigned *)p.t[attn_amax_slot].ptr, bits);
 }
 
+/* P as P V reads it, for `e4m3(p * scale_s) @ v` (the FP8 recipe):
+ * ATTN_P_SCALE (the emitter writes attn_p_scale, fixed per (b, h)) and
+ * ATTN_P_ROUND (1 e4m3, 2 e5m2). The kernels apply both to the
+ * unnormalized P of each key tile, exp(s - m) with m the row's running
+ * max, after dropout and after the row sums took it, and normalize after
+ * P V, as every flash-attention FP8 kernel does; the CPU reference rounds
+ * the normalized P (docs/language.md, "FP8"). attn_p_value is the
+ * identity without them. */
+#if defined(ATTN_P_SCALE)
+enum : int { attn_has_p_scale = 1 };
+__device__ __forceinline__ float attn_p_scale(int b, int h, const attn_params &p);
+#else
+enum : int { attn_has_p_scale = 0 };
+#endif
+#if defined(ATTN_P_ROUND)
+enum : int { attn_p_round = ATTN_P_ROUND };
+#else
+enum : int { attn_p_round = 0 };
+#endif
+enum : int { attn_p_mod = attn_has_p_scale || attn_p_round != 0 };
+static __device__ __forceinline__ float attn_p_scale_value(int b, int h, const attn_params &p) {
+#if defined(ATTN_P_SCALE)
+  return attn_p_scale(b, h, p);
+#else
+  (void)b, (void)h, (void)p;
+  return 1.f;
+#endif
+}
+static __device__ __forceinline__ float attn_p_value(float x, float scale) {
+  if constexpr (attn_has_p_scale != 0)
+    x *= scale;
+  if constexpr (attn_p_round == 1)
+    return attn_round_e4m3(x);
+  else if constexpr (attn_p_round == 2)
+    return attn_round_e5m2(x);
+  else
+    return x;
+}
+
 /* A softmax sink (`softmax(s, sink)`): the emitter defines ATTN_SINK and
  * writes attn_sink, the sink's value for (b, h) in natural-log units; the
  * forward epilogues and the decode merge fold it into each row's

@@ -241,38 +241,6 @@ static __device__ __forceinline__ unsigned attn_pack2(float lo, float hi) {
   return y;
 }
 
-/* f32 to OCP FP8 as the CPU reference rounds (compiler/dtype.c): to
- * nearest even, overflow and infinities saturating to the largest finite
- * value (CUDA's satfinite), NaN to NaN; in software, so sm_80 needs no FP8
- * instructions. Normal results round the f32 bits at the format's last
- * mantissa bit (a carry moves into the exponent by itself, and the
- * exponent's bias is then swapped); subnormal ones are |x| in units of
- * the format's smallest subnormal, rounded as an integer (exact). */
-template <int MBITS, int BIAS, int EMIN, unsigned MAXCODE>
-static __device__ __forceinline__ unsigned char attn_f32_to_fp8(float x) {
-  const unsigned u = __float_as_uint(x), a = u & 0x7fffffffu, sign = (u >> 24) & 0x80u;
-  unsigned code;
-  if (a > 0x7f800000u) {
-    /* e4m3's one NaN, S.1111.111; e5m2's quiet NaN keeps the top two
-     * payload bits (dtype_e5m2_bits). */
-    code = MBITS == 3 ? 0x7fu : 0x7eu | ((a >> 21) & 3u);
-  } else if (a >= (unsigned)(127 + EMIN) << 23) {
-    constexpr int drop = 23 - MBITS;
-    const unsigned r = (a + ((1u << (drop - 1)) - 1u) + ((a >> drop) & 1u)) >> drop;
-    code = r - ((unsigned)(127 - BIAS) << MBITS);
-    code = code > MAXCODE ? MAXCODE : code;
-  } else {
-    code = (unsigned)rintf(__uint_as_float(a) * __uint_as_float((unsigned)(127 + MBITS - EMIN) << 23));
-  }
-  return (unsigned char)(sign | code);
-}
-[[maybe_unused]] static __device__ __forceinline__ unsigned char attn_f32_to_e4m3(float x) {
-  return attn_f32_to_fp8<3, 7, -6, 0x7eu>(x);
-}
-[[maybe_unused]] static __device__ __forceinline__ unsigned char attn_f32_to_e5m2(float x) {
-  return attn_f32_to_fp8<2, 15, -14, 0x7bu>(x);
-}
-
 /* ------------------------------------------ stores shared by epilogues */
 
 /* Output elements d and d + 1 of one row (8-, 4- or 2-byte store); KIND

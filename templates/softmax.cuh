@@ -19,22 +19,36 @@
  * P V GEMM (fwd_sm90). A row whose keys were all masked so far subtracts
  * 0, not -inf (the "safe max"), so its exponentials are 0 and alpha is 1,
  * never NaN. */
-template <int N, typename Frag, typename OnRow>
+/* SNAP (graphs that round P before P V, hooks.cuh's attn_p_round): the
+ * subtracted maximum is kept as an integer in base-2 units, ceil(max s *
+ * log2 e) (row_max holds it times ln 2), so every rescaling is a power of
+ * two and P's roundings are the CPU reference's (reference/interp.c,
+ * ref_eval_p_round). */
+template <int N, bool SNAP = false, typename Frag, typename OnRow>
 static __device__ __forceinline__ void attn_softmax_tile(Frag frag, float (&row_max)[2],
                                                          float (&row_sum)[2], OnRow on_row) {
   const float neg_inf = __int_as_float(0xff800000);
   const float log2e = 1.4426950408889634f;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    float mx = row_max[r];
+    float mx = SNAP ? neg_inf : row_max[r];
 #pragma unroll
     for (int n = 0; n < N; ++n)
       mx = fmaxf(mx, fmaxf(frag(n, 2 * r), frag(n, 2 * r + 1)));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const float base = mx == neg_inf ? 0.f : mx * log2e;
-    const float alpha = attn_exp2(row_max[r] * log2e - base);
-    row_max[r] = mx;
+    float base, alpha;
+    if constexpr (SNAP) { /* mx: this tile's max; the bases are integers */
+      const float old_b = row_max[r] == neg_inf ? neg_inf : rintf(row_max[r] * log2e);
+      const float new_b = fmaxf(old_b, mx == neg_inf ? neg_inf : ceilf(mx * log2e));
+      base = new_b == neg_inf ? 0.f : new_b;
+      alpha = attn_exp2(old_b - base);
+      row_max[r] = new_b == neg_inf ? neg_inf : new_b * 0.6931471805599453f;
+    } else {
+      base = mx == neg_inf ? 0.f : mx * log2e;
+      alpha = attn_exp2(row_max[r] * log2e - base);
+      row_max[r] = mx;
+    }
     float sum = 0.f;
 #pragma unroll
     for (int n = 0; n < N; ++n) {

@@ -74,6 +74,30 @@ static __device__ __forceinline__ void attn_wgmma_{name}(float (&d)[{n}], unsign
 }}
 #undef ATTN_WGMMA_{name.upper()}
 '''
+def rs8(name, N, doc):
+    n=N//2
+    return f'''/* {doc} */
+#define ATTN_WGMMA_{name.upper()}(TA, TB) \\
+  asm volatile("{{ .reg .pred p; setp.ne.b32 p, %{n+5}, 0;\\n" \\
+  "wgmma.mma_async.sync.aligned.m64n{N}k32.f32." TA "." TB " {{" \\
+  "{regs(n)}" \\
+  "}}, {{%{n},%{n+1},%{n+2},%{n+3}}}, %{n+4}, p, 1, 1; }}\\n" \\
+  : {outs(n)} \\
+  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(1))
+template <bool A_E4M3, bool B_E4M3>
+static __device__ __forceinline__ void attn_wgmma_{name}(float (&d)[{n}], const unsigned (&a)[4],
+                                                   unsigned long long db) {{
+  if constexpr (A_E4M3 && B_E4M3)
+    ATTN_WGMMA_{name.upper()}("e4m3", "e4m3");
+  else if constexpr (A_E4M3)
+    ATTN_WGMMA_{name.upper()}("e4m3", "e5m2");
+  else if constexpr (B_E4M3)
+    ATTN_WGMMA_{name.upper()}("e5m2", "e4m3");
+  else
+    ATTN_WGMMA_{name.upper()}("e5m2", "e5m2");
+}}
+#undef ATTN_WGMMA_{name.upper()}
+'''
 head='''/*
  * wgmma.cuh: the Hopper (sm_90a) warpgroup-MMA wrappers every sm90 template
  * uses (fwd_sm90.cuh, bwd_sm90.cuh), written once. Pasted at the top of a
@@ -241,4 +265,7 @@ body+="\n"+rs("rs256",256,"m64n256k16, A from registers, B MN-major from shared 
 body+="\n"+ss8("ss64_fp8",64,"m64n64k32, FP8 A and B (e4m3 or e5m2 each) K-major from shared memory.")
 body+="\n"+ss8("ss80_fp8",80,"m64n80k32, FP8 A and B (e4m3 or e5m2 each) K-major from shared memory.")
 body+="\n"+ss8("ss128_fp8",128,"m64n128k32, FP8 A and B (e4m3 or e5m2 each) K-major from shared memory.")
+body+="\n"+rs8("rs64_fp8",64,"m64n64k32, FP8 A from registers (4 bytes a register), FP8 B K-major from shared memory.")
+body+="\n"+rs8("rs128_fp8",128,"m64n128k32, FP8 A from registers (4 bytes a register), FP8 B K-major from shared memory.")
+body+="\n"+rs8("rs256_fp8",256,"m64n256k32, FP8 A from registers (4 bytes a register), FP8 B K-major from shared memory.")
 open('templates/wgmma.cuh', 'w').write(body)

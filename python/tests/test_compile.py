@@ -81,9 +81,13 @@ def test_a_source_error_carries_the_located_diagnostic(cache_dir):
 
 
 def test_a_graph_no_kernel_runs_is_refused_with_a_reason(root, cache_dir):
+    # Checked, but no kernel scales P after rounding it.
+    text = ("attention g {\n  input q : e4m3[B, H, S, 128];\n  input k : e4m3[B, H, S, 128];\n"
+            "  input v : e4m3[B, H, S, 128];\n  p = softmax(q @ k^T);\n"
+            "  o = (e4m3(p) * 2.0) @ v;\n  output o : bf16[B, H, S, 128];\n}\n")
     with pytest.raises(attnc.UnsupportedError) as e:
-        attnc.compile(Path(root, "examples", "fp8.attn"), arch="sm_90a", cache_dir=cache_dir)
-    assert "fp8.attn:" in str(e.value) and "e4m3" in str(e.value)
+        attnc.compile(text, name="bad_p.attn", arch="sm_90a", cache_dir=cache_dir)
+    assert "bad_p.attn:6:" in str(e.value) and "between the softmax and p @ v" in str(e.value)
 
 
 def test_io_option_and_target_errors(cache_dir):

@@ -14,6 +14,10 @@
 #include "gpu_test.h"
 #include "ref.h"
 
+/* Multiplies every output's tolerance (chk_tolerance): 1 unless a test
+ * knows its kernel rounds more than the reference models. */
+static double fwd_case_tol_factor = 1.0;
+
 /* Rewrites a test's inputs after ref_make_inputs (NULL: keep them). */
 typedef struct InputFill {
   void (*fn)(RefArgs *ra, const void *arg);
@@ -48,7 +52,7 @@ static bool run_case_filled(attn_context *ctx, attn_graph *ag, const IrGraph *g,
       for (int64_t e = 0; e < ref_numel(&ra.tensors[k]); e++)
         ra.tensors[k].data[e] = dtype_round(g->tensors[k].type, ra.tensors[k].data[e]);
     RefCompare c = ref_compare(res.outputs[k], ra.tensors[k].data, (size_t)ref_numel(&ra.tensors[k]));
-    double tol = chk_tolerance(g->tensors[k].type);
+    double tol = chk_tolerance(g->tensors[k].type) * fwd_case_tol_factor;
     sb_printf(&detail, "%s rel_l2 %.1e nonfinite-mismatch %zu; ", g->tensors[k].name, c.rel_l2,
               c.nonfinite_mismatch);
     if (!(c.rel_l2 <= tol) || c.nonfinite_mismatch) ok = false;

@@ -26,6 +26,7 @@ extern "C" {
 #include "../../abi/attn_layout.h"
 }
 /* The shared PTX wrappers, once, as the emitter pastes them. */
+#include "../../templates/common.cuh"
 #include "../../templates/ptx.cuh"
 
 #define CHECK(call)                                                                      \

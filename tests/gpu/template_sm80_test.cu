@@ -31,6 +31,7 @@ extern "C" {
 #include "../../abi/attn_layout.h"
 }
 /* The shared PTX wrappers, once, as the emitter pastes them. */
+#include "../../templates/common.cuh"
 #include "../../templates/ptx.cuh"
 #include "../../templates/softmax.cuh"
 
