@@ -655,12 +655,15 @@ typedef struct Sm90Config {
   int threads;    /* 384 */
   int smem_bytes; /* dynamic shared memory, as the template lays it out */
   bool persistent; /* ATTN_PERSISTENT: at most one CTA per SM walks the tiles */
+  bool fp8_pv;     /* ATTN_FP8_PV: P V in FP8 (P rounded to FP8, V^T) */
 } Sm90Config;
 
 /* 0 and fills out, or -1 when the template cannot run these head dims
  * (each of d_qk, d_v a multiple of 8 up to 256, attn_head_dim_ok; in_bytes
  * 2). Prints nothing. */
-int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int variant, Sm90Config *out);
+/* fp8_p: FP8 q, k, v with P rounded to FP8 (both products in FP8): key
+ * tiles of 64 or 128 keys, the widths of V^T's swizzled rows. */
+int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, bool fp8_p, int variant, Sm90Config *out);
 
 /* ---------------------------------------------------------- tmpl_decode.c */
 
@@ -703,6 +706,7 @@ typedef struct FwdConfig {
   int threads, smem_bytes;
   bool persistent;  /* fwd_sm90 ATTN_PERSISTENT: a tile queue, at most one
                        CTA per SM (any grid is correct) */
+  bool fp8_pv;      /* fwd_sm90 ATTN_FP8_PV: both products in FP8 */
   DecodeConfig decode; /* the split-KV decode kernel the plan may run instead */
 } FwdConfig;
 
@@ -714,7 +718,7 @@ typedef struct CompileOptions {
   int bwd_template;  /* 0: the target's fastest; 80: bwd_sm80's main kernel;
                         90: bwd_sm90's wherever the target is sm_90a */
   int sm90_variant;  /* fwd_sm90's variant (tmpl_sm90.c): 0 auto, 1 base,
-                        2 persist, 3 bn80, 4 persist_bn80 */
+                        2 persist, 3 bn80, 4 persist_bn80, 5 f16_pv */
 } CompileOptions;
 
 /* 0 and fills c, or -1 with a located error naming the head dims and the

@@ -429,6 +429,7 @@ static void emit_graph(StrBuf *out, const GraphCompile *gc, EmitPart part, Arena
     macro_def(out, &ms, a, "ATTN_BN", c->bn);
     macro_def(out, &ms, a, "ATTN_STAGES", c->stages);
     if (c->persistent) macro_def(out, &ms, a, "ATTN_PERSISTENT", 1);
+    if (c->fp8_pv) macro_def(out, &ms, a, "ATTN_FP8_PV", 1);
   } else if (c->kind == TMPL_FWD_SM80) {
     macro_def(out, &ms, a, "ATTN_BM", c->bm);
     macro_def(out, &ms, a, "ATTN_BN", c->bn);

@@ -574,7 +574,9 @@ static int match_fwd_template(const KernelSpec *s, const CompileOptions *o, FwdC
    * cache under a 16-bit q runs fwd_sm80). */
   const bool same_width = dtype_is_fp8(s->in_type) == dtype_is_fp8(s->kv_type);
   Sm90Config h;
-  if (sm90a && same_width && tmpl_sm90_config(s->d_qk, s->d_v, dtype_size(s->in_type), o->sm90_variant, &h) == 0) {
+  const bool fp8_p = dtype_is_fp8(s->in_type) && dtype_is_fp8(s->p_round);
+  if (sm90a && same_width &&
+      tmpl_sm90_config(s->d_qk, s->d_v, dtype_size(s->in_type), fp8_p, o->sm90_variant, &h) == 0) {
     *c = (FwdConfig){.kind = TMPL_FWD_SM90, .name = "fwd_sm90", .bm = h.bm, .bn = h.bn,
                      .stages = h.stages, .threads = h.threads, .smem_bytes = h.smem_bytes,
                      /* Masked graphs too: the tile queue balances unequal
@@ -582,7 +584,7 @@ static int match_fwd_template(const KernelSpec *s, const CompileOptions *o, FwdC
                       * causal (bench/NOTES-sm90.md). Dropout graphs too
                       * since one Philox call serves several elements (no
                       * spills; measured neutral). */
-                     .persistent = h.persistent};
+                     .persistent = h.persistent, .fp8_pv = h.fp8_pv};
     return 0;
   }
   Sm80Config p;

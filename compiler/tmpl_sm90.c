@@ -27,6 +27,10 @@
  *   persist       persistent grid (ATTN_PERSISTENT), same tiles
  *   bn80          D 256: BN 80, 2 stages; one CTA per query tile
  *   persist_bn80  both
+ *   f16_pv        auto, but where a graph with FP8 q, k, v rounds P to
+ *                 FP8, P V in f16 (P rounded in f32, V widened) instead of
+ *                 FP8 (V transposed): the same values; measured 0.94-1.06x
+ *                 the FP8 P V of auto (bench/RESULTS.md, FP8)
  * numbered 0 to 4 in this order; 0 is the default below (the fastest
  * measured), and so is any number out of range (the library never fails
  * on a tuning knob).
@@ -42,14 +46,16 @@ typedef struct Sm90Variant {
   const char *name;
   int persistent_max_d; /* persistent grid up to this head dim (0: never) */
   bool bn80;            /* D 256: key tiles of 80 instead of 64 */
+  bool f16_pv;          /* P V in f16 even where a graph rounds P to FP8 */
 } Sm90Variant;
 
 static const Sm90Variant sm90_variants[] = {
-    {"auto", 256, true},
-    {"base", 0, false},
-    {"persist", 256, false},
-    {"bn80", 0, true},
-    {"persist_bn80", 256, true},
+    {"auto", 256, true, false},
+    {"base", 0, false, false},
+    {"persist", 256, false, false},
+    {"bn80", 0, true, false},
+    {"persist_bn80", 256, true, false},
+    {"f16_pv", 256, true, true},
 };
 
 /* The default, "auto": the fastest measured (bench/NOTES-sm90.md, H200,
@@ -71,7 +77,7 @@ static int sm90_smem_bytes(const Sm90Candidate *c, int d_qk, int d_v, int fp8) {
   return attn_fwd90_layout_of(128, c->bn, c->stages, d_qk, d_v, fp8).total;
 }
 
-int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int variant, Sm90Config *out) {
+int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, bool fp8_p, int variant, Sm90Config *out) {
   /* Fastest first: more stages hide more TMA latency; BN 128 halves the
    * per-tile softmax bookkeeping where the registers allow it. Lists by
    * the wider tile dim (attn_head_tile): at 192 an O accumulator of 96
@@ -81,6 +87,9 @@ int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int variant, Sm90Config *o
   static const Sm90Candidate d192[] = {{80, 2}, {64, 3}, {64, 2}};
   static const Sm90Candidate d256[] = {{64, 2}};
   static const Sm90Candidate d256_80[] = {{80, 2}, {64, 2}};
+  /* FP8 P V: V^T rows are 64 or 128 keys (64- or 128-byte swizzle); at
+   * 192 and 256 the O accumulator leaves room for 64. */
+  static const Sm90Candidate fp8p_wide[] = {{64, 3}, {64, 2}};
   /* in_bytes 1: FP8 q, k and v (8-bit Q and K tiles, V converted to f16
    * by the producer warpgroup); their rows are whole 16-byte chunks. */
   if ((in_bytes != 2 && in_bytes != 1) || !out) return -1;
@@ -100,6 +109,9 @@ int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int variant, Sm90Config *o
   } else if (tv == 192) {
     list = d192, n = (int)(sizeof d192 / sizeof d192[0]);
   }
+  const bool fp8_pv = fp8 && fp8_p && !var->f16_pv;
+  if (fp8_pv && tmax > 128)
+    list = fp8p_wide, n = (int)(sizeof fp8p_wide / sizeof fp8p_wide[0]);
   for (int k = 0; k < n; k++) {
     int bytes = sm90_smem_bytes(&list[k], fp8 ? attn_head_tile8(d_qk) : tqk, tv, fp8);
     if (bytes <= SM90_SMEM_LIMIT) {
@@ -109,6 +121,8 @@ int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int variant, Sm90Config *o
       out->threads = 384;
       out->smem_bytes = bytes;
       out->persistent = tmax <= var->persistent_max_d;
+      /* FP8 P V reads V^T rows of 64 or 128 keys. */
+      out->fp8_pv = fp8_pv && (list[k].bn == 64 || list[k].bn == 128);
       return 0;
     }
   }

@@ -89,7 +89,8 @@ attn_status attn_context_set_cache_dir(attn_context *ctx, const char *dir);
  *       target's fastest, 80 the portable bwd_sm80 everywhere, 90
  *       bwd_sm90 wherever the target is sm_90a
  *   ATTN_OPTION_SM90_VARIANT  the Hopper forward's variant: 0 auto,
- *       1 base, 2 persist, 3 bn80, 4 persist_bn80 (bench/NOTES-sm90.md)
+ *       1 base, 2 persist, 3 bn80, 4 persist_bn80, 5 f16_pv
+ *       (bench/NOTES-sm90.md)
  * and a launch option:
  *   ATTN_OPTION_PERSISTENT_CTAS  at most this many CTAs for persistent
  *       kernels (0: one per SM); tests use a few to make every CTA take

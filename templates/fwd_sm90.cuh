@@ -50,8 +50,8 @@
 constexpr bool fwd90_fp8 = attn_q_fp8 != 0;
 static_assert(fwd90_fp8 == (attn_kv_fp8 != 0), "FP8 q takes FP8 k and v here");
 /* FP8 P V, where the graph rounds P to FP8 (`e4m3(p * scale_s) @ v`,
- * hooks.cuh's ATTN_P_ROUND) and key tiles are 128 (one 128-byte row of
- * keys): P packs straight from the S accumulators into FP8 A fragments
+ * hooks.cuh's ATTN_P_ROUND) and key tiles are 128 or 64 (one 128- or
+ * 64-byte swizzled row of keys): P packs straight from the S accumulators into FP8 A fragments
  * (k 32), and the converter warps transpose V into a K-major tile V^T
  * instead of widening it (FP8 wgmma reads no MN-major operand). The keys
  * of each 32 go in the order the accumulators hold them: thread t of a
@@ -60,7 +60,19 @@ static_assert(fwd90_fp8 == (attn_kv_fp8 != 0), "FP8 q takes FP8 k and v here");
  * 0, 1) is V^T's column 16h + 4t + 2c + x: no shuffles. Elsewhere P is
  * rounded in f32 and P V runs in f16 (the same values: FP8 is exact in
  * f16). */
-constexpr bool fwd90_p8 = fwd90_fp8 && attn_p_round != 0 && ATTN_BN == 128;
+#if defined(ATTN_FP8_PV) /* the compiler's choice (tmpl_sm90.c) */
+constexpr bool fwd90_p8 = true;
+static_assert(fwd90_fp8 && attn_p_round != 0 && (ATTN_BN == 128 || ATTN_BN == 64),
+              "FP8 P V: FP8 q, k, v, P rounded to FP8, key tiles of 64 or 128");
+#else
+constexpr bool fwd90_p8 = false;
+#endif
+/* V^T's rows: BN key bytes, 128- or 64-byte swizzle (the descriptor's
+ * layout 1 or 2; 8-row groups 1024 or 512 bytes apart). */
+constexpr int fwd90_vt_row = ATTN_BN;
+static __device__ __forceinline__ unsigned fwd90_vt_chunk(int c, int d) {
+  return fwd90_vt_row == 128 ? (unsigned)(c ^ (d & 7)) : (unsigned)(c ^ ((d >> 1) & 3));
+}
 /* P's A fragments per key tile: 16 keys each (16-bit), or 32 (FP8). */
 constexpr int fwd90_pa_steps = fwd90_p8 ? ATTN_BN / 32 : ATTN_BN / 16;
 /* Elements of a 128-byte swizzle row, and of the S GEMM's k steps. */
@@ -190,7 +202,7 @@ static __device__ __forceinline__ void fwd90_gemm_pv8(float (&d)[N / 2], const u
   } else if constexpr (N == 192) { /* columns 0-127, then 128-191: rows 128.. of V^T */
     attn_wgmma_rs128_fp8<pe4, ve4>(*reinterpret_cast<float(*)[64]>(&d[0]), a, db);
     attn_wgmma_rs64_fp8<pe4, ve4>(*reinterpret_cast<float(*)[32]>(&d[64]), a,
-                                  attn_wgmma_desc_add(db, 128 * 128));
+                                  attn_wgmma_desc_add(db, 128 * fwd90_vt_row));
   } else if constexpr (N == 128)
     attn_wgmma_rs128_fp8<pe4, ve4>(d, a, db);
   else
@@ -228,7 +240,10 @@ static __device__ __forceinline__ void fwd90_pv(float (&o)[fwd90_dv / 2],
 #pragma unroll
   for (int kk = 0; kk < fwd90_pa_steps; ++kk) {
     if constexpr (fwd90_p8) {
-      fwd90_gemm_pv8<fwd90_dv>(o, pa[kk], attn_wgmma_desc(vs + kk * 32, 16, 1024));
+      unsigned long long dv = attn_wgmma_desc(vs + kk * 32, 16, 8 * fwd90_vt_row);
+      if constexpr (fwd90_vt_row == 64) /* layout 2: the 64-byte swizzle */
+        dv = (dv & ~(3ull << 62)) | (2ull << 62);
+      fwd90_gemm_pv8<fwd90_dv>(o, pa[kk], dv);
     } else {
       const unsigned long long dv = attn_wgmma_desc(vs + kk * 16 * 128, fwd90_bn * 128, 1024);
       fwd90_gemm_pv<fwd90_dv>(o, pa[kk], dv);
@@ -419,8 +434,8 @@ static __device__ __forceinline__ void fwd90_transpose_v(unsigned v8, unsigned v
 #pragma unroll
     for (int xx = 0; xx < 4; ++xx) {
       const int d = d0 + xx;
-      asm volatile("st.shared.b32 [%0], %1;" ::"r"(vt + d * 128 + (((kb >> 4) ^ (d & 7)) << 4) +
-                                                   (kb & 15)),
+      asm volatile("st.shared.b32 [%0], %1;" ::"r"(vt + d * fwd90_vt_row +
+                                                   (fwd90_vt_chunk(kb >> 4, d) << 4) + (kb & 15)),
                    "r"(y[xx])
                    : "memory");
     }

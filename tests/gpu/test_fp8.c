@@ -255,15 +255,18 @@ static void test_fully_masked(attn_context *ctx, attn_graph *ag, const IrGraph *
 }
 
 /* argv[1], when given, is the target to compile for (sm_90: the portable
- * template on Hopper; default: the device's, sm_90a's FP8 wgmma path). */
+ * template on Hopper; default or "-": the device's, sm_90a's FP8 wgmma
+ * path); argv[2] fwd_sm90's variant. */
 int main(int argc, char **argv) {
   if (!gpu_test_driver()) return 0;
   attn_context *ctx = gpu_test_context();
   if (!ctx) return 1;
-  if (argc > 1 && attn_context_set_arch(ctx, argv[1]) != ATTN_SUCCESS) {
+  if (argc > 1 && strcmp(argv[1], "-") && attn_context_set_arch(ctx, argv[1]) != ATTN_SUCCESS) {
     verdict(false, argv[1], attn_context_error(ctx));
     return 1;
   }
+  /* argv[2]: fwd_sm90's variant (5, f16_pv: P V in f16 for rounded P). */
+  if (argc > 2) attn_context_set_option(ctx, ATTN_OPTION_SM90_VARIANT, atoi(argv[2]));
   Arena *a = arena_new();
   Diag d = {0};
   attn_module *mod = compile_text(ctx, "fp8_tests.attn", fp8_graphs);

@@ -121,7 +121,7 @@ Test(layout, head_dim_configs) {
       Sm90Config h;
       Sm80Config p;
       DecodeConfig dc;
-      cr_assert_eq(tmpl_sm90_config(k, v, 2, 0, &h) == 0, ok, "sm90 %d %d", k, v);
+      cr_assert_eq(tmpl_sm90_config(k, v, 2, false, 0, &h) == 0, ok, "sm90 %d %d", k, v);
       cr_assert_eq(tmpl_sm80_config(k, v, 2, 2, 90, &p) == 0, ok, "sm80 %d %d", k, v);
       cr_assert_eq(tmpl_decode_config(k, v, 2, 2, false, 4, &dc) == 0, ok, "decode %d %d", k, v);
       if (ok) {
