@@ -1066,3 +1066,82 @@ Test(interp, softplus_values_and_folding) {
   cr_assert_float_eq(m->graphs[0]->scalars[0].fdefault, log1p(exp(2.0)) - 1.0, 1e-15);
   arena_free(a);
 }
+
+/* P rounded to FP8 before p @ v, in the flash form (reference/interp.c,
+ * ref_eval_p_round): per row M = ceil(max_j s_j log2 e), L = sum_j
+ * 2^(s_j log2 e - M) (+ the sink's term), and p @ v reads
+ * e4m3(2^(s_j log2 e - M) * c) / L, written out here with the causal mask
+ * and a sink. */
+static const char *p8_text =
+    "attention g {\n"
+    "  input  q : f32[B, H, Sq, 8];\n"
+    "  input  k : f32[B, H, Skv, 8];\n"
+    "  input  v : f32[B, H, Skv, 4];\n"
+    "  input  sinks : f32[H];\n"
+    "  scalar scale_s : f32 = 448.0;\n"
+    "  s = mask((q @ k^T) * 0.7, j <= i);\n"
+    "  o = (e4m3(softmax(s, sinks[h]) * scale_s) @ v) * (1.0 / scale_s);\n"
+    "  output o : f32[B, H, Sq, 4];\n"
+    "}\n";
+
+Test(interp, fp8_p_rounds_the_flash_form) {
+  Built bu = build(p8_text, "g");
+  const IrPChain pc = ir_p_chain(bu.g);
+  cr_assert(pc.round && pc.round->type == DT_E4M3 && pc.scale && !pc.dropout && !pc.bad);
+  RefArgs args = {.g = bu.g};
+  StrBuf err = {0};
+  cr_assert_eq(ref_make_inputs(&args, "B=1,H=2,Sq=5,Skv=5", 11, &err), 0, "%s", err.data);
+  cr_assert_eq(ref_forward(&args, &err), 0, "%s", err.data);
+  const double *q = args.tensors[tensor_index(bu.g, "q")].data;
+  const double *k = args.tensors[tensor_index(bu.g, "k")].data;
+  const double *v = args.tensors[tensor_index(bu.g, "v")].data;
+  const double *sk = args.tensors[tensor_index(bu.g, "sinks")].data;
+  const double *O = args.tensors[tensor_index(bu.g, "o")].data;
+  const double log2e = 1.4426950408889634, c = 448.0, sc = (double)0.7f;
+  int rounded_apart = 0;
+  for (int h = 0; h < 2; h++)
+    for (int i = 0; i < 5; i++) {
+      double s[5], mx = -INFINITY;
+      for (int j = 0; j < 5; j++) {
+        double dot = 0;
+        for (int d = 0; d < 8; d++) dot += q[(h * 5 + i) * 8 + d] * k[(h * 5 + j) * 8 + d];
+        s[j] = j <= i ? dot * sc : -INFINITY;
+        mx = fmax(mx, s[j]);
+      }
+      const double M = ceil(mx * log2e);
+      double L = exp2(sk[h] * log2e - M);
+      for (int j = 0; j <= i; j++) L += exp2(s[j] * log2e - M);
+      for (int d = 0; d < 4; d++) {
+        double want = 0, literal = 0;
+        for (int j = 0; j <= i; j++) {
+          const double pt = exp2(s[j] * log2e - M);
+          want += dtype_round(DT_E4M3, pt * c) / L * v[(h * 5 + j) * 4 + d];
+          literal += dtype_round(DT_E4M3, pt / L * c) * v[(h * 5 + j) * 4 + d];
+        }
+        want /= c;
+        literal /= c;
+        cr_assert(fabs(O[(h * 5 + i) * 4 + d] - want) <= 1e-12 * (1 + fabs(want)),
+                  "h %d i %d d %d: %.17g, want %.17g", h, i, d, O[(h * 5 + i) * 4 + d], want);
+        rounded_apart += fabs(want - literal) > 1e-9;
+      }
+    }
+  /* The test can tell the flash form from rounding the normalized P. */
+  cr_assert_gt(rounded_apart, 0);
+  ref_args_free(&args);
+  arena_free(bu.a);
+}
+
+/* The rounding casts fold and evaluate like the storage types' rounding,
+ * saturating for FP8; a scale after P's rounding is not the kernels'
+ * form (ir_p_chain.bad). */
+Test(interp, rounding_casts_and_p_chains) {
+  Built bu = build("attention g {\n  input q : f32[B, H, S, 8];\n  input k : f32[B, H, S, 8];\n"
+                   "  input v : f32[B, H, S, 8];\n  scalar x : f32 = e4m3(1000.0) + bf16(1.00390625) + "
+                   "e5m2(0.3) + f16(0.1);\n  p = softmax(q @ k^T);\n  o = (e4m3(p) * 2.0) @ v;\n"
+                   "  output o : f32[B, H, S, 8];\n}\n", "g");
+  cr_assert_eq(bu.g->scalars[0].fdefault, dtype_round(DT_F32, 448.0 + 1.0 + 0.3125 + dtype_round(DT_F16, 0.1)),
+               "%.17g", bu.g->scalars[0].fdefault);
+  const IrPChain pc = ir_p_chain(bu.g);
+  cr_assert(pc.bad && pc.bad->op == IR_CAST && !pc.round);
+  arena_free(bu.a);
+}

@@ -135,3 +135,24 @@ Test(layout, head_dim_configs) {
                    v);
     }
 }
+
+/* FP8 q, k, v on fwd_sm90: 8-bit Q/K/V tiles; where P is rounded to FP8,
+ * P V in FP8 (V^T rows of 128 keys, or 64 at head dims above 128) unless
+ * the variant f16_pv (5) keeps it in f16. */
+Test(layout, fwd90_fp8_configs) {
+  Sm90Config h;
+  cr_assert_eq(tmpl_sm90_config(128, 128, 1, true, 0, &h), 0);
+  cr_assert(h.fp8_pv && h.bn == 128);
+  cr_assert_eq(h.smem_bytes, attn_fwd90_layout_of(128, 128, h.stages, 128, 128, 1).total);
+  cr_assert_eq(tmpl_sm90_config(256, 256, 1, true, 0, &h), 0);
+  cr_assert(h.fp8_pv && h.bn == 64);
+  cr_assert_leq(h.smem_bytes, 227 * 1024);
+  cr_assert_eq(tmpl_sm90_config(256, 256, 1, true, 5, &h), 0);
+  cr_assert(!h.fp8_pv && h.bn == 80);
+  cr_assert_eq(tmpl_sm90_config(64, 64, 1, false, 0, &h), 0);
+  cr_assert(!h.fp8_pv);
+  cr_assert_eq(tmpl_sm90_config(80, 80, 1, false, 0, &h), 0);
+  cr_assert_eq(tmpl_sm90_config(72, 72, 1, false, 0, &h), -1, "8-bit rows of whole 16 bytes");
+  for (int d = 16; d <= 256; d += 16)
+    cr_assert_eq(tmpl_sm90_config(d, d, 1, true, 0, &h), 0, "D %d", d);
+}
