@@ -10,94 +10,56 @@ def outs(n):
     items=[f'"+f"(d[{k}])' for k in range(n)]
     lines=[", ".join(items[i:i+8]) for i in range(0,n,8)]
     return ", \\\n  ".join(lines)
+def wrapper(name, N, doc, regs_a, fp8, tails):
+    """One shape: a macro over the types (T for 16-bit, TA and TB for FP8) and
+    the template choosing them. regs_a: A from registers (rs) or through a
+    descriptor (ss); tails: the immediates after scale-d (16-bit ss: the
+    scales and both transposes; rs: the scales and B's transpose; FP8: the
+    scales only, FP8 operands being K-major)."""
+    n = N // 2
+    k = 32 if fp8 else 16
+    types = 'TA "." TB' if fp8 else 'T "." T'
+    pred = n + 5 if regs_a else n + 2
+    if regs_a:
+        a_ops = f"{{%{n},%{n+1},%{n+2},%{n+3}}}, %{n+4}"
+        ins = '"r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(1)'
+        args = (f"float (&d)[{n}], const unsigned (&a)[4],\n"
+                "                                                   unsigned long long db")
+    else:
+        a_ops = f"%{n}, %{n+1}"
+        ins = '"l"(da), "l"(db), "r"(scale_d)'
+        args = (f"float (&d)[{n}], unsigned long long da,\n"
+                "                                                   unsigned long long db, int scale_d")
+    M = f"ATTN_WGMMA_{name.upper()}"
+    if fp8:
+        tparams, margs = "bool A_E4M3, bool B_E4M3", "TA, TB"
+        body = (f'  if constexpr (A_E4M3 && B_E4M3)\n    {M}("e4m3", "e4m3");\n'
+                f'  else if constexpr (A_E4M3)\n    {M}("e4m3", "e5m2");\n'
+                f'  else if constexpr (B_E4M3)\n    {M}("e5m2", "e4m3");\n'
+                f'  else\n    {M}("e5m2", "e5m2");')
+    else:
+        tparams, margs = "bool BF16", "T"
+        body = f'  if constexpr (BF16)\n    {M}("bf16");\n  else\n    {M}("f16");'
+    return (f"/* {doc} */\n"
+            f"#define {M}({margs}) \\\n"
+            f'  asm volatile("{{ .reg .pred p; setp.ne.b32 p, %{pred}, 0;\\n" \\\n'
+            f'  "wgmma.mma_async.sync.aligned.m64n{N}k{k}.f32." {types} " {{" \\\n'
+            f'  "{regs(n)}" \\\n'
+            f'  "}}, {a_ops}, p, {tails}; }}\\n" \\\n'
+            f"  : {outs(n)} \\\n"
+            f"  : {ins})\n"
+            f"template <{tparams}>\n"
+            f"static __device__ __forceinline__ void attn_wgmma_{name}({args}) {{\n"
+            f"{body}\n}}\n"
+            f"#undef {M}\n")
 def ss(name, N, ta, tb, doc):
-    n=N//2
-    return f'''/* {doc} */
-#define ATTN_WGMMA_{name.upper()}(T) \\
-  asm volatile("{{ .reg .pred p; setp.ne.b32 p, %{n+2}, 0;\\n" \\
-  "wgmma.mma_async.sync.aligned.m64n{N}k16.f32." T "." T " {{" \\
-  "{regs(n)}" \\
-  "}}, %{n}, %{n+1}, p, 1, 1, {ta}, {tb}; }}\\n" \\
-  : {outs(n)} \\
-  : "l"(da), "l"(db), "r"(scale_d))
-template <bool BF16>
-static __device__ __forceinline__ void attn_wgmma_{name}(float (&d)[{n}], unsigned long long da,
-                                                   unsigned long long db, int scale_d) {{
-  if constexpr (BF16)
-    ATTN_WGMMA_{name.upper()}("bf16");
-  else
-    ATTN_WGMMA_{name.upper()}("f16");
-}}
-#undef ATTN_WGMMA_{name.upper()}
-'''
+    return wrapper(name, N, doc, False, False, f"1, 1, {ta}, {tb}")
 def rs(name, N, doc):
-    n=N//2
-    return f'''/* {doc} */
-#define ATTN_WGMMA_{name.upper()}(T) \\
-  asm volatile("{{ .reg .pred p; setp.ne.b32 p, %{n+5}, 0;\\n" \\
-  "wgmma.mma_async.sync.aligned.m64n{N}k16.f32." T "." T " {{" \\
-  "{regs(n)}" \\
-  "}}, {{%{n},%{n+1},%{n+2},%{n+3}}}, %{n+4}, p, 1, 1, 1; }}\\n" \\
-  : {outs(n)} \\
-  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(1))
-template <bool BF16>
-static __device__ __forceinline__ void attn_wgmma_{name}(float (&d)[{n}], const unsigned (&a)[4],
-                                                   unsigned long long db) {{
-  if constexpr (BF16)
-    ATTN_WGMMA_{name.upper()}("bf16");
-  else
-    ATTN_WGMMA_{name.upper()}("f16");
-}}
-#undef ATTN_WGMMA_{name.upper()}
-'''
+    return wrapper(name, N, doc, True, False, "1, 1, 1")
 def ss8(name, N, doc):
-    n=N//2
-    return f'''/* {doc} */
-#define ATTN_WGMMA_{name.upper()}(TA, TB) \\
-  asm volatile("{{ .reg .pred p; setp.ne.b32 p, %{n+2}, 0;\\n" \\
-  "wgmma.mma_async.sync.aligned.m64n{N}k32.f32." TA "." TB " {{" \\
-  "{regs(n)}" \\
-  "}}, %{n}, %{n+1}, p, 1, 1; }}\\n" \\
-  : {outs(n)} \\
-  : "l"(da), "l"(db), "r"(scale_d))
-template <bool A_E4M3, bool B_E4M3>
-static __device__ __forceinline__ void attn_wgmma_{name}(float (&d)[{n}], unsigned long long da,
-                                                   unsigned long long db, int scale_d) {{
-  if constexpr (A_E4M3 && B_E4M3)
-    ATTN_WGMMA_{name.upper()}("e4m3", "e4m3");
-  else if constexpr (A_E4M3)
-    ATTN_WGMMA_{name.upper()}("e4m3", "e5m2");
-  else if constexpr (B_E4M3)
-    ATTN_WGMMA_{name.upper()}("e5m2", "e4m3");
-  else
-    ATTN_WGMMA_{name.upper()}("e5m2", "e5m2");
-}}
-#undef ATTN_WGMMA_{name.upper()}
-'''
+    return wrapper(name, N, doc, False, True, "1, 1")
 def rs8(name, N, doc):
-    n=N//2
-    return f'''/* {doc} */
-#define ATTN_WGMMA_{name.upper()}(TA, TB) \\
-  asm volatile("{{ .reg .pred p; setp.ne.b32 p, %{n+5}, 0;\\n" \\
-  "wgmma.mma_async.sync.aligned.m64n{N}k32.f32." TA "." TB " {{" \\
-  "{regs(n)}" \\
-  "}}, {{%{n},%{n+1},%{n+2},%{n+3}}}, %{n+4}, p, 1, 1; }}\\n" \\
-  : {outs(n)} \\
-  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(1))
-template <bool A_E4M3, bool B_E4M3>
-static __device__ __forceinline__ void attn_wgmma_{name}(float (&d)[{n}], const unsigned (&a)[4],
-                                                   unsigned long long db) {{
-  if constexpr (A_E4M3 && B_E4M3)
-    ATTN_WGMMA_{name.upper()}("e4m3", "e4m3");
-  else if constexpr (A_E4M3)
-    ATTN_WGMMA_{name.upper()}("e4m3", "e5m2");
-  else if constexpr (B_E4M3)
-    ATTN_WGMMA_{name.upper()}("e5m2", "e4m3");
-  else
-    ATTN_WGMMA_{name.upper()}("e5m2", "e5m2");
-}}
-#undef ATTN_WGMMA_{name.upper()}
-'''
+    return wrapper(name, N, doc, True, True, "1, 1")
 head='''/*
  * wgmma.cuh: the Hopper (sm_90a) warpgroup-MMA wrappers every sm90 template
  * uses (fwd_sm90.cuh, bwd_sm90.cuh), written once. Pasted at the top of a

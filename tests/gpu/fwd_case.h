@@ -7,6 +7,8 @@
 #ifndef ATTN_FWD_CASE_H
 #define ATTN_FWD_CASE_H
 
+#include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "attn.h"
@@ -23,6 +25,23 @@ typedef struct InputFill {
   void (*fn)(RefArgs *ra, const void *arg);
   const void *arg;
 } InputFill;
+
+/* Tensor t's elements as every finite value of its FP8 type in byte order
+ * (bytes n % 256, NaNs and infinities skipped): the kernels' conversion of
+ * each, subnormals included, against the reference's. */
+[[maybe_unused]] static void fill_every_fp8_value(RefArgs *ra, int t) {
+  const DType dt = ra->g->tensors[t].type;
+  RefTensor *x = &ra->tensors[t];
+  size_t n = (size_t)ref_numel(x), m = 0;
+  for (size_t e = 0; e < n; e++) {
+    double v;
+    do {
+      const uint8_t byte = (uint8_t)(m++ % 256);
+      v = dtype_from_bits(dt, &byte);
+    } while (isnan(v) || isinf(v));
+    x->data[e] = v;
+  }
+}
 
 /* Runs g on the GPU and the CPU; compares every output. spec is the
  * shapes ("B=2,H=4,Sq=128"), then optionally ';' and scalar settings

@@ -72,21 +72,8 @@ static void expect_refused(attn_context *ctx, attn_graph *ag, const IrGraph *g, 
  * against the reference's. */
 static void fill_every_fp8(RefArgs *ra, const void *arg) {
   (void)arg;
-  const IrGraph *g = ra->g;
-  const int kv[2] = {g->k, g->v};
-  for (int x = 0; x < 2; x++) {
-    RefTensor *t = &ra->tensors[kv[x]];
-    const DType dt = g->tensors[kv[x]].type;
-    size_t n = (size_t)ref_numel(t), m = 0;
-    for (size_t e = 0; e < n; e++) {
-      double v;
-      do {
-        const uint8_t byte = (uint8_t)(m++ % 256);
-        v = dtype_from_bits(dt, &byte);
-      } while (isnan(v) || isinf(v));
-      t->data[e] = v;
-    }
-  }
+  fill_every_fp8_value(ra, ra->g->k);
+  fill_every_fp8_value(ra, ra->g->v);
 }
 
 static void test_decode(attn_context *ctx, attn_graph *ag, const IrGraph *g, const char *path,

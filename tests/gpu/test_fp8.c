@@ -153,18 +153,7 @@ static void fill_int_qk(RefArgs *ra, const void *arg) {
  * each, subnormals included); k and v keep their random values. */
 static void fill_every_q(RefArgs *ra, const void *arg) {
   (void)arg;
-  const IrGraph *g = ra->g;
-  const DType dt = g->tensors[g->q].type;
-  RefTensor *t = &ra->tensors[g->q];
-  size_t n = (size_t)ref_numel(t), m = 0;
-  for (size_t e = 0; e < n; e++) {
-    double v;
-    do {
-      const uint8_t byte = (uint8_t)(m++ % 256);
-      v = dtype_from_bits(dt, &byte);
-    } while (isnan(v) || isinf(v));
-    t->data[e] = v; /* the caller's descale_q keeps the scores in range */
-  }
+  fill_every_fp8_value(ra, ra->g->q); /* the caller's descale_q keeps the scores in range */
 }
 
 /* Documents of 50 rows: doc[b, i] = i / 50. */
