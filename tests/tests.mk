@@ -4,7 +4,7 @@
 #   tests/diag/*.attn  malformed inputs beside their expected diagnostics
 #   tests/golden/      IR and emitted-CUDA goldens of examples/*.attn
 #   tests/gpu/*.c      GPU tests against the CPU reference (plain C)
-#   tests/host/        emitted hooks compiled for the host and checked (no GPU)
+#   tests/host/        emitted hooks and the FP8 rounding compiled for the host and checked (no GPU)
 #   tests/build/       attnc build's refusals; tests/build.sh also builds a
 #                      source at an odd path and compiles what it wrote
 #   tests/fuzz/        the front end's libFuzzer harness and seed corpus
@@ -54,6 +54,7 @@ test-here: all $(BUILD)/tests/unit_tests $(GPU_BIN)
 	tests/nvrtc.sh $(BUILD)/attnc
 	tests/build.sh $(BUILD)/attnc
 	tests/host/sep_host_check.sh $(BUILD)/attnc
+	tests/host/fp8_host_check.sh $(BUILD)/libattn.a
 	@for t in $(GPU_BIN); do echo "== $$t"; $$t || exit 1; done
 
 # The template on its own, with hand-written hooks (nvcc, cudart).
