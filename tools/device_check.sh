@@ -48,6 +48,13 @@ step test_forward "$B/tests/gpu/test_forward"
   step test_backward_ctas3 env ATTN_PERSISTENT_CTAS=3 "$B/tests/gpu/test_backward"
 # The launch plan's promises: caller workspaces, CUDA graph capture, empty sequences.
 [ -x "$B/tests/gpu/test_plan" ] && step test_plan "$B/tests/gpu/test_plan"
+# FP8: fwd_sm90 (FP8 P V where P is rounded), its f16_pv variant, fwd_sm80.
+if [ -x "$B/tests/gpu/test_fp8" ]; then
+  step test_fp8 "$B/tests/gpu/test_fp8"
+  step test_fp8_f16pv "$B/tests/gpu/test_fp8" - 5
+  step test_fp8_sm80 "$B/tests/gpu/test_fp8" sm_90
+fi
+[ -x "$B/tests/gpu/test_head_dims" ] && step test_head_dims "$B/tests/gpu/test_head_dims"
 [ -x "$B/tests/gpu/template_sm80_test" ] && step template_sm80 "$B/tests/gpu/template_sm80_test"
 [ -x "$B/tests/gpu/template_bwd_test" ] && step template_bwd "$B/tests/gpu/template_bwd_test"
 if [ "${HOST:-1}" = 1 ] && [ -d "$B/host" ]; then
@@ -72,6 +79,7 @@ if [ "${BENCH:-1}" = 1 ]; then
   [ "${SM80:-1}" = 1 ] && step bench_grid_sm80 python3 bench/bench.py --lib "$B/libattn.so" --out "$L" --arch sm_90 --dims 128 --seqs 1024,4096,16384
   step bench_variants python3 bench/bench.py --lib "$B/libattn.so" --out "$L" --variants
   step bench_backward python3 bench/bench.py --lib "$B/libattn.so" --out "$L" --backward
+  step bench_fp8 python3 bench/fp8.py --lib "$B/libattn.so" --out "$L"
 fi
 cat "$L/gpu.txt"
 printf '%s\n' "${summary[@]}"
