@@ -450,6 +450,16 @@ typedef struct IrPChain {
   IrNode *dropout, *scale, *round, *bad;
 } IrPChain;
 IrPChain ir_p_chain(const IrGraph *g);
+/* A folded constant (ir_fold.c): f for floats, i for integers and bools. */
+typedef struct IrConst {
+  DType t;
+  double f;
+  int64_t i;
+} IrConst;
+/* Folds a scalar's default: true with the value, or false after a located
+ * error (not a constant expression, a type error, an out-of-range cast). */
+bool ir_fold(Diag *d, const AstExpr *e, IrConst *out);
+double ir_const_num(IrConst v); /* f, or i as a double */
 /* The page size's dimension of a paged cache (1, or 2 for paged_hnd). */
 static inline int ir_page_dim(const IrTensor *t) { return t->paged_hnd ? 2 : 1; }
 

@@ -273,197 +273,6 @@ static IrNode *op2(Builder *b, IrOp op, Loc loc, DType t, IrNode *x,
   return op_node(b, op, loc, t, 2, s);
 }
 
-/* ------------------------------------------------------------- constants */
-
-/* A folded constant: f for floats, i for integers and bools. */
-typedef struct CVal {
-  DType t;
-  double f;
-  int64_t i;
-} CVal;
-
-static double cv_num(CVal v) { return dtype_is_float(v.t) ? v.f : (double)v.i; }
-
-static CVal cv_int(DType t, int64_t i) {
-  if (t == DT_I32) i = (int32_t)(uint32_t)(uint64_t)i;
-  return (CVal){.t = t, .i = i, .f = (double)i};
-}
-
-static CVal cv_float(double f) { return (CVal){.t = DT_F32, .f = f}; }
-
-/* A math function of a float constant: ops.def's CPU evaluation, the one
- * the CPU reference uses. */
-static double cv_math(IrOp op, double x) {
-  return op_apply(op, DT_F32, &x, 1);
-}
-
-static bool fold(Builder *b, const AstExpr *e, CVal *out);
-
-static bool fold_binary(Builder *b, const AstExpr *e, CVal *out) {
-  CVal x, y;
-  bool okx = fold(b, e->args[0], &x), oky = fold(b, e->args[1], &y);
-  if (!okx || !oky) return false;
-  if (e->op == BIN_MATMUL) {
-    diag_error(b->d, e->loc, "'@' cannot appear in a constant expression");
-    return false;
-  }
-  DType t = ir_binop_type(b->d, e->loc, (BinOp)e->op, x.t, y.t);
-  if (t == DT_NONE) return false;
-  if (t == DT_BOOL) {
-    double p = cv_num(x), q = cv_num(y);
-    bool r = false;
-    switch (e->op) {
-    case BIN_AND: r = x.i && y.i; break;
-    case BIN_OR: r = x.i || y.i; break;
-    case BIN_LT: r = p < q; break;
-    case BIN_LE: r = p <= q; break;
-    case BIN_GT: r = p > q; break;
-    case BIN_GE: r = p >= q; break;
-    case BIN_EQ: r = x.t == DT_BOOL ? x.i == y.i : p == q; break;
-    case BIN_NE: r = x.t == DT_BOOL ? x.i != y.i : p != q; break;
-    default: die("bad comparison %d", e->op);
-    }
-    *out = cv_int(DT_BOOL, r);
-    return true;
-  }
-  if (t == DT_F32) { /* ops.def's CPU evaluation, as the reference's */
-    const double pq[2] = {cv_num(x), cv_num(y)};
-    *out = cv_float(op_apply(ir_binop_op((BinOp)e->op), DT_F32, pq, 2));
-    return true;
-  }
-  /* Integers wrap like the kernel's two's-complement arithmetic. */
-  uint64_t p = (uint64_t)x.i, q = (uint64_t)y.i, r = 0;
-  if ((e->op == BIN_DIV || e->op == BIN_MOD) && q == 0) {
-    diag_error(b->d, e->loc, "division by zero in a constant expression");
-    return false;
-  }
-  bool u = t == DT_U64;
-  switch (e->op) {
-  case BIN_ADD: r = p + q; break;
-  case BIN_SUB: r = p - q; break;
-  case BIN_MUL: r = p * q; break;
-  case BIN_DIV:
-    r = u ? p / q : (x.i == INT64_MIN && y.i == -1) ? p : (uint64_t)(x.i / y.i);
-    break;
-  case BIN_MOD:
-    r = u ? p % q : (y.i == -1) ? 0 : (uint64_t)(x.i % y.i);
-    break;
-  default: die("bad int op %d", e->op);
-  }
-  *out = cv_int(t, (int64_t)r);
-  return true;
-}
-
-static bool fold_call(Builder *b, const AstExpr *e, CVal *out) {
-  const FnInfo *fn = ir_find_fn(e->name);
-  if (!fn || fn->kind >= FN_MASK) {
-    diag_error(b->d, e->loc, fn ? "'%s' cannot appear in a constant expression"
-                                : "unknown function '%s'", e->name);
-    return false;
-  }
-  if (e->nargs != fn->nargs) {
-    diag_error(b->d, e->loc, "'%s' takes %d argument%s, got %d", fn->name,
-               fn->nargs, fn->nargs == 1 ? "" : "s", e->nargs);
-    return false;
-  }
-  CVal v[3];
-  bool ok = true;
-  for (int k = 0; k < e->nargs; k++) ok &= fold(b, e->args[k], &v[k]);
-  if (!ok) return false;
-  DType t;
-  switch (fn->kind) {
-  case FN_MATH:
-    t = ir_math_type(b->d, e->loc, fn, v[0].t);
-    if (t == DT_NONE) return false;
-    *out = t == DT_F32 ? cv_float(cv_math(fn->op, cv_num(v[0])))
-                       : cv_int(t, v[0].i < 0 && fn->op == IR_ABS ? -v[0].i
-                                                                  : v[0].i);
-    return true;
-  case FN_MINMAX:
-  case FN_CLAMP: {
-    t = ir_minmax_type(b->d, e->loc, fn->name, v[0].t, v[1].t);
-    if (t != DT_NONE && fn->kind == FN_CLAMP)
-      t = ir_minmax_type(b->d, e->loc, fn->name, t, v[2].t);
-    if (t == DT_NONE) return false;
-    double lo = cv_num(v[1]), r = cv_num(v[0]);
-    bool is_max = fn->op == IR_MAX || fn->kind == FN_CLAMP;
-    r = is_max ? fmax(r, lo) : fmin(r, lo);
-    if (fn->kind == FN_CLAMP) r = fmin(r, cv_num(v[2]));
-    *out = t == DT_F32 ? cv_float(r) : cv_int(t, (int64_t)r);
-    return true;
-  }
-  case FN_WHERE:
-    t = ir_where_type(b->d, e->loc, v[0].t, v[1].t, v[2].t);
-    if (t == DT_NONE) return false;
-    *out = v[0].i ? v[1] : v[2];
-    if (t == DT_F32) *out = cv_float(cv_num(*out));
-    else out->t = t;
-    return true;
-  case FN_CAST:
-    if (dtype_is_float(fn->cast)) /* f32(x), or a rounding: e4m3(x), bf16(x) */
-      *out = cv_float(dtype_round(fn->cast, cv_num(v[0])));
-    else if (dtype_is_float(v[0].t)) {
-      if (!(fabs(v[0].f) < 2147483648.0)) {
-        diag_error(b->d, e->loc, "'%s' of a value outside the i32 range",
-                   fn->name);
-        return false;
-      }
-      *out = cv_int(DT_I32, (int64_t)v[0].f);
-    } else *out = cv_int(DT_I32, v[0].i);
-    return true;
-  default: die("unfoldable function %s", fn->name);
-  }
-}
-
-/* Folds a scalar's default. Only literals, `inf` and pure functions of
- * them are constant: names, tensors and indices are not. */
-static bool fold(Builder *b, const AstExpr *e, CVal *out) {
-  switch (e->kind) {
-  case AST_INT:
-    *out = cv_int(e->ival > INT32_MAX ? DT_U64 : DT_I32, e->ival);
-    return true;
-  case AST_FLOAT: *out = cv_float(e->fval); return true;
-  case AST_BOOL: *out = cv_int(DT_BOOL, e->ival != 0); return true;
-  case AST_NAME:
-    if (!strcmp(e->name, "inf")) {
-      *out = cv_float(INFINITY);
-      return true;
-    }
-    diag_error(b->d, e->loc, "'%s' is not a constant; a default must be a "
-               "constant expression", e->name);
-    return false;
-  case AST_UNARY: {
-    CVal x;
-    if (!fold(b, e->args[0], &x)) return false;
-    if (e->op == UN_NOT) {
-      if (x.t != DT_BOOL) {
-        diag_error(b->d, e->loc, "operator '!' needs bool, got %s",
-                   dtype_name(x.t));
-        return false;
-      }
-      *out = cv_int(DT_BOOL, !x.i);
-      return true;
-    }
-    if (!ir_is_num(x.t)) {
-      diag_error(b->d, e->loc, "operator '-' needs a number, got %s",
-                 dtype_name(x.t));
-      return false;
-    }
-    *out = x.t == DT_F32 ? cv_float(-x.f)
-                         : cv_int(x.t, (int64_t)(0 - (uint64_t)x.i));
-    return true;
-  }
-  case AST_BINARY: return fold_binary(b, e, out);
-  case AST_CALL: return fold_call(b, e, out);
-  case AST_INDEX:
-  case AST_TRANSPOSE:
-    diag_error(b->d, e->loc, "a default must be a constant expression");
-    return false;
-  case AST_ERROR: return false;
-  }
-  return false;
-}
-
 /* ------------------------------------------------------------- expressions */
 
 static IrNode *lower(Builder *b, const AstExpr *e);
@@ -944,8 +753,8 @@ static void declare_scalar(Builder *b, const AstStmt *st) {
     return;
   }
   IrScalar s = {.name = st->name, .loc = st->name_loc, .type = t};
-  CVal v;
-  if (st->value && fold(b, st->value, &v)) {
+  IrConst v;
+  if (st->value && ir_fold(b->d, st->value, &v)) {
     bool fits = t == DT_F32 ? ir_is_num(v.t)
               : t == DT_BOOL ? v.t == DT_BOOL
               : dtype_is_int(v.t) && (t != DT_U64 || v.i >= 0) &&
@@ -955,7 +764,7 @@ static void declare_scalar(Builder *b, const AstStmt *st) {
                  "%s", st->name, dtype_name(t), dtype_name(v.t));
     } else {
       s.has_default = true;
-      s.fdefault = cv_num(v);
+      s.fdefault = ir_const_num(v);
       s.idefault = t == DT_F32 ? 0 : v.i;
     }
   }
