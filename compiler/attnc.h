@@ -980,7 +980,7 @@ char *emit_unit_part(const Compiled *c, const CompileOptions *o, EmitPart part, 
  * macro_def writes `#define NAME VALUE` and remembers NAME, and
  * macro_undef_all writes their #undefs after the graph's entry points, in
  * definition order, so no #undef list is kept by hand. */
-#define MACRO_SET_MAX 48
+#define MACRO_SET_MAX 64
 typedef struct MacroSet {
   const char *name[MACRO_SET_MAX];
   int n;
