@@ -376,16 +376,11 @@ static __device__ __forceinline__ void fwd90_convert_v(unsigned v8, unsigned v16
   for (int ch = ct; ch < chunks; ch += 96) {
     const int r = ch / row_chunks, cc = ch % row_chunks;
     unsigned x[4], y[8];
-    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(x[0]), "=r"(x[1]), "=r"(x[2]), "=r"(x[3])
-                 : "r"(v8 + (cc >> 3) * fwd90_bn * 128 + r * 128 + (((cc & 7) ^ (r & 7)) << 4)));
+    attn_lds128(v8 + (cc >> 3) * fwd90_bn * 128 + r * 128 + (((cc & 7) ^ (r & 7)) << 4), x);
 #pragma unroll
     for (int w = 0; w < 4; ++w) {
       if constexpr (attn_kv_fp8 == 1) {
-        asm("{ .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e4m3x2 %0, l;\n"
-            " cvt.rn.f16x2.e4m3x2 %1, h; }"
-            : "=r"(y[2 * w]), "=r"(y[2 * w + 1])
-            : "r"(x[w]));
+        attn_e4m3x4_to_f16(x[w], y[2 * w], y[2 * w + 1]);
       } else {
         y[2 * w] = __byte_perm(x[w], 0u, 0x1404u);
         y[2 * w + 1] = __byte_perm(x[w], 0u, 0x3424u);
@@ -393,12 +388,9 @@ static __device__ __forceinline__ void fwd90_convert_v(unsigned v8, unsigned v16
     }
 #pragma unroll
     for (int half = 0; half < 2; ++half)
-      asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(
-                       v16 + (cc >> 2) * fwd90_bn * 128 + r * 128 +
-                       ((((2 * (cc & 3) + half)) ^ (r & 7)) << 4)),
-                   "r"(y[4 * half]), "r"(y[4 * half + 1]), "r"(y[4 * half + 2]),
-                   "r"(y[4 * half + 3])
-                   : "memory");
+      attn_sts128(v16 + (cc >> 2) * fwd90_bn * 128 + r * 128 +
+                      ((((2 * (cc & 3) + half)) ^ (r & 7)) << 4),
+                  y[4 * half], y[4 * half + 1], y[4 * half + 2], y[4 * half + 3]);
   }
 }
 
@@ -421,10 +413,8 @@ static __device__ __forceinline__ void fwd90_transpose_v(unsigned v8, unsigned v
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int r = 16 * g + 2 * t + (e & 1) + 8 * (e >> 1);
-      asm volatile("ld.shared.b32 %0, [%1];"
-                   : "=r"(x[e])
-                   : "r"(v8 + (d0 >> 7) * fwd90_bn * 128 + r * 128 +
-                         ((((d0 & 127) >> 4) ^ (r & 7)) << 4) + (d0 & 15)));
+      x[e] = attn_lds32(v8 + (d0 >> 7) * fwd90_bn * 128 + r * 128 +
+                        ((((d0 & 127) >> 4) ^ (r & 7)) << 4) + (d0 & 15));
     }
     const unsigned lo01 = __byte_perm(x[0], x[1], 0x5140u), hi01 = __byte_perm(x[0], x[1], 0x7362u);
     const unsigned lo23 = __byte_perm(x[2], x[3], 0x5140u), hi23 = __byte_perm(x[2], x[3], 0x7362u);
@@ -434,10 +424,7 @@ static __device__ __forceinline__ void fwd90_transpose_v(unsigned v8, unsigned v
 #pragma unroll
     for (int xx = 0; xx < 4; ++xx) {
       const int d = d0 + xx;
-      asm volatile("st.shared.b32 [%0], %1;" ::"r"(vt + d * fwd90_vt_row +
-                                                   (fwd90_vt_chunk(kb >> 4, d) << 4) + (kb & 15)),
-                   "r"(y[xx])
-                   : "memory");
+      attn_sts32(vt + d * fwd90_vt_row + (fwd90_vt_chunk(kb >> 4, d) << 4) + (kb & 15), y[xx]);
     }
   }
 }

@@ -182,6 +182,39 @@ static __device__ __forceinline__ void attn_convert_tile(unsigned src, unsigned 
   }
 }
 
+/* Shared-memory words and 16-byte vectors by address, and four e4m3 bytes
+ * as four f16 (two cvt.rn.f16x2.e4m3x2, sm_89 and later; exact): the
+ * pieces fwd_sm90's V converters are written in, so tests/host can run
+ * those with shims for these. */
+[[maybe_unused]] static __device__ __forceinline__ unsigned attn_lds32(unsigned addr) {
+  unsigned x;
+  asm volatile("ld.shared.b32 %0, [%1];" : "=r"(x) : "r"(addr));
+  return x;
+}
+[[maybe_unused]] static __device__ __forceinline__ void attn_sts32(unsigned addr, unsigned x) {
+  asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(x) : "memory");
+}
+[[maybe_unused]] static __device__ __forceinline__ void attn_lds128(unsigned addr,
+                                                                    unsigned (&x)[4]) {
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(x[0]), "=r"(x[1]), "=r"(x[2]), "=r"(x[3])
+               : "r"(addr));
+}
+[[maybe_unused]] static __device__ __forceinline__ void attn_sts128(unsigned addr, unsigned a,
+                                                                    unsigned b, unsigned c,
+                                                                    unsigned d) {
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(a), "r"(b), "r"(c),
+               "r"(d)
+               : "memory");
+}
+[[maybe_unused]] static __device__ __forceinline__ void attn_e4m3x4_to_f16(unsigned x, unsigned &lo,
+                                                                           unsigned &hi) {
+  asm("{ .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e4m3x2 %0, l;\n"
+      " cvt.rn.f16x2.e4m3x2 %1, h; }"
+      : "=r"(lo), "=r"(hi)
+      : "r"(x));
+}
+
 [[maybe_unused]] static __device__ __forceinline__ void attn_cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::: "memory");
 }

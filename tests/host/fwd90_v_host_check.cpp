@@ -1,0 +1,118 @@
+// fwd90_v_host_check.cpp: fwd_sm90's FP8 V converters (templates/fwd_sm90.cuh:
+// fwd90_convert_v widening V to f16, fwd90_transpose_v transposing it into
+// K-major V^T with the keys in the accumulators' order), compiled for the host
+// from the template's own text (fwd90_v_host_check.sh extracts it), run by all
+// 96 converter threads over a simulated shared memory, and checked element by
+// element against the layouts the TMA and the wgmma descriptors define:
+//   V8 (as TMA lands it): key r, column c at block c/128, r*128 + ((c%128/16
+//     ^ r%8) * 16) + c%16;
+//   V16: at block c/64, r*128 + (((c%64)/8 ^ r%8) * 16) + (c%8)*2, f16 bits;
+//   V^T: row d, key byte kb = 16h + 4t + 2x + y for key 16h + 8x + 2t + y
+//     (h, x, y in {0, 1}, t < 4, within each 32 keys) at d*BN + chunk(kb/16,
+//     d)*16 + kb%16, chunk c ^ d%8 (BN 128, 128-byte swizzle) or c ^ (d/2)%4
+//     (BN 64, 64-byte swizzle).
+// Built once per (BN, DV, e4m3 or e5m2) with -D.
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#ifndef ATTN_BN
+#error "-DATTN_BN=64|128 -DDV=... -DKV_E4M3=0|1"
+#endif
+#define __device__
+#define __forceinline__ inline
+static std::vector<unsigned char> smem(1 << 20);
+static unsigned attn_lds32(unsigned a) {
+  unsigned x;
+  std::memcpy(&x, &smem[a], 4);
+  return x;
+}
+static void attn_sts32(unsigned a, unsigned x) { std::memcpy(&smem[a], &x, 4); }
+static void attn_lds128(unsigned a, unsigned (&x)[4]) { std::memcpy(x, &smem[a], 16); }
+static void attn_sts128(unsigned a, unsigned p, unsigned q, unsigned r, unsigned s) {
+  const unsigned x[4] = {p, q, r, s};
+  std::memcpy(&smem[a], x, 16);
+}
+static unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+  const unsigned long long v = x | ((unsigned long long)y << 32);
+  unsigned r = 0;
+  for (int k = 0; k < 4; ++k) r |= (unsigned)((v >> (8 * ((s >> (4 * k)) & 7))) & 0xff) << (8 * k);
+  return r;
+}
+// e4m3 -> f16 bits (exact), as cvt.rn.f16x2.e4m3x2 does.
+static unsigned short e4m3_f16(unsigned char b) {
+  const unsigned e = (b >> 3) & 15, m = b & 7, s = (b & 0x80) << 8;
+  if (e == 15 && m == 7) return (unsigned short)(s | 0x7fff);
+  if (e == 0) { // subnormal e4m3, m * 2^-9: a normal f16
+    if (m == 0) return (unsigned short)s;
+    int ex = -9, mm = (int)m; // value mm * 2^ex
+    while (mm < 8) { mm <<= 1; ex--; }
+    // mm in [8, 16): value = (mm/8) * 2^(ex+3)
+    return (unsigned short)(s | ((ex + 3 + 15) << 10) | ((mm - 8) << 7));
+  }
+  return (unsigned short)(s | ((e - 7 + 15) << 10) | (m << 7));
+}
+static void attn_e4m3x4_to_f16(unsigned x, unsigned &lo, unsigned &hi) {
+  lo = e4m3_f16(x & 0xff) | ((unsigned)e4m3_f16((x >> 8) & 0xff) << 16);
+  hi = e4m3_f16((x >> 16) & 0xff) | ((unsigned)e4m3_f16(x >> 24) << 16);
+}
+enum : int { attn_kv_fp8 = KV_E4M3 ? 1 : 2 };
+constexpr int fwd90_bn = ATTN_BN;
+constexpr int fwd90_dv = DV;
+#include V_TEXT
+
+static int failures;
+static void expect(bool ok, const char *what, int a, int b, unsigned got, unsigned want) {
+  if (!ok && failures++ < 8)
+    std::printf("FAIL: BN %d DV %d %s (%d, %d): %#x, want %#x\n", ATTN_BN, DV, what, a, b, got,
+                want);
+}
+
+int main() {
+  constexpr int dv8 = (DV + 127) / 128 * 128;
+  const unsigned v8 = 0, v16 = 1 << 18;
+  unsigned seed = 12345;
+  std::vector<unsigned char> V(fwd90_bn * dv8);
+  for (auto &b : V) {
+    seed = seed * 1103515245u + 12345u;
+    b = (unsigned char)(seed >> 16);
+    if (KV_E4M3 && (b & 0x7f) == 0x7f) b ^= 1; // no NaN: its f16 form has many spellings
+  }
+  auto v8_at = [&](int r, int c) {
+    return v8 + (c / 128) * fwd90_bn * 128 + r * 128 + (((c % 128 / 16) ^ (r % 8)) * 16) + c % 16;
+  };
+  for (int r = 0; r < fwd90_bn; ++r)
+    for (int c = 0; c < dv8; ++c) smem[v8_at(r, c)] = V[r * dv8 + c];
+
+  for (int ct = 0; ct < 96; ++ct) fwd90_convert_v(v8, v16, ct);
+  for (int r = 0; r < fwd90_bn; ++r)
+    for (int c = 0; c < fwd90_dv; ++c) {
+      const unsigned a = v16 + (c / 64) * fwd90_bn * 128 + r * 128 + ((((c % 64) / 8) ^ (r % 8)) * 16) + (c % 8) * 2;
+      unsigned short got;
+      std::memcpy(&got, &smem[a], 2);
+      const unsigned char b = V[r * dv8 + c];
+      const unsigned short want = KV_E4M3 ? e4m3_f16(b) : (unsigned short)(b << 8);
+      expect(got == want, "widened", r, c, got, want);
+    }
+
+  if (ATTN_BN != 64 && ATTN_BN != 128) { // the transpose serves key tiles of 64 and 128 only
+    std::printf("%s: fwd_sm90 FP8 V widened, BN %d, DV %d, %s\n", failures ? "FAIL" : "PASS",
+                ATTN_BN, DV, KV_E4M3 ? "e4m3" : "e5m2");
+    return failures != 0;
+  }
+  std::fill(smem.begin() + v16, smem.begin() + v16 + (1 << 18), 0xee);
+  for (int ct = 0; ct < 96; ++ct) fwd90_transpose_v(v8, v16, ct);
+  for (int d = 0; d < fwd90_dv; ++d)
+    for (int kb = 0; kb < fwd90_bn; ++kb) {
+      const int h = (kb % 32) / 16, t = (kb % 16) / 4, x = (kb % 4) / 2, y = kb % 2;
+      const int key = kb / 32 * 32 + 16 * h + 8 * x + 2 * t + y;
+      const unsigned c = fwd90_vt_chunk(kb / 16, d);
+      const unsigned char got = smem[v16 + d * fwd90_bn + c * 16 + kb % 16];
+      expect(got == V[key * dv8 + d], "transposed", d, kb, got, V[key * dv8 + d]);
+    }
+  std::printf("%s: fwd_sm90 FP8 V, BN %d, DV %d, %s\n", failures ? "FAIL" : "PASS", ATTN_BN, DV,
+              KV_E4M3 ? "e4m3" : "e5m2");
+  return failures != 0;
+}
