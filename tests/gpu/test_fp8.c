@@ -8,7 +8,7 @@
  * own f32 output), GQA, causal, sliding-window and document masks, head
  * dims 64, 80, 128 and 256, inputs with outliers (entries 10-100x the
  * rest), every finite e4m3 value in q, fully masked rows (O = 0, lse =
- * -inf), P rounded to e4m3 or e5m2 before P V (e4m3(p * scale_s): FP8
+ * -inf), scales in one-element device tensors, P rounded to e4m3 or e5m2 before P V (e4m3(p * scale_s): FP8
  * wgmma for both products where key tiles are 128; dropout; a bf16 graph
  * and its decode kernel) and BSHD strides, on fwd_sm90 (FP8 wgmma for Q K^T, V converted
  * to f16 by the producer warps) or, given `sm_90`, on fwd_sm80 (every
@@ -107,6 +107,19 @@ static const char fp8_graphs[] =
     "  input  v : bf16[B, Hk, Skv, 128];\n"
     "  s = (q @ k^T) * 0.088388;\n"
     "  output o : bf16[B, H, Sq, 128] = (e4m3(softmax(s) * 448.0) @ v) * (1.0 / 448.0);\n"
+    "}\n"
+    /* Scales as one-element device tensors (frameworks keep them on the
+     * device: read in the kernel, no host sync). */
+    "attention fp8_device_scales {\n"
+    "  input  q : e4m3[B, H, Sq, 128];\n"
+    "  input  k : e4m3[B, Hk, Skv, 128];\n"
+    "  input  v : e4m3[B, Hk, Skv, 128];\n"
+    "  input  descale : f32[3];\n"
+    "  input  scale_o : f32[1];\n"
+    "  s = (q @ k^T) * (0.088388 * descale[0] * descale[1]);\n"
+    "  out = (e4m3(softmax(s) * 448.0) @ v) * (descale[2] / 448.0);\n"
+    "  output o : e4m3[B, H, Sq, 128] = out * scale_o[0];\n"
+    "  output amax_o = amax(out);\n"
     "}\n"
     /* Rows 0..4 keep no key. */
     "attention fp8_shifted {\n"
@@ -288,7 +301,7 @@ int main(int argc, char **argv) {
       test_amax_exact(ctx, ag, g, a, &seed);
     } else if (!strcmp(g->name, "fp8_shifted")) {
       test_fully_masked(ctx, ag, g, a);
-    } else if (!strncmp(g->name, "p8_", 3)) {
+    } else if (!strncmp(g->name, "p8_", 3) || !strcmp(g->name, "fp8_device_scales")) {
       /* P rounded to FP8: exact scores (integer q, k) must match at the
        * usual tolerance. With random q and k, FP8 wgmma's S (about 13
        * bits of accumulator) sends a few percent of P's elements to the
