@@ -133,3 +133,17 @@ def test_mla_head_dims_and_a_learnable_sink(root, cache_dir):
     o, _ = sinks(q, k, v, s)
     o.sum().backward()
     assert s.grad.shape == (8,) and s.grad.dtype == torch.float32 and q.grad.shape == q.shape
+
+
+def test_fp8_graphs_take_and_give_float8_tensors(root, cache_dir):
+    import torch
+    if not hasattr(torch, "float8_e4m3fn"):
+        pytest.skip("this PyTorch has no float8_e4m3fn")
+    g = attnc.compile(os.path.join(root, "examples", "fp8_full.attn"), arch="sm_90a",
+                      cache_dir=cache_dir).fp8_full
+    assert not g.has_backward
+    f8 = torch.float8_e4m3fn
+    q, k, v = (torch.empty(2, 4, 100, 128, device="meta", dtype=f8) for _ in range(3))
+    o, amax = g(q, k, v, scale_s=448.0, scale_o=2.0)
+    assert o.shape == (2, 4, 100, 128) and o.dtype == f8
+    assert amax.shape == (1,) and amax.dtype == torch.float32

@@ -350,3 +350,33 @@ Test(plan, no_deterministic_backward_at_head_dim_256) {
     cr_assert_neq(p->pass[PLAN_BACKWARD].slices[k].bind, PB_TILE_QUEUE);
   arena_free(a);
 }
+
+/* The decode kernel stays beside the forward for a P scaled by a value
+ * fixed for the whole call, and is left out where it cannot serve: an
+ * amax output (its epilogue does not reduce one), a scale that varies by
+ * head (its tiles pack several heads' rows), an FP8 q. */
+Test(plan, decode_beside_fp8_p_and_amax) {
+  static const struct { const char *text; bool decode; } cases[] = {
+      {"attention g {\n  input q : bf16[B, H, Sq, 128];\n  input k : bf16[B, Hk, S, 128];\n"
+       "  input v : bf16[B, Hk, S, 128];\n  o = (e4m3(softmax(q @ k^T) * 448.0) @ v) * (1.0 / 448.0);\n"
+       "  output o : bf16[B, H, Sq, 128];\n}\n", true},
+      {"attention g {\n  input q : bf16[B, H, Sq, 128];\n  input k : bf16[B, Hk, S, 128];\n"
+       "  input v : bf16[B, Hk, S, 128];\n  input sc : f32[H];\n"
+       "  o = (e4m3(softmax(q @ k^T) * sc[h]) @ v);\n  output o : bf16[B, H, Sq, 128];\n}\n", false},
+      {"attention g {\n  input q : bf16[B, H, Sq, 128];\n  input k : bf16[B, Hk, S, 128];\n"
+       "  input v : bf16[B, Hk, S, 128];\n  out = softmax(q @ k^T) @ v;\n"
+       "  output o : bf16[B, H, Sq, 128] = out;\n  output am = amax(out);\n}\n", false},
+      {"attention g {\n  input q : e4m3[B, H, Sq, 128];\n  input k : e4m3[B, Hk, S, 128];\n"
+       "  input v : e4m3[B, Hk, S, 128];\n  o = softmax(q @ k^T) @ v;\n"
+       "  output o : bf16[B, H, Sq, 128];\n}\n", false},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    Arena *a = arena_new();
+    IrModule *m = unit_build(a, "<p>", cases[c].text);
+    const Compiled uc = unit_compile(a, m, "sm_90a", STAGE_PLAN);
+    cr_assert_not_null(unit_step(uc.plans, PLAN_FORWARD, "forward"), "case %zu", c);
+    cr_assert_eq(unit_step(uc.plans, PLAN_FORWARD, "decode") != NULL, cases[c].decode, "case %zu",
+                 c);
+    arena_free(a);
+  }
+}
