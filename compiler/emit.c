@@ -442,9 +442,8 @@ static void emit_graph(StrBuf *out, const GraphCompile *gc, EmitPart part, Arena
   macro_def(out, &ms, a, "ATTN_TLSE", lse_slot);
   if (s->dropout) macro_def(out, &ms, a, "ATTN_DROPOUT", 1);
   if (s->p_scale) macro_def(out, &ms, a, "ATTN_P_SCALE", 1);
-  if (s->p_round != DT_NONE) /* P rounded before P V: 1 e4m3, 2 e5m2, 3 bf16, 4 f16 */
-    macro_def(out, &ms, a, "ATTN_P_ROUND",
-              s->p_round == DT_E4M3 ? 1 : s->p_round == DT_E5M2 ? 2 : s->p_round == DT_BF16 ? 3 : 4);
+  if (s->p_round != DT_NONE) /* P rounded before P V (the matcher takes FP8 only): 1 e4m3, 2 e5m2 */
+    macro_def(out, &ms, a, "ATTN_P_ROUND", s->p_round == DT_E4M3 ? 1 : 2);
   if (s->amax_output >= 0) /* the amax output's slot */
     macro_def(out, &ms, a, "ATTN_AMAX", g->outputs[s->amax_output].tensor);
   if (ir_sink(g->softmax)) macro_def(out, &ms, a, "ATTN_SINK", 1);

@@ -475,8 +475,8 @@ KernelSpec *match_graph(const IrGraph *g, int sm, Arena *a, Diag *d) {
       const IrNode *x = o->value->src[0];
       if ((x->dom & DOM_J) || !reaches(x, g->pv, memset(seen, 0, (size_t)g->nnodes)))
         return refuse(&m, o->value, "of a value that is not a function of p @ v's output row "
-                      "element (the epilogue reduces what it stores; amax of P comes with FP8 "
-                      "P quantization)");
+                      "element (the epilogue reduces what it stores; amax of P, cuDNN's amax_s, "
+                      "is not reduced yet)");
       if (spec->amax_output >= 0) {
         diag_error(d, o->loc, "graph '%s': a second amax output ('%s'); the kernels reduce one",
                    g->name, o->name);

@@ -702,8 +702,7 @@ static void ref_eval_p_round(const RefCtx *c, const IrNode *n, double *out) {
   const IrNode *sm = c->g->softmax;
   const double *s = c->val[sm->src[0]->id], *u = c->val[n->src[0]->id];
   const double sink = ir_sink(sm) ? c->val[ir_sink(sm)->id][0] : -INFINITY;
-  int64_t cnt[3], ss[3], us[3], os[3];
-  ref_counts(c, ref_vdom(n), cnt);
+  int64_t ss[3], us[3], os[3];
   ref_strides(c, ref_vdom(sm->src[0]), ss);
   ref_strides(c, ref_vdom(n->src[0]), us);
   ref_strides(c, ref_vdom(n), os);
@@ -719,7 +718,6 @@ static void ref_eval_p_round(const RefCtx *c, const IrNode *n, double *out) {
       out[i * os[0] + j * os[1]] = L > 0 ? dtype_round(n->type, x * L) / L : dtype_round(n->type, x);
     }
   }
-  (void)cnt;
 }
 
 /* softmax and logsumexp over j, row by row. A row that is all -inf gives

@@ -379,21 +379,15 @@ __device__ __forceinline__ void attn_fwd_sm80(const attn_params &p) {
 
   /* Normalize and store (softmax.cuh), folding an amax output's operand
    * into the warp's one atomic. */
-#if defined(ATTN_AMAX)
-  attn_amax_commit(
+  const unsigned amax =
       attn_softmax_store<ATTN_D_V / 8, fwd80_out_kind, (fwd80_tlse >= 0), (attn_has_sink != 0),
-                         true>(
+                         (attn_has_amax != 0)>(
           [&](int nt, int k) -> float & { return o[nt][k]; }, row_max, row_sum, i_row, t, b, h,
           fwd80_to, fwd80_tlse >= 0 ? fwd80_tlse : 0, p,
           [&](float x, int i, int d) { return attn_out(x, b, h, i, d, p); },
           attn_sink_value(b, h, p),
-          [&](float x, int i, int d) { return attn_amax_arg(x, b, h, i, d, p); }),
-      p);
-#else
-  attn_softmax_store<ATTN_D_V / 8, fwd80_out_kind, (fwd80_tlse >= 0), (attn_has_sink != 0)>(
-      [&](int nt, int k) -> float & { return o[nt][k]; }, row_max, row_sum, i_row, t, b, h,
-      fwd80_to, fwd80_tlse >= 0 ? fwd80_tlse : 0, p,
-      [&](float x, int i, int d) { return attn_out(x, b, h, i, d, p); },
-      attn_sink_value(b, h, p));
-#endif
+          [&](float x, int i, int d) { return attn_amax_value(x, b, h, i, d, p); });
+  if constexpr (attn_has_amax != 0)
+    attn_amax_commit(amax, p);
+  (void)amax;
 }

@@ -860,7 +860,6 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
         /* P for the next round, in FP8: 32-key step kb holds fragments
          * 4kb..4kb+3; a0/a1 take rows g/g+8 of fragments 4kb, 4kb+1, and
          * a2/a3 of 4kb+2, 4kb+3 (fwd90_p8's key order). */
-        const float ps = attn_has_p_scale ? p_sc : 1.f;
 #pragma unroll
         for (int kb = 0; kb < fwd90_pa_steps; ++kb) {
           const float *f = &s[16 * kb];
@@ -869,17 +868,17 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
 #pragma unroll
             for (int r = 0; r < 2; ++r)
               pa[kb][2 * h2 + r] =
-                  fwd90_pack_p8(f[8 * h2 + 2 * r] * ps, f[8 * h2 + 2 * r + 1] * ps,
-                                f[8 * h2 + 4 + 2 * r] * ps, f[8 * h2 + 4 + 2 * r + 1] * ps);
+                  fwd90_pack_p8(f[8 * h2 + 2 * r] * p_sc, f[8 * h2 + 2 * r + 1] * p_sc,
+                                f[8 * h2 + 4 + 2 * r] * p_sc, f[8 * h2 + 4 + 2 * r + 1] * p_sc);
         }
       } else if constexpr (attn_p_round != 0) {
-        /* P rounded to FP8 (hooks.cuh: `e4m3(p * scale) @ v`), in 16 bits. */
-        const float ps = attn_has_p_scale ? p_sc : 1.f;
+        /* P rounded to FP8 (hooks.cuh: `e4m3(p * scale) @ v`), in 16 bits
+         * (p_sc is 1 without a scale). */
 #pragma unroll
         for (int kk = 0; kk < fwd90_bn / 16; ++kk)
 #pragma unroll
           for (int x = 0; x < 4; ++x)
-            pa[kk][x] = fwd90_pack_p16(s[8 * kk + 2 * x] * ps, s[8 * kk + 2 * x + 1] * ps);
+            pa[kk][x] = fwd90_pack_p16(s[8 * kk + 2 * x] * p_sc, s[8 * kk + 2 * x + 1] * p_sc);
       } else {
         /* P as P V reads it (a scale without a rounding: hooks.cuh). */
         if constexpr (attn_p_mod != 0) {
@@ -921,21 +920,13 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       attn_mbar_arrive(bar_q_empty);
 
     /* Normalize and store, straight from the accumulators (softmax.cuh). */
-#if defined(ATTN_AMAX)
     amax = max(amax, attn_softmax_store<ATTN_D_V / 8, fwd90_out_kind, (fwd90_tlse >= 0),
-                                        (attn_has_sink != 0), true>(
+                                        (attn_has_sink != 0), (attn_has_amax != 0)>(
                          [&](int nb, int k) -> float & { return o[nb * 4 + k]; }, row_max,
                          row_sum, i_row, t4, b, h, fwd90_to, fwd90_tlse >= 0 ? fwd90_tlse : 0, p,
                          [&](float x, int i, int d) { return attn_out(x, b, h, i, d, p); },
                          attn_sink_value(b, h, p),
-                         [&](float x, int i, int d) { return attn_amax_arg(x, b, h, i, d, p); }));
-#else
-    attn_softmax_store<ATTN_D_V / 8, fwd90_out_kind, (fwd90_tlse >= 0), (attn_has_sink != 0)>(
-        [&](int nb, int k) -> float & { return o[nb * 4 + k]; }, row_max, row_sum, i_row, t4, b,
-        h, fwd90_to, fwd90_tlse >= 0 ? fwd90_tlse : 0, p,
-        [&](float x, int i, int d) { return attn_out(x, b, h, i, d, p); },
-        attn_sink_value(b, h, p));
-#endif
+                         [&](float x, int i, int d) { return attn_amax_value(x, b, h, i, d, p); }));
   }
   if constexpr (attn_has_amax) /* one atomic a consumer warp */
     attn_amax_commit(amax, p);

@@ -84,6 +84,17 @@ __device__ __forceinline__ float attn_amax_arg(float o, int b, int h, int i, int
 #else
 enum : int { attn_has_amax = 0, attn_amax_slot = 0 };
 #endif
+/* What the epilogues pass to attn_softmax_store: the amax operand of the
+ * normalized element x (unused without an amax output). */
+static __device__ __forceinline__ float attn_amax_value(float x, int b, int h, int i, int d,
+                                                        const attn_params &p) {
+#if defined(ATTN_AMAX)
+  return attn_amax_arg(x, b, h, i, d, p);
+#else
+  (void)b, (void)h, (void)i, (void)d, (void)p;
+  return x;
+#endif
+}
 /* Every lane of a warp calls it with its running bits: one atomic a warp. */
 static __device__ __forceinline__ void attn_amax_commit(unsigned bits, const attn_params &p) {
 #pragma unroll
@@ -98,9 +109,10 @@ static __device__ __forceinline__ void attn_amax_commit(unsigned bits, const att
  * ATTN_P_ROUND (1 e4m3, 2 e5m2). The kernels apply both to the
  * unnormalized P of each key tile, exp(s - m) with m the row's running
  * max, after dropout and after the row sums took it, and normalize after
- * P V, as every flash-attention FP8 kernel does; the CPU reference rounds
- * the normalized P (docs/language.md, "FP8"). attn_p_value is the
- * identity without them. */
+ * P V, as every flash-attention FP8 kernel does, with m kept an integer in
+ * base 2 (softmax.cuh's SNAP) so the CPU reference reproduces each
+ * rounding (docs/language.md, "FP8"). attn_p_value is the identity
+ * without them. */
 #if defined(ATTN_P_SCALE)
 enum : int { attn_has_p_scale = 1 };
 __device__ __forceinline__ float attn_p_scale(int b, int h, const attn_params &p);

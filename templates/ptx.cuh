@@ -153,39 +153,10 @@ static __device__ __forceinline__ void attn_fp8x4_cvt(unsigned x, unsigned &lo, 
   hi = h[1];
 }
 
-/* An 8-bit tile of ROWS x D (rows of D bytes, attn_swz'd) converted by a
- * CTA of THREADS threads into a 16-bit tile of the MMA type (rows of 2D
- * bytes, attn_swz'd): each thread takes 16-byte chunks, one source chunk
- * making two (attn_fp8x4_cvt: exact). */
-template <int ROWS, int D, int THREADS, bool E4M3, bool BF16>
-static __device__ __forceinline__ void attn_convert_tile(unsigned src, unsigned dst, int tid) {
-  constexpr int chunks = ROWS * D / 16;
-#pragma unroll
-  for (int k = 0; k < (chunks + THREADS - 1) / THREADS; ++k) {
-    const int ch = tid + k * THREADS, r = ch / (D / 16), c = ch % (D / 16);
-    if (chunks % THREADS != 0 && ch >= chunks)
-      break;
-    unsigned x[4], y[8];
-    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(x[0]), "=r"(x[1]), "=r"(x[2]), "=r"(x[3])
-                 : "r"(src + attn_swz(r, c, D)));
-#pragma unroll
-    for (int w = 0; w < 4; ++w)
-      attn_fp8x4_cvt<E4M3, BF16>(x[w], y[2 * w], y[2 * w + 1]);
-#pragma unroll
-    for (int half = 0; half < 2; ++half)
-      asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(
-                       dst + attn_swz(r, 2 * c + half, 2 * D)),
-                   "r"(y[4 * half]), "r"(y[4 * half + 1]), "r"(y[4 * half + 2]),
-                   "r"(y[4 * half + 3])
-                   : "memory");
-  }
-}
-
 /* Shared-memory words and 16-byte vectors by address, and four e4m3 bytes
  * as four f16 (two cvt.rn.f16x2.e4m3x2, sm_89 and later; exact): the
- * pieces fwd_sm90's V converters are written in, so tests/host can run
- * those with shims for these. */
+ * pieces the FP8 tile converters are written in (fwd_sm90's V converters
+ * run on the host with shims for these: tests/host). */
 [[maybe_unused]] static __device__ __forceinline__ unsigned attn_lds32(unsigned addr) {
   unsigned x;
   asm volatile("ld.shared.b32 %0, [%1];" : "=r"(x) : "r"(addr));
@@ -213,6 +184,30 @@ static __device__ __forceinline__ void attn_convert_tile(unsigned src, unsigned 
       " cvt.rn.f16x2.e4m3x2 %1, h; }"
       : "=r"(lo), "=r"(hi)
       : "r"(x));
+}
+
+/* An 8-bit tile of ROWS x D (rows of D bytes, attn_swz'd) converted by a
+ * CTA of THREADS threads into a 16-bit tile of the MMA type (rows of 2D
+ * bytes, attn_swz'd): each thread takes 16-byte chunks, one source chunk
+ * making two (attn_fp8x4_cvt: exact). */
+template <int ROWS, int D, int THREADS, bool E4M3, bool BF16>
+static __device__ __forceinline__ void attn_convert_tile(unsigned src, unsigned dst, int tid) {
+  constexpr int chunks = ROWS * D / 16;
+#pragma unroll
+  for (int k = 0; k < (chunks + THREADS - 1) / THREADS; ++k) {
+    const int ch = tid + k * THREADS, r = ch / (D / 16), c = ch % (D / 16);
+    if (chunks % THREADS != 0 && ch >= chunks)
+      break;
+    unsigned x[4], y[8];
+    attn_lds128(src + attn_swz(r, c, D), x);
+#pragma unroll
+    for (int w = 0; w < 4; ++w)
+      attn_fp8x4_cvt<E4M3, BF16>(x[w], y[2 * w], y[2 * w + 1]);
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+      attn_sts128(dst + attn_swz(r, 2 * c + half, 2 * D), y[4 * half], y[4 * half + 1],
+                  y[4 * half + 2], y[4 * half + 3]);
+  }
 }
 
 [[maybe_unused]] static __device__ __forceinline__ void attn_cp_async_commit() {
