@@ -356,6 +356,10 @@ int ir_op_arity(IrOp op); /* -1: variable */
 
 #define IR_MAX_SRC 4
 #define IR_MAX_RANK 4
+/* IR_DIM refs below 0: a packed sequence's own lengths, seqlen_q and
+ * seqlen_k (docs/language.md "Packed sequences"), one value per b. */
+#define IR_SEQLEN_Q (-1)
+#define IR_SEQLEN_K (-2)
 
 struct IrNode {
   IrOp op;
@@ -395,6 +399,14 @@ typedef struct IrTensor {
    * (ir_kv_dim). */
   bool paged, paged_hnd;
   int page_table;
+  /* A packed variable-length tensor, read through packed(x, offsets): x
+   * is [Tokens, Heads, D] and seq_offsets the tensor index of its i32
+   * [B + 1] offsets; sequence b is rows offsets[b] .. offsets[b + 1] - 1.
+   * Its logical view is [B, Heads, length of b, D] (ir_kv_dim). The
+   * outputs of a graph whose q is packed are packed by q's offsets:
+   * o [Tokens, H, Dv], row statistics [H, Tokens]. */
+  bool packed;
+  int seq_offsets;
 } IrTensor;
 
 
@@ -432,10 +444,12 @@ typedef struct IrGraph {
   int q, k, v; /* tensor indices of q, k, v */
 } IrGraph;
 
-/* Where the logical dims of k or v, [B, Hk, Skv, D], are declared: role 0
- * to 3 gives the tensor and its dimension. A dense tensor holds them all;
- * a paged cache takes B from its page table, Skv from no one dimension
- * (the table's MaxPages times the cache's PageSize: -1). */
+/* Where the logical dims of q, k or v, [B, H(k), S, D], are declared:
+ * role 0 to 3 gives the tensor and its dimension. A dense tensor holds
+ * them all; a paged cache takes B from its page table, Skv from no one
+ * dimension (the table's MaxPages times the cache's PageSize: -1); a
+ * packed tensor takes B + 1 from its offsets (role 0 names the offsets'
+ * dimension, B + 1), and its lengths from no dimension (-1). */
 typedef struct IrKvDim {
   int tensor, dim;
 } IrKvDim;
@@ -462,6 +476,10 @@ bool ir_fold(Diag *d, const AstExpr *e, IrConst *out);
 double ir_const_num(IrConst v); /* f, or i as a double */
 /* The page size's dimension of a paged cache (1, or 2 for paged_hnd). */
 static inline int ir_page_dim(const IrTensor *t) { return t->paged_hnd ? 2 : 1; }
+/* The head dimension of q, k or v: the last of any layout. */
+static inline int64_t ir_head_dim(const IrTensor *t) { return t->dim_val[t->ndims - 1]; }
+/* A graph of packed variable-length sequences (q, k and v packed). */
+static inline bool ir_packed(const IrGraph *g) { return g->q >= 0 && g->tensors[g->q].packed; }
 
 typedef struct IrModule {
   const Source *src;
@@ -478,7 +496,8 @@ IrGraph *ir_find_graph(const IrModule *m, const char *name);
 typedef enum FnKind {
   FN_MATH, /* one number -> f32 (abs, floor, ceil keep integers) */
   FN_MINMAX, FN_WHERE, FN_CLAMP, FN_CAST, FN_MASK, FN_SOFTMAX, FN_LSE,
-  FN_DROPOUT, FN_AMAX, FN_PAGED /* paged(cache, table): a view, not a value */
+  FN_DROPOUT, FN_AMAX,
+  FN_PAGED /* a view, not a value: paged(cache, table), paged_hnd(...), packed(x, offsets) */
 } FnKind;
 
 typedef struct FnInfo {
@@ -597,6 +616,8 @@ typedef struct KernelSpec {
                       KV cache against a bf16/f16 q) */
   DType mma_type;  /* the 16-bit type the MMAs take: q's, or f16 for an
                       FP8 q (FP8 tensors are converted on load, exactly) */
+  bool packed;     /* q, k and v are packed sequences (IrTensor.packed): the
+                      forward templates only, no decode kernel (match.c) */
   bool paged;      /* k and v are paged caches (IrTensor.paged): the decode
                       kernel only, for now */
   DType out_type;  /* o */
@@ -845,6 +866,7 @@ typedef struct ExprHook {
   const char **dvars;       /* its nodes' locals, by their ids */
   int acc_reads;            /* how many times IR_QK was read (as acc_name) */
   int mem_reads;            /* how many tensor loads (attn_ld_*) were written */
+  int mem_reads_ij;         /* ... of them varying over i or j (not fixed per (b, h)) */
 } ExprHook;
 
 void expr_init(ExprHook *hk, Arena *a, const IrGraph *g, unsigned indices);

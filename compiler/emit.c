@@ -102,9 +102,12 @@ static void emit_keep(StrBuf *out, const KernelSpec *s, Arena *a) {
     if (m > 0 && s->masks[m].cond == s->masks[m - 1].cond) continue; /* == gave two */
     sb_printf(&ret, "%s%s", ret.len ? " && " : "", expr_as(&hk, s->masks[m].cond, DT_BOOL));
   }
-  /* Whether it reads memory (a tensor load among its locals): fwd_sm90
-   * then evaluates it ahead of the S GEMM to hide the reads' latency. */
-  bool reads = hk.mem_reads > 0;
+  /* Whether it reads memory per element (a tensor load varying over i or
+   * j among its locals): fwd_sm90 then evaluates it ahead of the S GEMM
+   * to hide the reads' latency. Reads fixed per (b, h) (kv_len[b], packed
+   * offsets) are the same for a whole tile, merged by the pure reads, and
+   * leave the inline test. */
+  bool reads = hk.mem_reads_ij > 0;
   sb_puts(out, "/* The top-level masks, element by element: true keeps the score. */\n");
   expr_put_fn(out, &hk, "bool attn_keep(int b, int h, int i, int j, const attn_params &p)",
            ret.len ? arena_strdup(a, ret.data) : "true");
@@ -447,6 +450,10 @@ static void emit_graph(StrBuf *out, const GraphCompile *gc, EmitPart part, Arena
   if (s->amax_output >= 0) /* the amax output's slot */
     macro_def(out, &ms, a, "ATTN_AMAX", g->outputs[s->amax_output].tensor);
   if (ir_sink(g->softmax)) macro_def(out, &ms, a, "ATTN_SINK", 1);
+  if (s->packed) { /* packed sequences: the offsets' slots of q and of k/v */
+    macro_def(out, &ms, a, "ATTN_PACKED_Q", g->tensors[g->q].seq_offsets);
+    macro_def(out, &ms, a, "ATTN_PACKED_KV", g->tensors[g->k].seq_offsets);
+  }
   const PlanStep *dec = plan_step(gc->plan, PLAN_FORWARD, "decode");
   const PlanStep *merge = plan_step(gc->plan, PLAN_FORWARD, "merge");
   if (dec) {

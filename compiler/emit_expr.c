@@ -86,6 +86,7 @@ static const char *load_ref(ExprHook *hk, IrNode *n) {
   const IrTensor *t = &hk->g->tensors[n->ref];
   const char *sub[IR_MAX_RANK] = {"0", "0", "0", "0"};
   hk->mem_reads++;
+  if (n->dom & (DOM_I | DOM_J)) hk->mem_reads_ij++;
   for (int d = 0; d < t->ndims && d < IR_MAX_RANK; d++)
     if (t->dim_sym[d] >= 0 || t->dim_val[d] != 1) sub[d] = expr_as(hk, n->src[d], DT_I32);
   return arena_printf(hk->a, "attn_ld_%s(p.t[%d], %s, %s, %s, %s)", dtype_name(t->type), n->ref,
@@ -193,7 +194,9 @@ const char *expr_value(ExprHook *hk, IrNode *n) {
     if (n->type == DT_U64) return arena_printf(hk->a, "%lluull", (unsigned long long)n->ival);
     return arena_printf(hk->a, "%lld", (long long)n->ival);
   case IR_SCALAR: return scalar_ref(hk, n);
-  case IR_DIM: return arena_printf(hk->a, "p.dim[%d]", n->ref);
+  case IR_DIM: /* a packed sequence's lengths: the template's view has them as Sq, Skv */
+    if (n->ref < 0) return n->ref == IR_SEQLEN_Q ? "p.Sq" : "p.Skv";
+    return arena_printf(hk->a, "p.dim[%d]", n->ref);
   case IR_INDEX: return index_name(hk, n);
   case IR_QK:
     if (!hk->acc_name) die("emit: the score read outside attn_score");

@@ -94,6 +94,14 @@ const char *ir_dom_letters(unsigned dom, char buf[8]) {
 
 IrKvDim ir_kv_dim(const IrGraph *g, int tensor, int role) {
   const IrTensor *t = &g->tensors[tensor];
+  if (t->packed) {
+    switch (role) {
+    case 0: return (IrKvDim){t->seq_offsets, 0};
+    case 1: return (IrKvDim){tensor, 1};
+    case 2: return (IrKvDim){-1, -1};
+    default: return (IrKvDim){tensor, 2};
+    }
+  }
   if (!t->paged) return (IrKvDim){tensor, role};
   switch (role) {
   case 0: return (IrKvDim){t->page_table, 0};

@@ -280,8 +280,9 @@ static IrNode *lower(Builder *b, const AstExpr *e);
 static IrNode *lower_name(Builder *b, const AstExpr *e) {
   Binding *x = lookup(b, e->name);
   if (x && x->kind == BIND_LOCAL && x->view) {
-    diag_error(b->d, e->loc, "'%s' is a paged view of '%s'; only q @ k^T and p @ v read it",
-               e->name, b->inputs[x->view - 1].name);
+    diag_error(b->d, e->loc, "'%s' is a %s view of '%s'; only q @ k^T and p @ v read it",
+               e->name, b->inputs[x->view - 1].packed ? "packed" : "paged",
+               b->inputs[x->view - 1].name);
     return NULL;
   }
   if (x && x->kind == BIND_LOCAL) return x->node;
@@ -307,6 +308,13 @@ static IrNode *lower_name(Builder *b, const AstExpr *e) {
   if (dim >= 0) {
     IrNode *n = ir_node(b->a, IR_DIM, e->loc, DT_I32, 0, 0, NULL);
     n->ref = dim;
+    return leaf(b, n);
+  }
+  /* Packed sequences' lengths, after every declared name (which shadow
+   * them): ir_check refuses them where q is not packed. */
+  if (!strcmp(e->name, "seqlen_q") || !strcmp(e->name, "seqlen_k")) {
+    IrNode *n = ir_node(b->a, IR_DIM, e->loc, DT_I32, DOM_B, 0, NULL);
+    n->ref = e->name[7] == 'q' ? IR_SEQLEN_Q : IR_SEQLEN_K;
     return leaf(b, n);
   }
   if (b->defining && !strcmp(b->defining, e->name))
@@ -378,14 +386,72 @@ static int lower_paged(Builder *b, const AstExpr *e) {
                t->page_table != tb->ref ? "by another page table" : "in the other layout");
     return -1;
   }
+  if (t->packed) {
+    diag_error(b->d, e->loc, "'%s' is already a packed tensor", t->name);
+    return -1;
+  }
   t->paged = true;
   t->paged_hnd = hnd;
   t->page_table = tb->ref;
   return c->ref;
 }
 
-/* The tensor index of a 4-d input named whole as a matmul operand (or,
- * for k and v, a paged view of one), or -1 after an error. role: "left
+/* packed(x, offsets): x [Tokens, Heads, D] holding B sequences one after
+ * another, sequence b at rows offsets[b] .. offsets[b + 1] - 1 of an i32
+ * [B + 1] offsets tensor (FlashAttention's cu_seqlens). The tensor's
+ * index, marked packed, or -1 after an error. */
+static int lower_packed(Builder *b, const AstExpr *e) {
+  if (e->nargs != 2) {
+    diag_error(b->d, e->loc, "'packed' takes 2 arguments (the tensor and its sequence "
+               "offsets), got %d", e->nargs);
+    return -1;
+  }
+  Binding *c = named_input(b, e->args[0], "tensor of a packed view");
+  Binding *ob = named_input(b, e->args[1], "sequence offsets of a packed view");
+  if (!c || !ob) return -1;
+  IrTensor *t = &b->inputs[c->ref];
+  const IrTensor *off = &b->inputs[ob->ref];
+  if (t->ndims != 3 || !dtype_is_float(t->type)) {
+    diag_error(b->d, e->args[0]->loc, "a packed tensor is a 3-d float tensor [tokens, heads, "
+               "head dimension]; '%s' is %s with %d dimension%s", t->name, dtype_name(t->type),
+               t->ndims, t->ndims == 1 ? "" : "s");
+    diag_note(b->d, t->loc, "'%s' declared here", t->name);
+    return -1;
+  }
+  if (off->ndims != 1 || off->type != DT_I32) {
+    diag_error(b->d, e->args[1]->loc, "sequence offsets are an i32 tensor [batch + 1]; '%s' is "
+               "%s with %d dimension%s", off->name, dtype_name(off->type), off->ndims,
+               off->ndims == 1 ? "" : "s");
+    diag_note(b->d, off->loc, "'%s' declared here", off->name);
+    return -1;
+  }
+  if (c->whole) {
+    diag_error(b->d, e->args[0]->loc, "'%s' is read whole as a dense tensor, so it cannot "
+               "also be packed", t->name);
+    diag_note(b->d, c->whole_loc, "read whole here");
+    return -1;
+  }
+  if (t->paged) {
+    diag_error(b->d, e->loc, "'%s' is already a paged cache", t->name);
+    return -1;
+  }
+  if (t->packed && t->seq_offsets != ob->ref) {
+    diag_error(b->d, e->loc, "'%s' is already packed by other offsets", t->name);
+    return -1;
+  }
+  t->packed = true;
+  t->seq_offsets = ob->ref;
+  return c->ref;
+}
+
+/* A view named by a call (paged, paged_hnd, packed): its tensor's index,
+ * or -1 after an error. */
+static int lower_view(Builder *b, const AstExpr *e) {
+  return !strcmp(e->name, "packed") ? lower_packed(b, e) : lower_paged(b, e);
+}
+
+/* The tensor index of a 4-d input named whole as a matmul operand (or a
+ * packed view of one, or for k and v a paged view), or -1 after an error. role: "left
  * operand of q @ k^T" and so on. */
 static int whole_input(Builder *b, const AstExpr *e, const char *role, bool view_ok) {
   int ref = -1;
@@ -393,11 +459,12 @@ static int whole_input(Builder *b, const AstExpr *e, const char *role, bool view
                            ir_find_fn(e->name)->kind == FN_PAGED;
   Binding *x = e->kind == AST_NAME ? lookup(b, e->name) : NULL;
   if (inline_view || (x && x->kind == BIND_LOCAL && x->view)) {
-    if (!view_ok) {
+    ref = inline_view ? lower_view(b, e) : x->view - 1;
+    if (ref >= 0 && !view_ok && b->inputs[ref].paged) {
       diag_error(b->d, e->loc, "the %s cannot be a paged view: only k and v are paged", role);
       return -1;
     }
-    return inline_view ? lower_paged(b, e) : x->view - 1;
+    return ref;
   }
   if (!(x = named_input(b, e, role))) return -1;
   ref = x->ref;
@@ -405,6 +472,11 @@ static int whole_input(Builder *b, const AstExpr *e, const char *role, bool view
   if (t->paged) {
     diag_error(b->d, e->loc, "'%s' is a paged cache; read it through paged(%s, %s)", t->name,
                t->name, b->inputs[t->page_table].name);
+    return -1;
+  }
+  if (t->packed) {
+    diag_error(b->d, e->loc, "'%s' is a packed tensor; read it through packed(%s, %s)", t->name,
+               t->name, b->inputs[t->seq_offsets].name);
     return -1;
   }
   if (t->ndims != 4) {
@@ -626,9 +698,14 @@ static IrNode *lower_call(Builder *b, const AstExpr *e) {
     return NULL;
   }
   if (fn->kind == FN_PAGED) {
-    diag_error(b->d, e->loc, "'%s(...)' is a view of a paged cache, read only by q @ k^T and "
-               "p @ v: bind it (k = %s(cache, table);) or write it as their operand", e->name,
-               e->name);
+    if (!strcmp(e->name, "packed"))
+      diag_error(b->d, e->loc, "'packed(...)' is a view of packed sequences, read only by q @ "
+                 "k^T and p @ v: bind it (q = packed(q_tokens, offsets);) or write it as their "
+                 "operand");
+    else
+      diag_error(b->d, e->loc, "'%s(...)' is a view of a paged cache, read only by q @ k^T and "
+                 "p @ v: bind it (k = %s(cache, table);) or write it as their operand", e->name,
+                 e->name);
     return NULL;
   }
   /* softmax and logsumexp take an optional sink: softmax(s, sink[h]). */
@@ -817,7 +894,7 @@ static Binding *assign(Builder *b, const char *name, Loc name_loc,
   }
   if (value && value->kind == AST_CALL && ir_find_fn(value->name) &&
       ir_find_fn(value->name)->kind == FN_PAGED) {
-    const int ref = lower_paged(b, value);
+    const int ref = lower_view(b, value);
     if (!x) x = bind(b, name, BIND_LOCAL, name_loc);
     x->node = NULL; /* a view, or poisoned after an error */
     x->view = ref + 1;

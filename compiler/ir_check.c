@@ -57,7 +57,7 @@ static void shape_str(StrBuf *sb, const IrGraph *g, const IrTensor *a, int n,
 }
 
 static bool head_dim_const(const IrTensor *t, Diag *d) {
-  if (t->dim_sym[3] < 0) return true;
+  if (t->dim_sym[t->ndims - 1] < 0) return true;
   diag_error(d, t->loc, "head dimension of '%s' must be a constant", t->name);
   return false;
 }
@@ -102,10 +102,51 @@ static void check_paged(IrGraph *g, Diag *d) {
   sb_free(&s2);
 }
 
+/* Packed sequences: q, k and v all packed ([Tokens, Heads, D] each), k
+ * and v by the same offsets, q's and k's offsets of one length (B + 1). */
+static void check_packed(IrGraph *g, Diag *d) {
+  const IrTensor *q = &g->tensors[g->q], *k = &g->tensors[g->k];
+  const IrTensor *v = g->v >= 0 ? &g->tensors[g->v] : NULL;
+  const IrTensor *all[3] = {q, k, v}, *some = q->packed ? q : k->packed ? k : v;
+  for (int x = 0; x < 3; x++)
+    if (all[x] && !all[x]->packed) {
+      diag_error(d, all[x]->loc, "'%s' is dense but '%s' is packed: q, k and v are packed "
+                 "together", all[x]->name, some->name);
+      return;
+    }
+  StrBuf s1 = {0}, s2 = {0};
+  bool heads = head_dim_const(q, d);
+  heads &= g->k == g->q || head_dim_const(k, d);
+  if (v && g->v != g->q && g->v != g->k) head_dim_const(v, d);
+  if (heads && q->dim_val[2] != k->dim_val[2])
+    diag_error(d, k->loc, "head dimensions of '%s' (%lld) and '%s' (%lld) differ", q->name,
+               (long long)q->dim_val[2], k->name, (long long)k->dim_val[2]);
+  const IrTensor *oq = &g->tensors[q->seq_offsets], *ok = &g->tensors[k->seq_offsets];
+  if (!dim_eq(oq, 0, ok, 0))
+    diag_error(d, ok->loc, "the offsets '%s' and '%s' must have the same length (batch + 1): %s "
+               "and %s", oq->name, ok->name, dim_str(&s1, g, oq, 0), dim_str(&s2, g, ok, 0));
+  if (q->dim_sym[1] < 0 && k->dim_sym[1] < 0 && q->dim_val[1] % k->dim_val[1] != 0)
+    diag_error(d, k->loc, "'%s' has %lld heads, which does not divide the %lld heads of '%s'",
+               k->name, (long long)k->dim_val[1], (long long)q->dim_val[1], q->name);
+  if (v && v->seq_offsets != k->seq_offsets)
+    diag_error(d, v->loc, "'%s' and '%s' must be packed by the same offsets", k->name, v->name);
+  static const char *const what[2] = {"token count", "head count"};
+  for (int x = 0; v && x < 2; x++)
+    if (!dim_eq(k, x, v, x))
+      diag_error(d, v->loc, "'%s' and '%s' must have the same %s: %s and %s", k->name, v->name,
+                 what[x], dim_str(&s1, g, k, x), dim_str(&s2, g, v, x));
+  sb_free(&s1);
+  sb_free(&s2);
+}
+
 /* q [B, H, Sq, D], k [B, Hk, Skv, D], v [B, Hk, Skv, Dv] (a paged k and
  * v in their logical view). */
 static void check_qkv(IrGraph *g, Diag *d) {
   const IrTensor *q = &g->tensors[g->q], *k = &g->tensors[g->k];
+  if (q->packed || k->packed || (g->v >= 0 && g->tensors[g->v].packed)) {
+    check_packed(g, d);
+    return;
+  }
   StrBuf s1 = {0}, s2 = {0};
   bool heads = head_dim_const(q, d);
   heads &= g->k == g->q || head_dim_const(k, d);
@@ -166,7 +207,19 @@ static void check_output(IrGraph *g, Diag *d, const IrOutput *o) {
                o->name, dtype_name(t->type), dtype_name(n->type));
   /* The expected shape, as a tensor. */
   IrTensor want = {.ndims = 1, .dim_sym = {-1, -1, -1, -1}, .dim_val = {1}};
-  if (n->dom) {
+  if (n->dom && q && q->packed) {
+    /* Packed like q: o [Tokens, H, Dv], row statistics [H, Tokens]. */
+    if ((n->dom & DOM_D) && !v) return;
+    t->packed = true;
+    t->seq_offsets = q->seq_offsets;
+    want.ndims = (n->dom & DOM_D) ? 3 : 2;
+    const int from[3] = {n->dom & DOM_D ? 0 : 1, n->dom & DOM_D ? 1 : 0, 2};
+    for (int k = 0; k < want.ndims; k++) {
+      const IrTensor *src = k == 2 ? v : q;
+      want.dim_sym[k] = src->dim_sym[from[k]];
+      want.dim_val[k] = src->dim_val[from[k]];
+    }
+  } else if (n->dom) {
     if (!q || ((n->dom & DOM_D) && !v)) return; /* reported as a landmark */
     want.ndims = (n->dom & DOM_D) ? 4 : 3;
     for (int k = 0; k < 3; k++) {
@@ -233,6 +286,13 @@ int ir_check_graph(IrGraph *g, Diag *d) {
   }
   if (g->pv) g->v = g->pv->src[1]->ref;
   if (g->qk) check_qkv(g, d);
+  for (int k = 0; k < g->nnodes; k++) {
+    const IrNode *n = g->nodes[k];
+    if (n->op == IR_DIM && n->ref < 0 && !(g->q >= 0 && g->tensors[g->q].packed))
+      diag_error(d, n->loc, "'%s' is the length of a packed sequence, and this graph's q is not "
+                 "packed (q = packed(tokens, offsets))", n->ref == IR_SEQLEN_Q ? "seqlen_q"
+                                                                               : "seqlen_k");
+  }
   for (int k = 0; g->softmax && k < g->nnodes; k++) {
     IrNode *n = g->nodes[k];
     if (n->op == IR_LOGSUMEXP && n->src[0] != g->softmax->src[0]) {

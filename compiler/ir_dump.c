@@ -92,7 +92,10 @@ static void put_leaf(StrBuf *out, const IrGraph *g, const IrNode *n) {
     else sb_printf(out, "%lld", (long long)n->ival);
     break;
   case IR_SCALAR: sb_puts(out, g->scalars[n->ref].name); break;
-  case IR_DIM: sb_puts(out, g->dims[n->ref].name); break;
+  case IR_DIM:
+    sb_puts(out, n->ref == IR_SEQLEN_Q ? "seqlen_q" : n->ref == IR_SEQLEN_K ? "seqlen_k"
+                                                                          : g->dims[n->ref].name);
+    break;
   case IR_INDEX:
     for (int k = 0; k < 4; k++)
       if (n->ival == (1 << k)) sb_puts(out, index_names[k]);
@@ -136,6 +139,7 @@ void ir_dump(StrBuf *out, const IrGraph *g) {
     if (t->paged)
       sb_printf(out, " %s by %s", t->paged_hnd ? "paged_hnd" : "paged",
                 g->tensors[t->page_table].name);
+    if (t->packed) sb_printf(out, " packed by %s", g->tensors[t->seq_offsets].name);
     sb_putc(out, '\n');
   }
   for (int k = 0; k < g->nscalars; k++) {

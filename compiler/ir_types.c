@@ -96,6 +96,7 @@ static const FnInfo fn_table[] = {
     {"amax", FN_AMAX, 1, IR_AMAX, DT_NONE},
     {"paged", FN_PAGED, 2, IR_INPUT, DT_NONE},
     {"paged_hnd", FN_PAGED, 2, IR_INPUT, DT_NONE},
+    {"packed", FN_PAGED, 2, IR_INPUT, DT_NONE},
 };
 
 const FnInfo *ir_find_fn(const char *name) {

@@ -454,8 +454,9 @@ KernelSpec *match_graph(const IrGraph *g, int sm, Arena *a, Diag *d) {
   spec->kv_type = k->type;
   spec->mma_type = q16 ? t : DT_F16; /* FP8 converts exactly into f16 */
   spec->paged = k->paged;
-  spec->d_qk = (int)q->dim_val[3];
-  spec->d_v = (int)v->dim_val[3];
+  spec->packed = q->packed;
+  spec->d_qk = (int)ir_head_dim(q);
+  spec->d_v = (int)ir_head_dim(v);
   spec->o_output = spec->lse_output = spec->amax_output = -1;
   char *seen = arena_alloc(a, (size_t)g->nnodes + 1);
 
@@ -538,7 +539,9 @@ KernelSpec *match_graph(const IrGraph *g, int sm, Arena *a, Diag *d) {
 static void match_decode(const KernelSpec *s, FwdConfig *c) {
   /* Its tiles pack several heads' rows: P's scale must not vary by head. */
   const bool head_scale = s->p_scale && (s->p_scale->dom & (DOM_B | DOM_H));
-  if (s->amax_output >= 0 || head_scale ||
+  /* Packed sequences: the forward's tile walk finds each query tile's
+   * sequence; the decode kernel has no such walk yet. */
+  if (s->amax_output >= 0 || head_scale || s->packed ||
       tmpl_decode_config(s->d_qk, s->d_v, dtype_size(s->in_type), dtype_size(s->kv_type),
                          s->dropout != NULL, s->g->ntensors, &c->decode) != 0)
     c->decode = (DecodeConfig){.on = false};
@@ -602,9 +605,25 @@ static int match_fwd_template(const KernelSpec *s, const CompileOptions *o, FwdC
   return -1;
 }
 
+/* A separable conjunct (doc[b, i] == doc[b, j]) anywhere in the masks. */
+static const IrNode *separable_mask(const KernelSpec *s) {
+  for (int k = 0; k < s->nmasks; k++) /* (a disjunction's alternatives are affine) */
+    if (s->masks[k].sep) return s->masks[k].cond;
+  return NULL;
+}
+
 int match_fwd_config(const KernelSpec *s, const CompileOptions *o, FwdConfig *c, Diag *d) {
   memset(c, 0, sizeof *c);
   if (s->paged) return match_decode_only(s, c, d);
+  const IrNode *sep = s->packed ? separable_mask(s) : NULL;
+  if (sep) {
+    /* Their range table is laid out by the whole problem's Sq and Skv,
+     * which packed sequences do not have. */
+    diag_error(d, sep->loc, "graph '%s': a mask comparing an i side with a j side (a document "
+               "mask) on packed sequences is not supported yet; packed sequences are already "
+               "separate documents", s->g->name);
+    return -1;
+  }
   int r = match_fwd_template(s, o, c, d);
   if (r == 0) match_decode(s, c);
   return r;

@@ -158,7 +158,13 @@ BwdSpec *match_bwd(const KernelSpec *fwd, const CompileOptions *o, Arena *a, Dia
   if (g->tensors[g->k].paged) {
     diag_error(d, g->tensors[g->k].loc,
                "graph '%s': no backward through a paged KV cache (pages serve inference; "
-               "train on dense or packed k and v)", g->name);
+               "train on dense k and v)", g->name);
+    return NULL;
+  }
+  if (ir_packed(g)) {
+    diag_error(d, g->tensors[g->q].loc,
+               "graph '%s': no backward for packed sequences yet (the forward runs; train on "
+               "dense q, k and v)", g->name);
     return NULL;
   }
   int bad = bwd_unsupported_grad(g);

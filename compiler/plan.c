@@ -133,6 +133,14 @@ static void plan_forward(GraphPlan *gp, const KernelSpec *f, const FwdConfig *c,
   PlanStep *s = add_step(p, "forward", plan_entry(a, g->name, "fwd"), c->threads, c->smem_bytes);
   s->grid.x0 = pd(PD_SQ);
   s->grid.div0 = c->bm;
+  if (f->packed) {
+    /* Packed sequences: Sq is the query tokens, and B sequences add at
+     * most one partial tile each: ceil(Sq / BM) + B query tiles a head,
+     * whose sequence each CTA finds (hooks.cuh, attn_packed_tile). */
+    s->grid.x1 = pd(PD_B);
+    s->grid.div1 = 1;
+    s->grid.z = pconst(1);
+  }
   if (c->persistent) {
     s->persistent = true;
     add_slice(p, "tile_queue", PB_TILE_QUEUE, -1, 4, pconst(2), pconst(1), pconst(1), pconst(1),

@@ -376,6 +376,20 @@ static const char *chk_dim_name(const IrGraph *g, int tensor, int d) {
 
 void chk_paged_spec(const IrGraph *g, StrBuf *sb, int B, int H, int Hk, int Sq, int Skv,
                     int page) {
+  if (ir_packed(g)) { /* B sequences of B * Sq query and B * Skv key tokens in all */
+    const char *nb = chk_dim_name(g, g->tensors[g->q].seq_offsets, 0);
+    const char *h = chk_dim_name(g, g->q, 1), *hk = chk_dim_name(g, g->k, 1);
+    const char *tq = chk_dim_name(g, g->q, 0), *tk = chk_dim_name(g, g->k, 0);
+    sb->len = 0;
+    if (nb) sb_printf(sb, "%s=%d,", nb, B + 1);
+    if (h) sb_printf(sb, "%s=%d,", h, H);
+    if (hk && (!h || strcmp(hk, h))) sb_printf(sb, "%s=%d,", hk, Hk);
+    if (tq) sb_printf(sb, "%s=%d,", tq, B * Sq);
+    if (tk && (!tq || strcmp(tk, tq))) sb_printf(sb, "%s=%d,", tk, B * Skv);
+    if (sb->len) sb->data[--sb->len] = 0;
+    (void)page;
+    return;
+  }
   const bool paged = g->tensors[g->k].paged;
   const char *b = chk_dim_name(g, g->q, 0), *h = chk_dim_name(g, g->q, 1);
   const char *hk = chk_dim_name(g, g->k, ir_kv_dim(g, g->k, 1).dim), *sq = chk_dim_name(g, g->q, 2);

@@ -31,6 +31,7 @@ typedef struct RefOutPlan {
   const IrNode *node;
   RefTensor *t;
   bool fill_all; /* a value with no axes copied into every element */
+  bool packed;   /* rows of sequence b from its first query row on (RefCtx.seq) */
   int64_t size[5], stride[5]; /* by axis: B H I J D; size 0 = absent */
 } RefOutPlan;
 
@@ -44,8 +45,12 @@ typedef struct RefCtx {
   int64_t B, H, Hk, Sq, Skv, Dq, Dv;
   /* k and v as [B (or 1), Hk, Skv, D]: the inputs, or for paged caches
    * kview and vview, gathered from their pages (ref_gather_pages). */
-  const RefTensor *k, *v;
-  RefTensor kview, vview;
+  const RefTensor *q, *k, *v;
+  RefTensor qview, kview, vview;
+  /* Packed sequences: per b, the first rows and lengths of its queries
+   * and keys (q0, lq, k0, lk), and Sq and Skv are the pair's lengths while
+   * it is evaluated (the views' rows are the longest's); else NULL. */
+  int64_t *seq;
   int64_t b, h;     /* the pair being evaluated */
   /* p @ v's rounding of P (ir_p_chain), evaluated in the flash form the
    * kernels compute (ref_eval_p_round); NULL without one. */
@@ -142,6 +147,7 @@ static int ref_check_node_refs(RefCtx *c, const IrNode *n) {
                       g->nscalars);
     break;
   case IR_DIM:
+    if ((n->ref == IR_SEQLEN_Q || n->ref == IR_SEQLEN_K) && ir_packed(g)) break;
     if (n->ref < 0 || n->ref >= g->ndims)
       return ref_fail(c, n, "malformed IR: dim %d of %d", n->ref, g->ndims);
     break;
@@ -339,12 +345,77 @@ static int ref_gather_pages(RefCtx *c, int ti, RefTensor *out) {
   return 0;
 }
 
-/* k and v as the attention reads them: a paged pair gathered, else the
- * inputs themselves. */
+/* Sequence b's rows of a packed tensor of `total` rows: offsets[b] ..
+ * offsets[b + 1], clamped into [0, total] (the end to no less than the
+ * start), as the kernels read them. */
+static void ref_seq_rows(const RefTensor *off, int64_t b, int64_t total, int64_t *start,
+                         int64_t *len) {
+  const double lo = fmin(fmax(off->data[b], 0), (double)total);
+  const double hi = fmin(fmax(off->data[b + 1], lo), (double)total);
+  *start = (int64_t)lo;
+  *len = (int64_t)hi - (int64_t)lo;
+}
+
+/* A packed [tokens, heads, D] tensor as [B, heads, rows, D]: sequence b's
+ * rows first (from c->seq at column col: its first row, then length),
+ * zeros after them. */
+static int ref_gather_packed(RefCtx *c, int ti, int col, int64_t rows, RefTensor *out) {
+  const RefTensor *x = &c->args->tensors[ti];
+  const int64_t B = c->B, Hx = x->shape[1], D = x->shape[2];
+  out->ndims = 4;
+  out->shape[0] = B, out->shape[1] = Hx, out->shape[2] = rows, out->shape[3] = D;
+  if (B * Hx * rows * D > (INT64_C(1) << 28))
+    return ref_fail(c, NULL, "the packed tensor '%s' is too large for the CPU reference",
+                    c->g->tensors[ti].name);
+  out->data = calloc((size_t)(B * Hx * rows * D) + 1, sizeof(double));
+  if (!out->data) return ref_fail(c, NULL, "out of memory");
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t r = 0; r < c->seq[4 * b + col + 1]; r++)
+      for (int64_t h = 0; h < Hx; h++)
+        memcpy(out->data + ((b * Hx + h) * rows + r) * D,
+               x->data + ((c->seq[4 * b + col] + r) * Hx + h) * D, (size_t)D * sizeof(double));
+  return 0;
+}
+
+/* Packed q, k and v: the sequences' rows from the offsets, and q, k, v
+ * gathered as dense [B, heads, longest, D] views. */
+static int ref_packed_views(RefCtx *c) {
+  const IrGraph *g = c->g;
+  const IrTensor *q = &g->tensors[g->q], *k = &g->tensors[g->k];
+  const RefTensor *oq = &c->args->tensors[q->seq_offsets], *ok = &c->args->tensors[k->seq_offsets];
+  const RefTensor *rq = &c->args->tensors[g->q], *rk = &c->args->tensors[g->k];
+  if (oq->ndims != 1 || ok->ndims != 1 || oq->shape[0] != ok->shape[0] || oq->shape[0] < 1)
+    return ref_fail(c, NULL, "the offsets '%s' and '%s' must hold B + 1 entries each",
+                    g->tensors[q->seq_offsets].name, g->tensors[k->seq_offsets].name);
+  if (rq->ndims != 3 || rk->ndims != 3 || c->args->tensors[g->v].ndims != 3)
+    return ref_fail(c, NULL, "packed q, k and v have 3 dimensions [tokens, heads, head dim]");
+  c->B = oq->shape[0] - 1;
+  c->seq = calloc((size_t)(4 * c->B + 4), sizeof *c->seq);
+  if (!c->seq) return ref_fail(c, NULL, "out of memory");
+  int64_t lq = 0, lk = 0;
+  for (int64_t b = 0; b < c->B; b++) {
+    ref_seq_rows(oq, b, rq->shape[0], &c->seq[4 * b], &c->seq[4 * b + 1]);
+    ref_seq_rows(ok, b, rk->shape[0], &c->seq[4 * b + 2], &c->seq[4 * b + 3]);
+    lq = c->seq[4 * b + 1] > lq ? c->seq[4 * b + 1] : lq;
+    lk = c->seq[4 * b + 3] > lk ? c->seq[4 * b + 3] : lk;
+  }
+  if (ref_gather_packed(c, g->q, 0, lq, &c->qview) || ref_gather_packed(c, g->k, 2, lk, &c->kview) ||
+      ref_gather_packed(c, g->v, 2, lk, &c->vview))
+    return -1;
+  c->q = &c->qview;
+  c->k = &c->kview;
+  c->v = &c->vview;
+  return 0;
+}
+
+/* q, k and v as the attention reads them: a paged pair gathered, packed
+ * sequences gathered, else the inputs themselves. */
 static int ref_kv_views(RefCtx *c) {
   const IrGraph *g = c->g;
+  c->q = &c->args->tensors[g->q];
   c->k = &c->args->tensors[g->k];
   c->v = &c->args->tensors[g->v];
+  if (ir_packed(g)) return ref_packed_views(c);
   if (!g->tensors[g->k].paged) return 0;
   if (ref_gather_pages(c, g->k, &c->kview) || ref_gather_pages(c, g->v, &c->vview)) return -1;
   c->k = &c->kview;
@@ -356,7 +427,7 @@ static int ref_kv_views(RefCtx *c) {
 static int ref_check_qkv(RefCtx *c) {
   const IrGraph *g = c->g;
   if (ref_kv_views(c)) return -1;
-  const RefTensor *q = &c->args->tensors[g->q], *k = c->k, *v = c->v;
+  const RefTensor *q = c->q, *k = c->k, *v = c->v;
   const char *qn = g->tensors[g->q].name, *kn = g->tensors[g->k].name,
              *vn = g->tensors[g->v].name;
   if (q->ndims != 4 || k->ndims != 4 || v->ndims != 4)
@@ -372,7 +443,7 @@ static int ref_check_qkv(RefCtx *c) {
   for (int t = 0; t < 2; t++) {
     const RefTensor *x = t ? v : k;
     const int xi = t ? g->v : g->k;
-    if (x->shape[0] != c->B &&
+    if (x->shape[0] != c->B && !c->seq &&
         !(x->shape[0] == 1 && g->tensors[xi].dim_sym[0] < 0))
       return ref_fail(c, NULL, "'%s' has batch size %lld but '%s' has %lld",
                       g->tensors[xi].name, (long long)x->shape[0], qn,
@@ -488,6 +559,26 @@ static int ref_plan_frame(RefCtx *c, RefOutPlan *p, const IrOutput *o) {
   return -1;
 }
 
+/* A packed output: o [tokens, H, Dv] or a row statistic [H, tokens]. */
+static int ref_plan_packed(RefCtx *c, RefOutPlan *p, const IrOutput *o) {
+  const RefTensor *t = p->t;
+  const bool rows = (ref_vdom(o->value) & DOM_D) != 0;
+  memset(p->size, 0, sizeof p->size);
+  p->packed = true;
+  if (rows && t->ndims == 3 && t->shape[1] == c->H && t->shape[2] == c->Dv) {
+    p->size[0] = c->B, p->size[1] = c->H, p->size[2] = t->shape[0], p->size[4] = c->Dv;
+    p->stride[1] = c->Dv, p->stride[2] = c->H * c->Dv, p->stride[4] = 1;
+    return 0;
+  }
+  if (!rows && t->ndims == 2 && t->shape[0] == c->H) {
+    p->size[0] = c->B, p->size[1] = c->H, p->size[2] = t->shape[1];
+    p->stride[1] = t->shape[1], p->stride[2] = 1;
+    return 0;
+  }
+  return ref_fail(c, o->value, "packed output '%s' must be %s", o->name,
+                  rows ? "[tokens, heads, head dim]" : "[heads, tokens]");
+}
+
 /* Computes each output's shape from the bound dims and allocates it. */
 static int ref_plan_outputs(RefCtx *c) {
   const IrGraph *g = c->g;
@@ -515,11 +606,19 @@ static int ref_plan_outputs(RefCtx *c) {
         return ref_fail(c, NULL, "output '%s': dimension %d has size %lld",
                         o->name, d + 1, (long long)rt->shape[d]);
     }
-    if (ref_plan_frame(c, p, o))
+    if (t->packed && c->seq) {
+      if (ref_plan_packed(c, p, o))
+        return -1;
+    } else if (ref_plan_frame(c, p, o)) {
       return -1;
+    }
     rt->data = malloc((size_t)ref_numel(rt) * sizeof(double));
     if (!rt->data)
       return ref_fail(c, NULL, "out of memory for output '%s'", o->name);
+    /* Rows no sequence covers are not written: NaN here, as the tests
+     * poison the GPU's outputs. */
+    for (int64_t e = 0; p->packed && e < ref_numel(rt); e++)
+      rt->data[e] = NAN;
   }
   return 0;
 }
@@ -543,6 +642,10 @@ static void ref_write_output(const RefCtx *c, const RefOutPlan *p) {
     n[a] = p->size[2 + a] ? p->size[2 + a] : 1;
     os[a] = p->size[2 + a] ? p->stride[2 + a] : 0;
   }
+  if (p->packed) { /* sequence b's rows, from its first */
+    base += c->seq[4 * c->b] * p->stride[2];
+    n[0] = c->Sq;
+  }
   ref_strides(c, ref_vdom(p->node), vs);
   for (int64_t i = 0; i < n[0]; i++)
     for (int64_t j = 0; j < n[1]; j++)
@@ -562,8 +665,9 @@ static double ref_leaf(const RefCtx *c, const IrNode *n) {
                                    : (double)n->ival;
   case IR_SCALAR:
     return dtype_round(c->g->scalars[n->ref].type, c->args->scalars[n->ref]);
-  case IR_DIM:
-    return (double)c->dimval[n->ref];
+  case IR_DIM: /* (a packed sequence's lengths: the pair's Sq and Skv) */
+    return n->ref == IR_SEQLEN_Q ? (double)c->Sq
+           : n->ref == IR_SEQLEN_K ? (double)c->Skv : (double)c->dimval[n->ref];
   case IR_INDEX:
     return n->ival == DOM_B ? (double)c->b : (double)c->h;
   default:
@@ -583,7 +687,7 @@ static int ref_eval_leaf(RefCtx *c, const IrNode *n, double *out) {
               (double)(n->ival == DOM_I ? i : j);
     return 0;
   }
-  if (n->op == IR_DIM && c->dimval[n->ref] == 0)
+  if (n->op == IR_DIM && n->ref >= 0 && c->dimval[n->ref] == 0)
     return ref_fail(c, n, "dimension %s is not bound by any input tensor",
                     c->g->dims[n->ref].name);
   double x = ref_leaf(c, n);
@@ -653,11 +757,13 @@ static int ref_eval_load(RefCtx *c, const IrNode *n, double *out) {
 /* s[i][j] = sum_d q[b, h, i, d] * k[b, h / (H / Hk), j, d]. */
 static void ref_eval_qk(const RefCtx *c, double *out) {
   const IrGraph *g = c->g;
-  const RefTensor *q = &c->args->tensors[g->q], *k = c->k;
+  (void)g;
+  const RefTensor *q = c->q, *k = c->k;
   int64_t hk = c->h / (c->H / c->Hk), D = c->Dq;
   int64_t kb = k->shape[0] == 1 ? 0 : c->b;
-  const double *qp = q->data + (c->b * c->H + c->h) * c->Sq * D;
-  const double *kp = k->data + (kb * c->Hk + hk) * c->Skv * D;
+  /* Rows of the tensors as bound (packed views: the longest sequence's). */
+  const double *qp = q->data + (c->b * c->H + c->h) * q->shape[2] * D;
+  const double *kp = k->data + (kb * c->Hk + hk) * k->shape[2] * D;
   for (int64_t i = 0; i < c->Sq; i++)
     for (int64_t j = 0; j < c->Skv; j++) {
       double acc = 0;
@@ -675,7 +781,7 @@ static void ref_eval_pv(const RefCtx *c, const IrNode *n, double *out) {
   const double *p = c->val[n->src[0]->id];
   int64_t hk = c->h / (c->H / c->Hk), Dv = c->Dv, pst[3], cnt[3];
   int64_t vb = v->shape[0] == 1 ? 0 : c->b;
-  const double *vp = v->data + (vb * c->Hk + hk) * c->Skv * Dv;
+  const double *vp = v->data + (vb * c->Hk + hk) * v->shape[2] * Dv;
   ref_strides(c, ref_vdom(n->src[0]), pst);
   ref_counts(c, ref_vdom(n), cnt);
   for (int64_t i = 0; i < cnt[0]; i++) {
@@ -804,11 +910,12 @@ static void ref_eval_amax(RefCtx *c, const IrNode *n) {
 static int ref_eval_node(RefCtx *c, const IrNode *n) {
   int64_t cnt[3];
   ref_counts(c, ref_vdom(n), cnt);
-  if (cnt[0] > (INT64_C(1) << 34) / cnt[1] / cnt[2])
+  /* (A packed sequence may have no keys: an axis of 0.) */
+  if (cnt[0] > (INT64_C(1) << 34) / (cnt[1] ? cnt[1] : 1) / (cnt[2] ? cnt[2] : 1))
     return ref_fail(c, n, "a value of %lld x %lld x %lld elements is too "
                     "large for the CPU reference", (long long)cnt[0],
                     (long long)cnt[1], (long long)cnt[2]);
-  double *out = malloc((size_t)(cnt[0] * cnt[1] * cnt[2]) * sizeof(double));
+  double *out = malloc((size_t)(cnt[0] * cnt[1] * cnt[2] + 1) * sizeof(double));
   if (!out)
     return ref_fail(c, n, "out of memory");
   c->val[n->id] = out;
@@ -919,6 +1026,11 @@ static int ref_sweep(RefCtx *c, int L) {
       c->amax[id] = 0;
   for (c->b = 0; c->b < c->B; c->b++)
     for (c->h = 0; c->h < c->H; c->h++) {
+      if (c->seq) { /* a packed sequence's own lengths; no query rows, nothing to do */
+        c->Sq = c->seq[4 * c->b + 1];
+        c->Skv = c->seq[4 * c->b + 3];
+        if (c->Sq == 0) continue;
+      }
       int rc = ref_sweep_pair(c, L);
       for (int id = 0; id < g->nnodes; id++)
         ref_release(c, id);
@@ -981,6 +1093,8 @@ static bool ref_alloc_ctx(RefCtx *c) {
 }
 
 static void ref_free_ctx(RefCtx *c) {
+  free(c->seq);
+  free(c->qview.data);
   free(c->kview.data);
   free(c->vview.data);
   free(c->dimval);

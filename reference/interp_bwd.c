@@ -426,6 +426,8 @@ int ref_backward(RefArgs *args, const BwdGraph *bg, const double *dout,
   const IrGraph *g = bg->g;
   if (g->k >= 0 && g->k < g->ntensors && g->tensors[g->k].paged)
     return bref_fail(&c, NULL, "the CPU reference has no backward through a paged KV cache");
+  if (g->q >= 0 && g->q < g->ntensors && g->tensors[g->q].packed)
+    return bref_fail(&c, NULL, "the CPU reference has no backward for packed sequences yet");
   int rc = -1;
   BwdWork w = {0};
   c.dimval = calloc((size_t)g->ndims + 1, sizeof *c.dimval);

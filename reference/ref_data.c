@@ -167,7 +167,7 @@ static void ref_default_dims(RefDimSpec *s) {
       s->val[s->seq_kv] = s->s_all;
   }
   if (s->batch >= 0 && !s->val[s->batch])
-    s->val[s->batch] = 2;
+    s->val[s->batch] = s->g->q >= 0 && ir_packed(s->g) ? 5 : 2;
   if (s->heads >= 0 && !s->val[s->heads])
     s->val[s->heads] = 4;
   if (s->kv_heads >= 0 && !s->val[s->kv_heads])
@@ -238,6 +238,21 @@ static void ref_fill_page_table(RefTensor *t, int64_t pages, RefRng *r) {
   }
 }
 
+/* Packed sequences' offsets: B + 1 entries from 0 to `total`, the cuts
+ * between uniform and sorted (so lengths vary, and may be 0). */
+static void ref_fill_offsets(RefTensor *t, int64_t total, RefRng *r) {
+  const int64_t n = ref_numel(t);
+  for (int64_t e = 0; e < n; e++)
+    t->data[e] = e == 0 ? 0.0 : e == n - 1 ? (double)total
+                                            : (double)(ref_rng_next(r) % (uint64_t)(total + 1));
+  for (int64_t e = 1; e < n; e++) /* insertion sort: a few entries */
+    for (int64_t x = e; x > 0 && t->data[x - 1] > t->data[x]; x--) {
+      const double y = t->data[x];
+      t->data[x] = t->data[x - 1];
+      t->data[x - 1] = y;
+    }
+}
+
 int ref_make_inputs(RefArgs *args, const char *shape_spec, uint64_t seed,
                     StrBuf *err) {
   const IrGraph *g = args->g;
@@ -255,6 +270,15 @@ int ref_make_inputs(RefArgs *args, const char *shape_spec, uint64_t seed,
                   .max_pages = -1};
   if (paged && g->tensors[g->tensors[g->k].page_table].dim_sym[1] >= 0)
     s.max_pages = g->tensors[g->tensors[g->k].page_table].dim_sym[1];
+  const bool packed = g->q >= 0 && g->q < g->ntensors && ir_packed(g);
+  if (packed) { /* [tokens, heads, D]; B + 1 offsets (4 sequences by default) */
+    const IrTensor *q = &g->tensors[g->q], *k = &g->tensors[g->k];
+    s.heads = q->dim_sym[1];
+    s.kv_heads = k->dim_sym[1];
+    s.seq_q = q->dim_sym[0];
+    s.seq_kv = k->dim_sym[0];
+    s.batch = g->tensors[q->seq_offsets].dim_sym[0];
+  }
   s.val = calloc((size_t)g->ndims + 1, sizeof *s.val);
   args->tensors = calloc((size_t)g->ntensors + 1, sizeof *args->tensors);
   int rc = -1;
@@ -295,7 +319,12 @@ int ref_make_inputs(RefArgs *args, const char *shape_spec, uint64_t seed,
       goto done;
     }
     RefRng r = ref_rng(seed, (uint64_t)ti);
-    if (paged && ti == g->tensors[g->k].page_table)
+    if (packed && (ti == g->tensors[g->q].seq_offsets || ti == g->tensors[g->k].seq_offsets)) {
+      /* Over q's tokens, or k's for k's own offsets (q's when they share
+       * them: self-attention). */
+      const IrTensor *x = &g->tensors[ti == g->tensors[g->q].seq_offsets ? g->q : g->k];
+      ref_fill_offsets(t, x->dim_sym[0] >= 0 ? s.val[x->dim_sym[0]] : x->dim_val[0], &r);
+    } else if (paged && ti == g->tensors[g->k].page_table)
       ref_fill_page_table(t, g->tensors[g->k].dim_sym[0] >= 0 ? s.val[g->tensors[g->k].dim_sym[0]]
                                                                : g->tensors[g->k].dim_val[0], &r);
     else

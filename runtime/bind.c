@@ -482,6 +482,33 @@ static attn_status bind_finish_paged(BindState *b, StrBuf *err) {
   return ATTN_SUCCESS;
 }
 
+/* Packed sequences: q [Tq, H, D], k and v [Tk, Hk, D(v)] and the
+ * offsets' B + 1 entries give the problem, Sq and Skv being the token
+ * counts (the kernels read each sequence's rows from the offsets). */
+static attn_status bind_finish_packed(BindState *b, StrBuf *err) {
+  const IrGraph *g = b->g;
+  const int64_t *q = b->shape[g->q], *k = b->shape[g->k];
+  const int cu = g->tensors[g->q].seq_offsets;
+  const int64_t n = b->shape[cu][0];
+  if (n < 1) {
+    sb_printf(err, "graph '%s': the offsets '%s' are empty; they hold B + 1 entries, the first "
+              "0", g->name, g->tensors[cu].name);
+    return ATTN_ERROR_INVALID_ARGUMENT;
+  }
+  if (k[1] == 0 ? q[1] != 0 : q[1] % k[1] != 0) {
+    sb_printf(err, "graph '%s': tensor '%s' has %lld key/value heads, which does not divide the "
+              "%lld query heads of tensor '%s'", g->name, g->tensors[g->k].name, (long long)k[1],
+              (long long)q[1], g->tensors[g->q].name);
+    return ATTN_ERROR_INVALID_ARGUMENT;
+  }
+  b->params.B = (int)(n - 1);
+  b->params.H = (int)q[1];
+  b->params.Sq = (int)q[0];
+  b->params.Hk = (int)k[1];
+  b->params.Skv = (int)k[0];
+  return ATTN_SUCCESS;
+}
+
 attn_status bind_finish(BindState *b, StrBuf *err) {
   const IrGraph *g = b->g;
   for (int t = 0; t < g->ntensors; t++)
@@ -504,6 +531,7 @@ attn_status bind_finish(BindState *b, StrBuf *err) {
     for (int i = 0; i < g->tensors[t].ndims; i++)
       if (g->tensors[t].dim_sym[i] >= 0)
         b->params.dim[g->tensors[t].dim_sym[i]] = (int)b->shape[t][i];
+  if (g->q >= 0 && g->k >= 0 && ir_packed(g)) return bind_finish_packed(b, err);
   if (g->q < 0 || g->k < 0 || g->tensors[g->q].ndims != 4 ||
       g->tensors[g->k].ndims != 4) {
     sb_printf(err, "graph '%s': q and k must be 4-D [B, H, S, D] tensors",

@@ -227,7 +227,7 @@ attn_status rt_run_pass(attn_call *c, PlanPass pass, bool caller_ws, void *ws, s
   p.tile_queue = NULL;
   p.mask_ranges = NULL;
   if (p.B == 0 || p.H == 0) return ATTN_SUCCESS;
-  if (p.H > 65535 || p.B > 65535)
+  if (p.H > 65535 || (p.B > 65535 && !ir_packed(ir))) /* packed: B is no grid dimension */
     return rt_fail(ctx, ATTN_ERROR_INVALID_ARGUMENT,
                    "graph '%s': %d heads and batch %d: the launch grid allows at most 65535 of "
                    "each", ir->name, p.H, p.B);

@@ -139,15 +139,14 @@ fwd80_scores(float (&s)[fwd80_bn / 8][4], const attn_bh &c, int b, int h, int i_
   }
 }
 
-__device__ __forceinline__ void attn_fwd_sm80(const attn_params &p) {
+/* Query tile m_block of (b, h). */
+static __device__ __forceinline__ void fwd80_tile(const attn_params &p, int m_block, int h, int b) {
   extern __shared__ __align__(128) unsigned char fwd80_smem[];
   const float neg_inf = __int_as_float(0xff800000);
 
   const int tid = threadIdx.x;
   const int warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3; /* mma fragment coordinates */
-  const int m_block = (int)gridDim.x - 1 - (int)blockIdx.x; /* heavy first */
-  const int h = blockIdx.y, b = blockIdx.z;
   const int hk = h / (p.H / p.Hk);
   const int i0 = m_block * fwd80_bm;
   const int i_last = min(i0 + fwd80_bm, p.Sq) - 1;
@@ -390,4 +389,20 @@ __device__ __forceinline__ void attn_fwd_sm80(const attn_params &p) {
   if constexpr (attn_has_amax != 0)
     attn_amax_commit(amax, p);
   (void)amax;
+}
+
+/* One CTA a query tile: the tiles of (b, h) in reverse blockIdx.x order,
+ * heavy first under a causal mask; packed sequences find theirs
+ * (hooks.cuh, attn_packed_work) and leave a tile no sequence owns. */
+__device__ __forceinline__ void attn_fwd_sm80(const attn_params &p) {
+  const int x = (int)gridDim.x - 1 - (int)blockIdx.x;
+#if defined(ATTN_PACKED_Q)
+  int b, m_block, q0, k0;
+  bool owned;
+  const attn_params ps = attn_packed_work<fwd80_bm>(x, p, b, m_block, q0, k0, owned);
+  if (owned)
+    fwd80_tile(ps, m_block, blockIdx.y, b);
+#else
+  fwd80_tile(p, x, blockIdx.y, blockIdx.z);
+#endif
 }

@@ -330,7 +330,7 @@ struct fwd90_tile {
  * across the section's heads, so the light tiles fill the tail. */
 static __device__ __forceinline__ fwd90_tile fwd90_tile_of(int t, int n_mb,
                                                            const attn_params &p) {
-  const int hb = p.H * p.B;
+  const int hb = p.H * (attn_packed ? 1 : p.B); /* packed: B's tiles are n_mb's */
   const long long kv_bytes = (long long)max(p.Skv, 1) * (fwd90_dqk + fwd90_dv) * 2;
   const int heads = (int)max(1LL, min((long long)hb, (16LL << 20) / kv_bytes));
   const int sec_tiles = heads * n_mb;
@@ -443,8 +443,10 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
    * (an index >= n_tiles ends the loop). Tile counts fit
    * an int: Sq*H*B/128 tiles of q need far more than any GPU's memory
    * before they reach 2^31. */
-  const int n_mb = (p.Sq + fwd90_bm - 1) / fwd90_bm;
-  const int n_tiles = fwd90_persistent ? n_mb * p.H * p.B : 1;
+  /* Packed sequences: ceil(Sq / BM) + B query tiles a head, each finding
+   * its sequence (hooks.cuh, attn_packed_work). */
+  const int n_mb = (p.Sq + fwd90_bm - 1) / fwd90_bm + (attn_packed ? p.B : 0);
+  const int n_tiles = fwd90_persistent ? n_mb * p.H * (attn_packed ? 1 : p.B) : 1;
   const int first =
       fwd90_persistent ? (int)(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z))
                        : 0;
@@ -558,8 +560,19 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
         break;
       }
       const fwd90_tile tl = tile_at(t);
-      const int h = tl.h, b = tl.b, hk = h / (p.H / p.Hk);
-      const int i0 = tl.m_block * fwd90_bm;
+#if defined(ATTN_PACKED_Q)
+      /* The tile's sequence, seen as a dense batch entry (its own p);
+       * TMA addresses its rows from q0 and k0 of the packed tensors. */
+      int b, m_block, q0, k0;
+      bool owned;
+      const attn_params p_seq = attn_packed_work<fwd90_bm>(tl.m_block, p, b, m_block, q0, k0, owned);
+      const attn_params &p = p_seq;
+      const int tb = 0;
+#else
+      const int b = tl.b, m_block = tl.m_block, q0 = 0, k0 = 0, tb = b;
+#endif
+      const int h = tl.h, hk = h / (p.H / p.Hk);
+      const int i0 = m_block * fwd90_bm;
       const int i_last = min(i0 + fwd90_bm, p.Sq) - 1;
       int n_begin, n_end;
       attn_key_tiles<fwd90_bn>(b, h, i0, i_last, p, n_begin, n_end);
@@ -611,7 +624,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
           attn_mbar_expect_tx(bar_q, fwd90_q_bytes);
 #pragma unroll
           for (int c = 0; c < fwd90_dqk / fwd90_blk; ++c)
-            attn_tma_load4(sq + c * fwd90_bm * 128, mq, bar_q, c * fwd90_blk, i0, h, b);
+            attn_tma_load4(sq + c * fwd90_bm * 128, mq, bar_q, c * fwd90_blk, q0 + i0, h, tb);
         }
         q_sent = true;
       };
@@ -633,8 +646,8 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
           attn_mbar_expect_tx(bar_k(st), fwd90_k_bytes);
 #pragma unroll
           for (int c = 0; c < fwd90_dqk / fwd90_blk; ++c)
-            attn_tma_load4(ks + c * fwd90_bn * 128, mk, bar_k(st), c * fwd90_blk, n * fwd90_bn, hk,
-                           b);
+            attn_tma_load4(ks + c * fwd90_bn * 128, mk, bar_k(st), c * fwd90_blk,
+                           k0 + n * fwd90_bn, hk, tb);
         }
         attn_mbar_wait(bar_empty_v(st), ph ^ 1);
         if (lane == 0) {
@@ -644,12 +657,13 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
 #pragma unroll
             for (int c = 0; c < fwd90_dv8 / 128; ++c)
               attn_tma_load4(vs + fwd90_v_bytes + c * fwd90_bn * 128, mv, bar_v(st), c * 128,
-                             n * fwd90_bn, hk, b);
+                             k0 + n * fwd90_bn, hk, tb);
           } else {
             attn_mbar_expect_tx(bar_v(st), fwd90_v_bytes);
 #pragma unroll
             for (int c = 0; c < fwd90_dv / 64; ++c)
-              attn_tma_load4(vs + c * fwd90_bn * 128, mv, bar_v(st), c * 64, n * fwd90_bn, hk, b);
+              attn_tma_load4(vs + c * fwd90_bn * 128, mv, bar_v(st), c * 64, k0 + n * fwd90_bn, hk,
+                             tb);
           }
         }
         ++visited;
@@ -708,8 +722,16 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       }
     }
     const fwd90_tile tl = tile_at(t);
-    const int h = tl.h, b = tl.b;
-    const int i0 = tl.m_block * fwd90_bm;
+#if defined(ATTN_PACKED_Q)
+    int b, m_block, q0, k0;
+    bool owned;
+    const attn_params p_seq = attn_packed_work<fwd90_bm>(tl.m_block, p, b, m_block, q0, k0, owned);
+    const attn_params &p = p_seq;
+#else
+    const int b = tl.b, m_block = tl.m_block;
+#endif
+    const int h = tl.h;
+    const int i0 = m_block * fwd90_bm;
     const int i_row = i0 + 64 * wg + 16 * ww + g;
     const attn_bh bhc = attn_bh_load(b, h, p); /* once per work tile */
     const float p_sc = attn_p_scale_value(b, h, p); /* P's scale before P V */

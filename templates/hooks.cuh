@@ -292,3 +292,88 @@ __device__ __forceinline__ int attn_next_live(int n, int n_end, int b, int h,
   }
   return n;
 }
+
+/* Packed sequences (docs/language.md "Packed sequences"): ATTN_PACKED_Q
+ * and ATTN_PACKED_KV are the slots of q's and of k/v's i32 [B + 1]
+ * offsets; q, k, v and o are bound as declared, [tokens, heads, cols],
+ * and lse as [heads, tokens]. A forward launch has ceil(Sq / BM) + B query
+ * tiles a head (Sq: q's tokens); each finds its sequence and sees that
+ * sequence as a dense batch entry (attn_packed_work), so every hook and
+ * the rest of the template run unchanged. */
+#if defined(ATTN_PACKED_Q)
+enum : int { attn_packed = 1 };
+
+/* Sequence b's first row and length in a packed tensor of `total` rows,
+ * from its offsets clamped into [0, total] (and the end to no less than
+ * the start): whatever the offsets hold, no kernel reads or writes
+ * outside the tensor. */
+static __device__ __forceinline__ void attn_seq_rows(const attn_tensor_arg &cu, int b, int total,
+                                                     int &start, int &len) {
+  const int *c = (const int *)cu.ptr;
+  const int s = min(max(attn_read_input(c + b * cu.stride[0]), 0), total);
+  const int e = min(max(attn_read_input(c + (b + 1) * cu.stride[0]), s), total);
+  start = s;
+  len = e - s;
+}
+
+/* A packed tensor's argument as one dense batch entry: its rows from row0
+ * on, `rows` of them, with the templates' [batch, heads, rows, cols]
+ * strides (batch stride 0). Declared [tokens, heads, cols], or, for an lse
+ * (STATS), [heads, tokens]. */
+template <int EL, bool STATS = false>
+static __device__ __forceinline__ void attn_packed_rows(attn_tensor_arg &t, int row0, int rows) {
+  const int r = STATS ? 1 : 0, hd = STATS ? 0 : 1;
+  const long long sr = t.stride[r], sh = t.stride[hd], sc = STATS ? 0 : t.stride[2];
+  const int nh = t.size[hd], nc = STATS ? 1 : t.size[2];
+  t.ptr = (unsigned char *)t.ptr + row0 * sr * EL;
+  t.stride[0] = 0, t.stride[1] = sh, t.stride[2] = sr, t.stride[3] = sc;
+  t.size[0] = 1, t.size[1] = nh, t.size[2] = rows, t.size[3] = nc;
+}
+
+/* The work of query tile x of a packed launch: its sequence b and tile
+ * m_block there, the first rows q0 and k0 of b's queries and keys (for
+ * TMA coordinates), and the problem as the template sees it (Sq and Skv
+ * b's lengths, q, k, v, o and lse rebased). Sequence b owns tiles
+ * floor(start_b / BM) + b + m for m < ceil(len_b / BM): disjoint and
+ * below ceil(Sq / BM) + B for nondecreasing offsets, found by a binary
+ * search. A tile no sequence owns gets Sq = Skv = 0 (it visits no key
+ * tile and stores nothing), and `owned` false. */
+template <int BM>
+static __device__ __forceinline__ attn_params attn_packed_work(int x, const attn_params &p, int &b,
+                                                               int &m_block, int &q0, int &k0,
+                                                               bool &owned) {
+  const attn_tensor_arg &cu = p.t[ATTN_PACKED_Q];
+  const int total_q = p.t[ATTN_TQ].size[0];
+  int lo = 0, hi = max(p.B - 1, 0);
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    int s, n;
+    attn_seq_rows(cu, mid, total_q, s, n);
+    if (s / BM + mid <= x)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  int lq, lk;
+  attn_seq_rows(cu, lo, total_q, q0, lq);
+  attn_seq_rows(p.t[ATTN_PACKED_KV], lo, p.t[ATTN_TK].size[0], k0, lk);
+  b = lo;
+  m_block = x - (q0 / BM + lo);
+  owned = p.B > 0 && m_block >= 0 && m_block * BM < lq;
+  if (!owned)
+    m_block = 0, lq = 0, lk = 0;
+  attn_params v = p;
+  v.Sq = lq;
+  v.Skv = lk;
+  attn_packed_rows<attn_q_fp8 ? 1 : 2>(v.t[ATTN_TQ], q0, lq);
+  attn_packed_rows<attn_kv_fp8 ? 1 : 2>(v.t[ATTN_TK], k0, lk);
+  if (ATTN_TV != ATTN_TK)
+    attn_packed_rows<attn_kv_fp8 ? 1 : 2>(v.t[ATTN_TV], k0, lk);
+  attn_packed_rows<attn_out_kind == 2 ? 4 : attn_out_kind >= 3 ? 1 : 2>(v.t[ATTN_TO], q0, lq);
+  if (ATTN_TLSE >= 0)
+    attn_packed_rows<4, true>(v.t[ATTN_TLSE >= 0 ? ATTN_TLSE : 0], q0, lq);
+  return v;
+}
+#else
+enum : int { attn_packed = 0 };
+#endif

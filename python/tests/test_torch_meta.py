@@ -147,3 +147,22 @@ def test_fp8_graphs_take_and_give_float8_tensors(root, cache_dir):
     o, amax = g(q, k, v, scale_s=448.0, scale_o=2.0)
     assert o.shape == (2, 4, 100, 128) and o.dtype == f8
     assert amax.shape == (1,) and amax.dtype == torch.float32
+
+
+def test_packed_sequences_give_packed_outputs(root, cache_dir):
+    """examples/packed.attn: q, k, v [tokens, heads, D] with i32 offsets; o is packed like q and
+    lse is [heads, tokens]; no backward yet."""
+    import torch
+    m = attnc.compile(os.path.join(root, "examples", "packed.attn"), arch="sm_90a",
+                      cache_dir=cache_dir)
+    g = m.packed
+    assert not g.has_backward
+    q, k, v = meta(300, 8, 128), meta(420, 2, 128), meta(420, 2, 128)
+    cu_q = torch.empty(5, device="meta", dtype=torch.int32)
+    cu_k = torch.empty(5, device="meta", dtype=torch.int32)
+    o, lse = g(q, k, v, cu_q, cu_k)
+    assert o.shape == (300, 8, 128) and o.dtype == torch.bfloat16
+    assert lse.shape == (8, 300) and lse.dtype == torch.float32
+    out = m.packed_causal(q, k, v, cu_q, cu_k)
+    o = out[0] if isinstance(out, (tuple, list)) else out
+    assert o.shape == (300, 8, 128)

@@ -755,21 +755,133 @@ static void test_paged(attn_context *ctx, uint64_t *seed) {
   arena_free(a);
 }
 
+/* Packed sequences' offsets (both q's and k's, over each one's tokens):
+ * pattern 0, empty sequences first, in the middle and last around a long
+ * one; 1, one sequence 100x the others; 2, offsets out of range (below
+ * 0, past the tokens), which both sides clamp. */
+static void fill_packed_offsets(RefArgs *ra, const void *arg) {
+  const int pattern = *(const int *)arg;
+  const IrGraph *g = ra->g;
+  const int offs[2] = {g->tensors[g->q].seq_offsets, g->tensors[g->k].seq_offsets};
+  const int toks[2] = {g->q, g->k};
+  for (int x = 0; x < 2; x++) {
+    RefTensor *o = &ra->tensors[offs[x]];
+    const int64_t n = o->shape[0], total = ra->tensors[toks[x]].shape[0];
+    for (int64_t e = 0; e < n; e++) {
+      double v = 0;
+      if (pattern == 0) /* 0, 0, a third, a third, ..., total, total */
+        v = e <= 1 ? 0 : e >= n - 2 ? (double)total
+                                    : (double)(total / 3 + (e < 4 ? 0 : e - 3) * (total / 3) /
+                                                               (n > 6 ? n - 6 : 1));
+      else if (pattern == 1) /* the last sequence 100x each of the others */
+        v = e < n - 1 ? (double)(e * (total / (100 + n))) : (double)total;
+      else /* -7, then even cuts, then past the end */
+        v = e == 0 ? -7.0 : e == n - 1 ? (double)(total + 1000) : (double)(e * total / (n - 1));
+      o->data[e] = v < (double)total || pattern == 2 ? v : (double)total;
+    }
+    if (offs[1] == offs[0]) break;
+  }
+}
+
+/* Packed variable-length batches beyond the examples' shapes: GQA, f16,
+ * D 64 and 80, causal bottom-right and a window in per-sequence
+ * positions, an lse, empty and 100x-longer sequences, out-of-range
+ * offsets, many sequences; rows no sequence covers stay unwritten (the
+ * reference's NaN against the test's NaN poison). */
+static void test_packed(attn_context *ctx, uint64_t *seed) {
+  static const char text[] =
+      "attention packed_gqa_causal {\n"
+      "  input q : f16[Tq, H, 64];\n  input k : f16[Tk, Hk, 64];\n  input v : f16[Tk, Hk, 64];\n"
+      "  input cq : i32[B1];\n  input ck : i32[B1];\n"
+      "  lq = cq[b + 1] - cq[b];\n  lk = ck[b + 1] - ck[b];\n"
+      "  s = (packed(q, cq) @ packed(k, ck)^T) * 0.125;\n"
+      "  s = mask(s, j <= i + lk - lq);\n"
+      "  o = softmax(s) @ packed(v, ck);\n"
+      "  output o : f16[Tq, H, 64];\n  output lse = logsumexp(s);\n}\n"
+      "attention packed_window {\n"
+      "  input q : bf16[T, H, 80];\n  input k : bf16[T, H, 80];\n  input v : bf16[T, H, 80];\n"
+      "  input cu : i32[B1];\n"
+      "  s = mask((packed(q, cu) @ packed(k, cu)^T) * 0.11, j <= i && i - j < 100);\n"
+      "  o = softmax(s) @ packed(v, cu);\n"
+      "  output o : bf16[T, H, 80];\n}\n"
+      "attention packed_seqlen_window {\n"
+      "  input q : bf16[Tq, H, 128];\n  input k : bf16[Tk, Hk, 128];\n"
+      "  input v : bf16[Tk, Hk, 128];\n  input cq : i32[B1];\n  input ck : i32[B1];\n"
+      "  e = i + seqlen_k - seqlen_q;\n"
+      "  s = mask((packed(q, cq) @ packed(k, ck)^T) * 0.088, j <= e && e - j < 90);\n"
+      "  o = softmax(s) @ packed(v, ck);\n"
+      "  output o : bf16[Tq, H, 128];\n  output lse = logsumexp(s);\n}\n";
+  attn_module *mod = compile_text(ctx, "packed.attn", text);
+  Arena *a = arena_new();
+  Diag d = {0};
+  Source *src = source_from_string(a, "packed.attn", text, strlen(text));
+  IrModule *m = mod && src ? ir_build(parse_source(src, a, &d), a, &d) : NULL;
+  /* sequences, H, Hk, query and key tokens a sequence on average */
+  static const int shapes[][5] = {{6, 8, 2, 150, 170}, {3, 4, 1, 1000, 600}, {40, 4, 4, 33, 33},
+                                  {5, 2, 2, 1, 500}};
+  StrBuf spec = {0};
+  for (int k = 0; m && k < m->ngraphs; k++) {
+    const IrGraph *g = m->graphs[k];
+    attn_graph *ag;
+    if (attn_module_get_graph(mod, g->name, &ag) != ATTN_SUCCESS) {
+      verdict(false, g->name, attn_context_error(ctx));
+      continue;
+    }
+    for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++) {
+      const int *x = shapes[sh];
+      chk_shape_spec(g, &spec, x[0], x[1], x[2], x[3], x[4]);
+      ChkOptions co = {0};
+      run_case(ctx, ag, g, spec.data, (*seed)++, &co, arena_printf(a, "packed %s", g->name), NULL,
+               NULL);
+      static const int patterns[3] = {0, 1, 2};
+      for (int pt = 0; pt < 3; pt++) {
+        const InputFill fill = {fill_packed_offsets, &patterns[pt]};
+        run_case_filled(ctx, ag, g, spec.data, (*seed)++, &co,
+                        arena_printf(a, "packed %s offsets pattern %d", g->name, pt), &fill, NULL,
+                        NULL);
+      }
+    }
+  }
+  sb_free(&spec);
+  diag_free(&d);
+  attn_module_destroy(mod);
+  arena_free(a);
+}
+
 static int cmp_str(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
 /* argv[1], when given, keeps only the examples whose file name contains
- * it (the other tests always run). */
+ * it (the other tests always run; "" keeps all); argv[2] is the target to
+ * compile for (sm_90: the portable template on Hopper). */
 int main(int argc, char **argv) {
   if (!gpu_test_driver()) return 0;
   attn_context *ctx = gpu_test_context();
   if (!ctx) return 1;
+  if (argc > 2 && attn_context_set_arch(ctx, argv[2]) != ATTN_SUCCESS) {
+    verdict(false, argv[2], attn_context_error(ctx));
+    return 1;
+  }
+  /* ATTN_TEST_ONLY=packed: the packed tests and examples alone (a short
+   * device run for a change that touches nothing else). */
+  const char *only = getenv("ATTN_TEST_ONLY");
+  if (only && !strcmp(only, "packed")) {
+    uint64_t packed_seed = 9700;
+    test_packed(ctx, &packed_seed);
+    uint64_t seed = 1000;
+    test_example(ctx, "examples/packed.attn", &seed);
+    attn_context_destroy(ctx);
+    printf("gpu forward: %d passed, %d failed, %d skipped\n", passed, failed, skipped);
+    return failed ? 1 : 0;
+  }
   test_fully_masked(ctx);
   uint64_t kv_seed = 9000;
   test_fp8_kv_variants(ctx, &kv_seed);
   uint64_t paged_seed = 9500;
   test_paged(ctx, &paged_seed);
+  uint64_t packed_seed = 9700;
+  test_packed(ctx, &packed_seed);
   test_tile_skipping(ctx);
   test_dropout_mask(ctx);
   test_separable_masks(ctx);
@@ -781,7 +893,7 @@ int main(int argc, char **argv) {
   int n = 0;
   for (struct dirent *e; dir && (e = readdir(dir)) && n < 256;)
     if (strlen(e->d_name) > 5 && !strcmp(e->d_name + strlen(e->d_name) - 5, ".attn") &&
-        (argc < 2 || strstr(e->d_name, argv[1])))
+        (argc < 2 || !argv[1][0] || strstr(e->d_name, argv[1])))
       names[n++] = strdup(e->d_name);
   if (dir) closedir(dir);
   qsort(names, (size_t)n, sizeof names[0], cmp_str);

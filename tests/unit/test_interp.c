@@ -1145,3 +1145,111 @@ Test(interp, rounding_casts_and_p_chains) {
   cr_assert(pc.bad && pc.bad->op == IR_CAST && !pc.round);
   arena_free(bu.a);
 }
+
+/* Packed sequences: each sequence's rows against naive loops over its own
+ * rows (causal bottom-right in per-sequence positions, GQA), rows no
+ * sequence covers left NaN, offsets clamped into the tokens. */
+static const char packed_text[] =
+    "attention g {\n"
+    "  input q : f32[Tq, H, 8];\n  input k : f32[Tk, Hk, 8];\n  input v : f32[Tk, Hk, 4];\n"
+    "  input cq : i32[B1];\n  input ck : i32[B1];\n"
+    "  lq = cq[b + 1] - cq[b];\n  lk = ck[b + 1] - ck[b];\n"
+    "  s = mask((packed(q, cq) @ packed(k, ck)^T) * 0.35, j <= i + lk - lq);\n"
+    "  o = softmax(s) @ packed(v, ck);\n"
+    "  output o : f32[Tq, H, 4];\n  output lse = logsumexp(s);\n}\n";
+
+Test(interp, packed_sequences_match_naive_loops) {
+  Built bu = build(packed_text, "g");
+  RefArgs args = {.g = bu.g};
+  StrBuf err = {0};
+  int rc = ref_make_inputs(&args, "B1=5,H=4,Hk=2,Tq=23,Tk=31", 11, &err);
+  cr_assert_eq(rc, 0, "%s", err.data);
+  /* Sequences: [0, 5) (clamped from -3), empty, [5, 17), [17, 20) of q
+   * (rows 20-22 in none), and of k [0, 9), [9, 9), [9, 30), [30, 31). */
+  const double cq[5] = {-3, 5, 5, 17, 20}, ck[5] = {0, 9, 9, 30, 31};
+  double *oq = args.tensors[tensor_index(bu.g, "cq")].data;
+  double *ok = args.tensors[tensor_index(bu.g, "ck")].data;
+  memcpy(oq, cq, sizeof cq);
+  memcpy(ok, ck, sizeof ck);
+  rc = ref_forward(&args, &err);
+  cr_assert_eq(rc, 0, "%s", err.data);
+  const double *q = args.tensors[tensor_index(bu.g, "q")].data;
+  const double *k = args.tensors[tensor_index(bu.g, "k")].data;
+  const double *v = args.tensors[tensor_index(bu.g, "v")].data;
+  const double *O = args.tensors[tensor_index(bu.g, "o")].data;
+  const double *L = args.tensors[tensor_index(bu.g, "lse")].data;
+  cr_assert_eq(args.tensors[tensor_index(bu.g, "lse")].ndims, 2);
+  const int q0[4] = {0, 5, 5, 17}, lq[4] = {5, 0, 12, 3}, k0[4] = {0, 9, 9, 30}, lk[4] = {9, 0, 21, 1};
+  /* The mask reads the offsets as given (lq - lk there: unclamped). */
+  const int shift[4] = {9 - 8, 0, 21 - 12, 1 - 3};
+  bool covered[23] = {0};
+  for (int b = 0; b < 4; b++)
+    for (int i = 0; i < lq[b]; i++) {
+      covered[q0[b] + i] = true;
+      for (int h = 0; h < 4; h++) {
+        double sc[21], m = -INFINITY, sum = 0;
+        for (int j = 0; j < lk[b]; j++) {
+          double dot = 0;
+          for (int d = 0; d < 8; d++)
+            dot += q[((q0[b] + i) * 4 + h) * 8 + d] * k[((k0[b] + j) * 2 + h / 2) * 8 + d];
+          sc[j] = j <= i + shift[b] ? dot * (double)0.35f : -INFINITY;
+          m = fmax(m, sc[j]);
+        }
+        for (int j = 0; j < lk[b]; j++) sum += isinf(m) ? 0 : exp(sc[j] - m);
+        const double lse = sum > 0 ? m + log(sum) : -INFINITY;
+        const double got_l = L[h * 23 + q0[b] + i];
+        cr_assert(isinf(lse) ? got_l == lse : fabs(got_l - lse) <= 1e-12 * fabs(lse) + 1e-14,
+                  "lse of sequence %d row %d head %d: %.17g vs %.17g", b, i, h, got_l, lse);
+        for (int d = 0; d < 4; d++) {
+          double o = 0;
+          for (int j = 0; sum > 0 && j < lk[b]; j++)
+            o += exp(sc[j] - lse) * v[((k0[b] + j) * 2 + h / 2) * 4 + d];
+          const double got = O[((q0[b] + i) * 4 + h) * 4 + d];
+          cr_assert(fabs(got - o) <= 1e-12 * fmax(1, fabs(o)),
+                    "o of sequence %d row %d head %d col %d: %.17g vs %.17g", b, i, h, d, got, o);
+        }
+      }
+    }
+  for (int r = 0; r < 23; r++)
+    if (!covered[r]) {
+      cr_assert(isnan(O[(r * 4) * 4]), "row %d, covered by no sequence, was written", r);
+      cr_assert(isnan(L[r]), "lse row %d, covered by no sequence, was written", r);
+    }
+  sb_free(&err);
+  ref_args_free(&args);
+  arena_free(bu.a);
+}
+
+/* seqlen_q and seqlen_k are each sequence's lengths (after clamping): the
+ * same outputs as the mask written with clamped offsets by hand. */
+Test(interp, packed_seqlen_names_are_the_lengths) {
+  static const char text[] =
+      "attention g {\n"
+      "  input q : f32[Tq, H, 8];\n  input k : f32[Tk, H, 8];\n  input v : f32[Tk, H, 4];\n"
+      "  input cq : i32[B1];\n  input ck : i32[B1];\n"
+      "  s = mask((packed(q, cq) @ packed(k, ck)^T) * 0.35, j <= i + seqlen_k - seqlen_q);\n"
+      "  o = softmax(s) @ packed(v, ck);\n"
+      "  output o : f32[Tq, H, 4];\n}\n"
+      "attention h {\n"
+      "  input q : f32[Tq, H, 8];\n  input k : f32[Tk, H, 8];\n  input v : f32[Tk, H, 4];\n"
+      "  input cq : i32[B1];\n  input ck : i32[B1];\n"
+      "  s = mask((packed(q, cq) @ packed(k, ck)^T) * 0.35, j <= i + (ck[b + 1] - ck[b]) - (cq[b + 1] - cq[b]));\n"
+      "  o = softmax(s) @ packed(v, ck);\n"
+      "  output o : f32[Tq, H, 4];\n}\n";
+  Built g1 = build(text, "g"), g2 = build(text, "h");
+  RefArgs a1 = {.g = g1.g}, a2 = {.g = g2.g};
+  StrBuf err = {0};
+  cr_assert_eq(ref_make_inputs(&a1, "B1=6,H=2,Tq=40,Tk=57", 5, &err), 0, "%s", err.data);
+  cr_assert_eq(ref_make_inputs(&a2, "B1=6,H=2,Tq=40,Tk=57", 5, &err), 0, "%s", err.data);
+  cr_assert_eq(ref_forward(&a1, &err), 0, "%s", err.data);
+  cr_assert_eq(ref_forward(&a2, &err), 0, "%s", err.data);
+  const RefTensor *o1 = &a1.tensors[tensor_index(g1.g, "o")], *o2 = &a2.tensors[tensor_index(g2.g, "o")];
+  for (int64_t e = 0; e < ref_numel(o1); e++)
+    cr_assert(o1->data[e] == o2->data[e] || (isnan(o1->data[e]) && isnan(o2->data[e])),
+              "element %lld: %.17g vs %.17g", (long long)e, o1->data[e], o2->data[e]);
+  sb_free(&err);
+  ref_args_free(&a1);
+  ref_args_free(&a2);
+  arena_free(g1.a);
+  arena_free(g2.a);
+}

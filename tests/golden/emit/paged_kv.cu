@@ -63,7 +63,7 @@ static __device__ __forceinline__ bool attn_keep(int b, int h, int i, int j, con
 }
 
 /* Whether attn_keep reads memory (templates may evaluate it early). */
-constexpr bool attn_keep_reads = true;
+constexpr bool attn_keep_reads = false;
 
 /* Keys [j_lo, j_hi) any row in [i0, i1] may keep (conservative). */
 static __device__ __forceinline__ void attn_kv_bounds(int b, int h, int i0, int i1, const attn_params &p, int &j_lo, int &j_hi) {
@@ -195,7 +195,7 @@ static __device__ __forceinline__ bool attn_keep(int b, int h, int i, int j, con
 }
 
 /* Whether attn_keep reads memory (templates may evaluate it early). */
-constexpr bool attn_keep_reads = true;
+constexpr bool attn_keep_reads = false;
 
 /* Keys [j_lo, j_hi) any row in [i0, i1] may keep (conservative). */
 static __device__ __forceinline__ void attn_kv_bounds(int b, int h, int i0, int i1, const attn_params &p, int &j_lo, int &j_hi) {
