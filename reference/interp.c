@@ -348,8 +348,8 @@ static int ref_gather_pages(RefCtx *c, int ti, RefTensor *out) {
 /* Sequence b's rows of a packed tensor of `total` rows: offsets[b] ..
  * offsets[b + 1], clamped into [0, total] (the end to no less than the
  * start), as the kernels read them. */
-static void ref_seq_rows(const RefTensor *off, int64_t b, int64_t total, int64_t *start,
-                         int64_t *len) {
+void ref_seq_rows(const RefTensor *off, int64_t b, int64_t total, int64_t *start,
+                  int64_t *len) {
   const double lo = fmin(fmax(off->data[b], 0), (double)total);
   const double hi = fmin(fmax(off->data[b + 1], lo), (double)total);
   *start = (int64_t)lo;

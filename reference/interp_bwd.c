@@ -30,6 +30,10 @@ typedef struct BwdRef {
   int64_t *dimval;
   int64_t B, H, Hk, Sq, Skv, D, Dv;
   int64_t b, h;
+  /* Packed sequences: per b, q's and k's first rows and lengths (q0, lq,
+   * k0, lk), Sq and Skv being the pair's lengths while it is evaluated;
+   * NULL for dense tensors. */
+  int64_t *seq;
   bool *need;   /* forward nodes the sweep evaluates */
   double **fv;  /* forward node values, [Sq][Skv] */
   double **dvv; /* derived node values, [Sq][Skv] */
@@ -47,6 +51,40 @@ static int bref_fail(BwdRef *c, const IrNode *n, const char *fmt, ...) {
 }
 
 /* ------------------------------------------------------------ binding */
+
+/* Packed q [Tq, H, D], k [Tk, Hk, D], v [Tk, Hk, Dv] and the sequences'
+ * rows from the offsets; Sq and Skv the longest sequence's (the sweep
+ * sets each pair's own). */
+static int bref_bind_packed(BwdRef *c) {
+  const IrGraph *g = c->g;
+  const RefTensor *ts = c->args->tensors;
+  const RefTensor *q = &ts[g->q], *k = &ts[g->k], *v = &ts[g->v];
+  const RefTensor *oq = &ts[g->tensors[g->q].seq_offsets], *ok = &ts[g->tensors[g->k].seq_offsets];
+  if (q->ndims != 3 || k->ndims != 3 || v->ndims != 3 || oq->shape[0] != ok->shape[0] ||
+      oq->shape[0] < 1)
+    return bref_fail(c, NULL, "packed q, k and v have 3 dimensions, and their offsets B + 1 "
+                     "entries each");
+  c->B = oq->shape[0] - 1;
+  c->H = q->shape[1];
+  c->D = q->shape[2];
+  c->Hk = k->shape[1];
+  c->Dv = v->shape[2];
+  if (k->shape[2] != c->D || v->shape[0] != k->shape[0] || v->shape[1] != c->Hk ||
+      c->H % c->Hk != 0)
+    return bref_fail(c, NULL, "q, k and v have inconsistent shapes");
+  c->Sq = c->Skv = 0;
+  for (int64_t b = 0; b < c->B; b++) {
+    int64_t *s = &c->seq[4 * b];
+    ref_seq_rows(oq, b, q->shape[0], &s[0], &s[1]);
+    ref_seq_rows(ok, b, k->shape[0], &s[2], &s[3]);
+    c->Sq = s[1] > c->Sq ? s[1] : c->Sq;
+    c->Skv = s[3] > c->Skv ? s[3] : c->Skv;
+  }
+  if (c->Sq * c->Skv > (INT64_C(1) << 26))
+    return bref_fail(c, NULL, "%lld x %lld scores are too many for the CPU backward",
+                     (long long)c->Sq, (long long)c->Skv);
+  return 0;
+}
 
 static int bref_bind(BwdRef *c) {
   const IrGraph *g = c->g;
@@ -76,6 +114,7 @@ static int bref_bind(BwdRef *c) {
     }
   }
   const RefTensor *q = &ts[g->q], *k = &ts[g->k], *v = &ts[g->v];
+  if (c->seq) return bref_bind_packed(c);
   if (q->ndims != 4 || k->ndims != 4 || v->ndims != 4)
     return bref_fail(c, NULL, "q, k and v must have 4 dimensions");
   c->B = q->shape[0];
@@ -122,6 +161,21 @@ static void bref_plan(BwdRef *c) {
 
 /* ----------------------------------------------------- forward values */
 
+/* Element offsets of row i of the pair's q (or dq: D columns) or of its
+ * dO (Dv columns), and of key row j of its k or dk (D) or its v or dv
+ * (Dv): dense [B (or 1), heads, S, cols], or packed [tokens, heads, cols]
+ * from the sequence's first row. */
+static int64_t bref_qrow(const BwdRef *c, int64_t i, int64_t cols) {
+  if (c->seq) return ((c->seq[4 * c->b] + i) * c->H + c->h) * cols;
+  return ((c->b * c->H + c->h) * c->Sq + i) * cols;
+}
+static int64_t bref_krow(const BwdRef *c, const RefTensor *t, int64_t j, int64_t cols) {
+  const int64_t hk = c->h / (c->H / c->Hk);
+  if (c->seq) return ((c->seq[4 * c->b + 2] + j) * c->Hk + hk) * cols;
+  const int64_t kb = t->shape[0] == 1 ? 0 : c->b;
+  return ((kb * c->Hk + hk) * c->Skv + j) * cols;
+}
+
 static double bref_leaf(const BwdRef *c, const IrNode *n, int64_t i,
                         int64_t j) {
   switch (n->op) {
@@ -130,8 +184,9 @@ static double bref_leaf(const BwdRef *c, const IrNode *n, int64_t i,
                                    : (double)n->ival;
   case IR_SCALAR:
     return dtype_round(c->g->scalars[n->ref].type, c->args->scalars[n->ref]);
-  case IR_DIM:
-    return (double)c->dimval[n->ref];
+  case IR_DIM: /* (a packed sequence's lengths: the pair's Sq and Skv) */
+    return n->ref == IR_SEQLEN_Q ? (double)c->Sq
+           : n->ref == IR_SEQLEN_K ? (double)c->Skv : (double)c->dimval[n->ref];
   case IR_INDEX:
     return n->ival == DOM_B   ? (double)c->b
            : n->ival == DOM_H ? (double)c->h
@@ -168,14 +223,12 @@ static int bref_load(BwdRef *c, const IrNode *n, double *out) {
 static void bref_qk(const BwdRef *c, double *out) {
   const RefTensor *q = &c->args->tensors[c->g->q];
   const RefTensor *k = &c->args->tensors[c->g->k];
-  int64_t hk = c->h / (c->H / c->Hk), kb = k->shape[0] == 1 ? 0 : c->b;
-  const double *qp = q->data + (c->b * c->H + c->h) * c->Sq * c->D;
-  const double *kp = k->data + (kb * c->Hk + hk) * c->Skv * c->D;
   for (int64_t i = 0; i < c->Sq; i++)
     for (int64_t j = 0; j < c->Skv; j++) {
+      const double *qp = q->data + bref_qrow(c, i, c->D), *kp = k->data + bref_krow(c, k, j, c->D);
       double acc = 0;
       for (int64_t d = 0; d < c->D; d++)
-        acc += qp[i * c->D + d] * kp[j * c->D + d];
+        acc += qp[d] * kp[d];
       out[i * c->Skv + j] = acc;
     }
 }
@@ -291,14 +344,11 @@ static uint64_t bref_u64(double x) {
 }
 
 static void bref_accumulate(BwdRef *c, BwdWork *w, RefTensor *grads,
-                            const double *dop) {
+                            const double *dout) {
   const IrGraph *g = c->g;
   const BwdGraph *bg = c->bg;
   RefTensor *ts = c->args->tensors;
   int64_t Sq = c->Sq, Skv = c->Skv, D = c->D, Dv = c->Dv;
-  int64_t hk = c->h / (c->H / c->Hk), kb = ts[g->k].shape[0] == 1 ? 0 : c->b;
-  const double *qp = ts[g->q].data + (c->b * c->H + c->h) * Sq * D;
-  const double *kp = ts[g->k].data + (kb * c->Hk + hk) * Skv * D;
   double scale = 1;
   if (bg->draw_scale)
     scale = bref_value(c, bg->draw_scale, w->dsv, w->buf)[0];
@@ -309,24 +359,27 @@ static void bref_accumulate(BwdRef *c, BwdWork *w, RefTensor *grads,
       if (w->dsv[e] == 0 || !dr)
         continue;
       double r = dr[e] * scale;
+      const double *qp = ts[g->q].data + bref_qrow(c, i, D);
+      const double *kp = ts[g->k].data + bref_krow(c, &ts[g->k], j, D);
       if (bg->dq) {
-        double *dq = grads[g->q].data + (c->b * c->H + c->h) * Sq * D;
+        double *dq = grads[g->q].data + bref_qrow(c, i, D);
         for (int64_t d = 0; d < D; d++)
-          dq[i * D + d] += r * kp[j * D + d];
+          dq[d] += r * kp[d];
       }
       if (bg->dk) {
-        double *dk = grads[g->k].data + (kb * c->Hk + hk) * Skv * D;
+        double *dk = grads[g->k].data + bref_krow(c, &ts[g->k], j, D);
         for (int64_t d = 0; d < D; d++)
-          dk[j * D + d] += r * qp[i * D + d];
+          dk[d] += r * qp[d];
       }
     }
   if (bg->dv) {
-    int64_t vb = ts[g->v].shape[0] == 1 ? 0 : c->b;
-    double *dv = grads[g->v].data + (vb * c->Hk + hk) * Skv * Dv;
     for (int64_t i = 0; i < Sq; i++)
-      for (int64_t j = 0; j < Skv; j++)
+      for (int64_t j = 0; j < Skv; j++) {
+        double *dv = grads[g->v].data + bref_krow(c, &ts[g->v], j, Dv);
+        const double *dop = dout + bref_qrow(c, i, Dv);
         for (int64_t d = 0; d < Dv; d++)
-          dv[j * Dv + d] += w->pd[i * Skv + j] * dop[i * Dv + d];
+          dv[d] += w->pd[i * Skv + j] * dop[d];
+      }
   }
   for (int x = 0; x < bg->nbias; x++) {
     const BwdBias *bb = &bg->bias[x];
@@ -377,16 +430,14 @@ static int bref_pair(BwdRef *c, BwdWork *w, const double *dout,
       w->pd[i * Skv + j] = keep ? w->p[i * Skv + j] * inv : 0.0;
     }
   const RefTensor *vt = &c->args->tensors[g->v];
-  int64_t hk = c->h / (c->H / c->Hk), vb = vt->shape[0] == 1 ? 0 : c->b;
-  const double *vp = vt->data + (vb * c->Hk + hk) * Skv * Dv;
-  const double *dop = dout + (c->b * c->H + c->h) * Sq * Dv;
   for (int64_t i = 0; i < Sq; i++) {
+    const double *dop = dout + bref_qrow(c, i, Dv);
     double delta = 0;
     for (int64_t d = 0; d < Dv; d++) {
       double o = 0;
       for (int64_t j = 0; j < Skv; j++)
-        o += w->pd[i * Skv + j] * vp[j * Dv + d];
-      delta += o * dop[i * Dv + d];
+        o += w->pd[i * Skv + j] * vt->data[bref_krow(c, vt, j, Dv) + d];
+      delta += o * dop[d];
     }
     if (bg->sink_tensor >= 0) { /* dsink = -sum_i p_sink,i delta_i */
       RefTensor *gt = &grads[bg->sink_tensor];
@@ -399,9 +450,10 @@ static int bref_pair(BwdRef *c, BwdWork *w, const double *dout,
     }
     for (int64_t j = 0; j < Skv; j++) {
       int64_t e = i * Skv + j;
+      const double *vp = vt->data + bref_krow(c, vt, j, Dv);
       double dpd = 0;
       for (int64_t d = 0; d < Dv; d++)
-        dpd += dop[i * Dv + d] * vp[j * Dv + d];
+        dpd += dop[d] * vp[d];
       /* dP through the same mask: Pd = keep * P * inv. */
       double dp = w->keep[e] != 0 ? dpd * inv : 0.0;
       w->dsv[e] = w->p[e] == 0 ? 0.0 : w->p[e] * (dp - delta);
@@ -410,7 +462,7 @@ static int bref_pair(BwdRef *c, BwdWork *w, const double *dout,
   for (int id = 0; id < bg->nnodes; id++)
     if (bref_eval_derived(c, bg->nodes[id], w->dsv, c->dvv[id], w->tmp))
       return -1;
-  bref_accumulate(c, w, grads, dop);
+  bref_accumulate(c, w, grads, dout);
   return 0;
 }
 
@@ -426,15 +478,18 @@ int ref_backward(RefArgs *args, const BwdGraph *bg, const double *dout,
   const IrGraph *g = bg->g;
   if (g->k >= 0 && g->k < g->ntensors && g->tensors[g->k].paged)
     return bref_fail(&c, NULL, "the CPU reference has no backward through a paged KV cache");
-  if (g->q >= 0 && g->q < g->ntensors && g->tensors[g->q].packed)
-    return bref_fail(&c, NULL, "the CPU reference has no backward for packed sequences yet");
   int rc = -1;
   BwdWork w = {0};
   c.dimval = calloc((size_t)g->ndims + 1, sizeof *c.dimval);
   c.need = calloc((size_t)g->nnodes + 1, sizeof *c.need);
   c.fv = calloc((size_t)g->nnodes + 1, sizeof *c.fv);
   c.dvv = calloc((size_t)bg->nnodes + 1, sizeof *c.dvv);
-  if (!c.dimval || !c.need || !c.fv || !c.dvv) {
+  const bool packed = g->q >= 0 && g->q < g->ntensors && g->tensors[g->q].packed &&
+                      g->tensors[g->q].seq_offsets < g->ntensors &&
+                      args->tensors[g->tensors[g->q].seq_offsets].ndims == 1;
+  if (packed) c.seq = calloc((size_t)(4 * args->tensors[g->tensors[g->q].seq_offsets].shape[0] + 4),
+                             sizeof *c.seq);
+  if (!c.dimval || !c.need || !c.fv || !c.dvv || (packed && !c.seq)) {
     bref_fail(&c, NULL, "out of memory");
     goto done;
   }
@@ -446,7 +501,7 @@ int ref_backward(RefArgs *args, const BwdGraph *bg, const double *dout,
   if (bref_bind(&c))
     goto done;
   bref_plan(&c);
-  size_t cnt = (size_t)(c.Sq * c.Skv), bytes = cnt * sizeof(double);
+  size_t cnt = (size_t)(c.Sq * c.Skv), bytes = (cnt + 1) * sizeof(double);
   bool ok = true;
   for (int id = 0; id < g->nnodes; id++)
     if (c.need[id])
@@ -472,9 +527,15 @@ int ref_backward(RefArgs *args, const BwdGraph *bg, const double *dout,
     goto done;
   }
   for (c.b = 0; c.b < c.B; c.b++)
-    for (c.h = 0; c.h < c.H; c.h++)
+    for (c.h = 0; c.h < c.H; c.h++) {
+      if (c.seq) { /* the sequence's own lengths; without queries, no gradient */
+        c.Sq = c.seq[4 * c.b + 1];
+        c.Skv = c.seq[4 * c.b + 3];
+        if (c.Sq == 0) continue;
+      }
       if (bref_pair(&c, &w, dout, grads))
         goto done;
+    }
   rc = 0;
 done:
   if (rc && grads)
@@ -495,6 +556,7 @@ done:
   free(w.psink);
   for (int s = 0; s < IR_MAX_SRC; s++)
     free(w.tmp[s]);
+  free(c.seq);
   free(c.dimval);
   free(c.need);
   free(c.fv);

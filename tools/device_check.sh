@@ -4,7 +4,7 @@
 # by `make all test-install` plus the GPU test binaries (default: build).
 # A summary is printed last.
 set -u
-# Knobs: BENCH=0 skips the benchmarks, HOST=0 the host examples, SM80=0
+# Knobs: BENCH=0 skips the benchmarks, SANITIZE=0 compute-sanitizer, HOST=0 the host examples, SM80=0
 # the portable template's grid, CTAS3=0 the second backward run, PYTEST=0
 # the Python package's tests. Logs go to /tmp/attnc-device; what comes
 # back from the device machine ($OUT holds at most 8 files) is one .tgz of
@@ -55,6 +55,10 @@ if [ -x "$B/tests/gpu/test_fp8" ]; then
   step test_fp8_sm80 "$B/tests/gpu/test_fp8" sm_90
 fi
 [ -x "$B/tests/gpu/test_head_dims" ] && step test_head_dims "$B/tests/gpu/test_head_dims"
+# compute-sanitizer over every kernel template and mode at small shapes
+# (tools/sanitize_device.sh; SANITIZE=0 skips it).
+[ "${SANITIZE:-1}" = 1 ] && [ -x "$B/tests/gpu/sanitize_cases" ] &&
+  step sanitize env L="$L/sanitize" bash tools/sanitize_device.sh "$B"
 [ -x "$B/tests/gpu/template_sm80_test" ] && step template_sm80 "$B/tests/gpu/template_sm80_test"
 [ -x "$B/tests/gpu/template_bwd_test" ] && step template_bwd "$B/tests/gpu/template_bwd_test"
 if [ "${HOST:-1}" = 1 ] && [ -d "$B/host" ]; then

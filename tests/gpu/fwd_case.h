@@ -43,6 +43,34 @@ typedef struct InputFill {
   }
 }
 
+/* Packed sequences' offsets (both q's and k's, over each one's tokens):
+ * pattern 0, empty sequences first, in the middle and last around a long
+ * one; 1, one sequence 100x the others; 2, offsets out of range (below
+ * 0, past the tokens), which both sides clamp. */
+[[maybe_unused]] static void fill_packed_offsets(RefArgs *ra, const void *arg) {
+  const int pattern = *(const int *)arg;
+  const IrGraph *g = ra->g;
+  const int offs[2] = {g->tensors[g->q].seq_offsets, g->tensors[g->k].seq_offsets};
+  const int toks[2] = {g->q, g->k};
+  for (int x = 0; x < 2; x++) {
+    RefTensor *o = &ra->tensors[offs[x]];
+    const int64_t n = o->shape[0], total = ra->tensors[toks[x]].shape[0];
+    for (int64_t e = 0; e < n; e++) {
+      double v = 0;
+      if (pattern == 0) /* 0, 0, a third, a third, ..., total, total */
+        v = e <= 1 ? 0 : e >= n - 2 ? (double)total
+                                    : (double)(total / 3 + (e < 4 ? 0 : e - 3) * (total / 3) /
+                                                               (n > 6 ? n - 6 : 1));
+      else if (pattern == 1) /* the last sequence 100x each of the others */
+        v = e < n - 1 ? (double)(e * (total / (100 + n))) : (double)total;
+      else /* -7, then even cuts, then past the end */
+        v = e == 0 ? -7.0 : e == n - 1 ? (double)(total + 1000) : (double)(e * total / (n - 1));
+      o->data[e] = v < (double)total || pattern == 2 ? v : (double)total;
+    }
+    if (offs[1] == offs[0]) break;
+  }
+}
+
 /* Runs g on the GPU and the CPU; compares every output. spec is the
  * shapes ("B=2,H=4,Sq=128"), then optionally ';' and scalar settings
  * ("descale_q=0.5,scale_o=8"). Returns the GPU result and the inputs
@@ -93,13 +121,13 @@ static bool run_case_filled(attn_context *ctx, attn_graph *ag, const IrGraph *g,
   return ok;
 }
 
-static bool run_case(attn_context *ctx, attn_graph *ag, const IrGraph *g, const char *spec,
+[[maybe_unused]] static bool run_case(attn_context *ctx, attn_graph *ag, const IrGraph *g, const char *spec,
                      uint64_t seed, const ChkOptions *co, const char *label, ChkResult *keep,
                      RefArgs *keep_ref) {
   return run_case_filled(ctx, ag, g, spec, seed, co, label, NULL, keep, keep_ref);
 }
 
-static attn_module *compile_text(attn_context *ctx, const char *name, const char *text) {
+[[maybe_unused]] static attn_module *compile_text(attn_context *ctx, const char *name, const char *text) {
   attn_module *mod = NULL;
   if (attn_module_compile_string(ctx, name, text, strlen(text), &mod) != ATTN_SUCCESS) {
     verdict(false, name, attn_context_error(ctx));

@@ -210,6 +210,27 @@ Test(backward, gqa) {
            "B=1,H=4,Hk=2,Sq=4,Skv=4", NULL, NULL, NULL, NULL);
 }
 
+/* Packed sequences: each sequence's rows of dq, dk, dv (end-aligned
+ * causal through seqlen_q/seqlen_k, GQA; random offsets, so lengths
+ * differ and may be 0), and with a sink and dropout (whose mask uses the
+ * sequence's own positions). */
+Test(backward, packed_sequences) {
+  bt_check("attention t {\n  input q : f32[Tq, H, 4];\n  input k : f32[Tk, Hk, 4];\n"
+           "  input v : f32[Tk, Hk, 3];\n  input cq : i32[B1];\n  input ck : i32[B1];\n"
+           "  s = mask((packed(q, cq) @ packed(k, ck)^T) * 0.5, j <= i + seqlen_k - seqlen_q);\n"
+           "  o = softmax(s) @ packed(v, ck);\n  output o;\n  output lse = logsumexp(s);\n"
+           "  grad q, k, v;\n}\n",
+           "B1=4,H=4,Hk=2,Tq=9,Tk=13", NULL, NULL, NULL, NULL);
+  bt_check("attention t {\n  input q : f32[T, H, 4];\n  input k : f32[T, H, 4];\n"
+           "  input v : f32[T, H, 4];\n  input cu : i32[B1];\n  input sinks : f32[H];\n"
+           "  scalar seed : u64 = 5;\n  sk = sinks[h];\n"
+           "  s = mask(packed(q, cu) @ packed(k, cu)^T, j <= i);\n"
+           "  p = dropout(softmax(s, sk), 0.25, seed, 3);\n"
+           "  o = p @ packed(v, cu);\n  output o;\n  output lse = logsumexp(s, sk);\n"
+           "  grad q, k, v, sinks;\n}\n",
+           "B1=3,H=2,T=11", NULL, NULL, NULL, NULL);
+}
+
 Test(backward, dropout_fixed_mask) {
   bt_check("attention t {\n" QKV(4, "H")
            "  scalar rate : f32 = 0.3;\n  scalar seed : u64 = 42;\n"

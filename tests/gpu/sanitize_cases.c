@@ -1,0 +1,208 @@
+/*
+ * sanitize_cases.c: every kernel template and mode once, at small shapes,
+ * each checked against the CPU reference, for compute-sanitizer to watch
+ * (tools/sanitize_device.sh runs this under memcheck, racecheck, synccheck
+ * and initcheck). The other GPU tests cover the same kernels at many
+ * shapes but take minutes, which the sanitizers multiply by 10-100.
+ *
+ * Modes: fwd_sm90 persistent and not, fwd_sm80, dropout, the separable
+ * masks' prep kernel, decode with and without a merge, paged decode,
+ * packed sequences with offsets out of range, FP8 (P in FP8, amax) on both
+ * forwards, an FP8 KV cache; bwd_sm90 at D 64 (wide), 128 (persistent)
+ * and 256 (split-D), deterministic, dropout, a bias gradient and a sink's
+ * gradient (its dsink step), bwd_sm80. argv[1], when given, keeps the cases
+ * whose name contains it.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attn.h"
+#include "check.h"
+#include "gpu_test.h"
+#include "ref.h"
+#include "fwd_case.h"
+#include "bwd_case.h"
+
+#define DENSE(D, T, extra_in, mask, extra_out)                                                   \
+  "attention g {\n  input q : " T "[B, H, Sq, " #D "];\n  input k : " T "[B, Hk, Skv, " #D      \
+  "];\n  input v : " T "[B, Hk, Skv, " #D "];\n" extra_in "  s = mask((q @ k^T) * 0.1, " mask     \
+  ");\n" extra_out "}\n"
+#define PLAIN_OUT(D, T) "  o = softmax(s) @ v;\n  output o : " T "[B, H, Sq, " #D "];\n  output lse = logsumexp(s);\n"
+#define GRAD "  grad q, k, v;\n"
+
+typedef enum { FWD, BWD, BWD_DET } Mode;
+
+typedef struct Case {
+  const char *name, *text, *spec;
+  const char *arch;   /* NULL: the device's (sm_90a on an H200) */
+  int sm90_variant;   /* ATTN_OPTION_SM90_VARIANT */
+  int bwd_template;   /* ATTN_OPTION_BACKWARD_TEMPLATE: 0 auto, 80, 90 */
+  int decode_splits;  /* ATTN_OPTION_DECODE_SPLITS */
+  Mode mode;
+  int offsets;        /* packed: 1 rewrites the offsets out of range */
+} Case;
+
+static const Case cases[] = {
+    {"fwd_sm90 persistent", DENSE(128, "bf16", "", "j <= i + Skv - Sq", PLAIN_OUT(128, "bf16")),
+     "B=2,H=4,Hk=2,Sq=200,Skv=333", NULL, 0, 0, 0, FWD, 0},
+    {"fwd_sm90 one tile a CTA", DENSE(64, "f16", "", "j <= i", PLAIN_OUT(64, "f16")),
+     "B=2,H=4,Hk=4,Sq=150,Skv=150", NULL, 1, 0, 0, FWD, 0},
+    {"fwd_sm90 D 256 BN 80", DENSE(256, "bf16", "", "i - j < 100", PLAIN_OUT(256, "bf16")),
+     "B=1,H=2,Hk=1,Sq=300,Skv=300", NULL, 0, 0, 0, FWD, 0},
+    {"fwd_sm80", DENSE(128, "bf16", "", "j <= i", PLAIN_OUT(128, "bf16")),
+     "B=2,H=4,Hk=2,Sq=130,Skv=257", "sm_90", 0, 0, 0, FWD, 0},
+    {"fwd dropout sm90",
+     "attention g {\n  input q : bf16[B, H, S, 64];\n  input k : bf16[B, H, S, 64];\n"
+     "  input v : bf16[B, H, S, 64];\n  scalar seed : u64 = 7;\n"
+     "  p = dropout(softmax((q @ k^T) * 0.125), 0.1, seed, 0);\n"
+     "  output o : bf16[B, H, S, 64] = p @ v;\n}\n",
+     "B=2,H=2,S=190", NULL, 0, 0, 0, FWD, 0},
+    {"fwd document prep",
+     "attention g {\n  input q : bf16[B, H, S, 64];\n  input k : bf16[B, H, S, 64];\n"
+     "  input v : bf16[B, H, S, 64];\n  input doc : i32[B, S];\n"
+     "  s = mask((q @ k^T) * 0.125, doc[b, i] == doc[b, j] && j <= i);\n"
+     "  output o : bf16[B, H, S, 64] = softmax(s) @ v;\n}\n",
+     "B=2,H=2,S=300", NULL, 0, 0, 0, FWD, 0},
+    {"decode split 3 + merge", DENSE(128, "bf16", "", "j <= i + Skv - Sq", PLAIN_OUT(128, "bf16")),
+     "B=2,H=8,Hk=2,Sq=1,Skv=1000", NULL, 0, 0, 3, FWD, 0},
+    {"decode one split", DENSE(64, "f16", "", "j < Skv", PLAIN_OUT(64, "f16")),
+     "B=3,H=4,Hk=1,Sq=2,Skv=300", NULL, 0, 0, 1, FWD, 0},
+    {"paged decode",
+     "attention g {\n  input q : bf16[B, H, Sq, 128];\n  input kc : bf16[P, PS, Hk, 128];\n"
+     "  input vc : bf16[P, PS, Hk, 128];\n  input t : i32[B, MP];\n  input len : i32[B];\n"
+     "  s = mask((q @ paged(kc, t)^T) * 0.088, j < len[b]);\n"
+     "  output o : bf16[B, H, Sq, 128] = softmax(s) @ paged(vc, t);\n}\n",
+     "B=2,H=8,Hk=2,Sq=1,P=40,PS=16,MP=12", NULL, 0, 0, 2, FWD, 0},
+    {"packed sm90, offsets out of range",
+     "attention g {\n  input q : bf16[Tq, H, 128];\n  input k : bf16[Tk, Hk, 128];\n"
+     "  input v : bf16[Tk, Hk, 128];\n  input cq : i32[B1];\n  input ck : i32[B1];\n"
+     "  s = mask((packed(q, cq) @ packed(k, ck)^T) * 0.088, j <= i + seqlen_k - seqlen_q);\n"
+     "  o = softmax(s) @ packed(v, ck);\n  output o : bf16[Tq, H, 128];\n"
+     "  output lse = logsumexp(s);\n}\n",
+     "B1=5,H=4,Hk=2,Tq=333,Tk=410", NULL, 0, 0, 0, FWD, 1},
+    {"packed sm80, offsets out of range",
+     "attention g {\n  input q : f16[T, H, 64];\n  input k : f16[T, H, 64];\n"
+     "  input v : f16[T, H, 64];\n  input cu : i32[B1];\n"
+     "  s = mask((packed(q, cu) @ packed(k, cu)^T) * 0.125, j <= i);\n"
+     "  output o : f16[T, H, 64] = softmax(s) @ packed(v, cu);\n}\n",
+     "B1=4,H=2,T=300", "sm_90", 0, 0, 0, FWD, 1},
+    {"fp8 sm90 P e4m3 amax",
+     "attention g {\n  input q : e4m3[B, H, S, 128];\n  input k : e4m3[B, H, S, 128];\n"
+     "  input v : e4m3[B, H, S, 128];\n  s = mask((q @ k^T) * 0.088, j <= i);\n"
+     "  out = (e4m3(softmax(s) * 448.0) @ v) * (1.0 / 448.0);\n"
+     "  output o : e4m3[B, H, S, 128] = out * 4.0;\n  output amax_o = amax(out);\n}\n",
+     "B=2,H=2,S=260", NULL, 0, 0, 0, FWD, 0},
+    {"fp8 sm80",
+     "attention g {\n  input q : e5m2[B, H, S, 64];\n  input k : e4m3[B, H, S, 64];\n"
+     "  input v : e4m3[B, H, S, 64];\n  s = (q @ k^T) * 0.125;\n"
+     "  output o : bf16[B, H, S, 64] = softmax(s) @ v;\n}\n",
+     "B=1,H=2,S=200", "sm_90", 0, 0, 0, FWD, 0},
+    {"fp8 kv cache, bf16 q",
+     "attention g {\n  input q : bf16[B, H, Sq, 128];\n  input k : e4m3[B, Hk, Skv, 128];\n"
+     "  input v : e4m3[B, Hk, Skv, 128];\n  s = mask((q @ k^T) * 0.088, j <= i + Skv - Sq);\n"
+     "  output o : bf16[B, H, Sq, 128] = softmax(s) @ v;\n}\n",
+     "B=2,H=4,Hk=2,Sq=70,Skv=300", NULL, 0, 0, 0, FWD, 0},
+    {"bwd_sm90 D 64 wide", DENSE(64, "bf16", "", "j <= i", PLAIN_OUT(64, "bf16") GRAD),
+     "B=2,H=4,Hk=2,Sq=200,Skv=200", NULL, 0, 90, 0, BWD, 0},
+    {"bwd_sm90 D 128 persistent", DENSE(128, "f16", "", "j <= i + Skv - Sq", PLAIN_OUT(128, "f16") GRAD),
+     "B=2,H=4,Hk=4,Sq=150,Skv=270", NULL, 0, 90, 0, BWD, 0},
+    {"bwd_sm90 D 256 split-D", DENSE(256, "bf16", "", "i - j < 90", PLAIN_OUT(256, "bf16") GRAD),
+     "B=1,H=2,Hk=1,Sq=200,Skv=200", NULL, 0, 90, 0, BWD, 0},
+    {"bwd_sm90 deterministic", DENSE(128, "bf16", "", "j <= i", PLAIN_OUT(128, "bf16") GRAD),
+     "B=2,H=4,Hk=2,Sq=130,Skv=130", NULL, 0, 90, 0, BWD_DET, 0},
+    {"bwd_sm80", DENSE(64, "bf16", "", "j <= i", PLAIN_OUT(64, "bf16") GRAD),
+     "B=2,H=4,Hk=2,Sq=150,Skv=150", NULL, 0, 80, 0, BWD, 0},
+    {"bwd_sm80 deterministic", DENSE(128, "f16", "", "j <= i", PLAIN_OUT(128, "f16") GRAD),
+     "B=1,H=2,Hk=2,Sq=140,Skv=140", NULL, 0, 80, 0, BWD_DET, 0},
+    {"bwd dropout",
+     "attention g {\n  input q : bf16[B, H, S, 64];\n  input k : bf16[B, H, S, 64];\n"
+     "  input v : bf16[B, H, S, 64];\n  scalar seed : u64 = 3;\n  s = (q @ k^T) * 0.125;\n"
+     "  p = dropout(softmax(s), 0.1, seed, 0);\n  output o : bf16[B, H, S, 64] = p @ v;\n"
+     "  output lse = logsumexp(s);\n  grad q, k, v;\n}\n",
+     "B=1,H=2,S=200", NULL, 0, 90, 0, BWD, 0},
+    {"bwd bias gradient",
+     "attention g {\n  input q : bf16[B, H, S, 128];\n  input k : bf16[B, H, S, 128];\n"
+     "  input v : bf16[B, H, S, 128];\n  input bias : bf16[B, H, S, S];\n"
+     "  s = (q @ k^T) * 0.088 + bias[b, h, i, j];\n"
+     "  output o : bf16[B, H, S, 128] = softmax(s) @ v;\n  output lse = logsumexp(s);\n"
+     "  grad q, k, v, bias;\n}\n",
+     "B=1,H=2,S=150", NULL, 0, 90, 0, BWD, 0},
+    {"bwd sink gradient",
+     "attention g {\n  input q : bf16[B, H, S, 64];\n  input k : bf16[B, H, S, 64];\n"
+     "  input v : bf16[B, H, S, 64];\n  input sinks : f32[H];\n  sk = sinks[h];\n"
+     "  s = mask((q @ k^T) * 0.125, j <= i);\n"
+     "  output o : bf16[B, H, S, 64] = softmax(s, sk) @ v;\n  output lse = logsumexp(s, sk);\n"
+     "  grad q, k, v, sinks;\n}\n",
+     "B=2,H=2,S=150", NULL, 0, 90, 0, BWD, 0},
+};
+
+static void run(attn_context *ctx, const Case *c, uint64_t seed) {
+  attn_context_set_arch(ctx, c->arch ? c->arch : NULL);
+  attn_context_set_option(ctx, ATTN_OPTION_SM90_VARIANT, c->sm90_variant);
+  attn_context_set_option(ctx, ATTN_OPTION_BACKWARD_TEMPLATE, c->bwd_template);
+  attn_context_set_option(ctx, ATTN_OPTION_DECODE_SPLITS, c->decode_splits);
+  const char *text = c->text;
+  attn_module *mod = compile_text(ctx, c->name, text);
+  Arena *a = arena_new();
+  IrGraph *g = mod ? build_ir(a, c->name, text) : NULL;
+  attn_graph *ag = NULL;
+  if (g && attn_module_get_graph(mod, "g", &ag) != ATTN_SUCCESS) {
+    verdict(false, c->name, attn_context_error(ctx));
+    g = NULL;
+  }
+  if (g && c->mode == FWD) {
+    ChkOptions co = {0};
+    static const int out_of_range = 2; /* fwd_case.h's offsets pattern: past both ends */
+    const InputFill fill = {fill_packed_offsets, &out_of_range};
+    run_case_filled(ctx, ag, g, c->spec, seed, &co, c->name, c->offsets ? &fill : NULL, NULL, NULL);
+  } else if (g) {
+    Diag d = {0};
+    BwdGraph *bg = bwd_derive(g, a, &d);
+    if (!bg)
+      verdict(false, c->name, d.out.data);
+    else
+      bwd_case(ctx, ag, g, bg, c->spec, seed, c->name, NULL, 0, c->mode == BWD_DET);
+    diag_free(&d);
+  }
+  arena_free(a);
+  attn_module_destroy(mod);
+}
+
+/* Without a GPU: each case compiles for its target (sm_90a by default)
+ * and its graph checks, so the list stays runnable (--compile-only runs
+ * this on any machine). */
+static int compile_only(void) {
+  attn_context *ctx = gpu_test_context();
+  if (!ctx) return 1;
+  int bad = 0;
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    const Case *c = &cases[k];
+    attn_context_set_arch(ctx, c->arch ? c->arch : "sm_90a");
+    attn_context_set_option(ctx, ATTN_OPTION_SM90_VARIANT, c->sm90_variant);
+    attn_context_set_option(ctx, ATTN_OPTION_BACKWARD_TEMPLATE, c->bwd_template);
+    attn_module *mod = NULL;
+    const bool ok = attn_module_compile_string(ctx, c->name, c->text, strlen(c->text), &mod) ==
+                    ATTN_SUCCESS;
+    printf("%s: compile %s: %s\n", ok ? "PASS" : "FAIL", c->name, ok ? "" : attn_context_error(ctx));
+    bad += !ok;
+    attn_module_destroy(mod);
+  }
+  attn_context_destroy(ctx);
+  return bad ? 1 : 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1 && !strcmp(argv[1], "--compile-only")) return compile_only();
+  if (!gpu_test_driver()) return 0;
+  attn_context *ctx = gpu_test_context();
+  if (!ctx) return 1;
+  /* A disk cache when one is named: the sanitizers' runs compile once. */
+  const char *cache = getenv("ATTN_CACHE_DIR");
+  if (cache && *cache) attn_context_set_cache_dir(ctx, cache);
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+    if (argc < 2 || strstr(cases[k].name, argv[1])) run(ctx, &cases[k], 100 + k);
+  attn_context_destroy(ctx);
+  printf("sanitize cases: %d passed, %d failed, %d skipped\n", passed, failed, skipped);
+  return failed ? 1 : 0;
+}

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# sanitize_device.sh [BUILD]: compute-sanitizer's memcheck, racecheck,
+# synccheck and initcheck over build/tests/gpu/sanitize_cases (every kernel
+# template and mode once at small shapes, each checked against the CPU
+# reference), on the device machine. Logs go to $L (default
+# /tmp/attnc-sanitize): TOOL.log (the sanitizer's report) and TOOL.out (the
+# cases' own verdicts). The last line per tool says how many errors it
+# found; the script exits non-zero when any tool found one or a case
+# failed. TOOLS="memcheck racecheck" runs a subset; CASES=packed one case
+# name's substring. The kernels are compiled once, in the first tool's
+# run, into a disk cache that the later runs load.
+set -u
+B=${1:-build}
+L=${L:-/tmp/attnc-sanitize}
+mkdir -p "$L"
+CS=${COMPUTE_SANITIZER:-$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)}
+if [ ! -x "$CS" ]; then
+  echo "sanitize: no compute-sanitizer (looked for $CS)"
+  exit 1
+fi
+export ATTN_CACHE_DIR=${ATTN_CACHE_DIR:-$L/cache}
+status=0
+for tool in ${TOOLS:-memcheck racecheck synccheck initcheck}; do
+  "$CS" --tool "$tool" --error-exitcode 9 --log-file "$L/$tool.log" \
+    "$B/tests/gpu/sanitize_cases" ${CASES:+"$CASES"} >"$L/$tool.out" 2>&1
+  rc=$?
+  errors=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$L/$tool.log" | tail -1)
+  echo "sanitize $tool (rc $rc): ${errors:-no summary} / $(tail -1 "$L/$tool.out")"
+  [ $rc -ne 0 ] && status=1
+done
+exit $status
