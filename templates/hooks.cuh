@@ -365,9 +365,12 @@ static __device__ __forceinline__ attn_params attn_packed_work(int x, const attn
   attn_params v = p;
   v.Sq = lq;
   v.Skv = lk;
+  /* One tensor in two roles (q @ q^T, or v the same as k) is rebased
+   * once: packed by one offsets tensor, its rows are the same. */
   attn_packed_rows<attn_q_fp8 ? 1 : 2>(v.t[ATTN_TQ], q0, lq);
-  attn_packed_rows<attn_kv_fp8 ? 1 : 2>(v.t[ATTN_TK], k0, lk);
-  if (ATTN_TV != ATTN_TK)
+  if (ATTN_TK != ATTN_TQ)
+    attn_packed_rows<attn_kv_fp8 ? 1 : 2>(v.t[ATTN_TK], k0, lk);
+  if (ATTN_TV != ATTN_TK && ATTN_TV != ATTN_TQ)
     attn_packed_rows<attn_kv_fp8 ? 1 : 2>(v.t[ATTN_TV], k0, lk);
   attn_packed_rows<attn_out_kind == 2 ? 4 : attn_out_kind >= 3 ? 1 : 2>(v.t[ATTN_TO], q0, lq);
   if (ATTN_TLSE >= 0)

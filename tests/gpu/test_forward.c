@@ -757,7 +757,7 @@ static void test_paged(attn_context *ctx, uint64_t *seed) {
 
 /* Packed variable-length batches beyond the examples' shapes: GQA, f16,
  * D 64 and 80, causal bottom-right and a window in per-sequence
- * positions, an lse, empty and 100x-longer sequences, out-of-range
+ * positions, an lse, one tensor as q, k and v, empty and 100x-longer sequences, out-of-range
  * offsets, many sequences; rows no sequence covers stay unwritten (the
  * reference's NaN against the test's NaN poison). */
 static void test_packed(attn_context *ctx, uint64_t *seed) {
@@ -782,7 +782,11 @@ static void test_packed(attn_context *ctx, uint64_t *seed) {
       "  e = i + seqlen_k - seqlen_q;\n"
       "  s = mask((packed(q, cq) @ packed(k, ck)^T) * 0.088, j <= e && e - j < 90);\n"
       "  o = softmax(s) @ packed(v, ck);\n"
-      "  output o : bf16[Tq, H, 128];\n  output lse = logsumexp(s);\n}\n";
+      "  output o : bf16[Tq, H, 128];\n  output lse = logsumexp(s);\n}\n"
+      "attention packed_self {\n"
+      "  input x : bf16[T, H, 64];\n  input cu : i32[B1];\n"
+      "  s = mask((packed(x, cu) @ packed(x, cu)^T) * 0.125, j <= i);\n"
+      "  output o : bf16[T, H, 64] = softmax(s) @ packed(x, cu);\n}\n";
   attn_module *mod = compile_text(ctx, "packed.attn", text);
   Arena *a = arena_new();
   Diag d = {0};
