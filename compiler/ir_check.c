@@ -288,7 +288,7 @@ int ir_check_graph(IrGraph *g, Diag *d) {
   if (g->qk) check_qkv(g, d);
   for (int k = 0; k < g->nnodes; k++) {
     const IrNode *n = g->nodes[k];
-    if (n->op == IR_DIM && n->ref < 0 && !(g->q >= 0 && g->tensors[g->q].packed))
+    if (n->op == IR_DIM && n->ref < 0 && !ir_packed(g))
       diag_error(d, n->loc, "'%s' is the length of a packed sequence, and this graph's q is not "
                  "packed (q = packed(tokens, offsets))", n->ref == IR_SEQLEN_Q ? "seqlen_q"
                                                                                : "seqlen_k");

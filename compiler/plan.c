@@ -136,7 +136,7 @@ static void plan_forward(GraphPlan *gp, const KernelSpec *f, const FwdConfig *c,
   if (f->packed) {
     /* Packed sequences: Sq is the query tokens, and B sequences add at
      * most one partial tile each: ceil(Sq / BM) + B query tiles a head,
-     * whose sequence each CTA finds (hooks.cuh, attn_packed_tile). */
+     * whose sequence each CTA finds (hooks.cuh, attn_packed_work). */
     s->grid.x1 = pd(PD_B);
     s->grid.div1 = 1;
     s->grid.z = pconst(1);

@@ -348,12 +348,26 @@ static int ref_gather_pages(RefCtx *c, int ti, RefTensor *out) {
 /* Sequence b's rows of a packed tensor of `total` rows: offsets[b] ..
  * offsets[b + 1], clamped into [0, total] (the end to no less than the
  * start), as the kernels read them. */
-void ref_seq_rows(const RefTensor *off, int64_t b, int64_t total, int64_t *start,
-                  int64_t *len) {
+static void ref_seq_rows(const RefTensor *off, int64_t b, int64_t total, int64_t *start,
+                         int64_t *len) {
   const double lo = fmin(fmax(off->data[b], 0), (double)total);
   const double hi = fmin(fmax(off->data[b + 1], lo), (double)total);
   *start = (int64_t)lo;
   *len = (int64_t)hi - (int64_t)lo;
+}
+
+void ref_seq_table(const RefArgs *args, int64_t B, int64_t *seq, int64_t *max_q, int64_t *max_k) {
+  const IrGraph *g = args->g;
+  const RefTensor *ts = args->tensors;
+  const RefTensor *oq = &ts[g->tensors[g->q].seq_offsets], *ok = &ts[g->tensors[g->k].seq_offsets];
+  *max_q = *max_k = 0;
+  for (int64_t b = 0; b < B; b++) {
+    int64_t *s = &seq[4 * b];
+    ref_seq_rows(oq, b, ts[g->q].shape[0], &s[0], &s[1]);
+    ref_seq_rows(ok, b, ts[g->k].shape[0], &s[2], &s[3]);
+    *max_q = s[1] > *max_q ? s[1] : *max_q;
+    *max_k = s[3] > *max_k ? s[3] : *max_k;
+  }
 }
 
 /* A packed [tokens, heads, D] tensor as [B, heads, rows, D]: sequence b's
@@ -392,13 +406,8 @@ static int ref_packed_views(RefCtx *c) {
   c->B = oq->shape[0] - 1;
   c->seq = calloc((size_t)(4 * c->B + 4), sizeof *c->seq);
   if (!c->seq) return ref_fail(c, NULL, "out of memory");
-  int64_t lq = 0, lk = 0;
-  for (int64_t b = 0; b < c->B; b++) {
-    ref_seq_rows(oq, b, rq->shape[0], &c->seq[4 * b], &c->seq[4 * b + 1]);
-    ref_seq_rows(ok, b, rk->shape[0], &c->seq[4 * b + 2], &c->seq[4 * b + 3]);
-    lq = c->seq[4 * b + 1] > lq ? c->seq[4 * b + 1] : lq;
-    lk = c->seq[4 * b + 3] > lk ? c->seq[4 * b + 3] : lk;
-  }
+  int64_t lq, lk;
+  ref_seq_table(c->args, c->B, c->seq, &lq, &lk);
   if (ref_gather_packed(c, g->q, 0, lq, &c->qview) || ref_gather_packed(c, g->k, 2, lk, &c->kview) ||
       ref_gather_packed(c, g->v, 2, lk, &c->vview))
     return -1;
@@ -756,8 +765,6 @@ static int ref_eval_load(RefCtx *c, const IrNode *n, double *out) {
 
 /* s[i][j] = sum_d q[b, h, i, d] * k[b, h / (H / Hk), j, d]. */
 static void ref_eval_qk(const RefCtx *c, double *out) {
-  const IrGraph *g = c->g;
-  (void)g;
   const RefTensor *q = c->q, *k = c->k;
   int64_t hk = c->h / (c->H / c->Hk), D = c->Dq;
   int64_t kb = k->shape[0] == 1 ? 0 : c->b;

@@ -72,14 +72,7 @@ static int bref_bind_packed(BwdRef *c) {
   if (k->shape[2] != c->D || v->shape[0] != k->shape[0] || v->shape[1] != c->Hk ||
       c->H % c->Hk != 0)
     return bref_fail(c, NULL, "q, k and v have inconsistent shapes");
-  c->Sq = c->Skv = 0;
-  for (int64_t b = 0; b < c->B; b++) {
-    int64_t *s = &c->seq[4 * b];
-    ref_seq_rows(oq, b, q->shape[0], &s[0], &s[1]);
-    ref_seq_rows(ok, b, k->shape[0], &s[2], &s[3]);
-    c->Sq = s[1] > c->Sq ? s[1] : c->Sq;
-    c->Skv = s[3] > c->Skv ? s[3] : c->Skv;
-  }
+  ref_seq_table(c->args, c->B, c->seq, &c->Sq, &c->Skv);
   if (c->Sq * c->Skv > (INT64_C(1) << 26))
     return bref_fail(c, NULL, "%lld x %lld scores are too many for the CPU backward",
                      (long long)c->Sq, (long long)c->Skv);

@@ -50,10 +50,11 @@ typedef struct RefArgs {
  * uint64. Returns 0, or -1 with a message in err (prefixed with
  * "file:line:col: " where a node is to blame). */
 int ref_forward(RefArgs *args, StrBuf *err);
-/* Packed sequences: sequence b's first row and length in a tensor of
- * `total` rows, from its offsets clamped into [0, total] as the kernels
- * read them (docs/language.md "Packed sequences"). */
-void ref_seq_rows(const RefTensor *off, int64_t b, int64_t total, int64_t *start, int64_t *len);
+/* Packed sequences (docs/language.md "Packed sequences"): for each of the
+ * B sequences, q's and k's first rows and lengths into seq[4b .. 4b + 3]
+ * (q0, lq, k0, lk), from their offsets clamped into the tensors as the
+ * kernels read them; the longest of each into *max_q and *max_k. */
+void ref_seq_table(const RefArgs *args, int64_t B, int64_t *seq, int64_t *max_q, int64_t *max_k);
 /* Appends "file:line:col: message" (the location when a node is to blame,
  * on a new line after earlier messages) to err; returns -1. */
 int ref_verror(StrBuf *err, const IrNode *n, const char *fmt, va_list ap)

@@ -157,6 +157,17 @@ static attn_status bind_check_symbols(const BindState *b, BindTensor *bt,
   return ATTN_SUCCESS;
 }
 
+/* k's heads divide q's (GQA), or the message saying they do not. */
+static bool bind_heads_divide(const IrGraph *g, int64_t q_heads, int64_t k_heads, StrBuf *err) {
+  if (k_heads == 0 ? q_heads == 0 : q_heads % k_heads == 0) return true;
+  sb_printf(err,
+            "graph '%s': tensor '%s' has %lld key/value heads, which does "
+            "not divide the %lld query heads of tensor '%s'",
+            g->name, g->tensors[g->k].name, (long long)k_heads, (long long)q_heads,
+            g->tensors[g->q].name);
+  return false;
+}
+
 /* The attention problem's own rules, whatever the dims are named:
  * q [B,H,Sq,D], k [B,Hk,Skv,D], v [B,Hk,Skv,Dv]. */
 static attn_status bind_check_problem(const BindState *b, BindTensor *bt,
@@ -193,13 +204,7 @@ static attn_status bind_check_problem(const BindState *b, BindTensor *bt,
               g->name, qn, (long long)q[0], kn, (long long)k[0]);
     return ATTN_ERROR_INVALID_ARGUMENT;
   }
-  if (q && k && (k[kh] == 0 ? q[1] != 0 : q[1] % k[kh] != 0)) {
-    sb_printf(err,
-              "graph '%s': tensor '%s' has %lld key/value heads, which does "
-              "not divide the %lld query heads of tensor '%s'",
-              g->name, kn, (long long)k[kh], (long long)q[1], qn);
-    return ATTN_ERROR_INVALID_ARGUMENT;
-  }
+  if (q && k && !bind_heads_divide(g, q[1], k[kh], err)) return ATTN_ERROR_INVALID_ARGUMENT;
   if (k && v) {
     static const char *what[3] = {"batch size", "head count", "length"};
     static const char *what_paged[2][3] = {{"page count", "page size", "head count"},
@@ -495,12 +500,7 @@ static attn_status bind_finish_packed(BindState *b, StrBuf *err) {
               "0", g->name, g->tensors[cu].name);
     return ATTN_ERROR_INVALID_ARGUMENT;
   }
-  if (k[1] == 0 ? q[1] != 0 : q[1] % k[1] != 0) {
-    sb_printf(err, "graph '%s': tensor '%s' has %lld key/value heads, which does not divide the "
-              "%lld query heads of tensor '%s'", g->name, g->tensors[g->k].name, (long long)k[1],
-              (long long)q[1], g->tensors[g->q].name);
-    return ATTN_ERROR_INVALID_ARGUMENT;
-  }
+  if (!bind_heads_divide(g, q[1], k[1], err)) return ATTN_ERROR_INVALID_ARGUMENT;
   b->params.B = (int)(n - 1);
   b->params.H = (int)q[1];
   b->params.Sq = (int)q[0];

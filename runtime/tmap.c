@@ -43,31 +43,19 @@ static attn_status tmap_encode(const RtDriver *d, const IrGraph *g, const PlanMa
                                  : m->dtype == DT_F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
                                  : dtype_is_fp8(m->dtype) ? CU_TENSOR_MAP_DATA_TYPE_UINT8
                                                       : CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
-  cuuint64_t dim[4], stride[3];
-  /* (A slot past the graph's tensors is a workspace slice: dense.) */
+  /* Packed sequences are bound as declared, [tokens, heads, cols]: mapped
+   * as one batch entry [1, heads, tokens, cols], the kernel adding each
+   * sequence's first row to the row coordinate. Rows past a sequence are
+   * its successor's (masked keys, unstored queries) or, past the tensor,
+   * zeros. (A slot past the graph's tensors is a workspace slice: dense.) */
+  attn_tensor_arg packed;
   if (m->slot < g->ntensors && g->tensors[m->slot].packed) {
-    /* Packed sequences, [tokens, heads, cols] as bound: dims (cols,
-     * tokens, heads, 1); the kernel adds each sequence's first row to its
-     * row coordinate. Rows past a sequence are its successor's (masked
-     * keys and unstored queries) or, past the tensor, zeros. */
-    dim[0] = (cuuint64_t)t->size[2];
-    dim[1] = (cuuint64_t)(t->size[0] > 0 ? t->size[0] : 1);
-    dim[2] = (cuuint64_t)(t->size[1] > 0 ? t->size[1] : 1);
-    dim[3] = 1;
-    stride[0] = (cuuint64_t)t->stride[0] * es;
-    stride[1] = (cuuint64_t)t->stride[1] * es;
-    for (int i = 0; i < 2; i++) /* size-1 dims bound with stride 0 (see below) */
-      if (stride[i] == 0) stride[i] = (i ? stride[0] * dim[1] : (dim[0] * es + 15) / 16 * 16);
-    stride[2] = stride[1] * dim[2];
-    CUresult r = tmap_encode_raw(d, dt, t->ptr, dim, stride, m->box_cols, m->box_rows, out);
-    if (r != CUDA_SUCCESS) {
-      attn_status st = rt_driver_error(d, r, "cuTensorMapEncodeTiled", err);
-      sb_printf(err, " for %s of graph '%s' (packed, %d x %d x %d)", m->what, g->name,
-                t->size[0], t->size[1], t->size[2]);
-      return st;
-    }
-    return ATTN_SUCCESS;
+    packed = (attn_tensor_arg){.ptr = t->ptr,
+                               .stride = {0, t->stride[1], t->stride[0], t->stride[2]},
+                               .size = {1, t->size[1], t->size[0], t->size[2]}};
+    t = &packed;
   }
+  cuuint64_t dim[4], stride[3];
   for (int i = 0; i < 4; i++) dim[i] = (cuuint64_t)(t->size[3 - i] > 0 ? t->size[3 - i] : 1);
   /* Byte strides of rows, heads, batches. A dimension of size 1 is bound
    * with stride 0, which the encoder refuses; any stride addresses its

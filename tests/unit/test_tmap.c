@@ -188,3 +188,57 @@ Test(tmap, no_maps_for_the_portable_backward) {
   sb_free(&err);
   arena_free(f.a);
 }
+
+/* Packed sequences: q, k and v bound as declared, [tokens, heads, D], map
+ * as (D, tokens, heads, 1) over their own byte strides (the kernel adds a
+ * sequence's first row to the row coordinate); an MQA k (one head, bound
+ * with stride 0 there) gets a dense stride, which the encoder needs. */
+Test(tmap, packed_tensors_map_tokens_as_rows) {
+  Arena *a = arena_new();
+  IrModule *m = unit_build(a, "<tmap>",
+                           "attention g {\n  input q : bf16[Tq, H, 128];\n"
+                           "  input k : bf16[Tk, 1, 128];\n  input v : bf16[Tk, 1, 128];\n"
+                           "  input cq : i32[B1];\n  input ck : i32[B1];\n"
+                           "  o = softmax(packed(q, cq) @ packed(k, ck)^T) @ packed(v, ck);\n"
+                           "  output o : bf16[Tq, H, 128];\n}\n");
+  const IrGraph *g = m->graphs[0];
+  const PlanStep *fwd = unit_step(unit_compile(a, m, "sm_90a", STAGE_PLAN).plans, PLAN_FORWARD,
+                                  "forward");
+  cr_assert(fwd && fwd->nmaps == 3);
+  attn_params p;
+  memset(&p, 0, sizeof p);
+  unsigned short q[1], k[1], v[1];
+  void *ptrs[3] = {q, k, v};
+  const int idx[3] = {g->q, g->k, g->v}, heads[3] = {6, 1, 1}, tokens[3] = {300, 410, 410};
+  for (int x = 0; x < 3; x++) {
+    attn_tensor_arg *t = &p.t[idx[x]];
+    t->ptr = ptrs[x];
+    t->size[0] = tokens[x], t->size[1] = heads[x], t->size[2] = 128, t->size[3] = 1;
+    t->stride[0] = heads[x] * 128, t->stride[1] = heads[x] > 1 ? 128 : 0, t->stride[2] = 1;
+  }
+  RtDriver d = {.TensorMapEncodeTiled = fake_encode, .GetErrorName = fake_error_name,
+                .GetErrorString = fake_error_string};
+  ncalls = 0;
+  fail_on_call = -1;
+  attn_tmaps tm;
+  StrBuf err = {0};
+  cr_assert_eq(rt_tmap_fill(&d, g, fwd, &p, &tm, &err), ATTN_SUCCESS, "%s",
+               err.data ? err.data : "");
+  cr_assert_eq(ncalls, 3);
+  for (int x = 0; x < 3; x++) {
+    const Encoded *e = &calls[x];
+    cr_assert_eq(e->rank, 4);
+    cr_assert_eq(e->dim[0], 128);
+    cr_assert_eq(e->dim[1], (cuuint64_t)tokens[x]);
+    cr_assert_eq(e->dim[2], (cuuint64_t)heads[x]);
+    cr_assert_eq(e->dim[3], 1);
+    cr_assert_eq(e->stride[0], (cuuint64_t)heads[x] * 128 * 2, "map %d", x);
+    /* A head's 128 bf16; the one head of k and v, bound with stride 0,
+     * gets the dense stride past its rows (any stride addresses index 0). */
+    const cuuint64_t hs = heads[x] > 1 ? 256 : (cuuint64_t)256 * tokens[x];
+    cr_assert_eq(e->stride[1], hs, "map %d", x);
+    cr_assert_eq(e->stride[2], hs * heads[x], "map %d", x);
+  }
+  sb_free(&err);
+  arena_free(a);
+}
