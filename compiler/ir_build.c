@@ -645,6 +645,14 @@ static IrNode *lower_call_fn(Builder *b, const AstExpr *e, const FnInfo *fn,
                  dtype_name(v[1]->type));
       return NULL;
     }
+    /* The templates evaluate a condition per key position before (or
+     * instead of) computing the tile's scores: it cannot read them. */
+    if (node_flags(b, v[1]) & (F_QK | F_PROB)) {
+      diag_error(b->d, e->args[1]->loc, "mask's condition is computed from positions, inputs "
+                 "and scalars, not from scores; a rule on the score's value is a score "
+                 "modification, such as where(s > t, s, -10000.0)");
+      return NULL;
+    }
     return op2(b, IR_MASK, e->loc, DT_F32, v[0], v[1]);
   case FN_SOFTMAX:
   case FN_LSE: {
