@@ -494,8 +494,11 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
   if (tid == 0) {
     for (int st = 0; st < bwd90_stages; ++st) {
       attn_mbar_init(bar_full(st), 33); /* lane 0's expect_tx, then all 32 lanes */
-      /* one arrive per consumer warp (split-D: per dQ warp) */
-      attn_mbar_init(bar_empty(st), bwd90_dq_in_stage && !det ? 2 : 8);
+      /* An arrive from every thread of the consumer warps (split-D: of the
+       * dQ warps), each after its own reads of the stage's slot and rows
+       * (an elected lane's would order only its own:
+       * tests/gpu/racecheck_control.cu). */
+      attn_mbar_init(bar_empty(st), 32 * (bwd90_dq_in_stage && !det ? 2 : 8));
       if constexpr (bwd90_dq_in_stage)
         for (int k = 0; k < 4; ++k)
           attn_mbar_init(bar_dq_ready(st, k >> 1, k & 1), 128);
@@ -543,10 +546,9 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
           if (lane == 0)
             reduce_dq(dq_region(st, c, w), 2, w * 128 + c * 64, m * bwd90_bm, cta_h, cta_b);
         }
-        if (lane == 0) {
+        if (lane == 0) /* the reductions have read the stage */
           attn_bulk_wait<0, true>();
-          attn_mbar_arrive(bar_empty(st));
-        }
+        attn_mbar_arrive(bar_empty(st));
         __syncwarp();
       }
       if (lane == 0)
@@ -769,6 +771,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
     cur = t;
     asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(item_word), "r"(kt), "r"(hb)
                  : "memory");
+    __syncwarp(); /* every lane wrote the same word; ordered before any reads it */
   };
   /* A walked item's K and V. A previous item's may still be read (dQ's
    * GEMMs read all of K), so both warpgroups first meet (before the walk's
@@ -968,18 +971,12 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
     if constexpr (bwd90_items)
       cls &= 3;
     if (bwd90_items && m == -2) { /* an item without tiles: the stage is free at once */
-      __syncwarp();
-      if (lane == 0)
-        attn_mbar_arrive(bar_empty(st));
+      attn_mbar_arrive(bar_empty(st));
       continue;
     }
     /* This warp is done with the stage: every wgmma that reads it has
      * completed (called after a wait for all of them). */
-    auto release_stage = [&]() {
-      __syncwarp();
-      if (lane == 0)
-        attn_mbar_arrive(bar_empty(st));
-    };
+    auto release_stage = [&]() { attn_mbar_arrive(bar_empty(st)); };
     /* This tile's dRaw^T and Pd^T buffers (by the parity of the tiles
      * worked on: slots without a tile do not count). */
     const unsigned buf = (unsigned)((bwd90_items ? n_tiles_done++ : it) & 1);

@@ -135,6 +135,8 @@ constexpr int fwd90_bar_offset = fwd90_layout.bar_offset;
  * later when P V is, so the next K load starts a whole key tile sooner
  * (it mattered at D 256, two stages of 80 KB: bench/NOTES-sm90.md). */
 constexpr int fwd90_nbars = fwd90_layout.nbars;
+/* Two consumer warpgroups. */
+constexpr int fwd90_consumer_threads = 256;
 /* After the barriers, 8-byte slots the producer fills for the consumers:
  * the work tile (its index for the persistent kernel, fwd90_next_tile,
  * and whether it has any live key tile), then one per stage (the key
@@ -484,12 +486,15 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
 
   if (tid == 0) {
     attn_mbar_init(bar_q, 1);
-    attn_mbar_init(bar_q_empty, 8); /* one arrive per consumer warp */
+    /* The consumers' empties take an arrive from every consumer thread,
+     * each after its own reads of the slots (an elected lane's arrive
+     * orders only that lane's reads: tests/gpu/racecheck_control.cu). */
+    attn_mbar_init(bar_q_empty, fwd90_consumer_threads);
     for (int s = 0; s < fwd90_stages; ++s) {
       attn_mbar_init(bar_k(s), 1);
       attn_mbar_init(bar_v(s), 1);
-      attn_mbar_init(bar_empty(s), 8); /* one arrive per consumer warp */
-      attn_mbar_init(bar_empty_v(s), 8);
+      attn_mbar_init(bar_empty(s), fwd90_consumer_threads);
+      attn_mbar_init(bar_empty_v(s), fwd90_consumer_threads);
       if constexpr (fwd90_fp8)
         attn_mbar_init(bar_v16(s), 3); /* one arrive per converter warp */
     }
@@ -805,8 +810,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
 #pragma unroll
       for (int r = 0; r < fwd90_s_regs; ++r)
         attn_fence_reg(s[r]);
-      if (lane == 0)
-        attn_mbar_arrive(bar_empty(st)); /* its K may be refilled */
+      attn_mbar_arrive(bar_empty(st)); /* its K may be refilled */
 
       /* The score chain; masked elements become -inf. */
       const int jc = j0 + 2 * t4;
@@ -869,7 +873,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
 #pragma unroll
         for (int e = 0; e < 4; ++e)
           asm volatile("" : "+r"(pa[kk][e])::"memory");
-      if (it > 0 && lane == 0)
+      if (it > 0)
         attn_mbar_arrive(bar_empty_v(pst)); /* its V may be refilled */
 #pragma unroll
       for (int nb = 0; nb < fwd90_dv / 8; ++nb) {
@@ -933,13 +937,11 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
 #pragma unroll
       for (int r = 0; r < fwd90_o_regs; ++r)
         attn_fence_reg(o[r]);
-      if (lane == 0)
-        attn_mbar_arrive(bar_empty_v(pst));
+      attn_mbar_arrive(bar_empty_v(pst));
     }
     /* Every GEMM that read this tile's Q is done: the producer may load
      * the next one while we store O. */
-    if (lane == 0)
-      attn_mbar_arrive(bar_q_empty);
+    attn_mbar_arrive(bar_q_empty);
 
     /* Normalize and store, straight from the accumulators (softmax.cuh). */
     amax = max(amax, attn_softmax_store<ATTN_D_V / 8, fwd90_out_kind, (fwd90_tlse >= 0),

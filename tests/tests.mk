@@ -72,6 +72,13 @@ $(BUILD)/tests/gpu/template_bwd_test: tests/gpu/template_bwd_test.cu templates/b
 	$(CUDA)/bin/nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a \
 	  -gencode=arch=compute_80,code=sm_80 -o $@ $<
 
+# racecheck's controls for the sm_90 templates' mbarrier handoffs
+# (tools/sanitize_device.sh runs it).
+$(BUILD)/tests/gpu/racecheck_control: tests/gpu/racecheck_control.cu templates/ptx.cuh \
+    templates/wgmma.cuh templates/common.cuh abi/attn_abi.h abi/attn_layout.h
+	@mkdir -p $(dir $@)
+	$(CUDA)/bin/nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -o $@ $<
+
 TEMPLATE_TESTS := $(BUILD)/tests/gpu/template_sm80_test $(BUILD)/tests/gpu/template_bwd_test
 
 # The GPU tests without sanitizers, for a machine with a GPU.

@@ -20,6 +20,20 @@ if [ ! -x "$CS" ]; then
 fi
 export ATTN_CACHE_DIR=${ATTN_CACHE_DIR:-$L/cache}
 status=0
+# racecheck's controls first: the templates hand small values from the
+# producer warp to the consumers through shared-memory slots guarded by
+# mbarriers; racecheck_control runs that handoff, the same with
+# __syncthreads, and unsynchronized, so the hazards racecheck reports on
+# the templates' slots can be read against what it reports for a handoff
+# known to be correct.
+if [[ " ${TOOLS:-racecheck} " == *" racecheck "* && -x "$B/tests/gpu/racecheck_control" ]]; then
+  for mode in mbarrier elected elected_nosync named syncthreads none; do
+    timeout 60 "$CS" --tool racecheck --log-file "$L/control-$mode.log" \
+      "$B/tests/gpu/racecheck_control" "$mode" >"$L/control-$mode.out" 2>&1
+    echo "racecheck control $mode: $(grep -E "RACECHECK SUMMARY" "$L/control-$mode.log" | tail -1)" \
+      "/ $(tail -1 "$L/control-$mode.out")"
+  done
+fi
 for tool in ${TOOLS:-memcheck racecheck synccheck initcheck}; do
   "$CS" --tool "$tool" --error-exitcode 9 --log-file "$L/$tool.log" \
     "$B/tests/gpu/sanitize_cases" ${CASES:+"$CASES"} >"$L/$tool.out" 2>&1

@@ -192,8 +192,23 @@ static int compile_only(void) {
   return bad ? 1 : 0;
 }
 
+/* Each case's graph text into DIR/NN.attn, to map a sanitizer's report
+ * (kernel+offset) onto SASS built here with `attnc compile`. */
+static int write_texts(const char *dir) {
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%02zu.attn", dir, k);
+    FILE *f = fopen(path, "w");
+    if (!f) return 1;
+    fprintf(f, "# %s\n%s", cases[k].name, cases[k].text);
+    fclose(f);
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc > 1 && !strcmp(argv[1], "--compile-only")) return compile_only();
+  if (argc > 2 && !strcmp(argv[1], "--write-texts")) return write_texts(argv[2]);
   if (!gpu_test_driver()) return 0;
   attn_context *ctx = gpu_test_context();
   if (!ctx) return 1;
