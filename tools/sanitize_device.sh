@@ -18,7 +18,8 @@ if [ ! -x "$CS" ]; then
   echo "sanitize: no compute-sanitizer (looked for $CS)"
   exit 1
 fi
-export ATTN_CACHE_DIR=${ATTN_CACHE_DIR:-$L/cache}
+# The kernel cache outside $L, which may be copied back file by file.
+export ATTN_CACHE_DIR=${ATTN_CACHE_DIR:-/tmp/attnc-sanitize-cache}
 status=0
 # racecheck's controls first: the templates hand small values from the
 # producer warp to the consumers through shared-memory slots guarded by
