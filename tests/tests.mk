@@ -98,8 +98,10 @@ fuzz: deps
 	  -o $(FUZZ_BUILD)/fuzz_front tests/fuzz/fuzz_front.c $(FUZZ_BUILD)/libattn.a \
 	  -L$(CUDA)/lib64 -Wl,-rpath,$(CUDA)/lib64 $(LDLIBS)
 	@mkdir -p tests/fuzz/corpus-run
+	@rm -f $(FUZZ_BUILD)/crash-* $(FUZZ_BUILD)/timeout-* $(FUZZ_BUILD)/leak-* $(FUZZ_BUILD)/oom-*
 	$(FUZZ_BUILD)/fuzz_front -max_total_time=$(FUZZ_SECONDS) -timeout=2 -rss_limit_mb=2048 \
-	  -max_len=65536 -print_final_stats=1 tests/fuzz/corpus-run tests/fuzz/corpus
+	  -max_len=65536 -print_final_stats=1 -artifact_prefix=$(FUZZ_BUILD)/ \
+	  tests/fuzz/corpus-run tests/fuzz/corpus || { tests/fuzz/report.sh $(FUZZ_BUILD); exit 1; }
 
 # `make install` into $(BUILD)/install, then every host example built
 # against the installed files alone (pkg-config, the installed attnc),
