@@ -15,53 +15,14 @@
  * share): whether it depends on q @ k^T or on p @ v, and whether it is the
  * softmax's output (softmax or dropout), which may only feed dropout and
  * the second matmul.
+ *
+ * The tensor views (paged caches, packed sequences, matmul operands named
+ * whole) are lowered in ir_views.c; the builder's state is ir_build.h's.
  */
 #include <math.h>
 #include <string.h>
 
-#include "attnc.h"
-
-enum { F_QK = 1, F_PV = 2, F_PROB = 4 };
-enum { BIND_INPUT, BIND_SCALAR, BIND_LOCAL };
-
-typedef struct Binding {
-  const char *name;
-  int kind;
-  Loc loc;       /* where it was declared or first assigned */
-  int ref;       /* tensor or scalar index */
-  IrNode *node;  /* a local's current value; NULL when poisoned */
-  bool fixed;    /* bound by `output x = ...`: cannot be reassigned */
-  Loc grad_loc;  /* an input's first mention in grad */
-  int view;      /* a local bound to paged(cache, table): the cache's index + 1 */
-  bool whole;    /* an input read whole (dense) by a matmul */
-  Loc whole_loc;
-} Binding;
-
-/* An output as declared; its value is known at the end of the graph. */
-typedef struct PendingOutput {
-  IrTensor t;
-  IrOutput o;
-  bool in_place; /* output x = value; */
-} PendingOutput;
-
-typedef struct Builder {
-  Arena *a;
-  Diag *d;
-  IrGraph *g;
-  Binding *binds;
-  int nbinds, cap_binds;
-  IrNode **nodes;
-  unsigned char *flags; /* by node id */
-  int cap_nodes;
-  int cap_dims, cap_scalars;
-  IrTensor *inputs;
-  int ninputs, cap_inputs;
-  PendingOutput *outs; /* appended after the inputs at the end */
-  int nouts, cap_outs;
-  const char *defining; /* the name being assigned, while it is unbound */
-  int graph_errors;     /* d->nerrors when the graph started */
-  bool incomplete;      /* the parser left holes (AST_ERROR, NULL) */
-} Builder;
+#include "ir_build.h"
 
 /* Grows an arena array of n elements to hold one more. */
 static void *grow(Arena *a, void *p, int n, int *cap, size_t elem) {
@@ -78,7 +39,7 @@ static void *grow(Arena *a, void *p, int n, int *cap, size_t elem) {
 static bool is_builtin_func(const char *name) { return ir_find_fn(name) != NULL; }
 
 /* DOM_B..DOM_J for the index names b h i j, else 0. */
-static unsigned index_dom(const char *name) {
+unsigned ib_index_dom(const char *name) {
   if (!strcmp(name, "b")) return DOM_B;
   if (!strcmp(name, "h")) return DOM_H;
   if (!strcmp(name, "i")) return DOM_I;
@@ -86,13 +47,13 @@ static unsigned index_dom(const char *name) {
   return 0;
 }
 
-static Binding *lookup(Builder *b, const char *name) {
+Binding *ib_lookup(Builder *b, const char *name) {
   for (int k = 0; k < b->nbinds; k++)
     if (!strcmp(b->binds[k].name, name)) return &b->binds[k];
   return NULL;
 }
 
-static int find_dim(const IrGraph *g, const char *name) {
+int ib_find_dim(const IrGraph *g, const char *name) {
   for (int k = 0; k < g->ndims; k++)
     if (!strcmp(g->dims[k].name, name)) return k;
   return -1;
@@ -104,7 +65,7 @@ static const char *bind_kind_name(int kind) {
 
 /* Rejects a declared name that is built in or is a dimension symbol. */
 static bool check_new_name(Builder *b, const char *name, Loc loc) {
-  if (index_dom(name)) {
+  if (ib_index_dom(name)) {
     diag_error(b->d, loc, "'%s' is a built-in index; it cannot be declared",
                name);
     return false;
@@ -114,7 +75,7 @@ static bool check_new_name(Builder *b, const char *name, Loc loc) {
                name);
     return false;
   }
-  int dim = find_dim(b->g, name);
+  int dim = ib_find_dim(b->g, name);
   if (dim >= 0) {
     diag_error(b->d, loc, "'%s' is a dimension symbol; it cannot be declared",
                name);
@@ -133,14 +94,14 @@ static Binding *bind(Builder *b, const char *name, int kind, Loc loc) {
 
 /* Interns a dimension symbol; -1 after an error. */
 static int intern_dim(Builder *b, const char *name, Loc loc) {
-  int k = find_dim(b->g, name);
+  int k = ib_find_dim(b->g, name);
   if (k >= 0) return k;
-  if (index_dom(name) || !strcmp(name, "inf") || is_builtin_func(name)) {
+  if (ib_index_dom(name) || !strcmp(name, "inf") || is_builtin_func(name)) {
     diag_error(b->d, loc, "'%s' is a built-in name; it cannot name a dimension",
                name);
     return -1;
   }
-  Binding *x = lookup(b, name);
+  Binding *x = ib_lookup(b, name);
   if (x) {
     diag_error(b->d, loc, "'%s' is already declared as %s %s; it cannot name a "
                "dimension", name, x->kind == BIND_INPUT ? "an" : "a",
@@ -278,7 +239,7 @@ static IrNode *op2(Builder *b, IrOp op, Loc loc, DType t, IrNode *x,
 static IrNode *lower(Builder *b, const AstExpr *e);
 
 static IrNode *lower_name(Builder *b, const AstExpr *e) {
-  Binding *x = lookup(b, e->name);
+  Binding *x = ib_lookup(b, e->name);
   if (x && x->kind == BIND_LOCAL && x->view) {
     diag_error(b->d, e->loc, "'%s' is a %s view of '%s'; only q @ k^T and p @ v read it",
                e->name, b->inputs[x->view - 1].packed ? "packed" : "paged",
@@ -297,14 +258,14 @@ static IrNode *lower_name(Builder *b, const AstExpr *e) {
                "index it to read elements", e->name);
     return NULL;
   }
-  unsigned dom = index_dom(e->name);
+  unsigned dom = ib_index_dom(e->name);
   if (dom) {
     IrNode *n = ir_node(b->a, IR_INDEX, e->loc, DT_I32, dom, 0, NULL);
     n->ival = dom;
     return leaf(b, n);
   }
   if (!strcmp(e->name, "inf")) return leaf(b, ir_const_float(b->a, e->loc, INFINITY));
-  int dim = find_dim(b->g, e->name);
+  int dim = ib_find_dim(b->g, e->name);
   if (dim >= 0) {
     IrNode *n = ir_node(b->a, IR_DIM, e->loc, DT_I32, 0, 0, NULL);
     n->ref = dim;
@@ -329,173 +290,6 @@ static IrNode *lower_name(Builder *b, const AstExpr *e) {
 
 /* An input named by e (an AST_NAME), or NULL after reporting why not:
  * role says what needs it ("the cache of paged(...)"). */
-static Binding *named_input(Builder *b, const AstExpr *e, const char *role) {
-  if (e->kind == AST_ERROR) {
-    b->incomplete = true;
-    return NULL;
-  }
-  Binding *x = e->kind == AST_NAME ? lookup(b, e->name) : NULL;
-  if (x && x->kind == BIND_INPUT) return x;
-  if (x && x->kind == BIND_LOCAL && !x->node && !x->view) return NULL; /* poisoned */
-  if (e->kind == AST_NAME && !x && !index_dom(e->name) && find_dim(b->g, e->name) < 0 &&
-      strcmp(e->name, "inf"))
-    diag_error(b->d, e->loc, "unknown name '%s'", e->name);
-  else
-    diag_error(b->d, e->loc, "the %s must be an input tensor, named whole", role);
-  return NULL;
-}
-
-/* paged(cache, table) or paged_hnd(cache, table): the cache's tensor
- * index, marked paged, or -1 after an error. A cache is paged one way:
- * by one table, in one layout, and never also read whole. */
-static int lower_paged(Builder *b, const AstExpr *e) {
-  const bool hnd = !strcmp(e->name, "paged_hnd");
-  if (e->nargs != 2) {
-    diag_error(b->d, e->loc, "'%s' takes 2 arguments (the cache and its page table), got %d",
-               e->name, e->nargs);
-    return -1;
-  }
-  Binding *c = named_input(b, e->args[0], "cache of a paged view");
-  Binding *tb = named_input(b, e->args[1], "page table of a paged view");
-  if (!c || !tb) return -1;
-  IrTensor *t = &b->inputs[c->ref];
-  const IrTensor *table = &b->inputs[tb->ref];
-  if (t->ndims != 4 || !dtype_is_float(t->type)) {
-    diag_error(b->d, e->args[0]->loc, "a paged cache is a 4-d float tensor %s; '%s' is %s "
-               "with %d dimension%s", hnd ? "[pages, heads, page size, head dimension]"
-               : "[pages, page size, heads, head dimension]", t->name, dtype_name(t->type),
-               t->ndims, t->ndims == 1 ? "" : "s");
-    diag_note(b->d, t->loc, "'%s' declared here", t->name);
-    return -1;
-  }
-  if (table->ndims != 2 || table->type != DT_I32) {
-    diag_error(b->d, e->args[1]->loc, "a page table is an i32 tensor [batch, pages per "
-               "sequence]; '%s' is %s with %d dimension%s", table->name,
-               dtype_name(table->type), table->ndims, table->ndims == 1 ? "" : "s");
-    diag_note(b->d, table->loc, "'%s' declared here", table->name);
-    return -1;
-  }
-  if (c->whole) {
-    diag_error(b->d, e->args[0]->loc, "'%s' is read whole as a dense tensor, so it cannot "
-               "also be a paged cache", t->name);
-    diag_note(b->d, c->whole_loc, "read whole here");
-    return -1;
-  }
-  if (t->paged && (t->page_table != tb->ref || t->paged_hnd != hnd)) {
-    diag_error(b->d, e->loc, "'%s' is already paged %s", t->name,
-               t->page_table != tb->ref ? "by another page table" : "in the other layout");
-    return -1;
-  }
-  if (t->packed) {
-    diag_error(b->d, e->loc, "'%s' is already a packed tensor", t->name);
-    return -1;
-  }
-  t->paged = true;
-  t->paged_hnd = hnd;
-  t->page_table = tb->ref;
-  return c->ref;
-}
-
-/* packed(x, offsets): x [Tokens, Heads, D] holding B sequences one after
- * another, sequence b at rows offsets[b] .. offsets[b + 1] - 1 of an i32
- * [B + 1] offsets tensor (FlashAttention's cu_seqlens). The tensor's
- * index, marked packed, or -1 after an error. */
-static int lower_packed(Builder *b, const AstExpr *e) {
-  if (e->nargs != 2) {
-    diag_error(b->d, e->loc, "'packed' takes 2 arguments (the tensor and its sequence "
-               "offsets), got %d", e->nargs);
-    return -1;
-  }
-  Binding *c = named_input(b, e->args[0], "tensor of a packed view");
-  Binding *ob = named_input(b, e->args[1], "sequence offsets of a packed view");
-  if (!c || !ob) return -1;
-  IrTensor *t = &b->inputs[c->ref];
-  const IrTensor *off = &b->inputs[ob->ref];
-  if (t->ndims != 3 || !dtype_is_float(t->type)) {
-    diag_error(b->d, e->args[0]->loc, "a packed tensor is a 3-d float tensor [tokens, heads, "
-               "head dimension]; '%s' is %s with %d dimension%s", t->name, dtype_name(t->type),
-               t->ndims, t->ndims == 1 ? "" : "s");
-    diag_note(b->d, t->loc, "'%s' declared here", t->name);
-    return -1;
-  }
-  if (off->ndims != 1 || off->type != DT_I32) {
-    diag_error(b->d, e->args[1]->loc, "sequence offsets are an i32 tensor [batch + 1]; '%s' is "
-               "%s with %d dimension%s", off->name, dtype_name(off->type), off->ndims,
-               off->ndims == 1 ? "" : "s");
-    diag_note(b->d, off->loc, "'%s' declared here", off->name);
-    return -1;
-  }
-  if (c->whole) {
-    diag_error(b->d, e->args[0]->loc, "'%s' is read whole as a dense tensor, so it cannot "
-               "also be packed", t->name);
-    diag_note(b->d, c->whole_loc, "read whole here");
-    return -1;
-  }
-  if (t->paged) {
-    diag_error(b->d, e->loc, "'%s' is already a paged cache", t->name);
-    return -1;
-  }
-  if (t->packed && t->seq_offsets != ob->ref) {
-    diag_error(b->d, e->loc, "'%s' is already packed by other offsets", t->name);
-    return -1;
-  }
-  t->packed = true;
-  t->seq_offsets = ob->ref;
-  return c->ref;
-}
-
-/* A view named by a call (paged, paged_hnd, packed): its tensor's index,
- * or -1 after an error. */
-static int lower_view(Builder *b, const AstExpr *e) {
-  return !strcmp(e->name, "packed") ? lower_packed(b, e) : lower_paged(b, e);
-}
-
-/* The tensor index of a 4-d input named whole as a matmul operand (or a
- * packed view of one, or for k and v a paged view), or -1 after an error. role: "left
- * operand of q @ k^T" and so on. */
-static int whole_input(Builder *b, const AstExpr *e, const char *role, bool view_ok) {
-  int ref = -1;
-  const bool inline_view = e->kind == AST_CALL && ir_find_fn(e->name) &&
-                           ir_find_fn(e->name)->kind == FN_PAGED;
-  Binding *x = e->kind == AST_NAME ? lookup(b, e->name) : NULL;
-  if (inline_view || (x && x->kind == BIND_LOCAL && x->view)) {
-    ref = inline_view ? lower_view(b, e) : x->view - 1;
-    if (ref >= 0 && !view_ok && b->inputs[ref].paged) {
-      diag_error(b->d, e->loc, "the %s cannot be a paged view: only k and v are paged", role);
-      return -1;
-    }
-    return ref;
-  }
-  if (!(x = named_input(b, e, role))) return -1;
-  ref = x->ref;
-  const IrTensor *t = &b->inputs[ref];
-  if (t->paged) {
-    diag_error(b->d, e->loc, "'%s' is a paged cache; read it through paged(%s, %s)", t->name,
-               t->name, b->inputs[t->page_table].name);
-    return -1;
-  }
-  if (t->packed) {
-    diag_error(b->d, e->loc, "'%s' is a packed tensor; read it through packed(%s, %s)", t->name,
-               t->name, b->inputs[t->seq_offsets].name);
-    return -1;
-  }
-  if (t->ndims != 4) {
-    diag_error(b->d, e->loc, "'%s' has %d dimension%s; the %s needs 4 "
-               "[batch, heads, positions, head dimension]", t->name, t->ndims,
-               t->ndims == 1 ? "" : "s", role);
-    diag_note(b->d, t->loc, "'%s' declared here", t->name);
-    return -1;
-  }
-  if (!dtype_is_float(t->type)) {
-    diag_error(b->d, e->loc, "the %s must be a float tensor; '%s' is %s", role,
-               t->name, dtype_name(t->type));
-    return -1;
-  }
-  if (!x->whole) x->whole_loc = e->loc;
-  x->whole = true;
-  return ref;
-}
-
 static IrNode *input_node(Builder *b, int ref, Loc loc, unsigned dom) {
   IrNode *n = ir_node(b->a, IR_INPUT, loc, b->inputs[ref].type, dom, 0, NULL);
   n->ref = ref;
@@ -507,8 +301,8 @@ static IrNode *input_node(Builder *b, int ref, Loc loc, unsigned dom) {
 static IrNode *lower_matmul(Builder *b, const AstExpr *e) {
   const AstExpr *l = e->args[0], *r = e->args[1];
   if (r->kind == AST_TRANSPOSE) {
-    int q = whole_input(b, l, "left operand of q @ k^T", false);
-    int k = whole_input(b, r->args[0], "right operand of q @ k^T", true);
+    int q = ib_whole_input(b, l, "left operand of q @ k^T", false);
+    int k = ib_whole_input(b, r->args[0], "right operand of q @ k^T", true);
     if (q < 0 || k < 0) return NULL;
     IrNode *s[2] = {input_node(b, q, l->loc, DOM_B | DOM_H | DOM_I | DOM_D),
                     input_node(b, k, r->args[0]->loc,
@@ -518,7 +312,7 @@ static IrNode *lower_matmul(Builder *b, const AstExpr *e) {
     return add(b, n, F_QK);
   }
   if (l->kind == AST_NAME) {
-    Binding *x = lookup(b, l->name);
+    Binding *x = ib_lookup(b, l->name);
     if (x && x->kind == BIND_INPUT) {
       diag_error(b->d, e->loc, "the right operand of q @ k^T must be "
                  "transposed: write %s @ %s^T",
@@ -527,7 +321,7 @@ static IrNode *lower_matmul(Builder *b, const AstExpr *e) {
     }
   }
   IrNode *p = lower(b, l);
-  int v = whole_input(b, r, "right operand of p @ v", true);
+  int v = ib_whole_input(b, r, "right operand of p @ v", true);
   if (!p || v < 0) return NULL;
   if (!(node_flags(b, p) & F_PROB)) {
     diag_error(b->d, l->loc, "the left operand of p @ v must be the softmax's "
@@ -697,7 +491,7 @@ static IrNode *lower_call_fn(Builder *b, const AstExpr *e, const FnInfo *fn,
 static IrNode *lower_call(Builder *b, const AstExpr *e) {
   const FnInfo *fn = ir_find_fn(e->name);
   if (!fn) {
-    Binding *x = lookup(b, e->name);
+    Binding *x = ib_lookup(b, e->name);
     if (x)
       diag_error(b->d, e->name_loc, "'%s' is %s %s, not a function", e->name,
                  x->kind == BIND_INPUT ? "an" : "a", bind_kind_name(x->kind));
@@ -738,7 +532,7 @@ static IrNode *lower_call(Builder *b, const AstExpr *e) {
 /* t[e1, ..., en]: one element of an input tensor. A float tensor loads
  * as f32; integer and bool tensors keep their type. */
 static IrNode *lower_load(Builder *b, const AstExpr *e) {
-  Binding *x = lookup(b, e->name);
+  Binding *x = ib_lookup(b, e->name);
   if (!x || x->kind != BIND_INPUT) {
     if (x && x->kind == BIND_LOCAL && !x->node && !x->view) return NULL;
     if (x)
@@ -804,7 +598,7 @@ static IrNode *lower(Builder *b, const AstExpr *e) {
 
 static void declare_input(Builder *b, const AstStmt *st) {
   if (!check_new_name(b, st->name, st->name_loc)) return;
-  Binding *old = lookup(b, st->name);
+  Binding *old = ib_lookup(b, st->name);
   if (old) {
     diag_error(b->d, st->name_loc, "redefinition of '%s'", st->name);
     diag_note(b->d, old->loc, "'%s' first declared here", st->name);
@@ -824,7 +618,7 @@ static void declare_input(Builder *b, const AstStmt *st) {
 
 static void declare_scalar(Builder *b, const AstStmt *st) {
   if (!check_new_name(b, st->name, st->name_loc)) return;
-  Binding *old = lookup(b, st->name);
+  Binding *old = ib_lookup(b, st->name);
   if (old) {
     diag_error(b->d, st->name_loc, "redefinition of '%s'", st->name);
     diag_note(b->d, old->loc, "'%s' first declared here", st->name);
@@ -864,7 +658,7 @@ static void declare_scalar(Builder *b, const AstStmt *st) {
 static Binding *assign_target(Builder *b, const char *name, Loc loc,
                               bool *bad) {
   *bad = true;
-  Binding *x = lookup(b, name);
+  Binding *x = ib_lookup(b, name);
   if (x && x->kind != BIND_LOCAL) {
     diag_error(b->d, loc, "cannot assign to %s '%s'", bind_kind_name(x->kind),
                name);
@@ -877,8 +671,8 @@ static Binding *assign_target(Builder *b, const char *name, Loc loc,
     diag_note(b->d, x->loc, "'%s' defined here", name);
     return NULL;
   }
-  int dim = find_dim(b->g, name);
-  if (index_dom(name)) {
+  int dim = ib_find_dim(b->g, name);
+  if (ib_index_dom(name)) {
     diag_error(b->d, loc, "cannot assign to index '%s'", name);
   } else if (!strcmp(name, "inf") || is_builtin_func(name)) {
     diag_error(b->d, loc, "cannot assign to built-in '%s'", name);
@@ -902,7 +696,7 @@ static Binding *assign(Builder *b, const char *name, Loc name_loc,
   }
   if (value && value->kind == AST_CALL && ir_find_fn(value->name) &&
       ir_find_fn(value->name)->kind == FN_PAGED) {
-    const int ref = lower_view(b, value);
+    const int ref = ib_lower_view(b, value);
     if (!x) x = bind(b, name, BIND_LOCAL, name_loc);
     x->node = NULL; /* a view, or poisoned after an error */
     x->view = ref + 1;
@@ -926,7 +720,7 @@ static void declare_output(Builder *b, const AstStmt *st) {
       return;
     }
   }
-  Binding *x = lookup(b, st->name);
+  Binding *x = ib_lookup(b, st->name);
   if (x && x->kind != BIND_LOCAL) {
     diag_error(b->d, st->name_loc, "'%s' is already declared as %s %s", st->name,
                x->kind == BIND_INPUT ? "an" : "a", bind_kind_name(x->kind));
@@ -964,7 +758,7 @@ static void declare_grads(Builder *b, const AstStmt *st) {
   for (int k = 0; k < st->nnames; k++) {
     const char *name = st->names[k];
     Loc loc = st->name_locs[k];
-    Binding *x = lookup(b, name);
+    Binding *x = ib_lookup(b, name);
     if (!x || x->kind != BIND_INPUT) {
       if (x)
         diag_error(b->d, loc, "grad takes inputs; '%s' is a %s", name,
@@ -995,7 +789,7 @@ static void resolve_outputs(Builder *b) {
   for (int k = 0; k < b->nouts; k++) {
     IrOutput *o = &b->outs[k].o;
     if (b->outs[k].in_place) continue;
-    Binding *x = lookup(b, o->name);
+    Binding *x = ib_lookup(b, o->name);
     if (!x) {
       diag_error(b->d, o->loc, "output '%s' is never defined", o->name);
       continue;
