@@ -14,7 +14,7 @@ for f in "$B"/crash-* "$B"/timeout-* "$B"/leak-* "$B"/oom-*; do
   head -c 4000 "$f" | cat -v
   echo
   echo "== fuzz: its rerun's frames in attnc's code:"
-  "$B/fuzz_front" -runs=1 "$f" 2>&1 | grep -E '^ +#[0-9]+ ' | grep -vE 'fuzzer::|libc|_start|__sanitizer|LLVMFuzzer|compiler-rt' |
+  timeout 120 "$B/fuzz_front" -runs=1 -timeout=10 "$f" 2>&1 | grep -E '^ +#[0-9]+ ' | grep -vE 'fuzzer::|libc|_start|__sanitizer|LLVMFuzzer|compiler-rt' |
     head -16
 done
 [ $found = 1 ] || echo "== fuzz: failed, and libFuzzer saved no input under $B"
