@@ -288,8 +288,6 @@ static IrNode *lower_name(Builder *b, const AstExpr *e) {
   return NULL;
 }
 
-/* An input named by e (an AST_NAME), or NULL after reporting why not:
- * role says what needs it ("the cache of paged(...)"). */
 static IrNode *input_node(Builder *b, int ref, Loc loc, unsigned dom) {
   IrNode *n = ir_node(b->a, IR_INPUT, loc, b->inputs[ref].type, dom, 0, NULL);
   n->ref = ref;

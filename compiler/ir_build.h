@@ -19,7 +19,7 @@ typedef struct Binding {
   IrNode *node;  /* a local's current value; NULL when poisoned */
   bool fixed;    /* bound by `output x = ...`: cannot be reassigned */
   Loc grad_loc;  /* an input's first mention in grad */
-  int view;      /* a local bound to paged(cache, table): the cache's index + 1 */
+  int view;      /* a local bound to a view (paged, packed): the tensor's index + 1 */
   bool whole;    /* an input read whole (dense) by a matmul */
   Loc whole_loc;
 } Binding;

@@ -9,6 +9,8 @@
 
 #include "ir_build.h"
 
+/* An input named by e (an AST_NAME), or NULL after reporting why not:
+ * role says what needs it ("the cache of paged(...)"). */
 static Binding *named_input(Builder *b, const AstExpr *e, const char *role) {
   if (e->kind == AST_ERROR) {
     b->incomplete = true;
@@ -23,6 +25,23 @@ static Binding *named_input(Builder *b, const AstExpr *e, const char *role) {
   else
     diag_error(b->d, e->loc, "the %s must be an input tensor, named whole", role);
   return NULL;
+}
+
+/* A view's tensor of the wrong rank or type: what it must be (want),
+ * what it is, and where it was declared. */
+static void refuse_view_tensor(Builder *b, Loc loc, const IrTensor *t, const char *want) {
+  diag_error(b->d, loc, "%s; '%s' is %s with %d dimension%s", want, t->name,
+             dtype_name(t->type), t->ndims, t->ndims == 1 ? "" : "s");
+  diag_note(b->d, t->loc, "'%s' declared here", t->name);
+}
+
+/* A tensor a matmul already reads whole cannot also be viewed (as). */
+static bool refuse_if_read_whole(Builder *b, Loc loc, const Binding *c, const char *as) {
+  if (!c->whole) return false;
+  diag_error(b->d, loc, "'%s' is read whole as a dense tensor, so it cannot also be %s",
+             c->name, as);
+  diag_note(b->d, c->whole_loc, "read whole here");
+  return true;
 }
 
 /* paged(cache, table) or paged_hnd(cache, table): the cache's tensor
@@ -41,26 +60,19 @@ static int lower_paged(Builder *b, const AstExpr *e) {
   IrTensor *t = &b->inputs[c->ref];
   const IrTensor *table = &b->inputs[tb->ref];
   if (t->ndims != 4 || !dtype_is_float(t->type)) {
-    diag_error(b->d, e->args[0]->loc, "a paged cache is a 4-d float tensor %s; '%s' is %s "
-               "with %d dimension%s", hnd ? "[pages, heads, page size, head dimension]"
-               : "[pages, page size, heads, head dimension]", t->name, dtype_name(t->type),
-               t->ndims, t->ndims == 1 ? "" : "s");
-    diag_note(b->d, t->loc, "'%s' declared here", t->name);
+    refuse_view_tensor(b, e->args[0]->loc, t,
+                       hnd ? "a paged cache is a 4-d float tensor [pages, heads, page size, "
+                             "head dimension]"
+                           : "a paged cache is a 4-d float tensor [pages, page size, heads, "
+                             "head dimension]");
     return -1;
   }
   if (table->ndims != 2 || table->type != DT_I32) {
-    diag_error(b->d, e->args[1]->loc, "a page table is an i32 tensor [batch, pages per "
-               "sequence]; '%s' is %s with %d dimension%s", table->name,
-               dtype_name(table->type), table->ndims, table->ndims == 1 ? "" : "s");
-    diag_note(b->d, table->loc, "'%s' declared here", table->name);
+    refuse_view_tensor(b, e->args[1]->loc, table,
+                       "a page table is an i32 tensor [batch, pages per sequence]");
     return -1;
   }
-  if (c->whole) {
-    diag_error(b->d, e->args[0]->loc, "'%s' is read whole as a dense tensor, so it cannot "
-               "also be a paged cache", t->name);
-    diag_note(b->d, c->whole_loc, "read whole here");
-    return -1;
-  }
+  if (refuse_if_read_whole(b, e->args[0]->loc, c, "a paged cache")) return -1;
   if (t->paged && (t->page_table != tb->ref || t->paged_hnd != hnd)) {
     diag_error(b->d, e->loc, "'%s' is already paged %s", t->name,
                t->page_table != tb->ref ? "by another page table" : "in the other layout");
@@ -92,25 +104,15 @@ static int lower_packed(Builder *b, const AstExpr *e) {
   IrTensor *t = &b->inputs[c->ref];
   const IrTensor *off = &b->inputs[ob->ref];
   if (t->ndims != 3 || !dtype_is_float(t->type)) {
-    diag_error(b->d, e->args[0]->loc, "a packed tensor is a 3-d float tensor [tokens, heads, "
-               "head dimension]; '%s' is %s with %d dimension%s", t->name, dtype_name(t->type),
-               t->ndims, t->ndims == 1 ? "" : "s");
-    diag_note(b->d, t->loc, "'%s' declared here", t->name);
+    refuse_view_tensor(b, e->args[0]->loc, t,
+                       "a packed tensor is a 3-d float tensor [tokens, heads, head dimension]");
     return -1;
   }
   if (off->ndims != 1 || off->type != DT_I32) {
-    diag_error(b->d, e->args[1]->loc, "sequence offsets are an i32 tensor [batch + 1]; '%s' is "
-               "%s with %d dimension%s", off->name, dtype_name(off->type), off->ndims,
-               off->ndims == 1 ? "" : "s");
-    diag_note(b->d, off->loc, "'%s' declared here", off->name);
+    refuse_view_tensor(b, e->args[1]->loc, off, "sequence offsets are an i32 tensor [batch + 1]");
     return -1;
   }
-  if (c->whole) {
-    diag_error(b->d, e->args[0]->loc, "'%s' is read whole as a dense tensor, so it cannot "
-               "also be packed", t->name);
-    diag_note(b->d, c->whole_loc, "read whole here");
-    return -1;
-  }
+  if (refuse_if_read_whole(b, e->args[0]->loc, c, "packed")) return -1;
   if (t->paged) {
     diag_error(b->d, e->loc, "'%s' is already a paged cache", t->name);
     return -1;

@@ -23,14 +23,17 @@ export ATTN_CACHE_DIR=${ATTN_CACHE_DIR:-/tmp/attnc-sanitize-cache}
 status=0
 # racecheck's controls first: the templates hand small values from the
 # producer warp to the consumers through shared-memory slots guarded by
-# mbarriers; racecheck_control runs that handoff, the same with
-# __syncthreads, and unsynchronized, so the hazards racecheck reports on
-# the templates' slots can be read against what it reports for a handoff
-# known to be correct.
-if [[ " ${TOOLS:-racecheck} " == *" racecheck "* && -x "$B/tests/gpu/racecheck_control" ]]; then
+# barriers; racecheck_control runs that handoff each way the templates do
+# it, correctly and not (its header lists the modes), so the hazards
+# racecheck reports on the templates' slots can be read against what it
+# reports for a handoff known to be correct.
+CONTROL=$B/tests/gpu/racecheck_control
+if [[ " ${TOOLS:-racecheck} " == *" racecheck "* && ! -x "$CONTROL" ]]; then
+  echo "racecheck controls skipped: no $CONTROL (make $CONTROL)"
+elif [[ " ${TOOLS:-racecheck} " == *" racecheck "* ]]; then
   for mode in mbarrier elected elected_nosync named syncthreads none; do
     timeout 60 "$CS" --tool racecheck --log-file "$L/control-$mode.log" \
-      "$B/tests/gpu/racecheck_control" "$mode" >"$L/control-$mode.out" 2>&1
+      "$CONTROL" "$mode" >"$L/control-$mode.out" 2>&1
     echo "racecheck control $mode: $(grep -E "RACECHECK SUMMARY" "$L/control-$mode.log" | tail -1)" \
       "/ $(tail -1 "$L/control-$mode.out")"
   done
