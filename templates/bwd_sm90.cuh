@@ -46,8 +46,9 @@
  * One barrier between the consumers per query tile (named barrier 1,
  * before dQ: both warpgroups' dRaw^T are written; with two dRaw^T buffers
  * it also orders every buffer's reuse after the other warpgroup's dQ);
- * two with the dQ warp (2: the buffer holds a tile, 3: it is free again;
- * at D 256 per-stage mbarriers instead, below).
+ * two mbarriers with the dQ warp (dq full: the buffer holds a tile, every
+ * consumer thread arriving; dq free: it may be rewritten, every dQ-warp
+ * lane arriving; at D 256 per-stage mbarriers instead, below).
  * dK and dV are stored at the end as bwd_sm80 stores them (f32 atomics
  * or per-head accumulators with GQA). Deterministic mode: as bwd_sm80,
  * extra CTAs past the key tiles run bwd80_dq_tile (the consumers' first
@@ -486,9 +487,14 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
                    : base + bwd90_off_q + st * bwd90_q_bytes) +
            (unsigned)(w * 2 * bwd90_bm * 128);
   };
-  /* Named barriers of the dQ buffer, between the 256 consumer threads and
-   * the producer's dQ warp (barrier 1 is the consumers' own). */
-  constexpr int bar_dq_full = 2, bar_dq_free = 3, bar_dq_threads = bwd90_threads + 32;
+  /* The dQ buffer's mbarriers (not split-D), after the slot: full takes
+   * an arrive from each of the 256 consumer threads after its stores, free
+   * one from each lane of the dQ warp after its reads. Every thread
+   * arriving itself, as for the stages: a named barrier's bar.arrive
+   * orders the same accesses in PTX, but compute-sanitizer's racecheck
+   * reports it (tests/gpu/racecheck_control.cu, mode named), and this
+   * keeps the kernel clean under it. */
+  const unsigned bar_dq_full = dq_slot + 8u, bar_dq_free = dq_slot + 16u;
   const int n_m = (p.Sq + bwd90_bm - 1) / bwd90_bm;
 
   if (tid == 0) {
@@ -502,6 +508,10 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
       if constexpr (bwd90_dq_in_stage)
         for (int k = 0; k < 4; ++k)
           attn_mbar_init(bar_dq_ready(st, k >> 1, k & 1), 128);
+    }
+    if constexpr (!bwd90_dq_in_stage) {
+      attn_mbar_init(bar_dq_full, bwd90_threads);
+      attn_mbar_init(bar_dq_free, 32);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
@@ -556,17 +566,16 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
       return;
     }
     if (warp == 9 && !bwd90_dq_in_stage && !dq_cta && !det) {
-      /* The dQ warp: per tile the consumers hand over (barrier
-       * bar_dq_full, the tile's first query row in dq_slot), lane 0 adds
-       * the buffer into the accumulator by TMA, one box of 32 columns at
-       * a time, and waits only until the copies have read it before
-       * freeing it (bar_dq_free; the adds finish in L2 on their own). A
-       * row of -1 ends the loop. */
+      /* The dQ warp: per tile the consumers hand over (bar_dq_full, the
+       * tile's first query row in dq_slot), lane 0 adds the buffer into
+       * the accumulator by TMA, one box of 32 columns at a time, and
+       * waits only until the copies have read it before freeing it
+       * (bar_dq_free; the adds finish in L2 on their own). A row of -1
+       * ends the loop. */
       if (lane == 0)
         attn_prefetch_tmap(mdq);
-      for (;;) {
-        attn_bar_arrive<bar_dq_threads>(bar_dq_free);
-        attn_bar_sync<bar_dq_threads>(bar_dq_full);
+      for (int round = 0;; ++round) {
+        attn_mbar_wait(bar_dq_full, round & 1);
         int i0, bh;
         asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n"
                      : "=r"(i0), "=r"(bh)
@@ -584,7 +593,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
                         i0 + w * bwd90_box_rows, bh & 0xffff, bh >> 16);
           attn_bulk_wait<0, true>();
         }
-        __syncwarp();
+        attn_mbar_arrive(bar_dq_free);
       }
       if (lane == 0)
         attn_bulk_wait<0, false>(); /* the last adds, before the CTA ends */
@@ -820,12 +829,15 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
   };
   /* Pass c (columns dcol..) of the tile at row i0 in stage st, to the
    * producer's dQ warp. */
+  /* (not split-D) The buffer's uses so far: use u waits for the dQ warp's
+   * round u - 1 to free it (parity (u & 1) ^ 1, so the first passes). */
+  int dq_round = 0;
   auto put_dq = [&](const float (&dq)[dq_cols / 2], int dcol, int i0, int hb, int st, int c) {
     if constexpr (bwd90_dq_in_stage) {
       store_dq(dq, dq_region(st, c, wg), 0);
       attn_mbar_arrive(bar_dq_ready(st, c, wg));
     } else {
-      attn_bar_sync<bar_dq_threads>(bar_dq_free);
+      attn_mbar_wait(bar_dq_free, (dq_round++ & 1) ^ 1);
       if constexpr (bwd90_wide) /* this warpgroup's queries in boxes of their own */
         store_dq(dq, sdqs + wg * bwd90_dq_half_bytes, 0);
       else
@@ -834,7 +846,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
         asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(dq_slot), "r"(i0),
                      "r"(hb)
                      : "memory");
-      attn_bar_arrive<bar_dq_threads>(bar_dq_full);
+      attn_mbar_arrive(bar_dq_full);
     }
   };
 #if defined(ATTN_BWD_BIAS)
@@ -1265,10 +1277,10 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
   }
   if (!bwd90_dq_in_stage && !det) {
     /* The dQ warp's last round: the end mark in the slot. */
-    attn_bar_sync<bar_dq_threads>(bar_dq_free);
+    attn_mbar_wait(bar_dq_free, (dq_round++ & 1) ^ 1);
     if (tid == 0)
       asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(dq_slot), "r"(-1) : "memory");
-    attn_bar_arrive<bar_dq_threads>(bar_dq_full);
+    attn_mbar_arrive(bar_dq_full);
   }
   if constexpr (!bwd90_items)
     finish_item();

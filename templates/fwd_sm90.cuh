@@ -496,7 +496,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       attn_mbar_init(bar_empty(s), fwd90_consumer_threads);
       attn_mbar_init(bar_empty_v(s), fwd90_consumer_threads);
       if constexpr (fwd90_fp8)
-        attn_mbar_init(bar_v16(s), 3); /* one arrive per converter warp */
+        attn_mbar_init(bar_v16(s), 96); /* every converter thread (warps 1-3) */
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
@@ -527,10 +527,12 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
             fwd90_transpose_v(vs + fwd90_v_bytes, vs, tid - 32);
           else
             fwd90_convert_v(vs + fwd90_v_bytes, vs, tid - 32);
-          attn_fence_proxy_async(); /* the 16-bit tile is read by wgmma */
-          __syncwarp();
-          if (lane == 0)
-            attn_mbar_arrive(bar_v16(st));
+          /* Each thread fences its own writes for wgmma's async proxy and
+           * arrives itself: its arrive also orders its read of conv_slot
+           * before the producer rewrites it (an elected lane's arrive
+           * would order only that lane's accesses). */
+          attn_fence_proxy_async();
+          attn_mbar_arrive(bar_v16(st));
         }
       }
       return;

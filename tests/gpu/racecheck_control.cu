@@ -9,7 +9,8 @@
  *   elected_nosync  lane 0 arrives for its warp with no __syncwarp (the
  *                   other lanes' reads are unordered with the arrive: a
  *                   race in the PTX memory model)
- *   named           bar.arrive / bar.sync named barriers (bwd_sm90's dQ slot)
+ *   named           bar.arrive / bar.sync named barriers (bwd_sm90's dQ slot
+ *                   until session 18)
  *   syncthreads     __syncthreads (correct)
  *   none            no synchronization at all (a real race)
  * Each mode checks its result (the consumers' sum of the rounds) and
