@@ -9,6 +9,10 @@ Two tables, bf16, one process:
 - Ragged batches: FlashInfer's prefill anchor cases (../shared/anchors, T4: the same request
   lengths, D 128, causal aligned at the end, Hq:Hkv 32:8 and 32:32), attnc packed; FlashInfer ran
   on a paged cache in another process (quoted). FLOPs count each request's own keys.
+- Backward (--tables backward): equal lengths as above, grad q, k, v: the packed backward (bwd_sm80's
+  main kernel, the only one taking packed sequences) against the dense graph's on the same values,
+  with bwd_sm90 (the default on Hopper) and with bwd_sm80 (the same kernel, dense), and cuDNN's
+  backward (SDPA through autograd). FLOPs 2.5x the forward's.
 
 Every packed output is compared with the dense graph's (equal lengths) or with torch SDPA run
 per request in float32 (ragged) before it is timed.
@@ -53,6 +57,12 @@ def dense_text(D, causal):
             f"    output o : bf16[B, H, S, {D}];\n}}\n")
 
 
+def with_grad(text):
+    """A forward text (packed_text or dense_text) that also saves lse and declares grad."""
+    head, _, tail = text.rpartition("}")
+    return head + "    output lse = logsumexp(s);\n    grad q, k, v;\n" + "}" + tail
+
+
 def offsets(lens):
     return torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32, device="cuda")
 
@@ -90,6 +100,61 @@ def equal_lengths(attn, rows):
                 rows.append(row)
                 print(json.dumps(row), flush=True)
                 del q, k, v, qp, kp, vp, od, op
+
+
+def backward(attn, rows):
+    for D in (64, 128):
+        for causal in (False, True):
+            pk = attn.compile(f"bpk{D}{causal}.attn", with_grad(packed_text(D, causal, "top_left")))
+            dn90 = attn.compile(f"bdn{D}{causal}.attn", with_grad(dense_text(D, causal)))
+            attn.set_option("backward_template", 80)
+            dn80 = attn.compile(f"bdn80{D}{causal}.attn", with_grad(dense_text(D, causal)))
+            attn.set_option("backward_template", 0)
+            for S in (1024, 4096):
+                B, H = 16384 // S, 2048 // D
+                q, k, v, do = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+                tok = lambda x: x.transpose(1, 2).reshape(B * S, H, D).contiguous()
+                qp, kp, vp, dop = (tok(x) for x in (q, k, v, do))
+                cu = offsets([S] * B)
+                out = {}
+                calls = {}
+                for name, mod, dense in (("packed", pk, False), ("bwd_sm90", dn90, True), ("bwd_sm80", dn80, True)):
+                    if dense:
+                        t = dict(q=q, k=k, v=v, o=torch.empty_like(q), lse=torch.empty(B, H, S, device="cuda"))
+                        g = dict(do=do, dq=torch.empty_like(q), dk=torch.empty_like(q), dv=torch.empty_like(q))
+                        c = attn.call(mod, "dn", t)
+                    else:
+                        t = dict(q=qp, k=kp, v=vp, cq=cu, ck=cu, o=torch.empty_like(qp),
+                                 lse=torch.empty(H, B * S, device="cuda"))
+                        g = dict(do=dop, dq=torch.full_like(qp, float("nan")), dk=torch.full_like(qp, float("nan")),
+                                 dv=torch.full_like(qp, float("nan")))
+                        c = attn.call(mod, "pk", t)
+                    attn.launch(c)
+                    attn.bind(c, g)
+                    attn.launch_backward(c)
+                    calls[name] = c
+                    out[name] = [g[n] if not dense else tok(g[n]) for n in ("dq", "dk", "dv")]
+                torch.cuda.synchronize()
+                errs = [((a.float() - b.float()).norm() / b.float().norm()).item()
+                        for a, b in zip(out["packed"], out["bwd_sm80"])]
+                assert max(errs) < 1e-2, (D, S, causal, errs)  # dQ's atomics add in another order
+                ms = {n: time_batches([lambda c=c: attn.launch_backward(c)]) for n, c in calls.items()}
+                tq, tk, tv = (x.detach().clone().requires_grad_(True) for x in (q, k, v))
+                with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+                    o_ref = F.scaled_dot_product_attention(tq, tk, tv, is_causal=causal)
+                    ms["cudnn"] = time_batches([lambda: torch.autograd.grad(o_ref, (tq, tk, tv), do,
+                                                                            retain_graph=True)])
+                fl = 2.5 * 4 * B * H * S * S * D * (0.5 if causal else 1.0)
+                row = dict(table="backward", D=D, S=S, B=B, H=H, causal=causal,
+                           **{f"{n}_ms": t for n, t in ms.items()},
+                           **{f"{n}_tflops": fl / t / 1e9 for n, t in ms.items()},
+                           packed_over_sm80=ms["bwd_sm80"] / ms["packed"],
+                           packed_over_sm90=ms["bwd_sm90"] / ms["packed"], max_rel_err_vs_sm80=max(errs))
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+                for c in calls.values():
+                    c.close()
+                del q, k, v, do, qp, kp, vp, dop, out, calls
 
 
 def mask_forms(attn, rows):
@@ -173,7 +238,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lib", default="build/libattn.so")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
-    ap.add_argument("--tables", default="equal,masks,padding,ragged")
+    ap.add_argument("--tables", default="equal,masks,padding,ragged,backward")
     args = ap.parse_args()
     torch.manual_seed(0)
     torch.zeros(1, device="cuda")
@@ -188,6 +253,8 @@ def main():
         padding(attn, rows)
     if "ragged" in tables:
         ragged(attn, rows)
+    if "backward" in tables:
+        backward(attn, rows)
     info = dict(gpu=torch.cuda.get_device_name(), driver=driver_version(), torch=torch.__version__,
                 cudnn=torch.backends.cudnn.version())
     os.makedirs(args.out, exist_ok=True)
@@ -203,6 +270,13 @@ def main():
         if r["table"] in ("masks", "padding"):
             print(f"mask forms: {r['case']}: {r['ms']:.3f} ms" +
                   (f" vs {r['other_ms']:.3f} ms ({r['ratio']:.3f})" if "other_ms" in r else ""))
+    print("\n| D | S | causal | packed bwd | dense bwd_sm80 | dense bwd_sm90 | cuDNN | packed / sm80 | packed / sm90 |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        if r["table"] == "backward":
+            print(f"| {r['D']} | {r['S']} | {'yes' if r['causal'] else 'no'} | {r['packed_tflops']:.0f} | "
+                  f"{r['bwd_sm80_tflops']:.0f} | {r['bwd_sm90_tflops']:.0f} | {r['cudnn_tflops']:.0f} | "
+                  f"{r['packed_over_sm80']:.3f} | {r['packed_over_sm90']:.3f} |")
     print("\n| case | Hq:Hkv | q tokens | attnc packed ms | TFLOP/s | FlashInfer anchor | ratio |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:

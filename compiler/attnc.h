@@ -1061,11 +1061,12 @@ typedef struct PlanDim {
   int n; /* PD_CONST: the value; PD_NUMEL: the tensor's index */
 } PlanDim;
 
-/* Grid x = ceil(x0 / div0) (+ ceil(x1 / div1) when div1 > 0), y, z. A
- * step whose grid has no CTA is skipped. */
+/* Grid x = ceil(x0 / div0) (+ ceil(x1 / div1) when div1 > 0) (+ mul2 *
+ * x2 when mul2 > 0: a packed launch's partial tiles, B per tile kind),
+ * y, z. A step whose grid has no CTA is skipped. */
 typedef struct PlanGrid {
-  PlanDim x0, x1;
-  int div0, div1;
+  PlanDim x0, x1, x2;
+  int div0, div1, mul2;
   PlanDim y, z;
 } PlanGrid;
 

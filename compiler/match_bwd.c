@@ -161,12 +161,6 @@ BwdSpec *match_bwd(const KernelSpec *fwd, const CompileOptions *o, Arena *a, Dia
                "train on dense k and v)", g->name);
     return NULL;
   }
-  if (ir_packed(g)) {
-    diag_error(d, g->tensors[g->q].loc,
-               "graph '%s': no backward for packed sequences yet (the forward runs; train on "
-               "dense q, k and v)", g->name);
-    return NULL;
-  }
   int bad = bwd_unsupported_grad(g);
   if (bad >= 0) {
     diag_error(d, g->tensors[bad].loc,
@@ -188,17 +182,33 @@ BwdSpec *match_bwd(const KernelSpec *fwd, const CompileOptions *o, Arena *a, Dia
     return NULL;
   }
   const IrTensor *lse = &g->tensors[s->slots.lse];
-  if (lse->ndims != 3 || lse->type != DT_F32) {
+  const bool packed = ir_packed(g);
+  if (lse->ndims != (packed ? 2 : 3) || lse->type != DT_F32) {
     diag_error(d, lse->loc,
-               "graph '%s': the backward reads lse as f32[B, H, Sq]; '%s' is declared "
-               "with %d dimensions", g->name, lse->name, lse->ndims);
+               "graph '%s': the backward reads lse as f32[%s]; '%s' is declared "
+               "with %d dimensions", g->name, packed ? "H, Tq" : "B, H, Sq", lse->name,
+               lse->ndims);
     return NULL;
   }
+  /* Packed sequences: the sink's gradient, not yet a bias's (their
+   * gradients' rows are the batch's, not the sequences'). */
+  for (int r = 0; packed && r < s->slots.nbias; r++)
+    if (s->slots.bias_mode[r] != BWD_BIAS_SINK) {
+      const IrTensor *t = &g->tensors[s->slots.bias[r]];
+      diag_error(d, t->loc,
+                 "graph '%s': no gradient of '%s' with packed sequences yet (the gradients of "
+                 "q, k, v and a softmax sink are computed; drop '%s' from grad)",
+                 g->name, t->name, t->name);
+      return NULL;
+    }
   s->in_type = fwd->in_type;
   s->out_type = g->tensors[s->slots.o].type;
   s->d_qk = fwd->d_qk;
   s->d_v = fwd->d_v;
-  s->sm90 = bwd_use_sm90(fwd, o);
+  /* Packed sequences run bwd_sm80's main kernel on every target: bwd_sm90
+   * with packed sequences computed a wrong dQ on the H200 (session 18,
+   * docs/STATUS.md), so it is not chosen for them yet. */
+  s->sm90 = !packed && bwd_use_sm90(fwd, o);
   /* Tiles of 64 or 128 columns each, or of 256 for both (bwd_sm90's
    * split-D mode, sm_90a only) once either head dim passes 128. */
   s->tile_qk = attn_bwd_head_tile(s->d_qk, s->d_v);

@@ -163,13 +163,19 @@ static void plan_backward(GraphPlan *gp, const BwdSpec *b, Arena *a) {
   /* The ordered dQ tiles exist up to head dim 128 (split-D has none). */
   p->det_ok = b->tile_qk <= 128 && b->tile_v <= 128;
   add_prep(p, gp, plan_entry(a, g->name, "prep"));
+  /* Packed sequences (bwd_sm80.cuh, bwd80_packed_view): Sq and Skv are
+   * the token counts, the workspace slices one batch entry of every
+   * token's rows, the row passes one grid over the tokens; the main
+   * kernel's key tiles (and deterministic dQ tiles) number across the
+   * sequences, B partial tiles more than the tokens' own. */
+  const bool packed = ir_packed(g);
+  const PlanDim sb = packed ? pconst(1) : pd(PD_B);
 
   /* Per query row {delta, lse * log2(e)}, written by the delta pass, which
    * also zeroes dQ's accumulator (absent in deterministic mode: the null
    * slot is the kernels' deterministic flag). */
-  add_slice(p, "delta", PB_SLOT, sl->delta, 4, pd(PD_B), pd(PD_H), pd(PD_SQ), pconst(2),
-            PZ_NEVER);
-  add_slice(p, "dq_acc", PB_SLOT, sl->dqa, 4, pd(PD_B), pd(PD_H), pd(PD_SQ), pconst(b->tile_qk),
+  add_slice(p, "delta", PB_SLOT, sl->delta, 4, sb, pd(PD_H), pd(PD_SQ), pconst(2), PZ_NEVER);
+  add_slice(p, "dq_acc", PB_SLOT, sl->dqa, 4, sb, pd(PD_H), pd(PD_SQ), pconst(b->tile_qk),
             PZ_NEVER)->deny = PLAN_IF_DET;
   /* GQA: dK/dV summed over a group's query heads, by f32 atomics (zeroed
    * first) or, deterministic, one slice per query head summed in head
@@ -178,12 +184,12 @@ static void plan_backward(GraphPlan *gp, const BwdSpec *b, Arena *a) {
   static const char *const acc_name[2][2] = {{"dk_acc", "dk_acc_det"}, {"dv_acc", "dv_acc_det"}};
   for (int r = 0; r < 2; r++) {
     if (acc_slot[r] < 0) continue;
-    PlanSlice *x = add_slice(p, acc_name[r][0], PB_SLOT, acc_slot[r], 4, pd(PD_B), pd(PD_HK),
+    PlanSlice *x = add_slice(p, acc_name[r][0], PB_SLOT, acc_slot[r], 4, sb, pd(PD_HK),
                              pd(PD_SKV), pconst(acc_d[r]), PZ_EACH);
     x->need = PLAN_IF_GQA;
     x->deny = PLAN_IF_DET;
     if (p->det_ok)
-      add_slice(p, acc_name[r][1], PB_SLOT, acc_slot[r], 4, pd(PD_B), pd(PD_H), pd(PD_SKV),
+      add_slice(p, acc_name[r][1], PB_SLOT, acc_slot[r], 4, sb, pd(PD_H), pd(PD_SKV),
                 pconst(acc_d[r]), PZ_NEVER)->need = PLAN_IF_GQA | PLAN_IF_DET;
   }
   /* Accumulated bias gradients: f32 scratch of the bias's shape (atomics),
@@ -204,6 +210,7 @@ static void plan_backward(GraphPlan *gp, const BwdSpec *b, Arena *a) {
   PlanStep *s = add_step(p, "delta", plan_entry(a, g->name, "bwd_delta"), b->threads, 0);
   s->grid.x0 = pd(PD_SQ);
   s->grid.div0 = rows;
+  s->grid.z = sb;
   /* The sink's gradient from the rows' delta and lse: one CTA per element
    * of it (per head, per batch where it keeps them), summing its rows in
    * a fixed order, so every mode gives the same bits. */
@@ -228,11 +235,17 @@ static void plan_backward(GraphPlan *gp, const BwdSpec *b, Arena *a) {
     s = add_step(p, "main", main_entry, main_threads, b->smem_bytes);
     s->grid.x0 = pd(PD_SKV);
     s->grid.div0 = b->block_n;
+    if (packed) {
+      s->grid.x2 = pd(PD_B);
+      s->grid.mul2 = 1;
+      s->grid.z = pconst(1);
+    }
     if (det) {
       s->need = PLAN_IF_DET;
       if (sl->dq >= 0) {
         s->grid.x1 = pd(PD_SQ);
         s->grid.div1 = 64;
+        if (packed) s->grid.mul2 = 2; /* partial tiles of both kinds */
       }
     } else {
       s->deny = p->det_ok ? PLAN_IF_DET : 0;
@@ -254,6 +267,7 @@ static void plan_backward(GraphPlan *gp, const BwdSpec *b, Arena *a) {
     s = add_step(p, "convert", plan_entry(a, g->name, "bwd_convert"), b->threads, 0);
     s->grid.x0 = pd(PD_SQ);
     s->grid.div0 = rows;
+    s->grid.z = sb;
     if (!finish_always) s->deny = PLAN_IF_DET;
   }
   /* GQA: dK/dV from their accumulators to the kv heads. */
@@ -262,6 +276,7 @@ static void plan_backward(GraphPlan *gp, const BwdSpec *b, Arena *a) {
     s->grid.x0 = pd(PD_SKV);
     s->grid.div0 = rows;
     s->grid.y = pd(PD_HK);
+    s->grid.z = sb;
     s->need = PLAN_IF_GQA;
   }
 }
@@ -412,6 +427,10 @@ void plan_write(StrBuf *out, const GraphPlan *plans, int n) {
           sb_putc(out, '+');
           put_dim(out, s->grid.x1);
           sb_printf(out, "/%d", s->grid.div1);
+        }
+        if (s->grid.mul2 > 0) {
+          sb_printf(out, "+%d*", s->grid.mul2);
+          put_dim(out, s->grid.x2);
         }
         sb_putc(out, ',');
         put_dim(out, s->grid.y);
@@ -567,7 +586,8 @@ static int rd_slice(PlanReader *r, const PlanLine *l, PassPlan *p) {
   return 0;
 }
 
-/* "Sq/128+Sq/64,H,B" */
+/* "Sq/128+Sq/64,H,B", "Skv/64+Sq/64+2*B,H,1": x's terms SIZE/DIVISOR
+ * (one or two), then at most one MUL*SIZE. */
 static int rd_grid(PlanReader *r, const char *s, PlanGrid *g) {
   char buf[128];
   snprintf(buf, sizeof buf, "%s", s ? s : "");
@@ -578,18 +598,31 @@ static int rd_grid(PlanReader *r, const char *s, PlanGrid *g) {
     parts[n++] = t;
   }
   if (n != 3) return rd_fail(r, "a grid has three dimensions");
-  char *plus = strchr(parts[0], '+');
-  if (plus) *plus++ = '\0';
-  char *terms[2] = {parts[0], plus};
+  char *terms[3] = {parts[0], NULL, NULL};
+  for (int k = 1; k < 3; k++) {
+    char *plus = strchr(terms[k - 1], '+');
+    if (!plus) break;
+    *plus++ = '\0';
+    terms[k] = plus;
+  }
+  if (strchr(terms[2] ? terms[2] : "", '+')) return rd_fail(r, "grid x has at most three terms");
   PlanDim *dims[2] = {&g->x0, &g->x1};
   int *divs[2] = {&g->div0, &g->div1};
-  for (int k = 0; k < 2 && terms[k]; k++) {
+  for (int k = 0, nd = 0; k < 3 && terms[k]; k++) {
+    char *star = strchr(terms[k], '*');
+    if (star && k > 0 && (k == 2 || !terms[k + 1])) { /* the last term: MUL*SIZE */
+      long mul;
+      *star = '\0';
+      if (rd_int(r, terms[k], 1, 64, &mul) || rd_dim(r, star + 1, &g->x2)) return -1;
+      g->mul2 = (int)mul;
+      continue;
+    }
     char *slash = strchr(terms[k], '/');
     long div;
-    if (!slash) return rd_fail(r, "grid x is SIZE/DIVISOR");
+    if (!slash || nd == 2) return rd_fail(r, "grid x is SIZE/DIVISOR[+SIZE/DIVISOR][+MUL*SIZE]");
     *slash = '\0';
-    if (rd_dim(r, terms[k], dims[k]) || rd_int(r, slash + 1, 1, 1 << 20, &div)) return -1;
-    *divs[k] = (int)div;
+    if (rd_dim(r, terms[k], dims[nd]) || rd_int(r, slash + 1, 1, 1 << 20, &div)) return -1;
+    *divs[nd++] = (int)div;
   }
   return rd_dim(r, parts[1], &g->y) || rd_dim(r, parts[2], &g->z) ? -1 : 0;
 }

@@ -301,6 +301,7 @@ attn_status rt_run_pass(attn_call *c, PlanPass pass, bool caller_ws, void *ws, s
     const PlanGrid *gr = &step->grid;
     long long gx = ceil_div(plan_dim(c->g->plan, gr->x0, &run.pr), gr->div0);
     if (gr->div1 > 0) gx += ceil_div(plan_dim(c->g->plan, gr->x1, &run.pr), gr->div1);
+    if (gr->mul2 > 0) gx += gr->mul2 * plan_dim(c->g->plan, gr->x2, &run.pr);
     unsigned grid[3] = {0, (unsigned)plan_dim(c->g->plan, gr->y, &run.pr),
                         (unsigned)plan_dim(c->g->plan, gr->z, &run.pr)};
     if (gx > 0x7fffffffLL)

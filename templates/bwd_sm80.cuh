@@ -107,6 +107,107 @@ static __device__ __forceinline__ bool bwd80_deterministic(const attn_params &p)
   return p.t[bwd80_tdqa].ptr == nullptr;
 }
 
+/* Row (b, h, 0) of a dense workspace slice [B, heads, rows, cols] (bound
+ * by the runtime: launch.c, bind_slice) through its strides, so the
+ * same code addresses a packed launch's view of it (below: batch stride
+ * 0, rows from a sequence's first). */
+template <class T>
+static __device__ __forceinline__ T *bwd80_slice_rows(const attn_tensor_arg &t, int b, int h) {
+  return (T *)t.ptr + b * t.stride[0] + h * t.stride[1];
+}
+
+#if defined(ATTN_PACKED_Q)
+/* A row pass's parameters: every token row (bwd80_rows_view). */
+#define BWD80_ROWS_VIEW(p_in) const attn_params p = bwd80_rows_view(p_in)
+/* Packed sequences (hooks.cuh): q, o, lse, dO and dq hold the sequences'
+ * query rows, k, v, dk and dv their key rows; the workspace slices
+ * (delta, dQ's accumulator, GQA's dK/dV accumulators) are [1, heads,
+ * tokens, cols]. Sequence b (query rows q0.., lq of them, key rows k0..,
+ * lk) as one dense batch entry of Sq = lq, Skv = lk, every tensor
+ * rebased: the kernels then run unchanged, masks and dropout seeing the
+ * sequence's own positions. A null slot (dQ's accumulator in
+ * deterministic mode, the dK/dV accumulators without GQA) stays null. */
+static __device__ __forceinline__ void bwd80_slice_from(attn_tensor_arg &t, int row0, int rows) {
+  if (t.ptr == nullptr)
+    return;
+  t.ptr = (float *)t.ptr + row0 * t.stride[2];
+  t.stride[0] = 0, t.size[0] = 1, t.size[2] = rows;
+}
+
+static __device__ __forceinline__ attn_params bwd80_packed_view(const attn_params &p, int q0,
+                                                                int lq, int k0, int lk) {
+  attn_params v = p;
+  v.Sq = lq;
+  v.Skv = lk;
+  /* One tensor in two roles is rebased once (hooks.cuh, attn_packed_work). */
+  attn_packed_rows<2>(v.t[bwd80_tq], q0, lq);
+  if (bwd80_tk != bwd80_tq)
+    attn_packed_rows<2>(v.t[bwd80_tk], k0, lk);
+  if (bwd80_tv != bwd80_tk && bwd80_tv != bwd80_tq)
+    attn_packed_rows<2>(v.t[bwd80_tv], k0, lk);
+  attn_packed_rows<bwd80_out_kind == 2 ? 4 : 2>(v.t[bwd80_to], q0, lq);
+  attn_packed_rows<4, true>(v.t[bwd80_tlse], q0, lq);
+  attn_packed_rows<2>(v.t[bwd80_tdo], q0, lq);
+  if constexpr (bwd80_tdq >= 0)
+    attn_packed_rows<2>(v.t[bwd80_tdq >= 0 ? bwd80_tdq : 0], q0, lq);
+  if constexpr (bwd80_tdk >= 0)
+    attn_packed_rows<2>(v.t[bwd80_tdk >= 0 ? bwd80_tdk : 0], k0, lk);
+  if constexpr (bwd80_tdv >= 0)
+    attn_packed_rows<2>(v.t[bwd80_tdv >= 0 ? bwd80_tdv : 0], k0, lk);
+  bwd80_slice_from(v.t[bwd80_tdelta], q0, lq);
+  bwd80_slice_from(v.t[bwd80_tdqa], q0, lq);
+  if constexpr (bwd80_tdka >= 0)
+    bwd80_slice_from(v.t[bwd80_tdka >= 0 ? bwd80_tdka : 0], k0, lk);
+  if constexpr (bwd80_tdva >= 0)
+    bwd80_slice_from(v.t[bwd80_tdva >= 0 ? bwd80_tdva : 0], k0, lk);
+  return v;
+}
+
+/* The row passes (delta, convert, convert_kv) need no sequence: every
+ * token row as one batch entry (their grid's batch dimension is 1). */
+static __device__ __forceinline__ attn_params bwd80_rows_view(const attn_params &p) {
+  return bwd80_packed_view(p, 0, p.Sq, 0, p.Skv);
+}
+
+/* Sequence b's view (the sink gradient's rows). */
+static __device__ __forceinline__ attn_params bwd80_seq_view(const attn_params &p, int b) {
+  int q0, lq, k0, lk;
+  attn_seq_rows(p.t[ATTN_PACKED_Q], b, p.Sq, q0, lq);
+  attn_seq_rows(p.t[ATTN_PACKED_KV], b, p.Skv, k0, lk);
+  return bwd80_packed_view(p, q0, lq, k0, lk);
+}
+
+/* The main kernel's CTA x of a packed launch: key tiles of BN over k's
+ * sequences (attn_packed_find), then, in deterministic mode, dQ's query
+ * tiles of 64 over q's. Its sequence b, the tile within it (key tile,
+ * or *dq_tile's query tile), the sequence's first query row q0 (bwd_sm90's
+ * TMA coordinates) and its view; false when no sequence owns the tile
+ * (the CTA has nothing to do). */
+template <int BN>
+static __device__ __forceinline__ bool bwd80_packed_item(int x, const attn_params &p, int &b,
+                                                         int &tile, bool &dq_tile, int &q0,
+                                                         attn_params &v) {
+  const int n_key = (p.Skv + BN - 1) / BN + p.B;
+  int lq, k0, lk;
+  dq_tile = x >= n_key;
+  if (!dq_tile) {
+    tile = attn_packed_find<BN>(x, p.t[ATTN_PACKED_KV], p.Skv, p.B, b, k0, lk);
+    attn_seq_rows(p.t[ATTN_PACKED_Q], b, p.Sq, q0, lq);
+    if (p.B <= 0 || tile < 0 || tile * BN >= lk)
+      return false;
+  } else {
+    tile = attn_packed_find<64>(x - n_key, p.t[ATTN_PACKED_Q], p.Sq, p.B, b, q0, lq);
+    attn_seq_rows(p.t[ATTN_PACKED_KV], b, p.Skv, k0, lk);
+    if (p.B <= 0 || tile < 0 || tile * 64 >= lq)
+      return false;
+  }
+  v = bwd80_packed_view(p, q0, lq, k0, lk);
+  return true;
+}
+#else
+#define BWD80_ROWS_VIEW(p_in) const attn_params &p = p_in
+#endif
+
 #if defined(ATTN_BWD_BIAS)
 /* Bias gradients (emitted by compiler/emit_bwd.c after this text, for the
  * graphs that declare grad on a bias). ATTN_BWD_NRED: how many of them are
@@ -323,7 +424,8 @@ static __device__ __forceinline__ float bwd80_row_sum(float x, int group) {
 /* Grid (ceil(Sq / ATTN_BWD_ROWS_PER_CTA), H, B): per query row
  * {delta = rowsum(dO o O), lse log2(e)}, dQ's accumulator row zeroed, and
  * the directly written bias gradients' rows zeroed. */
-__device__ __forceinline__ void attn_bwd_sm80_delta(const attn_params &p) {
+__device__ __forceinline__ void attn_bwd_sm80_delta(const attn_params &p_in) {
+  BWD80_ROWS_VIEW(p_in);
   const bwd80_row_slot rs = bwd80_row_of_thread();
   const int i = rs.row, h = blockIdx.y, b = blockIdx.z;
   const bool live = i < p.Sq; /* every lane reaches the shuffles */
@@ -356,12 +458,10 @@ __device__ __forceinline__ void attn_bwd_sm80_delta(const attn_params &p) {
                                                 (long long)i * tl.stride[2]];
       const float lse2 = lse == __int_as_float(0xff800000) ? __int_as_float(0x7f800000)
                                                             : lse * 1.4426950408889634f;
-      *(float2 *)((float *)tdl.ptr + 2 * (((long long)b * p.H + h) * p.Sq + i)) =
-          make_float2(acc, lse2);
+      *(float2 *)(bwd80_slice_rows<float>(tdl, b, h) + 2 * (long long)i) = make_float2(acc, lse2);
     }
     if (!bwd80_deterministic(p)) {
-      float *dqa =
-          (float *)p.t[bwd80_tdqa].ptr + (((long long)b * p.H + h) * p.Sq + i) * bwd80_dqk;
+      float *dqa = bwd80_slice_rows<float>(p.t[bwd80_tdqa], b, h) + (long long)i * bwd80_dqk;
       for (int d = rs.col; d < bwd80_dqk; d += rs.step) {
         ((float4 *)(dqa + d))[0] = make_float4(0.f, 0.f, 0.f, 0.f);
         ((float4 *)(dqa + d))[1] = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -393,14 +493,15 @@ static __device__ __forceinline__ void bwd80_cta_sync() {
     __syncthreads();
 }
 
+/* (b: the batch entry, or a packed launch's sequence, whose view p is.) */
 template <bool NAMED = false>
-static __device__ __forceinline__ void bwd80_dq_tile(const attn_params &p, int m) {
+static __device__ __forceinline__ void bwd80_dq_tile(const attn_params &p, int m, int b) {
   extern __shared__ __align__(128) unsigned char bwd80_smem[];
   const float neg_inf = __int_as_float(0xff800000);
   const float log2e = 1.4426950408889634f;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
-  const int h = blockIdx.y, b = blockIdx.z;
+  const int h = blockIdx.y;
   const int hk = h / (p.H / p.Hk);
   const int i0 = m * bwd80_bm;
   const int i_last = min(i0 + bwd80_bm, p.Sq) - 1;
@@ -417,8 +518,7 @@ static __device__ __forceinline__ void bwd80_dq_tile(const attn_params &p, int m
   const attn_tensor_arg &tl = p.t[bwd80_tlse];
   const float *lseg = (const float *)tl.ptr + b * tl.stride[0] + h * tl.stride[1];
   /* Rows of {delta, lse * log2(e)} (attn_bwd_sm80_delta). */
-  const float *deltag =
-      (const float *)p.t[bwd80_tdelta].ptr + 2 * ((long long)b * p.H + h) * p.Sq;
+  const float *deltag = bwd80_slice_rows<const float>(p.t[bwd80_tdelta], b, h);
 
   const unsigned sk = attn_smem_addr(bwd80_smem);
   const unsigned sv = sk + bwd80_k_bytes;
@@ -600,24 +700,17 @@ static __device__ __forceinline__ void bwd80_dropout_words(int b, int h, int i0,
 #endif
 
 #if BWD80_MAIN
-__device__ __forceinline__ void attn_bwd_sm80_main(const attn_params &p) {
+/* Key tile kt of (blockIdx.y, b): b the batch entry, or a packed
+ * launch's sequence, whose view p is. */
+static __device__ __forceinline__ void bwd80_key_tile(const attn_params &p, int kt, int b) {
   extern __shared__ __align__(128) unsigned char bwd80_smem[];
-  {
-    /* Deterministic mode: CTAs past the key tiles compute dQ per query
-     * tile (uniform per CTA). */
-    const int n_key_tiles = (p.Skv + bwd80_bn - 1) / bwd80_bn;
-    if ((int)blockIdx.x >= n_key_tiles) {
-      bwd80_dq_tile(p, (int)blockIdx.x - n_key_tiles);
-      return;
-    }
-  }
   const float neg_inf = __int_as_float(0xff800000);
   const float log2e = 1.4426950408889634f;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
-  const int h = blockIdx.y, b = blockIdx.z;
+  const int h = blockIdx.y;
   const int hk = h / (p.H / p.Hk);
-  const int j0 = blockIdx.x * bwd80_bn;
+  const int j0 = kt * bwd80_bn;
   const int j_last = min(j0 + bwd80_bn, p.Skv) - 1;
 
   const attn_tensor_arg &tq = p.t[bwd80_tq], &tk = p.t[bwd80_tk], &tv = p.t[bwd80_tv];
@@ -630,9 +723,8 @@ __device__ __forceinline__ void attn_bwd_sm80_main(const attn_params &p) {
   const attn_tensor_arg &tl = p.t[bwd80_tlse];
   const float *lseg = (const float *)tl.ptr + b * tl.stride[0] + h * tl.stride[1];
   /* Rows of {delta, lse * log2(e)} (attn_bwd_sm80_delta). */
-  const float *deltag =
-      (const float *)p.t[bwd80_tdelta].ptr + 2 * ((long long)b * p.H + h) * p.Sq;
-  float *dqa = (float *)p.t[bwd80_tdqa].ptr + ((long long)b * p.H + h) * p.Sq * bwd80_dqk;
+  const float *deltag = bwd80_slice_rows<const float>(p.t[bwd80_tdelta], b, h);
+  float *dqa = bwd80_slice_rows<float>(p.t[bwd80_tdqa], b, h);
 
   const unsigned sk = attn_smem_addr(bwd80_smem);
   const unsigned sv = sk + bwd80_k_bytes;
@@ -896,9 +988,9 @@ __device__ __forceinline__ void attn_bwd_sm80_main(const attn_params &p) {
       continue;
     if constexpr (bwd80_tdk >= 0) {
       const attn_tensor_arg &to = p.t[bwd80_tdk >= 0 ? bwd80_tdk : 0];
-      float *acc = (float *)p.t[bwd80_tdka >= 0 ? bwd80_tdka : 0].ptr +
-                   ((bwd80_deterministic(p) ? (long long)b * p.H + h : (long long)b * p.Hk + hk) * p.Skv + j) *
-                       bwd80_dqk;
+      float *acc = bwd80_slice_rows<float>(p.t[bwd80_tdka >= 0 ? bwd80_tdka : 0], b,
+                                           bwd80_deterministic(p) ? h : hk) +
+                   (long long)j * bwd80_dqk;
       unsigned short *row = (unsigned short *)to.ptr + b * to.stride[0] + hk * to.stride[1] +
                             (long long)j * to.stride[2];
 #pragma unroll
@@ -916,9 +1008,9 @@ __device__ __forceinline__ void attn_bwd_sm80_main(const attn_params &p) {
     }
     if constexpr (bwd80_tdv >= 0) {
       const attn_tensor_arg &to = p.t[bwd80_tdv >= 0 ? bwd80_tdv : 0];
-      float *acc = (float *)p.t[bwd80_tdva >= 0 ? bwd80_tdva : 0].ptr +
-                   ((bwd80_deterministic(p) ? (long long)b * p.H + h : (long long)b * p.Hk + hk) * p.Skv + j) *
-                       bwd80_dv;
+      float *acc = bwd80_slice_rows<float>(p.t[bwd80_tdva >= 0 ? bwd80_tdva : 0], b,
+                                           bwd80_deterministic(p) ? h : hk) +
+                   (long long)j * bwd80_dv;
       unsigned short *row = (unsigned short *)to.ptr + b * to.stride[0] + hk * to.stride[1] +
                             (long long)j * to.stride[2];
 #pragma unroll
@@ -937,6 +1029,29 @@ __device__ __forceinline__ void attn_bwd_sm80_main(const attn_params &p) {
   }
 }
 
+/* The CTA's work (uniform per CTA): a key tile, or in deterministic mode,
+ * past the key tiles, one query tile's dQ. Packed sequences number both
+ * kinds across the sequences (bwd80_packed_item). */
+__device__ __forceinline__ void attn_bwd_sm80_main(const attn_params &p) {
+#if defined(ATTN_PACKED_Q)
+  attn_params v;
+  int b, tile, q0;
+  bool dq_tile;
+  if (!bwd80_packed_item<bwd80_bn>((int)blockIdx.x, p, b, tile, dq_tile, q0, v))
+    return;
+  if (dq_tile)
+    bwd80_dq_tile(v, tile, b);
+  else
+    bwd80_key_tile(v, tile, b);
+#else
+  const int n_key_tiles = (p.Skv + bwd80_bn - 1) / bwd80_bn;
+  if ((int)blockIdx.x >= n_key_tiles)
+    bwd80_dq_tile(p, (int)blockIdx.x - n_key_tiles, (int)blockIdx.z);
+  else
+    bwd80_key_tile(p, (int)blockIdx.x, (int)blockIdx.z);
+#endif
+}
+
 #endif /* BWD80_MAIN */
 
 /* ---------------------------------------------------- the post-passes */
@@ -944,7 +1059,8 @@ __device__ __forceinline__ void attn_bwd_sm80_main(const attn_params &p) {
 /* Grid (ceil(Sq / ATTN_BWD_ROWS_PER_CTA), H, B): dq = dQ's accumulator,
  * in dq's dtype (the folded scale is already in), and the accumulated
  * bias gradients to their tensors. */
-__device__ __forceinline__ void attn_bwd_sm80_convert(const attn_params &p) {
+__device__ __forceinline__ void attn_bwd_sm80_convert(const attn_params &p_in) {
+  BWD80_ROWS_VIEW(p_in);
   const bwd80_row_slot rs = bwd80_row_of_thread();
   const int i = rs.row, h = blockIdx.y, b = blockIdx.z;
 #if defined(ATTN_BWD_BIAS)
@@ -954,7 +1070,7 @@ __device__ __forceinline__ void attn_bwd_sm80_convert(const attn_params &p) {
     return; /* deterministic mode: dq is already stored */
   const attn_tensor_arg &to = p.t[bwd80_tdq >= 0 ? bwd80_tdq : 0];
   const float *acc =
-      (const float *)p.t[bwd80_tdqa].ptr + (((long long)b * p.H + h) * p.Sq + i) * bwd80_dqk;
+      bwd80_slice_rows<const float>(p.t[bwd80_tdqa], b, h) + (long long)i * bwd80_dqk;
   unsigned short *row = (unsigned short *)to.ptr + b * to.stride[0] + h * to.stride[1] +
                         (long long)i * to.stride[2];
   for (int d = rs.col; d < ATTN_D_QK; d += rs.step) {
@@ -989,7 +1105,8 @@ static __device__ __forceinline__ void bwd80_convert_kv_row(const attn_tensor_ar
 
 /* Grid (ceil(Skv / ATTN_BWD_ROWS_PER_CTA), Hk, B), only when H != Hk: dK
  * and dV from their accumulators (summed over the query heads of a group). */
-__device__ __forceinline__ void attn_bwd_sm80_convert_kv(const attn_params &p) {
+__device__ __forceinline__ void attn_bwd_sm80_convert_kv(const attn_params &p_in) {
+  BWD80_ROWS_VIEW(p_in);
   const bwd80_row_slot rs = bwd80_row_of_thread();
   const int j = rs.row, hk = blockIdx.y, b = blockIdx.z;
   if (j >= p.Skv)
@@ -997,18 +1114,22 @@ __device__ __forceinline__ void attn_bwd_sm80_convert_kv(const attn_params &p) {
   /* Deterministic mode: per-head accumulators, summed in head order. */
   const bool det = bwd80_deterministic(p);
   const int group = det ? p.H / p.Hk : 1;
-  const long long r = det ? ((long long)b * p.H + (long long)hk * group) * p.Skv + j
-                          : ((long long)b * p.Hk + hk) * p.Skv + j;
-  if constexpr (bwd80_tdk >= 0)
+  /* The accumulators' first head of the group, [B, Hk or H, Skv, D]. */
+  const int h0 = det ? hk * group : hk;
+  if constexpr (bwd80_tdk >= 0) {
+    const attn_tensor_arg &acc = p.t[bwd80_tdka >= 0 ? bwd80_tdka : 0];
     bwd80_convert_kv_row<ATTN_D_QK>(p.t[bwd80_tdk >= 0 ? bwd80_tdk : 0],
-                                    (const float *)p.t[bwd80_tdka >= 0 ? bwd80_tdka : 0].ptr +
-                                        r * bwd80_dqk,
-                                    group, (long long)p.Skv * bwd80_dqk, b, hk, j, rs);
-  if constexpr (bwd80_tdv >= 0)
+                                    bwd80_slice_rows<const float>(acc, b, h0) +
+                                        (long long)j * bwd80_dqk,
+                                    group, acc.stride[1], b, hk, j, rs);
+  }
+  if constexpr (bwd80_tdv >= 0) {
+    const attn_tensor_arg &acc = p.t[bwd80_tdva >= 0 ? bwd80_tdva : 0];
     bwd80_convert_kv_row<ATTN_D_V>(p.t[bwd80_tdv >= 0 ? bwd80_tdv : 0],
-                                   (const float *)p.t[bwd80_tdva >= 0 ? bwd80_tdva : 0].ptr +
-                                       r * bwd80_dv,
-                                   group, (long long)p.Skv * bwd80_dv, b, hk, j, rs);
+                                   bwd80_slice_rows<const float>(acc, b, h0) +
+                                       (long long)j * bwd80_dv,
+                                   group, acc.stride[1], b, hk, j, rs);
+  }
 }
 
 #if defined(ATTN_BWD_DSINK)
@@ -1037,10 +1158,16 @@ __device__ __forceinline__ void attn_bwd_sm80_dsink(const attn_params &p) {
       if (sink == __int_as_float(0xff800000))
         continue;
       const float s2 = sink * log2e;
-      /* Rows of {delta, lse log2(e)} (attn_bwd_sm80_delta). */
+      /* Rows of {delta, lse log2(e)} (attn_bwd_sm80_delta); packed, those
+       * of sequence b. */
+#if defined(ATTN_PACKED_Q)
+      const attn_params ps = bwd80_seq_view(p, b);
+#else
+      const attn_params &ps = p;
+#endif
       const float2 *rows =
-          (const float2 *)p.t[bwd80_tdelta].ptr + ((long long)b * p.H + h) * p.Sq;
-      for (int i = tid; i < p.Sq; i += blockDim.x) {
+          (const float2 *)bwd80_slice_rows<const float>(ps.t[bwd80_tdelta], b, h);
+      for (int i = tid; i < ps.Sq; i += blockDim.x) {
         const float2 x = rows[i];
         acc += x.x * exp2f(s2 - x.y);
       }

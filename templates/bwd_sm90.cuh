@@ -175,13 +175,15 @@ constexpr int bwd90_off_stats = bwd90_layout.off_stats;
 constexpr int bwd90_off_bars = bwd90_layout.off_bars;
 constexpr int bwd90_slot_bytes = bwd90_split_d ? 8 : 16;
 constexpr int bwd90_bars_bytes = bwd90_layout.bars_bytes;
-/* At D 256 (two stages) also per stage, pass and warpgroup an mbarrier
- * `dq ready` (128 arrivals: the warpgroup's dQ pass is in the stage). */
+/* After the stages' mbarriers and slots, the dQ slot (8 bytes); then at
+ * D 256 (two stages) per stage, pass and warpgroup an mbarrier `dq ready`
+ * (128 arrivals: the warpgroup's dQ pass is in the stage), else the dQ
+ * buffer's two mbarriers (dq full, dq free). */
 /* Then per consumer warp the item it works on {key tile, b << 16 | h},
  * for the item's end (kept in shared memory, not in registers across the
  * loop: the split-D and dropout kernels had none to spare). */
 constexpr int bwd90_off_item_words = bwd90_stages * (16 + bwd90_slot_bytes) + 8 +
-                                     (bwd90_dq_in_stage ? bwd90_stages * 4 * 8 : 0);
+                                     (bwd90_dq_in_stage ? bwd90_stages * 4 * 8 : 2 * 8);
 static_assert(bwd90_off_item_words + (bwd90_split_d ? 0 : 8 * 8) <= bwd90_bars_bytes,
               "barriers and slots");
 /* With 1024 bytes for rounding the dynamic shared-memory base up. */
@@ -415,8 +417,24 @@ static __device__ __forceinline__ void bwd90_store_row(const float (&x)[N / 2], 
  * gained most: one CTA per item paid its launch, K/V load, first tile's
  * wait and last stores with nothing to overlap them (bench/NOTES-sm90.md,
  * session 7). */
-__device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const attn_tmaps &tm) {
+__device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, const attn_tmaps &tm) {
   extern __shared__ __align__(1024) unsigned char bwd90_smem[];
+  /* Packed sequences (bwd_sm80.cuh, bwd80_packed_item; never persistent):
+   * the CTA's sequence (pk_b), its key tile or deterministic dQ tile
+   * (pk_tile), its first query row (pk_q0: the tensor maps see every
+   * token as rows of one batch entry) and the sequence's view p. */
+#if defined(ATTN_PACKED_Q)
+  attn_params p;
+  int pk_b, pk_tile, pk_q0;
+  bool pk_dq;
+  if (!bwd80_packed_item<bwd90_bn>((int)blockIdx.x, p_in, pk_b, pk_tile, pk_dq, pk_q0, p))
+    return;
+#else
+  const attn_params &p = p_in;
+  constexpr int pk_q0 = 0;
+#endif
+  /* A tensor map's batch coordinate for batch entry (or sequence) b. */
+  auto tma_b = [](int b) { return attn_packed ? 0 : b; };
   const float neg_inf = __int_as_float(0xff800000);
   const float log2e = 1.4426950408889634f;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -425,9 +443,13 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
   const int wgi = __shfl_sync(0xffffffffu, tid / 128, 0);
   /* Split-D's one item, this CTA's key tile (!bwd90_items; unused else):
    * its head, batch, K/V head and keys. */
-  const int cta_h = blockIdx.y, cta_b = blockIdx.z;
+#if defined(ATTN_PACKED_Q)
+  const int cta_h = blockIdx.y, cta_b = pk_b, cta_kt = pk_tile;
+#else
+  const int cta_h = blockIdx.y, cta_b = blockIdx.z, cta_kt = blockIdx.x;
+#endif
   const int cta_hk = cta_h / (p.H / p.Hk);
-  const int cta_j0 = blockIdx.x * bwd90_bn;
+  const int cta_j0 = cta_kt * bwd90_bn;
   const int cta_j_last = min(cta_j0 + bwd90_bn, p.Skv) - 1;
   /* The work items: this CTA's (one per CTA), or, persistent, item
    * `first` and then those the queue hands out (an index >= n_items ends
@@ -443,13 +465,17 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
     if (persistent)
       return bwd90_item_of(t, n_key_tiles, heads, p);
     bwd90_item r;
-    r.kt = blockIdx.x, r.h = blockIdx.y, r.b = blockIdx.z;
+    r.kt = cta_kt, r.h = cta_h, r.b = cta_b;
     return r;
   };
   /* Deterministic mode: CTAs past the key tiles compute dQ per query
    * tile of 64 (uniform per CTA; never in split-D mode, which the runtime
    * refuses before a launch, nor persistent). */
+#if defined(ATTN_PACKED_Q)
+  const bool dq_cta = !bwd90_split_d && pk_dq;
+#else
   const bool dq_cta = !bwd90_split_d && !persistent && (int)blockIdx.x >= n_key_tiles;
+#endif
   const bool det = !bwd90_split_d && bwd80_deterministic(p);
 
   const attn_tensor_arg &tk = p.t[bwd80_tk], &tv = p.t[bwd80_tv];
@@ -458,8 +484,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
       (const unsigned short *)tk.ptr + cta_b * tk.stride[0] + cta_hk * tk.stride[1];
   const unsigned short *cta_vg =
       (const unsigned short *)tv.ptr + cta_b * tv.stride[0] + cta_hk * tv.stride[1];
-  const float *cta_deltag =
-      (const float *)p.t[bwd80_tdelta].ptr + 2 * ((long long)cta_b * p.H + cta_h) * p.Sq;
+  const float *cta_deltag = bwd80_slice_rows<const float>(p.t[bwd80_tdelta], cta_b, cta_h);
 
   /* Tiles on 1024-byte boundaries: round the dynamic base up. */
   const unsigned raw_base = attn_smem_addr(bwd90_smem);
@@ -530,7 +555,8 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
     const attn_tmap *mdq = &tm.m[ATTN_TMAP_DQA];
     auto reduce_dq = [&](unsigned buf, int n, int col0, int row0, int h, int b) {
       for (int x = 0; x < n; ++x)
-        attn_tma_reduce_add4(mdq, buf + x * bwd90_box_rows * 128, col0 + x * 32, row0, h, b);
+        attn_tma_reduce_add4(mdq, buf + x * bwd90_box_rows * 128, col0 + x * 32, pk_q0 + row0, h,
+                             tma_b(b));
       attn_bulk_commit();
     };
     if (bwd90_dq_in_stage && (warp == 9 || warp == 10) && !det) {
@@ -638,11 +664,11 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
 #pragma unroll
             for (int c = 0; c < bwd90_dqk / 64; ++c)
               attn_tma_load4(sq0 + st * bwd90_q_bytes + c * bwd90_bm * 128 + rows, mq,
-                             bar_full(st), c * 64, i0 + x * bwd90_box_rows, h, b);
+                             bar_full(st), c * 64, pk_q0 + i0 + x * bwd90_box_rows, h, tma_b(b));
 #pragma unroll
             for (int c = 0; c < bwd90_dv / 64; ++c)
               attn_tma_load4(sdo0 + st * bwd90_do_bytes + c * bwd90_bm * 128 + rows, mdo,
-                             bar_full(st), c * 64, i0 + x * bwd90_box_rows, h, b);
+                             bar_full(st), c * 64, pk_q0 + i0 + x * bwd90_box_rows, h, tma_b(b));
           }
         } else {
           attn_mbar_arrive(bar_full(st));
@@ -698,8 +724,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
         const int h = wi.h, b = wi.b, hk = h / (p.H / p.Hk);
         const int j0 = wi.kt * bwd90_bn, j_last = min(j0 + bwd90_bn, p.Skv) - 1;
         /* Rows of {delta, lse * log2(e)} (attn_bwd_sm80_delta). */
-        const float *deltag =
-            (const float *)p.t[bwd80_tdelta].ptr + 2 * ((long long)b * p.H + h) * p.Sq;
+        const float *deltag = bwd80_slice_rows<const float>(p.t[bwd80_tdelta], b, h);
         if (persistent) {
           /* The item's K and V rows toward L2 while the consumers finish the
            * previous item (they load them once its first slot arrives). */
@@ -750,7 +775,11 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
   asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
 #if !BWD90_SPLIT_D
   if (dq_cta) {
-    bwd80_dq_tile<true>(p, (int)blockIdx.x - n_key_tiles);
+#if defined(ATTN_PACKED_Q)
+    bwd80_dq_tile<true>(p, pk_tile, pk_b);
+#else
+    bwd80_dq_tile<true>(p, (int)blockIdx.x - n_key_tiles, (int)blockIdx.z);
+#endif
     return;
   }
 #endif
@@ -931,18 +960,18 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
       const int j = j0 + jl_row + 8 * r;
       if (j >= p.Skv)
         continue;
-      const long long acc_row =
-          (det ? (long long)b * p.H + h : (long long)b * p.Hk + hk) * p.Skv + j;
+      /* The accumulators' rows of (b, h) or (b, hk), through their strides. */
+      const attn_tensor_arg &tka = p.t[bwd80_tdka >= 0 ? bwd80_tdka : 0];
+      const attn_tensor_arg &tva = p.t[bwd80_tdva >= 0 ? bwd80_tdva : 0];
+      const int acc_h = det ? h : hk;
       /* Split-D: this warpgroup's half of the row. */
       if constexpr (bwd80_tdk >= 0)
         bwd90_store_row<bwd90_dk_cols, bwd90_dqk, ATTN_D_QK>(
-            dk, r, sc, p.t[bwd80_tdk >= 0 ? bwd80_tdk : 0],
-            (float *)p.t[bwd80_tdka >= 0 ? bwd80_tdka : 0].ptr, acc_row,
+            dk, r, sc, p.t[bwd80_tdk >= 0 ? bwd80_tdk : 0], bwd80_slice_rows<float>(tka, b, acc_h), j,
             bwd90_split_d ? wg * bwd90_dk_cols : 0, b, hk, j, t4, shared_kv, det);
       if constexpr (bwd80_tdv >= 0)
         bwd90_store_row<bwd90_dv_cols, bwd90_dv, ATTN_D_V>(
-            dv, r, 1.f, p.t[bwd80_tdv >= 0 ? bwd80_tdv : 0],
-            (float *)p.t[bwd80_tdva >= 0 ? bwd80_tdva : 0].ptr, acc_row,
+            dv, r, 1.f, p.t[bwd80_tdv >= 0 ? bwd80_tdv : 0], bwd80_slice_rows<float>(tva, b, acc_h), j,
             bwd90_split_d ? wg * bwd90_dv_cols : 0, b, hk, j, t4, shared_kv, det);
     }
     zero_acc();

@@ -330,35 +330,43 @@ static __device__ __forceinline__ void attn_packed_rows(attn_tensor_arg &t, int 
   t.size[0] = 1, t.size[1] = nh, t.size[2] = rows, t.size[3] = nc;
 }
 
-/* The work of query tile x of a packed launch: its sequence b and tile
- * m_block there, the first rows q0 and k0 of b's queries and keys (for
- * TMA coordinates), and the problem as the template sees it (Sq and Skv
- * b's lengths, q, k, v, o and lse rebased). Sequence b owns tiles
- * floor(start_b / BM) + b + m for m < ceil(len_b / BM): disjoint and
- * below ceil(Sq / BM) + B for nondecreasing offsets, found by a binary
- * search. A tile no sequence owns gets Sq = Skv = 0 (it visits no key
- * tile and stores nothing), and `owned` false. */
+/* The tiles of BM rows of a packed tensor's sequences, numbered across
+ * them: sequence b owns tiles floor(start_b / BM) + b + m for m <
+ * ceil(len_b / BM), disjoint and below ceil(total / BM) + B for
+ * nondecreasing offsets cu. Tile x's sequence b (a binary search) and
+ * its rows there (start, len); returns m, which b owns when B > 0, m >= 0
+ * and m * BM < len. */
 template <int BM>
-static __device__ __forceinline__ attn_params attn_packed_work(int x, const attn_params &p, int &b,
-                                                               int &m_block, int &q0, int &k0,
-                                                               bool &owned) {
-  const attn_tensor_arg &cu = p.t[ATTN_PACKED_Q];
-  const int total_q = p.t[ATTN_TQ].size[0];
-  int lo = 0, hi = max(p.B - 1, 0);
+static __device__ __forceinline__ int attn_packed_find(int x, const attn_tensor_arg &cu, int total,
+                                                       int B, int &b, int &start, int &len) {
+  int lo = 0, hi = max(B - 1, 0);
   while (lo < hi) {
     const int mid = (lo + hi + 1) >> 1;
     int s, n;
-    attn_seq_rows(cu, mid, total_q, s, n);
+    attn_seq_rows(cu, mid, total, s, n);
     if (s / BM + mid <= x)
       lo = mid;
     else
       hi = mid - 1;
   }
-  int lq, lk;
-  attn_seq_rows(cu, lo, total_q, q0, lq);
-  attn_seq_rows(p.t[ATTN_PACKED_KV], lo, p.t[ATTN_TK].size[0], k0, lk);
+  attn_seq_rows(cu, lo, total, start, len);
   b = lo;
-  m_block = x - (q0 / BM + lo);
+  return x - (start / BM + lo);
+}
+
+/* The work of query tile x of a packed launch: its sequence b and tile
+ * m_block there (attn_packed_find), the first rows q0 and k0 of b's
+ * queries and keys (for TMA coordinates), and the problem as the template
+ * sees it (Sq and Skv b's lengths, q, k, v, o and lse rebased). A tile no
+ * sequence owns gets Sq = Skv = 0 (it visits no key tile and stores
+ * nothing), and `owned` false. */
+template <int BM>
+static __device__ __forceinline__ attn_params attn_packed_work(int x, const attn_params &p, int &b,
+                                                               int &m_block, int &q0, int &k0,
+                                                               bool &owned) {
+  int lq, lk;
+  m_block = attn_packed_find<BM>(x, p.t[ATTN_PACKED_Q], p.t[ATTN_TQ].size[0], p.B, b, q0, lq);
+  attn_seq_rows(p.t[ATTN_PACKED_KV], b, p.t[ATTN_TK].size[0], k0, lk);
   owned = p.B > 0 && m_block >= 0 && m_block * BM < lq;
   if (!owned)
     m_block = 0, lq = 0, lk = 0;

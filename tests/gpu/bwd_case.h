@@ -6,6 +6,7 @@
 #ifndef ATTN_BWD_CASE_H
 #define ATTN_BWD_CASE_H
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,16 +20,47 @@
  * (b, h) must be exactly 0 (their keys are all masked). det: in
  * deterministic mode, twice, and the two runs must agree bit for bit.
  * tag, when given, ends the verdict's line in parentheses. */
-static void bwd_case(attn_context *ctx, attn_graph *ag, const IrGraph *g, const BwdGraph *bg,
-                     const char *spec, uint64_t seed, const char *label, const char *tag,
-                     int zero_rows, bool det) {
+/* ATTN_TEST_DUMP=1: for a gradient off the reference, its first rows
+ * (over the last dimension) whose relative error passes 5%, and how many
+ * there are: where a kernel goes wrong (a packed batch's token rows, a
+ * dense tensor's (b, h, row) rows flattened). */
+static void bwd_case_dump_rows(StrBuf *out, const double *got, const double *want,
+                               const RefTensor *shape) {
+  const char *dump = getenv("ATTN_TEST_DUMP");
+  if (!dump || strcmp(dump, "1")) return;
+  const int64_t cols = shape->shape[shape->ndims - 1];
+  const int64_t rows = cols > 0 ? ref_numel(shape) / cols : 0;
+  int64_t bad = 0;
+  sb_puts(out, "[rows off:");
+  for (int64_t r = 0; r < rows; r++) {
+    double e = 0, w = 0;
+    for (int64_t c = 0; c < cols; c++) {
+      const double d = got[r * cols + c] - want[r * cols + c];
+      e += d * d;
+      w += want[r * cols + c] * want[r * cols + c];
+    }
+    if (!(e <= 0.0025 * w) && !(w == 0 && e == 0)) {
+      if (bad < 16) sb_printf(out, " %lld (%.2g/%.2g)", (long long)r, sqrt(e), sqrt(w));
+      bad++;
+    }
+  }
+  sb_printf(out, "; %lld of %lld] ", (long long)bad, (long long)rows);
+}
+
+/* fill, when given, rewrites the inputs after ref_make_inputs (a packed
+ * batch's offsets: tests/gpu/fwd_case.h, fill_packed_offsets). */
+static void bwd_case_filled(attn_context *ctx, attn_graph *ag, const IrGraph *g,
+                            const BwdGraph *bg, const char *spec, uint64_t seed, const char *label,
+                            const char *tag, int zero_rows, bool det,
+                            void (*fill)(RefArgs *, const void *), const void *fill_arg) {
   RefArgs ra = {.g = g};
   StrBuf err = {0}, detail = {0};
   ChkResult res = {0}, again = {0};
   RefTensor *grads = calloc((size_t)g->ntensors, sizeof *grads);
   double *dout = NULL;
-  bool ok = grads && ref_make_inputs(&ra, spec, seed, &err) == 0 &&
-            chk_output_shapes(&ra, &err) == 0;
+  bool ok = grads && ref_make_inputs(&ra, spec, seed, &err) == 0;
+  if (ok && fill) fill(&ra, fill_arg);
+  ok = ok && chk_output_shapes(&ra, &err) == 0;
   BwdSlots sl;
   if (ok && bwd_slots(g, &sl) != 0) {
     sb_puts(&err, "no lse output");
@@ -39,7 +71,10 @@ static void bwd_case(attn_context *ctx, attn_graph *ag, const IrGraph *g, const 
   if (ok && chk_run_gpu(ctx, ag, &ra, &co, &res, &err) != ATTN_SUCCESS) ok = false;
   if (ok && det && chk_run_gpu(ctx, ag, &ra, &co, &again, &err) != ATTN_SUCCESS) ok = false;
   if (ok && ref_backward(&ra, bg, dout, grads, &err) != 0) ok = false;
-  for (int t = 0; ok && t < g->ntensors; t++) {
+  /* Every gradient is compared once the runs succeeded (a failing one does
+   * not hide the others). */
+  const bool ran = ok;
+  for (int t = 0; ran && t < g->ntensors; t++) {
     if (!g->tensors[t].grad) continue;
     if (!res.grads || !res.grads[t] || !grads[t].data) {
       sb_printf(&detail, "d%s missing; ", g->tensors[t].name);
@@ -57,7 +92,10 @@ static void bwd_case(attn_context *ctx, attn_graph *ag, const IrGraph *g, const 
     for (int x = 0; !qkv && x < bg->nbias; x++)
       if (bg->bias[x].tensor == t) keep = bg->bias[x].keep;
     double tol = !qkv && !(keep & (DOM_I | DOM_J)) ? 5e-2 : 2e-2;
-    if (!(c.rel_l2 <= tol) || c.nonfinite_mismatch) ok = false;
+    if (!(c.rel_l2 <= tol) || c.nonfinite_mismatch) {
+      ok = false;
+      bwd_case_dump_rows(&detail, res.grads[t], grads[t].data, &grads[t]);
+    }
     if (det) {
       size_t differ = 0;
       if (!again.grads || !again.grads[t]) differ = n;
@@ -92,6 +130,13 @@ static void bwd_case(attn_context *ctx, attn_graph *ag, const IrGraph *g, const 
   free(grads);
   free(dout);
   ref_args_free(&ra);
+}
+
+[[maybe_unused]] static void bwd_case(attn_context *ctx, attn_graph *ag, const IrGraph *g,
+                                      const BwdGraph *bg, const char *spec, uint64_t seed,
+                                      const char *label, const char *tag, int zero_rows,
+                                      bool det) {
+  bwd_case_filled(ctx, ag, g, bg, spec, seed, label, tag, zero_rows, det, NULL, NULL);
 }
 
 #endif

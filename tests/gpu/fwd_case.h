@@ -75,7 +75,7 @@ typedef struct InputFill {
  * shapes ("B=2,H=4,Sq=128"), then optionally ';' and scalar settings
  * ("descale_q=0.5,scale_o=8"). Returns the GPU result and the inputs
  * (caller frees) through keep/keep_ref when asked. */
-static bool run_case_filled(attn_context *ctx, attn_graph *ag, const IrGraph *g,
+[[maybe_unused]] static bool run_case_filled(attn_context *ctx, attn_graph *ag, const IrGraph *g,
                             const char *spec, uint64_t seed, const ChkOptions *co,
                             const char *label, const InputFill *fill, ChkResult *keep,
                             RefArgs *keep_ref) {

@@ -7,7 +7,7 @@
  *
  * Modes: fwd_sm90 persistent and not, fwd_sm80, dropout, the separable
  * masks' prep kernel, decode with and without a merge, paged decode,
- * packed sequences with offsets out of range, FP8 (P in FP8, amax) on both
+ * packed sequences with offsets out of range (forward and backward), FP8 (P in FP8, amax) on both
  * forwards, an FP8 KV cache; bwd_sm90 at D 64 (wide), 128 (persistent)
  * and 256 (split-D), deterministic, dropout, a bias gradient and a sink's
  * gradient (its dsink step), bwd_sm80. argv[1], when given, keeps the cases
@@ -135,6 +135,20 @@ static const Case cases[] = {
      "  output o : bf16[B, H, S, 64] = softmax(s, sk) @ v;\n  output lse = logsumexp(s, sk);\n"
      "  grad q, k, v, sinks;\n}\n",
      "B=2,H=2,S=150", NULL, 0, 90, 0, BWD, 0},
+    {"bwd packed, offsets out of range",
+     "attention g {\n  input q : bf16[Tq, H, 64];\n  input k : bf16[Tk, Hk, 64];\n"
+     "  input v : bf16[Tk, Hk, 64];\n  input cq : i32[B1];\n  input ck : i32[B1];\n"
+     "  s = mask((packed(q, cq) @ packed(k, ck)^T) * 0.125, j <= i + seqlen_k - seqlen_q);\n"
+     "  o = softmax(s) @ packed(v, ck);\n  output o : bf16[Tq, H, 64];\n"
+     "  output lse = logsumexp(s);\n  grad q, k, v;\n}\n",
+     "B1=5,H=4,Hk=2,Tq=333,Tk=410", NULL, 0, 0, 0, BWD, 1},
+    {"bwd packed deterministic",
+     "attention g {\n  input q : f16[T, H, 128];\n  input k : f16[T, H, 128];\n"
+     "  input v : f16[T, H, 128];\n  input cu : i32[B1];\n"
+     "  s = mask((packed(q, cu) @ packed(k, cu)^T) * 0.088, j <= i);\n"
+     "  o = softmax(s) @ packed(v, cu);\n  output o : f16[T, H, 128];\n"
+     "  output lse = logsumexp(s);\n  grad q, k, v;\n}\n",
+     "B1=4,H=2,T=300", NULL, 0, 0, 0, BWD_DET, 1},
 };
 
 static void run(attn_context *ctx, const Case *c, uint64_t seed) {
@@ -161,7 +175,11 @@ static void run(attn_context *ctx, const Case *c, uint64_t seed) {
     BwdGraph *bg = bwd_derive(g, a, &d);
     if (!bg)
       verdict(false, c->name, d.out.data);
-    else
+    else if (c->offsets) {
+      static const int out_of_range = 2;
+      bwd_case_filled(ctx, ag, g, bg, c->spec, seed, c->name, NULL, 0, c->mode == BWD_DET,
+                      fill_packed_offsets, &out_of_range);
+    } else
       bwd_case(ctx, ag, g, bg, c->spec, seed, c->name, NULL, 0, c->mode == BWD_DET);
     diag_free(&d);
   }

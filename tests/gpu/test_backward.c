@@ -31,6 +31,7 @@
 #include "cuda_driver.h"
 #include "gpu_test.h"
 #include "bwd_case.h"
+#include "fwd_case.h"
 
 
 /* The main kernel under test: main sets ATTN_OPTION_BACKWARD_TEMPLATE
@@ -302,6 +303,89 @@ static void test_no_grad(attn_context *ctx) {
   attn_module_destroy(mod);
 }
 
+/* Packed variable-length batches (bwd80_packed_view): end-aligned causal
+ * with GQA, a sink's gradient with dropout and one offsets tensor for q, k
+ * and v, a window at D 80 in f16; each at several batches (many short
+ * sequences, a few long ones, one query a sequence against long keys),
+ * with the reference's random offsets and fwd_case.h's patterns (empty
+ * sequences, the last 100x the others, offsets out of range), and
+ * deterministic mode once per graph. */
+static const char packed_src[] =
+    "attention packed_causal_gqa {\n"
+    "  input q : bf16[Tq, H, 128];\n  input k : bf16[Tk, Hk, 128];\n"
+    "  input v : bf16[Tk, Hk, 128];\n  input cq : i32[B1];\n  input ck : i32[B1];\n"
+    "  s = mask((packed(q, cq) @ packed(k, ck)^T) * 0.088, j <= i + seqlen_k - seqlen_q);\n"
+    "  o = softmax(s) @ packed(v, ck);\n"
+    "  output o : bf16[Tq, H, 128];\n  output lse = logsumexp(s);\n"
+    "  grad q, k, v;\n}\n"
+    "attention packed_sink_dropout {\n"
+    "  input q : bf16[T, H, 64];\n  input k : bf16[T, H, 64];\n  input v : bf16[T, H, 64];\n"
+    "  input cu : i32[B1];\n  input sinks : f32[H];\n  scalar seed : u64 = 7;\n"
+    "  sk = sinks[h];\n"
+    "  s = mask((packed(q, cu) @ packed(k, cu)^T) * 0.125, j <= i);\n"
+    "  p = dropout(softmax(s, sk), 0.2, seed, 11);\n"
+    "  o = p @ packed(v, cu);\n"
+    "  output o : bf16[T, H, 64];\n  output lse = logsumexp(s, sk);\n"
+    "  grad q, k, v, sinks;\n}\n"
+    "attention packed_window_f16 {\n"
+    "  input q : f16[T, H, 80];\n  input k : f16[T, Hk, 80];\n  input v : f16[T, Hk, 80];\n"
+    "  input cu : i32[B1];\n"
+    "  s = mask((packed(q, cu) @ packed(k, cu)^T) * 0.11, j <= i && i - j < 100);\n"
+    "  o = softmax(s) @ packed(v, cu);\n"
+    "  output o : f16[T, H, 80];\n  output lse = logsumexp(s);\n"
+    "  grad q, k, v;\n}\n";
+
+static void test_packed(attn_context *ctx, uint64_t *seed) {
+  attn_module *mod = NULL;
+  attn_status st = attn_module_compile_string(ctx, "packed_bwd", packed_src, sizeof packed_src - 1,
+                                              &mod);
+  if (st != ATTN_SUCCESS) {
+    verdict(false, "packed_bwd compiles", attn_context_error(ctx));
+    return;
+  }
+  Arena *a = arena_new();
+  Diag d = {0};
+  Source *src = source_from_string(a, "packed_bwd", packed_src, sizeof packed_src - 1);
+  IrModule *m = ir_build(parse_source(src, a, &d), a, &d);
+  /* sequences, H, Hk, query and key tokens a sequence on average */
+  static const int shapes[][5] = {{6, 4, 2, 150, 170}, {3, 4, 1, 700, 400}, {40, 2, 2, 33, 33},
+                                  {5, 2, 2, 1, 300}};
+  static const int patterns[3] = {0, 1, 2};
+  StrBuf spec = {0};
+  for (int k = 0; m && !d.nerrors && k < m->ngraphs; k++) {
+    const IrGraph *g = m->graphs[k];
+    attn_graph *ag;
+    BwdGraph *bg = bwd_derive(g, a, &d);
+    if (!bg || attn_module_get_graph(mod, g->name, &ag) != ATTN_SUCCESS) {
+      verdict(false, g->name, bg ? attn_context_error(ctx) : d.out.data);
+      continue;
+    }
+    /* One offsets tensor for q and k: the last shape's one-token
+     * sequences would have a dq exactly 0 in exact arithmetic (a single key
+     * has P = 1, so dS = dP - delta = 0), which no relative error measures. */
+    const bool shared = g->tensors[g->q].seq_offsets == g->tensors[g->k].seq_offsets;
+    for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0] - (shared ? 1 : 0); sh++) {
+      const int *x = shapes[sh];
+      chk_shape_spec(g, &spec, x[0], x[1], x[2], x[3], x[4]);
+      const char *label = arena_printf(a, "packed %s", g->name);
+      bwd_case(ctx, ag, g, bg, spec.data, (*seed)++, label, bwd_template_tag, 0, false);
+      for (int pt = 0; pt < 3; pt++)
+        bwd_case_filled(ctx, ag, g, bg, spec.data, (*seed)++,
+                        arena_printf(a, "packed %s offsets pattern %d", g->name, pt),
+                        bwd_template_tag, 0, false, fill_packed_offsets, &patterns[pt]);
+      if (sh == 0 || sh == 1)
+        bwd_case_filled(ctx, ag, g, bg, spec.data, (*seed)++,
+                        arena_printf(a, "packed %s offsets pattern 1", g->name), bwd_template_tag,
+                        0, true, fill_packed_offsets, &patterns[1]);
+    }
+  }
+  if (d.nerrors) verdict(false, "packed_bwd", d.out.data);
+  sb_free(&spec);
+  diag_free(&d);
+  arena_free(a);
+  attn_module_destroy(mod);
+}
+
 static int by_name(const void *x, const void *y) {
   return strcmp(*(char *const *)x, *(char *const *)y);
 }
@@ -354,7 +438,9 @@ static void run_all(attn_context *ctx) {
     test_example(ctx, path, &seed);
     free(names[k]);
   }
+  if (only && !strcmp(only, "packed")) test_packed(ctx, &seed);
   if (only) return;
+  test_packed(ctx, &seed);
   test_module(ctx, "masked_rows", masked_rows_src, sizeof masked_rows_src - 1, &seed, 64);
   test_module(ctx, "dropout_grad", dropout_src, sizeof dropout_src - 1, &seed, 0);
   test_module(ctx, "bias_bcast", bias_bcast_src, sizeof bias_bcast_src - 1, &seed, 0);

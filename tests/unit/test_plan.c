@@ -146,6 +146,55 @@ Test(plan, the_reader_refuses_malformed_plans) {
   refused("attnc-plan 2\ngraph g sep=0,0,0,0\nend\n", "decode=");
   refused("attnc-plan 2\ngraph g sep=0,0,0,0 decode=64,0\nend\n", "decode=");
   refused(GOOD "frobnicate\nend\n", "unknown record 'frobnicate'");
+  refused(GOOD "  step x entry=e threads=32 smem=0 grid=Sq/1+2*B+B/1,H,B persistent=0 need=- "
+               "deny=-\nend\n",
+          "SIZE/DIVISOR");
+  refused(GOOD "  step x entry=e threads=32 smem=0 grid=Sq/1+0*B,H,B persistent=0 need=- deny=-\nend\n",
+          "outside [1, 64]");
+}
+
+/* Packed sequences' backward: the row passes and the main kernel one
+ * batch entry (z = 1), the workspace slices one batch entry of the
+ * tokens' rows, the main kernel's x B partial key tiles beyond the
+ * tokens' own (2 B with deterministic dQ tiles), never persistent;
+ * bwd_sm80 on every target (docs/STATUS.md: bwd_sm90 is not chosen for
+ * packed sequences yet). */
+Test(plan, packed_backward) {
+  Arena *a = arena_new();
+  static const char src[] =
+      "attention g {\n  input q : bf16[Tq, H, 128];\n  input k : bf16[Tk, Hk, 128];\n"
+      "  input v : bf16[Tk, Hk, 128];\n  input cq : i32[B1];\n  input ck : i32[B1];\n"
+      "  s = (packed(q, cq) @ packed(k, ck)^T) * 0.088;\n  o = softmax(s) @ packed(v, ck);\n"
+      "  output o : bf16[Tq, H, 128];\n  output lse = logsumexp(s);\n  grad q, k, v;\n}\n";
+  IrModule *m = unit_build(a, "<packed>", src);
+  for (int t = 0; t < 2; t++) {
+    Compiled c = unit_compile(a, m, t ? "sm_90a" : "sm_80", STAGE_PLAN);
+    const PassPlan *bw = &c.plans->pass[PLAN_BACKWARD];
+    cr_assert(bw->present && bw->det_ok);
+    int mains = 0;
+    for (int k = 0; k < bw->nsteps; k++) {
+      const PlanStep *s = &bw->steps[k];
+      cr_assert_eq(s->grid.z.kind, PD_CONST, "%s", s->role);
+      cr_assert_eq(s->grid.z.n, 1, "%s", s->role);
+      if (strcmp(s->role, "main")) continue;
+      mains++;
+      cr_assert_eq(s->nmaps, 0);
+      cr_assert(!s->persistent);
+      cr_assert_eq(s->threads, 128);
+      cr_assert_eq(s->grid.div0, 64);
+      cr_assert_eq(s->grid.x2.kind, PD_B);
+      cr_assert_eq(s->grid.mul2, s->need & PLAN_IF_DET ? 2 : 1);
+    }
+    cr_assert_eq(mains, 2);
+    for (int k = 0; k < bw->nslices; k++) {
+      cr_assert_neq(bw->slices[k].bind, PB_TILE_QUEUE);
+      if (bw->slices[k].bind == PB_SLOT)
+        cr_assert(bw->slices[k].dims[0].kind == PD_CONST && bw->slices[k].dims[0].n == 1, "%s",
+                  bw->slices[k].name);
+    }
+    round_trip(c.plans, c.ngraphs, a, "packed backward");
+  }
+  arena_free(a);
 }
 
 Test(plan, choices_follow_the_specs) {

@@ -215,3 +215,165 @@ extern "C" __global__ void __launch_bounds__(384, 1) attn_packed_causal_fwd(cons
 #undef ATTN_PACKED_Q
 #undef ATTN_PACKED_KV
 
+/* ---- graph packed_train (packed.attn:53:11): forward, template fwd_sm90 ---- */
+#define ATTN_D_QK 128
+#define ATTN_D_V 128
+#define ATTN_IN_BF16 1
+#define ATTN_OUT_BF16 1
+#define ATTN_BM 128
+#define ATTN_BN 128
+#define ATTN_STAGES 3
+#define ATTN_PERSISTENT 1
+#define ATTN_TQ 0
+#define ATTN_TK 1
+#define ATTN_TV 2
+#define ATTN_TO 4
+#define ATTN_TLSE 5
+#define ATTN_PACKED_Q 3
+#define ATTN_PACKED_KV 3
+namespace graph_packed_train {
+
+/* [the text of templates/hooks.cuh] */
+
+/* The score chain's values fixed per (b, h), read once per work tile. */
+struct attn_bh {
+};
+
+static __device__ __forceinline__ attn_bh attn_bh_load(int b, int h, const attn_params &p) {
+  attn_bh c{};
+  return c;
+}
+
+/* The score chain applied to the raw q.k product `acc`. */
+static __device__ __forceinline__ float attn_score_bh(float acc, const attn_bh &c, int b, int h, int i, int j, const attn_params &p) {
+  const float s_4 = acc * p.s[0].f;
+  return s_4;
+}
+
+static __device__ __forceinline__ float attn_score(float acc, int b, int h, int i, int j, const attn_params &p) {
+  return attn_score_bh(acc, attn_bh_load(b, h, p), b, h, i, j, p);
+}
+
+/* The top-level masks, element by element: true keeps the score. */
+static __device__ __forceinline__ bool attn_keep(int b, int h, int i, int j, const attn_params &p) {
+  const bool t7 = j <= i;
+  return t7;
+}
+
+/* Whether attn_keep reads memory (templates may evaluate it early). */
+constexpr bool attn_keep_reads = false;
+
+/* Keys [j_lo, j_hi) any row in [i0, i1] may keep (conservative). */
+static __device__ __forceinline__ void attn_kv_bounds(int b, int h, int i0, int i1, const attn_params &p, int &j_lo, int &j_hi) {
+  long long lo = 0, hi = p.Skv;
+  { /* packed.attn:61:15 */
+    const long long c = 0LL;
+    hi = min(hi, attn_floordiv(-c - -1LL * i1, 1LL) + 1);
+  }
+  if (hi < 0) hi = 0;
+  if (lo < 0) lo = 0;
+  if (lo > hi) lo = hi;
+  j_lo = (int)lo;
+  j_hi = (int)hi;
+}
+
+/* 0: the tile [i0, i1] x [j0, j1] is wholly masked; 1: partly;
+ * 2: wholly kept, so the mask test is skipped. */
+static __device__ __forceinline__ int attn_tile_class(int b, int h, int i0, int i1, int j0, int j1, const attn_params &p) {
+  int cls = 2;
+  { /* packed.attn:61:15 */
+    const long long c = 0LL;
+    const long long hi = c + -1LL * i0 + 1LL * j1;
+    const long long lo = c + -1LL * i1 + 1LL * j0;
+    if (lo > 0) return 0;
+    if (hi > 0) cls = 1;
+  }
+  return cls;
+}
+
+/* Pointwise ops on the normalized output row element. */
+static __device__ __forceinline__ float attn_out(float o, int b, int h, int i, int d, const attn_params &p) {
+  return o;
+}
+
+/* [the text of templates/fwd_sm90.cuh] */
+
+/* ---- backward (templates/bwd_sm80.cuh) ---- */
+#define ATTN_TDO 6
+#define ATTN_TDELTA 7
+#define ATTN_TDQA 8
+#define ATTN_TDQ 9
+#define ATTN_TDK 10
+#define ATTN_TDV 11
+#define ATTN_TDKA 12
+#define ATTN_TDVA 13
+
+/* dRaw, the gradient at q @ k^T, from dS by the derived chain rule
+ * (attnc ir --backward), without the factor attn_bwd_scale gives. */
+static __device__ __forceinline__ float attn_bwd_draw(float ds, float acc, int b, int h, int i, int j, const attn_params &p) {
+  const bool t7 = j <= i;
+  const float g0 = t7 ? ds : 0.0f;
+  return g0;
+}
+
+/* The factor folded out of dRaw, applied to dQ and dK. */
+static __device__ __forceinline__ float attn_bwd_scale(const attn_params &p) {
+  return p.s[0].f;
+}
+
+/* Whether dRaw reads the raw score acc (else the templates may pass
+ * 0 for it), and whether it or a bias gradient reads or writes
+ * memory (then it runs only where P is not 0). */
+constexpr bool attn_bwd_draw_reads_acc = false;
+constexpr bool attn_bwd_draw_guarded = false;
+
+/* [the text of templates/bwd_sm80.cuh] */
+static_assert(attn_bwd_sm80_smem_bytes == 74240, "compiler/match_bwd.c and templates/bwd_sm80.cuh disagree on shared memory");
+
+
+} /* namespace graph_packed_train */
+
+extern "C" __global__ void __launch_bounds__(384, 1) attn_packed_train_fwd(const __grid_constant__ attn_params p, const __grid_constant__ attn_tmaps tm) {
+  graph_packed_train::attn_fwd_sm90(p, tm);
+}
+
+extern "C" __global__ void __launch_bounds__(128) attn_packed_train_bwd_delta(const __grid_constant__ attn_params p) {
+  graph_packed_train::attn_bwd_sm80_delta(p);
+}
+
+extern "C" __global__ void __launch_bounds__(128) attn_packed_train_bwd_main(const __grid_constant__ attn_params p) {
+  graph_packed_train::attn_bwd_sm80_main(p);
+}
+
+extern "C" __global__ void __launch_bounds__(128) attn_packed_train_bwd_convert(const __grid_constant__ attn_params p) {
+  graph_packed_train::attn_bwd_sm80_convert(p);
+}
+
+extern "C" __global__ void __launch_bounds__(128) attn_packed_train_bwd_convert_kv(const __grid_constant__ attn_params p) {
+  graph_packed_train::attn_bwd_sm80_convert_kv(p);
+}
+
+#undef ATTN_D_QK
+#undef ATTN_D_V
+#undef ATTN_IN_BF16
+#undef ATTN_OUT_BF16
+#undef ATTN_BM
+#undef ATTN_BN
+#undef ATTN_STAGES
+#undef ATTN_PERSISTENT
+#undef ATTN_TQ
+#undef ATTN_TK
+#undef ATTN_TV
+#undef ATTN_TO
+#undef ATTN_TLSE
+#undef ATTN_PACKED_Q
+#undef ATTN_PACKED_KV
+#undef ATTN_TDO
+#undef ATTN_TDELTA
+#undef ATTN_TDQA
+#undef ATTN_TDQ
+#undef ATTN_TDK
+#undef ATTN_TDV
+#undef ATTN_TDKA
+#undef ATTN_TDVA
+
