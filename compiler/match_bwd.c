@@ -206,8 +206,8 @@ BwdSpec *match_bwd(const KernelSpec *fwd, const CompileOptions *o, Arena *a, Dia
   s->d_qk = fwd->d_qk;
   s->d_v = fwd->d_v;
   /* Packed sequences run bwd_sm80's main kernel on every target: bwd_sm90
-   * with packed sequences computed a wrong dQ on the H200 (session 18,
-   * docs/STATUS.md), so it is not chosen for them yet. */
+   * takes no sequences yet (an attempt computed a wrong dQ on the H200:
+   * docs/STATUS.md, "Serving"). */
   s->sm90 = !packed && bwd_use_sm90(fwd, o);
   /* Tiles of 64 or 128 columns each, or of 256 for both (bwd_sm90's
    * split-D mode, sm_90a only) once either head dim passes 128. */
