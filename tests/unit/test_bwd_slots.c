@@ -119,3 +119,36 @@ Test(bwd_slots, emitted_hooks) {
   cr_assert(!r.plans[0].pass[PLAN_BACKWARD].present, "a refused backward plans no kernels");
   arena_free(a);
 }
+
+/* Packed sequences: the gradients of q, k, v and a softmax sink compile;
+ * a bias's is refused at compile time with a located error naming it. */
+Test(bwd_slots, packed_refuses_bias_gradients) {
+  Arena *a = arena_new();
+#define PACKED_HEAD                                                                              \
+  "attention g {\n  input q : bf16[T, H, 64];\n  input k : bf16[T, H, 64];\n"                   \
+  "  input v : bf16[T, H, 64];\n  input cu : i32[B1];\n"
+#define PACKED_TAIL                                                                              \
+  "  o = softmax(s) @ packed(v, cu);\n  output o : bf16[T, H, 64];\n"                            \
+  "  output lse = logsumexp(s);\n"
+  IrModule *m = bs_module(PACKED_HEAD "  input slopes : f32[H];\n"
+                                      "  s = packed(q, cu) @ packed(k, cu)^T - slopes[h] * "
+                                      "f32(i - j);\n" PACKED_TAIL
+                                      "  grad q, k, v, slopes;\n}\n",
+                          a);
+  Diag d = {0};
+  Compiled c;
+  const CompileOptions o = {.arch = "sm_90a"};
+  cr_assert_neq(compile_module(m, &o, STAGE_PLAN, a, &d, &c), 0);
+  cr_assert(d.out.data && strstr(d.out.data, "<test>:6:") &&
+                strstr(d.out.data, "no gradient of 'slopes' with packed sequences"),
+            "%s", d.out.data ? d.out.data : "");
+  diag_free(&d);
+  m = bs_module(PACKED_HEAD "  s = packed(q, cu) @ packed(k, cu)^T;\n" PACKED_TAIL
+                            "  grad q, k, v;\n}\n",
+                a);
+  unit_compile(a, m, "sm_90a", STAGE_PLAN);
+  unit_compile(a, m, "sm_80", STAGE_PLAN);
+#undef PACKED_HEAD
+#undef PACKED_TAIL
+  arena_free(a);
+}
