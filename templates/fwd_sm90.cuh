@@ -396,37 +396,95 @@ static __device__ __forceinline__ void fwd90_convert_v(unsigned v8, unsigned v16
   }
 }
 
+/* A 4x4 byte transpose: y[c] = byte c of x0, x1, x2, x3 (in that order). */
+static __device__ __forceinline__ void fwd90_transpose4(unsigned x0, unsigned x1, unsigned x2,
+                                                        unsigned x3, unsigned (&y)[4]) {
+  const unsigned lo01 = __byte_perm(x0, x1, 0x5140u), hi01 = __byte_perm(x0, x1, 0x7362u);
+  const unsigned lo23 = __byte_perm(x2, x3, 0x5140u), hi23 = __byte_perm(x2, x3, 0x7362u);
+  y[0] = __byte_perm(lo01, lo23, 0x5410u);
+  y[1] = __byte_perm(lo01, lo23, 0x7632u);
+  y[2] = __byte_perm(hi01, hi23, 0x5410u);
+  y[3] = __byte_perm(hi01, hi23, 0x7632u);
+}
+
 /* FP8 P V: the 8-bit V tile at v8 (blocks of [BN][128 bytes]) into V^T
- * at vt ([DV rows][128 key bytes], 128-byte swizzle), keys permuted as
- * fwd90_p8 says, by the 96 threads ct of producer warps 1-3. An item is 4
- * keys (16g + 2t + {0, 1, 8, 9}) by 4 columns d0..d0+3: four words read,
- * a 4x4 byte transpose, four words written to rows d0.. at key byte
- * 16g + 4t. A warp's 32 lanes take t (2 bits), d0's low bits (2) and g's
- * low bit, so both its reads and its writes fall on 16 banks. */
+ * at vt ([DV rows][BN key bytes], 128- or 64-byte swizzle), keys permuted
+ * as fwd90_p8 says (V^T's key byte 16G + 4t + 2x + y holds key 16G + 8x +
+ * 2t + y), by the 96 threads ct of producer warps 1-3. */
 static __device__ __forceinline__ void fwd90_transpose_v(unsigned v8, unsigned vt, int ct) {
-  constexpr int groups = fwd90_bn / 16, items = groups * 4 * (fwd90_dv / 4);
-#pragma unroll 2
-  for (int it = ct; it < items; it += 96) {
-    const int lane = it & 31, rest = it >> 5;
-    const int t = lane & 3, w = (lane >> 2) & 3, g0 = lane >> 4;
-    const int gh = rest % (groups / 2), q = rest / (groups / 2);
-    const int g = 2 * gh + g0, d0 = 16 * q + 4 * w;
-    unsigned x[4];
+  if constexpr (fwd90_vt_row == 128 && fwd90_dv <= 128) {
+    /* Key tiles of 128 (the kernel's choice up to DV 128). An item is the 8 keys of key byte
+     * run 16G + 8tp.. (keys 16G + 4tp + {0..3, 8..11}) by the 8 columns
+     * d0 = 8cb..: eight 8-byte reads (one a key), four 4x4 byte transposes,
+     * eight 8-byte writes (one a column). 8-byte accesses are served a
+     * half-warp at a time, one wavefront when its 16 lanes hit distinct
+     * 8-byte slots of the 32 banks. A half-warp's lanes take G (3 bits)
+     * and tp, the halves j, and column block cb = 2G + h + 2 it with h =
+     * j ^ tp (DV 128) or j ^ tp ^ G / 4 (DV 64): its reads (rows alike mod
+     * 8 across G, so the 16-byte chunks differ with G mod DV / 16, the
+     * 8-byte halves with tp and, at DV 64, with G / 4) and its writes (the swizzle moves a row's
+     * chunk by d mod 8, alike across lanes: the chunks differ with G,
+     * the halves with tp) each take one wavefront.
+     * tests/host/fwd90_v_host_check.sh counts them: against the 4-byte
+     * items (BN 128, DV 128: 256 instructions, 512 wavefronts; DV 64: 128,
+     * 256), half the instructions and wavefronts (128, 256; 64, 128), and
+     * a quarter of the address arithmetic (session 18; not yet measured on
+     * the GPU). */
+    constexpr int nb = fwd90_dv / 8, iters = nb / 2; /* (DV: 64 or 128, the tile's width) */
+    const int lane = ct & 31;
+    const int G = lane & 7, tp = (lane >> 3) & 1, j = lane >> 4;
+#pragma unroll 1
+    for (int it = ct >> 5; it < iters; it += 3) {
+      const int d0 = 8 * ((2 * G + (j ^ tp ^ (nb == 8 ? G >> 2 : 0)) + 2 * it) % nb);
+      unsigned a[8], b[8]; /* key e's columns d0..d0+3 and d0+4..d0+7 */
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int r = 16 * g + 2 * t + (e & 1) + 8 * (e >> 1);
-      x[e] = attn_lds32(v8 + (d0 >> 7) * fwd90_bn * 128 + r * 128 +
-                        ((((d0 & 127) >> 4) ^ (r & 7)) << 4) + (d0 & 15));
+      for (int e = 0; e < 8; ++e) {
+        const int r = 16 * G + 4 * tp + (e & 3) + 8 * (e >> 2);
+        attn_lds64(v8 + r * 128 + ((((d0 & 127) >> 4) ^ (r & 7)) << 4) + (d0 & 15), a[e], b[e]);
+      }
+      /* Column c's 8 bytes: keys +0, +1, +8, +9 (key e = 0, 1, 4, 5), then
+       * +2, +3, +10, +11 (e = 2, 3, 6, 7). */
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const unsigned *x = half ? b : a;
+        unsigned lo[4], hi[4];
+        fwd90_transpose4(x[0], x[1], x[4], x[5], lo);
+        fwd90_transpose4(x[2], x[3], x[6], x[7], hi);
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const int d = d0 + 4 * half + c;
+          attn_sts64(vt + d * 128 + ((G ^ (d & 7)) << 4) + 8 * tp, lo[c], hi[c]);
+        }
+      }
     }
-    const unsigned lo01 = __byte_perm(x[0], x[1], 0x5140u), hi01 = __byte_perm(x[0], x[1], 0x7362u);
-    const unsigned lo23 = __byte_perm(x[2], x[3], 0x5140u), hi23 = __byte_perm(x[2], x[3], 0x7362u);
-    const unsigned y[4] = {__byte_perm(lo01, lo23, 0x5410u), __byte_perm(lo01, lo23, 0x7632u),
-                           __byte_perm(hi01, hi23, 0x5410u), __byte_perm(hi01, hi23, 0x7632u)};
-    const int kb = 16 * g + 4 * t; /* the key byte in V^T's row */
+  } else {
+    /* Key tiles of 64 (the 64-byte swizzle), or wider V tiles. An item is 4 keys (16g + 2t
+     * + {0, 1, 8, 9}) by 4 columns d0..d0+3: four words read, a 4x4 byte
+     * transpose, four words written to rows d0.. at key byte 16g + 4t. A
+     * warp's 32 lanes take t (2 bits), d0's low bits (2) and g's low bit,
+     * so both its reads and its writes fall on 16 banks. */
+    constexpr int groups = fwd90_bn / 16, items = groups * 4 * (fwd90_dv / 4);
+#pragma unroll 2
+    for (int it = ct; it < items; it += 96) {
+      const int lane = it & 31, rest = it >> 5;
+      const int t = lane & 3, w = (lane >> 2) & 3, g0 = lane >> 4;
+      const int gh = rest % (groups / 2), q = rest / (groups / 2);
+      const int g = 2 * gh + g0, d0 = 16 * q + 4 * w;
+      unsigned x[4];
 #pragma unroll
-    for (int xx = 0; xx < 4; ++xx) {
-      const int d = d0 + xx;
-      attn_sts32(vt + d * fwd90_vt_row + (fwd90_vt_chunk(kb >> 4, d) << 4) + (kb & 15), y[xx]);
+      for (int e = 0; e < 4; ++e) {
+        const int r = 16 * g + 2 * t + (e & 1) + 8 * (e >> 1);
+        x[e] = attn_lds32(v8 + (d0 >> 7) * fwd90_bn * 128 + r * 128 +
+                          ((((d0 & 127) >> 4) ^ (r & 7)) << 4) + (d0 & 15));
+      }
+      unsigned y[4];
+      fwd90_transpose4(x[0], x[1], x[2], x[3], y);
+      const int kb = 16 * g + 4 * t; /* the key byte in V^T's row */
+#pragma unroll
+      for (int xx = 0; xx < 4; ++xx) {
+        const int d = d0 + xx;
+        attn_sts32(vt + d * fwd90_vt_row + (fwd90_vt_chunk(kb >> 4, d) << 4) + (kb & 15), y[xx]);
+      }
     }
   }
 }

@@ -165,6 +165,14 @@ static __device__ __forceinline__ void attn_fp8x4_cvt(unsigned x, unsigned &lo, 
 [[maybe_unused]] static __device__ __forceinline__ void attn_sts32(unsigned addr, unsigned x) {
   asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(x) : "memory");
 }
+[[maybe_unused]] static __device__ __forceinline__ void attn_lds64(unsigned addr, unsigned &lo,
+                                                                   unsigned &hi) {
+  asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];" : "=r"(lo), "=r"(hi) : "r"(addr));
+}
+[[maybe_unused]] static __device__ __forceinline__ void attn_sts64(unsigned addr, unsigned lo,
+                                                                   unsigned hi) {
+  asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(addr), "r"(lo), "r"(hi) : "memory");
+}
 [[maybe_unused]] static __device__ __forceinline__ void attn_lds128(unsigned addr,
                                                                     unsigned (&x)[4]) {
   asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"

@@ -151,7 +151,7 @@ def test_fp8_graphs_take_and_give_float8_tensors(root, cache_dir):
 
 def test_packed_sequences_give_packed_outputs(root, cache_dir):
     """examples/packed.attn: q, k, v [tokens, heads, D] with i32 offsets; o is packed like q and
-    lse is [heads, tokens]; no backward yet."""
+    lse is [heads, tokens]; the graphs without grad have no backward."""
     import torch
     m = attnc.compile(os.path.join(root, "examples", "packed.attn"), arch="sm_90a",
                       cache_dir=cache_dir)
@@ -166,3 +166,19 @@ def test_packed_sequences_give_packed_outputs(root, cache_dir):
     out = m.packed_causal(q, k, v, cu_q, cu_k)
     o = out[0] if isinstance(out, (tuple, list)) else out
     assert o.shape == (300, 8, 128)
+
+
+def test_packed_training_gives_packed_gradients(root, cache_dir):
+    """examples/packed.attn's packed_train declares grad: its gradients are packed like the token
+    tensors they belong to (the offsets get none)."""
+    import torch
+    m = attnc.compile(os.path.join(root, "examples", "packed.attn"), arch="sm_90a",
+                      cache_dir=cache_dir)
+    g = m.packed_train
+    assert g.has_backward
+    q, k, v = meta(300, 8, 128, grad=True), meta(300, 2, 128, grad=True), meta(300, 2, 128, grad=True)
+    cu = torch.empty(5, device="meta", dtype=torch.int32)
+    o, lse = g(q, k, v, cu)
+    assert o.shape == (300, 8, 128) and o.requires_grad and lse.shape == (8, 300)
+    o.sum().backward()
+    assert q.grad.shape == q.shape and k.grad.shape == k.shape and v.grad.shape == v.shape

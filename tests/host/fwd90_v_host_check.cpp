@@ -15,6 +15,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -24,14 +26,47 @@
 #define __device__
 #define __forceinline__ inline
 static std::vector<unsigned char> smem(1 << 20);
+// Shared-memory traffic: each access of the converter thread running now
+// (cur_thread), numbered per thread, so a warp's n-th accesses form one
+// instruction; wavefronts() counts what the banks serve for them.
+struct Access {
+  int thread, seq, bytes;
+  unsigned addr;
+  bool store;
+};
+static std::vector<Access> accesses;
+static int cur_thread, cur_seq;
+static void note(unsigned a, int bytes, bool store) {
+  accesses.push_back({cur_thread, cur_seq++, bytes, a, store});
+}
 static unsigned attn_lds32(unsigned a) {
+  note(a, 4, false);
   unsigned x;
   std::memcpy(&x, &smem[a], 4);
   return x;
 }
-static void attn_sts32(unsigned a, unsigned x) { std::memcpy(&smem[a], &x, 4); }
-static void attn_lds128(unsigned a, unsigned (&x)[4]) { std::memcpy(x, &smem[a], 16); }
+static void attn_sts32(unsigned a, unsigned x) {
+  note(a, 4, true);
+  std::memcpy(&smem[a], &x, 4);
+}
+static void attn_lds64(unsigned a, unsigned &lo, unsigned &hi) {
+  note(a, 8, false);
+  if (a % 8) std::printf("FAIL: misaligned 8-byte load at %u\n"), std::exit(1);
+  std::memcpy(&lo, &smem[a], 4);
+  std::memcpy(&hi, &smem[a + 4], 4);
+}
+static void attn_sts64(unsigned a, unsigned lo, unsigned hi) {
+  note(a, 8, true);
+  if (a % 8) std::printf("FAIL: misaligned 8-byte store at %u\n"), std::exit(1);
+  std::memcpy(&smem[a], &lo, 4);
+  std::memcpy(&smem[a + 4], &hi, 4);
+}
+static void attn_lds128(unsigned a, unsigned (&x)[4]) {
+  note(a, 16, false);
+  std::memcpy(x, &smem[a], 16);
+}
 static void attn_sts128(unsigned a, unsigned p, unsigned q, unsigned r, unsigned s) {
+  note(a, 16, true);
   const unsigned x[4] = {p, q, r, s};
   std::memcpy(&smem[a], x, 16);
 }
@@ -62,6 +97,43 @@ enum : int { attn_kv_fp8 = KV_E4M3 ? 1 : 2 };
 constexpr int fwd90_bn = ATTN_BN;
 constexpr int fwd90_dv = DV;
 #include V_TEXT
+
+// Shared-memory instructions and wavefronts of the accesses noted since
+// `from`: a warp's n-th accesses are one instruction; 4-, 8- and 16-byte
+// accesses are served per 32, 16 and 8 lanes, each group taking as many
+// wavefronts as the most distinct words any bank holds among its lanes.
+static void wavefronts(size_t from, const char *what) {
+  long insts = 0, waves = 0, store_insts = 0, store_waves = 0;
+  for (int warp = 0; warp < 3; ++warp)
+    for (int seq = 0;; ++seq) {
+      std::vector<const Access *> lanes;
+      for (size_t k = from; k < accesses.size(); ++k)
+        if (accesses[k].thread / 32 == warp && accesses[k].seq == seq) lanes.push_back(&accesses[k]);
+      if (lanes.empty()) break;
+      insts++;
+      store_insts += lanes[0]->store;
+      const int group = 128 / lanes[0]->bytes;
+      for (int g0 = 0; g0 < 32; g0 += group) {
+        std::vector<std::vector<unsigned>> bank(32);
+        for (const Access *x : lanes) {
+          if (x->thread % 32 < g0 || x->thread % 32 >= g0 + group) continue;
+          for (int w = 0; w < x->bytes / 4; ++w) {
+            const unsigned word = x->addr / 4 + w;
+            auto &b = bank[word % 32];
+            if (std::find(b.begin(), b.end(), word) == b.end()) b.push_back(word);
+          }
+        }
+        size_t most = 0;
+        for (auto &b : bank) most = std::max(most, b.size());
+        waves += (long)most;
+        if (lanes[0]->store) store_waves += (long)most;
+      }
+    }
+  std::printf("  %s: %ld shared-memory instructions in the 3 warps, %ld wavefronts (loads %ld "
+              "taking %ld, stores %ld taking %ld)\n",
+              what, insts, waves, insts - store_insts, waves - store_waves, store_insts,
+              store_waves);
+}
 
 static int failures;
 static void expect(bool ok, const char *what, int a, int b, unsigned got, unsigned want) {
@@ -103,7 +175,12 @@ int main() {
     return failures != 0;
   }
   std::fill(smem.begin() + v16, smem.begin() + v16 + (1 << 18), 0xee);
-  for (int ct = 0; ct < 96; ++ct) fwd90_transpose_v(v8, v16, ct);
+  const size_t first = accesses.size();
+  for (int ct = 0; ct < 96; ++ct) {
+    cur_thread = ct, cur_seq = 0;
+    fwd90_transpose_v(v8, v16, ct);
+  }
+  wavefronts(first, "transpose");
   for (int d = 0; d < fwd90_dv; ++d)
     for (int kb = 0; kb < fwd90_bn; ++kb) {
       const int h = (kb % 32) / 16, t = (kb % 16) / 4, x = (kb % 4) / 2, y = kb % 2;

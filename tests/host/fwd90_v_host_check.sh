@@ -3,11 +3,12 @@
 # into V^T) from the template's own text, run on the host over a simulated shared
 # memory and checked against the TMA and wgmma layouts
 # (tests/host/fwd90_v_host_check.cpp), for key tiles of 64, 80 (widening only) and 128, head dims
-# 64 to 256, e4m3 and e5m2. No GPU needed. Run from the repository root.
+# 64 to 256, e4m3 and e5m2, with the transpose's shared-memory instructions and wavefronts
+# (FWD90=FILE: another version of the template). No GPU needed. Run from the repository root.
 set -eu
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-f=templates/fwd_sm90.cuh
+f=${FWD90:-templates/fwd_sm90.cuh}
 {
   sed -n '/^constexpr int fwd90_vt_row = ATTN_BN;/,/^}/p' "$f"
   sed -n '/^\/\* FP8 V: the 8-bit tile at v8/,/^__device__ __forceinline__ void attn_fwd_sm90(/p' "$f" | sed '$d'
