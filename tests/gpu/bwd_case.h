@@ -21,9 +21,10 @@
  * deterministic mode, twice, and the two runs must agree bit for bit.
  * tag, when given, ends the verdict's line in parentheses. */
 /* ATTN_TEST_DUMP=1: for a gradient off the reference, its first rows
- * (over the last dimension) whose relative error passes 5%, and how many
- * there are: where a kernel goes wrong (a packed batch's token rows, a
- * dense tensor's (b, h, row) rows flattened). */
+ * (over the last dimension) whose relative error passes 5%, with the
+ * error's and the reference row's norms, and how many there are: where a
+ * kernel goes wrong (a packed batch's rows as token.head, a dense
+ * tensor's (b, h, row) rows flattened). */
 static void bwd_case_dump_rows(StrBuf *out, const double *got, const double *want,
                                const RefTensor *shape) {
   const char *dump = getenv("ATTN_TEST_DUMP");
@@ -40,7 +41,12 @@ static void bwd_case_dump_rows(StrBuf *out, const double *got, const double *wan
       w += want[r * cols + c] * want[r * cols + c];
     }
     if (!(e <= 0.0025 * w) && !(w == 0 && e == 0)) {
-      if (bad < 16) sb_printf(out, " %lld (%.2g/%.2g)", (long long)r, sqrt(e), sqrt(w));
+      /* A packed [tokens, heads, cols] gradient's row as token.head. */
+      if (bad < 16 && shape->ndims == 3)
+        sb_printf(out, " %lld.%lld (%.2g/%.2g)", (long long)(r / shape->shape[1]),
+                  (long long)(r % shape->shape[1]), sqrt(e), sqrt(w));
+      else if (bad < 16)
+        sb_printf(out, " %lld (%.2g/%.2g)", (long long)r, sqrt(e), sqrt(w));
       bad++;
     }
   }
