@@ -165,9 +165,9 @@ static void run(attn_context *ctx, const Case *c, uint64_t seed) {
     verdict(false, c->name, attn_context_error(ctx));
     g = NULL;
   }
+  static const int out_of_range = 2; /* fwd_case.h's offsets pattern: past both ends */
   if (g && c->mode == FWD) {
     ChkOptions co = {0};
-    static const int out_of_range = 2; /* fwd_case.h's offsets pattern: past both ends */
     const InputFill fill = {fill_packed_offsets, &out_of_range};
     run_case_filled(ctx, ag, g, c->spec, seed, &co, c->name, c->offsets ? &fill : NULL, NULL, NULL);
   } else if (g) {
@@ -175,12 +175,9 @@ static void run(attn_context *ctx, const Case *c, uint64_t seed) {
     BwdGraph *bg = bwd_derive(g, a, &d);
     if (!bg)
       verdict(false, c->name, d.out.data);
-    else if (c->offsets) {
-      static const int out_of_range = 2;
+    else
       bwd_case_filled(ctx, ag, g, bg, c->spec, seed, c->name, NULL, 0, c->mode == BWD_DET,
-                      fill_packed_offsets, &out_of_range);
-    } else
-      bwd_case(ctx, ag, g, bg, c->spec, seed, c->name, NULL, 0, c->mode == BWD_DET);
+                      c->offsets ? fill_packed_offsets : NULL, &out_of_range);
     diag_free(&d);
   }
   arena_free(a);
