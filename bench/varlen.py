@@ -9,10 +9,11 @@ Two tables, bf16, one process:
 - Ragged batches: FlashInfer's prefill anchor cases (../shared/anchors, T4: the same request
   lengths, D 128, causal aligned at the end, Hq:Hkv 32:8 and 32:32), attnc packed; FlashInfer ran
   on a paged cache in another process (quoted). FLOPs count each request's own keys.
-- Backward (--tables backward): equal lengths as above, grad q, k, v: the packed backward (bwd_sm80's
-  main kernel, the only one taking packed sequences) against the dense graph's on the same values,
-  with bwd_sm90 (the default on Hopper) and with bwd_sm80 (the same kernel, dense), and cuDNN's
-  backward (SDPA through autograd). FLOPs 2.5x the forward's.
+- Backward (--tables backward): equal lengths as above, grad q, k, v: the packed backward (the
+  default template: bwd_sm90 on Hopper since session 19, one CTA per key tile of a sequence;
+  bwd_sm80 before) against the dense graph's on the same values, with bwd_sm90 (the default on
+  Hopper, persistent) and with bwd_sm80, and cuDNN's backward (SDPA through autograd). FLOPs 2.5x
+  the forward's.
 
 Every packed output is compared with the dense graph's (equal lengths) or with torch SDPA run
 per request in float32 (ragged) before it is timed.

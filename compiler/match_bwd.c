@@ -205,10 +205,7 @@ BwdSpec *match_bwd(const KernelSpec *fwd, const CompileOptions *o, Arena *a, Dia
   s->out_type = g->tensors[s->slots.o].type;
   s->d_qk = fwd->d_qk;
   s->d_v = fwd->d_v;
-  /* Packed sequences run bwd_sm80's main kernel on every target: bwd_sm90
-   * takes no sequences yet (an attempt computed a wrong dQ on the H200:
-   * docs/STATUS.md, "Serving"). */
-  s->sm90 = !packed && bwd_use_sm90(fwd, o);
+  s->sm90 = bwd_use_sm90(fwd, o);
   /* Tiles of 64 or 128 columns each, or of 256 for both (bwd_sm90's
    * split-D mode, sm_90a only) once either head dim passes 128. */
   s->tile_qk = attn_bwd_head_tile(s->d_qk, s->d_v);
@@ -255,7 +252,9 @@ BwdSpec *match_bwd(const KernelSpec *fwd, const CompileOptions *o, Arena *a, Dia
     s->threads = 256;
     s->block_n = 128;
     s->wide = wide;
-    s->persistent = true;
+    /* Packed sequences: one CTA per key tile of a sequence
+     * (bwd80_packed_item), never persistent. */
+    s->persistent = !packed;
     s->smem_bytes = attn_bwd90_layout_of(128, bm, stages, s->tile_qk, s->tile_v, 0).total;
     return s;
   }

@@ -33,6 +33,14 @@ static CUresult tmap_encode_raw(const RtDriver *d, CUtensorMapDataType dt, void 
                                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
 
+/* Whether parameter slot `slot` holds a packed tensor ([tokens, heads,
+ * cols]): a packed graph tensor, or the backward's dO of a packed graph. */
+static bool rt_slot_packed(const IrGraph *g, int slot) {
+  if (slot < g->ntensors) return g->tensors[slot].packed;
+  BwdSlots sl;
+  return ir_packed(g) && bwd_has_grad(g) && bwd_slots(g, &sl) == 0 && slot == sl.dout;
+}
+
 /* One map of a step: over attn_params.t[m->slot] exactly as bound. */
 static attn_status tmap_encode(const RtDriver *d, const IrGraph *g, const PlanMap *m,
                                const attn_tensor_arg *t, CUtensorMap *out, StrBuf *err) {
@@ -47,9 +55,10 @@ static attn_status tmap_encode(const RtDriver *d, const IrGraph *g, const PlanMa
    * as one batch entry [1, heads, tokens, cols], the kernel adding each
    * sequence's first row to the row coordinate. Rows past a sequence are
    * its successor's (masked keys, unstored queries) or, past the tensor,
-   * zeros. (A slot past the graph's tensors is a workspace slice: dense.) */
+   * zeros. (A slot past the graph's tensors is the backward's dO, packed
+   * like o, or a workspace slice: dense.) */
   attn_tensor_arg packed;
-  if (m->slot < g->ntensors && g->tensors[m->slot].packed) {
+  if (rt_slot_packed(g, m->slot)) {
     packed = (attn_tensor_arg){.ptr = t->ptr,
                                .stride = {0, t->stride[1], t->stride[0], t->stride[2]},
                                .size = {1, t->size[1], t->size[0], t->size[2]}};

@@ -180,14 +180,15 @@ static __device__ __forceinline__ attn_params bwd80_seq_view(const attn_params &
 /* The main kernel's CTA x of a packed launch: key tiles of BN over k's
  * sequences (attn_packed_find), then, in deterministic mode, dQ's query
  * tiles of 64 over q's. Its sequence b, the tile within it (key tile,
- * or *dq_tile's query tile) and the sequence's view; false when no
- * sequence owns the tile (the CTA has nothing to do). */
+ * or *dq_tile's query tile), the sequence's first query row q0 (bwd_sm90's
+ * TMA coordinates) and its view; false when no sequence owns the tile
+ * (the CTA has nothing to do). */
 template <int BN>
 static __device__ __forceinline__ bool bwd80_packed_item(int x, const attn_params &p, int &b,
-                                                         int &tile, bool &dq_tile,
+                                                         int &tile, bool &dq_tile, int &q0,
                                                          attn_params &v) {
   const int n_key = (p.Skv + BN - 1) / BN + p.B;
-  int q0, lq, k0, lk;
+  int lq, k0, lk;
   dq_tile = x >= n_key;
   if (!dq_tile) {
     tile = attn_packed_find<BN>(x, p.t[ATTN_PACKED_KV], p.Skv, p.B, b, k0, lk);
@@ -1034,9 +1035,9 @@ static __device__ __forceinline__ void bwd80_key_tile(const attn_params &p, int 
 __device__ __forceinline__ void attn_bwd_sm80_main(const attn_params &p) {
 #if defined(ATTN_PACKED_Q)
   attn_params v;
-  int b, tile;
+  int b, tile, q0;
   bool dq_tile;
-  if (!bwd80_packed_item<bwd80_bn>((int)blockIdx.x, p, b, tile, dq_tile, v))
+  if (!bwd80_packed_item<bwd80_bn>((int)blockIdx.x, p, b, tile, dq_tile, q0, v))
     return;
   if (dq_tile)
     bwd80_dq_tile(v, tile, b);

@@ -417,8 +417,24 @@ static __device__ __forceinline__ void bwd90_store_row(const float (&x)[N / 2], 
  * gained most: one CTA per item paid its launch, K/V load, first tile's
  * wait and last stores with nothing to overlap them (bench/NOTES-sm90.md,
  * session 7). */
-__device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const attn_tmaps &tm) {
+__device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, const attn_tmaps &tm) {
   extern __shared__ __align__(1024) unsigned char bwd90_smem[];
+  /* Packed sequences (bwd_sm80.cuh, bwd80_packed_item; never persistent):
+   * the CTA's sequence (pk_b), its key tile or deterministic dQ tile
+   * (pk_tile), its first query row (pk_q0: the tensor maps see every
+   * token as rows of one batch entry) and the sequence's view p. */
+#if defined(ATTN_PACKED_Q)
+  attn_params p;
+  int pk_b, pk_tile, pk_q0;
+  bool pk_dq;
+  if (!bwd80_packed_item<bwd90_bn>((int)blockIdx.x, p_in, pk_b, pk_tile, pk_dq, pk_q0, p))
+    return;
+#else
+  const attn_params &p = p_in;
+  constexpr int pk_q0 = 0;
+#endif
+  /* A tensor map's batch coordinate for batch entry (or sequence) b. */
+  auto tma_b = [](int b) { return attn_packed ? 0 : b; };
   const float neg_inf = __int_as_float(0xff800000);
   const float log2e = 1.4426950408889634f;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -427,7 +443,11 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
   const int wgi = __shfl_sync(0xffffffffu, tid / 128, 0);
   /* Split-D's one item, this CTA's key tile (!bwd90_items; unused else):
    * its head, batch, K/V head and keys. */
+#if defined(ATTN_PACKED_Q)
+  const int cta_h = blockIdx.y, cta_b = pk_b, cta_kt = pk_tile;
+#else
   const int cta_h = blockIdx.y, cta_b = blockIdx.z, cta_kt = blockIdx.x;
+#endif
   const int cta_hk = cta_h / (p.H / p.Hk);
   const int cta_j0 = cta_kt * bwd90_bn;
   const int cta_j_last = min(cta_j0 + bwd90_bn, p.Skv) - 1;
@@ -451,7 +471,11 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
   /* Deterministic mode: CTAs past the key tiles compute dQ per query
    * tile of 64 (uniform per CTA; never in split-D mode, which the runtime
    * refuses before a launch, nor persistent). */
+#if defined(ATTN_PACKED_Q)
+  const bool dq_cta = !bwd90_split_d && pk_dq;
+#else
   const bool dq_cta = !bwd90_split_d && !persistent && (int)blockIdx.x >= n_key_tiles;
+#endif
   const bool det = !bwd90_split_d && bwd80_deterministic(p);
 
   const attn_tensor_arg &tk = p.t[bwd80_tk], &tv = p.t[bwd80_tv];
@@ -531,7 +555,8 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
     const attn_tmap *mdq = &tm.m[ATTN_TMAP_DQA];
     auto reduce_dq = [&](unsigned buf, int n, int col0, int row0, int h, int b) {
       for (int x = 0; x < n; ++x)
-        attn_tma_reduce_add4(mdq, buf + x * bwd90_box_rows * 128, col0 + x * 32, row0, h, b);
+        attn_tma_reduce_add4(mdq, buf + x * bwd90_box_rows * 128, col0 + x * 32, pk_q0 + row0, h,
+                             tma_b(b));
       attn_bulk_commit();
     };
     if (bwd90_dq_in_stage && (warp == 9 || warp == 10) && !det) {
@@ -639,11 +664,11 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
 #pragma unroll
             for (int c = 0; c < bwd90_dqk / 64; ++c)
               attn_tma_load4(sq0 + st * bwd90_q_bytes + c * bwd90_bm * 128 + rows, mq,
-                             bar_full(st), c * 64, i0 + x * bwd90_box_rows, h, b);
+                             bar_full(st), c * 64, pk_q0 + i0 + x * bwd90_box_rows, h, tma_b(b));
 #pragma unroll
             for (int c = 0; c < bwd90_dv / 64; ++c)
               attn_tma_load4(sdo0 + st * bwd90_do_bytes + c * bwd90_bm * 128 + rows, mdo,
-                             bar_full(st), c * 64, i0 + x * bwd90_box_rows, h, b);
+                             bar_full(st), c * 64, pk_q0 + i0 + x * bwd90_box_rows, h, tma_b(b));
           }
         } else {
           attn_mbar_arrive(bar_full(st));
@@ -750,7 +775,11 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
   asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
 #if !BWD90_SPLIT_D
   if (dq_cta) {
+#if defined(ATTN_PACKED_Q)
+    bwd80_dq_tile<true>(p, pk_tile, pk_b);
+#else
     bwd80_dq_tile<true>(p, (int)blockIdx.x - n_key_tiles, (int)blockIdx.z);
+#endif
     return;
   }
 #endif
@@ -967,6 +996,11 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
                    : "=r"(m), "=r"(cls)
                    : "r"(tile_slot(st))
                    : "memory");
+    /* One item a CTA (split-D, packed sequences): its slots carry no
+     * b << 16 | h, the dQ warp still needs it with each tile (it was left
+     * 0 once, so every head's dQ went to head 0's rows: session 19). */
+    if constexpr (!bwd90_items)
+      hb = cta_b << 16 | cta_h;
     if (bwd90_items && t != cur) { /* a new item, or the end (m = -1, t = -1) */
       if (cur >= 0)
         finish_item();
@@ -978,7 +1012,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p, const a
     }
     if (bwd90_items ? m == -1 : m < 0) /* the end (items: or a CTA without any) */
       break;
-    const int h = bwd90_items ? hb & 0xffff : cta_h, b = bwd90_items ? hb >> 16 : cta_b;
+    const int h = hb & 0xffff, b = hb >> 16;
     const int j0 = bwd90_items ? (cls >> 2) * bwd90_bn : cta_j0;
     if constexpr (bwd90_items)
       cls &= 3;

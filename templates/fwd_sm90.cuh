@@ -457,8 +457,61 @@ static __device__ __forceinline__ void fwd90_transpose_v(unsigned v8, unsigned v
         }
       }
     }
+  } else if constexpr (fwd90_vt_row == 64 && fwd90_dv % 64 == 0) {
+    /* Key tiles of 64 (the kernel's choice above DV 128; V^T rows of 64
+     * key bytes, the 64-byte swizzle): the same 8-key x 8-column items, a
+     * half-warp's 16 lanes on the 8 key runs (G: 16 keys, tp: the run's
+     * half) and two column parities p. Combo k (W = k / 4, a = k % 4; the
+     * half-warp's, taken by halves j, warps and iterations) gives lane
+     * columns d0 = 64 W + 16 (G ^ a) + 8 p, so a run meets every 8-column
+     * block once over the 4 DV / 64 combos. Reads: the 16 lanes' 8-byte
+     * halves of a v8 row differ in chunk (G ^ a; tp flips its bit 2 through
+     * the row's swizzle) and half (p). Writes: lanes of odd p store their
+     * columns in pair-swapped order (c ^ 1: the transposes' selectors
+     * swapped, no extra instruction), so a step's V^T rows differ in parity
+     * (64 bytes apart) by p and in chunk by G: one wavefront each way a
+     * half-warp (tests/host/fwd90_v_host_check.sh counts them). */
+    constexpr int combos = 4 * (fwd90_dv / 64);
+    const int lane = ct & 31;
+    const int G = lane & 3, tp = (lane >> 2) & 1, pp = (lane >> 3) & 1, j = lane >> 4;
+    const unsigned sel_even = pp ? 0x7632u : 0x5410u, sel_odd = pp ? 0x5410u : 0x7632u;
+#pragma unroll 1
+    for (int k = j + 2 * (ct >> 5); k < combos; k += 6) {
+      const int d0 = 64 * (k >> 2) + 16 * (G ^ (k & 3)) + 8 * pp;
+      unsigned a[8], b[8]; /* key e's columns d0..d0+3 and d0+4..d0+7 */
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const int r = 16 * G + 4 * tp + (e & 3) + 8 * (e >> 2);
+        attn_lds64(v8 + (d0 >> 7) * fwd90_bn * 128 + r * 128 +
+                       ((((d0 & 127) >> 4) ^ (r & 7)) << 4) + (d0 & 15),
+                   a[e], b[e]);
+      }
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const unsigned *x = half ? b : a;
+        /* y[c]: column c ^ pp of keys +0, +1, +8, +9 (lo) or +2, +3, +10,
+         * +11 (hi): fwd90_transpose4 with the pair order chosen by pp. */
+        unsigned lo[4], hi[4];
+#pragma unroll
+        for (int w = 0; w < 2; ++w) {
+          const unsigned *xx = w ? x + 2 : x; /* keys +0, +1, +8, +9, or +2, +3, +10, +11 */
+          unsigned *y = w ? hi : lo;
+          const unsigned l01 = __byte_perm(xx[0], xx[1], 0x5140u), h01 = __byte_perm(xx[0], xx[1], 0x7362u);
+          const unsigned l23 = __byte_perm(xx[4], xx[5], 0x5140u), h23 = __byte_perm(xx[4], xx[5], 0x7362u);
+          y[0] = __byte_perm(l01, l23, sel_even);
+          y[1] = __byte_perm(l01, l23, sel_odd);
+          y[2] = __byte_perm(h01, h23, sel_even);
+          y[3] = __byte_perm(h01, h23, sel_odd);
+        }
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const int d = d0 + 4 * half + (c ^ pp);
+          attn_sts64(vt + d * 64 + ((G ^ ((d >> 1) & 3)) << 4) + 8 * tp, lo[c], hi[c]);
+        }
+      }
+    }
   } else {
-    /* Key tiles of 64 (the 64-byte swizzle), or wider V tiles. An item is 4 keys (16g + 2t
+    /* Key tiles of 128 with V tiles wider than 128. An item is 4 keys (16g + 2t
      * + {0, 1, 8, 9}) by 4 columns d0..d0+3: four words read, a 4x4 byte
      * transpose, four words written to rows d0.. at key byte 16g + 4t. A
      * warp's 32 lanes take t (2 bits), d0's low bits (2) and g's low bit,

@@ -7,7 +7,8 @@
  *
  * Modes: fwd_sm90 persistent and not, fwd_sm80, dropout, the separable
  * masks' prep kernel, decode with and without a merge, paged decode,
- * packed sequences with offsets out of range (forward and backward), FP8 (P in FP8, amax) on both
+ * packed sequences with offsets out of range (forward; backward on bwd_sm90 at D 64 and 256 and
+ * on bwd_sm80), FP8 (P in FP8, amax) on both
  * forwards, an FP8 KV cache; bwd_sm90 at D 64 (wide), 128 (persistent)
  * and 256 (split-D), deterministic, dropout, a bias gradient and a sink's
  * gradient (its dsink step), bwd_sm80. argv[1], when given, keeps the cases
@@ -142,6 +143,20 @@ static const Case cases[] = {
      "  o = softmax(s) @ packed(v, ck);\n  output o : bf16[Tq, H, 64];\n"
      "  output lse = logsumexp(s);\n  grad q, k, v;\n}\n",
      "B1=5,H=4,Hk=2,Tq=333,Tk=410", NULL, 0, 0, 0, BWD, 1},
+    {"bwd_sm80 packed, offsets out of range",
+     "attention g {\n  input q : bf16[Tq, H, 64];\n  input k : bf16[Tk, Hk, 64];\n"
+     "  input v : bf16[Tk, Hk, 64];\n  input cq : i32[B1];\n  input ck : i32[B1];\n"
+     "  s = mask((packed(q, cq) @ packed(k, ck)^T) * 0.125, j <= i + seqlen_k - seqlen_q);\n"
+     "  o = softmax(s) @ packed(v, ck);\n  output o : bf16[Tq, H, 64];\n"
+     "  output lse = logsumexp(s);\n  grad q, k, v;\n}\n",
+     "B1=5,H=4,Hk=2,Tq=333,Tk=410", NULL, 0, 80, 0, BWD, 1},
+    {"bwd packed D 256 split-D",
+     "attention g {\n  input q : bf16[Tq, H, 256];\n  input k : bf16[Tk, Hk, 256];\n"
+     "  input v : bf16[Tk, Hk, 256];\n  input cq : i32[B1];\n  input ck : i32[B1];\n"
+     "  s = mask((packed(q, cq) @ packed(k, ck)^T) * 0.0625, j <= i + seqlen_k - seqlen_q);\n"
+     "  o = softmax(s) @ packed(v, ck);\n  output o : bf16[Tq, H, 256];\n"
+     "  output lse = logsumexp(s);\n  grad q, k, v;\n}\n",
+     "B1=3,H=2,Hk=1,Tq=200,Tk=260", NULL, 0, 0, 0, BWD, 1},
     {"bwd packed deterministic",
      "attention g {\n  input q : f16[T, H, 128];\n  input k : f16[T, H, 128];\n"
      "  input v : f16[T, H, 128];\n  input cu : i32[B1];\n"

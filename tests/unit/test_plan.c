@@ -157,8 +157,8 @@ Test(plan, the_reader_refuses_malformed_plans) {
  * batch entry (z = 1), the workspace slices one batch entry of the
  * tokens' rows, the main kernel's x B partial key tiles beyond the
  * tokens' own (2 B with deterministic dQ tiles), never persistent;
- * bwd_sm80 on every target (docs/STATUS.md: bwd_sm90 is not chosen for
- * packed sequences yet). */
+ * bwd_sm80 (64-key tiles, no tensor maps) on sm_80, bwd_sm90 (128-key
+ * tiles, q, dO and dQ's accumulator as tensor maps) on sm_90a. */
 Test(plan, packed_backward) {
   Arena *a = arena_new();
   static const char src[] =
@@ -178,10 +178,10 @@ Test(plan, packed_backward) {
       cr_assert_eq(s->grid.z.n, 1, "%s", s->role);
       if (strcmp(s->role, "main")) continue;
       mains++;
-      cr_assert_eq(s->nmaps, 0);
+      cr_assert_eq(s->nmaps, t ? 3 : 0);
       cr_assert(!s->persistent);
-      cr_assert_eq(s->threads, 128);
-      cr_assert_eq(s->grid.div0, 64);
+      cr_assert_eq(s->threads, t ? 384 : 128);
+      cr_assert_eq(s->grid.div0, t ? 128 : 64);
       cr_assert_eq(s->grid.x2.kind, PD_B);
       cr_assert_eq(s->grid.mul2, s->need & PLAN_IF_DET ? 2 : 1);
     }

@@ -298,7 +298,7 @@ static __device__ __forceinline__ float attn_out(float o, int b, int h, int i, i
 
 /* [the text of templates/fwd_sm90.cuh] */
 
-/* ---- backward (templates/bwd_sm80.cuh) ---- */
+/* ---- backward (templates/bwd_sm80.cuh, bwd_sm90.cuh) ---- */
 #define ATTN_TDO 6
 #define ATTN_TDELTA 7
 #define ATTN_TDQA 8
@@ -307,6 +307,9 @@ static __device__ __forceinline__ float attn_out(float o, int b, int h, int i, i
 #define ATTN_TDV 11
 #define ATTN_TDKA 12
 #define ATTN_TDVA 13
+#define ATTN_BWD_SPLIT_D 0
+#define ATTN_BWD_WIDE 0
+#define ATTN_BWD_PERSISTENT 0
 
 /* dRaw, the gradient at q @ k^T, from dS by the derived chain rule
  * (attnc ir --backward), without the factor attn_bwd_scale gives. */
@@ -328,7 +331,8 @@ constexpr bool attn_bwd_draw_reads_acc = false;
 constexpr bool attn_bwd_draw_guarded = false;
 
 /* [the text of templates/bwd_sm80.cuh] */
-static_assert(attn_bwd_sm80_smem_bytes == 74240, "compiler/match_bwd.c and templates/bwd_sm80.cuh disagree on shared memory");
+/* [the text of templates/bwd_sm90.cuh] */
+static_assert(attn_bwd_sm90_smem_bytes == 232192, "compiler/match_bwd.c and templates/bwd_sm90.cuh disagree on shared memory");
 
 
 } /* namespace graph_packed_train */
@@ -337,19 +341,19 @@ extern "C" __global__ void __launch_bounds__(384, 1) attn_packed_train_fwd(const
   graph_packed_train::attn_fwd_sm90(p, tm);
 }
 
-extern "C" __global__ void __launch_bounds__(128) attn_packed_train_bwd_delta(const __grid_constant__ attn_params p) {
+extern "C" __global__ void __launch_bounds__(256) attn_packed_train_bwd_delta(const __grid_constant__ attn_params p) {
   graph_packed_train::attn_bwd_sm80_delta(p);
 }
 
-extern "C" __global__ void __launch_bounds__(128) attn_packed_train_bwd_main(const __grid_constant__ attn_params p) {
-  graph_packed_train::attn_bwd_sm80_main(p);
+extern "C" __global__ void __launch_bounds__(384, 1) attn_packed_train_bwd_main(const __grid_constant__ attn_params p, const __grid_constant__ attn_tmaps tm) {
+  graph_packed_train::attn_bwd_sm90_main(p, tm);
 }
 
-extern "C" __global__ void __launch_bounds__(128) attn_packed_train_bwd_convert(const __grid_constant__ attn_params p) {
+extern "C" __global__ void __launch_bounds__(256) attn_packed_train_bwd_convert(const __grid_constant__ attn_params p) {
   graph_packed_train::attn_bwd_sm80_convert(p);
 }
 
-extern "C" __global__ void __launch_bounds__(128) attn_packed_train_bwd_convert_kv(const __grid_constant__ attn_params p) {
+extern "C" __global__ void __launch_bounds__(256) attn_packed_train_bwd_convert_kv(const __grid_constant__ attn_params p) {
   graph_packed_train::attn_bwd_sm80_convert_kv(p);
 }
 
@@ -376,4 +380,7 @@ extern "C" __global__ void __launch_bounds__(128) attn_packed_train_bwd_convert_
 #undef ATTN_TDV
 #undef ATTN_TDKA
 #undef ATTN_TDVA
+#undef ATTN_BWD_SPLIT_D
+#undef ATTN_BWD_WIDE
+#undef ATTN_BWD_PERSISTENT
 
