@@ -6,11 +6,18 @@ Issue 17's grid (B*S = 16384, H = 2048 / D, non-causal and causal), e4m3 q, k an
 descale factors of cuDNN's recipe, e4m3 O with an output scale and the amax of O before it
 (examples/fp8.attn), against the same values in bf16 through attnc and through cuDNN. Today the
 FP8 graph runs the portable template (fwd_sm80: FP8 tiles converted into f16 in shared memory,
-mma.sync), so these rows say what an FP8 user gets now, not the FP8 tensor-core path. cuDNN's own
-FP8 SDPA needs the cudnn frontend wheel and is quoted from ../shared/anchors (another process).
+mma.sync), so these rows say what an FP8 user gets now, not the FP8 tensor-core path.
+
+cuDNN's own FP8 SDPA (the cudnn frontend's sdpa_fp8, e4m3 O, the same recipe as the "P e4m3"
+graph: scale_s 448, descale_s 1/448, all other scales 1, no stats) runs in the same process on the
+same tensors when the `cudnn` module imports (carry the nvidia-cudnn-frontend wheel, installed with
+--no-deps: ../shared/tools/anchor_bench2.py); otherwise its columns are absent.
 
 Every configuration's FP8 output is checked against the bf16 output of the same (dequantized)
-values before it is timed; amax_o against max |O| of the bf16 result.
+values before it is timed; amax_o against max |O| of the bf16 result. Errors against float64: the
+first 128 query rows of (batch 0, head 0) and of the last (batch, head), computed in float64 from
+the dequantized e4m3 inputs; relative L2 and RMSE of attnc's FP8 outputs (P in f16, P e4m3) and of
+cuDNN's, on the same rows.
 """
 import argparse, json, math, os, sys
 
@@ -36,6 +43,71 @@ def fp8_text(D, causal, p8=False):
             f"    out = {pv};\n"
             f"    output o : e4m3[B, H, S, {D}] = out * scale_o;\n"
             "    output amax_o = amax(out);\n}\n")
+
+
+class CudnnFP8:
+    """cuDNN's FP8 SDPA forward through the cudnn frontend's graph API: e4m3 q, k, v, O (BHSD),
+    one-element f32 scale tensors, amax of S and O as outputs, no stats (inference)."""
+
+    def __init__(self, B, H, S, D, causal):
+        import cudnn
+        self.cudnn = cudnn
+        self.handle = cudnn.create_handle()
+        cudnn.set_stream(handle=self.handle, stream=torch.cuda.current_stream().cuda_stream)
+        f32, e4 = cudnn.data_type.FLOAT, cudnn.data_type.FP8_E4M3
+        g = cudnn.pygraph(io_data_type=e4, intermediate_data_type=f32, compute_data_type=f32,
+                          handle=self.handle)
+        dim, stride = [B, H, S, D], [H * S * D, S * D, D, 1]
+        self.t = {n: g.tensor(name=n, dim=dim, stride=stride, data_type=e4) for n in ("q", "k", "v")}
+        one = lambda n: g.tensor(name=n, dim=[1, 1, 1, 1], stride=[1, 1, 1, 1], data_type=f32)
+        names = ("descale_q", "descale_k", "descale_v", "descale_s", "scale_s", "scale_o")
+        sc = {n: one(n) for n in names}
+        o, _, amax_s, amax_o = g.sdpa_fp8(name="sdpa_fp8", q=self.t["q"], k=self.t["k"], v=self.t["v"],
+                                          generate_stats=False, attn_scale=1.0 / math.sqrt(D),
+                                          use_causal_mask=causal, **sc)
+        o.set_output(True).set_dim(dim).set_stride(stride).set_data_type(e4)
+        for a in (amax_s, amax_o):
+            a.set_output(True).set_dim([1, 1, 1, 1]).set_stride([1, 1, 1, 1]).set_data_type(f32)
+        g.validate()
+        g.build_operation_graph()
+        g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+        g.check_support()
+        g.build_plans()
+        self.g, self.o, self.amax = g, o, (amax_s, amax_o)
+        self.ws = torch.empty(max(1, g.get_workspace_size()), dtype=torch.uint8, device="cuda")
+        val = dict(descale_q=1.0, descale_k=1.0, descale_v=1.0, descale_s=1.0 / 448.0, scale_s=448.0,
+                   scale_o=1.0)
+        self.sc = {sc[n]: torch.full((1, 1, 1, 1), val[n], device="cuda") for n in names}
+        self.amax_buf = [torch.zeros(1, 1, 1, 1, device="cuda") for _ in range(2)]
+
+    def bind(self, q, k, v, o):
+        m = {self.t["q"]: q, self.t["k"]: k, self.t["v"]: v, self.o: o, **self.sc}
+        m.update(zip(self.amax, self.amax_buf))
+        return lambda: self.g.execute(m, self.ws, handle=self.handle)
+
+
+def f64_rows(q8, k8, v8, causal, rows=128):
+    """float64 attention of the first `rows` queries of (b 0, h 0) and of the last (b, h), from
+    the dequantized e4m3 inputs: [2, rows, D]."""
+    out = []
+    for b, h in ((0, 0), (q8.shape[0] - 1, q8.shape[1] - 1)):
+        q, k, v = (x[b, h].double() for x in (q8, k8, v8))
+        s = (q[:rows] @ k.T) / math.sqrt(q.shape[-1])
+        if causal:
+            i = torch.arange(rows, device=s.device)[:, None]
+            j = torch.arange(k.shape[0], device=s.device)[None, :]
+            s = s.masked_fill(j > i, float("-inf"))
+        out.append(torch.softmax(s, -1) @ v)
+    return torch.stack(out)
+
+
+def rows_of(o, rows=128):
+    return torch.stack([o[0, 0, :rows], o[-1, -1, :rows]]).double()
+
+
+def errors(o, ref):
+    d = o - ref
+    return dict(rel_l2=(d.norm() / ref.norm()).item(), rmse=d.pow(2).mean().sqrt().item())
 
 
 def bf16_text(D, causal):
@@ -78,6 +150,12 @@ def main():
             attn.launch(c)
         torch.cuda.synchronize()
         return
+    try:
+        import cudnn  # noqa: F401
+        have_cudnn = True
+    except ImportError as e:
+        print(f"cuDNN FP8: not run (no cudnn frontend: {e})", flush=True)
+        have_cudnn = False
     rows = []
     for D in dims:
         mods = {c: (attn.compile(f"f8_{D}_{c}.attn", fp8_text(D, c)),
@@ -118,7 +196,26 @@ def main():
                     tc = time_batches([lambda: F.scaled_dot_product_attention(q16, k16, v16,
                                                                                is_causal=causal)])
                 flops = 4 * B * H * S * S * D * (0.5 if causal else 1.0)
-                row = dict(D=D, S=S, B=B, H=H, causal=causal, fp8_ms=t8, bf16_ms=t16, cudnn_bf16_ms=tc,
+                ref = f64_rows(q8, k8, v8, causal)
+                err64 = dict(f64_fp8=errors(rows_of(o8.float()), ref),
+                             f64_p8=errors(rows_of(op8.float()), ref))
+                extra = {}
+                if have_cudnn:
+                    try:
+                        cd = CudnnFP8(B, H, S, D, causal)
+                        oc = torch.empty_like(o8)
+                        run_cd = cd.bind(q8, k8, v8, oc)
+                        run_cd()
+                        torch.cuda.synchronize()
+                        err64["f64_cudnn"] = errors(rows_of(oc.float()), ref)
+                        tcd = time_batches([run_cd])
+                        extra = dict(cudnn_fp8_ms=tcd, cudnn_fp8_tflops=flops / tcd / 1e9,
+                                     p8_over_cudnn_fp8=tcd / tp8)
+                        del cd, oc
+                    except Exception as e:  # a refusal is a result too
+                        extra = dict(cudnn_fp8_error=" ".join(str(e).split())[:300])
+                row = dict(D=D, S=S, B=B, H=H, causal=causal, **extra, **err64,
+                           fp8_ms=t8, bf16_ms=t16, cudnn_bf16_ms=tc,
                            p8_ms=tp8, p8_tflops=flops / tp8 / 1e9, rel_err_p8_vs_bf16=err_p8,
                            fp8_tflops=flops / t8 / 1e9, bf16_tflops=flops / t16 / 1e9,
                            cudnn_bf16_tflops=flops / tc / 1e9, rel_err_vs_bf16=err,
@@ -131,14 +228,22 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "fp8.json"), "w") as f:
         json.dump(dict(info=info, rows=rows), f, indent=1)
-    print("| D | S | causal | FP8, P e4m3 | FP8, P f16 | attnc bf16 | cuDNN bf16 | P e4m3 / bf16 | "
-          "rel err (P e4m3, P f16) vs bf16 |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| D | S | causal | FP8, P e4m3 | FP8, P f16 | attnc bf16 | cuDNN bf16 | cuDNN FP8 | "
+          "P e4m3 / cuDNN FP8 | P e4m3 / bf16 | rel err (P e4m3, P f16) vs bf16 |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['D']} | {r['S']} | {'yes' if r['causal'] else 'no'} | {r['p8_tflops']:.0f} | "
               f"{r['fp8_tflops']:.0f} | {r['bf16_tflops']:.0f} | {r['cudnn_bf16_tflops']:.0f} | "
+              f"{r.get('cudnn_fp8_tflops', float('nan')):.0f} | {r.get('p8_over_cudnn_fp8', float('nan')):.2f} | "
               f"{r['p8_tflops'] / r['bf16_tflops']:.2f} | {r['rel_err_p8_vs_bf16']:.3f}, "
               f"{r['rel_err_vs_bf16']:.3f} |")
+    print("\n| D | S | causal | attnc P e4m3: rel L2, RMSE | attnc P f16: rel L2, RMSE | "
+          "cuDNN FP8: rel L2, RMSE |  (against float64, e4m3 O)")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        e = lambda k: (f"{r[k]['rel_l2']:.4f}, {r[k]['rmse']:.2e}" if k in r else "-")
+        print(f"| {r['D']} | {r['S']} | {'yes' if r['causal'] else 'no'} | {e('f64_p8')} | "
+              f"{e('f64_fp8')} | {e('f64_cudnn')} |")
 
 
 if __name__ == "__main__":

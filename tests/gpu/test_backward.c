@@ -347,6 +347,12 @@ static const char packed_d256_src[] =
     "  output o : bf16[Tq, H, 256];\n  output lse = logsumexp(s);\n"
     "  grad q, k, v;\n}\n";
 
+/* argv[1], when given, keeps only the examples whose file name contains it
+ * (and skips the built-in graphs), for a quick look at one feature;
+ * "packed" runs the packed graphs, "packed_NAME" those whose name
+ * contains it. */
+static const char *only;
+
 static void test_packed(attn_context *ctx, uint64_t *seed, const char *name, const char *text,
                         size_t len, bool det_ok) {
   attn_module *mod = NULL;
@@ -379,6 +385,8 @@ static void test_packed(attn_context *ctx, uint64_t *seed, const char *name, con
   StrBuf spec = {0};
   for (int k = 0; m && !d.nerrors && k < m->ngraphs; k++) {
     const IrGraph *g = m->graphs[k];
+    if (only && strcmp(only, "packed") && !strstr(g->name, only))
+      continue; /* argv[1] naming one packed graph (packed_window, ...) */
     attn_graph *ag;
     BwdGraph *bg = bwd_derive(g, a, &d);
     if (!bg || attn_module_get_graph(mod, g->name, &ag) != ATTN_SUCCESS) {
@@ -417,9 +425,6 @@ static int by_name(const void *x, const void *y) {
 
 static void run_all(attn_context *ctx);
 
-/* argv[1], when given, keeps only the examples whose file name contains it
- * (and skips the built-in graphs), for a quick look at one feature. */
-static const char *only;
 
 int main(int argc, char **argv) {
   only = argc > 1 ? argv[1] : NULL;
@@ -463,7 +468,7 @@ static void run_all(attn_context *ctx) {
     test_example(ctx, path, &seed);
     free(names[k]);
   }
-  if (!only || !strcmp(only, "packed")) {
+  if (!only || !strncmp(only, "packed", 6)) {
     test_packed(ctx, &seed, "packed_bwd", packed_src, sizeof packed_src - 1, true);
     test_packed(ctx, &seed, "packed_d256", packed_d256_src, sizeof packed_d256_src - 1, false);
   }
