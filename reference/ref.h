@@ -6,6 +6,7 @@
  *   interp.c      evaluates an IR graph in double precision
  *   interp_bwd.c  its backward, from the derived backward graph
  *   philox.c      dropout's bits, the same as the kernels draw
+ *   merge.c       partial results over disjoint key sets, merged
  *   ref_data.c    random inputs, summaries, comparisons
  *   check.c       runs a graph on the GPU on the reference's inputs
  *                 (check.h)
@@ -136,6 +137,17 @@ uint32_t philox_keep_threshold(double rate);
 double philox_kept_scale(uint32_t keep_from);
 
 /* ------------------------------------------ interp_bwd.c: CPU backward */
+
+/* ---------------------------------------------- merge.c: partial results */
+
+/* n partial results of attention over disjoint key sets, each rows x cols
+ * of O (normalized within its part) with its rows' logsumexp, merged into
+ * the result over their union: lse = log(sum_s exp(lse_s)), O = sum_s
+ * exp(lse_s - lse) O_s. A row whose every lse_s is -inf (no key kept in any
+ * part) gets lse -inf and O 0. Split-KV decode merges its partials so, and
+ * context parallelism its shards (docs/language.md "Positions"). */
+void ref_merge_partials(int n, int64_t rows, int64_t cols, const double *const *o,
+                        const double *const *lse, double *o_out, double *lse_out);
 
 /* The backward in double. args holds the forward's inputs and scalars (as
  * for ref_forward; outputs are not read: P and O are recomputed in
