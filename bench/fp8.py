@@ -17,7 +17,8 @@ Every configuration's FP8 output is checked against the bf16 output of the same 
 values before it is timed; amax_o against max |O| of the bf16 result. Errors against float64: the
 first 128 query rows of (batch 0, head 0) and of the last (batch, head), computed in float64 from
 the dequantized e4m3 inputs; relative L2 and RMSE of attnc's FP8 outputs (P in f16, P e4m3) and of
-cuDNN's, on the same rows.
+cuDNN's, on the same rows. At S 4k also: O stored in bf16 (P e4m3), and inputs with outliers
+(0.1% of q, k and v entries scaled by 10-100) for attnc's three forms and cuDNN's.
 """
 import argparse, json, math, os, sys
 
@@ -29,9 +30,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench import Attn, driver_version, time_batches  # noqa: E402
 
 
-def fp8_text(D, causal, p8=False):
+def fp8_text(D, causal, p8=False, o_type="e4m3"):
     """cuDNN's recipe; p8 also rounds P to e4m3 (scale_s 448) before P V, the form on which
-    fwd_sm90 runs both products in FP8 (key tiles of 128: D 64 and 128)."""
+    fwd_sm90 runs both products in FP8 (key tiles of 128: D 64 and 128); o_type "bf16" stores O
+    in bf16 (which cuDNN's FP8 SDPA refuses on Hopper)."""
     mask = "    s = mask(s, j <= i);\n" if causal else ""
     pv = "(e4m3(softmax(s) * 448.0) @ v) * (descale_v / 448.0)" if p8 else "(softmax(s) @ v) * descale_v"
     return ("attention f8 {\n"
@@ -41,7 +43,7 @@ def fp8_text(D, causal, p8=False):
             "    scalar descale_v : f32 = 1.0;\n    scalar scale_o : f32 = 1.0;\n"
             f"    s = (q @ k^T) * (scale * descale_q * descale_k);\n{mask}"
             f"    out = {pv};\n"
-            f"    output o : e4m3[B, H, S, {D}] = out * scale_o;\n"
+            f"    output o : {o_type}[B, H, S, {D}] = out * scale_o;\n"
             "    output amax_o = amax(out);\n}\n")
 
 
@@ -99,6 +101,15 @@ def f64_rows(q8, k8, v8, causal, rows=128):
             s = s.masked_fill(j > i, float("-inf"))
         out.append(torch.softmax(s, -1) @ v)
     return torch.stack(out)
+
+
+def with_outliers(x, gen_seed):
+    """x with 0.1% of its entries scaled by 10-100 (random sign kept), as e4m3 (issue 17's
+    outlier inputs; 100 sigma stays inside e4m3's 448)."""
+    g = torch.Generator(device=x.device).manual_seed(gen_seed)
+    pick = torch.rand(x.shape, device=x.device, generator=g) < 1e-3
+    mult = 10 + 90 * torch.rand(x.shape, device=x.device, generator=g)
+    return torch.where(pick, x * mult, x).to(torch.float8_e4m3fn)
 
 
 def rows_of(o, rows=128):
@@ -161,6 +172,8 @@ def main():
         mods = {c: (attn.compile(f"f8_{D}_{c}.attn", fp8_text(D, c)),
                     attn.compile(f"b16_{D}_{c}.attn", bf16_text(D, c)),
                     attn.compile(f"p8_{D}_{c}.attn", fp8_text(D, c, p8=True))) for c in (False, True)}
+        mods_bo = {c: attn.compile(f"p8bo_{D}_{c}.attn", fp8_text(D, c, p8=True, o_type="bf16"))
+                   for c in (False, True)}
         for S in seqs:
             B, H = 16384 // S, 2048 // D
             for causal in (False, True):
@@ -214,6 +227,31 @@ def main():
                         del cd, oc
                     except Exception as e:  # a refusal is a result too
                         extra = dict(cudnn_fp8_error=" ".join(str(e).split())[:300])
+                if S == 4096:
+                    # Outlier inputs (0.1% of entries 10-100x), and O in bf16: errors only.
+                    qo, ko, vo = (with_outliers(x.float(), 11 + n) for n, x in enumerate((q8, k8, v8)))
+                    ref_o = f64_rows(qo, ko, vo, causal)
+                    for tag, mod, odt in (("p8", mp8, torch.float8_e4m3fn), ("fp8", m8, torch.float8_e4m3fn),
+                                          ("p8_bf16o", mods_bo[causal], torch.bfloat16)):
+                        ox = torch.empty(B, H, S, D, device="cuda", dtype=odt)
+                        cx = attn.call(mod, "f8", dict(q=qo, k=ko, v=vo, o=ox, amax_o=torch.empty_like(amax)))
+                        attn.launch(cx)
+                        torch.cuda.synchronize()
+                        err64[f"f64_outliers_{tag}"] = errors(rows_of(ox.float()), ref_o)
+                        cx.close()
+                    ob = torch.empty(B, H, S, D, device="cuda", dtype=torch.bfloat16)
+                    cb = attn.call(mods_bo[causal], "f8", dict(q=q8, k=k8, v=v8, o=ob, amax_o=torch.empty_like(amax)))
+                    attn.launch(cb)
+                    torch.cuda.synchronize()
+                    err64["f64_p8_bf16o"] = errors(rows_of(ob.float()), ref)
+                    cb.close()
+                    if have_cudnn and "cudnn_fp8_ms" in extra:
+                        cd = CudnnFP8(B, H, S, D, causal)
+                        oc = torch.empty_like(o8)
+                        cd.bind(qo, ko, vo, oc)()
+                        torch.cuda.synchronize()
+                        err64["f64_outliers_cudnn"] = errors(rows_of(oc.float()), ref_o)
+                        del cd, oc
                 row = dict(D=D, S=S, B=B, H=H, causal=causal, **extra, **err64,
                            fp8_ms=t8, bf16_ms=t16, cudnn_bf16_ms=tc,
                            p8_ms=tp8, p8_tflops=flops / tp8 / 1e9, rel_err_p8_vs_bf16=err_p8,
@@ -244,6 +282,14 @@ def main():
         e = lambda k: (f"{r[k]['rel_l2']:.4f}, {r[k]['rmse']:.2e}" if k in r else "-")
         print(f"| {r['D']} | {r['S']} | {'yes' if r['causal'] else 'no'} | {e('f64_p8')} | "
               f"{e('f64_fp8')} | {e('f64_cudnn')} |")
+    print("\n| D | S | causal | attnc P e4m3, O bf16 | outliers: attnc P e4m3 | attnc P f16 | "
+          "attnc P e4m3, O bf16 | cuDNN FP8 |  (rel L2, RMSE against float64)")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        if "f64_outliers_p8" in r:
+            print(f"| {r['D']} | {r['S']} | {'yes' if r['causal'] else 'no'} | {e('f64_p8_bf16o')} | "
+                  f"{e('f64_outliers_p8')} | {e('f64_outliers_fp8')} | {e('f64_outliers_p8_bf16o')} | "
+                  f"{e('f64_outliers_cudnn')} |")
 
 
 if __name__ == "__main__":
