@@ -78,12 +78,20 @@ if [ "${PYTEST:-1}" = 1 ]; then
   step pytest env ATTN_LIBRARY="$PWD/$B/libattn.so" python3 -m pytest -q -rs python/tests
 fi
 if [ "${BENCH:-1}" = 1 ]; then
+  # Peers' Python packages carried as wheels in .whl/ (the cudnn frontend for cuDNN's FP8 SDPA in
+  # bench/fp8.py: python3 -m pip download --no-deps ... nvidia-cudnn-frontend, docs/STATUS.md).
+  if ls .whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target /tmp/attnc-site .whl/*.whl >"$L/pip-wheels.log" 2>&1 &&
+      export PYTHONPATH=/tmp/attnc-site${PYTHONPATH:+:$PYTHONPATH}
+  fi
   step bench_python_overhead python3 bench/python_overhead.py --lib "$B/libattn.so" --out "$L"
   step bench_grid python3 bench/bench.py --lib "$B/libattn.so" --out "$L"
   [ "${SM80:-1}" = 1 ] && step bench_grid_sm80 python3 bench/bench.py --lib "$B/libattn.so" --out "$L" --arch sm_90 --dims 128 --seqs 1024,4096,16384
   step bench_variants python3 bench/bench.py --lib "$B/libattn.so" --out "$L" --variants
   step bench_backward python3 bench/bench.py --lib "$B/libattn.so" --out "$L" --backward
   step bench_fp8 python3 bench/fp8.py --lib "$B/libattn.so" --out "$L"
+  step bench_varlen python3 bench/varlen.py --lib "$B/libattn.so" --out "$L" --tables equal,masks,backward
 fi
 cat "$L/gpu.txt"
 printf '%s\n' "${summary[@]}"
