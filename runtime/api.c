@@ -219,10 +219,10 @@ Cache *rt_context_cache(attn_context *ctx) { return &ctx->cache; }
 
 /* --------------------------------------------------------------- target */
 
-/* The target: the one set on the context, else the current device's;
- * with check_nvrtc, one this NVRTC can compile for. */
-static attn_status rt_target_arch(attn_context *ctx, char arch[16],
-                                  bool check_nvrtc) {
+/* The target: the one set on the context, else the current device's.
+ * Whether NVRTC compiles for it is asked on a cache miss (rt_compile_job):
+ * opening NVRTC costs milliseconds a warm load does not need. */
+static attn_status rt_target_arch(attn_context *ctx, char arch[16]) {
   if (ctx->arch[0]) {
     strcpy(arch, ctx->arch);
     return ATTN_SUCCESS;
@@ -242,16 +242,7 @@ static attn_status rt_target_arch(attn_context *ctx, char arch[16],
       (st = rt_driver_cc(d, dev, &major, &minor, err)))
     return st;
   nvrtc_arch_for_cc(major, minor, arch);
-  if (check_nvrtc && !nvrtc_arch_supported(arch, err)) {
-    sb_printf(err, " (the current device is compute capability %d.%d)",
-              major, minor);
-    return ATTN_ERROR_UNSUPPORTED;
-  }
   return ATTN_SUCCESS;
-}
-
-static attn_status rt_resolve_arch(attn_context *ctx, char arch[16]) {
-  return rt_target_arch(ctx, arch, true);
 }
 
 /* ------------------------------------------------------------- loading */
@@ -509,10 +500,15 @@ typedef struct RtCompileJob {
   const char *source;
   const NvrtcOptions *options;
   const char *meta;
+  const char *arch;
 } RtCompileJob;
 
 static attn_status rt_compile_job(void *user, CacheBlob *out, StrBuf *err) {
   RtCompileJob *job = user;
+  /* Whether this NVRTC compiles for the target is asked here, on a miss,
+   * and not before the lookup: a hit needs no NVRTC at all. */
+  if (nvrtc_available(NULL) && !nvrtc_arch_supported(job->arch, err))
+    return ATTN_ERROR_UNSUPPORTED;
   NvrtcOutput nv;
   attn_status st =
       nvrtc_compile(job->source, "attnc.cu", job->options, false, &nv, err);
@@ -540,11 +536,11 @@ static attn_status rt_cached_program(attn_context *ctx, const char *arch, const 
                                      CacheBlob *out) {
   NvrtcOptions opts;
   nvrtc_options(&opts, arch, !ctx->disk_cache);
-  CacheKeyInput in = {source, strlen(source), nvrtc_version(), arch,
-                      opts.v, opts.n,         entries,         nentries, meta};
+  CacheKeyInput in = {source, strlen(source), nvrtc_fingerprint(), arch,
+                      opts.v, opts.n,         entries,             nentries, meta};
   unsigned char key[SHA256_BYTES];
   cache_key(&in, key);
-  RtCompileJob job = {source, &opts, meta};
+  RtCompileJob job = {source, &opts, meta, arch};
   return cache_get(&ctx->cache, arch, key, rt_compile_job, &job, out, &ctx->error);
 }
 
@@ -632,7 +628,7 @@ static void rt_compile_pass(void *arg) {
 static attn_status rt_compile_ir(attn_context *ctx, Arena *a,
                                  const IrModule *ir, attn_module **out) {
   char arch[16];
-  attn_status st = rt_resolve_arch(ctx, arch);
+  attn_status st = rt_target_arch(ctx, arch);
   if (st) {
     arena_free(a);
     return st;
@@ -860,7 +856,7 @@ static attn_status module_load_embedded_impl(attn_context *ctx,
   const IrModule *ir = f.ir;
   const Source *src = f.src;
   char target[16];
-  st = rt_target_arch(ctx, target, false);
+  st = rt_target_arch(ctx, target);
   if (st) {
     arena_free(a);
     return st;

@@ -289,8 +289,8 @@ typedef enum attn_source_kind {
  * the current device's). Lookup: an embedded cubin for the target (an
  * sm_XY cubin also serves X.Z devices with Z >= Y; 'a'/'f' targets only
  * their own), else embedded PTX for an older or equal compute capability,
- * else the kernel cache, else NVRTC; the last two need NVRTC's version or
- * NVRTC itself. Embedded images from another attnc version are skipped
+ * else the kernel cache, else NVRTC; a cache hit does not load NVRTC,
+ * a miss needs it. Embedded images from another attnc version are skipped
  * (a warning on the context). Destroy with attn_module_destroy. */
 attn_status attn_module_load_embedded(attn_context *ctx,
                                       const attn_embedded *em,

@@ -81,7 +81,7 @@ void cache_key(const CacheKeyInput *in, unsigned char key[SHA256_BYTES]) {
   cache_key_str(&s, "attnc-cubin");
   cache_key_u64(&s, CACHE_FORMAT_VERSION);
   cache_key_u64(&s, ATTN_ABI_VERSION);
-  cache_key_u64(&s, (uint64_t)in->nvrtc_version);
+  cache_key_str(&s, in->compiler ? in->compiler : "");
   cache_key_str(&s, in->arch);
   cache_key_u64(&s, (uint64_t)in->noptions);
   for (int i = 0; i < in->noptions; i++) cache_key_str(&s, in->options[i]);

@@ -86,6 +86,10 @@ void nvrtc_output_free(NvrtcOutput *out);
 /* major*1000 + minor*10, as CUDA_VERSION spells it (13.0 -> 13000);
  * 0 when NVRTC cannot be loaded. */
 int nvrtc_version(void);
+/* Which NVRTC library nvrtc_open would load, found without loading it
+ * ("nvrtc DEV:INODE:SIZE:MTIME" of the file, or "nvrtc not found"), for the
+ * cache key: a warm load must not pay dlopen of a 100 MB library. */
+const char *nvrtc_fingerprint(void);
 /* Whether NVRTC could be opened (dlopen at first need: libnvrtc.so.13,
  * .12, libnvrtc.so, then under the toolkit attnc was built with; or the
  * path in ATTN_NVRTC). If not, the reason ("libnvrtc not found: ...") is
@@ -102,7 +106,7 @@ void nvrtc_arch_for_cc(int major, int minor, char out[16]);
 
 /* --------------------------------------------------------------- cache.c */
 
-#define CACHE_FORMAT_VERSION 2
+#define CACHE_FORMAT_VERSION 3 /* 3: NVRTC named by its file (nvrtc_fingerprint), not its version */
 
 /* Everything that decides the bytes of a cubin. The source embeds the
  * templates and attn_abi.h, so the template set needs no separate hash:
@@ -110,7 +114,10 @@ void nvrtc_arch_for_cc(int major, int minor, char out[16]);
 typedef struct CacheKeyInput {
   const char *source;
   size_t source_len;
-  int nvrtc_version;
+  /* The NVRTC that compiles a miss (nvrtc_fingerprint): a new NVRTC
+   * makes new entries. A cubin stays valid for its target whichever NVRTC
+   * made it, so this need only change when NVRTC does. */
+  const char *compiler;
   const char *arch;
   const char *const *options;
   int noptions;

@@ -48,7 +48,7 @@ test-python: all
 # (libcriterion 2.4, the parent process, none of our code) leaks 48 bytes of
 # its own once tests/unit/test_faults.c's long test overlaps others, and
 # LeakSanitizer fails the run on it (30 s against 16 s).
-test-here: all $(BUILD)/tests/unit_tests $(GPU_BIN)
+test-here: all $(BUILD)/tests/unit_tests $(GPU_BIN) $(BUILD)/tests/host/warm_load_check
 	$(BUILD)/tests/unit_tests --jobs 1
 	tests/golden.sh $(BUILD)/attnc
 	tests/nvrtc.sh $(BUILD)/attnc
@@ -56,8 +56,15 @@ test-here: all $(BUILD)/tests/unit_tests $(GPU_BIN)
 	tests/host/sep_host_check.sh $(BUILD)/attnc
 	tests/host/fp8_host_check.sh $(BUILD)/libattn.a
 	tests/host/fwd90_v_host_check.sh
+	tests/host/warm_load_check.sh $(BUILD)/tests/host/warm_load_check
 	$(BUILD)/tests/gpu/sanitize_cases --compile-only
 	@for t in $(GPU_BIN); do echo "== $$t"; $$t || exit 1; done
+
+# A warm load does not load NVRTC (tests/host/warm_load_check.sh); the checker
+# pokes the target into the context, so it sees libattn's private header.
+$(BUILD)/tests/host/warm_load_check: tests/host/warm_load_check.c $(BUILD)/libattn.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libattn.a $(LDLIBS)
 
 # The template on its own, with hand-written hooks (nvcc, cudart).
 $(BUILD)/tests/gpu/template_sm80_test: tests/gpu/template_sm80_test.cu templates/fwd_sm80.cuh \

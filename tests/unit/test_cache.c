@@ -81,7 +81,7 @@ static const char *opts_a[] = {"--gpu-architecture=sm_80", "-std=c++17"};
 static const char *entries_a[] = {"attn_fwd_a", "attn_fwd_b"};
 
 static CacheKeyInput base_input(void) {
-  CacheKeyInput in = {"extern \"C\" __global__ void k() {}", 0, 13000,
+  CacheKeyInput in = {"extern \"C\" __global__ void k() {}", 0, "nvrtc 803:1a2b:109338064:1760564160.0",
                       "sm_80", opts_a, 2, entries_a, 2, NULL};
   in.source_len = strlen(in.source);
   return in;
@@ -169,7 +169,7 @@ Test(cache_key, every_field_changes_the_key) {
     switch (field) {
     case 0: in.source = "extern \"C\" __global__ void k() { }"; break;
     case 1: in.source_len -= 1; break;
-    case 2: in.nvrtc_version = 13010; break;
+    case 2: in.compiler = "nvrtc 803:1a2b:109338064:1760564161.0"; break; /* another NVRTC file */
     case 3: in.arch = "sm_90a"; break;
     case 4: in.options = opts_swapped; break;
     case 5: in.options = opts_other; break;
@@ -710,7 +710,7 @@ Test(cache, nvrtc_cubins_roundtrip_for_each_target) {
     NvJob job = {.calls = 0};
     nvrtc_options(&job.o, archs[i], true);
     const char *entries[] = {"scale_rows"};
-    CacheKeyInput in = {kernel_src, strlen(kernel_src), nvrtc_version(),
+    CacheKeyInput in = {kernel_src, strlen(kernel_src), nvrtc_fingerprint(),
                         archs[i], job.o.v, job.o.n, entries, 1, NULL};
     unsigned char key[32];
     cache_key(&in, key);
