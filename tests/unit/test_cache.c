@@ -2,6 +2,7 @@
  * round trips, atomic writes, corrupt entries, two processes racing for one
  * key, unusable directories; and one real NVRTC compile through it. */
 #include <criterion/criterion.h>
+#include <dlfcn.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -225,6 +226,35 @@ Test(cache_key, default_root_follows_environment) {
   p.len = 0;
   cr_assert_eq(cache_default_root(&p), -1);
   sb_free(&p);
+}
+
+/* NVRTC enters the key by its file, found without loading it (a warm load
+ * must not dlopen it): ATTN_NVRTC's file by device, inode, size and mtime,
+ * or "not found". Each test runs in its own process, so the fingerprint's
+ * once-per-process lookup sees this test's environment. */
+Test(cache_key, nvrtc_named_by_its_file_unloaded) {
+  char path[] = "/tmp/attnc-fake-nvrtc-XXXXXX";
+  int fd = mkstemp(path);
+  cr_assert(fd >= 0);
+  cr_assert_eq(write(fd, "not a library", 13), 13);
+  close(fd);
+  setenv("ATTN_NVRTC", path, 1);
+  struct stat st;
+  cr_assert_eq(stat(path, &st), 0);
+  char want[192];
+  snprintf(want, sizeof want, "nvrtc %llx:%llx:%lld:%lld.%09ld", (unsigned long long)st.st_dev,
+           (unsigned long long)st.st_ino, (long long)st.st_size, (long long)st.st_mtim.tv_sec,
+           (long)st.st_mtim.tv_nsec);
+  cr_assert_str_eq(nvrtc_fingerprint(), want);
+  cr_assert_null(dlopen(path, RTLD_NOLOAD | RTLD_NOW), "the fingerprint loaded the library");
+  unlink(path);
+  unsetenv("ATTN_NVRTC");
+}
+
+Test(cache_key, nvrtc_missing_is_named) {
+  setenv("ATTN_NVRTC", "/nonexistent/libnvrtc.so.13", 1);
+  cr_assert_str_eq(nvrtc_fingerprint(), "nvrtc not found");
+  unsetenv("ATTN_NVRTC");
 }
 
 /* --------------------------------------------------------------- storage */
