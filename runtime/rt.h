@@ -2,8 +2,9 @@
  * rt.h: libattn's internal header, one section per runtime file, in the
  * order a compile walks through them:
  *
- *   sha256.c   SHA-256 (FIPS 180-4), for cache keys and entry checksums
- *              (sha256_x86.c: its block function on the SHA extensions)
+ *   sha256.c   SHA-256 (FIPS 180-4), for cache keys (sha256_x86.c: its
+ *              block function on the SHA extensions)
+ *   crc32c.c   CRC-32C, the cache entries' checksum
  *   nvrtc.c    CUDA C -> cubin with NVRTC, options, target names
  *   cache.c    the on-disk cubin cache (keyed, atomic, locked, verified)
  *   bind.c     tensor/scalar bindings checked against the IR graph
@@ -53,6 +54,14 @@ bool sha256_x86_available(void);
 void sha256_x86_blocks(uint32_t h[8], const unsigned char *p, size_t nblocks,
                        const uint32_t k[64]);
 void sha256_use_portable(bool portable);
+
+/* -------------------------------------------------------------- crc32c.c */
+
+/* CRC-32C of len bytes, continuing crc (0 to start; crc32c(crc32c(0, a),
+ * b) is the CRC of a then b): the cache entries' checksum.
+ * crc32c_use_portable(true) keeps to the table even where SSE 4.2 is. */
+uint32_t crc32c(uint32_t crc, const void *data, size_t len);
+void crc32c_use_portable(bool portable);
 
 /* --------------------------------------------------------------- nvrtc.c */
 
@@ -106,7 +115,7 @@ void nvrtc_arch_for_cc(int major, int minor, char out[16]);
 
 /* --------------------------------------------------------------- cache.c */
 
-#define CACHE_FORMAT_VERSION 3 /* 3: NVRTC named by its file (nvrtc_fingerprint), not its version */
+#define CACHE_FORMAT_VERSION 3 /* 3: NVRTC named by its file (nvrtc_fingerprint); CRC-32C checksum */
 
 /* Everything that decides the bytes of a cubin. The source embeds the
  * templates and attn_abi.h, so the template set needs no separate hash:
