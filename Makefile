@@ -46,7 +46,7 @@ COMPILER_SRC := $(sort $(wildcard compiler/*.c))
 RUNTIME_SRC := $(sort $(wildcard runtime/*.c))
 REF_SRC := $(sort $(wildcard reference/*.c))
 LIB_OBJ := $(COMPILER_SRC:%.c=$(BUILD)/%.o) $(RUNTIME_SRC:%.c=$(BUILD)/%.o) \
-           $(GEN)/attn.tab.o $(GEN)/lex.yy.o $(GEN)/templates.o
+           $(GEN)/attn.tab.o $(GEN)/lex.yy.o $(GEN)/templates.o $(GEN)/templates_id.o
 REF_OBJ := $(REF_SRC:%.c=$(BUILD)/%.o)
 
 all: $(BUILD)/attnc $(BUILD)/libattn.a $(BUILD)/libattn.so $(BUILD)/libattnref.a
@@ -89,6 +89,15 @@ $(GEN)/templates.c: $(BUILD)/embed $(TEMPLATES)
 	@mkdir -p $(GEN)
 	$(BUILD)/embed $@ $(foreach f,$(TEMPLATES),$(subst .,_,$(basename $(notdir $(f))))_src=$(f))
 $(GEN)/templates.o: $(GEN)/templates.c
+	$(CC) $(CPPFLAGS) $(GEN_CFLAGS) -c -o $@ $<
+# A digest of those texts (each file's name, then its bytes): the kernel
+# cache keys a program by its unit with the texts replaced by their names
+# (emit_unit_key) and this, instead of the whole text (runtime/api.c).
+$(GEN)/templates_id.c: $(TEMPLATES)
+	@mkdir -p $(GEN)
+	@id=$$(for f in $(TEMPLATES); do printf '%s\n' "$$f"; cat "$$f"; done | sha256sum | cut -c1-64) && \
+	  printf 'const char attn_templates_id[] = "%s";\n' "$$id" >$@
+$(GEN)/templates_id.o: $(GEN)/templates_id.c
 	$(CC) $(CPPFLAGS) $(GEN_CFLAGS) -c -o $@ $<
 
 $(BUILD)/%.o: %.c compiler/attnc.h runtime/attn.h abi/attn_abi.h | $(GEN)/attn.tab.h $(GEN)/lex.yy.h

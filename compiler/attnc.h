@@ -997,6 +997,17 @@ char *emit_unit(const Compiled *c, const CompileOptions *o, Arena *a);
  * waits for it; EMIT_ALL is emit_unit. */
 typedef enum EmitPart { EMIT_ALL, EMIT_FORWARD, EMIT_BACKWARD } EmitPart;
 char *emit_unit_part(const Compiled *c, const CompileOptions *o, EmitPart part, Arena *a);
+/* The same part with every embedded text (abi/, templates/) replaced by a
+ * line naming it, after a first line naming attn_templates_id (a digest of
+ * those texts, made at build time: Makefile): together the full unit's
+ * every byte, so libattn's kernel cache keys a program by this (runtime/
+ * api.c) and a warm load neither pastes nor hashes ~180 KB of template
+ * text; NVRTC gets emit_unit_part's on a miss. */
+char *emit_unit_key(const Compiled *c, const CompileOptions *o, EmitPart part, Arena *a);
+extern const char attn_templates_id[];
+/* An embedded text into out: the text itself, or with key (emit_unit_key)
+ * a line naming it. */
+void emit_template(StrBuf *out, const char *name, const char *text, bool key);
 
 /* A graph's configuration macros (ATTN_D_QK, slots, modes): each
  * macro_def writes `#define NAME VALUE` and remembers NAME, and
@@ -1016,7 +1027,7 @@ void macro_undef_all(StrBuf *out, const MacroSet *ms);
  * slot macros, attn_bwd_draw and attn_bwd_scale, the text of
  * templates/bwd_sm80.cuh. The forward's hooks (attn_score, attn_keep,
  * attn_tile_class, attn_dropout_words, attn_dropout_rate) are reused as they are. */
-void emit_bwd_body(StrBuf *out, const BwdSpec *s, MacroSet *ms, Arena *a);
+void emit_bwd_body(StrBuf *out, const BwdSpec *s, MacroSet *ms, bool key, Arena *a);
 /* After the namespace: the backward's extern "C" entry points, named as
  * the plan names them (plan_entry). */
 void emit_bwd_entries(StrBuf *out, const BwdSpec *s, Arena *a);

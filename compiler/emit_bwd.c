@@ -194,7 +194,7 @@ static void draw_reads(const BwdSpec *s, Arena *a, bool *acc, bool *mem) {
   sb_free(&hk.body);
 }
 
-void emit_bwd_body(StrBuf *out, const BwdSpec *s, MacroSet *ms, Arena *a) {
+void emit_bwd_body(StrBuf *out, const BwdSpec *s, MacroSet *ms, bool key, Arena *a) {
   const BwdSlots *sl = &s->slots;
   sb_printf(out, "\n/* ---- backward (templates/%s) ---- */\n",
             s->sm90 ? "bwd_sm80.cuh, bwd_sm90.cuh" : "bwd_sm80.cuh");
@@ -248,9 +248,9 @@ void emit_bwd_body(StrBuf *out, const BwdSpec *s, MacroSet *ms, Arena *a) {
                  "constexpr bool attn_bwd_draw_reads_acc = %s;\n"
                  "constexpr bool attn_bwd_draw_guarded = %s;\n\n",
             reads_acc ? "true" : "false", reads_mem || score_biases(sl) > 0 ? "true" : "false");
-  sb_puts(out, bwd_sm80_src);
+  emit_template(out, "templates/bwd_sm80.cuh", bwd_sm80_src, key);
   /* bwd_sm90's main kernel reuses bwd_sm80's other kernels and helpers. */
-  if (s->sm90) sb_puts(out, bwd_sm90_src);
+  if (s->sm90) emit_template(out, "templates/bwd_sm90.cuh", bwd_sm90_src, key);
   /* The launch's dynamic shared memory (match_bwd.c's count) must be the
    * template's layout: a disagreement fails here, at compile time, not as
    * an out-of-range access on the GPU. */

@@ -281,7 +281,7 @@ attn_status rt_module_load(attn_module *m, const RtDriver *d) {
    * cannot run, or one that lacks an entry its plan names, fails here,
    * not at a launch. */
   for (int pass = 0; pass < PLAN_NPASSES; pass++) {
-    if (pass == PLAN_BACKWARD && m->bwd_source) continue; /* rt_module_load_pass's */
+    if (pass == PLAN_BACKWARD && m->bwd_apart) continue; /* rt_module_load_pass's */
     attn_status st = rt_find_kernels(m, d, m->lib, (PlanPass)pass);
     if (st) {
       d->LibraryUnload(m->lib);
@@ -292,16 +292,27 @@ attn_status rt_module_load(attn_module *m, const RtDriver *d) {
   return ATTN_SUCCESS;
 }
 
-static attn_status rt_cached_program(attn_context *ctx, const char *arch, const char *source,
-                                     const char *const *entries, int nentries, const char *meta,
+/* One NVRTC program through the cache (runtime/api.c, below). */
+typedef struct RtProgram {
+  const char *key;             /* emit_unit_key's text: what the cache keys it by */
+  const char *const *entries;  /* the entry points the plans launch from it */
+  int nentries;
+  const char *meta;            /* what the entry keeps beside the cubin */
+  const Compiled *cm;          /* on a miss: the source is emitted from these, */
+  const CompileOptions *opt;
+  EmitPart part;               /* this part of the unit, */
+  Arena *a;                    /* into this arena */
+} RtProgram;
+static attn_status rt_cached_program(attn_context *ctx, const char *arch, const RtProgram *pg,
                                      CacheBlob *out);
 
 /* The backward's program through the cache (NVRTC on a miss); its
  * entry's meta names the part (the plans are in the forward's). */
 static attn_status rt_compile_backward(attn_module *m) {
   CacheBlob blob;
-  attn_status st = rt_cached_program(m->ctx, m->arch, m->bwd_source, m->bwd_entries,
-                                     m->bwd_nentries, m->bwd_meta, &blob);
+  RtProgram pg = {m->bwd_key, m->bwd_entries, m->bwd_nentries, m->bwd_meta, m->cm, &m->opt,
+                  EMIT_BACKWARD, m->arena};
+  attn_status st = rt_cached_program(m->ctx, m->arch, &pg, &blob);
   if (st) return st;
   m->bwd_cubin = (unsigned char *)blob.cubin;
   m->bwd_cubin_len = blob.cubin_len;
@@ -312,7 +323,7 @@ static attn_status rt_compile_backward(attn_module *m) {
 
 attn_status rt_module_load_pass(attn_module *m, const RtDriver *d, PlanPass pass) {
   attn_status st = rt_module_load(m, d);
-  if (st || pass != PLAN_BACKWARD || !m->bwd_source || m->bwd_loaded) return st;
+  if (st || pass != PLAN_BACKWARD || !m->bwd_apart || m->bwd_loaded) return st;
   if (!m->bwd_cubin && (st = rt_compile_backward(m))) return st;
   CUresult r = d->LibraryLoadData(&m->bwd_lib, m->bwd_cubin, NULL, NULL, 0, NULL, NULL, 0);
   if (r != CUDA_SUCCESS) {
@@ -490,18 +501,21 @@ const char *attn_module_arch(const attn_module *m) { return m ? m->arch : ""; }
 attn_source_kind attn_module_source_kind(const attn_module *m) {
   return m ? m->kind : (attn_source_kind)0;
 }
-const char *rt_module_source(const attn_module *m) {
-  return m && m->source ? m->source : "";
-}
 
 /* What NVRTC needs to fill one cache entry, and what the entry keeps
  * beside the cubin: the plans and where they came from. */
 typedef struct RtCompileJob {
-  const char *source;
+  attn_context *ctx;
+  const RtProgram *pg;
   const NvrtcOptions *options;
-  const char *meta;
   const char *arch;
+  const char *source; /* emitted by rt_emit_pass */
 } RtCompileJob;
+
+static void rt_emit_pass(void *arg) {
+  RtCompileJob *job = arg;
+  job->source = emit_unit_part(job->pg->cm, job->pg->opt, job->pg->part, job->pg->a);
+}
 
 static attn_status rt_compile_job(void *user, CacheBlob *out, StrBuf *err) {
   RtCompileJob *job = user;
@@ -509,17 +523,21 @@ static attn_status rt_compile_job(void *user, CacheBlob *out, StrBuf *err) {
    * and not before the lookup: a hit needs no NVRTC at all. */
   if (nvrtc_available(NULL) && !nvrtc_arch_supported(job->arch, err))
     return ATTN_ERROR_UNSUPPORTED;
-  NvrtcOutput nv;
-  attn_status st =
-      nvrtc_compile(job->source, "attnc.cu", job->options, false, &nv, err);
+  /* The source itself, made only now: a hit needs none (emit_unit_key). */
+  Diag d = {0};
+  attn_status st = rt_scoped(job->ctx, rt_emit_pass, job, &d);
+  diag_free(&d);
   if (st) return st;
-  out->meta = mem_strdup(job->meta);
+  NvrtcOutput nv;
+  st = nvrtc_compile(job->source, "attnc.cu", job->options, false, &nv, err);
+  if (st) return st;
+  out->meta = mem_strdup(job->pg->meta);
   if (!out->meta) {
     nvrtc_output_free(&nv);
     sb_puts(err, "out of memory");
     return ATTN_ERROR_OUT_OF_MEMORY;
   }
-  out->meta_len = strlen(job->meta);
+  out->meta_len = strlen(job->pg->meta);
   out->cubin = nv.cubin;
   out->cubin_len = nv.cubin_len;
   out->log = nv.log;
@@ -528,19 +546,19 @@ static attn_status rt_compile_job(void *user, CacheBlob *out, StrBuf *err) {
   return ATTN_SUCCESS;
 }
 
-/* One NVRTC program through the cache (compiled on a miss): keyed by its
- * source, entries, target, options and the meta the entry keeps beside
- * the cubin (cache_key). */
-static attn_status rt_cached_program(attn_context *ctx, const char *arch, const char *source,
-                                     const char *const *entries, int nentries, const char *meta,
+/* One NVRTC program through the cache (emitted and compiled on a miss):
+ * keyed by its unit with the embedded texts named (emit_unit_key: the
+ * whole unit's bytes with attn_templates_id), entries, target, options
+ * and the meta the entry keeps beside the cubin (cache_key). */
+static attn_status rt_cached_program(attn_context *ctx, const char *arch, const RtProgram *pg,
                                      CacheBlob *out) {
   NvrtcOptions opts;
   nvrtc_options(&opts, arch, !ctx->disk_cache);
-  CacheKeyInput in = {source, strlen(source), nvrtc_fingerprint(), arch,
-                      opts.v, opts.n,         entries,             nentries, meta};
+  CacheKeyInput in = {pg->key, strlen(pg->key), nvrtc_fingerprint(), arch,
+                      opts.v,  opts.n,          pg->entries,         pg->nentries, pg->meta};
   unsigned char key[SHA256_BYTES];
   cache_key(&in, key);
-  RtCompileJob job = {source, &opts, meta, arch};
+  RtCompileJob job = {ctx, pg, &opts, arch, NULL};
   return cache_get(&ctx->cache, arch, key, rt_compile_job, &job, out, &ctx->error);
 }
 
@@ -560,8 +578,8 @@ static CompileOptions rt_compile_options(const attn_context *ctx, const char *ar
  * every entry the plans launch from the program, and the meta (source,
  * target, plans). A module whose graphs declare grad is two programs:
  * the forward pass's kernels, compiled now, and the backward's, compiled
- * on its first backward launch (rt_module_load_pass) from bwd_source,
- * keyed by bwd_entries, kept with bwd_meta; the SASS of every kernel is
+ * on its first backward launch (rt_module_load_pass), keyed by bwd_key
+ * and bwd_entries, kept with bwd_meta; the SASS of every kernel is
  * the one-program unit's. On the development machine backward.attn's
  * forward is ready after 1.6 s instead of 4.0 s. */
 typedef struct RtCompile {
@@ -571,11 +589,13 @@ typedef struct RtCompile {
   Diag d;
   Compiled cm;
   int rc;
-  const char *source; /* the forward's program, or the whole unit */
+  Compiled *cmp;      /* cm, kept in the arena for the sources made on misses */
+  const char *key;    /* the forward's program, or the whole unit, as emit_unit_key */
+  EmitPart part;      /* which of the two */
   const char **entries;
   int nentries;
   StrBuf meta;
-  const char *bwd_source, *bwd_meta; /* NULL: the backward is in source */
+  const char *bwd_key, *bwd_meta; /* NULL: the backward is in the forward's program */
   const char **bwd_entries;
   int bwd_nentries;
 } RtCompile;
@@ -603,10 +623,13 @@ static void rt_compile_pass(void *arg) {
   bool split = false;
   for (int i = 0; i < cm->ngraphs; i++) split |= cm->plans[i].pass[PLAN_BACKWARD].present;
   const char *src = emit_source_name(c->a, c->ir->src);
+  c->cmp = arena_alloc(c->a, sizeof *c->cmp);
+  *c->cmp = c->cm;
+  c->part = split ? EMIT_FORWARD : EMIT_ALL;
+  c->key = emit_unit_key(cm, &c->opt, c->part, c->a);
   if (split) {
-    c->source = emit_unit_part(cm, &c->opt, EMIT_FORWARD, c->a);
     c->entries = rt_entries(cm, c->a, PLAN_FORWARD, &c->nentries);
-    c->bwd_source = emit_unit_part(cm, &c->opt, EMIT_BACKWARD, c->a);
+    c->bwd_key = emit_unit_key(cm, &c->opt, EMIT_BACKWARD, c->a);
     c->bwd_entries = rt_entries(cm, c->a, PLAN_BACKWARD, &c->bwd_nentries);
     /* Its graphs by name, for `attnc cache list` (no plans: the forward's
      * entry holds them). */
@@ -617,7 +640,6 @@ static void rt_compile_pass(void *arg) {
     c->bwd_meta =
         arena_printf(c->a, "source %s\ntarget %s\npart backward\n%s", src, c->opt.arch, names);
   } else {
-    c->source = emit_unit(cm, &c->opt, c->a);
     c->entries = rt_entries(cm, c->a, -1, &c->nentries);
   }
   sb_printf(&c->meta, "source %s\ntarget %s\n", src, c->opt.arch);
@@ -650,9 +672,9 @@ static attn_status rt_compile_ir(attn_context *ctx, Arena *a,
   diag_free(&c.d);
   CacheBlob blob;
   int compiles = ctx->cache.compiles;
+  RtProgram pg = {c.key, c.entries, c.nentries, c.meta.data, c.cmp, &c.opt, c.part, a};
   st = c.meta.failed ? rt_fail(ctx, ATTN_ERROR_OUT_OF_MEMORY, "out of memory")
-                     : rt_cached_program(ctx, arch, c.source, c.entries, c.nentries, c.meta.data,
-                                         &blob);
+                     : rt_cached_program(ctx, arch, &pg, &blob);
   sb_free(&c.meta);
   if (st) {
     arena_free(a);
@@ -667,8 +689,11 @@ static attn_status rt_compile_ir(attn_context *ctx, Arena *a,
                                                   : ATTN_FROM_CACHE;
     (*out)->log = blob.log;
     blob.log = NULL;
-    (*out)->source = c.source; /* the forward's program when the backward is apart */
-    (*out)->bwd_source = c.bwd_source;
+    (*out)->cm = c.cmp;
+    (*out)->opt = c.opt;
+    (*out)->opt.arch = (*out)->arch; /* not this call's */
+    (*out)->bwd_apart = c.bwd_key != NULL;
+    (*out)->bwd_key = c.bwd_key;
     (*out)->bwd_meta = c.bwd_meta;
     (*out)->bwd_entries = c.bwd_entries;
     (*out)->bwd_nentries = c.bwd_nentries;

@@ -203,7 +203,7 @@ attn_status rt_graph_resolve(attn_graph *g, const RtDriver *d, CUcontext cu) {
   for (int pass = 0; pass < PLAN_NPASSES; pass++)
     for (int k = 0; k < g->plan->pass[pass].nsteps; k++) {
       /* (a backward compiled apart waits for its first launch) */
-      if (pass == PLAN_BACKWARD && g->m->bwd_source && !g->m->bwd_loaded) break;
+      if (pass == PLAN_BACKWARD && g->m->bwd_apart && !g->m->bwd_loaded) break;
       CUfunction fn;
       attn_status st = step_function(g, d, cu, (PlanPass)pass, k, &fn);
       if (st) return st;

@@ -284,16 +284,22 @@ struct attn_module {
   unsigned char *cubin; /* or NUL-terminated PTX */
   size_t cubin_len;
   char *log;
-  const char *source;
   CUlibrary lib;
   bool loaded;
   attn_graph *graphs;
   int ngraphs;
+  /* A JIT module's compile (its matched and planned graphs, the options
+   * with arch pointing at arch above): what NVRTC's source is emitted
+   * from, on a cache miss only (runtime/api.c). NULL for embedded images. */
+  const Compiled *cm;
+  CompileOptions opt;
   /* The backward pass's kernels as an NVRTC program of their own (a JIT
-   * module whose graphs declare grad): its source and entries, compiled
-   * (through the cache) and loaded on the first backward launch, so a
-   * forward never waits for them. bwd_source NULL: they are in lib. */
-  const char *bwd_source, *bwd_meta;
+   * module whose graphs declare grad, bwd_apart): its cache key text
+   * (emit_unit_key), entries and meta, compiled (through the cache) and
+   * loaded on the first backward launch, so a forward never waits for
+   * them. Without bwd_apart they are in lib. */
+  bool bwd_apart;
+  const char *bwd_key, *bwd_meta;
   const char **bwd_entries;
   int bwd_nentries;
   unsigned char *bwd_cubin;
@@ -369,7 +375,6 @@ attn_status rt_module_load_pass(attn_module *m, const RtDriver *d, PlanPass pass
  * or when the cache disabled logs); the target it was built for. */
 const char *rt_module_log(const attn_module *m);
 const char *rt_module_arch(const attn_module *m);
-const char *rt_module_source(const attn_module *m);
 /* The context's cache, for `attnc` to report hits and warnings. */
 Cache *rt_context_cache(attn_context *ctx);
 

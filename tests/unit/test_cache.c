@@ -833,9 +833,16 @@ Test(two_programs, backward_apart_and_plans_keyed) {
     attn_module *m;
     cr_assert_eq(attn_module_compile_string(ctx, "g.attn", text, sizeof text - 1, &m),
                  ATTN_SUCCESS, "%s", attn_context_error(ctx));
-    cr_assert_not_null(m->bwd_source);
-    cr_expect(strstr(m->bwd_source, "bwd_main") && !strstr(m->bwd_source, "attn_fwd_sm90("),
+    cr_assert(m->bwd_apart && m->bwd_key && m->cm);
+    /* The backward's program, emitted as a miss would (a hit emits none):
+     * the backward alone; its key names the templates instead. */
+    const char *bwd = emit_unit_part(m->cm, &m->opt, EMIT_BACKWARD, m->arena);
+    cr_expect(strstr(bwd, "bwd_main") && !strstr(bwd, "attn_fwd_sm90("),
               "the backward's program holds the backward alone");
+    cr_expect(strstr(bwd, bwd_sm80_src) && !strstr(m->bwd_key, bwd_sm80_src) &&
+                  strstr(m->bwd_key, "[the text of templates/bwd_sm80.cuh]") &&
+                  strstr(m->bwd_key, attn_templates_id),
+              "the key text names the templates and their digest");
     const PassPlan *bp = &m->graphs[0].plan->pass[PLAN_BACKWARD];
     for (int k = 0; k < bp->nsteps; k++)
       if (!strcmp(bp->steps[k].role, "main")) threads[t] = bp->steps[k].threads;
