@@ -86,6 +86,7 @@ if [ "${BENCH:-1}" = 1 ]; then
       export PYTHONPATH=/tmp/attnc-site${PYTHONPATH:+:$PYTHONPATH}
   fi
   step bench_python_overhead python3 bench/python_overhead.py --lib "$B/libattn.so" --out "$L"
+  step bench_warm_load python3 bench/warm_load.py --lib "$B/libattn.so" --out "$L"
   step bench_grid python3 bench/bench.py --lib "$B/libattn.so" --out "$L"
   [ "${SM80:-1}" = 1 ] && step bench_grid_sm80 python3 bench/bench.py --lib "$B/libattn.so" --out "$L" --arch sm_90 --dims 128 --seqs 1024,4096,16384
   step bench_variants python3 bench/bench.py --lib "$B/libattn.so" --out "$L" --variants
