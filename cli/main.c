@@ -177,24 +177,11 @@ static int cmd_dump(int argc, char **argv,
  * reference, so goldens test what the emitter generates, not the
  * templates' text. */
 static void put_brief(const char *src) {
-  static const struct { const char *name, *text; } texts[] = {
-      {"abi/attn_abi.h", attn_abi_src},
-      {"abi/attn_layout.h", attn_layout_src},
-      {"templates/common.cuh", common_src},
-      {"templates/ptx.cuh", ptx_src},
-      {"templates/softmax.cuh", softmax_src},
-      {"templates/wgmma.cuh", wgmma_src},
-      {"templates/hooks.cuh", hooks_src},
-      {"templates/fwd_sm80.cuh", fwd_sm80_src},
-      {"templates/fwd_sm90.cuh", fwd_sm90_src},
-      {"templates/decode.cuh", decode_src},
-      {"templates/philox.cuh", philox_src},
-      {"templates/bwd_sm80.cuh", bwd_sm80_src},
-      {"templates/bwd_sm90.cuh", bwd_sm90_src}};
+  const EmbeddedText *texts = attn_embedded_texts;
   while (*src) {
     const char *next = NULL;
-    size_t which = 0;
-    for (size_t k = 0; k < sizeof texts / sizeof texts[0]; k++) {
+    int which = 0;
+    for (int k = 0; k < attn_nembedded_texts; k++) {
       const char *at = strstr(src, texts[k].text);
       if (at && (!next || at < next)) next = at, which = k;
     }

@@ -1005,6 +1005,13 @@ char *emit_unit_part(const Compiled *c, const CompileOptions *o, EmitPart part, 
  * text; NVRTC gets emit_unit_part's on a miss. */
 char *emit_unit_key(const Compiled *c, const CompileOptions *o, EmitPart part, Arena *a);
 extern const char attn_templates_id[];
+/* Every embedded text by its repository path, in the order the unit
+ * first pastes them: `attnc emit --brief` and the tests name them so. */
+typedef struct EmbeddedText {
+  const char *name, *text;
+} EmbeddedText;
+extern const EmbeddedText attn_embedded_texts[];
+extern const int attn_nembedded_texts;
 /* An embedded text into out: the text itself, or with key (emit_unit_key)
  * a line naming it. */
 void emit_template(StrBuf *out, const char *name, const char *text, bool key);

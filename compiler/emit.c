@@ -405,6 +405,22 @@ void macro_undef_all(StrBuf *out, const MacroSet *ms) {
   if (ms->n) sb_puts(out, "\n");
 }
 
+const EmbeddedText attn_embedded_texts[] = {
+    {"abi/attn_abi.h", attn_abi_src},
+    {"abi/attn_layout.h", attn_layout_src},
+    {"templates/common.cuh", common_src},
+    {"templates/ptx.cuh", ptx_src},
+    {"templates/softmax.cuh", softmax_src},
+    {"templates/wgmma.cuh", wgmma_src},
+    {"templates/hooks.cuh", hooks_src},
+    {"templates/fwd_sm80.cuh", fwd_sm80_src},
+    {"templates/fwd_sm90.cuh", fwd_sm90_src},
+    {"templates/decode.cuh", decode_src},
+    {"templates/philox.cuh", philox_src},
+    {"templates/bwd_sm80.cuh", bwd_sm80_src},
+    {"templates/bwd_sm90.cuh", bwd_sm90_src}};
+const int attn_nembedded_texts = (int)(sizeof attn_embedded_texts / sizeof attn_embedded_texts[0]);
+
 void emit_template(StrBuf *out, const char *name, const char *text, bool key) {
   if (key)
     sb_printf(out, "/* \1[the text of %s] */\n", name); /* \1: no emitted text has it */

@@ -14,22 +14,6 @@
 
 #include "unit_build.h"
 
-static const struct {
-  const char *name, *text;
-} texts[] = {{"abi/attn_abi.h", attn_abi_src},
-             {"abi/attn_layout.h", attn_layout_src},
-             {"templates/common.cuh", common_src},
-             {"templates/ptx.cuh", ptx_src},
-             {"templates/softmax.cuh", softmax_src},
-             {"templates/wgmma.cuh", wgmma_src},
-             {"templates/hooks.cuh", hooks_src},
-             {"templates/fwd_sm80.cuh", fwd_sm80_src},
-             {"templates/fwd_sm90.cuh", fwd_sm90_src},
-             {"templates/decode.cuh", decode_src},
-             {"templates/philox.cuh", philox_src},
-             {"templates/bwd_sm80.cuh", bwd_sm80_src},
-             {"templates/bwd_sm90.cuh", bwd_sm90_src}};
-
 /* key with its first line (the digest) dropped and each name expanded. */
 static void expand(StrBuf *out, const char *key) {
   const char *p = strchr(key, '\n');
@@ -45,12 +29,12 @@ static void expand(StrBuf *out, const char *key) {
     const char *name = m + strlen("/* \1[the text of ");
     const char *end = strstr(name, "] */\n");
     cr_assert(end, "an unterminated name");
-    size_t k = 0;
-    while (k < sizeof texts / sizeof texts[0] &&
-           (strlen(texts[k].name) != (size_t)(end - name) ||
-            strncmp(texts[k].name, name, (size_t)(end - name)) != 0))
+    const EmbeddedText *texts = attn_embedded_texts;
+    int k = 0;
+    while (k < attn_nembedded_texts && (strlen(texts[k].name) != (size_t)(end - name) ||
+                                        strncmp(texts[k].name, name, (size_t)(end - name)) != 0))
       k++;
-    cr_assert(k < sizeof texts / sizeof texts[0], "an unknown name '%.*s'", (int)(end - name), name);
+    cr_assert(k < attn_nembedded_texts, "an unknown name '%.*s'", (int)(end - name), name);
     sb_puts(out, texts[k].text);
     p = end + strlen("] */\n");
   }
