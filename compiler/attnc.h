@@ -1001,7 +1001,7 @@ char *emit_unit_part(const Compiled *c, const CompileOptions *o, EmitPart part, 
  * line naming it, after a first line naming attn_templates_id (a digest of
  * those texts, made at build time: Makefile): together the full unit's
  * every byte, so libattn's kernel cache keys a program by this (runtime/
- * api.c) and a warm load neither pastes nor hashes ~180 KB of template
+ * jit.c) and a warm load neither pastes nor hashes ~180 KB of template
  * text; NVRTC gets emit_unit_part's on a miss. */
 char *emit_unit_key(const Compiled *c, const CompileOptions *o, EmitPart part, Arena *a);
 extern const char attn_templates_id[];

@@ -4,7 +4,7 @@
  *   front_end       .attn text -> AST -> checked IR     (parse, build)
  *   compile_module  IR -> specs -> plans -> CUDA unit   (match, plan, emit)
  *
- * and then, in the runtime (runtime/api.c): NVRTC -> cache -> load ->
+ * and then, in the runtime (runtime/jit.c): cache -> NVRTC on a miss -> load ->
  * launch, each launch running the graph's plan (runtime/launch.c). The
  * library and the attnc command both call these two functions; `attnc
  * ir`, `plan`, `emit` and `compile` stop after a named stage.

@@ -10,6 +10,8 @@
  *   bind.c     tensor/scalar bindings checked against the IR graph
  *   dlpack.c   DLPack tensors -> the arguments of a tensor binding
  *   api.c      attn.h: contexts, modules, graphs, calls (the structs below)
+ *   jit.c      a module from .attn text: plans, the kernel cache, NVRTC
+ *   embedded.c a module from an `attnc build` image
  *   tmap.c     the TMA tensor maps of a plan step
  *   launch.c   runs a pass of a graph's plan: workspace, grids, launches
  *   backward.c the backward's bindings checked before its pass
@@ -290,7 +292,7 @@ struct attn_module {
   int ngraphs;
   /* A JIT module's compile (its matched and planned graphs, the options
    * with arch pointing at arch above): what NVRTC's source is emitted
-   * from, on a cache miss only (runtime/api.c). NULL for embedded images. */
+   * from, on a cache miss only (runtime/jit.c). NULL for embedded images. */
   const Compiled *cm;
   CompileOptions opt;
   /* The backward pass's kernels as an NVRTC program of their own (a JIT
@@ -371,6 +373,45 @@ attn_status rt_module_load(attn_module *m, const RtDriver *d);
 /* The library that holds pass's kernels loaded (for the backward of a
  * module that compiles it apart, compiled first) and its kernels found. */
 attn_status rt_module_load_pass(attn_module *m, const RtDriver *d, PlanPass pass);
+/* A pass of the compiler under a memory scope (compiler/mem.c): running
+ * out of memory or a broken invariant inside becomes the context's error
+ * and OUT_OF_MEMORY or INTERNAL, never an abort. */
+attn_status rt_scoped(attn_context *ctx, void (*pass)(void *), void *arg, Diag *d);
+/* The target: the one set on the context, else the current device's. */
+attn_status rt_target_arch(attn_context *ctx, char arch[16]);
+/* Loads m now when a driver and a context for its target exist. */
+attn_status rt_module_try_load(attn_module *m);
+/* Plans read from text and checked against a module's graphs (rt_scoped
+ * pass; rc 0, or -1 with why). */
+typedef struct RtPlans {
+  const char *text;
+  Arena *a;
+  const IrModule *ir;
+  GraphPlan *plans;
+  int rc;
+  Diag why; /* why not (its StrBuf) */
+} RtPlans;
+void rt_plans_pass(void *arg);
+
+/* ------------------------------------------------------ jit.c (and embedded.c) */
+
+/* The front end on a file (path) or a string (name, text, len): checked
+ * IR in a fresh arena a, or the context's error (IO, SOURCE) with a freed. */
+typedef struct RtFront {
+  Arena *a;
+  const char *path;
+  const char *name, *text;
+  size_t len;
+  Diag d;
+  const Source *src;
+  IrModule *ir;
+} RtFront;
+attn_status rt_front(attn_context *ctx, RtFront *f);
+/* compile_module -> the kernel cache (NVRTC on a miss) -> module, for a
+ * built IR in arena a (the module's from then on). */
+attn_status rt_compile_ir(attn_context *ctx, Arena *a, const IrModule *ir, attn_module **out);
+/* A module's backward program (bwd_apart), through the cache. */
+attn_status rt_compile_backward(attn_module *m);
 /* NVRTC's log for the module's cubin ("" on a cache hit that kept none,
  * or when the cache disabled logs); the target it was built for. */
 const char *rt_module_log(const attn_module *m);

@@ -1,8 +1,9 @@
 /* sha256_x86.c: SHA-256's block function on the x86 SHA extensions
  * (sha256rnds2, sha256msg1/2), about 8x the portable loop in sha256.c. A warm
- * module load hashes its emitted source (a cache key, 100-250 KB) and the
- * cached entry (a checksum): with the portable loop that was two thirds of
- * the load's host time. sha256.c picks this path when cpuid says the CPU has
+ * module load hashed its emitted source (a cache key, 100-250 KB) and the
+ * cached entry (a checksum) until session 19: with the portable loop that was
+ * two thirds of the load's host time (now a key text of a few KB, and the
+ * checksum is CRC-32C). sha256.c picks this path when cpuid says the CPU has
  * SHA, SSSE3 and SSE4.1; the unit tests compare both on every length.
  *
  * Register layout (Intel's): the state is two registers, ABEF (A in the

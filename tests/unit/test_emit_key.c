@@ -1,7 +1,7 @@
 /*
  * test_emit_key.c: the kernel cache keys a program by emit_unit_key's text
  * (each embedded text named, not pasted) with attn_templates_id, not by the
- * unit NVRTC compiles (runtime/api.c): that is sound only if the key text
+ * unit NVRTC compiles (runtime/jit.c): that is sound only if the key text
  * is the unit with exactly those texts replaced. For every example the
  * matcher takes, on sm_80 and sm_90a, each part (whole, forward, backward):
  * the key text with its names expanded back to the texts must be the
