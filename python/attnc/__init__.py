@@ -32,11 +32,12 @@ from ._errors import (AttnError, BindError, LibraryError, NoDriverError, SourceE
 from ._core import Call, Context, RawGraph, RawModule, ScalarSpec, TensorSpec
 from ._graph import Graph
 from ._lib import library, library_path
+from ._merge import merge_partials
 
 __all__ = [
     "compile", "Module", "Graph", "Context", "RawModule", "RawGraph", "Call", "TensorSpec",
     "ScalarSpec", "AttnError", "SourceError", "UnsupportedError", "BindError", "NoDriverError",
-    "LibraryError", "library_version", "library_path",
+    "LibraryError", "library_version", "library_path", "merge_partials",
 ]
 
 
