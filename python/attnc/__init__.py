@@ -33,11 +33,13 @@ from ._core import Call, Context, RawGraph, RawModule, ScalarSpec, TensorSpec
 from ._graph import Graph
 from ._lib import library, library_path
 from ._merge import merge_partials
+from ._ring import attnc_shard_functions, ring_attention
 
 __all__ = [
     "compile", "Module", "Graph", "Context", "RawModule", "RawGraph", "Call", "TensorSpec",
     "ScalarSpec", "AttnError", "SourceError", "UnsupportedError", "BindError", "NoDriverError",
-    "LibraryError", "library_version", "library_path", "merge_partials",
+    "LibraryError", "library_version", "library_path", "merge_partials", "ring_attention",
+    "attnc_shard_functions",
 ]
 
 

@@ -391,3 +391,53 @@ def test_sinks_gradients_against_float64(torch, cache_dir):
     assert rel(torch, o, ro.detach()) < 1e-2
     for t, leaf in zip((q, k, v, sinks), leaves):
         assert rel(torch, t.grad, leaf.grad) < 2e-2
+
+
+SHARD = """
+attention shard {
+  input  q : bf16[B, H, Sq, 64];
+  input  k : bf16[B, Hk, Skv, 64];
+  input  v : bf16[B, Hk, Skv, 64];
+  scalar q0 : i32 = 0;
+  scalar k0 : i32 = 0;
+  s = mask((q @ k^T) * 0.125, j + k0 <= i + q0 && i + q0 - (j + k0) < 300);
+  o = softmax(s) @ v;
+  output o : bf16[B, H, Sq, 64];
+  output lse = logsumexp(s);
+  grad q, k, v;
+}
+"""
+
+
+@pytest.mark.parametrize("nshards", [2, 3])
+def test_shards_on_one_device_equal_the_whole(torch, cache_dir, nshards):
+    """Context parallelism's arithmetic with attnc's kernels (issue 20): the sequence's queries and
+    keys cut into shards, each query shard against each key shard through the graph with its
+    global offsets (attnc_shard_functions), merged (merge_partials); then each shard's backward
+    from the merged o and lse, summed: o, lse, dq, dk, dv as the unsharded graph's."""
+    g = compile_(SHARD, cache_dir).shard
+    fwd, bwd = attnc.attnc_shard_functions(g)
+    S = 384 * nshards
+    q = rand(torch, 2, 4, S, 64)
+    k, v = rand(torch, 2, 2, S, 64), rand(torch, 2, 2, S, 64)
+    dout = torch.randn(2, 4, S, 64, device="cuda", dtype=torch.bfloat16)
+    o_w, lse_w = fwd(q, k, v, 0, 0)
+    dq_w, dk_w, dv_w = bwd(q, k, v, o_w, lse_w, dout, 0, 0)
+    n = S // nshards
+    cut = lambda x, r: x[..., r * n:(r + 1) * n, :].contiguous()
+    dq = torch.zeros_like(q, dtype=torch.float32)
+    dk, dv = torch.zeros_like(k, dtype=torch.float32), torch.zeros_like(v, dtype=torch.float32)
+    for rq in range(nshards):
+        parts = [fwd(cut(q, rq), cut(k, rk), cut(v, rk), rq * n, rk * n) for rk in range(nshards)]
+        o, lse = attnc.merge_partials([p[0] for p in parts], [p[1] for p in parts])
+        o = o.to(torch.bfloat16)
+        assert rel(torch, o, o_w[..., rq * n:(rq + 1) * n, :].double()) < 1e-2
+        assert torch.allclose(lse, lse_w[..., rq * n:(rq + 1) * n], atol=1e-3, rtol=0)
+        for rk in range(nshards):
+            a, b, c = bwd(cut(q, rq), cut(k, rk), cut(v, rk), o, lse,
+                          cut(dout, rq), rq * n, rk * n)
+            dq[..., rq * n:(rq + 1) * n, :] += a.float()
+            dk[..., rk * n:(rk + 1) * n, :] += b.float()
+            dv[..., rk * n:(rk + 1) * n, :] += c.float()
+    for got, want in ((dq, dq_w), (dk, dk_w), (dv, dv_w)):
+        assert rel(torch, got, want.double()) < 2e-2
