@@ -2,10 +2,11 @@
 
     torchrun --nproc-per-node N examples/python/ring_attention.py [--seq 131072] [--check]
 
-Each rank holds a contiguous shard of a long causal sequence (queries, keys and values of
-S / N positions); attnc.ring_attention passes the key/value shards around the ring while each rank
-computes its queries' attention against them with an attnc graph whose mask reads global
-positions through the scalars q0 and k0, then the backward. --check also runs the whole sequence
+Each rank holds a shard of a long causal sequence (queries, keys and values of S / N positions),
+in the zigzag layout that gives every rank the same causal work (chunks r and 2N-1-r of 2N;
+--layout contiguous for plain slices); attnc.ring_attention passes the key/value shards around
+the ring while each rank computes its queries' attention against them with an attnc graph whose
+mask reads global positions through the scalars q0 and k0, then the backward. --check also runs the whole sequence
 on every rank's GPU (small --seq only) and compares. NVLink multicast stays off
 (NCCL_NVLS_ENABLE=0). Written in session 19 without a multi-GPU machine: not yet run on GPUs;
 the ring's logic is tested on CPUs (python/tests/test_ring.py).
@@ -43,6 +44,7 @@ def main():
     ap.add_argument("--heads", type=int, default=16)
     ap.add_argument("--kv-heads", type=int, default=16)
     ap.add_argument("--check", action="store_true")
+    ap.add_argument("--layout", default="zigzag", choices=["zigzag", "contiguous"])
     args = ap.parse_args()
     dist.init_process_group("nccl")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -53,13 +55,19 @@ def main():
     g = torch.Generator(device="cuda").manual_seed(0)  # the same whole sequence on every rank
     mk = lambda h: torch.randn(1, h, S, 128, device="cuda", dtype=torch.bfloat16, generator=g)
     q, k, v, do = mk(args.heads), mk(args.kv_heads), mk(args.kv_heads), mk(args.heads)
-    mine = lambda x: x[..., rank * n:(rank + 1) * n, :].contiguous().requires_grad_(x is not do)
+    if args.layout == "zigzag":
+        c = n // 2
+        idx = torch.cat([torch.arange(rank * c, (rank + 1) * c),
+                         torch.arange((2 * world - 1 - rank) * c, (2 * world - rank) * c)]).cuda()
+    else:
+        idx = torch.arange(rank * n, (rank + 1) * n).cuda()
+    mine = lambda x: x[..., idx, :].contiguous().requires_grad_(x is not do)
     qs, ks, vs, dos = mine(q), mine(k), mine(v), mine(do)
     for it in range(3):  # the first compiles and warms up
         torch.cuda.synchronize()
         dist.barrier()
         t0 = time.perf_counter()
-        o, lse = attnc.ring_attention(qs, ks, vs, fwd, bwd)
+        o, lse = attnc.ring_attention(qs, ks, vs, fwd, bwd, layout=args.layout)
         torch.cuda.synchronize()
         t1 = time.perf_counter()
         o.backward(dos)
@@ -72,15 +80,13 @@ def main():
               f"TFLOP/s in all), backward {(t2 - t1) * 1e3:.1f} ms "
               f"({2.5 * flops / (t2 - t1) / 1e12:.0f} TFLOP/s in all)")
     if args.check:
-        o, lse = attnc.ring_attention(qs, ks, vs, fwd, bwd)
+        o, lse = attnc.ring_attention(qs, ks, vs, fwd, bwd, layout=args.layout)
         o.backward(dos)
         ow, lw = fwd(q, k, v, 0, 0)
         dqw, dkw, dvw = bwd(q, k, v, ow, lw, do, 0, 0)
         rel = lambda a, b: ((a.double() - b.double()).norm() / b.double().norm()).item()
-        errs = [rel(o, ow[..., rank * n:(rank + 1) * n, :]),
-                rel(qs.grad, dqw[..., rank * n:(rank + 1) * n, :]),
-                rel(ks.grad, dkw[..., rank * n:(rank + 1) * n, :]),
-                rel(vs.grad, dvw[..., rank * n:(rank + 1) * n, :])]
+        errs = [rel(o, ow[..., idx, :]), rel(qs.grad, dqw[..., idx, :]),
+                rel(ks.grad, dkw[..., idx, :]), rel(vs.grad, dvw[..., idx, :])]
         print(f"rank {rank}: relative error of o, dq, dk, dv against one GPU: "
               + ", ".join(f"{e:.1e}" for e in errs))
         assert max(errs) < 2e-2

@@ -17,8 +17,11 @@ from an attnc graph whose mask reads global positions through two i32 scalars (d
 "Positions"), e.g. `s = mask((q @ k^T) * scale, j + k0 <= i + q0)` with `output lse =
 logsumexp(s)` and `grad q, k, v`.
 
-Not yet: load-balanced causal sharding (zigzag): with contiguous shards the last rank has the most
-work under a causal mask.
+Layouts: "contiguous" (rank r holds positions r*S_r ..), or "zigzag" for causal masks (rank r of
+N holds chunks r and 2N-1-r of 2N equal chunks, in that order, so every rank has the same causal
+work, as Llama 3's context parallelism shards): each shard is then two pieces, and each step runs
+the four piece pairs with their own offsets (a pair the mask leaves empty costs a launch, its
+tiles all skipped).
 """
 import torch
 import torch.distributed as dist
@@ -38,35 +41,56 @@ def _exchange(tensors, group, rank, world):
     return dist.batch_isend_irecv(ops), bufs
 
 
+def _pieces(layout, rank, world, n):
+    """The contiguous pieces of rank's shard of n positions: (first row in the shard, rows,
+    first global position)."""
+    if layout == "contiguous":
+        return [(0, n, rank * n)]
+    if layout == "zigzag":
+        if n % 2:
+            raise ValueError(f"ring_attention: a zigzag shard has an even length, not {n}")
+        c = n // 2
+        return [(0, c, rank * c), (c, c, (2 * world - 1 - rank) * c)]
+    raise ValueError(f"ring_attention: layout '{layout}' (want 'contiguous' or 'zigzag')")
+
+
+def _rows(x, piece):
+    lo, m, _ = piece
+    return x[..., lo:lo + m, :]
+
+
 class _Ring(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, fwd, bwd, group):
+    def forward(ctx, q, k, v, fwd, bwd, group, layout):
         world = dist.get_world_size(group)
         rank = dist.get_rank(group)
-        s_q, s_kv = q.shape[-2], k.shape[-2]
+        qp = _pieces(layout, rank, world, q.shape[-2])
         kv = (k.contiguous(), v.contiguous())
-        o = lse = None
+        parts = [[] for _ in qp]  # per query piece: (o, lse) of every key piece met
         for step in range(world):
             src = (rank - step) % world  # whose key/value shard this step holds
             reqs, nxt = _exchange(kv, group, rank, world) if step + 1 < world else ([], None)
-            o_s, lse_s = fwd(q, kv[0], kv[1], rank * s_q, src * s_kv)
-            o, lse = (o_s, lse_s) if o is None else merge_partials([o, o_s], [lse, lse_s])
+            for a, pa in enumerate(qp):
+                for pb in _pieces(layout, src, world, k.shape[-2]):
+                    parts[a].append(fwd(_rows(q, pa), _rows(kv[0], pb), _rows(kv[1], pb), pa[2], pb[2]))
             for r in reqs:
                 r.wait()
             if nxt is not None:
                 kv = tuple(nxt)
-        o = o.to(q.dtype)
+        merged = [merge_partials([p[0] for p in ps], [p[1] for p in ps]) for ps in parts]
+        o = torch.cat([m[0] for m in merged], -2).to(q.dtype)
+        lse = torch.cat([m[1] for m in merged], -1)
         ctx.save_for_backward(q, k, v, o, lse)
-        ctx.bwd, ctx.group = bwd, group
+        ctx.bwd, ctx.group, ctx.layout = bwd, group, layout
         return o, lse
 
     @staticmethod
     def backward(ctx, do, dlse):
         q, k, v, o, lse = ctx.saved_tensors
-        group = ctx.group
+        group, layout = ctx.group, ctx.layout
         world = dist.get_world_size(group)
         rank = dist.get_rank(group)
-        s_q, s_kv = q.shape[-2], k.shape[-2]
+        qp = _pieces(layout, rank, world, q.shape[-2])
         acc = torch.promote_types(q.dtype, torch.float32)  # f32, or f64 for f64 inputs
         dq = torch.zeros_like(q, dtype=acc)
         # The travelling shard and its gradients, added to at every rank it visits.
@@ -74,24 +98,32 @@ class _Ring(torch.autograd.Function):
         dkv = (torch.zeros_like(k, dtype=acc), torch.zeros_like(v, dtype=acc))
         for step in range(world):
             src = (rank - step) % world
-            dq_s, dk_s, dv_s = ctx.bwd(q, kv[0], kv[1], o, lse, do, rank * s_q, src * s_kv)
-            dq += dq_s.to(acc)
-            dkv = (dkv[0] + dk_s.to(acc), dkv[1] + dv_s.to(acc))
+            for pa in qp:
+                la, ma, _ = pa
+                for pb in _pieces(layout, src, world, k.shape[-2]):
+                    lb, mb, _ = pb
+                    dq_s, dk_s, dv_s = ctx.bwd(_rows(q, pa), _rows(kv[0], pb), _rows(kv[1], pb),
+                                               _rows(o, pa), lse[..., la:la + ma], _rows(do, pa),
+                                               pa[2], pb[2])
+                    dq[..., la:la + ma, :] += dq_s.to(acc)
+                    dkv[0][..., lb:lb + mb, :] += dk_s.to(acc)
+                    dkv[1][..., lb:lb + mb, :] += dv_s.to(acc)
             # Everything moves one rank on; after `world` moves each shard is home.
             reqs, nxt = _exchange(kv + dkv, group, rank, world)
             for r in reqs:
                 r.wait()
             kv, dkv = tuple(nxt[:2]), tuple(nxt[2:])
-        return dq.to(q.dtype), dkv[0].to(k.dtype), dkv[1].to(v.dtype), None, None, None
+        return dq.to(q.dtype), dkv[0].to(k.dtype), dkv[1].to(v.dtype), None, None, None, None
 
 
-def ring_attention(q, k, v, forward, backward, group=None):
+def ring_attention(q, k, v, forward, backward, group=None, layout="contiguous"):
     """This rank's queries' attention over every rank's keys and values (see the module's
     docstring): returns (o, lse) like the shard graph; differentiable in q, k and v (the
-    gradient of lse is not propagated: graphs take dO only)."""
+    gradient of lse is not propagated: graphs take dO only). layout: "contiguous" or "zigzag"."""
     if not dist.is_initialized():
         raise RuntimeError("ring_attention needs torch.distributed initialized (NCCL on GPUs)")
-    return _Ring.apply(q, k, v, forward, backward, group)
+    _pieces(layout, 0, 1, q.shape[-2])  # a bad layout or length is refused before any exchange
+    return _Ring.apply(q, k, v, forward, backward, group, layout)
 
 
 def attnc_shard_functions(graph, q0="q0", k0="k0"):

@@ -1,5 +1,5 @@
 """attnc.ring_attention (python/attnc/_ring.py) on CPUs: 2 and 3 ranks over gloo, each holding a
-contiguous shard of a float64 sequence, with a reference shard attention (global positions from
+contiguous or a zigzag shard (chunks r and 2N-1-r) of a float64 sequence, with a reference shard attention (global positions from
 the shard offsets, causal or a window) in place of an attnc graph; o, lse and the gradients of q, k
 and v equal one process's whole attention under autograd. The attnc graph path
 (attnc_shard_functions) needs GPUs and is not run here."""
@@ -63,17 +63,26 @@ def whole(kind, seed):
     return (q, k, v, do), (o.detach(), lse.detach(), qg.grad, kg.grad, vg.grad)
 
 
-def rank_main(rank, world, init, kind, out):
+def rows_of(layout, rank, world):
+    """The global positions rank holds, in its shard's order."""
+    n = S // world
+    if layout == "contiguous":
+        return torch.arange(rank * n, (rank + 1) * n)
+    c = n // 2
+    return torch.cat([torch.arange(rank * c, (rank + 1) * c),
+                      torch.arange((2 * world - 1 - rank) * c, (2 * world - rank) * c)])
+
+
+def rank_main(rank, world, init, kind, layout, out):
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
     try:
         (q, k, v, do), want = whole(kind, 0)
-        n = S // world
-        sl = slice(rank * n, (rank + 1) * n)
-        qs, ks, vs = (x[..., sl, :].clone().requires_grad_(True) for x in (q, k, v))
-        o, lse = attnc.ring_attention(qs, ks, vs, ref_fwd(kind), ref_bwd(kind))
-        (o * do[..., sl, :]).sum().backward()
+        idx = rows_of(layout, rank, world)
+        qs, ks, vs = (x[..., idx, :].clone().requires_grad_(True) for x in (q, k, v))
+        o, lse = attnc.ring_attention(qs, ks, vs, ref_fwd(kind), ref_bwd(kind), layout=layout)
+        (o * do[..., idx, :]).sum().backward()
         got = (o.detach(), lse.detach(), qs.grad, ks.grad, vs.grad)
-        errs = [(g - w[..., sl, :] if g.dim() == 4 else g - w[..., sl]).abs().max().item()
+        errs = [(g - w[..., idx, :] if g.dim() == 4 else g - w[..., idx]).abs().max().item()
                 for g, w in zip(got, want)]
         torch.save(errs, os.path.join(out, f"{rank}.pt"))
     finally:
@@ -81,11 +90,12 @@ def rank_main(rank, world, init, kind, out):
 
 
 @pytest.mark.parametrize("world", [2, 3])
-@pytest.mark.parametrize("kind", ["causal", "window"])
-def test_ring_equals_the_whole(world, kind):
+@pytest.mark.parametrize("kind,layout", [("causal", "contiguous"), ("window", "contiguous"),
+                                         ("causal", "zigzag"), ("window", "zigzag")])
+def test_ring_equals_the_whole(world, kind, layout):
     with tempfile.TemporaryDirectory() as out:
         init = "file://" + os.path.join(out, "rendezvous")
-        mp.spawn(rank_main, args=(world, init, kind, out), nprocs=world, join=True)
+        mp.spawn(rank_main, args=(world, init, kind, layout, out), nprocs=world, join=True)
         for r in range(world):
             errs = torch.load(os.path.join(out, f"{r}.pt"))
             assert max(errs) < 1e-12, (r, errs)  # o, lse, dq, dk, dv
