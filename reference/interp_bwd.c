@@ -34,6 +34,10 @@ typedef struct BwdRef {
    * k0, lk), Sq and Skv being the pair's lengths while it is evaluated;
    * NULL for dense tensors. */
   int64_t *seq;
+  /* Given row statistics (ref_backward_given; NULL: recomputed): each
+   * row's lse [B, H, Sq] and O [B, H, Sq, Dv], for P = exp(s - lse) and
+   * delta = rowsum(dO * O) (a shard's part of the whole's gradient). */
+  const double *lse_given, *o_given;
   bool *need;   /* forward nodes the sweep evaluates */
   double **fv;  /* forward node values, [Sq][Skv] */
   double **dvv; /* derived node values, [Sq][Skv] */
@@ -316,6 +320,16 @@ typedef struct BwdWork {
  * the sink's own share of each row, exp(sink - lse_i), in psink. */
 static void bref_softmax(const BwdRef *c, const double *x, double sink, double *p,
                          double *psink) {
+  if (c->lse_given) { /* the whole's normalizer: this pair's keys are a part of its row */
+    const double *lse = c->lse_given + (c->b * c->H + c->h) * c->Sq;
+    for (int64_t i = 0; i < c->Sq; i++) {
+      const double *row = x + i * c->Skv;
+      for (int64_t j = 0; j < c->Skv; j++)
+        p[i * c->Skv + j] = lse[i] == -INFINITY ? 0.0 : exp(row[j] - lse[i]);
+      psink[i] = lse[i] == -INFINITY || sink == -INFINITY ? 0.0 : exp(sink - lse[i]);
+    }
+    return;
+  }
   for (int64_t i = 0; i < c->Sq; i++) {
     const double *row = x + i * c->Skv;
     double m = sink, sum = 0;
@@ -428,8 +442,11 @@ static int bref_pair(BwdRef *c, BwdWork *w, const double *dout,
     double delta = 0;
     for (int64_t d = 0; d < Dv; d++) {
       double o = 0;
-      for (int64_t j = 0; j < Skv; j++)
-        o += w->pd[i * Skv + j] * vt->data[bref_krow(c, vt, j, Dv) + d];
+      if (c->o_given)
+        o = c->o_given[bref_qrow(c, i, Dv) + d];
+      else
+        for (int64_t j = 0; j < Skv; j++)
+          o += w->pd[i * Skv + j] * vt->data[bref_krow(c, vt, j, Dv) + d];
       delta += o * dop[d];
     }
     if (bg->sink_tensor >= 0) { /* dsink = -sum_i p_sink,i delta_i */
@@ -463,12 +480,21 @@ static int bref_pair(BwdRef *c, BwdWork *w, const double *dout,
 
 int ref_backward(RefArgs *args, const BwdGraph *bg, const double *dout,
                  RefTensor *grads, StrBuf *err) {
-  BwdRef c = {.args = args, .bg = bg, .g = bg->g, .err = err};
+  return ref_backward_given(args, bg, dout, NULL, NULL, grads, err);
+}
+
+int ref_backward_given(RefArgs *args, const BwdGraph *bg, const double *dout, const double *lse,
+                       const double *o, RefTensor *grads, StrBuf *err) {
+  BwdRef c = {.args = args, .bg = bg, .g = bg->g, .err = err, .lse_given = lse, .o_given = o};
   if (args->g != bg->g)
     return bref_fail(&c, NULL, "the arguments are for another graph");
   if (!dout || !grads)
     return bref_fail(&c, NULL, "no dO or no gradient slots given");
+  if ((lse == NULL) != (o == NULL))
+    return bref_fail(&c, NULL, "the given row statistics need both lse and O");
   const IrGraph *g = bg->g;
+  if (lse && g->q >= 0 && g->q < g->ntensors && g->tensors[g->q].packed)
+    return bref_fail(&c, NULL, "given row statistics with packed sequences are not supported");
   if (g->k >= 0 && g->k < g->ntensors && g->tensors[g->k].paged)
     return bref_fail(&c, NULL, "the CPU reference has no backward through a paged KV cache");
   int rc = -1;

@@ -159,5 +159,13 @@ void ref_merge_partials(int n, int64_t rows, int64_t cols, const double *const *
  * 0, or -1 with a message in err. */
 int ref_backward(RefArgs *args, const BwdGraph *bg, const double *dout,
                  RefTensor *grads, StrBuf *err);
+/* The same with each row's lse [B, H, Sq] and O [B, H, Sq, Dv] given
+ * (dense graphs) instead of recomputed from args: P = exp(s - lse) and
+ * delta = rowsum(dO * O). With a shard's keys and the whole's lse and O,
+ * that is the shard's part of the whole's gradient: dq summed over the
+ * key shards, dk and dv over the query shards, give the whole's (context
+ * parallelism's backward; tests/unit/test_shards.c). */
+int ref_backward_given(RefArgs *args, const BwdGraph *bg, const double *dout, const double *lse,
+                       const double *o, RefTensor *grads, StrBuf *err);
 
 #endif

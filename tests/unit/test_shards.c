@@ -6,7 +6,9 @@
  * ref_merge_partials; the result must be the unsharded graph's: causal
  * with GQA, a sliding window, a document mask read from per-position
  * tensors, with 2, 3 and 4 key shards of unequal lengths, rows whose keys
- * all fall in other shards, and rows with no key at all.
+ * all fall in other shards, and rows with no key at all. And the backward:
+ * each (query shard, key shard) pair's gradients from the whole's lse and
+ * O (ref_backward_given), summed, are the whole's dq, dk and dv.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -32,8 +34,8 @@ static const char *const graphs[] = {
     /* Documents: every position's id, queries' and keys' own tensors (each
      * shard holds its rows); the reference's random ids leave some rows
      * without any key. */
-    "attention documents {\n" SHARD_HEAD("  input dq : i32[B, Sq];\n  input dk : i32[B, Skv];\n")
-    "  s = mask((q @ k^T) * 0.18, dq[b, i] % 7 == dk[b, j] % 7 && j + k0 <= i + q0);\n"
+    "attention documents {\n" SHARD_HEAD("  input docq : i32[B, Sq];\n  input dock : i32[B, Skv];\n")
+    "  s = mask((q @ k^T) * 0.18, docq[b, i] % 7 == dock[b, j] % 7 && j + k0 <= i + q0);\n"
     SHARD_TAIL,
 };
 
@@ -171,4 +173,120 @@ Test(shards, merge_edges) {
   cr_assert(fabs(mo[2] - 6) < 1e-12 && fabs(mo[3] - 7) < 1e-12);
   cr_assert(isinf(ml[2]) && ml[2] < 0);
   cr_assert(mo[4] == 0 && mo[5] == 0);
+}
+
+/* The backward of shards: every (query shard, key shard) pair's gradients
+ * from the whole's lse and O rows of its queries (ref_backward_given),
+ * dq summed over key shards and dk, dv over query shards, against the
+ * whole graph's backward. */
+static void check_backward(const IrGraph *g, const BwdGraph *bg, RefArgs *full, const double *dout,
+                           const RefTensor *want, const int64_t *qcuts, int nq, const int64_t *kcuts,
+                           int nk) {
+  const RefTensor *fo = &full->tensors[tensor_named(g, "o")];
+  const RefTensor *fl = &full->tensors[tensor_named(g, "lse")];
+  RefTensor dout_t = *fo;
+  dout_t.data = (double *)dout;
+  RefTensor *sum = calloc((size_t)g->ntensors, sizeof *sum);
+  cr_assert(sum);
+  for (int t = 0; t < g->ntensors; t++)
+    if (g->tensors[t].grad) {
+      sum[t] = full->tensors[t];
+      sum[t].data = calloc((size_t)ref_numel(&sum[t]) + 1, sizeof(double));
+    }
+  const int sym_q = g->tensors[g->q].dim_sym[2], sym_k = g->tensors[g->k].dim_sym[2];
+  for (int a = 0; a < nq; a++)
+    for (int b = 0; b < nk; b++) {
+      const int64_t qa = qcuts[a], qb = qcuts[a + 1], ka = kcuts[b], kb = kcuts[b + 1];
+      RefArgs sa = {.g = g};
+      sa.tensors = calloc((size_t)g->ntensors + 1, sizeof *sa.tensors);
+      cr_assert(sa.tensors);
+      for (int t = 0; t < g->ntensors; t++) {
+        const IrTensor *it = &g->tensors[t];
+        if (it->is_output) continue;
+        sa.tensors[t] = slice(&full->tensors[t], 0, 0, full->tensors[t].shape[0]);
+        for (int d = 0; d < it->ndims; d++) {
+          if (it->dim_sym[d] != sym_q && it->dim_sym[d] != sym_k) continue;
+          const bool is_q = it->dim_sym[d] == sym_q;
+          RefTensor cut = slice(&sa.tensors[t], d, is_q ? qa : ka, is_q ? qb : kb);
+          free(sa.tensors[t].data);
+          sa.tensors[t] = cut;
+        }
+      }
+      StrBuf err = {0}, spec = {0};
+      sb_printf(&spec, "q0=%lld,k0=%lld", (long long)qa, (long long)ka);
+      cr_assert_eq(ref_set_scalars(&sa, spec.data, &err), 0, "%s", err.data);
+      RefTensor lse = slice(fl, 2, qa, qb), o = slice(fo, 2, qa, qb), dos = slice(&dout_t, 2, qa, qb);
+      RefTensor *grads = calloc((size_t)g->ntensors, sizeof *grads);
+      cr_assert(grads);
+      cr_assert_eq(ref_backward_given(&sa, bg, dos.data, lse.data, o.data, grads, &err), 0, "%s",
+                   err.data);
+      for (int t = 0; t < g->ntensors; t++) {
+        if (!g->tensors[t].grad) continue;
+        const bool is_q = g->tensors[t].dim_sym[2] == sym_q;
+        const int64_t lo = is_q ? qa : ka, rows = grads[t].shape[2], cols = grads[t].shape[3];
+        const int64_t outer = grads[t].shape[0] * grads[t].shape[1];
+        for (int64_t x = 0; x < outer; x++)
+          for (int64_t r = 0; r < rows; r++)
+            for (int64_t c = 0; c < cols; c++)
+              sum[t].data[(x * sum[t].shape[2] + lo + r) * cols + c] +=
+                  grads[t].data[(x * rows + r) * cols + c];
+        free(grads[t].data);
+      }
+      free(grads);
+      free(lse.data), free(o.data), free(dos.data);
+      ref_args_free(&sa);
+      sb_free(&err), sb_free(&spec);
+    }
+  for (int t = 0; t < g->ntensors; t++) {
+    if (!g->tensors[t].grad) continue;
+    double most = 0, scale = 0;
+    for (int64_t e = 0; e < ref_numel(&want[t]); e++) {
+      const double d = fabs(sum[t].data[e] - want[t].data[e]);
+      most = d > most ? d : most;
+      scale = fabs(want[t].data[e]) > scale ? fabs(want[t].data[e]) : scale;
+    }
+    cr_assert(most <= 1e-12 * (1 + scale), "%s: d%s off by %g (largest %g), %d x %d shards",
+              g->name, g->tensors[t].name, most, scale, nq, nk);
+    free(sum[t].data);
+  }
+  free(sum);
+}
+
+Test(shards, shard_gradients_from_the_whole_stats_sum_to_the_whole) {
+  for (size_t k = 0; k < sizeof graphs / sizeof graphs[0]; k++) {
+    /* The same graph with grad q, k, v. */
+    char text[2048];
+    const char *end = strrchr(graphs[k], '}');
+    cr_assert(end && (size_t)(end - graphs[k]) + 32 < sizeof text);
+    snprintf(text, sizeof text, "%.*s  grad q, k, v;\n}\n", (int)(end - graphs[k]), graphs[k]);
+    Arena *a = arena_new();
+    IrGraph *g = unit_build(a, "<shards>", text)->graphs[0];
+    Diag d = {0};
+    BwdGraph *bg = bwd_derive(g, a, &d);
+    cr_assert(bg, "bwd_derive: %s", d.out.data ? d.out.data : "");
+    diag_free(&d);
+    RefArgs full = {.g = g};
+    StrBuf err = {0};
+    cr_assert_eq(ref_make_inputs(&full, "B=2,H=4,Hk=2,Sq=96,Skv=96", 11 + k, &err), 0, "%s",
+                 err.data);
+    cr_assert_eq(ref_forward(&full, &err), 0, "%s", err.data);
+    const RefTensor *fo = &full.tensors[tensor_named(g, "o")];
+    double *dout = malloc((size_t)ref_numel(fo) * sizeof(double));
+    cr_assert(dout);
+    RefRng rng = ref_rng(77, k);
+    for (int64_t e = 0; e < ref_numel(fo); e++) dout[e] = ref_rng_normal(&rng);
+    RefTensor *want = calloc((size_t)g->ntensors, sizeof *want);
+    cr_assert(want);
+    cr_assert_eq(ref_backward(&full, bg, dout, want, &err), 0, "%s", err.data);
+    static const int64_t whole[] = {0, 96}, two[] = {0, 40, 96}, three[] = {0, 17, 50, 96};
+    check_backward(g, bg, &full, dout, want, whole, 1, three, 3);
+    check_backward(g, bg, &full, dout, want, two, 2, two, 2);
+    check_backward(g, bg, &full, dout, want, three, 3, two, 2);
+    for (int t = 0; t < g->ntensors; t++) free(want[t].data);
+    free(want);
+    free(dout);
+    ref_args_free(&full);
+    sb_free(&err);
+    arena_free(a);
+  }
 }
