@@ -45,10 +45,12 @@ def graph_text(kv="bf16"):
             f"    output o : bf16[B, H, Sq, {D}];\n}}\n")
 
 
-def paged_graph_text(paged):
-    kv = "paged(k_cache, page_table)" if paged else "k"
-    vv = "paged(v_cache, page_table)" if paged else "v"
-    decl = ("    input k_cache : bf16[Pages, Page, Hk, 128];\n    input v_cache : bf16[Pages, Page, Hk, 128];\n"
+def paged_graph_text(paged, hnd=False):
+    view = "paged_hnd" if hnd else "paged"
+    kv = f"{view}(k_cache, page_table)" if paged else "k"
+    vv = f"{view}(v_cache, page_table)" if paged else "v"
+    dims = "Pages, Hk, Page" if hnd else "Pages, Page, Hk"
+    decl = (f"    input k_cache : bf16[{dims}, 128];\n    input v_cache : bf16[{dims}, 128];\n"
             "    input page_table : i32[B, MaxPages];\n") if paged else \
            ("    input k : bf16[B, Hk, Skv, 128];\n    input v : bf16[B, Hk, Skv, 128];\n")
     return ("attention dec {\n"
@@ -58,16 +60,20 @@ def paged_graph_text(paged):
             f"    output o : bf16[B, H, Sq, {D}];\n}}\n")
 
 
-def to_pages(x, page, perm):
-    """[B, Hk, L, D] -> [pages, page, Hk, D], sequence b's page p at perm[b * L / page + p]."""
+def to_pages(x, page, perm, hnd=False):
+    """[B, Hk, L, D] -> [pages, page, Hk, D] (hnd: [pages, Hk, page, D]), sequence b's page p at
+    perm[b * L / page + p]."""
     B, Hk, L, Dh = x.shape
-    pages = x.view(B, Hk, L // page, page, Dh).permute(0, 2, 3, 1, 4).reshape(-1, page, Hk, Dh)
+    if hnd:
+        pages = x.view(B, Hk, L // page, page, Dh).permute(0, 2, 1, 3, 4).reshape(-1, Hk, page, Dh)
+    else:
+        pages = x.view(B, Hk, L // page, page, Dh).permute(0, 2, 3, 1, 4).reshape(-1, page, Hk, Dh)
     out = torch.empty_like(pages)
     out[perm] = pages
     return out
 
 
-def run_paged(attn, dense_mod, paged_mod, B, H, Hk, L, pages=(16, 64)):
+def run_paged(attn, dense_mod, paged_mod, B, H, Hk, L, pages=(16, 64), hnd=False):
     """attnc dense (length-masked) against paged caches of the same values, and cuDNN dense."""
     kv_bytes = 2 * B * Hk * L * D * 2
     copies = max(1, min(45, math.ceil(180e6 / kv_bytes)))
@@ -80,7 +86,7 @@ def run_paged(attn, dense_mod, paged_mod, B, H, Hk, L, pages=(16, 64)):
         x = dict(q=q, k=k, v=v, o=o, c=attn.call(dense_mod, "dec", dict(q=q, k=k, v=v, kv_len=lens, o=o)))
         for page in pages:
             perm = torch.randperm(B * L // page, device="cuda")
-            kc, vc = to_pages(k, page, perm), to_pages(v, page, perm)
+            kc, vc = to_pages(k, page, perm, hnd), to_pages(v, page, perm, hnd)
             table = perm.view(B, L // page).to(torch.int32).contiguous()
             op = torch.empty_like(q)
             x[page] = (kc, vc, table, op, attn.call(paged_mod, "dec", dict(q=q, k_cache=kc, v_cache=vc,
@@ -268,6 +274,7 @@ def main():
     ap.add_argument("--rows", action="store_true", help="also Sq 2..16 at B 8, 8k")
     ap.add_argument("--fp8", action="store_true", help="only the e4m3 KV cache grid")
     ap.add_argument("--paged", action="store_true", help="only the paged KV cache grid")
+    ap.add_argument("--hnd", action="store_true", help="--paged with FlashInfer's HND pages [pages, Hk, page, D]")
     ap.add_argument("--config", default=None,
                     help="one configuration, HQ:HKV,B,L[,SQ] (e.g. 32:8,1,8192), for profiling")
     args = ap.parse_args()
@@ -285,13 +292,14 @@ def main():
         return
     if args.paged:
         dense_mod = attn.compile("dec", paged_graph_text(False))
-        paged_mod = attn.compile("dec", paged_graph_text(True))
+        paged_mod = attn.compile("dec", paged_graph_text(True, args.hnd))
         for Hk in (8, 32):
             for B in ((1, 32) if args.quick else (1, 8, 32, 128)):
                 for L in (1024, 8192, 32768):
                     if 2 * B * Hk * L * D * 2 > 20e9:  # dense and paged copies side by side
                         continue
-                    row = run_paged(attn, dense_mod, paged_mod, B, 32, Hk, L)
+                    row = run_paged(attn, dense_mod, paged_mod, B, 32, Hk, L, hnd=args.hnd)
+                    row["layout"] = "hnd" if args.hnd else "nhd"
                     rows.append(row)
                     print(json.dumps(row), flush=True)
         text = "\n".join([f"GPU: {torch.cuda.get_device_name()}; driver {driver_version()}; "
@@ -299,9 +307,10 @@ def main():
                          paged_table(rows))
         print(text)
         os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "bench-decode-paged.md"), "w") as f:
+        name = "bench-decode-paged-hnd" if args.hnd else "bench-decode-paged"
+        with open(os.path.join(args.out, name + ".md"), "w") as f:
             f.write(text + "\n")
-        with open(os.path.join(args.out, "bench-decode-paged.json"), "w") as f:
+        with open(os.path.join(args.out, name + ".json"), "w") as f:
             json.dump(dict(rows=rows), f, indent=1)
         return
     if args.fp8:

@@ -599,12 +599,10 @@ typedef struct MaskTerm {
   int *alt_n;
 } MaskTerm;
 
-/* FWD_SM80: portable mma.sync template; FWD_SM90: the Hopper TMA + wgmma
- * template, chosen for sm_90 when the target is the arch-specific sm_90a;
- * DECODE_ONLY: no forward template takes the graph (bf16/f16 q against an
- * FP8 K/V cache, or a paged K/V cache) and the plan runs only its decode
- * kernel. */
-typedef enum TemplateKind { TMPL_FWD_SM80, TMPL_FWD_SM90, TMPL_DECODE_ONLY } TemplateKind;
+/* FWD_SM80: portable mma.sync template (every target; paged KV caches on
+ * every target); FWD_SM90: the Hopper TMA + wgmma template, chosen for
+ * sm_90 when the target is the arch-specific sm_90a. */
+typedef enum TemplateKind { TMPL_FWD_SM80, TMPL_FWD_SM90 } TemplateKind;
 
 /* What a graph asks of a kernel template. */
 typedef struct KernelSpec {
@@ -619,7 +617,7 @@ typedef struct KernelSpec {
   bool packed;     /* q, k and v are packed sequences (IrTensor.packed): the
                       forward templates only, no decode kernel (match.c) */
   bool paged;      /* k and v are paged caches (IrTensor.paged): the decode
-                      kernel only, for now */
+                      kernel and fwd_sm80 (rows gathered through the table) */
   DType out_type;  /* o */
   int d_qk, d_v;
   IrNode *score;   /* the score chain under the top-level masks */
@@ -1137,8 +1135,8 @@ typedef struct PlanStep {
 typedef struct PassPlan {
   bool present;
   bool det_ok; /* the backward has a deterministic mode (PLAN_IF_DET) */
-  unsigned need; /* facts without which no step can run the pass (a
-                    decode-only forward needs PLAN_IF_DECODE) */
+  unsigned need; /* facts without which no step can run the pass (none of
+                    today's graphs has one; plan files may say it) */
   PlanStep steps[PLAN_MAX_STEPS];
   int nsteps;
   PlanSlice slices[PLAN_MAX_SLICES];
@@ -1192,6 +1190,8 @@ long long plan_dim(const GraphPlan *gp, PlanDim d, const PlanProblem *pr);
 const char *plan_pass_name(PlanPass pass);
 size_t plan_slice_bytes(const GraphPlan *gp, const PlanSlice *s, const PlanProblem *pr);
 bool plan_applies(unsigned need, unsigned deny, unsigned facts);
+/* The facts' names, comma-separated (as `attnc plan` prints them). */
+void plan_fact_names(StrBuf *out, unsigned facts);
 
 /* ------------------------------------------- pipeline.c: the whole pass list */
 

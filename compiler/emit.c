@@ -484,10 +484,10 @@ static void emit_graph(StrBuf *out, const GraphCompile *gc, EmitPart part, bool 
     macro_def(out, &ms, a, "ATTN_DEC_STAGES", c->decode.stages);
     macro_def(out, &ms, a, "ATTN_DEC_TPO", c->decode.partial_o);
     macro_def(out, &ms, a, "ATTN_DEC_TPL", c->decode.partial_lse);
-    if (s->paged) { /* paged caches: the table's slot, and which dim is the page's rows */
-      macro_def(out, &ms, a, "ATTN_KV_TABLE", g->tensors[g->k].page_table);
-      macro_def(out, &ms, a, "ATTN_KV_PAGE_DIM", ir_page_dim(&g->tensors[g->k]));
-    }
+  }
+  if (s->paged) { /* paged caches: the table's slot, and which dim is the page's rows */
+    macro_def(out, &ms, a, "ATTN_KV_TABLE", g->tensors[g->k].page_table);
+    macro_def(out, &ms, a, "ATTN_KV_PAGE_DIM", ir_page_dim(&g->tensors[g->k]));
   }
   sb_printf(out, "namespace graph_%s {\n\n", g->name);
   emit_template(out, "templates/hooks.cuh", hooks_src, key);
@@ -505,7 +505,7 @@ static void emit_graph(StrBuf *out, const GraphCompile *gc, EmitPart part, bool 
   if (s->dropout) emit_dropout(out, s, a);
   if (fwd_part && c->kind == TMPL_FWD_SM90)
     emit_template(out, "templates/fwd_sm90.cuh", fwd_sm90_src, key);
-  else if (fwd_part && c->kind != TMPL_DECODE_ONLY)
+  else if (fwd_part)
     emit_template(out, "templates/fwd_sm80.cuh", fwd_sm80_src, key);
   if (fwd_part && dec) emit_template(out, "templates/decode.cuh", decode_src, key);
   if (bwd_part) emit_bwd_body(out, gc->bwd, &ms, key, a);

@@ -547,32 +547,25 @@ static void match_decode(const KernelSpec *s, FwdConfig *c) {
     c->decode = (DecodeConfig){.on = false};
 }
 
-/* A paged KV cache: no forward template reads paged k and v, so the graph
- * runs its decode kernel alone (shapes of more packed rows are refused at
- * launch), or is refused here when the decode template cannot take it. */
-static int match_decode_only(const KernelSpec *s, FwdConfig *c, Diag *d) {
-  *c = (FwdConfig){.kind = TMPL_DECODE_ONLY, .name = "decode"};
-  match_decode(s, c);
-  if (c->decode.on) return 0;
-  const IrGraph *g = s->g;
-  const bool kv8 = s->kv_type != s->in_type;
-  diag_error(d, g->tensors[g->k].loc,
-             "graph '%s': %s%s k and v run only on the decode kernel, which takes head dimensions "
-             "that are multiples of %d %s256, a bf16 or f16 q, no dropout and no amax output "
-             "(here %d and %d%s%s%s%s)", g->name,
-             s->paged ? "paged " : "", dtype_name(s->kv_type), kv8 ? 16 : 8,
-             kv8 ? "from 80 to " : "up to ", s->d_qk, s->d_v,
-             dtype_is_fp8(s->in_type) ? ", q " : "",
-             dtype_is_fp8(s->in_type) ? dtype_name(s->in_type) : "",
-             s->dropout ? ", with dropout" : "", s->amax_output >= 0 ? ", with amax" : "");
-  return -1;
+/* The portable forward template's tiles, where it takes the head dims. */
+static int match_fwd_sm80(const KernelSpec *s, FwdConfig *c) {
+  Sm80Config p;
+  if (tmpl_sm80_config(s->d_qk, s->d_v, dtype_size(s->in_type), dtype_size(s->kv_type), s->sm,
+                       &p) != 0)
+    return -1;
+  *c = (FwdConfig){.kind = TMPL_FWD_SM80, .name = "fwd_sm80", .bm = p.bm, .bn = p.bn,
+                   .warps = p.warps, .threads = p.warps * 32, .smem_bytes = p.smem_bytes};
+  return 0;
 }
 
 /* The forward template and its launch shape. */
 static int match_fwd_template(const KernelSpec *s, const CompileOptions *o, FwdConfig *c, Diag *d) {
   /* fwd_sm90 needs the arch-specific target (wgmma, setmaxnreg exist only
-   * on sm_90a); fwd_sm80 runs everywhere else. */
-  const bool sm90a = s->sm == 90 && o->arch[strlen(o->arch) - 1] == 'a';
+   * on sm_90a); fwd_sm80 runs everywhere else, and takes the FP8 paged
+   * caches (fwd_sm90 reads paged caches of 16-bit values only: a TMA box
+   * per page run, fwd90_page_box). */
+  const bool sm90a = s->sm == 90 && o->arch[strlen(o->arch) - 1] == 'a' &&
+                     !(s->paged && dtype_is_fp8(s->kv_type));
   /* fwd_sm90 takes 16-bit q, k and v, or FP8 q, k and v (an FP8 KV
    * cache under a 16-bit q runs fwd_sm80). */
   const bool same_width = dtype_is_fp8(s->in_type) == dtype_is_fp8(s->kv_type);
@@ -590,13 +583,7 @@ static int match_fwd_template(const KernelSpec *s, const CompileOptions *o, FwdC
                      .persistent = h.persistent, .fp8_pv = h.fp8_pv};
     return 0;
   }
-  Sm80Config p;
-  if (tmpl_sm80_config(s->d_qk, s->d_v, dtype_size(s->in_type), dtype_size(s->kv_type), s->sm,
-                       &p) == 0) {
-    *c = (FwdConfig){.kind = TMPL_FWD_SM80, .name = "fwd_sm80", .bm = p.bm, .bn = p.bn,
-                     .warps = p.warps, .threads = p.warps * 32, .smem_bytes = p.smem_bytes};
-    return 0;
-  }
+  if (match_fwd_sm80(s, c) == 0) return 0;
   const IrGraph *g = s->g;
   diag_error(d, g->tensors[g->q].loc,
              "graph '%s': no kernel template takes head dimensions %d (q, k) and %d (v) on sm_%d "
@@ -614,7 +601,6 @@ static const IrNode *separable_mask(const KernelSpec *s) {
 
 int match_fwd_config(const KernelSpec *s, const CompileOptions *o, FwdConfig *c, Diag *d) {
   memset(c, 0, sizeof *c);
-  if (s->paged) return match_decode_only(s, c, d);
   const IrNode *sep = s->packed ? separable_mask(s) : NULL;
   if (sep) {
     /* Their range table is laid out by the whole problem's Sq and Skv,

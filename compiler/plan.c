@@ -125,11 +125,6 @@ static void plan_forward(GraphPlan *gp, const KernelSpec *f, const FwdConfig *c,
     z->grid.div0 = 1;
     z->grid.y = z->grid.z = pconst(1);
   }
-  if (c->kind == TMPL_DECODE_ONLY) { /* a paged KV cache: nothing runs without decode */
-    p->need = PLAN_IF_DECODE;
-    plan_decode(gp, p, NULL, f, &c->decode, a);
-    return;
-  }
   PlanStep *s = add_step(p, "forward", plan_entry(a, g->name, "fwd"), c->threads, c->smem_bytes);
   s->grid.x0 = pd(PD_SQ);
   s->grid.div0 = c->bm;
@@ -375,14 +370,18 @@ const char *plan_pass_name(PlanPass pass) { return pass_names[pass]; }
 /* Launch facts by name, PLAN_IF_* in bit order; "-" is none. */
 static const char *const fact_names[] = {"det", "gqa", "decode", "split"};
 
-static void put_facts(StrBuf *out, const char *key, unsigned facts) {
-  sb_printf(out, " %s=", key);
-  if (!facts) sb_putc(out, '-');
+void plan_fact_names(StrBuf *out, unsigned facts) {
   for (unsigned k = 0, first = 1; k < sizeof fact_names / sizeof *fact_names; k++)
-    if (facts & (1u << k)) {
+    if (facts & 1u << k) {
       sb_printf(out, "%s%s", first ? "" : ",", fact_names[k]);
       first = 0;
     }
+}
+
+static void put_facts(StrBuf *out, const char *key, unsigned facts) {
+  sb_printf(out, " %s=", key);
+  if (!facts) sb_putc(out, '-');
+  plan_fact_names(out, facts);
 }
 
 static void put_dim(StrBuf *out, PlanDim d) {

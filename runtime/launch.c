@@ -237,14 +237,16 @@ attn_status rt_run_pass(attn_call *c, PlanPass pass, bool caller_ws, void *ws, s
   const RtDriver *d = run.d;
   const unsigned facts = run.facts;
   const PassLayout *l = &run.l;
-  if (!plan_applies(pp->need, 0, facts)) /* today only a decode-only forward (FP8 K/V) */
-    return rt_fail(ctx, ATTN_ERROR_UNSUPPORTED,
-                   "graph '%s': its %s runs only on the decode kernel (%s%s k and v), which "
-                   "takes at most %d packed query rows a K/V head ((H / Hk) * Sq); these shapes "
-                   "have %lld%s", ir->name, plan_pass_name(pass),
-                   ir->tensors[ir->k].paged ? "paged " : "", dtype_name(ir->tensors[ir->k].type),
-                   DECODE_MAX_ROWS, p.Hk > 0 ? (long long)(p.H / p.Hk) * p.Sq : 0LL,
-                   ctx->options.no_decode ? " (and ATTN_OPTION_DECODE is 0)" : "");
+  if (!plan_applies(pp->need, 0, facts)) { /* a pass only some shapes run (a plan file's) */
+    StrBuf why = {0};
+    plan_fact_names(&why, pp->need & ~facts);
+    attn_status st2 = rt_fail(ctx, ATTN_ERROR_UNSUPPORTED,
+                              "graph '%s': its %s runs only where these shapes would have the "
+                              "plan facts %s (attnc plan)", ir->name, plan_pass_name(pass),
+                              why.data ? why.data : "?");
+    sb_free(&why);
+    return st2;
+  }
   if (caller_ws && ws_bytes < l->total)
     return rt_fail(ctx, ATTN_ERROR_INVALID_ARGUMENT,
                    "graph '%s': the %s needs %zu bytes of workspace for these shapes; %zu given "

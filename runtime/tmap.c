@@ -64,6 +64,25 @@ static attn_status tmap_encode(const RtDriver *d, const IrGraph *g, const PlanMa
                                .size = {1, t->size[1], t->size[0], t->size[2]}};
     t = &packed;
   }
+  /* A paged cache ([pages, page size, heads, cols], or [pages, heads, page
+   * size, cols] for paged_hnd) is mapped as [pages, heads, page size,
+   * cols], so the kernel's coordinates are (column, row within the page,
+   * head, page id), with boxes of the largest power of two dividing both
+   * the page size and the tile's rows: no box crosses a page
+   * (fwd_sm90.cuh, fwd90_page_box). */
+  int box_rows = m->box_rows;
+  attn_tensor_arg paged;
+  if (m->slot < g->ntensors && g->tensors[m->slot].paged) {
+    const int rows = ir_page_dim(&g->tensors[m->slot]), heads = 3 - rows;
+    paged = (attn_tensor_arg){
+        .ptr = t->ptr,
+        .stride = {t->stride[0], t->stride[heads], t->stride[rows], t->stride[3]},
+        .size = {t->size[0], t->size[heads], t->size[rows], t->size[3]}};
+    t = &paged;
+    const int page = t->size[2] > 0 ? t->size[2] : 1;
+    const int low_page = page & -page, low_box = box_rows & -box_rows;
+    box_rows = low_page < low_box ? low_page : low_box;
+  }
   cuuint64_t dim[4], stride[3];
   for (int i = 0; i < 4; i++) dim[i] = (cuuint64_t)(t->size[3 - i] > 0 ? t->size[3 - i] : 1);
   /* Byte strides of rows, heads, batches. A dimension of size 1 is bound
@@ -75,7 +94,7 @@ static attn_status tmap_encode(const RtDriver *d, const IrGraph *g, const PlanMa
     stride[i] = st > 0 ? (cuuint64_t)st * es : (inner + 15) / 16 * 16;
     inner = stride[i] * dim[i + 1];
   }
-  CUresult r = tmap_encode_raw(d, dt, t->ptr, dim, stride, m->box_cols, m->box_rows, out);
+  CUresult r = tmap_encode_raw(d, dt, t->ptr, dim, stride, m->box_cols, box_rows, out);
   if (r != CUDA_SUCCESS) {
     attn_status st = rt_driver_error(d, r, "cuTensorMapEncodeTiled", err);
     sb_printf(err, " for %s of graph '%s' (sizes %d x %d x %d x %d)", m->what, g->name,

@@ -63,6 +63,20 @@ constexpr int fwd80_out_kind = attn_out_kind;
 constexpr bool fwd80_q8 = attn_q_fp8 != 0, fwd80_kv8 = attn_kv_fp8 != 0;
 constexpr int fwd80_q_el = fwd80_q8 ? 1 : 2, fwd80_kv_el = fwd80_kv8 ? 1 : 2;
 
+/* A paged KV cache (ATTN_KV_TABLE: the page table's slot): K and V are
+ * [pages, page size, Hk, D] (ATTN_KV_PAGE_DIM 1) or [pages, Hk, page size,
+ * D] (2); key j of sequence b is row j % page size of page table[b, j /
+ * page size], and a page id outside [0, pages) reads as zeros (as in
+ * decode.cuh). Rows are gathered one by one (attn_cp_rows). */
+#if defined(ATTN_KV_TABLE)
+constexpr bool fwd80_paged = true;
+constexpr int fwd80_ttab = ATTN_KV_TABLE, fwd80_page_dim = ATTN_KV_PAGE_DIM;
+#else
+constexpr bool fwd80_paged = false;
+constexpr int fwd80_ttab = 0, fwd80_page_dim = 1;
+#endif
+constexpr int fwd80_kv_head_dim = fwd80_paged ? 3 - fwd80_page_dim : 1; /* K/V's dim of heads */
+
 /* Head dims are whole multiples of 64 so that a row holds a multiple of
  * eight 16-byte chunks, which the (row & 7) swizzle needs. */
 static_assert(attn_head_dim_ok(ATTN_D_QK) && attn_head_dim_ok(ATTN_D_V),
@@ -157,10 +171,31 @@ static __device__ __forceinline__ void fwd80_tile(const attn_params &p, int m_bl
   const attn_tensor_arg &tv = p.t[fwd80_tv];
   const unsigned char *qg = (const unsigned char *)((const fwd80_elem<fwd80_q_el>::t *)tq.ptr +
                                                      b * tq.stride[0] + h * tq.stride[1]);
-  const unsigned char *kg = (const unsigned char *)((const fwd80_elem<fwd80_kv_el>::t *)tk.ptr +
-                                                     b * tk.stride[0] + hk * tk.stride[1]);
-  const unsigned char *vg = (const unsigned char *)((const fwd80_elem<fwd80_kv_el>::t *)tv.ptr +
-                                                     b * tv.stride[0] + hk * tv.stride[1]);
+  const unsigned char *kg =
+      (const unsigned char *)((const fwd80_elem<fwd80_kv_el>::t *)tk.ptr +
+                              (fwd80_paged ? 0 : b * tk.stride[0]) +
+                              hk * tk.stride[fwd80_kv_head_dim]);
+  const unsigned char *vg =
+      (const unsigned char *)((const fwd80_elem<fwd80_kv_el>::t *)tv.ptr +
+                              (fwd80_paged ? 0 : b * tv.stride[0]) +
+                              hk * tv.stride[fwd80_kv_head_dim]);
+  /* Paged: key j's row through sequence b's page table (a page size that
+   * is a power of two divides by a shift); nullptr reads as zeros. */
+  const int page_size = tk.size[fwd80_page_dim], npages = tk.size[0];
+  const bool page_pow2 = (page_size & (page_size - 1)) == 0;
+  const int page_shift = __ffs(page_size) - 1;
+  const int *table =
+      (const int *)p.t[fwd80_ttab].ptr + (fwd80_paged ? b * p.t[fwd80_ttab].stride[0] : 0);
+  const long long table_step = p.t[fwd80_ttab].stride[1];
+  auto page_row = [&](const attn_tensor_arg &tx, const unsigned char *head,
+                      int j) -> const unsigned char * {
+    const int pg = page_pow2 ? j >> page_shift : j / page_size, r = j - pg * page_size;
+    const int id = __ldg(table + pg * table_step);
+    return (unsigned)id < (unsigned)npages
+               ? head + ((long long)id * tx.stride[0] + (long long)r * tx.stride[fwd80_page_dim]) *
+                            fwd80_kv_el
+               : nullptr;
+  };
 
   const unsigned sq = attn_smem_addr(fwd80_smem);
   const unsigned skv = sq + fwd80_q_bytes; /* stage s at skv + s*stage */
@@ -177,10 +212,18 @@ static __device__ __forceinline__ void fwd80_tile(const attn_params &p, int m_bl
   };
   auto load_kv = [&](int n, int stage) {
     unsigned dst = skv + stage * fwd80_stage_bytes;
-    fwd80_load_tile<fwd80_bn, fwd80_dqk, ATTN_D_QK, fwd80_kv_el>(
-        dst, kg, tk.stride[2] * fwd80_kv_el, n * fwd80_bn, p.Skv, tid);
-    fwd80_load_tile<fwd80_bn, fwd80_dv, ATTN_D_V, fwd80_kv_el>(
-        dst + fwd80_k_bytes, vg, tv.stride[2] * fwd80_kv_el, n * fwd80_bn, p.Skv, tid);
+    if constexpr (fwd80_paged) {
+      attn_cp_rows<fwd80_bn, fwd80_dqk * fwd80_kv_el, fwd80_threads, ATTN_D_QK * fwd80_kv_el>(
+          dst, [&](int j) { return page_row(tk, kg, j); }, kg, n * fwd80_bn, p.Skv, tid);
+      attn_cp_rows<fwd80_bn, fwd80_dv * fwd80_kv_el, fwd80_threads, ATTN_D_V * fwd80_kv_el>(
+          dst + fwd80_k_bytes, [&](int j) { return page_row(tv, vg, j); }, vg, n * fwd80_bn,
+          p.Skv, tid);
+    } else {
+      fwd80_load_tile<fwd80_bn, fwd80_dqk, ATTN_D_QK, fwd80_kv_el>(
+          dst, kg, tk.stride[2] * fwd80_kv_el, n * fwd80_bn, p.Skv, tid);
+      fwd80_load_tile<fwd80_bn, fwd80_dv, ATTN_D_V, fwd80_kv_el>(
+          dst + fwd80_k_bytes, vg, tv.stride[2] * fwd80_kv_el, n * fwd80_bn, p.Skv, tid);
+    }
   };
 
   /* Group 0: Q. Group 1: the first live K/V tile (maybe empty). */

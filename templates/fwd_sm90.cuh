@@ -104,6 +104,27 @@ constexpr bool fwd90_persistent = true;
 constexpr bool fwd90_persistent = false;
 #endif
 
+/* A paged KV cache (ATTN_KV_TABLE: the page table's slot; ATTN_KV_PAGE_DIM
+ * 1 for [pages, page size, Hk, D], 2 for [pages, Hk, page size, D]): the
+ * runtime's K and V maps are over the caches as (D, page rows, Hk, pages)
+ * (runtime/tmap.c), with boxes of fwd90_page_box rows, a power of two
+ * dividing both the page size and BN, so no box crosses a page; the
+ * producer warp's lanes look up a tile's pages and issue a box each. A
+ * page id outside [0, pages), and rows past the view, lie outside the map:
+ * TMA fills them with zeros, as decode.cuh and fwd_sm80 read them. 16-bit
+ * caches only (FP8 caches run fwd_sm80: match.c). */
+#if defined(ATTN_KV_TABLE)
+constexpr bool fwd90_paged = true;
+constexpr int fwd90_ttab = ATTN_KV_TABLE, fwd90_page_dim = ATTN_KV_PAGE_DIM;
+#else
+constexpr bool fwd90_paged = false;
+constexpr int fwd90_ttab = 0, fwd90_page_dim = 1;
+#endif
+static_assert(!fwd90_paged || !fwd90_fp8, "paged caches of 16-bit values");
+static __device__ __forceinline__ int fwd90_page_box(int page_size) {
+  return min(page_size & -page_size, fwd90_bn & -fwd90_bn);
+}
+
 /* Element types: attn_in_bf16, attn_out_kind (hooks.cuh). */
 constexpr bool fwd90_in_bf16 = attn_in_bf16;
 constexpr int fwd90_out_kind = attn_out_kind;
@@ -723,6 +744,27 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
         live &= live - 1u;
         return true;
       };
+      /* Paged K/V: tile n's boxes of page_box rows, one per lane (and
+       * lane + 32, ...), each from its page (or zeros: an id outside the
+       * cache, or rows past the view, lie outside the map). */
+      auto load_pages = [&](unsigned dst, const attn_tmap *m, unsigned bar, int blocks, int n_) {
+        if constexpr (fwd90_paged) {
+          const attn_tensor_arg &tt = p.t[fwd90_ttab];
+          const int page_size = p.t[ATTN_TK].size[fwd90_page_dim];
+          const int box = fwd90_page_box(page_size);
+          for (int x = lane; x < fwd90_bn / box; x += 32) {
+            const int j = n_ * fwd90_bn + x * box;
+            int id = -1, row = 0;
+            if (j < p.Skv) {
+              const int pg = j / page_size;
+              row = j - pg * page_size;
+              id = __ldg((const int *)tt.ptr + b * tt.stride[0] + pg * tt.stride[1]);
+            }
+            for (int c = 0; c < blocks; ++c)
+              attn_tma_load4(dst + c * fwd90_bn * 128 + x * box * 128, m, bar, c * 64, row, hk, id);
+          }
+        }
+      };
       int n = 0, cls = 0;
       bool have = pop(n, cls);
       const bool any = have;
@@ -762,13 +804,24 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
                        "r"(cls | (have_next ? 0 : 4))
                        : "memory");
           attn_mbar_expect_tx(bar_k(st), fwd90_k_bytes);
+          if constexpr (!fwd90_paged) {
 #pragma unroll
-          for (int c = 0; c < fwd90_dqk / fwd90_blk; ++c)
-            attn_tma_load4(ks + c * fwd90_bn * 128, mk, bar_k(st), c * fwd90_blk,
-                           k0 + n * fwd90_bn, hk, tb);
+            for (int c = 0; c < fwd90_dqk / fwd90_blk; ++c)
+              attn_tma_load4(ks + c * fwd90_bn * 128, mk, bar_k(st), c * fwd90_blk,
+                             k0 + n * fwd90_bn, hk, tb);
+          }
+        }
+        if constexpr (fwd90_paged) { /* after the expect_tx: a box per lane */
+          __syncwarp();
+          load_pages(ks, mk, bar_k(st), fwd90_dqk / fwd90_blk, n);
         }
         attn_mbar_wait(bar_empty_v(st), ph ^ 1);
-        if (lane == 0) {
+        if constexpr (fwd90_paged) {
+          if (lane == 0)
+            attn_mbar_expect_tx(bar_v(st), fwd90_v_bytes);
+          __syncwarp();
+          load_pages(vs, mv, bar_v(st), fwd90_dv / 64, n);
+        } else if (lane == 0) {
           if constexpr (fwd90_fp8) { /* the 8-bit tile, for the converters */
             asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(conv_slot(st)), "r"(1u) : "memory");
             attn_mbar_expect_tx(bar_v(st), fwd90_v8_bytes);

@@ -75,6 +75,18 @@ static const Case cases[] = {
      "  s = mask((q @ paged(kc, t)^T) * 0.088, j < len[b]);\n"
      "  output o : bf16[B, H, Sq, 128] = softmax(s) @ paged(vc, t);\n}\n",
      "B=2,H=8,Hk=2,Sq=1,P=40,PS=16,MP=12", NULL, 0, 0, 2, FWD, 0},
+    {"paged prefill sm90",
+     "attention g {\n  input q : bf16[B, H, Sq, 128];\n  input kc : bf16[P, PS, Hk, 128];\n"
+     "  input vc : bf16[P, PS, Hk, 128];\n  input t : i32[B, MP];\n  input len : i32[B];\n"
+     "  s = mask((q @ paged(kc, t)^T) * 0.088, j < len[b] && j <= i + len[b] - Sq);\n"
+     "  output o : bf16[B, H, Sq, 128] = softmax(s) @ paged(vc, t);\n}\n",
+     "B=2,H=8,Hk=2,Sq=100,P=40,PS=24,MP=12", NULL, 0, 0, 0, FWD, 0},
+    {"paged prefill sm80",
+     "attention g {\n  input q : f16[B, H, Sq, 64];\n  input kc : f16[P, Hk, PS, 64];\n"
+     "  input vc : f16[P, Hk, PS, 64];\n  input t : i32[B, MP];\n  input len : i32[B];\n"
+     "  s = mask((q @ paged_hnd(kc, t)^T) * 0.125, j < len[b]);\n"
+     "  output o : f16[B, H, Sq, 64] = softmax(s) @ paged_hnd(vc, t);\n}\n",
+     "B=2,H=8,Hk=2,Sq=100,P=40,PS=16,MP=12", "sm_90", 0, 0, 0, FWD, 0},
     {"packed sm90, offsets out of range",
      "attention g {\n  input q : bf16[Tq, H, 128];\n  input k : bf16[Tk, Hk, 128];\n"
      "  input v : bf16[Tk, Hk, 128];\n  input cq : i32[B1];\n  input ck : i32[B1];\n"

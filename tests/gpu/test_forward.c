@@ -44,29 +44,6 @@ static bool kv_fp8(const IrGraph *g) {
   return t == DT_E4M3 || t == DT_E5M2;
 }
 
-/* A graph with a paged KV cache runs only its decode kernel: shapes of
- * more packed rows are refused at launch with a message, not run. (FP8
- * caches run the portable forward too since session 14.) */
-static bool decode_only(const IrGraph *g) {
-  return g->tensors[g->k].paged;
-}
-
-static void expect_refused(attn_context *ctx, attn_graph *ag, const IrGraph *g, const char *spec,
-                           uint64_t seed, const ChkOptions *co, const char *label) {
-  RefArgs ra = {.g = g};
-  StrBuf err = {0}, what = {0};
-  ChkResult res = {0};
-  bool ok = ref_make_inputs(&ra, spec, seed, &err) == 0 && chk_output_shapes(&ra, &err) == 0;
-  attn_status st = ok ? chk_run_gpu(ctx, ag, &ra, co, &res, &err) : ATTN_ERROR_INTERNAL;
-  ok = ok && st == ATTN_ERROR_UNSUPPORTED && strstr(attn_context_error(ctx), "decode kernel");
-  sb_printf(&what, "%s [%s]%s refused (decode only)", label, spec, co->bshd ? " bshd" : "");
-  verdict(ok, what.data, ok ? NULL : (err.len ? err.data : attn_context_error(ctx)));
-  chk_result_free(&res, g->ntensors);
-  ref_args_free(&ra);
-  sb_free(&err);
-  sb_free(&what);
-}
-
 /* Every finite value of the FP8 type in k and v (bytes n % 256 in order,
  * NaNs skipped): the kernel's conversion of each, subnormals included,
  * against the reference's. */
@@ -87,7 +64,7 @@ static void test_decode(attn_context *ctx, attn_graph *ag, const IrGraph *g, con
    * plan's choice and 3 for the other masks and score mods (the plan's
    * choice is 1 for the last two shapes), to keep the device time down. */
   static const int all_splits[] = {0, 1, 3, 7}, few_splits[] = {0, 3};
-  const bool all = decode_only(g) || kv_fp8(g) || strstr(path, "sdpa") || strstr(path, "/gqa");
+  const bool all = g->tensors[g->k].paged || kv_fp8(g) || strstr(path, "sdpa") || strstr(path, "/gqa");
   const int *splits = all ? all_splits : few_splits;
   const size_t nsplits = all ? 4 : 2;
   StrBuf spec = {0};
@@ -160,18 +137,11 @@ static void test_example(attn_context *ctx, const char *path, uint64_t *seed) {
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
       chk_shape_spec(g, &spec, shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3], shapes[s][4]);
       ChkOptions co = {0};
-      const int rows = shapes[s][1] / shapes[s][2] * shapes[s][3];
-      if (decode_only(g) && rows > 64)
-        expect_refused(ctx, ag, g, spec.data, (*seed)++, &co, label);
-      else
-        run_case(ctx, ag, g, spec.data, (*seed)++, &co, label, NULL, NULL);
+      run_case(ctx, ag, g, spec.data, (*seed)++, &co, label, NULL, NULL);
     }
     chk_shape_spec(g, &spec, 2, 4, 2, 100, 150);
     ChkOptions bshd = {.bshd = true};
-    if (decode_only(g))
-      expect_refused(ctx, ag, g, spec.data, (*seed)++, &bshd, label);
-    else
-      run_case(ctx, ag, g, spec.data, (*seed)++, &bshd, label, NULL, NULL);
+    run_case(ctx, ag, g, spec.data, (*seed)++, &bshd, label, NULL, NULL);
     sb_free(&spec);
     for (size_t p = 0; p < sizeof decode_paths / sizeof decode_paths[0]; p++)
       if (!strcmp(path, decode_paths[p])) test_decode(ctx, ag, g, path, a, seed);
@@ -664,10 +634,13 @@ static void fill_paged_edges(RefArgs *ra, const void *arg) {
       table->data[b * maxp + pg] = pg % 2 ? -1.0 : (double)(1 << 30);
 }
 
-/* Paged KV caches on the decode kernel beyond test_decode's shapes: page
- * sizes from 1 to 256 (powers of two and not, pages smaller and larger
- * than a 64-key tile), both layouts, an e4m3 cache, forced split counts,
- * empty and full sequences with out-of-range table entries past them. */
+/* Paged KV caches beyond test_decode's shapes: page sizes from 1 to 256
+ * (powers of two and not, pages smaller and larger than a key tile), both
+ * layouts, an e4m3 cache, empty and full sequences with out-of-range table
+ * entries past them; decode shapes (at most 64 packed rows a K/V head) on
+ * the decode kernel at forced split counts, prefill shapes (a chunk of new
+ * queries against the cache, causal bottom-right) on fwd_sm80, which
+ * gathers the pages row by row. */
 static void test_paged(attn_context *ctx, uint64_t *seed) {
   static const char text[] =
       "attention paged_e4m3 {\n"
@@ -712,7 +685,11 @@ static void test_paged(attn_context *ctx, uint64_t *seed) {
   /* B, H, Hk, Sq, keys a sequence, page size */
   static const int shapes[][6] = {{1, 32, 8, 1, 4100, 16}, {2, 8, 2, 3, 1000, 64},
                                   {3, 16, 2, 4, 777, 256}, {2, 4, 4, 1, 70, 1},
-                                  {2, 8, 8, 1, 500, 48},   {4, 4, 1, 16, 300, 32}};
+                                  {2, 8, 8, 1, 500, 48},   {4, 4, 1, 16, 300, 32},
+                                  /* prefill: more than 64 rows a K/V head */
+                                  {2, 8, 2, 100, 1000, 16}, {3, 4, 4, 257, 777, 48},
+                                  {1, 8, 1, 128, 4100, 256}, {2, 4, 2, 65, 70, 1},
+                                  {2, 4, 4, 300, 300, 64}};
   static const int splits[] = {0, 1, 3};
   const InputFill edges = {fill_paged_edges, NULL};
   StrBuf spec = {0};
@@ -729,20 +706,21 @@ static void test_paged(attn_context *ctx, uint64_t *seed) {
       for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++) {
         const int *x = shapes[sh];
         chk_paged_spec(g, &spec, x[0], x[1], x[2], x[3], x[4], x[5]);
-        for (size_t sp = 0; sp < sizeof splits / sizeof splits[0]; sp++) {
+        /* Split counts matter on the decode kernel only. */
+        const size_t nsplits = (x[1] / x[2]) * x[3] <= 64 ? sizeof splits / sizeof splits[0] : 1;
+        for (size_t sp = 0; sp < nsplits; sp++) {
           attn_context_set_option(ctx, ATTN_OPTION_DECODE_SPLITS, splits[sp]);
           ChkOptions co = {0};
           run_case_filled(ctx, ag, g, spec.data, *seed, &co,
-                          arena_printf(a, "paged %s page %d splits %d, edges", g->name, x[5],
-                                       splits[sp]),
+                          arena_printf(a, "paged %s page %d Sq %d splits %d, edges", g->name,
+                                       x[5], x[3], splits[sp]),
                           &edges, NULL, NULL);
         }
         attn_context_set_option(ctx, ATTN_OPTION_DECODE_SPLITS, 0);
         ChkOptions strided = {.bshd = true}; /* the cache's rows and heads strided the other way */
-        if ((x[1] / x[2]) * x[3] <= 64)
-          run_case(ctx, ag, g, spec.data, *seed + 1, &strided,
-                   arena_printf(a, "paged %s page %d, permuted strides", g->name, x[5]), NULL,
-                   NULL);
+        run_case(ctx, ag, g, spec.data, *seed + 1, &strided,
+                 arena_printf(a, "paged %s page %d Sq %d, permuted strides", g->name, x[5], x[3]),
+                 NULL, NULL);
         (*seed) += 2;
       }
     }
@@ -839,14 +817,20 @@ int main(int argc, char **argv) {
     verdict(false, argv[2], attn_context_error(ctx));
     return 1;
   }
-  /* ATTN_TEST_ONLY=packed: the packed tests and examples alone (a short
-   * device run for a change that touches nothing else). */
+  /* ATTN_TEST_ONLY=packed or paged: those tests and examples alone (a
+   * short device run for a change that touches nothing else). */
   const char *only = getenv("ATTN_TEST_ONLY");
-  if (only && !strcmp(only, "packed")) {
-    uint64_t packed_seed = 9700;
-    test_packed(ctx, &packed_seed);
+  if (only && (!strcmp(only, "packed") || !strcmp(only, "paged"))) {
     uint64_t seed = 1000;
-    test_example(ctx, "examples/packed.attn", &seed);
+    if (!strcmp(only, "packed")) {
+      uint64_t packed_seed = 9700;
+      test_packed(ctx, &packed_seed);
+      test_example(ctx, "examples/packed.attn", &seed);
+    } else {
+      uint64_t paged_seed = 9500;
+      test_paged(ctx, &paged_seed);
+      test_example(ctx, "examples/paged_kv.attn", &seed);
+    }
     attn_context_destroy(ctx);
     printf("gpu forward: %d passed, %d failed, %d skipped\n", passed, failed, skipped);
     return failed ? 1 : 0;

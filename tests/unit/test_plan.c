@@ -349,6 +349,40 @@ Test(plan, fp8_kv_caches_plan_the_forward_and_the_decode_kernel) {
   free(why);
 }
 
+/* A paged KV cache: fwd_sm90 on sm_90a for 16-bit caches (TMA boxes
+ * within pages: maps over the caches), else the portable forward (it
+ * gathers the pages row by row), beside the decode kernel where that takes
+ * the graph, alone where it does not (an e4m3 cache at head dim 64). */
+Test(plan, paged_caches_plan_a_forward_and_the_decode_kernel) {
+  Arena *a = arena_new();
+  static const char paged[] =
+      "attention g {\n  input q : bf16[B, H, Sq, 128];\n  input kc : bf16[P, PS, Hk, 128];\n"
+      "  input vc : bf16[P, PS, Hk, 128];\n  input t : i32[B, M];\n  input n : i32[B];\n"
+      "  s = mask(q @ paged(kc, t)^T, j < n[b]);\n  o = softmax(s) @ paged(vc, t);\n"
+      "  output o : bf16[B, H, Sq, 128];\n}\n"
+      "attention h {\n  input q : bf16[B, H, Sq, 64];\n  input kc : e4m3[P, Hk, PS, 64];\n"
+      "  input vc : e4m3[P, Hk, PS, 64];\n  input t : i32[B, M];\n"
+      "  s = q @ paged_hnd(kc, t)^T;\n  o = softmax(s) @ paged_hnd(vc, t);\n"
+      "  output o : bf16[B, H, Sq, 64];\n}\n";
+  IrModule *m = unit_build(a, "<paged>", paged);
+  for (int arch = 0; arch < 2; arch++) {
+    const Compiled uc = unit_compile(a, m, arch ? "sm_90a" : "sm_80", STAGE_PLAN);
+    for (int k = 0; k < 2; k++) {
+      const GraphPlan *p = &uc.plans[k];
+      const PlanStep *f = unit_step(p, PLAN_FORWARD, "forward");
+      cr_assert_not_null(f);
+      const bool sm90 = arch && k == 0;
+      cr_assert_str_eq(uc.graphs[k].cfg.name, sm90 ? "fwd_sm90" : "fwd_sm80");
+      cr_assert_eq(f->nmaps, sm90 ? 3 : 0);
+      if (sm90) cr_assert_eq(f->maps[1].slot, 1); /* K's map over the cache */
+      cr_assert_eq(f->deny, k == 0 ? (unsigned)PLAN_IF_DECODE : 0u);
+      cr_assert_eq(unit_step(p, PLAN_FORWARD, "decode") != NULL, k == 0);
+      cr_assert_eq(p->pass[PLAN_FORWARD].need, 0u);
+    }
+  }
+  arena_free(a);
+}
+
 /* FP8 q: the forward (no decode kernel takes an FP8 q), an amax_init step
  * before it, no backward. */
 Test(plan, fp8_q_plans_amax_init_then_the_forward) {

@@ -242,3 +242,76 @@ Test(tmap, packed_tensors_map_tokens_as_rows) {
   sb_free(&err);
   arena_free(a);
 }
+
+/* Paged caches ([pages, page size, Hk, D], and paged_hnd's [pages, Hk,
+ * page size, D]): K's and V's maps over the caches as (D, page rows, Hk,
+ * pages), boxes of the largest power of two dividing the page size and
+ * BN (fwd_sm90.cuh, fwd90_page_box): 16 rows at page 48, BN at page 256,
+ * 1 row at page 7. */
+static void paged_maps(const char *view, int page, int heads_dim, cuuint32_t want_rows) {
+  enum { P = 9, HK = 2, D = 128 };
+  Arena *a = arena_new();
+  char text[1024];
+  const char *dims = heads_dim == 1 ? "P, Hk, PS" : "P, PS, Hk";
+  snprintf(text, sizeof text,
+           "attention g {\n  input q : bf16[B, H, Sq, 128];\n  input kc : bf16[%s, 128];\n"
+           "  input vc : bf16[%s, 128];\n  input t : i32[B, M];\n"
+           "  s = q @ %s(kc, t)^T;\n  o = softmax(s) @ %s(vc, t);\n"
+           "  output o : bf16[B, H, Sq, 128];\n}\n",
+           dims, dims, view, view);
+  IrModule *m = unit_build(a, "<tmap>", text);
+  const IrGraph *g = m->graphs[0];
+  const PlanStep *f = unit_step(unit_compile(a, m, "sm_90a", STAGE_PLAN).plans, PLAN_FORWARD,
+                                "forward");
+  cr_assert(f && f->nmaps == 3);
+  attn_params p;
+  memset(&p, 0, sizeof p);
+  static unsigned short q[1], kc[1], vc[1];
+  bind4(&p.t[g->q], q, D);
+  unsigned short *cache[2] = {kc, vc};
+  const int tk[2] = {g->k, g->v};
+  for (int x = 0; x < 2; x++) { /* dense [P, page, HK, D] or [P, HK, page, D] */
+    attn_tensor_arg *t = &p.t[tk[x]];
+    const int rows = 3 - heads_dim;
+    t->ptr = cache[x];
+    t->size[0] = P, t->size[rows] = page, t->size[heads_dim] = HK, t->size[3] = D;
+    t->stride[3] = 1;
+    t->stride[2] = D;
+    t->stride[1] = (long long)D * t->size[2];
+    t->stride[0] = t->stride[1] * t->size[1];
+  }
+  RtDriver d = {.TensorMapEncodeTiled = fake_encode};
+  ncalls = 0;
+  fail_on_call = -1;
+  attn_tmaps tm;
+  StrBuf err = {0};
+  cr_assert_eq(rt_tmap_fill(&d, g, f, &p, &tm, &err), ATTN_SUCCESS, "%s",
+               err.data ? err.data : "");
+  cr_assert_eq(ncalls, 3);
+  for (int x = 1; x < 3; x++) {
+    const Encoded *e = &calls[x];
+    const attn_tensor_arg *t = &p.t[tk[x - 1]];
+    const int rows = 3 - heads_dim;
+    cr_assert_eq(e->ptr, t->ptr);
+    cr_assert_eq(e->dim[0], D);
+    cr_assert_eq(e->dim[1], (cuuint64_t)page);
+    cr_assert_eq(e->dim[2], HK);
+    cr_assert_eq(e->dim[3], P);
+    cr_assert_eq(e->stride[0], (cuuint64_t)t->stride[rows] * 2);
+    cr_assert_eq(e->stride[1], (cuuint64_t)t->stride[heads_dim] * 2);
+    cr_assert_eq(e->stride[2], (cuuint64_t)t->stride[0] * 2);
+    cr_assert_eq(e->box[0], 64);
+    cr_assert_eq(e->box[1], want_rows, "page %d: box rows %u", page, e->box[1]);
+    cr_assert_eq(e->box[2], 1);
+    cr_assert_eq(e->box[3], 1);
+  }
+  sb_free(&err);
+  arena_free(a);
+}
+
+Test(tmap, paged_caches_map_page_rows_heads_and_pages) {
+  paged_maps("paged", 48, 2, 16);
+  paged_maps("paged", 256, 2, 128);
+  paged_maps("paged_hnd", 16, 1, 16);
+  paged_maps("paged_hnd", 7, 1, 1);
+}

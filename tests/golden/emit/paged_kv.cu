@@ -12,11 +12,15 @@
 
 /* [the text of templates/wgmma.cuh] */
 
-/* ---- graph paged_kv (paged_kv.attn:9:11): forward, template decode ---- */
+/* ---- graph paged_kv (paged_kv.attn:9:11): forward, template fwd_sm90 ---- */
 #define ATTN_D_QK 128
 #define ATTN_D_V 128
 #define ATTN_IN_BF16 1
 #define ATTN_OUT_BF16 1
+#define ATTN_BM 128
+#define ATTN_BN 128
+#define ATTN_STAGES 3
+#define ATTN_PERSISTENT 1
 #define ATTN_TQ 0
 #define ATTN_TK 1
 #define ATTN_TV 2
@@ -116,9 +120,14 @@ static __device__ __forceinline__ float attn_out(float o, int b, int h, int i, i
   return o;
 }
 
+/* [the text of templates/fwd_sm90.cuh] */
 /* [the text of templates/decode.cuh] */
 
 } /* namespace graph_paged_kv */
+
+extern "C" __global__ void __launch_bounds__(384, 1) attn_paged_kv_fwd(const __grid_constant__ attn_params p, const __grid_constant__ attn_tmaps tm) {
+  graph_paged_kv::attn_fwd_sm90(p, tm);
+}
 
 extern "C" __global__ void __launch_bounds__(128) attn_paged_kv_decode(const __grid_constant__ attn_params p) {
   graph_paged_kv::attn_decode(p);
@@ -132,6 +141,10 @@ extern "C" __global__ void __launch_bounds__(128) attn_paged_kv_decode_merge(con
 #undef ATTN_D_V
 #undef ATTN_IN_BF16
 #undef ATTN_OUT_BF16
+#undef ATTN_BM
+#undef ATTN_BN
+#undef ATTN_STAGES
+#undef ATTN_PERSISTENT
 #undef ATTN_TQ
 #undef ATTN_TK
 #undef ATTN_TV
@@ -144,11 +157,15 @@ extern "C" __global__ void __launch_bounds__(128) attn_paged_kv_decode_merge(con
 #undef ATTN_KV_TABLE
 #undef ATTN_KV_PAGE_DIM
 
-/* ---- graph paged_kv_hnd (paged_kv.attn:30:11): forward, template decode ---- */
+/* ---- graph paged_kv_hnd (paged_kv.attn:30:11): forward, template fwd_sm90 ---- */
 #define ATTN_D_QK 128
 #define ATTN_D_V 128
 #define ATTN_IN_BF16 1
 #define ATTN_OUT_BF16 1
+#define ATTN_BM 128
+#define ATTN_BN 128
+#define ATTN_STAGES 3
+#define ATTN_PERSISTENT 1
 #define ATTN_TQ 0
 #define ATTN_TK 1
 #define ATTN_TV 2
@@ -248,9 +265,14 @@ static __device__ __forceinline__ float attn_out(float o, int b, int h, int i, i
   return o;
 }
 
+/* [the text of templates/fwd_sm90.cuh] */
 /* [the text of templates/decode.cuh] */
 
 } /* namespace graph_paged_kv_hnd */
+
+extern "C" __global__ void __launch_bounds__(384, 1) attn_paged_kv_hnd_fwd(const __grid_constant__ attn_params p, const __grid_constant__ attn_tmaps tm) {
+  graph_paged_kv_hnd::attn_fwd_sm90(p, tm);
+}
 
 extern "C" __global__ void __launch_bounds__(128) attn_paged_kv_hnd_decode(const __grid_constant__ attn_params p) {
   graph_paged_kv_hnd::attn_decode(p);
@@ -264,6 +286,10 @@ extern "C" __global__ void __launch_bounds__(128) attn_paged_kv_hnd_decode_merge
 #undef ATTN_D_V
 #undef ATTN_IN_BF16
 #undef ATTN_OUT_BF16
+#undef ATTN_BM
+#undef ATTN_BN
+#undef ATTN_STAGES
+#undef ATTN_PERSISTENT
 #undef ATTN_TQ
 #undef ATTN_TK
 #undef ATTN_TV
