@@ -13,6 +13,11 @@ FP8 caches run); attnc dense is the same graph on [B, Hk, L, D] tensors, on both
 are checked against the first (relative error) before they are timed. FlashInfer is not run in this process (its
 kernels must be built ahead with nvcc); its anchor figure is quoted beside, from another run.
 Timing as bench/decode.py (CUDA events, calls queued behind a GPU sleep, median of 30).
+
+Then FlashInfer's ragged cases (anchors T4: 8 requests of 512-4096 tokens, 32 of 256-3263; each
+request's q_len = kv_len, causal): packed q against paged caches (each request's pages shuffled
+over the cache, unused table entries -1), beside attnc's packed varlen graph with k and v packed
+(the same values), against which the paged output is checked.
 """
 import argparse, json, os, sys, time
 
@@ -99,6 +104,100 @@ def run(attn, dense_mod, dense80_mod, paged_mod, paged80_mod, B, H, Hk, Sq, L, p
     return row
 
 
+# FlashInfer fa3 ragged paged prefill (anchors T4), ms by (case, Hkv, page).
+FI_RAGGED_MS = {("8 req, 16k tok", 8, 16): 0.804, ("32 req x ~1k", 8, 16): 2.622,
+                ("8 req, 16k tok", 8, 64): 0.822, ("32 req x ~1k", 8, 64): 2.295,
+                ("8 req, 16k tok", 32, 16): 0.813, ("32 req x ~1k", 32, 16): 2.337,
+                ("8 req, 16k tok", 32, 64): 0.825, ("32 req x ~1k", 32, 64): 2.517}
+RAGGED = [("8 req, 16k tok", [512, 1024, 2048, 4096, 777, 3000, 1500, 3427]),
+          ("32 req x ~1k", [256 + 97 * i for i in range(32)])]
+
+
+def ragged_text(paged):
+    kv = ("    input k_cache : bf16[Pages, Page, Hk, 128];\n    input v_cache : bf16[Pages, Page, Hk, 128];\n"
+          "    input page_table : i32[B, MaxPages];\n    input kv_len : i32[B];\n") if paged else \
+         "    input k : bf16[Tk, Hk, 128];\n    input v : bf16[Tk, Hk, 128];\n"
+    kx = "paged(k_cache, page_table)" if paged else "packed(k, cu)"
+    vx = "paged(v_cache, page_table)" if paged else "packed(v, cu)"
+    m = "j < kv_len[b] && j <= i + kv_len[b] - seqlen_q" if paged else "j <= i + seqlen_k - seqlen_q"
+    return ("attention rg {\n"
+            f"    input q : bf16[T, H, {D}];\n    input cu : i32[B1];\n{kv}"
+            f"    scalar scale : f32 = 1.0 / sqrt({D}.0);\n"
+            f"    s = mask((packed(q, cu) @ {kx}^T) * scale, {m});\n"
+            f"    o = softmax(s) @ {vx};\n    output o : bf16[T, H, {D}];\n}}\n")
+
+
+def run_ragged(attn, dense_mod, paged_mod, name, lens, H, Hk, pages=(16, 64), copies=2):
+    """FlashInfer's ragged prefill cases: packed q (q_len = kv_len, causal) against paged caches,
+    beside attnc's packed varlen graph on the same values (k and v packed)."""
+    B, T = len(lens), sum(lens)
+    cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), device="cuda", dtype=torch.int32)
+    kv_len = torch.tensor(lens, device="cuda", dtype=torch.int32)
+    flops = sum(4.0 * H * D * (a * (a + 1) / 2) for a in lens)
+    sets = []
+    for _ in range(copies):
+        q = torch.randn(T, H, D, device="cuda", dtype=torch.bfloat16)
+        k, v = (torch.randn(T, Hk, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        o = torch.empty_like(q)
+        x = dict(q=q, k=k, v=v, o=o, c=attn.call(dense_mod, "rg", dict(q=q, cu=cu, k=k, v=v, o=o)))
+        for page in pages:
+            npg = [(l + page - 1) // page for l in lens]
+            perm = torch.randperm(sum(npg), device="cuda")
+            kc = torch.zeros(sum(npg), page, Hk, D, device="cuda", dtype=torch.bfloat16)
+            vc = torch.zeros_like(kc)
+            table = torch.full((B, max(npg)), -1, device="cuda", dtype=torch.int32)
+            base = 0
+            for b, l in enumerate(lens):
+                ids = perm[base:base + npg[b]]
+                pad = npg[b] * page - l
+                for src, dst in ((k, kc), (v, vc)):
+                    rows = torch.cat([src[cu[b]:cu[b] + l], src.new_zeros(pad, Hk, D)])
+                    dst[ids] = rows.view(npg[b], page, Hk, D)
+                table[b, :npg[b]] = ids.to(torch.int32)
+                base += npg[b]
+            op = torch.empty_like(q)
+            x[page] = (op, attn.call(paged_mod, "rg", dict(q=q, cu=cu, k_cache=kc, v_cache=vc,
+                                                           page_table=table, kv_len=kv_len, o=op)),
+                       kc, vc, table)
+        sets.append(x)
+    x = sets[0]
+    attn.launch(x["c"])
+    for page in pages:
+        attn.launch(x[page][1])
+    torch.cuda.synchronize()
+    row = dict(case=name, Hq=H, Hkv=Hk, B=B, tokens=T, gflop=flops / 1e9)
+    ref = x["o"].float()
+    for page in pages:
+        row[f"paged{page}_rel_err_vs_packed"] = ((x[page][0].float() - ref).norm() / ref.norm()).item()
+    row["packed_ms"] = time_queued([lambda s=s: attn.launch(s["c"]) for s in sets]) / 1e3
+    for page in pages:
+        row[f"paged{page}_ms"] = time_queued([lambda s=s, p=page: attn.launch(s[p][1]) for s in sets]) / 1e3
+        fi = FI_RAGGED_MS.get((name, Hk, page))
+        row[f"paged{page}_vs_fi_anchor"] = fi / row[f"paged{page}_ms"] if fi else None
+    for key in ["packed"] + [f"paged{p}" for p in pages]:
+        row[f"{key}_tflops"] = flops / (row[f"{key}_ms"] * 1e-3) / 1e12
+    for s in sets:
+        s["c"].close()
+        for page in pages:
+            s[page][1].close()
+    del sets
+    torch.cuda.empty_cache()
+    return row
+
+
+def ragged_table(rows):
+    out = ["| case | Hq:Hkv | packed dense K/V ms / TFLOP/s | paged 16 ms / TFLOP/s | paged 64 ms / TFLOP/s "
+           "| FlashInfer anchor ms (16, 64) | paged 16, 64 / FI anchor | rel. err. vs packed |",
+           "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        c = lambda k: f"{r[k + '_ms']:.3f} / {r[k + '_tflops']:.0f}"
+        fi = [FI_RAGGED_MS.get((r["case"], r["Hkv"], p)) for p in (16, 64)]
+        out.append(f"| {r['case']} | {r['Hq']}:{r['Hkv']} | {c('packed')} | {c('paged16')} | {c('paged64')} "
+                   f"| {fi[0]}, {fi[1]} | {r['paged16_vs_fi_anchor']:.2f}, {r['paged64_vs_fi_anchor']:.2f} "
+                   f"| {max(r['paged16_rel_err_vs_packed'], r['paged64_rel_err_vs_packed']):.1e} |")
+    return out
+
+
 def table(rows):
     out = ["| Hq:Hkv | B x Sq onto L | dense ms / TFLOP/s | paged 16 ms / TFLOP/s | paged 64 ms / TFLOP/s "
            "| paged 16 / dense | paged 64 / dense | FlashInfer anchor ms (16, 64) | paged 16, 64 / FI anchor "
@@ -133,14 +232,23 @@ def main():
         row = run(attn, dense_mod, dense80_mod, paged_mod, paged80_mod, 16, 32, Hk, 512, 8192)
         rows.append(row)
         print(json.dumps(row), flush=True)
+    attn.set_arch(None)
+    rg_dense = attn.compile("rg", ragged_text(False))
+    rg_paged = attn.compile("rg", ragged_text(True))
+    rrows = []
+    for Hk in (8, 32):
+        for name, lens in RAGGED:
+            row = run_ragged(attn, rg_dense, rg_paged, name, lens, 32, Hk)
+            rrows.append(row)
+            print(json.dumps(row), flush=True)
     text = "\n".join([f"GPU: {torch.cuda.get_device_name()}; driver {driver_version()}; "
-                      f"{time.strftime('%Y-%m-%d')}", ""] + table(rows))
+                      f"{time.strftime('%Y-%m-%d')}", ""] + table(rows) + [""] + ragged_table(rrows))
     print(text)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "bench-paged-prefill.md"), "w") as f:
         f.write(text + "\n")
     with open(os.path.join(args.out, "bench-paged-prefill.json"), "w") as f:
-        json.dump(dict(rows=rows), f, indent=1)
+        json.dump(dict(rows=rows, ragged=rrows), f, indent=1)
 
 
 if __name__ == "__main__":

@@ -473,9 +473,10 @@ static void emit_graph(StrBuf *out, const GraphCompile *gc, EmitPart part, bool 
   if (s->amax_output >= 0) /* the amax output's slot */
     macro_def(out, &ms, a, "ATTN_AMAX", g->outputs[s->amax_output].tensor);
   if (ir_sink(g->softmax)) macro_def(out, &ms, a, "ATTN_SINK", 1);
-  if (s->packed) { /* packed sequences: the offsets' slots of q and of k/v */
+  if (s->packed) { /* packed sequences: the offsets' slots of q and of k/v (a paged k and v
+                      have none: each sequence's keys are its pages) */
     macro_def(out, &ms, a, "ATTN_PACKED_Q", g->tensors[g->q].seq_offsets);
-    macro_def(out, &ms, a, "ATTN_PACKED_KV", g->tensors[g->k].seq_offsets);
+    if (!s->paged) macro_def(out, &ms, a, "ATTN_PACKED_KV", g->tensors[g->k].seq_offsets);
   }
   const PlanStep *dec = plan_step(gc->plan, PLAN_FORWARD, "decode");
   const PlanStep *merge = plan_step(gc->plan, PLAN_FORWARD, "merge");

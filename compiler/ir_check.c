@@ -102,11 +102,34 @@ static void check_paged(IrGraph *g, Diag *d) {
   sb_free(&s2);
 }
 
+/* Packed queries against a paged cache (continuous batching: each
+ * sequence's new tokens against its pages): q [Tokens, H, D], k and v
+ * paged together (check_paged) with head dims and heads that fit q's. The
+ * batch is the offsets' B + 1 and the table's B rows, checked at bind. */
+static void check_packed_paged(IrGraph *g, Diag *d) {
+  const IrTensor *q = &g->tensors[g->q], *k = &g->tensors[g->k];
+  if (g->v >= 0) check_paged(g, d);
+  bool heads = head_dim_const(q, d);
+  heads &= head_dim_const(k, d);
+  if (heads && q->dim_val[2] != k->dim_val[3])
+    diag_error(d, k->loc, "head dimensions of '%s' (%lld) and '%s' (%lld) differ", q->name,
+               (long long)q->dim_val[2], k->name, (long long)k->dim_val[3]);
+  const IrKvDim kh = ir_kv_dim(g, g->k, 1);
+  if (q->dim_sym[1] < 0 && k->dim_sym[kh.dim] < 0 && q->dim_val[1] % k->dim_val[kh.dim] != 0)
+    diag_error(d, k->loc, "'%s' has %lld heads, which does not divide the %lld heads of '%s'",
+               k->name, (long long)k->dim_val[kh.dim], (long long)q->dim_val[1], q->name);
+}
+
 /* Packed sequences: q, k and v all packed ([Tokens, Heads, D] each), k
- * and v by the same offsets, q's and k's offsets of one length (B + 1). */
+ * and v by the same offsets, q's and k's offsets of one length (B + 1);
+ * or packed q against paged k and v (check_packed_paged). */
 static void check_packed(IrGraph *g, Diag *d) {
   const IrTensor *q = &g->tensors[g->q], *k = &g->tensors[g->k];
   const IrTensor *v = g->v >= 0 ? &g->tensors[g->v] : NULL;
+  if (q->packed && k->paged && (!v || v->paged)) {
+    check_packed_paged(g, d);
+    return;
+  }
   const IrTensor *all[3] = {q, k, v}, *some = q->packed ? q : k->packed ? k : v;
   for (int x = 0; x < 3; x++)
     if (all[x] && !all[x]->packed) {
@@ -216,8 +239,9 @@ static void check_output(IrGraph *g, Diag *d, const IrOutput *o) {
     const int from[3] = {n->dom & DOM_D ? 0 : 1, n->dom & DOM_D ? 1 : 0, 2};
     for (int k = 0; k < want.ndims; k++) {
       const IrTensor *src = k == 2 ? v : q;
-      want.dim_sym[k] = src->dim_sym[from[k]];
-      want.dim_val[k] = src->dim_val[from[k]];
+      const int x = k == 2 && v->paged ? 3 : from[k]; /* a paged v's head dim is its last */
+      want.dim_sym[k] = src->dim_sym[x];
+      want.dim_val[k] = src->dim_val[x];
     }
   } else if (n->dom) {
     if (!q || ((n->dom & DOM_D) && !v)) return; /* reported as a landmark */
@@ -292,6 +316,10 @@ int ir_check_graph(IrGraph *g, Diag *d) {
       diag_error(d, n->loc, "'%s' is the length of a packed sequence, and this graph's q is not "
                  "packed (q = packed(tokens, offsets))", n->ref == IR_SEQLEN_Q ? "seqlen_q"
                                                                                : "seqlen_k");
+    else if (n->op == IR_DIM && n->ref == IR_SEQLEN_K && g->k >= 0 && g->tensors[g->k].paged)
+      diag_error(d, n->loc, "'seqlen_k' is the length of a packed sequence of keys, and this "
+                 "graph's keys are a paged cache, which has no offsets: give the sequences' "
+                 "lengths as a tensor (j < kv_len[b])");
   }
   for (int k = 0; g->softmax && k < g->nnodes; k++) {
     IrNode *n = g->nodes[k];

@@ -374,8 +374,37 @@ static const char *chk_dim_name(const IrGraph *g, int tensor, int d) {
   return s >= 0 ? g->dims[s].name : NULL;
 }
 
+/* A paged k's page size, pages a sequence and page count for Skv keys
+ * a sequence: enough for Skv, and three pages to spare. */
+static void chk_pages_spec(const IrGraph *g, StrBuf *sb, int B, int Skv, int page) {
+  const IrTensor *k = &g->tensors[g->k];
+  const char *ps = chk_dim_name(g, g->k, ir_page_dim(k));
+  const char *mp = chk_dim_name(g, k->page_table, 1), *np = chk_dim_name(g, g->k, 0);
+  const int maxp = (Skv + page - 1) / page;
+  if (ps) sb_printf(sb, "%s=%d,", ps, page);
+  if (mp) sb_printf(sb, "%s=%d,", mp, maxp);
+  if (np) sb_printf(sb, "%s=%d,", np, B * maxp + 3);
+}
+
 void chk_paged_spec(const IrGraph *g, StrBuf *sb, int B, int H, int Hk, int Sq, int Skv,
                     int page) {
+  if (ir_packed(g) && g->tensors[g->k].paged) {
+    /* Packed q (B sequences, B * Sq tokens) against paged caches of B rows. */
+    const IrTensor *k = &g->tensors[g->k];
+    const char *nb = chk_dim_name(g, g->tensors[g->q].seq_offsets, 0);
+    const char *b = chk_dim_name(g, k->page_table, 0), *h = chk_dim_name(g, g->q, 1);
+    const char *hk = chk_dim_name(g, g->k, ir_kv_dim(g, g->k, 1).dim);
+    const char *tq = chk_dim_name(g, g->q, 0);
+    sb->len = 0;
+    if (nb) sb_printf(sb, "%s=%d,", nb, B + 1);
+    if (b) sb_printf(sb, "%s=%d,", b, B);
+    if (h) sb_printf(sb, "%s=%d,", h, H);
+    if (hk && (!h || strcmp(hk, h))) sb_printf(sb, "%s=%d,", hk, Hk);
+    if (tq) sb_printf(sb, "%s=%d,", tq, B * Sq);
+    chk_pages_spec(g, sb, B, Skv, page);
+    if (sb->len) sb->data[--sb->len] = 0;
+    return;
+  }
   if (ir_packed(g)) { /* B sequences of B * Sq query and B * Skv key tokens in all */
     const char *nb = chk_dim_name(g, g->tensors[g->q].seq_offsets, 0);
     const char *h = chk_dim_name(g, g->q, 1), *hk = chk_dim_name(g, g->k, 1);
@@ -400,15 +429,7 @@ void chk_paged_spec(const IrGraph *g, StrBuf *sb, int B, int H, int Hk, int Sq, 
   if (hk && (!h || strcmp(hk, h))) sb_printf(sb, "%s=%d,", hk, Hk);
   if (sq) sb_printf(sb, "%s=%d,", sq, Sq);
   if (skv && (!sq || strcmp(skv, sq))) sb_printf(sb, "%s=%d,", skv, Skv);
-  if (paged) { /* pages of `page` keys, enough for Skv, and three to spare */
-    const IrTensor *k = &g->tensors[g->k];
-    const char *ps = chk_dim_name(g, g->k, ir_page_dim(k));
-    const char *mp = chk_dim_name(g, k->page_table, 1), *np = chk_dim_name(g, g->k, 0);
-    const int maxp = (Skv + page - 1) / page;
-    if (ps) sb_printf(sb, "%s=%d,", ps, page);
-    if (mp) sb_printf(sb, "%s=%d,", mp, maxp);
-    if (np) sb_printf(sb, "%s=%d,", np, B * maxp + 3);
-  }
+  if (paged) chk_pages_spec(g, sb, B, Skv, page);
   if (sb->len) sb->data[--sb->len] = 0;
 }
 

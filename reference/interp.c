@@ -359,12 +359,20 @@ static void ref_seq_rows(const RefTensor *off, int64_t b, int64_t total, int64_t
 void ref_seq_table(const RefArgs *args, int64_t B, int64_t *seq, int64_t *max_q, int64_t *max_k) {
   const IrGraph *g = args->g;
   const RefTensor *ts = args->tensors;
-  const RefTensor *oq = &ts[g->tensors[g->q].seq_offsets], *ok = &ts[g->tensors[g->k].seq_offsets];
+  const IrTensor *k = &g->tensors[g->k];
+  const RefTensor *oq = &ts[g->tensors[g->q].seq_offsets];
+  const RefTensor *ok = k->paged ? NULL : &ts[k->seq_offsets];
+  /* Packed q against a paged cache: every sequence's keys are its pages'
+   * whole view (MaxPages * PageSize; a length mask bounds them). */
+  const int64_t view = k->paged ? ts[k->page_table].shape[1] * ts[g->k].shape[ir_page_dim(k)] : 0;
   *max_q = *max_k = 0;
   for (int64_t b = 0; b < B; b++) {
     int64_t *s = &seq[4 * b];
     ref_seq_rows(oq, b, ts[g->q].shape[0], &s[0], &s[1]);
-    ref_seq_rows(ok, b, ts[g->k].shape[0], &s[2], &s[3]);
+    if (ok)
+      ref_seq_rows(ok, b, ts[g->k].shape[0], &s[2], &s[3]);
+    else
+      s[2] = 0, s[3] = view;
     *max_q = s[1] > *max_q ? s[1] : *max_q;
     *max_k = s[3] > *max_k ? s[3] : *max_k;
   }
@@ -391,11 +399,41 @@ static int ref_gather_packed(RefCtx *c, int ti, int col, int64_t rows, RefTensor
   return 0;
 }
 
+/* Packed q against paged k and v: q gathered by its offsets, k and v
+ * from the table's rows (one a sequence), each sequence's keys its pages'
+ * whole view. */
+static int ref_packed_paged_views(RefCtx *c) {
+  const IrGraph *g = c->g;
+  const IrTensor *q = &g->tensors[g->q], *k = &g->tensors[g->k];
+  const RefTensor *oq = &c->args->tensors[q->seq_offsets];
+  const RefTensor *table = &c->args->tensors[k->page_table];
+  if (oq->ndims != 1 || oq->shape[0] < 1 || table->ndims != 2 ||
+      table->shape[0] != oq->shape[0] - 1)
+    return ref_fail(c, NULL, "the offsets '%s' must hold one entry more than the page table '%s' "
+                    "has rows (B + 1 and B)", g->tensors[q->seq_offsets].name,
+                    g->tensors[k->page_table].name);
+  if (c->args->tensors[g->q].ndims != 3)
+    return ref_fail(c, NULL, "packed q has 3 dimensions [tokens, heads, head dim]");
+  c->B = oq->shape[0] - 1;
+  c->seq = calloc((size_t)(4 * c->B + 4), sizeof *c->seq);
+  if (!c->seq) return ref_fail(c, NULL, "out of memory");
+  int64_t lq, lk;
+  ref_seq_table(c->args, c->B, c->seq, &lq, &lk);
+  if (ref_gather_packed(c, g->q, 0, lq, &c->qview) || ref_gather_pages(c, g->k, &c->kview) ||
+      ref_gather_pages(c, g->v, &c->vview))
+    return -1;
+  c->q = &c->qview;
+  c->k = &c->kview;
+  c->v = &c->vview;
+  return 0;
+}
+
 /* Packed q, k and v: the sequences' rows from the offsets, and q, k, v
  * gathered as dense [B, heads, longest, D] views. */
 static int ref_packed_views(RefCtx *c) {
   const IrGraph *g = c->g;
   const IrTensor *q = &g->tensors[g->q], *k = &g->tensors[g->k];
+  if (k->paged) return ref_packed_paged_views(c);
   const RefTensor *oq = &c->args->tensors[q->seq_offsets], *ok = &c->args->tensors[k->seq_offsets];
   const RefTensor *rq = &c->args->tensors[g->q], *rk = &c->args->tensors[g->k];
   if (oq->ndims != 1 || ok->ndims != 1 || oq->shape[0] != ok->shape[0] || oq->shape[0] < 1)

@@ -274,10 +274,12 @@ int ref_make_inputs(RefArgs *args, const char *shape_spec, uint64_t seed,
   if (packed) { /* [tokens, heads, D]; B + 1 offsets (4 sequences by default) */
     const IrTensor *q = &g->tensors[g->q], *k = &g->tensors[g->k];
     s.heads = q->dim_sym[1];
-    s.kv_heads = k->dim_sym[1];
     s.seq_q = q->dim_sym[0];
-    s.seq_kv = k->dim_sym[0];
     s.batch = g->tensors[q->seq_offsets].dim_sym[0];
+    if (!paged) { /* (a paged k keeps its pages' dims; the table's rows are B: give both) */
+      s.kv_heads = k->dim_sym[1];
+      s.seq_kv = k->dim_sym[0];
+    }
   }
   s.val = calloc((size_t)g->ndims + 1, sizeof *s.val);
   args->tensors = calloc((size_t)g->ntensors + 1, sizeof *args->tensors);
@@ -289,6 +291,15 @@ int ref_make_inputs(RefArgs *args, const char *shape_spec, uint64_t seed,
   if (ref_each_binding(shape_spec, &s, ref_dim_binding, err) ||
       ref_init_scalars(args, err))
     goto done;
+  if (packed && paged) { /* the offsets' B + 1 and the table's B rows agree unless both given */
+    const int ob = g->tensors[g->tensors[g->q].seq_offsets].dim_sym[0];
+    const int tb = g->tensors[g->tensors[g->k].page_table].dim_sym[0];
+    if (ob >= 0 && tb >= 0 && ob != tb) {
+      if (!s.val[ob] && !s.val[tb]) s.val[ob] = 5;
+      if (!s.val[tb] && s.val[ob] > 1) s.val[tb] = s.val[ob] - 1;
+      if (!s.val[ob] && s.val[tb]) s.val[ob] = s.val[tb] + 1;
+    }
+  }
   ref_default_dims(&s);
   int64_t int_max = 128;
   if (s.seq_q >= 0 || s.seq_kv >= 0)
@@ -319,7 +330,8 @@ int ref_make_inputs(RefArgs *args, const char *shape_spec, uint64_t seed,
       goto done;
     }
     RefRng r = ref_rng(seed, (uint64_t)ti);
-    if (packed && (ti == g->tensors[g->q].seq_offsets || ti == g->tensors[g->k].seq_offsets)) {
+    if (packed && (ti == g->tensors[g->q].seq_offsets ||
+                   (!paged && ti == g->tensors[g->k].seq_offsets))) {
       /* Over q's tokens, or k's for k's own offsets (q's when they share
        * them: self-attention). */
       const IrTensor *x = &g->tensors[ti == g->tensors[g->q].seq_offsets ? g->q : g->k];

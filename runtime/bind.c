@@ -467,7 +467,7 @@ static attn_status bind_finish_paged(BindState *b, StrBuf *err) {
   const IrTensor *k = &g->tensors[g->k];
   const int64_t *kc = b->shape[g->k], *table = b->shape[k->page_table];
   const int64_t *q = b->shape[g->q];
-  if (table[0] != q[0]) {
+  if (!ir_packed(g) && table[0] != q[0]) {
     sb_printf(err,
               "graph '%s': batch sizes differ: tensor '%s' has %lld, page table '%s' has "
               "%lld", g->name, g->tensors[g->q].name, (long long)q[0],
@@ -500,10 +500,26 @@ static attn_status bind_finish_packed(BindState *b, StrBuf *err) {
               "0", g->name, g->tensors[cu].name);
     return ATTN_ERROR_INVALID_ARGUMENT;
   }
-  if (!bind_heads_divide(g, q[1], k[1], err)) return ATTN_ERROR_INVALID_ARGUMENT;
   b->params.B = (int)(n - 1);
   b->params.H = (int)q[1];
   b->params.Sq = (int)q[0];
+  if (g->tensors[g->k].paged) {
+    /* Packed q against a paged cache: the table's rows are the sequences,
+     * the keys the pages' logical view (bind_finish_paged). */
+    const IrTensor *kt = &g->tensors[g->k];
+    const int64_t *table = b->shape[kt->page_table];
+    if (table[0] != n - 1) {
+      sb_printf(err, "graph '%s': the offsets '%s' hold %lld sequences (B + 1 = %lld entries), "
+                "the page table '%s' %lld rows", g->name, g->tensors[cu].name,
+                (long long)(n - 1), (long long)n, g->tensors[kt->page_table].name,
+                (long long)table[0]);
+      return ATTN_ERROR_INVALID_ARGUMENT;
+    }
+    if (!bind_heads_divide(g, q[1], k[ir_kv_dim(g, g->k, 1).dim], err))
+      return ATTN_ERROR_INVALID_ARGUMENT;
+    return bind_finish_paged(b, err);
+  }
+  if (!bind_heads_divide(g, q[1], k[1], err)) return ATTN_ERROR_INVALID_ARGUMENT;
   b->params.Hk = (int)k[1];
   b->params.Skv = (int)k[0];
   return ATTN_SUCCESS;

@@ -366,7 +366,14 @@ static __device__ __forceinline__ attn_params attn_packed_work(int x, const attn
                                                                bool &owned) {
   int lq, lk;
   m_block = attn_packed_find<BM>(x, p.t[ATTN_PACKED_Q], p.t[ATTN_TQ].size[0], p.B, b, q0, lq);
+#if defined(ATTN_PACKED_KV)
   attn_seq_rows(p.t[ATTN_PACKED_KV], b, p.t[ATTN_TK].size[0], k0, lk);
+#else
+  /* Packed q against a paged cache: sequence b's keys are its pages, the
+   * whole view (row b of the table; a length mask bounds them). */
+  k0 = 0;
+  lk = p.Skv;
+#endif
   owned = p.B > 0 && m_block >= 0 && m_block * BM < lq;
   if (!owned)
     m_block = 0, lq = 0, lk = 0;
@@ -376,10 +383,12 @@ static __device__ __forceinline__ attn_params attn_packed_work(int x, const attn
   /* One tensor in two roles (q @ q^T, or v the same as k) is rebased
    * once: packed by one offsets tensor, its rows are the same. */
   attn_packed_rows<attn_q_fp8 ? 1 : 2>(v.t[ATTN_TQ], q0, lq);
+#if defined(ATTN_PACKED_KV)
   if (ATTN_TK != ATTN_TQ)
     attn_packed_rows<attn_kv_fp8 ? 1 : 2>(v.t[ATTN_TK], k0, lk);
   if (ATTN_TV != ATTN_TK && ATTN_TV != ATTN_TQ)
     attn_packed_rows<attn_kv_fp8 ? 1 : 2>(v.t[ATTN_TV], k0, lk);
+#endif
   attn_packed_rows<attn_out_kind == 2 ? 4 : attn_out_kind >= 3 ? 1 : 2>(v.t[ATTN_TO], q0, lq);
   if (ATTN_TLSE >= 0)
     attn_packed_rows<4, true>(v.t[ATTN_TLSE >= 0 ? ATTN_TLSE : 0], q0, lq);

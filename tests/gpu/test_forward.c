@@ -668,6 +668,20 @@ static void test_paged(attn_context *ctx, uint64_t *seed) {
       "  p = softmax(s);\n"
       "  o = p @ paged_hnd(vc, table);\n"
       "  output o : f16[B, H, Sq, 64];\n"
+      "}\n"
+      /* packed q against an e4m3 cache (fwd_sm80: FP8 caches) */
+      "attention paged_ragged_e4m3 {\n"
+      "  input q : bf16[T, H, 128];\n"
+      "  input cu : i32[B1];\n"
+      "  input kc : e4m3[Pages, Hk, PageSize, 128];\n"
+      "  input vc : e4m3[Pages, Hk, PageSize, 128];\n"
+      "  input table : i32[B, MaxPages];\n"
+      "  input kv_len : i32[B];\n"
+      "  s = (packed(q, cu) @ paged_hnd(kc, table)^T) * 0.088;\n"
+      "  s = mask(s, j < kv_len[b] && j <= i + kv_len[b] - seqlen_q);\n"
+      "  o = softmax(s) @ paged_hnd(vc, table);\n"
+      "  output o : bf16[T, H, 128];\n"
+      "  output lse = logsumexp(s);\n"
       "}\n";
   attn_module *mod = compile_text(ctx, "paged.attn", text);
   Arena *a = arena_new();

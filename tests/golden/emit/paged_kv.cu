@@ -302,3 +302,133 @@ extern "C" __global__ void __launch_bounds__(128) attn_paged_kv_hnd_decode_merge
 #undef ATTN_KV_TABLE
 #undef ATTN_KV_PAGE_DIM
 
+/* ---- graph paged_kv_ragged (paged_kv.attn:51:11): forward, template fwd_sm90 ---- */
+#define ATTN_D_QK 128
+#define ATTN_D_V 128
+#define ATTN_IN_BF16 1
+#define ATTN_OUT_BF16 1
+#define ATTN_BM 128
+#define ATTN_BN 128
+#define ATTN_STAGES 3
+#define ATTN_PERSISTENT 1
+#define ATTN_TQ 0
+#define ATTN_TK 2
+#define ATTN_TV 3
+#define ATTN_TO 6
+#define ATTN_TLSE 7
+#define ATTN_PACKED_Q 1
+#define ATTN_KV_TABLE 4
+#define ATTN_KV_PAGE_DIM 1
+namespace graph_paged_kv_ragged {
+
+/* [the text of templates/hooks.cuh] */
+
+/* The score chain's values fixed per (b, h), read once per work tile. */
+struct attn_bh {
+};
+
+static __device__ __forceinline__ attn_bh attn_bh_load(int b, int h, const attn_params &p) {
+  attn_bh c{};
+  return c;
+}
+
+/* The score chain applied to the raw q.k product `acc`. */
+static __device__ __forceinline__ float attn_score_bh(float acc, const attn_bh &c, int b, int h, int i, int j, const attn_params &p) {
+  const float s_4 = acc * p.s[0].f;
+  return s_4;
+}
+
+static __device__ __forceinline__ float attn_score(float acc, int b, int h, int i, int j, const attn_params &p) {
+  return attn_score_bh(acc, attn_bh_load(b, h, p), b, h, i, j, p);
+}
+
+/* The top-level masks, element by element: true keeps the score. */
+static __device__ __forceinline__ bool attn_keep(int b, int h, int i, int j, const attn_params &p) {
+  const int t7 = attn_ld_i32(p.t[5], b, 0, 0, 0);
+  const bool t8 = j < t7;
+  const int t12 = attn_ld_i32(p.t[5], b, 0, 0, 0);
+  const int t13 = attn_iadd(i, t12);
+  const int t15 = attn_isub(t13, p.Sq);
+  const bool t16 = j <= t15;
+  return t8 && t16;
+}
+
+/* Whether attn_keep reads memory (templates may evaluate it early). */
+constexpr bool attn_keep_reads = false;
+
+/* Keys [j_lo, j_hi) any row in [i0, i1] may keep (conservative). */
+static __device__ __forceinline__ void attn_kv_bounds(int b, int h, int i0, int i1, const attn_params &p, int &j_lo, int &j_hi) {
+  long long lo = 0, hi = p.Skv;
+  const int t7 = attn_ld_i32(p.t[5], b, 0, 0, 0);
+  const int t12 = attn_ld_i32(p.t[5], b, 0, 0, 0);
+  { /* paged_kv.attn:61:15 */
+    const long long c = 1LL + -1LL * (long long)(t7);
+    hi = min(hi, attn_floordiv(-c - 0LL * i1, 1LL) + 1);
+  }
+  if ((long long)i1 + attn_labs(t12) + attn_labs(p.Sq) <= 2147483647LL) /* its sides cannot wrap in i32 */
+  { /* paged_kv.attn:61:32 */
+    const long long c = 0LL + -1LL * (long long)(t12) + 1LL * (long long)(p.Sq);
+    hi = min(hi, attn_floordiv(-c - -1LL * i1, 1LL) + 1);
+  }
+  if (hi < 0) hi = 0;
+  if (lo < 0) lo = 0;
+  if (lo > hi) lo = hi;
+  j_lo = (int)lo;
+  j_hi = (int)hi;
+}
+
+/* 0: the tile [i0, i1] x [j0, j1] is wholly masked; 1: partly;
+ * 2: wholly kept, so the mask test is skipped. */
+static __device__ __forceinline__ int attn_tile_class(int b, int h, int i0, int i1, int j0, int j1, const attn_params &p) {
+  int cls = 2;
+  const int t7 = attn_ld_i32(p.t[5], b, 0, 0, 0);
+  const int t12 = attn_ld_i32(p.t[5], b, 0, 0, 0);
+  { /* paged_kv.attn:61:15 */
+    const long long c = 1LL + -1LL * (long long)(t7);
+    const long long hi = c + 0LL * i0 + 1LL * j1;
+    const long long lo = c + 0LL * i1 + 1LL * j0;
+    if (lo > 0) return 0;
+    if (hi > 0) cls = 1;
+  }
+  if (!((long long)i1 + attn_labs(t12) + attn_labs(p.Sq) <= 2147483647LL)) cls = 1; /* a side may wrap in i32 */
+  else
+  { /* paged_kv.attn:61:32 */
+    const long long c = 0LL + -1LL * (long long)(t12) + 1LL * (long long)(p.Sq);
+    const long long hi = c + -1LL * i0 + 1LL * j1;
+    const long long lo = c + -1LL * i1 + 1LL * j0;
+    if (lo > 0) return 0;
+    if (hi > 0) cls = 1;
+  }
+  return cls;
+}
+
+/* Pointwise ops on the normalized output row element. */
+static __device__ __forceinline__ float attn_out(float o, int b, int h, int i, int d, const attn_params &p) {
+  return o;
+}
+
+/* [the text of templates/fwd_sm90.cuh] */
+
+} /* namespace graph_paged_kv_ragged */
+
+extern "C" __global__ void __launch_bounds__(384, 1) attn_paged_kv_ragged_fwd(const __grid_constant__ attn_params p, const __grid_constant__ attn_tmaps tm) {
+  graph_paged_kv_ragged::attn_fwd_sm90(p, tm);
+}
+
+#undef ATTN_D_QK
+#undef ATTN_D_V
+#undef ATTN_IN_BF16
+#undef ATTN_OUT_BF16
+#undef ATTN_BM
+#undef ATTN_BN
+#undef ATTN_STAGES
+#undef ATTN_PERSISTENT
+#undef ATTN_TQ
+#undef ATTN_TK
+#undef ATTN_TV
+#undef ATTN_TO
+#undef ATTN_TLSE
+#undef ATTN_PACKED_Q
+#undef ATTN_KV_TABLE
+#undef ATTN_KV_PAGE_DIM
+
