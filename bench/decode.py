@@ -19,7 +19,8 @@ decode on the same values, both with the per-sequence length mask (`j < kv_len[b
 graph has, and cuDNN dense; the paged output must equal the dense one's to the bit (same keys,
 same order of work). FlashInfer is not run in this process (its kernels must be built ahead with
 nvcc: ../shared/tools/anchor_bench2.py prep_fi); RESULTS.md quotes the anchors' FlashInfer paged
-decode beside these figures.
+decode beside these figures. --hnd takes FlashInfer's HND layout [pages, Hk, page, D]; --ordered
+leaves each sequence's pages in order (a fresh cache's placement: what scattering them costs).
 
 Also per configuration: attnc with the decode kernel switched off (ATTN_OPTION_DECODE 0, the
 prefill forward kernel), and the split count the plan chose. --rows adds Sq in {2, 4, 8, 16}
@@ -73,7 +74,7 @@ def to_pages(x, page, perm, hnd=False):
     return out
 
 
-def run_paged(attn, dense_mod, paged_mod, B, H, Hk, L, pages=(16, 64), hnd=False):
+def run_paged(attn, dense_mod, paged_mod, B, H, Hk, L, pages=(16, 64), hnd=False, ordered=False):
     """attnc dense (length-masked) against paged caches of the same values, and cuDNN dense."""
     kv_bytes = 2 * B * Hk * L * D * 2
     copies = max(1, min(45, math.ceil(180e6 / kv_bytes)))
@@ -85,7 +86,7 @@ def run_paged(attn, dense_mod, paged_mod, B, H, Hk, L, pages=(16, 64), hnd=False
         o = torch.empty_like(q)
         x = dict(q=q, k=k, v=v, o=o, c=attn.call(dense_mod, "dec", dict(q=q, k=k, v=v, kv_len=lens, o=o)))
         for page in pages:
-            perm = torch.randperm(B * L // page, device="cuda")
+            perm = (torch.arange if ordered else torch.randperm)(B * L // page, device="cuda")
             kc, vc = to_pages(k, page, perm, hnd), to_pages(v, page, perm, hnd)
             table = perm.view(B, L // page).to(torch.int32).contiguous()
             op = torch.empty_like(q)
@@ -275,6 +276,8 @@ def main():
     ap.add_argument("--fp8", action="store_true", help="only the e4m3 KV cache grid")
     ap.add_argument("--paged", action="store_true", help="only the paged KV cache grid")
     ap.add_argument("--hnd", action="store_true", help="--paged with FlashInfer's HND pages [pages, Hk, page, D]")
+    ap.add_argument("--ordered", action="store_true",
+                    help="--paged with each sequence's pages in order (the default shuffles them)")
     ap.add_argument("--config", default=None,
                     help="one configuration, HQ:HKV,B,L[,SQ] (e.g. 32:8,1,8192), for profiling")
     args = ap.parse_args()
@@ -298,8 +301,10 @@ def main():
                 for L in (1024, 8192, 32768):
                     if 2 * B * Hk * L * D * 2 > 20e9:  # dense and paged copies side by side
                         continue
-                    row = run_paged(attn, dense_mod, paged_mod, B, 32, Hk, L, hnd=args.hnd)
+                    row = run_paged(attn, dense_mod, paged_mod, B, 32, Hk, L, hnd=args.hnd,
+                                    ordered=args.ordered)
                     row["layout"] = "hnd" if args.hnd else "nhd"
+                    row["pages_in_order"] = args.ordered
                     rows.append(row)
                     print(json.dumps(row), flush=True)
         text = "\n".join([f"GPU: {torch.cuda.get_device_name()}; driver {driver_version()}; "
@@ -307,7 +312,7 @@ def main():
                          paged_table(rows))
         print(text)
         os.makedirs(args.out, exist_ok=True)
-        name = "bench-decode-paged-hnd" if args.hnd else "bench-decode-paged"
+        name = "bench-decode-paged" + ("-hnd" if args.hnd else "") + ("-ordered" if args.ordered else "")
         with open(os.path.join(args.out, name + ".md"), "w") as f:
             f.write(text + "\n")
         with open(os.path.join(args.out, name + ".json"), "w") as f:
