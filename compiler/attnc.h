@@ -717,7 +717,7 @@ typedef struct DecodeConfig {
  * a 16-bit q (in_bytes 2) and K/V of 2 or 1 bytes, dropout (decode
  * kernels serve inference), or no two free parameter slots (the graph's
  * tensors fill attn_params). Prints nothing. */
-int tmpl_decode_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool dropout,
+int tmpl_decode_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool dropout, bool paged,
                        int ntensors, DecodeConfig *out);
 
 /* ------------------------------------------------------ match.c, emit.c */

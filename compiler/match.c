@@ -543,7 +543,7 @@ static void match_decode(const KernelSpec *s, FwdConfig *c) {
    * sequence; the decode kernel has no such walk yet. */
   if (s->amax_output >= 0 || head_scale || s->packed ||
       tmpl_decode_config(s->d_qk, s->d_v, dtype_size(s->in_type), dtype_size(s->kv_type),
-                         s->dropout != NULL, s->g->ntensors, &c->decode) != 0)
+                         s->dropout != NULL, s->paged, s->g->ntensors, &c->decode) != 0)
     c->decode = (DecodeConfig){.on = false};
 }
 

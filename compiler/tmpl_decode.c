@@ -14,6 +14,14 @@
  * the end reuses it). An 8-bit K/V cache (e4m3, e5m2) streams half the
  * bytes: stages of 8-bit tiles, each converted once into one 16-bit K/V
  * tile the MMAs read (q's type; the conversion is exact).
+ *
+ * A paged cache keeps about 64 KB a CTA in flight instead: its refill
+ * (a table lookup and 64-bit addresses a row) lengthens each warp's
+ * instruction stream, and at two CTAs an SM (two warps a scheduler) that
+ * stream, not DRAM, was the limit (bench/RESULTS.md, session 20: ncu at
+ * 73% of DRAM peak against 90% dense). Three CTAs an SM of two stages:
+ * MHA paged decode 0.75-0.88x -> 0.90-0.96x dense; the dense kernel
+ * itself runs best at three stages (4% slower at two).
  */
 #include "attn_abi.h"
 #include "attn_layout.h"
@@ -24,7 +32,7 @@
 #define DECODE_SM_SMEM (228 * 1024)
 #define DECODE_BN 64
 
-int tmpl_decode_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool dropout,
+int tmpl_decode_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool dropout, bool paged,
                        int ntensors, DecodeConfig *out) {
   if (!out || in_bytes != 2 || (kv_bytes != 2 && kv_bytes != 1) || dropout) return -1;
   if (!attn_head_dim_ok(d_qk) || !attn_head_dim_ok(d_v)) return -1;
@@ -36,7 +44,7 @@ int tmpl_decode_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool dropo
   if (kv_bytes == 1 && (d_qk < 128 || d_v < 128)) return -1;
   if (ntensors + 2 > ATTN_MAX_TENSORS) return -1;
   const int stage = DECODE_BN * (d_qk + d_v) * kv_bytes;
-  int stages = 96 * 1024 / stage;
+  int stages = (paged ? 64 : 96) * 1024 / stage;
   if (stages > 4) stages = 4;
   if (stages < 2) stages = 2;
   const attn_dec_layout l = attn_dec_layout_of(DECODE_BN, stages, d_qk, d_v, kv_bytes);

@@ -123,7 +123,13 @@ Test(layout, head_dim_configs) {
       DecodeConfig dc;
       cr_assert_eq(tmpl_sm90_config(k, v, 2, false, 0, &h) == 0, ok, "sm90 %d %d", k, v);
       cr_assert_eq(tmpl_sm80_config(k, v, 2, 2, 90, &p) == 0, ok, "sm80 %d %d", k, v);
-      cr_assert_eq(tmpl_decode_config(k, v, 2, 2, false, 4, &dc) == 0, ok, "decode %d %d", k, v);
+      cr_assert_eq(tmpl_decode_config(k, v, 2, 2, false, false, 4, &dc) == 0, ok, "decode %d %d",
+                   k, v);
+      DecodeConfig pc; /* paged: about 64 KB of stages a CTA, so three CTAs an SM at D 128 */
+      cr_assert_eq(tmpl_decode_config(k, v, 2, 2, false, true, 4, &pc) == 0, ok, "paged %d %d",
+                   k, v);
+      if (ok) cr_assert_leq(pc.stages, dc.stages);
+      if (k == 128 && v == 128) cr_assert(pc.stages == 2 && pc.ctas_per_sm == 3 && dc.stages == 3);
       if (ok) {
         cr_assert_leq(h.smem_bytes, 227 * 1024);
         cr_assert_eq(h.smem_bytes,
@@ -131,8 +137,8 @@ Test(layout, head_dim_configs) {
                                           attn_head_tile(v), 0).total);
       }
       const bool ok8 = ok && k % 16 == 0 && v % 16 == 0 && k > 64 && v > 64;
-      cr_assert_eq(tmpl_decode_config(k, v, 2, 1, false, 4, &dc) == 0, ok8, "decode8 %d %d", k,
-                   v);
+      cr_assert_eq(tmpl_decode_config(k, v, 2, 1, false, false, 4, &dc) == 0, ok8,
+                   "decode8 %d %d", k, v);
     }
 }
 

@@ -27,7 +27,7 @@
 #define ATTN_TO 5
 #define ATTN_TLSE 6
 #define ATTN_DEC_BN 64
-#define ATTN_DEC_STAGES 3
+#define ATTN_DEC_STAGES 2
 #define ATTN_DEC_TPO 7
 #define ATTN_DEC_TPL 8
 #define ATTN_KV_TABLE 3
@@ -172,7 +172,7 @@ extern "C" __global__ void __launch_bounds__(128) attn_paged_kv_decode_merge(con
 #define ATTN_TO 5
 #define ATTN_TLSE -1
 #define ATTN_DEC_BN 64
-#define ATTN_DEC_STAGES 3
+#define ATTN_DEC_STAGES 2
 #define ATTN_DEC_TPO 6
 #define ATTN_DEC_TPL 7
 #define ATTN_KV_TABLE 3
