@@ -93,6 +93,8 @@ if [ "${BENCH:-1}" = 1 ]; then
   step bench_backward python3 bench/bench.py --lib "$B/libattn.so" --out "$L" --backward
   step bench_fp8 python3 bench/fp8.py --lib "$B/libattn.so" --out "$L"
   step bench_varlen python3 bench/varlen.py --lib "$B/libattn.so" --out "$L" --tables equal,masks,backward
+  step bench_paged_prefill python3 bench/paged_prefill.py --lib "$B/libattn.so" --out "$L"
+  step bench_decode_paged python3 bench/decode.py --paged --quick --lib "$B/libattn.so" --out "$L"
 fi
 cat "$L/gpu.txt"
 printf '%s\n' "${summary[@]}"
