@@ -182,3 +182,20 @@ def test_packed_training_gives_packed_gradients(root, cache_dir):
     assert o.shape == (300, 8, 128) and o.requires_grad and lse.shape == (8, 300)
     o.sum().backward()
     assert q.grad.shape == q.shape and k.grad.shape == k.shape and v.grad.shape == v.shape
+
+
+def test_packed_tokens_against_paged_caches(root, cache_dir):
+    """examples/paged_kv.attn's paged_kv_ragged: q [tokens, heads, D] by B + 1 offsets against
+    paged caches with B table rows; o is packed like q, lse [heads, tokens]; no backward."""
+    import torch
+    g = attnc.compile(os.path.join(root, "examples", "paged_kv.attn"), arch="sm_90a",
+                      cache_dir=cache_dir).paged_kv_ragged
+    assert not g.has_backward
+    q = meta(700, 32, 128)
+    cu_q = torch.empty(5, device="meta", dtype=torch.int32)
+    kc, vc = meta(300, 16, 8, 128), meta(300, 16, 8, 128)
+    table = torch.empty(4, 75, device="meta", dtype=torch.int32)
+    kv_len = torch.empty(4, device="meta", dtype=torch.int32)
+    o, lse = g(q, cu_q, kc, vc, table, kv_len)
+    assert o.shape == (700, 32, 128) and o.dtype == torch.bfloat16
+    assert lse.shape == (32, 700) and lse.dtype == torch.float32
