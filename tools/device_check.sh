@@ -6,7 +6,9 @@
 set -u
 # Knobs: BENCH=0 skips the benchmarks, SANITIZE=0 compute-sanitizer, HOST=0 the host examples, SM80=0
 # the portable template's grid, CTAS3=0 the second backward run, PYTEST=0
-# the Python package's tests. Logs go to /tmp/attnc-device; what comes
+# the Python package's tests, TESTS=0 the GPU test binaries. The whole takes
+# more than one 600 s device call: run TESTS=1 BENCH=0 SANITIZE=0 first, then
+# TESTS=0 HOST=0 PYTEST=0 with the sanitizer, then the benchmarks alone. Logs go to /tmp/attnc-device; what comes
 # back from the device machine ($OUT holds at most 8 files) is one .tgz of
 # them plus the benchmark tables and plot.
 B=${1:-build}
@@ -40,6 +42,7 @@ save() { # what has been logged so far, into $OUT (a call cut short keeps it)
 saver=$!
 trap 'kill $saver 2>/dev/null' EXIT
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >"$L/gpu.txt" 2>&1
+if [ "${TESTS:-1}" = 1 ]; then
 step test_forward "$B/tests/gpu/test_forward"
 [ -x "$B/tests/gpu/test_backward" ] && step test_backward "$B/tests/gpu/test_backward"
 # The persistent backward with 3 CTAs: every CTA takes several work items
@@ -55,12 +58,15 @@ if [ -x "$B/tests/gpu/test_fp8" ]; then
   step test_fp8_sm80 "$B/tests/gpu/test_fp8" sm_90
 fi
 [ -x "$B/tests/gpu/test_head_dims" ] && step test_head_dims "$B/tests/gpu/test_head_dims"
+fi
 # compute-sanitizer over every kernel template and mode at small shapes
 # (tools/sanitize_device.sh; SANITIZE=0 skips it).
 [ "${SANITIZE:-1}" = 1 ] && [ -x "$B/tests/gpu/sanitize_cases" ] &&
   step sanitize env L="$L/sanitize" bash tools/sanitize_device.sh "$B"
-[ -x "$B/tests/gpu/template_sm80_test" ] && step template_sm80 "$B/tests/gpu/template_sm80_test"
-[ -x "$B/tests/gpu/template_bwd_test" ] && step template_bwd "$B/tests/gpu/template_bwd_test"
+if [ "${TESTS:-1}" = 1 ]; then
+  [ -x "$B/tests/gpu/template_sm80_test" ] && step template_sm80 "$B/tests/gpu/template_sm80_test"
+  [ -x "$B/tests/gpu/template_bwd_test" ] && step template_bwd "$B/tests/gpu/template_bwd_test"
+fi
 if [ "${HOST:-1}" = 1 ] && [ -d "$B/host" ]; then
   step host_jit "$B/host/jit/jit_example"
   step host_aot "$B/host/aot/aot_example"

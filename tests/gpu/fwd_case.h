@@ -52,7 +52,8 @@ typedef struct InputFill {
   const IrGraph *g = ra->g;
   const int offs[2] = {g->tensors[g->q].seq_offsets, g->tensors[g->k].seq_offsets};
   const int toks[2] = {g->q, g->k};
-  for (int x = 0; x < 2; x++) {
+  const int sides = g->tensors[g->k].paged ? 1 : 2; /* paged keys have no offsets */
+  for (int x = 0; x < sides; x++) {
     RefTensor *o = &ra->tensors[offs[x]];
     const int64_t n = o->shape[0], total = ra->tensors[toks[x]].shape[0];
     for (int64_t e = 0; e < n; e++) {

@@ -87,6 +87,13 @@ static const Case cases[] = {
      "  s = mask((q @ paged_hnd(kc, t)^T) * 0.125, j < len[b]);\n"
      "  output o : f16[B, H, Sq, 64] = softmax(s) @ paged_hnd(vc, t);\n}\n",
      "B=2,H=8,Hk=2,Sq=100,P=40,PS=16,MP=12", "sm_90", 0, 0, 0, FWD, 0},
+    {"paged prefill ragged sm90, offsets out of range",
+     "attention g {\n  input q : bf16[T, H, 128];\n  input cu : i32[B1];\n"
+     "  input kc : bf16[P, PS, Hk, 128];\n  input vc : bf16[P, PS, Hk, 128];\n"
+     "  input t : i32[B, MP];\n  input len : i32[B];\n"
+     "  s = mask((packed(q, cu) @ paged(kc, t)^T) * 0.088, j < len[b] && j <= i + len[b] - seqlen_q);\n"
+     "  output o : bf16[T, H, 128] = softmax(s) @ paged(vc, t);\n}\n",
+     "B1=4,B=3,H=8,Hk=2,T=300,P=40,PS=16,MP=12", NULL, 0, 0, 0, FWD, 1},
     {"packed sm90, offsets out of range",
      "attention g {\n  input q : bf16[Tq, H, 128];\n  input k : bf16[Tk, Hk, 128];\n"
      "  input v : bf16[Tk, Hk, 128];\n  input cq : i32[B1];\n  input ck : i32[B1];\n"
