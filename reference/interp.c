@@ -399,55 +399,33 @@ static int ref_gather_packed(RefCtx *c, int ti, int col, int64_t rows, RefTensor
   return 0;
 }
 
-/* Packed q against paged k and v: q gathered by its offsets, k and v
- * from the table's rows (one a sequence), each sequence's keys its pages'
- * whole view. */
-static int ref_packed_paged_views(RefCtx *c) {
-  const IrGraph *g = c->g;
-  const IrTensor *q = &g->tensors[g->q], *k = &g->tensors[g->k];
-  const RefTensor *oq = &c->args->tensors[q->seq_offsets];
-  const RefTensor *table = &c->args->tensors[k->page_table];
-  if (oq->ndims != 1 || oq->shape[0] < 1 || table->ndims != 2 ||
-      table->shape[0] != oq->shape[0] - 1)
-    return ref_fail(c, NULL, "the offsets '%s' must hold one entry more than the page table '%s' "
-                    "has rows (B + 1 and B)", g->tensors[q->seq_offsets].name,
-                    g->tensors[k->page_table].name);
-  if (c->args->tensors[g->q].ndims != 3)
-    return ref_fail(c, NULL, "packed q has 3 dimensions [tokens, heads, head dim]");
-  c->B = oq->shape[0] - 1;
-  c->seq = calloc((size_t)(4 * c->B + 4), sizeof *c->seq);
-  if (!c->seq) return ref_fail(c, NULL, "out of memory");
-  int64_t lq, lk;
-  ref_seq_table(c->args, c->B, c->seq, &lq, &lk);
-  if (ref_gather_packed(c, g->q, 0, lq, &c->qview) || ref_gather_pages(c, g->k, &c->kview) ||
-      ref_gather_pages(c, g->v, &c->vview))
-    return -1;
-  c->q = &c->qview;
-  c->k = &c->kview;
-  c->v = &c->vview;
-  return 0;
-}
-
-/* Packed q, k and v: the sequences' rows from the offsets, and q, k, v
- * gathered as dense [B, heads, longest, D] views. */
+/* Packed q, and k and v packed too or paged: the sequences' rows from the
+ * offsets, q (and packed k, v) gathered as dense [B, heads, longest, D]
+ * views; paged k and v from the table's rows (one a sequence), each
+ * sequence's keys its pages' whole view. */
 static int ref_packed_views(RefCtx *c) {
   const IrGraph *g = c->g;
   const IrTensor *q = &g->tensors[g->q], *k = &g->tensors[g->k];
-  if (k->paged) return ref_packed_paged_views(c);
-  const RefTensor *oq = &c->args->tensors[q->seq_offsets], *ok = &c->args->tensors[k->seq_offsets];
-  const RefTensor *rq = &c->args->tensors[g->q], *rk = &c->args->tensors[g->k];
-  if (oq->ndims != 1 || ok->ndims != 1 || oq->shape[0] != ok->shape[0] || oq->shape[0] < 1)
-    return ref_fail(c, NULL, "the offsets '%s' and '%s' must hold B + 1 entries each",
-                    g->tensors[q->seq_offsets].name, g->tensors[k->seq_offsets].name);
-  if (rq->ndims != 3 || rk->ndims != 3 || c->args->tensors[g->v].ndims != 3)
+  const RefTensor *oq = &c->args->tensors[q->seq_offsets];
+  const int64_t nk = k->paged ? c->args->tensors[k->page_table].shape[0] + 1
+                              : c->args->tensors[k->seq_offsets].shape[0];
+  if (oq->ndims != 1 || oq->shape[0] != nk || oq->shape[0] < 1)
+    return ref_fail(c, NULL, k->paged ? "the offsets '%s' must hold one entry more than the page "
+                    "table '%s' has rows (B + 1 and B)" : "the offsets '%s' and '%s' must hold B + 1 "
+                    "entries each", g->tensors[q->seq_offsets].name,
+                    g->tensors[k->paged ? k->page_table : k->seq_offsets].name);
+  if (c->args->tensors[g->q].ndims != 3 ||
+      (!k->paged && (c->args->tensors[g->k].ndims != 3 || c->args->tensors[g->v].ndims != 3)))
     return ref_fail(c, NULL, "packed q, k and v have 3 dimensions [tokens, heads, head dim]");
   c->B = oq->shape[0] - 1;
   c->seq = calloc((size_t)(4 * c->B + 4), sizeof *c->seq);
   if (!c->seq) return ref_fail(c, NULL, "out of memory");
   int64_t lq, lk;
   ref_seq_table(c->args, c->B, c->seq, &lq, &lk);
-  if (ref_gather_packed(c, g->q, 0, lq, &c->qview) || ref_gather_packed(c, g->k, 2, lk, &c->kview) ||
-      ref_gather_packed(c, g->v, 2, lk, &c->vview))
+  if (ref_gather_packed(c, g->q, 0, lq, &c->qview) ||
+      (k->paged ? ref_gather_pages(c, g->k, &c->kview) || ref_gather_pages(c, g->v, &c->vview)
+                : ref_gather_packed(c, g->k, 2, lk, &c->kview) ||
+                      ref_gather_packed(c, g->v, 2, lk, &c->vview)))
     return -1;
   c->q = &c->qview;
   c->k = &c->kview;

@@ -71,18 +71,9 @@ constexpr bool dec_kv_e4m3 = true;
 constexpr bool dec_kv_e4m3 = false;
 #endif
 constexpr int dec_kv_bytes = dec_kv8 ? 1 : 2;
-/* A paged KV cache (ATTN_KV_TABLE: the page table's slot): K and V are
- * [pages, page size, Hk, D] (ATTN_KV_PAGE_DIM 1) or [pages, Hk, page size,
- * D] (2), key j of sequence b row j % page size of page table[b, j / page
- * size]; a page id outside [0, pages) reads as zeros. */
-#if defined(ATTN_KV_TABLE)
-constexpr bool dec_paged = true;
-constexpr int dec_ttab = ATTN_KV_TABLE, dec_page_dim = ATTN_KV_PAGE_DIM;
-#else
-constexpr bool dec_paged = false;
-constexpr int dec_ttab = 0, dec_page_dim = 1;
-#endif
-constexpr int dec_head_dim = dec_paged ? 3 - dec_page_dim : 1; /* K/V's dim of heads */
+/* A paged KV cache (hooks.cuh, attn_kv_paged). */
+constexpr bool dec_paged = attn_kv_paged;
+constexpr int dec_page_dim = attn_page_dim, dec_head_dim = attn_kv_head_dim;
 /* Paged K and V tiles of one width whose rows divide the CTA evenly (the
  * usual case): each thread copies the same rows of both, so it looks up
  * their pages once, and a tile ahead (dec_paged_ids), so the table's
@@ -212,20 +203,10 @@ __device__ __forceinline__ void attn_decode(const attn_params &p) {
       attn_cp_async16(sq_addr + attn_swz(r, ch, dec_dqk * 2), src, in ? 16 : 0);
     }
   }
-  /* Paged: key j's row through sequence b's page table (a page size that
-   * is a power of two divides by a shift). */
-  const int page_size = tk.size[dec_page_dim], npages = tk.size[0];
-  const bool page_pow2 = (page_size & (page_size - 1)) == 0;
-  const int page_shift = __ffs(page_size) - 1;
-  const int *table = (const int *)p.t[dec_ttab].ptr + b * p.t[dec_ttab].stride[0];
-  const long long table_step = p.t[dec_ttab].stride[1];
+  /* Paged: key j's row through sequence b's page table (hooks.cuh). */
+  const attn_pages pages = attn_pages_of(p, b);
   auto page_row = [&](const attn_tensor_arg &tx, const unsigned char *head, int j) {
-    const int pg = page_pow2 ? j >> page_shift : j / page_size, r = j - pg * page_size;
-    const int id = __ldg(table + pg * table_step);
-    return (unsigned)id < (unsigned)npages
-               ? head + ((long long)id * tx.stride[0] + (long long)r * tx.stride[dec_page_dim]) *
-                            dec_kv_bytes
-               : nullptr;
+    return pages.row<dec_kv_bytes>(tx, head, j);
   };
   /* dec_paged_ahead: this thread's rows of the next tile to load, their
    * page ids (-1: zeros) and rows within the page. */
@@ -235,9 +216,9 @@ __device__ __forceinline__ void attn_decode(const attn_params &p) {
 #pragma unroll
     for (int k = 0; k < dec_thread_rows; ++k) {
       const int j = n * dec_bn + ahead_r0 + k * dec_row_step;
-      const int pg = page_pow2 ? j >> page_shift : j / page_size;
-      ahead_row[k] = j - pg * page_size;
-      ahead_id[k] = j < p.Skv ? __ldg(table + pg * table_step) : -1;
+      const int pg = pages.page_of(j);
+      ahead_row[k] = j - pg * pages.size;
+      ahead_id[k] = j < p.Skv ? __ldg(pages.table + pg * pages.step) : -1;
     }
   };
   auto load_kv = [&](int n, int stage) {
@@ -248,7 +229,7 @@ __device__ __forceinline__ void attn_decode(const attn_params &p) {
 #pragma unroll
       for (int k = 0; k < dec_thread_rows; ++k) {
         const int r = ahead_r0 + k * dec_row_step, id = ahead_id[k];
-        const bool live = (unsigned)id < (unsigned)npages;
+        const bool live = (unsigned)id < (unsigned)pages.count;
         const unsigned char *ks = kg + ((long long)id * tk.stride[0] +
                                         (long long)ahead_row[k] * tk.stride[dec_page_dim]) *
                                            dec_kv_bytes + ahead_c * 16;

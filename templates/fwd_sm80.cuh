@@ -63,19 +63,10 @@ constexpr int fwd80_out_kind = attn_out_kind;
 constexpr bool fwd80_q8 = attn_q_fp8 != 0, fwd80_kv8 = attn_kv_fp8 != 0;
 constexpr int fwd80_q_el = fwd80_q8 ? 1 : 2, fwd80_kv_el = fwd80_kv8 ? 1 : 2;
 
-/* A paged KV cache (ATTN_KV_TABLE: the page table's slot): K and V are
- * [pages, page size, Hk, D] (ATTN_KV_PAGE_DIM 1) or [pages, Hk, page size,
- * D] (2); key j of sequence b is row j % page size of page table[b, j /
- * page size], and a page id outside [0, pages) reads as zeros (as in
- * decode.cuh). Rows are gathered one by one (attn_cp_rows). */
-#if defined(ATTN_KV_TABLE)
-constexpr bool fwd80_paged = true;
-constexpr int fwd80_ttab = ATTN_KV_TABLE, fwd80_page_dim = ATTN_KV_PAGE_DIM;
-#else
-constexpr bool fwd80_paged = false;
-constexpr int fwd80_ttab = 0, fwd80_page_dim = 1;
-#endif
-constexpr int fwd80_kv_head_dim = fwd80_paged ? 3 - fwd80_page_dim : 1; /* K/V's dim of heads */
+/* A paged KV cache (hooks.cuh, attn_kv_paged): rows gathered one by one
+ * through the table (attn_cp_rows). */
+constexpr bool fwd80_paged = attn_kv_paged;
+constexpr int fwd80_kv_head_dim = attn_kv_head_dim;
 
 /* Head dims are whole multiples of 64 so that a row holds a multiple of
  * eight 16-byte chunks, which the (row & 7) swizzle needs. */
@@ -179,22 +170,10 @@ static __device__ __forceinline__ void fwd80_tile(const attn_params &p, int m_bl
       (const unsigned char *)((const fwd80_elem<fwd80_kv_el>::t *)tv.ptr +
                               (fwd80_paged ? 0 : b * tv.stride[0]) +
                               hk * tv.stride[fwd80_kv_head_dim]);
-  /* Paged: key j's row through sequence b's page table (a page size that
-   * is a power of two divides by a shift); nullptr reads as zeros. */
-  const int page_size = tk.size[fwd80_page_dim], npages = tk.size[0];
-  const bool page_pow2 = (page_size & (page_size - 1)) == 0;
-  const int page_shift = __ffs(page_size) - 1;
-  const int *table =
-      (const int *)p.t[fwd80_ttab].ptr + (fwd80_paged ? b * p.t[fwd80_ttab].stride[0] : 0);
-  const long long table_step = p.t[fwd80_ttab].stride[1];
-  auto page_row = [&](const attn_tensor_arg &tx, const unsigned char *head,
-                      int j) -> const unsigned char * {
-    const int pg = page_pow2 ? j >> page_shift : j / page_size, r = j - pg * page_size;
-    const int id = __ldg(table + pg * table_step);
-    return (unsigned)id < (unsigned)npages
-               ? head + ((long long)id * tx.stride[0] + (long long)r * tx.stride[fwd80_page_dim]) *
-                            fwd80_kv_el
-               : nullptr;
+  /* Paged: key j's row through sequence b's page table (hooks.cuh). */
+  const attn_pages pages = attn_pages_of(p, b);
+  auto page_row = [&](const attn_tensor_arg &tx, const unsigned char *head, int j) {
+    return pages.row<fwd80_kv_el>(tx, head, j);
   };
 
   const unsigned sq = attn_smem_addr(fwd80_smem);

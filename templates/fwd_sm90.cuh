@@ -104,8 +104,7 @@ constexpr bool fwd90_persistent = true;
 constexpr bool fwd90_persistent = false;
 #endif
 
-/* A paged KV cache (ATTN_KV_TABLE: the page table's slot; ATTN_KV_PAGE_DIM
- * 1 for [pages, page size, Hk, D], 2 for [pages, Hk, page size, D]): the
+/* A paged KV cache (hooks.cuh, attn_kv_paged): the
  * runtime's K and V maps are over the caches as (D, page rows, Hk, pages)
  * (runtime/tmap.c), with boxes of fwd90_page_box rows, a power of two
  * dividing both the page size and BN, so no box crosses a page; the
@@ -113,13 +112,7 @@ constexpr bool fwd90_persistent = false;
  * page id outside [0, pages), and rows past the view, lie outside the map:
  * TMA fills them with zeros, as decode.cuh and fwd_sm80 read them. 16-bit
  * caches only (FP8 caches run fwd_sm80: match.c). */
-#if defined(ATTN_KV_TABLE)
-constexpr bool fwd90_paged = true;
-constexpr int fwd90_ttab = ATTN_KV_TABLE, fwd90_page_dim = ATTN_KV_PAGE_DIM;
-#else
-constexpr bool fwd90_paged = false;
-constexpr int fwd90_ttab = 0, fwd90_page_dim = 1;
-#endif
+constexpr bool fwd90_paged = attn_kv_paged;
 static_assert(!fwd90_paged || !fwd90_fp8, "paged caches of 16-bit values");
 static __device__ __forceinline__ int fwd90_page_box(int page_size) {
   return min(page_size & -page_size, fwd90_bn & -fwd90_bn);
@@ -749,16 +742,15 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
        * cache, or rows past the view, lie outside the map). */
       auto load_pages = [&](unsigned dst, const attn_tmap *m, unsigned bar, int blocks, int n_) {
         if constexpr (fwd90_paged) {
-          const attn_tensor_arg &tt = p.t[fwd90_ttab];
-          const int page_size = p.t[ATTN_TK].size[fwd90_page_dim];
-          const int box = fwd90_page_box(page_size);
+          const attn_pages pages = attn_pages_of(p, b);
+          const int box = fwd90_page_box(pages.size);
           for (int x = lane; x < fwd90_bn / box; x += 32) {
             const int j = n_ * fwd90_bn + x * box;
             int id = -1, row = 0;
             if (j < p.Skv) {
-              const int pg = j / page_size;
-              row = j - pg * page_size;
-              id = __ldg((const int *)tt.ptr + b * tt.stride[0] + pg * tt.stride[1]);
+              const int pg = j / pages.size; /* (a box a lane: a division costs little here) */
+              row = j - pg * pages.size;
+              id = __ldg(pages.table + pg * pages.step);
             }
             for (int c = 0; c < blocks; ++c)
               attn_tma_load4(dst + c * fwd90_bn * 128 + x * box * 128, m, bar, c * 64, row, hk, id);

@@ -293,6 +293,54 @@ __device__ __forceinline__ int attn_next_live(int n, int n_end, int b, int h,
   return n;
 }
 
+/* Paged KV caches (docs/language.md "Paged KV caches"): ATTN_KV_TABLE is
+ * the page table's slot, ATTN_KV_PAGE_DIM 1 for [pages, page size, Hk, D]
+ * (paged) or 2 for [pages, Hk, page size, D] (paged_hnd). Key j of
+ * sequence b is row j % page size of page table[b, j / page size]; a page
+ * id outside [0, pages) reads as zeros. decode.cuh, fwd_sm80.cuh and
+ * fwd_sm90.cuh read them. */
+#if defined(ATTN_KV_TABLE)
+constexpr bool attn_kv_paged = true;
+constexpr int attn_kv_table = ATTN_KV_TABLE, attn_page_dim = ATTN_KV_PAGE_DIM;
+#else
+constexpr bool attn_kv_paged = false;
+constexpr int attn_kv_table = 0, attn_page_dim = 1;
+#endif
+constexpr int attn_kv_head_dim = attn_kv_paged ? 3 - attn_page_dim : 1; /* K/V's dim of heads */
+
+/* Sequence b's page table and the pages' geometry (k's; v's is the same). */
+struct attn_pages {
+  const int *table; /* row b */
+  long long step;   /* the table's stride between pages */
+  int size, count;  /* keys a page, pages in the cache */
+  int shift;        /* log2(size) when pow2 */
+  bool pow2;
+  /* The page (table index) of key j. */
+  __device__ __forceinline__ int page_of(int j) const { return pow2 ? j >> shift : j / size; }
+  /* Key j's row in tensor t from `head` (its head's base in page 0; EL
+   * bytes an element), or nullptr for a page id outside the cache. */
+  template <int EL>
+  __device__ __forceinline__ const unsigned char *row(const attn_tensor_arg &t,
+                                                      const unsigned char *head, int j) const {
+    const int pg = page_of(j), r = j - pg * size;
+    const int id = __ldg(table + pg * step);
+    return (unsigned)id < (unsigned)count
+               ? head + ((long long)id * t.stride[0] + (long long)r * t.stride[attn_page_dim]) * EL
+               : nullptr;
+  }
+};
+static __device__ __forceinline__ attn_pages attn_pages_of(const attn_params &p, int b) {
+  const attn_tensor_arg &tk = p.t[ATTN_TK], &tt = p.t[attn_kv_table];
+  attn_pages g;
+  g.size = tk.size[attn_page_dim];
+  g.count = tk.size[0];
+  g.pow2 = (g.size & (g.size - 1)) == 0;
+  g.shift = __ffs(g.size) - 1;
+  g.table = (const int *)tt.ptr + b * tt.stride[0];
+  g.step = tt.stride[1];
+  return g;
+}
+
 /* Packed sequences (docs/language.md "Packed sequences"): ATTN_PACKED_Q
  * and ATTN_PACKED_KV are the slots of q's and of k/v's i32 [B + 1]
  * offsets; q, k, v and o are bound as declared, [tokens, heads, cols],
