@@ -130,6 +130,13 @@ static void check_packed(IrGraph *g, Diag *d) {
     check_packed_paged(g, d);
     return;
   }
+  if (q->packed && (k->paged || (v && v->paged))) {
+    const IrTensor *odd = k->paged ? (v ? v : k) : k;
+    diag_error(d, odd->loc, "'%s' is %s but '%s' is a paged cache: with a packed q, k and v are "
+               "both packed or both paged", odd->name, odd->packed ? "packed" : "dense",
+               k->paged ? k->name : v->name);
+    return;
+  }
   const IrTensor *all[3] = {q, k, v}, *some = q->packed ? q : k->packed ? k : v;
   for (int x = 0; x < 3; x++)
     if (all[x] && !all[x]->packed) {
