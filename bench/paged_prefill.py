@@ -17,7 +17,10 @@ Timing as bench/decode.py (CUDA events, calls queued behind a GPU sleep, median 
 Then FlashInfer's ragged cases (anchors T4: 8 requests of 512-4096 tokens, 32 of 256-3263; each
 request's q_len = kv_len, causal): packed q against paged caches (each request's pages shuffled
 over the cache, unused table entries -1), beside attnc's packed varlen graph with k and v packed
-(the same values), against which the paged output is checked.
+(the same values), against which the paged output is checked; and FlashInfer's fa3 paged
+prefill in this process on the same tensors when .fi's bundle is installed
+(bench/flashinfer_peer.py, tools/prep_flashinfer.sh; a FlashInfer failure is recorded in the row
+as fiN_error and attnc's figures stand).
 """
 import argparse, json, os, sys, time
 
@@ -26,6 +29,9 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench import Attn, driver_version  # noqa: E402
 from decode import time_queued, to_pages  # noqa: E402
+import flashinfer_peer  # noqa: E402  (FlashInfer in this process when .fi's bundle is installed)
+
+FI = flashinfer_peer.available()
 
 D = 128
 # FlashInfer fa3 paged prefill, "append 512 onto 8k, 16 req" (anchors T4): ms by (Hkv, page).
@@ -159,6 +165,11 @@ def run_ragged(attn, dense_mod, paged_mod, name, lens, H, Hk, pages=(16, 64), co
             x[page] = (op, attn.call(paged_mod, "rg", dict(q=q, cu=cu, k_cache=kc, v_cache=vc,
                                                            page_table=table, kv_len=kv_len, o=op)),
                        kc, vc, table)
+            if FI:
+                try:
+                    x["fi", page] = flashinfer_peer.paged_prefill(q, cu, kc, vc, table, kv_len, page)
+                except Exception as ex:  # attnc's rows stand without FlashInfer's
+                    x["fi", page] = f"{type(ex).__name__}: {ex}"[:300]
         sets.append(x)
     x = sets[0]
     attn.launch(x["c"])
@@ -169,6 +180,13 @@ def run_ragged(attn, dense_mod, paged_mod, name, lens, H, Hk, pages=(16, 64), co
     ref = x["o"].float()
     for page in pages:
         row[f"paged{page}_rel_err_vs_packed"] = ((x[page][0].float() - ref).norm() / ref.norm()).item()
+    for page in (pages if FI else ()):
+        if isinstance(x["fi", page], str):
+            row[f"fi{page}_error"] = x["fi", page]
+            continue
+        row[f"fi{page}_rel_err_vs_packed"] = ((x["fi", page]().float() - ref).norm() / ref.norm()).item()
+        row[f"fi{page}_ms"] = time_queued([s["fi", page] for s in sets]) / 1e3
+        row[f"fi{page}_tflops"] = flops / (row[f"fi{page}_ms"] * 1e-3) / 1e12
     row["packed_ms"] = time_queued([lambda s=s: attn.launch(s["c"]) for s in sets]) / 1e3
     for page in pages:
         row[f"paged{page}_ms"] = time_queued([lambda s=s, p=page: attn.launch(s[p][1]) for s in sets]) / 1e3
@@ -192,6 +210,11 @@ def ragged_table(rows):
     for r in rows:
         c = lambda k: f"{r[k + '_ms']:.3f} / {r[k + '_tflops']:.0f}"
         fi = [FI_RAGGED_MS.get((r["case"], r["Hkv"], p)) for p in (16, 64)]
+        if "fi16_ms" in r and "fi64_ms" in r:  # FlashInfer measured in this process
+            out.append(f"| {r['case']} (FlashInfer, this process) | {r['Hq']}:{r['Hkv']} | - | {c('fi16')} "
+                       f"| {c('fi64')} | - | {r['fi16_ms'] / r['paged16_ms']:.2f}, "
+                       f"{r['fi64_ms'] / r['paged64_ms']:.2f} (attnc / FI speed) "
+                       f"| {max(r['fi16_rel_err_vs_packed'], r['fi64_rel_err_vs_packed']):.1e} |")
         out.append(f"| {r['case']} | {r['Hq']}:{r['Hkv']} | {c('packed')} | {c('paged16')} | {c('paged64')} "
                    f"| {fi[0]}, {fi[1]} | {r['paged16_vs_fi_anchor']:.2f}, {r['paged64_vs_fi_anchor']:.2f} "
                    f"| {max(r['paged16_rel_err_vs_packed'], r['paged64_rel_err_vs_packed']):.1e} |")
