@@ -35,6 +35,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench import Attn, driver_version  # noqa: E402
+import flashinfer_peer  # noqa: E402  (FlashInfer in this process when .fi's bundle is installed)
 
 D = 128
 
@@ -75,7 +76,8 @@ def to_pages(x, page, perm, hnd=False):
     return out
 
 
-def run_paged(attn, dense_mod, paged_mod, B, H, Hk, L, pages=(16, 64), hnd=False, ordered=False):
+def run_paged(attn, dense_mod, paged_mod, B, H, Hk, L, pages=(16, 64), hnd=False, ordered=False,
+              fi=False):
     """attnc dense (length-masked) against paged caches of the same values, and cuDNN dense."""
     kv_bytes = 2 * B * Hk * L * D * 2
     copies = max(1, min(45, math.ceil(180e6 / kv_bytes)))
@@ -93,6 +95,13 @@ def run_paged(attn, dense_mod, paged_mod, B, H, Hk, L, pages=(16, 64), hnd=False
             op = torch.empty_like(q)
             x[page] = (kc, vc, table, op, attn.call(paged_mod, "dec", dict(q=q, k_cache=kc, v_cache=vc,
                                                                       page_table=table, kv_len=lens, o=op)))
+            if fi:  # FlashInfer's CUDA-core paged decode, and for GQA its tensor-core one
+                for tc in ((False, True) if H != Hk else (False,)):
+                    try:
+                        x["fi", page, tc] = flashinfer_peer.paged_decode(q, kc, vc, table, lens, page,
+                                                                         tensor_cores=tc, hnd=hnd)
+                    except Exception as ex:  # attnc's rows stand without FlashInfer's
+                        x["fi", page, tc] = f"{type(ex).__name__}: {ex}"[:300]
         sets.append(x)
     x = sets[0]
     attn.launch(x["c"])
@@ -115,6 +124,15 @@ def run_paged(attn, dense_mod, paged_mod, B, H, Hk, L, pages=(16, 64), hnd=False
                                    for s in sets])
     for key in ["dense", "cudnn"] + [f"paged{p}" for p in pages]:
         row[f"{key}_gbs"] = kv_bytes / (row[f"{key}_us"] * 1e-6) / 1e9
+    for (tag, page, tc), fn in [(k, v) for k, v in x.items() if isinstance(k, tuple)]:
+        name = f"fi{'_tc' if tc else ''}{page}"
+        if isinstance(fn, str):
+            row[name + "_error"] = fn
+            continue
+        of = fn()
+        row[name + "_rel_err_vs_dense"] = ((of.float() - x["o"].float()).norm() / x["o"].float().norm()).item()
+        row[name + "_us"] = time_queued([s[tag, page, tc] for s in sets])
+        row[name + "_gbs"] = kv_bytes / (row[name + "_us"] * 1e-6) / 1e9
     for page in pages:
         row[f"paged{page}_vs_dense"] = row["dense_us"] / row[f"paged{page}_us"]
     for s in sets:
@@ -126,18 +144,25 @@ def run_paged(attn, dense_mod, paged_mod, B, H, Hk, L, pages=(16, 64), hnd=False
     return row
 
 
+def fi_best(r, page):
+    """FlashInfer's faster paged decode (CUDA-core or tensor-core) at this page size, or '-'."""
+    us = [r[k] for k in (f"fi{page}_us", f"fi_tc{page}_us") if k in r]
+    return f"{min(us):.1f} / {max(r[k] for k in (f'fi{page}_gbs', f'fi_tc{page}_gbs') if k in r):.0f}" if us else "-"
+
+
 def paged_table(rows):
     out = ["| Hq:Hkv | B | KV len | K+V MB | attnc dense us / GB/s | paged 16 us / GB/s | paged 64 us / GB/s "
            "| paged 16 / dense | paged 64 / dense | cuDNN dense us / GB/s | paged 64 / cuDNN | bits = dense "
-           "| rel. err. vs dense |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "| rel. err. vs dense | FlashInfer page 64 us / GB/s (best kernel, this process) |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         c = lambda k: f"{r[k + '_us']:.1f} / {r[k + '_gbs']:.0f}"
         out.append(f"| {r['Hq']}:{r['Hkv']} | {r['B']} | {r['L'] // 1024}k | {r['kv_mb']:.0f} | {c('dense')} "
                    f"| {c('paged16')} | {c('paged64')} | {r['paged16_vs_dense']:.3f} | {r['paged64_vs_dense']:.3f} "
                    f"| {c('cudnn')} | {r['cudnn_us'] / r['paged64_us']:.2f} "
                    f"| {'yes' if r['paged16_bits_equal_dense'] and r['paged64_bits_equal_dense'] else 'no'} "
-                   f"| {max(r['paged16_rel_err_vs_dense'], r['paged64_rel_err_vs_dense']):.1e} |")
+                   f"| {max(r['paged16_rel_err_vs_dense'], r['paged64_rel_err_vs_dense']):.1e} "
+                   f"| {fi_best(r, 64)} |")
     return out
 
 
@@ -309,7 +334,7 @@ def main():
                     if 2 * B * Hk * L * D * 2 > 20e9:  # dense and paged copies side by side
                         continue
                     row = run_paged(attn, dense_mod, paged_mod, B, 32, Hk, L, hnd=args.hnd,
-                                    ordered=args.ordered)
+                                    ordered=args.ordered, fi=flashinfer_peer.available())
                     row["layout"] = "hnd" if args.hnd else "nhd"
                     row["pages_in_order"] = args.ordered
                     rows.append(row)
