@@ -102,6 +102,25 @@ static void check_paged(IrGraph *g, Diag *d) {
   sb_free(&s2);
 }
 
+/* q's and k's head dims agree (q's is its last dim; k's through ir_kv_dim:
+ * dense, packed or paged), where both are constants (heads_ok). */
+static void check_head_dims(const IrGraph *g, Diag *d, bool heads_ok) {
+  const IrTensor *q = &g->tensors[g->q], *k = &g->tensors[g->k];
+  const int qd = q->ndims - 1, kd = ir_kv_dim(g, g->k, 3).dim;
+  if (heads_ok && q->dim_val[qd] != k->dim_val[kd])
+    diag_error(d, k->loc, "head dimensions of '%s' (%lld) and '%s' (%lld) differ", q->name,
+               (long long)q->dim_val[qd], k->name, (long long)k->dim_val[kd]);
+}
+
+/* k's heads divide q's (GQA), where both counts are constants. */
+static void check_heads_divide(const IrGraph *g, Diag *d) {
+  const IrTensor *q = &g->tensors[g->q], *k = &g->tensors[g->k];
+  const int kh = ir_kv_dim(g, g->k, 1).dim;
+  if (q->dim_sym[1] < 0 && k->dim_sym[kh] < 0 && q->dim_val[1] % k->dim_val[kh] != 0)
+    diag_error(d, k->loc, "'%s' has %lld heads, which does not divide the %lld heads of '%s'",
+               k->name, (long long)k->dim_val[kh], (long long)q->dim_val[1], q->name);
+}
+
 /* Packed queries against a paged cache (continuous batching: each
  * sequence's new tokens against its pages): q [Tokens, H, D], k and v
  * paged together (check_paged) with head dims and heads that fit q's. The
@@ -111,13 +130,8 @@ static void check_packed_paged(IrGraph *g, Diag *d) {
   if (g->v >= 0) check_paged(g, d);
   bool heads = head_dim_const(q, d);
   heads &= head_dim_const(k, d);
-  if (heads && q->dim_val[2] != k->dim_val[3])
-    diag_error(d, k->loc, "head dimensions of '%s' (%lld) and '%s' (%lld) differ", q->name,
-               (long long)q->dim_val[2], k->name, (long long)k->dim_val[3]);
-  const IrKvDim kh = ir_kv_dim(g, g->k, 1);
-  if (q->dim_sym[1] < 0 && k->dim_sym[kh.dim] < 0 && q->dim_val[1] % k->dim_val[kh.dim] != 0)
-    diag_error(d, k->loc, "'%s' has %lld heads, which does not divide the %lld heads of '%s'",
-               k->name, (long long)k->dim_val[kh.dim], (long long)q->dim_val[1], q->name);
+  check_head_dims(g, d, heads);
+  check_heads_divide(g, d);
 }
 
 /* Packed sequences: q, k and v all packed ([Tokens, Heads, D] each), k
@@ -148,16 +162,12 @@ static void check_packed(IrGraph *g, Diag *d) {
   bool heads = head_dim_const(q, d);
   heads &= g->k == g->q || head_dim_const(k, d);
   if (v && g->v != g->q && g->v != g->k) head_dim_const(v, d);
-  if (heads && q->dim_val[2] != k->dim_val[2])
-    diag_error(d, k->loc, "head dimensions of '%s' (%lld) and '%s' (%lld) differ", q->name,
-               (long long)q->dim_val[2], k->name, (long long)k->dim_val[2]);
+  check_head_dims(g, d, heads);
   const IrTensor *oq = &g->tensors[q->seq_offsets], *ok = &g->tensors[k->seq_offsets];
   if (!dim_eq(oq, 0, ok, 0))
     diag_error(d, ok->loc, "the offsets '%s' and '%s' must have the same length (batch + 1): %s "
                "and %s", oq->name, ok->name, dim_str(&s1, g, oq, 0), dim_str(&s2, g, ok, 0));
-  if (q->dim_sym[1] < 0 && k->dim_sym[1] < 0 && q->dim_val[1] % k->dim_val[1] != 0)
-    diag_error(d, k->loc, "'%s' has %lld heads, which does not divide the %lld heads of '%s'",
-               k->name, (long long)k->dim_val[1], (long long)q->dim_val[1], q->name);
+  check_heads_divide(g, d);
   if (v && v->seq_offsets != k->seq_offsets)
     diag_error(d, v->loc, "'%s' and '%s' must be packed by the same offsets", k->name, v->name);
   static const char *const what[2] = {"token count", "head count"};
@@ -180,20 +190,12 @@ static void check_qkv(IrGraph *g, Diag *d) {
   StrBuf s1 = {0}, s2 = {0};
   bool heads = head_dim_const(q, d);
   heads &= g->k == g->q || head_dim_const(k, d);
-  if (heads && q->dim_val[3] != k->dim_val[3])
-    diag_error(d, k->loc, "head dimensions of '%s' (%lld) and '%s' (%lld) "
-               "differ", q->name, (long long)q->dim_val[3], k->name,
-               (long long)k->dim_val[3]);
+  check_head_dims(g, d, heads);
   if (!kv_dim_eq(g, q, 0, g->k, 0))
     diag_error(d, k->loc, "'%s' and '%s' must have the same batch size: %s and "
                "%s", q->name, k->paged ? g->tensors[k->page_table].name : k->name,
                dim_str(&s1, g, q, 0), kv_dim_str(&s2, g, g->k, 0));
-  const IrKvDim kh = ir_kv_dim(g, g->k, 1);
-  if (q->dim_sym[1] < 0 && k->dim_sym[kh.dim] < 0 &&
-      q->dim_val[1] % k->dim_val[kh.dim] != 0)
-    diag_error(d, k->loc, "'%s' has %lld heads, which does not divide the %lld "
-               "heads of '%s'", k->name, (long long)k->dim_val[kh.dim],
-               (long long)q->dim_val[1], q->name);
+  check_heads_divide(g, d);
   if (g->v >= 0) {
     const IrTensor *v = &g->tensors[g->v];
     if (g->v != g->q && g->v != g->k) head_dim_const(v, d);
