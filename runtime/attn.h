@@ -306,6 +306,84 @@ attn_source_kind attn_module_source_kind(const attn_module *m);
 /* The target its kernels were built for: "sm_90a", or "sm_90" for PTX. */
 const char *attn_module_arch(const attn_module *m);
 
+/* ------------------------------------------- context parallelism: the ring
+ * Ring attention over `world` ranks (docs/ring.md: the protocol, and how a
+ * framework calls it). Each rank holds a shard of the sequence: its
+ * queries, keys and values. The key/value shards travel around the ring,
+ * each rank computing its queries' attention against every shard with the
+ * graph (its own shard first) and merging the partial (O, lse); the
+ * backward sends the shards around again with their dK/dV accumulating
+ * (f32) as they go, each rank's part computed from the merged O and lse.
+ * The next shard's transfer overlaps this one's compute (a stream of the
+ * ring's own, ordered with the caller's by events).
+ *
+ * The graph: q, k, v and o dense [.., S, D] (the sequence the
+ * second-to-last dim, with symbolic lengths), an `output lse` [.., Sq] with
+ * o's leading dims, o, dq, dk, dv in f32, bf16 or f16, and two i32 scalars
+ * q0 and k0 that its mask adds to i and j: the global positions of the
+ * shard's first query and key (`mask(s, j + k0 <= i + q0)`). Any other
+ * tensor or scalar (document ids over the whole sequence, a bias, a scale)
+ * is the caller's, bound on the ring and passed to every launch as is.
+ *
+ * Layouts: ATTN_RING_CONTIGUOUS: rank r holds positions r*n .. r*n + n - 1
+ * (n: its shard's length, the same on every rank); ATTN_RING_ZIGZAG: chunks
+ * r and 2W-1-r of 2W equal chunks (n even), in that order, so that every
+ * rank has the same work under a causal mask. Every rank must create its
+ * ring with the same graph, layout and shapes, and call the same launches
+ * in the same order. */
+typedef struct attn_ring attn_ring;
+
+typedef enum attn_ring_layout {
+  ATTN_RING_CONTIGUOUS = 0,
+  ATTN_RING_ZIGZAG = 1
+} attn_ring_layout;
+
+/* How shards move between ranks. exchange posts, on stream (a CUstream:
+ * the work it enqueues there is ordered after everything before it on
+ * stream, and what follows waits for it), for each of the count buffers,
+ * the send of bytes[i] bytes at send[i] to rank (rank + 1) % world and
+ * the receive of as many bytes from rank (rank - 1 + world) % world into
+ * recv[i]. It returns 0, or nonzero with a message in msg (msg_len bytes).
+ * attn_ring_create_nccl makes one over an NCCL communicator; tests and
+ * other transports give their own. */
+typedef struct attn_ring_transport {
+  int rank, world;
+  int (*exchange)(void *user, int count, void *const *send, void *const *recv,
+                  const size_t *bytes, void *stream, char *msg, size_t msg_len);
+  void *user;
+} attn_ring_transport;
+
+/* A ring for graph g (the caller's CUDA context current: the ring's
+ * stream and events live there). The transport is copied. Refuses a graph
+ * outside the rules above with a message. Destroy before the module and
+ * the CUDA context. */
+attn_status attn_ring_create(attn_graph *g, const attn_ring_transport *t,
+                             attn_ring_layout layout, attn_ring **out);
+/* The same over an NCCL communicator (an ncclComm_t, made by the caller
+ * with ncclCommInitRank or ncclCommInitAll, one rank per GPU): rank and
+ * world are read from it; libnccl.so.2 is opened at run time (or the path
+ * in ATTN_NCCL), ATTN_ERROR_UNSUPPORTED when it cannot be. Sends and
+ * receives are one ncclGroupStart/End per exchange. */
+attn_status attn_ring_create_nccl(attn_graph *g, void *nccl_comm, attn_ring_layout layout,
+                                  attn_ring **out);
+void attn_ring_destroy(attn_ring *r);
+/* Bindings, as attn_call_bind_*. This rank's shards by the graph's names
+ * (q, k, v, o, lse; for the backward also do, dq, dk, dv), dense (NULL
+ * strides); every other tensor and scalar as for a call. */
+attn_status attn_ring_bind_tensor(attn_ring *r, const char *name, void *ptr, attn_dtype dtype,
+                                  int ndim, const int64_t *shape, const int64_t *strides);
+attn_status attn_ring_bind_f32(attn_ring *r, const char *name, float v);
+attn_status attn_ring_bind_i32(attn_ring *r, const char *name, int32_t v);
+attn_status attn_ring_bind_u64(attn_ring *r, const char *name, uint64_t v);
+attn_status attn_ring_bind_bool(attn_ring *r, const char *name, int v);
+/* The forward: o and lse of this rank's queries over the whole sequence.
+ * Enqueued on stream; returns once everything is enqueued (the transport
+ * may block: NCCL's group calls do not, a test's might). */
+attn_status attn_ring_forward(attn_ring *r, void *stream);
+/* The backward: dq, dk, dv of this rank's shards, from do and the o and
+ * lse the forward wrote. */
+attn_status attn_ring_backward(attn_ring *r, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -45,6 +45,7 @@
   X(MemFree, cuMemFree_v2)                                                    \
   X(MemcpyHtoD, cuMemcpyHtoD_v2)                                              \
   X(MemcpyDtoH, cuMemcpyDtoH_v2)                                              \
+  X(MemcpyDtoDAsync, cuMemcpyDtoDAsync_v2)                                    \
   X(MemsetD8, cuMemsetD8_v2)                                                  \
   X(MemsetD32, cuMemsetD32_v2)                                                \
   X(MemsetD32Async, cuMemsetD32Async)                                         \
@@ -60,6 +61,7 @@
   X(EventCreate, cuEventCreate)                                               \
   X(EventDestroy, cuEventDestroy_v2)                                          \
   X(EventRecord, cuEventRecord)                                               \
+  X(StreamWaitEvent, cuStreamWaitEvent)                                       \
   X(EventSynchronize, cuEventSynchronize)                                     \
   X(EventElapsedTime, cuEventElapsedTime_v2)                                  \
   X(TensorMapEncodeTiled, cuTensorMapEncodeTiled)

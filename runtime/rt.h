@@ -16,6 +16,8 @@
  *   launch.c   runs a pass of a graph's plan: workspace, grids, launches
  *   backward.c the backward's bindings checked before its pass
  *   signature.c a graph's tensors and scalars, for other languages' bindings
+ *   ring.c     context parallelism: ring attention over a transport
+ *   ring_nccl.c the ring's transport over NCCL (libnccl opened at run time)
  *
  * The driver loader has its own header, cuda_driver.h, because tools and
  * GPU tests use it too. Internal names carry the file's prefix
@@ -445,5 +447,13 @@ attn_status rt_backward_ready(attn_call *c);
  * why (a message written into why[0..len)). attn_graph_has_backward,
  * attn_graph_tensor and rt_backward_ready. */
 bool rt_backward_supported(const attn_graph *g, BwdSlots *sl, char *why, size_t len);
+
+/* --------------------------------------------------- ring.c, ring_nccl.c */
+
+/* attn_ring_create with a transport whose user data the ring owns:
+ * transport_free(t->user) runs on destroy, and on every failure here. */
+attn_status rt_ring_create(attn_graph *g, const attn_ring_transport *t,
+                           void (*transport_free)(void *), attn_ring_layout layout,
+                           attn_ring **out);
 
 #endif

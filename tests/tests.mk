@@ -138,8 +138,9 @@ test-install: all
 	  examples/sdpa.attn --arch sm_80 -o $(BUILD)/nonvrtc.cubin 2>$(BUILD)/nonvrtc.err; \
 	  test $$? -eq 3 && grep -q 'libnvrtc not found' $(BUILD)/nonvrtc.err
 	mkdir -p $(HOST_OUT)
-	cp -r examples/host/common examples/host/jit examples/host/aot examples/host/cmake $(HOST_OUT)/
+	cp -r examples/host/common examples/host/jit examples/host/aot examples/host/cmake examples/host/ring $(HOST_OUT)/
 	$(HOST_ENV) $(MAKE) -C $(HOST_OUT)/jit
+	$(HOST_ENV) $(MAKE) -C $(HOST_OUT)/ring
 	$(HOST_ENV) $(MAKE) -C $(HOST_OUT)/aot
 	cp -r $(HOST_OUT)/aot/gen $(HOST_OUT)/aot-gen-1
 	touch $(HOST_OUT)/aot/sdpa.attn
@@ -150,6 +151,7 @@ test-install: all
 	python3 -m py_compile examples/host/dlpack/attn_torch.py
 	! ldd $(HOST_OUT)/aot/aot_example | grep -q nvrtc
 	$(HOST_OUT)/jit/jit_example
+	$(HOST_OUT)/ring/ring_example --check --seq 1024
 	$(HOST_OUT)/aot/aot_example
 	$(HOST_OUT)/cmake/build/cmake_example
 

@@ -42,6 +42,8 @@ save() { # what has been logged so far, into $OUT (a call cut short keeps it)
 saver=$!
 trap 'kill $saver 2>/dev/null' EXIT
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >"$L/gpu.txt" 2>&1
+# libnccl from PyTorch's nvidia-nccl wheel (the ring's transport), when there is one.
+NCCL_LIB=${ATTN_NCCL:-$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib", "libnccl.so.2"))' 2>/dev/null)}
 if [ "${TESTS:-1}" = 1 ]; then
 step test_forward "$B/tests/gpu/test_forward"
 [ -x "$B/tests/gpu/test_backward" ] && step test_backward "$B/tests/gpu/test_backward"
@@ -58,6 +60,8 @@ if [ -x "$B/tests/gpu/test_fp8" ]; then
   step test_fp8_sm80 "$B/tests/gpu/test_fp8" sm_90
 fi
 [ -x "$B/tests/gpu/test_head_dims" ] && step test_head_dims "$B/tests/gpu/test_head_dims"
+# Ring attention with its ranks simulated on this GPU, then one rank over NCCL (PyTorch's wheel).
+[ -x "$B/tests/gpu/test_ring" ] && step test_ring env ATTN_NCCL="$NCCL_LIB" "$B/tests/gpu/test_ring"
 fi
 # compute-sanitizer over every kernel template and mode at small shapes
 # (tools/sanitize_device.sh; SANITIZE=0 skips it).
@@ -73,6 +77,8 @@ if [ "${HOST:-1}" = 1 ] && [ -d "$B/host" ]; then
   step host_aot_no_nvrtc env ATTN_NVRTC=/nonexistent "$B/host/aot/aot_example"
   [ -x "$B/host/aot_ptx/aot_example" ] && step host_aot_ptx "$B/host/aot_ptx/aot_example"
   step host_cmake "$B/host/cmake/build/cmake_example"
+  [ -x "$B/host/ring/ring_example" ] &&
+    step host_ring env ATTN_NCCL="$NCCL_LIB" "$B/host/ring/ring_example" --check --seq 2048 --heads 4 --kv-heads 2
   step dlpack python3 examples/host/dlpack/attn_torch.py "$B/install/lib/libattn.so.0"
 fi
 # The Python package's tests (python/tests): pytest from wheels carried in

@@ -1,0 +1,87 @@
+/*
+ * ring.cuh: the element-wise kernels of context parallelism (runtime/ring.c):
+ * folding one shard's partial (O, lse) into the running result, adding a
+ * shard's gradients into f32 accumulators, and storing f32 results in the
+ * caller's type. A program of its own (NVRTC, through the kernel cache),
+ * compiled once per context on the first ring launch. No #include.
+ *
+ * Every tensor is dense [P][S][D] (P: the leading dims flattened, S: the
+ * shard's positions, D: the last dim; lse and the other row statistics
+ * have D 1), and a kernel works on rows lo .. lo + m - 1 of every p: one
+ * piece of a zigzag shard, or all of a contiguous one. Element types:
+ * RING_F32, RING_BF16, RING_F16 (attn_dtype's codes).
+ */
+#define RING_F16 1
+#define RING_BF16 2
+#define RING_F32 3
+
+static __device__ __forceinline__ float ring_load(const void *p, int type, long long i) {
+  if (type == RING_F32) return ((const float *)p)[i];
+  unsigned short h = ((const unsigned short *)p)[i];
+  if (type == RING_BF16) return __uint_as_float((unsigned)h << 16);
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+}
+
+static __device__ __forceinline__ void ring_store(void *p, int type, long long i, float x) {
+  if (type == RING_F32) {
+    ((float *)p)[i] = x;
+    return;
+  }
+  unsigned short h;
+  if (type == RING_BF16) asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(x));
+  else asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x));
+  ((unsigned short *)p)[i] = h;
+}
+
+/* One warp per row (p, lo + r): the partial (o_part, lse_part) of a shard
+ * folded into the running (o_acc, lse_acc), both normalized:
+ *   lse = log(exp(lse_acc) + exp(lse_part)),
+ *   o   = exp(lse_acc - lse) o_acc + exp(lse_part - lse) o_part,
+ * computed from the larger of the two so nothing overflows. A side with
+ * lse -inf (no key reached the row) has weight 0 and its O is not read,
+ * so a row no shard reaches stays o 0, lse -inf. */
+extern "C" __global__ void attn_ring_merge(float *o_acc, float *lse_acc, const void *o_part,
+                                           int o_type, const float *lse_part, long long P,
+                                           long long S, long long D, long long lo, long long m) {
+  const long long row = (long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  if (row >= P * m) return;
+  const int lane = threadIdx.x % 32;
+  const long long at = (row / m) * S + lo + row % m; /* the row in [P][S] */
+  const float la = lse_acc[at], lp = lse_part[at];
+  const float top = fmaxf(la, lp);
+  if (top == -__int_as_float(0x7f800000)) return; /* both empty (or top is -inf) */
+  const float wa = la == -__int_as_float(0x7f800000) ? 0.f : expf(la - top);
+  const float wp = lp == -__int_as_float(0x7f800000) ? 0.f : expf(lp - top);
+  const float sum = wa + wp;
+  const float ca = wa / sum, cp = wp / sum;
+  float *oa = o_acc + at * D;
+  const long long base = at * D;
+  for (long long d = lane; d < D; d += 32) {
+    float x = ca > 0.f ? ca * oa[d] : 0.f;
+    if (cp > 0.f) x += cp * ring_load(o_part, o_type, base + d);
+    oa[d] = x;
+  }
+  __syncwarp();
+  if (lane == 0) lse_acc[at] = top + logf(sum);
+}
+
+/* acc[p, lo + r, :] += part[p, lo + r, :] (a shard's gradient into f32). */
+extern "C" __global__ void attn_ring_add(float *acc, const void *part, int type, long long P,
+                                         long long S, long long D, long long lo, long long m) {
+  const long long n = P * m * D;
+  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < n;
+       e += (long long)gridDim.x * blockDim.x) {
+    const long long row = e / D, d = e % D;
+    const long long i = ((row / m) * S + lo + row % m) * D + d;
+    acc[i] += ring_load(part, type, i);
+  }
+}
+
+/* out[i] = src[i] in out's type, for n elements (the results home). */
+extern "C" __global__ void attn_ring_store(void *out, int type, const float *src, long long n) {
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x)
+    ring_store(out, type, i, src[i]);
+}
