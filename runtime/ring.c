@@ -462,6 +462,20 @@ static attn_status ring_wait_arrival(attn_ring *r, CUstream s) {
   return ATTN_SUCCESS;
 }
 
+/* Posts step's key/value exchange: the held shard to the next rank, the
+ * previous rank's into buffer B_KV0 + step % 2, which the previous step
+ * computed on (so after `freed`, recorded at that step's end; step 0 waits
+ * for the caller's shards and the fills, step 1's buffer is fresh). */
+static attn_status ring_post_kv(attn_ring *r, int step, CUdeviceptr cur_k, CUdeviceptr cur_v,
+                                size_t kb, size_t vb) {
+  const int into = B_KV0 + step % 2;
+  CUdeviceptr send[2] = {cur_k, cur_v};
+  CUdeviceptr recv[2] = {r->buf[into].ptr, r->buf[into].ptr + kb};
+  const size_t bytes[2] = {kb, vb};
+  CUevent after = step == 0 ? r->ready : step >= 2 ? r->freed[step % 2] : NULL;
+  return ring_exchange(r, after, 2, send, recv, bytes);
+}
+
 static attn_status ring_forward_impl(attn_ring *r, CUstream s) {
   attn_status st;
   if ((st = ring_begin(r)) || (st = ring_check_shards(r, false))) return st;
@@ -486,14 +500,7 @@ static attn_status ring_forward_impl(attn_ring *r, CUstream s) {
     const int src = (rank - step + world) % world;
     const bool more = step + 1 < world;
     const int into = B_KV0 + step % 2;
-    if (more) {
-      CUdeviceptr send[2] = {cur_k, cur_v};
-      CUdeviceptr recv[2] = {r->buf[into].ptr, r->buf[into].ptr + kb};
-      const size_t bytes[2] = {kb, vb};
-      /* The receive overwrites the shard read two steps ago. */
-      CUevent after = step == 0 ? r->ready : step >= 2 ? r->freed[step % 2] : NULL;
-      if ((st = ring_exchange(r, after, 2, send, recv, bytes))) return st;
-    }
+    if (more && (st = ring_post_kv(r, step, cur_k, cur_v, kb, vb))) return st;
     const int nkp = ring_pieces(r->layout, src, world, k->shape[k->ndim - 2], kp);
     for (int a = 0; a < nqp; a++)
       for (int b = 0; b < nkp; b++) {
@@ -549,13 +556,7 @@ static attn_status ring_backward_impl(attn_ring *r, CUstream s) {
     const int src = (rank - step + world) % world;
     const bool more = step + 1 < world;
     const int into = B_KV0 + step % 2;
-    if (more) {
-      CUdeviceptr send[2] = {cur_k, cur_v};
-      CUdeviceptr recv[2] = {r->buf[into].ptr, r->buf[into].ptr + kb};
-      const size_t bytes[2] = {kb, vb};
-      CUevent after = step == 0 ? r->ready : step >= 2 ? r->freed[step % 2] : NULL;
-      if ((st = ring_exchange(r, after, 2, send, recv, bytes))) return st;
-    }
+    if (more && (st = ring_post_kv(r, step, cur_k, cur_v, kb, vb))) return st;
     const int nkp = ring_pieces(r->layout, src, world, k->shape[k->ndim - 2], kp);
     for (int a = 0; a < nqp; a++)
       for (int b = 0; b < nkp; b++) {

@@ -1,6 +1,7 @@
 """Context-parallel attention over N GPUs with attnc and torch.distributed (NCCL).
 
     torchrun --nproc-per-node N examples/python/ring_attention.py [--seq 131072] [--check]
+                                                              [--engine python|c]
 
 Each rank holds a shard of a long causal sequence (queries, keys and values of S / N positions),
 in the zigzag layout that gives every rank the same causal work (chunks r and 2N-1-r of 2N;
@@ -10,6 +11,12 @@ mask reads global positions through the scalars q0 and k0, then the backward. --
 on every rank's GPU (small --seq only) and compares. NVLink multicast stays off
 (NCCL_NVLS_ENABLE=0). Written in session 19 without a multi-GPU machine: not yet run on GPUs;
 the ring's logic is tested on CPUs (python/tests/test_ring.py).
+
+--engine c runs libattn's own ring instead (runtime/ring.c, docs/ring.md: the shards move over
+NCCL inside libattn, on a communicator attnc.NcclComm makes through the process group);
+--engine python (the default) is attnc.ring_attention, the same protocol in Python over
+torch.distributed. The C ring ran with its ranks simulated on one GPU and with one NCCL rank
+(tests/gpu/test_ring.c); not yet on several GPUs.
 """
 import argparse
 import os
@@ -45,12 +52,18 @@ def main():
     ap.add_argument("--kv-heads", type=int, default=16)
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--layout", default="zigzag", choices=["zigzag", "contiguous"])
+    ap.add_argument("--engine", default="python", choices=["python", "c"])
     args = ap.parse_args()
     dist.init_process_group("nccl")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
     graph = attnc.compile(GRAPH).shard
     fwd, bwd = attnc.attnc_shard_functions(graph)
+    if args.engine == "c":
+        comm = attnc.NcclComm()
+        ring = lambda q_, k_, v_: attnc.c_ring_attention(graph, comm, q_, k_, v_, layout=args.layout)
+    else:
+        ring = lambda q_, k_, v_: attnc.ring_attention(q_, k_, v_, fwd, bwd, layout=args.layout)
     S, n = args.seq, args.seq // world
     g = torch.Generator(device="cuda").manual_seed(0)  # the same whole sequence on every rank
     mk = lambda h: torch.randn(1, h, S, 128, device="cuda", dtype=torch.bfloat16, generator=g)
@@ -67,7 +80,7 @@ def main():
         torch.cuda.synchronize()
         dist.barrier()
         t0 = time.perf_counter()
-        o, lse = attnc.ring_attention(qs, ks, vs, fwd, bwd, layout=args.layout)
+        o, lse = ring(qs, ks, vs)
         torch.cuda.synchronize()
         t1 = time.perf_counter()
         o.backward(dos)
@@ -80,7 +93,7 @@ def main():
               f"TFLOP/s in all), backward {(t2 - t1) * 1e3:.1f} ms "
               f"({2.5 * flops / (t2 - t1) / 1e12:.0f} TFLOP/s in all)")
     if args.check:
-        o, lse = attnc.ring_attention(qs, ks, vs, fwd, bwd, layout=args.layout)
+        o, lse = ring(qs, ks, vs)
         o.backward(dos)
         ow, lw = fwd(q, k, v, 0, 0)
         dqw, dkw, dvw = bwd(q, k, v, ow, lw, do, 0, 0)

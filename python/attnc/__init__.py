@@ -34,13 +34,14 @@ from ._graph import Graph
 from ._lib import library, library_path
 from ._merge import merge_partials
 from ._ring import attnc_shard_functions, ring_attention
+from ._cring import CRing, NcclComm, c_ring_attention
 from ._fp8 import hadamard, quantize_fp8
 
 __all__ = [
     "compile", "Module", "Graph", "Context", "RawModule", "RawGraph", "Call", "TensorSpec",
     "ScalarSpec", "AttnError", "SourceError", "UnsupportedError", "BindError", "NoDriverError",
     "LibraryError", "library_version", "library_path", "merge_partials", "ring_attention",
-    "attnc_shard_functions", "hadamard", "quantize_fp8",
+    "attnc_shard_functions", "hadamard", "quantize_fp8", "CRing", "NcclComm", "c_ring_attention",
 ]
 
 

@@ -99,6 +99,17 @@ _PROTOTYPES = {
     "attn_call_workspace_size": (ctypes.c_int, [P, ctypes.c_int, ctypes.POINTER(ctypes.c_size_t)]),
     "attn_call_launch_with_workspace": (ctypes.c_int, [P, P, ctypes.c_size_t, P]),
     "attn_call_launch_backward_with_workspace": (ctypes.c_int, [P, P, ctypes.c_size_t, P]),
+    # the ring (docs/ring.md); attn_ring_create (a C transport) is for C callers
+    "attn_ring_create_nccl": (ctypes.c_int, [P, P, ctypes.c_int, ctypes.POINTER(P)]),
+    "attn_ring_destroy": (None, [P]),
+    "attn_ring_bind_tensor": (ctypes.c_int, [P, C, P, ctypes.c_int, ctypes.c_int,
+                                              ctypes.POINTER(I64), ctypes.POINTER(I64)]),
+    "attn_ring_bind_f32": (ctypes.c_int, [P, C, ctypes.c_float]),
+    "attn_ring_bind_i32": (ctypes.c_int, [P, C, ctypes.c_int32]),
+    "attn_ring_bind_u64": (ctypes.c_int, [P, C, ctypes.c_uint64]),
+    "attn_ring_bind_bool": (ctypes.c_int, [P, C, ctypes.c_int]),
+    "attn_ring_forward": (ctypes.c_int, [P, P]),
+    "attn_ring_backward": (ctypes.c_int, [P, P]),
 }
 
 _lock = threading.Lock()

@@ -468,3 +468,32 @@ def test_shards_on_one_device_equal_the_whole(torch, cache_dir, nshards):
             dv[..., rk * n:(rk + 1) * n, :] += c.float()
     for got, want in ((dq, dq_w), (dk, dk_w), (dv, dv_w)):
         assert rel(torch, got, want.double()) < 2e-2
+
+
+def test_c_ring_over_nccl_with_one_rank_equals_the_graph(torch, cache_dir, tmp_path):
+    """libattn's ring from Python (attnc.NcclComm, attnc.c_ring_attention) over a one-rank
+    torch.distributed group: the communicator made through the group, the ring's forward and
+    backward (zigzag pieces, merges, sums; no transfer with one rank) equal the graph's own."""
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    try:
+        comm = attnc.NcclComm()
+        g = compile_(SHARD, cache_dir).shard
+        q = rand(torch, 2, 4, 512, 64).requires_grad_()
+        k = rand(torch, 2, 2, 512, 64).requires_grad_()
+        v = rand(torch, 2, 2, 512, 64).requires_grad_()
+        dout = torch.randn(2, 4, 512, 64, device="cuda", dtype=torch.bfloat16)
+        o, lse = attnc.c_ring_attention(g, comm, q, k, v, layout="zigzag")
+        o.backward(dout)
+        grads = [t.grad.clone() for t in (q, k, v)]
+        for t in (q, k, v):
+            t.grad = None
+        o_w, lse_w = g(q, k, v)
+        o_w.backward(dout)
+        assert rel(torch, o, o_w.double()) < 1e-2
+        assert torch.allclose(lse, lse_w, atol=1e-3, rtol=0)
+        for got, t in zip(grads, (q, k, v)):
+            assert rel(torch, got, t.grad.double()) < 2e-2
+        comm.close()
+    finally:
+        dist.destroy_process_group()
