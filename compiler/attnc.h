@@ -980,7 +980,7 @@ BwdSpec *match_bwd(const KernelSpec *fwd, const CompileOptions *o, Arena *a, Dia
 extern const char attn_abi_src[], attn_layout_src[], common_src[], ptx_src[], softmax_src[],
     wgmma_src[], hooks_src[], fwd_sm80_src[], fwd_sm90_src[], decode_src[], philox_src[],
     bwd_sm80_src[], bwd_sm90_src[],
-    ring_src[]; /* not in any unit: the ring's own program (runtime/ring.c) */
+    ring_src[]; /* not in any unit: the program of partial results (runtime/partials.c) */
 
 /* The translation unit of a matched and planned module: a banner, the
  * ABI header and the common texts, then per graph its namespace (the

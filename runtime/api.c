@@ -129,6 +129,7 @@ void attn_context_destroy(attn_context *ctx) {
     attn_module_destroy(e->m);
     mem_free(e);
   }
+  rt_partial_kernels_free(&ctx->partials);
   cache_free(&ctx->cache);
   sb_free(&ctx->error);
   mem_free(ctx);

@@ -306,6 +306,26 @@ attn_source_kind attn_module_source_kind(const attn_module *m);
 /* The target its kernels were built for: "sm_90a", or "sm_90" for PTX. */
 const char *attn_module_arch(const attn_module *m);
 
+/* ------------------------------------------------------ partial results
+ * Attention over disjoint key sets, each computed by its own launch (a
+ * graph whose mask reads global positions through scalar offsets, as in
+ * docs/ring.md, run on each key shard; shards computed on several GPUs),
+ * merged into the attention over their union:
+ *   lse = log(sum_i exp(lse_i)),  o = sum_i exp(lse_i - lse) o_i,
+ * a part with lse_i = -inf weighing nothing (its o_i is not read), a row no
+ * part reaches giving o = 0 and lse = -inf. o_parts[i]: dense [rows][dim]
+ * of part_dtype; lse_parts[i]: f32 [rows] (rows: every row of the output,
+ * B*H*Sq for a graph's o [B, H, Sq, Dv]); o: [rows][dim] of o_dtype; lse:
+ * f32 [rows], or NULL. f32, bf16 and f16. o and lse may be the first
+ * part's buffers. Enqueued on stream (the current CUDA context's); the
+ * kernel is compiled through the kernel cache on first use (NVRTC on a
+ * miss). At most ATTN_MERGE_MAX_PARTS parts a call. */
+#define ATTN_MERGE_MAX_PARTS 16
+attn_status attn_merge_partials(attn_context *ctx, int n, const void *const *o_parts,
+                                const float *const *lse_parts, attn_dtype part_dtype,
+                                int64_t rows, int64_t dim, void *o, attn_dtype o_dtype, float *lse,
+                                void *stream);
+
 /* ------------------------------------------- context parallelism: the ring
  * Ring attention over `world` ranks (docs/ring.md: the protocol, and how a
  * framework calls it). Each rank holds a shard of the sequence: its

@@ -94,6 +94,23 @@ void cache_key(const CacheKeyInput *in, unsigned char key[SHA256_BYTES]) {
 
 /* ---------------------------------------------------------------- blobs */
 
+attn_status cache_blob_take(CacheBlob *out, NvrtcOutput *nv, const char *meta, StrBuf *err) {
+  out->meta = mem_strdup(meta);
+  if (!out->meta) {
+    nvrtc_output_free(nv);
+    sb_puts(err, "out of memory");
+    return ATTN_ERROR_OUT_OF_MEMORY;
+  }
+  out->meta_len = strlen(meta);
+  out->cubin = nv->cubin;
+  out->cubin_len = nv->cubin_len;
+  out->log = nv->log;
+  out->log_len = strlen(nv->log);
+  mem_free(nv->ptx);
+  *nv = (NvrtcOutput){0};
+  return ATTN_SUCCESS;
+}
+
 void cache_blob_free(CacheBlob *b) {
   mem_free(b->cubin);
   mem_free(b->log);

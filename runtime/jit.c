@@ -55,19 +55,7 @@ static attn_status rt_compile_job(void *user, CacheBlob *out, StrBuf *err) {
   NvrtcOutput nv;
   st = nvrtc_compile(job->source, "attnc.cu", job->options, false, &nv, err);
   if (st) return st;
-  out->meta = mem_strdup(job->pg->meta);
-  if (!out->meta) {
-    nvrtc_output_free(&nv);
-    sb_puts(err, "out of memory");
-    return ATTN_ERROR_OUT_OF_MEMORY;
-  }
-  out->meta_len = strlen(job->pg->meta);
-  out->cubin = nv.cubin;
-  out->cubin_len = nv.cubin_len;
-  out->log = nv.log;
-  out->log_len = strlen(nv.log);
-  mem_free(nv.ptx);
-  return ATTN_SUCCESS;
+  return cache_blob_take(out, &nv, job->pg->meta, err);
 }
 
 /* One NVRTC program through the cache (emitted and compiled on a miss):

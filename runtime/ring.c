@@ -85,8 +85,7 @@ struct attn_ring {
   CUcontext cu;
   CUstream comm;
   CUevent ready, freed[2], arrived;
-  CUlibrary lib;
-  CUfunction merge, add, store;
+  const RtPartialKernels *kernels; /* the context's (partials.c) */
   RingBuf buf[B_N];
 };
 
@@ -200,85 +199,9 @@ static attn_status ring_check_graph(attn_ring *r) {
 
 /* ----------------------------------------------------- the ring's kernels */
 
-typedef struct RingCompile {
-  const NvrtcOptions *opts;
-  const char *meta;
-} RingCompile;
-
-static attn_status ring_compile_job(void *user, CacheBlob *out, StrBuf *err) {
-  RingCompile *job = user;
-  NvrtcOutput nv;
-  attn_status st = nvrtc_compile(ring_src, "attnc_ring.cu", job->opts, false, &nv, err);
-  if (st) return st;
-  out->meta = mem_strdup(job->meta);
-  if (!out->meta) {
-    nvrtc_output_free(&nv);
-    sb_puts(err, "out of memory");
-    return ATTN_ERROR_OUT_OF_MEMORY;
-  }
-  out->meta_len = strlen(job->meta);
-  out->cubin = nv.cubin;
-  out->cubin_len = nv.cubin_len;
-  out->log = nv.log;
-  out->log_len = strlen(nv.log);
-  mem_free(nv.ptx);
-  return ATTN_SUCCESS;
-}
-
-static const char *const ring_entries[3] = {"attn_ring_merge", "attn_ring_add", "attn_ring_store"};
-
-/* The ring's program for the device of the current context, through the
- * kernel cache (NVRTC on a miss), loaded and its functions found. */
-static attn_status ring_load_kernels(attn_ring *r, CUdevice dev) {
-  if (r->lib) return ATTN_SUCCESS;
-  StrBuf *err = &r->ctx->error;
-  int major, minor;
-  attn_status st = rt_driver_cc(r->d, dev, &major, &minor, err);
-  if (st) return st;
-  char arch[16], meta[64];
-  nvrtc_arch_for_cc(major, minor, arch);
-  snprintf(meta, sizeof meta, "source attnc-ring\ntarget %s\n", arch);
-  NvrtcOptions opts;
-  nvrtc_options(&opts, arch, !r->ctx->disk_cache);
-  CacheKeyInput in = {ring_src, strlen(ring_src), nvrtc_fingerprint(), arch, opts.v, opts.n,
-                      ring_entries, 3, meta};
-  unsigned char key[SHA256_BYTES];
-  cache_key(&in, key);
-  RingCompile job = {&opts, meta};
-  CacheBlob blob = {0};
-  if ((st = cache_get(&r->ctx->cache, arch, key, ring_compile_job, &job, &blob, err))) {
-    sb_puts(err, " (the ring's kernels)");
-    return st;
-  }
-  CUresult cr = r->d->LibraryLoadData(&r->lib, blob.cubin, NULL, NULL, 0, NULL, NULL, 0);
-  cache_blob_free(&blob);
-  if (cr != CUDA_SUCCESS) {
-    r->lib = NULL;
-    return rt_driver_error(r->d, cr, "cuLibraryLoadData (the ring's kernels)", err);
-  }
-  CUfunction *fn[3] = {&r->merge, &r->add, &r->store};
-  for (int k = 0; k < 3; k++) {
-    CUkernel kern;
-    cr = r->d->LibraryGetKernel(&kern, r->lib, ring_entries[k]);
-    if (cr == CUDA_SUCCESS) cr = r->d->KernelGetFunction(fn[k], kern);
-    if (cr != CUDA_SUCCESS) {
-      r->d->LibraryUnload(r->lib);
-      r->lib = NULL;
-      return rt_driver_error(r->d, cr, "cuLibraryGetKernel (the ring's kernels)", err);
-    }
-  }
-  return ATTN_SUCCESS;
-}
-
-static attn_status ring_launch(attn_ring *r, CUfunction fn, long long threads, unsigned block,
-                               void **args, CUstream s) {
-  long long blocks = (threads + block - 1) / block;
-  if (blocks < 1) return ATTN_SUCCESS;
-  if (blocks > 65536) blocks = 65536; /* grid-stride kernels; merge never needs more */
-  CUresult cr = r->d->LaunchKernel(fn, (unsigned)blocks, 1, 1, block, 1, 1, 0, s, args, NULL);
-  return cr == CUDA_SUCCESS ? ATTN_SUCCESS
-                            : rt_driver_error(r->d, cr, "cuLaunchKernel (the ring's kernels)",
-                                              &r->ctx->error);
+static attn_status ring_launch(attn_ring *r, RtPartialKernel which, long long threads, void **args,
+                               CUstream s) {
+  return rt_partial_launch(r->ctx, r->d, r->kernels, which, threads, args, s);
 }
 
 /* (o_acc, lse_acc) rows of piece pc folded with the pair's partial. */
@@ -294,7 +217,7 @@ static attn_status ring_merge(attn_ring *r, CUstream s, const RingPiece *pc) {
     return rt_fail(r->ctx, ATTN_ERROR_INVALID_ARGUMENT,
                    "ring attention: %lld rows in one piece; at most %lld", (long long)(P * m),
                    65536LL * 8);
-  return ring_launch(r, r->merge, P * m * 32, 256, args, s);
+  return ring_launch(r, RT_PARTIAL_MERGE, P * m * 32, args, s);
 }
 
 /* acc's rows of piece pc += part's (a gradient of one pair). */
@@ -305,7 +228,7 @@ static attn_status ring_add(attn_ring *r, CUstream s, CUdeviceptr acc, CUdevicep
   int type = like->dtype;
   long long lP = P, lS = S, lD = D, lo = pc->lo, m = pc->m;
   void *args[] = {&acc, &part, &type, &lP, &lS, &lD, &lo, &m};
-  return ring_launch(r, r->add, P * m * D, 256, args, s);
+  return ring_launch(r, RT_PARTIAL_ADD, P * m * D, args, s);
 }
 
 static attn_status ring_store(attn_ring *r, CUstream s, const RingShard *out, CUdeviceptr src) {
@@ -313,7 +236,7 @@ static attn_status ring_store(attn_ring *r, CUstream s, const RingShard *out, CU
   int type = out->dtype;
   long long n = shard_numel(out);
   void *args[] = {&dst, &type, &src, &n};
-  return ring_launch(r, r->store, n, 256, args, s);
+  return ring_launch(r, RT_PARTIAL_STORE, n, args, s);
 }
 
 /* ------------------------------------------------------------- buffers */
@@ -434,7 +357,7 @@ static attn_status ring_begin(attn_ring *r) {
   if (cu != r->cu)
     return rt_fail(r->ctx, ATTN_ERROR_INVALID_ARGUMENT,
                    "ring attention: the current CUDA context is not the one the ring was made in");
-  return ring_load_kernels(r, dev);
+  return rt_partial_kernels(r->ctx, r->d, dev, &r->kernels);
 }
 
 /* Posts the exchange of count buffers on the ring's stream, after
@@ -607,7 +530,6 @@ void attn_ring_destroy(attn_ring *r) {
     for (int e = 0; e < 4; e++)
       if (ev[e]) r->d->EventDestroy(ev[e]);
     if (r->comm) r->d->StreamDestroy(r->comm);
-    if (r->lib) r->d->LibraryUnload(r->lib);
   }
   if (r->transport_free) r->transport_free(r->t.user);
   attn_call_destroy(r->call);

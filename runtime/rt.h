@@ -16,6 +16,7 @@
  *   launch.c   runs a pass of a graph's plan: workspace, grids, launches
  *   backward.c the backward's bindings checked before its pass
  *   signature.c a graph's tensors and scalars, for other languages' bindings
+ *   partials.c the kernels of partial results, attn_merge_partials
  *   ring.c     context parallelism: ring attention over a transport
  *   ring_nccl.c the ring's transport over NCCL (libnccl opened at run time)
  *
@@ -157,6 +158,10 @@ typedef struct CacheBlob {
   size_t meta_len;
 } CacheBlob;
 void cache_blob_free(CacheBlob *b);
+/* A compile's entry: nv's cubin and log move into out (nv's PTX is
+ * freed), with a copy of meta; OUT_OF_MEMORY (nv freed) when that copy
+ * fails. The compile functions of jit.c and partials.c end so. */
+attn_status cache_blob_take(CacheBlob *out, NvrtcOutput *nv, const char *meta, StrBuf *err);
 
 /* Fills out (malloc'd) on success; returns ATTN_SUCCESS or an error with
  * a message in err. Called at most once per key per process group. */
@@ -254,6 +259,21 @@ typedef struct RtOptions {
   bool no_decode;            /* ATTN_OPTION_DECODE 0 */
 } RtOptions;
 
+/* The kernels of partial results (templates/ring.cuh; partials.c), loaded
+ * on first use for one target; RtPartialKernel indexes kern. */
+typedef enum RtPartialKernel {
+  RT_PARTIAL_MERGE,   /* one partial folded into a running (o, lse) */
+  RT_PARTIAL_ADD,     /* f32 sums of a piece's rows */
+  RT_PARTIAL_STORE,   /* f32 into the caller's type */
+  RT_PARTIAL_MERGE_N, /* attn_merge_partials */
+  RT_PARTIAL_NKERNELS
+} RtPartialKernel;
+typedef struct RtPartialKernels {
+  char arch[16];
+  CUlibrary lib;
+  CUkernel kern[RT_PARTIAL_NKERNELS];
+} RtPartialKernels;
+
 struct attn_context {
   StrBuf error;
   char arch[16];   /* "" until attn_context_set_arch */
@@ -261,6 +281,7 @@ struct attn_context {
   Cache cache;
   RtOptions options;
   RtEmbeddedModule *embedded;
+  RtPartialKernels partials;
   bool oom; /* sticky: host memory ran out (rt_end); attn_context_clear_error */
 };
 
@@ -448,7 +469,17 @@ attn_status rt_backward_ready(attn_call *c);
  * attn_graph_tensor and rt_backward_ready. */
 bool rt_backward_supported(const attn_graph *g, BwdSlots *sl, char *why, size_t len);
 
-/* --------------------------------------------------- ring.c, ring_nccl.c */
+/* ---------------------------------------- partials.c, ring.c, ring_nccl.c */
+
+/* The context's kernels of partial results for the device dev (compiled
+ * through the cache and loaded on first use, again for another target). */
+attn_status rt_partial_kernels(attn_context *ctx, const RtDriver *d, CUdevice dev,
+                               const RtPartialKernels **out);
+void rt_partial_kernels_free(RtPartialKernels *k);
+/* Launches one of them with `threads` threads (blocks of 256; grid-stride
+ * kernels cap the grid at 65536 blocks) on stream s. */
+attn_status rt_partial_launch(attn_context *ctx, const RtDriver *d, const RtPartialKernels *k,
+                              RtPartialKernel which, long long threads, void **args, CUstream s);
 
 /* attn_ring_create with a transport whose user data the ring owns:
  * transport_free(t->user) runs on destroy, and on every failure here. */

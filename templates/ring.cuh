@@ -1,9 +1,11 @@
 /*
- * ring.cuh: the element-wise kernels of context parallelism (runtime/ring.c):
- * folding one shard's partial (O, lse) into the running result, adding a
- * shard's gradients into f32 accumulators, and storing f32 results in the
- * caller's type. A program of its own (NVRTC, through the kernel cache),
- * compiled once per context on the first ring launch. No #include.
+ * ring.cuh: the element-wise kernels of partial results (runtime/partials.c):
+ * for context parallelism (runtime/ring.c) folding one shard's partial
+ * (O, lse) into the running result, adding a shard's gradients into f32
+ * accumulators and storing f32 results in the caller's type; for
+ * attn_merge_partials, merging up to RING_MAX_PARTS partials at once. A
+ * program of its own (NVRTC, through the kernel cache), loaded once per
+ * context and target on first use. No #include.
  *
  * Every tensor is dense [P][S][D] (P: the leading dims flattened, S: the
  * shard's positions, D: the last dim; lse and the other row statistics
@@ -14,6 +16,7 @@
 #define RING_F16 1
 #define RING_BF16 2
 #define RING_F32 3
+#define RING_MAX_PARTS 16 /* attn.h's ATTN_MERGE_MAX_PARTS */
 
 static __device__ __forceinline__ float ring_load(const void *p, int type, long long i) {
   if (type == RING_F32) return ((const float *)p)[i];
@@ -84,4 +87,42 @@ extern "C" __global__ void attn_ring_store(void *out, int type, const float *src
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
        i += (long long)gridDim.x * blockDim.x)
     ring_store(out, type, i, src[i]);
+}
+
+/* The partials of attn_merge_partials, by value (kernel parameters). */
+struct RingParts {
+  const void *o[RING_MAX_PARTS];
+  const float *lse[RING_MAX_PARTS];
+};
+
+/* One warp per row: n partials (o_i, lse_i) of attention over disjoint key
+ * sets merged into the attention over their union (the same weights as
+ * attn_ring_merge, all parts at once). Each lane reads every part's
+ * elements before writing its own, and lane 0 writes lse after the warp
+ * has read them, so o and lse may be the first part's buffers. */
+extern "C" __global__ void attn_ring_merge_n(RingParts parts, int n, int part_type, void *o,
+                                             int o_type, float *lse, long long rows,
+                                             long long D) {
+  const long long row = (long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  if (row >= rows) return;
+  const int lane = threadIdx.x % 32;
+  const float ninf = -__int_as_float(0x7f800000);
+  float l[RING_MAX_PARTS], top = ninf;
+  for (int i = 0; i < n; i++) {
+    l[i] = parts.lse[i][row];
+    top = fmaxf(top, l[i]);
+  }
+  float sum = 0.f;
+  for (int i = 0; i < n; i++) {
+    l[i] = top == ninf || l[i] == ninf ? 0.f : expf(l[i] - top); /* now the weight */
+    sum += l[i];
+  }
+  for (long long d = lane; d < D; d += 32) {
+    float x = 0.f;
+    for (int i = 0; i < n; i++)
+      if (l[i] > 0.f) x += l[i] * ring_load(parts.o[i], part_type, row * D + d);
+    ring_store(o, o_type, row * D + d, sum > 0.f ? x / sum : 0.f);
+  }
+  __syncwarp();
+  if (lane == 0 && lse) lse[row] = sum > 0.f ? top + logf(sum) : ninf;
 }

@@ -4,10 +4,13 @@
 # by `make all test-install` plus the GPU test binaries (default: build).
 # A summary is printed last.
 set -u
-# Knobs: BENCH=0 skips the benchmarks, SANITIZE=0 compute-sanitizer, HOST=0 the host examples, SM80=0
+# Knobs: BENCH=0 skips the benchmarks, SANITIZE=0 compute-sanitizer, HOST=0 the host examples,
+# FWD=0 test_forward, BWD80=0 / BWD90=0 test_backward's template passes, SM80=0
 # the portable template's grid, CTAS3=0 the second backward run, PYTEST=0
 # the Python package's tests, TESTS=0 the GPU test binaries. The whole takes
-# more than one 600 s device call: run TESTS=1 BENCH=0 SANITIZE=0 first, then
+# more than one 600 s device call (test_forward alone ~470 s, each test_backward pass ~350-400 s
+# in session 21): run TESTS=1 BENCH=0 SANITIZE=0 in calls of FWD=1 BWD80=0 BWD90=0, then FWD=0
+# BWD90=0, then FWD=0 BWD80=0 (with PYTEST=0 HOST=0 on all but one), then
 # TESTS=0 HOST=0 PYTEST=0 with the sanitizer, then the benchmarks alone. Logs go to /tmp/attnc-device; what comes
 # back from the device machine ($OUT holds at most 8 files) is one .tgz of
 # them plus the benchmark tables and plot.
@@ -45,8 +48,12 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >"$L/gpu.txt" 2
 # libnccl from PyTorch's nvidia-nccl wheel (the ring's transport), when there is one.
 NCCL_LIB=${ATTN_NCCL:-$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib", "libnccl.so.2"))' 2>/dev/null)}
 if [ "${TESTS:-1}" = 1 ]; then
-step test_forward "$B/tests/gpu/test_forward"
-[ -x "$B/tests/gpu/test_backward" ] && step test_backward "$B/tests/gpu/test_backward"
+[ "${FWD:-1}" = 1 ] && step test_forward "$B/tests/gpu/test_forward"
+# One step per backward template: together they take more than one 600 s call (session 21).
+[ -x "$B/tests/gpu/test_backward" ] && [ "${BWD80:-1}" = 1 ] &&
+  step test_backward_sm80 env ATTN_BWD_TEMPLATE=sm80 "$B/tests/gpu/test_backward"
+[ -x "$B/tests/gpu/test_backward" ] && [ "${BWD90:-1}" = 1 ] &&
+  step test_backward_sm90 env ATTN_BWD_TEMPLATE=sm90 "$B/tests/gpu/test_backward"
 # The persistent backward with 3 CTAs: every CTA takes several work items
 # (CTAS3=0 skips it).
 [ -x "$B/tests/gpu/test_backward" ] && [ "${CTAS3:-1}" = 1 ] &&

@@ -12,7 +12,10 @@
  * whole sequence (q0 = k0 = 0) within bf16 tolerance. Then, when libnccl
  * opens (ATTN_NCCL or libnccl.so.2), a one-rank ring over a real NCCL
  * communicator (one GPU: the exchanges do not run, the library's NCCL
- * loading and queries do). Skips without a GPU (exit 0).
+ * loading and queries do). And attn_merge_partials: the graph run on 3 key
+ * shards (k0 = the shard's first position), the partials merged, equal the
+ * whole graph (rows with no key in a shard among them). Skips without a GPU
+ * (exit 0).
  */
 #include <dlfcn.h>
 #include <math.h>
@@ -436,6 +439,98 @@ static void run_nccl(attn_context *ctx, attn_module *m, const Whole *w, const Wh
   dlclose(h);
 }
 
+/* ------------------------------------------- attn_merge_partials */
+
+static void run_merge(attn_context *ctx, attn_module *m, const Whole *w, const Whole *ref) {
+  enum { NS = 3 };
+  const int n = S / NS;
+  attn_graph *g = NULL;
+  attn_call *c = NULL;
+  char detail[512] = "";
+  bool ok = attn_module_get_graph(m, "shard", &g) == ATTN_SUCCESS &&
+            attn_call_create(g, &c) == ATTN_SUCCESS;
+  CUdeviceptr doc = upload(w->doc, sizeof w->doc), q = upload(w->t[TQ], B * H * S * D * 2);
+  CUdeviceptr kv[NS][2] = {{0}}, o[NS] = {0}, lse[NS] = {0};
+  uint16_t *rows = malloc((size_t)B * HK * n * D * 2);
+  for (int r = 0; r < NS && ok; r++) {
+    for (int t = 0; t < 2; t++) { /* k, v rows r*n .. of the whole */
+      for (int bh = 0; bh < B * HK; bh++)
+        memcpy(rows + (size_t)bh * n * D, w->t[TK + t] + ((size_t)bh * S + (size_t)r * n) * D,
+               (size_t)n * D * 2);
+      kv[r][t] = upload(rows, (size_t)B * HK * n * D * 2);
+    }
+    o[r] = upload(NULL, B * H * S * D * 2);
+    lse[r] = upload(NULL, B * H * S * 4);
+    const int64_t qs[4] = {B, H, S, D}, ks[4] = {B, HK, n, D}, ls[3] = {B, H, S}, ds[2] = {B, S};
+    attn_status st = attn_call_clear_bindings(c);
+    if (!st) st = attn_call_bind_tensor(c, "q", (void *)(uintptr_t)q, ATTN_BF16, 4, qs, NULL);
+    if (!st) st = attn_call_bind_tensor(c, "k", (void *)(uintptr_t)kv[r][0], ATTN_BF16, 4, ks, NULL);
+    if (!st) st = attn_call_bind_tensor(c, "v", (void *)(uintptr_t)kv[r][1], ATTN_BF16, 4, ks, NULL);
+    if (!st) st = attn_call_bind_tensor(c, "o", (void *)(uintptr_t)o[r], ATTN_BF16, 4, qs, NULL);
+    if (!st) st = attn_call_bind_tensor(c, "lse", (void *)(uintptr_t)lse[r], ATTN_F32, 3, ls, NULL);
+    if (!st) st = attn_call_bind_tensor(c, "doc", (void *)(uintptr_t)doc, ATTN_I32, 2, ds, NULL);
+    if (!st) st = attn_call_bind_i32(c, "k0", r * n);
+    if (!st) st = attn_call_launch(c, NULL);
+    if (st) {
+      ok = false;
+      snprintf(detail, sizeof detail, "shard %d: %s", r, attn_context_error(ctx));
+    }
+  }
+  free(rows);
+  /* Into f32 first, then in place into part 0 (bf16): both against the whole. */
+  CUdeviceptr of32 = upload(NULL, B * H * S * D * 4);
+  const void *op[NS];
+  const float *lp[NS];
+  for (int r = 0; r < NS; r++) {
+    op[r] = (const void *)(uintptr_t)o[r];
+    lp[r] = (const float *)(uintptr_t)lse[r];
+  }
+  for (int pass = 0; pass < 2 && ok; pass++) {
+    attn_status st = attn_merge_partials(ctx, NS, op, lp, ATTN_BF16, (int64_t)B * H * S, D,
+                                         pass ? (void *)(uintptr_t)o[0] : (void *)(uintptr_t)of32,
+                                         pass ? ATTN_BF16 : ATTN_F32, (float *)(uintptr_t)lse[0],
+                                         NULL);
+    if (st || drv->CtxSynchronize() != CUDA_SUCCESS) {
+      ok = false;
+      snprintf(detail, sizeof detail, "merge: %s", attn_context_error(ctx));
+      break;
+    }
+    uint16_t *got = malloc((size_t)B * H * S * D * 2);
+    if (pass) {
+      drv->MemcpyDtoH(got, o[0], (size_t)B * H * S * D * 2);
+    } else {
+      float *f = malloc((size_t)B * H * S * D * 4);
+      drv->MemcpyDtoH(f, of32, (size_t)B * H * S * D * 4);
+      for (size_t e = 0; e < (size_t)B * H * S * D; e++) dtype_to_bits(DT_BF16, f[e], &got[e]);
+      free(f);
+    }
+    float *l = malloc((size_t)B * H * S * 4);
+    drv->MemcpyDtoH(l, lse[0], (size_t)B * H * S * 4);
+    double e = rel_l2(got, ref->t[TO], (size_t)B * H * S * D), worst = 0;
+    for (size_t x = 0; x < (size_t)B * H * S; x++) {
+      double dl = fabs((double)l[x] - ref->lse[x]);
+      if (!(dl <= worst)) worst = dl;
+    }
+    size_t len = strlen(detail);
+    snprintf(detail + len, sizeof detail - len, "%s: o rel_l2 %.1e, lse max diff %.1e; ",
+             pass ? "bf16 in place" : "f32", e, worst);
+    ok = ok && e < 1e-2 && worst < 2e-3;
+    free(got);
+    free(l);
+  }
+  verdict(ok, "attn_merge_partials, 3 key shards of the causal graph", detail);
+  attn_call_destroy(c);
+  for (int r = 0; r < NS; r++) {
+    drv->MemFree(kv[r][0]);
+    drv->MemFree(kv[r][1]);
+    drv->MemFree(o[r]);
+    drv->MemFree(lse[r]);
+  }
+  drv->MemFree(of32);
+  drv->MemFree(q);
+  drv->MemFree(doc);
+}
+
 int main(void) {
   if (!(drv = gpu_test_driver())) return 0;
   drv->CtxGetCurrent(&primary);
@@ -467,6 +562,7 @@ int main(void) {
         if (c != 2 || world == 3) run_case(&cases[c], world, ATTN_RING_ZIGZAG, &w, &ref);
       }
       if (c == 0) run_nccl(ctx, m, &w, &ref);
+      if (c == 0) run_merge(ctx, m, &w, &ref);
     }
     whole_free(&ref);
     attn_module_destroy(m);

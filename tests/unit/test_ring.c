@@ -167,3 +167,50 @@ Test(ring, kernels_compile_for_each_target) {
   }
   sb_free(&why);
 }
+
+Test(ring, merge_partials_checks_its_arguments) {
+  const void *o[17] = {0};
+  const float *l[17] = {0};
+  static float dummy[4];
+  for (int i = 0; i < 17; i++) {
+    o[i] = dummy;
+    l[i] = dummy;
+  }
+  cr_assert_eq(attn_merge_partials(NULL, 1, o, l, ATTN_BF16, 1, 1, dummy, ATTN_BF16, NULL, NULL),
+               ATTN_ERROR_INVALID_ARGUMENT);
+  struct {
+    int n;
+    const void *const *o;
+    const float *const *l;
+    attn_dtype pt, ot;
+    int64_t rows;
+    const char *want;
+  } bad[] = {
+      {0, o, l, ATTN_BF16, ATTN_BF16, 4, "0 parts"},
+      {17, o, l, ATTN_BF16, ATTN_BF16, 4, "1 to 16"},
+      {2, NULL, l, ATTN_BF16, ATTN_BF16, 4, "o_parts is NULL"},
+      {2, o, NULL, ATTN_BF16, ATTN_BF16, 4, "lse_parts is NULL"},
+      {2, o, l, ATTN_E4M3, ATTN_BF16, 4, "f32, bf16 or f16"},
+      {2, o, l, ATTN_BF16, ATTN_I32, 4, "f32, bf16 or f16"},
+      {2, o, l, ATTN_BF16, ATTN_BF16, -1, "negative"},
+  };
+  for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+    cr_assert_eq(attn_merge_partials(ctx, bad[k].n, bad[k].o, bad[k].l, bad[k].pt, bad[k].rows, 8,
+                                     dummy, bad[k].ot, NULL, NULL),
+                 ATTN_ERROR_INVALID_ARGUMENT, "case %zu", k);
+    cr_assert_not_null(strstr(attn_context_error(ctx), bad[k].want), "case %zu: %s", k,
+                       attn_context_error(ctx));
+  }
+  const void *with_null[2] = {dummy, NULL};
+  cr_assert_eq(attn_merge_partials(ctx, 2, with_null, l, ATTN_BF16, 4, 8, dummy, ATTN_BF16, NULL,
+                                   NULL),
+               ATTN_ERROR_INVALID_ARGUMENT);
+  cr_assert_not_null(strstr(attn_context_error(ctx), "part 1 is NULL"), "%s", attn_context_error(ctx));
+  /* Nothing to merge: done, with no driver needed. */
+  cr_assert_eq(attn_merge_partials(ctx, 2, o, l, ATTN_BF16, 0, 8, dummy, ATTN_BF16, NULL, NULL),
+               ATTN_SUCCESS);
+  /* Good arguments get as far as the driver here: none. */
+  attn_status st = attn_merge_partials(ctx, 2, o, l, ATTN_BF16, 4, 8, dummy, ATTN_F32, NULL, NULL);
+  cr_assert(st == ATTN_ERROR_NO_DRIVER || st == ATTN_ERROR_CUDA, "status %d: %s", (int)st,
+            attn_context_error(ctx));
+}
