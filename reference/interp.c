@@ -779,44 +779,88 @@ static int ref_eval_load(RefCtx *c, const IrNode *n, double *out) {
   return 0;
 }
 
-/* s[i][j] = sum_d q[b, h, i, d] * k[b, h / (H / Hk), j, d]. */
+/* s[i][j] = sum_d q[b, h, i, d] * k[b, h / (H / Hk), j, d]: rows of s on
+ * threads (ref_parallel_rows), four columns at a time with an accumulator
+ * each (every sum still runs over d in order: the same bits). */
+typedef struct RefQk {
+  const double *qp, *kp;
+  double *out;
+  int64_t Skv, D;
+} RefQk;
+
+static void ref_qk_rows(void *arg, int64_t lo, int64_t hi) {
+  const RefQk *a = arg;
+  const int64_t Skv = a->Skv, D = a->D;
+  for (int64_t i = lo; i < hi; i++) {
+    const double *qi = a->qp + i * D;
+    int64_t j = 0;
+    for (; j + 4 <= Skv; j += 4) {
+      const double *k0 = a->kp + j * D, *k1 = k0 + D, *k2 = k1 + D, *k3 = k2 + D;
+      double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+      for (int64_t d = 0; d < D; d++) {
+        s0 += qi[d] * k0[d];
+        s1 += qi[d] * k1[d];
+        s2 += qi[d] * k2[d];
+        s3 += qi[d] * k3[d];
+      }
+      double *o = a->out + i * Skv + j;
+      o[0] = s0, o[1] = s1, o[2] = s2, o[3] = s3;
+    }
+    for (; j < Skv; j++) {
+      double acc = 0;
+      for (int64_t d = 0; d < D; d++) acc += qi[d] * a->kp[j * D + d];
+      a->out[i * Skv + j] = acc;
+    }
+  }
+}
+
 static void ref_eval_qk(const RefCtx *c, double *out) {
   const RefTensor *q = c->q, *k = c->k;
   int64_t hk = c->h / (c->H / c->Hk), D = c->Dq;
   int64_t kb = k->shape[0] == 1 ? 0 : c->b;
   /* Rows of the tensors as bound (packed views: the longest sequence's). */
-  const double *qp = q->data + (c->b * c->H + c->h) * q->shape[2] * D;
-  const double *kp = k->data + (kb * c->Hk + hk) * k->shape[2] * D;
-  for (int64_t i = 0; i < c->Sq; i++)
-    for (int64_t j = 0; j < c->Skv; j++) {
-      double acc = 0;
-      for (int64_t d = 0; d < D; d++)
-        acc += qp[i * D + d] * kp[j * D + d];
-      out[i * c->Skv + j] = acc;
-    }
+  RefQk a = {q->data + (c->b * c->H + c->h) * q->shape[2] * D,
+             k->data + (kb * c->Hk + hk) * k->shape[2] * D, out, c->Skv, D};
+  ref_parallel_rows(c->Sq, (double)c->Skv * (double)D, ref_qk_rows, &a);
 }
 
-/* o[i][d] = sum_j p[i][j] * v[b, h / (H / Hk), j, d]. Zero probabilities
- * are not skipped: a NaN in v must reach the output as it would on the
- * device. */
-static void ref_eval_pv(const RefCtx *c, const IrNode *n, double *out) {
-  const RefTensor *v = c->v;
-  const double *p = c->val[n->src[0]->id];
-  int64_t hk = c->h / (c->H / c->Hk), Dv = c->Dv, pst[3], cnt[3];
-  int64_t vb = v->shape[0] == 1 ? 0 : c->b;
-  const double *vp = v->data + (vb * c->Hk + hk) * v->shape[2] * Dv;
-  ref_strides(c, ref_vdom(n->src[0]), pst);
-  ref_counts(c, ref_vdom(n), cnt);
-  for (int64_t i = 0; i < cnt[0]; i++) {
-    double *o = out + i * Dv;
+/* o[i][d] = sum_j p[i][j] * v[b, h / (H / Hk), j, d], rows on threads.
+ * Zero probabilities are not skipped: a NaN in v must reach the output as
+ * it would on the device. */
+typedef struct RefPv {
+  const double *p, *vp;
+  double *out;
+  int64_t pst0, pst1, Skv, Dv;
+} RefPv;
+
+static void ref_pv_rows(void *arg, int64_t lo, int64_t hi) {
+  const RefPv *a = arg;
+  const int64_t Dv = a->Dv;
+  const double *restrict vp = a->vp;
+  for (int64_t i = lo; i < hi; i++) {
+    /* (restrict: o is no row of p or v, so the d loop vectorizes; each
+     * o[d] still sums over j in order) */
+    double *restrict o = a->out + i * Dv;
     for (int64_t d = 0; d < Dv; d++)
       o[d] = 0;
-    for (int64_t j = 0; j < c->Skv; j++) {
-      double pij = p[i * pst[0] + j * pst[1]];
+    for (int64_t j = 0; j < a->Skv; j++) {
+      const double pij = a->p[i * a->pst0 + j * a->pst1];
+      const double *restrict vj = vp + j * Dv;
       for (int64_t d = 0; d < Dv; d++)
-        o[d] += pij * vp[j * Dv + d];
+        o[d] += pij * vj[d];
     }
   }
+}
+
+static void ref_eval_pv(const RefCtx *c, const IrNode *n, double *out) {
+  const RefTensor *v = c->v;
+  int64_t hk = c->h / (c->H / c->Hk), Dv = c->Dv, pst[3], cnt[3];
+  int64_t vb = v->shape[0] == 1 ? 0 : c->b;
+  ref_strides(c, ref_vdom(n->src[0]), pst);
+  ref_counts(c, ref_vdom(n), cnt);
+  RefPv a = {c->val[n->src[0]->id], v->data + (vb * c->Hk + hk) * v->shape[2] * Dv, out,
+             pst[0], pst[1], c->Skv, Dv};
+  ref_parallel_rows(cnt[0], (double)c->Skv * (double)Dv, ref_pv_rows, &a);
 }
 
 /* A rounding of P before p @ v (`e4m3(p * c) @ v`), in the kernels'

@@ -217,17 +217,38 @@ static int bref_load(BwdRef *c, const IrNode *n, double *out) {
   return 0;
 }
 
-static void bref_qk(const BwdRef *c, double *out) {
+/* The large loops below run their rows on threads (ref_parallel_rows):
+ * each output element is written by one thread, summed in the order one
+ * thread would, so the bits do not depend on the thread count. */
+typedef struct BwdWork BwdWork;
+typedef struct BrefRows {
+  const BwdRef *c;
+  BwdWork *w;
+  RefTensor *grads;
+  const double *dout;
+  double *out, *delta;
+  double inv, scale;
+  const double *dr;
+} BrefRows;
+
+static void bref_qk_rows(void *arg, int64_t lo, int64_t hi) {
+  const BrefRows *a = arg;
+  const BwdRef *c = a->c;
   const RefTensor *q = &c->args->tensors[c->g->q];
   const RefTensor *k = &c->args->tensors[c->g->k];
-  for (int64_t i = 0; i < c->Sq; i++)
+  for (int64_t i = lo; i < hi; i++)
     for (int64_t j = 0; j < c->Skv; j++) {
       const double *qp = q->data + bref_qrow(c, i, c->D), *kp = k->data + bref_krow(c, k, j, c->D);
       double acc = 0;
       for (int64_t d = 0; d < c->D; d++)
         acc += qp[d] * kp[d];
-      out[i * c->Skv + j] = acc;
+      a->out[i * c->Skv + j] = acc;
     }
+}
+
+static void bref_qk(const BwdRef *c, double *out) {
+  BrefRows a = {.c = c, .out = out};
+  ref_parallel_rows(c->Sq, (double)c->Skv * (double)c->D, bref_qk_rows, &a);
 }
 
 /* One node over [Sq][Skv]: a forward node (round = true: its float
@@ -310,10 +331,10 @@ static const double *bref_value(BwdRef *c, const IrNode *n, const double *ds,
 
 /* ------------------------------------------------------ one (b, h) pair */
 
-typedef struct BwdWork {
+struct BwdWork {
   double *p, *pd, *keep, *dsv, *tmp[IR_MAX_SRC], *buf;
   double *psink; /* per row: the sink's share of the denominator */
-} BwdWork;
+};
 
 /* P row by row, with the softmax's sink (a constant of this (b, h), or
  * -inf) in each denominator, as the forward reference computes it; and
@@ -350,44 +371,71 @@ static uint64_t bref_u64(double x) {
   return x < 0 ? (uint64_t)(int64_t)x : (uint64_t)x;
 }
 
-static void bref_accumulate(BwdRef *c, BwdWork *w, RefTensor *grads,
-                            const double *dout) {
+/* dq[i] += sum_j r_ij k[j] (rows i), in order of j. */
+static void bref_dq_rows(void *arg, int64_t lo, int64_t hi) {
+  const BrefRows *a = arg;
+  const BwdRef *c = a->c;
+  const IrGraph *g = c->g;
+  const RefTensor *ts = c->args->tensors;
+  const int64_t Skv = c->Skv, D = c->D;
+  for (int64_t i = lo; i < hi; i++) {
+    double *restrict dq = a->grads[g->q].data + bref_qrow(c, i, D);
+    for (int64_t j = 0; j < Skv; j++) {
+      const int64_t e = i * Skv + j;
+      if (a->w->dsv[e] == 0) continue;
+      const double r = a->dr[e] * a->scale;
+      const double *restrict kp = ts[g->k].data + bref_krow(c, &ts[g->k], j, D);
+      for (int64_t d = 0; d < D; d++)
+        dq[d] += r * kp[d];
+    }
+  }
+}
+
+/* dk[j] += sum_i r_ij q[i] and dv[j] += sum_i pd_ij dO[i] (rows j), in
+ * order of i. */
+static void bref_dkv_rows(void *arg, int64_t lo, int64_t hi) {
+  const BrefRows *a = arg;
+  const BwdRef *c = a->c;
   const IrGraph *g = c->g;
   const BwdGraph *bg = c->bg;
-  RefTensor *ts = c->args->tensors;
+  const RefTensor *ts = c->args->tensors;
+  const int64_t Sq = c->Sq, Skv = c->Skv, D = c->D, Dv = c->Dv;
+  for (int64_t j = lo; j < hi; j++) {
+    if (bg->dk && a->dr) {
+      double *restrict dk = a->grads[g->k].data + bref_krow(c, &ts[g->k], j, D);
+      for (int64_t i = 0; i < Sq; i++) {
+        const int64_t e = i * Skv + j;
+        if (a->w->dsv[e] == 0) continue;
+        const double r = a->dr[e] * a->scale;
+        const double *restrict qp = ts[g->q].data + bref_qrow(c, i, D);
+        for (int64_t d = 0; d < D; d++)
+          dk[d] += r * qp[d];
+      }
+    }
+    if (bg->dv) {
+      double *restrict dv = a->grads[g->v].data + bref_krow(c, &ts[g->v], j, Dv);
+      for (int64_t i = 0; i < Sq; i++) {
+        const double *restrict dop = a->dout + bref_qrow(c, i, Dv);
+        const double pd = a->w->pd[i * Skv + j];
+        for (int64_t d = 0; d < Dv; d++)
+          dv[d] += pd * dop[d];
+      }
+    }
+  }
+}
+
+static void bref_accumulate(BwdRef *c, BwdWork *w, RefTensor *grads,
+                            const double *dout) {
+  const BwdGraph *bg = c->bg;
   int64_t Sq = c->Sq, Skv = c->Skv, D = c->D, Dv = c->Dv;
   double scale = 1;
   if (bg->draw_scale)
     scale = bref_value(c, bg->draw_scale, w->dsv, w->buf)[0];
   const double *dr = bg->draw ? bref_value(c, bg->draw, w->dsv, w->buf) : NULL;
-  for (int64_t i = 0; i < Sq; i++)
-    for (int64_t j = 0; j < Skv; j++) {
-      int64_t e = i * Skv + j;
-      if (w->dsv[e] == 0 || !dr)
-        continue;
-      double r = dr[e] * scale;
-      const double *qp = ts[g->q].data + bref_qrow(c, i, D);
-      const double *kp = ts[g->k].data + bref_krow(c, &ts[g->k], j, D);
-      if (bg->dq) {
-        double *dq = grads[g->q].data + bref_qrow(c, i, D);
-        for (int64_t d = 0; d < D; d++)
-          dq[d] += r * kp[d];
-      }
-      if (bg->dk) {
-        double *dk = grads[g->k].data + bref_krow(c, &ts[g->k], j, D);
-        for (int64_t d = 0; d < D; d++)
-          dk[d] += r * qp[d];
-      }
-    }
-  if (bg->dv) {
-    for (int64_t i = 0; i < Sq; i++)
-      for (int64_t j = 0; j < Skv; j++) {
-        double *dv = grads[g->v].data + bref_krow(c, &ts[g->v], j, Dv);
-        const double *dop = dout + bref_qrow(c, i, Dv);
-        for (int64_t d = 0; d < Dv; d++)
-          dv[d] += w->pd[i * Skv + j] * dop[d];
-      }
-  }
+  BrefRows rows = {.c = c, .w = w, .grads = grads, .dout = dout, .scale = scale, .dr = dr};
+  if (bg->dq && dr) ref_parallel_rows(Sq, (double)Skv * (double)D, bref_dq_rows, &rows);
+  if ((bg->dk && dr) || bg->dv)
+    ref_parallel_rows(Skv, (double)Sq * (double)(D + Dv), bref_dkv_rows, &rows);
   for (int x = 0; x < bg->nbias; x++) {
     const BwdBias *bb = &bg->bias[x];
     RefTensor *gt = &grads[bb->tensor];
@@ -405,6 +453,40 @@ static void bref_accumulate(BwdRef *c, BwdWork *w, RefTensor *grads,
         }
         gt->data[off] += val[e];
       }
+  }
+}
+
+/* Row i: delta_i = rowsum(dO * O) (O given, or recomputed as Pd V), then
+ * dS_ij = P_ij (dP_ij - delta_i) with dP through dropout's mask. */
+static void bref_ds_rows(void *arg, int64_t lo, int64_t hi) {
+  const BrefRows *a = arg;
+  const BwdRef *c = a->c;
+  BwdWork *w = a->w;
+  const int64_t Skv = c->Skv, Dv = c->Dv;
+  const RefTensor *vt = &c->args->tensors[c->g->v];
+  for (int64_t i = lo; i < hi; i++) {
+    const double *dop = a->dout + bref_qrow(c, i, Dv);
+    double delta = 0;
+    for (int64_t d = 0; d < Dv; d++) {
+      double o = 0;
+      if (c->o_given)
+        o = c->o_given[bref_qrow(c, i, Dv) + d];
+      else
+        for (int64_t j = 0; j < Skv; j++)
+          o += w->pd[i * Skv + j] * vt->data[bref_krow(c, vt, j, Dv) + d];
+      delta += o * dop[d];
+    }
+    a->delta[i] = delta;
+    for (int64_t j = 0; j < Skv; j++) {
+      int64_t e = i * Skv + j;
+      const double *vp = vt->data + bref_krow(c, vt, j, Dv);
+      double dpd = 0;
+      for (int64_t d = 0; d < Dv; d++)
+        dpd += dop[d] * vp[d];
+      /* dP through the same mask: Pd = keep * P * inv. */
+      double dp = w->keep[e] != 0 ? dpd * a->inv : 0.0;
+      w->dsv[e] = w->p[e] == 0 ? 0.0 : w->p[e] * (dp - delta);
+    }
   }
 }
 
@@ -436,39 +518,22 @@ static int bref_pair(BwdRef *c, BwdWork *w, const double *dout,
       w->keep[i * Skv + j] = keep;
       w->pd[i * Skv + j] = keep ? w->p[i * Skv + j] * inv : 0.0;
     }
-  const RefTensor *vt = &c->args->tensors[g->v];
-  for (int64_t i = 0; i < Sq; i++) {
-    const double *dop = dout + bref_qrow(c, i, Dv);
-    double delta = 0;
-    for (int64_t d = 0; d < Dv; d++) {
-      double o = 0;
-      if (c->o_given)
-        o = c->o_given[bref_qrow(c, i, Dv) + d];
-      else
-        for (int64_t j = 0; j < Skv; j++)
-          o += w->pd[i * Skv + j] * vt->data[bref_krow(c, vt, j, Dv) + d];
-      delta += o * dop[d];
+  /* delta and dS by rows on threads; the sink's gradient (one sum over
+   * the rows) after, in row order. */
+  double *delta = malloc((size_t)(Sq + 1) * sizeof *delta);
+  if (!delta) return bref_fail(c, NULL, "out of memory");
+  BrefRows a = {.c = c, .w = w, .grads = grads, .dout = dout, .delta = delta, .inv = inv};
+  ref_parallel_rows(Sq, (double)Skv * (double)Dv * (c->o_given ? 1 : 2), bref_ds_rows, &a);
+  if (bg->sink_tensor >= 0) { /* dsink = -sum_i p_sink,i delta_i */
+    RefTensor *gt = &grads[bg->sink_tensor];
+    int64_t off = 0;
+    for (int k = 0; k < gt->ndims; k++) {
+      const int ax = bg->sink_axis[k];
+      off = off * gt->shape[k] + (ax == DOM_B ? c->b : ax == DOM_H ? c->h : 0);
     }
-    if (bg->sink_tensor >= 0) { /* dsink = -sum_i p_sink,i delta_i */
-      RefTensor *gt = &grads[bg->sink_tensor];
-      int64_t off = 0;
-      for (int k = 0; k < gt->ndims; k++) {
-        const int ax = bg->sink_axis[k];
-        off = off * gt->shape[k] + (ax == DOM_B ? c->b : ax == DOM_H ? c->h : 0);
-      }
-      gt->data[off] -= w->psink[i] * delta;
-    }
-    for (int64_t j = 0; j < Skv; j++) {
-      int64_t e = i * Skv + j;
-      const double *vp = vt->data + bref_krow(c, vt, j, Dv);
-      double dpd = 0;
-      for (int64_t d = 0; d < Dv; d++)
-        dpd += dop[d] * vp[d];
-      /* dP through the same mask: Pd = keep * P * inv. */
-      double dp = w->keep[e] != 0 ? dpd * inv : 0.0;
-      w->dsv[e] = w->p[e] == 0 ? 0.0 : w->p[e] * (dp - delta);
-    }
+    for (int64_t i = 0; i < Sq; i++) gt->data[off] -= w->psink[i] * delta[i];
   }
+  free(delta);
   for (int id = 0; id < bg->nnodes; id++)
     if (bref_eval_derived(c, bg->nodes[id], w->dsv, c->dvv[id], w->tmp))
       return -1;

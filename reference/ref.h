@@ -7,6 +7,7 @@
  *   interp_bwd.c  its backward, from the derived backward graph
  *   philox.c      dropout's bits, the same as the kernels draw
  *   merge.c       partial results over disjoint key sets, merged
+ *   parallel.c    large loops split by rows across threads
  *   ref_data.c    random inputs, summaries, comparisons
  *   check.c       runs a graph on the GPU on the reference's inputs
  *                 (check.h)
@@ -60,6 +61,17 @@ void ref_seq_table(const RefArgs *args, int64_t B, int64_t *seq, int64_t *max_q,
  * on a new line after earlier messages) to err; returns -1. */
 int ref_verror(StrBuf *err, const IrNode *n, const char *fmt, va_list ap)
     __attribute__((format(printf, 3, 0)));
+
+/* ------------------------------------------- parallel.c: rows on threads */
+
+/* fn(arg, lo, hi) over rows [lo, hi) covering [0, n), on up to
+ * ref_threads() threads (fewer when n rows of work_per_row multiply-adds
+ * are too little to pay for them). fn must write disjoint outputs per
+ * row; the results are then the same bits as on one thread. */
+typedef void (*RefRowsFn)(void *arg, int64_t lo, int64_t hi);
+void ref_parallel_rows(int64_t n, double work_per_row, RefRowsFn fn, void *arg);
+/* ATTN_REF_THREADS, else the online CPUs; 1 to 64. */
+int ref_threads(void);
 
 /* ------------------------------------------------- ref_data.c: test data */
 

@@ -1,0 +1,61 @@
+/* parallel.c: the reference's large loops split by rows across threads.
+ *
+ * The O(S^2 D) products (q k^T, p v and their backward counterparts) are
+ * nearly all of the reference's time on the GPU tests' shapes (perf:
+ * ~75% at S 2048), and the GPU machine has 16 cores for one test process.
+ * Each output element is computed by one thread in the same order as on
+ * one thread, so the results are bit-identical whatever the thread count
+ * (tests/unit/test_interp.c checks it). Threads: ATTN_REF_THREADS, else
+ * the online CPUs (at most 64); a loop too small to pay for threads runs
+ * inline, and a thread that cannot be started leaves its rows to the
+ * caller. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "ref.h"
+
+#define REF_MAX_THREADS 64
+/* Below this much work (multiply-adds) a loop stays on one thread. */
+#define REF_MIN_WORK_PER_THREAD 4000000.0
+
+typedef struct RefChunk {
+  RefRowsFn fn;
+  void *arg;
+  int64_t lo, hi;
+} RefChunk;
+
+static void *ref_chunk_main(void *p) {
+  RefChunk *c = p;
+  c->fn(c->arg, c->lo, c->hi);
+  return NULL;
+}
+
+int ref_threads(void) {
+  const char *env = getenv("ATTN_REF_THREADS");
+  long n = env && *env ? strtol(env, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);
+  return n < 1 ? 1 : n > REF_MAX_THREADS ? REF_MAX_THREADS : (int)n;
+}
+
+void ref_parallel_rows(int64_t n, double work_per_row, RefRowsFn fn, void *arg) {
+  int t = ref_threads();
+  const double total = work_per_row * (double)n;
+  if (total < REF_MIN_WORK_PER_THREAD * t) t = (int)(total / REF_MIN_WORK_PER_THREAD);
+  if (t > n) t = (int)n;
+  if (t <= 1) {
+    fn(arg, 0, n);
+    return;
+  }
+  RefChunk chunk[REF_MAX_THREADS];
+  pthread_t th[REF_MAX_THREADS];
+  bool started[REF_MAX_THREADS] = {false};
+  for (int k = 0; k < t; k++) {
+    chunk[k] = (RefChunk){fn, arg, n * k / t, n * (k + 1) / t};
+    if (k > 0) started[k] = pthread_create(&th[k], NULL, ref_chunk_main, &chunk[k]) == 0;
+  }
+  fn(arg, chunk[0].lo, chunk[0].hi);
+  for (int k = 1; k < t; k++) {
+    if (started[k]) pthread_join(th[k], NULL);
+    else fn(arg, chunk[k].lo, chunk[k].hi);
+  }
+}
