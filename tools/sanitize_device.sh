@@ -46,4 +46,18 @@ for tool in ${TOOLS:-memcheck racecheck synccheck initcheck}; do
   echo "sanitize $tool (rc $rc): ${errors:-no summary} / $(tail -1 "$L/$tool.out")"
   [ $rc -ne 0 ] && status=1
 done
+# The ring (runtime/ring.c: threads as ranks, its merge/sum/store kernels, the ring's stream and
+# events) and attn_merge_partials: the causal case (1-4 ranks, both layouts), memcheck and
+# racecheck. RING=0 skips it.
+if [ "${RING:-1}" = 1 ] && [ -x "$B/tests/gpu/test_ring" ]; then
+  for tool in memcheck racecheck; do
+    [[ " ${TOOLS:-memcheck racecheck synccheck initcheck} " == *" $tool "* ]] || continue
+    "$CS" --tool "$tool" --error-exitcode 9 --log-file "$L/ring-$tool.log" \
+      "$B/tests/gpu/test_ring" causal >"$L/ring-$tool.out" 2>&1
+    rc=$?
+    errors=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$L/ring-$tool.log" | tail -1)
+    echo "sanitize ring $tool (rc $rc): ${errors:-no summary} / $(tail -1 "$L/ring-$tool.out")"
+    [ $rc -ne 0 ] && status=1
+  done
+fi
 exit $status

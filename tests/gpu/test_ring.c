@@ -15,7 +15,8 @@
  * loading and queries do). And attn_merge_partials: the graph run on 3 key
  * shards (k0 = the shard's first position), the partials merged, equal the
  * whole graph (rows with no key in a shard among them). Skips without a GPU
- * (exit 0).
+ * (exit 0). `test_ring NAME` runs the cases whose name holds NAME (the
+ * sanitizer runs "causal").
  */
 #include <dlfcn.h>
 #include <math.h>
@@ -531,7 +532,8 @@ static void run_merge(attn_context *ctx, attn_module *m, const Whole *w, const W
   drv->MemFree(doc);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  const char *only = argc > 1 ? argv[1] : NULL; /* a case name's substring */
   if (!(drv = gpu_test_driver())) return 0;
   drv->CtxGetCurrent(&primary);
   /* One disk cache for the ranks: the first compiles, the others load. */
@@ -543,6 +545,7 @@ int main(void) {
   Whole w;
   whole_inputs(&w, 20261204);
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    if (only && !strstr(cases[c].name, only)) continue;
     char src[2048], why[600] = "";
     snprintf(src, sizeof src, "%s%s%s", graph_head, cases[c].mask, graph_tail);
     attn_context *ctx = gpu_test_context();
