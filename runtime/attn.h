@@ -375,8 +375,9 @@ typedef struct attn_ring_transport {
 
 /* A ring for graph g (the caller's CUDA context current: the ring's
  * stream and events live there). The transport is copied. Refuses a graph
- * outside the rules above with a message. Destroy before the module and
- * the CUDA context. */
+ * outside the rules above with a message. Destroy it once its launches have
+ * run (it frees the device buffers they use), before the module and the
+ * CUDA context. */
 attn_status attn_ring_create(attn_graph *g, const attn_ring_transport *t,
                              attn_ring_layout layout, attn_ring **out);
 /* The same over an NCCL communicator (an ncclComm_t, made by the caller

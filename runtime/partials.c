@@ -127,10 +127,10 @@ static attn_status merge_impl(attn_context *ctx, int n, const void *const *o_par
     return rt_fail(ctx, ATTN_ERROR_INVALID_ARGUMENT,
                    "attn_merge_partials: the parts and o are f32, bf16 or f16 (dtypes %d, %d)",
                    (int)part_dtype, (int)o_dtype);
-  if (rows < 0 || dim < 0 || rows > 65536LL * 8 * 65535)
+  if (rows < 0 || dim < 0)
     return rt_fail(ctx, ATTN_ERROR_INVALID_ARGUMENT,
-                   "attn_merge_partials: %lld rows of %lld: negative, or more rows than one "
-                   "launch takes", (long long)rows, (long long)dim);
+                   "attn_merge_partials: %lld rows of %lld: negative", (long long)rows,
+                   (long long)dim);
   if (rows == 0) return ATTN_SUCCESS;
   PartialParts parts = {{0}, {0}};
   for (int i = 0; i < n; i++) {
@@ -151,23 +151,8 @@ static attn_status merge_impl(attn_context *ctx, int n, const void *const *o_par
   int pt = part_dtype, ot = o_dtype, nn = n;
   long long r = rows, D = dim;
   void *args[] = {&parts, &nn, &pt, &o, &ot, &lse, &r, &D};
-  /* One warp a row; more rows than one grid's blocks take a second launch. */
-  const long long per_launch = 65536LL * 8;
-  for (long long at = 0; at < rows && !st; at += per_launch) {
-    PartialParts shifted = parts;
-    for (int i = 0; i < n; i++) {
-      shifted.o[i] = (const char *)parts.o[i] + (size_t)(at * dim) * (part_dtype == ATTN_F32 ? 4 : 2);
-      shifted.lse[i] = parts.lse[i] + at;
-    }
-    void *o_at = (char *)o + (size_t)(at * dim) * (o_dtype == ATTN_F32 ? 4 : 2);
-    float *lse_at = lse ? lse + at : NULL;
-    long long left = rows - at < per_launch ? rows - at : per_launch;
-    args[0] = &shifted;
-    args[3] = &o_at;
-    args[5] = &lse_at;
-    args[6] = &left;
-    st = rt_partial_launch(ctx, d, k, RT_PARTIAL_MERGE_N, left * 32, args, (CUstream)stream);
-  }
+  /* One warp a row, warps striding over the rows (the grid is capped). */
+  st = rt_partial_launch(ctx, d, k, RT_PARTIAL_MERGE_N, r * 32, args, (CUstream)stream);
   return st;
 }
 

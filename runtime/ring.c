@@ -213,10 +213,6 @@ static attn_status ring_merge(attn_ring *r, CUstream s, const RingPiece *pc) {
   int type = r->shard[R_O].dtype;
   long long lP = P, lS = S, lD = D, lo = pc->lo, m = pc->m;
   void *args[] = {&oacc, &lse, &opart, &type, &lpart, &lP, &lS, &lD, &lo, &m};
-  if (P * m > 65536LL * 8) /* one warp a row, 8 a block: more rows than one grid */
-    return rt_fail(r->ctx, ATTN_ERROR_INVALID_ARGUMENT,
-                   "ring attention: %lld rows in one piece; at most %lld", (long long)(P * m),
-                   65536LL * 8);
   return ring_launch(r, RT_PARTIAL_MERGE, P * m * 32, args, s);
 }
 

@@ -48,26 +48,30 @@ static __device__ __forceinline__ void ring_store(void *p, int type, long long i
 extern "C" __global__ void attn_ring_merge(float *o_acc, float *lse_acc, const void *o_part,
                                            int o_type, const float *lse_part, long long P,
                                            long long S, long long D, long long lo, long long m) {
-  const long long row = (long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-  if (row >= P * m) return;
-  const int lane = threadIdx.x % 32;
-  const long long at = (row / m) * S + lo + row % m; /* the row in [P][S] */
-  const float la = lse_acc[at], lp = lse_part[at];
-  const float top = fmaxf(la, lp);
-  if (top == -__int_as_float(0x7f800000)) return; /* both empty (or top is -inf) */
-  const float wa = la == -__int_as_float(0x7f800000) ? 0.f : expf(la - top);
-  const float wp = lp == -__int_as_float(0x7f800000) ? 0.f : expf(lp - top);
-  const float sum = wa + wp;
-  const float ca = wa / sum, cp = wp / sum;
-  float *oa = o_acc + at * D;
-  const long long base = at * D;
-  for (long long d = lane; d < D; d += 32) {
-    float x = ca > 0.f ? ca * oa[d] : 0.f;
-    if (cp > 0.f) x += cp * ring_load(o_part, o_type, base + d);
-    oa[d] = x;
+  const int lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  const float ninf = -__int_as_float(0x7f800000);
+  /* Warps stride over the rows: any number of rows in one grid. */
+  for (long long row = (long long)blockIdx.x * warps + threadIdx.x / 32; row < P * m;
+       row += (long long)gridDim.x * warps) {
+    const long long at = (row / m) * S + lo + row % m; /* the row in [P][S] */
+    const float la = lse_acc[at], lp = lse_part[at];
+    const float top = fmaxf(la, lp);
+    if (top == ninf) continue; /* both empty */
+    const float wa = la == ninf ? 0.f : expf(la - top);
+    const float wp = lp == ninf ? 0.f : expf(lp - top);
+    const float sum = wa + wp;
+    const float ca = wa / sum, cp = wp / sum;
+    float *oa = o_acc + at * D;
+    const long long base = at * D;
+    for (long long d = lane; d < D; d += 32) {
+      float x = ca > 0.f ? ca * oa[d] : 0.f;
+      if (cp > 0.f) x += cp * ring_load(o_part, o_type, base + d);
+      oa[d] = x;
+    }
+    __syncwarp();
+    if (lane == 0) lse_acc[at] = top + logf(sum);
+    __syncwarp(); /* (the next row's reads are of other cells; kept for clarity) */
   }
-  __syncwarp();
-  if (lane == 0) lse_acc[at] = top + logf(sum);
 }
 
 /* acc[p, lo + r, :] += part[p, lo + r, :] (a shard's gradient into f32). */
@@ -103,26 +107,27 @@ struct RingParts {
 extern "C" __global__ void attn_ring_merge_n(RingParts parts, int n, int part_type, void *o,
                                              int o_type, float *lse, long long rows,
                                              long long D) {
-  const long long row = (long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-  if (row >= rows) return;
-  const int lane = threadIdx.x % 32;
+  const int lane = threadIdx.x % 32, warps = blockDim.x / 32;
   const float ninf = -__int_as_float(0x7f800000);
-  float l[RING_MAX_PARTS], top = ninf;
-  for (int i = 0; i < n; i++) {
-    l[i] = parts.lse[i][row];
-    top = fmaxf(top, l[i]);
+  for (long long row = (long long)blockIdx.x * warps + threadIdx.x / 32; row < rows;
+       row += (long long)gridDim.x * warps) {
+    float l[RING_MAX_PARTS], top = ninf;
+    for (int i = 0; i < n; i++) {
+      l[i] = parts.lse[i][row];
+      top = fmaxf(top, l[i]);
+    }
+    float sum = 0.f;
+    for (int i = 0; i < n; i++) {
+      l[i] = top == ninf || l[i] == ninf ? 0.f : expf(l[i] - top); /* now the weight */
+      sum += l[i];
+    }
+    for (long long d = lane; d < D; d += 32) {
+      float x = 0.f;
+      for (int i = 0; i < n; i++)
+        if (l[i] > 0.f) x += l[i] * ring_load(parts.o[i], part_type, row * D + d);
+      ring_store(o, o_type, row * D + d, sum > 0.f ? x / sum : 0.f);
+    }
+    __syncwarp();
+    if (lane == 0 && lse) lse[row] = sum > 0.f ? top + logf(sum) : ninf;
   }
-  float sum = 0.f;
-  for (int i = 0; i < n; i++) {
-    l[i] = top == ninf || l[i] == ninf ? 0.f : expf(l[i] - top); /* now the weight */
-    sum += l[i];
-  }
-  for (long long d = lane; d < D; d += 32) {
-    float x = 0.f;
-    for (int i = 0; i < n; i++)
-      if (l[i] > 0.f) x += l[i] * ring_load(parts.o[i], part_type, row * D + d);
-    ring_store(o, o_type, row * D + d, sum > 0.f ? x / sum : 0.f);
-  }
-  __syncwarp();
-  if (lane == 0 && lse) lse[row] = sum > 0.f ? top + logf(sum) : ninf;
 }
