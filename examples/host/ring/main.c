@@ -3,9 +3,10 @@
  * zigzag shard of one long causal sequence and runs libattn's ring
  * (attn_ring_create_nccl, attn_ring_forward, attn_ring_backward).
  *
- *   ring_example [--gpus N] [--seq S] [--heads H] [--kv-heads HK] [--iters I] [--check]
+ *   ring_example [--gpus N] [--seq S] [--heads H] [--kv-heads HK] [--iters I] [--full] [--check]
  *
- * Prints each pass's time and TFLOP/s over the whole sequence; --check
+ * --full: no mask (contiguous shards), for the scaling of causal against
+ * non-causal. Prints each pass's time and TFLOP/s over the whole sequence; --check
  * also compares every rank's o against a CPU attention of the whole
  * sequence (keep --seq small then). libnccl is opened at run time
  * (libnccl.so.2, or the path in ATTN_NCCL): build needs no NCCL headers.
@@ -23,22 +24,27 @@
 static void (*const unused_fill)(uint16_t *, size_t, uint32_t) __attribute__((unused)) = host_fill_bf16;
 
 #define D 128
-static const char source[] =
-    "attention shard {\n"
-    "  input  q : bf16[B, H, Sq, 128];\n"
-    "  input  k : bf16[B, Hk, Skv, 128];\n"
-    "  input  v : bf16[B, Hk, Skv, 128];\n"
-    "  scalar q0 : i32 = 0;\n"
-    "  scalar k0 : i32 = 0;\n"
-    "  s = mask((q @ k^T) * (1.0 / sqrt(128.0)), j + k0 <= i + q0);\n"
-    "  o = softmax(s) @ v;\n"
-    "  output o : bf16[B, H, Sq, 128];\n"
-    "  output lse = logsumexp(s);\n"
-    "  grad q, k, v;\n"
-    "}\n";
+/* The shard graph with its scores (SCORES_CAUSAL, or SCORES_FULL for
+ * --full: the scalars stay, the ring sets them). */
+#define SCORES_CAUSAL "mask((q @ k^T) * (1.0 / sqrt(128.0)), j + k0 <= i + q0)"
+#define SCORES_FULL "(q @ k^T) * (1.0 / sqrt(128.0))"
+#define SHARD_GRAPH(scores)                                                                  \
+  "attention shard {\n"                                                                      \
+  "  input  q : bf16[B, H, Sq, 128];\n"                                                      \
+  "  input  k : bf16[B, Hk, Skv, 128];\n"                                                    \
+  "  input  v : bf16[B, Hk, Skv, 128];\n"                                                    \
+  "  scalar q0 : i32 = 0;\n"                                                                 \
+  "  scalar k0 : i32 = 0;\n"                                                                 \
+  "  s = " scores ";\n"                                                                      \
+  "  o = softmax(s) @ v;\n"                                                                  \
+  "  output o : bf16[B, H, Sq, 128];\n"                                                      \
+  "  output lse = logsumexp(s);\n"                                                           \
+  "  grad q, k, v;\n"                                                                        \
+  "}\n"
+static const char source[] = SHARD_GRAPH(SCORES_CAUSAL), source_full[] = SHARD_GRAPH(SCORES_FULL);
 
 typedef struct Args {
-  int gpus, seq, heads, kv_heads, iters, check;
+  int gpus, seq, heads, kv_heads, iters, check, full;
 } Args;
 
 typedef struct Rank {
@@ -63,8 +69,11 @@ static uint16_t value(int t, int h, long long p, int d) {
   return host_f32_to_bf16((float)(x >> 8) / 8388608.0f - 1.0f);
 }
 
-/* The global position of row r of rank's zigzag shard of n rows. */
+/* The global position of row r of rank's shard of n rows (zigzag, or
+ * contiguous with --full). */
+static int contiguous;
 static long long position(int rank, int world, long long n, long long r) {
+  if (contiguous) return rank * n + r;
   long long c = n / 2;
   return r < c ? rank * c + r : (2LL * world - 1 - rank) * c + (r - c);
 }
@@ -121,9 +130,11 @@ static void *rank_main(void *arg) {
     k->fail = 1;
     return NULL;
   }
-  RANK_CHECK(ctx, attn_module_compile_string(ctx, "shard.attn", source, sizeof source - 1, &m));
+  const char *src = a->full ? source_full : source;
+  RANK_CHECK(ctx, attn_module_compile_string(ctx, "shard.attn", src, strlen(src), &m));
   RANK_CHECK(ctx, attn_module_get_graph(m, "shard", &g));
-  RANK_CHECK(ctx, attn_ring_create_nccl(g, k->comm, ATTN_RING_ZIGZAG, &ring));
+  RANK_CHECK(ctx, attn_ring_create_nccl(g, k->comm, a->full ? ATTN_RING_CONTIGUOUS : ATTN_RING_ZIGZAG,
+                                        &ring));
   const int64_t qs[4] = {1, a->heads, n, D}, ks[4] = {1, a->kv_heads, n, D}, ls[3] = {1, a->heads, n};
   RANK_CHECK(ctx, attn_ring_bind_tensor(ring, "q", q, ATTN_BF16, 4, qs, NULL));
   RANK_CHECK(ctx, attn_ring_bind_tensor(ring, "k", kk, ATTN_BF16, 4, ks, NULL));
@@ -181,23 +192,25 @@ static int check(const Args *a, Rank *ranks) {
     for (int h = 0; h < a->heads; h++)
       for (long long t = 0; t < n; t++)
         memcpy(&o[((size_t)h * S + position(r, a->gpus, n, t)) * D], &ranks[r].o[((size_t)h * n + t) * D], D * 2);
-  host_attention(q, k, v, ref, 1, a->heads, a->kv_heads, (int)S, (int)S, D, 1.0 / sqrt(128.0), 1);
+  host_attention(q, k, v, ref, 1, a->heads, a->kv_heads, (int)S, (int)S, D, 1.0 / sqrt(128.0),
+                 !a->full);
   int ok = host_compare(o, ref, qn);
   free(q), free(k), free(v), free(o), free(ref);
   return ok;
 }
 
 int main(int argc, char **argv) {
-  Args a = {0, 131072, 16, 16, 3, 0};
+  Args a = {0, 131072, 16, 16, 3, 0, 0};
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--check")) a.check = 1;
+    else if (!strcmp(argv[i], "--full")) a.full = contiguous = 1;
     else if (i + 1 < argc && !strcmp(argv[i], "--gpus")) a.gpus = atoi(argv[++i]);
     else if (i + 1 < argc && !strcmp(argv[i], "--seq")) a.seq = atoi(argv[++i]);
     else if (i + 1 < argc && !strcmp(argv[i], "--heads")) a.heads = atoi(argv[++i]);
     else if (i + 1 < argc && !strcmp(argv[i], "--kv-heads")) a.kv_heads = atoi(argv[++i]);
     else if (i + 1 < argc && !strcmp(argv[i], "--iters")) a.iters = atoi(argv[++i]);
     else {
-      fprintf(stderr, "usage: %s [--gpus N] [--seq S] [--heads H] [--kv-heads HK] [--iters I] [--check]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--gpus N] [--seq S] [--heads H] [--kv-heads HK] [--iters I] [--full] [--check]\n", argv[0]);
       return 2;
     }
   }
@@ -245,10 +258,11 @@ int main(int argc, char **argv) {
   }
   if (!fail) {
     /* Causal: half the S x S scores; the backward does 2.5x the forward's work. */
-    double flops = 4.0 * a.heads * (double)a.seq * a.seq * D * 0.5;
-    printf("%d GPUs, S %d, H %d, Hk %d, D %d, causal, zigzag: forward %.2f ms (%.0f TFLOP/s in all), "
-           "backward %.2f ms (%.0f TFLOP/s)\n", a.gpus, a.seq, a.heads, a.kv_heads, D, fwd * 1e3,
-           flops / fwd / 1e12, bwd * 1e3, 2.5 * flops / bwd / 1e12);
+    double flops = 4.0 * a.heads * (double)a.seq * a.seq * D * (a.full ? 1.0 : 0.5);
+    printf("%d GPUs, S %d, H %d, Hk %d, D %d, %s: forward %.2f ms (%.0f TFLOP/s in all), "
+           "backward %.2f ms (%.0f TFLOP/s)\n", a.gpus, a.seq, a.heads, a.kv_heads, D,
+           a.full ? "no mask, contiguous" : "causal, zigzag", fwd * 1e3, flops / fwd / 1e12,
+           bwd * 1e3, 2.5 * flops / bwd / 1e12);
     if (a.check) fail = !check(&a, ranks);
   }
   for (int r = 0; r < a.gpus; r++) {
