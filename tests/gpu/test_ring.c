@@ -6,7 +6,7 @@
  * runs over NCCL: the same steps, pieces, merges, events and buffers; only
  * the bytes move by cuMemcpy instead of NCCL's kernels.
  *
- * For causal (with GQA), sliding-window and document masks, 2, 3 and 4
+ * For causal (with GQA), sliding-window, document and no masks, 2, 3 and 4
  * ranks, contiguous and zigzag shards: o, lse, dq, dk and dv of every rank,
  * put back at their global positions, equal the unsharded graph's on the
  * whole sequence (q0 = k0 = 0) within bf16 tolerance. Then, when libnccl
@@ -60,6 +60,7 @@ static const Case cases[] = {
     {"causal gqa", "  s = mask(s, j + k0 <= i + q0);\n"},
     {"sliding window", "  s = mask(s, j + k0 <= i + q0 && i + q0 - (j + k0) < 100);\n"},
     {"document", "  s = mask(s, doc[b, i + q0] == doc[b, j + k0] && j + k0 <= i + q0);\n"},
+    {"no mask", "  s = s * 1.0;\n"}, /* every pair full: the non-causal scaling's case */
 };
 
 static const RtDriver *drv;
