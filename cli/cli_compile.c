@@ -1,12 +1,14 @@
 /*
  * cli_compile.c: `attnc compile FILE --arch A -o OUT [--ptx OUT.ptx]
- * [--part forward|backward] [-v]`.
+ * [--part forward|backward|prefill|decode] [-v]`.
  * The whole compile pipeline without a GPU: front end, compile_module
  * (match, plan, emit), NVRTC.
  * CI uses it to prove every example compiles for every target; -v prints
  * ptxas's resource report (registers, spills, shared memory); --part
- * compiles one of the two programs libattn's JIT builds (the forward
- * pass's kernels, or the backward's, compiled on first use).
+ * compiles one part of the unit: the programs libattn's JIT builds are
+ * prefill (the forward pass without its decode kernels), decode and
+ * backward (each compiled on first use); forward is prefill and decode
+ * together.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -37,7 +39,10 @@ int cli_compile(int argc, char **argv) {
       const char *p = argv[++k];
       if (!strcmp(p, "forward")) part = EMIT_FORWARD;
       else if (!strcmp(p, "backward")) part = EMIT_BACKWARD;
-      else return cli_usage_error("--part takes forward or backward, not '%s'", p);
+      else if (!strcmp(p, "prefill")) part = EMIT_PREFILL;
+      else if (!strcmp(p, "decode")) part = EMIT_DECODE;
+      else
+        return cli_usage_error("--part takes forward, backward, prefill or decode, not '%s'", p);
     }
     else if (argv[k][0] == '-') return cli_usage_error("unknown option '%s'", argv[k]);
     else if (file) return cli_usage_error("%s", "compile takes one FILE");

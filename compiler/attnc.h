@@ -991,10 +991,18 @@ char *emit_unit(const Compiled *c, const CompileOptions *o, Arena *a);
 /* A part of that unit, for NVRTC programs of their own: the forward
  * pass's kernels (every graph's forward, decode, merge and prep), or the
  * backward pass's (each graph with grad: its hooks, the backward
- * templates, its backward and prep entries). libattn compiles the
- * backward part on a graph's first backward launch, so a forward never
- * waits for it; EMIT_ALL is emit_unit. */
-typedef enum EmitPart { EMIT_ALL, EMIT_FORWARD, EMIT_BACKWARD } EmitPart;
+ * templates, its backward and prep entries); the forward pass without
+ * its decode and merge kernels (EMIT_PREFILL), and those alone
+ * (EMIT_DECODE: each graph with a decode step, its hooks and
+ * decode.cuh). libattn compiles the decode part on a graph's first decode
+ * launch and the backward part on its first backward launch, so a
+ * forward waits for neither; EMIT_ALL is emit_unit. */
+typedef enum EmitPart { EMIT_ALL, EMIT_FORWARD, EMIT_BACKWARD, EMIT_PREFILL, EMIT_DECODE } EmitPart;
+/* "forward", "backward", "prefill", "decode" ("" for EMIT_ALL). */
+const char *emit_part_name(EmitPart part);
+/* Whether a forward-pass step ("decode", "merge") is one of the decode
+ * part's kernels. */
+bool emit_step_is_decode(const char *role);
 char *emit_unit_part(const Compiled *c, const CompileOptions *o, EmitPart part, Arena *a);
 /* The same part with every embedded text (abi/, templates/) replaced by a
  * line naming it, after a first line naming attn_templates_id (a digest of

@@ -241,20 +241,30 @@ attn_status rt_target_arch(attn_context *ctx, char arch[16]) {
 
 /* ------------------------------------------------------------- loading */
 
-/* Every step of pass in every graph's plan found in lib. */
-static attn_status rt_find_kernels(attn_module *m, const RtDriver *d, CUlibrary lib,
-                                   PlanPass pass) {
+int rt_step_apart(const attn_module *m, const GraphPlan *gp, PlanPass pass, int k) {
+  if (pass == PLAN_BACKWARD)
+    return m->apart[RT_APART_BACKWARD].on ? RT_APART_BACKWARD : RT_NAPART;
+  if (m->apart[RT_APART_DECODE].on && emit_step_is_decode(gp->pass[pass].steps[k].role))
+    return RT_APART_DECODE;
+  return RT_NAPART;
+}
+
+/* Every step that program `which` holds (RT_NAPART: the module's own
+ * library), in every graph's plan, found in lib. */
+static attn_status rt_find_kernels(attn_module *m, const RtDriver *d, CUlibrary lib, int which) {
   for (int i = 0; i < m->ngraphs; i++) {
     attn_graph *g = &m->graphs[i];
-    for (int k = 0; k < g->plan->pass[pass].nsteps; k++) {
-      const char *entry = g->plan->pass[pass].steps[k].entry;
-      CUresult r = d->LibraryGetKernel(&g->kern[pass][k], lib, entry);
-      if (r != CUDA_SUCCESS) {
-        attn_status st = rt_driver_error(d, r, "cuLibraryGetKernel", &m->ctx->error);
-        sb_printf(&m->ctx->error, " for entry '%s'", entry);
-        return st;
+    for (int pass = 0; pass < PLAN_NPASSES; pass++)
+      for (int k = 0; k < g->plan->pass[pass].nsteps; k++) {
+        if (rt_step_apart(m, g->plan, (PlanPass)pass, k) != which) continue;
+        const char *entry = g->plan->pass[pass].steps[k].entry;
+        CUresult r = d->LibraryGetKernel(&g->kern[pass][k], lib, entry);
+        if (r != CUDA_SUCCESS) {
+          attn_status st = rt_driver_error(d, r, "cuLibraryGetKernel", &m->ctx->error);
+          sb_printf(&m->ctx->error, " for entry '%s'", entry);
+          return st;
+        }
       }
-    }
   }
   return ATTN_SUCCESS;
 }
@@ -273,34 +283,35 @@ attn_status rt_module_load(attn_module *m, const RtDriver *d) {
   }
   /* Every step of every plan the library holds: a cubin the device
    * cannot run, or one that lacks an entry its plan names, fails here,
-   * not at a launch. */
-  for (int pass = 0; pass < PLAN_NPASSES; pass++) {
-    if (pass == PLAN_BACKWARD && m->bwd_apart) continue; /* rt_module_load_pass's */
-    attn_status st = rt_find_kernels(m, d, m->lib, (PlanPass)pass);
-    if (st) {
-      d->LibraryUnload(m->lib);
-      return st;
-    }
+   * not at a launch. (Programs compiled apart: rt_module_load_step's.) */
+  attn_status st = rt_find_kernels(m, d, m->lib, RT_NAPART);
+  if (st) {
+    d->LibraryUnload(m->lib);
+    return st;
   }
   m->loaded = true;
   return ATTN_SUCCESS;
 }
 
-attn_status rt_module_load_pass(attn_module *m, const RtDriver *d, PlanPass pass) {
+attn_status rt_module_load_step(attn_module *m, const RtDriver *d, const GraphPlan *gp,
+                                PlanPass pass, int k) {
   attn_status st = rt_module_load(m, d);
-  if (st || pass != PLAN_BACKWARD || !m->bwd_apart || m->bwd_loaded) return st;
-  if (!m->bwd_cubin && (st = rt_compile_backward(m))) return st;
-  CUresult r = d->LibraryLoadData(&m->bwd_lib, m->bwd_cubin, NULL, NULL, 0, NULL, NULL, 0);
+  const int which = rt_step_apart(m, gp, pass, k);
+  if (st || which == RT_NAPART || m->apart[which].loaded) return st;
+  RtApart *ap = &m->apart[which];
+  if (!ap->cubin && (st = rt_compile_apart(m, (RtApartKind)which))) return st;
+  CUresult r = d->LibraryLoadData(&ap->lib, ap->cubin, NULL, NULL, 0, NULL, NULL, 0);
   if (r != CUDA_SUCCESS) {
     st = rt_driver_error(d, r, "cuLibraryLoadData", &m->ctx->error);
-    sb_printf(&m->ctx->error, " (the backward's kernels, built for %s)", m->arch);
+    sb_printf(&m->ctx->error, " (the %s kernels, built for %s)", emit_part_name(ap->part),
+              m->arch);
     return st;
   }
-  if ((st = rt_find_kernels(m, d, m->bwd_lib, PLAN_BACKWARD))) {
-    d->LibraryUnload(m->bwd_lib);
+  if ((st = rt_find_kernels(m, d, ap->lib, which))) {
+    d->LibraryUnload(ap->lib);
     return st;
   }
-  m->bwd_loaded = true;
+  ap->loaded = true;
   return ATTN_SUCCESS;
 }
 
@@ -435,13 +446,15 @@ attn_status rt_module_from_ir(attn_context *ctx, Arena *a, const IrModule *ir,
 
 void attn_module_destroy(attn_module *m) {
   if (!m) return;
-  if (m->loaded || m->bwd_loaded) {
-    const RtDriver *d = rt_driver(NULL, NULL);
-    if (d && m->loaded) d->LibraryUnload(m->lib);
-    if (d && m->bwd_loaded) d->LibraryUnload(m->bwd_lib);
+  bool any = m->loaded;
+  for (int k = 0; k < RT_NAPART; k++) any |= m->apart[k].loaded;
+  const RtDriver *d = any ? rt_driver(NULL, NULL) : NULL;
+  if (d && m->loaded) d->LibraryUnload(m->lib);
+  for (int k = 0; k < RT_NAPART; k++) {
+    if (d && m->apart[k].loaded) d->LibraryUnload(m->apart[k].lib);
+    mem_free(m->apart[k].cubin);
   }
   mem_free(m->cubin);
-  mem_free(m->bwd_cubin);
   mem_free(m->log);
   for (int i = 0; m->graphs && i < m->ngraphs; i++)
     for (int r = 0; r < 4 + BWD_MAX_BIAS; r++) mem_free(m->graphs[i].grad_name[r]);

@@ -5,9 +5,9 @@
  *     (on a miss: the unit emitted, NVRTC; the entry keeps the cubin and
  *     the plans) -> module (api.c: rt_module_from_ir) -> driver load
  *
- * A module whose graphs declare grad is two programs, the backward's
- * compiled on its first backward launch (rt_compile_backward). Every
- * failure ends in the context's error message and a status. */
+ * A module is up to three programs, its decode kernels and its backward
+ * compiled on their first launches (rt_compile_apart). Every failure ends
+ * in the context's error message and a status. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,12 +88,16 @@ static CompileOptions rt_compile_options(const attn_context *ctx, const char *ar
 
 /* The passes after the front end, and what the cache keys and keeps:
  * every entry the plans launch from the program, and the meta (source,
- * target, plans). A module whose graphs declare grad is two programs:
- * the forward pass's kernels, compiled now, and the backward's, compiled
- * on its first backward launch (rt_module_load_pass), keyed by bwd_key
- * and bwd_entries, kept with bwd_meta; the SASS of every kernel is
- * the one-program unit's. On the development machine backward.attn's
- * forward is ready after 1.6 s instead of 4.0 s. */
+ * target, plans). A module is up to three programs: the forward pass's
+ * main kernels (forward, prep, amax), compiled now; the decode kernels
+ * (decode and merge steps), compiled on the first decode launch; the
+ * backward pass's, compiled on the first backward launch
+ * (rt_module_load_step). Each program apart is keyed by its own unit and
+ * entries and kept with its own meta; the SASS of every kernel is the
+ * one-program unit's. On the development machine backward.attn's forward
+ * is ready after 1.6 s instead of 4.0 s (session 12), and sdpa.attn's
+ * after 0.63-0.70 s of NVRTC instead of 1.07-1.21 s (session 21: the
+ * decode and merge kernels cost 0.47-0.62 s of their own). */
 typedef struct RtCompile {
   const IrModule *ir;
   CompileOptions opt;
@@ -102,27 +106,31 @@ typedef struct RtCompile {
   Compiled cm;
   int rc;
   Compiled *cmp;      /* cm, kept in the arena for the sources made on misses */
-  const char *key;    /* the forward's program, or the whole unit, as emit_unit_key */
-  EmitPart part;      /* which of the two */
+  const char *key;    /* the main program, or the whole unit, as emit_unit_key */
+  EmitPart part;      /* which part of the unit that is */
   const char **entries;
   int nentries;
   StrBuf meta;
-  const char *bwd_key, *bwd_meta; /* NULL: the backward is in the forward's program */
-  const char **bwd_entries;
-  int bwd_nentries;
+  RtApart apart[RT_NAPART]; /* the programs compiled apart (key, meta, entries) */
 } RtCompile;
 
-/* The entries of pass_only's steps in cm's plans (of every pass's when it
- * is -1); *n of them. */
-static const char **rt_entries(const Compiled *cm, Arena *a, int pass_only, int *n) {
+/* The entries of the steps program `which` holds (RT_NAPART: the main
+ * program; apart: which programs are compiled apart); *n of them. */
+static const char **rt_entries(const Compiled *cm, Arena *a, const bool apart[RT_NAPART],
+                               int which, int *n) {
   const char **e = arena_alloc(a, sizeof *e * (size_t)(cm->ngraphs * PLAN_NPASSES *
                                                        PLAN_MAX_STEPS + 1));
   *n = 0;
   for (int i = 0; i < cm->ngraphs; i++)
     for (int pass = 0; pass < PLAN_NPASSES; pass++)
-      for (int k = 0; (pass_only < 0 || pass == pass_only) && k < cm->plans[i].pass[pass].nsteps;
-           k++)
-        e[(*n)++] = cm->plans[i].pass[pass].steps[k].entry;
+      for (int k = 0; k < cm->plans[i].pass[pass].nsteps; k++) {
+        const PlanStep *st = &cm->plans[i].pass[pass].steps[k];
+        int at = RT_NAPART;
+        if (pass == PLAN_BACKWARD && apart[RT_APART_BACKWARD]) at = RT_APART_BACKWARD;
+        if (pass == PLAN_FORWARD && apart[RT_APART_DECODE] && emit_step_is_decode(st->role))
+          at = RT_APART_DECODE;
+        if (at == which) e[(*n)++] = st->entry;
+      }
   return e;
 }
 
@@ -132,27 +140,47 @@ static void rt_compile_pass(void *arg) {
   c->rc = compile_module(c->ir, &c->opt, STAGE_PLAN, c->a, &c->d, &c->cm);
   if (c->rc) return;
   const Compiled *cm = &c->cm;
-  bool split = false;
-  for (int i = 0; i < cm->ngraphs; i++) split |= cm->plans[i].pass[PLAN_BACKWARD].present;
+  /* The backward apart when some graph has one; the decode kernels apart
+   * when some graph has them and every graph has a forward kernel (a
+   * decode-only plan, an FP8 KV cache's, keeps them in the main program). */
+  bool apart[RT_NAPART] = {false, false}, every_forward = true;
+  for (int i = 0; i < cm->ngraphs; i++) {
+    const PassPlan *fp = &cm->plans[i].pass[PLAN_FORWARD];
+    bool fwd = false;
+    for (int k = 0; k < fp->nsteps; k++) {
+      fwd |= !strcmp(fp->steps[k].role, "forward");
+      apart[RT_APART_DECODE] |= emit_step_is_decode(fp->steps[k].role);
+    }
+    every_forward &= fwd;
+    apart[RT_APART_BACKWARD] |= cm->plans[i].pass[PLAN_BACKWARD].present;
+  }
+  apart[RT_APART_DECODE] &= every_forward;
   const char *src = emit_source_name(c->a, c->ir->src);
   c->cmp = arena_alloc(c->a, sizeof *c->cmp);
   *c->cmp = c->cm;
-  c->part = split ? EMIT_FORWARD : EMIT_ALL;
+  c->part = apart[RT_APART_DECODE] ? EMIT_PREFILL : apart[RT_APART_BACKWARD] ? EMIT_FORWARD : EMIT_ALL;
   c->key = emit_unit_key(cm, &c->opt, c->part, c->a);
-  if (split) {
-    c->entries = rt_entries(cm, c->a, PLAN_FORWARD, &c->nentries);
-    c->bwd_key = emit_unit_key(cm, &c->opt, EMIT_BACKWARD, c->a);
-    c->bwd_entries = rt_entries(cm, c->a, PLAN_BACKWARD, &c->bwd_nentries);
-    /* Its graphs by name, for `attnc cache list` (no plans: the forward's
-     * entry holds them). */
+  c->entries = rt_entries(cm, c->a, apart, RT_NAPART, &c->nentries);
+  static const EmitPart parts[RT_NAPART] = {EMIT_DECODE, EMIT_BACKWARD};
+  for (int x = 0; x < RT_NAPART; x++) {
+    if (!apart[x]) continue;
+    RtApart *ap = &c->apart[x];
+    ap->on = true;
+    ap->part = parts[x];
+    ap->key = emit_unit_key(cm, &c->opt, ap->part, c->a);
+    ap->entries = rt_entries(cm, c->a, apart, x, &ap->nentries);
+    /* Its graphs by name, for `attnc cache list` (no plans: the main
+     * program's entry holds them). */
     const char *names = "";
-    for (int i = 0; i < cm->ngraphs; i++)
-      if (cm->plans[i].pass[PLAN_BACKWARD].present)
-        names = arena_printf(c->a, "%sgraph %s\n", names, cm->plans[i].graph);
-    c->bwd_meta =
-        arena_printf(c->a, "source %s\ntarget %s\npart backward\n%s", src, c->opt.arch, names);
-  } else {
-    c->entries = rt_entries(cm, c->a, -1, &c->nentries);
+    for (int i = 0; i < cm->ngraphs; i++) {
+      const PassPlan *pp = &cm->plans[i].pass[x == RT_APART_BACKWARD ? PLAN_BACKWARD : PLAN_FORWARD];
+      bool has = x == RT_APART_BACKWARD && pp->present;
+      for (int k = 0; x == RT_APART_DECODE && k < pp->nsteps; k++)
+        has |= emit_step_is_decode(pp->steps[k].role);
+      if (has) names = arena_printf(c->a, "%sgraph %s\n", names, cm->plans[i].graph);
+    }
+    ap->meta = arena_printf(c->a, "source %s\ntarget %s\npart %s\n%s", src, c->opt.arch,
+                            emit_part_name(ap->part), names);
   }
   sb_printf(&c->meta, "source %s\ntarget %s\n", src, c->opt.arch);
   plan_write(&c->meta, cm->plans, cm->ngraphs);
@@ -204,11 +232,7 @@ attn_status rt_compile_ir(attn_context *ctx, Arena *a,
     (*out)->cm = c.cmp;
     (*out)->opt = c.opt;
     (*out)->opt.arch = (*out)->arch; /* not this call's */
-    (*out)->bwd_apart = c.bwd_key != NULL;
-    (*out)->bwd_key = c.bwd_key;
-    (*out)->bwd_meta = c.bwd_meta;
-    (*out)->bwd_entries = c.bwd_entries;
-    (*out)->bwd_nentries = c.bwd_nentries;
+    memcpy((*out)->apart, c.apart, sizeof c.apart);
   }
   cache_blob_free(&blob);
   if (st == ATTN_SUCCESS && (st = rt_module_try_load(*out))) {
@@ -274,16 +298,17 @@ static attn_status module_compile_file_impl(attn_context *ctx, const char *path,
   return st ? st : rt_compile_ir(ctx, f.a, f.ir, out);
 }
 
-/* The backward's program through the cache (NVRTC on a miss); its
- * entry's meta names the part (the plans are in the forward's). */
-attn_status rt_compile_backward(attn_module *m) {
+/* A program compiled apart, through the cache (NVRTC on a miss); its
+ * entry's meta names the part (the plans are in the main program's). */
+attn_status rt_compile_apart(attn_module *m, RtApartKind which) {
+  RtApart *ap = &m->apart[which];
   CacheBlob blob;
-  RtProgram pg = {m->bwd_key, m->bwd_entries, m->bwd_nentries, m->bwd_meta, m->cm, &m->opt,
-                  EMIT_BACKWARD, m->arena};
+  RtProgram pg = {ap->key, ap->entries, ap->nentries, ap->meta, m->cm, &m->opt, ap->part,
+                  m->arena};
   attn_status st = rt_cached_program(m->ctx, m->arch, &pg, &blob);
   if (st) return st;
-  m->bwd_cubin = (unsigned char *)blob.cubin;
-  m->bwd_cubin_len = blob.cubin_len;
+  ap->cubin = (unsigned char *)blob.cubin;
+  ap->cubin_len = blob.cubin_len;
   blob.cubin = NULL;
   cache_blob_free(&blob);
   return ATTN_SUCCESS;

@@ -169,7 +169,7 @@ static attn_status step_function(attn_graph *g, const RtDriver *d, CUcontext cu,
                                  int k, CUfunction *fn) {
   attn_module *m = g->m;
   StrBuf *err = &m->ctx->error;
-  attn_status st = rt_module_load_pass(m, d, pass);
+  attn_status st = rt_module_load_step(m, d, g->plan, pass, k);
   if (st) return st;
   if (g->fn_ctx != cu) {
     memset(g->fn, 0, sizeof g->fn);
@@ -202,8 +202,9 @@ static attn_status step_function(attn_graph *g, const RtDriver *d, CUcontext cu,
 attn_status rt_graph_resolve(attn_graph *g, const RtDriver *d, CUcontext cu) {
   for (int pass = 0; pass < PLAN_NPASSES; pass++)
     for (int k = 0; k < g->plan->pass[pass].nsteps; k++) {
-      /* (a backward compiled apart waits for its first launch) */
-      if (pass == PLAN_BACKWARD && g->m->bwd_apart && !g->m->bwd_loaded) break;
+      /* (a program compiled apart waits for the first launch of its steps) */
+      const int which = rt_step_apart(g->m, g->plan, (PlanPass)pass, k);
+      if (which != RT_NAPART && !g->m->apart[which].loaded) continue;
       CUfunction fn;
       attn_status st = step_function(g, d, cu, (PlanPass)pass, k, &fn);
       if (st) return st;

@@ -299,6 +299,21 @@ struct attn_graph {
   char *grad_name[4 + BWD_MAX_BIAS];
 };
 
+/* A program of a module compiled apart (attn_module.apart): its cache key
+ * text (emit_unit_key), entries and meta, then its cubin and library. */
+typedef enum RtApartKind { RT_APART_DECODE, RT_APART_BACKWARD, RT_NAPART } RtApartKind;
+typedef struct RtApart {
+  bool on;
+  EmitPart part; /* EMIT_DECODE, EMIT_BACKWARD */
+  const char *key, *meta;
+  const char **entries;
+  int nentries;
+  unsigned char *cubin;
+  size_t cubin_len;
+  CUlibrary lib;
+  bool loaded;
+} RtApart;
+
 struct attn_module {
   attn_context *ctx;
   Arena *arena;    /* the IR, plans and emitted source live here */
@@ -318,19 +333,12 @@ struct attn_module {
    * from, on a cache miss only (runtime/jit.c). NULL for embedded images. */
   const Compiled *cm;
   CompileOptions opt;
-  /* The backward pass's kernels as an NVRTC program of their own (a JIT
-   * module whose graphs declare grad, bwd_apart): its cache key text
-   * (emit_unit_key), entries and meta, compiled (through the cache) and
-   * loaded on the first backward launch, so a forward never waits for
-   * them. Without bwd_apart they are in lib. */
-  bool bwd_apart;
-  const char *bwd_key, *bwd_meta;
-  const char **bwd_entries;
-  int bwd_nentries;
-  unsigned char *bwd_cubin;
-  size_t bwd_cubin_len;
-  CUlibrary bwd_lib;
-  bool bwd_loaded;
+  /* Programs compiled apart (a JIT module's; jit.c): the decode kernels
+   * (RT_APART_DECODE) and the backward pass's (RT_APART_BACKWARD), each an
+   * NVRTC program of its own, compiled (through the cache) and loaded on
+   * the first launch of a step it holds, so a forward waits for neither.
+   * A program not `on` is in lib. */
+  RtApart apart[RT_NAPART];
 };
 
 /* A pass's library-owned workspace, grown on demand and kept for the next
@@ -393,9 +401,13 @@ attn_status rt_module_from_ir(attn_context *ctx, Arena *a, const IrModule *ir,
                               size_t cubin_len, attn_module **out);
 /* Loads the module's library once and resolves every step's kernel. */
 attn_status rt_module_load(attn_module *m, const RtDriver *d);
-/* The library that holds pass's kernels loaded (for the backward of a
- * module that compiles it apart, compiled first) and its kernels found. */
-attn_status rt_module_load_pass(attn_module *m, const RtDriver *d, PlanPass pass);
+/* Which program holds step k of pass in graph gp: an RtApartKind, or
+ * RT_NAPART for the module's own library. */
+int rt_step_apart(const attn_module *m, const GraphPlan *gp, PlanPass pass, int k);
+/* The library that holds that step loaded (a program compiled apart is
+ * compiled first) and its kernels found. */
+attn_status rt_module_load_step(attn_module *m, const RtDriver *d, const GraphPlan *gp,
+                                PlanPass pass, int k);
 /* A pass of the compiler under a memory scope (compiler/mem.c): running
  * out of memory or a broken invariant inside becomes the context's error
  * and OUT_OF_MEMORY or INTERNAL, never an abort. */
@@ -433,8 +445,8 @@ attn_status rt_front(attn_context *ctx, RtFront *f);
 /* compile_module -> the kernel cache (NVRTC on a miss) -> module, for a
  * built IR in arena a (the module's from then on). */
 attn_status rt_compile_ir(attn_context *ctx, Arena *a, const IrModule *ir, attn_module **out);
-/* A module's backward program (bwd_apart), through the cache. */
-attn_status rt_compile_backward(attn_module *m);
+/* A module's program compiled apart (m->apart[which]), through the cache. */
+attn_status rt_compile_apart(attn_module *m, RtApartKind which);
 /* NVRTC's log for the module's cubin ("" on a cache hit that kept none,
  * or when the cache disabled logs); the target it was built for. */
 const char *rt_module_log(const attn_module *m);

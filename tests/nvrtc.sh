@@ -3,7 +3,7 @@
 # sm_80 and sm_90a, and each result must be a CUDA ELF (magic \177ELF,
 # e_machine 190 = EM_CUDA), or refused for a target exactly as its plan
 # golden says; and the two programs libattn's JIT makes of a graph with
-# grad (attnc compile --part forward|backward) compile too. Needs no GPU.
+# grad (attnc compile --part prefill|decode|backward) compile too. Needs no GPU.
 set -u
 attnc=${1:?usage: nvrtc.sh ATTNC}
 pass=0 fail=0
@@ -46,15 +46,15 @@ for f in examples/*.attn; do
     else echo "FAIL: $f for $arch: not a CUDA ELF (magic '$magic', machine '$machine')"; fail=$((fail + 1)); fi
   done
 done
-# libattn compiles a module whose graphs declare grad as two programs
-# (the forward pass's kernels now, the backward's on first use): both
-# compile for every example with grad, on both targets.
+# libattn compiles a module as up to three programs (the forward pass's
+# main kernels now, its decode kernels and the backward's on first use):
+# each compiles for every example with grad, on both targets.
 for f in examples/*.attn; do
   name=$(basename "${f%.attn}")
   grep -q '^[[:space:]]*grad[[:space:]]' "$f" || continue
   for arch in sm_80 sm_90a; do
     grep -q ': error: ' "tests/golden/plan/$name.$arch.plan" && continue
-    for part in forward backward; do
+    for part in prefill decode backward; do
       if compile "$f" --arch "$arch" --part "$part" -o "$tmp/$name.$arch.$part.cubin"; then
         pass=$((pass + 1))
       else

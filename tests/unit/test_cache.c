@@ -833,15 +833,16 @@ Test(two_programs, backward_apart_and_plans_keyed) {
     attn_module *m;
     cr_assert_eq(attn_module_compile_string(ctx, "g.attn", text, sizeof text - 1, &m),
                  ATTN_SUCCESS, "%s", attn_context_error(ctx));
-    cr_assert(m->bwd_apart && m->bwd_key && m->cm);
+    const RtApart *ap = &m->apart[RT_APART_BACKWARD];
+    cr_assert(ap->on && ap->key && m->cm);
     /* The backward's program, emitted as a miss would (a hit emits none):
      * the backward alone; its key names the templates instead. */
     const char *bwd = emit_unit_part(m->cm, &m->opt, EMIT_BACKWARD, m->arena);
     cr_expect(strstr(bwd, "bwd_main") && !strstr(bwd, "attn_fwd_sm90("),
               "the backward's program holds the backward alone");
-    cr_expect(strstr(bwd, bwd_sm80_src) && !strstr(m->bwd_key, bwd_sm80_src) &&
-                  strstr(m->bwd_key, "[the text of templates/bwd_sm80.cuh]") &&
-                  strstr(m->bwd_key, attn_templates_id),
+    cr_expect(strstr(bwd, bwd_sm80_src) && !strstr(ap->key, bwd_sm80_src) &&
+                  strstr(ap->key, "[the text of templates/bwd_sm80.cuh]") &&
+                  strstr(ap->key, attn_templates_id),
               "the key text names the templates and their digest");
     const PassPlan *bp = &m->graphs[0].plan->pass[PLAN_BACKWARD];
     for (int k = 0; k < bp->nsteps; k++)
@@ -850,5 +851,52 @@ Test(two_programs, backward_apart_and_plans_keyed) {
   }
   cr_expect_eq(threads[0], 128, "bwd_sm80's main kernel: %d threads", threads[0]);
   cr_expect_eq(threads[1], 384, "bwd_sm90's main kernel: %d threads", threads[1]);
+  attn_context_destroy(ctx);
+}
+
+/* The decode kernels are a program apart too: the main program holds the
+ * forward kernel and not the decode and merge kernels, whose own program
+ * (compiled on the first decode launch) holds them alone; its entries are
+ * the plan's decode and merge steps, and NVRTC compiles it. */
+Test(two_programs, decode_apart) {
+  static const char text[] =
+      "attention g {\n  input q : bf16[B, H, Sq, 64];\n  input k : bf16[B, H, Skv, 64];\n"
+      "  input v : bf16[B, H, Skv, 64];\n  s = mask((q @ k^T) * 0.125, j <= i + Skv - Sq);\n"
+      "  o = softmax(s) @ v;\n  output o : bf16[B, H, Sq, 64];\n}\n";
+  attn_context *ctx;
+  cr_assert_eq(attn_context_create(&ctx), ATTN_SUCCESS);
+  cr_assert_eq(attn_context_set_arch(ctx, "sm_90a"), ATTN_SUCCESS);
+  cr_assert_eq(attn_context_set_cache_dir(ctx, NULL), ATTN_SUCCESS);
+  attn_module *m;
+  cr_assert_eq(attn_module_compile_string(ctx, "g.attn", text, sizeof text - 1, &m),
+               ATTN_SUCCESS, "%s", attn_context_error(ctx));
+  const RtApart *ap = &m->apart[RT_APART_DECODE];
+  cr_assert(ap->on && ap->key && !m->apart[RT_APART_BACKWARD].on);
+  cr_assert_eq(ap->nentries, 2);
+  const PassPlan *fp = &m->graphs[0].plan->pass[PLAN_FORWARD];
+  for (int k = 0; k < fp->nsteps; k++) {
+    const bool dec = emit_step_is_decode(fp->steps[k].role);
+    cr_assert_eq(rt_step_apart(m, m->graphs[0].plan, PLAN_FORWARD, k),
+                 dec ? RT_APART_DECODE : RT_NAPART, "step %s", fp->steps[k].role);
+    bool listed = false;
+    for (int e = 0; e < ap->nentries; e++) listed |= !strcmp(ap->entries[e], fp->steps[k].entry);
+    cr_assert_eq(listed, dec, "step %s", fp->steps[k].role);
+  }
+  const char *main_src = emit_unit_part(m->cm, &m->opt, EMIT_PREFILL, m->arena);
+  const char *dec_src = emit_unit_part(m->cm, &m->opt, EMIT_DECODE, m->arena);
+  cr_expect(strstr(main_src, "attn_fwd_sm90(") && !strstr(main_src, "attn_decode("),
+            "the main program holds the forward kernel alone");
+  cr_expect(strstr(dec_src, "attn_decode(") && strstr(dec_src, "attn_decode_merge(") &&
+                !strstr(dec_src, "attn_fwd_sm90(") && !strstr(dec_src, wgmma_src),
+            "the decode program holds the decode and merge kernels alone");
+  cr_expect(strstr(ap->meta, "part decode\ngraph g\n"), "%s", ap->meta);
+  StrBuf why = {0};
+  if (nvrtc_available(&why)) {
+    cr_assert_eq(rt_compile_apart(m, RT_APART_DECODE), ATTN_SUCCESS, "%s",
+                 attn_context_error(ctx));
+    cr_assert(ap->cubin_len > 64 && memcmp(ap->cubin, "\x7f" "ELF", 4) == 0);
+  }
+  sb_free(&why);
+  attn_module_destroy(m);
   attn_context_destroy(ctx);
 }
