@@ -608,3 +608,30 @@ Test(runtime_args, cleared_bindings_take_other_shapes) {
   cr_assert_eq(attn_call_launch(call, NULL), ATTN_ERROR_INCOMPLETE);
   cr_assert_eq(attn_call_clear_bindings(NULL), ATTN_ERROR_INVALID_ARGUMENT);
 }
+
+/* Every option value attn.h lists is taken, the next one refused with a
+ * message (session 21: ATTN_OPTION_SM90_VARIANT refused 5, f16_pv, and
+ * test_fp8's f16_pv run silently tested the default). */
+Test(runtime_args, options_take_the_values_attn_h_lists) {
+  static const struct {
+    attn_option o;
+    long long ok[3], bad;
+  } cases[] = {
+      {ATTN_OPTION_BACKWARD_TEMPLATE, {0, 80, 90}, 70},
+      {ATTN_OPTION_SM90_VARIANT, {0, 4, 5}, 6},
+      {ATTN_OPTION_PERSISTENT_CTAS, {0, 3, 132}, -1},
+      {ATTN_OPTION_DECODE_SPLITS, {0, 1, 7}, -1},
+      {ATTN_OPTION_DECODE, {0, 1, 1}, 2},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    for (int k = 0; k < 3; k++)
+      cr_assert_eq(attn_context_set_option(ctx, cases[c].o, cases[c].ok[k]), ATTN_SUCCESS,
+                   "option %d, %lld: %s", (int)cases[c].o, cases[c].ok[k], attn_context_error(ctx));
+    cr_assert_eq(attn_context_set_option(ctx, cases[c].o, cases[c].bad), ATTN_ERROR_INVALID_ARGUMENT,
+                 "option %d, %lld", (int)cases[c].o, cases[c].bad);
+    cr_assert_not_null(strstr(attn_context_error(ctx), "does not take"), "%s",
+                       attn_context_error(ctx));
+  }
+  attn_context_set_option(ctx, ATTN_OPTION_SM90_VARIANT, 0);
+  attn_context_set_option(ctx, ATTN_OPTION_PERSISTENT_CTAS, 0);
+}
