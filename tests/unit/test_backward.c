@@ -33,6 +33,53 @@ static double bt_loss(RefArgs *args, int o_tensor, const double *dout) {
   return l;
 }
 
+/* The backward of `text` derived and run on the CPU on random inputs of
+ * `shape` (scalars `set`): the forward into args, a random dO, the
+ * gradients (one RefTensor per graph tensor). */
+typedef struct BtRun {
+  Arena *a;
+  IrGraph *g;
+  BwdGraph *bg;
+  RefArgs args;
+  int ot; /* the attention output's tensor */
+  double *dout;
+  RefTensor *grads;
+} BtRun;
+
+static BtRun bt_run(const char *text, const char *shape, const char *set) {
+  BtRun r = {.a = arena_new()};
+  r.g = bt_graph(text, r.a);
+  Diag d = {0};
+  r.bg = bwd_derive(r.g, r.a, &d);
+  cr_assert(r.bg, "bwd_derive: %s", d.out.data ? d.out.data : "");
+  diag_free(&d);
+  r.args = (RefArgs){.g = r.g};
+  StrBuf err = {0};
+  cr_assert_eq(ref_make_inputs(&r.args, shape, 7, &err), 0, "%s", err.data);
+  if (set)
+    cr_assert_eq(ref_set_scalars(&r.args, set, &err), 0, "%s", err.data);
+  r.ot = r.g->outputs[r.bg->o_output].tensor;
+  cr_assert_eq(ref_forward(&r.args, &err), 0, "%s", err.data);
+  int64_t no = ref_numel(&r.args.tensors[r.ot]);
+  r.dout = malloc((size_t)no * sizeof *r.dout);
+  RefRng rng = ref_rng(99, 1);
+  for (int64_t e = 0; e < no; e++)
+    r.dout[e] = ref_rng_normal(&rng);
+  r.grads = calloc((size_t)r.g->ntensors, sizeof *r.grads);
+  cr_assert_eq(ref_backward(&r.args, r.bg, r.dout, r.grads, &err), 0, "%s", err.data);
+  sb_free(&err);
+  return r;
+}
+
+static void bt_run_free(BtRun *r) {
+  for (int t = 0; t < r->g->ntensors; t++)
+    free(r->grads[t].data);
+  free(r->grads);
+  free(r->dout);
+  ref_args_free(&r->args);
+  arena_free(r->a);
+}
+
 /* Derives the backward of `text`, runs the CPU backward on random
  * inputs of `shape`, and checks every gradient against central
  * differences. With grads_out, hands back the analytic gradients, the
@@ -40,41 +87,23 @@ static double bt_loss(RefArgs *args, int o_tensor, const double *dout) {
 static void bt_check(const char *text, const char *shape, const char *set,
                      RefTensor **grads_out, RefArgs *args_out,
                      Arena **arena_out) {
-  Arena *a = arena_new();
-  IrGraph *g = bt_graph(text, a);
-  Diag d = {0};
-  BwdGraph *bg = bwd_derive(g, a, &d);
-  cr_assert(bg, "bwd_derive: %s", d.out.data ? d.out.data : "");
-  diag_free(&d);
-  RefArgs args = {.g = g};
-  StrBuf err = {0};
-  cr_assert_eq(ref_make_inputs(&args, shape, 7, &err), 0, "%s", err.data);
-  if (set)
-    cr_assert_eq(ref_set_scalars(&args, set, &err), 0, "%s", err.data);
-  int ot = g->outputs[bg->o_output].tensor;
-  cr_assert_eq(ref_forward(&args, &err), 0, "%s", err.data);
-  int64_t no = ref_numel(&args.tensors[ot]);
-  double *dout = malloc((size_t)no * sizeof *dout);
-  RefRng rng = ref_rng(99, 1);
-  for (int64_t e = 0; e < no; e++)
-    dout[e] = ref_rng_normal(&rng);
-  RefTensor *grads = calloc((size_t)g->ntensors, sizeof *grads);
-  cr_assert_eq(ref_backward(&args, bg, dout, grads, &err), 0, "%s", err.data);
+  BtRun r = bt_run(text, shape, set);
+  IrGraph *g = r.g;
   const double h = 1e-5;
   for (int t = 0; t < g->ntensors; t++) {
     if (!g->tensors[t].grad)
       continue;
-    RefTensor *x = &args.tensors[t];
+    RefTensor *x = &r.args.tensors[t];
     int64_t n = ref_numel(x);
     double num = 0, den = 0;
     for (int64_t e = 0; e < n; e++) {
       double keep = x->data[e];
       x->data[e] = keep + h;
-      double lp = bt_loss(&args, ot, dout);
+      double lp = bt_loss(&r.args, r.ot, r.dout);
       x->data[e] = keep - h;
-      double lm = bt_loss(&args, ot, dout);
+      double lm = bt_loss(&r.args, r.ot, r.dout);
       x->data[e] = keep;
-      double fd = (lp - lm) / (2 * h), an = grads[t].data[e];
+      double fd = (lp - lm) / (2 * h), an = r.grads[t].data[e];
       cr_assert(isfinite(an), "d%s[%lld] is %g", g->tensors[t].name,
                 (long long)e, an);
       num += (fd - an) * (fd - an);
@@ -84,20 +113,14 @@ static void bt_check(const char *text, const char *shape, const char *set,
     cr_expect(sqrt(num / den) < 1e-6, "d%s: relative error %g",
               g->tensors[t].name, sqrt(num / den));
   }
-  if (grads_out) {
-    *grads_out = grads;
-    *args_out = args;
-    *arena_out = a;
+  if (grads_out) { /* the caller frees them, and the arena with the graph */
+    *grads_out = r.grads;
+    *args_out = r.args;
+    *arena_out = r.a;
+    free(r.dout);
   } else {
-    for (int t = 0; t < g->ntensors; t++)
-      free(grads[t].data);
-    free(grads);
-    ref_args_free(&args);
+    bt_run_free(&r);
   }
-  free(dout);
-  sb_free(&err);
-  if (!grads_out)
-    arena_free(a); /* else the caller frees it with the graph it reads */
 }
 
 #define QKV(D, HK)                                                           \
@@ -553,38 +576,19 @@ Test(backward, threads_give_the_same_bits) {
   int64_t len[8] = {0};
   for (int run = 0; run < 2; run++) {
     setenv("ATTN_REF_THREADS", run ? "3" : "1", 1);
-    Arena *a = arena_new();
-    IrGraph *g = bt_graph(text, a);
-    Diag d = {0};
-    BwdGraph *bg = bwd_derive(g, a, &d);
-    cr_assert(bg, "bwd_derive: %s", d.out.data ? d.out.data : "");
-    diag_free(&d);
-    RefArgs args = {.g = g};
-    StrBuf err = {0};
-    cr_assert_eq(ref_make_inputs(&args, "B=1,H=2,Hk=1,S=1024", 11, &err), 0, "%s", err.data);
-    cr_assert_eq(ref_forward(&args, &err), 0, "%s", err.data);
-    int ot = g->outputs[bg->o_output].tensor;
-    int64_t no = ref_numel(&args.tensors[ot]);
-    double *dout = malloc((size_t)no * sizeof *dout);
-    RefRng rng = ref_rng(3, 1);
-    for (int64_t e = 0; e < no; e++) dout[e] = ref_rng_normal(&rng);
-    RefTensor *grads = calloc((size_t)g->ntensors, sizeof *grads);
-    cr_assert_eq(ref_backward(&args, bg, dout, grads, &err), 0, "%s", err.data);
+    BtRun r = bt_run(text, "B=1,H=2,Hk=1,S=1024", NULL);
     int k = 0;
-    for (int t = 0; t < g->ntensors && k < 8; t++) {
-      const RefTensor *x = g->tensors[t].is_output ? &args.tensors[t] : g->tensors[t].grad ? &grads[t] : NULL;
+    for (int t = 0; t < r.g->ntensors && k < 8; t++) {
+      const RefTensor *x = r.g->tensors[t].is_output ? &r.args.tensors[t]
+                           : r.g->tensors[t].grad    ? &r.grads[t]
+                                                     : NULL;
       if (!x) continue;
       len[k] = ref_numel(x);
       got[run][k] = malloc((size_t)len[k] * sizeof(double));
       memcpy(got[run][k], x->data, (size_t)len[k] * sizeof(double));
       k++;
     }
-    for (int t = 0; t < g->ntensors; t++) free(grads[t].data);
-    free(grads);
-    free(dout);
-    ref_args_free(&args);
-    sb_free(&err);
-    arena_free(a);
+    bt_run_free(&r);
   }
   unsetenv("ATTN_REF_THREADS");
   for (int k = 0; k < 8 && got[0][k]; k++) {
