@@ -117,6 +117,11 @@ static int64_t shard_numel(const RingShard *s) {
 
 static size_t shard_bytes(const RingShard *s) { return (size_t)shard_numel(s) * ring_elem(s->dtype); }
 
+/* Whether a role's rows are queries (cut by q's pieces) or keys. */
+static bool shard_on_q_side(int role) {
+  return role == R_Q || role == R_O || role == R_LSE || role == R_DO || role == R_DQ;
+}
+
 /* The sequence dim: the second-to-last, the last for lse. */
 static int shard_seq_axis(int role, const RingShard *s) { return role == R_LSE ? s->ndim - 1 : s->ndim - 2; }
 
@@ -282,7 +287,7 @@ static attn_status ring_check_shards(attn_ring *r, bool backward) {
                    (long long)(nq % 2 ? nq : nk));
   for (int k = 0; k < need; k++) {
     const RingShard *s = &r->shard[k];
-    const bool qside = k == R_Q || k == R_O || k == R_LSE || k == R_DO || k == R_DQ;
+    const bool qside = shard_on_q_side(k);
     const int64_t n = s->shape[shard_seq_axis(k, s)];
     if (n != (qside ? nq : nk))
       return rt_fail(r->ctx, ATTN_ERROR_INVALID_ARGUMENT,
@@ -327,7 +332,7 @@ static attn_status ring_bind_pair(attn_ring *r, const CUdeviceptr ptr[R_N], cons
   for (int k = 0; k < R_N && !st; k++) {
     if (!ptr[k]) continue;
     const RingShard *s = &r->shard[k];
-    const bool qside = k == R_Q || k == R_O || k == R_LSE || k == R_DO || k == R_DQ;
+    const bool qside = shard_on_q_side(k);
     const RingPiece *pc = qside ? qp : kp;
     const int a = shard_seq_axis(k, s);
     int64_t shape[IR_MAX_RANK], strides[IR_MAX_RANK], acc = 1;
@@ -381,18 +386,20 @@ static attn_status ring_wait_arrival(attn_ring *r, CUstream s) {
   return ATTN_SUCCESS;
 }
 
-/* Posts step's key/value exchange: the held shard to the next rank, the
- * previous rank's into buffer B_KV0 + step % 2, which the previous step
- * computed on (so after `freed`, recorded at that step's end; step 0 waits
- * for the caller's shards and the fills, step 1's buffer is fresh). */
-static attn_status ring_post_kv(attn_ring *r, int step, CUdeviceptr cur_k, CUdeviceptr cur_v,
-                                size_t kb, size_t vb) {
+/* Posts step's key/value exchange: the held shard (cur: k, then v) to the
+ * next rank, the previous rank's into buffer B_KV0 + step % 2 (next: where
+ * its k and v will be), which the previous step computed on (so after
+ * `freed`, recorded at that step's end; step 0 waits for the caller's
+ * shards and the fills, step 1's buffer is fresh). */
+static attn_status ring_post_kv(attn_ring *r, int step, const CUdeviceptr cur[2],
+                                CUdeviceptr next[2], size_t kb, size_t vb) {
   const int into = B_KV0 + step % 2;
-  CUdeviceptr send[2] = {cur_k, cur_v};
-  CUdeviceptr recv[2] = {r->buf[into].ptr, r->buf[into].ptr + kb};
+  next[0] = r->buf[into].ptr;
+  next[1] = r->buf[into].ptr + kb;
+  CUdeviceptr send[2] = {cur[0], cur[1]};
   const size_t bytes[2] = {kb, vb};
   CUevent after = step == 0 ? r->ready : step >= 2 ? r->freed[step % 2] : NULL;
-  return ring_exchange(r, after, 2, send, recv, bytes);
+  return ring_exchange(r, after, 2, send, next, bytes);
 }
 
 static attn_status ring_forward_impl(attn_ring *r, CUstream s) {
@@ -414,19 +421,19 @@ static attn_status ring_forward_impl(attn_ring *r, CUstream s) {
   RING_CU(r, r->d->EventRecord(r->ready, s), "cuEventRecord");
   RingPiece qp[2], kp[2];
   const int nqp = ring_pieces(r->layout, rank, world, r->shard[R_Q].shape[r->shard[R_Q].ndim - 2], qp);
-  CUdeviceptr cur_k = (CUdeviceptr)(uintptr_t)k->ptr, cur_v = (CUdeviceptr)(uintptr_t)v->ptr;
+  /* The held k and v shards, and where the next ones arrive. */
+  CUdeviceptr cur[2] = {(CUdeviceptr)(uintptr_t)k->ptr, (CUdeviceptr)(uintptr_t)v->ptr}, next[2];
   for (int step = 0; step < world; step++) {
     const int src = (rank - step + world) % world;
     const bool more = step + 1 < world;
-    const int into = B_KV0 + step % 2;
-    if (more && (st = ring_post_kv(r, step, cur_k, cur_v, kb, vb))) return st;
+    if (more && (st = ring_post_kv(r, step, cur, next, kb, vb))) return st;
     const int nkp = ring_pieces(r->layout, src, world, k->shape[k->ndim - 2], kp);
     for (int a = 0; a < nqp; a++)
       for (int b = 0; b < nkp; b++) {
         CUdeviceptr ptr[R_N] = {0};
         ptr[R_Q] = (CUdeviceptr)(uintptr_t)r->shard[R_Q].ptr;
-        ptr[R_K] = cur_k;
-        ptr[R_V] = cur_v;
+        ptr[R_K] = cur[0];
+        ptr[R_V] = cur[1];
         ptr[R_O] = r->buf[B_OPART].ptr;
         ptr[R_LSE] = r->buf[B_LPART].ptr;
         if ((st = ring_bind_pair(r, ptr, &qp[a], &kp[b])) || (st = attn_call_launch(r->call, s)) ||
@@ -436,8 +443,8 @@ static attn_status ring_forward_impl(attn_ring *r, CUstream s) {
     if (more) {
       RING_CU(r, r->d->EventRecord(r->freed[(step + 1) % 2], s), "cuEventRecord");
       if ((st = ring_wait_arrival(r, s))) return st;
-      cur_k = r->buf[into].ptr;
-      cur_v = r->buf[into].ptr + kb;
+      cur[0] = next[0];
+      cur[1] = next[1];
     }
   }
   return ring_store(r, s, o, r->buf[B_OACC].ptr);
@@ -469,20 +476,20 @@ static attn_status ring_backward_impl(attn_ring *r, CUstream s) {
   RING_CU(r, r->d->EventRecord(r->ready, s), "cuEventRecord");
   RingPiece qp[2], kp[2];
   const int nqp = ring_pieces(r->layout, rank, world, q->shape[q->ndim - 2], qp);
-  CUdeviceptr cur_k = (CUdeviceptr)(uintptr_t)k->ptr, cur_v = (CUdeviceptr)(uintptr_t)v->ptr;
+  /* The held k and v shards, and where the next ones arrive. */
+  CUdeviceptr cur[2] = {(CUdeviceptr)(uintptr_t)k->ptr, (CUdeviceptr)(uintptr_t)v->ptr}, next[2];
   CUdeviceptr acc = r->buf[B_DKV0].ptr; /* the travelling dk sums, then dv's */
   for (int step = 0; step < world; step++) {
     const int src = (rank - step + world) % world;
     const bool more = step + 1 < world;
-    const int into = B_KV0 + step % 2;
-    if (more && (st = ring_post_kv(r, step, cur_k, cur_v, kb, vb))) return st;
+    if (more && (st = ring_post_kv(r, step, cur, next, kb, vb))) return st;
     const int nkp = ring_pieces(r->layout, src, world, k->shape[k->ndim - 2], kp);
     for (int a = 0; a < nqp; a++)
       for (int b = 0; b < nkp; b++) {
         CUdeviceptr ptr[R_N];
         for (int x = 0; x < R_N; x++) ptr[x] = (CUdeviceptr)(uintptr_t)r->shard[x].ptr;
-        ptr[R_K] = cur_k;
-        ptr[R_V] = cur_v;
+        ptr[R_K] = cur[0];
+        ptr[R_V] = cur[1];
         ptr[R_DQ] = r->buf[B_DQS].ptr;
         ptr[R_DK] = r->buf[B_DKS].ptr;
         ptr[R_DV] = r->buf[B_DVS].ptr;
@@ -496,16 +503,16 @@ static attn_status ring_backward_impl(attn_ring *r, CUstream s) {
     if (world > 1) {
       /* The sums move on with their shard (W moves bring them home). */
       RING_CU(r, r->d->EventRecord(r->freed[(step + 1) % 2], s), "cuEventRecord");
-      const CUdeviceptr next = r->buf[acc == r->buf[B_DKV0].ptr ? B_DKV1 : B_DKV0].ptr;
-      CUdeviceptr send[2] = {acc, acc + 4 * kn}, recv[2] = {next, next + 4 * kn};
+      const CUdeviceptr next_acc = r->buf[acc == r->buf[B_DKV0].ptr ? B_DKV1 : B_DKV0].ptr;
+      CUdeviceptr send[2] = {acc, acc + 4 * kn}, recv[2] = {next_acc, next_acc + 4 * kn};
       const size_t bytes[2] = {4 * kn, 4 * vn};
       if ((st = ring_exchange(r, r->freed[(step + 1) % 2], 2, send, recv, bytes)) ||
           (st = ring_wait_arrival(r, s)))
         return st;
-      acc = next;
+      acc = next_acc;
       if (more) {
-        cur_k = r->buf[into].ptr;
-        cur_v = r->buf[into].ptr + kb;
+        cur[0] = next[0];
+        cur[1] = next[1];
       }
     }
   }
