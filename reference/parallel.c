@@ -31,15 +31,30 @@ static void *ref_chunk_main(void *p) {
   return NULL;
 }
 
+/* The online CPUs, read once (sysconf reads /sys each call). */
+static long ref_cpus;
+static pthread_once_t ref_cpus_once = PTHREAD_ONCE_INIT;
+static void ref_read_cpus(void) { ref_cpus = sysconf(_SC_NPROCESSORS_ONLN); }
+
 int ref_threads(void) {
   const char *env = getenv("ATTN_REF_THREADS");
-  long n = env && *env ? strtol(env, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);
+  long n;
+  if (env && *env) {
+    n = strtol(env, NULL, 10);
+  } else {
+    pthread_once(&ref_cpus_once, ref_read_cpus);
+    n = ref_cpus;
+  }
   return n < 1 ? 1 : n > REF_MAX_THREADS ? REF_MAX_THREADS : (int)n;
 }
 
 void ref_parallel_rows(int64_t n, double work_per_row, RefRowsFn fn, void *arg) {
-  int t = ref_threads();
   const double total = work_per_row * (double)n;
+  if (total < 2 * REF_MIN_WORK_PER_THREAD) { /* one thread whatever the count: inline */
+    fn(arg, 0, n);
+    return;
+  }
+  int t = ref_threads();
   if (total < REF_MIN_WORK_PER_THREAD * t) t = (int)(total / REF_MIN_WORK_PER_THREAD);
   if (t > n) t = (int)n;
   if (t <= 1) {
