@@ -241,12 +241,15 @@ attn_status rt_target_arch(attn_context *ctx, char arch[16]) {
 
 /* ------------------------------------------------------------- loading */
 
-int rt_step_apart(const attn_module *m, const GraphPlan *gp, PlanPass pass, int k) {
-  if (pass == PLAN_BACKWARD)
-    return m->apart[RT_APART_BACKWARD].on ? RT_APART_BACKWARD : RT_NAPART;
-  if (m->apart[RT_APART_DECODE].on && emit_step_is_decode(gp->pass[pass].steps[k].role))
-    return RT_APART_DECODE;
+int rt_program_of(const bool apart[RT_NAPART], PlanPass pass, const char *role) {
+  if (pass == PLAN_BACKWARD) return apart[RT_APART_BACKWARD] ? RT_APART_BACKWARD : RT_NAPART;
+  if (apart[RT_APART_DECODE] && emit_step_is_decode(role)) return RT_APART_DECODE;
   return RT_NAPART;
+}
+
+int rt_step_apart(const attn_module *m, const GraphPlan *gp, PlanPass pass, int k) {
+  const bool apart[RT_NAPART] = {m->apart[RT_APART_DECODE].on, m->apart[RT_APART_BACKWARD].on};
+  return rt_program_of(apart, pass, gp->pass[pass].steps[k].role);
 }
 
 /* Every step that program `which` holds (RT_NAPART: the module's own

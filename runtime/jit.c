@@ -125,11 +125,7 @@ static const char **rt_entries(const Compiled *cm, Arena *a, const bool apart[RT
     for (int pass = 0; pass < PLAN_NPASSES; pass++)
       for (int k = 0; k < cm->plans[i].pass[pass].nsteps; k++) {
         const PlanStep *st = &cm->plans[i].pass[pass].steps[k];
-        int at = RT_NAPART;
-        if (pass == PLAN_BACKWARD && apart[RT_APART_BACKWARD]) at = RT_APART_BACKWARD;
-        if (pass == PLAN_FORWARD && apart[RT_APART_DECODE] && emit_step_is_decode(st->role))
-          at = RT_APART_DECODE;
-        if (at == which) e[(*n)++] = st->entry;
+        if (rt_program_of(apart, (PlanPass)pass, st->role) == which) e[(*n)++] = st->entry;
       }
   return e;
 }
@@ -173,10 +169,10 @@ static void rt_compile_pass(void *arg) {
      * program's entry holds them). */
     const char *names = "";
     for (int i = 0; i < cm->ngraphs; i++) {
-      const PassPlan *pp = &cm->plans[i].pass[x == RT_APART_BACKWARD ? PLAN_BACKWARD : PLAN_FORWARD];
-      bool has = x == RT_APART_BACKWARD && pp->present;
-      for (int k = 0; x == RT_APART_DECODE && k < pp->nsteps; k++)
-        has |= emit_step_is_decode(pp->steps[k].role);
+      bool has = false;
+      for (int pass = 0; pass < PLAN_NPASSES; pass++)
+        for (int k = 0; k < cm->plans[i].pass[pass].nsteps; k++)
+          has |= rt_program_of(apart, (PlanPass)pass, cm->plans[i].pass[pass].steps[k].role) == x;
       if (has) names = arena_printf(c->a, "%sgraph %s\n", names, cm->plans[i].graph);
     }
     ap->meta = arena_printf(c->a, "source %s\ntarget %s\npart %s\n%s", src, c->opt.arch,

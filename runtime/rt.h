@@ -401,8 +401,11 @@ attn_status rt_module_from_ir(attn_context *ctx, Arena *a, const IrModule *ir,
                               size_t cubin_len, attn_module **out);
 /* Loads the module's library once and resolves every step's kernel. */
 attn_status rt_module_load(attn_module *m, const RtDriver *d);
-/* Which program holds step k of pass in graph gp: an RtApartKind, or
- * RT_NAPART for the module's own library. */
+/* Which program holds a step of pass with role when the programs in
+ * apart are compiled apart: an RtApartKind, or RT_NAPART for the main one
+ * (the one rule jit.c splits the entries by and the loader finds them by). */
+int rt_program_of(const bool apart[RT_NAPART], PlanPass pass, const char *role);
+/* The same for step k of pass in graph gp of module m. */
 int rt_step_apart(const attn_module *m, const GraphPlan *gp, PlanPass pass, int k);
 /* The library that holds that step loaded (a program compiled apart is
  * compiled first) and its kernels found. */
