@@ -1,7 +1,8 @@
 /* host_check.h: what the host examples share: bf16 conversion, random
  * inputs, a plain CPU attention to check against, and a device count that
- * tells "no GPU here" apart from a failure. Header-only (static functions)
- * so each example stays one compile command. */
+ * tells "no GPU here" apart from a failure. Header-only (static functions,
+ * each example using the ones it needs) so each example stays one compile
+ * command. */
 #ifndef ATTN_HOST_CHECK_H
 #define ATTN_HOST_CHECK_H
 
@@ -12,14 +13,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-static uint16_t host_f32_to_bf16(float f) {
+static __attribute__((unused)) uint16_t host_f32_to_bf16(float f) {
   uint32_t u;
   memcpy(&u, &f, 4);
   u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest even */
   return (uint16_t)(u >> 16);
 }
 
-static float host_bf16_to_f32(uint16_t h) {
+static __attribute__((unused)) float host_bf16_to_f32(uint16_t h) {
   uint32_t u = (uint32_t)h << 16;
   float f;
   memcpy(&f, &u, 4);
@@ -27,7 +28,7 @@ static float host_bf16_to_f32(uint16_t h) {
 }
 
 /* n bf16 values uniform in [-1, 1) from a fixed-seed LCG. */
-static void host_fill_bf16(uint16_t *x, size_t n, uint32_t seed) {
+static __attribute__((unused)) void host_fill_bf16(uint16_t *x, size_t n, uint32_t seed) {
   uint32_t s = seed * 2654435761u + 1u;
   for (size_t i = 0; i < n; i++) {
     s = s * 1664525u + 1013904223u;
@@ -38,7 +39,7 @@ static void host_fill_bf16(uint16_t *x, size_t n, uint32_t seed) {
 /* o = softmax(q k^T * scale [causal: keys j <= i]) v, for dense bf16
  * q [B, H, Sq, D] and k, v [B, Hk, Skv, D] (query head h reads key/value
  * head h / (H / Hk)), in double precision. */
-static void host_attention(const uint16_t *q, const uint16_t *k,
+static __attribute__((unused)) void host_attention(const uint16_t *q, const uint16_t *k,
                            const uint16_t *v, double *o, int B, int H, int Hk,
                            int Sq, int Skv, int D, double scale, int causal) {
   double *p = malloc(sizeof *p * (size_t)Skv);
@@ -69,7 +70,7 @@ static void host_attention(const uint16_t *q, const uint16_t *k,
 }
 
 /* Worst |gpu - ref| beyond 2e-2 + 2e-2 |ref| (bf16 output); prints it. */
-static int host_compare(const uint16_t *gpu, const double *ref, size_t n) {
+static __attribute__((unused)) int host_compare(const uint16_t *gpu, const double *ref, size_t n) {
   double worst = 0;
   size_t bad = 0;
   for (size_t i = 0; i < n; i++) {
@@ -83,7 +84,7 @@ static int host_compare(const uint16_t *gpu, const double *ref, size_t n) {
 }
 
 /* 1: a GPU is there; 0: none (the example skips); exits on other errors. */
-static int host_have_gpu(void) {
+static __attribute__((unused)) int host_have_gpu(void) {
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
   if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver ||

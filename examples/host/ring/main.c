@@ -19,10 +19,6 @@
 
 #include "host_check.h"
 
-/* (host_check.h's random fill is for the other examples: shards here are
- * made from positions.) */
-static void (*const unused_fill)(uint16_t *, size_t, uint32_t) __attribute__((unused)) = host_fill_bf16;
-
 #define D 128
 /* The shard graph with its scores (SCORES_CAUSAL, or SCORES_FULL for
  * --full: the scalars stay, the ring sets them). */
