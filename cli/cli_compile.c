@@ -1,6 +1,6 @@
 /*
  * cli_compile.c: `attnc compile FILE --arch A -o OUT [--ptx OUT.ptx]
- * [--part forward|backward|prefill|decode] [-v]`.
+ * [--part forward|backward|prefill|decode] [--source OUT.cu] [-v]`.
  * The whole compile pipeline without a GPU: front end, compile_module
  * (match, plan, emit), NVRTC.
  * CI uses it to prove every example compiles for every target; -v prints
@@ -8,7 +8,8 @@
  * compiles one part of the unit: the programs libattn's JIT builds are
  * prefill (the forward pass without its decode kernels), decode and
  * backward (each compiled on first use); forward is prefill and decode
- * together.
+ * together. --source writes the exact unit handed to NVRTC (to time or
+ * profile NVRTC and ptxas on it apart, or to read what a part holds).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -27,13 +28,14 @@ static int write_file(const char *path, const void *data, size_t len) {
 }
 
 int cli_compile(int argc, char **argv) {
-  const char *file = NULL, *arch = NULL, *out = NULL, *ptx = NULL;
+  const char *file = NULL, *arch = NULL, *out = NULL, *ptx = NULL, *source = NULL;
   bool verbose = false;
   EmitPart part = EMIT_ALL;
   for (int k = 0; k < argc; k++) {
     if (!strcmp(argv[k], "--arch") && k + 1 < argc) arch = argv[++k];
     else if (!strcmp(argv[k], "-o") && k + 1 < argc) out = argv[++k];
     else if (!strcmp(argv[k], "--ptx") && k + 1 < argc) ptx = argv[++k];
+    else if (!strcmp(argv[k], "--source") && k + 1 < argc) source = argv[++k];
     else if (!strcmp(argv[k], "-v")) verbose = true;
     else if (!strcmp(argv[k], "--part") && k + 1 < argc) {
       const char *p = argv[++k];
@@ -63,7 +65,9 @@ int cli_compile(int argc, char **argv) {
     NvrtcOutput res = {0};
     StrBuf err = {0};
     const char *src = part == EMIT_ALL ? cm.source : emit_unit_part(&cm, &copt, part, a);
-    if (nvrtc_compile(src, file, &opt, ptx != NULL, &res, &err) != ATTN_SUCCESS) {
+    if (source && write_file(source, src, strlen(src)) != 0) {
+      status = EXIT_NORUN;
+    } else if (nvrtc_compile(src, file, &opt, ptx != NULL, &res, &err) != ATTN_SUCCESS) {
       fprintf(stderr, "attnc: error: NVRTC failed for %s (a bug in attnc):\n%s\n", arch,
               err.data ? err.data : "");
       status = EXIT_NORUN;

@@ -73,6 +73,13 @@ static void emit_score(StrBuf *out, const KernelSpec *s, Arena *a) {
   expr_put_fn(out, &hk,
               "float attn_score_bh(float acc, const attn_bh &c, int b, int h, int i, int j, "
               "const attn_params &p)", ret);
+  /* Whether it reads memory per element (a bias[b, h, i, j]): then it must
+   * not run on elements outside the tensors, and fwd_sm90 applies it only
+   * to the elements its tests keep; a chain that reads nothing it applies
+   * to a whole tile before the tests, once. */
+  sb_printf(out, "/* Whether attn_score_bh reads memory per element. */\n"
+                 "constexpr bool attn_score_reads = %s;\n\n",
+            hk.mem_reads_ij > 0 ? "true" : "false");
   sb_puts(out, "static __device__ __forceinline__ float attn_score(float acc, int b, int h, int i, "
                "int j, const attn_params &p) {\n"
                "  return attn_score_bh(acc, attn_bh_load(b, h, p), b, h, i, j, p);\n}\n\n");

@@ -190,6 +190,44 @@ static __device__ __forceinline__ void fwd90_gemm_qk(float (&d)[N / 2], unsigned
   else
     attn_wgmma_ss64_kk<fwd90_in_bf16>(d, da, db, scale_d);
 }
+/* Four k steps of the S GEMM in one statement (wgmma.cuh's _x4). */
+template <int N>
+static __device__ __forceinline__ void fwd90_gemm_qk4(float (&d)[N / 2], const unsigned long long *da,
+                                                      const unsigned long long *db, int scale_d) {
+  constexpr bool qe4 = attn_q_fp8 == 1, ke4 = attn_kv_fp8 == 1;
+  if constexpr (fwd90_fp8 && N == 128)
+    attn_wgmma_ss128_fp8_x4<qe4, ke4>(d, da, db, scale_d);
+  else if constexpr (fwd90_fp8 && N == 80)
+    attn_wgmma_ss80_fp8_x4<qe4, ke4>(d, da, db, scale_d);
+  else if constexpr (fwd90_fp8)
+    attn_wgmma_ss64_fp8_x4<qe4, ke4>(d, da, db, scale_d);
+  else if constexpr (N == 128)
+    attn_wgmma_ss128_kk_x4<fwd90_in_bf16>(d, da, db, scale_d);
+  else if constexpr (N == 80)
+    attn_wgmma_ss80_kk_x4<fwd90_in_bf16>(d, da, db, scale_d);
+  else
+    attn_wgmma_ss64_kk_x4<fwd90_in_bf16>(d, da, db, scale_d);
+}
+/* Four k steps of P V in one statement: V's 64, 128 or 256 columns (192,
+ * two shapes a step, goes a step at a time). */
+template <int N>
+static __device__ __forceinline__ void fwd90_gemm_pv4(float (&d)[N / 2], const unsigned (*a)[4],
+                                                      const unsigned long long *db) {
+  constexpr bool pe4 = attn_p_round == 1, ve4 = attn_kv_fp8 == 1;
+  static_assert(N == 256 || N == 128 || N == 64, "one wgmma shape a step");
+  if constexpr (fwd90_p8 && N == 256)
+    attn_wgmma_rs256_fp8_x4<pe4, ve4>(d, a, db);
+  else if constexpr (fwd90_p8 && N == 128)
+    attn_wgmma_rs128_fp8_x4<pe4, ve4>(d, a, db);
+  else if constexpr (fwd90_p8)
+    attn_wgmma_rs64_fp8_x4<pe4, ve4>(d, a, db);
+  else if constexpr (N == 256)
+    attn_wgmma_rs256_x4<fwd90_in_bf16>(d, a, db);
+  else if constexpr (N == 128)
+    attn_wgmma_rs128_x4<fwd90_in_bf16>(d, a, db);
+  else
+    attn_wgmma_rs64_x4<fwd90_in_bf16>(d, a, db);
+}
 template <int N>
 static __device__ __forceinline__ void fwd90_gemm_pv(float (&d)[N / 2], const unsigned (&a)[4],
                                                      unsigned long long db) {
@@ -253,17 +291,28 @@ static __device__ __forceinline__ unsigned fwd90_pack_p16(float x0, float x1) {
 static __device__ __forceinline__ void fwd90_pv(float (&o)[fwd90_dv / 2],
                                                 const unsigned (&pa)[fwd90_pa_steps][4],
                                                 unsigned vs) {
+  unsigned long long dv[fwd90_pa_steps];
 #pragma unroll
   for (int kk = 0; kk < fwd90_pa_steps; ++kk) {
     if constexpr (fwd90_p8) {
-      unsigned long long dv = attn_wgmma_desc(vs + kk * 32, 16, 8 * fwd90_vt_row);
+      dv[kk] = attn_wgmma_desc(vs + kk * 32, 16, 8 * fwd90_vt_row);
       if constexpr (fwd90_vt_row == 64) /* layout 2: the 64-byte swizzle */
-        dv = (dv & ~(3ull << 62)) | (2ull << 62);
-      fwd90_gemm_pv8<fwd90_dv>(o, pa[kk], dv);
+        dv[kk] = (dv[kk] & ~(3ull << 62)) | (2ull << 62);
     } else {
-      const unsigned long long dv = attn_wgmma_desc(vs + kk * 16 * 128, fwd90_bn * 128, 1024);
-      fwd90_gemm_pv<fwd90_dv>(o, pa[kk], dv);
+      dv[kk] = attn_wgmma_desc(vs + kk * 16 * 128, fwd90_bn * 128, 1024);
     }
+  }
+  /* Four steps a statement, the rest one at a time. */
+  constexpr int by4 = fwd90_dv == 192 ? 0 : fwd90_pa_steps / 4 * 4;
+#pragma unroll
+  for (int kk = 0; kk < by4; kk += 4)
+    fwd90_gemm_pv4<fwd90_dv>(o, &pa[kk], &dv[kk]);
+#pragma unroll
+  for (int kk = by4; kk < fwd90_pa_steps; ++kk) {
+    if constexpr (fwd90_p8)
+      fwd90_gemm_pv8<fwd90_dv>(o, pa[kk], dv[kk]);
+    else
+      fwd90_gemm_pv<fwd90_dv>(o, pa[kk], dv[kk]);
   }
 }
 
@@ -310,9 +359,14 @@ fwd90_keep_bits(int b, int h, int i_row, int j_col, const attn_params &p) {
 }
 
 /* Applies the score chain to one S tile (flat: fragment nb, element e at
- * nb*4 + e); elements failing TEST become -inf (their hooks are never
- * called). */
-template <int TEST>
+ * nb*4 + e) when SCORE, and makes the elements failing TEST -inf. With
+ * SCORE a failing element's hooks are never called (a score that reads
+ * memory must not read outside the tensors); a score that reads nothing
+ * is applied to the whole tile first, once (fwd90_scores<FWD90_NONE,
+ * true>), and the tests after it only select: one copy of the chain in
+ * the kernel instead of one per test, which cut NVRTC's time by 4-11%
+ * (issue 19) and leaves each path's arithmetic as it was. */
+template <int TEST, bool SCORE>
 static __device__ __forceinline__ void
 fwd90_scores(float (&s)[fwd90_s_regs], const attn_bh &c, int b, int h, int i_row, int j_col,
              unsigned long long bits, const attn_params &p) {
@@ -329,7 +383,10 @@ fwd90_scores(float (&s)[fwd90_s_regs], const attn_bh &c, int b, int h, int i_row
         keep = (bits >> (nb * 4 + e)) & 1ull;
       else if (TEST != FWD90_NONE)
         keep = attn_keep_in<TEST == FWD90_KEEP>(b, h, i, j, p);
-      x = keep ? attn_score_bh(x, c, b, h, i, j, p) : neg_inf;
+      if constexpr (SCORE)
+        x = keep ? attn_score_bh(x, c, b, h, i, j, p) : neg_inf;
+      else if (TEST != FWD90_NONE)
+        x = keep ? x : neg_inf;
     }
   }
 }
@@ -757,88 +814,90 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
           }
         }
       };
+      /* One pop a pass: a pass issues the tile the pass before popped
+       * (this pop says whether it is the last), then Q when it is due: on
+       * the first work tile at once, before any K/V; on later ones after
+       * the first K/V copy, which needs only a free stage and so may start
+       * before the consumers release Q (the Q load waits for them). One
+       * call site each for pop and the Q load: each was inlined two or
+       * three times, NVRTC time (issue 19). */
       int n = 0, cls = 0;
-      bool have = pop(n, cls);
-      const bool any = have;
-      /* Q waits for the consumers to finish the previous tile's GEMMs;
-       * on later tiles it goes after the first K/V copy, which needs
-       * only a free stage and so may start earlier. */
-      bool q_sent = false;
-      auto send_q = [&]() {
-        attn_mbar_wait(bar_q_empty, (tq & 1) ^ 1);
-        /* The consumers read the slot after this phase of bar_q, which
-         * the arrive below releases; they read the last value before
-         * their q-empty arrive, so overwriting it now is safe. */
-        if (lane == 0) {
-          asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(tile_slot), "r"(t),
-                       "r"(any ? 1 : 0)
-                       : "memory");
-          attn_mbar_expect_tx(bar_q, fwd90_q_bytes);
-#pragma unroll
-          for (int c = 0; c < fwd90_dqk / fwd90_blk; ++c)
-            attn_tma_load4(sq + c * fwd90_bm * 128, mq, bar_q, c * fwd90_blk, q0 + i0, h, tb);
-        }
-        q_sent = true;
-      };
-      if (tq == 0)
-        send_q();
-      while (have) {
+      bool have = false, any = false, q_sent = false;
+      for (bool first_pop = true;; first_pop = false) {
         int nn = 0, ncls = 0;
-        const bool have_next = pop(nn, ncls);
-        const int st = it % fwd90_stages, ph = (it / fwd90_stages) & 1;
-        attn_mbar_wait(bar_empty(st), ph ^ 1);
-        const unsigned ks = skv + st * fwd90_stage_bytes;
-        const unsigned vs = ks + fwd90_k_bytes;
-        if (lane == 0) {
-          /* The tile's index and class (4: the work tile's last), read
-           * by the consumers after this phase of bar_k(st). */
-          asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(stage_slot(st)), "r"(n),
-                       "r"(cls | (have_next ? 0 : 4))
-                       : "memory");
-          attn_mbar_expect_tx(bar_k(st), fwd90_k_bytes);
-          if constexpr (!fwd90_paged) {
+        const bool got = pop(nn, ncls);
+        if (first_pop)
+          any = got;
+        if (have) {
+          const int st = it % fwd90_stages, ph = (it / fwd90_stages) & 1;
+          attn_mbar_wait(bar_empty(st), ph ^ 1);
+          const unsigned ks = skv + st * fwd90_stage_bytes;
+          const unsigned vs = ks + fwd90_k_bytes;
+          if (lane == 0) {
+            /* The tile's index and class (4: the work tile's last), read
+             * by the consumers after this phase of bar_k(st). */
+            asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(stage_slot(st)), "r"(n),
+                         "r"(cls | (got ? 0 : 4))
+                         : "memory");
+            attn_mbar_expect_tx(bar_k(st), fwd90_k_bytes);
+            if constexpr (!fwd90_paged) {
+#pragma unroll
+              for (int c = 0; c < fwd90_dqk / fwd90_blk; ++c)
+                attn_tma_load4(ks + c * fwd90_bn * 128, mk, bar_k(st), c * fwd90_blk,
+                               k0 + n * fwd90_bn, hk, tb);
+            }
+          }
+          if constexpr (fwd90_paged) { /* after the expect_tx: a box per lane */
+            __syncwarp();
+            load_pages(ks, mk, bar_k(st), fwd90_dqk / fwd90_blk, n);
+          }
+          attn_mbar_wait(bar_empty_v(st), ph ^ 1);
+          if constexpr (fwd90_paged) {
+            if (lane == 0)
+              attn_mbar_expect_tx(bar_v(st), fwd90_v_bytes);
+            __syncwarp();
+            load_pages(vs, mv, bar_v(st), fwd90_dv / 64, n);
+          } else if (lane == 0) {
+            if constexpr (fwd90_fp8) { /* the 8-bit tile, for the converters */
+              asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(conv_slot(st)), "r"(1u) : "memory");
+              attn_mbar_expect_tx(bar_v(st), fwd90_v8_bytes);
+#pragma unroll
+              for (int c = 0; c < fwd90_dv8 / 128; ++c)
+                attn_tma_load4(vs + fwd90_v_bytes + c * fwd90_bn * 128, mv, bar_v(st), c * 128,
+                               k0 + n * fwd90_bn, hk, tb);
+            } else {
+              attn_mbar_expect_tx(bar_v(st), fwd90_v_bytes);
+#pragma unroll
+              for (int c = 0; c < fwd90_dv / 64; ++c)
+                attn_tma_load4(vs + c * fwd90_bn * 128, mv, bar_v(st), c * 64, k0 + n * fwd90_bn, hk,
+                               tb);
+            }
+          }
+          ++visited;
+          ++it;
+        }
+        if (!q_sent && (tq == 0 || have || !got)) {
+          attn_mbar_wait(bar_q_empty, (tq & 1) ^ 1);
+          /* The consumers read the slot after this phase of bar_q, which
+           * the arrive below releases; they read the last value before
+           * their q-empty arrive, so overwriting it now is safe. */
+          if (lane == 0) {
+            asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(tile_slot), "r"(t),
+                         "r"(any ? 1 : 0)
+                         : "memory");
+            attn_mbar_expect_tx(bar_q, fwd90_q_bytes);
 #pragma unroll
             for (int c = 0; c < fwd90_dqk / fwd90_blk; ++c)
-              attn_tma_load4(ks + c * fwd90_bn * 128, mk, bar_k(st), c * fwd90_blk,
-                             k0 + n * fwd90_bn, hk, tb);
+              attn_tma_load4(sq + c * fwd90_bm * 128, mq, bar_q, c * fwd90_blk, q0 + i0, h, tb);
           }
+          q_sent = true;
         }
-        if constexpr (fwd90_paged) { /* after the expect_tx: a box per lane */
-          __syncwarp();
-          load_pages(ks, mk, bar_k(st), fwd90_dqk / fwd90_blk, n);
-        }
-        attn_mbar_wait(bar_empty_v(st), ph ^ 1);
-        if constexpr (fwd90_paged) {
-          if (lane == 0)
-            attn_mbar_expect_tx(bar_v(st), fwd90_v_bytes);
-          __syncwarp();
-          load_pages(vs, mv, bar_v(st), fwd90_dv / 64, n);
-        } else if (lane == 0) {
-          if constexpr (fwd90_fp8) { /* the 8-bit tile, for the converters */
-            asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(conv_slot(st)), "r"(1u) : "memory");
-            attn_mbar_expect_tx(bar_v(st), fwd90_v8_bytes);
-#pragma unroll
-            for (int c = 0; c < fwd90_dv8 / 128; ++c)
-              attn_tma_load4(vs + fwd90_v_bytes + c * fwd90_bn * 128, mv, bar_v(st), c * 128,
-                             k0 + n * fwd90_bn, hk, tb);
-          } else {
-            attn_mbar_expect_tx(bar_v(st), fwd90_v_bytes);
-#pragma unroll
-            for (int c = 0; c < fwd90_dv / 64; ++c)
-              attn_tma_load4(vs + c * fwd90_bn * 128, mv, bar_v(st), c * 64, k0 + n * fwd90_bn, hk,
-                             tb);
-          }
-        }
-        ++visited;
-        ++it;
-        if (!q_sent)
-          send_q();
+        if (!got)
+          break;
         n = nn;
         cls = ncls;
-        have = have_next;
+        have = true;
       }
-      if (!q_sent)
-        send_q();
     }
     if constexpr (fwd90_fp8) { /* tells the converters no copy comes */
       const int st = it % fwd90_stages, ph = (it / fwd90_stages) & 1;
@@ -944,13 +1003,21 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
        * previous tile, both asynchronous. */
       attn_named_sync(my_turn);
       attn_wgmma_fence();
+      {
+        unsigned long long dq[fwd90_qk_steps], dk[fwd90_qk_steps];
 #pragma unroll
-      for (int kk = 0; kk < fwd90_qk_steps; ++kk) {
-        const unsigned long long dq =
-            attn_wgmma_desc(q_wg + (kk >> 2) * fwd90_bm * 128 + (kk & 3) * 32, 16, 1024);
-        const unsigned long long dk =
-            attn_wgmma_desc(ks + (kk >> 2) * fwd90_bn * 128 + (kk & 3) * 32, 16, 1024);
-        fwd90_gemm_qk<fwd90_bn>(s, dq, dk, kk > 0);
+        for (int kk = 0; kk < fwd90_qk_steps; ++kk) {
+          dq[kk] = attn_wgmma_desc(q_wg + (kk >> 2) * fwd90_bm * 128 + (kk & 3) * 32, 16, 1024);
+          dk[kk] = attn_wgmma_desc(ks + (kk >> 2) * fwd90_bn * 128 + (kk & 3) * 32, 16, 1024);
+        }
+        /* Four steps a statement, the rest one at a time. */
+        constexpr int by4 = fwd90_qk_steps / 4 * 4;
+#pragma unroll
+        for (int kk = 0; kk < by4; kk += 4)
+          fwd90_gemm_qk4<fwd90_bn>(s, &dq[kk], &dk[kk], kk > 0);
+#pragma unroll
+        for (int kk = by4; kk < fwd90_qk_steps; ++kk)
+          fwd90_gemm_qk<fwd90_bn>(s, dq[kk], dk[kk], kk > 0);
       }
       attn_wgmma_commit();
       if (it > 0) {
@@ -970,16 +1037,23 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
         attn_fence_reg(s[r]);
       attn_mbar_arrive(bar_empty(st)); /* its K may be refilled */
 
-      /* The score chain; masked elements become -inf. */
+      /* The score chain; masked elements become -inf. A chain that reads
+       * memory goes with each test (two copies: untested, and tested
+       * against the bounds and the mask, which the class 2 tiles at an
+       * edge test too); one that reads nothing runs once, before them. */
       const int jc = j0 + 2 * t4;
-      if (cls == 2 && !edge)
-        fwd90_scores<FWD90_NONE>(s, bhc, b, h, i_row, jc, 0, p);
-      else if (attn_keep_reads)
-        fwd90_scores<FWD90_BITS>(s, bhc, b, h, i_row, jc, keep, p);
-      else if (cls != 2)
-        fwd90_scores<FWD90_KEEP>(s, bhc, b, h, i_row, jc, 0, p);
+      constexpr bool per_test = attn_score_reads;
+      if constexpr (!per_test)
+        fwd90_scores<FWD90_NONE, true>(s, bhc, b, h, i_row, jc, 0, p);
+      if (cls == 2 && !edge) {
+        if constexpr (per_test)
+          fwd90_scores<FWD90_NONE, true>(s, bhc, b, h, i_row, jc, 0, p);
+      } else if (attn_keep_reads)
+        fwd90_scores<FWD90_BITS, per_test>(s, bhc, b, h, i_row, jc, keep, p);
+      else if (cls != 2 || per_test)
+        fwd90_scores<FWD90_KEEP, per_test>(s, bhc, b, h, i_row, jc, 0, p);
       else
-        fwd90_scores<FWD90_BOUNDS>(s, bhc, b, h, i_row, jc, 0, p);
+        fwd90_scores<FWD90_BOUNDS, false>(s, bhc, b, h, i_row, jc, 0, p);
 
       /* Online softmax of rows g (r = 0) and g + 8 (r = 1), overlapping
        * the previous tile's P V. */

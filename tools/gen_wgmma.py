@@ -2,34 +2,71 @@
 # gen_wgmma.py: writes templates/wgmma.cuh (the wgmma asm wrappers: their operand
 # lists are long and regular). Run from the repository root after changing a shape;
 # the output is committed.
-def regs(n):
-    idx=[f"%{k}" for k in range(n)]
-    lines=[",".join(idx[i:i+16]) for i in range(0,n,16)]
-    return ",\" \\\n  \"".join(lines)
-def outs(n):
-    items=[f'"+f"(d[{k}])' for k in range(n)]
-    lines=[", ".join(items[i:i+8]) for i in range(0,n,8)]
-    return ", \\\n  ".join(lines)
-def wrapper(name, N, doc, regs_a, fp8, tails):
+ACCS = (16, 32, 40, 64, 128)  # accumulator registers a thread: n = N / 2
+def acc_macros():
+    """ATTN_WGMMA_ACC<n> ("%0,...,%<n-1>", the accumulator list inside the asm
+    text) and ATTN_WGMMA_OUT<n> (the n "+f" operands), written once for every
+    wrapper of that width (each was pasted per wrapper: text NVRTC parses in
+    every sm_90a unit). #undef'd at the end of the file."""
+    out = ("/* The accumulator operands of a thread, n = N / 2 of them: their names\n"
+           " * in the asm text (ACC) and the operand list (OUT). */\n")
+    for n in ACCS:
+        idx = [f"%{k}" for k in range(n)]
+        lines = [",".join(idx[i:i+16]) for i in range(0, n, 16)]
+        out += f"#define ATTN_WGMMA_ACC{n} \\\n  \"" + ",\" \\\n  \"".join(lines) + "\"\n"
+    for n in ACCS:
+        items = [f'"+f"(d[{k}])' for k in range(n)]
+        lines = [", ".join(items[i:i+8]) for i in range(0, n, 8)]
+        out += f"#define ATTN_WGMMA_OUT{n} \\\n  " + ", \\\n  ".join(lines) + "\n"
+    return out
+def acc_undefs():
+    return "".join(f"#undef ATTN_WGMMA_ACC{n}\n#undef ATTN_WGMMA_OUT{n}\n" for n in ACCS)
+def wrapper(name, N, doc, regs_a, fp8, tails, steps=1):
     """One shape: a macro over the types (T for 16-bit, TA and TB for FP8) and
     the template choosing them. regs_a: A from registers (rs) or through a
     descriptor (ss); tails: the immediates after scale-d (16-bit ss: the
     scales and both transposes; rs: the scales and B's transpose; FP8: the
-    scales only, FP8 operands being K-major)."""
+    scales only, FP8 operands being K-major). steps > 1: that many k steps in
+    one asm statement (A and B of step s from a[s] / da[s] and db[s]; an ss
+    wrapper's scale_d applies to the first step, the others accumulate)."""
     n = N // 2
     k = 32 if fp8 else 16
     types = 'TA "." TB' if fp8 else 'T "." T'
-    pred = n + 5 if regs_a else n + 2
+    per = 5 if regs_a else 2  # input operands a step
+    pred = n + per * steps
+    lines = []
+    for st in range(steps):
+        o = n + per * st
+        if regs_a:
+            a_ops = f"{{%{o},%{o+1},%{o+2},%{o+3}}}, %{o+4}"
+            ix = f"[{st}]" if steps > 1 else ""
+        else:
+            a_ops = f"%{o}, %{o+1}"
+        p = "p" if st == 0 or regs_a else "q"
+        lines.append(f'  "wgmma.mma_async.sync.aligned.m64n{N}k{k}.f32." {types} " {{" ATTN_WGMMA_ACC{n} "}}, {a_ops}, {p}, {tails};\\n" \\\n')
     if regs_a:
-        a_ops = f"{{%{n},%{n+1},%{n+2},%{n+3}}}, %{n+4}"
-        ins = '"r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(1)'
-        args = (f"float (&d)[{n}], const unsigned (&a)[4],\n"
-                "                                                   unsigned long long db")
+        if steps == 1:
+            ins = '"r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(1)'
+            args = (f"float (&d)[{n}], const unsigned (&a)[4],\n"
+                    "                                                   unsigned long long db")
+        else:
+            ins = ", ".join(f'"r"(a[{st}][0]), "r"(a[{st}][1]), "r"(a[{st}][2]), "r"(a[{st}][3]), "l"(db[{st}])'
+                            for st in range(steps)) + ', "n"(1)'
+            args = (f"float (&d)[{n}], const unsigned (*a)[4],\n"
+                    "                                                   const unsigned long long *db")
     else:
-        a_ops = f"%{n}, %{n+1}"
-        ins = '"l"(da), "l"(db), "r"(scale_d)'
-        args = (f"float (&d)[{n}], unsigned long long da,\n"
-                "                                                   unsigned long long db, int scale_d")
+        if steps == 1:
+            ins = '"l"(da), "l"(db), "r"(scale_d)'
+            args = (f"float (&d)[{n}], unsigned long long da,\n"
+                    "                                                   unsigned long long db, int scale_d")
+        else:
+            ins = ", ".join(f'"l"(da[{st}]), "l"(db[{st}])' for st in range(steps)) + ', "r"(scale_d)'
+            args = (f"float (&d)[{n}], const unsigned long long *da,\n"
+                    "                                                   const unsigned long long *db, int scale_d")
+    # break the input list every two steps
+    ins = ins.replace(', "l"(da[2])', ', \\\n    "l"(da[2])').replace('"r"(a[2][0])', '\\\n    "r"(a[2][0])')
+    if steps > 1:
+        name = f"{name}_x{steps}"
     M = f"ATTN_WGMMA_{name.upper()}"
     if fp8:
         tparams, margs = "bool A_E4M3, bool B_E4M3", "TA, TB"
@@ -40,26 +77,26 @@ def wrapper(name, N, doc, regs_a, fp8, tails):
     else:
         tparams, margs = "bool BF16", "T"
         body = f'  if constexpr (BF16)\n    {M}("bf16");\n  else\n    {M}("f16");'
+    preds = ".reg .pred p; " if steps == 1 or regs_a else ".reg .pred p, q; setp.ne.b32 q, 1, 0; "
     return (f"/* {doc} */\n"
             f"#define {M}({margs}) \\\n"
-            f'  asm volatile("{{ .reg .pred p; setp.ne.b32 p, %{pred}, 0;\\n" \\\n'
-            f'  "wgmma.mma_async.sync.aligned.m64n{N}k{k}.f32." {types} " {{" \\\n'
-            f'  "{regs(n)}" \\\n'
-            f'  "}}, {a_ops}, p, {tails}; }}\\n" \\\n'
-            f"  : {outs(n)} \\\n"
+            f'  asm volatile("{{ {preds}setp.ne.b32 p, %{pred}, 0;\\n" \\\n'
+            + "".join(lines) +
+            f'  "}}\\n" \\\n'
+            f"  : ATTN_WGMMA_OUT{n} \\\n"
             f"  : {ins})\n"
             f"template <{tparams}>\n"
             f"static __device__ __forceinline__ void attn_wgmma_{name}({args}) {{\n"
             f"{body}\n}}\n"
             f"#undef {M}\n")
-def ss(name, N, ta, tb, doc):
-    return wrapper(name, N, doc, False, False, f"1, 1, {ta}, {tb}")
-def rs(name, N, doc):
-    return wrapper(name, N, doc, True, False, "1, 1, 1")
-def ss8(name, N, doc):
-    return wrapper(name, N, doc, False, True, "1, 1")
-def rs8(name, N, doc):
-    return wrapper(name, N, doc, True, True, "1, 1")
+def ss(name, N, ta, tb, doc, steps=1):
+    return wrapper(name, N, doc, False, False, f"1, 1, {ta}, {tb}", steps)
+def rs(name, N, doc, steps=1):
+    return wrapper(name, N, doc, True, False, "1, 1, 1", steps)
+def ss8(name, N, doc, steps=1):
+    return wrapper(name, N, doc, False, True, "1, 1", steps)
+def rs8(name, N, doc, steps=1):
+    return wrapper(name, N, doc, True, True, "1, 1", steps)
 head='''/*
  * wgmma.cuh: the Hopper (sm_90a) warpgroup-MMA wrappers every sm90 template
  * uses (fwd_sm90.cuh, bwd_sm90.cuh), written once. Pasted at the top of a
@@ -76,6 +113,12 @@ head='''/*
  * (e4m3 or e5m2 each; K-major only, as FP8 wgmma requires). The asm below is written by
  * tools/gen_wgmma.py (the operand lists are long); each shape is one
  * statement for both input types.
+ *
+ * `_x4`: four k steps of a shape in one asm statement, for the forward's
+ * main loop. NVVM's time on a wgmma goes mostly to its accumulator list
+ * (64 or 128 operands in and out of every statement), so one list for four
+ * steps cut NVRTC's time on a forward kernel by 40-70 ms (issue 19); the
+ * SASS is the same wgmma sequence.
  */
 
 /* Orders this warpgroup's register and shared-memory writes before the
@@ -214,6 +257,7 @@ template <int N, bool READ>
 
 '''
 body=head
+body+=acc_macros()+"\n"
 body+=ss("ss64_kk",64,0,0,"m64n64k16, A and B K-major from shared memory.")
 body+="\n"+ss("ss80_kk",80,0,0,"m64n80k16, A and B K-major from shared memory.")
 body+="\n"+ss("ss128_kk",128,0,0,"m64n128k16, A and B K-major from shared memory.")
@@ -230,4 +274,14 @@ body+="\n"+ss8("ss128_fp8",128,"m64n128k32, FP8 A and B (e4m3 or e5m2 each) K-ma
 body+="\n"+rs8("rs64_fp8",64,"m64n64k32, FP8 A from registers (4 bytes a register), FP8 B K-major from shared memory.")
 body+="\n"+rs8("rs128_fp8",128,"m64n128k32, FP8 A from registers (4 bytes a register), FP8 B K-major from shared memory.")
 body+="\n"+rs8("rs256_fp8",256,"m64n256k32, FP8 A from registers (4 bytes a register), FP8 B K-major from shared memory.")
+body+="\n/* ---- four k steps a statement (fwd_sm90's S and P V GEMMs) */\n"
+for N in (64, 80, 128):
+    body+="\n"+ss(f"ss{N}_kk",N,0,0,f"Four m64n{N}k16 steps, A and B K-major from shared memory.",4)
+for N in (64, 128, 256):
+    body+="\n"+rs(f"rs{N}",N,f"Four m64n{N}k16 steps, A from registers, B MN-major from shared memory.",4)
+for N in (64, 80, 128):
+    body+="\n"+ss8(f"ss{N}_fp8",N,f"Four m64n{N}k32 steps, FP8 A and B K-major from shared memory.",4)
+for N in (64, 128, 256):
+    body+="\n"+rs8(f"rs{N}_fp8",N,f"Four m64n{N}k32 steps, FP8 A from registers, FP8 B K-major from shared memory.",4)
+body+="\n"+acc_undefs()
 open('templates/wgmma.cuh', 'w').write(body)

@@ -47,6 +47,9 @@ static __device__ __forceinline__ float attn_score_bh(float acc, const attn_bh &
   return s_4;
 }
 
+/* Whether attn_score_bh reads memory per element. */
+constexpr bool attn_score_reads = false;
+
 static __device__ __forceinline__ float attn_score(float acc, int b, int h, int i, int j, const attn_params &p) {
   return attn_score_bh(acc, attn_bh_load(b, h, p), b, h, i, j, p);
 }
@@ -139,6 +142,9 @@ static __device__ __forceinline__ float attn_score_bh(float acc, const attn_bh &
   const float s_4 = acc * p.s[0].f;
   return s_4;
 }
+
+/* Whether attn_score_bh reads memory per element. */
+constexpr bool attn_score_reads = false;
 
 static __device__ __forceinline__ float attn_score(float acc, int b, int h, int i, int j, const attn_params &p) {
   return attn_score_bh(acc, attn_bh_load(b, h, p), b, h, i, j, p);
@@ -249,6 +255,9 @@ static __device__ __forceinline__ float attn_score_bh(float acc, const attn_bh &
   const float s_4 = acc * p.s[0].f;
   return s_4;
 }
+
+/* Whether attn_score_bh reads memory per element. */
+constexpr bool attn_score_reads = false;
 
 static __device__ __forceinline__ float attn_score(float acc, int b, int h, int i, int j, const attn_params &p) {
   return attn_score_bh(acc, attn_bh_load(b, h, p), b, h, i, j, p);

@@ -49,6 +49,9 @@ static __device__ __forceinline__ float attn_score_bh(float acc, const attn_bh &
   return s_4;
 }
 
+/* Whether attn_score_bh reads memory per element. */
+constexpr bool attn_score_reads = false;
+
 static __device__ __forceinline__ float attn_score(float acc, int b, int h, int i, int j, const attn_params &p) {
   return attn_score_bh(acc, attn_bh_load(b, h, p), b, h, i, j, p);
 }
