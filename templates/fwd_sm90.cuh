@@ -332,10 +332,11 @@ static __device__ __forceinline__ unsigned fwd90_pack_p8(float x0, float x1, flo
 
 /* ------------------------------------------------------- the kernel body */
 
-/* How a tile's elements are tested before the score chain: not at all
- * (class 2 away from the edges), against the bounds, against the bounds
- * and attn_keep (class 1), or through keep bits computed beforehand. */
-enum fwd90_test { FWD90_NONE, FWD90_BOUNDS, FWD90_KEEP, FWD90_BITS };
+/* How a tile's elements are tested: not at all (class 2 away from the
+ * edges), against the bounds and attn_keep (class 1, and class 2 at an
+ * edge), or through keep bits computed beforehand (a mask that reads
+ * memory: fwd90_keep_bits). */
+enum fwd90_test { FWD90_NONE, FWD90_KEEP, FWD90_BITS };
 
 /* The tile's tests as bits (bit nb*4 + e), for masks that read memory
  * (attn_keep_reads): nothing here depends on S, so the consumers compute
@@ -381,8 +382,8 @@ fwd90_scores(float (&s)[fwd90_s_regs], const attn_bh &c, int b, int h, int i_row
       bool keep = true;
       if (TEST == FWD90_BITS)
         keep = (bits >> (nb * 4 + e)) & 1ull;
-      else if (TEST != FWD90_NONE)
-        keep = attn_keep_in<TEST == FWD90_KEEP>(b, h, i, j, p);
+      else if (TEST == FWD90_KEEP)
+        keep = attn_keep_in<true>(b, h, i, j, p);
       if constexpr (SCORE)
         x = keep ? attn_score_bh(x, c, b, h, i, j, p) : neg_inf;
       else if (TEST != FWD90_NONE)
@@ -1038,9 +1039,10 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       attn_mbar_arrive(bar_empty(st)); /* its K may be refilled */
 
       /* The score chain; masked elements become -inf. A chain that reads
-       * memory goes with each test (two copies: untested, and tested
-       * against the bounds and the mask, which the class 2 tiles at an
-       * edge test too); one that reads nothing runs once, before them. */
+       * memory goes with each test (two copies: untested, and tested);
+       * one that reads nothing runs once, before the test. Class 2 tiles
+       * at an edge take the mask's test too (exact there, and one test
+       * fewer in the kernel: NVRTC time, issue 19). */
       const int jc = j0 + 2 * t4;
       constexpr bool per_test = attn_score_reads;
       if constexpr (!per_test)
@@ -1050,10 +1052,8 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
           fwd90_scores<FWD90_NONE, true>(s, bhc, b, h, i_row, jc, 0, p);
       } else if (attn_keep_reads)
         fwd90_scores<FWD90_BITS, per_test>(s, bhc, b, h, i_row, jc, keep, p);
-      else if (cls != 2 || per_test)
-        fwd90_scores<FWD90_KEEP, per_test>(s, bhc, b, h, i_row, jc, 0, p);
       else
-        fwd90_scores<FWD90_BOUNDS, false>(s, bhc, b, h, i_row, jc, 0, p);
+        fwd90_scores<FWD90_KEEP, per_test>(s, bhc, b, h, i_row, jc, 0, p);
 
       /* Online softmax of rows g (r = 0) and g + 8 (r = 1), overlapping
        * the previous tile's P V. */
