@@ -37,13 +37,25 @@ static void mark_per_bh(const IrNode *n, bool *seen, bool *ctx) {
   }
 }
 
-/* attn_bh (the per-(b, h) values), attn_bh_load, attn_score_bh and
- * attn_score (hooks.cuh). */
-static void emit_score(StrBuf *out, const KernelSpec *s, Arena *a) {
+/* The nodes attn_bh holds: the score chain's and the masks' maximal
+ * subexpressions fixed per (b, h) (a mask's kv_len[b] too: left in
+ * attn_keep, each element of a tile read it again, 128 loads a tile for a
+ * padding mask, which neither NVVM nor ptxas merged). */
+static bool *per_bh_nodes(const KernelSpec *s, Arena *a) {
   const IrGraph *g = s->g;
   bool *seen = arena_alloc(a, (size_t)(g->nnodes + 1) * sizeof *seen); /* zeroed */
   bool *ctx = arena_alloc(a, (size_t)(g->nnodes + 1) * sizeof *ctx);
   if ((s->score->dom & (DOM_I | DOM_J)) != 0) mark_per_bh(s->score, seen, ctx);
+  for (int m = 0; m < s->nmasks; m++)
+    if ((s->masks[m].cond->dom & (DOM_I | DOM_J)) != 0) mark_per_bh(s->masks[m].cond, seen, ctx);
+  return ctx;
+}
+
+/* attn_bh (the per-(b, h) values), attn_bh_load, attn_score_bh and
+ * attn_score (hooks.cuh). */
+static void emit_score(StrBuf *out, const KernelSpec *s, Arena *a) {
+  const IrGraph *g = s->g;
+  const bool *ctx = per_bh_nodes(s, a);
 
   ExprHook bh;
   expr_init(&bh, a, g, DOM_B | DOM_H);
@@ -58,7 +70,8 @@ static void emit_score(StrBuf *out, const KernelSpec *s, Arena *a) {
     sb_printf(&init, "  c.v%d = %s;\n", id, expr_value(&bh, x));
     hk.vars[id] = arena_printf(a, "c.v%d", id);
   }
-  sb_puts(out, "/* The score chain's values fixed per (b, h), read once per work tile. */\n"
+  sb_puts(out, "/* The score chain's and the masks' values fixed per (b, h), read once per work\n"
+               " * tile. */\n"
                "struct attn_bh {\n");
   if (fields.len) sb_puts(out, fields.data);
   sb_puts(out, "};\n\n");
@@ -73,10 +86,9 @@ static void emit_score(StrBuf *out, const KernelSpec *s, Arena *a) {
   expr_put_fn(out, &hk,
               "float attn_score_bh(float acc, const attn_bh &c, int b, int h, int i, int j, "
               "const attn_params &p)", ret);
-  /* Whether it reads memory per element (a bias[b, h, i, j]): then it must
-   * not run on elements outside the tensors, and fwd_sm90 applies it only
-   * to the elements its tests keep; a chain that reads nothing it applies
-   * to a whole tile before the tests, once. */
+  /* Whether it reads memory per element (a bias[b, h, i, j]): fwd_sm90
+   * runs the chain on whole tiles, tested elements or not, and then clamps
+   * the positions of the elements past the edges into the tensors. */
   sb_printf(out, "/* Whether attn_score_bh reads memory per element. */\n"
                  "constexpr bool attn_score_reads = %s;\n\n",
             hk.mem_reads_ij > 0 ? "true" : "false");
@@ -97,9 +109,14 @@ static void emit_sink(StrBuf *out, const KernelSpec *s, Arena *a) {
   expr_put_fn(out, &hk, "float attn_sink(int b, int h, const attn_params &p)", ret);
 }
 
+/* attn_keep_bh (the masks, their per-(b, h) values from attn_bh) and
+ * attn_keep (hooks.cuh). */
 static void emit_keep(StrBuf *out, const KernelSpec *s, Arena *a) {
   ExprHook hk;
   expr_init(&hk, a, s->g, DOM_B | DOM_H | DOM_I | DOM_J);
+  const bool *ctx = per_bh_nodes(s, a);
+  for (int id = 0; id < s->g->nnodes; id++)
+    if (ctx[id]) hk.vars[id] = arena_printf(a, "c.v%d", id);
   StrBuf ret = {0};
   /* Separable conjuncts too are tested as written: their sides' reads
    * merge per row and per key of a tile (common.cuh's pure reads), which
@@ -111,13 +128,17 @@ static void emit_keep(StrBuf *out, const KernelSpec *s, Arena *a) {
   }
   /* Whether it reads memory per element (a tensor load varying over i or
    * j among its locals): fwd_sm90 then evaluates it ahead of the S GEMM
-   * to hide the reads' latency. Reads fixed per (b, h) (kv_len[b], packed
-   * offsets) are the same for a whole tile, merged by the pure reads, and
-   * leave the inline test. */
+   * to hide the reads' latency. Reads fixed per (b, h) (kv_len[b]) are in
+   * attn_bh, read once per work tile. */
   bool reads = hk.mem_reads_ij > 0;
   sb_puts(out, "/* The top-level masks, element by element: true keeps the score. */\n");
-  expr_put_fn(out, &hk, "bool attn_keep(int b, int h, int i, int j, const attn_params &p)",
-           ret.len ? arena_strdup(a, ret.data) : "true");
+  expr_put_fn(out, &hk,
+              "bool attn_keep_bh(const attn_bh &c, int b, int h, int i, int j, "
+              "const attn_params &p)",
+              ret.len ? arena_strdup(a, ret.data) : "true");
+  sb_puts(out, "static __device__ __forceinline__ bool attn_keep(int b, int h, int i, int j, "
+               "const attn_params &p) {\n"
+               "  return attn_keep_bh(attn_bh_load(b, h, p), b, h, i, j, p);\n}\n\n");
   sb_printf(out, "/* Whether attn_keep reads memory (templates may evaluate it early). */\n"
                  "constexpr bool attn_keep_reads = %s;\n\n", reads ? "true" : "false");
   sb_free(&ret);

@@ -614,6 +614,9 @@ static __device__ __forceinline__ void bwd80_dq_tile(const attn_params &p, int m
       attn_dropout_pair<false>(b, h, i0 + row0 + g, j0 + 16 * m + 2 * t, i0 + row0 + g,
                                j0 + 16 * m + 16 + 2 * t, p, dw[m], dw[m + 1]);
 #endif
+    /* The score chain's and the masks' values fixed per (b, h), read once
+     * here (element by element behind the branch, they were read again). */
+    const attn_bh bhc = attn_bh_load(b, h, p);
 #pragma unroll
     for (int m = 0; m < bwd80_bn / 16; ++m) {
 #pragma unroll
@@ -624,8 +627,8 @@ static __device__ __forceinline__ void bwd80_dq_tile(const attn_params &p, int m
           const int il = row0 + g + (e >> 1) * 8, jl = nt * 8 + 2 * t + (e & 1);
           const int i = i0 + il, j = j0 + jl;
           float xs = neg_inf;
-          if (i < p.Sq && j < p.Skv && (cls == 2 || attn_keep(b, h, i, j, p)))
-            xs = attn_score(s[nt][e], b, h, i, j, p);
+          if (i < p.Sq && j < p.Skv && (cls == 2 || attn_keep_bh(bhc, b, h, i, j, p)))
+            xs = attn_score_bh(s[nt][e], bhc, b, h, i, j, p);
           const float pe = xs == neg_inf ? 0.f : exp2f((xs - s_lse[il]) * log2e);
           float dpe = dp[nt][e];
 #if defined(ATTN_DROPOUT)
@@ -797,6 +800,7 @@ static __device__ __forceinline__ void bwd80_key_tile(const attn_params &p, int 
      * Pd^T packed as the A operand of dV += Pd^T dO. */
     float raw[bwd80_bm / 8][4];
     unsigned pd[bwd80_bm / 16][4];
+    const attn_bh bhc = attn_bh_load(b, h, p); /* once, not per element */
 #pragma unroll
     for (int nt = 0; nt < bwd80_bm / 8; ++nt) {
 #pragma unroll
@@ -805,8 +809,8 @@ static __device__ __forceinline__ void bwd80_key_tile(const attn_params &p, int 
         const int j = j0 + jl, i = i0 + il;
         raw[nt][e] = s[nt][e];
         float x = neg_inf;
-        if (i < p.Sq && j < p.Skv && (cls == 2 || attn_keep(b, h, i, j, p)))
-          x = attn_score(s[nt][e], b, h, i, j, p);
+        if (i < p.Sq && j < p.Skv && (cls == 2 || attn_keep_bh(bhc, b, h, i, j, p)))
+          x = attn_score_bh(s[nt][e], bhc, b, h, i, j, p);
         /* exp(x - lse); a masked element (or a fully masked row, whose
          * lse is -inf) gives exactly 0. */
         s[nt][e] = x == neg_inf ? 0.f : exp2f((x - s_lse[il]) * log2e);

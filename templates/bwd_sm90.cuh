@@ -361,11 +361,14 @@ template <bool MASK>
 static __device__ __forceinline__ unsigned bwd90_keep_bits(int b, int h, int i0, int j, int t4,
                                                            const attn_params &p) {
   unsigned bits = 0u;
+  /* The masks' values fixed per (b, h) (a kv_len[b]), read once here, not
+   * once per element (the element-wise reads did not merge). */
+  const attn_bh c = attn_bh_load(b, h, p);
 #pragma unroll
   for (int r = 0; r < bwd90_qn / 2; ++r) {
     const int ii = i0 + (r >> 2) * 8 + 2 * t4 + (r & 1);
     const int jj = j + 8 * ((r >> 1) & 1);
-    bits |= (unsigned)attn_keep_in<MASK>(b, h, ii, jj, p) << r;
+    bits |= (unsigned)attn_keep_in_bh<MASK>(c, b, h, ii, jj, p) << r;
   }
   return bits;
 }

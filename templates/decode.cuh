@@ -353,7 +353,7 @@ __device__ __forceinline__ void attn_decode(const attn_params &p) {
         if (exact)
           s[nt][e] = x;
         else
-          s[nt][e] = (cls == 2 ? j < p.Skv : attn_keep_in<true>(b, row_h[r], row_i[r], j, p))
+          s[nt][e] = (cls == 2 ? j < p.Skv : attn_keep_in_bh<true>(bhc[r], b, row_h[r], row_i[r], j, p))
                          ? x
                          : neg_inf;
       }

@@ -120,13 +120,30 @@ fwd80_load_tile(unsigned dst, const unsigned char *base, long long row_stride,
 
 /* ------------------------------------------------------- the kernel body */
 
-/* Applies the score chain to one S tile; GENERAL also drops elements out
- * of range (their hooks are never called: they may load from tensors) and,
- * when mask is set, those attn_keep rejects. */
+/* The score chain on a whole S tile, written once (a copy per test cost
+ * NVRTC time: issue 19), for a chain that reads no memory; fwd80_mask then
+ * drops the elements past the edges and those the masks reject. */
+static __device__ __forceinline__ void fwd80_score_tile(float (&s)[fwd80_bn / 8][4],
+                                                        const attn_bh &c, int b, int h, int i_row,
+                                                        int j_col, const attn_params &p) {
+#pragma unroll
+  for (int nt = 0; nt < fwd80_bn / 8; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int i = i_row + (e >> 1) * 8, j = j_col + nt * 8 + (e & 1);
+      s[nt][e] = attn_score_bh(s[nt][e], c, b, h, i, j, p);
+    }
+  }
+}
+
+/* A chain that reads memory, applied only to the elements kept (GENERAL:
+ * in range and, with mask, kept by attn_keep; their hooks never see the
+ * others): one copy with clamped reads, as fwd80_score_tile makes, spilled
+ * 28 bytes at D 128 on sm_80 (examples/bias.attn), so these keep two. */
 template <bool GENERAL>
 static __device__ __forceinline__ void
-fwd80_scores(float (&s)[fwd80_bn / 8][4], const attn_bh &c, int b, int h, int i_row, int j_col,
-             bool mask, const attn_params &p) {
+fwd80_scores_kept(float (&s)[fwd80_bn / 8][4], const attn_bh &c, int b, int h, int i_row,
+                  int j_col, bool mask, const attn_params &p) {
   const float neg_inf = __int_as_float(0xff800000);
 #pragma unroll
   for (int nt = 0; nt < fwd80_bn / 8; ++nt) {
@@ -135,11 +152,28 @@ fwd80_scores(float (&s)[fwd80_bn / 8][4], const attn_bh &c, int b, int h, int i_
       int i = i_row + (e >> 1) * 8;
       int j = j_col + nt * 8 + (e & 1);
       if (GENERAL) {
-        bool keep = i < p.Sq && j < p.Skv && (!mask || attn_keep(b, h, i, j, p));
+        bool keep = i < p.Sq && j < p.Skv && (!mask || attn_keep_bh(c, b, h, i, j, p));
         s[nt][e] = keep ? attn_score_bh(s[nt][e], c, b, h, i, j, p) : neg_inf;
       } else {
         s[nt][e] = attn_score_bh(s[nt][e], c, b, h, i, j, p);
       }
+    }
+  }
+}
+
+/* Makes the elements out of range and, with MASK (class 1 tiles), those
+ * attn_keep rejects -inf. */
+template <bool MASK>
+static __device__ __forceinline__ void fwd80_mask(float (&s)[fwd80_bn / 8][4], const attn_bh &c,
+                                                  int b, int h, int i_row, int j_col,
+                                                  const attn_params &p) {
+  const float neg_inf = __int_as_float(0xff800000);
+#pragma unroll
+  for (int nt = 0; nt < fwd80_bn / 8; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int i = i_row + (e >> 1) * 8, j = j_col + nt * 8 + (e & 1);
+      s[nt][e] = attn_keep_in_bh<MASK>(c, b, h, i, j, p) ? s[nt][e] : neg_inf;
     }
   }
 }
@@ -314,10 +348,18 @@ static __device__ __forceinline__ void fwd80_tile(const attn_params &p, int m_bl
     const int j1 = min(j0 + fwd80_bn, p.Skv) - 1;
     const int cls = attn_tile_class(b, h, i0, i_last, j0, j1, p);
     const bool col_edge = j0 + fwd80_bn > p.Skv;
-    if (cls == 2 && !row_edge && !col_edge)
-      fwd80_scores<false>(s, bhc, b, h, i_row, j0 + 2 * t, false, p);
-    else
-      fwd80_scores<true>(s, bhc, b, h, i_row, j0 + 2 * t, cls != 2, p);
+    if constexpr (attn_score_reads) {
+      if (cls == 2 && !row_edge && !col_edge)
+        fwd80_scores_kept<false>(s, bhc, b, h, i_row, j0 + 2 * t, false, p);
+      else
+        fwd80_scores_kept<true>(s, bhc, b, h, i_row, j0 + 2 * t, cls != 2, p);
+    } else {
+      fwd80_score_tile(s, bhc, b, h, i_row, j0 + 2 * t, p);
+      if (cls != 2)
+        fwd80_mask<true>(s, bhc, b, h, i_row, j0 + 2 * t, p);
+      else if (row_edge || col_edge)
+        fwd80_mask<false>(s, bhc, b, h, i_row, j0 + 2 * t, p);
+    }
 
     /* Online softmax, rows g (r = 0) and g + 8 (r = 1): softmax.cuh. */
     attn_softmax_tile<fwd80_bn / 8, attn_p_round != 0>(

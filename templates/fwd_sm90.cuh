@@ -332,45 +332,63 @@ static __device__ __forceinline__ unsigned fwd90_pack_p8(float x0, float x1, flo
 
 /* ------------------------------------------------------- the kernel body */
 
-/* How a tile's elements are tested: not at all (class 2 away from the
- * edges), against the bounds and attn_keep (class 1, and class 2 at an
+/* How a tile's elements are tested (class 2 tiles away from the edges
+ * are not): against the bounds and attn_keep (class 1, and class 2 at an
  * edge), or through keep bits computed beforehand (a mask that reads
  * memory: fwd90_keep_bits). */
-enum fwd90_test { FWD90_NONE, FWD90_KEEP, FWD90_BITS };
+enum fwd90_test { FWD90_KEEP, FWD90_BITS };
 
 /* The tile's tests as bits (bit nb*4 + e), for masks that read memory
  * (attn_keep_reads): nothing here depends on S, so the consumers compute
  * them at the top of a key tile, where S is dead (registers to spare) and
  * the reads overlap the other warpgroup's turn at the tensor cores. For
- * masks without reads the tests inline in fwd90_scores measured faster
+ * masks without reads the tests inline in fwd90_mask measured faster
  * (plain D 64 +4%). */
 static_assert(fwd90_s_regs <= 64, "one keep bit per S element");
 template <bool MASK>
 static __device__ __forceinline__ unsigned long long
-fwd90_keep_bits(int b, int h, int i_row, int j_col, const attn_params &p) {
+fwd90_keep_bits(const attn_bh &c, int b, int h, int i_row, int j_col, const attn_params &p) {
   unsigned long long bits = 0;
 #pragma unroll
   for (int nb = 0; nb < fwd90_bn / 8; ++nb)
 #pragma unroll
     for (int e = 0; e < 4; ++e)
-      bits |= (unsigned long long)attn_keep_in<MASK>(b, h, i_row + (e >> 1) * 8,
-                                                     j_col + nb * 8 + (e & 1), p)
+      bits |= (unsigned long long)attn_keep_in_bh<MASK>(c, b, h, i_row + (e >> 1) * 8,
+                                                        j_col + nb * 8 + (e & 1), p)
               << (nb * 4 + e);
   return bits;
 }
 
-/* Applies the score chain to one S tile (flat: fragment nb, element e at
- * nb*4 + e) when SCORE, and makes the elements failing TEST -inf. With
- * SCORE a failing element's hooks are never called (a score that reads
- * memory must not read outside the tensors); a score that reads nothing
- * is applied to the whole tile first, once (fwd90_scores<FWD90_NONE,
- * true>), and the tests after it only select: one copy of the chain in
- * the kernel instead of one per test, which cut NVRTC's time by 4-11%
- * (issue 19) and leaves each path's arithmetic as it was. */
-template <int TEST, bool SCORE>
-static __device__ __forceinline__ void
-fwd90_scores(float (&s)[fwd90_s_regs], const attn_bh &c, int b, int h, int i_row, int j_col,
-             unsigned long long bits, const attn_params &p) {
+/* The score chain on a whole S tile (flat: fragment nb, element e at
+ * nb*4 + e), tested elements or not: written once in the kernel, where a
+ * copy per test cost NVRTC 4-30% of a kernel's time (issue 19). A chain
+ * that reads memory per element (a bias[b, h, i, j]: attn_score_reads)
+ * reads at the positions clamped into the tensors, as attn_keep_in tests
+ * and decode.cuh reads, so the elements past the edges read valid memory;
+ * fwd90_mask then makes them -inf. */
+static __device__ __forceinline__ void fwd90_score_tile(float (&s)[fwd90_s_regs],
+                                                        const attn_bh &c, int b, int h,
+                                                        int i_row, int j_col,
+                                                        const attn_params &p) {
+#pragma unroll
+  for (int nb = 0; nb < fwd90_bn / 8; ++nb) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      int i = i_row + (e >> 1) * 8, j = j_col + nb * 8 + (e & 1);
+      if constexpr (attn_score_reads) {
+        i = min(i, p.Sq - 1);
+        j = min(j, p.Skv - 1);
+      }
+      s[nb * 4 + e] = attn_score_bh(s[nb * 4 + e], c, b, h, i, j, p);
+    }
+  }
+}
+
+/* Makes the elements of an S tile failing TEST -inf. */
+template <int TEST>
+static __device__ __forceinline__ void fwd90_mask(float (&s)[fwd90_s_regs], const attn_bh &c, int b,
+                                                  int h, int i_row, int j_col,
+                                                  unsigned long long bits, const attn_params &p) {
   const float neg_inf = __int_as_float(0xff800000);
 #pragma unroll
   for (int nb = 0; nb < fwd90_bn / 8; ++nb) {
@@ -378,16 +396,12 @@ fwd90_scores(float (&s)[fwd90_s_regs], const attn_bh &c, int b, int h, int i_row
     for (int e = 0; e < 4; ++e) {
       const int i = i_row + (e >> 1) * 8;
       const int j = j_col + nb * 8 + (e & 1);
-      float &x = s[nb * 4 + e];
-      bool keep = true;
-      if (TEST == FWD90_BITS)
+      bool keep;
+      if constexpr (TEST == FWD90_BITS)
         keep = (bits >> (nb * 4 + e)) & 1ull;
-      else if (TEST == FWD90_KEEP)
-        keep = attn_keep_in<true>(b, h, i, j, p);
-      if constexpr (SCORE)
-        x = keep ? attn_score_bh(x, c, b, h, i, j, p) : neg_inf;
-      else if (TEST != FWD90_NONE)
-        x = keep ? x : neg_inf;
+      else
+        keep = attn_keep_in_bh<true>(c, b, h, i, j, p);
+      s[nb * 4 + e] = keep ? s[nb * 4 + e] : neg_inf;
     }
   }
 }
@@ -995,9 +1009,9 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       unsigned long long keep = 0;
       if constexpr (attn_keep_reads) {
         if (cls != 2)
-          keep = fwd90_keep_bits<true>(b, h, i_row, j0 + 2 * t4, p);
+          keep = fwd90_keep_bits<true>(bhc, b, h, i_row, j0 + 2 * t4, p);
         else if (edge)
-          keep = fwd90_keep_bits<false>(b, h, i_row, j0 + 2 * t4, p);
+          keep = fwd90_keep_bits<false>(bhc, b, h, i_row, j0 + 2 * t4, p);
       }
 
       /* Our turn at the tensor cores: S = Q K^T, and O += P V of the
@@ -1038,22 +1052,18 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
         attn_fence_reg(s[r]);
       attn_mbar_arrive(bar_empty(st)); /* its K may be refilled */
 
-      /* The score chain; masked elements become -inf. A chain that reads
-       * memory goes with each test (two copies: untested, and tested);
-       * one that reads nothing runs once, before the test. Class 2 tiles
-       * at an edge take the mask's test too (exact there, and one test
-       * fewer in the kernel: NVRTC time, issue 19). */
+      /* The score chain, then the tests (masked elements become -inf):
+       * none in class 2 tiles away from the edges; class 2 tiles at an
+       * edge take the mask's test too (exact there, and one tested copy
+       * in the kernel). */
       const int jc = j0 + 2 * t4;
-      constexpr bool per_test = attn_score_reads;
-      if constexpr (!per_test)
-        fwd90_scores<FWD90_NONE, true>(s, bhc, b, h, i_row, jc, 0, p);
-      if (cls == 2 && !edge) {
-        if constexpr (per_test)
-          fwd90_scores<FWD90_NONE, true>(s, bhc, b, h, i_row, jc, 0, p);
-      } else if (attn_keep_reads)
-        fwd90_scores<FWD90_BITS, per_test>(s, bhc, b, h, i_row, jc, keep, p);
-      else
-        fwd90_scores<FWD90_KEEP, per_test>(s, bhc, b, h, i_row, jc, 0, p);
+      fwd90_score_tile(s, bhc, b, h, i_row, jc, p);
+      if (cls != 2 || edge) {
+        if constexpr (attn_keep_reads)
+          fwd90_mask<FWD90_BITS>(s, bhc, b, h, i_row, jc, keep, p);
+        else
+          fwd90_mask<FWD90_KEEP>(s, bhc, b, h, i_row, jc, 0, p);
+      }
 
       /* Online softmax of rows g (r = 0) and g + 8 (r = 1), overlapping
        * the previous tile's P V. */

@@ -64,6 +64,9 @@ __device__ __forceinline__ float attn_score(float acc, int b, int h, int i,
                                             int j, const attn_params &p);
 __device__ __forceinline__ bool attn_keep(int b, int h, int i, int j,
                                           const attn_params &p);
+__device__ __forceinline__ bool attn_keep_bh(const attn_bh &c, int b, int h,
+                                             int i, int j,
+                                             const attn_params &p);
 __device__ __forceinline__ void attn_kv_bounds(int b, int h, int i0, int i1,
                                                const attn_params &p,
                                                int &j_lo, int &j_hi);
@@ -260,6 +263,16 @@ __device__ __forceinline__ bool attn_keep_in(int b, int h, int i, int j, const a
   const bool in = i < p.Sq && j < p.Skv;
   if (MASK)
     return attn_keep(b, h, min(i, p.Sq - 1), min(j, p.Skv - 1), p) && in;
+  return in;
+}
+/* The same with the masks' per-(b, h) values from c (attn_bh_load, once
+ * per work tile), for the per-element tests of the forward templates. */
+template <bool MASK>
+__device__ __forceinline__ bool attn_keep_in_bh(const attn_bh &c, int b, int h, int i, int j,
+                                                const attn_params &p) {
+  const bool in = i < p.Sq && j < p.Skv;
+  if (MASK)
+    return attn_keep_bh(c, b, h, min(i, p.Sq - 1), min(j, p.Skv - 1), p) && in;
   return in;
 }
 

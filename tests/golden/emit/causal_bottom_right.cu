@@ -34,7 +34,8 @@ namespace graph_causal_bottom_right {
 
 /* [the text of templates/hooks.cuh] */
 
-/* The score chain's values fixed per (b, h), read once per work tile. */
+/* The score chain's and the masks' values fixed per (b, h), read once per work
+ * tile. */
 struct attn_bh {
 };
 
@@ -57,11 +58,15 @@ static __device__ __forceinline__ float attn_score(float acc, int b, int h, int 
 }
 
 /* The top-level masks, element by element: true keeps the score. */
-static __device__ __forceinline__ bool attn_keep(int b, int h, int i, int j, const attn_params &p) {
+static __device__ __forceinline__ bool attn_keep_bh(const attn_bh &c, int b, int h, int i, int j, const attn_params &p) {
   const int t8 = attn_iadd(i, p.dim[3]);
   const int t10 = attn_isub(t8, p.dim[2]);
   const bool t11 = j <= t10;
   return t11;
+}
+
+static __device__ __forceinline__ bool attn_keep(int b, int h, int i, int j, const attn_params &p) {
+  return attn_keep_bh(attn_bh_load(b, h, p), b, h, i, j, p);
 }
 
 /* Whether attn_keep reads memory (templates may evaluate it early). */

@@ -34,7 +34,8 @@ namespace graph_document {
 
 /* [the text of templates/hooks.cuh] */
 
-/* The score chain's values fixed per (b, h), read once per work tile. */
+/* The score chain's and the masks' values fixed per (b, h), read once per work
+ * tile. */
 struct attn_bh {
 };
 
@@ -177,12 +178,16 @@ static __device__ __forceinline__ void attn_sep_prep(const attn_params &p) {
 }
 
 /* The top-level masks, element by element: true keeps the score. */
-static __device__ __forceinline__ bool attn_keep(int b, int h, int i, int j, const attn_params &p) {
+static __device__ __forceinline__ bool attn_keep_bh(const attn_bh &c, int b, int h, int i, int j, const attn_params &p) {
   const int t10 = attn_ld_i32(p.t[3], b, j, 0, 0);
   const int t7 = attn_ld_i32(p.t[3], b, i, 0, 0);
   const bool t11 = t7 == t10;
   const bool t14 = j <= i;
   return t11 && t14;
+}
+
+static __device__ __forceinline__ bool attn_keep(int b, int h, int i, int j, const attn_params &p) {
+  return attn_keep_bh(attn_bh_load(b, h, p), b, h, i, j, p);
 }
 
 /* Whether attn_keep reads memory (templates may evaluate it early). */

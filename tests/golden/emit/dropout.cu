@@ -33,7 +33,8 @@ namespace graph_dropout {
 
 /* [the text of templates/hooks.cuh] */
 
-/* The score chain's values fixed per (b, h), read once per work tile. */
+/* The score chain's and the masks' values fixed per (b, h), read once per work
+ * tile. */
 struct attn_bh {
 };
 
@@ -56,8 +57,12 @@ static __device__ __forceinline__ float attn_score(float acc, int b, int h, int 
 }
 
 /* The top-level masks, element by element: true keeps the score. */
-static __device__ __forceinline__ bool attn_keep(int b, int h, int i, int j, const attn_params &p) {
+static __device__ __forceinline__ bool attn_keep_bh(const attn_bh &c, int b, int h, int i, int j, const attn_params &p) {
   return true;
+}
+
+static __device__ __forceinline__ bool attn_keep(int b, int h, int i, int j, const attn_params &p) {
+  return attn_keep_bh(attn_bh_load(b, h, p), b, h, i, j, p);
 }
 
 /* Whether attn_keep reads memory (templates may evaluate it early). */

@@ -32,7 +32,8 @@ namespace graph_packed {
 
 /* [the text of templates/hooks.cuh] */
 
-/* The score chain's values fixed per (b, h), read once per work tile. */
+/* The score chain's and the masks' values fixed per (b, h), read once per work
+ * tile. */
 struct attn_bh {
 };
 
@@ -55,8 +56,12 @@ static __device__ __forceinline__ float attn_score(float acc, int b, int h, int 
 }
 
 /* The top-level masks, element by element: true keeps the score. */
-static __device__ __forceinline__ bool attn_keep(int b, int h, int i, int j, const attn_params &p) {
+static __device__ __forceinline__ bool attn_keep_bh(const attn_bh &c, int b, int h, int i, int j, const attn_params &p) {
   return true;
+}
+
+static __device__ __forceinline__ bool attn_keep(int b, int h, int i, int j, const attn_params &p) {
+  return attn_keep_bh(attn_bh_load(b, h, p), b, h, i, j, p);
 }
 
 /* Whether attn_keep reads memory (templates may evaluate it early). */
@@ -128,7 +133,8 @@ namespace graph_packed_causal {
 
 /* [the text of templates/hooks.cuh] */
 
-/* The score chain's values fixed per (b, h), read once per work tile. */
+/* The score chain's and the masks' values fixed per (b, h), read once per work
+ * tile. */
 struct attn_bh {
 };
 
@@ -151,11 +157,15 @@ static __device__ __forceinline__ float attn_score(float acc, int b, int h, int 
 }
 
 /* The top-level masks, element by element: true keeps the score. */
-static __device__ __forceinline__ bool attn_keep(int b, int h, int i, int j, const attn_params &p) {
+static __device__ __forceinline__ bool attn_keep_bh(const attn_bh &c, int b, int h, int i, int j, const attn_params &p) {
   const int t8 = attn_iadd(i, p.Skv);
   const int t10 = attn_isub(t8, p.Sq);
   const bool t11 = j <= t10;
   return t11;
+}
+
+static __device__ __forceinline__ bool attn_keep(int b, int h, int i, int j, const attn_params &p) {
+  return attn_keep_bh(attn_bh_load(b, h, p), b, h, i, j, p);
 }
 
 /* Whether attn_keep reads memory (templates may evaluate it early). */
@@ -241,7 +251,8 @@ namespace graph_packed_train {
 
 /* [the text of templates/hooks.cuh] */
 
-/* The score chain's values fixed per (b, h), read once per work tile. */
+/* The score chain's and the masks' values fixed per (b, h), read once per work
+ * tile. */
 struct attn_bh {
 };
 
@@ -264,9 +275,13 @@ static __device__ __forceinline__ float attn_score(float acc, int b, int h, int 
 }
 
 /* The top-level masks, element by element: true keeps the score. */
-static __device__ __forceinline__ bool attn_keep(int b, int h, int i, int j, const attn_params &p) {
+static __device__ __forceinline__ bool attn_keep_bh(const attn_bh &c, int b, int h, int i, int j, const attn_params &p) {
   const bool t7 = j <= i;
   return t7;
+}
+
+static __device__ __forceinline__ bool attn_keep(int b, int h, int i, int j, const attn_params &p) {
+  return attn_keep_bh(attn_bh_load(b, h, p), b, h, i, j, p);
 }
 
 /* Whether attn_keep reads memory (templates may evaluate it early). */

@@ -34,12 +34,19 @@ namespace graph_padding {
 
 /* [the text of templates/hooks.cuh] */
 
-/* The score chain's values fixed per (b, h), read once per work tile. */
+/* The score chain's and the masks' values fixed per (b, h), read once per work
+ * tile. */
 struct attn_bh {
+  int v7;
+  int v11;
 };
 
 static __device__ __forceinline__ attn_bh attn_bh_load(int b, int h, const attn_params &p) {
+  const int t7 = attn_ld_i32(p.t[3], b, 0, 0, 0);
+  const int t11 = attn_ld_i32(p.t[4], b, 0, 0, 0);
   attn_bh c{};
+  c.v7 = t7;
+  c.v11 = t11;
   return c;
 }
 
@@ -57,12 +64,14 @@ static __device__ __forceinline__ float attn_score(float acc, int b, int h, int 
 }
 
 /* The top-level masks, element by element: true keeps the score. */
-static __device__ __forceinline__ bool attn_keep(int b, int h, int i, int j, const attn_params &p) {
-  const int t7 = attn_ld_i32(p.t[3], b, 0, 0, 0);
-  const bool t8 = i < t7;
-  const int t11 = attn_ld_i32(p.t[4], b, 0, 0, 0);
-  const bool t12 = j < t11;
+static __device__ __forceinline__ bool attn_keep_bh(const attn_bh &c, int b, int h, int i, int j, const attn_params &p) {
+  const bool t8 = i < c.v7;
+  const bool t12 = j < c.v11;
   return t8 && t12;
+}
+
+static __device__ __forceinline__ bool attn_keep(int b, int h, int i, int j, const attn_params &p) {
+  return attn_keep_bh(attn_bh_load(b, h, p), b, h, i, j, p);
 }
 
 /* Whether attn_keep reads memory (templates may evaluate it early). */

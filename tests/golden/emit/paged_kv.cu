@@ -36,12 +36,19 @@ namespace graph_paged_kv {
 
 /* [the text of templates/hooks.cuh] */
 
-/* The score chain's values fixed per (b, h), read once per work tile. */
+/* The score chain's and the masks' values fixed per (b, h), read once per work
+ * tile. */
 struct attn_bh {
+  int v7;
+  int v12;
 };
 
 static __device__ __forceinline__ attn_bh attn_bh_load(int b, int h, const attn_params &p) {
+  const int t7 = attn_ld_i32(p.t[4], b, 0, 0, 0);
+  const int t12 = attn_ld_i32(p.t[4], b, 0, 0, 0);
   attn_bh c{};
+  c.v7 = t7;
+  c.v12 = t12;
   return c;
 }
 
@@ -59,14 +66,16 @@ static __device__ __forceinline__ float attn_score(float acc, int b, int h, int 
 }
 
 /* The top-level masks, element by element: true keeps the score. */
-static __device__ __forceinline__ bool attn_keep(int b, int h, int i, int j, const attn_params &p) {
-  const int t7 = attn_ld_i32(p.t[4], b, 0, 0, 0);
-  const bool t8 = j < t7;
-  const int t12 = attn_ld_i32(p.t[4], b, 0, 0, 0);
-  const int t13 = attn_iadd(i, t12);
+static __device__ __forceinline__ bool attn_keep_bh(const attn_bh &c, int b, int h, int i, int j, const attn_params &p) {
+  const bool t8 = j < c.v7;
+  const int t13 = attn_iadd(i, c.v12);
   const int t15 = attn_isub(t13, p.dim[2]);
   const bool t16 = j <= t15;
   return t8 && t16;
+}
+
+static __device__ __forceinline__ bool attn_keep(int b, int h, int i, int j, const attn_params &p) {
+  return attn_keep_bh(attn_bh_load(b, h, p), b, h, i, j, p);
 }
 
 /* Whether attn_keep reads memory (templates may evaluate it early). */
@@ -184,12 +193,19 @@ namespace graph_paged_kv_hnd {
 
 /* [the text of templates/hooks.cuh] */
 
-/* The score chain's values fixed per (b, h), read once per work tile. */
+/* The score chain's and the masks' values fixed per (b, h), read once per work
+ * tile. */
 struct attn_bh {
+  int v7;
+  int v12;
 };
 
 static __device__ __forceinline__ attn_bh attn_bh_load(int b, int h, const attn_params &p) {
+  const int t7 = attn_ld_i32(p.t[4], b, 0, 0, 0);
+  const int t12 = attn_ld_i32(p.t[4], b, 0, 0, 0);
   attn_bh c{};
+  c.v7 = t7;
+  c.v12 = t12;
   return c;
 }
 
@@ -207,14 +223,16 @@ static __device__ __forceinline__ float attn_score(float acc, int b, int h, int 
 }
 
 /* The top-level masks, element by element: true keeps the score. */
-static __device__ __forceinline__ bool attn_keep(int b, int h, int i, int j, const attn_params &p) {
-  const int t7 = attn_ld_i32(p.t[4], b, 0, 0, 0);
-  const bool t8 = j < t7;
-  const int t12 = attn_ld_i32(p.t[4], b, 0, 0, 0);
-  const int t13 = attn_iadd(i, t12);
+static __device__ __forceinline__ bool attn_keep_bh(const attn_bh &c, int b, int h, int i, int j, const attn_params &p) {
+  const bool t8 = j < c.v7;
+  const int t13 = attn_iadd(i, c.v12);
   const int t15 = attn_isub(t13, p.dim[2]);
   const bool t16 = j <= t15;
   return t8 && t16;
+}
+
+static __device__ __forceinline__ bool attn_keep(int b, int h, int i, int j, const attn_params &p) {
+  return attn_keep_bh(attn_bh_load(b, h, p), b, h, i, j, p);
 }
 
 /* Whether attn_keep reads memory (templates may evaluate it early). */
@@ -329,12 +347,19 @@ namespace graph_paged_kv_ragged {
 
 /* [the text of templates/hooks.cuh] */
 
-/* The score chain's values fixed per (b, h), read once per work tile. */
+/* The score chain's and the masks' values fixed per (b, h), read once per work
+ * tile. */
 struct attn_bh {
+  int v7;
+  int v12;
 };
 
 static __device__ __forceinline__ attn_bh attn_bh_load(int b, int h, const attn_params &p) {
+  const int t7 = attn_ld_i32(p.t[5], b, 0, 0, 0);
+  const int t12 = attn_ld_i32(p.t[5], b, 0, 0, 0);
   attn_bh c{};
+  c.v7 = t7;
+  c.v12 = t12;
   return c;
 }
 
@@ -352,14 +377,16 @@ static __device__ __forceinline__ float attn_score(float acc, int b, int h, int 
 }
 
 /* The top-level masks, element by element: true keeps the score. */
-static __device__ __forceinline__ bool attn_keep(int b, int h, int i, int j, const attn_params &p) {
-  const int t7 = attn_ld_i32(p.t[5], b, 0, 0, 0);
-  const bool t8 = j < t7;
-  const int t12 = attn_ld_i32(p.t[5], b, 0, 0, 0);
-  const int t13 = attn_iadd(i, t12);
+static __device__ __forceinline__ bool attn_keep_bh(const attn_bh &c, int b, int h, int i, int j, const attn_params &p) {
+  const bool t8 = j < c.v7;
+  const int t13 = attn_iadd(i, c.v12);
   const int t15 = attn_isub(t13, p.Sq);
   const bool t16 = j <= t15;
   return t8 && t16;
+}
+
+static __device__ __forceinline__ bool attn_keep(int b, int h, int i, int j, const attn_params &p) {
+  return attn_keep_bh(attn_bh_load(b, h, p), b, h, i, j, p);
 }
 
 /* Whether attn_keep reads memory (templates may evaluate it early). */

@@ -35,7 +35,8 @@ namespace graph_sinks {
 
 /* [the text of templates/hooks.cuh] */
 
-/* The score chain's values fixed per (b, h), read once per work tile. */
+/* The score chain's and the masks' values fixed per (b, h), read once per work
+ * tile. */
 struct attn_bh {
 };
 
@@ -64,7 +65,7 @@ static __device__ __forceinline__ float attn_sink(int b, int h, const attn_param
 }
 
 /* The top-level masks, element by element: true keeps the score. */
-static __device__ __forceinline__ bool attn_keep(int b, int h, int i, int j, const attn_params &p) {
+static __device__ __forceinline__ bool attn_keep_bh(const attn_bh &c, int b, int h, int i, int j, const attn_params &p) {
   const int t8 = attn_iadd(i, p.dim[2]);
   const int t10 = attn_isub(t8, p.dim[1]);
   const bool t11 = j <= t10;
@@ -73,6 +74,10 @@ static __device__ __forceinline__ bool attn_keep(int b, int h, int i, int j, con
   const int t18 = attn_isub(t16, j);
   const bool t20 = t18 < 128;
   return t11 && t20;
+}
+
+static __device__ __forceinline__ bool attn_keep(int b, int h, int i, int j, const attn_params &p) {
+  return attn_keep_bh(attn_bh_load(b, h, p), b, h, i, j, p);
 }
 
 /* Whether attn_keep reads memory (templates may evaluate it early). */
