@@ -98,4 +98,9 @@ def test_ring_equals_the_whole(world, kind, layout):
         mp.spawn(rank_main, args=(world, init, kind, layout, out), nprocs=world, join=True)
         for r in range(world):
             errs = torch.load(os.path.join(out, f"{r}.pt"))
-            assert max(errs) < 1e-12, (r, errs)  # o, lse, dq, dk, dv
+            # o, lse, dq, dk, dv. Float64 agrees to 1e-15, but now and then (2 runs in about 30,
+            # session 22) the whole-sequence reference's lse in a gloo rank process came out
+            # 7e-10..1.2e-9 off its value in every other process (the ring's lse matched the
+            # latter); not seen without the process group. A wrong merge or offset is off by
+            # 1e-3 or more on these inputs, so 1e-7 still catches it.
+            assert max(errs) < 1e-7, (r, errs)
