@@ -74,10 +74,28 @@ enum { SQ_, SK_, SV_, SO_, SLSE_, SDO_, SDELTA_, SDQA_, SDQ_, SDK_, SDV_, SDKA_,
   }                                                                                       \
   static __device__ __forceinline__ float attn_bwd_scale(const attn_params &p) { return p.s[0].f; }
 
+/* The per-(b, h) hooks (emit.c: attn_bh holds the values the score and
+ * the masks fix per (b, h); these hooks fix none). */
+#define BH_HOOKS                                                                          \
+  struct attn_bh {};                                                                      \
+  static __device__ __forceinline__ attn_bh attn_bh_load(int, int, const attn_params &) { \
+    return attn_bh{};                                                                     \
+  }                                                                                       \
+  static __device__ __forceinline__ float attn_score_bh(float acc, const attn_bh &, int b, \
+                                                        int h, int i, int j,              \
+                                                        const attn_params &p) {           \
+    return attn_score(acc, b, h, i, j, p);                                                \
+  }                                                                                       \
+  static __device__ __forceinline__ bool attn_keep_bh(const attn_bh &, int b, int h, int i, \
+                                                      int j, const attn_params &p) {      \
+    return attn_keep(b, h, i, j, p);                                                      \
+  }
+
 #define ATTN_D_QK 64
 #define ATTN_D_V 64
 namespace vplain {
 PLAIN_HOOKS
+BH_HOOKS
 #include "../../templates/hooks.cuh"
 #include "../../templates/bwd_sm80.cuh"
 }
@@ -88,6 +106,7 @@ PLAIN_HOOKS
 #define ATTN_D_V 128
 namespace vgqa {
 PLAIN_HOOKS
+BH_HOOKS
 #include "../../templates/hooks.cuh"
 #include "../../templates/bwd_sm80.cuh"
 }
@@ -109,6 +128,7 @@ static __device__ __forceinline__ float attn_bwd_draw(float ds, float acc, int, 
   return ds * (1.f - t * t);
 }
 static __device__ __forceinline__ float attn_bwd_scale(const attn_params &p) { return p.s[0].f; }
+BH_HOOKS
 #include "../../templates/hooks.cuh"
 #include "../../templates/bwd_sm80.cuh"
 }

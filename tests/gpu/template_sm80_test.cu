@@ -89,6 +89,11 @@ __host__ __device__ inline bool inner_dead(int i) { return i % 7 == 3; }
       float acc, const attn_bh &, int b, int h, int i, int j,                  \
       const attn_params &p) {                                                  \
     return attn_score(acc, b, h, i, j, p);                                     \
+  }                                                                            \
+  __device__ __forceinline__ bool attn_keep_bh(const attn_bh &, int b, int h,  \
+                                               int i, int j,                   \
+                                               const attn_params &p) {         \
+    return attn_keep(b, h, i, j, p);                                           \
   }
 
 #define HOOKS_PLAIN_BOUNDS                                                     \
@@ -204,6 +209,7 @@ namespace plain_d64 {
 #define ATTN_TLSE 5
 #include "../../templates/hooks.cuh"
 struct attn_bh {}; /* no per-(b, h) values: the hooks take none */
+constexpr bool attn_score_reads = false;
 #include "../../templates/fwd_sm80.cuh"
 HOOKS_PLAIN
 VARIANT_TAIL("plain_d64", MK_PLAIN, 90)
@@ -228,6 +234,7 @@ namespace plain_d128 {
 #define ATTN_TLSE 5
 #include "../../templates/hooks.cuh"
 struct attn_bh {}; /* no per-(b, h) values: the hooks take none */
+constexpr bool attn_score_reads = false;
 #include "../../templates/fwd_sm80.cuh"
 HOOKS_PLAIN
 VARIANT_TAIL("plain_d128", MK_PLAIN, 90)
@@ -252,6 +259,7 @@ namespace plain_d128_bn64 {
 #define ATTN_TLSE 5
 #include "../../templates/hooks.cuh"
 struct attn_bh {}; /* no per-(b, h) values: the hooks take none */
+constexpr bool attn_score_reads = false;
 #include "../../templates/fwd_sm80.cuh"
 HOOKS_PLAIN
 VARIANT_TAIL("plain_d128_bn64", MK_PLAIN, 0)
@@ -276,6 +284,7 @@ namespace plain_d256 {
 #define ATTN_TLSE 5
 #include "../../templates/hooks.cuh"
 struct attn_bh {}; /* no per-(b, h) values: the hooks take none */
+constexpr bool attn_score_reads = false;
 #include "../../templates/fwd_sm80.cuh"
 HOOKS_PLAIN
 VARIANT_TAIL("plain_d256", MK_PLAIN, 90)
@@ -300,6 +309,7 @@ namespace plain_d256_sm86 {
 #define ATTN_TLSE 5
 #include "../../templates/hooks.cuh"
 struct attn_bh {}; /* no per-(b, h) values: the hooks take none */
+constexpr bool attn_score_reads = false;
 #include "../../templates/fwd_sm80.cuh"
 HOOKS_PLAIN
 VARIANT_TAIL("plain_d256_sm86", MK_PLAIN, 86)
@@ -324,6 +334,7 @@ namespace causal_d128 {
 #define ATTN_TLSE 5
 #include "../../templates/hooks.cuh"
 struct attn_bh {}; /* no per-(b, h) values: the hooks take none */
+constexpr bool attn_score_reads = false;
 #include "../../templates/fwd_sm80.cuh"
 HOOKS_CAUSAL
 VARIANT_TAIL("causal_d128", MK_CAUSAL, 90)
@@ -348,6 +359,7 @@ namespace causal_d64_f16_f32out {
 #define ATTN_TLSE 5
 #include "../../templates/hooks.cuh"
 struct attn_bh {}; /* no per-(b, h) values: the hooks take none */
+constexpr bool attn_score_reads = false;
 #include "../../templates/fwd_sm80.cuh"
 HOOKS_CAUSAL
 VARIANT_TAIL("causal_d64_f16_f32out", MK_CAUSAL, 90)
@@ -372,6 +384,7 @@ namespace causal_d256_sm80 {
 #define ATTN_TLSE 5
 #include "../../templates/hooks.cuh"
 struct attn_bh {}; /* no per-(b, h) values: the hooks take none */
+constexpr bool attn_score_reads = false;
 #include "../../templates/fwd_sm80.cuh"
 HOOKS_CAUSAL
 VARIANT_TAIL("causal_d256_sm80", MK_CAUSAL, 80)
@@ -396,6 +409,7 @@ namespace softcap_d128_f16 {
 #define ATTN_TLSE 5
 #include "../../templates/hooks.cuh"
 struct attn_bh {}; /* no per-(b, h) values: the hooks take none */
+constexpr bool attn_score_reads = false;
 #include "../../templates/fwd_sm80.cuh"
 HOOKS_SOFTCAP
 VARIANT_TAIL("softcap_d128_f16", MK_SOFTCAP, 90)
@@ -420,6 +434,7 @@ namespace window_d64 {
 #define ATTN_TLSE 5
 #include "../../templates/hooks.cuh"
 struct attn_bh {}; /* no per-(b, h) values: the hooks take none */
+constexpr bool attn_score_reads = false;
 #include "../../templates/fwd_sm80.cuh"
 HOOKS_WINDOW
 VARIANT_TAIL("window_d64", MK_WINDOW, 90)
@@ -444,6 +459,7 @@ namespace inner_d128v64_nolse {
 #define ATTN_TLSE -1
 #include "../../templates/hooks.cuh"
 struct attn_bh {}; /* no per-(b, h) values: the hooks take none */
+constexpr bool attn_score_reads = false;
 #include "../../templates/fwd_sm80.cuh"
 HOOKS_INNER
 VARIANT_TAIL("inner_d128v64_nolse", MK_INNER, 90)
