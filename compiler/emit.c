@@ -51,11 +51,10 @@ static bool *per_bh_nodes(const KernelSpec *s, Arena *a) {
   return ctx;
 }
 
-/* attn_bh (the per-(b, h) values), attn_bh_load, attn_score_bh and
- * attn_score (hooks.cuh). */
-static void emit_score(StrBuf *out, const KernelSpec *s, Arena *a) {
+/* attn_bh (the per-(b, h) values: ctx, per_bh_nodes), attn_bh_load,
+ * attn_score_bh and attn_score (hooks.cuh). */
+static void emit_score(StrBuf *out, const KernelSpec *s, const bool *ctx, Arena *a) {
   const IrGraph *g = s->g;
-  const bool *ctx = per_bh_nodes(s, a);
 
   ExprHook bh;
   expr_init(&bh, a, g, DOM_B | DOM_H);
@@ -109,12 +108,11 @@ static void emit_sink(StrBuf *out, const KernelSpec *s, Arena *a) {
   expr_put_fn(out, &hk, "float attn_sink(int b, int h, const attn_params &p)", ret);
 }
 
-/* attn_keep_bh (the masks, their per-(b, h) values from attn_bh) and
- * attn_keep (hooks.cuh). */
-static void emit_keep(StrBuf *out, const KernelSpec *s, Arena *a) {
+/* attn_keep_bh (the masks, their per-(b, h) values from attn_bh: ctx,
+ * per_bh_nodes) and attn_keep (hooks.cuh). */
+static void emit_keep(StrBuf *out, const KernelSpec *s, const bool *ctx, Arena *a) {
   ExprHook hk;
   expr_init(&hk, a, s->g, DOM_B | DOM_H | DOM_I | DOM_J);
-  const bool *ctx = per_bh_nodes(s, a);
   for (int id = 0; id < s->g->nnodes; id++)
     if (ctx[id]) hk.vars[id] = arena_printf(a, "c.v%d", id);
   StrBuf ret = {0};
@@ -540,11 +538,12 @@ static void emit_graph(StrBuf *out, const GraphCompile *gc, EmitPart part, bool 
   sb_printf(out, "namespace graph_%s {\n\n", g->name);
   emit_template(out, "templates/hooks.cuh", hooks_src, key);
   sb_puts(out, "\n");
-  emit_score(out, s, a);
+  const bool *per_bh = per_bh_nodes(s, a); /* attn_bh's fields, for both */
+  emit_score(out, s, per_bh, a);
   emit_sink(out, s, a);
   if (prep) /* the separable conjuncts' ranges, read by attn_tile_class */
     emit_sep_helpers(out, s, a);
-  emit_keep(out, s, a);
+  emit_keep(out, s, per_bh, a);
   emit_kv_bounds(out, s, a);
   emit_tile_class(out, s, a);
   emit_out(out, s, a);

@@ -354,7 +354,7 @@ static __device__ __forceinline__ void bwd90_load(unsigned dst, const unsigned s
 
 /* Which elements of a thread's S^T fragment survive (bit r for fragment
  * element r: query i0 + 8 (r >> 2) + 2 t4 + (r & 1), key j + 8 ((r >> 1)
- * & 1)), by hooks.cuh's attn_keep_in: straight-line, so a mask's reads
+ * & 1)), by hooks.cuh's attn_keep_in_bh: straight-line, so a mask's reads
  * merge (doc[b, j] once per key, doc[b, i] once per query). */
 static_assert(bwd90_qn / 2 <= 32, "one keep bit per S^T element");
 template <bool MASK>

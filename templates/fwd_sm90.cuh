@@ -363,7 +363,7 @@ fwd90_keep_bits(const attn_bh &c, int b, int h, int i_row, int j_col, const attn
  * nb*4 + e), tested elements or not: written once in the kernel, where a
  * copy per test cost NVRTC 4-30% of a kernel's time (issue 19). A chain
  * that reads memory per element (a bias[b, h, i, j]: attn_score_reads)
- * reads at the positions clamped into the tensors, as attn_keep_in tests
+ * reads at the positions clamped into the tensors, as attn_keep_in_bh tests
  * and decode.cuh reads, so the elements past the edges read valid memory;
  * fwd90_mask then makes them -inf. */
 static __device__ __forceinline__ void fwd90_score_tile(float (&s)[fwd90_s_regs],

@@ -252,21 +252,13 @@ static __device__ __forceinline__ void attn_dropout_one(int b, int h, int i, int
 #endif
 
 /* Element (i, j) survives the bounds and, with MASK (class-1 tiles),
- * attn_keep. Out-of-range elements call attn_keep at the clamped
+ * attn_keep, its per-(b, h) values from c (attn_bh_load, once per work
+ * tile). Out-of-range elements call attn_keep_bh at the clamped
  * (in-range) index and drop the result: hooks never see i >= Sq or j >=
  * Skv, and without a per-element branch the compiler merges a mask's
  * reads (doc[b, i] once per row, doc[b, j] once per key). Behind a branch
  * every element did its own address arithmetic and loads, and a partial
  * document-mask tile cost six full ones (bench/NOTES-sm90.md). */
-template <bool MASK>
-__device__ __forceinline__ bool attn_keep_in(int b, int h, int i, int j, const attn_params &p) {
-  const bool in = i < p.Sq && j < p.Skv;
-  if (MASK)
-    return attn_keep(b, h, min(i, p.Sq - 1), min(j, p.Skv - 1), p) && in;
-  return in;
-}
-/* The same with the masks' per-(b, h) values from c (attn_bh_load, once
- * per work tile), for the per-element tests of the forward templates. */
 template <bool MASK>
 __device__ __forceinline__ bool attn_keep_in_bh(const attn_bh &c, int b, int h, int i, int j,
                                                 const attn_params &p) {

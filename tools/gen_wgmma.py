@@ -39,7 +39,6 @@ def wrapper(name, N, doc, regs_a, fp8, tails, steps=1):
         o = n + per * st
         if regs_a:
             a_ops = f"{{%{o},%{o+1},%{o+2},%{o+3}}}, %{o+4}"
-            ix = f"[{st}]" if steps > 1 else ""
         else:
             a_ops = f"%{o}, %{o+1}"
         p = "p" if st == 0 or regs_a else "q"
