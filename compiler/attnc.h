@@ -254,7 +254,7 @@ typedef enum StmtKind {
   STMT_SCALAR, /* scalar NAME : DTYPE [= EXPR] ; */
   STMT_ASSIGN, /* NAME = EXPR ; */
   STMT_OUTPUT, /* output NAME [: TYPE] [= EXPR] ; */
-  STMT_GRAD    /* grad NAME, NAME ... ; */
+  STMT_GRAD    /* grad NAME, NAME ... ; or grad NAME ... { STMTS } */
 } StmtKind;
 
 typedef struct AstStmt {
@@ -268,6 +268,9 @@ typedef struct AstStmt {
   const char **names; /* STMT_GRAD */
   Loc *name_locs;
   int nnames;
+  bool has_block;          /* STMT_GRAD with a { } block (maybe empty) */
+  struct AstStmt **block;  /* its statements */
+  int nblock;
 } AstStmt;
 
 typedef struct AstGraph {
@@ -442,7 +445,40 @@ typedef struct IrGraph {
   /* The chain's landmarks, set by the checks. */
   IrNode *qk, *softmax, *pv;
   int q, k, v; /* tensor indices of q, k, v */
+  struct IrGradBlock *grad; /* the `grad ... { }` block, or NULL */
 } IrGraph;
+
+/* A `grad q, k, v { ... }` block (ir_grad.c; docs/language.md "FP8
+ * gradients"): what the backward pass does at its edges, where the FP8
+ * recipe scales and rounds. Each gradient is a leaf (IR_INPUT, ref -1,
+ * named as the block names it: d<o>, ds, d<q>, d<k>, d<v>) and its value
+ * a pointwise function of that leaf and of values fixed for the whole call
+ * (scalars, constants, one-element reads): the incoming gradient as given
+ * (d<o> = its storage times a descale), dS before the products (a rounding
+ * with its scale), and each gradient as stored. The block's nodes are its
+ * own (nodes): no pass over the forward's nodes sees them. */
+enum { IR_GRAD_DO, IR_GRAD_DS, IR_GRAD_DQ, IR_GRAD_DK, IR_GRAD_DV, IR_GRAD_N };
+typedef struct IrGradValue {
+  IrNode *leaf;  /* the gradient as the backward computes it (or given: d<o>) */
+  IrNode *value; /* what the block makes of it; == leaf when untouched */
+  DType type;    /* storage type: d<o>'s as given, a gradient's as stored;
+                    DT_NONE: the default (the tensor's own type) */
+  Loc loc;       /* the statement that set value or type, else the grad statement */
+} IrGradValue;
+typedef struct IrGradAmax {
+  const char *name; /* the backward's output (f32[1]) */
+  Loc loc;
+  int of;           /* IR_GRAD_*: the gradient whose elements it reduces */
+  IrNode *value;    /* max |value| over them: a function of that leaf */
+} IrGradAmax;
+typedef struct IrGradBlock {
+  Loc loc; /* the grad statement */
+  IrGradValue v[IR_GRAD_N];
+  IrGradAmax *amax;
+  int namax;
+  IrNode **nodes;
+  int nnodes;
+} IrGradBlock;
 
 /* Where the logical dims of q, k or v, [B, H(k), S, D], are declared:
  * role 0 to 3 gives the tensor and its dimension. A dense tensor holds
@@ -539,6 +575,9 @@ int ir_check_graph(IrGraph *g, Diag *d);
 
 /* ir_dump.c */
 void ir_dump(StrBuf *out, const IrGraph *g);
+/* The grad block's nodes (&N) and what it makes of each gradient (part of
+ * ir_dump; bwd_dump refers to its nodes). */
+void ir_dump_grad(StrBuf *out, const IrGraph *g);
 void ir_dot(StrBuf *out, const IrGraph *g);
 
 /* ------------------------------------------------------------- match.c */
@@ -831,6 +870,17 @@ typedef struct BwdGraph {
   int sink_tensor;
   int sink_axis[IR_MAX_RANK];
   unsigned sink_keep;
+  /* The FP8 recipe's edges (docs/language.md "FP8 gradients"). p @ v reads
+   * P times p_scale (a forward node fixed per (b, h), or NULL), rounded to
+   * p_round (DT_NONE: not rounded); the backward rounds P the same way
+   * for dV, from P = exp(s - lse), and passes gradient straight through
+   * the rounding. The attention output is (p @ v) * o_scale (a derived
+   * node fixed per (b, h), or NULL for 1). gb: the graph's grad block, or
+   * NULL. */
+  IrNode *p_scale;
+  DType p_round;
+  IrNode *o_scale;
+  const IrGradBlock *gb;
 } BwdGraph;
 
 bool bwd_has_grad(const IrGraph *g);

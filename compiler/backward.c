@@ -362,20 +362,53 @@ static void mark_deps(Deriver *dv) {
   }
 }
 
-/* The landmarks the fixed part needs: p @ v as an output, dropout, lse. */
+static bool fixed_per_bh(const IrNode *n) {
+  return !(n->dom & (DOM_I | DOM_J | DOM_D)) && dtype_is_float(n->type);
+}
+
+/* n as (p @ v) times values fixed per (b, h): true with the product of
+ * those values in *f (a constant 1 when there are none). */
+static bool pv_factor(Deriver *dv, IrNode *n, IrNode **f) {
+  if (n == dv->g->pv) {
+    *f = fconst(dv, 1);
+    return true;
+  }
+  for (int s = 0; n->op == IR_MUL && s < 2; s++)
+    if (fixed_per_bh(n->src[1 - s]) && pv_factor(dv, n->src[s], f)) {
+      *f = b_mul(dv, *f, n->src[1 - s]);
+      return true;
+    }
+  if (n->op == IR_DIV && fixed_per_bh(n->src[1]) && pv_factor(dv, n->src[0], f)) {
+    *f = b_div(dv, *f, n->src[1]);
+    return true;
+  }
+  return false;
+}
+
+/* The landmarks the fixed part needs: the attention output (p @ v, times
+ * values fixed per (b, h)), dropout, lse, and P's scale and rounding. */
 static int find_landmarks(Deriver *dv) {
   const IrGraph *g = dv->g;
   BwdGraph *bg = dv->bg;
   bg->score = g->softmax->src[0];
   bg->o_output = bg->lse_output = -1;
-  IrNode *p = g->pv->src[0];
-  bg->dropout = p->op == IR_DROPOUT ? p : NULL;
+  const IrPChain pc = ir_p_chain(g);
+  if (pc.bad) {
+    diag_error(dv->d, pc.bad->loc, "the backward differentiates P through dropout, one scale "
+               "fixed per (b, h) and one rounding, in that order; this is more");
+    return -1;
+  }
+  bg->dropout = pc.dropout;
+  bg->p_round = pc.round ? pc.round->type : DT_NONE;
+  bg->p_scale = pc.scale;
   for (int k = 0; k < g->noutputs; k++) {
-    const IrNode *v = g->outputs[k].value;
-    if (v == g->pv)
+    IrNode *v = g->outputs[k].value, *f;
+    dv->loc = g->outputs[k].loc;
+    if (bg->o_output < 0 && (v->dom & DOM_D) && pv_factor(dv, v, &f)) {
       bg->o_output = k;
-    else if (v->op == IR_LOGSUMEXP && v->src[0] == bg->score &&
-             bg->lse_output < 0) {
+      bg->o_scale = is_const(f, 1) ? NULL : f;
+    } else if (v->op == IR_LOGSUMEXP && v->src[0] == bg->score &&
+               bg->lse_output < 0) {
       bg->lse_output = k;
       bg->lse = g->outputs[k].value;
     }
@@ -383,8 +416,8 @@ static int find_landmarks(Deriver *dv) {
   if (bg->o_output < 0) {
     for (int k = 0; k < g->noutputs; k++)
       if (g->outputs[k].value->dom & DOM_D) {
-        diag_error(dv->d, g->outputs[k].loc, "the backward pass needs p @ v "
-                   "itself as an output; '%s' applies more ops to it",
+        diag_error(dv->d, g->outputs[k].loc, "the backward pass needs p @ v, or p @ v times "
+                   "values fixed per (b, h), as an output; '%s' applies other ops to it",
                    g->outputs[k].name);
         return -1;
       }
@@ -402,7 +435,7 @@ static bool used_elsewhere(const BwdGraph *bg, const IrNode *r) {
   for (int k = 0; k < bg->nbias; k++)
     if (bg->bias[k].value == r)
       return true;
-  return false;
+  return bg->o_scale == r;
 }
 
 /* Folds a factor over no axes out of dRaw: dRaw = core * f gives
@@ -431,9 +464,9 @@ static void drop_unused(BwdGraph *bg, const IrGraph *g) {
   bool *live = mem_calloc((size_t)bg->nnodes + 1, 1);
   if (!live)
     mem_oom();
-  IrNode *roots[2] = {bg->draw, bg->draw_scale};
-  for (int r = 0; r < 2 + bg->nbias; r++) {
-    IrNode *n = r < 2 ? roots[r] : bg->bias[r - 2].value;
+  IrNode *roots[3] = {bg->draw, bg->draw_scale, bg->o_scale};
+  for (int r = 0; r < 3 + bg->nbias; r++) {
+    IrNode *n = r < 3 ? roots[r] : bg->bias[r - 3].value;
     if (n && n != bg->ds && !bwd_is_forward(bg, n) && n->id >= 0 &&
         n->id < bg->nnodes && bg->nodes[n->id] == n)
       live[n->id] = true;
@@ -530,14 +563,8 @@ BwdGraph *bwd_derive(const IrGraph *g, Arena *a, Diag *d) {
   bg->dv = g->tensors[g->v].grad;
   bg->bias = arena_alloc(a, (size_t)(g->ntensors + 1) * sizeof *bg->bias);
   int before = d->nerrors;
-  const IrPChain pc = ir_p_chain(g);
-  if (pc.scale || pc.round || pc.bad) {
-    const IrNode *at = pc.round ? pc.round : pc.scale ? pc.scale : pc.bad;
-    diag_error(d, at->loc, "graph '%s' declares grad, but p @ v reads a %s P: the backward "
-               "differentiates the softmax's own output, or dropout of it (the FP8 backward "
-               "comes later)", g->name, pc.round ? "rounded" : "scaled");
-    return NULL;
-  }
+  bg->gb = g->grad;
+  bg->p_round = DT_NONE;
   if (sink_grad(g, bg, d))
     return NULL;
   if (find_landmarks(&dv))
@@ -615,7 +642,27 @@ static void put_grad_line(StrBuf *out, const BwdGraph *bg, int tensor,
   const IrTensor *t = &bg->g->tensors[tensor];
   sb_printf(out, "  d%s = %s : f32", t->name, expr);
   put_shape(out, bg->g, t);
+  const IrGradValue *gv = NULL;
+  for (int r = 0; bg->gb && r < 3; r++)
+    if (tensor == (r == 0 ? bg->g->q : r == 1 ? bg->g->k : bg->g->v))
+      gv = &bg->gb->v[IR_GRAD_DQ + r];
+  if (gv && (gv->value != gv->leaf || gv->type != DT_NONE)) {
+    sb_printf(out, ", stored as &%d : %s", gv->value->id,
+              dtype_name(gv->type != DT_NONE ? gv->type : t->type));
+  }
   sb_putc(out, '\n');
+}
+
+/* " * F" for each factor P V's gradient carries: P's scale and o's. */
+static void put_pv_factors(StrBuf *out, const BwdGraph *bg) {
+  if (bg->p_scale) {
+    sb_puts(out, " * ");
+    put_ref(out, bg, bg->p_scale);
+  }
+  if (bg->o_scale) {
+    sb_puts(out, " * ");
+    put_ref(out, bg, bg->o_scale);
+  }
 }
 
 void bwd_dump(StrBuf *out, const BwdGraph *bg) {
@@ -630,18 +677,28 @@ void bwd_dump(StrBuf *out, const BwdGraph *bg) {
     if (g->tensors[t].grad)
       sb_printf(out, "%s %s", n++ ? "," : "", g->tensors[t].name);
   sb_putc(out, '\n');
+  if (bg->gb) ir_dump_grad(out, g); /* the &N the lines below name */
   const IrOutput *o = &g->outputs[bg->o_output];
-  sb_puts(out, "  given do : f32");
+  const IrGradValue *gdo = bg->gb ? &bg->gb->v[IR_GRAD_DO] : NULL;
+  sb_printf(out, "  given do : %s", gdo && gdo->type != DT_NONE ? dtype_name(gdo->type) : "f32");
   put_shape(out, g, &g->tensors[o->tensor]);
-  sb_printf(out, " (the gradient of %s)\n", o->name);
+  sb_printf(out, " (the gradient of %s)", o->name);
+  if (gdo && gdo->value != gdo->leaf) sb_printf(out, ", read as &%d", gdo->value->id);
+  sb_putc(out, '\n');
+
   if (bg->lse)
     sb_printf(out, "  saved %s = %%%d, %s = %%%d\n",
-              g->outputs[bg->o_output].name, g->pv->id,
+              g->outputs[bg->o_output].name, o->value->id,
               g->outputs[bg->lse_output].name, bg->lse->id);
   else
     sb_printf(out, "  saved %s = %%%d; no logsumexp output, so the GPU "
               "backward cannot run (add output lse = logsumexp(...))\n",
-              g->outputs[bg->o_output].name, g->pv->id);
+              g->outputs[bg->o_output].name, o->value->id);
+  if (bg->o_scale) { /* what dO is the gradient of, per unit of p @ v */
+    sb_printf(out, "  %s = %%%d * ", o->name, g->pv->id);
+    put_ref(out, bg, bg->o_scale);
+    sb_putc(out, '\n');
+  }
   sb_printf(out, "  p = exp(%%%d - lse) : f32 [bhij]\n", bg->score->id);
   if (bg->dropout) {
     sb_printf(out, "  keep = philox_byte(seed %%%d, offset %%%d, b, h, i, j) >= "
@@ -649,14 +706,34 @@ void bwd_dump(StrBuf *out, const BwdGraph *bg) {
               bg->dropout->src[2]->id, bg->dropout->src[3]->id,
               bg->dropout->src[1]->id, bg->dropout->id);
     sb_puts(out, "  pd = where(keep, p * 256 / (256 - T), 0) : f32 [bhij]\n");
-    sb_printf(out, "  dp = where(keep, (do @ %s^T) * 256 / (256 - T), 0) : f32 "
-              "[bhij]\n", v);
+    sb_printf(out, "  dp = where(keep, (do @ %s^T) * 256 / (256 - T), 0)", v);
+  } else if (bg->p_scale || bg->o_scale) {
+    sb_printf(out, "  dp = (do @ %s^T)", v);
   } else {
-    sb_printf(out, "  dp = do @ %s^T : f32 [bhij]\n", v);
+    sb_printf(out, "  dp = do @ %s^T", v);
   }
-  sb_puts(out, "  delta = rowsum(do * o) : f32 [bhi]\n");
+  put_pv_factors(out, bg);
+  sb_puts(out, " : f32 [bhij]\n");
+  const char *pr = bg->dropout ? "pd" : "p";
+  if (bg->p_scale || bg->p_round != DT_NONE) {
+    sb_puts(out, "  pr = ");
+    if (bg->p_round != DT_NONE) sb_printf(out, "%s(", dtype_name(bg->p_round));
+    sb_puts(out, pr);
+    if (bg->p_scale) {
+      sb_puts(out, " * ");
+      put_ref(out, bg, bg->p_scale);
+    }
+    sb_printf(out, "%s : f32 [bhij]  (P as p @ v reads it)\n",
+              bg->p_round != DT_NONE ? ")" : "");
+    pr = "pr";
+  }
+  sb_printf(out, "  delta = rowsum(do * %s) : f32 [bhi]\n", o->name);
   sb_printf(out, "  ds = p * (dp - delta) : f32 [bhij]  # d%%%d\n",
             bg->score->id);
+  const IrGradValue *gds = bg->gb ? &bg->gb->v[IR_GRAD_DS] : NULL;
+  if (gds && gds->value != gds->leaf)
+    sb_printf(out, "  ds = &%d where ds != 0 (the grad block's; what dq and dk read)\n",
+              gds->value->id);
   for (int id = 0; id < bg->nnodes; id++) {
     const IrNode *n = bg->nodes[id];
     sb_printf(out, "  $%d = %s", id, ir_op_name(n->op));
@@ -703,8 +780,13 @@ void bwd_dump(StrBuf *out, const BwdGraph *bg) {
   if (bg->dk)
     put_grad_line(out, bg, g->k, e.data);
   e.len = 0;
-  sb_printf(&e, "%s^T @ do, summed over each group's query heads",
-            bg->dropout ? "pd" : "p");
+  if (bg->o_scale) {
+    sb_printf(&e, "(%s^T @ do) * ", pr);
+    put_ref(&e, bg, bg->o_scale);
+  } else {
+    sb_printf(&e, "%s^T @ do", pr);
+  }
+  sb_puts(&e, ", summed over each group's query heads");
   if (bg->dv)
     put_grad_line(out, bg, g->v, e.data);
   for (int t = 0; t < g->ntensors; t++) {
@@ -729,6 +811,9 @@ void bwd_dump(StrBuf *out, const BwdGraph *bg) {
     }
     put_grad_line(out, bg, t, e.data);
   }
+  for (int x = 0; bg->gb && x < bg->gb->namax; x++)
+    sb_printf(out, "  %s = max |&%d| over %s : f32[1]\n", bg->gb->amax[x].name,
+              bg->gb->amax[x].value->id, bg->gb->v[bg->gb->amax[x].of].leaf->name);
   sb_free(&e);
   sb_putc(out, '\n');
 }

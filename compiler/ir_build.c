@@ -59,12 +59,12 @@ int ib_find_dim(const IrGraph *g, const char *name) {
   return -1;
 }
 
-static const char *bind_kind_name(int kind) {
+const char *ib_kind_name(int kind) {
   return kind == BIND_INPUT ? "input" : kind == BIND_SCALAR ? "scalar" : "local";
 }
 
 /* Rejects a declared name that is built in or is a dimension symbol. */
-static bool check_new_name(Builder *b, const char *name, Loc loc) {
+bool ib_check_new_name(Builder *b, const char *name, Loc loc) {
   if (ib_index_dom(name)) {
     diag_error(b->d, loc, "'%s' is a built-in index; it cannot be declared",
                name);
@@ -85,7 +85,7 @@ static bool check_new_name(Builder *b, const char *name, Loc loc) {
   return true;
 }
 
-static Binding *bind(Builder *b, const char *name, int kind, Loc loc) {
+Binding *ib_bind(Builder *b, const char *name, int kind, Loc loc) {
   b->binds = grow(b->a, b->binds, b->nbinds, &b->cap_binds, sizeof *b->binds);
   Binding *x = &b->binds[b->nbinds++];
   *x = (Binding){.name = name, .kind = kind, .loc = loc, .ref = -1};
@@ -105,7 +105,7 @@ static int intern_dim(Builder *b, const char *name, Loc loc) {
   if (x) {
     diag_error(b->d, loc, "'%s' is already declared as %s %s; it cannot name a "
                "dimension", name, x->kind == BIND_INPUT ? "an" : "a",
-               bind_kind_name(x->kind));
+               ib_kind_name(x->kind));
     diag_note(b->d, x->loc, "'%s' declared here", name);
     return -1;
   }
@@ -169,7 +169,8 @@ static IrNode *add(Builder *b, IrNode *n, unsigned char flags) {
   return n;
 }
 
-static IrNode *leaf(Builder *b, IrNode *n) { return add(b, n, 0); }
+IrNode *ib_leaf(Builder *b, IrNode *n) { return add(b, n, 0); }
+
 
 /* A node over operands, with the checks every consumer shares: the
  * softmax's output only feeds dropout and p @ v, amax only feeds an
@@ -215,7 +216,7 @@ static IrNode *op_node(Builder *b, IrOp op, Loc loc, DType type, int n,
   }
   if (op == IR_LOGSUMEXP) dom &= ~(unsigned)DOM_J;
   if (op == IR_AMAX) dom = 0;
-  if ((dom & DOM_J) && (dom & DOM_D)) {
+  if ((dom & DOM_J) && (dom & DOM_D) && !b->grad_block) { /* (dk, dv: over j and d) */
     diag_error(b->d, loc, "this mixes values over key positions (j) with the "
                "attention output (d); only p @ v combines them");
     return NULL;
@@ -236,7 +237,7 @@ static IrNode *op2(Builder *b, IrOp op, Loc loc, DType t, IrNode *x,
 
 /* ------------------------------------------------------------- expressions */
 
-static IrNode *lower(Builder *b, const AstExpr *e);
+IrNode *ib_lower(Builder *b, const AstExpr *e);
 
 static IrNode *lower_name(Builder *b, const AstExpr *e) {
   Binding *x = ib_lookup(b, e->name);
@@ -246,12 +247,17 @@ static IrNode *lower_name(Builder *b, const AstExpr *e) {
                b->inputs[x->view - 1].name);
     return NULL;
   }
+  if (x && x->kind == BIND_LOCAL && b->grad_block && !x->grad) {
+    diag_error(b->d, e->loc, "a grad block reads its gradients, scalars and constants; '%s' is "
+               "a value of the forward pass", e->name);
+    return NULL;
+  }
   if (x && x->kind == BIND_LOCAL) return x->node;
   if (x && x->kind == BIND_SCALAR) {
     IrNode *n = ir_node(b->a, IR_SCALAR, e->loc, b->g->scalars[x->ref].type,
                         0, 0, NULL);
     n->ref = x->ref;
-    return leaf(b, n);
+    return ib_leaf(b, n);
   }
   if (x) {
     diag_error(b->d, e->loc, "'%s' is a whole tensor; only matmul takes it; "
@@ -262,21 +268,21 @@ static IrNode *lower_name(Builder *b, const AstExpr *e) {
   if (dom) {
     IrNode *n = ir_node(b->a, IR_INDEX, e->loc, DT_I32, dom, 0, NULL);
     n->ival = dom;
-    return leaf(b, n);
+    return ib_leaf(b, n);
   }
-  if (!strcmp(e->name, "inf")) return leaf(b, ir_const_float(b->a, e->loc, INFINITY));
+  if (!strcmp(e->name, "inf")) return ib_leaf(b, ir_const_float(b->a, e->loc, INFINITY));
   int dim = ib_find_dim(b->g, e->name);
   if (dim >= 0) {
     IrNode *n = ir_node(b->a, IR_DIM, e->loc, DT_I32, 0, 0, NULL);
     n->ref = dim;
-    return leaf(b, n);
+    return ib_leaf(b, n);
   }
   /* Packed sequences' lengths, after every declared name (which shadow
    * them): ir_check refuses them where q is not packed. */
   if (!strcmp(e->name, "seqlen_q") || !strcmp(e->name, "seqlen_k")) {
     IrNode *n = ir_node(b->a, IR_DIM, e->loc, DT_I32, DOM_B, 0, NULL);
     n->ref = e->name[7] == 'q' ? IR_SEQLEN_Q : IR_SEQLEN_K;
-    return leaf(b, n);
+    return ib_leaf(b, n);
   }
   if (b->defining && !strcmp(b->defining, e->name))
     diag_error(b->d, e->loc, "'%s' is used in its own definition", e->name);
@@ -291,7 +297,7 @@ static IrNode *lower_name(Builder *b, const AstExpr *e) {
 static IrNode *input_node(Builder *b, int ref, Loc loc, unsigned dom) {
   IrNode *n = ir_node(b->a, IR_INPUT, loc, b->inputs[ref].type, dom, 0, NULL);
   n->ref = ref;
-  return leaf(b, n);
+  return ib_leaf(b, n);
 }
 
 /* q @ k^T gives the scores; p @ v the output. The transpose is folded
@@ -318,7 +324,7 @@ static IrNode *lower_matmul(Builder *b, const AstExpr *e) {
       return NULL;
     }
   }
-  IrNode *p = lower(b, l);
+  IrNode *p = ib_lower(b, l);
   int v = ib_whole_input(b, r, "right operand of p @ v", true);
   if (!p || v < 0) return NULL;
   if (!(node_flags(b, p) & F_PROB)) {
@@ -336,7 +342,7 @@ static IrNode *lower_matmul(Builder *b, const AstExpr *e) {
 
 static IrNode *lower_binary(Builder *b, const AstExpr *e) {
   if (e->op == BIN_MATMUL) return lower_matmul(b, e);
-  IrNode *x = lower(b, e->args[0]), *y = lower(b, e->args[1]);
+  IrNode *x = ib_lower(b, e->args[0]), *y = ib_lower(b, e->args[1]);
   if (!x || !y) return NULL;
   DType t = ir_binop_type(b->d, e->loc, (BinOp)e->op, x->type, y->type);
   if (t == DT_NONE) return NULL;
@@ -344,7 +350,7 @@ static IrNode *lower_binary(Builder *b, const AstExpr *e) {
 }
 
 static IrNode *lower_unary(Builder *b, const AstExpr *e) {
-  IrNode *x = lower(b, e->args[0]);
+  IrNode *x = ib_lower(b, e->args[0]);
   if (!x) return NULL;
   if (e->op == UN_NOT) {
     if (x->type != DT_BOOL) {
@@ -492,7 +498,7 @@ static IrNode *lower_call(Builder *b, const AstExpr *e) {
     Binding *x = ib_lookup(b, e->name);
     if (x)
       diag_error(b->d, e->name_loc, "'%s' is %s %s, not a function", e->name,
-                 x->kind == BIND_INPUT ? "an" : "a", bind_kind_name(x->kind));
+                 x->kind == BIND_INPUT ? "an" : "a", ib_kind_name(x->kind));
     else
       diag_error(b->d, e->name_loc, "unknown function '%s'", e->name);
     return NULL;
@@ -522,7 +528,7 @@ static IrNode *lower_call(Builder *b, const AstExpr *e) {
   }
   IrNode *v[4] = {0};
   bool ok = true;
-  for (int k = 0; k < e->nargs; k++) ok &= (v[k] = lower(b, e->args[k])) != NULL;
+  for (int k = 0; k < e->nargs; k++) ok &= (v[k] = ib_lower(b, e->args[k])) != NULL;
   if (!ok) return NULL;
   return lower_call_fn(b, e, fn, v);
 }
@@ -536,7 +542,7 @@ static IrNode *lower_load(Builder *b, const AstExpr *e) {
     if (x)
       diag_error(b->d, e->name_loc, "'%s' is %s %s; only input tensors can be "
                  "indexed", e->name, x->kind == BIND_INPUT ? "an" : "a",
-                 bind_kind_name(x->kind));
+                 ib_kind_name(x->kind));
     else
       diag_error(b->d, e->name_loc, "unknown tensor '%s'", e->name);
     return NULL;
@@ -552,7 +558,7 @@ static IrNode *lower_load(Builder *b, const AstExpr *e) {
   IrNode *s[IR_MAX_SRC] = {0};
   bool ok = true;
   for (int k = 0; k < e->nargs; k++) {
-    s[k] = lower(b, e->args[k]);
+    s[k] = ib_lower(b, e->args[k]);
     if (s[k] && !dtype_is_int(s[k]->type)) {
       diag_error(b->d, e->args[k]->loc, "a subscript must be an integer, got "
                  "%s", dtype_name(s[k]->type));
@@ -566,7 +572,7 @@ static IrNode *lower_load(Builder *b, const AstExpr *e) {
   return n;
 }
 
-static IrNode *lower(Builder *b, const AstExpr *e) {
+IrNode *ib_lower(Builder *b, const AstExpr *e) {
   if (!e) {
     b->incomplete = true;
     return NULL;
@@ -574,10 +580,10 @@ static IrNode *lower(Builder *b, const AstExpr *e) {
   switch (e->kind) {
   case AST_INT:
     if (e->ival < 0 || e->ival > INT32_MAX)
-      return leaf(b, ir_const_int(b->a, e->loc, DT_U64, e->ival));
-    return leaf(b, ir_const_int(b->a, e->loc, DT_I32, e->ival));
-  case AST_FLOAT: return leaf(b, ir_const_float(b->a, e->loc, e->fval));
-  case AST_BOOL: return leaf(b, ir_const_int(b->a, e->loc, DT_BOOL, e->ival != 0));
+      return ib_leaf(b, ir_const_int(b->a, e->loc, DT_U64, e->ival));
+    return ib_leaf(b, ir_const_int(b->a, e->loc, DT_I32, e->ival));
+  case AST_FLOAT: return ib_leaf(b, ir_const_float(b->a, e->loc, e->fval));
+  case AST_BOOL: return ib_leaf(b, ir_const_int(b->a, e->loc, DT_BOOL, e->ival != 0));
   case AST_NAME: return lower_name(b, e);
   case AST_UNARY: return lower_unary(b, e);
   case AST_BINARY: return lower_binary(b, e);
@@ -595,7 +601,7 @@ static IrNode *lower(Builder *b, const AstExpr *e) {
 /* ------------------------------------------------------------- statements */
 
 static void declare_input(Builder *b, const AstStmt *st) {
-  if (!check_new_name(b, st->name, st->name_loc)) return;
+  if (!ib_check_new_name(b, st->name, st->name_loc)) return;
   Binding *old = ib_lookup(b, st->name);
   if (old) {
     diag_error(b->d, st->name_loc, "redefinition of '%s'", st->name);
@@ -611,11 +617,11 @@ static void declare_input(Builder *b, const AstStmt *st) {
   if (!lower_shape(b, &st->type, &t, "input")) return;
   b->inputs = grow(b->a, b->inputs, b->ninputs, &b->cap_inputs, sizeof t);
   b->inputs[b->ninputs] = t;
-  bind(b, st->name, BIND_INPUT, st->name_loc)->ref = b->ninputs++;
+  ib_bind(b, st->name, BIND_INPUT, st->name_loc)->ref = b->ninputs++;
 }
 
-static void declare_scalar(Builder *b, const AstStmt *st) {
-  if (!check_new_name(b, st->name, st->name_loc)) return;
+void ib_declare_scalar(Builder *b, const AstStmt *st) {
+  if (!ib_check_new_name(b, st->name, st->name_loc)) return;
   Binding *old = ib_lookup(b, st->name);
   if (old) {
     diag_error(b->d, st->name_loc, "redefinition of '%s'", st->name);
@@ -648,7 +654,7 @@ static void declare_scalar(Builder *b, const AstStmt *st) {
   IrGraph *g = b->g;
   g->scalars = grow(b->a, g->scalars, g->nscalars, &b->cap_scalars, sizeof s);
   g->scalars[g->nscalars] = s;
-  bind(b, st->name, BIND_SCALAR, st->name_loc)->ref = g->nscalars++;
+  ib_bind(b, st->name, BIND_SCALAR, st->name_loc)->ref = g->nscalars++;
 }
 
 /* Reports why name cannot be assigned, or returns its local (NULL when
@@ -658,7 +664,7 @@ static Binding *assign_target(Builder *b, const char *name, Loc loc,
   *bad = true;
   Binding *x = ib_lookup(b, name);
   if (x && x->kind != BIND_LOCAL) {
-    diag_error(b->d, loc, "cannot assign to %s '%s'", bind_kind_name(x->kind),
+    diag_error(b->d, loc, "cannot assign to %s '%s'", ib_kind_name(x->kind),
                name);
     diag_note(b->d, x->loc, "'%s' declared here", name);
     return NULL;
@@ -689,21 +695,21 @@ static Binding *assign(Builder *b, const char *name, Loc name_loc,
   bool bad;
   Binding *x = assign_target(b, name, name_loc, &bad);
   if (bad) {
-    lower(b, value); /* still report errors inside it */
+    ib_lower(b, value); /* still report errors inside it */
     return NULL;
   }
   if (value && value->kind == AST_CALL && ir_find_fn(value->name) &&
       ir_find_fn(value->name)->kind == FN_PAGED) {
     const int ref = ib_lower_view(b, value);
-    if (!x) x = bind(b, name, BIND_LOCAL, name_loc);
+    if (!x) x = ib_bind(b, name, BIND_LOCAL, name_loc);
     x->node = NULL; /* a view, or poisoned after an error */
     x->view = ref + 1;
     return x;
   }
   b->defining = x ? NULL : name;
-  IrNode *n = lower(b, value);
+  IrNode *n = ib_lower(b, value);
   b->defining = NULL;
-  if (!x) x = bind(b, name, BIND_LOCAL, name_loc);
+  if (!x) x = ib_bind(b, name, BIND_LOCAL, name_loc);
   x->node = n;
   x->view = 0;
   if (n) n->name = name;
@@ -721,11 +727,11 @@ static void declare_output(Builder *b, const AstStmt *st) {
   Binding *x = ib_lookup(b, st->name);
   if (x && x->kind != BIND_LOCAL) {
     diag_error(b->d, st->name_loc, "'%s' is already declared as %s %s", st->name,
-               x->kind == BIND_INPUT ? "an" : "a", bind_kind_name(x->kind));
+               x->kind == BIND_INPUT ? "an" : "a", ib_kind_name(x->kind));
     diag_note(b->d, x->loc, "'%s' declared here", st->name);
     return;
   }
-  if (!check_new_name(b, st->name, st->name_loc)) return;
+  if (!ib_check_new_name(b, st->name, st->name_loc)) return;
   IrTensor t = {.name = st->name, .loc = st->name_loc, .is_output = true,
                 .type = DT_NONE, .ndims = -1};
   if (st->has_type) {
@@ -760,7 +766,7 @@ static void declare_grads(Builder *b, const AstStmt *st) {
     if (!x || x->kind != BIND_INPUT) {
       if (x)
         diag_error(b->d, loc, "grad takes inputs; '%s' is a %s", name,
-                   bind_kind_name(x->kind));
+                   ib_kind_name(x->kind));
       else
         diag_error(b->d, loc, "grad takes inputs; '%s' is not a declared "
                    "input", name);
@@ -823,6 +829,7 @@ static void finish_graph(Builder *b) {
 
 static IrGraph *build_graph(Arena *a, Diag *d, const AstGraph *ag) {
   Builder b = {.a = a, .d = d, .graph_errors = d->nerrors};
+  const AstStmt *block = NULL, *second = NULL;
   IrGraph *g = arena_alloc(a, sizeof *g);
   g->name = ag->name;
   g->loc = ag->loc;
@@ -835,13 +842,25 @@ static IrGraph *build_graph(Arena *a, Diag *d, const AstGraph *ag) {
     }
     switch (st->kind) {
     case STMT_INPUT: declare_input(&b, st); break;
-    case STMT_SCALAR: declare_scalar(&b, st); break;
+    case STMT_SCALAR: ib_declare_scalar(&b, st); break;
     case STMT_ASSIGN: assign(&b, st->name, st->name_loc, st->value); break;
     case STMT_OUTPUT: declare_output(&b, st); break;
-    case STMT_GRAD: declare_grads(&b, st); break;
+    case STMT_GRAD:
+      declare_grads(&b, st);
+      if (st->has_block && !block) block = st;
+      else if (st->has_block && !second) second = st;
+      break;
     }
   }
   finish_graph(&b);
+  /* The block speaks of the forward's landmarks (o, the softmax's input,
+   * q, k, v), known once the whole forward is checked. */
+  if (d->nerrors == b.graph_errors && !b.incomplete) ib_grad_block(&b, block);
+  if (second) {
+    diag_error(d, second->loc, "a graph has one grad block");
+    diag_note(d, block->loc, "the first is here");
+    g->grad = NULL;
+  }
   return g;
 }
 

@@ -22,6 +22,7 @@ typedef struct Binding {
   int view;      /* a local bound to a view (paged, packed): the tensor's index + 1 */
   bool whole;    /* an input read whole (dense) by a matmul */
   Loc whole_loc;
+  bool grad;     /* a gradient named by the grad block (ds, dq, ...) */
 } Binding;
 
 /* An output as declared; its value is known at the end of the graph. */
@@ -48,6 +49,7 @@ typedef struct Builder {
   const char *defining; /* the name being assigned, while it is unbound */
   int graph_errors;     /* d->nerrors when the graph started */
   bool incomplete;      /* the parser left holes (AST_ERROR, NULL) */
+  bool grad_block;      /* lowering the grad block: its nodes are its own */
 } Builder;
 
 /* DOM_B..DOM_J for the index names b h i j, else 0. */
@@ -56,6 +58,17 @@ unsigned ib_index_dom(const char *name);
 Binding *ib_lookup(Builder *b, const char *name);
 /* A dimension symbol's index in g, or -1. */
 int ib_find_dim(const IrGraph *g, const char *name);
+
+IrNode *ib_lower(Builder *b, const AstExpr *e);
+IrNode *ib_leaf(Builder *b, IrNode *n); /* numbers a node with no operands */
+Binding *ib_bind(Builder *b, const char *name, int kind, Loc loc);
+/* Rejects a declared name that is built in or is a dimension symbol. */
+bool ib_check_new_name(Builder *b, const char *name, Loc loc);
+const char *ib_kind_name(int kind); /* "input", "scalar", "local" */
+void ib_declare_scalar(Builder *b, const AstStmt *st);
+/* ir_grad.c: the graph's `grad ... { }` block (NULL: none) into g->grad,
+ * after the forward is built and checked. */
+void ib_grad_block(Builder *b, const AstStmt *st);
 
 /* ir_views.c: a view named by a call (paged, paged_hnd, packed), and a
  * matmul operand named whole (or a view of one); tensor indices, or -1

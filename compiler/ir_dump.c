@@ -100,16 +100,19 @@ static void put_leaf(StrBuf *out, const IrGraph *g, const IrNode *n) {
     for (int k = 0; k < 4; k++)
       if (n->ival == (1 << k)) sb_puts(out, index_names[k]);
     break;
-  case IR_INPUT:
+  case IR_INPUT: /* a grad block's gradients are leaves of no tensor (ref -1) */
+    sb_puts(out, n->ref < 0 ? n->name : g->tensors[n->ref].name);
+    break;
   case IR_LOAD: sb_puts(out, g->tensors[n->ref].name); break;
   default: break;
   }
 }
 
-static void put_node(StrBuf *out, const IrGraph *g, const IrNode *n,
-                     bool live) {
+/* One node as `%ID = op operands : type [axes]  # line:col name`; a grad
+ * block's nodes are numbered apart, as &ID. */
+static void put_node(StrBuf *out, const IrGraph *g, const IrNode *n, bool live, char mark) {
   char axes[8];
-  sb_printf(out, "  %%%d = %s", n->id, ir_op_name(n->op));
+  sb_printf(out, "  %c%d = %s", mark, n->id, ir_op_name(n->op));
   bool leafy = n->op == IR_CONST || n->op == IR_SCALAR || n->op == IR_DIM ||
                n->op == IR_INDEX || n->op == IR_INPUT || n->op == IR_LOAD;
   if (leafy) {
@@ -117,7 +120,7 @@ static void put_node(StrBuf *out, const IrGraph *g, const IrNode *n,
     put_leaf(out, g, n);
   }
   for (int k = 0; k < n->nsrc; k++)
-    sb_printf(out, "%s%%%d", k || leafy ? ", " : " ", n->src[k]->id);
+    sb_printf(out, "%s%c%d", k || leafy ? ", " : " ", mark, n->src[k]->id);
   sb_printf(out, " : %s [%s]  # %d:%d", dtype_name(n->type),
             ir_dom_letters(n->dom, axes), n->loc.line, n->loc.col);
   if (n->name) sb_printf(out, " %s", n->name);
@@ -152,7 +155,7 @@ void ir_dump(StrBuf *out, const IrGraph *g) {
     sb_putc(out, '\n');
   }
   bool *live = live_nodes(g);
-  for (int k = 0; k < g->nnodes; k++) put_node(out, g, g->nodes[k], live[k]);
+  for (int k = 0; k < g->nnodes; k++) put_node(out, g, g->nodes[k], live[k], '%');
   mem_free(live);
   for (int k = 0; k < g->noutputs; k++) {
     const IrOutput *o = &g->outputs[k];
@@ -160,7 +163,26 @@ void ir_dump(StrBuf *out, const IrGraph *g) {
     put_shape(out, g, &g->tensors[o->tensor]);
     sb_putc(out, '\n');
   }
+  if (g->grad) ir_dump_grad(out, g);
   sb_putc(out, '\n');
+}
+
+void ir_dump_grad(StrBuf *out, const IrGraph *g) {
+  static const char *const what[IR_GRAD_N] = {"given", "into dq, dk", "stored", "stored",
+                                              "stored"};
+  const IrGradBlock *gb = g->grad;
+  sb_printf(out, "  grad block  # %d:%d\n", gb->loc.line, gb->loc.col);
+  for (int k = 0; k < gb->nnodes; k++) put_node(out, g, gb->nodes[k], true, '&');
+  for (int k = 0; k < IR_GRAD_N; k++) {
+    const IrGradValue *v = &gb->v[k];
+    if (!v->leaf) continue;
+    sb_printf(out, "  %s = &%d", v->leaf->name, v->value->id);
+    if (v->type != DT_NONE) sb_printf(out, " : %s", dtype_name(v->type));
+    sb_printf(out, " %s  # %d:%d\n", what[k], v->loc.line, v->loc.col);
+  }
+  for (int k = 0; k < gb->namax; k++)
+    sb_printf(out, "  output %s = amax(&%d) : f32[1]  # %d:%d\n", gb->amax[k].name,
+              gb->amax[k].value->id, gb->amax[k].loc.line, gb->amax[k].loc.col);
 }
 
 /* Graphviz: one box per node labelled "%ID op [name]" and its line, edges

@@ -135,24 +135,31 @@ static bool bwd_use_sm90(const KernelSpec *fwd, const CompileOptions *o) {
 
 BwdSpec *match_bwd(const KernelSpec *fwd, const CompileOptions *o, Arena *a, Diag *d) {
   const IrGraph *g = fwd->g;
+  /* The FP8 recipe's backward (docs/language.md "FP8 gradients") runs in
+   * the CPU reference (ref_backward_full); no template runs it yet. */
+  static const char fp8_later[] = "the CPU reference computes it; no GPU template does yet";
   if (dtype_is_fp8(fwd->in_type) || fwd->kv_type != fwd->in_type) {
     const bool q8 = dtype_is_fp8(fwd->in_type);
     diag_error(d, g->tensors[q8 ? g->q : g->k].loc,
-               "graph '%s': no backward for %s %s (the FP8 backward comes later)", g->name,
-               dtype_name(q8 ? fwd->in_type : fwd->kv_type), q8 ? "q" : "k and v");
+               "graph '%s': no GPU backward for %s %s (%s)", g->name,
+               dtype_name(q8 ? fwd->in_type : fwd->kv_type), q8 ? "q" : "k and v", fp8_later);
     return NULL;
   }
   if (dtype_is_fp8(fwd->out_type)) {
     const IrOutput *out = &g->outputs[fwd->o_output];
-    diag_error(d, out->loc, "graph '%s': no backward from a %s output '%s' (the backward reads O "
-               "in 16 or 32 bits; the FP8 backward comes later)", g->name,
-               dtype_name(fwd->out_type), out->name);
+    diag_error(d, out->loc, "graph '%s': no GPU backward from a %s output '%s' (%s)", g->name,
+               dtype_name(fwd->out_type), out->name, fp8_later);
     return NULL;
   }
   if (fwd->p_scale || fwd->p_round != DT_NONE) {
     diag_error(d, (fwd->p_scale ? fwd->p_scale : g->pv->src[0])->loc,
-               "graph '%s': no backward through a scaled or rounded P (the FP8 backward comes "
-               "later)", g->name);
+               "graph '%s': no GPU backward through a scaled or rounded P (%s)", g->name,
+               fp8_later);
+    return NULL;
+  }
+  if (g->grad) {
+    diag_error(d, g->grad->loc, "graph '%s': no GPU backward for a grad block's scales, "
+               "roundings and amax (%s)", g->name, fp8_later);
     return NULL;
   }
   if (g->tensors[g->k].paged) {
@@ -171,6 +178,12 @@ BwdSpec *match_bwd(const KernelSpec *fwd, const CompileOptions *o, Arena *a, Dia
   }
   BwdGraph *bg = bwd_derive(g, a, d);
   if (!bg) return NULL;
+  if (bg->o_scale) {
+    const IrOutput *out = &g->outputs[bg->o_output];
+    diag_error(d, out->loc, "graph '%s': the GPU backward reads '%s' as p @ v itself, not "
+               "scaled (the CPU reference differentiates the scaled form)", g->name, out->name);
+    return NULL;
+  }
   BwdSpec *s = arena_alloc(a, sizeof *s);
   s->g = g;
   s->bg = bg;

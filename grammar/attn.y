@@ -66,6 +66,11 @@ typedef struct NameList {
   int n, cap;
 } NameList;
 
+typedef struct StmtList {
+  AstStmt **v;
+  int n, cap;
+} StmtList;
+
 #define PARSE_MAX_DEPTH 256 /* deepest expression, in nodes */
 #define PARSE_MAX_OPEN 512  /* open '(' / '[' remembered for messages */
 
@@ -290,6 +295,7 @@ static AstType parse_scalar_type(ParseState *ps, AstType t, const char *name) {
   DimList dims;
   AstType type;
   NameList names;
+  StmtList stmts;
   AstStmt *stmt;
 }
 
@@ -315,6 +321,7 @@ static AstType parse_scalar_type(ParseState *ps, AstType t, const char *name) {
 %type <type> type
 %type <names> grad_names
 %type <stmt> stmt
+%type <stmts> grad_body
 %type <str> name
 
 %%
@@ -396,11 +403,34 @@ stmt
       $$->name_locs = $2.locs;
       $$->nnames = $2.n;
     }
+  | "grad" grad_names "{" grad_body "}" {
+      /* The backward's own statements (FP8 gradients: dO's type and
+       * scale, dS's rounding, the gradients' types, scales and amax);
+       * ir_build gives them their meaning. */
+      $$ = parse_stmt(ps, STMT_GRAD, @$, NULL, @$);
+      $$->names = $2.v;
+      $$->name_locs = $2.locs;
+      $$->nnames = $2.n;
+      $$->block = $4.v;
+      $$->nblock = $4.n;
+      $$->has_block = true;
+    }
   | error ";" {
       /* A clean restart: report the next statement's errors at once
        * rather than after bison's usual three quiet tokens. */
       $$ = NULL;
       yyerrok;
+    }
+  ;
+
+grad_body
+  : %empty                       { $$ = (StmtList){0}; }
+  | grad_body stmt {
+      $$ = $1;
+      if ($2) {
+        $$.v = parse_grow(ps, $$.v, $$.n, &$$.cap, sizeof *$$.v);
+        $$.v[$$.n++] = $2;
+      }
     }
   ;
 

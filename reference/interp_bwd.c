@@ -41,6 +41,12 @@ typedef struct BwdRef {
   bool *need;   /* forward nodes the sweep evaluates */
   double **fv;  /* forward node values, [Sq][Skv] */
   double **dvv; /* derived node values, [Sq][Skv] */
+  /* The FP8 recipe's edges (BwdGraph p_scale, p_round, o_scale; the grad
+   * block): this pair's P scale and o scale (1 without), and the amax
+   * outputs so far (NULL: not asked for). */
+  double p_scale, o_scale;
+  double *amax;
+  bool block_failed; /* a one-element read of the grad block was out of range */
 } BwdRef;
 
 static int bref_fail(BwdRef *c, const IrNode *n, const char *fmt, ...)
@@ -140,6 +146,14 @@ static void bref_plan(BwdRef *c) {
   if (c->bg->dropout)
     for (int s = 1; s < 4; s++)
       c->need[c->bg->dropout->src[s]->id] = true;
+  if (c->bg->p_scale)
+    c->need[c->bg->p_scale->id] = true;
+  if (c->bg->o_scale && bwd_is_forward(c->bg, c->bg->o_scale))
+    c->need[c->bg->o_scale->id] = true;
+  for (int id = 0; id < c->bg->nnodes; id++) /* e.g. o_scale's factors */
+    for (int s = 0; s < c->bg->nodes[id]->nsrc; s++)
+      if (bwd_is_forward(c->bg, c->bg->nodes[id]->src[s]))
+        c->need[c->bg->nodes[id]->src[s]->id] = true;
   for (int id = g->nnodes - 1; id >= 0; id--) {
     const IrNode *n = g->nodes[id];
     if (!c->need[id])
@@ -215,6 +229,61 @@ static int bref_load(BwdRef *c, const IrNode *n, double *out) {
     out[e] = rt->data[off];
   }
   return 0;
+}
+
+/* A grad block expression (IrGradBlock) at one element whose gradient
+ * (leaf) is x: its other leaves are fixed for the call (constants,
+ * scalars, dimensions, one-element reads). */
+static double bref_block(BwdRef *c, const IrNode *n, const IrNode *leaf, double x) {
+  if (n == leaf) return x;
+  if (n->op == IR_LOAD) {
+    const IrTensor *t = &c->g->tensors[n->ref];
+    const RefTensor *rt = &c->args->tensors[n->ref];
+    int64_t off = 0;
+    for (int k = 0; k < t->ndims; k++) {
+      const double at = bref_block(c, n->src[k], leaf, x);
+      off *= rt->shape[k];
+      if (t->dim_sym[k] < 0 && t->dim_val[k] == 1) continue;
+      if (!(at >= 0 && at < (double)rt->shape[k])) {
+        if (!c->block_failed)
+          bref_fail(c, n, "subscript %d of '%s' is %.17g, outside [0, %lld)", k + 1, t->name,
+                    at, (long long)rt->shape[k]);
+        c->block_failed = true;
+        return 0;
+      }
+      off += (int64_t)at;
+    }
+    return rt->data[off];
+  }
+  if (n->nsrc == 0) return bref_leaf(c, n, 0, 0);
+  double v[IR_MAX_SRC] = {0};
+  for (int s = 0; s < n->nsrc; s++) v[s] = bref_block(c, n->src[s], leaf, x);
+  return ref_apply_op(n, v);
+}
+
+/* max |f(x)| into *m, NaN sticking (as the forward's amax). */
+static void bref_amax_add(double *m, double fx) {
+  if (isnan(*m)) return;
+  *m = isnan(fx) ? fx : fmax(*m, fabs(fx));
+}
+
+/* The amax outputs of gradient `of` over n values xs (NULL: skip). */
+static void bref_amax_over(BwdRef *c, int of, const double *xs, int64_t n) {
+  const IrGradBlock *gb = c->bg->gb;
+  for (int k = 0; c->amax && gb && k < gb->namax; k++) {
+    if (gb->amax[k].of != of) continue;
+    const IrNode *leaf = gb->v[of].leaf;
+    for (int64_t e = 0; e < n; e++)
+      bref_amax_add(&c->amax[k], bref_block(c, gb->amax[k].value, leaf, xs[e]));
+  }
+}
+
+/* A gradient's value as its block statement makes it, in place. */
+static void bref_block_apply(BwdRef *c, int of, double *xs, int64_t n, bool keep_zero) {
+  const IrGradBlock *gb = c->bg->gb;
+  if (!gb || !gb->v[of].leaf || gb->v[of].value == gb->v[of].leaf) return;
+  for (int64_t e = 0; e < n; e++)
+    if (!(keep_zero && xs[e] == 0)) xs[e] = bref_block(c, gb->v[of].value, gb->v[of].leaf, xs[e]);
 }
 
 /* The large loops below run their rows on threads (ref_parallel_rows):
@@ -333,6 +402,7 @@ static const double *bref_value(BwdRef *c, const IrNode *n, const double *ds,
 
 struct BwdWork {
   double *p, *pd, *keep, *dsv, *tmp[IR_MAX_SRC], *buf;
+  double *pr; /* P as p @ v reads it: pd * p_scale, rounded to p_round */
   double *psink; /* per row: the sink's share of the denominator */
 };
 
@@ -416,7 +486,7 @@ static void bref_dkv_rows(void *arg, int64_t lo, int64_t hi) {
       double *restrict dv = a->grads[g->v].data + bref_krow(c, &ts[g->v], j, Dv);
       for (int64_t i = 0; i < Sq; i++) {
         const double *restrict dop = a->dout + bref_qrow(c, i, Dv);
-        const double pd = a->w->pd[i * Skv + j];
+        const double pd = a->w->pr[i * Skv + j] * c->o_scale;
         for (int64_t d = 0; d < Dv; d++)
           dv[d] += pd * dop[d];
       }
@@ -456,8 +526,9 @@ static void bref_accumulate(BwdRef *c, BwdWork *w, RefTensor *grads,
   }
 }
 
-/* Row i: delta_i = rowsum(dO * O) (O given, or recomputed as Pd V), then
- * dS_ij = P_ij (dP_ij - delta_i) with dP through dropout's mask. */
+/* Row i: delta_i = rowsum(dO * O) (O given, or recomputed as (Pr V) times
+ * o's scale), then dS_ij = P_ij (dP_ij - delta_i) with dP through
+ * dropout's mask and P's and o's scales. */
 static void bref_ds_rows(void *arg, int64_t lo, int64_t hi) {
   const BrefRows *a = arg;
   const BwdRef *c = a->c;
@@ -471,9 +542,11 @@ static void bref_ds_rows(void *arg, int64_t lo, int64_t hi) {
       double o = 0;
       if (c->o_given)
         o = c->o_given[bref_qrow(c, i, Dv) + d];
-      else
+      else {
         for (int64_t j = 0; j < Skv; j++)
-          o += w->pd[i * Skv + j] * vt->data[bref_krow(c, vt, j, Dv) + d];
+          o += w->pr[i * Skv + j] * vt->data[bref_krow(c, vt, j, Dv) + d];
+        o *= c->o_scale;
+      }
       delta += o * dop[d];
     }
     a->delta[i] = delta;
@@ -483,8 +556,9 @@ static void bref_ds_rows(void *arg, int64_t lo, int64_t hi) {
       double dpd = 0;
       for (int64_t d = 0; d < Dv; d++)
         dpd += dop[d] * vp[d];
-      /* dP through the same mask: Pd = keep * P * inv. */
-      double dp = w->keep[e] != 0 ? dpd * a->inv : 0.0;
+      /* dP through the same mask (Pd = keep * P * inv), then through P's
+       * scale (its rounding passes the gradient straight) and o's. */
+      double dp = w->keep[e] != 0 ? dpd * a->inv * (c->p_scale * c->o_scale) : 0.0;
       w->dsv[e] = w->p[e] == 0 ? 0.0 : w->p[e] * (dp - delta);
     }
   }
@@ -510,13 +584,25 @@ static int bref_pair(BwdRef *c, BwdWork *w, const double *dout,
     thresh = philox_keep_threshold(rate);
     inv = philox_kept_scale(thresh);
   }
+  /* P's and o's scales for this pair: o_scale's derived nodes come first
+   * (bwd_derive builds them before the chain), and read no dS. */
+  c->p_scale = bg->p_scale ? c->fv[bg->p_scale->id][0] : 1.0;
+  const int early = bg->o_scale && !bwd_is_forward(bg, bg->o_scale) &&
+                    bg->o_scale->op != IR_CONST ? bg->o_scale->id + 1 : 0;
+  for (int id = 0; id < early; id++)
+    if (bref_eval_derived(c, bg->nodes[id], w->dsv, c->dvv[id], w->tmp))
+      return -1;
+  c->o_scale = bg->o_scale ? bref_value(c, bg->o_scale, w->dsv, w->buf)[0] : 1.0;
   for (int64_t i = 0; i < Sq; i++)
     for (int64_t j = 0; j < Skv; j++) {
       bool keep = !bg->dropout ||
                   philox_dropout_byte(seed, offset, c->b, c->h, i, j, c->H,
                                       Sq) >= thresh;
-      w->keep[i * Skv + j] = keep;
-      w->pd[i * Skv + j] = keep ? w->p[i * Skv + j] * inv : 0.0;
+      const int64_t e = i * Skv + j;
+      w->keep[e] = keep;
+      w->pd[e] = keep ? w->p[e] * inv : 0.0;
+      w->pr[e] = bg->p_round != DT_NONE ? dtype_round(bg->p_round, w->pd[e] * c->p_scale)
+                                        : w->pd[e] * c->p_scale;
     }
   /* delta and dS by rows on threads; the sink's gradient (one sum over
    * the rows) after, in row order. */
@@ -534,7 +620,12 @@ static int bref_pair(BwdRef *c, BwdWork *w, const double *dout,
     for (int64_t i = 0; i < Sq; i++) gt->data[off] -= w->psink[i] * delta[i];
   }
   free(delta);
-  for (int id = 0; id < bg->nnodes; id++)
+  /* The grad block's dS: its amax of dS as computed, then dS as the
+   * products read it (where dS is 0, masked or dropped, it stays 0). */
+  bref_amax_over(c, IR_GRAD_DS, w->dsv, Sq * Skv);
+  bref_block_apply(c, IR_GRAD_DS, w->dsv, Sq * Skv, true);
+  if (c->block_failed) return -1;
+  for (int id = early; id < bg->nnodes; id++)
     if (bref_eval_derived(c, bg->nodes[id], w->dsv, c->dvv[id], w->tmp))
       return -1;
   bref_accumulate(c, w, grads, dout);
@@ -545,12 +636,51 @@ static int bref_pair(BwdRef *c, BwdWork *w, const double *dout,
 
 int ref_backward(RefArgs *args, const BwdGraph *bg, const double *dout,
                  RefTensor *grads, StrBuf *err) {
-  return ref_backward_given(args, bg, dout, NULL, NULL, grads, err);
+  return ref_backward_full(args, bg, dout, NULL, NULL, grads, NULL, err);
 }
 
 int ref_backward_given(RefArgs *args, const BwdGraph *bg, const double *dout, const double *lse,
                        const double *o, RefTensor *grads, StrBuf *err) {
-  BwdRef c = {.args = args, .bg = bg, .g = bg->g, .err = err, .lse_given = lse, .o_given = o};
+  return ref_backward_full(args, bg, dout, lse, o, grads, NULL, err);
+}
+
+/* The grad block's edges around the sweep: the incoming gradient's value
+ * (into *dov, a copy, when the block changes it), and after the sweep
+ * each gradient's amax and stored value. */
+static int bref_given_dout(BwdRef *c, const double *dout, const double **dov, double **owned) {
+  const IrGradBlock *gb = c->bg->gb;
+  const RefTensor *q = &c->args->tensors[c->g->q];
+  const int64_t rows = c->seq ? q->shape[0] * c->H : c->B * c->H * c->Sq;
+  const int64_t n = rows * c->Dv;
+  *dov = dout;
+  bref_amax_over(c, IR_GRAD_DO, dout, n);
+  if (!gb || gb->v[IR_GRAD_DO].value == gb->v[IR_GRAD_DO].leaf) return c->block_failed ? -1 : 0;
+  *owned = malloc((size_t)(n + 1) * sizeof **owned);
+  if (!*owned) return bref_fail(c, NULL, "out of memory");
+  memcpy(*owned, dout, (size_t)n * sizeof **owned);
+  bref_block_apply(c, IR_GRAD_DO, *owned, n, false);
+  *dov = *owned;
+  return c->block_failed ? -1 : 0;
+}
+
+static int bref_store_grads(BwdRef *c, RefTensor *grads) {
+  const IrGraph *g = c->g;
+  const int qkv[3] = {g->q, g->k, g->v};
+  for (int r = 0; c->bg->gb && r < 3; r++) {
+    if (!g->tensors[qkv[r]].grad) continue;
+    RefTensor *t = &grads[qkv[r]];
+    bref_amax_over(c, IR_GRAD_DQ + r, t->data, ref_numel(t));
+    bref_block_apply(c, IR_GRAD_DQ + r, t->data, ref_numel(t), false);
+  }
+  return c->block_failed ? -1 : 0;
+}
+
+int ref_backward_full(RefArgs *args, const BwdGraph *bg, const double *dout, const double *lse,
+                      const double *o, RefTensor *grads, double *amax, StrBuf *err) {
+  BwdRef c = {.args = args, .bg = bg, .g = bg->g, .err = err, .lse_given = lse, .o_given = o,
+              .amax = amax};
+  double *dout_owned = NULL;
+  for (int k = 0; amax && bg->gb && k < bg->gb->namax; k++) amax[k] = 0;
   if (args->g != bg->g)
     return bref_fail(&c, NULL, "the arguments are for another graph");
   if (!dout || !grads)
@@ -585,6 +715,8 @@ int ref_backward_given(RefArgs *args, const BwdGraph *bg, const double *dout, co
   if (bref_bind(&c))
     goto done;
   bref_plan(&c);
+  if (bref_given_dout(&c, dout, &dout, &dout_owned))
+    goto done;
   size_t cnt = (size_t)(c.Sq * c.Skv), bytes = (cnt + 1) * sizeof(double);
   bool ok = true;
   for (int id = 0; id < g->nnodes; id++)
@@ -592,7 +724,8 @@ int ref_backward_given(RefArgs *args, const BwdGraph *bg, const double *dout, co
       ok &= (c.fv[id] = malloc(bytes)) != NULL;
   for (int id = 0; id < bg->nnodes; id++)
     ok &= (c.dvv[id] = malloc(bytes)) != NULL;
-  ok &= (w.p = malloc(bytes)) && (w.pd = malloc(bytes)) && (w.keep = malloc(bytes)) &&
+  ok &= (w.p = malloc(bytes)) && (w.pd = malloc(bytes)) && (w.pr = malloc(bytes)) &&
+        (w.keep = malloc(bytes)) &&
         (w.dsv = malloc(bytes)) && (w.buf = malloc(bytes)) &&
         (w.psink = malloc((size_t)(c.Sq > 0 ? c.Sq : 1) * sizeof(double)));
   for (int s = 0; s < IR_MAX_SRC; s++)
@@ -620,6 +753,8 @@ int ref_backward_given(RefArgs *args, const BwdGraph *bg, const double *dout, co
       if (bref_pair(&c, &w, dout, grads))
         goto done;
     }
+  if (bref_store_grads(&c, grads))
+    goto done;
   rc = 0;
 done:
   if (rc && grads)
@@ -632,8 +767,10 @@ done:
     free(c.fv[id]);
   for (int id = 0; c.dvv && id < bg->nnodes; id++)
     free(c.dvv[id]);
+  free(dout_owned);
   free(w.p);
   free(w.pd);
+  free(w.pr);
   free(w.keep);
   free(w.dsv);
   free(w.buf);

@@ -179,5 +179,15 @@ int ref_backward(RefArgs *args, const BwdGraph *bg, const double *dout,
  * parallelism's backward; tests/unit/test_shards.c). */
 int ref_backward_given(RefArgs *args, const BwdGraph *bg, const double *dout, const double *lse,
                        const double *o, RefTensor *grads, StrBuf *err);
+/* Either of the above (lse and o NULL: recomputed), and the grad block's
+ * amax outputs into amax[0 .. bg->gb->namax) (NULL: not computed). With a
+ * grad block (docs/language.md "FP8 gradients"), dout holds the incoming
+ * gradient as stored and the block gives its value; dS is the block's
+ * before the products; grads hold each gradient as the block stores it
+ * (its value: scaled and, where the block says, rounded, but not rounded
+ * to its storage type, as ref_forward leaves outputs); P is rounded for dV
+ * as p @ v reads it, from the normalized P. */
+int ref_backward_full(RefArgs *args, const BwdGraph *bg, const double *dout, const double *lse,
+                      const double *o, RefTensor *grads, double *amax, StrBuf *err);
 
 #endif

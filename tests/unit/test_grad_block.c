@@ -1,0 +1,286 @@
+/*
+ * test_grad_block.c: the backward's FP8 edges (a graph's grad block, P's
+ * scale and rounding, a scaled attention output; docs/language.md "FP8
+ * gradients") in the CPU reference: against central finite differences
+ * where nothing is rounded, and against a naive loop nest of cuDNN's FP8
+ * recipe, written here from the semantics, where everything is.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ref.h"
+#include "unit_build.h"
+
+typedef struct GbRun {
+  Arena *a;
+  IrGraph *g;
+  BwdGraph *bg;
+  RefArgs args;
+  double *dout; /* the incoming gradient as stored */
+  int64_t ndout;
+  RefTensor *grads;
+  double amax[8];
+} GbRun;
+
+static int gb_tensor(const IrGraph *g, const char *name) {
+  for (int t = 0; t < g->ntensors; t++)
+    if (!strcmp(g->tensors[t].name, name)) return t;
+  cr_assert_fail("no tensor '%s'", name);
+  return -1;
+}
+
+/* Builds text, makes inputs of shape (descale[0] = 0.75 where declared),
+ * runs the forward, draws dO (rounded to the block's type) and runs the
+ * backward with its amax outputs. */
+static GbRun gb_run(const char *text, const char *shape) {
+  GbRun r = {.a = arena_new()};
+  r.g = unit_build(r.a, "<grad block>", text)->graphs[0];
+  Diag d = {0};
+  r.bg = bwd_derive(r.g, r.a, &d);
+  cr_assert(r.bg, "bwd_derive: %s", d.out.data ? d.out.data : "");
+  diag_free(&d);
+  r.args = (RefArgs){.g = r.g};
+  StrBuf err = {0};
+  cr_assert_eq(ref_make_inputs(&r.args, shape, 11, &err), 0, "%s", err.data);
+  for (int t = 0; t < r.g->ntensors; t++)
+    if (!strcmp(r.g->tensors[t].name, "descale")) r.args.tensors[t].data[0] = 0.75;
+  cr_assert_eq(ref_forward(&r.args, &err), 0, "%s", err.data);
+  const int ot = r.g->outputs[r.bg->o_output].tensor;
+  r.ndout = ref_numel(&r.args.tensors[ot]);
+  r.dout = malloc((size_t)r.ndout * sizeof *r.dout);
+  const DType dt = r.g->grad && r.g->grad->v[IR_GRAD_DO].type != DT_NONE
+                       ? r.g->grad->v[IR_GRAD_DO].type : DT_F32;
+  RefRng rng = ref_rng(5, 3);
+  for (int64_t e = 0; e < r.ndout; e++) r.dout[e] = dtype_round(dt, ref_rng_normal(&rng));
+  r.grads = calloc((size_t)r.g->ntensors, sizeof *r.grads);
+  cr_assert_eq(ref_backward_full(&r.args, r.bg, r.dout, NULL, NULL, r.grads, r.amax, &err), 0,
+               "%s", err.data);
+  sb_free(&err);
+  return r;
+}
+
+static void gb_free(GbRun *r) {
+  for (int t = 0; t < r->g->ntensors; t++) free(r->grads[t].data);
+  free(r->grads);
+  free(r->dout);
+  ref_args_free(&r->args);
+  arena_free(r->a);
+}
+
+/* Without roundings the block is arithmetic: the stored dq is scale_dq
+ * times d/dq of sum(dO's value * o), where o = out * scale_o, out = (p *
+ * scale_s @ v) * (descale_v / scale_s), and dO's value is do * descale[0]
+ * (a one-element device tensor). */
+Test(grad_block, scales_match_finite_differences) {
+  GbRun r = gb_run("attention t {\n"
+                   "  input q : f32[B, H, S, 8];\n  input k : f32[B, H, S, 8];\n"
+                   "  input v : f32[B, H, S, 8];\n  input descale : f32[1];\n"
+                   "  scalar scale_s : f32 = 3.0;\n  scalar descale_v : f32 = 0.5;\n"
+                   "  scalar scale_o : f32 = 1.5;\n"
+                   "  s = mask(q @ k^T * 0.3, j <= i);\n  p = softmax(s);\n"
+                   "  out = ((p * scale_s) @ v) * (descale_v / scale_s);\n"
+                   "  output o = out * scale_o;\n  output lse = logsumexp(s);\n"
+                   "  grad q, k, v {\n"
+                   "    do = do * descale[0];\n"
+                   "    output dq = dq * 4.0;\n    output dk = dk / 2.0;\n"
+                   "    output amax_dv = amax(dv);\n"
+                   "  }\n}\n",
+                   "B=2,H=2,S=5");
+  const int ot = r.g->outputs[r.bg->o_output].tensor;
+  const char *names[3] = {"q", "k", "v"};
+  const double stored[3] = {4.0, 0.5, 1.0};
+  const double h = 1e-5;
+  StrBuf err = {0};
+  for (int n = 0; n < 3; n++) {
+    const int t = gb_tensor(r.g, names[n]);
+    RefTensor *x = &r.args.tensors[t];
+    double num = 0, den = 0;
+    for (int64_t e = 0; e < ref_numel(x); e++) {
+      double loss[2];
+      const double keep = x->data[e];
+      for (int side = 0; side < 2; side++) {
+        x->data[e] = keep + (side ? -h : h);
+        cr_assert_eq(ref_forward(&r.args, &err), 0, "%s", err.data);
+        loss[side] = 0;
+        for (int64_t i = 0; i < r.ndout; i++)
+          loss[side] += r.dout[i] * 0.75 * r.args.tensors[ot].data[i];
+      }
+      x->data[e] = keep;
+      const double fd = (loss[0] - loss[1]) / (2 * h), an = r.grads[t].data[e] / stored[n];
+      num += (fd - an) * (fd - an);
+      den += an * an;
+    }
+    cr_assert(den > 0, "d%s is all zero", names[n]);
+    cr_expect(sqrt(num / den) < 1e-6, "d%s: relative error %g", names[n], sqrt(num / den));
+  }
+  double m = 0;
+  const RefTensor *dv = &r.grads[gb_tensor(r.g, "v")];
+  for (int64_t e = 0; e < ref_numel(dv); e++) m = fmax(m, fabs(dv->data[e]));
+  cr_expect(m > 0 && r.amax[0] == m, "amax_dv %g, max |dv| %g", r.amax[0], m);
+  sb_free(&err);
+  gb_free(&r);
+}
+
+#define FP8_GRAPH                                                              \
+  "attention fp8_train {\n"                                                   \
+  "  input q : e4m3[B, H, S, 32];\n  input k : e4m3[B, H, S, 32];\n"          \
+  "  input v : e4m3[B, H, S, 32];\n  input descale : f32[1];\n"               \
+  "  scalar scale : f32 = 0.125;\n  scalar descale_q : f32 = 0.5;\n"          \
+  "  scalar descale_k : f32 = 2.0;\n  scalar descale_v : f32 = 0.25;\n"       \
+  "  scalar scale_s : f32 = 448.0;\n  scalar scale_o : f32 = 3.0;\n"          \
+  "  s = (q @ k^T) * (scale * descale_q * descale_k);\n"                      \
+  "  s = mask(s, j <= i);\n  p = softmax(s);\n"                               \
+  "  out = (e4m3(p * scale_s) @ v) * (descale_v / scale_s);\n"                \
+  "  output o : e4m3[B, H, S, 32] = out * scale_o;\n"                         \
+  "  output lse = logsumexp(s);\n"                                            \
+  "  grad q, k, v {\n"                                                        \
+  "    scalar scale_dp : f32 = 64.0;\n"                                       \
+  "    input do : e5m2;\n    do = do * descale[0];\n"                         \
+  "    output amax_dp = amax(ds);\n"                                          \
+  "    ds = e5m2(ds * scale_dp) / scale_dp;\n"                                \
+  "    output dq : e4m3 = dq * 8.0;\n    output dk : e4m3 = dk * 16.0;\n"     \
+  "    output dv : bf16;\n"                                                   \
+  "    output amax_dq = amax(dq);\n    output amax_dv = amax(dv);\n"          \
+  "    output amax_do = amax(do);\n"                                          \
+  "  }\n}\n"
+
+static double rel_err(const double *got, const double *want, int64_t n) {
+  double num = 0, den = 0;
+  for (int64_t e = 0; e < n; e++) {
+    num += (got[e] - want[e]) * (got[e] - want[e]);
+    den += want[e] * want[e];
+  }
+  cr_assert(den > 0, "the expected gradient is all zero");
+  return sqrt(num / den);
+}
+
+/* The recipe by hand, per (b, h): S, P = exp(S - lse) (causal), P rounded
+ * to e4m3 after scale_s, o from it, dO's value, dV, dP (through scale_s and
+ * o's scale), delta from o, dS, its amax, dS rounded to e5m2 with
+ * scale_dp, dQ and dK from the rounded dS, each stored scaled. */
+Test(grad_block, fp8_recipe_by_hand) {
+  GbRun r = gb_run(FP8_GRAPH, "B=2,H=2,S=24");
+  const int64_t B = 2, H = 2, S = 24, D = 32;
+  const double *q = r.args.tensors[gb_tensor(r.g, "q")].data;
+  const double *k = r.args.tensors[gb_tensor(r.g, "k")].data;
+  const double *v = r.args.tensors[gb_tensor(r.g, "v")].data;
+  const double qk_scale = 0.125 * 0.5 * 2.0, c_o = 0.25 / 448.0 * 3.0, ddo = 0.75;
+  const int64_t nq = B * H * S * D;
+  double *dq = calloc((size_t)nq, sizeof *dq), *dk = calloc((size_t)nq, sizeof *dk);
+  double *dv = calloc((size_t)nq, sizeof *dv);
+  double amax_dp = 0, amax_do = 0;
+  double *P = malloc(sizeof(double) * S * S), *pr = malloc(sizeof(double) * S * S);
+  double *ds = malloc(sizeof(double) * S * S), *o = malloc(sizeof(double) * S * D);
+  for (int64_t e = 0; e < nq; e++) amax_do = fmax(amax_do, fabs(r.dout[e] * ddo));
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < H; h++) {
+      const int64_t base = (b * H + h) * S * D;
+      const double *qb = q + base, *kb = k + base, *vb = v + base, *dob = r.dout + base;
+      for (int64_t i = 0; i < S; i++) {
+        double m = -INFINITY, sum = 0;
+        for (int64_t j = 0; j <= i; j++) {
+          double s = 0;
+          for (int64_t d = 0; d < D; d++) s += qb[i * D + d] * kb[j * D + d];
+          P[i * S + j] = s * qk_scale;
+          m = fmax(m, P[i * S + j]);
+        }
+        for (int64_t j = 0; j <= i; j++) sum += exp(P[i * S + j] - m);
+        const double lse = m + log(sum);
+        for (int64_t j = 0; j < S; j++) {
+          P[i * S + j] = j <= i ? exp(P[i * S + j] - lse) : 0;
+          pr[i * S + j] = dtype_round(DT_E4M3, P[i * S + j] * 448.0);
+        }
+        for (int64_t d = 0; d < D; d++) {
+          double acc = 0;
+          for (int64_t j = 0; j < S; j++) acc += pr[i * S + j] * vb[j * D + d];
+          o[i * D + d] = acc * c_o;
+        }
+      }
+      for (int64_t i = 0; i < S; i++) {
+        double delta = 0;
+        for (int64_t d = 0; d < D; d++) delta += dob[i * D + d] * ddo * o[i * D + d];
+        for (int64_t j = 0; j < S; j++) {
+          double dpv = 0;
+          for (int64_t d = 0; d < D; d++) dpv += dob[i * D + d] * ddo * vb[j * D + d];
+          const double x = j <= i ? P[i * S + j] * (dpv * 448.0 * c_o - delta) : 0;
+          amax_dp = fmax(amax_dp, fabs(x));
+          ds[i * S + j] = x == 0 ? 0 : dtype_round(DT_E5M2, x * 64.0) / 64.0;
+        }
+      }
+      for (int64_t i = 0; i < S; i++)
+        for (int64_t j = 0; j < S; j++)
+          for (int64_t d = 0; d < D; d++) {
+            dq[base + i * D + d] += ds[i * S + j] * qk_scale * kb[j * D + d];
+            dk[base + j * D + d] += ds[i * S + j] * qk_scale * qb[i * D + d];
+            dv[base + j * D + d] += pr[i * S + j] * c_o * dob[i * D + d] * ddo;
+          }
+    }
+  double amax_dq = 0, amax_dv = 0;
+  for (int64_t e = 0; e < nq; e++) {
+    amax_dq = fmax(amax_dq, fabs(dq[e]));
+    amax_dv = fmax(amax_dv, fabs(dv[e]));
+    dq[e] *= 8.0;
+    dk[e] *= 16.0;
+  }
+  cr_expect(rel_err(r.grads[gb_tensor(r.g, "q")].data, dq, nq) < 1e-12, "dq");
+  cr_expect(rel_err(r.grads[gb_tensor(r.g, "k")].data, dk, nq) < 1e-12, "dk");
+  cr_expect(rel_err(r.grads[gb_tensor(r.g, "v")].data, dv, nq) < 1e-12, "dv");
+  /* amax_dp, amax_dq, amax_dv, amax_do in the block's order */
+  const double want[4] = {amax_dp, amax_dq, amax_dv, amax_do};
+  for (int x = 0; x < 4; x++)
+    cr_expect(want[x] > 0 && fabs(r.amax[x] - want[x]) <= 1e-12 * want[x], "%s: %.17g, want %.17g",
+              r.g->grad->amax[x].name, r.amax[x], want[x]);
+  free(dq);
+  free(dk);
+  free(dv);
+  free(P);
+  free(pr);
+  free(ds);
+  free(o);
+  gb_free(&r);
+}
+
+/* The block is only at the backward's edges: with every scale 1 and no
+ * rounding, the gradients are the plain graph's to the last bit. */
+Test(grad_block, identity_block_changes_nothing) {
+#define PLAIN(GRAD)                                                            \
+  "attention t {\n"                                                           \
+  "  input q : bf16[B, H, S, 16];\n  input k : bf16[B, H, S, 16];\n"          \
+  "  input v : bf16[B, H, S, 16];\n"                                          \
+  "  s = mask(q @ k^T * 0.25, j <= i);\n  p = softmax(s);\n"                  \
+  "  output o = p @ v;\n  output lse = logsumexp(s);\n"                       \
+  "  grad q, k, v" GRAD "\n}\n"
+  const char *a = PLAIN(";");
+  const char *b = PLAIN(" {\n    do = do * 1.0;\n    ds = ds / 1.0;\n    output dq : bf16 = dq * 1.0;\n  }");
+#undef PLAIN
+  GbRun x = gb_run(a, "B=1,H=2,S=9"), y = gb_run(b, "B=1,H=2,S=9");
+  for (int t = 0; t < 3; t++) {
+    const RefTensor *gx = &x.grads[t], *gy = &y.grads[t];
+    cr_assert_eq(ref_numel(gx), ref_numel(gy));
+    cr_expect(memcmp(gx->data, gy->data, (size_t)ref_numel(gx) * sizeof(double)) == 0,
+              "d%s differs", x.g->tensors[t].name);
+  }
+  gb_free(&x);
+  gb_free(&y);
+}
+
+/* `attnc ir --backward` names the block's edges. */
+Test(grad_block, dump_names_the_edges) {
+  Arena *a = arena_new();
+  IrGraph *g = unit_build(a, "<grad block>", FP8_GRAPH)->graphs[0];
+  Diag d = {0};
+  BwdGraph *bg = bwd_derive(g, a, &d);
+  cr_assert(bg, "%s", d.out.data ? d.out.data : "");
+  StrBuf out = {0};
+  bwd_dump(&out, bg);
+  const char *want[] = {"given do : e5m2[B, H, S, 32] (the gradient of o), read as &",
+                        "pr = e4m3(p * %", "ds = &", "stored as &", ": e4m3",
+                        "amax_dp = max |&"};
+  for (size_t x = 0; x < sizeof want / sizeof *want; x++)
+    cr_expect(strstr(out.data, want[x]), "no '%s' in\n%s", want[x], out.data);
+  sb_free(&out);
+  diag_free(&d);
+  arena_free(a);
+}
