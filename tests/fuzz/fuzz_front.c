@@ -1,8 +1,9 @@
 /* fuzz_front.c: libFuzzer harness for the front end and the code
  * generator. Any byte string goes through source_from_string ->
- * parse_source -> (if it parsed) ir_build -> (if it built) compile_module
- * for sm_80 and sm_90a (matcher, backward derivation, planner, emitters;
- * no NVRTC) on a fresh arena, which is then freed: the harness finds
+ * parse_source -> (if it parsed) ir_build -> (if it built) the derived
+ * backward of each graph with grad, and compile_module for sm_80 and
+ * sm_90a (matcher, backward derivation, planner, emitters; no NVRTC) on a
+ * fresh arena, which is then freed: the harness finds
  * crashes, hangs, leaks and sanitizer reports, and checks the promises
  * that every failure comes with a located error and that the plan reader
  * reads back exactly what the writer wrote. */
@@ -26,6 +27,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     IrModule *m = ir_build(ast, a, &d);
     if (!m && d.nerrors == 0)
       abort(); /* a failed build must say why */
+    /* The derived backward (and a grad block's edges) of every graph with
+     * grad: derived, or refused with a located reason; its dump total. */
+    for (int g = 0; m && g < m->ngraphs; g++) {
+      if (!bwd_has_grad(m->graphs[g])) continue;
+      Diag bd = {0};
+      BwdGraph *bg = bwd_derive(m->graphs[g], a, &bd);
+      if (!bg && bd.nerrors == 0) abort();
+      if (bg) {
+        StrBuf out = {0};
+        bwd_dump(&out, bg);
+        sb_free(&out);
+      }
+      diag_free(&bd);
+    }
     static const char *const targets[] = {"sm_80", "sm_90a"};
     for (int t = 0; m && t < 2; t++) {
       Diag ed = {0};
