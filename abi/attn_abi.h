@@ -10,8 +10,8 @@
 #ifndef ATTN_ABI_H
 #define ATTN_ABI_H
 
-#define ATTN_ABI_VERSION 4
-#define ATTN_MAX_TENSORS 16 /* inputs and outputs of one graph */
+#define ATTN_ABI_VERSION 5
+#define ATTN_MAX_TENSORS 24 /* a graph's inputs and outputs, and its backward's */
 #define ATTN_MAX_SCALARS 16
 #define ATTN_MAX_DIMS 16 /* dimension symbols: B, H, Sq, ... */
 /* The backward's row passes (delta, dQ's and dK/dV's conversions) take

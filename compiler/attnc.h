@@ -500,6 +500,9 @@ typedef struct IrPChain {
   IrNode *dropout, *scale, *round, *bad;
 } IrPChain;
 IrPChain ir_p_chain(const IrGraph *g);
+/* The attention output: the first output whose value is p @ v, or p @ v
+ * times values fixed per (b, h) (`o = out * scale_o`); -1 when none is. */
+int ir_attention_output(const IrGraph *g);
 /* A folded constant (ir_fold.c): f for floats, i for integers and bools. */
 typedef struct IrConst {
   DType t;
@@ -960,9 +963,17 @@ typedef enum BwdBiasMode {
                       from delta and lse, one CTA per element, in a fixed
                       order */
 } BwdBiasMode;
+#define BWD_MAX_AMAX 8 /* amax outputs of a grad block */
 typedef struct BwdSlots {
   int o, lse;
   int dout, delta, dqa, dq, dk, dv, dka, dva;
+  /* FP8 (a grad block's graphs, docs/language.md "FP8 gradients"): the
+   * 16-bit copies of FP8 q, k, v and dO the backward's kernels read
+   * (workspace, written by its convert8 step; -1 for a 16-bit tensor),
+   * and the block's amax outputs, in its order. */
+  int q16, k16, v16, do16;
+  int namax;
+  int amax[BWD_MAX_AMAX];
   int nbias;
   int bias[BWD_MAX_BIAS];      /* tensor index of each bias with grad */
   int dbias[BWD_MAX_BIAS];     /* slot of its gradient d<name> */
@@ -989,6 +1000,13 @@ static inline bool bwd_bias_accumulated(BwdBiasMode m) {
 }
 /* The index in s's bias list of the softmax sink's gradient, or -1. */
 int bwd_sink_entry(const BwdSlots *s);
+/* The storage type of the backward's dO (IR_GRAD_DO) or of q's, k's or
+ * v's gradient (IR_GRAD_DQ..DV): the grad block's, else dO takes q's type
+ * (o's when q is FP8) and a gradient its input's. */
+DType bwd_grad_type(const IrGraph *g, int which);
+/* Whether g's backward is the FP8 recipe's (BwdSpec.fp8): FP8 q, k, v or
+ * o, P scaled or rounded before p @ v, o scaled, or a grad block. */
+bool bwd_is_fp8(const IrGraph *g);
 
 /* What the backward template is filled from. */
 typedef struct BwdSpec {
@@ -1011,6 +1029,11 @@ typedef struct BwdSpec {
    * warpgroup half of the columns), wide (D 64: 128-query tiles),
    * persistent (a grid of at most one CTA per SM walking a tile queue). */
   bool split_d, wide, persistent;
+  /* The FP8 recipe's backward (FP8 q, k, v or o, P scaled or rounded, o
+   * scaled, a grad block): bwd_sm80 on every target, reading 16-bit copies
+   * of FP8 tensors (BwdSlots q16..) and calling the block's hooks
+   * (emit_bwd.c, ATTN_BWD_FP8); dense tensors, no deterministic mode. */
+  bool fp8;
 } BwdSpec;
 
 /* Derives and matches the backward of a graph whose forward matched as

@@ -194,6 +194,119 @@ static void draw_reads(const BwdSpec *s, Arena *a, bool *acc, bool *mem) {
   sb_free(&hk.body);
 }
 
+/* ------------------------------------------------- the FP8 backward */
+
+/* A storage type as attn_store_pair's KIND. */
+static int store_kind(DType t) {
+  switch (t) {
+  case DT_BF16: return 0;
+  case DT_F16: return 1;
+  case DT_F32: return 2;
+  case DT_E4M3: return 3;
+  default: return 4; /* e5m2 */
+  }
+}
+
+/* A hook over the grad block's own nodes: its leaf is the parameter x. */
+static void block_hook_init(ExprHook *hk, IrGraph *view, const BwdSpec *s, IrNode *leaf,
+                            Arena *a) {
+  *view = *s->g;
+  view->nodes = s->g->grad->nodes;
+  view->nnodes = s->g->grad->nnodes;
+  expr_init(hk, a, view, 0);
+  hk->vars[leaf->id] = "x";
+}
+
+/* `float NAME(float x, const attn_params &p)` returning the block's value
+ * of gradient `which` (x itself when the block leaves it alone). */
+static void emit_block_value(StrBuf *out, const BwdSpec *s, int which, const char *name,
+                             Arena *a) {
+  const IrGradBlock *gb = s->g->grad;
+  if (!gb || !gb->v[which].leaf || gb->v[which].value == gb->v[which].leaf) {
+    sb_printf(out, "static __device__ __forceinline__ float %s(float x, const attn_params &p) {\n"
+                   "  (void)p;\n  return x;\n}\n\n", name);
+    return;
+  }
+  IrGraph view;
+  ExprHook hk;
+  block_hook_init(&hk, &view, s, gb->v[which].leaf, a);
+  const char *ret = expr_as(&hk, gb->v[which].value, DT_F32);
+  expr_put_fn(out, &hk, arena_printf(a, "float %s(float x, const attn_params &p)", name), ret);
+}
+
+static const char *const grad_tag[IR_GRAD_N] = {"do", "ds", "dq", "dk", "dv"};
+
+/* For gradient `which`: attn_bwd_amax_TAG(x, m, p) maxes each of its amax
+ * outputs' |value| at element x into m[k] (as attn_amax_bits), and
+ * attn_bwd_amax_commit_TAG(m, p) reduces m over the active lanes of the
+ * warp into the outputs (bwd80_amax_commit). */
+static void emit_block_amax(StrBuf *out, const BwdSpec *s, int which, Arena *a) {
+  const IrGradBlock *gb = s->g->grad;
+  const char *tag = grad_tag[which];
+  sb_printf(out, "static __device__ __forceinline__ void attn_bwd_amax_%s(float x, unsigned "
+                 "(&m)[BWD80_AMAX_MAX], const attn_params &p) {\n", tag);
+  int n = 0;
+  for (int k = 0; gb && k < gb->namax && k < BWD_MAX_AMAX; k++) {
+    if (gb->amax[k].of != which) continue;
+    IrGraph view;
+    ExprHook hk;
+    block_hook_init(&hk, &view, s, gb->v[which].leaf, a);
+    const char *v = expr_as(&hk, gb->amax[k].value, DT_F32);
+    sb_printf(out, "  { /* %s */\n", gb->amax[k].name);
+    if (hk.body.len) sb_puts(out, hk.body.data);
+    sb_free(&hk.body);
+    sb_printf(out, "    m[%d] = max(m[%d], attn_amax_bits(%s));\n  }\n", n, n, v);
+    n++;
+  }
+  sb_puts(out, "  (void)x; (void)m; (void)p;\n}\n\n");
+  sb_printf(out, "static __device__ __forceinline__ void attn_bwd_amax_commit_%s(const unsigned "
+                 "(&m)[BWD80_AMAX_MAX], const attn_params &p) {\n", tag);
+  n = 0;
+  for (int k = 0; gb && k < gb->namax && k < BWD_MAX_AMAX; k++)
+    if (gb->amax[k].of == which) {
+      sb_printf(out, "  bwd80_amax_commit(m[%d], %d, p); /* %s */\n", n, s->slots.amax[k],
+                gb->amax[k].name);
+      n++;
+    }
+  sb_puts(out, "  (void)m; (void)p;\n}\n\n");
+}
+
+static int block_amax_count(const BwdSpec *s, int which) {
+  const IrGradBlock *gb = s->g->grad;
+  int n = 0;
+  for (int k = 0; gb && k < gb->namax && k < BWD_MAX_AMAX; k++) n += gb->amax[k].of == which;
+  return n;
+}
+
+/* The FP8 backward's hooks (bwd_sm80.cuh declares them under
+ * ATTN_BWD_FP8), after the template: the factors P V's gradient carries
+ * (P's scale, o's, dO's descale), dS's and each gradient's values as the
+ * grad block makes them, and the block's amax outputs. */
+static void emit_fp8_hooks(StrBuf *out, const BwdSpec *s, Arena *a) {
+  sb_puts(out, "/* The FP8 backward's hooks (docs/language.md \"FP8 gradients\"). */\n");
+  emit_block_value(out, s, IR_GRAD_DO, "attn_bwd_do_value", a);
+  ExprHook hk;
+  bwd_hook_init(&hk, s, a);
+  const char *o_scale = s->bg->o_scale ? expr_as(&hk, s->bg->o_scale, DT_F32) : "1.f";
+  sb_puts(out, "/* dP's, dV's and delta's factors for (b, h): P's scale, o's scale and\n"
+               " * dO's descale (attnc ir --backward: dp, dv, delta). */\n"
+               "static __device__ __forceinline__ bwd80_factors attn_bwd_factors(int b, int h, "
+               "const attn_params &p) {\n");
+  if (hk.body.len) sb_puts(out, hk.body.data);
+  sb_free(&hk.body);
+  sb_printf(out, "  const float o_scale = %s;\n"
+                 "  const float do_scale = attn_bwd_do_value(1.f, p);\n"
+                 "  const float p_scale = attn_p_scale_value(b, h, p);\n"
+                 "  (void)b; (void)h;\n"
+                 "  return {p_scale * o_scale * do_scale, o_scale * do_scale, do_scale};\n}\n\n",
+            o_scale);
+  emit_block_value(out, s, IR_GRAD_DS, "attn_bwd_ds_value", a);
+  emit_block_value(out, s, IR_GRAD_DQ, "attn_bwd_store_dq", a);
+  emit_block_value(out, s, IR_GRAD_DK, "attn_bwd_store_dk", a);
+  emit_block_value(out, s, IR_GRAD_DV, "attn_bwd_store_dv", a);
+  for (int w = 0; w < IR_GRAD_N; w++) emit_block_amax(out, s, w, a);
+}
+
 void emit_bwd_body(StrBuf *out, const BwdSpec *s, MacroSet *ms, bool key, Arena *a) {
   const BwdSlots *sl = &s->slots;
   sb_printf(out, "\n/* ---- backward (templates/%s) ---- */\n",
@@ -206,6 +319,35 @@ void emit_bwd_body(StrBuf *out, const BwdSpec *s, MacroSet *ms, bool key, Arena 
   macro_def(out, ms, a, "ATTN_TDV", sl->dv);
   macro_def(out, ms, a, "ATTN_TDKA", sl->dka);
   macro_def(out, ms, a, "ATTN_TDVA", sl->dva);
+  /* The 16-bit q, k, v and dO the kernels read (the FP8 backward's copies
+   * of FP8 ones) and the gradients' storage types (attn_store_pair's
+   * kinds). */
+  const IrGraph *g = s->g;
+  macro_def(out, ms, a, "ATTN_BWD_TQ", sl->q16 >= 0 ? sl->q16 : g->q);
+  macro_def(out, ms, a, "ATTN_BWD_TK", sl->k16 >= 0 ? sl->k16 : g->k);
+  macro_def(out, ms, a, "ATTN_BWD_TV", sl->v16 >= 0 ? sl->v16 : g->v);
+  macro_def(out, ms, a, "ATTN_BWD_TDO", sl->do16 >= 0 ? sl->do16 : sl->dout);
+  macro_def(out, ms, a, "ATTN_BWD_DQ_KIND", store_kind(bwd_grad_type(g, IR_GRAD_DQ)));
+  macro_def(out, ms, a, "ATTN_BWD_DK_KIND", store_kind(bwd_grad_type(g, IR_GRAD_DK)));
+  macro_def(out, ms, a, "ATTN_BWD_DV_KIND", store_kind(bwd_grad_type(g, IR_GRAD_DV)));
+  if (s->fp8) {
+    sb_puts(out, "/* The FP8 backward: its hooks after the template; the FP8 tensors\n"
+                 " * convert8 copies (the original dO's kind, 0 when dO is 16-bit), and\n"
+                 " * how many amax outputs each gradient has (dO, dS, dq, dk, dv). */\n");
+    macro_def(out, ms, a, "ATTN_BWD_FP8", 1);
+    macro_def(out, ms, a, "ATTN_BWD_SRC_Q", sl->q16 >= 0 ? g->q : -1);
+    macro_def(out, ms, a, "ATTN_BWD_SRC_K", sl->k16 >= 0 ? g->k : -1);
+    macro_def(out, ms, a, "ATTN_BWD_SRC_V", sl->v16 >= 0 ? g->v : -1);
+    macro_def(out, ms, a, "ATTN_BWD_SRC_DO", sl->do16 >= 0 ? sl->dout : -1);
+    macro_def(out, ms, a, "ATTN_BWD_Q8", sl->q16 >= 0 ? store_kind(g->tensors[g->q].type) - 2 : 0);
+    macro_def(out, ms, a, "ATTN_BWD_KV8", sl->k16 >= 0 ? store_kind(g->tensors[g->k].type) - 2 : 0);
+    macro_def(out, ms, a, "ATTN_BWD_DO8",
+              sl->do16 >= 0 ? store_kind(bwd_grad_type(g, IR_GRAD_DO)) - 2 : 0);
+    static const char *const nm[IR_GRAD_N] = {"ATTN_BWD_NAMAX_DO", "ATTN_BWD_NAMAX_DS",
+                                              "ATTN_BWD_NAMAX_DQ", "ATTN_BWD_NAMAX_DK",
+                                              "ATTN_BWD_NAMAX_DV"};
+    for (int w = 0; w < IR_GRAD_N; w++) macro_def(out, ms, a, nm[w], block_amax_count(s, w));
+  }
   if (s->sm90) { /* the modes match_bwd chose; the template infers none */
     macro_def(out, ms, a, "ATTN_BWD_SPLIT_D", s->split_d);
     macro_def(out, ms, a, "ATTN_BWD_WIDE", s->wide);
@@ -259,6 +401,7 @@ void emit_bwd_body(StrBuf *out, const BwdSpec *s, MacroSet *ms, bool key, Arena 
             "templates/bwd_%s.cuh disagree on shared memory\");\n\n",
             s->sm90 ? "sm90" : "sm80", s->smem_bytes, s->sm90 ? "sm90" : "sm80");
   if (score_biases(sl) > 0) emit_bias_hooks(out, s, a);
+  if (s->fp8) emit_fp8_hooks(out, s, a);
   const int r = bwd_sink_entry(sl);
   if (r >= 0) {
     const IrTensor *t = &s->g->tensors[sl->bias[r]];
@@ -298,4 +441,17 @@ void emit_bwd_entries(StrBuf *out, const BwdSpec *s, Arena *a) {
     sb_printf(out, "extern \"C\" __global__ void __launch_bounds__(128) %s(const "
                    "__grid_constant__ attn_params p) {\n  graph_%s::attn_bwd_sm80_dsink(p);\n}\n\n",
               plan_entry(a, gname, "bwd_dsink"), gname);
+  const BwdSlots *sl = &s->slots;
+  if (sl->q16 >= 0 || sl->k16 >= 0 || sl->v16 >= 0 || sl->do16 >= 0)
+    sb_printf(out, "extern \"C\" __global__ void __launch_bounds__(%d) %s(const "
+                   "__grid_constant__ attn_params p) {\n  graph_%s::attn_bwd_sm80_convert8(p);\n}\n\n",
+              s->threads, plan_entry(a, gname, "bwd_convert8"), gname);
+  if (sl->namax > 0) { /* the amax outputs zeroed before the kernels max into them */
+    sb_printf(out, "extern \"C\" __global__ void __launch_bounds__(32) %s(const "
+                   "__grid_constant__ attn_params p) {\n  if (threadIdx.x == 0) {\n",
+              plan_entry(a, gname, "bwd_amax_init"));
+    for (int k = 0; k < sl->namax; k++)
+      sb_printf(out, "    *(unsigned *)p.t[%d].ptr = 0u;\n", sl->amax[k]);
+    sb_puts(out, "  }\n}\n\n");
+  }
 }

@@ -137,3 +137,19 @@ IrPChain ir_p_chain(const IrGraph *g) {
   if (x != g->softmax) c.bad = x;
   return c;
 }
+
+/* n is p @ v times values fixed per (b, h) (products and quotients). */
+static bool scales_pv(const IrGraph *g, const IrNode *n) {
+  const unsigned varies = DOM_I | DOM_J | DOM_D;
+  if (n == g->pv) return true;
+  if (n->op == IR_MUL)
+    return (!(n->src[1]->dom & varies) && scales_pv(g, n->src[0])) ||
+           (!(n->src[0]->dom & varies) && scales_pv(g, n->src[1]));
+  return n->op == IR_DIV && !(n->src[1]->dom & varies) && scales_pv(g, n->src[0]);
+}
+
+int ir_attention_output(const IrGraph *g) {
+  for (int k = 0; g->pv && k < g->noutputs; k++)
+    if ((g->outputs[k].value->dom & DOM_D) && scales_pv(g, g->outputs[k].value)) return k;
+  return -1;
+}

@@ -232,6 +232,10 @@ static void grad_amax(GradBuild *gr, const AstStmt *st) {
     return;
   }
   IrGradBlock *gb = gr->gb;
+  if (gb->namax == BWD_MAX_AMAX) {
+    diag_error(b->d, st->name_loc, "a grad block has at most %d amax outputs", BWD_MAX_AMAX);
+    return;
+  }
   IrGradAmax *grown = arena_alloc(b->a, (size_t)(gb->namax + 1) * sizeof *grown);
   if (gb->namax) memcpy(grown, gb->amax, (size_t)gb->namax * sizeof *grown);
   grown[gb->namax++] = (IrGradAmax){.name = st->name, .loc = st->name_loc, .of = of,

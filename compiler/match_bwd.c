@@ -19,11 +19,6 @@
 #include "attn_layout.h"
 #include "attnc.h"
 
-static int find_o_output(const IrGraph *g) {
-  for (int k = 0; k < g->noutputs; k++)
-    if (g->outputs[k].value == g->pv) return k;
-  return -1;
-}
 
 static int find_lse_output(const IrGraph *g) {
   for (int k = 0; k < g->noutputs; k++) {
@@ -49,6 +44,19 @@ static bool bias_read(const IrGraph *g, int t, int axis[IR_MAX_RANK], unsigned *
     seen = true;
   }
   return seen;
+}
+
+/* A block value that is its leaf times or over values fixed for the call. */
+static bool linear_in(const IrNode *n, const IrNode *leaf) {
+  if (n == leaf) return true;
+  if (n->op == IR_MUL)
+    return (n->src[1]->dom == 0 && linear_in(n->src[0], leaf)) ||
+           (n->src[0]->dom == 0 && linear_in(n->src[1], leaf));
+  return n->op == IR_DIV && n->src[1]->dom == 0 && linear_in(n->src[0], leaf);
+}
+
+static bool grad_value_linear(const IrGradBlock *gb, int which) {
+  return !gb->v[which].leaf || linear_in(gb->v[which].value, gb->v[which].leaf);
 }
 
 static bool bias_dtype_ok(DType t) { return t == DT_F32 || t == DT_BF16 || t == DT_F16; }
@@ -87,8 +95,30 @@ static int bias_list(const IrGraph *g, BwdSlots *s, int *bad) {
   return 0;
 }
 
+DType bwd_grad_type(const IrGraph *g, int which) {
+  const IrGradBlock *gb = g->grad;
+  if (gb && gb->v[which].type != DT_NONE) return gb->v[which].type;
+  if (which != IR_GRAD_DO) {
+    const int t = which == IR_GRAD_DQ ? g->q : which == IR_GRAD_DK ? g->k : g->v;
+    return g->tensors[t].type;
+  }
+  const int o = ir_attention_output(g);
+  return dtype_is_fp8(g->tensors[g->q].type) && o >= 0 ? g->tensors[g->outputs[o].tensor].type
+                                                       : g->tensors[g->q].type;
+}
+
+bool bwd_is_fp8(const IrGraph *g) {
+  const int ao = ir_attention_output(g);
+  const IrPChain pc = g->pv && g->softmax ? ir_p_chain(g) : (IrPChain){0};
+  return dtype_is_fp8(g->tensors[g->q].type) || dtype_is_fp8(g->tensors[g->k].type) ||
+         dtype_is_fp8(g->tensors[g->v].type) ||
+         (ao >= 0 && (dtype_is_fp8(g->tensors[g->outputs[ao].tensor].type) ||
+                      g->outputs[ao].value != g->pv)) ||
+         pc.scale || pc.round || g->grad;
+}
+
 int bwd_slots(const IrGraph *g, BwdSlots *s) {
-  int o = find_o_output(g), lse = find_lse_output(g);
+  int o = ir_attention_output(g), lse = find_lse_output(g);
   s->o = o >= 0 ? g->outputs[o].tensor : -1;
   s->lse = lse >= 0 ? g->outputs[lse].tensor : -1;
   int next = g->ntensors;
@@ -106,6 +136,13 @@ int bwd_slots(const IrGraph *g, BwdSlots *s) {
     s->dbias[r] = next++;
     s->dbias_acc[r] = bwd_bias_accumulated(s->bias_mode[r]) ? next++ : -1;
   }
+  s->q16 = dtype_is_fp8(g->tensors[g->q].type) ? next++ : -1;
+  s->k16 = dtype_is_fp8(g->tensors[g->k].type) ? next++ : -1;
+  s->v16 = dtype_is_fp8(g->tensors[g->v].type) ? next++ : -1;
+  s->do16 = dtype_is_fp8(bwd_grad_type(g, IR_GRAD_DO)) ? next++ : -1;
+  s->namax = g->grad ? g->grad->namax : 0;
+  if (s->namax > BWD_MAX_AMAX) s->namax = BWD_MAX_AMAX; /* (ir_grad.c refuses more) */
+  for (int r = 0; r < s->namax; r++) s->amax[r] = next++;
   s->end = next;
   return s->o >= 0 && s->lse >= 0 ? 0 : -1;
 }
@@ -135,31 +172,21 @@ static bool bwd_use_sm90(const KernelSpec *fwd, const CompileOptions *o) {
 
 BwdSpec *match_bwd(const KernelSpec *fwd, const CompileOptions *o, Arena *a, Diag *d) {
   const IrGraph *g = fwd->g;
-  /* The FP8 recipe's backward (docs/language.md "FP8 gradients") runs in
-   * the CPU reference (ref_backward_full); no template runs it yet. */
-  static const char fp8_later[] = "the CPU reference computes it; no GPU template does yet";
-  if (dtype_is_fp8(fwd->in_type) || fwd->kv_type != fwd->in_type) {
-    const bool q8 = dtype_is_fp8(fwd->in_type);
-    diag_error(d, g->tensors[q8 ? g->q : g->k].loc,
-               "graph '%s': no GPU backward for %s %s (%s)", g->name,
-               dtype_name(q8 ? fwd->in_type : fwd->kv_type), q8 ? "q" : "k and v", fp8_later);
+  /* The FP8 recipe's backward (docs/language.md "FP8 gradients"):
+   * bwd_sm80 with the grad block's hooks, over 16-bit copies of FP8
+   * tensors. */
+  const bool fp8 = bwd_is_fp8(g);
+  if (fp8 && ir_packed(g)) {
+    diag_error(d, g->tensors[g->q].loc, "graph '%s': the FP8 backward (FP8 tensors, a scaled or "
+               "rounded P or output, a grad block) takes dense tensors, not packed sequences",
+               g->name);
     return NULL;
   }
-  if (dtype_is_fp8(fwd->out_type)) {
-    const IrOutput *out = &g->outputs[fwd->o_output];
-    diag_error(d, out->loc, "graph '%s': no GPU backward from a %s output '%s' (%s)", g->name,
-               dtype_name(fwd->out_type), out->name, fp8_later);
-    return NULL;
-  }
-  if (fwd->p_scale || fwd->p_round != DT_NONE) {
-    diag_error(d, (fwd->p_scale ? fwd->p_scale : g->pv->src[0])->loc,
-               "graph '%s': no GPU backward through a scaled or rounded P (%s)", g->name,
-               fp8_later);
-    return NULL;
-  }
-  if (g->grad) {
-    diag_error(d, g->grad->loc, "graph '%s': no GPU backward for a grad block's scales, "
-               "roundings and amax (%s)", g->name, fp8_later);
+  if (fp8 && g->grad && !grad_value_linear(g->grad, IR_GRAD_DO)) {
+    const IrGradValue *v = &g->grad->v[IR_GRAD_DO];
+    diag_error(d, v->loc, "graph '%s': the GPU backward takes the incoming gradient's value as "
+               "'%s' times values fixed for the call (its products read the stored numbers)",
+               g->name, v->leaf->name);
     return NULL;
   }
   if (g->tensors[g->k].paged) {
@@ -178,12 +205,6 @@ BwdSpec *match_bwd(const KernelSpec *fwd, const CompileOptions *o, Arena *a, Dia
   }
   BwdGraph *bg = bwd_derive(g, a, d);
   if (!bg) return NULL;
-  if (bg->o_scale) {
-    const IrOutput *out = &g->outputs[bg->o_output];
-    diag_error(d, out->loc, "graph '%s': the GPU backward reads '%s' as p @ v itself, not "
-               "scaled (the CPU reference differentiates the scaled form)", g->name, out->name);
-    return NULL;
-  }
   BwdSpec *s = arena_alloc(a, sizeof *s);
   s->g = g;
   s->bg = bg;
@@ -218,7 +239,8 @@ BwdSpec *match_bwd(const KernelSpec *fwd, const CompileOptions *o, Arena *a, Dia
   s->out_type = g->tensors[s->slots.o].type;
   s->d_qk = fwd->d_qk;
   s->d_v = fwd->d_v;
-  s->sm90 = bwd_use_sm90(fwd, o);
+  s->fp8 = fp8;
+  s->sm90 = !fp8 && bwd_use_sm90(fwd, o);
   /* Tiles of 64 or 128 columns each, or of 256 for both (bwd_sm90's
    * split-D mode, sm_90a only) once either head dim passes 128. */
   s->tile_qk = attn_bwd_head_tile(s->d_qk, s->d_v);

@@ -155,9 +155,41 @@ static void plan_backward(GraphPlan *gp, const BwdSpec *b, Arena *a) {
   const BwdSlots *sl = &b->slots;
   PassPlan *p = &gp->pass[PLAN_BACKWARD];
   p->present = true;
-  /* The ordered dQ tiles exist up to head dim 128 (split-D has none). */
-  p->det_ok = b->tile_qk <= 128 && b->tile_v <= 128;
+  /* The ordered dQ tiles exist up to head dim 128 (split-D has none), and
+   * not in the FP8 backward (its stores go through the grad block's hooks
+   * in the convert passes). */
+  p->det_ok = b->tile_qk <= 128 && b->tile_v <= 128 && !b->fp8;
   add_prep(p, gp, plan_entry(a, g->name, "prep"));
+  /* The FP8 backward: its amax outputs zeroed (the kernels max into them),
+   * and 16-bit copies of the FP8 q, k, v and dO that its kernels read,
+   * written by convert8 (bwd_sm80.cuh). */
+  if (sl->namax > 0) {
+    PlanStep *z = add_step(p, "amax_init", plan_entry(a, g->name, "bwd_amax_init"), 32, 0);
+    z->grid.x0 = pconst(1);
+    z->grid.div0 = 1;
+    z->grid.y = z->grid.z = pconst(1);
+  }
+  if (sl->q16 >= 0 || sl->k16 >= 0 || sl->v16 >= 0 || sl->do16 >= 0) {
+    /* (k and v per batch entry even where they broadcast over it: their
+     * bound batch stride is then 0, which convert8 reads through.) */
+    const PlanDim sbk = pd(PD_B);
+    if (sl->q16 >= 0)
+      add_slice(p, "q16", PB_SLOT, sl->q16, 2, pd(PD_B), pd(PD_H), pd(PD_SQ), pconst(b->d_qk),
+                PZ_NEVER);
+    if (sl->k16 >= 0)
+      add_slice(p, "k16", PB_SLOT, sl->k16, 2, sbk, pd(PD_HK), pd(PD_SKV), pconst(b->d_qk),
+                PZ_NEVER);
+    if (sl->v16 >= 0)
+      add_slice(p, "v16", PB_SLOT, sl->v16, 2, sbk, pd(PD_HK), pd(PD_SKV), pconst(b->d_v),
+                PZ_NEVER);
+    if (sl->do16 >= 0)
+      add_slice(p, "do16", PB_SLOT, sl->do16, 2, pd(PD_B), pd(PD_H), pd(PD_SQ), pconst(b->d_v),
+                PZ_NEVER);
+    PlanStep *c = add_step(p, "convert8", plan_entry(a, g->name, "bwd_convert8"), b->threads, 0);
+    c->grid.x0 = pd(PD_SQ);
+    c->grid.x1 = pd(PD_SKV); /* the longer of the two */
+    c->grid.div0 = c->grid.div1 = ATTN_BWD_ROWS_PER_CTA;
+  }
   /* Packed sequences (bwd_sm80.cuh, bwd80_packed_view): Sq and Skv are
    * the token counts, the workspace slices one batch entry of every
    * token's rows, the row passes one grid over the tokens; the main

@@ -193,8 +193,9 @@ static attn_status run_backward(const RtDriver *drv, attn_call *call, const RefA
   }
   res->grads = calloc((size_t)g->ntensors, sizeof *res->grads);
   if (!res->grads) return ATTN_ERROR_OUT_OF_MEMORY;
-  /* dt[0]: dO, in q's dtype, o's shape; then dq, dk, dv, the biases'. */
-  enum { NG = 4 + BWD_MAX_BIAS };
+  /* dt[0]: dO, in its dtype (bwd_grad_type), o's shape; then dq, dk, dv
+   * (theirs), the biases', and a grad block's amax outputs (f32[1]). */
+  enum { NG = 4 + BWD_MAX_BIAS + BWD_MAX_AMAX };
   int which[NG] = {-1, g->q, g->k, g->v};
   for (int r = 0; r < sl.nbias; r++) which[4 + r] = sl.bias[r];
   const int ng = 4 + sl.nbias;
@@ -203,7 +204,7 @@ static attn_status run_backward(const RtDriver *drv, attn_call *call, const RefA
   IrTensor decl[NG];
   attn_status st = ATTN_SUCCESS;
   decl[0] = g->tensors[sl.o];
-  decl[0].type = g->tensors[g->q].type;
+  decl[0].type = bwd_grad_type(g, IR_GRAD_DO);
   decl[0].is_output = false;
   RefTensor dref = args->tensors[sl.o];
   dref.data = (double *)o->dout;
@@ -219,6 +220,8 @@ static attn_status run_backward(const RtDriver *drv, attn_call *call, const RefA
     int t = which[r];
     if (!g->tensors[t].grad) continue;
     decl[r] = g->tensors[t];
+    for (int k = 0; k < 3; k++)
+      if (t == (k == 0 ? g->q : k == 1 ? g->k : g->v)) decl[r].type = bwd_grad_type(g, IR_GRAD_DQ + k);
     const RefTensor *rt = &args->tensors[t];
     strides_for(rt, false, dt[r].strides);
     int64_t n = ref_numel(rt);
@@ -233,6 +236,19 @@ static attn_status run_backward(const RtDriver *drv, attn_call *call, const RefA
     st = attn_call_bind_tensor(call, name, (void *)(uintptr_t)dt[r].ptr,
                                to_attn_dtype(decl[r].type), rt->ndims, rt->shape, dt[r].strides);
   }
+  /* The amax outputs: NaN-poisoned f32[1] each. */
+  CUdeviceptr amax[BWD_MAX_AMAX] = {0};
+  for (int k = 0; k < sl.namax && st == ATTN_SUCCESS; k++) {
+    CUresult cr = drv->MemAlloc(&amax[k], 4);
+    if (cr == CUDA_SUCCESS) cr = drv->MemsetD8(amax[k], 0xff, 4);
+    if (cr != CUDA_SUCCESS) {
+      st = rt_driver_error(drv, cr, "cuMemAlloc", err);
+      break;
+    }
+    const int64_t one = 1;
+    st = attn_call_bind_tensor(call, g->grad->amax[k].name, (void *)(uintptr_t)amax[k], ATTN_F32,
+                               1, &one, NULL);
+  }
   if (st == ATTN_SUCCESS && o->deterministic) st = attn_call_set_deterministic(call, 1);
   if (st == ATTN_SUCCESS) st = attn_call_launch_backward(call, NULL);
   if (st == ATTN_SUCCESS) {
@@ -242,6 +258,15 @@ static attn_status run_backward(const RtDriver *drv, attn_call *call, const RefA
   for (int r = 1; r < ng && st == ATTN_SUCCESS; r++)
     if (dt[r].ptr)
       st = download(drv, &decl[r], &args->tensors[which[r]], &dt[r], &res->grads[which[r]], err);
+  for (int k = 0; k < sl.namax; k++) {
+    float v = 0.f;
+    if (st == ATTN_SUCCESS) {
+      CUresult cr = drv->MemcpyDtoH(&v, amax[k], 4);
+      if (cr != CUDA_SUCCESS) st = rt_driver_error(drv, cr, "cuMemcpyDtoH", err);
+    }
+    res->amax[k] = v;
+    if (amax[k]) drv->MemFree(amax[k]);
+  }
   for (int r = 0; r < ng; r++)
     if (dt[r].ptr) drv->MemFree(dt[r].ptr);
   return st;
@@ -349,7 +374,7 @@ double *chk_random_dout(const RefArgs *args, int o, uint64_t seed) {
   double *dout = malloc((size_t)(n > 0 ? n : 1) * sizeof *dout);
   RefRng rng = ref_rng(seed, 777);
   for (int64_t e = 0; dout && e < n; e++)
-    dout[e] = dtype_round(g->tensors[g->q].type, ref_rng_normal(&rng));
+    dout[e] = dtype_round(bwd_grad_type(g, IR_GRAD_DO), ref_rng_normal(&rng));
   return dout;
 }
 

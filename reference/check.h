@@ -25,6 +25,8 @@ typedef struct ChkResult {
                        with grad when ChkOptions.dout was given, else NULL */
   unsigned long long tiles_visited;
   double ms;
+  /* A grad block's amax outputs after the backward, in its order. */
+  double amax[BWD_MAX_AMAX];
 } ChkResult;
 
 /* Sets the shapes of args's output tensors from the inputs' dims. */
@@ -35,9 +37,9 @@ int chk_output_shapes(RefArgs *args, StrBuf *err);
 attn_status chk_run_gpu(attn_context *ctx, attn_graph *graph, const RefArgs *args,
                         const ChkOptions *o, ChkResult *res, StrBuf *err);
 void chk_result_free(ChkResult *res, int ntensors);
-/* A random dO for the backward: normal values rounded to q's dtype, in
- * the shape of the output o (a tensor of args), from seed. NULL when out
- * of memory; free() it. */
+/* A random dO for the backward: normal values rounded to dO's dtype
+ * (bwd_grad_type), in the shape of the output o (a tensor of args), from
+ * seed. NULL when out of memory; free() it. */
 double *chk_random_dout(const RefArgs *args, int o, uint64_t seed);
 /* The relative L2 error a correct kernel stays under, by output dtype. */
 double chk_tolerance(DType out_type);

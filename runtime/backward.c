@@ -32,6 +32,10 @@ static attn_status bwd_check_det(attn_call *c) {
   const IrGraph *g = c->g->ir;
   const PassPlan *pp = &c->g->plan->pass[PLAN_BACKWARD];
   if (!pp->present || pp->det_ok || g->q < 0 || g->v < 0) return ATTN_SUCCESS; /* launch says why */
+  if (bwd_is_fp8(g))
+    return rt_fail(c->g->m->ctx, ATTN_ERROR_UNSUPPORTED,
+                   "graph '%s': the FP8 backward has no deterministic mode yet "
+                   "(attn_call_set_deterministic(call, 0) runs the default backward)", g->name);
   const int dqk = (int)g->tensors[g->q].dim_val[3], dv = (int)g->tensors[g->v].dim_val[3];
   return rt_fail(c->g->m->ctx, ATTN_ERROR_UNSUPPORTED,
                   "graph '%s': the deterministic backward takes head dimensions up to 128; "
@@ -72,6 +76,11 @@ static attn_status bwd_check_bound(attn_call *c, const BwdSlots *sl) {
                         (long long)b->shape[sl->bias[r]][k]);
     }
   }
+  for (int k = 0; k < sl->namax; k++) /* a grad block's amax outputs */
+    if (!b->tensor_bound[sl->amax[k]])
+      return rt_fail(c->g->m->ctx, ATTN_ERROR_INCOMPLETE,
+                     "graph '%s': the backward needs output '%s' bound", g->name,
+                     g->grad->amax[k].name);
   for (int r = 0; r < 4 + sl->nbias; r++) {
     if (slot[r] < 0) continue;
     const char *name = g->tensors[like[r]].name;

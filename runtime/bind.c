@@ -22,11 +22,13 @@ _Static_assert(IR_MAX_RANK == 4, "attn_tensor_arg holds four dims");
 
 /* The tensor slots the kernels read with 16-byte vector loads. */
 static bool bind_is_vector_tensor(const IrGraph *g, int t) {
-  if (t >= g->ntensors) { /* the backward's dO, dq, dk, dv; not bias gradients */
+  if (t >= g->ntensors) { /* the backward's dO, dq, dk, dv; not bias gradients or amax */
     BwdSlots sl;
     bwd_slots(g, &sl);
     for (int r = 0; r < sl.nbias; r++)
       if (t == sl.dbias[r]) return false;
+    for (int r = 0; r < sl.namax; r++)
+      if (t == sl.amax[r]) return false;
     return true;
   }
   if (t == g->q || t == g->k || t == g->v) return true;
@@ -368,14 +370,23 @@ static attn_status bind_check_decl(const IrGraph *g, const IrTensor *t,
 }
 
 /* The backward's bindings (runtime/backward.c) of a graph with grad:
- * "d" + the attention output's name (dO: q's dtype, o's shape) and an
- * output "d" + the name of each of q, k, v and each bias declared with
- * grad (its dtype and shape). Fills decl and returns the parameter slot
- * (bwd_slots), or -1 when name is none of them. */
+ * "d" + the attention output's name (dO: o's shape, bwd_grad_type's
+ * dtype), an output "d" + the name of each of q, k, v and each bias
+ * declared with grad (its shape; q's, k's, v's dtype from bwd_grad_type,
+ * a bias's own), and a grad block's amax outputs (f32[1]). Fills decl and
+ * returns the parameter slot (bwd_slots), or -1 when name is none of
+ * them. */
 static int bind_grad_decl(const IrGraph *g, const char *name, IrTensor *decl) {
-  if (name[0] != 'd' || !bwd_has_grad(g) || g->q < 0 || g->k < 0 || g->v < 0) return -1;
+  if (!bwd_has_grad(g) || g->q < 0 || g->k < 0 || g->v < 0) return -1;
   BwdSlots sl;
   bwd_slots(g, &sl);
+  for (int k = 0; k < sl.namax && sl.amax[k] < ATTN_MAX_TENSORS; k++)
+    if (strcmp(name, g->grad->amax[k].name) == 0) {
+      *decl = (IrTensor){.name = name, .loc = g->grad->amax[k].loc, .type = DT_F32, .ndims = 1,
+                         .dim_sym = {-1, -1, -1, -1}, .dim_val = {1, 1, 1, 1}, .is_output = true};
+      return sl.amax[k];
+    }
+  if (name[0] != 'd') return -1;
   int from = -1, slot = -1;
   if (sl.o >= 0 && strcmp(name + 1, g->tensors[sl.o].name) == 0) from = sl.o, slot = sl.dout;
   const int qkv[3] = {g->q, g->k, g->v}, dslot[3] = {sl.dq, sl.dk, sl.dv};
@@ -389,7 +400,9 @@ static int bind_grad_decl(const IrGraph *g, const char *name, IrTensor *decl) {
   decl->name = name;
   decl->grad = false;
   decl->is_output = from != sl.o;
-  if (from == sl.o) decl->type = g->tensors[g->q].type;
+  if (from == sl.o) decl->type = bwd_grad_type(g, IR_GRAD_DO);
+  for (int r = 0; r < 3; r++)
+    if (from == qkv[r]) decl->type = bwd_grad_type(g, IR_GRAD_DQ + r);
   return slot;
 }
 

@@ -6,7 +6,8 @@
  *
  * Tensor indices: 0 .. ntensors-1 are the graph's inputs and outputs as
  * declared; when the graph has a GPU backward, dO follows, then dq, dk, dv
- * (those declared with grad) and each bias gradient, in slot order. */
+ * (those declared with grad), each bias gradient, in slot order, and a
+ * grad block's amax outputs. */
 #include <stdio.h>
 #include <string.h>
 
@@ -27,12 +28,14 @@ int attn_graph_has_backward(const attn_graph *g, char *why, size_t len) {
 }
 
 /* The backward's tensors after the graph's own, each with the tensor it
- * takes its dtype and dimensions from. Returns how many (at most 4 +
- * BWD_MAX_BIAS); 0 without a GPU backward. */
+ * takes its dimensions from. Returns how many (at most GRAD_TENSORS_MAX);
+ * 0 without a GPU backward. */
 typedef struct GradTensor {
-  int of;         /* the tensor whose gradient it is */
-  bool is_dout;   /* dO: read, q's dtype */
+  int of;         /* the tensor whose gradient it is; -1: an amax output */
+  bool is_dout;   /* dO: read */
+  int amax;       /* the grad block's amax output, or -1 */
 } GradTensor;
+#define GRAD_TENSORS_MAX (4 + BWD_MAX_BIAS + BWD_MAX_AMAX)
 
 static int grad_tensors(const attn_graph *gr, GradTensor *out) {
   char why[8];
@@ -40,17 +43,18 @@ static int grad_tensors(const attn_graph *gr, GradTensor *out) {
   if (!rt_backward_supported(gr, &sl, why, sizeof why)) return 0;
   const IrGraph *g = gr->ir;
   int n = 0;
-  out[n++] = (GradTensor){sl.o, true};
+  out[n++] = (GradTensor){sl.o, true, -1};
   const int qkv[3] = {g->q, g->k, g->v}, slot[3] = {sl.dq, sl.dk, sl.dv};
   for (int r = 0; r < 3; r++)
-    if (slot[r] >= 0) out[n++] = (GradTensor){qkv[r], false};
-  for (int r = 0; r < sl.nbias; r++) out[n++] = (GradTensor){sl.bias[r], false};
+    if (slot[r] >= 0) out[n++] = (GradTensor){qkv[r], false, -1};
+  for (int r = 0; r < sl.nbias; r++) out[n++] = (GradTensor){sl.bias[r], false, -1};
+  for (int r = 0; r < sl.namax; r++) out[n++] = (GradTensor){-1, false, r};
   return n;
 }
 
 int attn_graph_tensor_count(const attn_graph *g) {
   if (!g) return 0;
-  GradTensor gt[4 + BWD_MAX_BIAS];
+  GradTensor gt[GRAD_TENSORS_MAX];
   return g->ir->ntensors + grad_tensors(g, gt);
 }
 
@@ -66,7 +70,7 @@ static void fill_dims(const IrGraph *g, const IrTensor *t, attn_tensor_info *out
 static attn_status graph_tensor_impl(const attn_graph *gr, int index, attn_tensor_info *out) {
   rt_clear_error(gr->m->ctx);
   const IrGraph *g = gr->ir;
-  GradTensor gt[4 + BWD_MAX_BIAS];
+  GradTensor gt[GRAD_TENSORS_MAX];
   int ngrad = grad_tensors(gr, gt);
   if (index < 0 || index >= g->ntensors + ngrad)
     return rt_fail(gr->m->ctx, ATTN_ERROR_NOT_FOUND,
@@ -92,6 +96,16 @@ static attn_status graph_tensor_impl(const attn_graph *gr, int index, attn_tenso
    * lives as long as the module. */
   const int r = index - g->ntensors;
   const GradTensor *t = &gt[r];
+  if (t->amax >= 0) { /* a grad block's amax: f32[1] */
+    out->name = g->grad->amax[t->amax].name;
+    out->role = ATTN_ROLE_GRAD_OUTPUT;
+    out->dtype = ATTN_F32;
+    out->of = -1;
+    out->ndim = 1;
+    out->dim_size[0] = 1;
+    for (int d = 1; d < IR_MAX_RANK; d++) out->dim_size[d] = 0;
+    return ATTN_SUCCESS;
+  }
   const IrTensor *of = &g->tensors[t->of];
   attn_graph *mut = (attn_graph *)gr; /* the name cache only */
   if (!mut->grad_name[r]) {
@@ -105,7 +119,11 @@ static attn_status graph_tensor_impl(const attn_graph *gr, int index, attn_tenso
   const char *name = mut->grad_name[r];
   out->name = name;
   out->role = t->is_dout ? ATTN_ROLE_GRAD_INPUT : ATTN_ROLE_GRAD_OUTPUT;
-  out->dtype = (attn_dtype)(t->is_dout ? g->tensors[g->q].type : of->type);
+  DType dt = of->type;
+  if (t->is_dout) dt = bwd_grad_type(g, IR_GRAD_DO);
+  for (int k = 0; k < 3; k++)
+    if (t->of == (k == 0 ? g->q : k == 1 ? g->k : g->v)) dt = bwd_grad_type(g, IR_GRAD_DQ + k);
+  out->dtype = (attn_dtype)dt;
   out->of = t->of;
   fill_dims(g, of, out);
   return ATTN_SUCCESS;

@@ -57,17 +57,78 @@ constexpr int bwd80_bn = 64; /* keys per CTA, 16 per warp */
 constexpr int bwd80_bm = 64; /* queries per streamed tile */
 [[maybe_unused]] constexpr int bwd80_warps = 4; /* (unused at D 256: no main kernel) */
 [[maybe_unused]] constexpr int bwd80_threads = 128;
-[[maybe_unused]] constexpr int bwd80_tq = ATTN_TQ, bwd80_tk = ATTN_TK, bwd80_tv = ATTN_TV;
-constexpr int bwd80_to = ATTN_TO, bwd80_tlse = ATTN_TLSE, bwd80_tdo = ATTN_TDO;
+/* q, k, v and dO as the kernels read them: 16-bit (ATTN_BWD_T*: the
+ * graph's own tensors, or the FP8 backward's copies of FP8 ones). */
+[[maybe_unused]] constexpr int bwd80_tq = ATTN_BWD_TQ, bwd80_tk = ATTN_BWD_TK,
+                               bwd80_tv = ATTN_BWD_TV;
+constexpr int bwd80_to = ATTN_TO, bwd80_tlse = ATTN_TLSE, bwd80_tdo = ATTN_BWD_TDO;
 constexpr int bwd80_tdelta = ATTN_TDELTA, bwd80_tdqa = ATTN_TDQA, bwd80_tdq = ATTN_TDQ;
 /* dK / dV slots: -1 when the graph has no such gradient. The f32
  * accumulators (TDKA/TDVA) are used only when H != Hk. */
 constexpr int bwd80_tdk = ATTN_TDK, bwd80_tdv = ATTN_TDV;
 constexpr int bwd80_tdka = ATTN_TDKA, bwd80_tdva = ATTN_TDVA;
 
-/* Element types (hooks.cuh); O's is read by the delta pre-pass. */
+/* Element types (hooks.cuh); O's is read by the delta pre-pass. The
+ * gradients' storage (attn_store_pair's kinds: 0 bf16, 1 f16, 2 f32, 3
+ * e4m3, 4 e5m2) is the 16-bit input type but in the FP8 backward. */
 constexpr bool bwd80_in_bf16 = attn_in_bf16;
 constexpr int bwd80_out_kind = attn_out_kind;
+[[maybe_unused]] constexpr int bwd80_dq_kind = ATTN_BWD_DQ_KIND;
+[[maybe_unused]] constexpr int bwd80_dk_kind = ATTN_BWD_DK_KIND;
+[[maybe_unused]] constexpr int bwd80_dv_kind = ATTN_BWD_DV_KIND;
+
+/* The FP8 backward (compiler/match_bwd.c; docs/language.md "FP8
+ * gradients"): FP8 q, k, v or o, P scaled or rounded before P V, o
+ * scaled, a grad block. Its kernels read 16-bit copies of the FP8 tensors
+ * (attn_bwd_sm80_convert8 writes them, exactly) and O in FP8 where it is
+ * stored so, and call the hooks below (compiler/emit_bwd.c writes them
+ * after this text): dP's, dV's and delta's factors (P's scale, o's scale,
+ * dO's descale, fixed per (b, h)), P rounded again for dV as P V read it
+ * (attn_p_value, from the normalized P), dS and each stored gradient as
+ * the grad block makes them, and the block's amax outputs, maxed per warp
+ * into their f32[1] (bits of |x|: attn_amax_bits). Dense tensors and the
+ * default (atomic) mode only. */
+struct bwd80_factors {
+  float dp, dv, delta;
+};
+#define BWD80_AMAX_MAX 8
+#if defined(ATTN_BWD_FP8)
+constexpr bool bwd80_fp8 = true;
+enum : int {
+  bwd80_namax_do = ATTN_BWD_NAMAX_DO, bwd80_namax_ds = ATTN_BWD_NAMAX_DS,
+  bwd80_namax_dq = ATTN_BWD_NAMAX_DQ, bwd80_namax_dk = ATTN_BWD_NAMAX_DK,
+  bwd80_namax_dv = ATTN_BWD_NAMAX_DV
+};
+static __device__ __forceinline__ float attn_bwd_do_value(float x, const attn_params &p);
+static __device__ __forceinline__ bwd80_factors attn_bwd_factors(int b, int h,
+                                                                 const attn_params &p);
+static __device__ __forceinline__ float attn_bwd_ds_value(float x, const attn_params &p);
+static __device__ __forceinline__ float attn_bwd_store_dq(float x, const attn_params &p);
+static __device__ __forceinline__ float attn_bwd_store_dk(float x, const attn_params &p);
+static __device__ __forceinline__ float attn_bwd_store_dv(float x, const attn_params &p);
+#define BWD80_AMAX_DECL(tag)                                                                  \
+  static __device__ __forceinline__ void attn_bwd_amax_##tag(float x,                      \
+                                                             unsigned(&m)[BWD80_AMAX_MAX], \
+                                                             const attn_params &p);        \
+  static __device__ __forceinline__ void attn_bwd_amax_commit_##tag(                       \
+      const unsigned(&m)[BWD80_AMAX_MAX], const attn_params &p);
+BWD80_AMAX_DECL(do)
+BWD80_AMAX_DECL(ds)
+BWD80_AMAX_DECL(dq)
+BWD80_AMAX_DECL(dk)
+BWD80_AMAX_DECL(dv)
+#undef BWD80_AMAX_DECL
+#else
+constexpr bool bwd80_fp8 = false;
+enum : int {
+  bwd80_namax_do = 0, bwd80_namax_ds = 0, bwd80_namax_dq = 0, bwd80_namax_dk = 0,
+  bwd80_namax_dv = 0
+};
+#endif
+/* The gradients' running maxima (per thread) start at 0. */
+#define BWD80_AMAX_ZERO(m)                                                                   \
+  unsigned m[BWD80_AMAX_MAX];                                                                \
+  _Pragma("unroll") for (int k_ = 0; k_ < BWD80_AMAX_MAX; ++k_) m[k_] = 0u
 
 /* The main kernel and the ordered dQ tiles take head dims 64 and 128
  * (their accumulators); at 256 (bwd_sm90's split-D mode) this text
@@ -421,9 +482,47 @@ static __device__ __forceinline__ float bwd80_row_sum(float x, int group) {
   return x;
 }
 
+/* An amax output's running maximum (attn_amax_bits) from this thread,
+ * maxed over the warp's active lanes, into the f32[1] in slot `slot` (its
+ * unsigned order is |x|'s, NaN above every number). */
+[[maybe_unused]] static __device__ __forceinline__ void bwd80_amax_commit(unsigned bits, int slot,
+                                                                          const attn_params &p) {
+  const unsigned active = __activemask();
+  bits = __reduce_max_sync(active, bits);
+  if ((threadIdx.x & 31) == __ffs(active) - 1 && bits != 0u)
+    atomicMax((unsigned *)p.t[slot].ptr, bits);
+}
+
+/* Eight FP8 elements (8 bytes; e4m3 when E4M3 else e5m2) as floats. */
+template <bool E4M3>
+[[maybe_unused]] static __device__ __forceinline__ void bwd80_ld8_fp8(const unsigned char *src,
+                                                                      float (&x)[8]) {
+  const uint2 v = *(const uint2 *)src;
+  const unsigned w[2] = {v.x, v.y};
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const unsigned char c = (unsigned char)(w[k >> 2] >> (8 * (k & 3)));
+    x[k] = E4M3 ? attn_e4m3_to_f32(c) : attn_e5m2_to_f32(c);
+  }
+}
+
+/* A gradient's element pair (x0, x1) at element offset off of its row, as
+ * the FP8 backward stores it: the grad block's value (STORE), maxed into
+ * its amax outputs (AMAX), in its storage type. */
+template <int KIND, typename Store, typename Amax>
+[[maybe_unused]] static __device__ __forceinline__ void
+bwd80_store_grad(void *base, long long off, float x0, float x1, unsigned (&m)[BWD80_AMAX_MAX],
+                 const attn_params &p, Store store, Amax amax) {
+  amax(x0, m, p);
+  amax(x1, m, p);
+  attn_store_pair<KIND>(base, off, store(x0, p), store(x1, p));
+}
+
 /* Grid (ceil(Sq / ATTN_BWD_ROWS_PER_CTA), H, B): per query row
  * {delta = rowsum(dO o O), lse log2(e)}, dQ's accumulator row zeroed, and
- * the directly written bias gradients' rows zeroed. */
+ * the directly written bias gradients' rows zeroed. In the FP8 backward,
+ * delta carries dO's descale (attn_bwd_factors), O may be FP8, and dO's
+ * amax outputs are maxed here (every element of dO is read once). */
 __device__ __forceinline__ void attn_bwd_sm80_delta(const attn_params &p_in) {
   BWD80_ROWS_VIEW(p_in);
   const bwd80_row_slot rs = bwd80_row_of_thread();
@@ -431,6 +530,7 @@ __device__ __forceinline__ void attn_bwd_sm80_delta(const attn_params &p_in) {
   const bool live = i < p.Sq; /* every lane reaches the shuffles */
   const attn_tensor_arg &tdo = p.t[bwd80_tdo], &to = p.t[bwd80_to];
   float acc = 0.f;
+  BWD80_AMAX_ZERO(mdo);
   if (live) {
     const unsigned short *dor = (const unsigned short *)tdo.ptr + b * tdo.stride[0] +
                                 h * tdo.stride[1] + (long long)i * tdo.stride[2];
@@ -440,14 +540,28 @@ __device__ __forceinline__ void attn_bwd_sm80_delta(const attn_params &p_in) {
       bwd80_ld8_half<bwd80_in_bf16>(dor + d, g);
       if constexpr (bwd80_out_kind == 2)
         bwd80_ld8_f32((const float *)to.ptr + oo + d, o);
+      else if constexpr (bwd80_out_kind >= 3)
+        bwd80_ld8_fp8<bwd80_out_kind == 3>((const unsigned char *)to.ptr + oo + d, o);
       else
         bwd80_ld8_half<bwd80_out_kind == 0>((const unsigned short *)to.ptr + oo + d, o);
 #pragma unroll
       for (int e = 0; e < 8; ++e)
         acc += g[e] * o[e];
+#if defined(ATTN_BWD_FP8)
+      if constexpr (bwd80_namax_do > 0)
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          attn_bwd_amax_do(g[e], mdo, p);
+#endif
     }
   }
   acc = bwd80_row_sum(acc, rs.group);
+#if defined(ATTN_BWD_FP8)
+  acc *= attn_bwd_factors(b, h, p).delta;
+  if constexpr (bwd80_namax_do > 0)
+    attn_bwd_amax_commit_do(mdo, p);
+#endif
+  (void)mdo;
   if (live) {
     /* Row i's {delta, lse * log2(e)}; a fully masked row's lse (-inf) is
      * stored as +inf, so exp2(x * log2(e) - it) is 0 for every x, -inf
@@ -740,6 +854,12 @@ static __device__ __forceinline__ void bwd80_key_tile(const attn_params &p, int 
 
   bwd80_load<bwd80_bn, bwd80_dqk, ATTN_D_QK>(sk, kg, tk.stride[2], j0, p.Skv, tid);
   bwd80_load<bwd80_bn, bwd80_dv, ATTN_D_V>(sv, vg, tv.stride[2], j0, p.Skv, tid);
+#if defined(ATTN_BWD_FP8)
+  const bwd80_factors fx = attn_bwd_factors(b, h, p);
+  const float p_scale = attn_p_scale_value(b, h, p);
+  (void)p_scale;
+#endif
+  BWD80_AMAX_ZERO(mds);
 
   float dk[bwd80_dqk / 8][4], dv[bwd80_dv / 8][4];
 #pragma unroll
@@ -838,6 +958,13 @@ static __device__ __forceinline__ void bwd80_key_tile(const attn_params &p, int 
       for (int e = 0; e < 8; ++e)
         f[e] = attn_dropout_apply(f[e], dw[kk][e >> 2], e & 3, drop_t);
 #endif
+#if defined(ATTN_BWD_FP8)
+      /* P as P V read it (scaled, rounded): what dV's product takes. */
+      if constexpr (attn_p_mod != 0)
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          f[e] = attn_p_value(f[e], p_scale);
+#endif
       pd[kk][0] = bwd80_pack(f[0], f[1]);
       pd[kk][1] = bwd80_pack(f[2], f[3]);
       pd[kk][2] = bwd80_pack(f[4], f[5]);
@@ -899,7 +1026,18 @@ static __device__ __forceinline__ void bwd80_key_tile(const attn_params &p, int 
 #if defined(ATTN_DROPOUT)
           dpe = attn_dropout_apply(dpe, dw[m][q >> 1], e, drop_t);
 #endif
+#if defined(ATTN_BWD_FP8)
+          dpe *= fx.dp; /* through P's scale and o's, dO's descale */
+          float ds = s[nt][e] * (dpe - s_delta[il]);
+          if (s[nt][e] != 0.f) {
+            if constexpr (bwd80_namax_ds > 0)
+              attn_bwd_amax_ds(ds, mds, p);
+            if (ds != 0.f)
+              ds = attn_bwd_ds_value(ds, p); /* dS as dQ and dK read it */
+          }
+#else
           const float ds = s[nt][e] * (dpe - s_delta[il]);
+#endif
 #if defined(ATTN_BWD_BIAS)
           dp[nt][e] =
               s[nt][e] != 0.f ? attn_bwd_draw_bias(ds, raw[nt][e], b, h, i, j, p, red) : 0.f;
@@ -979,12 +1117,62 @@ static __device__ __forceinline__ void bwd80_key_tile(const attn_params &p, int 
 #if defined(ATTN_BWD_BIAS)
   bwd80_flush_red(red, b, h, lane, bwd80_deterministic(p), p); /* one atomic per warp */
 #endif
+#if defined(ATTN_BWD_FP8)
+  if constexpr (bwd80_namax_ds > 0)
+    attn_bwd_amax_commit_ds(mds, p);
+  /* dV's factor (o's scale, dO's descale), before GQA's heads are summed:
+   * it may differ by head. */
+#pragma unroll
+  for (int nt = 0; nt < bwd80_dv / 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      dv[nt][e] *= fx.dv;
+#endif
+  (void)mds;
 
   /* Store dK (times the folded scale) and dV: rows key0 + g (+ 8). With
    * GQA, f32 atomics into the [B, Hk, Skv, D] accumulators, or in
    * deterministic mode plain stores into per-head [B, H, Skv, D] ones. */
   const float sc = attn_bwd_scale(p);
   const bool shared_kv = p.H != p.Hk;
+#if defined(ATTN_BWD_FP8)
+  /* The FP8 backward: without GQA, dK and dV stored as the grad block
+   * says (its values, types and amax); with it, the accumulators as
+   * always, and convert_kv stores them. */
+  if (!shared_kv) {
+    BWD80_AMAX_ZERO(mdk);
+    BWD80_AMAX_ZERO(mdv);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int j = j0 + key0 + g + 8 * r;
+      if (j >= p.Skv)
+        continue;
+      if constexpr (bwd80_tdk >= 0) {
+        const attn_tensor_arg &to = p.t[bwd80_tdk >= 0 ? bwd80_tdk : 0];
+        const long long row = b * to.stride[0] + hk * to.stride[1] + (long long)j * to.stride[2];
+#pragma unroll
+        for (int nt = 0; nt < ATTN_D_QK / 8; ++nt)
+          bwd80_store_grad<bwd80_dk_kind>(to.ptr, row + nt * 8 + 2 * t, dk[nt][2 * r] * sc,
+                                          dk[nt][2 * r + 1] * sc, mdk, p, attn_bwd_store_dk,
+                                          attn_bwd_amax_dk);
+      }
+      if constexpr (bwd80_tdv >= 0) {
+        const attn_tensor_arg &to = p.t[bwd80_tdv >= 0 ? bwd80_tdv : 0];
+        const long long row = b * to.stride[0] + hk * to.stride[1] + (long long)j * to.stride[2];
+#pragma unroll
+        for (int nt = 0; nt < ATTN_D_V / 8; ++nt)
+          bwd80_store_grad<bwd80_dv_kind>(to.ptr, row + nt * 8 + 2 * t, dv[nt][2 * r],
+                                          dv[nt][2 * r + 1], mdv, p, attn_bwd_store_dv,
+                                          attn_bwd_amax_dv);
+      }
+    }
+    if constexpr (bwd80_namax_dk > 0)
+      attn_bwd_amax_commit_dk(mdk, p);
+    if constexpr (bwd80_namax_dv > 0)
+      attn_bwd_amax_commit_dv(mdv, p);
+    return;
+  }
+#endif
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int j = j0 + key0 + g + 8 * r;
@@ -1075,6 +1263,21 @@ __device__ __forceinline__ void attn_bwd_sm80_convert(const attn_params &p_in) {
   const attn_tensor_arg &to = p.t[bwd80_tdq >= 0 ? bwd80_tdq : 0];
   const float *acc =
       bwd80_slice_rows<const float>(p.t[bwd80_tdqa], b, h) + (long long)i * bwd80_dqk;
+#if defined(ATTN_BWD_FP8)
+  /* The grad block's dq: its values, type and amax. */
+  BWD80_AMAX_ZERO(mdq);
+  const long long orow = b * to.stride[0] + h * to.stride[1] + (long long)i * to.stride[2];
+  for (int d = rs.col; d < ATTN_D_QK; d += rs.step) {
+    float x[8];
+    bwd80_ld8_f32(acc + d, x);
+#pragma unroll
+    for (int e = 0; e < 8; e += 2)
+      bwd80_store_grad<bwd80_dq_kind>(to.ptr, orow + d + e, x[e], x[e + 1], mdq, p,
+                                      attn_bwd_store_dq, attn_bwd_amax_dq);
+  }
+  if constexpr (bwd80_namax_dq > 0)
+    attn_bwd_amax_commit_dq(mdq, p);
+#else
   unsigned short *row = (unsigned short *)to.ptr + b * to.stride[0] + h * to.stride[1] +
                         (long long)i * to.stride[2];
   for (int d = rs.col; d < ATTN_D_QK; d += rs.step) {
@@ -1082,18 +1285,22 @@ __device__ __forceinline__ void attn_bwd_sm80_convert(const attn_params &p_in) {
     bwd80_ld8_f32(acc + d, x);
     bwd80_st8_half(row + d, x);
   }
+#endif
 }
 
 /* dK's or dV's row j of (b, hk), D columns, from its f32 accumulator rows
  * (of the tile's width), summed over the `group` query heads they came
  * from (head_step floats apart). */
-template <int D>
+/* The FP8 backward (KV: 1 dK, 2 dV) stores it as the grad block says. */
+template <int D, int KV = 0>
 static __device__ __forceinline__ void bwd80_convert_kv_row(const attn_tensor_arg &to,
                                                             const float *acc, int group,
                                                             long long head_step, int b, int hk,
-                                                            int j, const bwd80_row_slot &rs) {
+                                                            int j, const bwd80_row_slot &rs,
+                                                            const attn_params &p) {
   unsigned short *row = (unsigned short *)to.ptr + b * to.stride[0] + hk * to.stride[1] +
                         (long long)j * to.stride[2];
+  BWD80_AMAX_ZERO(m);
   for (int d = rs.col; d < D; d += rs.step) {
     float sum[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
     for (int x = 0; x < group; ++x) {
@@ -1103,8 +1310,28 @@ static __device__ __forceinline__ void bwd80_convert_kv_row(const attn_tensor_ar
       for (int e = 0; e < 8; ++e)
         sum[e] += v[e];
     }
+#if defined(ATTN_BWD_FP8)
+    const long long orow = b * to.stride[0] + hk * to.stride[1] + (long long)j * to.stride[2];
+#pragma unroll
+    for (int e = 0; e < 8; e += 2) {
+      if constexpr (KV == 1)
+        bwd80_store_grad<bwd80_dk_kind>(to.ptr, orow + d + e, sum[e], sum[e + 1], m, p,
+                                        attn_bwd_store_dk, attn_bwd_amax_dk);
+      else
+        bwd80_store_grad<bwd80_dv_kind>(to.ptr, orow + d + e, sum[e], sum[e + 1], m, p,
+                                        attn_bwd_store_dv, attn_bwd_amax_dv);
+    }
+#else
     bwd80_st8_half(row + d, sum);
+#endif
   }
+#if defined(ATTN_BWD_FP8)
+  if constexpr (KV == 1 && bwd80_namax_dk > 0)
+    attn_bwd_amax_commit_dk(m, p);
+  if constexpr (KV == 2 && bwd80_namax_dv > 0)
+    attn_bwd_amax_commit_dv(m, p);
+#endif
+  (void)m, (void)row, (void)p;
 }
 
 /* Grid (ceil(Skv / ATTN_BWD_ROWS_PER_CTA), Hk, B), only when H != Hk: dK
@@ -1122,19 +1349,69 @@ __device__ __forceinline__ void attn_bwd_sm80_convert_kv(const attn_params &p_in
   const int h0 = det ? hk * group : hk;
   if constexpr (bwd80_tdk >= 0) {
     const attn_tensor_arg &acc = p.t[bwd80_tdka >= 0 ? bwd80_tdka : 0];
-    bwd80_convert_kv_row<ATTN_D_QK>(p.t[bwd80_tdk >= 0 ? bwd80_tdk : 0],
-                                    bwd80_slice_rows<const float>(acc, b, h0) +
-                                        (long long)j * bwd80_dqk,
-                                    group, acc.stride[1], b, hk, j, rs);
+    bwd80_convert_kv_row<ATTN_D_QK, 1>(p.t[bwd80_tdk >= 0 ? bwd80_tdk : 0],
+                                       bwd80_slice_rows<const float>(acc, b, h0) +
+                                           (long long)j * bwd80_dqk,
+                                       group, acc.stride[1], b, hk, j, rs, p);
   }
   if constexpr (bwd80_tdv >= 0) {
     const attn_tensor_arg &acc = p.t[bwd80_tdva >= 0 ? bwd80_tdva : 0];
-    bwd80_convert_kv_row<ATTN_D_V>(p.t[bwd80_tdv >= 0 ? bwd80_tdv : 0],
-                                   bwd80_slice_rows<const float>(acc, b, h0) +
-                                       (long long)j * bwd80_dv,
-                                   group, acc.stride[1], b, hk, j, rs);
+    bwd80_convert_kv_row<ATTN_D_V, 2>(p.t[bwd80_tdv >= 0 ? bwd80_tdv : 0],
+                                      bwd80_slice_rows<const float>(acc, b, h0) +
+                                          (long long)j * bwd80_dv,
+                                      group, acc.stride[1], b, hk, j, rs, p);
   }
 }
+
+#if defined(ATTN_BWD_FP8)
+/* Row r of (b, h) of an FP8 tensor (FP8: 1 e4m3, 2 e5m2), D columns, as
+ * 16-bit values of the MMAs' type into the same row of its copy (exact). */
+template <int FP8, int D>
+static __device__ __forceinline__ void bwd80_convert8_row(const attn_tensor_arg &src,
+                                                          const attn_tensor_arg &dst, int b, int h,
+                                                          int r, const bwd80_row_slot &rs) {
+  const unsigned char *in = (const unsigned char *)src.ptr + b * src.stride[0] +
+                            h * src.stride[1] + (long long)r * src.stride[2];
+  unsigned short *out = (unsigned short *)dst.ptr + b * dst.stride[0] + h * dst.stride[1] +
+                        (long long)r * dst.stride[2];
+  for (int d = rs.col; d < D; d += rs.step) {
+    const uint2 v = *(const uint2 *)(in + d);
+    uint4 w;
+    attn_fp8x4_cvt<FP8 == 1, bwd80_in_bf16>(v.x, w.x, w.y);
+    attn_fp8x4_cvt<FP8 == 1, bwd80_in_bf16>(v.y, w.z, w.w);
+    *(uint4 *)(out + d) = w;
+  }
+}
+
+/* Grid (ceil(Sq / R) + ceil(Skv / R), H, B), R = ATTN_BWD_ROWS_PER_CTA:
+ * the first part's rows copy q and dO where they are FP8, the second's
+ * k and v (heads below Hk). */
+__device__ __forceinline__ void attn_bwd_sm80_convert8(const attn_params &p) {
+  const bwd80_row_slot rs = bwd80_row_of_thread();
+  const int n_q = (p.Sq + ATTN_BWD_ROWS_PER_CTA - 1) / ATTN_BWD_ROWS_PER_CTA;
+  const int h = blockIdx.y, b = blockIdx.z;
+  if ((int)blockIdx.x < n_q) {
+    if (rs.row >= p.Sq)
+      return;
+    if constexpr (ATTN_BWD_SRC_Q >= 0)
+      bwd80_convert8_row<ATTN_BWD_Q8, ATTN_D_QK>(p.t[ATTN_BWD_SRC_Q >= 0 ? ATTN_BWD_SRC_Q : 0],
+                                                 p.t[bwd80_tq], b, h, rs.row, rs);
+    if constexpr (ATTN_BWD_SRC_DO >= 0)
+      bwd80_convert8_row<ATTN_BWD_DO8, ATTN_D_V>(p.t[ATTN_BWD_SRC_DO >= 0 ? ATTN_BWD_SRC_DO : 0],
+                                                 p.t[bwd80_tdo], b, h, rs.row, rs);
+  } else {
+    const int j = rs.row - n_q * ATTN_BWD_ROWS_PER_CTA;
+    if (j >= p.Skv || h >= p.Hk)
+      return;
+    if constexpr (ATTN_BWD_SRC_K >= 0)
+      bwd80_convert8_row<ATTN_BWD_KV8, ATTN_D_QK>(p.t[ATTN_BWD_SRC_K >= 0 ? ATTN_BWD_SRC_K : 0],
+                                                  p.t[bwd80_tk], b, h, j, rs);
+    if constexpr (ATTN_BWD_SRC_V >= 0)
+      bwd80_convert8_row<ATTN_BWD_KV8, ATTN_D_V>(p.t[ATTN_BWD_SRC_V >= 0 ? ATTN_BWD_SRC_V : 0],
+                                                 p.t[bwd80_tv], b, h, j, rs);
+  }
+}
+#endif
 
 #if defined(ATTN_BWD_DSINK)
 /* The softmax sink's gradient (compiler/emit_bwd.c writes the store hook

@@ -284,3 +284,53 @@ Test(grad_block, dump_names_the_edges) {
   diag_free(&d);
   arena_free(a);
 }
+
+/* The FP8 backward's plan: the block's amax outputs zeroed, the FP8
+ * tensors copied to 16 bits, then delta, main and the convert passes, all
+ * on bwd_sm80 (whatever the target), with no deterministic mode. */
+Test(grad_block, plans_convert8_and_amax_init_on_bwd_sm80) {
+  Arena *a = arena_new();
+  IrModule *m = unit_build(a, "<grad block>", FP8_GRAPH);
+  for (int arch = 0; arch < 2; arch++) {
+    const Compiled c = unit_compile(a, m, arch ? "sm_90a" : "sm_80", STAGE_PLAN);
+    cr_assert(c.graphs[0].bwd && c.graphs[0].bwd->fp8 && !c.graphs[0].bwd->sm90);
+    const PassPlan *pp = &c.plans[0].pass[PLAN_BACKWARD];
+    cr_assert(!pp->det_ok);
+    static const char *const roles[] = {"amax_init", "convert8", "delta", "main", "convert",
+                                        "convert_kv"};
+    cr_assert_eq(pp->nsteps, 6);
+    for (int k = 0; k < 6; k++) cr_assert_str_eq(pp->steps[k].role, roles[k]);
+    const BwdSlots *sl = &c.graphs[0].bwd->slots;
+    cr_assert(sl->q16 >= 0 && sl->k16 >= 0 && sl->v16 >= 0 && sl->do16 >= 0);
+    cr_assert_eq(sl->namax, 4);
+    int copies = 0;
+    for (int k = 0; k < pp->nslices; k++)
+      if (pp->slices[k].elem == 2) copies++;
+    cr_assert_eq(copies, 4);
+  }
+  const IrGraph *g = m->graphs[0];
+  cr_assert_eq(bwd_grad_type(g, IR_GRAD_DO), DT_E5M2);
+  cr_assert_eq(bwd_grad_type(g, IR_GRAD_DQ), DT_E4M3);
+  cr_assert_eq(bwd_grad_type(g, IR_GRAD_DV), DT_BF16);
+  arena_free(a);
+}
+
+/* The GPU backward reads the stored dO, so its value must be dO times
+ * values fixed for the call. */
+Test(grad_block, a_nonlinear_incoming_gradient_is_refused_on_the_gpu) {
+  Arena *a = arena_new();
+  IrModule *m = unit_build(a, "<grad block>",
+                           "attention t {\n  input q : bf16[B, H, S, 64];\n"
+                           "  input k : bf16[B, H, S, 64];\n  input v : bf16[B, H, S, 64];\n"
+                           "  s = q @ k^T;\n  output o = softmax(s) @ v;\n"
+                           "  output lse = logsumexp(s);\n"
+                           "  grad q {\n    do = tanh(do);\n  }\n}\n");
+  Diag d = {0};
+  Compiled c;
+  const CompileOptions o = {.arch = "sm_90a"};
+  cr_assert_neq(compile_module(m, &o, STAGE_PLAN, a, &d, &c), 0);
+  cr_assert(strstr(d.out.data, "times values fixed for the call"), "%s", d.out.data);
+  cr_assert(strstr(d.out.data, "<grad block>:9:5:"), "%s", d.out.data);
+  diag_free(&d);
+  arena_free(a);
+}

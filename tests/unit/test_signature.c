@@ -32,6 +32,25 @@ static const char train_src[] =
     "  input  v : bf16[B, H, S, 128];\n"
     "  o = softmax(q @ k^T) @ v;\n"
     "  output o : bf16[B, H, S, 128];\n"
+    "}\n"
+    "attention fp8train {\n"
+    "  input  q : e4m3[B, H, S, 64];\n"
+    "  input  k : e4m3[B, H, S, 64];\n"
+    "  input  v : e4m3[B, H, S, 64];\n"
+    "  scalar scale_o : f32 = 2.0;\n"
+    "  s = mask(q @ k^T * 0.125, j <= i);\n"
+    "  out = (e4m3(softmax(s) * 448.0) @ v) / 448.0;\n"
+    "  output o : e4m3[B, H, S, 64] = out * scale_o;\n"
+    "  output lse = logsumexp(s);\n"
+    "  grad q, k, v {\n"
+    "    input do : e5m2;\n"
+    "    output amax_dp = amax(ds);\n"
+    "    ds = e4m3(ds * 64.0) / 64.0;\n"
+    "    output dq : bf16;\n"
+    "    output dk : e4m3 = dk * 8.0;\n"
+    "    output dv : f32;\n"
+    "    output amax_dk = amax(dk);\n"
+    "  }\n"
     "}\n";
 
 static attn_context *ctx;
@@ -186,4 +205,43 @@ Test(signature, a_forward_only_graph_says_why_it_has_no_backward) {
   cr_assert_eq(attn_graph_tensor(NULL, 0, &t), ATTN_ERROR_INVALID_ARGUMENT);
   cr_assert_eq(attn_graph_tensor_count(NULL), 0);
   cr_assert_str_eq(attn_graph_name(NULL), "");
+}
+
+/* The FP8 backward's tensors: dO in the grad block's type, each gradient
+ * in its storage type, then the block's amax outputs (f32[1]); bind takes
+ * exactly these. */
+Test(signature, a_grad_block_gives_the_types_and_its_amax_outputs) {
+  attn_graph *g = graph("fp8train");
+  cr_assert_eq(attn_graph_has_backward(g, NULL, 0), 1);
+  cr_assert_eq(attn_graph_tensor_count(g), 5 + 6);
+  static const char *names[] = {"do", "dq", "dk", "dv", "amax_dp", "amax_dk"};
+  static const attn_dtype types[] = {ATTN_E5M2, ATTN_BF16, ATTN_E4M3, ATTN_F32, ATTN_F32, ATTN_F32};
+  static const int ofs[] = {3, 0, 1, 2, -1, -1};
+  attn_call *c;
+  cr_assert_eq(attn_call_create(g, &c), ATTN_SUCCESS);
+  const int64_t shape[4] = {2, 4, 32, 64}, one = 1;
+  for (int i = 0; i < 6; i++) {
+    attn_tensor_info t = tensor(g, 5 + i);
+    cr_assert_str_eq(t.name, names[i]);
+    cr_assert_eq(t.role, i ? ATTN_ROLE_GRAD_OUTPUT : ATTN_ROLE_GRAD_INPUT, "%s", names[i]);
+    cr_assert_eq(t.dtype, types[i], "%s", names[i]);
+    cr_assert_eq(t.of, ofs[i], "%s", names[i]);
+    if (i < 4) {
+      expect_dims(&t, "B", "H", "S", "64");
+    } else {
+      cr_assert_eq(t.ndim, 1);
+      cr_assert_eq(t.dim_size[0], 1);
+    }
+    cr_assert_eq(attn_call_bind_tensor(c, t.name, (void *)0x100000, t.dtype, i < 4 ? 4 : 1,
+                                       i < 4 ? shape : &one, NULL),
+                 ATTN_SUCCESS, "%s: %s", t.name, attn_context_error(ctx));
+  }
+  /* dq is stored as bf16 here, not as q's e4m3. */
+  cr_assert_eq(attn_call_bind_tensor(c, "dq", (void *)0x100000, ATTN_E4M3, 4, shape, NULL),
+               ATTN_ERROR_INVALID_ARGUMENT);
+  /* No deterministic mode for the FP8 backward. */
+  cr_assert_eq(attn_call_set_deterministic(c, 1), ATTN_ERROR_UNSUPPORTED);
+  cr_assert(strstr(attn_context_error(ctx), "FP8 backward has no deterministic"), "%s",
+            attn_context_error(ctx));
+  attn_call_destroy(c);
 }

@@ -117,6 +117,13 @@ static __device__ __forceinline__ float attn_out(float o, int b, int h, int i, i
 #define ATTN_TDV 11
 #define ATTN_TDKA 12
 #define ATTN_TDVA 13
+#define ATTN_BWD_TQ 0
+#define ATTN_BWD_TK 1
+#define ATTN_BWD_TV 2
+#define ATTN_BWD_TDO 6
+#define ATTN_BWD_DQ_KIND 0
+#define ATTN_BWD_DK_KIND 0
+#define ATTN_BWD_DV_KIND 0
 #define ATTN_BWD_SPLIT_D 0
 #define ATTN_BWD_WIDE 0
 #define ATTN_BWD_PERSISTENT 1
@@ -234,6 +241,13 @@ extern "C" __global__ void __launch_bounds__(256) attn_backward_bwd_convert_kv(c
 #undef ATTN_TDV
 #undef ATTN_TDKA
 #undef ATTN_TDVA
+#undef ATTN_BWD_TQ
+#undef ATTN_BWD_TK
+#undef ATTN_BWD_TV
+#undef ATTN_BWD_TDO
+#undef ATTN_BWD_DQ_KIND
+#undef ATTN_BWD_DK_KIND
+#undef ATTN_BWD_DV_KIND
 #undef ATTN_BWD_SPLIT_D
 #undef ATTN_BWD_WIDE
 #undef ATTN_BWD_PERSISTENT
