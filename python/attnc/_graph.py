@@ -170,7 +170,12 @@ class Graph:
                 scalars=[s.name for s in self.scalars],
                 outputs=outs,
                 dout=self.raw.by_role("grad_input")[0].name.encode() if self.has_backward else None,
-                grads=[(s.name.encode(), s.dtype, s.of) for s in self.raw.by_role("grad_output")],
+                dout_dtype=self.raw.by_role("grad_input")[0].dtype if self.has_backward else None,
+                grads=[(s.name.encode(), s.dtype, s.of) for s in self.raw.by_role("grad_output")
+                       if s.of is not None],
+                # A grad block's amax outputs (f32[1], no input's gradient): bound to
+                # scratch the backward writes; autograd has no place to return them.
+                amax=[s.name.encode() for s in self.raw.by_role("grad_output") if s.of is None],
                 q=next(i for i, s in enumerate(self.inputs) if s.operand == "q"),
                 calls={})
         return self._plan
@@ -219,13 +224,15 @@ class Graph:
                 return self.run_backward(tensors, outputs, dout, scalars, deterministic)
         plan = self._launch_plan()
         grads = self._new_grads(tensors)
-        dout = _torch.vector_ready(dout.to(tensors[plan["q"]].dtype))
+        dout = _torch.vector_ready(dout.to(_torch.torch_dtype(plan["dout_dtype"])))
         with self.raw.module.ctx.lock:
             call = self._call(plan, True)
             items = [(name, _torch.dtype_int(t), t)
                      for (name, _, _), t in zip(plan["outputs"], outputs)]
             items.append((plan["dout"], _torch.dtype_int(dout), dout))
             items += [(name, _torch.dtype_int(t), t) for (name, _, _), t in zip(plan["grads"], grads)]
+            amax = [torch.zeros(1, dtype=torch.float32, device=device) for _ in plan["amax"]]
+            items += [(name, _torch.dtype_int(t), t) for name, t in zip(plan["amax"], amax)]
             self._bind_common(call, plan, tensors, scalars, items)
             call.set_deterministic(deterministic)
             ws, region = _torch.workspace(call, device, backward=True)

@@ -78,7 +78,7 @@ def _define(graph, op_name):
     torch.library.register_fake(qual, forward_fake, lib=_LIB)
     if not raw.has_backward:
         return
-    grads = raw.by_role("grad_output")
+    grads = [g for g in raw.by_role("grad_output") if g.of is not None]  # not amax outputs
     bwd_name = op_name + "_backward"
     bins = [f"Tensor t{i}" for i in range(nin)] + [f"Tensor o{i}" for i in range(nout)]
     gouts = "Tensor" if len(grads) == 1 else "(" + ", ".join(["Tensor"] * len(grads)) + ")"

@@ -199,3 +199,21 @@ def test_packed_tokens_against_paged_caches(root, cache_dir):
     o, lse = g(q, cu_q, kc, vc, table, kv_len)
     assert o.shape == (700, 32, 128) and o.dtype == torch.bfloat16
     assert lse.shape == (32, 700) and lse.dtype == torch.float32
+
+
+def test_fp8_training_gradients_take_the_grad_blocks_types(root, cache_dir):
+    """examples/fp8_train.attn: FP8 q, k, v with a grad block; the backward's gradients come back
+    in the block's storage types (dq, dk e4m3, dv bf16), its amax outputs go to scratch."""
+    import torch
+    if not hasattr(torch, "float8_e4m3fn"):
+        pytest.skip("this PyTorch has no float8_e4m3fn")
+    g = attnc.compile(os.path.join(root, "examples", "fp8_train.attn"), arch="sm_90a",
+                      cache_dir=cache_dir).fp8_train
+    assert g.has_backward
+    f8 = torch.float8_e4m3fn
+    q, k, v = (torch.empty(2, 4, 100, 128, device="meta", dtype=f8) for _ in range(3))
+    grads = g.fake_backward([q, k, v])
+    assert [t.dtype for t in grads] == [f8, f8, torch.bfloat16]
+    assert all(t.shape == (2, 4, 100, 128) for t in grads)
+    plan = g._launch_plan()
+    assert plan["amax"] == [b"amax_dp", b"amax_dq", b"amax_dk", b"amax_dv"]

@@ -53,6 +53,15 @@ enum { SQ_, SK_, SV_, SO_, SLSE_, SDO_, SDELTA_, SDQA_, SDQ_, SDK_, SDV_, SDKA_,
 #define ATTN_TDV 10
 #define ATTN_TDKA 11
 #define ATTN_TDVA 12
+/* (the slots the kernels read q, k, v, dO from, and the gradients' kinds:
+ * the graph's own, bf16; emit_bwd.c writes them) */
+#define ATTN_BWD_TQ ATTN_TQ
+#define ATTN_BWD_TK ATTN_TK
+#define ATTN_BWD_TV ATTN_TV
+#define ATTN_BWD_TDO ATTN_TDO
+#define ATTN_BWD_DQ_KIND 0
+#define ATTN_BWD_DK_KIND 0
+#define ATTN_BWD_DV_KIND 0
 #define ATTN_IN_BF16 1
 #define ATTN_OUT_BF16 1
 

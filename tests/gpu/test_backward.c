@@ -277,6 +277,55 @@ static void test_d256(attn_context *ctx, const char *name, const char *text, siz
     test_module_det(ctx, name, text, len, seed, 0, false);
 }
 
+/* The FP8 backward (a grad block; bwd_sm80 on every target): FP8 q, k, v
+ * with descales, GQA (convert_kv stores dK and dV through the block), a
+ * causal mask and dropout before P's rounding, dO in e4m3 with a descale,
+ * dS rounded to e4m3 with a scale, bf16 and f32 gradients, amax of dS, dq
+ * and dv. */
+static const char fp8_gqa_src[] =
+    "attention fp8_gqa {\n"
+    "  input q : e4m3[B, H, Sq, 64];\n"
+    "  input k : e4m3[B, Hk, Skv, 64];\n"
+    "  input v : e4m3[B, Hk, Skv, 64];\n"
+    "  scalar descale_q : f32 = 0.5;\n"
+    "  scalar descale_v : f32 = 2.0;\n"
+    "  scalar seed : u64 = 7;\n"
+    "  s = mask((q @ k^T) * (0.125 * descale_q), j <= i + Skv - Sq);\n"
+    "  p = softmax(s);\n"
+    "  out = (e4m3(dropout(p, 0.1, seed, 0) * 448.0) @ v) * (descale_v / 448.0);\n"
+    "  output o : bf16[B, H, Sq, 64] = out;\n"
+    "  output lse = logsumexp(s);\n"
+    "  grad q, k, v {\n"
+    "    input do : e4m3;\n"
+    "    do = do * 0.25;\n"
+    "    output amax_dp = amax(ds);\n"
+    "    ds = e4m3(ds * 256.0) / 256.0;\n"
+    "    output dq : bf16;\n"
+    "    output dk : bf16 = dk * 2.0;\n"
+    "    output dv : f32;\n"
+    "    output amax_dq = amax(dq);\n"
+    "    output amax_dv = amax(dv);\n"
+    "  }\n"
+    "}\n";
+
+/* A grad block on 16-bit tensors: the FP8 backward's hooks without the
+ * copies (dO's descale, dS rounded to bf16, a stored scale). */
+static const char block_bf16_src[] =
+    "attention block_bf16 {\n"
+    "  input q : bf16[B, H, Sq, 128];\n"
+    "  input k : bf16[B, Hk, Skv, 128];\n"
+    "  input v : bf16[B, Hk, Skv, 128];\n"
+    "  s = (q @ k^T) * 0.088;\n"
+    "  output o : bf16[B, H, Sq, 128] = softmax(s) @ v;\n"
+    "  output lse = logsumexp(s);\n"
+    "  grad q, k, v {\n"
+    "    do = do * 3.0;\n"
+    "    ds = bf16(ds);\n"
+    "    output dq : f32 = dq * 0.5;\n"
+    "    output amax_dk = amax(dk);\n"
+    "  }\n"
+    "}\n";
+
 /* A bias read transposed: its gradient has no place in the kernels. */
 static const char bias_transposed_src[] =
     "attention bias_transposed {\n"
@@ -474,6 +523,8 @@ static void run_all(attn_context *ctx) {
     test_packed(ctx, &seed, "packed_d256", packed_d256_src, sizeof packed_d256_src - 1, false);
   }
   if (only) return;
+  test_module(ctx, "fp8_gqa", fp8_gqa_src, sizeof fp8_gqa_src - 1, &seed, 0);
+  test_module(ctx, "block_bf16", block_bf16_src, sizeof block_bf16_src - 1, &seed, 0);
   test_module(ctx, "masked_rows", masked_rows_src, sizeof masked_rows_src - 1, &seed, 64);
   test_module(ctx, "dropout_grad", dropout_src, sizeof dropout_src - 1, &seed, 0);
   test_module(ctx, "bias_bcast", bias_bcast_src, sizeof bias_bcast_src - 1, &seed, 0);
