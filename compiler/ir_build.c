@@ -85,6 +85,17 @@ bool ib_check_new_name(Builder *b, const char *name, Loc loc) {
   return true;
 }
 
+bool ib_fresh_name(Builder *b, const char *name, Loc loc) {
+  if (!ib_check_new_name(b, name, loc)) return false;
+  Binding *old = ib_lookup(b, name);
+  if (old) {
+    diag_error(b->d, loc, "redefinition of '%s'", name);
+    diag_note(b->d, old->loc, "'%s' first declared here", name);
+    return false;
+  }
+  return true;
+}
+
 Binding *ib_bind(Builder *b, const char *name, int kind, Loc loc) {
   b->binds = grow(b->a, b->binds, b->nbinds, &b->cap_binds, sizeof *b->binds);
   Binding *x = &b->binds[b->nbinds++];
@@ -601,13 +612,7 @@ IrNode *ib_lower(Builder *b, const AstExpr *e) {
 /* ------------------------------------------------------------- statements */
 
 static void declare_input(Builder *b, const AstStmt *st) {
-  if (!ib_check_new_name(b, st->name, st->name_loc)) return;
-  Binding *old = ib_lookup(b, st->name);
-  if (old) {
-    diag_error(b->d, st->name_loc, "redefinition of '%s'", st->name);
-    diag_note(b->d, old->loc, "'%s' first declared here", st->name);
-    return;
-  }
+  if (!ib_fresh_name(b, st->name, st->name_loc)) return;
   if (!st->has_type || !st->type.has_shape) {
     diag_error(b->d, st->name_loc, "input '%s' needs a shape; a single value "
                "is a scalar", st->name);
@@ -621,13 +626,7 @@ static void declare_input(Builder *b, const AstStmt *st) {
 }
 
 void ib_declare_scalar(Builder *b, const AstStmt *st) {
-  if (!ib_check_new_name(b, st->name, st->name_loc)) return;
-  Binding *old = ib_lookup(b, st->name);
-  if (old) {
-    diag_error(b->d, st->name_loc, "redefinition of '%s'", st->name);
-    diag_note(b->d, old->loc, "'%s' first declared here", st->name);
-    return;
-  }
+  if (!ib_fresh_name(b, st->name, st->name_loc)) return;
   DType t = st->type.dtype;
   if (st->type.has_shape || !(t == DT_F32 || t == DT_I32 || t == DT_U64 ||
                               t == DT_BOOL)) {

@@ -65,6 +65,8 @@ Binding *ib_bind(Builder *b, const char *name, int kind, Loc loc);
 /* Rejects a declared name that is built in or is a dimension symbol. */
 bool ib_check_new_name(Builder *b, const char *name, Loc loc);
 const char *ib_kind_name(int kind); /* "input", "scalar", "local" */
+/* ib_check_new_name, and no binding of that name yet (else "redefinition"). */
+bool ib_fresh_name(Builder *b, const char *name, Loc loc);
 void ib_declare_scalar(Builder *b, const AstStmt *st);
 /* ir_grad.c: the graph's `grad ... { }` block (NULL: none) into g->grad,
  * after the forward is built and checked. */

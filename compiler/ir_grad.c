@@ -206,13 +206,7 @@ static void grad_assign(GradBuild *gr, const AstStmt *st) {
 
 static void grad_amax(GradBuild *gr, const AstStmt *st) {
   Builder *b = gr->b;
-  if (!ib_check_new_name(b, st->name, st->name_loc)) return;
-  Binding *old = ib_lookup(b, st->name);
-  if (old) {
-    diag_error(b->d, st->name_loc, "redefinition of '%s'", st->name);
-    diag_note(b->d, old->loc, "'%s' first declared here", st->name);
-    return;
-  }
+  if (!ib_fresh_name(b, st->name, st->name_loc)) return;
   for (int k = 0; k < gr->gb->namax; k++)
     if (!strcmp(gr->gb->amax[k].name, st->name)) {
       diag_error(b->d, st->name_loc, "redefinition of output '%s'", st->name);
