@@ -2,9 +2,13 @@
  * cli_run.c: `attnc run FILE` — the main job. For each graph: random
  * inputs (ref_make_inputs), a JIT compile through libattn, a launch on the
  * GPU, a comparison with the CPU reference and, with --bench, a timing.
- * --cpu runs the CPU reference alone. Without a GPU the graph is still
- * compiled, and the command says what it could not run (exit status 3).
+ * --cpu runs the CPU reference alone. --backward also runs the backward of
+ * a graph with grad on a random dO (its gradients and a grad block's amax
+ * outputs summarized, or checked against the CPU backward). Without a GPU
+ * the graph is still compiled, and the command says what it could not run
+ * (exit status 3).
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -17,7 +21,7 @@
 typedef struct RunOptions {
   const char *file, *shape, *set, *graph, *arch;
   uint64_t seed;
-  bool cpu, check, bench, bshd;
+  bool cpu, check, bench, bshd, backward;
 } RunOptions;
 
 static int parse_run_options(int argc, char **argv, RunOptions *o) {
@@ -30,6 +34,7 @@ static int parse_run_options(int argc, char **argv, RunOptions *o) {
     else if (!strcmp(a, "--check")) o->check = true;
     else if (!strcmp(a, "--bench")) o->bench = true;
     else if (!strcmp(a, "--bshd")) o->bshd = true;
+    else if (!strcmp(a, "--backward")) o->backward = true;
     else if (!strcmp(a, "--shape") && has_val) o->shape = argv[++k];
     else if (!strcmp(a, "--set") && has_val) o->set = argv[++k];
     else if (!strcmp(a, "--graph") && has_val) o->graph = argv[++k];
@@ -79,6 +84,90 @@ static int compare_outputs(const IrGraph *g, const RefArgs *ref, const ChkResult
   return bad;
 }
 
+/* The backward's part of a run: the derived graph and a random dO (in
+ * the attention output's shape and dO's dtype); NULL after a message. */
+typedef struct BwdRun {
+  BwdGraph *bg;
+  double *dout;
+  RefTensor *grads; /* by tensor index */
+  double amax[BWD_MAX_AMAX];
+} BwdRun;
+
+static bool bwd_run_init(BwdRun *br, RefArgs *ra, const RunOptions *o, Arena *a) {
+  const IrGraph *g = ra->g;
+  memset(br, 0, sizeof *br);
+  Diag d = {0};
+  br->bg = bwd_derive(g, a, &d);
+  if (!br->bg) {
+    fprintf(stderr, "%s", d.out.data ? d.out.data : "");
+    diag_free(&d);
+    return false;
+  }
+  diag_free(&d);
+  br->dout = chk_random_dout(ra, g->outputs[br->bg->o_output].tensor, o->seed + 1);
+  br->grads = calloc((size_t)g->ntensors, sizeof *br->grads);
+  return br->dout && br->grads;
+}
+
+static void bwd_run_free(BwdRun *br, int ntensors) {
+  for (int t = 0; br->grads && t < ntensors; t++) free(br->grads[t].data);
+  free(br->grads);
+  free(br->dout);
+}
+
+/* One line per gradient (its storage dtype, min, max, rms) and amax output. */
+static void print_gradients(const IrGraph *g, const BwdRun *br) {
+  for (int t = 0; t < g->ntensors; t++) {
+    const RefTensor *x = &br->grads[t];
+    if (!g->tensors[t].grad || !x->data) continue;
+    DType dt = g->tensors[t].type;
+    for (int r = 0; r < 3; r++)
+      if (t == (r == 0 ? g->q : r == 1 ? g->k : g->v)) dt = bwd_grad_type(g, IR_GRAD_DQ + r);
+    double lo = INFINITY, hi = -INFINITY, ss = 0;
+    const int64_t n = ref_numel(x);
+    for (int64_t e = 0; e < n; e++) {
+      lo = fmin(lo, x->data[e]);
+      hi = fmax(hi, x->data[e]);
+      ss += x->data[e] * x->data[e];
+    }
+    printf("  d%-7s %-5s min %.4g  max %.4g  rms %.4g\n", g->tensors[t].name, dtype_name(dt), lo,
+           hi, n ? sqrt(ss / (double)n) : 0.0);
+  }
+  for (int k = 0; g->grad && k < g->grad->namax; k++)
+    printf("  %-8s f32   %.6g\n", g->grad->amax[k].name, br->amax[k]);
+}
+
+/* The GPU's gradients and amax against the CPU backward (FP8: given the
+ * GPU forward's stored o and lse, rounded to the storage types). */
+static int compare_gradients(const IrGraph *g, RefArgs *ra, BwdRun *br, const ChkResult *res) {
+  StrBuf err = {0};
+  int bad = 0;
+  if (chk_reference_backward(ra, br->bg, br->dout, res, br->grads, br->amax, &err) != 0) {
+    fprintf(stderr, "attnc: error: CPU backward: %s\n", err.data ? err.data : "");
+    sb_free(&err);
+    return EXIT_NORUN;
+  }
+  const double tol = bwd_is_fp8(g) ? 3e-2 : 2e-2;
+  for (int t = 0; t < g->ntensors; t++) {
+    if (!g->tensors[t].grad || !br->grads[t].data || !res->grads || !res->grads[t]) continue;
+    RefCompare c = ref_compare(res->grads[t], br->grads[t].data, (size_t)ref_numel(&br->grads[t]));
+    bool ok = c.rel_l2 <= tol && c.nonfinite_mismatch == 0;
+    printf("  d%-7s rel_l2 %.2e  max_abs %.2e  nonfinite mismatches %zu  (tolerance %.0e): %s\n",
+           g->tensors[t].name, c.rel_l2, c.max_abs, c.nonfinite_mismatch, tol,
+           ok ? "ok" : "MISMATCH");
+    bad += !ok;
+  }
+  for (int k = 0; g->grad && k < g->grad->namax; k++) {
+    const double want = br->amax[k], got = res->amax[k];
+    bool ok = fabs(got - want) <= 1e-3 * fabs(want) + 1e-30;
+    printf("  %-8s %.6g (reference %.6g): %s\n", g->grad->amax[k].name, got, want,
+           ok ? "ok" : "MISMATCH");
+    bad += !ok;
+  }
+  sb_free(&err);
+  return bad ? EXIT_MISMATCH : EXIT_OK;
+}
+
 /* One graph on the GPU: compile (done by the caller), run, compare, time. */
 static int run_graph_gpu(attn_context *ctx, attn_module *mod, const IrGraph *g, RefArgs *ra,
                          const RunOptions *o, Arena *a) {
@@ -90,6 +179,14 @@ static int run_graph_gpu(attn_context *ctx, attn_module *mod, const IrGraph *g, 
   StrBuf err = {0};
   ChkOptions co = {.bshd = o->bshd, .count_tiles = true, .bench_iters = o->bench ? 20 : 0};
   ChkResult res;
+  BwdRun br = {0};
+  const bool bwd = o->backward && bwd_has_grad(g);
+  if (bwd && !bwd_run_init(&br, ra, o, a)) {
+    bwd_run_free(&br, g->ntensors);
+    return EXIT_NORUN;
+  }
+  co.dout = bwd ? br.dout : NULL;
+  co.bshd = co.bshd && !bwd; /* (the backward's check reads dense o and lse) */
   double flops = dense_flops(g, ra);
   /* The CPU reference costs ~1 ns a flop: check by default when small. */
   bool check = o->check || flops <= 4e9;
@@ -98,6 +195,7 @@ static int run_graph_gpu(attn_context *ctx, attn_module *mod, const IrGraph *g, 
     fprintf(stderr, "attnc: error: graph '%s' did not run: %s\n", g->name, err.data ? err.data : "");
     sb_free(&err);
     chk_result_free(&res, g->ntensors);
+    bwd_run_free(&br, g->ntensors);
     return EXIT_NORUN;
   }
   printf("graph %s: ran on the GPU (q %s, k %s), key tiles loaded: %llu\n", g->name,
@@ -111,6 +209,7 @@ static int run_graph_gpu(attn_context *ctx, attn_module *mod, const IrGraph *g, 
     } else if (compare_outputs(g, ra, &res) > 0) {
       status = EXIT_MISMATCH;
     }
+    if (bwd && status == EXIT_OK) status = compare_gradients(g, ra, &br, &res);
     sb_free(&rerr);
   } else {
     printf("  (not checked against the CPU reference: %.1f GFLOP is large; pass --check)\n",
@@ -120,6 +219,7 @@ static int run_graph_gpu(attn_context *ctx, attn_module *mod, const IrGraph *g, 
     printf("  time %.3f ms (median of %d), %.1f TFLOP/s counting every (i, j) pair\n", res.ms,
            co.bench_iters, flops / (res.ms * 1e-3) / 1e12);
   chk_result_free(&res, g->ntensors);
+  bwd_run_free(&br, g->ntensors);
   sb_free(&err);
   return status;
 }
@@ -172,7 +272,7 @@ static int make_inputs(RefArgs *ra, const RunOptions *o) {
   return rc == 0 ? EXIT_OK : EXIT_USAGE;
 }
 
-static int run_graph_cpu(RefArgs *ra) {
+static int run_graph_cpu(RefArgs *ra, const RunOptions *o, Arena *a) {
   StrBuf err = {0}, out = {0};
   int status = EXIT_OK;
   if (ref_forward(ra, &err) != 0) {
@@ -181,6 +281,20 @@ static int run_graph_cpu(RefArgs *ra) {
   } else {
     ref_summarize(&out, ra);
     printf("graph %s: CPU reference\n%s", ra->g->name, out.data ? out.data : "");
+  }
+  if (status == EXIT_OK && o->backward && bwd_has_grad(ra->g)) {
+    BwdRun br;
+    if (!bwd_run_init(&br, ra, o, a)) {
+      status = EXIT_NORUN;
+    } else if (chk_reference_backward(ra, br.bg, br.dout, NULL, br.grads, br.amax, &err) != 0) {
+      fprintf(stderr, "attnc: error: graph '%s': CPU backward: %s\n", ra->g->name,
+              err.data ? err.data : "");
+      status = EXIT_NORUN;
+    } else {
+      printf("  backward on a random dO:\n");
+      print_gradients(ra->g, &br);
+    }
+    bwd_run_free(&br, ra->g->ntensors);
   }
   sb_free(&err);
   sb_free(&out);
@@ -220,7 +334,7 @@ int cli_run(int argc, char **argv) {
     RefArgs ra = {.g = g};
     int st = make_inputs(&ra, &o);
     if (st == EXIT_OK) {
-      if (o.cpu) st = run_graph_cpu(&ra);
+      if (o.cpu) st = run_graph_cpu(&ra, &o, a);
       else if (gpu) st = run_graph_gpu(ctx, mod, g, &ra, &o, a);
       else {
         printf("graph %s: compiled; not run: %s\n", g->name, why.data ? why.data : "no GPU");

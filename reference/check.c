@@ -378,6 +378,26 @@ double *chk_random_dout(const RefArgs *args, int o, uint64_t seed) {
   return dout;
 }
 
+int chk_reference_backward(RefArgs *args, const BwdGraph *bg, const double *dout,
+                           const ChkResult *fwd, RefTensor *grads, double *amax, StrBuf *err) {
+  const IrGraph *g = bg->g;
+  if (!bwd_is_fp8(g)) return ref_backward(args, bg, dout, grads, err);
+  BwdSlots sl;
+  bwd_slots(g, &sl);
+  const double *o = fwd && fwd->outputs && sl.o >= 0 ? fwd->outputs[sl.o] : NULL;
+  const double *lse = fwd && fwd->outputs && sl.lse >= 0 ? fwd->outputs[sl.lse] : NULL;
+  if (ref_backward_full(args, bg, dout, o && lse ? lse : NULL, o && lse ? o : NULL, grads, amax,
+                        err) != 0)
+    return -1;
+  for (int r = 0; r < 3; r++) {
+    const int t = r == 0 ? g->q : r == 1 ? g->k : g->v;
+    const DType st = bwd_grad_type(g, IR_GRAD_DQ + r);
+    for (int64_t e = 0; g->tensors[t].grad && e < ref_numel(&grads[t]); e++)
+      grads[t].data[e] = dtype_round(st, grads[t].data[e]);
+  }
+  return 0;
+}
+
 double chk_tolerance(DType out_type) {
   /* Relative L2 error allowed against the double reference. Inputs are
    * exact in both; the kernel rounds P to 16 bits before P @ V and the

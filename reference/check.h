@@ -41,6 +41,13 @@ void chk_result_free(ChkResult *res, int ntensors);
  * (bwd_grad_type), in the shape of the output o (a tensor of args), from
  * seed. NULL when out of memory; free() it. */
 double *chk_random_dout(const RefArgs *args, int o, uint64_t seed);
+/* The CPU backward a GPU backward is compared with: ref_backward, or for
+ * the FP8 backward (bwd_is_fp8) ref_backward_full given the forward's
+ * stored o and lse from fwd (the kernels read them: NULL recomputes them)
+ * with the grad block's amax outputs into amax, and each gradient rounded
+ * to its storage type as the kernels store it. 0, or -1 with err. */
+int chk_reference_backward(RefArgs *args, const BwdGraph *bg, const double *dout,
+                           const ChkResult *fwd, RefTensor *grads, double *amax, StrBuf *err);
 /* The relative L2 error a correct kernel stays under, by output dtype. */
 double chk_tolerance(DType out_type);
 

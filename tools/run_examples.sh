@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # run_examples.sh ATTNC: the main job on every bundled example. Each graph
-# is checked, JIT-compiled and run on the GPU against the CPU reference at
+# is checked, JIT-compiled and run on the GPU against the CPU reference
+# (with its backward, for graphs that declare grad) at
 # two shapes (one not a multiple of the tile, with Sq != Skv). Without a
 # GPU each is compiled and run on the CPU reference alone, and the script
 # says so. Exit status: 0 when nothing failed.
@@ -20,12 +21,12 @@ for f in examples/*.attn; do
   if has Sq && has Skv; then odd="Sq=77,Skv=201"; even="Sq=256,Skv=256"
   else odd="S=201"; even="S=256"; fi
   for shape in "$base$even" "$base$odd"; do
-    "$attnc" run "$f" --shape "$shape" --seed 7
+    "$attnc" run "$f" --shape "$shape" --seed 7 --backward
     case $? in
       0) ok=$((ok + 1)) ;;
       1) refused=$((refused + 1)); break ;;   # the matcher refuses it: printed why
       3) notrun=$((notrun + 1))
-         "$attnc" run "$f" --cpu --shape "$shape" --seed 7 || failed=$((failed + 1)) ;;
+         "$attnc" run "$f" --cpu --shape "$shape" --seed 7 --backward || failed=$((failed + 1)) ;;
       *) failed=$((failed + 1)) ;;
     esac
   done

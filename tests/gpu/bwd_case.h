@@ -82,24 +82,11 @@ static void bwd_case_filled(attn_context *ctx, attn_graph *ag, const IrGraph *g,
    * gradients rounded to their storage types as the kernels store them. */
   const bool fp8 = bwd_is_fp8(g);
   double amax[BWD_MAX_AMAX] = {0};
-  if (ok && fp8) {
-    const double *o_st = res.outputs ? res.outputs[sl.o] : NULL;
-    const double *lse_st = res.outputs ? res.outputs[sl.lse] : NULL;
-    if (!o_st || !lse_st || ref_backward_full(&ra, bg, dout, lse_st, o_st, grads, amax, &err) != 0)
-      ok = false;
-    for (int r = 0; ok && r < 3; r++) {
-      const int t = r == 0 ? g->q : r == 1 ? g->k : g->v;
-      const DType st = bwd_grad_type(g, IR_GRAD_DQ + r);
-      for (int64_t e = 0; g->tensors[t].grad && e < ref_numel(&grads[t]); e++)
-        grads[t].data[e] = dtype_round(st, grads[t].data[e]);
-    }
-    for (int k = 0; ok && k < sl.namax; k++) {
-      const double want = amax[k], got = res.amax[k];
-      sb_printf(&detail, "%s %.6g (want %.6g); ", g->grad->amax[k].name, got, want);
-      if (!(fabs(got - want) <= 1e-3 * fabs(want) + 1e-30)) ok = false;
-    }
-  } else if (ok && ref_backward(&ra, bg, dout, grads, &err) != 0) {
-    ok = false;
+  if (ok && chk_reference_backward(&ra, bg, dout, &res, grads, amax, &err) != 0) ok = false;
+  for (int k = 0; ok && k < sl.namax; k++) {
+    const double want = amax[k], got = res.amax[k];
+    sb_printf(&detail, "%s %.6g (want %.6g); ", g->grad->amax[k].name, got, want);
+    if (!(fabs(got - want) <= 1e-3 * fabs(want) + 1e-30)) ok = false;
   }
   /* Every gradient is compared once the runs succeeded (a failing one does
    * not hide the others). */
