@@ -4,7 +4,8 @@
 # by `make all test-install` plus the GPU test binaries (default: build).
 # A summary is printed last.
 set -u
-# Knobs: BENCH=0 skips the benchmarks, SANITIZE=0 compute-sanitizer, HOST=0 the host examples,
+# Knobs: FIRST=1 runs the newest unverified checks first (below), BENCH=0 skips the benchmarks,
+# SANITIZE=0 compute-sanitizer, HOST=0 the host examples,
 # FWD=0 test_forward, BWD80=0 / BWD90=0 test_backward's template passes, SM80=0
 # the portable template's grid, CTAS3=0 the second backward run, PYTEST=0
 # the Python package's tests, TESTS=0 the GPU test binaries. The whole takes
@@ -48,6 +49,12 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >"$L/gpu.txt" 2
 # libnccl from PyTorch's nvidia-nccl wheel (the ring's transport), when there is one.
 NCCL_LIB=${ATTN_NCCL:-$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib", "libnccl.so.2"))' 2>/dev/null)}
 if [ "${TESTS:-1}" = 1 ]; then
+# FIRST=1: the quick checks of what changed last without a GPU, before everything else (session
+# 23: the FP8 backward, never run yet; examples/fp8_train.attn through attnc run).
+if [ "${FIRST:-0}" = 1 ]; then
+  step first_fp8_backward env ATTN_BWD_TEMPLATE=sm80 "$B/tests/gpu/test_backward" fp8
+  step first_fp8_train_cli "$B/attnc" run examples/fp8_train.attn --backward --shape B=1,H=4,S=1000
+fi
 [ "${FWD:-1}" = 1 ] && step test_forward "$B/tests/gpu/test_forward"
 # One step per backward template: together they take more than one 600 s call (session 21).
 [ -x "$B/tests/gpu/test_backward" ] && [ "${BWD80:-1}" = 1 ] &&

@@ -522,9 +522,11 @@ static void run_all(attn_context *ctx) {
     test_packed(ctx, &seed, "packed_bwd", packed_src, sizeof packed_src - 1, true);
     test_packed(ctx, &seed, "packed_d256", packed_d256_src, sizeof packed_d256_src - 1, false);
   }
+  if (!only || !strncmp(only, "fp8", 3)) { /* the FP8 backward's (test_backward fp8) */
+    test_module(ctx, "fp8_gqa", fp8_gqa_src, sizeof fp8_gqa_src - 1, &seed, 0);
+    test_module(ctx, "block_bf16", block_bf16_src, sizeof block_bf16_src - 1, &seed, 0);
+  }
   if (only) return;
-  test_module(ctx, "fp8_gqa", fp8_gqa_src, sizeof fp8_gqa_src - 1, &seed, 0);
-  test_module(ctx, "block_bf16", block_bf16_src, sizeof block_bf16_src - 1, &seed, 0);
   test_module(ctx, "masked_rows", masked_rows_src, sizeof masked_rows_src - 1, &seed, 64);
   test_module(ctx, "dropout_grad", dropout_src, sizeof dropout_src - 1, &seed, 0);
   test_module(ctx, "bias_bcast", bias_bcast_src, sizeof bias_bcast_src - 1, &seed, 0);
