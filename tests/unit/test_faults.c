@@ -37,6 +37,27 @@ static const char good_src[] =
     "  output o : bf16[B, H, Sq, 64];\n"
     "  output lse = logsumexp(s);\n"
     "  grad q, k, v;\n"
+    "}\n"
+    /* The FP8 backward's paths: a grad block, its slots, hooks and plan. */
+    "attention fp8 {\n"
+    "  input q : e4m3[B, H, S, 64];\n"
+    "  input k : e4m3[B, H, S, 64];\n"
+    "  input v : e4m3[B, H, S, 64];\n"
+    "  input descale : f32[1];\n"
+    "  s = mask(q @ k^T * 0.125, j <= i);\n"
+    "  out = (e4m3(softmax(s) * 448.0) @ v) / 448.0;\n"
+    "  output o : e4m3[B, H, S, 64] = out * 2.0;\n"
+    "  output lse = logsumexp(s);\n"
+    "  grad q, k, v {\n"
+    "    input do : e5m2;\n"
+    "    do = do * descale[0];\n"
+    "    output amax_dp = amax(ds);\n"
+    "    ds = e5m2(ds * 16.0) / 16.0;\n"
+    "    output dq : bf16;\n"
+    "    output dk : e4m3 = dk * 4.0;\n"
+    "    output dv : bf16;\n"
+    "    output amax_dk = amax(dk);\n"
+    "  }\n"
     "}\n";
 static const char bad_src[] = "attention bad {\n  input q : bf16[B, H, S, 64];\n  s = q @ k^T;\n}\n";
 
@@ -105,6 +126,20 @@ static void run_all(Run *r, attn_context **out_ctx) {
     note(r, attn_call_launch_backward(c, NULL));
   }
   attn_call_destroy(c);
+  /* The FP8 backward's bindings: dO in the block's type, an amax output. */
+  attn_call *c8 = NULL;
+  if (m && note(r, attn_module_get_graph(m, "fp8", &g)) == ATTN_SUCCESS &&
+      note(r, attn_call_create(g, &c8)) == ATTN_SUCCESS) {
+    static const int64_t x[4] = {2, 4, 96, 64}, one = 1;
+    void *p = (void *)0x100000;
+    note(r, attn_call_bind_tensor(c8, "do", p, ATTN_E5M2, 4, x, NULL));
+    note(r, attn_call_bind_tensor(c8, "dq", p, ATTN_BF16, 4, x, NULL));
+    note(r, attn_call_bind_tensor(c8, "amax_dp", p, ATTN_F32, 1, &one, NULL));
+    size_t bytes;
+    note(r, attn_call_workspace_size(c8, ATTN_PASS_BACKWARD, &bytes));
+    note(r, attn_call_launch_backward(c8, NULL));
+  }
+  attn_call_destroy(c8);
   attn_module_destroy(m);
   attn_module_destroy(m2);
   attn_module_destroy(m3);
