@@ -1014,6 +1014,9 @@ typedef struct BwdSpec {
   BwdGraph *bg;
   BwdSlots slots;
   DType in_type, out_type; /* q/k/v (also dO, dq, dk, dv); o */
+  /* The MMAs' 16-bit type: the forward's, but bf16 in the FP8 backward
+   * (ATTN_BWD_IN_BF16; its 16-bit copies of FP8 tensors take it). */
+  DType mma_type;
   int d_qk, d_v;
   /* The widths the kernels' tiles and the f32 accumulators' rows have
    * (attn_layout.h, attn_bwd_head_tile): 64, 128 or 256. */

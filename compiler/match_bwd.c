@@ -240,7 +240,17 @@ BwdSpec *match_bwd(const KernelSpec *fwd, const CompileOptions *o, Arena *a, Dia
   s->d_qk = fwd->d_qk;
   s->d_v = fwd->d_v;
   s->fp8 = fp8;
+  s->mma_type = fp8 ? DT_BF16 : fwd->mma_type;
   s->sm90 = !fp8 && bwd_use_sm90(fwd, o);
+  /* dO is read as the MMAs' type, or converted from FP8 (convert8). */
+  const DType dt = bwd_grad_type(g, IR_GRAD_DO);
+  if (!dtype_is_fp8(dt) && dt != s->mma_type) {
+    const Loc at = g->grad && g->grad->v[IR_GRAD_DO].type != DT_NONE ? g->grad->v[IR_GRAD_DO].loc
+                                                                     : g->tensors[s->slots.o].loc;
+    diag_error(d, at, "graph '%s': the GPU backward takes the incoming gradient as %s or FP8, "
+               "not %s", g->name, dtype_name(s->mma_type), dtype_name(dt));
+    return NULL;
+  }
   /* Tiles of 64 or 128 columns each, or of 256 for both (bwd_sm90's
    * split-D mode, sm_90a only) once either head dim passes 128. */
   s->tile_qk = attn_bwd_head_tile(s->d_qk, s->d_v);

@@ -267,14 +267,17 @@ static void bref_amax_add(double *m, double fx) {
   *m = isnan(fx) ? fx : fmax(*m, fabs(fx));
 }
 
-/* The amax outputs of gradient `of` over n values xs (NULL: skip). */
+/* The amax outputs of gradient `of` over n values xs: dS's over its
+ * nonzero elements (a zero dS, masked or dropped, stays zero whatever the
+ * block says), the others' over all. */
 static void bref_amax_over(BwdRef *c, int of, const double *xs, int64_t n) {
   const IrGradBlock *gb = c->bg->gb;
   for (int k = 0; c->amax && gb && k < gb->namax; k++) {
     if (gb->amax[k].of != of) continue;
     const IrNode *leaf = gb->v[of].leaf;
     for (int64_t e = 0; e < n; e++)
-      bref_amax_add(&c->amax[k], bref_block(c, gb->amax[k].value, leaf, xs[e]));
+      if (of != IR_GRAD_DS || xs[e] != 0)
+        bref_amax_add(&c->amax[k], bref_block(c, gb->amax[k].value, leaf, xs[e]));
   }
 }
 

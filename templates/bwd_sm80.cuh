@@ -69,9 +69,12 @@ constexpr int bwd80_tdk = ATTN_TDK, bwd80_tdv = ATTN_TDV;
 constexpr int bwd80_tdka = ATTN_TDKA, bwd80_tdva = ATTN_TDVA;
 
 /* Element types (hooks.cuh); O's is read by the delta pre-pass. The
+ * MMAs' type is the forward's (ATTN_BWD_IN_BF16), but bf16 in the FP8
+ * backward: every FP8 value is exact in it, and its range keeps dS and the
+ * descaled gradients, which can be tiny, off f16's subnormals. The
  * gradients' storage (attn_store_pair's kinds: 0 bf16, 1 f16, 2 f32, 3
  * e4m3, 4 e5m2) is the 16-bit input type but in the FP8 backward. */
-constexpr bool bwd80_in_bf16 = attn_in_bf16;
+constexpr bool bwd80_in_bf16 = ATTN_BWD_IN_BF16 != 0;
 constexpr int bwd80_out_kind = attn_out_kind;
 [[maybe_unused]] constexpr int bwd80_dq_kind = ATTN_BWD_DQ_KIND;
 [[maybe_unused]] constexpr int bwd80_dk_kind = ATTN_BWD_DK_KIND;
@@ -1028,11 +1031,10 @@ static __device__ __forceinline__ void bwd80_key_tile(const attn_params &p, int 
 #if defined(ATTN_BWD_FP8)
           dpe *= fx.dp; /* through P's scale and o's, dO's descale */
           float ds = s[nt][e] * (dpe - s_delta[il]);
-          if (s[nt][e] != 0.f) {
+          if (s[nt][e] != 0.f && ds != 0.f) { /* (a zero dS stays zero) */
             if constexpr (bwd80_namax_ds > 0)
               attn_bwd_amax_ds(ds, mds, p);
-            if (ds != 0.f)
-              ds = attn_bwd_ds_value(ds, p); /* dS as dQ and dK read it */
+            ds = attn_bwd_ds_value(ds, p); /* dS as dQ and dK read it */
           }
 #else
           const float ds = s[nt][e] * (dpe - s_delta[il]);

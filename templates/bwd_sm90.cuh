@@ -118,7 +118,7 @@ constexpr int bwd90_halves = bwd90_bm / bwd90_box_rows;
 /* Wide mode: one warpgroup's 64 rows of dQ's buffer (D/32 boxes). */
 constexpr int bwd90_dq_half_bytes = bwd90_dqk / 32 * bwd90_box_rows * 128;
 constexpr int bwd90_threads = 256; /* two consumer warpgroups (+ the producer's 128) */
-constexpr bool bwd90_in_bf16 = attn_in_bf16;
+constexpr bool bwd90_in_bf16 = ATTN_BWD_IN_BF16 != 0; /* (bwd_sm80's) */
 
 /* Shared memory, from a base rounded up to 1024 bytes: K, V (the CTA's
  * keys), three stages of Q and of dO (two at D 64 and 256), two buffers of

@@ -59,6 +59,7 @@ enum { SQ_, SK_, SV_, SO_, SLSE_, SDO_, SDELTA_, SDQA_, SDQ_, SDK_, SDV_, SDKA_,
 #define ATTN_BWD_TK ATTN_TK
 #define ATTN_BWD_TV ATTN_TV
 #define ATTN_BWD_TDO ATTN_TDO
+#define ATTN_BWD_IN_BF16 1
 #define ATTN_BWD_DQ_KIND 0
 #define ATTN_BWD_DK_KIND 0
 #define ATTN_BWD_DV_KIND 0

@@ -334,3 +334,25 @@ Test(grad_block, a_nonlinear_incoming_gradient_is_refused_on_the_gpu) {
   diag_free(&d);
   arena_free(a);
 }
+
+/* The GPU backward reads dO as its MMAs' type (bf16 in the FP8 backward)
+ * or converts it from FP8: another 16- or 32-bit type is refused, located
+ * at the block's statement. */
+Test(grad_block, an_incoming_gradient_of_another_type_is_refused_on_the_gpu) {
+  Arena *a = arena_new();
+  IrModule *m = unit_build(a, "<grad block>",
+                           "attention t {\n  input q : bf16[B, H, S, 64];\n"
+                           "  input k : bf16[B, H, S, 64];\n  input v : bf16[B, H, S, 64];\n"
+                           "  s = q @ k^T;\n  output o = softmax(s) @ v;\n"
+                           "  output lse = logsumexp(s);\n"
+                           "  grad q {\n    input do : f32;\n  }\n}\n");
+  Diag d = {0};
+  Compiled c;
+  const CompileOptions o = {.arch = "sm_80"};
+  cr_assert_neq(compile_module(m, &o, STAGE_PLAN, a, &d, &c), 0);
+  cr_assert(strstr(d.out.data, "<grad block>:9:5:") &&
+                strstr(d.out.data, "incoming gradient as bf16 or FP8, not f32"),
+            "%s", d.out.data);
+  diag_free(&d);
+  arena_free(a);
+}

@@ -149,6 +149,7 @@ static __device__ __forceinline__ float attn_out(float o, int b, int h, int i, i
 #define ATTN_BWD_TK 1
 #define ATTN_BWD_TV 2
 #define ATTN_BWD_TDO 6
+#define ATTN_BWD_IN_BF16 1
 #define ATTN_BWD_DQ_KIND 0
 #define ATTN_BWD_DK_KIND 0
 #define ATTN_BWD_DV_KIND 0
@@ -263,6 +264,7 @@ extern "C" __global__ void __launch_bounds__(128) attn_backward_sinks_bwd_dsink(
 #undef ATTN_BWD_TK
 #undef ATTN_BWD_TV
 #undef ATTN_BWD_TDO
+#undef ATTN_BWD_IN_BF16
 #undef ATTN_BWD_DQ_KIND
 #undef ATTN_BWD_DK_KIND
 #undef ATTN_BWD_DV_KIND

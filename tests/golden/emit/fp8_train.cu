@@ -139,6 +139,7 @@ static __device__ __forceinline__ float attn_p_scale(int b, int h, const attn_pa
 #define ATTN_BWD_TK 15
 #define ATTN_BWD_TV 16
 #define ATTN_BWD_TDO 17
+#define ATTN_BWD_IN_BF16 1
 #define ATTN_BWD_DQ_KIND 3
 #define ATTN_BWD_DK_KIND 3
 #define ATTN_BWD_DV_KIND 0
@@ -350,6 +351,7 @@ extern "C" __global__ void __launch_bounds__(32) attn_fp8_train_bwd_amax_init(co
 #undef ATTN_BWD_TK
 #undef ATTN_BWD_TV
 #undef ATTN_BWD_TDO
+#undef ATTN_BWD_IN_BF16
 #undef ATTN_BWD_DQ_KIND
 #undef ATTN_BWD_DK_KIND
 #undef ATTN_BWD_DV_KIND
