@@ -234,6 +234,62 @@ static void emit_block_value(StrBuf *out, const BwdSpec *s, int which, const cha
   expr_put_fn(out, &hk, arena_printf(a, "float %s(float x, const attn_params &p)", name), ret);
 }
 
+/* Whether n reads the block's leaf. */
+static bool reads_leaf(const IrNode *n, const IrNode *leaf) {
+  if (n == leaf) return true;
+  for (int s = 0; s < n->nsrc; s++)
+    if (reads_leaf(n->src[s], leaf)) return true;
+  return false;
+}
+
+/* dS's value as the products read it and the factor left for after them:
+ * a value `R(ds * a) * b` (or `/ b`, b fixed for the call) packs R(ds * a),
+ * exact in bf16 for an FP8 R, and dQ and dK take b with the folded scale
+ * (attn_bwd_ds_post). Not where a bias gradient reads dS (its hooks would
+ * then see it without b): then the whole value, and 1. */
+static void emit_ds_hooks(StrBuf *out, const BwdSpec *s, Arena *a) {
+  const IrGradBlock *gb = s->g->grad;
+  IrNode *leaf = gb ? gb->v[IR_GRAD_DS].leaf : NULL;
+  IrNode *inner = gb ? gb->v[IR_GRAD_DS].value : NULL;
+  IrNode *outer[16];
+  bool over[16];
+  int n = 0;
+  while (inner && score_biases(&s->slots) == 0 && n < 16) {
+    if (inner->op == IR_MUL && !reads_leaf(inner->src[1], leaf) && inner->src[1]->dom == 0) {
+      outer[n] = inner->src[1], over[n++] = false, inner = inner->src[0];
+    } else if (inner->op == IR_MUL && !reads_leaf(inner->src[0], leaf) &&
+               inner->src[0]->dom == 0) {
+      outer[n] = inner->src[0], over[n++] = false, inner = inner->src[1];
+    } else if (inner->op == IR_DIV && !reads_leaf(inner->src[1], leaf) &&
+               inner->src[1]->dom == 0) {
+      outer[n] = inner->src[1], over[n++] = true, inner = inner->src[0];
+    } else {
+      break;
+    }
+  }
+  if (!inner || inner == leaf) {
+    sb_puts(out, "static __device__ __forceinline__ float attn_bwd_ds_value(float x, const "
+                 "attn_params &p) {\n  (void)p;\n  return x;\n}\n\n");
+  } else {
+    IrGraph view;
+    ExprHook hk;
+    block_hook_init(&hk, &view, s, leaf, a);
+    const char *ret = expr_as(&hk, inner, DT_F32);
+    expr_put_fn(out, &hk, "float attn_bwd_ds_value(float x, const attn_params &p)", ret);
+  }
+  IrGraph view;
+  ExprHook hk;
+  if (gb) block_hook_init(&hk, &view, s, leaf, a);
+  StrBuf ret = {0};
+  sb_puts(&ret, "1.f");
+  for (int k = 0; k < n; k++)
+    sb_printf(&ret, " %s %s", over[k] ? "/" : "*", expr_as(&hk, outer[k], DT_F32));
+  sb_puts(out, "/* The factor dS's value leaves for after the products (dQ, dK). */\n");
+  expr_put_fn(out, gb ? &hk : &(ExprHook){0}, "float attn_bwd_ds_post(const attn_params &p)",
+              arena_printf(a, "%s", ret.data));
+  sb_free(&ret);
+}
+
 static const char *const grad_tag[IR_GRAD_N] = {"do", "ds", "dq", "dk", "dv"};
 
 /* For gradient `which`: attn_bwd_amax_TAG(x, m, p) maxes each of its amax
@@ -300,7 +356,7 @@ static void emit_fp8_hooks(StrBuf *out, const BwdSpec *s, Arena *a) {
                  "  (void)b; (void)h;\n"
                  "  return {p_scale * o_scale * do_scale, o_scale * do_scale, do_scale};\n}\n\n",
             o_scale);
-  emit_block_value(out, s, IR_GRAD_DS, "attn_bwd_ds_value", a);
+  emit_ds_hooks(out, s, a);
   emit_block_value(out, s, IR_GRAD_DQ, "attn_bwd_store_dq", a);
   emit_block_value(out, s, IR_GRAD_DK, "attn_bwd_store_dk", a);
   emit_block_value(out, s, IR_GRAD_DV, "attn_bwd_store_dv", a);

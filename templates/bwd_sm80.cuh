@@ -106,6 +106,7 @@ static __device__ __forceinline__ float attn_bwd_do_value(float x, const attn_pa
 static __device__ __forceinline__ bwd80_factors attn_bwd_factors(int b, int h,
                                                                  const attn_params &p);
 static __device__ __forceinline__ float attn_bwd_ds_value(float x, const attn_params &p);
+static __device__ __forceinline__ float attn_bwd_ds_post(const attn_params &p);
 static __device__ __forceinline__ float attn_bwd_store_dq(float x, const attn_params &p);
 static __device__ __forceinline__ float attn_bwd_store_dk(float x, const attn_params &p);
 static __device__ __forceinline__ float attn_bwd_store_dv(float x, const attn_params &p);
@@ -484,6 +485,17 @@ static __device__ __forceinline__ float bwd80_row_sum(float x, int group) {
   return x;
 }
 
+/* The factor dQ and dK take after their products: the chain rule's folded
+ * scale, and in the FP8 backward what dS's value left for after them
+ * (attn_bwd_ds_post: its products read an FP8-exact dS). */
+static __device__ __forceinline__ float bwd80_draw_scale(const attn_params &p) {
+#if defined(ATTN_BWD_FP8)
+  return attn_bwd_scale(p) * attn_bwd_ds_post(p);
+#else
+  return attn_bwd_scale(p);
+#endif
+}
+
 /* An amax output's running maximum (attn_amax_bits) from this thread,
  * maxed over the warp's active lanes, into the f32[1] in slot `slot` (its
  * unsigned order is |x|'s, NaN above every number). */
@@ -779,7 +791,7 @@ static __device__ __forceinline__ void bwd80_dq_tile(const attn_params &p, int m
     return;
 
   /* Rows row0 + g (+ 8), times the folded scale, in dq's dtype. */
-  const float sc = attn_bwd_scale(p);
+  const float sc = bwd80_draw_scale(p);
   const attn_tensor_arg &to = p.t[bwd80_tdq >= 0 ? bwd80_tdq : 0];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -1099,7 +1111,7 @@ static __device__ __forceinline__ void bwd80_key_tile(const attn_params &p, int 
           attn_mma16816<bwd80_in_bf16>(dq[2 * np + 1], a, bb[2], bb[3]);
         }
       }
-      const float sc = attn_bwd_scale(p);
+      const float sc = bwd80_draw_scale(p);
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int i = i0 + warp * 16 + g + 8 * r;
@@ -1134,7 +1146,7 @@ static __device__ __forceinline__ void bwd80_key_tile(const attn_params &p, int 
   /* Store dK (times the folded scale) and dV: rows key0 + g (+ 8). With
    * GQA, f32 atomics into the [B, Hk, Skv, D] accumulators, or in
    * deterministic mode plain stores into per-head [B, H, Skv, D] ones. */
-  const float sc = attn_bwd_scale(p);
+  const float sc = bwd80_draw_scale(p);
   const bool shared_kv = p.H != p.Hk;
 #if defined(ATTN_BWD_FP8)
   /* The FP8 backward: without GQA, dK and dV stored as the grad block

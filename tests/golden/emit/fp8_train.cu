@@ -205,8 +205,12 @@ static __device__ __forceinline__ bwd80_factors attn_bwd_factors(int b, int h, c
 static __device__ __forceinline__ float attn_bwd_ds_value(float x, const attn_params &p) {
   const float t9 = x * p.s[7].f;
   const float t10 = attn_round_e5m2(t9);
-  const float t12 = t10 * (1.0f / p.s[7].f);
-  return t12;
+  return t10;
+}
+
+/* The factor dS's value leaves for after the products (dQ, dK). */
+static __device__ __forceinline__ float attn_bwd_ds_post(const attn_params &p) {
+  return 1.f / p.s[7].f;
 }
 
 static __device__ __forceinline__ float attn_bwd_store_dq(float x, const attn_params &p) {
