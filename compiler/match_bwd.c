@@ -241,6 +241,15 @@ BwdSpec *match_bwd(const KernelSpec *fwd, const CompileOptions *o, Arena *a, Dia
   s->d_v = fwd->d_v;
   s->fp8 = fp8;
   s->mma_type = fp8 ? DT_BF16 : fwd->mma_type;
+  /* The FP8 backward's MMAs take bf16: its copies convert FP8 tensors,
+   * but a 16-bit one is read as it is, so it must be bf16. */
+  const int qkv[3] = {g->q, g->k, g->v};
+  for (int r = 0; fp8 && r < 3; r++)
+    if (g->tensors[qkv[r]].type == DT_F16) {
+      diag_error(d, g->tensors[qkv[r]].loc, "graph '%s': the FP8 backward takes q, k and v in "
+                 "bf16 or FP8, not f16 ('%s')", g->name, g->tensors[qkv[r]].name);
+      return NULL;
+    }
   s->sm90 = !fp8 && bwd_use_sm90(fwd, o);
   /* dO is read as the MMAs' type, or converted from FP8 (convert8). */
   const DType dt = bwd_grad_type(g, IR_GRAD_DO);
@@ -261,7 +270,9 @@ BwdSpec *match_bwd(const KernelSpec *fwd, const CompileOptions *o, Arena *a, Dia
     diag_error(d, g->tensors[g->q].loc,
                "graph '%s': the backward takes head dimensions that are multiples of 8 up to "
                "%d on %s; this graph has %d (q, k) and %d (v)",
-               g->name, s->sm90 ? 256 : 128, s->sm90 ? "sm_90a" : "this target (256 on sm_90a)",
+               g->name, s->sm90 ? 256 : 128,
+               s->sm90 ? "sm_90a" : fp8 ? "the FP8 backward's template (bwd_sm80)"
+                                      : "this target (256 on sm_90a)",
                s->d_qk, s->d_v);
     return NULL;
   }

@@ -14,7 +14,8 @@ typedef struct ChkOptions {
   int bench_iters;  /* > 0: time that many launches, median in ms */
   /* Non-NULL: after the forward, run the backward (graphs with grad) with
    * this dO, dense [B, H, Sq, Dv] in the forward output's shape (rounded
-   * to q's dtype on upload); the gradients come back in ChkResult.grads. */
+   * to dO's dtype, bwd_grad_type, on upload); the gradients come back in
+   * ChkResult.grads. */
   const double *dout;
   bool deterministic; /* the backward in deterministic mode */
 } ChkOptions;

@@ -624,6 +624,12 @@ static __device__ __forceinline__ void bwd80_cta_sync() {
 /* (b: the batch entry, or a packed launch's sequence, whose view p is.) */
 template <bool NAMED = false>
 static __device__ __forceinline__ void bwd80_dq_tile(const attn_params &p, int m, int b) {
+#if defined(ATTN_BWD_FP8)
+  /* The FP8 backward has no deterministic mode (its plan and the runtime
+   * refuse it): this path lacks its dS hooks, so it must never run. */
+  (void)p, (void)m, (void)b;
+  __trap();
+#else
   extern __shared__ __align__(128) unsigned char bwd80_smem[];
   const float neg_inf = __int_as_float(0xff800000);
   const float log2e = 1.4426950408889634f;
@@ -804,6 +810,7 @@ static __device__ __forceinline__ void bwd80_dq_tile(const attn_params &p, int m
     for (int nt = 0; nt < ATTN_D_QK / 8; ++nt)
       *(unsigned *)(row + nt * 8 + 2 * t) = bwd80_pack(dq[nt][2 * r] * sc, dq[nt][2 * r + 1] * sc);
   }
+#endif
 }
 
 #endif /* BWD80_MAIN */

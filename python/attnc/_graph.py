@@ -223,6 +223,13 @@ class Graph:
             with torch.cuda.device(device):
                 return self.run_backward(tensors, outputs, dout, scalars, deterministic)
         plan = self._launch_plan()
+        if plan["dout_dtype"] in ("e4m3", "e5m2"):
+            # autograd's dO is real-valued: stored as FP8 without the scale the grad block's
+            # descale undoes, most of it would flush to zero or overflow.
+            raise NotImplementedError(
+                f"graph '{self.name}': its grad block takes dO as {plan['dout_dtype']}; the "
+                "Python package passes autograd's dO unscaled, so declare `input do : bf16;` "
+                "or run this backward from C through libattn")
         grads = self._new_grads(tensors)
         dout = _torch.vector_ready(dout.to(_torch.torch_dtype(plan["dout_dtype"])))
         with self.raw.module.ctx.lock:

@@ -356,3 +356,25 @@ Test(grad_block, an_incoming_gradient_of_another_type_is_refused_on_the_gpu) {
   diag_free(&d);
   arena_free(a);
 }
+
+/* The FP8 backward's MMAs take bf16: an f16 q, k or v (read as it is,
+ * not copied) is refused, located at the tensor. */
+Test(grad_block, f16_tensors_in_the_fp8_backward_are_refused) {
+  Arena *a = arena_new();
+  IrModule *m = unit_build(a, "<grad block>",
+                           "attention t {\n  input q : f16[B, H, S, 64];\n"
+                           "  input k : e4m3[B, H, S, 64];\n  input v : e4m3[B, H, S, 64];\n"
+                           "  s = q @ k^T;\n  output o : f16[B, H, S, 64] = softmax(s) @ v;\n"
+                           "  output lse = logsumexp(s);\n"
+                           "  grad q, k, v {\n    output dk : bf16;\n    output dv : bf16;\n"
+                           "  }\n}\n");
+  Diag d = {0};
+  Compiled c;
+  const CompileOptions o = {.arch = "sm_90a"};
+  cr_assert_neq(compile_module(m, &o, STAGE_PLAN, a, &d, &c), 0);
+  cr_assert(strstr(d.out.data, "<grad block>:2:9:") &&
+                strstr(d.out.data, "takes q, k and v in bf16 or FP8, not f16 ('q')"),
+            "%s", d.out.data);
+  diag_free(&d);
+  arena_free(a);
+}
