@@ -26,6 +26,7 @@ class Graph:
         self.outputs = raw.outputs
         self.scalars = raw.scalars
         self.has_backward = raw.has_backward
+        self.last_backward_amax = {}  # a grad block's amax outputs of the last backward
         self._input_pos = {t.name: i for i, t in enumerate(self.inputs)}
         self._scalar_pos = {s.name: i for i, s in enumerate(self.scalars)}
         h = hashlib.sha256(f"{digest}/{raw.name}".encode()).hexdigest()[:16]
@@ -245,4 +246,7 @@ class Graph:
             ws, region = _torch.workspace(call, device, backward=True)
             call.launch_backward(_torch.stream_of(device), region)
             del ws
+        # A grad block's amax outputs (f32[1] tensors, written on the stream): autograd has no
+        # place for them, so the last backward's are kept here, by name (FP8 delayed scaling).
+        self.last_backward_amax = {name.decode(): t for name, t in zip(plan["amax"], amax)}
         return grads[0] if len(grads) == 1 else tuple(grads)

@@ -217,3 +217,4 @@ def test_fp8_training_gradients_take_the_grad_blocks_types(root, cache_dir):
     assert all(t.shape == (2, 4, 100, 128) for t in grads)
     plan = g._launch_plan()
     assert plan["amax"] == [b"amax_dp", b"amax_dq", b"amax_dk", b"amax_dv"]
+    assert g.last_backward_amax == {}
