@@ -315,66 +315,50 @@ Test(grad_block, plans_convert8_and_amax_init_on_bwd_sm80) {
   arena_free(a);
 }
 
+/* The GPU's refusal of text for arch: compile_module must fail, and its
+ * diagnostics name the place `at` and say `why`. */
+static void expect_gpu_refusal(const char *text, const char *arch, const char *at,
+                               const char *why) {
+  Arena *a = arena_new();
+  IrModule *m = unit_build(a, "<grad block>", text);
+  Diag d = {0};
+  Compiled c;
+  const CompileOptions o = {.arch = arch};
+  cr_assert_neq(compile_module(m, &o, STAGE_PLAN, a, &d, &c), 0);
+  cr_assert(strstr(d.out.data, at) && strstr(d.out.data, why), "%s", d.out.data);
+  diag_free(&d);
+  arena_free(a);
+}
+
+#define BF16_QKV                                                                   \
+  "attention t {\n  input q : bf16[B, H, S, 64];\n"                                 \
+  "  input k : bf16[B, H, S, 64];\n  input v : bf16[B, H, S, 64];\n"                \
+  "  s = q @ k^T;\n  output o = softmax(s) @ v;\n  output lse = logsumexp(s);\n"
+
 /* The GPU backward reads the stored dO, so its value must be dO times
  * values fixed for the call. */
 Test(grad_block, a_nonlinear_incoming_gradient_is_refused_on_the_gpu) {
-  Arena *a = arena_new();
-  IrModule *m = unit_build(a, "<grad block>",
-                           "attention t {\n  input q : bf16[B, H, S, 64];\n"
-                           "  input k : bf16[B, H, S, 64];\n  input v : bf16[B, H, S, 64];\n"
-                           "  s = q @ k^T;\n  output o = softmax(s) @ v;\n"
-                           "  output lse = logsumexp(s);\n"
-                           "  grad q {\n    do = tanh(do);\n  }\n}\n");
-  Diag d = {0};
-  Compiled c;
-  const CompileOptions o = {.arch = "sm_90a"};
-  cr_assert_neq(compile_module(m, &o, STAGE_PLAN, a, &d, &c), 0);
-  cr_assert(strstr(d.out.data, "times values fixed for the call"), "%s", d.out.data);
-  cr_assert(strstr(d.out.data, "<grad block>:9:5:"), "%s", d.out.data);
-  diag_free(&d);
-  arena_free(a);
+  expect_gpu_refusal(BF16_QKV "  grad q {\n    do = tanh(do);\n  }\n}\n", "sm_90a",
+                     "<grad block>:9:5:", "times values fixed for the call");
 }
 
 /* The GPU backward reads dO as its MMAs' type (bf16 in the FP8 backward)
  * or converts it from FP8: another 16- or 32-bit type is refused, located
  * at the block's statement. */
 Test(grad_block, an_incoming_gradient_of_another_type_is_refused_on_the_gpu) {
-  Arena *a = arena_new();
-  IrModule *m = unit_build(a, "<grad block>",
-                           "attention t {\n  input q : bf16[B, H, S, 64];\n"
-                           "  input k : bf16[B, H, S, 64];\n  input v : bf16[B, H, S, 64];\n"
-                           "  s = q @ k^T;\n  output o = softmax(s) @ v;\n"
-                           "  output lse = logsumexp(s);\n"
-                           "  grad q {\n    input do : f32;\n  }\n}\n");
-  Diag d = {0};
-  Compiled c;
-  const CompileOptions o = {.arch = "sm_80"};
-  cr_assert_neq(compile_module(m, &o, STAGE_PLAN, a, &d, &c), 0);
-  cr_assert(strstr(d.out.data, "<grad block>:9:5:") &&
-                strstr(d.out.data, "incoming gradient as bf16 or FP8, not f32"),
-            "%s", d.out.data);
-  diag_free(&d);
-  arena_free(a);
+  expect_gpu_refusal(BF16_QKV "  grad q {\n    input do : f32;\n  }\n}\n", "sm_80",
+                     "<grad block>:9:5:", "incoming gradient as bf16 or FP8, not f32");
 }
 
 /* The FP8 backward's MMAs take bf16: an f16 q, k or v (read as it is,
  * not copied) is refused, located at the tensor. */
 Test(grad_block, f16_tensors_in_the_fp8_backward_are_refused) {
-  Arena *a = arena_new();
-  IrModule *m = unit_build(a, "<grad block>",
-                           "attention t {\n  input q : f16[B, H, S, 64];\n"
-                           "  input k : e4m3[B, H, S, 64];\n  input v : e4m3[B, H, S, 64];\n"
-                           "  s = q @ k^T;\n  output o : f16[B, H, S, 64] = softmax(s) @ v;\n"
-                           "  output lse = logsumexp(s);\n"
-                           "  grad q, k, v {\n    output dk : bf16;\n    output dv : bf16;\n"
-                           "  }\n}\n");
-  Diag d = {0};
-  Compiled c;
-  const CompileOptions o = {.arch = "sm_90a"};
-  cr_assert_neq(compile_module(m, &o, STAGE_PLAN, a, &d, &c), 0);
-  cr_assert(strstr(d.out.data, "<grad block>:2:9:") &&
-                strstr(d.out.data, "takes q, k and v in bf16 or FP8, not f16 ('q')"),
-            "%s", d.out.data);
-  diag_free(&d);
-  arena_free(a);
+  expect_gpu_refusal("attention t {\n  input q : f16[B, H, S, 64];\n"
+                     "  input k : e4m3[B, H, S, 64];\n  input v : e4m3[B, H, S, 64];\n"
+                     "  s = q @ k^T;\n  output o : f16[B, H, S, 64] = softmax(s) @ v;\n"
+                     "  output lse = logsumexp(s);\n"
+                     "  grad q, k, v {\n    output dk : bf16;\n    output dv : bf16;\n"
+                     "  }\n}\n",
+                     "sm_90a", "<grad block>:2:9:",
+                     "takes q, k and v in bf16 or FP8, not f16 ('q')");
 }
