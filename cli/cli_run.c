@@ -120,9 +120,7 @@ static void print_gradients(const IrGraph *g, const BwdRun *br) {
   for (int t = 0; t < g->ntensors; t++) {
     const RefTensor *x = &br->grads[t];
     if (!g->tensors[t].grad || !x->data) continue;
-    DType dt = g->tensors[t].type;
-    for (int r = 0; r < 3; r++)
-      if (t == (r == 0 ? g->q : r == 1 ? g->k : g->v)) dt = bwd_grad_type(g, IR_GRAD_DQ + r);
+    const DType dt = bwd_tensor_grad_type(g, t);
     double lo = INFINITY, hi = -INFINITY, ss = 0;
     const int64_t n = ref_numel(x);
     for (int64_t e = 0; e < n; e++) {

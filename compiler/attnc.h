@@ -500,6 +500,9 @@ typedef struct IrPChain {
   IrNode *dropout, *scale, *round, *bad;
 } IrPChain;
 IrPChain ir_p_chain(const IrGraph *g);
+/* Whether n is base times or over values that vary over none of the axes
+ * in `varies` (products and quotients, any nesting). */
+bool ir_scales(const IrNode *n, const IrNode *base, unsigned varies);
 /* The attention output: the first output whose value is p @ v, or p @ v
  * times values fixed per (b, h) (`o = out * scale_o`); -1 when none is. */
 int ir_attention_output(const IrGraph *g);
@@ -1004,6 +1007,9 @@ int bwd_sink_entry(const BwdSlots *s);
  * v's gradient (IR_GRAD_DQ..DV): the grad block's, else dO takes q's type
  * (o's when q is FP8) and a gradient its input's. */
 DType bwd_grad_type(const IrGraph *g, int which);
+/* The storage type of tensor t's gradient: bwd_grad_type's for q, k and
+ * v, a bias's own type. */
+DType bwd_tensor_grad_type(const IrGraph *g, int t);
 /* Whether g's backward is the FP8 recipe's (BwdSpec.fp8): FP8 q, k, v or
  * o, P scaled or rounded before p @ v, o scaled, or a grad block. */
 bool bwd_is_fp8(const IrGraph *g);

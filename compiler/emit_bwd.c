@@ -217,29 +217,27 @@ static void block_hook_init(ExprHook *hk, IrGraph *view, const BwdSpec *s, IrNod
   hk->vars[leaf->id] = "x";
 }
 
-/* `float NAME(float x, const attn_params &p)` returning the block's value
- * of gradient `which` (x itself when the block leaves it alone). */
-static void emit_block_value(StrBuf *out, const BwdSpec *s, int which, const char *name,
-                             Arena *a) {
-  const IrGradBlock *gb = s->g->grad;
-  if (!gb || !gb->v[which].leaf || gb->v[which].value == gb->v[which].leaf) {
+/* `float NAME(float x, const attn_params &p)` returning block expression
+ * `value` of `leaf` at x (x itself for no value, or the leaf). */
+static void emit_block_fn(StrBuf *out, const BwdSpec *s, IrNode *leaf, IrNode *value,
+                          const char *name, Arena *a) {
+  if (!value || value == leaf) {
     sb_printf(out, "static __device__ __forceinline__ float %s(float x, const attn_params &p) {\n"
                    "  (void)p;\n  return x;\n}\n\n", name);
     return;
   }
   IrGraph view;
   ExprHook hk;
-  block_hook_init(&hk, &view, s, gb->v[which].leaf, a);
-  const char *ret = expr_as(&hk, gb->v[which].value, DT_F32);
+  block_hook_init(&hk, &view, s, leaf, a);
+  const char *ret = expr_as(&hk, value, DT_F32);
   expr_put_fn(out, &hk, arena_printf(a, "float %s(float x, const attn_params &p)", name), ret);
 }
 
-/* Whether n reads the block's leaf. */
-static bool reads_leaf(const IrNode *n, const IrNode *leaf) {
-  if (n == leaf) return true;
-  for (int s = 0; s < n->nsrc; s++)
-    if (reads_leaf(n->src[s], leaf)) return true;
-  return false;
+/* The block's value of gradient `which` as NAME (x itself without a block). */
+static void emit_block_value(StrBuf *out, const BwdSpec *s, int which, const char *name,
+                             Arena *a) {
+  const IrGradBlock *gb = s->g->grad;
+  emit_block_fn(out, s, gb ? gb->v[which].leaf : NULL, gb ? gb->v[which].value : NULL, name, a);
 }
 
 /* dS's value as the products read it and the factor left for after them:
@@ -254,38 +252,33 @@ static void emit_ds_hooks(StrBuf *out, const BwdSpec *s, Arena *a) {
   IrNode *outer[16];
   bool over[16];
   int n = 0;
+  /* (A factor fixed for the call has no axes, so it reads no leaf.) */
   while (inner && score_biases(&s->slots) == 0 && n < 16) {
-    if (inner->op == IR_MUL && !reads_leaf(inner->src[1], leaf) && inner->src[1]->dom == 0) {
+    if (inner->op == IR_MUL && inner->src[1]->dom == 0) {
       outer[n] = inner->src[1], over[n++] = false, inner = inner->src[0];
-    } else if (inner->op == IR_MUL && !reads_leaf(inner->src[0], leaf) &&
-               inner->src[0]->dom == 0) {
+    } else if (inner->op == IR_MUL && inner->src[0]->dom == 0) {
       outer[n] = inner->src[0], over[n++] = false, inner = inner->src[1];
-    } else if (inner->op == IR_DIV && !reads_leaf(inner->src[1], leaf) &&
-               inner->src[1]->dom == 0) {
+    } else if (inner->op == IR_DIV && inner->src[1]->dom == 0) {
       outer[n] = inner->src[1], over[n++] = true, inner = inner->src[0];
     } else {
       break;
     }
   }
-  if (!inner || inner == leaf) {
-    sb_puts(out, "static __device__ __forceinline__ float attn_bwd_ds_value(float x, const "
-                 "attn_params &p) {\n  (void)p;\n  return x;\n}\n\n");
-  } else {
-    IrGraph view;
-    ExprHook hk;
-    block_hook_init(&hk, &view, s, leaf, a);
-    const char *ret = expr_as(&hk, inner, DT_F32);
-    expr_put_fn(out, &hk, "float attn_bwd_ds_value(float x, const attn_params &p)", ret);
+  emit_block_fn(out, s, leaf, inner, "attn_bwd_ds_value", a);
+  sb_puts(out, "/* The factor dS's value leaves for after the products (dQ, dK). */\n");
+  if (n == 0) {
+    sb_puts(out, "static __device__ __forceinline__ float attn_bwd_ds_post(const attn_params "
+                 "&p) {\n  (void)p;\n  return 1.f;\n}\n\n");
+    return;
   }
   IrGraph view;
   ExprHook hk;
-  if (gb) block_hook_init(&hk, &view, s, leaf, a);
+  block_hook_init(&hk, &view, s, leaf, a);
   StrBuf ret = {0};
   sb_puts(&ret, "1.f");
   for (int k = 0; k < n; k++)
     sb_printf(&ret, " %s %s", over[k] ? "/" : "*", expr_as(&hk, outer[k], DT_F32));
-  sb_puts(out, "/* The factor dS's value leaves for after the products (dQ, dK). */\n");
-  expr_put_fn(out, gb ? &hk : &(ExprHook){0}, "float attn_bwd_ds_post(const attn_params &p)",
+  expr_put_fn(out, &hk, "float attn_bwd_ds_post(const attn_params &p)",
               arena_printf(a, "%s", ret.data));
   sb_free(&ret);
 }

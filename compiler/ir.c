@@ -138,18 +138,18 @@ IrPChain ir_p_chain(const IrGraph *g) {
   return c;
 }
 
-/* n is p @ v times values fixed per (b, h) (products and quotients). */
-static bool scales_pv(const IrGraph *g, const IrNode *n) {
-  const unsigned varies = DOM_I | DOM_J | DOM_D;
-  if (n == g->pv) return true;
+bool ir_scales(const IrNode *n, const IrNode *base, unsigned varies) {
+  if (n == base) return true;
   if (n->op == IR_MUL)
-    return (!(n->src[1]->dom & varies) && scales_pv(g, n->src[0])) ||
-           (!(n->src[0]->dom & varies) && scales_pv(g, n->src[1]));
-  return n->op == IR_DIV && !(n->src[1]->dom & varies) && scales_pv(g, n->src[0]);
+    return (!(n->src[1]->dom & varies) && ir_scales(n->src[0], base, varies)) ||
+           (!(n->src[0]->dom & varies) && ir_scales(n->src[1], base, varies));
+  return n->op == IR_DIV && !(n->src[1]->dom & varies) && ir_scales(n->src[0], base, varies);
 }
 
 int ir_attention_output(const IrGraph *g) {
   for (int k = 0; g->pv && k < g->noutputs; k++)
-    if ((g->outputs[k].value->dom & DOM_D) && scales_pv(g, g->outputs[k].value)) return k;
+    if ((g->outputs[k].value->dom & DOM_D) &&
+        ir_scales(g->outputs[k].value, g->pv, DOM_I | DOM_J | DOM_D))
+      return k;
   return -1;
 }

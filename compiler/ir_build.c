@@ -182,7 +182,6 @@ static IrNode *add(Builder *b, IrNode *n, unsigned char flags) {
 
 IrNode *ib_leaf(Builder *b, IrNode *n) { return add(b, n, 0); }
 
-
 /* A node over operands, with the checks every consumer shares: the
  * softmax's output only feeds dropout and p @ v, amax only feeds an
  * output, and no value varies over both j and d. NULL operands (earlier

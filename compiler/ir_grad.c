@@ -47,21 +47,15 @@ static int which_grad(const GradBuild *gr, const char *name) {
   return -1;
 }
 
-/* The attention output: the first output over d (the one the backward's
- * dO is the gradient of). */
-static int o_output(const IrGraph *g) {
-  for (int k = 0; k < g->noutputs; k++)
-    if (g->outputs[k].value->dom & DOM_D) return k;
-  return -1;
-}
-
 /* Binds the block's names to fresh leaves. false after an error (a name
- * the forward already uses). */
+ * the forward already uses), or without an attention output (p @ v times
+ * values fixed per (b, h), whose d<name> the runtime binds dO as): such a
+ * graph has no backward, which bwd_derive reports, located, at compile. */
 static bool bind_leaves(GradBuild *gr) {
   Builder *b = gr->b;
   const IrGraph *g = b->g;
-  const int o = o_output(g);
-  if (o < 0) return false; /* ir_check_graph requires one */
+  const int o = ir_attention_output(g);
+  if (o < 0) return false;
   gr->name[IR_GRAD_DO] = concat_d(b->a, g->outputs[o].name);
   gr->name[IR_GRAD_DS] = "ds";
   const int qkv[3] = {g->q, g->k, g->v};
@@ -331,10 +325,10 @@ void ib_grad_block(Builder *b, const AstStmt *st) {
   g->nnodes = 0;
   b->grad_block = true;
   const int before = b->d->nerrors;
-  if (bind_leaves(&gr))
-    for (int k = 0; k < st->nblock; k++)
-      if (st->block[k]) grad_stmt(&gr, st->block[k]);
-  check_fp8_grads(&gr);
+  const bool bound = bind_leaves(&gr);
+  for (int k = 0; bound && k < st->nblock; k++)
+    if (st->block[k]) grad_stmt(&gr, st->block[k]);
+  if (bound) check_fp8_grads(&gr);
   gb->nodes = b->nodes;
   gb->nnodes = g->nnodes;
   b->grad_block = false;
@@ -343,5 +337,5 @@ void ib_grad_block(Builder *b, const AstStmt *st) {
   b->cap_nodes = fwd_cap;
   g->nnodes = fwd_n;
   g->nodes = fwd_nodes;
-  if (b->d->nerrors == before) g->grad = gb;
+  if (bound && b->d->nerrors == before) g->grad = gb;
 }

@@ -19,7 +19,6 @@
 #include "attn_layout.h"
 #include "attnc.h"
 
-
 static int find_lse_output(const IrGraph *g) {
   for (int k = 0; k < g->noutputs; k++) {
     const IrNode *v = g->outputs[k].value;
@@ -47,16 +46,8 @@ static bool bias_read(const IrGraph *g, int t, int axis[IR_MAX_RANK], unsigned *
 }
 
 /* A block value that is its leaf times or over values fixed for the call. */
-static bool linear_in(const IrNode *n, const IrNode *leaf) {
-  if (n == leaf) return true;
-  if (n->op == IR_MUL)
-    return (n->src[1]->dom == 0 && linear_in(n->src[0], leaf)) ||
-           (n->src[0]->dom == 0 && linear_in(n->src[1], leaf));
-  return n->op == IR_DIV && n->src[1]->dom == 0 && linear_in(n->src[0], leaf);
-}
-
 static bool grad_value_linear(const IrGradBlock *gb, int which) {
-  return !gb->v[which].leaf || linear_in(gb->v[which].value, gb->v[which].leaf);
+  return !gb->v[which].leaf || ir_scales(gb->v[which].value, gb->v[which].leaf, ~0u);
 }
 
 static bool bias_dtype_ok(DType t) { return t == DT_F32 || t == DT_BF16 || t == DT_F16; }
@@ -105,6 +96,13 @@ DType bwd_grad_type(const IrGraph *g, int which) {
   const int o = ir_attention_output(g);
   return dtype_is_fp8(g->tensors[g->q].type) && o >= 0 ? g->tensors[g->outputs[o].tensor].type
                                                        : g->tensors[g->q].type;
+}
+
+DType bwd_tensor_grad_type(const IrGraph *g, int t) {
+  if (t == g->v) return bwd_grad_type(g, IR_GRAD_DV);
+  if (t == g->k) return bwd_grad_type(g, IR_GRAD_DK);
+  if (t == g->q) return bwd_grad_type(g, IR_GRAD_DQ);
+  return g->tensors[t].type;
 }
 
 bool bwd_is_fp8(const IrGraph *g) {

@@ -13,15 +13,16 @@
  *                     or, where few packed rows share a K/V head (the
  *                     launch fact `decode`), decode [merge] (decode.cuh:
  *                     split-KV, the merge when the keys are split)
- *   backward  [prep]  delta  main  [convert]  [convert_kv]
+ *   backward  [prep]  [amax_init  convert8: the FP8 backward's]  delta  main
+ *             [convert]  [convert_kv]
  *             (main: bwd_sm80, or bwd_sm90 with q/dO/dQ-accumulator maps
  *             and a producer warpgroup; persistent at 128-key tiles; in
  *             deterministic mode a second main step with dQ's extra CTAs)
  *
  * and their slices: the separable masks' range table, the forward's and
  * the backward's work queues, the decode's partial rows and lse, delta,
- * dQ's f32 accumulator, GQA's dK/dV accumulators and the bias gradients'
- * scratch, each with the launch-time facts (deterministic mode, GQA,
+ * dQ's f32 accumulator, GQA's dK/dV accumulators, the bias gradients'
+ * scratch and the FP8 backward's 16-bit copies of FP8 tensors, each with the launch-time facts (deterministic mode, GQA,
  * decode, split) under which it exists.
  *
  * The text form is line-oriented, one record a line, `key=value` fields;
@@ -55,6 +56,15 @@ static PlanStep *add_step(PassPlan *p, const char *role, const char *entry, int 
   s->grid.y = pd(PD_H);
   s->grid.z = pd(PD_B);
   return s;
+}
+
+/* One CTA of 32 threads that zeroes amax outputs the kernels after it
+ * atomically max into (the forward's and the backward's grad block's). */
+static void add_amax_init(PassPlan *p, const char *entry) {
+  PlanStep *z = add_step(p, "amax_init", entry, 32, 0);
+  z->grid.x0 = pconst(1);
+  z->grid.div0 = 1;
+  z->grid.y = z->grid.z = pconst(1);
 }
 
 static PlanSlice *add_slice(PassPlan *p, const char *name, PlanBind bind, int slot, int elem,
@@ -119,12 +129,7 @@ static void plan_forward(GraphPlan *gp, const KernelSpec *f, const FwdConfig *c,
   PassPlan *p = &gp->pass[PLAN_FORWARD];
   p->present = true;
   add_prep(p, gp, plan_entry(a, g->name, "prep"));
-  if (f->amax_output >= 0) { /* one CTA zeroes the f32[1] the epilogues atomically max into */
-    PlanStep *z = add_step(p, "amax_init", plan_entry(a, g->name, "amax_init"), 32, 0);
-    z->grid.x0 = pconst(1);
-    z->grid.div0 = 1;
-    z->grid.y = z->grid.z = pconst(1);
-  }
+  if (f->amax_output >= 0) add_amax_init(p, plan_entry(a, g->name, "amax_init"));
   PlanStep *s = add_step(p, "forward", plan_entry(a, g->name, "fwd"), c->threads, c->smem_bytes);
   s->grid.x0 = pd(PD_SQ);
   s->grid.div0 = c->bm;
@@ -163,31 +168,25 @@ static void plan_backward(GraphPlan *gp, const BwdSpec *b, Arena *a) {
   /* The FP8 backward: its amax outputs zeroed (the kernels max into them),
    * and 16-bit copies of the FP8 q, k, v and dO that its kernels read,
    * written by convert8 (bwd_sm80.cuh). */
-  if (sl->namax > 0) {
-    PlanStep *z = add_step(p, "amax_init", plan_entry(a, g->name, "bwd_amax_init"), 32, 0);
-    z->grid.x0 = pconst(1);
-    z->grid.div0 = 1;
-    z->grid.y = z->grid.z = pconst(1);
-  }
+  if (sl->namax > 0) add_amax_init(p, plan_entry(a, g->name, "bwd_amax_init"));
   if (sl->q16 >= 0 || sl->k16 >= 0 || sl->v16 >= 0 || sl->do16 >= 0) {
     /* (k and v per batch entry even where they broadcast over it: their
      * bound batch stride is then 0, which convert8 reads through.) */
-    const PlanDim sbk = pd(PD_B);
     if (sl->q16 >= 0)
       add_slice(p, "q16", PB_SLOT, sl->q16, 2, pd(PD_B), pd(PD_H), pd(PD_SQ), pconst(b->d_qk),
                 PZ_NEVER);
     if (sl->k16 >= 0)
-      add_slice(p, "k16", PB_SLOT, sl->k16, 2, sbk, pd(PD_HK), pd(PD_SKV), pconst(b->d_qk),
+      add_slice(p, "k16", PB_SLOT, sl->k16, 2, pd(PD_B), pd(PD_HK), pd(PD_SKV), pconst(b->d_qk),
                 PZ_NEVER);
     if (sl->v16 >= 0)
-      add_slice(p, "v16", PB_SLOT, sl->v16, 2, sbk, pd(PD_HK), pd(PD_SKV), pconst(b->d_v),
+      add_slice(p, "v16", PB_SLOT, sl->v16, 2, pd(PD_B), pd(PD_HK), pd(PD_SKV), pconst(b->d_v),
                 PZ_NEVER);
     if (sl->do16 >= 0)
       add_slice(p, "do16", PB_SLOT, sl->do16, 2, pd(PD_B), pd(PD_H), pd(PD_SQ), pconst(b->d_v),
                 PZ_NEVER);
     PlanStep *c = add_step(p, "convert8", plan_entry(a, g->name, "bwd_convert8"), b->threads, 0);
     c->grid.x0 = pd(PD_SQ);
-    c->grid.x1 = pd(PD_SKV); /* the longer of the two */
+    c->grid.x1 = pd(PD_SKV); /* the grid's x: q's and dO's rows, then k's and v's */
     c->grid.div0 = c->grid.div1 = ATTN_BWD_ROWS_PER_CTA;
   }
   /* Packed sequences (bwd_sm80.cuh, bwd80_packed_view): Sq and Skv are

@@ -220,8 +220,7 @@ static attn_status run_backward(const RtDriver *drv, attn_call *call, const RefA
     int t = which[r];
     if (!g->tensors[t].grad) continue;
     decl[r] = g->tensors[t];
-    for (int k = 0; k < 3; k++)
-      if (t == (k == 0 ? g->q : k == 1 ? g->k : g->v)) decl[r].type = bwd_grad_type(g, IR_GRAD_DQ + k);
+    decl[r].type = bwd_tensor_grad_type(g, t);
     const RefTensor *rt = &args->tensors[t];
     strides_for(rt, false, dt[r].strides);
     int64_t n = ref_numel(rt);
@@ -389,9 +388,10 @@ int chk_reference_backward(RefArgs *args, const BwdGraph *bg, const double *dout
   if (ref_backward_full(args, bg, dout, o && lse ? lse : NULL, o && lse ? o : NULL, grads, amax,
                         err) != 0)
     return -1;
+  const int qkv[3] = {g->q, g->k, g->v};
   for (int r = 0; r < 3; r++) {
-    const int t = r == 0 ? g->q : r == 1 ? g->k : g->v;
-    const DType st = bwd_grad_type(g, IR_GRAD_DQ + r);
+    const int t = qkv[r];
+    const DType st = bwd_tensor_grad_type(g, t);
     for (int64_t e = 0; g->tensors[t].grad && e < ref_numel(&grads[t]); e++)
       grads[t].data[e] = dtype_round(st, grads[t].data[e]);
   }

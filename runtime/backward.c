@@ -7,7 +7,11 @@
  * gradients') are the graph's backward plan (compiler/plan.c; `attnc plan`
  * shows it):
  *
- *   [prep]  delta (also zeroes dQ's accumulator)  main  [convert]  [convert_kv]
+ *   [prep]  [amax_init  convert8]  delta (also zeroes dQ's accumulator)  main  [convert]
+ *   [convert_kv]
+ *
+ * (amax_init and convert8: the FP8 backward's, a grad block's amax outputs
+ * zeroed and 16-bit copies of its FP8 tensors made.)
  *
  * Bias gradients (d<name>, BwdBiasMode): written directly by the main
  * kernel (rows zeroed by the delta pass first), or accumulated in an f32

@@ -400,9 +400,7 @@ static int bind_grad_decl(const IrGraph *g, const char *name, IrTensor *decl) {
   decl->name = name;
   decl->grad = false;
   decl->is_output = from != sl.o;
-  if (from == sl.o) decl->type = bwd_grad_type(g, IR_GRAD_DO);
-  for (int r = 0; r < 3; r++)
-    if (from == qkv[r]) decl->type = bwd_grad_type(g, IR_GRAD_DQ + r);
+  decl->type = from == sl.o ? bwd_grad_type(g, IR_GRAD_DO) : bwd_tensor_grad_type(g, from);
   return slot;
 }
 

@@ -119,11 +119,8 @@ static attn_status graph_tensor_impl(const attn_graph *gr, int index, attn_tenso
   const char *name = mut->grad_name[r];
   out->name = name;
   out->role = t->is_dout ? ATTN_ROLE_GRAD_INPUT : ATTN_ROLE_GRAD_OUTPUT;
-  DType dt = of->type;
-  if (t->is_dout) dt = bwd_grad_type(g, IR_GRAD_DO);
-  for (int k = 0; k < 3; k++)
-    if (t->of == (k == 0 ? g->q : k == 1 ? g->k : g->v)) dt = bwd_grad_type(g, IR_GRAD_DQ + k);
-  out->dtype = (attn_dtype)dt;
+  out->dtype = (attn_dtype)(t->is_dout ? bwd_grad_type(g, IR_GRAD_DO)
+                                        : bwd_tensor_grad_type(g, t->of));
   out->of = t->of;
   fill_dims(g, of, out);
   return ATTN_SUCCESS;

@@ -575,7 +575,6 @@ __device__ __forceinline__ void attn_bwd_sm80_delta(const attn_params &p_in) {
   if constexpr (bwd80_namax_do > 0)
     attn_bwd_amax_commit_do(mdo, p);
 #endif
-  (void)mdo;
   if (live) {
     /* Row i's {delta, lse * log2(e)}; a fully masked row's lse (-inf) is
      * stored as +inf, so exp2(x * log2(e) - it) is 0 for every x, -inf
@@ -1148,51 +1147,16 @@ static __device__ __forceinline__ void bwd80_key_tile(const attn_params &p, int 
     for (int e = 0; e < 4; ++e)
       dv[nt][e] *= fx.dv;
 #endif
-  (void)mds;
 
   /* Store dK (times the folded scale) and dV: rows key0 + g (+ 8). With
    * GQA, f32 atomics into the [B, Hk, Skv, D] accumulators, or in
    * deterministic mode plain stores into per-head [B, H, Skv, D] ones. */
   const float sc = bwd80_draw_scale(p);
   const bool shared_kv = p.H != p.Hk;
-#if defined(ATTN_BWD_FP8)
-  /* The FP8 backward: without GQA, dK and dV stored as the grad block
-   * says (its values, types and amax); with it, the accumulators as
-   * always, and convert_kv stores them. */
-  if (!shared_kv) {
-    BWD80_AMAX_ZERO(mdk);
-    BWD80_AMAX_ZERO(mdv);
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int j = j0 + key0 + g + 8 * r;
-      if (j >= p.Skv)
-        continue;
-      if constexpr (bwd80_tdk >= 0) {
-        const attn_tensor_arg &to = p.t[bwd80_tdk >= 0 ? bwd80_tdk : 0];
-        const long long row = b * to.stride[0] + hk * to.stride[1] + (long long)j * to.stride[2];
-#pragma unroll
-        for (int nt = 0; nt < ATTN_D_QK / 8; ++nt)
-          bwd80_store_grad<bwd80_dk_kind>(to.ptr, row + nt * 8 + 2 * t, dk[nt][2 * r] * sc,
-                                          dk[nt][2 * r + 1] * sc, mdk, p, attn_bwd_store_dk,
-                                          attn_bwd_amax_dk);
-      }
-      if constexpr (bwd80_tdv >= 0) {
-        const attn_tensor_arg &to = p.t[bwd80_tdv >= 0 ? bwd80_tdv : 0];
-        const long long row = b * to.stride[0] + hk * to.stride[1] + (long long)j * to.stride[2];
-#pragma unroll
-        for (int nt = 0; nt < ATTN_D_V / 8; ++nt)
-          bwd80_store_grad<bwd80_dv_kind>(to.ptr, row + nt * 8 + 2 * t, dv[nt][2 * r],
-                                          dv[nt][2 * r + 1], mdv, p, attn_bwd_store_dv,
-                                          attn_bwd_amax_dv);
-      }
-    }
-    if constexpr (bwd80_namax_dk > 0)
-      attn_bwd_amax_commit_dk(mdk, p);
-    if constexpr (bwd80_namax_dv > 0)
-      attn_bwd_amax_commit_dv(mdv, p);
-    return;
-  }
-#endif
+  /* The FP8 backward stores dK and dV (without GQA) as the grad block says:
+   * its values, storage types and amax; with GQA convert_kv does. */
+  BWD80_AMAX_ZERO(mdk);
+  BWD80_AMAX_ZERO(mdv);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int j = j0 + key0 + g + 8 * r;
@@ -1203,8 +1167,8 @@ static __device__ __forceinline__ void bwd80_key_tile(const attn_params &p, int 
       float *acc = bwd80_slice_rows<float>(p.t[bwd80_tdka >= 0 ? bwd80_tdka : 0], b,
                                            bwd80_deterministic(p) ? h : hk) +
                    (long long)j * bwd80_dqk;
-      unsigned short *row = (unsigned short *)to.ptr + b * to.stride[0] + hk * to.stride[1] +
-                            (long long)j * to.stride[2];
+      const long long roff = b * to.stride[0] + hk * to.stride[1] + (long long)j * to.stride[2];
+      [[maybe_unused]] unsigned short *row = (unsigned short *)to.ptr + roff;
 #pragma unroll
       for (int nt = 0; nt < ATTN_D_QK / 8; ++nt) {
         const int d = nt * 8 + 2 * t;
@@ -1214,7 +1178,13 @@ static __device__ __forceinline__ void bwd80_key_tile(const attn_params &p, int 
           atomicAdd(acc + d, dk[nt][2 * r] * sc);
           atomicAdd(acc + d + 1, dk[nt][2 * r + 1] * sc);
         } else {
+#if defined(ATTN_BWD_FP8)
+          bwd80_store_grad<bwd80_dk_kind>(to.ptr, roff + d, dk[nt][2 * r] * sc,
+                                          dk[nt][2 * r + 1] * sc, mdk, p, attn_bwd_store_dk,
+                                          attn_bwd_amax_dk);
+#else
           *(unsigned *)(row + d) = bwd80_pack(dk[nt][2 * r] * sc, dk[nt][2 * r + 1] * sc);
+#endif
         }
       }
     }
@@ -1223,8 +1193,8 @@ static __device__ __forceinline__ void bwd80_key_tile(const attn_params &p, int 
       float *acc = bwd80_slice_rows<float>(p.t[bwd80_tdva >= 0 ? bwd80_tdva : 0], b,
                                            bwd80_deterministic(p) ? h : hk) +
                    (long long)j * bwd80_dv;
-      unsigned short *row = (unsigned short *)to.ptr + b * to.stride[0] + hk * to.stride[1] +
-                            (long long)j * to.stride[2];
+      const long long roff = b * to.stride[0] + hk * to.stride[1] + (long long)j * to.stride[2];
+      [[maybe_unused]] unsigned short *row = (unsigned short *)to.ptr + roff;
 #pragma unroll
       for (int nt = 0; nt < ATTN_D_V / 8; ++nt) {
         const int d = nt * 8 + 2 * t;
@@ -1234,11 +1204,22 @@ static __device__ __forceinline__ void bwd80_key_tile(const attn_params &p, int 
           atomicAdd(acc + d, dv[nt][2 * r]);
           atomicAdd(acc + d + 1, dv[nt][2 * r + 1]);
         } else {
+#if defined(ATTN_BWD_FP8)
+          bwd80_store_grad<bwd80_dv_kind>(to.ptr, roff + d, dv[nt][2 * r], dv[nt][2 * r + 1],
+                                          mdv, p, attn_bwd_store_dv, attn_bwd_amax_dv);
+#else
           *(unsigned *)(row + d) = bwd80_pack(dv[nt][2 * r], dv[nt][2 * r + 1]);
+#endif
         }
       }
     }
   }
+#if defined(ATTN_BWD_FP8) /* (with GQA nothing was maxed here: a zero commits nothing) */
+  if constexpr (bwd80_namax_dk > 0)
+    attn_bwd_amax_commit_dk(mdk, p);
+  if constexpr (bwd80_namax_dv > 0)
+    attn_bwd_amax_commit_dv(mdv, p);
+#endif
 }
 
 /* The CTA's work (uniform per CTA): a key tile, or in deterministic mode,
@@ -1283,28 +1264,24 @@ __device__ __forceinline__ void attn_bwd_sm80_convert(const attn_params &p_in) {
   const attn_tensor_arg &to = p.t[bwd80_tdq >= 0 ? bwd80_tdq : 0];
   const float *acc =
       bwd80_slice_rows<const float>(p.t[bwd80_tdqa], b, h) + (long long)i * bwd80_dqk;
-#if defined(ATTN_BWD_FP8)
-  /* The grad block's dq: its values, type and amax. */
-  BWD80_AMAX_ZERO(mdq);
-  const long long orow = b * to.stride[0] + h * to.stride[1] + (long long)i * to.stride[2];
+  const long long roff = b * to.stride[0] + h * to.stride[1] + (long long)i * to.stride[2];
+  [[maybe_unused]] unsigned short *row = (unsigned short *)to.ptr + roff;
+  BWD80_AMAX_ZERO(mdq); /* (the FP8 backward's dq: the grad block's values, type and amax) */
   for (int d = rs.col; d < ATTN_D_QK; d += rs.step) {
     float x[8];
     bwd80_ld8_f32(acc + d, x);
+#if defined(ATTN_BWD_FP8)
 #pragma unroll
     for (int e = 0; e < 8; e += 2)
-      bwd80_store_grad<bwd80_dq_kind>(to.ptr, orow + d + e, x[e], x[e + 1], mdq, p,
+      bwd80_store_grad<bwd80_dq_kind>(to.ptr, roff + d + e, x[e], x[e + 1], mdq, p,
                                       attn_bwd_store_dq, attn_bwd_amax_dq);
+#else
+    bwd80_st8_half(row + d, x);
+#endif
   }
+#if defined(ATTN_BWD_FP8)
   if constexpr (bwd80_namax_dq > 0)
     attn_bwd_amax_commit_dq(mdq, p);
-#else
-  unsigned short *row = (unsigned short *)to.ptr + b * to.stride[0] + h * to.stride[1] +
-                        (long long)i * to.stride[2];
-  for (int d = rs.col; d < ATTN_D_QK; d += rs.step) {
-    float x[8];
-    bwd80_ld8_f32(acc + d, x);
-    bwd80_st8_half(row + d, x);
-  }
 #endif
 }
 
@@ -1318,8 +1295,8 @@ static __device__ __forceinline__ void bwd80_convert_kv_row(const attn_tensor_ar
                                                             long long head_step, int b, int hk,
                                                             int j, const bwd80_row_slot &rs,
                                                             const attn_params &p) {
-  unsigned short *row = (unsigned short *)to.ptr + b * to.stride[0] + hk * to.stride[1] +
-                        (long long)j * to.stride[2];
+  const long long roff = b * to.stride[0] + hk * to.stride[1] + (long long)j * to.stride[2];
+  [[maybe_unused]] unsigned short *row = (unsigned short *)to.ptr + roff;
   BWD80_AMAX_ZERO(m);
   for (int d = rs.col; d < D; d += rs.step) {
     float sum[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
@@ -1331,14 +1308,13 @@ static __device__ __forceinline__ void bwd80_convert_kv_row(const attn_tensor_ar
         sum[e] += v[e];
     }
 #if defined(ATTN_BWD_FP8)
-    const long long orow = b * to.stride[0] + hk * to.stride[1] + (long long)j * to.stride[2];
 #pragma unroll
     for (int e = 0; e < 8; e += 2) {
       if constexpr (KV == 1)
-        bwd80_store_grad<bwd80_dk_kind>(to.ptr, orow + d + e, sum[e], sum[e + 1], m, p,
+        bwd80_store_grad<bwd80_dk_kind>(to.ptr, roff + d + e, sum[e], sum[e + 1], m, p,
                                         attn_bwd_store_dk, attn_bwd_amax_dk);
       else
-        bwd80_store_grad<bwd80_dv_kind>(to.ptr, orow + d + e, sum[e], sum[e + 1], m, p,
+        bwd80_store_grad<bwd80_dv_kind>(to.ptr, roff + d + e, sum[e], sum[e + 1], m, p,
                                         attn_bwd_store_dv, attn_bwd_amax_dv);
     }
 #else
@@ -1351,7 +1327,7 @@ static __device__ __forceinline__ void bwd80_convert_kv_row(const attn_tensor_ar
   if constexpr (KV == 2 && bwd80_namax_dv > 0)
     attn_bwd_amax_commit_dv(m, p);
 #endif
-  (void)m, (void)row, (void)p;
+  (void)p;
 }
 
 /* Grid (ceil(Skv / ATTN_BWD_ROWS_PER_CTA), Hk, B), only when H != Hk: dK
