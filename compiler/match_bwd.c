@@ -170,9 +170,9 @@ static bool bwd_use_sm90(const KernelSpec *fwd, const CompileOptions *o) {
 
 BwdSpec *match_bwd(const KernelSpec *fwd, const CompileOptions *o, Arena *a, Diag *d) {
   const IrGraph *g = fwd->g;
-  /* The FP8 recipe's backward (docs/language.md "FP8 gradients"):
-   * bwd_sm80 with the grad block's hooks, over 16-bit copies of FP8
-   * tensors. */
+  /* The FP8 recipe's backward (docs/language.md "FP8 gradients"): either
+   * main kernel with the grad block's hooks, its MMAs in bf16 over 16-bit
+   * copies of FP8 tensors. */
   const bool fp8 = bwd_is_fp8(g);
   if (fp8 && ir_packed(g)) {
     diag_error(d, g->tensors[g->q].loc, "graph '%s': the FP8 backward (FP8 tensors, a scaled or "
@@ -248,7 +248,7 @@ BwdSpec *match_bwd(const KernelSpec *fwd, const CompileOptions *o, Arena *a, Dia
                  "bf16 or FP8, not f16 ('%s')", g->name, g->tensors[qkv[r]].name);
       return NULL;
     }
-  s->sm90 = !fp8 && bwd_use_sm90(fwd, o);
+  s->sm90 = bwd_use_sm90(fwd, o);
   /* dO is read as the MMAs' type, or converted from FP8 (convert8). */
   const DType dt = bwd_grad_type(g, IR_GRAD_DO);
   if (!dtype_is_fp8(dt) && dt != s->mma_type) {
@@ -269,8 +269,7 @@ BwdSpec *match_bwd(const KernelSpec *fwd, const CompileOptions *o, Arena *a, Dia
                "graph '%s': the backward takes head dimensions that are multiples of 8 up to "
                "%d on %s; this graph has %d (q, k) and %d (v)",
                g->name, s->sm90 ? 256 : 128,
-               s->sm90 ? "sm_90a" : fp8 ? "the FP8 backward's template (bwd_sm80)"
-                                      : "this target (256 on sm_90a)",
+               s->sm90 ? "sm_90a" : "this target (256 on sm_90a)",
                s->d_qk, s->d_v);
     return NULL;
   }

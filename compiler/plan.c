@@ -278,8 +278,15 @@ static void plan_backward(GraphPlan *gp, const BwdSpec *b, Arena *a) {
       s->persistent = b->persistent;
     }
     if (b->sm90) {
-      add_map(s, ATTN_TMAP_Q, g->q, b->in_type, 64, 64, "q");
-      add_map(s, ATTN_TMAP_DO, sl->dout, b->out_type, 64, 64, "dO");
+      /* q and dO as the MMAs read them: the FP8 backward's 16-bit copies
+       * where it makes them; dO in its own type, which is the MMAs' (not
+       * o's: an f32 o takes a 16-bit dO). */
+      if (sl->q16 >= 0)
+        add_map(s, ATTN_TMAP_Q, sl->q16, b->mma_type, 64, 64, "q16");
+      else
+        add_map(s, ATTN_TMAP_Q, g->q, b->in_type, 64, 64, "q");
+      add_map(s, ATTN_TMAP_DO, sl->do16 >= 0 ? sl->do16 : sl->dout, b->mma_type, 64, 64,
+              sl->do16 >= 0 ? "do16" : "dO");
       add_map(s, ATTN_TMAP_DQA, sl->dqa, DT_F32, 32, 64, "dQ_accumulator");
     }
   }

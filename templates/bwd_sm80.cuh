@@ -496,6 +496,51 @@ static __device__ __forceinline__ float bwd80_draw_scale(const attn_params &p) {
 #endif
 }
 
+/* dP's, dV's and delta's factors for (b, h): the FP8 backward's
+ * (attn_bwd_factors), 1 elsewhere. */
+static __device__ __forceinline__ bwd80_factors bwd80_factors_at(int b, int h,
+                                                                 const attn_params &p) {
+#if defined(ATTN_BWD_FP8)
+  return attn_bwd_factors(b, h, p);
+#else
+  (void)b, (void)h, (void)p;
+  return {1.f, 1.f, 1.f};
+#endif
+}
+
+/* dS = P (dP f - delta) at one element of either main kernel (f: dP's
+ * factor, attn_bwd_factors, in the FP8 backward). In the FP8 backward
+ * dS's amax outputs see it first, then it becomes the grad block's value,
+ * which dQ's and dK's products read (a zero dS, or one where P is 0,
+ * stays as it is). */
+static __device__ __forceinline__ float bwd80_ds(float pe, float dpe, float delta, float f,
+                                                 unsigned (&m)[BWD80_AMAX_MAX],
+                                                 const attn_params &p) {
+#if defined(ATTN_BWD_FP8)
+  float ds = pe * (dpe * f - delta);
+  if (pe != 0.f && ds != 0.f) {
+    if constexpr (bwd80_namax_ds > 0)
+      attn_bwd_amax_ds(ds, m, p);
+    ds = attn_bwd_ds_value(ds, p);
+  }
+  return ds;
+#else
+  (void)f, (void)m, (void)p;
+  return pe * (dpe - delta);
+#endif
+}
+
+/* Element x of Pd (P after dropout) as dV's product reads it: in the FP8
+ * backward scaled and rounded as P V read it (attn_p_value). */
+static __device__ __forceinline__ float bwd80_pd(float x, float p_scale) {
+#if defined(ATTN_BWD_FP8)
+  if constexpr (attn_p_mod != 0)
+    return attn_p_value(x, p_scale);
+#endif
+  (void)p_scale;
+  return x;
+}
+
 /* An amax output's running maximum (attn_amax_bits) from this thread,
  * maxed over the warp's active lanes, into the f32[1] in slot `slot` (its
  * unsigned order is |x|'s, NaN above every number). */
@@ -874,11 +919,9 @@ static __device__ __forceinline__ void bwd80_key_tile(const attn_params &p, int 
 
   bwd80_load<bwd80_bn, bwd80_dqk, ATTN_D_QK>(sk, kg, tk.stride[2], j0, p.Skv, tid);
   bwd80_load<bwd80_bn, bwd80_dv, ATTN_D_V>(sv, vg, tv.stride[2], j0, p.Skv, tid);
-#if defined(ATTN_BWD_FP8)
-  const bwd80_factors fx = attn_bwd_factors(b, h, p);
-  const float p_scale = attn_p_scale_value(b, h, p);
-  (void)p_scale;
-#endif
+  /* The FP8 backward's factors for (b, h) and P's scale (1 elsewhere). */
+  [[maybe_unused]] const bwd80_factors fx = bwd80_factors_at(b, h, p);
+  const float dp_factor = fx.dp, p_scale = attn_p_scale_value(b, h, p);
   BWD80_AMAX_ZERO(mds);
 
   float dk[bwd80_dqk / 8][4], dv[bwd80_dv / 8][4];
@@ -978,13 +1021,9 @@ static __device__ __forceinline__ void bwd80_key_tile(const attn_params &p, int 
       for (int e = 0; e < 8; ++e)
         f[e] = attn_dropout_apply(f[e], dw[kk][e >> 2], e & 3, drop_t);
 #endif
-#if defined(ATTN_BWD_FP8)
-      /* P as P V read it (scaled, rounded): what dV's product takes. */
-      if constexpr (attn_p_mod != 0)
 #pragma unroll
-        for (int e = 0; e < 8; ++e)
-          f[e] = attn_p_value(f[e], p_scale);
-#endif
+      for (int e = 0; e < 8; ++e) /* P as P V read it: what dV's product takes */
+        f[e] = bwd80_pd(f[e], p_scale);
       pd[kk][0] = bwd80_pack(f[0], f[1]);
       pd[kk][1] = bwd80_pack(f[2], f[3]);
       pd[kk][2] = bwd80_pack(f[4], f[5]);
@@ -1046,17 +1085,8 @@ static __device__ __forceinline__ void bwd80_key_tile(const attn_params &p, int 
 #if defined(ATTN_DROPOUT)
           dpe = attn_dropout_apply(dpe, dw[m][q >> 1], e, drop_t);
 #endif
-#if defined(ATTN_BWD_FP8)
-          dpe *= fx.dp; /* through P's scale and o's, dO's descale */
-          float ds = s[nt][e] * (dpe - s_delta[il]);
-          if (s[nt][e] != 0.f && ds != 0.f) { /* (a zero dS stays zero) */
-            if constexpr (bwd80_namax_ds > 0)
-              attn_bwd_amax_ds(ds, mds, p);
-            ds = attn_bwd_ds_value(ds, p); /* dS as dQ and dK read it */
-          }
-#else
-          const float ds = s[nt][e] * (dpe - s_delta[il]);
-#endif
+          /* (dP's factor: through P's scale and o's, dO's descale) */
+          const float ds = bwd80_ds(s[nt][e], dpe, s_delta[il], dp_factor, mds, p);
 #if defined(ATTN_BWD_BIAS)
           dp[nt][e] =
               s[nt][e] != 0.f ? attn_bwd_draw_bias(ds, raw[nt][e], b, h, i, j, p, red) : 0.f;

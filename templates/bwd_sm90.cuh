@@ -375,17 +375,22 @@ static __device__ __forceinline__ unsigned bwd90_keep_bits(int b, int h, int i0,
 
 /* Row r (key row + 8 r) of a thread's dK or dV fragment (N columns from
  * col0 of a D-wide row, D the tile's width, of which the tensor has
- * D_REAL), times scale, to where it goes: the bf16 output row (b, hk, j),
- * or with GQA the f32 accumulator row acc_row, by atomics or, in
- * deterministic mode, plain stores into per-head rows. */
-template <int N, int D, int D_REAL>
+ * D_REAL), times scale, to where it goes: the 16-bit output row (b, hk,
+ * j), or with GQA the f32 accumulator row acc_row, by atomics or, in
+ * deterministic mode, plain stores into per-head rows. The FP8 backward
+ * (KV: 1 dK, 2 dV) stores the output row as the grad block says: its
+ * values, storage type and amax outputs (maxed into m). */
+template <int N, int D, int D_REAL, int KV>
 static __device__ __forceinline__ void bwd90_store_row(const float (&x)[N / 2], int r, float scale,
                                                        const attn_tensor_arg &to, float *acc_base,
                                                        long long acc_row, int col0, int b, int hk,
-                                                       int j, int t4, bool shared_kv, bool det) {
+                                                       int j, int t4, bool shared_kv, bool det,
+                                                       unsigned (&m)[BWD80_AMAX_MAX],
+                                                       const attn_params &p) {
   float *acc = acc_base + acc_row * D + col0;
-  unsigned short *row = (unsigned short *)to.ptr + b * to.stride[0] + hk * to.stride[1] +
-                        (long long)j * to.stride[2] + col0;
+  const long long roff =
+      b * to.stride[0] + hk * to.stride[1] + (long long)j * to.stride[2] + col0;
+  [[maybe_unused]] unsigned short *row = (unsigned short *)to.ptr + roff;
 #pragma unroll
   for (int nb = 0; nb < N / 8; ++nb) {
     const int d = nb * 8 + 2 * t4;
@@ -396,9 +401,20 @@ static __device__ __forceinline__ void bwd90_store_row(const float (&x)[N / 2], 
       *(float2 *)(acc + d) = make_float2(x0, x1);
     else if (shared_kv)
       bwd90_red_add2(acc + d, x0, x1);
-    else
+    else {
+#if defined(ATTN_BWD_FP8)
+      if constexpr (KV == 1)
+        bwd80_store_grad<bwd80_dk_kind>(to.ptr, roff + d, x0, x1, m, p, attn_bwd_store_dk,
+                                        attn_bwd_amax_dk);
+      else
+        bwd80_store_grad<bwd80_dv_kind>(to.ptr, roff + d, x0, x1, m, p, attn_bwd_store_dv,
+                                        attn_bwd_amax_dv);
+#else
       *(unsigned *)(row + d) = attn_pack2<bwd90_in_bf16>(x0, x1);
+#endif
+    }
   }
+  (void)m, (void)p;
 }
 
 /* ---------------------------------------------------- the main kernel */
@@ -824,7 +840,11 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
                  (const unsigned short *)tv.ptr + b * tv.stride[0] + hk * tv.stride[1], j0);
   };
   float dk[bwd90_dk_cols / 2], dv[bwd90_dv_cols / 2];
-  const float sc = attn_bwd_scale(p);
+  /* dQ's and dK's factor (with the FP8 backward's dS post factor). */
+  const float sc = bwd80_draw_scale(p);
+  /* The FP8 backward's running amax of dS over every tile (committed at
+   * the end). */
+  BWD80_AMAX_ZERO(mds);
   /* A tile's dQ part (times the folded scale) into shared memory for a
    * producer warp's TMA reduction: at D <= 128 into the dQ buffer (after
    * the warp has freed the tile's stage, release_stage below), at D 256
@@ -958,6 +978,16 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
      * GQA, f32 atomics into the [B, Hk, Skv, D] accumulators, or in
      * deterministic mode plain stores into per-head [B, H, Skv, D] ones. */
     const bool shared_kv = p.H != p.Hk;
+#if defined(ATTN_BWD_FP8)
+    /* dV's factor (o's scale, dO's descale), before GQA's heads are
+     * summed: it may differ by head. */
+    const float dv_factor = attn_bwd_factors(b, h, p).dv;
+#pragma unroll
+    for (int r = 0; r < bwd90_dv_cols / 2; ++r)
+      dv[r] *= dv_factor;
+#endif
+    BWD80_AMAX_ZERO(mdk);
+    BWD80_AMAX_ZERO(mdv);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int j = j0 + jl_row + 8 * r;
@@ -969,14 +999,20 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
       const int acc_h = det ? h : hk;
       /* Split-D: this warpgroup's half of the row. */
       if constexpr (bwd80_tdk >= 0)
-        bwd90_store_row<bwd90_dk_cols, bwd90_dqk, ATTN_D_QK>(
+        bwd90_store_row<bwd90_dk_cols, bwd90_dqk, ATTN_D_QK, 1>(
             dk, r, sc, p.t[bwd80_tdk >= 0 ? bwd80_tdk : 0], bwd80_slice_rows<float>(tka, b, acc_h), j,
-            bwd90_split_d ? wg * bwd90_dk_cols : 0, b, hk, j, t4, shared_kv, det);
+            bwd90_split_d ? wg * bwd90_dk_cols : 0, b, hk, j, t4, shared_kv, det, mdk, p);
       if constexpr (bwd80_tdv >= 0)
-        bwd90_store_row<bwd90_dv_cols, bwd90_dv, ATTN_D_V>(
+        bwd90_store_row<bwd90_dv_cols, bwd90_dv, ATTN_D_V, 2>(
             dv, r, 1.f, p.t[bwd80_tdv >= 0 ? bwd80_tdv : 0], bwd80_slice_rows<float>(tva, b, acc_h), j,
-            bwd90_split_d ? wg * bwd90_dv_cols : 0, b, hk, j, t4, shared_kv, det);
+            bwd90_split_d ? wg * bwd90_dv_cols : 0, b, hk, j, t4, shared_kv, det, mdv, p);
     }
+#if defined(ATTN_BWD_FP8) /* (with GQA nothing was maxed here: a zero commits nothing) */
+    if constexpr (bwd80_namax_dk > 0)
+      attn_bwd_amax_commit_dk(mdk, p);
+    if constexpr (bwd80_namax_dv > 0)
+      attn_bwd_amax_commit_dv(mdv, p);
+#endif
     zero_acc();
   };
 #if defined(ATTN_DROPOUT)
@@ -1017,6 +1053,8 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
       break;
     const int h = hb & 0xffff, b = hb >> 16;
     const int j0 = bwd90_items ? (cls >> 2) * bwd90_bn : cta_j0;
+    /* The FP8 backward's dP factor for (b, h) and P's scale (1 elsewhere). */
+    const float dp_factor = bwd80_factors_at(b, h, p).dp, p_scale = attn_p_scale_value(b, h, p);
     if constexpr (bwd90_items)
       cls &= 3;
     if (bwd90_items && m == -2) { /* an item without tiles: the stage is free at once */
@@ -1155,7 +1193,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
                 s[r] = pe;
               } else {
                 const float dpe = dropped(dp[r], r), pd = dropped(pe, r);
-                const float ds = pe * (dpe - row.x);
+                const float ds = bwd80_ds(pe, dpe, row.x, dp_factor, mds, p);
                 dp[r] = pe != 0.f ? draw_at(ds, acc, b, h, i, j) : 0.f;
                 s[r] = pd;
               }
@@ -1173,9 +1211,9 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
       /* Element r of Pd^T. */
       auto pd_at = [&](int r) {
         if constexpr (!split)
-          return s[r];
+          return bwd80_pd(s[r], p_scale);
         else
-          return dropped(s[r], r);
+          return bwd80_pd(dropped(s[r], r), p_scale);
       };
 #pragma unroll
       for (int kk = 0; kk < bwd90_qn / 16; ++kk)
@@ -1215,7 +1253,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
           const int il = qo + 16 * (r >> 3) + 8 * ((r >> 2) & 1) + 2 * t4 + (r & 1);
           const int i = i0 + il, j = j0 + jl_row + 8 * ((r >> 1) & 1);
           const float pe = s[r];
-          const float ds = pe * (dropped(dp[r], r) - s_row[il].x);
+          const float ds = bwd80_ds(pe, dropped(dp[r], r), s_row[il].x, dp_factor, mds, p);
           dp[r] = !guard || pe != 0.f ? draw_at(ds, 0.f, b, h, i, j) : 0.f;
         }
       }
@@ -1321,6 +1359,10 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
   }
   if constexpr (!bwd90_items)
     finish_item();
+#if defined(ATTN_BWD_FP8)
+  if constexpr (bwd80_namax_ds > 0)
+    attn_bwd_amax_commit_ds(mds, p);
+#endif
 }
 
 #undef BWD90_SPLIT_D

@@ -277,7 +277,8 @@ static void test_d256(attn_context *ctx, const char *name, const char *text, siz
     test_module_det(ctx, name, text, len, seed, 0, false);
 }
 
-/* The FP8 backward (a grad block; bwd_sm80 on every target): FP8 q, k, v
+/* The FP8 backward (a grad block; either template, its MMAs in bf16 over
+ * 16-bit copies of the FP8 tensors): FP8 q, k, v
  * with descales, GQA (convert_kv stores dK and dV through the block), a
  * causal mask and dropout before P's rounding, dO in e4m3 with a descale,
  * dS rounded to e4m3 with a scale, bf16 and f32 gradients, amax of dS, dq
@@ -306,6 +307,48 @@ static const char fp8_gqa_src[] =
     "    output amax_dq = amax(dq);\n"
     "    output amax_dv = amax(dv);\n"
     "  }\n"
+    "}\n";
+
+/* Head dim 256 (bwd_sm90's split-D mode; refused by bwd_sm80): FP8 q, k,
+ * v, o in e4m3 with a scale, dO in e5m2, dS in e5m2, gradients in e4m3,
+ * bf16 and e5m2 with scales, amax of dS (before its rounding), dk and dv. */
+static const char fp8_d256_src[] =
+    "attention fp8_d256 {\n"
+    "  input q : e4m3[B, H, Sq, 256];\n"
+    "  input k : e4m3[B, H, Skv, 256];\n"
+    "  input v : e4m3[B, H, Skv, 256];\n"
+    "  scalar descale_k : f32 = 0.5;\n"
+    "  scalar scale_o : f32 = 4.0;\n"
+    "  s = (q @ k^T) * (0.0625 * descale_k);\n"
+    "  p = softmax(s);\n"
+    "  out = (e4m3(p * 448.0) @ v) / 448.0;\n"
+    "  output o : e4m3[B, H, Sq, 256] = out * scale_o;\n"
+    "  output lse = logsumexp(s);\n"
+    "  grad q, k, v {\n"
+    "    input do : e5m2;\n"
+    "    do = do * 0.5;\n"
+    "    output amax_ds = amax(ds);\n"
+    "    ds = e5m2(ds * 1024.0) / 1024.0;\n"
+    "    output dq : e4m3 = dq * 8.0;\n"
+    "    output dk : bf16;\n"
+    "    output dv : e5m2 = dv * 2.0;\n"
+    "    output amax_dk = amax(dk);\n"
+    "    output amax_dv = amax(dv);\n"
+    "  }\n"
+    "}\n";
+
+/* A 16-bit graph with an f32 o: dO takes the inputs' type (the signature's
+ * and the reference's), which bwd_sm90's tensor map of dO must say too (it
+ * said o's f32 until session 24). */
+static const char f32_out_src[] =
+    "attention f32_out {\n"
+    "  input q : bf16[B, H, Sq, 64];\n"
+    "  input k : bf16[B, Hk, Skv, 64];\n"
+    "  input v : bf16[B, Hk, Skv, 64];\n"
+    "  s = mask((q @ k^T) * 0.125, j <= i);\n"
+    "  output o : f32[B, H, Sq, 64] = softmax(s) @ v;\n"
+    "  output lse = logsumexp(s);\n"
+    "  grad q, k, v;\n"
     "}\n";
 
 /* A grad block on 16-bit tensors: the FP8 backward's hooks without the
@@ -525,7 +568,10 @@ static void run_all(attn_context *ctx) {
   if (!only || !strncmp(only, "fp8", 3)) { /* the FP8 backward's (test_backward fp8) */
     test_module(ctx, "fp8_gqa", fp8_gqa_src, sizeof fp8_gqa_src - 1, &seed, 0);
     test_module(ctx, "block_bf16", block_bf16_src, sizeof block_bf16_src - 1, &seed, 0);
+    test_d256(ctx, "fp8_d256", fp8_d256_src, sizeof fp8_d256_src - 1, &seed);
   }
+  if (!only || !strcmp(only, "f32_out"))
+    test_module(ctx, "f32_out", f32_out_src, sizeof f32_out_src - 1, &seed, 0);
   if (only) return;
   test_module(ctx, "masked_rows", masked_rows_src, sizeof masked_rows_src - 1, &seed, 64);
   test_module(ctx, "dropout_grad", dropout_src, sizeof dropout_src - 1, &seed, 0);

@@ -286,14 +286,15 @@ Test(grad_block, dump_names_the_edges) {
 }
 
 /* The FP8 backward's plan: the block's amax outputs zeroed, the FP8
- * tensors copied to 16 bits, then delta, main and the convert passes, all
- * on bwd_sm80 (whatever the target), with no deterministic mode. */
-Test(grad_block, plans_convert8_and_amax_init_on_bwd_sm80) {
+ * tensors copied to 16 bits, then delta, main and the convert passes, on
+ * bwd_sm80 for sm_80 and bwd_sm90 for sm_90a (whose tensor maps of q and
+ * dO name the bf16 copies), with no deterministic mode. */
+Test(grad_block, plans_convert8_and_amax_init_on_either_template) {
   Arena *a = arena_new();
   IrModule *m = unit_build(a, "<grad block>", FP8_GRAPH);
   for (int arch = 0; arch < 2; arch++) {
     const Compiled c = unit_compile(a, m, arch ? "sm_90a" : "sm_80", STAGE_PLAN);
-    cr_assert(c.graphs[0].bwd && c.graphs[0].bwd->fp8 && !c.graphs[0].bwd->sm90);
+    cr_assert(c.graphs[0].bwd && c.graphs[0].bwd->fp8 && c.graphs[0].bwd->sm90 == (arch == 1));
     const PassPlan *pp = &c.plans[0].pass[PLAN_BACKWARD];
     cr_assert(!pp->det_ok);
     static const char *const roles[] = {"amax_init", "convert8", "delta", "main", "convert",
@@ -307,6 +308,12 @@ Test(grad_block, plans_convert8_and_amax_init_on_bwd_sm80) {
     for (int k = 0; k < pp->nslices; k++)
       if (pp->slices[k].elem == 2) copies++;
     cr_assert_eq(copies, 4);
+    const PlanStep *main_step = &pp->steps[3];
+    cr_assert_eq(main_step->nmaps, arch ? 3 : 0);
+    for (int k = 0; arch && k < 2; k++) {
+      cr_assert_eq(main_step->maps[k].slot, k == 0 ? sl->q16 : sl->do16);
+      cr_assert_eq(main_step->maps[k].dtype, DT_BF16);
+    }
   }
   const IrGraph *g = m->graphs[0];
   cr_assert_eq(bwd_grad_type(g, IR_GRAD_DO), DT_E5M2);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn_abi.h"
 #include "attnc.h"
 #include "unit_build.h"
 
@@ -194,6 +195,33 @@ Test(plan, packed_backward) {
     }
     round_trip(c.plans, c.ngraphs, a, "packed backward");
   }
+  arena_free(a);
+}
+
+/* bwd_sm90's tensor map of dO has dO's type, the inputs' (what the
+ * signature binds and the reference draws), not o's: an f32 o once gave an
+ * f32 map over a bf16 dO. */
+Test(plan, bwd_sm90_maps_do_in_its_own_type) {
+  Arena *a = arena_new();
+  static const char src[] =
+      "attention g {\n  input q : bf16[B, H, S, 64];\n  input k : bf16[B, H, S, 64];\n"
+      "  input v : bf16[B, H, S, 64];\n  s = (q @ k^T) * 0.125;\n"
+      "  output o : f32[B, H, S, 64] = softmax(s) @ v;\n  output lse = logsumexp(s);\n"
+      "  grad q, k, v;\n}\n";
+  IrModule *m = unit_build(a, "<f32 o>", src);
+  Compiled c = unit_compile(a, m, "sm_90a", STAGE_PLAN);
+  const PassPlan *bw = &c.plans->pass[PLAN_BACKWARD];
+  int mains = 0;
+  for (int k = 0; k < bw->nsteps; k++) {
+    const PlanStep *s = &bw->steps[k];
+    if (strcmp(s->role, "main")) continue;
+    mains++;
+    cr_assert_eq(s->nmaps, 3);
+    cr_assert_eq(s->maps[1].index, ATTN_TMAP_DO);
+    cr_assert_eq(s->maps[1].dtype, DT_BF16);
+    cr_assert_eq(bwd_grad_type(m->graphs[0], IR_GRAD_DO), DT_BF16);
+  }
+  cr_assert(mains > 0);
   arena_free(a);
 }
 

@@ -126,7 +126,7 @@ static __device__ __forceinline__ float attn_p_scale(int b, int h, const attn_pa
 
 /* [the text of templates/fwd_sm90.cuh] */
 
-/* ---- backward (templates/bwd_sm80.cuh) ---- */
+/* ---- backward (templates/bwd_sm80.cuh, bwd_sm90.cuh) ---- */
 #define ATTN_TDO 6
 #define ATTN_TDELTA 7
 #define ATTN_TDQA 8
@@ -159,6 +159,9 @@ static __device__ __forceinline__ float attn_p_scale(int b, int h, const attn_pa
 #define ATTN_BWD_NAMAX_DQ 1
 #define ATTN_BWD_NAMAX_DK 1
 #define ATTN_BWD_NAMAX_DV 1
+#define ATTN_BWD_SPLIT_D 0
+#define ATTN_BWD_WIDE 0
+#define ATTN_BWD_PERSISTENT 1
 
 /* dRaw, the gradient at q @ k^T, from dS by the derived chain rule
  * (attnc ir --backward), without the factor attn_bwd_scale gives. */
@@ -182,7 +185,8 @@ constexpr bool attn_bwd_draw_reads_acc = false;
 constexpr bool attn_bwd_draw_guarded = false;
 
 /* [the text of templates/bwd_sm80.cuh] */
-static_assert(attn_bwd_sm80_smem_bytes == 74240, "compiler/match_bwd.c and templates/bwd_sm80.cuh disagree on shared memory");
+/* [the text of templates/bwd_sm90.cuh] */
+static_assert(attn_bwd_sm90_smem_bytes == 232192, "compiler/match_bwd.c and templates/bwd_sm90.cuh disagree on shared memory");
 
 /* The FP8 backward's hooks (docs/language.md "FP8 gradients"). */
 static __device__ __forceinline__ float attn_bwd_do_value(float x, const attn_params &p) {
@@ -295,23 +299,23 @@ extern "C" __global__ void __launch_bounds__(32) attn_fp8_train_amax_init(const 
   if (threadIdx.x == 0) *(unsigned *)p.t[5].ptr = 0u;
 }
 
-extern "C" __global__ void __launch_bounds__(128) attn_fp8_train_bwd_delta(const __grid_constant__ attn_params p) {
+extern "C" __global__ void __launch_bounds__(256) attn_fp8_train_bwd_delta(const __grid_constant__ attn_params p) {
   graph_fp8_train::attn_bwd_sm80_delta(p);
 }
 
-extern "C" __global__ void __launch_bounds__(128) attn_fp8_train_bwd_main(const __grid_constant__ attn_params p) {
-  graph_fp8_train::attn_bwd_sm80_main(p);
+extern "C" __global__ void __launch_bounds__(384, 1) attn_fp8_train_bwd_main(const __grid_constant__ attn_params p, const __grid_constant__ attn_tmaps tm) {
+  graph_fp8_train::attn_bwd_sm90_main(p, tm);
 }
 
-extern "C" __global__ void __launch_bounds__(128) attn_fp8_train_bwd_convert(const __grid_constant__ attn_params p) {
+extern "C" __global__ void __launch_bounds__(256) attn_fp8_train_bwd_convert(const __grid_constant__ attn_params p) {
   graph_fp8_train::attn_bwd_sm80_convert(p);
 }
 
-extern "C" __global__ void __launch_bounds__(128) attn_fp8_train_bwd_convert_kv(const __grid_constant__ attn_params p) {
+extern "C" __global__ void __launch_bounds__(256) attn_fp8_train_bwd_convert_kv(const __grid_constant__ attn_params p) {
   graph_fp8_train::attn_bwd_sm80_convert_kv(p);
 }
 
-extern "C" __global__ void __launch_bounds__(128) attn_fp8_train_bwd_convert8(const __grid_constant__ attn_params p) {
+extern "C" __global__ void __launch_bounds__(256) attn_fp8_train_bwd_convert8(const __grid_constant__ attn_params p) {
   graph_fp8_train::attn_bwd_sm80_convert8(p);
 }
 
@@ -372,4 +376,7 @@ extern "C" __global__ void __launch_bounds__(32) attn_fp8_train_bwd_amax_init(co
 #undef ATTN_BWD_NAMAX_DQ
 #undef ATTN_BWD_NAMAX_DK
 #undef ATTN_BWD_NAMAX_DV
+#undef ATTN_BWD_SPLIT_D
+#undef ATTN_BWD_WIDE
+#undef ATTN_BWD_PERSISTENT
 
