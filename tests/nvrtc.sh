@@ -80,8 +80,8 @@ done
 # instructions are serialized" remarks: C7514, a non-wgmma instruction reads
 # an accumulator inside a pipeline stage, cost D 256's backward 11%; C7512,
 # too few registers, and C7515 came up with D 64's 128-query tiles): the
-# examples, a D 256 and a D 64 backward with dropout.
-for f in examples/*.attn tests/nvrtc/bwd_d256.attn tests/nvrtc/bwd_d64_dropout.attn; do
+# examples and the backward graphs of tests/nvrtc (D 256, D 64 with dropout, FP8).
+for f in examples/*.attn tests/nvrtc/bwd_*.attn; do
   name=$(basename "${f%.attn}")
   [ -f "tests/golden/emit/$name.err" ] && continue
   if compile "$f" --arch sm_90a -v -o "$tmp/$name.v.cubin" &&

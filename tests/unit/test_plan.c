@@ -71,6 +71,70 @@ Test(plan, every_example_round_trips) {
   cr_assert_gt(done, 30);
 }
 
+/* The dtype a tensor map over `slot` must have in pass `pp` of graph k:
+ * the graph's tensor's, dO's own (bwd_grad_type), or a workspace slice's
+ * (its element size; 16-bit slices are the backward's copies, of the
+ * MMAs' type). DT_NONE: nothing binds the slot. */
+static DType map_type_expected(const GraphCompile *gc, const PassPlan *pp, int slot) {
+  const IrGraph *g = gc->g;
+  if (slot < g->ntensors) return g->tensors[slot].type;
+  if (gc->bwd && slot == gc->bwd->slots.dout) return bwd_grad_type(g, IR_GRAD_DO);
+  for (int k = 0; k < pp->nslices; k++) {
+    const PlanSlice *x = &pp->slices[k];
+    if (x->bind != PB_SLOT || x->slot != slot) continue;
+    if (x->elem == 4) return DT_F32;
+    if (x->elem == 2 && gc->bwd) return gc->bwd->mma_type;
+  }
+  return DT_NONE;
+}
+
+/* Every tensor map of every example's plan, both targets, says the type
+ * of what the runtime binds at its slot (a map's type sets TMA's element
+ * size: an f32 map over a bf16 dO, which bwd_sm90 once had, reads
+ * garbage). */
+Test(plan, every_map_has_its_tensors_type) {
+  static const char *const dirs[] = {"examples", "tests/nvrtc"};
+  int maps = 0;
+  for (int di = 0; di < 2; di++) {
+    DIR *dir = opendir(dirs[di]);
+    cr_assert(dir);
+    for (struct dirent *e; (e = readdir(dir));) {
+      size_t len = strlen(e->d_name);
+      if (len < 6 || strcmp(e->d_name + len - 5, ".attn")) continue;
+      char path[512];
+      snprintf(path, sizeof path, "%s/%s", dirs[di], e->d_name);
+      char *text = read_text(path);
+      Arena *a = arena_new();
+      IrModule *m = unit_build(a, path, text);
+      for (int t = 0; t < 2; t++) {
+        Diag d = {0};
+        Compiled c;
+        const CompileOptions o = {.arch = t ? "sm_90a" : "sm_80"};
+        if (compile_module(m, &o, STAGE_PLAN, a, &d, &c) == 0)
+          for (int k = 0; k < c.ngraphs; k++)
+            for (int pass = 0; pass < PLAN_NPASSES; pass++) {
+              const PassPlan *pp = &c.plans[k].pass[pass];
+              for (int s = 0; pp->present && s < pp->nsteps; s++)
+                for (int x = 0; x < pp->steps[s].nmaps; x++) {
+                  const PlanMap *mp = &pp->steps[s].maps[x];
+                  const DType want = map_type_expected(&c.graphs[k], pp, mp->slot);
+                  cr_expect_eq(mp->dtype, want, "%s %s, graph %s, step %s: map '%s' over slot %d "
+                               "is %s, the slot holds %s", path, o.arch, c.graphs[k].g->name,
+                               pp->steps[s].role, mp->what, mp->slot, dtype_name(mp->dtype),
+                               want == DT_NONE ? "nothing" : dtype_name(want));
+                  maps++;
+                }
+            }
+        diag_free(&d);
+      }
+      arena_free(a);
+      free(text);
+    }
+    closedir(dir);
+  }
+  cr_assert_gt(maps, 60);
+}
+
 /* The longest names make long lines (entries carry the graph's name); the
  * text form has no length limit below the reader's megabyte a line. */
 Test(plan, long_names_round_trip) {
