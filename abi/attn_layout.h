@@ -122,11 +122,14 @@ ATTN_LAYOUT_FN attn_bwd80_layout attn_bwd80_layout_of(int bn, int bm, int dqk, i
 typedef struct attn_bwd90_layout {
   int k_bytes, v_bytes, q_bytes, do_bytes, ds_bytes, pt_bytes, dq_bytes;
   int off_v, off_q, off_do, off_ds, off_pt, off_dqs, off_stats, off_bars, bars_bytes, total;
+  /* The FP8 tensor-core mode's K^T (per CTA) and Q^T with dO^T (per
+   * stage); 0 elsewhere. */
+  int kt_bytes, qdt_bytes, off_kt, off_qdt;
 } attn_bwd90_layout;
 
 ATTN_LAYOUT_FN attn_bwd90_layout attn_bwd90_layout_of(int bn, int bm, int stages, int dqk,
                                                       int dv, int split_d) {
-  attn_bwd90_layout l = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  attn_bwd90_layout l = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   l.k_bytes = bn * dqk * 2;
   l.v_bytes = bn * dv * 2;
   l.q_bytes = bm * dqk * 2;
@@ -143,6 +146,38 @@ ATTN_LAYOUT_FN attn_bwd90_layout attn_bwd90_layout_of(int bn, int bm, int stages
   l.off_stats = l.off_dqs + l.dq_bytes;
   l.off_bars = l.off_stats + stages * bm * 8;
   l.bars_bytes = split_d ? 128 : 256;
+  l.total = l.off_bars + l.bars_bytes + 1024;
+  return l;
+}
+
+/* bwd_sm90's FP8 tensor-core mode (not split-D): K, V (bn rows of dqk /
+ * dv bytes, 128-byte swizzle), K^T (dqk rows of bn bytes), then per stage
+ * Q and dO (bm rows of bytes) and Q^T with dO^T (dqk + dv rows of bm
+ * bytes, 64-byte swizzle at bm 64), two dS buffers [bm][bn] of bytes,
+ * dQ's f32 buffer, the stats and the mbarriers as above. Every part a
+ * multiple of 1024 bytes. */
+ATTN_LAYOUT_FN attn_bwd90_layout attn_bwd90_layout_fp8(int bn, int bm, int stages, int dqk,
+                                                       int dv) {
+  attn_bwd90_layout l = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  l.k_bytes = bn * dqk;
+  l.v_bytes = bn * dv;
+  l.kt_bytes = dqk * bn;
+  l.q_bytes = bm * dqk;
+  l.do_bytes = bm * dv;
+  l.qdt_bytes = (dqk + dv) * bm;
+  l.ds_bytes = bm * bn;
+  l.dq_bytes = bm * dqk * 4;
+  l.off_v = l.k_bytes;
+  l.off_kt = l.off_v + l.v_bytes;
+  l.off_q = l.off_kt + l.kt_bytes;
+  l.off_do = l.off_q + stages * l.q_bytes;
+  l.off_qdt = l.off_do + stages * l.do_bytes;
+  l.off_ds = l.off_qdt + stages * l.qdt_bytes;
+  l.off_pt = l.off_ds + 2 * l.ds_bytes;
+  l.off_dqs = l.off_pt;
+  l.off_stats = l.off_dqs + l.dq_bytes;
+  l.off_bars = l.off_stats + stages * bm * 8;
+  l.bars_bytes = 256;
   l.total = l.off_bars + l.bars_bytes + 1024;
   return l;
 }

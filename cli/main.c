@@ -66,7 +66,7 @@ static const char usage_text[] =
     "             3 could not run, 4 GPU result disagrees with the reference\n"
     "environment: ATTN_CACHE_DIR (cache root), ATTN_NO_CACHE=1 (no cache),\n"
     "             ATTN_NVRTC (path of the libnvrtc to use); tuning knobs the\n"
-    "             command passes to the library: ATTN_BWD_TEMPLATE=sm80|sm90,\n"
+    "             command passes to the library: ATTN_BWD_TEMPLATE=sm80|sm90|sm90f8,\n"
     "             ATTN_SM90_VARIANT=auto|base|persist|bn80|persist_bn80|f16_pv,\n"
     "             ATTN_PERSISTENT_CTAS=N\n";
 
@@ -95,7 +95,10 @@ IrModule *cli_front_end(const char *path, Arena *a) {
 /* The tuning knobs' environment variables, as the library's numbers. */
 static int env_bwd_template(void) {
   const char *v = getenv("ATTN_BWD_TEMPLATE");
-  return v && !strcmp(v, "sm80") ? 80 : v && !strcmp(v, "sm90") ? 90 : 0;
+  return v && !strcmp(v, "sm80")     ? 80
+         : v && !strcmp(v, "sm90")   ? 90
+         : v && !strcmp(v, "sm90f8") ? 91
+                                     : 0;
 }
 
 static int env_sm90_variant(void) {

@@ -790,7 +790,8 @@ typedef struct FwdConfig {
 typedef struct CompileOptions {
   const char *arch;  /* "sm_80", "sm_90a", ... */
   int bwd_template;  /* 0: the target's fastest; 80: bwd_sm80's main kernel;
-                        90: bwd_sm90's wherever the target is sm_90a */
+                        90: bwd_sm90's wherever the target is sm_90a; 91: as
+                        90, and bwd_sm90's FP8 tensor-core mode where it applies */
   int sm90_variant;  /* fwd_sm90's variant (tmpl_sm90.c): 0 auto, 1 base,
                         2 persist, 3 bn80, 4 persist_bn80, 5 f16_pv */
 } CompileOptions;
@@ -973,7 +974,9 @@ typedef struct BwdSlots {
   /* FP8 (a grad block's graphs, docs/language.md "FP8 gradients"): the
    * 16-bit copies of FP8 q, k, v and dO the backward's kernels read
    * (workspace, written by its convert8 step; -1 for a 16-bit tensor),
-   * and the block's amax outputs, in its order. */
+   * and the block's amax outputs, in its order. bwd_sm90's FP8 tensor-core
+   * mode (BwdSpec.fp8_mma) makes no copies: its transposed FP8 tiles take
+   * q16's slot (Q^T and dO^T) and k16's (K^T). */
   int q16, k16, v16, do16;
   int namax;
   int amax[BWD_MAX_AMAX];
@@ -1043,6 +1046,13 @@ typedef struct BwdSpec {
    * of FP8 tensors (BwdSlots q16..) and calling the block's hooks
    * (emit_bwd.c, ATTN_BWD_FP8); dense tensors, no deterministic mode. */
   bool fp8;
+  /* bwd_sm90's FP8 tensor-core mode (ATTN_BWD_FP8_MMA; bwd_template 91,
+   * opt-in until it has run on a GPU): every product in FP8 wgmma over the
+   * FP8 q, k, v, dO, P and dS as they are, with Q^T, dO^T and K^T written
+   * by a transpose8 step. Only where each product's operands are FP8
+   * values (bwd_fp8_mma_refusal); ds8 is dS's FP8 type there. */
+  bool fp8_mma;
+  DType ds8;
 } BwdSpec;
 
 /* Derives and matches the backward of a graph whose forward matched as
@@ -1054,6 +1064,16 @@ typedef struct BwdSpec {
  * always takes bwd_sm80, 90 takes bwd_sm90 whenever fwd->sm is 90 (the
  * target must then be sm_90a), anything else is the default. */
 BwdSpec *match_bwd(const KernelSpec *fwd, const CompileOptions *o, Arena *a, Diag *d);
+/* Why bwd_sm90's FP8 tensor-core mode cannot take the backward s (NULL:
+ * it can): it needs head dims of 128, FP8 q, k, v and dO, P rounded to
+ * FP8, dS's value R(ds * a) * b with an FP8 rounding R (its type in *ds8),
+ * a dRaw that only selects dS (masks; no softcap), no bias gradient. */
+const char *bwd_fp8_mma_refusal(const BwdSpec *s, DType *ds8);
+/* dS's value split as the products read it: the grad block's value of dS
+ * with its outer factors fixed for the call peeled off (at most 16, into
+ * outer/over: over[k] divides), returning the inner value (NULL without a
+ * block; the whole value where a bias gradient reads dS). */
+IrNode *bwd_ds_split(const BwdSpec *s, IrNode **outer, bool *over, int *n);
 
 /* ------------------------------------------------ emit.c: the CUDA unit */
 
@@ -1161,11 +1181,13 @@ enum {
 typedef enum PlanDimKind {
   PD_CONST, PD_B, PD_H, PD_HK, PD_SQ, PD_SKV, PD_NUMEL, PD_SEP_BYTES,
   PD_SPLITS,     /* the decode's key splits (plan_decode_splits) */
-  PD_DECODE_ROWS /* Hk * ceil((H / Hk) * Sq / 16): the decode's row blocks */
+  PD_DECODE_ROWS, /* Hk * ceil((H / Hk) * Sq / 16): the decode's row blocks */
+  PD_SQ_PAD,      /* Sq rounded up to a multiple of n */
+  PD_SKV_PAD      /* Skv rounded up to a multiple of n */
 } PlanDimKind;
 typedef struct PlanDim {
   PlanDimKind kind;
-  int n; /* PD_CONST: the value; PD_NUMEL: the tensor's index */
+  int n; /* PD_CONST: the value; PD_NUMEL: the tensor's index; PD_*_PAD: the multiple */
 } PlanDim;
 
 /* Grid x = ceil(x0 / div0) (+ ceil(x1 / div1) when div1 > 0) (+ mul2 *

@@ -248,22 +248,10 @@ static void emit_block_value(StrBuf *out, const BwdSpec *s, int which, const cha
 static void emit_ds_hooks(StrBuf *out, const BwdSpec *s, Arena *a) {
   const IrGradBlock *gb = s->g->grad;
   IrNode *leaf = gb ? gb->v[IR_GRAD_DS].leaf : NULL;
-  IrNode *inner = gb ? gb->v[IR_GRAD_DS].value : NULL;
   IrNode *outer[16];
   bool over[16];
-  int n = 0;
-  /* (A factor fixed for the call has no axes, so it reads no leaf.) */
-  while (inner && score_biases(&s->slots) == 0 && n < 16) {
-    if (inner->op == IR_MUL && inner->src[1]->dom == 0) {
-      outer[n] = inner->src[1], over[n++] = false, inner = inner->src[0];
-    } else if (inner->op == IR_MUL && inner->src[0]->dom == 0) {
-      outer[n] = inner->src[0], over[n++] = false, inner = inner->src[1];
-    } else if (inner->op == IR_DIV && inner->src[1]->dom == 0) {
-      outer[n] = inner->src[1], over[n++] = true, inner = inner->src[0];
-    } else {
-      break;
-    }
-  }
+  int n;
+  IrNode *inner = bwd_ds_split(s, outer, over, &n);
   emit_block_fn(out, s, leaf, inner, "attn_bwd_ds_value", a);
   sb_puts(out, "/* The factor dS's value leaves for after the products (dQ, dK). */\n");
   if (n == 0) {
@@ -372,10 +360,12 @@ void emit_bwd_body(StrBuf *out, const BwdSpec *s, MacroSet *ms, bool key, Arena 
    * of FP8 ones) and the gradients' storage types (attn_store_pair's
    * kinds). */
   const IrGraph *g = s->g;
-  macro_def(out, ms, a, "ATTN_BWD_TQ", sl->q16 >= 0 ? sl->q16 : g->q);
-  macro_def(out, ms, a, "ATTN_BWD_TK", sl->k16 >= 0 ? sl->k16 : g->k);
-  macro_def(out, ms, a, "ATTN_BWD_TV", sl->v16 >= 0 ? sl->v16 : g->v);
-  macro_def(out, ms, a, "ATTN_BWD_TDO", sl->do16 >= 0 ? sl->do16 : sl->dout);
+  /* (The FP8 tensor-core mode reads the FP8 tensors themselves.) */
+  const bool copies = !s->fp8_mma;
+  macro_def(out, ms, a, "ATTN_BWD_TQ", copies && sl->q16 >= 0 ? sl->q16 : g->q);
+  macro_def(out, ms, a, "ATTN_BWD_TK", copies && sl->k16 >= 0 ? sl->k16 : g->k);
+  macro_def(out, ms, a, "ATTN_BWD_TV", copies && sl->v16 >= 0 ? sl->v16 : g->v);
+  macro_def(out, ms, a, "ATTN_BWD_TDO", copies && sl->do16 >= 0 ? sl->do16 : sl->dout);
   macro_def(out, ms, a, "ATTN_BWD_IN_BF16", s->mma_type == DT_BF16);
   macro_def(out, ms, a, "ATTN_BWD_DQ_KIND", store_kind(bwd_grad_type(g, IR_GRAD_DQ)));
   macro_def(out, ms, a, "ATTN_BWD_DK_KIND", store_kind(bwd_grad_type(g, IR_GRAD_DK)));
@@ -385,10 +375,10 @@ void emit_bwd_body(StrBuf *out, const BwdSpec *s, MacroSet *ms, bool key, Arena 
                  " * convert8 copies (the original dO's kind, 0 when dO is 16-bit), and\n"
                  " * how many amax outputs each gradient has (dO, dS, dq, dk, dv). */\n");
     macro_def(out, ms, a, "ATTN_BWD_FP8", 1);
-    macro_def(out, ms, a, "ATTN_BWD_SRC_Q", sl->q16 >= 0 ? g->q : -1);
-    macro_def(out, ms, a, "ATTN_BWD_SRC_K", sl->k16 >= 0 ? g->k : -1);
-    macro_def(out, ms, a, "ATTN_BWD_SRC_V", sl->v16 >= 0 ? g->v : -1);
-    macro_def(out, ms, a, "ATTN_BWD_SRC_DO", sl->do16 >= 0 ? sl->dout : -1);
+    macro_def(out, ms, a, "ATTN_BWD_SRC_Q", copies && sl->q16 >= 0 ? g->q : -1);
+    macro_def(out, ms, a, "ATTN_BWD_SRC_K", copies && sl->k16 >= 0 ? g->k : -1);
+    macro_def(out, ms, a, "ATTN_BWD_SRC_V", copies && sl->v16 >= 0 ? g->v : -1);
+    macro_def(out, ms, a, "ATTN_BWD_SRC_DO", copies && sl->do16 >= 0 ? sl->dout : -1);
     macro_def(out, ms, a, "ATTN_BWD_Q8", sl->q16 >= 0 ? store_kind(g->tensors[g->q].type) - 2 : 0);
     macro_def(out, ms, a, "ATTN_BWD_KV8", sl->k16 >= 0 ? store_kind(g->tensors[g->k].type) - 2 : 0);
     macro_def(out, ms, a, "ATTN_BWD_DO8",
@@ -397,6 +387,14 @@ void emit_bwd_body(StrBuf *out, const BwdSpec *s, MacroSet *ms, bool key, Arena 
                                               "ATTN_BWD_NAMAX_DQ", "ATTN_BWD_NAMAX_DK",
                                               "ATTN_BWD_NAMAX_DV"};
     for (int w = 0; w < IR_GRAD_N; w++) macro_def(out, ms, a, nm[w], block_amax_count(s, w));
+    if (s->fp8_mma) {
+      sb_puts(out, "/* bwd_sm90's FP8 tensor-core mode: dS's FP8 kind (1 e4m3, 2 e5m2)\n"
+                   " * and the slots of transpose8's Q^T with dO^T and K^T. */\n");
+      macro_def(out, ms, a, "ATTN_BWD_FP8_MMA", 1);
+      macro_def(out, ms, a, "ATTN_BWD_DS8", store_kind(s->ds8) - 2);
+      macro_def(out, ms, a, "ATTN_BWD_TQDT", sl->q16);
+      macro_def(out, ms, a, "ATTN_BWD_TKT", sl->k16);
+    }
   }
   if (s->sm90) { /* the modes match_bwd chose; the template infers none */
     macro_def(out, ms, a, "ATTN_BWD_SPLIT_D", s->split_d);
@@ -492,7 +490,11 @@ void emit_bwd_entries(StrBuf *out, const BwdSpec *s, Arena *a) {
                    "__grid_constant__ attn_params p) {\n  graph_%s::attn_bwd_sm80_dsink(p);\n}\n\n",
               plan_entry(a, gname, "bwd_dsink"), gname);
   const BwdSlots *sl = &s->slots;
-  if (sl->q16 >= 0 || sl->k16 >= 0 || sl->v16 >= 0 || sl->do16 >= 0)
+  if (s->fp8_mma)
+    sb_printf(out, "extern \"C\" __global__ void __launch_bounds__(%d) %s(const "
+                   "__grid_constant__ attn_params p) {\n  graph_%s::attn_bwd_sm90_transpose8(p);\n}\n\n",
+              s->threads, plan_entry(a, gname, "bwd_transpose8"), gname);
+  else if (sl->q16 >= 0 || sl->k16 >= 0 || sl->v16 >= 0 || sl->do16 >= 0)
     sb_printf(out, "extern \"C\" __global__ void __launch_bounds__(%d) %s(const "
                    "__grid_constant__ attn_params p) {\n  graph_%s::attn_bwd_sm80_convert8(p);\n}\n\n",
               s->threads, plan_entry(a, gname, "bwd_convert8"), gname);

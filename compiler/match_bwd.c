@@ -158,13 +158,65 @@ int bwd_unsupported_grad(const IrGraph *g) {
   return bad;
 }
 
+IrNode *bwd_ds_split(const BwdSpec *s, IrNode **outer, bool *over, int *n) {
+  const IrGradBlock *gb = s->g->grad;
+  IrNode *inner = gb ? gb->v[IR_GRAD_DS].value : NULL;
+  const bool bias_reads_ds = s->slots.nbias - (bwd_sink_entry(&s->slots) >= 0) > 0;
+  *n = 0;
+  /* (A factor fixed for the call has no axes, so it reads no leaf.) */
+  while (inner && !bias_reads_ds && *n < 16) {
+    if (inner->op == IR_MUL && inner->src[1]->dom == 0) {
+      outer[*n] = inner->src[1], over[(*n)++] = false, inner = inner->src[0];
+    } else if (inner->op == IR_MUL && inner->src[0]->dom == 0) {
+      outer[*n] = inner->src[0], over[(*n)++] = false, inner = inner->src[1];
+    } else if (inner->op == IR_DIV && inner->src[1]->dom == 0) {
+      outer[*n] = inner->src[1], over[(*n)++] = true, inner = inner->src[0];
+    } else {
+      break;
+    }
+  }
+  return inner;
+}
+
+/* Whether x is dS itself, or masks of it: where(c, x', 0) or where(c, 0,
+ * x') of such an x' (a selection keeps dS's FP8 values FP8). */
+static bool selects_ds(const IrNode *x, const IrNode *ds) {
+  if (x == ds) return true;
+  if (x->op != IR_WHERE) return false;
+  const IrNode *a = x->src[1], *b = x->src[2];
+  const bool a0 = a->op == IR_CONST && a->fval == 0.0, b0 = b->op == IR_CONST && b->fval == 0.0;
+  return (b0 && selects_ds(a, ds)) || (a0 && selects_ds(b, ds));
+}
+
+const char *bwd_fp8_mma_refusal(const BwdSpec *s, DType *ds8) {
+  const IrGraph *g = s->g;
+  *ds8 = DT_NONE;
+  if (!s->fp8 || !s->sm90 || s->split_d) return "it is bwd_sm90's, for the FP8 backward";
+  if (s->d_qk != 128 || s->d_v != 128) return "it takes head dims of 128";
+  if (!dtype_is_fp8(g->tensors[g->q].type) || !dtype_is_fp8(g->tensors[g->k].type) ||
+      !dtype_is_fp8(g->tensors[g->v].type) || !dtype_is_fp8(bwd_grad_type(g, IR_GRAD_DO)))
+    return "it takes FP8 q, k, v and dO";
+  if (!dtype_is_fp8(s->bg->p_round)) return "it takes P rounded to FP8 before p @ v";
+  if (s->slots.nbias > 0) return "it computes no bias or sink gradient";
+  if (!s->bg->draw || !selects_ds(s->bg->draw, s->bg->ds))
+    return "it takes a score whose gradient only masks dS (no softcap or other function)";
+  IrNode *outer[16];
+  bool over[16];
+  int n;
+  const IrNode *inner = bwd_ds_split(s, outer, over, &n);
+  if (!inner || inner->op != IR_CAST || !dtype_is_fp8(inner->type))
+    return "it takes dS's value as an FP8 rounding, times or over values fixed for the call";
+  *ds8 = inner->type;
+  return NULL;
+}
+
 /* Which main kernel (attnc.h, match_bwd): the forward's choice of the
  * Hopper template says the target is sm_90a; the bwd_template option
  * overrides it (the library never fails on a tuning knob: other values
  * are the default). */
 static bool bwd_use_sm90(const KernelSpec *fwd, const CompileOptions *o) {
   if (o->bwd_template == 80) return false;
-  if (o->bwd_template == 90) return fwd->sm == 90;
+  if (o->bwd_template == 90 || o->bwd_template == 91) return fwd->sm == 90;
   return fwd->tmpl == TMPL_FWD_SM90;
 }
 
@@ -291,6 +343,18 @@ BwdSpec *match_bwd(const KernelSpec *fwd, const CompileOptions *o, Arena *a, Dia
     s->block_n = 64;
     s->split_d = true; /* never persistent: 7-23% slower (bench/NOTES-sm90.md, session 7) */
     s->smem_bytes = attn_bwd90_layout_of(64, 64, 2, s->tile_qk, s->tile_v, 1).total;
+    return s;
+  }
+  if (s->sm90 && o->bwd_template == 91 && !bwd_fp8_mma_refusal(s, &s->ds8)) {
+    /* bwd_sm90.cuh's FP8 tensor-core mode (D 128): K, V and K^T (128
+     * rows of 128 bytes), three stages of Q, dO (64 rows of 128 bytes) and
+     * Q^T with dO^T (256 rows of 64 bytes), two dS buffers (64 x 128
+     * bytes), dQ's f32 buffer, the stats, the mbarriers and slots. */
+    s->threads = 256;
+    s->block_n = 128;
+    s->fp8_mma = true;
+    s->persistent = true;
+    s->smem_bytes = attn_bwd90_layout_fp8(128, 64, 3, 128, 128).total;
     return s;
   }
   if (s->sm90) {

@@ -169,7 +169,23 @@ static void plan_backward(GraphPlan *gp, const BwdSpec *b, Arena *a) {
    * and 16-bit copies of the FP8 q, k, v and dO that its kernels read,
    * written by convert8 (bwd_sm80.cuh). */
   if (sl->namax > 0) add_amax_init(p, plan_entry(a, g->name, "bwd_amax_init"));
-  if (sl->q16 >= 0 || sl->k16 >= 0 || sl->v16 >= 0 || sl->do16 >= 0) {
+  if (b->fp8_mma) {
+    /* bwd_sm90's FP8 tensor-core mode reads the FP8 tensors themselves and
+     * the transposes its products need (bwd_sm90.cuh, transpose8): Q^T
+     * and dO^T of each 64 queries as one TMA box (rows d, then dO's d;
+     * the queries of each 32 in the accumulators' order), K^T per 128
+     * keys, padded with zeros to whole tiles. */
+    add_slice(p, "qdt", PB_SLOT, sl->q16, 1, pd(PD_B), pd(PD_H), pconst(b->d_qk + b->d_v),
+              (PlanDim){PD_SQ_PAD, 64}, PZ_NEVER);
+    add_slice(p, "kt", PB_SLOT, sl->k16, 1, pd(PD_B), pd(PD_HK), pconst(b->d_qk),
+              (PlanDim){PD_SKV_PAD, 128}, PZ_NEVER);
+    PlanStep *c = add_step(p, "transpose8", plan_entry(a, g->name, "bwd_transpose8"), b->threads,
+                           0);
+    c->grid.x0 = pd(PD_SQ);
+    c->grid.div0 = 64;
+    c->grid.x1 = pd(PD_SKV); /* the grid's x: query tiles, then key tiles */
+    c->grid.div1 = 128;
+  } else if (sl->q16 >= 0 || sl->k16 >= 0 || sl->v16 >= 0 || sl->do16 >= 0) {
     /* (k and v per batch entry even where they broadcast over it: their
      * bound batch stride is then 0, which convert8 reads through.) */
     if (sl->q16 >= 0)
@@ -277,7 +293,15 @@ static void plan_backward(GraphPlan *gp, const BwdSpec *b, Arena *a) {
       s->deny = p->det_ok ? PLAN_IF_DET : 0;
       s->persistent = b->persistent;
     }
-    if (b->sm90) {
+    if (b->fp8_mma) {
+      /* FP8 Q and dO as they are (128-byte rows), Q^T with dO^T (64-byte
+       * rows of 64 queries, d_qk + d_v of them). */
+      add_map(s, ATTN_TMAP_Q, g->q, g->tensors[g->q].type, 128, 64, "q");
+      add_map(s, ATTN_TMAP_DO, sl->dout, bwd_grad_type(g, IR_GRAD_DO), 128, 64, "dO");
+      add_map(s, ATTN_TMAP_DQA, sl->dqa, DT_F32, 32, 64, "dQ_accumulator");
+      add_map(s, ATTN_TMAP_QDT, sl->q16, g->tensors[g->q].type, 64, b->d_qk + b->d_v,
+              "qdt");
+    } else if (b->sm90) {
       /* q and dO as the MMAs read them: the FP8 backward's 16-bit copies
        * where it makes them; dO in its own type, which is the MMAs' (not
        * o's: an f32 o takes a 16-bit dO). */
@@ -381,6 +405,8 @@ long long plan_dim(const GraphPlan *gp, PlanDim d, const PlanProblem *pr) {
     return (long long)sep_workspace_bytes(gp->sep_cells, pr->B, pr->H, pr->Sq, pr->Skv, NULL);
   case PD_SPLITS: return plan_decode_splits(gp, pr);
   case PD_DECODE_ROWS: return pr->B > 0 ? decode_items(pr) / pr->B : 0;
+  case PD_SQ_PAD: return d.n > 0 ? cdiv(pr->Sq, d.n) * d.n : 0;
+  case PD_SKV_PAD: return d.n > 0 ? cdiv(pr->Skv, d.n) * d.n : 0;
   }
   return 0;
 }
@@ -425,6 +451,8 @@ static void put_facts(StrBuf *out, const char *key, unsigned facts) {
 static void put_dim(StrBuf *out, PlanDim d) {
   if (d.kind == PD_CONST) sb_printf(out, "%d", d.n);
   else if (d.kind == PD_NUMEL) sb_printf(out, "numel:%d", d.n);
+  else if (d.kind == PD_SQ_PAD || d.kind == PD_SKV_PAD)
+    sb_printf(out, "%s:%d", d.kind == PD_SQ_PAD ? "Sq_pad" : "Skv_pad", d.n);
   else sb_puts(out, dim_names[d.kind]);
 }
 
@@ -553,6 +581,12 @@ static int rd_dim(PlanReader *r, const char *s, PlanDim *d) {
   if (!strncmp(s, "numel:", 6)) {
     if (rd_int(r, s + 6, 0, ATTN_MAX_TENSORS - 1, &v)) return -1;
     *d = (PlanDim){PD_NUMEL, (int)v};
+    return 0;
+  }
+  if (!strncmp(s, "Sq_pad:", 7) || !strncmp(s, "Skv_pad:", 8)) {
+    const bool q = s[1] == 'q';
+    if (rd_int(r, s + (q ? 7 : 8), 1, 1 << 12, &v)) return -1;
+    *d = (PlanDim){q ? PD_SQ_PAD : PD_SKV_PAD, (int)v};
     return 0;
   }
   if (rd_int(r, s, 1, 1 << 20, &v)) return -1;

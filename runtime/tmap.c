@@ -21,14 +21,17 @@ _Static_assert(_Alignof(attn_tmap) >= 64, "tensor maps are 64-byte aligned");
 
 /* The map of a 4-D tensor at ptr: dims (columns, rows, heads, batch),
  * byte strides of rows, heads and batches, a box of box_cols x box_rows,
- * the 128-byte swizzle (box_cols elements must be 128 bytes). */
+ * the 128-byte swizzle, or the 64-byte one for boxes of 64-byte rows
+ * (bwd_sm90's FP8 Q^T and dO^T). */
 static CUresult tmap_encode_raw(const RtDriver *d, CUtensorMapDataType dt, void *ptr,
                                 const cuuint64_t dim[4], const cuuint64_t stride[3],
-                                int box_cols, int box_rows, CUtensorMap *out) {
+                                int box_cols, int box_rows, int row_bytes, CUtensorMap *out) {
   cuuint32_t box[4] = {(cuuint32_t)box_cols, (cuuint32_t)box_rows, 1, 1};
   cuuint32_t estride[4] = {1, 1, 1, 1};
   return d->TensorMapEncodeTiled(out, dt, 4, ptr, dim, stride, box, estride,
-                                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                 CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                 row_bytes == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
+                                                 : CU_TENSOR_MAP_SWIZZLE_128B,
                                  CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
@@ -94,7 +97,8 @@ static attn_status tmap_encode(const RtDriver *d, const IrGraph *g, const PlanMa
     stride[i] = st > 0 ? (cuuint64_t)st * es : (inner + 15) / 16 * 16;
     inner = stride[i] * dim[i + 1];
   }
-  CUresult r = tmap_encode_raw(d, dt, t->ptr, dim, stride, m->box_cols, box_rows, out);
+  CUresult r = tmap_encode_raw(d, dt, t->ptr, dim, stride, m->box_cols, box_rows,
+                               m->box_cols * (int)es, out);
   if (r != CUDA_SUCCESS) {
     attn_status st = rt_driver_error(d, r, "cuTensorMapEncodeTiled", err);
     sb_printf(err, " for %s of graph '%s' (sizes %d x %d x %d x %d)", m->what, g->name,

@@ -591,12 +591,21 @@ __device__ __forceinline__ void attn_bwd_sm80_delta(const attn_params &p_in) {
   float acc = 0.f;
   BWD80_AMAX_ZERO(mdo);
   if (live) {
+#if defined(ATTN_BWD_FP8_MMA) /* (bwd_sm90's FP8 mode reads the FP8 dO itself) */
+    const unsigned char *dor = (const unsigned char *)tdo.ptr + b * tdo.stride[0] +
+                               h * tdo.stride[1] + (long long)i * tdo.stride[2];
+#else
     const unsigned short *dor = (const unsigned short *)tdo.ptr + b * tdo.stride[0] +
                                 h * tdo.stride[1] + (long long)i * tdo.stride[2];
+#endif
     const long long oo = b * to.stride[0] + h * to.stride[1] + (long long)i * to.stride[2];
     for (int d = rs.col; d < ATTN_D_V; d += rs.step) {
       float g[8], o[8];
+#if defined(ATTN_BWD_FP8_MMA)
+      bwd80_ld8_fp8<ATTN_BWD_DO8 == 1>(dor + d, g);
+#else
       bwd80_ld8_half<bwd80_in_bf16>(dor + d, g);
+#endif
       if constexpr (bwd80_out_kind == 2)
         bwd80_ld8_f32((const float *)to.ptr + oo + d, o);
       else if constexpr (bwd80_out_kind >= 3)

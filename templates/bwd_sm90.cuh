@@ -120,6 +120,54 @@ constexpr int bwd90_dq_half_bytes = bwd90_dqk / 32 * bwd90_box_rows * 128;
 constexpr int bwd90_threads = 256; /* two consumer warpgroups (+ the producer's 128) */
 constexpr bool bwd90_in_bf16 = ATTN_BWD_IN_BF16 != 0; /* (bwd_sm80's) */
 
+/* The FP8 tensor-core mode (ATTN_BWD_FP8_MMA; compiler/match_bwd.c,
+ * bwd_fp8_mma_refusal: head dims 128, FP8 q, k, v and dO, P and dS rounded
+ * to FP8, a dRaw that only masks dS). Every product is an FP8 wgmma (k 32)
+ * over FP8 tiles, which wgmma reads only K-major, so the products whose
+ * k is the queries or the keys need transposes, which the transpose8 step
+ * writes to the workspace (attn_bwd_sm90_transpose8, below):
+ *   S^T  = K Q^T     A: K [key][d], B: Q [query][d], both as they land
+ *   dP^T = V dO^T    the same with V and dO
+ *   dV  += P^T dO    A: P^T from registers in FP8 (P's type), B: dO^T
+ *                    [d][query] from the stage's transposed tile
+ *   dK  += dS^T Q    A: dS^T in FP8 (dS's type), B: Q^T likewise
+ *   dQ  += dS K      A: dS [query][key] (bytes stored transposed from the
+ *                    accumulators), B: K^T [d][key], loaded with K and V
+ * The accumulators' columns of a 32-query step are not the A fragment's k
+ * order (thread t4 holds columns 8c + 2 t4 + x, the fragment wants k 4 t4
+ * .. 4 t4 + 3 and 16 + 4 t4 ..), so transpose8 stores Q^T's and dO^T's
+ * queries in the accumulators' order, as fwd_sm90's V^T stores keys:
+ * query 16h + 8c + 2t + x of each 32 at column 16h + 4t + 2c + x. dS is
+ * stored [query][key] byte by byte (keys as they are). Tiles: K, V, K^T
+ * and Q, dO as 128-byte rows (128-byte swizzle), Q^T with dO^T as one TMA
+ * box of 256 rows of 64 bytes (64-byte swizzle). P and dS are FP8 values
+ * there (P's rounding, dS's value R(ds a)), so nothing rounds twice. */
+#if defined(ATTN_BWD_FP8_MMA)
+constexpr bool bwd90_f8 = true;
+constexpr bool bwd90_q_e4 = ATTN_BWD_Q8 == 1, bwd90_kv_e4 = ATTN_BWD_KV8 == 1,
+               bwd90_do_e4 = ATTN_BWD_DO8 == 1, bwd90_ds_e4 = ATTN_BWD_DS8 == 1,
+               bwd90_p_e4 = attn_p_round == 1;
+static_assert(!bwd90_split_d && !bwd90_wide && bwd90_dqk == 128 && bwd90_dv == 128 &&
+                  attn_p_round != 0 && ATTN_BWD_DS8 != 0,
+              "the FP8 tensor-core mode: head dims 128, P and dS in FP8");
+#else
+constexpr bool bwd90_f8 = false;
+[[maybe_unused]] constexpr bool bwd90_q_e4 = false, bwd90_kv_e4 = false, bwd90_do_e4 = false,
+                                bwd90_ds_e4 = false, bwd90_p_e4 = false;
+#endif
+/* Bytes per element of the K, V, Q and dO tiles, and the elements of a
+ * 16-byte chunk and of a 128-byte row block; the S and dP GEMMs' k step. */
+constexpr int bwd90_eb = bwd90_f8 ? 1 : 2;
+constexpr int bwd90_blk_cols = 128 / bwd90_eb;
+constexpr int bwd90_kstep = bwd90_f8 ? 32 : 16;
+template <bool F8> struct bwd90_elem {
+  using t = unsigned short;
+};
+template <> struct bwd90_elem<true> {
+  using t = unsigned char;
+};
+using bwd90_el = bwd90_elem<bwd90_f8>::t;
+
 /* Shared memory, from a base rounded up to 1024 bytes: K, V (the CTA's
  * keys), three stages of Q and of dO (two at D 64 and 256), two buffers of
  * dRaw^T [keys][64 queries] (and at D 256 of Pd^T), per stage the query
@@ -132,8 +180,10 @@ constexpr bool bwd90_in_bf16 = ATTN_BWD_IN_BF16 != 0; /* (bwd_sm80's) */
 constexpr int bwd90_stages = bwd90_split_d || bwd90_wide ? 2 : 3; /* D 256, wide: three do not fit */
 /* The layout itself is abi/attn_layout.h's, which compiler/match_bwd.c
  * sizes launches by. */
-constexpr attn_bwd90_layout bwd90_layout = attn_bwd90_layout_of(
-    bwd90_bn, bwd90_bm, bwd90_stages, bwd90_dqk, bwd90_dv, bwd90_split_d ? 1 : 0);
+constexpr attn_bwd90_layout bwd90_layout =
+    bwd90_f8 ? attn_bwd90_layout_fp8(bwd90_bn, bwd90_bm, bwd90_stages, bwd90_dqk, bwd90_dv)
+             : attn_bwd90_layout_of(bwd90_bn, bwd90_bm, bwd90_stages, bwd90_dqk, bwd90_dv,
+                                    bwd90_split_d ? 1 : 0);
 constexpr int bwd90_q_bytes = bwd90_layout.q_bytes;
 constexpr int bwd90_do_bytes = bwd90_layout.do_bytes;
 constexpr int bwd90_ds_bytes = bwd90_layout.ds_bytes;
@@ -165,6 +215,10 @@ constexpr int bwd90_off_ds = bwd90_layout.off_ds;
  * write the next tile's while the other still reads this one's in its dQ
  * GEMM (the barrier before dQ orders every reuse after that). */
 constexpr int bwd90_off_pt = bwd90_layout.off_pt;
+/* (FP8 mode) K^T, and per stage Q^T with dO^T. */
+constexpr int bwd90_off_kt = bwd90_layout.off_kt;
+constexpr int bwd90_off_qdt = bwd90_layout.off_qdt;
+constexpr int bwd90_qdt_bytes = bwd90_layout.qdt_bytes;
 constexpr int bwd90_off_dqs = bwd90_layout.off_dqs;
 constexpr int bwd90_off_stats = bwd90_layout.off_stats;
 /* Per stage: mbarriers `full` (the producer's 32 lanes and its copies)
@@ -295,6 +349,22 @@ template <int N> struct bwd90_int {
   static constexpr int value = N;
 };
 
+/* Four f32 as four FP8 bytes, x0 lowest (E4M3: e4m3, else e5m2;
+ * satfinite, the reference's rounding: exact for FP8 values). */
+template <bool E4M3>
+[[maybe_unused]] static __device__ __forceinline__ unsigned bwd90_pack8(float x0, float x1,
+                                                                        float x2, float x3) {
+  unsigned short lo, hi;
+  if constexpr (E4M3) {
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(lo) : "f"(x1), "f"(x0));
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(hi) : "f"(x3), "f"(x2));
+  } else {
+    asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(lo) : "f"(x1), "f"(x0));
+    asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(hi) : "f"(x3), "f"(x2));
+  }
+  return (unsigned)lo | ((unsigned)hi << 16);
+}
+
 /* ------------------------------------------------ shared-memory tiles */
 
 /* Byte address of element (r, c) of a tile of ROWS rows stored as blocks
@@ -311,11 +381,14 @@ static __device__ __forceinline__ unsigned bwd90_at(unsigned tile, int r, int c)
  * once per CTA; the two address forms below were measured when it also
  * loaded every query tile's Q and dO, and one form would now do (a change
  * of SASS, so left for a run on the GPU). */
-template <int ROWS, int D, int D_REAL>
-static __device__ __forceinline__ void bwd90_load(unsigned dst, const unsigned short *base,
+template <int ROWS, int D, int D_REAL, typename T = unsigned short>
+static __device__ __forceinline__ void bwd90_load(unsigned dst, const T *base,
                                                   long long row_stride, int row0, int row_end,
                                                   int tid) {
-  constexpr int chunks = D / 8;
+  /* (T: 16-bit elements, or bytes in the FP8 mode; a chunk is 16 bytes,
+   * placed as the 16-bit chunk of the same index.) */
+  constexpr int per_chunk = 16 / (int)sizeof(T);
+  constexpr int chunks = D / per_chunk;
   static_assert(bwd90_threads % chunks == 0, "whole rows per round");
   constexpr int rows_per_round = bwd90_threads / chunks;
   /* Two ways to form the addresses, each the faster where it is used (H200,
@@ -328,8 +401,8 @@ static __device__ __forceinline__ void bwd90_load(unsigned dst, const unsigned s
      * source pointer advanced by a row step (not one 64-bit address per
      * copy, which the compiler would keep live across the caller's loop). */
     const int r0 = tid / chunks, c = tid % chunks;
-    const bool col_in = D_REAL == D || c * 8 < D_REAL;
-    const unsigned short *src = base + (long long)(row0 + r0) * row_stride + c * 8;
+    const bool col_in = D_REAL == D || c * per_chunk < D_REAL;
+    const T *src = base + (long long)(row0 + r0) * row_stride + c * per_chunk;
     const long long step = (long long)rows_per_round * row_stride;
 #pragma unroll
     for (int k = 0; k < ROWS / rows_per_round; ++k) {
@@ -343,8 +416,8 @@ static __device__ __forceinline__ void bwd90_load(unsigned dst, const unsigned s
     for (int k = 0; k < ROWS * chunks / bwd90_threads; ++k) {
       const int e = tid + k * bwd90_threads;
       const int r = e / chunks, c = e % chunks;
-      const bool in = row0 + r < row_end && (D_REAL == D || c * 8 < D_REAL);
-      const unsigned short *src = base + (in ? (long long)(row0 + r) * row_stride + c * 8 : 0);
+      const bool in = row0 + r < row_end && (D_REAL == D || c * per_chunk < D_REAL);
+      const T *src = base + (in ? (long long)(row0 + r) * row_stride + c * per_chunk : 0);
       attn_cp_async16(bwd90_at<ROWS>(dst, r, c * 8), src, in ? 16 : 0);
     }
   }
@@ -499,10 +572,8 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
 
   const attn_tensor_arg &tk = p.t[bwd80_tk], &tv = p.t[bwd80_tv];
   /* (Split-D's one item:) its K/V rows and rows of {delta, lse log2 e}. */
-  const unsigned short *cta_kg =
-      (const unsigned short *)tk.ptr + cta_b * tk.stride[0] + cta_hk * tk.stride[1];
-  const unsigned short *cta_vg =
-      (const unsigned short *)tv.ptr + cta_b * tv.stride[0] + cta_hk * tv.stride[1];
+  const bwd90_el *cta_kg = (const bwd90_el *)tk.ptr + cta_b * tk.stride[0] + cta_hk * tk.stride[1];
+  const bwd90_el *cta_vg = (const bwd90_el *)tv.ptr + cta_b * tv.stride[0] + cta_hk * tv.stride[1];
   const float *cta_deltag = bwd80_slice_rows<const float>(p.t[bwd80_tdelta], cta_b, cta_h);
 
   /* Tiles on 1024-byte boundaries: round the dynamic base up. */
@@ -511,6 +582,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
   const unsigned sk = base, sv = base + bwd90_off_v;
   const unsigned sq0 = base + bwd90_off_q, sdo0 = base + bwd90_off_do;
   const unsigned sds0 = base + bwd90_off_ds, spt0 = base + bwd90_off_pt;
+  [[maybe_unused]] const unsigned skt = base + bwd90_off_kt, sqdt0 = base + bwd90_off_qdt;
   const unsigned sdqs = base + bwd90_off_dqs;
   const unsigned sstats = base + bwd90_off_stats, bars = base + bwd90_off_bars;
   const float2 *s_stats = (const float2 *)(bwd90_smem + (base - raw_base) + bwd90_off_stats);
@@ -653,9 +725,12 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
      * which TMA cannot box); then each lane arrives. A slot of m = -2: an
      * item without live tiles; m = -1 ends the walk. */
     const attn_tmap *mq = &tm.m[ATTN_TMAP_Q], *mdo = &tm.m[ATTN_TMAP_DO];
+    [[maybe_unused]] const attn_tmap *mqdt = &tm.m[ATTN_TMAP_QDT];
     if (lane == 0) {
       attn_prefetch_tmap(mq);
       attn_prefetch_tmap(mdo);
+      if constexpr (bwd90_f8)
+        attn_prefetch_tmap(mqdt);
     }
     int it = 0; /* stage uses, over all items */
     /* Slot {m, cls | kt << 2, item t, b << 16 | h} (split-D: {m, cls}) into
@@ -675,20 +750,27 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
                        : "memory");
         if (m >= 0) {
           const int i0 = m * bwd90_bm;
-          attn_mbar_expect_tx(bar_full(st), bwd90_q_bytes + bwd90_do_bytes);
-          /* Boxes of 64 rows: a wide tile's second half lands 64 rows in. */
+          attn_mbar_expect_tx(bar_full(st), bwd90_q_bytes + bwd90_do_bytes + bwd90_qdt_bytes);
+          /* Boxes of 64 rows of 128 bytes: a wide tile's second half lands
+           * 64 rows in. */
 #pragma unroll
           for (int x = 0; x < bwd90_halves; ++x) {
             const unsigned rows = x * bwd90_box_rows * 128;
 #pragma unroll
-            for (int c = 0; c < bwd90_dqk / 64; ++c)
+            for (int c = 0; c < bwd90_dqk / bwd90_blk_cols; ++c)
               attn_tma_load4(sq0 + st * bwd90_q_bytes + c * bwd90_bm * 128 + rows, mq,
-                             bar_full(st), c * 64, pk_q0 + i0 + x * bwd90_box_rows, h, tma_b(b));
+                             bar_full(st), c * bwd90_blk_cols, pk_q0 + i0 + x * bwd90_box_rows, h,
+                             tma_b(b));
 #pragma unroll
-            for (int c = 0; c < bwd90_dv / 64; ++c)
+            for (int c = 0; c < bwd90_dv / bwd90_blk_cols; ++c)
               attn_tma_load4(sdo0 + st * bwd90_do_bytes + c * bwd90_bm * 128 + rows, mdo,
-                             bar_full(st), c * 64, pk_q0 + i0 + x * bwd90_box_rows, h, tma_b(b));
+                             bar_full(st), c * bwd90_blk_cols, pk_q0 + i0 + x * bwd90_box_rows, h,
+                             tma_b(b));
           }
+          /* FP8: the tile's Q^T and dO^T (transpose8's), one box at its
+           * first query. */
+          if constexpr (bwd90_f8)
+            attn_tma_load4(sqdt0 + st * bwd90_qdt_bytes, mqdt, bar_full(st), i0, 0, h, b);
         } else {
           attn_mbar_arrive(bar_full(st));
         }
@@ -747,18 +829,18 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
         if (persistent) {
           /* The item's K and V rows toward L2 while the consumers finish the
            * previous item (they load them once its first slot arrives). */
-          const unsigned char *kb = (const unsigned char *)tk.ptr + 2 * (b * tk.stride[0] +
+          const unsigned char *kb = (const unsigned char *)tk.ptr + bwd90_eb * (b * tk.stride[0] +
                                     hk * tk.stride[1]);
-          const unsigned char *vb = (const unsigned char *)tv.ptr + 2 * (b * tv.stride[0] +
+          const unsigned char *vb = (const unsigned char *)tv.ptr + bwd90_eb * (b * tv.stride[0] +
                                     hk * tv.stride[1]);
           for (int r = lane; r < j_last + 1 - j0; r += 32) {
 #pragma unroll
-            for (int c = 0; c < ATTN_D_QK * 2; c += 128)
-              asm volatile("prefetch.global.L2 [%0];\n" ::"l"(kb + 2 * (j0 + r) * tk.stride[2] +
+            for (int c = 0; c < ATTN_D_QK * bwd90_eb; c += 128)
+              asm volatile("prefetch.global.L2 [%0];\n" ::"l"(kb + bwd90_eb * (j0 + r) * tk.stride[2] +
                                                                  c));
 #pragma unroll
-            for (int c = 0; c < ATTN_D_V * 2; c += 128)
-              asm volatile("prefetch.global.L2 [%0];\n" ::"l"(vb + 2 * (j0 + r) * tv.stride[2] +
+            for (int c = 0; c < ATTN_D_V * bwd90_eb; c += 128)
+              asm volatile("prefetch.global.L2 [%0];\n" ::"l"(vb + bwd90_eb * (j0 + r) * tv.stride[2] +
                                                                  c));
           }
         }
@@ -806,18 +888,28 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
   const int ww = warp & 3; /* 16 rows of the warpgroup's 64 per warp */
   const int g = lane >> 2, t4 = lane & 3;
 
-  /* An item's K and V (keys j0.. of the rows at kg, vg), by the
-   * consumers, visible to wgmma once both warpgroups have passed. */
-  auto load_kv_rows = [&](const unsigned short *kg, const unsigned short *vg, int j0) {
+  /* An item's K and V (keys j0.. of the rows at kg, vg of (b, hk)), by the
+   * consumers, visible to wgmma once both warpgroups have passed. The FP8
+   * mode also takes the keys' K^T (transpose8's: rows d of the padded
+   * keys, zeros past Skv). */
+  auto load_kv_rows = [&](const bwd90_el *kg, const bwd90_el *vg, int j0, int b, int hk) {
     bwd90_load<bwd90_bn, bwd90_dqk, ATTN_D_QK>(sk, kg, tk.stride[2], j0, p.Skv, tid);
     bwd90_load<bwd90_bn, bwd90_dv, ATTN_D_V>(sv, vg, tv.stride[2], j0, p.Skv, tid);
+#if defined(ATTN_BWD_FP8_MMA)
+    const attn_tensor_arg &tkt = p.t[ATTN_BWD_TKT];
+    bwd90_load<bwd90_dqk, bwd90_bn, bwd90_bn, unsigned char>(
+        skt, (const unsigned char *)tkt.ptr + b * tkt.stride[0] + hk * tkt.stride[1] + j0,
+        tkt.stride[2], 0, bwd90_dqk, tid);
+#else
+    (void)b, (void)hk;
+#endif
     attn_cp_async_commit();
     attn_cp_async_wait<0>();
     attn_fence_proxy_async();
     attn_named_sync(1);
   };
   if constexpr (!bwd90_items) /* split-D's one item, before the loop */
-    load_kv_rows(cta_kg, cta_vg, cta_j0);
+    load_kv_rows(cta_kg, cta_vg, cta_j0, cta_b, cta_hk);
 
   /* The item being worked on (its index t; -1 before the first) and, in
    * this warp's item word, its key tile and b << 16 | h, from the slot of
@@ -836,8 +928,8 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
   auto load_kv = [&](int j0, int hb) {
     const int h = hb & 0xffff, b = hb >> 16, hk = h / (p.H / p.Hk);
     attn_named_sync(1);
-    load_kv_rows((const unsigned short *)tk.ptr + b * tk.stride[0] + hk * tk.stride[1],
-                 (const unsigned short *)tv.ptr + b * tv.stride[0] + hk * tv.stride[1], j0);
+    load_kv_rows((const bwd90_el *)tk.ptr + b * tk.stride[0] + hk * tk.stride[1],
+                 (const bwd90_el *)tv.ptr + b * tv.stride[0] + hk * tv.stride[1], j0, b, hk);
   };
   float dk[bwd90_dk_cols / 2], dv[bwd90_dv_cols / 2];
   /* dQ's and dK's factor (with the FP8 backward's dS post factor). */
@@ -1090,6 +1182,13 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
 
     /* The A fragments of the 16-query steps (Pd^T's and dRaw^T's). */
     unsigned pa[bwd90_qn / 16][4], ra[bwd90_qn / 16][4];
+    /* FP8: P^T's and dS^T's FP8 A fragments per 32-query step, and the
+     * descriptors of this stage's Q^T and dO^T (K-major, 64-byte swizzle:
+     * 8-row groups 512 bytes apart, layout 2). */
+    [[maybe_unused]] unsigned pa8[bwd90_qn / 32][4], ra8[bwd90_qn / 32][4];
+    [[maybe_unused]] const unsigned long long dqt_k =
+        (attn_wgmma_desc(sqdt0 + st * bwd90_qdt_bytes, 16, 512) & ~(3ull << 62)) | (2ull << 62);
+    [[maybe_unused]] const unsigned long long ddot_k = attn_wgmma_desc_add(dqt_k, bwd90_dqk * 64);
     /* Per 64 queries of the tile (wide mode: two halves, queries qh..;
      * a half wholly past Sq is skipped: its dRaw^T columns are read only
      * for dQ rows that are never stored). */
@@ -1106,20 +1205,28 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
       /* acc = (keys' rows at dkv) (rows qo.. at drow)^T over D columns (16
        * per k step: 32 bytes inside a 64-column block, then the next
        * block), one commit group. */
-      auto issue_rows = [&](auto d_t, float (&acc)[bwd90_qn / 2], unsigned long long dkv,
-                            unsigned long long drow) {
+      /* (FP8: k steps of 32 bytes, the operands' FP8 kinds A_E4, B_E4.) */
+      auto issue_rows = [&](auto d_t, auto a_e4, auto b_e4, float (&acc)[bwd90_qn / 2],
+                            unsigned long long dkv, unsigned long long drow) {
         constexpr int D = decltype(d_t)::value;
 #pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk)
-          bwd90_ss<bwd90_qn, false>(
-              acc, attn_wgmma_desc_add(dkv, (kk >> 2) * bwd90_bn * 128 + (kk & 3) * 32),
-              attn_wgmma_desc_add(drow, qo * 128 + (kk >> 2) * bwd90_bm * 128 + (kk & 3) * 32),
-              kk > 0);
+        for (int kk = 0; kk < D / bwd90_kstep; ++kk) {
+          const unsigned long long da =
+              attn_wgmma_desc_add(dkv, (kk >> 2) * bwd90_bn * 128 + (kk & 3) * 32);
+          const unsigned long long db =
+              attn_wgmma_desc_add(drow, qo * 128 + (kk >> 2) * bwd90_bm * 128 + (kk & 3) * 32);
+          if constexpr (bwd90_f8)
+            attn_wgmma_ss64_fp8<decltype(a_e4)::value, decltype(b_e4)::value>(acc, da, db, kk > 0);
+          else
+            bwd90_ss<bwd90_qn, false>(acc, da, db, kk > 0);
+        }
         attn_wgmma_commit();
       };
       attn_wgmma_fence();
-      issue_rows(bwd90_int<bwd90_dqk>(), s, dk_k, dq_k);
-      issue_rows(bwd90_int<bwd90_dv>(), dp, dv_k, ddo_k);
+      issue_rows(bwd90_int<bwd90_dqk>(), bwd90_bool<bwd90_kv_e4>(), bwd90_bool<bwd90_q_e4>(), s,
+                 dk_k, dq_k);
+      issue_rows(bwd90_int<bwd90_dv>(), bwd90_bool<bwd90_kv_e4>(), bwd90_bool<bwd90_do_e4>(), dp,
+                 dv_k, ddo_k);
       /* A dRaw that reads the raw score needs S^T and dP^T together; else P^T
        * overwrites S^T and dP^T is waited for only after it. Not in split-D
        * mode: with its m64n32 GEMMs, reading S^T while dP^T is in flight
@@ -1215,11 +1322,27 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
         else
           return bwd80_pd(dropped(s[r], r), p_scale);
       };
+      if constexpr (bwd90_f8) {
+        /* 32-query step kb: a0/a1 rows g/g+8 of fragments 4kb, 4kb + 1, a2/a3
+         * of 4kb + 2, 4kb + 3 (transpose8's query order; fwd_sm90's P). */
 #pragma unroll
-      for (int kk = 0; kk < bwd90_qn / 16; ++kk)
+        for (int kb = 0; kb < bwd90_qn / 32; ++kb)
 #pragma unroll
-        for (int x = 0; x < 4; ++x)
-          pa[kk][x] = attn_pack2<bwd90_in_bf16>(pd_at(8 * kk + 2 * x), pd_at(8 * kk + 2 * x + 1));
+          for (int h2 = 0; h2 < 2; ++h2)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+              const int e = 16 * kb + 8 * h2 + 2 * r;
+              pa8[kb][2 * h2 + r] =
+                  bwd90_pack8<bwd90_p_e4>(pd_at(e), pd_at(e + 1), pd_at(e + 4), pd_at(e + 5));
+            }
+      } else {
+#pragma unroll
+        for (int kk = 0; kk < bwd90_qn / 16; ++kk)
+#pragma unroll
+          for (int x = 0; x < 4; ++x)
+            pa[kk][x] =
+                attn_pack2<bwd90_in_bf16>(pd_at(8 * kk + 2 * x), pd_at(8 * kk + 2 * x + 1));
+      }
       /* Pair x of 16-query step kk (fragment 2kk + (x >> 1), key row + 8 (x
        * & 1)) to its place in a [key][query] tile. */
       auto store_pair = [&](unsigned tile, int kk, int x, unsigned v) {
@@ -1227,6 +1350,18 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
                                                qo + (2 * kk + (x >> 1)) * 8 + 2 * t4);
         asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at), "r"(v) : "memory");
       };
+      /* (The FP8 mode's branches are #if, not if constexpr: the kernel is
+       * no template, so a discarded branch would still be checked, and its
+       * m64n128 products do not take other head dims' accumulators.) */
+#if defined(ATTN_BWD_FP8_MMA)
+      /* dV += Pd^T dO over dO^T's 64 queries, in FP8. */
+      attn_wgmma_fence();
+#pragma unroll
+      for (int kb = 0; kb < bwd90_qn / 32; ++kb)
+        attn_wgmma_rs128_fp8<bwd90_p_e4, bwd90_do_e4>(dv, pa8[kb],
+                                                      attn_wgmma_desc_add(ddot_k, kb * 32));
+      attn_wgmma_commit();
+#else
       if constexpr (!bwd90_split_d) {
         /* dV += Pd^T dO (k: the 64 queries; dO read transposed through an
          * MN-major descriptor), in the tensor cores while dRaw^T is
@@ -1240,6 +1375,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
           for (int x = 0; x < 4; ++x)
             store_pair(spt, kk, x, pa[kk][x]);
       }
+#endif
 
       if constexpr (split) {
         /* Pass 2: dP^T (the older group) has landed; dp becomes dRaw^T. */
@@ -1260,6 +1396,40 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
 
       /* dRaw^T's A fragments, and dRaw^T to shared memory, [key][query],
        * for dQ (split-D: each warpgroup its queries' half, for dK too). */
+#if defined(ATTN_BWD_FP8_MMA)
+      {
+        /* dS^T's FP8 fragments (dS's values are FP8 values of its type),
+         * and dS to shared memory [query][key] byte by byte: byte j of
+         * ra8[kb][2 h2 + rr] is query 32kb + 16h2 + 8(j >> 1) + 2t4 + (j & 1)
+         * of key row jl_row + 8rr, at the 128-byte swizzle's place. */
+#pragma unroll
+        for (int kb = 0; kb < bwd90_qn / 32; ++kb)
+#pragma unroll
+          for (int h2 = 0; h2 < 2; ++h2)
+#pragma unroll
+            for (int rr = 0; rr < 2; ++rr) {
+              const int e = 16 * kb + 8 * h2 + 2 * rr;
+              const unsigned w = bwd90_pack8<bwd90_ds_e4>(dp[e], dp[e + 1], dp[e + 4], dp[e + 5]);
+              ra8[kb][2 * h2 + rr] = w;
+              const int key = jl_row + 8 * rr;
+#pragma unroll
+              for (int j = 0; j < 4; ++j) {
+                const int q = 32 * kb + 16 * h2 + 8 * (j >> 1) + 2 * t4 + (j & 1);
+                const unsigned at =
+                    sds + (unsigned)(q * 128 + ((((key >> 4) ^ (q & 7)) << 4) | (key & 15)));
+                asm volatile("st.shared.u8 [%0], %1;\n" ::"r"(at), "r"((w >> (8 * j)) & 0xffu)
+                             : "memory");
+              }
+            }
+        /* dK += dS^T Q over Q^T's 64 queries, in FP8. */
+        attn_wgmma_fence();
+#pragma unroll
+        for (int kb = 0; kb < bwd90_qn / 32; ++kb)
+          attn_wgmma_rs128_fp8<bwd90_ds_e4, bwd90_q_e4>(dk, ra8[kb],
+                                                        attn_wgmma_desc_add(dqt_k, kb * 32));
+        attn_wgmma_commit();
+      }
+#else
 #pragma unroll
       for (int kk = 0; kk < bwd90_qn / 16; ++kk)
 #pragma unroll
@@ -1272,6 +1442,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
         /* dK += dRaw^T Q (Q read transposed likewise). */
         bwd90_rs_tile<bwd90_dk_cols>(dk, ra, attn_wgmma_desc_add(dq_mn, qh * 128));
       }
+#endif
 
     }
 
@@ -1289,10 +1460,22 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
       const unsigned dq_a_off = wg * dq_a_blk;
       auto issue_dq = [&](int c) {
         attn_wgmma_fence();
+#if defined(ATTN_BWD_FP8_MMA)
+        /* A = dS [query][key] (K-major, 128-byte rows), B = this
+         * warpgroup's 64 rows of K^T [d][key]: 32 keys a step. */
+        const unsigned long long dds8 = attn_wgmma_desc(sds, 16, 1024);
+        const unsigned long long dkt8 = attn_wgmma_desc(skt + wg * dq_cols * 128, 16, 1024);
+#pragma unroll
+        for (int kk = 0; kk < bwd90_bn / 32; ++kk)
+          attn_wgmma_ss64_fp8<bwd90_ds_e4, bwd90_kv_e4>(
+              dq[c], attn_wgmma_desc_add(dds8, kk * 32), attn_wgmma_desc_add(dkt8, kk * 32),
+              kk > 0);
+#else
 #pragma unroll
         for (int kk = 0; kk < bwd90_bn / 16; ++kk)
           bwd90_ss<dq_cols, true>(dq[c], attn_wgmma_desc_add(dds_mn, dq_a_off + kk * 16 * 128),
                                   attn_wgmma_desc_add(dkq_mn[c], kk * 16 * 128), kk > 0);
+#endif
         attn_wgmma_commit();
       };
       auto done_dq = [&](int c) {
@@ -1342,13 +1525,23 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
 #pragma unroll
     for (int r = 0; r < bwd90_dv_cols / 2; ++r)
       attn_fence_reg(dv[r]);
+    if constexpr (bwd90_f8) {
 #pragma unroll
-    for (int kk = 0; kk < bwd90_qn / 16; ++kk)
+      for (int kb = 0; kb < bwd90_qn / 32; ++kb)
 #pragma unroll
-      for (int x = 0; x < 4; ++x) {
-        attn_fence_reg(pa[kk][x]);
-        attn_fence_reg(ra[kk][x]);
-      }
+        for (int x = 0; x < 4; ++x) {
+          attn_fence_reg(pa8[kb][x]);
+          attn_fence_reg(ra8[kb][x]);
+        }
+    } else {
+#pragma unroll
+      for (int kk = 0; kk < bwd90_qn / 16; ++kk)
+#pragma unroll
+        for (int x = 0; x < 4; ++x) {
+          attn_fence_reg(pa[kk][x]);
+          attn_fence_reg(ra[kk][x]);
+        }
+    }
   }
   if (!bwd90_dq_in_stage && !det) {
     /* The dQ warp's last round: the end mark in the slot. */
@@ -1364,5 +1557,88 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
     attn_bwd_amax_commit_ds(mds, p);
 #endif
 }
+
+#if defined(ATTN_BWD_FP8_MMA)
+/* The FP8 tensor-core mode's transposes (plan step transpose8; grid
+ * (ceil(Sq / 64) + ceil(Skv / 128), H, B), 256 threads). A CTA of the first
+ * part takes 64 queries of (b, h): Q^T and dO^T into the workspace tensor
+ * at ATTN_BWD_TQDT, [B, H, 256, Sq rounded up to 64], rows d of Q^T then d
+ * of dO^T, the tile's 64 queries at columns 64m.., each 32 of them in the
+ * accumulators' order (query 16h + 8c + 2t + x at column 16h + 4t + 2c +
+ * x, bwd90_f8's comment); a CTA of the second, 128 keys of (b, hk) for hk
+ * < Hk: K^T into ATTN_BWD_TKT, [B, Hk, 128, Skv rounded up to 128], keys
+ * in order. Rows past Sq or Skv are zeros (FP8 bytes past them would be
+ * garbage, and 0 times a NaN byte is NaN). */
+__device__ __forceinline__ void attn_bwd_sm90_transpose8(const attn_params &p) {
+  __shared__ __align__(16) unsigned char t8[2][128][128 + 16]; /* [tensor][row][byte] */
+  const int tid = threadIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const int n_q = (p.Sq + 63) / 64;
+  const bool keys = (int)blockIdx.x >= n_q;
+  if (keys && h >= p.Hk)
+    return;
+  const int rows = keys ? 128 : 64, row0 = keys ? ((int)blockIdx.x - n_q) * 128 : blockIdx.x * 64;
+  const int row_end = keys ? p.Skv : p.Sq;
+  /* Rows of 128 bytes in, 16 bytes a thread a round (zeros past the end). */
+  const int nsrc = keys ? 1 : 2;
+  for (int src = 0; src < nsrc; ++src) {
+    const attn_tensor_arg &t = p.t[keys ? bwd80_tk : src == 0 ? bwd80_tq : bwd80_tdo];
+    const unsigned char *base = (const unsigned char *)t.ptr + b * t.stride[0] +
+                                h * t.stride[1];
+    for (int e = tid; e < rows * 8; e += 256) {
+      const int r = e >> 3, c = e & 7;
+      uint4 v = make_uint4(0u, 0u, 0u, 0u);
+      if (row0 + r < row_end)
+        v = *(const uint4 *)(base + (long long)(row0 + r) * t.stride[2] + c * 16);
+      *(uint4 *)&t8[src][r][c * 16] = v;
+    }
+  }
+  __syncthreads();
+  if (!keys) {
+    /* Thread tid: output row tid (Q^T's d = tid, then dO^T's d = tid - 128),
+     * 64 bytes; column kp takes query (kp & 32) + 16h + 8c + 2t + x for kp
+     * % 32 = 16h + 4t + 2c + x. */
+    const attn_tensor_arg &o = p.t[ATTN_BWD_TQDT];
+    const int src = tid >> 7, d = tid & 127;
+    unsigned char *out = (unsigned char *)o.ptr + b * o.stride[0] + h * o.stride[1] +
+                         (long long)tid * o.stride[2] + row0;
+#pragma unroll
+    for (int c16 = 0; c16 < 4; ++c16) {
+      unsigned w[4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        unsigned x = 0u;
+#pragma unroll
+        for (int y = 0; y < 4; ++y) {
+          const int kp = c16 * 16 + 4 * k + y;
+          const int m = kp & 31;
+          const int q = (kp & 32) + (m & 16) + 8 * ((m >> 1) & 1) + 2 * ((m >> 2) & 3) + (m & 1);
+          x |= (unsigned)t8[src][q][d] << (8 * y);
+        }
+        w[k] = x;
+      }
+      *(uint4 *)(out + c16 * 16) = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+  } else {
+    /* Thread tid: K^T's row d = tid & 127, keys 64 (tid >> 7).. of the tile. */
+    const attn_tensor_arg &o = p.t[ATTN_BWD_TKT];
+    const int d = tid & 127, half = tid >> 7;
+    unsigned char *out = (unsigned char *)o.ptr + b * o.stride[0] + h * o.stride[1] +
+                         (long long)d * o.stride[2] + row0 + 64 * half;
+#pragma unroll
+    for (int c16 = 0; c16 < 4; ++c16) {
+      unsigned w[4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        unsigned x = 0u;
+#pragma unroll
+        for (int y = 0; y < 4; ++y)
+          x |= (unsigned)t8[0][64 * half + c16 * 16 + 4 * k + y][d] << (8 * y);
+        w[k] = x;
+      }
+      *(uint4 *)(out + c16 * 16) = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+  }
+}
+#endif
 
 #undef BWD90_SPLIT_D

@@ -92,6 +92,21 @@ for f in examples/*.attn tests/nvrtc/bwd_*.attn; do
     fail=$((fail + 1))
   fi
 done
+# bwd_sm90's FP8 tensor-core mode (ATTN_BWD_TEMPLATE=sm90f8, opt-in): its graphs compile
+# with FP8 wgmma (QGMMA in the SASS is not checked here: the PTX's e4m3/e5m2 wgmma
+# is), none serialized.
+for f in examples/fp8_train.attn tests/nvrtc/bwd_fp8_mma.attn; do
+  name=$(basename "${f%.attn}")
+  if ATTN_BWD_TEMPLATE=sm90f8 compile "$f" --arch sm_90a --part backward -v \
+       -o "$tmp/$name.f8.cubin" --ptx "$tmp/$name.f8.ptx" &&
+    ! grep -q 'wgmma.mma_async instructions are serialized' "$tmp/err" &&
+    grep -q 'wgmma.mma_async.sync.aligned.m64n128k32.f32.e' "$tmp/$name.f8.ptx"; then
+    pass=$((pass + 1))
+  else
+    grep -B1 -A1 'serialized\|error' "$tmp/err"; echo "FAIL: $f in the FP8 tensor-core mode"
+    fail=$((fail + 1))
+  fi
+done
 # The Hopper fast path: an sm_90a build must use the TMA and wgmma
 # instructions (fwd_sm90.cuh), not fall back to the portable template.
 ptx="$tmp/sdpa.sm_90a.ptx"

@@ -50,11 +50,12 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >"$L/gpu.txt" 2
 NCCL_LIB=${ATTN_NCCL:-$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib", "libnccl.so.2"))' 2>/dev/null)}
 if [ "${TESTS:-1}" = 1 ]; then
 # FIRST=1: the quick checks of what changed last without a GPU, before everything else (sessions
-# 23-24: the FP8 backward on bwd_sm80 and on bwd_sm90, never run yet; examples/fp8_train.attn
-# through attnc run; bwd_sm90's dO map for an f32 o).
+# 23-24: the FP8 backward on bwd_sm80, on bwd_sm90 and in bwd_sm90's FP8 tensor-core mode, never
+# run yet; examples/fp8_train.attn through attnc run; bwd_sm90's dO map for an f32 o).
 if [ "${FIRST:-0}" = 1 ]; then
   step first_fp8_backward_sm80 env ATTN_BWD_TEMPLATE=sm80 "$B/tests/gpu/test_backward" fp8
   step first_fp8_backward_sm90 env ATTN_BWD_TEMPLATE=sm90 "$B/tests/gpu/test_backward" fp8
+  step first_fp8_backward_sm90f8 env ATTN_BWD_TEMPLATE=sm90f8 "$B/tests/gpu/test_backward" fp8
   step first_f32_out "$B/tests/gpu/test_backward" f32_out
   step first_fp8_train_cli "$B/attnc" run examples/fp8_train.attn --backward --shape B=1,H=4,S=1000
 fi

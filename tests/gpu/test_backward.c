@@ -15,8 +15,9 @@
  * refused with a message; a graph without grad is refused. Skips without a
  * GPU (exit 0). Run from the repository root (it reads examples/).
  * Everything runs twice, with the context option ATTN_OPTION_BACKWARD_TEMPLATE
- * at 80 and at 90, so both main kernels are checked on Hopper (once, when
- * ATTN_BWD_TEMPLATE=sm80|sm90 names one). ATTN_PERSISTENT_CTAS=N caps the
+ * at 80 and at 90, so both main kernels are checked on Hopper, and the FP8
+ * graphs a third time at 91 (bwd_sm90's FP8 tensor-core mode where it
+ * applies); once, when ATTN_BWD_TEMPLATE=sm80|sm90|sm90f8 names one. ATTN_PERSISTENT_CTAS=N caps the
  * persistent kernels' CTAs (tools/device_check.sh runs it with 3, so every
  * CTA takes several work items).
  */
@@ -337,6 +338,37 @@ static const char fp8_d256_src[] =
     "  }\n"
     "}\n";
 
+/* bwd_sm90's FP8 tensor-core mode (the sm90f8 pass, ATTN_OPTION_BACKWARD_
+ * TEMPLATE 91): head dims 128 with GQA, dropout and a sliding window, q in
+ * e5m2 against e4m3 k and v, dO and dS in e4m3, P in e5m2, gradients in
+ * bf16, f32 and e4m3, amax of dS, dk and dv. With examples/fp8_train.attn
+ * (causal, e5m2 dO and dS) it covers every operand kind of its products. */
+static const char fp8_mma_src[] =
+    "attention fp8_mma {\n"
+    "  input q : e5m2[B, H, Sq, 128];\n"
+    "  input k : e4m3[B, Hk, Skv, 128];\n"
+    "  input v : e4m3[B, Hk, Skv, 128];\n"
+    "  scalar descale_q : f32 = 0.25;\n"
+    "  scalar seed : u64 = 11;\n"
+    "  s = (q @ k^T) * (0.088 * descale_q);\n"
+    "  s = mask(s, j <= i + Skv - Sq && j > i + Skv - Sq - 96);\n"
+    "  p = softmax(s);\n"
+    "  out = (e5m2(dropout(p, 0.125, seed, 3) * 49152.0) @ v) / 49152.0;\n"
+    "  output o : bf16[B, H, Sq, 128] = out;\n"
+    "  output lse = logsumexp(s);\n"
+    "  grad q, k, v {\n"
+    "    input do : e4m3;\n"
+    "    do = do * 0.5;\n"
+    "    output amax_ds = amax(ds);\n"
+    "    ds = e4m3(ds * 4096.0) / 4096.0;\n"
+    "    output dq : f32;\n"
+    "    output dk : e4m3 = dk * 16.0;\n"
+    "    output dv : bf16;\n"
+    "    output amax_dk = amax(dk);\n"
+    "    output amax_dv = amax(dv);\n"
+    "  }\n"
+    "}\n";
+
 /* A 16-bit graph with an f32 o: dO takes the inputs' type (the signature's
  * and the reference's), which bwd_sm90's tensor map of dO must say too (it
  * said o's f32 until session 24). */
@@ -528,12 +560,13 @@ int main(int argc, char **argv) {
   if (ctas && *ctas) attn_context_set_option(ctx, ATTN_OPTION_PERSISTENT_CTAS, atoll(ctas));
   /* Every case once per backward template (a compile option: each pass
    * compiles its own kernels). */
-  static const char *const tmpls[] = {"sm80", "sm90"};
+  static const char *const tmpls[] = {"sm80", "sm90", "sm90f8"};
+  static const int tmpl_option[] = {80, 90, 91};
   const char *given = getenv("ATTN_BWD_TEMPLATE"); /* set: that pass alone */
   for (size_t pass = 0; pass < sizeof tmpls / sizeof tmpls[0]; pass++) {
     if (given && *given && strcmp(given, tmpls[pass])) continue;
     bwd_template_tag = tmpls[pass];
-    attn_context_set_option(ctx, ATTN_OPTION_BACKWARD_TEMPLATE, pass == 0 ? 80 : 90);
+    attn_context_set_option(ctx, ATTN_OPTION_BACKWARD_TEMPLATE, tmpl_option[pass]);
     run_all(ctx);
   }
   attn_context_destroy(ctx);
@@ -550,7 +583,8 @@ static void run_all(attn_context *ctx) {
   int n = 0;
   for (struct dirent *e; dir && (e = readdir(dir)) && n < 256;) {
     size_t len = strlen(e->d_name);
-    if (len > 5 && !strcmp(e->d_name + len - 5, ".attn") && (!only || strstr(e->d_name, only)))
+    if (len > 5 && !strcmp(e->d_name + len - 5, ".attn") && (!only || strstr(e->d_name, only)) &&
+        (strcmp(bwd_template_tag, "sm90f8") || strstr(e->d_name, "fp8")))
       names[n++] = strdup(e->d_name);
   }
   if (dir) closedir(dir);
@@ -561,7 +595,7 @@ static void run_all(attn_context *ctx) {
     test_example(ctx, path, &seed);
     free(names[k]);
   }
-  if (!only || !strncmp(only, "packed", 6)) {
+  if ((!only || !strncmp(only, "packed", 6)) && strcmp(bwd_template_tag, "sm90f8")) {
     test_packed(ctx, &seed, "packed_bwd", packed_src, sizeof packed_src - 1, true);
     test_packed(ctx, &seed, "packed_d256", packed_d256_src, sizeof packed_d256_src - 1, false);
   }
@@ -569,7 +603,11 @@ static void run_all(attn_context *ctx) {
     test_module(ctx, "fp8_gqa", fp8_gqa_src, sizeof fp8_gqa_src - 1, &seed, 0);
     test_module(ctx, "block_bf16", block_bf16_src, sizeof block_bf16_src - 1, &seed, 0);
     test_d256(ctx, "fp8_d256", fp8_d256_src, sizeof fp8_d256_src - 1, &seed);
+    test_module(ctx, "fp8_mma", fp8_mma_src, sizeof fp8_mma_src - 1, &seed, 0);
   }
+  /* The FP8 tensor-core mode's pass runs the FP8 graphs alone (the others
+   * compile as in the sm90 pass). */
+  if (!strcmp(bwd_template_tag, "sm90f8")) return;
   if (!only || !strcmp(only, "f32_out"))
     test_module(ctx, "f32_out", f32_out_src, sizeof f32_out_src - 1, &seed, 0);
   if (only) return;

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn_abi.h"
 #include "ref.h"
 #include "unit_build.h"
 
@@ -320,6 +321,118 @@ Test(grad_block, plans_convert8_and_amax_init_on_either_template) {
   cr_assert_eq(bwd_grad_type(g, IR_GRAD_DQ), DT_E4M3);
   cr_assert_eq(bwd_grad_type(g, IR_GRAD_DV), DT_BF16);
   arena_free(a);
+}
+
+/* bwd_sm90's FP8 tensor-core mode (bwd_template 91): FP8_GRAPH at head
+ * dim 128 takes it, with transpose8 instead of convert8, the workspace's
+ * Q^T with dO^T and K^T in the copies' slots (bytes, padded to whole
+ * tiles) and four tensor maps; each condition it needs refuses it with its
+ * reason, and then the bf16-copy path runs. */
+static char *fp8_graph_at(const char *from, const char *to) {
+  StrBuf b = {0};
+  sb_puts(&b, FP8_GRAPH);
+  for (char *x; (x = strstr(b.data, from));) {
+    StrBuf c = {0};
+    sb_printf(&c, "%.*s%s%s", (int)(x - b.data), b.data, to, x + strlen(from));
+    sb_free(&b);
+    b = c;
+  }
+  return b.data;
+}
+
+static const BwdSpec *fp8_mma_spec(Arena *a, const char *text, int tmpl) {
+  IrModule *m = unit_build(a, "<fp8 mma>", text);
+  Diag d = {0};
+  Compiled c;
+  const CompileOptions o = {.arch = "sm_90a", .bwd_template = tmpl};
+  cr_assert_eq(compile_module(m, &o, STAGE_PLAN, a, &d, &c), 0, "%s", d.out.data);
+  diag_free(&d);
+  cr_assert(c.graphs[0].bwd);
+  return c.graphs[0].bwd;
+}
+
+Test(grad_block, fp8_tensor_core_mode_plan) {
+  Arena *a = arena_new();
+  char *text = fp8_graph_at("32]", "128]");
+  IrModule *m = unit_build(a, "<fp8 mma>", text);
+  const CompileOptions o = {.arch = "sm_90a", .bwd_template = 91};
+  Diag d = {0};
+  Compiled c;
+  cr_assert_eq(compile_module(m, &o, STAGE_PLAN, a, &d, &c), 0, "%s", d.out.data);
+  const BwdSpec *b = c.graphs[0].bwd;
+  cr_assert(b && b->fp8_mma && b->sm90 && b->persistent);
+  cr_assert_eq(b->ds8, DT_E5M2);
+  const PassPlan *pp = &c.plans[0].pass[PLAN_BACKWARD];
+  static const char *const roles[] = {"amax_init", "transpose8", "delta", "main", "convert",
+                                      "convert_kv"};
+  cr_assert_eq(pp->nsteps, 6);
+  for (int k = 0; k < 6; k++) cr_assert_str_eq(pp->steps[k].role, roles[k]);
+  const BwdSlots *sl = &b->slots;
+  int bytes = 0;
+  for (int k = 0; k < pp->nslices; k++) {
+    const PlanSlice *x = &pp->slices[k];
+    cr_assert_neq(x->elem, 2, "no 16-bit copies: %s", x->name);
+    if (x->elem != 1) continue;
+    bytes++;
+    cr_assert(x->slot == sl->q16 || x->slot == sl->k16);
+    cr_assert_eq(x->dims[3].kind, x->slot == sl->q16 ? PD_SQ_PAD : PD_SKV_PAD);
+    cr_assert_eq(x->dims[3].n, x->slot == sl->q16 ? 64 : 128);
+  }
+  cr_assert_eq(bytes, 2);
+  const PlanStep *mn = &pp->steps[3];
+  cr_assert_eq(mn->nmaps, 4);
+  cr_assert_eq(mn->maps[0].slot, m->graphs[0]->q);
+  cr_assert_eq(mn->maps[1].slot, sl->dout);
+  cr_assert_eq(mn->maps[1].dtype, DT_E5M2);
+  cr_assert_eq(mn->maps[3].index, ATTN_TMAP_QDT);
+  cr_assert_eq(mn->maps[3].box_cols, 64);
+  cr_assert_eq(mn->maps[3].box_rows, 256);
+  /* Padded dims: Sq 100 -> 128, Skv 129 -> 256. */
+  const PlanProblem pr = {.B = 1, .H = 1, .Hk = 1, .Sq = 100, .Skv = 129};
+  cr_assert_eq(plan_dim(&c.plans[0], (PlanDim){PD_SQ_PAD, 64}, &pr), 128);
+  cr_assert_eq(plan_dim(&c.plans[0], (PlanDim){PD_SKV_PAD, 128}, &pr), 256);
+  /* Without the option: the bf16-copy path. */
+  cr_assert(!fp8_mma_spec(a, text, 0)->fp8_mma);
+  cr_assert(!fp8_mma_spec(a, text, 90)->fp8_mma);
+  diag_free(&d);
+  mem_free(text);
+  arena_free(a);
+}
+
+Test(grad_block, fp8_tensor_core_mode_refusals) {
+  static const struct {
+    const char *from, *to, *why;
+  } cases[] = {
+      {"32]", "64]", "head dims of 128"},
+      {"e5m2;", "bf16;", "FP8 q, k, v and dO"},
+      {"e4m3(p * scale_s)", "(p * scale_s)", "P rounded to FP8"},
+      {"e5m2(ds * scale_dp) / scale_dp", "bf16(ds * scale_dp) / scale_dp", "an FP8 rounding"},
+      {"mask(s, j <= i)", "mask(tanh(s), j <= i)", "only masks dS"},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+    Arena *a = arena_new();
+    char *text = fp8_graph_at("32]", "128]");
+    if (strcmp(cases[k].from, "32]")) {
+      char *t2 = NULL;
+      StrBuf b = {0};
+      char *x = strstr(text, cases[k].from);
+      cr_assert(x, "case %zu", k);
+      sb_printf(&b, "%.*s%s%s", (int)(x - text), text, cases[k].to, x + strlen(cases[k].from));
+      t2 = b.data;
+      mem_free(text);
+      text = t2;
+    } else {
+      mem_free(text);
+      text = fp8_graph_at("32]", "64]");
+    }
+    const BwdSpec *b = fp8_mma_spec(a, text, 91);
+    cr_assert(!b->fp8_mma, "case %zu", k);
+    DType ds8;
+    const char *why = bwd_fp8_mma_refusal(b, &ds8);
+    cr_assert(why && strstr(why, cases[k].why), "case %zu: %s", k, why ? why : "(none)");
+    mem_free(text);
+    arena_free(a);
+  }
 }
 
 /* The GPU's refusal of text for arch: compile_module must fail, and its
