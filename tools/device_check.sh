@@ -49,6 +49,14 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >"$L/gpu.txt" 2
 # libnccl from PyTorch's nvidia-nccl wheel (the ring's transport), when there is one.
 NCCL_LIB=${ATTN_NCCL:-$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib", "libnccl.so.2"))' 2>/dev/null)}
 if [ "${TESTS:-1}" = 1 ]; then
+# Peers' Python packages carried as wheels in .whl/ (the cudnn frontend for cuDNN's FP8 SDPA in
+# bench/fp8.py and bench/fp8_backward.py: python3 -m pip download --no-deps ...
+# nvidia-cudnn-frontend, docs/STATUS.md).
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/attnc-site .whl/*.whl >"$L/pip-wheels.log" 2>&1 &&
+    export PYTHONPATH=/tmp/attnc-site${PYTHONPATH:+:$PYTHONPATH}
+fi
 # FIRST=1: the quick checks of what changed last without a GPU, before everything else (sessions
 # 23-24: the FP8 backward on bwd_sm80, on bwd_sm90 and in bwd_sm90's FP8 tensor-core mode, never
 # run yet; examples/fp8_train.attn through attnc run; bwd_sm90's dO map for an f32 o).
@@ -58,6 +66,10 @@ if [ "${FIRST:-0}" = 1 ]; then
   step first_fp8_backward_sm90f8 env ATTN_BWD_TEMPLATE=sm90f8 "$B/tests/gpu/test_backward" fp8
   step first_f32_out "$B/tests/gpu/test_backward" f32_out
   step first_fp8_train_cli "$B/attnc" run examples/fp8_train.attn --backward --shape B=1,H=4,S=1000
+  # The first FP8 backward numbers (S 4k; cuDNN's column needs the cudnn frontend wheel in .whl/,
+  # carried in the call; FIRST_BENCH=0 skips it).
+  [ "${FIRST_BENCH:-1}" = 1 ] &&
+    step first_fp8_backward_bench python3 bench/fp8_backward.py --quick --lib "$B/libattn.so" --out "$L"
 fi
 [ "${FWD:-1}" = 1 ] && step test_forward "$B/tests/gpu/test_forward"
 # One step per backward template: together they take more than one 600 s call (session 21).
@@ -108,13 +120,6 @@ if [ "${PYTEST:-1}" = 1 ]; then
   step pytest env ATTN_LIBRARY="$PWD/$B/libattn.so" python3 -m pytest -q -rs python/tests
 fi
 if [ "${BENCH:-1}" = 1 ]; then
-  # Peers' Python packages carried as wheels in .whl/ (the cudnn frontend for cuDNN's FP8 SDPA in
-  # bench/fp8.py: python3 -m pip download --no-deps ... nvidia-cudnn-frontend, docs/STATUS.md).
-  if ls .whl/*.whl >/dev/null 2>&1; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-      --target /tmp/attnc-site .whl/*.whl >"$L/pip-wheels.log" 2>&1 &&
-      export PYTHONPATH=/tmp/attnc-site${PYTHONPATH:+:$PYTHONPATH}
-  fi
   step bench_python_overhead python3 bench/python_overhead.py --lib "$B/libattn.so" --out "$L"
   step bench_warm_load python3 bench/warm_load.py --lib "$B/libattn.so" --out "$L"
   step bench_grid python3 bench/bench.py --lib "$B/libattn.so" --out "$L"
@@ -122,6 +127,7 @@ if [ "${BENCH:-1}" = 1 ]; then
   step bench_variants python3 bench/bench.py --lib "$B/libattn.so" --out "$L" --variants
   step bench_backward python3 bench/bench.py --lib "$B/libattn.so" --out "$L" --backward
   step bench_fp8 python3 bench/fp8.py --lib "$B/libattn.so" --out "$L"
+  step bench_fp8_backward python3 bench/fp8_backward.py --lib "$B/libattn.so" --out "$L"
   step bench_varlen python3 bench/varlen.py --lib "$B/libattn.so" --out "$L" --tables equal,masks,backward
   step bench_paged_prefill python3 bench/paged_prefill.py --lib "$B/libattn.so" --out "$L"
   step bench_decode_paged python3 bench/decode.py --paged --quick --lib "$B/libattn.so" --out "$L"

@@ -11,7 +11,8 @@
  * on bwd_sm80), FP8 (P in FP8, amax) on both
  * forwards, an FP8 KV cache; bwd_sm90 at D 64 (wide), 128 (persistent)
  * and 256 (split-D), deterministic, dropout, a bias gradient and a sink's
- * gradient (its dsink step), bwd_sm80. argv[1], when given, keeps the cases
+ * gradient (its dsink step), bwd_sm80; the FP8 backward on both templates and in
+ * bwd_sm90's FP8 tensor-core mode. argv[1], when given, keeps the cases
  * whose name contains it.
  */
 #include <stdio.h>
@@ -32,13 +33,24 @@
 #define PLAIN_OUT(D, T) "  o = softmax(s) @ v;\n  output o : " T "[B, H, Sq, " #D "];\n  output lse = logsumexp(s);\n"
 #define GRAD "  grad q, k, v;\n"
 
+/* cuDNN's FP8 recipe at head dim 128 with GQA and a causal mask. */
+#define FP8_BWD_GRAPH                                                                            \
+  "attention g {\n  input q : e4m3[B, H, Sq, 128];\n  input k : e4m3[B, Hk, Skv, 128];\n"          \
+  "  input v : e4m3[B, Hk, Skv, 128];\n"                                                          \
+  "  s = mask((q @ k^T) * 0.088, j <= i + Skv - Sq);\n"                                          \
+  "  out = (e4m3(softmax(s) * 448.0) @ v) / 448.0;\n  output o : e4m3[B, H, Sq, 128] = out;\n"   \
+  "  output lse = logsumexp(s);\n  grad q, k, v {\n    input do : e5m2;\n"                       \
+  "    output amax_dp = amax(ds);\n    ds = e5m2(ds * 1024.0) / 1024.0;\n"                      \
+  "    output dq : e4m3 = dq * 16.0;\n    output dk : bf16;\n    output dv : bf16;\n"           \
+  "    output amax_dq = amax(dq);\n  }\n}\n"
+
 typedef enum { FWD, BWD, BWD_DET } Mode;
 
 typedef struct Case {
   const char *name, *text, *spec;
   const char *arch;   /* NULL: the device's (sm_90a on an H200) */
   int sm90_variant;   /* ATTN_OPTION_SM90_VARIANT */
-  int bwd_template;   /* ATTN_OPTION_BACKWARD_TEMPLATE: 0 auto, 80, 90 */
+  int bwd_template;   /* ATTN_OPTION_BACKWARD_TEMPLATE: 0 auto, 80, 90, 91 */
   int decode_splits;  /* ATTN_OPTION_DECODE_SPLITS */
   Mode mode;
   int offsets;        /* packed: 1 rewrites the offsets out of range */
@@ -183,6 +195,13 @@ static const Case cases[] = {
      "  o = softmax(s) @ packed(v, cu);\n  output o : f16[T, H, 128];\n"
      "  output lse = logsumexp(s);\n  grad q, k, v;\n}\n",
      "B1=4,H=2,T=300", NULL, 0, 0, 0, BWD_DET, 1},
+    /* The FP8 backward (a grad block): bf16 wgmma over the 16-bit copies
+     * (convert8, amax_init, the hooks) on bwd_sm90 and bwd_sm80, and
+     * bwd_sm90's FP8 tensor-core mode (transpose8, FP8 wgmma). */
+    {"bwd fp8 sm90", FP8_BWD_GRAPH, "B=2,H=4,Hk=2,Sq=150,Skv=260", NULL, 0, 90, 0, BWD, 0},
+    {"bwd fp8 sm80", FP8_BWD_GRAPH, "B=2,H=4,Hk=2,Sq=150,Skv=260", NULL, 0, 80, 0, BWD, 0},
+    {"bwd fp8 tensor-core mode", FP8_BWD_GRAPH, "B=2,H=4,Hk=2,Sq=150,Skv=260", NULL, 0, 91, 0,
+     BWD, 0},
 };
 
 static void run(attn_context *ctx, const Case *c, uint64_t seed) {
