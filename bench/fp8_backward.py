@@ -135,18 +135,53 @@ class CudnnFP8Backward:
         return lambda: self.g.execute(m, self.ws, handle=self.handle)
 
 
+def profile(args):
+    """Per-kernel CUDA times of one backward launch of each mode at (D, S), non-causal."""
+    import torch
+    from bench import Attn
+    torch.zeros(1, device="cuda")
+    attn = Attn(os.path.abspath(args.lib))
+    D, S = (int(x) for x in args.profile.split(","))
+    B, H, e4 = 16384 // S, 2048 // D, torch.float8_e4m3fn
+    q8, k8, v8, do8 = (torch.randn(B, H, S, D, device="cuda").to(e4) for _ in range(4))
+    for mode, opt in (("fp8", 0), ("fp8_mma", 91)):
+        attn.set_option("backward_template", opt)
+        mod = attn.compile(f"p_{mode}.attn", fp8_text(D, False))
+        o8 = torch.empty(B, H, S, D, device="cuda", dtype=e4)
+        g8 = [torch.empty(B, H, S, D, device="cuda", dtype=e4) for _ in range(3)]
+        am = torch.zeros(4, device="cuda")
+        c = attn.call(mod, "f8b", dict(q=q8, k=k8, v=v8, o=o8, lse=torch.empty(B, H, S, device="cuda")))
+        attn.launch(c)
+        attn.bind(c, dict(do=do8, dq=g8[0], dk=g8[1], dv=g8[2], **{n: am[i:i + 1] for i, n in enumerate(AMAX)}))
+        for _ in range(3):
+            attn.launch_backward(c)
+        torch.cuda.synchronize()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            attn.launch_backward(c)
+            torch.cuda.synchronize()
+        print(f"== {mode} D {D} S {S}")
+        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=12))
+        c.close()
+        mod.close()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lib", default="build/libattn.so")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--quick", action="store_true", help="S 4k only")
     ap.add_argument("--compile-only", action="store_true")
+    ap.add_argument("--profile", metavar="D,S", help="each kernel's time in one backward of each "
+                    "mode (non-causal; torch.profiler), nothing else")
     args = ap.parse_args()
     if args.compile_only:
         return compile_only(args)
+    if args.profile:
+        return profile(args)
     import torch
     from bench import Attn, time_batches
     torch.manual_seed(0)
+    torch.zeros(1, device="cuda")  # a current CUDA context before libattn compiles
     attn = Attn(os.path.abspath(args.lib))
     try:
         import cudnn  # noqa: F401

@@ -1332,8 +1332,12 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
               const int e = 16 * kb + 8 * h2 + 2 * r;
-              pa8[kb][2 * h2 + r] =
-                  bwd90_pack8<bwd90_p_e4>(pd_at(e), pd_at(e + 1), pd_at(e + 4), pd_at(e + 5));
+              /* (pack8's satfinite conversion is P's rounding itself:
+               * bwd80_pd's would round first to the same value) */
+              auto pd8 = [&](int x) {
+                return (split ? dropped(s[x], x) : s[x]) * p_scale;
+              };
+              pa8[kb][2 * h2 + r] = bwd90_pack8<bwd90_p_e4>(pd8(e), pd8(e + 1), pd8(e + 4), pd8(e + 5));
             }
       } else {
 #pragma unroll
