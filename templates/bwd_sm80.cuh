@@ -552,6 +552,20 @@ static __device__ __forceinline__ float bwd80_pd(float x, float p_scale) {
     atomicMax((unsigned *)p.t[slot].ptr, bits);
 }
 
+#if defined(ATTN_BWD_FP8)
+/* dK's and dV's amax outputs from this thread's running maxima (both main
+ * kernels, after their stores; with GQA nothing was maxed there, and a
+ * zero commits nothing). */
+static __device__ __forceinline__ void bwd80_amax_commit_kv(const unsigned (&mdk)[BWD80_AMAX_MAX],
+                                                            const unsigned (&mdv)[BWD80_AMAX_MAX],
+                                                            const attn_params &p) {
+  if constexpr (bwd80_namax_dk > 0)
+    attn_bwd_amax_commit_dk(mdk, p);
+  if constexpr (bwd80_namax_dv > 0)
+    attn_bwd_amax_commit_dv(mdv, p);
+}
+#endif
+
 /* Eight FP8 elements (8 bytes; e4m3 when E4M3 else e5m2) as floats. */
 template <bool E4M3>
 [[maybe_unused]] static __device__ __forceinline__ void bwd80_ld8_fp8(const unsigned char *src,
@@ -1253,11 +1267,8 @@ static __device__ __forceinline__ void bwd80_key_tile(const attn_params &p, int 
       }
     }
   }
-#if defined(ATTN_BWD_FP8) /* (with GQA nothing was maxed here: a zero commits nothing) */
-  if constexpr (bwd80_namax_dk > 0)
-    attn_bwd_amax_commit_dk(mdk, p);
-  if constexpr (bwd80_namax_dv > 0)
-    attn_bwd_amax_commit_dv(mdv, p);
+#if defined(ATTN_BWD_FP8)
+  bwd80_amax_commit_kv(mdk, mdv, p);
 #endif
 }
 

@@ -349,20 +349,25 @@ template <int N> struct bwd90_int {
   static constexpr int value = N;
 };
 
-/* Four f32 as four FP8 bytes, x0 lowest (E4M3: e4m3, else e5m2;
- * satfinite, the reference's rounding: exact for FP8 values). */
+/* Four f32 as four FP8 bytes (common.cuh's attn_fp8x4: satfinite, the
+ * reference's rounding, exact for FP8 values). */
 template <bool E4M3>
 [[maybe_unused]] static __device__ __forceinline__ unsigned bwd90_pack8(float x0, float x1,
                                                                         float x2, float x3) {
-  unsigned short lo, hi;
-  if constexpr (E4M3) {
-    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(lo) : "f"(x1), "f"(x0));
-    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(hi) : "f"(x3), "f"(x2));
-  } else {
-    asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(lo) : "f"(x1), "f"(x0));
-    asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(hi) : "f"(x3), "f"(x2));
-  }
-  return (unsigned)lo | ((unsigned)hi << 16);
+  return attn_fp8x4<E4M3>(x0, x1, x2, x3);
+}
+
+/* d += A B over a 64-query step pair in FP8 (A: two 32-query fragments
+ * from registers; B at db, k-major, 32 bytes a step): one commit group. */
+template <bool A_E4M3, bool B_E4M3>
+[[maybe_unused]] static __device__ __forceinline__ void bwd90_rs8(float (&d)[64],
+                                                                  const unsigned (&a)[2][4],
+                                                                  unsigned long long db) {
+  attn_wgmma_fence();
+#pragma unroll
+  for (int kb = 0; kb < 2; ++kb)
+    attn_wgmma_rs128_fp8<A_E4M3, B_E4M3>(d, a[kb], attn_wgmma_desc_add(db, kb * 32));
+  attn_wgmma_commit();
 }
 
 /* ------------------------------------------------ shared-memory tiles */
@@ -1099,11 +1104,8 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
             dv, r, 1.f, p.t[bwd80_tdv >= 0 ? bwd80_tdv : 0], bwd80_slice_rows<float>(tva, b, acc_h), j,
             bwd90_split_d ? wg * bwd90_dv_cols : 0, b, hk, j, t4, shared_kv, det, mdv, p);
     }
-#if defined(ATTN_BWD_FP8) /* (with GQA nothing was maxed here: a zero commits nothing) */
-    if constexpr (bwd80_namax_dk > 0)
-      attn_bwd_amax_commit_dk(mdk, p);
-    if constexpr (bwd80_namax_dv > 0)
-      attn_bwd_amax_commit_dv(mdv, p);
+#if defined(ATTN_BWD_FP8)
+    bwd80_amax_commit_kv(mdk, mdv, p);
 #endif
     zero_acc();
   };
@@ -1358,13 +1360,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
        * no template, so a discarded branch would still be checked, and its
        * m64n128 products do not take other head dims' accumulators.) */
 #if defined(ATTN_BWD_FP8_MMA)
-      /* dV += Pd^T dO over dO^T's 64 queries, in FP8. */
-      attn_wgmma_fence();
-#pragma unroll
-      for (int kb = 0; kb < bwd90_qn / 32; ++kb)
-        attn_wgmma_rs128_fp8<bwd90_p_e4, bwd90_do_e4>(dv, pa8[kb],
-                                                      attn_wgmma_desc_add(ddot_k, kb * 32));
-      attn_wgmma_commit();
+      bwd90_rs8<bwd90_p_e4, bwd90_do_e4>(dv, pa8, ddot_k); /* dV += Pd^T dO, in FP8 */
 #else
       if constexpr (!bwd90_split_d) {
         /* dV += Pd^T dO (k: the 64 queries; dO read transposed through an
@@ -1425,13 +1421,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
                              : "memory");
               }
             }
-        /* dK += dS^T Q over Q^T's 64 queries, in FP8. */
-        attn_wgmma_fence();
-#pragma unroll
-        for (int kb = 0; kb < bwd90_qn / 32; ++kb)
-          attn_wgmma_rs128_fp8<bwd90_ds_e4, bwd90_q_e4>(dk, ra8[kb],
-                                                        attn_wgmma_desc_add(dqt_k, kb * 32));
-        attn_wgmma_commit();
+        bwd90_rs8<bwd90_ds_e4, bwd90_q_e4>(dk, ra8, dqt_k); /* dK += dS^T Q, in FP8 */
       }
 #else
 #pragma unroll
@@ -1597,37 +1587,9 @@ __device__ __forceinline__ void attn_bwd_sm90_transpose8(const attn_params &p) {
     }
   }
   __syncthreads();
-  if (!keys) {
-    /* Thread tid: output row tid (Q^T's d = tid, then dO^T's d = tid - 128),
-     * 64 bytes; column kp takes query (kp & 32) + 16h + 8c + 2t + x for kp
-     * % 32 = 16h + 4t + 2c + x. */
-    const attn_tensor_arg &o = p.t[ATTN_BWD_TQDT];
-    const int src = tid >> 7, d = tid & 127;
-    unsigned char *out = (unsigned char *)o.ptr + b * o.stride[0] + h * o.stride[1] +
-                         (long long)tid * o.stride[2] + row0;
-#pragma unroll
-    for (int c16 = 0; c16 < 4; ++c16) {
-      unsigned w[4];
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        unsigned x = 0u;
-#pragma unroll
-        for (int y = 0; y < 4; ++y) {
-          const int kp = c16 * 16 + 4 * k + y;
-          const int m = kp & 31;
-          const int q = (kp & 32) + (m & 16) + 8 * ((m >> 1) & 1) + 2 * ((m >> 2) & 3) + (m & 1);
-          x |= (unsigned)t8[src][q][d] << (8 * y);
-        }
-        w[k] = x;
-      }
-      *(uint4 *)(out + c16 * 16) = make_uint4(w[0], w[1], w[2], w[3]);
-    }
-  } else {
-    /* Thread tid: K^T's row d = tid & 127, keys 64 (tid >> 7).. of the tile. */
-    const attn_tensor_arg &o = p.t[ATTN_BWD_TKT];
-    const int d = tid & 127, half = tid >> 7;
-    unsigned char *out = (unsigned char *)o.ptr + b * o.stride[0] + h * o.stride[1] +
-                         (long long)d * o.stride[2] + row0 + 64 * half;
+  /* 64 output bytes from column d of tile src, byte kp from row row_of(kp),
+   * as four 16-byte stores at out. */
+  auto gather64 = [&](unsigned char *out, int src, int d, auto row_of) {
 #pragma unroll
     for (int c16 = 0; c16 < 4; ++c16) {
       unsigned w[4];
@@ -1636,11 +1598,30 @@ __device__ __forceinline__ void attn_bwd_sm90_transpose8(const attn_params &p) {
         unsigned x = 0u;
 #pragma unroll
         for (int y = 0; y < 4; ++y)
-          x |= (unsigned)t8[0][64 * half + c16 * 16 + 4 * k + y][d] << (8 * y);
+          x |= (unsigned)t8[src][row_of(c16 * 16 + 4 * k + y)][d] << (8 * y);
         w[k] = x;
       }
       *(uint4 *)(out + c16 * 16) = make_uint4(w[0], w[1], w[2], w[3]);
     }
+  };
+  if (!keys) {
+    /* Thread tid: output row tid (Q^T's d = tid, then dO^T's d = tid - 128);
+     * column kp takes query (kp & 32) + 16h + 8c + 2t + x for kp % 32 = 16h +
+     * 4t + 2c + x. */
+    const attn_tensor_arg &o = p.t[ATTN_BWD_TQDT];
+    gather64((unsigned char *)o.ptr + b * o.stride[0] + h * o.stride[1] +
+                 (long long)tid * o.stride[2] + row0,
+             tid >> 7, tid & 127, [](int kp) {
+               const int m = kp & 31;
+               return (kp & 32) + (m & 16) + 8 * ((m >> 1) & 1) + 2 * ((m >> 2) & 3) + (m & 1);
+             });
+  } else {
+    /* Thread tid: K^T's row d = tid & 127, keys 64 (tid >> 7).. of the tile. */
+    const attn_tensor_arg &o = p.t[ATTN_BWD_TKT];
+    const int d = tid & 127, half = tid >> 7;
+    gather64((unsigned char *)o.ptr + b * o.stride[0] + h * o.stride[1] +
+                 (long long)d * o.stride[2] + row0 + 64 * half,
+             0, d, [half](int kp) { return 64 * half + kp; });
   }
 }
 #endif

@@ -157,32 +157,54 @@ static __device__ __forceinline__ unsigned char attn_f32_to_fp8(float x) {
   return attn_f32_to_fp8<2, 15, -14, 0x7bu>(x);
 }
 
-/* x rounded to a storage type's nearest value (the language's e4m3(x),
- * e5m2(x), bf16(x), f16(x)), as an f32. From sm_89 on by the FP8
- * conversions (satfinite: the same values as attn_f32_to_fp8, NaN to a NaN),
- * three instructions where the software rounding took tens and branched
- * per element: the FP8 backward's P and dS on bwd_sm90 ran 4x slower than
- * the bf16 backward with it (H200, session 24). */
-[[maybe_unused]] static __device__ __forceinline__ float attn_round_e4m3(float x) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  unsigned short h, f;
+/* (sm_89 on) Two f32 as two FP8 bytes, x0 the low one (E4M3: e4m3, else
+ * e5m2), by the satfinite conversion: the values attn_f32_to_fp8 gives. */
+template <bool E4M3>
+[[maybe_unused]] static __device__ __forceinline__ unsigned short attn_fp8x2(float x0, float x1) {
+  unsigned short h;
+  if constexpr (E4M3)
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(h) : "f"(x1), "f"(x0));
+  else
+    asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(h) : "f"(x1), "f"(x0));
+  return h;
+}
+/* Four f32 as four FP8 bytes, x0 the lowest: an FP8 MMA fragment register. */
+template <bool E4M3>
+[[maybe_unused]] static __device__ __forceinline__ unsigned attn_fp8x4(float x0, float x1,
+                                                                       float x2, float x3) {
+  return (unsigned)attn_fp8x2<E4M3>(x0, x1) | ((unsigned)attn_fp8x2<E4M3>(x2, x3) << 16);
+}
+/* x rounded to FP8 and back, by the conversions: three instructions where
+ * attn_f32_to_fp8 takes tens and branches per element (the FP8 backward's
+ * P and dS ran 4x slower than the bf16 backward with it: H200, session 24). */
+template <bool E4M3>
+static __device__ __forceinline__ float attn_round_fp8_hw(float x) {
+  const unsigned short h = attn_fp8x2<E4M3>(x, 0.f);
+  unsigned short f;
   float y;
-  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(h) : "f"(0.f), "f"(x));
-  asm("{ .reg .b32 w; cvt.rn.f16x2.e4m3x2 w, %1; mov.b32 {%0, _}, w; }" : "=h"(f) : "h"(h));
+  if constexpr (E4M3)
+    asm("{ .reg .b32 w; cvt.rn.f16x2.e4m3x2 w, %1; mov.b32 {%0, _}, w; }" : "=h"(f) : "h"(h));
+  else
+    asm("{ .reg .b32 w; cvt.rn.f16x2.e5m2x2 w, %1; mov.b32 {%0, _}, w; }" : "=h"(f) : "h"(h));
   asm("cvt.f32.f16 %0, %1;" : "=f"(y) : "h"(f));
   return y;
+}
+#endif
+
+/* x rounded to a storage type's nearest value (the language's e4m3(x),
+ * e5m2(x), bf16(x), f16(x)), as an f32; FP8 by the conversions from sm_89
+ * on (attn_round_fp8_hw), in software before. */
+[[maybe_unused]] static __device__ __forceinline__ float attn_round_e4m3(float x) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  return attn_round_fp8_hw<true>(x);
 #else
   return attn_e4m3_to_f32(attn_f32_to_e4m3(x));
 #endif
 }
 [[maybe_unused]] static __device__ __forceinline__ float attn_round_e5m2(float x) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  unsigned short h, f;
-  float y;
-  asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(h) : "f"(0.f), "f"(x));
-  asm("{ .reg .b32 w; cvt.rn.f16x2.e5m2x2 w, %1; mov.b32 {%0, _}, w; }" : "=h"(f) : "h"(h));
-  asm("cvt.f32.f16 %0, %1;" : "=f"(y) : "h"(f));
-  return y;
+  return attn_round_fp8_hw<false>(x);
 #else
   return attn_e5m2_to_f32(attn_f32_to_e5m2(x));
 #endif

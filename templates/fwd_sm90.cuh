@@ -319,15 +319,7 @@ static __device__ __forceinline__ void fwd90_pv(float (&o)[fwd90_dv / 2],
 /* Four f32 as four FP8 bytes (P's type, satfinite: the reference's
  * rounding), lo first. */
 static __device__ __forceinline__ unsigned fwd90_pack_p8(float x0, float x1, float x2, float x3) {
-  unsigned short lo, hi;
-  if constexpr (attn_p_round == 1) {
-    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(lo) : "f"(x1), "f"(x0));
-    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(hi) : "f"(x3), "f"(x2));
-  } else {
-    asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(lo) : "f"(x1), "f"(x0));
-    asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(hi) : "f"(x3), "f"(x2));
-  }
-  return (unsigned)lo | ((unsigned)hi << 16);
+  return attn_fp8x4<attn_p_round == 1>(x0, x1, x2, x3);
 }
 
 /* ------------------------------------------------------- the kernel body */
