@@ -10,7 +10,7 @@ each gradient. The scales are set the way training sets them (delayed scaling): 
 scale 1 gives the amax outputs, each scale is then 448 / amax, and the timed backwards use them.
 
 Columns, each the backward alone (the forward once per input set, o and lse kept):
-  bf16      attnc's bf16 backward of the same graph in bf16 (the dequantized inputs)
+  bf16      attnc's bf16 backward (bench.py's backward graph) on the dequantized inputs
   fp8       attnc's FP8 backward as sm_90a picks it by default (bwd_sm90, bf16 wgmma over 16-bit
             copies of the FP8 tensors: docs/templates.md)
   fp8_mma   bwd_sm90's FP8 tensor-core mode (ATTN_OPTION_BACKWARD_TEMPLATE 91), where it applies
@@ -49,16 +49,6 @@ def fp8_text(D, causal):
             "        output amax_dq = amax(dq);\n        output amax_dk = amax(dk);\n"
             "        output amax_dv = amax(dv);\n"
             "    }\n}\n")
-
-
-def bf16_text(D, causal):
-    mask = "    s = mask(s, j <= i);\n" if causal else ""
-    return ("attention b16 {\n"
-            f"    input q : bf16[B, H, S, {D}];\n    input k : bf16[B, H, S, {D}];\n"
-            f"    input v : bf16[B, H, S, {D}];\n    scalar scale : f32 = 1.0 / sqrt({D}.0);\n"
-            f"    s = (q @ k^T) * scale;\n{mask}    o = softmax(s) @ v;\n"
-            f"    output o : bf16[B, H, S, {D}];\n    output lse = logsumexp(s);\n"
-            "    grad q, k, v;\n}\n")
 
 
 AMAX = ("amax_dp", "amax_dq", "amax_dk", "amax_dv")
@@ -179,7 +169,7 @@ def main():
     if args.profile:
         return profile(args)
     import torch
-    from bench import Attn, time_batches
+    from bench import Attn, backward_graph_text, time_batches
     torch.manual_seed(0)
     torch.zeros(1, device="cuda")  # a current CUDA context before libattn compiles
     attn = Attn(os.path.abspath(args.lib))
@@ -198,7 +188,7 @@ def main():
             mods = {}
             for mode, opt in (("fp8", 0), ("fp8_mma", 91), ("bf16", 0)):
                 attn.set_option("backward_template", opt)
-                text = bf16_text(D, causal) if mode == "bf16" else fp8_text(D, causal)
+                text = backward_graph_text(D, causal) if mode == "bf16" else fp8_text(D, causal)
                 mods[mode] = attn.compile(f"{mode}_{D}_{int(causal)}.attn", text)
             attn.set_option("backward_template", 0)
             for S in seqs:
@@ -210,7 +200,7 @@ def main():
                 o16 = torch.empty_like(q)
                 lse = torch.empty(B, H, S, device="cuda")
                 g16 = [torch.empty_like(q) for _ in range(3)]
-                c = attn.call(mods["bf16"], "b16", dict(q=q, k=k, v=v, o=o16, lse=lse))
+                c = attn.call(mods["bf16"], "bwd", dict(q=q, k=k, v=v, o=o16, lse=lse))
                 attn.launch(c)
                 attn.bind(c, dict(do=do, dq=g16[0], dk=g16[1], dv=g16[2]))
                 attn.launch_backward(c)
