@@ -126,23 +126,36 @@ class CudnnFP8Backward:
 
 
 def profile(args):
-    """Per-kernel CUDA times of one backward launch of each mode at (D, S), non-causal."""
+    """Per-kernel CUDA times of one backward launch of each mode at (D, S), non-causal: 3 warm-up
+    launches, then one under torch.profiler (so under ncu, mode m's profiled launch of the main
+    kernel is the 4th of that mode, after the earlier modes' 4 each)."""
     import torch
-    from bench import Attn
+    from bench import Attn, backward_graph_text
     torch.zeros(1, device="cuda")
     attn = Attn(os.path.abspath(args.lib))
     D, S = (int(x) for x in args.profile.split(","))
     B, H, e4 = 16384 // S, 2048 // D, torch.float8_e4m3fn
     q8, k8, v8, do8 = (torch.randn(B, H, S, D, device="cuda").to(e4) for _ in range(4))
-    for mode, opt in (("fp8", 0), ("fp8_mma", 91)):
-        attn.set_option("backward_template", opt)
-        mod = attn.compile(f"p_{mode}.attn", fp8_text(D, False))
-        o8 = torch.empty(B, H, S, D, device="cuda", dtype=e4)
-        g8 = [torch.empty(B, H, S, D, device="cuda", dtype=e4) for _ in range(3)]
-        am = torch.zeros(4, device="cuda")
-        c = attn.call(mod, "f8b", dict(q=q8, k=k8, v=v8, o=o8, lse=torch.empty(B, H, S, device="cuda")))
-        attn.launch(c)
-        attn.bind(c, dict(do=do8, dq=g8[0], dk=g8[1], dv=g8[2], **{n: am[i:i + 1] for i, n in enumerate(AMAX)}))
+    options = {"bf16": 0, "fp8": 0, "fp8_mma": 91}
+    for mode in args.modes.split(","):
+        attn.set_option("backward_template", options[mode])
+        if mode == "bf16":
+            mod = attn.compile("p_bf16.attn", backward_graph_text(D, False))
+            q, k, v, do = (x.to(torch.bfloat16) for x in (q8, k8, v8, do8))
+            g = [torch.empty_like(q) for _ in range(3)]
+            c = attn.call(mod, "bwd", dict(q=q, k=k, v=v, o=torch.empty_like(q),
+                                           lse=torch.empty(B, H, S, device="cuda")))
+            attn.launch(c)
+            attn.bind(c, dict(do=do, dq=g[0], dk=g[1], dv=g[2]))
+        else:
+            mod = attn.compile(f"p_{mode}.attn", fp8_text(D, False))
+            o8 = torch.empty(B, H, S, D, device="cuda", dtype=e4)
+            g8 = [torch.empty(B, H, S, D, device="cuda", dtype=e4) for _ in range(3)]
+            am = torch.zeros(4, device="cuda")
+            c = attn.call(mod, "f8b", dict(q=q8, k=k8, v=v8, o=o8, lse=torch.empty(B, H, S, device="cuda")))
+            attn.launch(c)
+            attn.bind(c, dict(do=do8, dq=g8[0], dk=g8[1], dv=g8[2],
+                              **{n: am[i:i + 1] for i, n in enumerate(AMAX)}))
         for _ in range(3):
             attn.launch_backward(c)
         torch.cuda.synchronize()
@@ -163,6 +176,7 @@ def main():
     ap.add_argument("--compile-only", action="store_true")
     ap.add_argument("--profile", metavar="D,S", help="each kernel's time in one backward of each "
                     "mode (non-causal; torch.profiler), nothing else")
+    ap.add_argument("--modes", default="fp8,fp8_mma", help="with --profile: which of bf16, fp8, fp8_mma")
     args = ap.parse_args()
     if args.compile_only:
         return compile_only(args)

@@ -253,6 +253,13 @@ static void emit_ds_hooks(StrBuf *out, const BwdSpec *s, Arena *a) {
   int n;
   IrNode *inner = bwd_ds_split(s, outer, over, &n);
   emit_block_fn(out, s, leaf, inner, "attn_bwd_ds_value", a);
+  if (s->fp8_mma) {
+    /* bwd_sm90's FP8 mode packs dS to its FP8 type with the same rounding
+     * (bwd_fp8_mma_refusal: the value is an FP8 cast), so its fragments
+     * take the value before the cast: one conversion, not two. */
+    sb_puts(out, "/* dS's value before its FP8 rounding (the FP8 mode's packing rounds). */\n");
+    emit_block_fn(out, s, leaf, inner->src[0], "attn_bwd_ds_unrounded", a);
+  }
   sb_puts(out, "/* The factor dS's value leaves for after the products (dQ, dK). */\n");
   if (n == 0) {
     sb_puts(out, "static __device__ __forceinline__ float attn_bwd_ds_post(const attn_params "
@@ -274,7 +281,7 @@ static void emit_ds_hooks(StrBuf *out, const BwdSpec *s, Arena *a) {
 static const char *const grad_tag[IR_GRAD_N] = {"do", "ds", "dq", "dk", "dv"};
 
 /* For gradient `which`: attn_bwd_amax_TAG(x, m, p) maxes each of its amax
- * outputs' |value| at element x into m[k] (as attn_amax_bits), and
+ * outputs' |value| at element x into m[k] (attn_amax_fold), and
  * attn_bwd_amax_commit_TAG(m, p) reduces m over the active lanes of the
  * warp into the outputs (bwd80_amax_commit). */
 static void emit_block_amax(StrBuf *out, const BwdSpec *s, int which, Arena *a) {
@@ -292,7 +299,7 @@ static void emit_block_amax(StrBuf *out, const BwdSpec *s, int which, Arena *a) 
     sb_printf(out, "  { /* %s */\n", gb->amax[k].name);
     if (hk.body.len) sb_puts(out, hk.body.data);
     sb_free(&hk.body);
-    sb_printf(out, "    m[%d] = max(m[%d], attn_amax_bits(%s));\n  }\n", n, n, v);
+    sb_printf(out, "    m[%d] = attn_amax_fold(m[%d], %s);\n  }\n", n, n, v);
     n++;
   }
   sb_puts(out, "  (void)x; (void)m; (void)p;\n}\n\n");

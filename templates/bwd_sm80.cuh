@@ -107,6 +107,9 @@ static __device__ __forceinline__ bwd80_factors attn_bwd_factors(int b, int h,
                                                                  const attn_params &p);
 static __device__ __forceinline__ float attn_bwd_ds_value(float x, const attn_params &p);
 static __device__ __forceinline__ float attn_bwd_ds_post(const attn_params &p);
+#if defined(ATTN_BWD_FP8_MMA)
+static __device__ __forceinline__ float attn_bwd_ds_unrounded(float x, const attn_params &p);
+#endif
 static __device__ __forceinline__ float attn_bwd_store_dq(float x, const attn_params &p);
 static __device__ __forceinline__ float attn_bwd_store_dk(float x, const attn_params &p);
 static __device__ __forceinline__ float attn_bwd_store_dv(float x, const attn_params &p);
@@ -512,18 +515,25 @@ static __device__ __forceinline__ bwd80_factors bwd80_factors_at(int b, int h,
  * factor, attn_bwd_factors, in the FP8 backward). In the FP8 backward
  * dS's amax outputs see it first, then it becomes the grad block's value,
  * which dQ's and dK's products read (a zero dS, or one where P is 0,
- * stays as it is). */
+ * stays as it is). PACKED (bwd_sm90's FP8 mode): the value before its FP8
+ * rounding, which the caller's packing does. No branch: a branch per
+ * element cost more than the conversion it skipped (and made ptxas load
+ * the scale again in each). */
+template <bool PACKED = false>
 static __device__ __forceinline__ float bwd80_ds(float pe, float dpe, float delta, float f,
                                                  unsigned (&m)[BWD80_AMAX_MAX],
                                                  const attn_params &p) {
 #if defined(ATTN_BWD_FP8)
-  float ds = pe * (dpe * f - delta);
-  if (pe != 0.f && ds != 0.f) {
-    if constexpr (bwd80_namax_ds > 0)
+  const float ds = pe * (dpe * f - delta);
+  const bool live = pe != 0.f && ds != 0.f;
+  if constexpr (bwd80_namax_ds > 0)
+    if (live)
       attn_bwd_amax_ds(ds, m, p);
-    ds = attn_bwd_ds_value(ds, p);
-  }
-  return ds;
+#if defined(ATTN_BWD_FP8_MMA)
+  if constexpr (PACKED)
+    return live ? attn_bwd_ds_unrounded(ds, p) : ds;
+#endif
+  return live ? attn_bwd_ds_value(ds, p) : ds;
 #else
   (void)f, (void)m, (void)p;
   return pe * (dpe - delta);

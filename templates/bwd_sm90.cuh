@@ -138,7 +138,8 @@ constexpr bool bwd90_in_bf16 = ATTN_BWD_IN_BF16 != 0; /* (bwd_sm80's) */
  * .. 4 t4 + 3 and 16 + 4 t4 ..), so transpose8 stores Q^T's and dO^T's
  * queries in the accumulators' order, as fwd_sm90's V^T stores keys:
  * query 16h + 8c + 2t + x of each 32 at column 16h + 4t + 2c + x. dS is
- * stored [query][key] byte by byte (keys as they are). Tiles: K, V, K^T
+ * stored [query][key] with the keys of each 16 in the order bwd90_key_at
+ * gives (so a thread stores 4 bytes at once), and K^T's keys alike. Tiles: K, V, K^T
  * and Q, dO as 128-byte rows (128-byte swizzle), Q^T with dO^T as one TMA
  * box of 256 rows of 64 bytes (64-byte swizzle). P and dS are FP8 values
  * there (P's rounding, dS's value R(ds a)), so nothing rounds twice. */
@@ -150,6 +151,12 @@ constexpr bool bwd90_q_e4 = ATTN_BWD_Q8 == 1, bwd90_kv_e4 = ATTN_BWD_KV8 == 1,
 static_assert(!bwd90_split_d && !bwd90_wide && bwd90_dqk == 128 && bwd90_dv == 128 &&
                   attn_p_round != 0 && ATTN_BWD_DS8 != 0,
               "the FP8 tensor-core mode: head dims 128, P and dS in FP8");
+/* The key at position kp of a row of dS and of K^T: in each 16, keys g,
+ * g + 1, g + 8, g + 9 (g even) at 4 (g / 2).. (the two key rows of a
+ * quad pair, bwd_sm90's dS stores). */
+static __device__ __forceinline__ constexpr int bwd90_key_at(int kp) {
+  return (kp & ~15) + 8 * ((kp >> 1) & 1) + 2 * ((kp >> 2) & 3) + (kp & 1);
+}
 #else
 constexpr bool bwd90_f8 = false;
 [[maybe_unused]] constexpr bool bwd90_q_e4 = false, bwd90_kv_e4 = false, bwd90_do_e4 = false,
@@ -1302,7 +1309,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
                 s[r] = pe;
               } else {
                 const float dpe = dropped(dp[r], r), pd = dropped(pe, r);
-                const float ds = bwd80_ds(pe, dpe, row.x, dp_factor, mds, p);
+                const float ds = bwd80_ds<bwd90_f8>(pe, dpe, row.x, dp_factor, mds, p);
                 dp[r] = pe != 0.f ? draw_at(ds, acc, b, h, i, j) : 0.f;
                 s[r] = pd;
               }
@@ -1389,7 +1396,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
           const int il = qo + 16 * (r >> 3) + 8 * ((r >> 2) & 1) + 2 * t4 + (r & 1);
           const int i = i0 + il, j = j0 + jl_row + 8 * ((r >> 1) & 1);
           const float pe = s[r];
-          const float ds = bwd80_ds(pe, dropped(dp[r], r), s_row[il].x, dp_factor, mds, p);
+          const float ds = bwd80_ds<bwd90_f8>(pe, dropped(dp[r], r), s_row[il].x, dp_factor, mds, p);
           dp[r] = !guard || pe != 0.f ? draw_at(ds, 0.f, b, h, i, j) : 0.f;
         }
       }
@@ -1398,29 +1405,43 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
        * for dQ (split-D: each warpgroup its queries' half, for dK too). */
 #if defined(ATTN_BWD_FP8_MMA)
       {
-        /* dS^T's FP8 fragments (dS's values are FP8 values of its type),
-         * and dS to shared memory [query][key] byte by byte: byte j of
-         * ra8[kb][2 h2 + rr] is query 32kb + 16h2 + 8(j >> 1) + 2t4 + (j & 1)
-         * of key row jl_row + 8rr, at the 128-byte swizzle's place. */
+        /* dS^T's FP8 fragments (packing rounds dS's values to its FP8
+         * type), and dS to shared memory [query][key] for dQ, 4 bytes a
+         * store. Byte j of ra8[kb][2 h2 + rr] is query 32kb + 16h2 +
+         * 8(j >> 1) + 2t4 + (j & 1) of key row jl_row + 8rr; lanes g and
+         * g ^ 1 trade halves (one shuffle a pair of words), so that each
+         * holds, for two of the queries (even lanes the even ones), keys
+         * g, g + 1, g + 8, g + 9 of its 16 (g even, as they lie in a row:
+         * transpose8 orders K^T's keys alike, bwd90_key_at), stored as
+         * one word in the 128-byte swizzle's chunk: rows 2t4 + odd (+ 8),
+         * 32 banks, no conflict. (Byte stores took 32 stores and about
+         * 100 instructions a thread a tile.) */
+        const bool odd = g & 1;
+        const unsigned sel_keep = odd ? 0x7531u : 0x6420u, sel_send = odd ? 0x6420u : 0x7531u;
+        /* Row q's word takes keep's byte 0 (2) and then got's, odd lanes got's first. */
+        const unsigned sel_q = odd ? 0x2604u : 0x6240u, sel_q8 = odd ? 0x3715u : 0x7351u;
+        const unsigned ds_row0 = sds + (unsigned)((2 * t4 + odd) * 128 +
+                                                  ((((jl_row >> 4) ^ (2 * t4 + odd)) & 7) << 4) +
+                                                  4 * ((g >> 1) & 3));
 #pragma unroll
         for (int kb = 0; kb < bwd90_qn / 32; ++kb)
 #pragma unroll
-          for (int h2 = 0; h2 < 2; ++h2)
-#pragma unroll
-            for (int rr = 0; rr < 2; ++rr) {
-              const int e = 16 * kb + 8 * h2 + 2 * rr;
-              const unsigned w = bwd90_pack8<bwd90_ds_e4>(dp[e], dp[e + 1], dp[e + 4], dp[e + 5]);
-              ra8[kb][2 * h2 + rr] = w;
-              const int key = jl_row + 8 * rr;
-#pragma unroll
-              for (int j = 0; j < 4; ++j) {
-                const int q = 32 * kb + 16 * h2 + 8 * (j >> 1) + 2 * t4 + (j & 1);
-                const unsigned at =
-                    sds + (unsigned)(q * 128 + ((((key >> 4) ^ (q & 7)) << 4) | (key & 15)));
-                asm volatile("st.shared.u8 [%0], %1;\n" ::"r"(at), "r"((w >> (8 * j)) & 0xffu)
-                             : "memory");
-              }
-            }
+          for (int h2 = 0; h2 < 2; ++h2) {
+            const int e = 16 * kb + 8 * h2;
+            const unsigned w0 = bwd90_pack8<bwd90_ds_e4>(dp[e], dp[e + 1], dp[e + 4], dp[e + 5]);
+            const unsigned w1 =
+                bwd90_pack8<bwd90_ds_e4>(dp[e + 2], dp[e + 3], dp[e + 6], dp[e + 7]);
+            ra8[kb][2 * h2] = w0;
+            ra8[kb][2 * h2 + 1] = w1;
+            const unsigned keep = __byte_perm(w0, w1, sel_keep);
+            const unsigned got = __shfl_xor_sync(0xffffffffu, __byte_perm(w0, w1, sel_send), 4);
+            const unsigned at = ds_row0 + (unsigned)((32 * kb + 16 * h2) * 128);
+            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at), "r"(__byte_perm(keep, got, sel_q))
+                         : "memory");
+            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at + 8 * 128),
+                         "r"(__byte_perm(keep, got, sel_q8))
+                         : "memory");
+          }
         bwd90_rs8<bwd90_ds_e4, bwd90_q_e4>(dk, ra8, dqt_k); /* dK += dS^T Q, in FP8 */
       }
 #else
@@ -1560,8 +1581,8 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
  * of dO^T, the tile's 64 queries at columns 64m.., each 32 of them in the
  * accumulators' order (query 16h + 8c + 2t + x at column 16h + 4t + 2c +
  * x, bwd90_f8's comment); a CTA of the second, 128 keys of (b, hk) for hk
- * < Hk: K^T into ATTN_BWD_TKT, [B, Hk, 128, Skv rounded up to 128], keys
- * in order. Rows past Sq or Skv are zeros (FP8 bytes past them would be
+ * < Hk: K^T into ATTN_BWD_TKT, [B, Hk, 128, Skv rounded up to 128], each
+ * 16 keys in bwd90_key_at's order. Rows past Sq or Skv are zeros (FP8 bytes past them would be
  * garbage, and 0 times a NaN byte is NaN). */
 __device__ __forceinline__ void attn_bwd_sm90_transpose8(const attn_params &p) {
   __shared__ __align__(16) unsigned char t8[2][128][128 + 16]; /* [tensor][row][byte] */
@@ -1621,7 +1642,7 @@ __device__ __forceinline__ void attn_bwd_sm90_transpose8(const attn_params &p) {
     const int d = tid & 127, half = tid >> 7;
     gather64((unsigned char *)o.ptr + b * o.stride[0] + h * o.stride[1] +
                  (long long)d * o.stride[2] + row0 + 64 * half,
-             0, d, [half](int kp) { return 64 * half + kp; });
+             0, d, [half](int kp) { return 64 * half + bwd90_key_at(kp); });
   }
 }
 #endif

@@ -97,6 +97,21 @@ static __device__ __forceinline__ float attn_softmax_sink(float sink, float &m, 
   return __float_as_uint(x) & 0x7fffffffu;
 }
 
+/* A running amax m (attn_amax_bits) with |x| folded in: from sm_80 one
+ * max.NaN over the bits as a float (|x| an operand modifier), which keeps
+ * a NaN as the largest (its payload the canonical one; every NaN commits
+ * as a NaN). Per element of the FP8 backward's dS, where the integer form
+ * took two instructions. */
+[[maybe_unused]] static __device__ __forceinline__ unsigned attn_amax_fold(unsigned m, float x) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(__uint_as_float(m)), "f"(fabsf(x)));
+  return __float_as_uint(r);
+#else
+  return max(m, attn_amax_bits(x));
+#endif
+}
+
 /* The epilogue of a forward: for the thread's two rows (i_row and i_row +
  * 8), the quad's normalizer, O's row divided by it and passed through the
  * graph's output hook (out(x, i, d): attn_out of the graph's namespace),
