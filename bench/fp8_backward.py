@@ -11,10 +11,10 @@ scale 1 gives the amax outputs, each scale is then 448 / amax, and the timed bac
 
 Columns, each the backward alone (the forward once per input set, o and lse kept):
   bf16      attnc's bf16 backward (bench.py's backward graph) on the dequantized inputs
-  fp8       attnc's FP8 backward as sm_90a picks it by default (bwd_sm90, bf16 wgmma over 16-bit
-            copies of the FP8 tensors: docs/templates.md)
-  fp8_mma   bwd_sm90's FP8 tensor-core mode (ATTN_OPTION_BACKWARD_TEMPLATE 91), where it applies
-            (head dim 128)
+  fp8       attnc's FP8 backward on bwd_sm90 with bf16 wgmma over 16-bit copies of the FP8
+            tensors (ATTN_OPTION_BACKWARD_TEMPLATE 90; docs/templates.md)
+  fp8_mma   bwd_sm90's FP8 tensor-core mode (option 91, sm_90a's default where it applies: head
+            dim 128; elsewhere the same kernels as fp8)
   cudnn     cuDNN's sdpa_fp8_backward on the same FP8 tensors (D 128 only: it refuses others on
             Hopper), when the cudnn frontend imports (carry its wheel, ../shared/tools/
             anchor_bench2.py); absent otherwise
@@ -64,13 +64,13 @@ def compile_only(args):
             for causal in (False, True):
                 path = os.path.join(d, f"f8_{D}_{int(causal)}.attn")
                 open(path, "w").write(fp8_text(D, causal))
-                for mode in ("", "sm90f8"):
+                for mode in ("sm90", "sm90f8"):
                     env = dict(os.environ, ATTN_BWD_TEMPLATE=mode)
                     plan = subprocess.run([attnc, "plan", path], env=env, capture_output=True, text=True)
                     r = subprocess.run([attnc, "compile", path, "--arch", "sm_90a", "--part", "backward",
                                         "-o", os.path.join(d, "x.cubin")], env=env, capture_output=True,
                                        text=True)
-                    print(json.dumps(dict(D=D, causal=causal, mode=mode or "default",
+                    print(json.dumps(dict(D=D, causal=causal, mode=mode,
                                           tensor_core_mode="transpose8" in plan.stdout,
                                           compiled=r.returncode == 0,
                                           error=r.stderr[-300:] if r.returncode else "")), flush=True)
@@ -136,7 +136,7 @@ def profile(args):
     D, S = (int(x) for x in args.profile.split(","))
     B, H, e4 = 16384 // S, 2048 // D, torch.float8_e4m3fn
     q8, k8, v8, do8 = (torch.randn(B, H, S, D, device="cuda").to(e4) for _ in range(4))
-    options = {"bf16": 0, "fp8": 0, "fp8_mma": 91}
+    options = {"bf16": 0, "fp8": 90, "fp8_mma": 91}
     for mode in args.modes.split(","):
         attn.set_option("backward_template", options[mode])
         if mode == "bf16":
@@ -200,7 +200,7 @@ def main():
         H = 2048 // D
         for causal in (False, True):
             mods = {}
-            for mode, opt in (("fp8", 0), ("fp8_mma", 91), ("bf16", 0)):
+            for mode, opt in (("fp8", 90), ("fp8_mma", 91), ("bf16", 0)):
                 attn.set_option("backward_template", opt)
                 text = backward_graph_text(D, causal) if mode == "bf16" else fp8_text(D, causal)
                 mods[mode] = attn.compile(f"{mode}_{D}_{int(causal)}.attn", text)

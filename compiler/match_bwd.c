@@ -345,7 +345,10 @@ BwdSpec *match_bwd(const KernelSpec *fwd, const CompileOptions *o, Arena *a, Dia
     s->smem_bytes = attn_bwd90_layout_of(64, 64, 2, s->tile_qk, s->tile_v, 1).total;
     return s;
   }
-  if (s->sm90 && o->bwd_template == 91 && !bwd_fp8_mma_refusal(s, &s->ds8)) {
+  /* The FP8 tensor-core mode wherever it applies, but under option 90
+   * (bwd_sm90 with bf16 MMAs over copies): H200, D 128 S 4k, 560 TFLOP/s
+   * against the copies' 406 (bench/RESULTS.md, session 25). */
+  if (s->sm90 && o->bwd_template != 90 && !bwd_fp8_mma_refusal(s, &s->ds8)) {
     /* bwd_sm90.cuh's FP8 tensor-core mode (D 128): K, V and K^T (128
      * rows of 128 bytes), three stages of Q, dO (64 rows of 128 bytes) and
      * Q^T with dO^T (256 rows of 64 bytes), two dS buffers (64 x 128

@@ -87,9 +87,10 @@ attn_status attn_context_set_cache_dir(attn_context *ctx, const char *dir);
  * the call (they change the kernels, so the cache keeps them apart):
  *   ATTN_OPTION_BACKWARD_TEMPLATE  the backward's main kernel: 0 the
  *       target's fastest, 80 the portable bwd_sm80 everywhere, 90
- *       bwd_sm90 wherever the target is sm_90a, 91 as 90 with bwd_sm90's
- *       FP8 tensor-core mode for the FP8 backwards it takes (head dims
- *       128; docs/templates.md; opt-in until it has run on a GPU)
+ *       bwd_sm90 wherever the target is sm_90a with bf16 MMAs over copies
+ *       of FP8 tensors, 91 bwd_sm90 with its FP8 tensor-core mode for the
+ *       FP8 backwards it takes (head dims 128; docs/templates.md), as 0
+ *       takes it
  *   ATTN_OPTION_SM90_VARIANT  the Hopper forward's variant: 0 auto,
  *       1 base, 2 persist, 3 bn80, 4 persist_bn80, 5 f16_pv
  *       (bench/NOTES-sm90.md)

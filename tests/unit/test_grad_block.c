@@ -391,8 +391,8 @@ Test(grad_block, fp8_tensor_core_mode_plan) {
   const PlanProblem pr = {.B = 1, .H = 1, .Hk = 1, .Sq = 100, .Skv = 129};
   cr_assert_eq(plan_dim(&c.plans[0], (PlanDim){PD_SQ_PAD, 64}, &pr), 128);
   cr_assert_eq(plan_dim(&c.plans[0], (PlanDim){PD_SKV_PAD, 128}, &pr), 256);
-  /* Without the option: the bf16-copy path. */
-  cr_assert(!fp8_mma_spec(a, text, 0)->fp8_mma);
+  /* The default takes the mode where it applies; option 90, the bf16-copy path. */
+  cr_assert(fp8_mma_spec(a, text, 0)->fp8_mma);
   cr_assert(!fp8_mma_spec(a, text, 90)->fp8_mma);
   diag_free(&d);
   mem_free(text);

@@ -135,10 +135,10 @@ static __device__ __forceinline__ float attn_p_scale(int b, int h, const attn_pa
 #define ATTN_TDV 11
 #define ATTN_TDKA 12
 #define ATTN_TDVA 13
-#define ATTN_BWD_TQ 14
-#define ATTN_BWD_TK 15
-#define ATTN_BWD_TV 16
-#define ATTN_BWD_TDO 17
+#define ATTN_BWD_TQ 0
+#define ATTN_BWD_TK 1
+#define ATTN_BWD_TV 2
+#define ATTN_BWD_TDO 6
 #define ATTN_BWD_IN_BF16 1
 #define ATTN_BWD_DQ_KIND 3
 #define ATTN_BWD_DK_KIND 3
@@ -147,10 +147,10 @@ static __device__ __forceinline__ float attn_p_scale(int b, int h, const attn_pa
  * convert8 copies (the original dO's kind, 0 when dO is 16-bit), and
  * how many amax outputs each gradient has (dO, dS, dq, dk, dv). */
 #define ATTN_BWD_FP8 1
-#define ATTN_BWD_SRC_Q 0
-#define ATTN_BWD_SRC_K 1
-#define ATTN_BWD_SRC_V 2
-#define ATTN_BWD_SRC_DO 6
+#define ATTN_BWD_SRC_Q -1
+#define ATTN_BWD_SRC_K -1
+#define ATTN_BWD_SRC_V -1
+#define ATTN_BWD_SRC_DO -1
 #define ATTN_BWD_Q8 1
 #define ATTN_BWD_KV8 1
 #define ATTN_BWD_DO8 2
@@ -159,6 +159,12 @@ static __device__ __forceinline__ float attn_p_scale(int b, int h, const attn_pa
 #define ATTN_BWD_NAMAX_DQ 1
 #define ATTN_BWD_NAMAX_DK 1
 #define ATTN_BWD_NAMAX_DV 1
+/* bwd_sm90's FP8 tensor-core mode: dS's FP8 kind (1 e4m3, 2 e5m2)
+ * and the slots of transpose8's Q^T with dO^T and K^T. */
+#define ATTN_BWD_FP8_MMA 1
+#define ATTN_BWD_DS8 2
+#define ATTN_BWD_TQDT 14
+#define ATTN_BWD_TKT 15
 #define ATTN_BWD_SPLIT_D 0
 #define ATTN_BWD_WIDE 0
 #define ATTN_BWD_PERSISTENT 1
@@ -186,7 +192,7 @@ constexpr bool attn_bwd_draw_guarded = false;
 
 /* [the text of templates/bwd_sm80.cuh] */
 /* [the text of templates/bwd_sm90.cuh] */
-static_assert(attn_bwd_sm90_smem_bytes == 232192, "compiler/match_bwd.c and templates/bwd_sm90.cuh disagree on shared memory");
+static_assert(attn_bwd_sm90_smem_bytes == 199424, "compiler/match_bwd.c and templates/bwd_sm90.cuh disagree on shared memory");
 
 /* The FP8 backward's hooks (docs/language.md "FP8 gradients"). */
 static __device__ __forceinline__ float attn_bwd_do_value(float x, const attn_params &p) {
@@ -210,6 +216,12 @@ static __device__ __forceinline__ float attn_bwd_ds_value(float x, const attn_pa
   const float t9 = x * p.s[7].f;
   const float t10 = attn_round_e5m2(t9);
   return t10;
+}
+
+/* dS's value before its FP8 rounding (the FP8 mode's packing rounds). */
+static __device__ __forceinline__ float attn_bwd_ds_unrounded(float x, const attn_params &p) {
+  const float t9 = x * p.s[7].f;
+  return t9;
 }
 
 /* The factor dS's value leaves for after the products (dQ, dK). */
@@ -242,7 +254,7 @@ static __device__ __forceinline__ void attn_bwd_amax_commit_do(const unsigned (&
 
 static __device__ __forceinline__ void attn_bwd_amax_ds(float x, unsigned (&m)[BWD80_AMAX_MAX], const attn_params &p) {
   { /* amax_dp */
-    m[0] = max(m[0], attn_amax_bits(x));
+    m[0] = attn_amax_fold(m[0], x);
   }
   (void)x; (void)m; (void)p;
 }
@@ -254,7 +266,7 @@ static __device__ __forceinline__ void attn_bwd_amax_commit_ds(const unsigned (&
 
 static __device__ __forceinline__ void attn_bwd_amax_dq(float x, unsigned (&m)[BWD80_AMAX_MAX], const attn_params &p) {
   { /* amax_dq */
-    m[0] = max(m[0], attn_amax_bits(x));
+    m[0] = attn_amax_fold(m[0], x);
   }
   (void)x; (void)m; (void)p;
 }
@@ -266,7 +278,7 @@ static __device__ __forceinline__ void attn_bwd_amax_commit_dq(const unsigned (&
 
 static __device__ __forceinline__ void attn_bwd_amax_dk(float x, unsigned (&m)[BWD80_AMAX_MAX], const attn_params &p) {
   { /* amax_dk */
-    m[0] = max(m[0], attn_amax_bits(x));
+    m[0] = attn_amax_fold(m[0], x);
   }
   (void)x; (void)m; (void)p;
 }
@@ -278,7 +290,7 @@ static __device__ __forceinline__ void attn_bwd_amax_commit_dk(const unsigned (&
 
 static __device__ __forceinline__ void attn_bwd_amax_dv(float x, unsigned (&m)[BWD80_AMAX_MAX], const attn_params &p) {
   { /* amax_dv */
-    m[0] = max(m[0], attn_amax_bits(x));
+    m[0] = attn_amax_fold(m[0], x);
   }
   (void)x; (void)m; (void)p;
 }
@@ -315,8 +327,8 @@ extern "C" __global__ void __launch_bounds__(256) attn_fp8_train_bwd_convert_kv(
   graph_fp8_train::attn_bwd_sm80_convert_kv(p);
 }
 
-extern "C" __global__ void __launch_bounds__(256) attn_fp8_train_bwd_convert8(const __grid_constant__ attn_params p) {
-  graph_fp8_train::attn_bwd_sm80_convert8(p);
+extern "C" __global__ void __launch_bounds__(256) attn_fp8_train_bwd_transpose8(const __grid_constant__ attn_params p) {
+  graph_fp8_train::attn_bwd_sm90_transpose8(p);
 }
 
 extern "C" __global__ void __launch_bounds__(32) attn_fp8_train_bwd_amax_init(const __grid_constant__ attn_params p) {
@@ -376,6 +388,10 @@ extern "C" __global__ void __launch_bounds__(32) attn_fp8_train_bwd_amax_init(co
 #undef ATTN_BWD_NAMAX_DQ
 #undef ATTN_BWD_NAMAX_DK
 #undef ATTN_BWD_NAMAX_DV
+#undef ATTN_BWD_FP8_MMA
+#undef ATTN_BWD_DS8
+#undef ATTN_BWD_TQDT
+#undef ATTN_BWD_TKT
 #undef ATTN_BWD_SPLIT_D
 #undef ATTN_BWD_WIDE
 #undef ATTN_BWD_PERSISTENT
