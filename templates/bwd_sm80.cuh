@@ -109,6 +109,8 @@ static __device__ __forceinline__ float attn_bwd_ds_value(float x, const attn_pa
 static __device__ __forceinline__ float attn_bwd_ds_post(const attn_params &p);
 #if defined(ATTN_BWD_FP8_MMA)
 static __device__ __forceinline__ float attn_bwd_ds_unrounded(float x, const attn_params &p);
+static __device__ __forceinline__ float attn_bwd_score_log2(float acc, int b, int h, int i, int j,
+                                                            const attn_params &p);
 #endif
 static __device__ __forceinline__ float attn_bwd_store_dq(float x, const attn_params &p);
 static __device__ __forceinline__ float attn_bwd_store_dk(float x, const attn_params &p);
@@ -650,6 +652,14 @@ __device__ __forceinline__ void attn_bwd_sm80_delta(const attn_params &p_in) {
   acc = bwd80_row_sum(acc, rs.group);
 #if defined(ATTN_BWD_FP8)
   acc *= attn_bwd_factors(b, h, p).delta;
+#if defined(ATTN_BWD_FP8_MMA)
+  /* bwd_sm90's FP8 mode computes P times its scale s_p from the stats
+   * (lse log2 e - log2 s_p), so that P's FP8 operand needs no multiply per
+   * element, and dS as (s_p P)(dP f / s_p - delta / s_p): delta here over
+   * s_p, f in the main kernel (bwd90_p_fold). */
+  const float p_fold = attn_p_scale_value(b, h, p);
+  acc /= p_fold;
+#endif
   if constexpr (bwd80_namax_do > 0)
     attn_bwd_amax_commit_do(mdo, p);
 #endif
@@ -661,8 +671,11 @@ __device__ __forceinline__ void attn_bwd_sm80_delta(const attn_params &p_in) {
     if (rs.col == 0) {
       const float lse = ((const float *)tl.ptr)[b * tl.stride[0] + h * tl.stride[1] +
                                                 (long long)i * tl.stride[2]];
-      const float lse2 = lse == __int_as_float(0xff800000) ? __int_as_float(0x7f800000)
-                                                            : lse * 1.4426950408889634f;
+      float lse2 = lse == __int_as_float(0xff800000) ? __int_as_float(0x7f800000)
+                                                      : lse * 1.4426950408889634f;
+#if defined(ATTN_BWD_FP8_MMA)
+      lse2 -= log2f(p_fold);
+#endif
       *(float2 *)(bwd80_slice_rows<float>(tdl, b, h) + 2 * (long long)i) = make_float2(acc, lse2);
     }
     if (!bwd80_deterministic(p)) {
@@ -1330,6 +1343,12 @@ __device__ __forceinline__ void attn_bwd_sm80_convert(const attn_params &p_in) {
   for (int d = rs.col; d < ATTN_D_QK; d += rs.step) {
     float x[8];
     bwd80_ld8_f32(acc + d, x);
+#if defined(ATTN_BWD_FP8_MMA)
+    /* (bwd_sm90's FP8 mode adds dQ's tiles without their factor) */
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      x[e] *= bwd80_draw_scale(p);
+#endif
 #if defined(ATTN_BWD_FP8)
 #pragma unroll
     for (int e = 0; e < 8; e += 2)

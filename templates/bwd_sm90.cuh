@@ -157,8 +157,15 @@ static_assert(!bwd90_split_d && !bwd90_wide && bwd90_dqk == 128 && bwd90_dv == 1
 static __device__ __forceinline__ constexpr int bwd90_key_at(int kp) {
   return (kp & ~15) + 8 * ((kp >> 1) & 1) + 2 * ((kp >> 2) & 3) + (kp & 1);
 }
+/* P times its scale s_p straight from exp2 (the delta step subtracts
+ * log2 s_p from the stats' lse log2 e and divides delta by s_p; dP's
+ * factor is over s_p): no multiply per element before P's FP8 packing, and
+ * dS = (s_p P)(dP f / s_p - delta / s_p), which differs from P (dP f -
+ * delta) in rounding only. s_p is taken as positive and finite. */
+constexpr bool bwd90_p_fold = true;
 #else
 constexpr bool bwd90_f8 = false;
+constexpr bool bwd90_p_fold = false;
 [[maybe_unused]] constexpr bool bwd90_q_e4 = false, bwd90_kv_e4 = false, bwd90_do_e4 = false,
                                 bwd90_ds_e4 = false, bwd90_p_e4 = false;
 #endif
@@ -944,8 +951,11 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
                  (const bwd90_el *)tv.ptr + b * tv.stride[0] + hk * tv.stride[1], j0, b, hk);
   };
   float dk[bwd90_dk_cols / 2], dv[bwd90_dv_cols / 2];
-  /* dQ's and dK's factor (with the FP8 backward's dS post factor). */
+  /* dQ's and dK's factor (with the FP8 backward's dS post factor). The FP8
+   * mode leaves dQ's to the convert step (a multiply per element of every
+   * tile's dQ there, once per element of the accumulator here). */
   const float sc = bwd80_draw_scale(p);
+  const float sc_dq = bwd90_f8 ? 1.f : sc;
   /* The FP8 backward's running amax of dS over every tile (committed at
    * the end). */
   BWD80_AMAX_ZERO(mds);
@@ -978,7 +988,8 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
                                              ((((col & 31) >> 2) ^ g) << 4) + (col & 3) * 4);
         const float x0 = odd ? dq[(nb ^ 2) * 4 + 2 * r] : dq[nb * 4 + 2 * r];
         const float x1 = odd ? dq[(nb ^ 2) * 4 + 2 * r + 1] : dq[nb * 4 + 2 * r + 1];
-        asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(at), "f"(x0 * sc), "f"(x1 * sc)
+        asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(at), "f"(x0 * sc_dq),
+                     "f"(x1 * sc_dq)
                      : "memory");
       }
     attn_fence_proxy_async();
@@ -1154,8 +1165,12 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
       break;
     const int h = hb & 0xffff, b = hb >> 16;
     const int j0 = bwd90_items ? (cls >> 2) * bwd90_bn : cta_j0;
-    /* The FP8 backward's dP factor for (b, h) and P's scale (1 elsewhere). */
-    const float dp_factor = bwd80_factors_at(b, h, p).dp, p_scale = attn_p_scale_value(b, h, p);
+    /* The FP8 backward's dP factor for (b, h) and P's scale (1 elsewhere).
+     * The FP8 mode's P is already P times its scale (bwd90_p_fold): its dP
+     * factor is over the scale, and P's operand takes 1. */
+    const float p_scale_bh = attn_p_scale_value(b, h, p);
+    const float dp_factor = bwd80_factors_at(b, h, p).dp / (bwd90_p_fold ? p_scale_bh : 1.f);
+    const float p_scale = bwd90_p_fold ? 1.f : p_scale_bh;
     if constexpr (bwd90_items)
       cls &= 3;
     if (bwd90_items && m == -2) { /* an item without tiles: the stage is free at once */
@@ -1300,11 +1315,21 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
               const int il = qo + 16 * mq + 8 * (q >> 1) + 2 * t4 + x;
               const int i = i0 + il, j = j0 + jl_row + 8 * (q & 1);
               const float acc = s[r];
+#if defined(ATTN_BWD_FP8_MMA)
+              /* The score times log2 e (the hook folds log2 e into the
+               * score's factor: a multiply less per element). */
+              float xs = attn_bwd_score_log2(acc, b, h, i, j, p);
+              if constexpr (masked)
+                xs = (keep >> r) & 1u ? xs : neg_inf;
+              const float2 row = s_row[il];
+              const float pe = attn_exp2(xs - row.y);
+#else
               float xs = attn_score(acc, b, h, i, j, p);
               if constexpr (masked)
                 xs = (keep >> r) & 1u ? xs : neg_inf;
               const float2 row = s_row[il];
               const float pe = attn_exp2(xs * log2e - row.y);
+#endif
               if constexpr (split) {
                 s[r] = pe;
               } else {
@@ -1342,10 +1367,9 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
             for (int r = 0; r < 2; ++r) {
               const int e = 16 * kb + 8 * h2 + 2 * r;
               /* (pack8's satfinite conversion is P's rounding itself:
-               * bwd80_pd's would round first to the same value) */
-              auto pd8 = [&](int x) {
-                return (split ? dropped(s[x], x) : s[x]) * p_scale;
-              };
+               * bwd80_pd's would round first to the same value; P is
+               * already scaled, bwd90_p_fold) */
+              auto pd8 = [&](int x) { return split ? dropped(s[x], x) : s[x]; };
               pa8[kb][2 * h2 + r] = bwd90_pack8<bwd90_p_e4>(pd8(e), pd8(e + 1), pd8(e + 4), pd8(e + 5));
             }
       } else {
