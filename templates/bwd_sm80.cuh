@@ -561,7 +561,7 @@ static __device__ __forceinline__ float bwd80_pd(float x, float p_scale) {
   const unsigned active = __activemask();
   bits = __reduce_max_sync(active, bits);
   if ((threadIdx.x & 31) == __ffs(active) - 1 && bits != 0u)
-    atomicMax((unsigned *)p.t[slot].ptr, bits);
+    attn_amax_atomic((unsigned *)p.t[slot].ptr, bits);
 }
 
 #if defined(ATTN_BWD_FP8)

@@ -104,7 +104,7 @@ static __device__ __forceinline__ void attn_amax_commit(unsigned bits, const att
   for (int k = 16; k >= 1; k >>= 1)
     bits = max(bits, __shfl_xor_sync(0xffffffffu, bits, k));
   if ((threadIdx.x & 31) == 0)
-    atomicMax((unsigned *)p.t[attn_amax_slot].ptr, bits);
+    attn_amax_atomic((unsigned *)p.t[attn_amax_slot].ptr, bits);
 }
 
 /* P as P V reads it, for `e4m3(p * scale_s) @ v` (the FP8 recipe):
