@@ -1615,58 +1615,74 @@ __device__ __forceinline__ void attn_bwd_sm90_transpose8(const attn_params &p) {
   const bool keys = (int)blockIdx.x >= n_q;
   if (keys && h >= p.Hk)
     return;
-  const int rows = keys ? 128 : 64, row0 = keys ? ((int)blockIdx.x - n_q) * 128 : blockIdx.x * 64;
+  const int row0 = keys ? ((int)blockIdx.x - n_q) * 128 : blockIdx.x * 64;
   const int row_end = keys ? p.Skv : p.Sq;
-  /* Rows of 128 bytes in, 16 bytes a thread a round (zeros past the end). */
-  const int nsrc = keys ? 1 : 2;
-  for (int src = 0; src < nsrc; ++src) {
-    const attn_tensor_arg &t = p.t[keys ? bwd80_tk : src == 0 ? bwd80_tq : bwd80_tdo];
-    const unsigned char *base = (const unsigned char *)t.ptr + b * t.stride[0] +
-                                h * t.stride[1];
-    for (int e = tid; e < rows * 8; e += 256) {
-      const int r = e >> 3, c = e & 7;
-      uint4 v = make_uint4(0u, 0u, 0u, 0u);
-      if (row0 + r < row_end)
-        v = *(const uint4 *)(base + (long long)(row0 + r) * t.stride[2] + c * 16);
-      *(uint4 *)&t8[src][r][c * 16] = v;
+  /* 128 rows of 128 bytes in (64 of Q and 64 of dO, or 128 of K), 16 bytes
+   * a thread a round, every load issued before the first store (zeros
+   * past the end). */
+  {
+    uint4 v[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int e = tid + 256 * k, r = e >> 3, c = e & 7; /* tile row r (of 128) */
+      const int src = keys ? 0 : r >> 6, row = keys ? r : r & 63;
+      const attn_tensor_arg &t = p.t[keys ? bwd80_tk : src == 0 ? bwd80_tq : bwd80_tdo];
+      v[k] = make_uint4(0u, 0u, 0u, 0u);
+      if (row0 + row < row_end)
+        v[k] = *(const uint4 *)((const unsigned char *)t.ptr + b * t.stride[0] + h * t.stride[1] +
+                                (long long)(row0 + row) * t.stride[2] + c * 16);
+    }
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int e = tid + 256 * k, r = e >> 3, c = e & 7;
+      *(uint4 *)&t8[keys ? 0 : r >> 6][keys ? r : r & 63][c * 16] = v[k];
     }
   }
   __syncthreads();
-  /* 64 output bytes from column d of tile src, byte kp from row row_of(kp),
-   * as four 16-byte stores at out. */
-  auto gather64 = [&](unsigned char *out, int src, int d, auto row_of) {
+  /* Thread (warp w, lane l): output rows d0 = 4l .. 4l + 3 (columns d0.. of
+   * the tile: a warp reads whole 128-byte rows, no bank conflict), 16
+   * output bytes each, positions 16 grp .. 16 grp + 15, position kp from
+   * tile row row_of(kp); 4 x 4 byte blocks transposed by byte permutes. */
+  const int lane = tid & 31, warp = tid >> 5, d0 = 4 * lane;
+  auto gather = [&](unsigned char *out, long long out_stride, int src, int grp, auto row_of) {
+    unsigned o[4][4]; /* [output row k][word u] */
 #pragma unroll
-    for (int c16 = 0; c16 < 4; ++c16) {
+    for (int u = 0; u < 4; ++u) {
       unsigned w[4];
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        unsigned x = 0u;
-#pragma unroll
-        for (int y = 0; y < 4; ++y)
-          x |= (unsigned)t8[src][row_of(c16 * 16 + 4 * k + y)][d] << (8 * y);
-        w[k] = x;
-      }
-      *(uint4 *)(out + c16 * 16) = make_uint4(w[0], w[1], w[2], w[3]);
+      for (int y = 0; y < 4; ++y)
+        w[y] = *(const unsigned *)&t8[src][row_of(16 * grp + 4 * u + y)][d0];
+      const unsigned t0 = __byte_perm(w[0], w[1], 0x5140u), t1 = __byte_perm(w[0], w[1], 0x7362u);
+      const unsigned t2 = __byte_perm(w[2], w[3], 0x5140u), t3 = __byte_perm(w[2], w[3], 0x7362u);
+      o[0][u] = __byte_perm(t0, t2, 0x5410u);
+      o[1][u] = __byte_perm(t0, t2, 0x7632u);
+      o[2][u] = __byte_perm(t1, t3, 0x5410u);
+      o[3][u] = __byte_perm(t1, t3, 0x7632u);
     }
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+      *(uint4 *)(out + (long long)k * out_stride + 16 * grp) =
+          make_uint4(o[k][0], o[k][1], o[k][2], o[k][3]);
   };
   if (!keys) {
-    /* Thread tid: output row tid (Q^T's d = tid, then dO^T's d = tid - 128);
-     * column kp takes query (kp & 32) + 16h + 8c + 2t + x for kp % 32 = 16h +
-     * 4t + 2c + x. */
+    /* Warp w: tile src = w >> 2 (Q, then dO at output rows 128..), positions
+     * 16 (w & 3)..; position kp takes query (kp & 32) + 16h + 8c + 2t + x
+     * for kp % 32 = 16h + 4t + 2c + x. */
     const attn_tensor_arg &o = p.t[ATTN_BWD_TQDT];
-    gather64((unsigned char *)o.ptr + b * o.stride[0] + h * o.stride[1] +
-                 (long long)tid * o.stride[2] + row0,
-             tid >> 7, tid & 127, [](int kp) {
-               const int m = kp & 31;
-               return (kp & 32) + (m & 16) + 8 * ((m >> 1) & 1) + 2 * ((m >> 2) & 3) + (m & 1);
-             });
+    const int src = warp >> 2;
+    gather((unsigned char *)o.ptr + b * o.stride[0] + h * o.stride[1] +
+               (long long)(128 * src + d0) * o.stride[2] + row0,
+           o.stride[2], src, warp & 3, [](int kp) {
+             const int m = kp & 31;
+             return (kp & 32) + (m & 16) + 8 * ((m >> 1) & 1) + 2 * ((m >> 2) & 3) + (m & 1);
+           });
   } else {
-    /* Thread tid: K^T's row d = tid & 127, keys 64 (tid >> 7).. of the tile. */
+    /* Warp w: K^T's positions 16 w.. of the tile's 128, each 16 keys in
+     * bwd90_key_at's order. */
     const attn_tensor_arg &o = p.t[ATTN_BWD_TKT];
-    const int d = tid & 127, half = tid >> 7;
-    gather64((unsigned char *)o.ptr + b * o.stride[0] + h * o.stride[1] +
-                 (long long)d * o.stride[2] + row0 + 64 * half,
-             0, d, [half](int kp) { return 64 * half + bwd90_key_at(kp); });
+    gather((unsigned char *)o.ptr + b * o.stride[0] + h * o.stride[1] +
+               (long long)d0 * o.stride[2] + row0,
+           o.stride[2], 0, warp, [](int kp) { return bwd90_key_at(kp); });
   }
 }
 #endif
