@@ -603,6 +603,32 @@ bwd80_store_grad(void *base, long long off, float x0, float x1, unsigned (&m)[BW
   attn_store_pair<KIND>(base, off, store(x0, p), store(x1, p));
 }
 
+/* Eight elements at off (a multiple of 8: rows are 16-byte aligned,
+ * runtime/bind.c) likewise; FP8 ones as one 8-byte store from sm_89 on
+ * (not four 2-byte ones). */
+template <int KIND, typename Store, typename Amax>
+[[maybe_unused]] static __device__ __forceinline__ void
+bwd80_store_grad8(void *base, long long off, const float (&x)[8], unsigned (&m)[BWD80_AMAX_MAX],
+                  const attn_params &p, Store store, Amax amax) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  if constexpr (KIND == 3 || KIND == 4) {
+    float y[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      amax(x[e], m, p);
+      y[e] = store(x[e], p);
+    }
+    *(uint2 *)((unsigned char *)base + off) =
+        make_uint2(attn_fp8x4<KIND == 3>(y[0], y[1], y[2], y[3]),
+                   attn_fp8x4<KIND == 3>(y[4], y[5], y[6], y[7]));
+    return;
+  }
+#endif
+#pragma unroll
+  for (int e = 0; e < 8; e += 2)
+    bwd80_store_grad<KIND>(base, off + e, x[e], x[e + 1], m, p, store, amax);
+}
+
 /* Grid (ceil(Sq / ATTN_BWD_ROWS_PER_CTA), H, B): per query row
  * {delta = rowsum(dO o O), lse log2(e)}, dQ's accumulator row zeroed, and
  * the directly written bias gradients' rows zeroed. In the FP8 backward,
@@ -1350,10 +1376,8 @@ __device__ __forceinline__ void attn_bwd_sm80_convert(const attn_params &p_in) {
       x[e] *= bwd80_draw_scale(p);
 #endif
 #if defined(ATTN_BWD_FP8)
-#pragma unroll
-    for (int e = 0; e < 8; e += 2)
-      bwd80_store_grad<bwd80_dq_kind>(to.ptr, roff + d + e, x[e], x[e + 1], mdq, p,
-                                      attn_bwd_store_dq, attn_bwd_amax_dq);
+    bwd80_store_grad8<bwd80_dq_kind>(to.ptr, roff + d, x, mdq, p, attn_bwd_store_dq,
+                                     attn_bwd_amax_dq);
 #else
     bwd80_st8_half(row + d, x);
 #endif
@@ -1387,15 +1411,12 @@ static __device__ __forceinline__ void bwd80_convert_kv_row(const attn_tensor_ar
         sum[e] += v[e];
     }
 #if defined(ATTN_BWD_FP8)
-#pragma unroll
-    for (int e = 0; e < 8; e += 2) {
-      if constexpr (KV == 1)
-        bwd80_store_grad<bwd80_dk_kind>(to.ptr, roff + d + e, sum[e], sum[e + 1], m, p,
-                                        attn_bwd_store_dk, attn_bwd_amax_dk);
-      else
-        bwd80_store_grad<bwd80_dv_kind>(to.ptr, roff + d + e, sum[e], sum[e + 1], m, p,
-                                        attn_bwd_store_dv, attn_bwd_amax_dv);
-    }
+    if constexpr (KV == 1)
+      bwd80_store_grad8<bwd80_dk_kind>(to.ptr, roff + d, sum, m, p, attn_bwd_store_dk,
+                                       attn_bwd_amax_dk);
+    else
+      bwd80_store_grad8<bwd80_dv_kind>(to.ptr, roff + d, sum, m, p, attn_bwd_store_dv,
+                                       attn_bwd_amax_dv);
 #else
     bwd80_st8_half(row + d, sum);
 #endif
