@@ -173,6 +173,7 @@ def main():
     ap.add_argument("--lib", default="build/libattn.so")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--quick", action="store_true", help="S 4k only")
+    ap.add_argument("--dims", default="64,128,256", help="head dims of the grid")
     ap.add_argument("--compile-only", action="store_true")
     ap.add_argument("--profile", metavar="D,S", help="each kernel's time in one backward of each "
                     "mode (non-causal; torch.profiler), nothing else")
@@ -196,7 +197,7 @@ def main():
     seqs = [4096] if args.quick else [1024, 4096, 8192, 16384]
     rows = []
     e4 = torch.float8_e4m3fn
-    for D in (64, 128, 256):
+    for D in (int(x) for x in args.dims.split(",")):
         H = 2048 // D
         for causal in (False, True):
             mods = {}
