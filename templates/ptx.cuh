@@ -292,7 +292,7 @@ static __device__ __forceinline__ void attn_store_pair(void *base, long long off
   } else if constexpr (KIND == 3 || KIND == 4) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
     /* (one conversion where the software one takes tens of instructions
-     * and branches per element; a NaN's e5m2 payload may differ) */
+     * and branches per element; a NaN's sign or e5m2 payload may differ) */
     *(unsigned short *)((unsigned char *)base + off) = attn_fp8x2<KIND == 3>(x0, x1);
 #else
     const unsigned lo = KIND == 3 ? attn_f32_to_e4m3(x0) : attn_f32_to_e5m2(x0);

@@ -57,19 +57,23 @@ if ls .whl/*.whl >/dev/null 2>&1; then
     --target /tmp/attnc-site .whl/*.whl >"$L/pip-wheels.log" 2>&1 &&
     export PYTHONPATH=/tmp/attnc-site${PYTHONPATH:+:$PYTHONPATH}
 fi
-# FIRST=1: the quick checks of what changed last without a GPU, before everything else (sessions
-# 23-24: the FP8 backward on bwd_sm80, on bwd_sm90 and in bwd_sm90's FP8 tensor-core mode, never
-# run yet; examples/fp8_train.attn through attnc run; bwd_sm90's dO map for an f32 o).
+# FIRST=1: the quick checks of what changed last without a GPU, before everything else (session
+# 25: the FP8 backward's tensor-core mode after its last measured call: the score and dQ factor
+# folds, 8-byte FP8 stores, the amax atomic skip, transpose8; docs/STATUS.md item 0000).
 if [ "${FIRST:-0}" = 1 ]; then
-  step first_fp8_backward_sm80 env ATTN_BWD_TEMPLATE=sm80 "$B/tests/gpu/test_backward" fp8
-  step first_fp8_backward_sm90 env ATTN_BWD_TEMPLATE=sm90 "$B/tests/gpu/test_backward" fp8
   step first_fp8_backward_sm90f8 env ATTN_BWD_TEMPLATE=sm90f8 "$B/tests/gpu/test_backward" fp8
-  step first_f32_out "$B/tests/gpu/test_backward" f32_out
-  step first_fp8_train_cli "$B/attnc" run examples/fp8_train.attn --backward --shape B=1,H=4,S=1000
-  # The first FP8 backward numbers (S 4k; cuDNN's column needs the cudnn frontend wheel in .whl/,
-  # carried in the call; FIRST_BENCH=0 skips it).
-  [ "${FIRST_BENCH:-1}" = 1 ] &&
-    step first_fp8_backward_bench python3 bench/fp8_backward.py --quick --lib "$B/libattn.so" --out "$L"
+  step first_fp8_backward_sm90 env ATTN_BWD_TEMPLATE=sm90 "$B/tests/gpu/test_backward" fp8
+  step first_fp8_backward_sm80 env ATTN_BWD_TEMPLATE=sm80 "$B/tests/gpu/test_backward" fp8
+  step first_test_fp8 "$B/tests/gpu/test_fp8"
+  # Each kernel's time in the FP8 mode, then the D 128 grid beside cuDNN's FP8 backward (the
+  # cudnn frontend wheel in .whl/, carried in the call; FIRST_BENCH=0 skips both).
+  if [ "${FIRST_BENCH:-1}" = 1 ]; then
+    step first_fp8_profile python3 bench/fp8_backward.py --profile 128,4096 --modes bf16,fp8_mma \
+      --lib "$B/libattn.so"
+    step first_fp8_grid python3 bench/fp8_backward.py --dims 128 --lib "$B/libattn.so" --out "$L"
+  fi
+  step first_sanitize_fp8_bwd env L="$L/sanitize" CASES="bwd fp8" RING=0 TOOLS="memcheck synccheck" \
+    bash tools/sanitize_device.sh "$B"
 fi
 [ "${FWD:-1}" = 1 ] && step test_forward "$B/tests/gpu/test_forward"
 # One step per backward template: together they take more than one 600 s call (session 21).
