@@ -1046,8 +1046,8 @@ typedef struct BwdSpec {
    * of FP8 tensors (BwdSlots q16..) and calling the block's hooks
    * (emit_bwd.c, ATTN_BWD_FP8); dense tensors, no deterministic mode. */
   bool fp8;
-  /* bwd_sm90's FP8 tensor-core mode (ATTN_BWD_FP8_MMA; bwd_template 91,
-   * opt-in until it has run on a GPU): every product in FP8 wgmma over the
+  /* bwd_sm90's FP8 tensor-core mode (ATTN_BWD_FP8_MMA; the default where
+   * it applies, bwd_template 90 opts out): every product in FP8 wgmma over the
    * FP8 q, k, v, dO, P and dS as they are, with Q^T, dO^T and K^T written
    * by a transpose8 step. Only where each product's operands are FP8
    * values (bwd_fp8_mma_refusal); ds8 is dS's FP8 type there. */
