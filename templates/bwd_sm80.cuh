@@ -1366,14 +1366,17 @@ __device__ __forceinline__ void attn_bwd_sm80_convert(const attn_params &p_in) {
   const long long roff = b * to.stride[0] + h * to.stride[1] + (long long)i * to.stride[2];
   [[maybe_unused]] unsigned short *row = (unsigned short *)to.ptr + roff;
   BWD80_AMAX_ZERO(mdq); /* (the FP8 backward's dq: the grad block's values, type and amax) */
+#if defined(ATTN_BWD_FP8_MMA)
+  /* bwd_sm90's FP8 mode adds dQ's tiles without their factor. */
+  const float dq_factor = bwd80_draw_scale(p);
+#endif
   for (int d = rs.col; d < ATTN_D_QK; d += rs.step) {
     float x[8];
     bwd80_ld8_f32(acc + d, x);
 #if defined(ATTN_BWD_FP8_MMA)
-    /* (bwd_sm90's FP8 mode adds dQ's tiles without their factor) */
 #pragma unroll
     for (int e = 0; e < 8; ++e)
-      x[e] *= bwd80_draw_scale(p);
+      x[e] *= dq_factor;
 #endif
 #if defined(ATTN_BWD_FP8)
     bwd80_store_grad8<bwd80_dq_kind>(to.ptr, roff + d, x, mdq, p, attn_bwd_store_dq,

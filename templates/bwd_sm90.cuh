@@ -137,10 +137,10 @@ constexpr bool bwd90_in_bf16 = ATTN_BWD_IN_BF16 != 0; /* (bwd_sm80's) */
  * order (thread t4 holds columns 8c + 2 t4 + x, the fragment wants k 4 t4
  * .. 4 t4 + 3 and 16 + 4 t4 ..), so transpose8 stores Q^T's and dO^T's
  * queries in the accumulators' order, as fwd_sm90's V^T stores keys:
- * query 16h + 8c + 2t + x of each 32 at column 16h + 4t + 2c + x. dS is
- * stored [query][key] with the keys of each 16 in the order bwd90_key_at
- * gives (so a thread stores 4 bytes at once), and K^T's keys alike. Tiles: K, V, K^T
- * and Q, dO as 128-byte rows (128-byte swizzle), Q^T with dO^T as one TMA
+ * query 16h + 8c + 2t + x of each 32 at column 16h + 4t + 2c + x
+ * (bwd90_row_at). dS is stored [query][key] with the keys of each 16 in
+ * that same order (so a thread stores 4 bytes at once), and K^T's keys
+ * alike. Tiles: K, V, K^T and Q, dO as 128-byte rows (128-byte swizzle), Q^T with dO^T as one TMA
  * box of 256 rows of 64 bytes (64-byte swizzle). P and dS are FP8 values
  * there (P's rounding, dS's value R(ds a)), so nothing rounds twice. */
 #if defined(ATTN_BWD_FP8_MMA)
@@ -151,10 +151,13 @@ constexpr bool bwd90_q_e4 = ATTN_BWD_Q8 == 1, bwd90_kv_e4 = ATTN_BWD_KV8 == 1,
 static_assert(!bwd90_split_d && !bwd90_wide && bwd90_dqk == 128 && bwd90_dv == 128 &&
                   attn_p_round != 0 && ATTN_BWD_DS8 != 0,
               "the FP8 tensor-core mode: head dims 128, P and dS in FP8");
-/* The key at position kp of a row of dS and of K^T: in each 16, keys g,
- * g + 1, g + 8, g + 9 (g even) at 4 (g / 2).. (the two key rows of a
- * quad pair, bwd_sm90's dS stores). */
-static __device__ __forceinline__ constexpr int bwd90_key_at(int kp) {
+/* The row (query or key) at position kp of a transposed FP8 row, the one
+ * order the mode's operands share: in each 16, rows g, g + 1, g + 8, g + 9
+ * (g even) at 4 (g / 2).. That is the accumulators' column order (query
+ * 16h + 8c + 2t + x at position 16h + 4t + 2c + x: Q^T's and dO^T's
+ * queries) and the key rows a quad pair holds (dS's keys and K^T's,
+ * bwd_sm90's dS stores). */
+static __device__ __forceinline__ constexpr int bwd90_row_at(int kp) {
   return (kp & ~15) + 8 * ((kp >> 1) & 1) + 2 * ((kp >> 2) & 3) + (kp & 1);
 }
 /* P times its scale s_p straight from exp2 (the delta step subtracts
@@ -363,13 +366,6 @@ template <int N> struct bwd90_int {
   static constexpr int value = N;
 };
 
-/* Four f32 as four FP8 bytes (common.cuh's attn_fp8x4: satfinite, the
- * reference's rounding, exact for FP8 values). */
-template <bool E4M3>
-[[maybe_unused]] static __device__ __forceinline__ unsigned bwd90_pack8(float x0, float x1,
-                                                                        float x2, float x3) {
-  return attn_fp8x4<E4M3>(x0, x1, x2, x3);
-}
 
 /* d += A B over a 64-query step pair in FP8 (A: two 32-query fragments
  * from registers; B at db, k-major, 32 bytes a step): one commit group. */
@@ -1366,11 +1362,11 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
               const int e = 16 * kb + 8 * h2 + 2 * r;
-              /* (pack8's satfinite conversion is P's rounding itself:
+              /* (attn_fp8x4's satfinite conversion is P's rounding itself:
                * bwd80_pd's would round first to the same value; P is
                * already scaled, bwd90_p_fold) */
               auto pd8 = [&](int x) { return split ? dropped(s[x], x) : s[x]; };
-              pa8[kb][2 * h2 + r] = bwd90_pack8<bwd90_p_e4>(pd8(e), pd8(e + 1), pd8(e + 4), pd8(e + 5));
+              pa8[kb][2 * h2 + r] = attn_fp8x4<bwd90_p_e4>(pd8(e), pd8(e + 1), pd8(e + 4), pd8(e + 5));
             }
       } else {
 #pragma unroll
@@ -1436,7 +1432,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
          * g ^ 1 trade halves (one shuffle a pair of words), so that each
          * holds, for two of the queries (even lanes the even ones), keys
          * g, g + 1, g + 8, g + 9 of its 16 (g even, as they lie in a row:
-         * transpose8 orders K^T's keys alike, bwd90_key_at), stored as
+         * transpose8 orders K^T's keys alike, bwd90_row_at), stored as
          * one word in the 128-byte swizzle's chunk: rows 2t4 + odd (+ 8),
          * 32 banks, no conflict. (Byte stores took 32 stores and about
          * 100 instructions a thread a tile.) */
@@ -1452,9 +1448,9 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
 #pragma unroll
           for (int h2 = 0; h2 < 2; ++h2) {
             const int e = 16 * kb + 8 * h2;
-            const unsigned w0 = bwd90_pack8<bwd90_ds_e4>(dp[e], dp[e + 1], dp[e + 4], dp[e + 5]);
+            const unsigned w0 = attn_fp8x4<bwd90_ds_e4>(dp[e], dp[e + 1], dp[e + 4], dp[e + 5]);
             const unsigned w1 =
-                bwd90_pack8<bwd90_ds_e4>(dp[e + 2], dp[e + 3], dp[e + 6], dp[e + 7]);
+                attn_fp8x4<bwd90_ds_e4>(dp[e + 2], dp[e + 3], dp[e + 6], dp[e + 7]);
             ra8[kb][2 * h2] = w0;
             ra8[kb][2 * h2 + 1] = w1;
             const unsigned keep = __byte_perm(w0, w1, sel_keep);
@@ -1606,8 +1602,8 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
  * accumulators' order (query 16h + 8c + 2t + x at column 16h + 4t + 2c +
  * x, bwd90_f8's comment); a CTA of the second, 128 keys of (b, hk) for hk
  * < Hk: K^T into ATTN_BWD_TKT, [B, Hk, 128, Skv rounded up to 128], each
- * 16 keys in bwd90_key_at's order. Rows past Sq or Skv are zeros (FP8 bytes past them would be
- * garbage, and 0 times a NaN byte is NaN). */
+ * 16 keys in the same order (bwd90_row_at). Rows past Sq or Skv are zeros
+ * (FP8 bytes past them would be garbage, and 0 times a NaN byte is NaN). */
 __device__ __forceinline__ void attn_bwd_sm90_transpose8(const attn_params &p) {
   __shared__ __align__(16) unsigned char t8[2][128][128 + 16]; /* [tensor][row][byte] */
   const int tid = threadIdx.x, h = blockIdx.y, b = blockIdx.z;
@@ -1642,16 +1638,16 @@ __device__ __forceinline__ void attn_bwd_sm90_transpose8(const attn_params &p) {
   /* Thread (warp w, lane l): output rows d0 = 4l .. 4l + 3 (columns d0.. of
    * the tile: a warp reads whole 128-byte rows, no bank conflict), 16
    * output bytes each, positions 16 grp .. 16 grp + 15, position kp from
-   * tile row row_of(kp); 4 x 4 byte blocks transposed by byte permutes. */
+   * tile row bwd90_row_at(kp); 4 x 4 byte blocks transposed by byte permutes. */
   const int lane = tid & 31, warp = tid >> 5, d0 = 4 * lane;
-  auto gather = [&](unsigned char *out, long long out_stride, int src, int grp, auto row_of) {
+  auto gather = [&](unsigned char *out, long long out_stride, int src, int grp) {
     unsigned o[4][4]; /* [output row k][word u] */
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
       unsigned w[4];
 #pragma unroll
       for (int y = 0; y < 4; ++y)
-        w[y] = *(const unsigned *)&t8[src][row_of(16 * grp + 4 * u + y)][d0];
+        w[y] = *(const unsigned *)&t8[src][bwd90_row_at(16 * grp + 4 * u + y)][d0];
       const unsigned t0 = __byte_perm(w[0], w[1], 0x5140u), t1 = __byte_perm(w[0], w[1], 0x7362u);
       const unsigned t2 = __byte_perm(w[2], w[3], 0x5140u), t3 = __byte_perm(w[2], w[3], 0x7362u);
       o[0][u] = __byte_perm(t0, t2, 0x5410u);
@@ -1666,23 +1662,18 @@ __device__ __forceinline__ void attn_bwd_sm90_transpose8(const attn_params &p) {
   };
   if (!keys) {
     /* Warp w: tile src = w >> 2 (Q, then dO at output rows 128..), positions
-     * 16 (w & 3)..; position kp takes query (kp & 32) + 16h + 8c + 2t + x
-     * for kp % 32 = 16h + 4t + 2c + x. */
+     * 16 (w & 3).. of the 64 queries. */
     const attn_tensor_arg &o = p.t[ATTN_BWD_TQDT];
     const int src = warp >> 2;
     gather((unsigned char *)o.ptr + b * o.stride[0] + h * o.stride[1] +
                (long long)(128 * src + d0) * o.stride[2] + row0,
-           o.stride[2], src, warp & 3, [](int kp) {
-             const int m = kp & 31;
-             return (kp & 32) + (m & 16) + 8 * ((m >> 1) & 1) + 2 * ((m >> 2) & 3) + (m & 1);
-           });
+           o.stride[2], src, warp & 3);
   } else {
-    /* Warp w: K^T's positions 16 w.. of the tile's 128, each 16 keys in
-     * bwd90_key_at's order. */
+    /* Warp w: K^T's positions 16 w.. of the tile's 128 keys. */
     const attn_tensor_arg &o = p.t[ATTN_BWD_TKT];
     gather((unsigned char *)o.ptr + b * o.stride[0] + h * o.stride[1] +
                (long long)d0 * o.stride[2] + row0,
-           o.stride[2], 0, warp, [](int kp) { return bwd90_key_at(kp); });
+           o.stride[2], 0, warp);
   }
 }
 #endif
