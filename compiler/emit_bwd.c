@@ -346,6 +346,16 @@ static int block_amax_count(const BwdSpec *s, int which) {
   return n;
 }
 
+/* Whether every amax output of gradient `which` is amax(x) of the value
+ * itself, so that a zero value leaves each of them as it is (bwd80_ds
+ * then needs no test of dS against 0 in the FP8 mode). */
+static bool block_amax_bare(const BwdSpec *s, int which) {
+  const IrGradBlock *gb = s->g->grad;
+  for (int k = 0; gb && k < gb->namax && k < BWD_MAX_AMAX; k++)
+    if (gb->amax[k].of == which && gb->amax[k].value != gb->v[which].leaf) return false;
+  return true;
+}
+
 /* The FP8 backward's hooks (bwd_sm80.cuh declares them under
  * ATTN_BWD_FP8), after the template: the factors P V's gradient carries
  * (P's scale, o's, dO's descale), dS's and each gradient's values as the
@@ -420,10 +430,12 @@ void emit_bwd_body(StrBuf *out, const BwdSpec *s, MacroSet *ms, bool key, Arena 
                                               "ATTN_BWD_NAMAX_DV"};
     for (int w = 0; w < IR_GRAD_N; w++) macro_def(out, ms, a, nm[w], block_amax_count(s, w));
     if (s->fp8_mma) {
-      sb_puts(out, "/* bwd_sm90's FP8 tensor-core mode: dS's FP8 kind (1 e4m3, 2 e5m2)\n"
-                   " * and the slots of transpose8's Q^T with dO^T and K^T. */\n");
+      sb_puts(out, "/* bwd_sm90's FP8 tensor-core mode: dS's FP8 kind (1 e4m3, 2 e5m2),\n"
+                   " * whether dS's amax outputs are all amax(ds), and the slots of\n"
+                   " * transpose8's Q^T with dO^T and K^T. */\n");
       macro_def(out, ms, a, "ATTN_BWD_FP8_MMA", 1);
       macro_def(out, ms, a, "ATTN_BWD_DS8", store_kind(s->ds8) - 2);
+      macro_def(out, ms, a, "ATTN_BWD_AMAX_DS_BARE", block_amax_bare(s, IR_GRAD_DS));
       macro_def(out, ms, a, "ATTN_BWD_TQDT", sl->q16);
       macro_def(out, ms, a, "ATTN_BWD_TKT", sl->k16);
     }

@@ -217,7 +217,10 @@ static void plan_backward(GraphPlan *gp, const BwdSpec *b, Arena *a) {
    * also zeroes dQ's accumulator (absent in deterministic mode: the null
    * slot is the kernels' deterministic flag). */
   add_slice(p, "delta", PB_SLOT, sl->delta, 4, sb, pd(PD_H), pd(PD_SQ), pconst(2), PZ_NEVER);
-  add_slice(p, "dq_acc", PB_SLOT, sl->dqa, 4, sb, pd(PD_H), pd(PD_SQ), pconst(b->tile_qk),
+  /* (bwd_sm90's FP8 mode trades dQ's rows within each 8, bwd80_dq_row:
+   * whole 8-row groups.) */
+  add_slice(p, "dq_acc", PB_SLOT, sl->dqa, 4, sb, pd(PD_H),
+            b->fp8_mma ? (PlanDim){PD_SQ_PAD, 8} : pd(PD_SQ), pconst(b->tile_qk),
             PZ_NEVER)->deny = PLAN_IF_DET;
   /* GQA: dK/dV summed over a group's query heads, by f32 atomics (zeroed
    * first) or, deterministic, one slice per query head summed in head

@@ -176,6 +176,20 @@ static __device__ __forceinline__ bool bwd80_deterministic(const attn_params &p)
   return p.t[bwd80_tdqa].ptr == nullptr;
 }
 
+/* dQ's accumulator row of query row i. bwd_sm90's FP8 mode stores an odd
+ * row of each 8 four rows over (its 8-byte stores then hit 32 banks a
+ * half-warp without trading registers; bwd_sm90.cuh, store_dq): row i ^ 4
+ * for odd i, within the 8 rows, so the accumulator has Sq rounded up to 8
+ * rows (compiler/plan.c). The delta pass zeroes and the convert pass
+ * reads through it. */
+static __device__ __forceinline__ int bwd80_dq_row(int i) {
+#if defined(ATTN_BWD_FP8_MMA)
+  return i ^ ((i & 1) << 2);
+#else
+  return i;
+#endif
+}
+
 /* Row (b, h, 0) of a dense workspace slice [B, heads, rows, cols] (bound
  * by the runtime: launch.c, bind_slice) through its strides, so the
  * same code addresses a packed launch's view of it (below: batch stride
@@ -527,14 +541,24 @@ static __device__ __forceinline__ float bwd80_ds(float pe, float dpe, float delt
                                                  const attn_params &p) {
 #if defined(ATTN_BWD_FP8)
   const float ds = pe * (dpe * f - delta);
+#if defined(ATTN_BWD_FP8_MMA)
+  if constexpr (PACKED) {
+    /* The FP8 mode's dS value is dS times values fixed for the call
+     * (bwd_fp8_mma_refusal), 0 where dS is (its scale finite): no test.
+     * Its amax outputs skip only P's zeros (where dP - delta may not be
+     * finite); a zero dS elsewhere changes no amax(ds), so bare ones
+     * (ATTN_BWD_AMAX_DS_BARE) test P alone. One compare an element of
+     * ~21 (was two: H200 ncu, session 25). */
+    if constexpr (bwd80_namax_ds > 0)
+      if (ATTN_BWD_AMAX_DS_BARE ? pe != 0.f : pe != 0.f && ds != 0.f)
+        attn_bwd_amax_ds(ds, m, p);
+    return attn_bwd_ds_unrounded(ds, p);
+  }
+#endif
   const bool live = pe != 0.f && ds != 0.f;
   if constexpr (bwd80_namax_ds > 0)
     if (live)
       attn_bwd_amax_ds(ds, m, p);
-#if defined(ATTN_BWD_FP8_MMA)
-  if constexpr (PACKED)
-    return live ? attn_bwd_ds_unrounded(ds, p) : ds;
-#endif
   return live ? attn_bwd_ds_value(ds, p) : ds;
 #else
   (void)f, (void)m, (void)p;
@@ -705,7 +729,8 @@ __device__ __forceinline__ void attn_bwd_sm80_delta(const attn_params &p_in) {
       *(float2 *)(bwd80_slice_rows<float>(tdl, b, h) + 2 * (long long)i) = make_float2(acc, lse2);
     }
     if (!bwd80_deterministic(p)) {
-      float *dqa = bwd80_slice_rows<float>(p.t[bwd80_tdqa], b, h) + (long long)i * bwd80_dqk;
+      float *dqa =
+          bwd80_slice_rows<float>(p.t[bwd80_tdqa], b, h) + (long long)bwd80_dq_row(i) * bwd80_dqk;
       for (int d = rs.col; d < bwd80_dqk; d += rs.step) {
         ((float4 *)(dqa + d))[0] = make_float4(0.f, 0.f, 0.f, 0.f);
         ((float4 *)(dqa + d))[1] = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -1362,7 +1387,7 @@ __device__ __forceinline__ void attn_bwd_sm80_convert(const attn_params &p_in) {
     return; /* deterministic mode: dq is already stored */
   const attn_tensor_arg &to = p.t[bwd80_tdq >= 0 ? bwd80_tdq : 0];
   const float *acc =
-      bwd80_slice_rows<const float>(p.t[bwd80_tdqa], b, h) + (long long)i * bwd80_dqk;
+      bwd80_slice_rows<const float>(p.t[bwd80_tdqa], b, h) + (long long)bwd80_dq_row(i) * bwd80_dqk;
   const long long roff = b * to.stride[0] + h * to.stride[1] + (long long)i * to.stride[2];
   [[maybe_unused]] unsigned short *row = (unsigned short *)to.ptr + roff;
   BWD80_AMAX_ZERO(mdq); /* (the FP8 backward's dq: the grad block's values, type and amax) */

@@ -793,14 +793,28 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
       if (m >= 0) {
         /* Rows past Sq: {0, 0}, as Q and dO are zero there (TMA's fill):
          * their products are 0 whatever P is. */
-#pragma unroll
-        for (int r = 0; r < bwd90_bm / 32; ++r) {
-          const int row = bwd90_bm / 32 * lane + r, i = m * bwd90_bm + row;
-          const float2 v = i < p.Sq ? *(const float2 *)(deltag + 2 * i) : make_float2(0.f, 0.f);
-          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(
-                           sstats + (unsigned)((st * bwd90_bm + row) * 8)),
-                       "f"(v.x), "f"(v.y)
+        if constexpr (bwd90_f8) {
+          /* The FP8 mode's order, per pair of queries {lse, lse', delta,
+           * delta'} (stat_pair below): this lane's two rows. */
+          static_assert(!bwd90_f8 || bwd90_bm == 64, "two rows a lane");
+          const int i = m * bwd90_bm + 2 * lane;
+          const float2 v0 = i < p.Sq ? *(const float2 *)(deltag + 2 * i) : make_float2(0.f, 0.f);
+          const float2 v1 =
+              i + 1 < p.Sq ? *(const float2 *)(deltag + 2 * i + 2) : make_float2(0.f, 0.f);
+          asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(
+                           sstats + (unsigned)((st * bwd90_bm + 2 * lane) * 8)),
+                       "f"(v0.y), "f"(v1.y), "f"(v0.x), "f"(v1.x)
                        : "memory");
+        } else {
+#pragma unroll
+          for (int r = 0; r < bwd90_bm / 32; ++r) {
+            const int row = bwd90_bm / 32 * lane + r, i = m * bwd90_bm + row;
+            const float2 v = i < p.Sq ? *(const float2 *)(deltag + 2 * i) : make_float2(0.f, 0.f);
+            asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(
+                             sstats + (unsigned)((st * bwd90_bm + row) * 8)),
+                         "f"(v.x), "f"(v.y)
+                         : "memory");
+          }
         }
       }
       attn_mbar_arrive(bar_full(st));
@@ -970,20 +984,28 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
    * would hit the same banks (the swizzle maps their column pairs onto the
    * same chunks), so lanes of odd g store the block's other 16 columns
    * (fragment nb ^ 2) in the same instruction: one wavefront per 128
-   * bytes. Then the fence that makes the stores visible to TMA. */
+   * bytes. The FP8 mode instead stores row g of each 8 as row g ^ 4 when
+   * g is odd (bwd80_dq_row: the accumulator keeps that order, the convert
+   * pass reads it back), so the 16 lanes of a half-warp store rows 0, 5, 2,
+   * 7 (4, 1, 6, 3) of their 8, whose swizzles put every lane on banks of
+   * its own with its own fragment: no FSEL pair a register (32 a tile). Then
+   * the fence that makes the stores visible to TMA. */
   auto store_dq = [&](const float (&dq)[dq_cols / 2], unsigned buf, int col0) {
-    const int row = ww * 16 + g;
+    constexpr bool rows_traded = bwd90_f8;
     const bool odd = g & 1;
+    const int gl = rows_traded ? g ^ (odd ? 4 : 0) : g; /* the row's place in its 8 */
+    const int row = ww * 16 + gl;
 #pragma unroll
     for (int r = 0; r < 2; ++r)
 #pragma unroll
       for (int nb = 0; nb < dq_cols / 8; ++nb) {
-        const int nbs = odd ? nb ^ 2 : nb;
+        const bool swap = !rows_traded && odd;
+        const int nbs = swap ? nb ^ 2 : nb;
         const int col = col0 + nbs * 8 + 2 * t4;
         const unsigned at = buf + (unsigned)((col >> 5) * bwd90_box_rows * 128 + (row + 8 * r) * 128 +
-                                             ((((col & 31) >> 2) ^ g) << 4) + (col & 3) * 4);
-        const float x0 = odd ? dq[(nb ^ 2) * 4 + 2 * r] : dq[nb * 4 + 2 * r];
-        const float x1 = odd ? dq[(nb ^ 2) * 4 + 2 * r + 1] : dq[nb * 4 + 2 * r + 1];
+                                             ((((col & 31) >> 2) ^ gl) << 4) + (col & 3) * 4);
+        const float x0 = swap ? dq[(nb ^ 2) * 4 + 2 * r] : dq[nb * 4 + 2 * r];
+        const float x1 = swap ? dq[(nb ^ 2) * 4 + 2 * r + 1] : dq[nb * 4 + 2 * r + 1];
         asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(at), "f"(x0 * sc_dq),
                      "f"(x1 * sc_dq)
                      : "memory");
@@ -1188,6 +1210,15 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
 
     const unsigned sq = sq0 + st * bwd90_q_bytes, sdo = sdo0 + st * bwd90_do_bytes;
     const float2 *s_row = s_stats + st * bwd90_bm; /* {delta, lse log2 e} per query */
+    /* The FP8 mode keeps a stage's {delta, lse log2 e} per pair of queries
+     * as {lse, lse', delta, delta'} (the producer's stores), so that the
+     * two queries of a thread's column pair (il = qo + 8c + 2t4 + x, x = 0,
+     * 1) take one 8-byte load for both lse and one for both delta: 16
+     * loads a tile instead of 32. stat_pair(c, 0) is {lse, lse'}, (c, 1)
+     * {delta, delta'}. */
+    auto stat_pair = [&](int qo, int c, int which) -> float2 {
+      return s_row[2 * ((qo >> 1) + 4 * c + t4) + which];
+    };
     const int i0 = m * bwd90_bm;
     const int i_last = min(i0 + bwd90_bm, p.Sq) - 1;
     const bool full = cls == 2 && i0 + bwd90_bm <= p.Sq && j0 + bwd90_bn <= p.Skv;
@@ -1301,6 +1332,17 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
         if constexpr (masked)
           keep = cls != 2 ? bwd90_keep_bits<true>(b, h, i0 + qo, j0 + jl_row, t4, p)
                           : bwd90_keep_bits<false>(b, h, i0 + qo, j0 + jl_row, t4, p);
+        /* Query il's stats, il = qo + 8c + 2t4 + x (FP8 mode: column block
+         * c's pairs, stat_pair, loaded first). */
+#if defined(ATTN_BWD_FP8_MMA)
+        float2 lse2[bwd90_qn / 8], delta2[bwd90_qn / 8];
+#pragma unroll
+        for (int c = 0; c < bwd90_qn / 8; ++c) {
+          lse2[c] = stat_pair(qo, c, 0);
+          if constexpr (!split)
+            delta2[c] = stat_pair(qo, c, 1);
+        }
+#endif
 #pragma unroll
         for (int mq = 0; mq < bwd90_qn / 16; ++mq) {
 #pragma unroll
@@ -1308,7 +1350,8 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
 #pragma unroll
             for (int q = 0; q < 4; ++q) {
               const int r = (2 * mq + (q >> 1)) * 4 + 2 * (q & 1) + x;
-              const int il = qo + 16 * mq + 8 * (q >> 1) + 2 * t4 + x;
+              const int c = 2 * mq + (q >> 1); /* the column block: il = qo + 8c + 2t4 + x */
+              const int il = qo + 8 * c + 2 * t4 + x;
               const int i = i0 + il, j = j0 + jl_row + 8 * (q & 1);
               const float acc = s[r];
 #if defined(ATTN_BWD_FP8_MMA)
@@ -1317,20 +1360,21 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
               float xs = attn_bwd_score_log2(acc, b, h, i, j, p);
               if constexpr (masked)
                 xs = (keep >> r) & 1u ? xs : neg_inf;
-              const float2 row = s_row[il];
-              const float pe = attn_exp2(xs - row.y);
+              const float pe = attn_exp2(xs - (x ? lse2[c].y : lse2[c].x));
+              [[maybe_unused]] const float delta = split ? 0.f : x ? delta2[c].y : delta2[c].x;
 #else
               float xs = attn_score(acc, b, h, i, j, p);
               if constexpr (masked)
                 xs = (keep >> r) & 1u ? xs : neg_inf;
               const float2 row = s_row[il];
               const float pe = attn_exp2(xs * log2e - row.y);
+              [[maybe_unused]] const float delta = row.x;
 #endif
               if constexpr (split) {
                 s[r] = pe;
               } else {
                 const float dpe = dropped(dp[r], r), pd = dropped(pe, r);
-                const float ds = bwd80_ds<bwd90_f8>(pe, dpe, row.x, dp_factor, mds, p);
+                const float ds = bwd80_ds<bwd90_f8>(pe, dpe, delta, dp_factor, mds, p);
                 dp[r] = pe != 0.f ? draw_at(ds, acc, b, h, i, j) : 0.f;
                 s[r] = pd;
               }
@@ -1410,13 +1454,25 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
 #pragma unroll
         for (int r = 0; r < bwd90_qn / 2; ++r)
           attn_fence_reg(dp[r]);
+#if defined(ATTN_BWD_FP8_MMA)
+        float2 delta2[bwd90_qn / 8];
+#pragma unroll
+        for (int c = 0; c < bwd90_qn / 8; ++c)
+          delta2[c] = stat_pair(qo, c, 1);
+#endif
 #pragma unroll
         for (int r = 0; r < bwd90_qn / 2; ++r) {
-          /* Fragment r >> 2, element r & 3 (as in pass 1). */
-          const int il = qo + 16 * (r >> 3) + 8 * ((r >> 2) & 1) + 2 * t4 + (r & 1);
+          /* Fragment r >> 2, element r & 3 (as in pass 1): column block c. */
+          const int c = 2 * (r >> 3) + ((r >> 2) & 1);
+          const int il = qo + 8 * c + 2 * t4 + (r & 1);
+#if defined(ATTN_BWD_FP8_MMA)
+          const float delta = r & 1 ? delta2[c].y : delta2[c].x;
+#else
+          const float delta = s_row[il].x;
+#endif
           const int i = i0 + il, j = j0 + jl_row + 8 * ((r >> 1) & 1);
           const float pe = s[r];
-          const float ds = bwd80_ds<bwd90_f8>(pe, dropped(dp[r], r), s_row[il].x, dp_factor, mds, p);
+          const float ds = bwd80_ds<bwd90_f8>(pe, dropped(dp[r], r), delta, dp_factor, mds, p);
           dp[r] = !guard || pe != 0.f ? draw_at(ds, 0.f, b, h, i, j) : 0.f;
         }
       }

@@ -159,10 +159,12 @@ static __device__ __forceinline__ float attn_p_scale(int b, int h, const attn_pa
 #define ATTN_BWD_NAMAX_DQ 1
 #define ATTN_BWD_NAMAX_DK 1
 #define ATTN_BWD_NAMAX_DV 1
-/* bwd_sm90's FP8 tensor-core mode: dS's FP8 kind (1 e4m3, 2 e5m2)
- * and the slots of transpose8's Q^T with dO^T and K^T. */
+/* bwd_sm90's FP8 tensor-core mode: dS's FP8 kind (1 e4m3, 2 e5m2),
+ * whether dS's amax outputs are all amax(ds), and the slots of
+ * transpose8's Q^T with dO^T and K^T. */
 #define ATTN_BWD_FP8_MMA 1
 #define ATTN_BWD_DS8 2
+#define ATTN_BWD_AMAX_DS_BARE 1
 #define ATTN_BWD_TQDT 14
 #define ATTN_BWD_TKT 15
 #define ATTN_BWD_SPLIT_D 0
@@ -397,6 +399,7 @@ extern "C" __global__ void __launch_bounds__(32) attn_fp8_train_bwd_amax_init(co
 #undef ATTN_BWD_NAMAX_DV
 #undef ATTN_BWD_FP8_MMA
 #undef ATTN_BWD_DS8
+#undef ATTN_BWD_AMAX_DS_BARE
 #undef ATTN_BWD_TQDT
 #undef ATTN_BWD_TKT
 #undef ATTN_BWD_SPLIT_D
