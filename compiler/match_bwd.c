@@ -206,6 +206,15 @@ const char *bwd_fp8_mma_refusal(const BwdSpec *s, DType *ds8) {
   const IrNode *inner = bwd_ds_split(s, outer, over, &n);
   if (!inner || inner->op != IR_CAST || !dtype_is_fp8(inner->type))
     return "it takes dS's value as an FP8 rounding, times or over values fixed for the call";
+  /* ... of dS itself times or over such values, so the rounding's
+   * argument is a dS, 0 where dS is (bwd80_ds: no test per element, and
+   * a folded into dP's factor and delta). */
+  const IrNode *arg = inner->src[0];
+  while ((arg->op == IR_MUL && (arg->src[0]->dom == 0 || arg->src[1]->dom == 0)) ||
+         (arg->op == IR_DIV && arg->src[1]->dom == 0))
+    arg = arg->op == IR_MUL && arg->src[0]->dom == 0 ? arg->src[1] : arg->src[0];
+  if (arg != s->g->grad->v[IR_GRAD_DS].leaf)
+    return "it takes dS's value as an FP8 rounding of dS times or over values fixed for the call";
   *ds8 = inner->type;
   return NULL;
 }

@@ -127,12 +127,37 @@ BWD80_AMAX_DECL(dq)
 BWD80_AMAX_DECL(dk)
 BWD80_AMAX_DECL(dv)
 #undef BWD80_AMAX_DECL
+#if defined(ATTN_BWD_FP8_MMA)
+/* bwd_sm90's FP8 mode: dS's value is R(a dS) b, a and b fixed for the call
+ * (bwd_fp8_mma_refusal). Where no amax output needs dS itself (every amax
+ * of dS is amax(ds), or there is none), a is folded into dP's factor and
+ * delta (the delta pass), so the kernel computes a dS directly: one
+ * multiply an element less (bwd80_ds), the amax outputs over |a dS| divided
+ * by |a| once before their commit (bwd80_amax_unscale). a is taken nonzero
+ * and finite (docs/language.md). */
+constexpr bool bwd80_ds_fold = ATTN_BWD_NAMAX_DS == 0 || ATTN_BWD_AMAX_DS_BARE;
+static __device__ __forceinline__ float bwd80_ds_fold_factor(const attn_params &p) {
+  if constexpr (bwd80_ds_fold)
+    return attn_bwd_ds_unrounded(1.f, p);
+  else
+    return 1.f;
+}
+#else
+constexpr bool bwd80_ds_fold = false;
+[[maybe_unused]] static __device__ __forceinline__ float bwd80_ds_fold_factor(const attn_params &) {
+  return 1.f;
+}
+#endif
 #else
 constexpr bool bwd80_fp8 = false;
 enum : int {
   bwd80_namax_do = 0, bwd80_namax_ds = 0, bwd80_namax_dq = 0, bwd80_namax_dk = 0,
   bwd80_namax_dv = 0
 };
+constexpr bool bwd80_ds_fold = false;
+[[maybe_unused]] static __device__ __forceinline__ float bwd80_ds_fold_factor(const attn_params &) {
+  return 1.f;
+}
 #endif
 /* The gradients' running maxima (per thread) start at 0 (unused but in
  * the FP8 backward). */
@@ -548,11 +573,12 @@ static __device__ __forceinline__ float bwd80_ds(float pe, float dpe, float delt
      * Its amax outputs skip only P's zeros (where dP - delta may not be
      * finite); a zero dS elsewhere changes no amax(ds), so bare ones
      * (ATTN_BWD_AMAX_DS_BARE) test P alone. One compare an element of
-     * ~21 (was two: H200 ncu, session 25). */
+     * ~21 (was two: H200 ncu, session 25). With bwd80_ds_fold, f and delta
+     * carry dS's scale a: ds is a dS already. */
     if constexpr (bwd80_namax_ds > 0)
       if (ATTN_BWD_AMAX_DS_BARE ? pe != 0.f : pe != 0.f && ds != 0.f)
         attn_bwd_amax_ds(ds, m, p);
-    return attn_bwd_ds_unrounded(ds, p);
+    return bwd80_ds_fold ? ds : attn_bwd_ds_unrounded(ds, p);
   }
 #endif
   const bool live = pe != 0.f && ds != 0.f;
@@ -586,6 +612,16 @@ static __device__ __forceinline__ float bwd80_pd(float x, float p_scale) {
   bits = __reduce_max_sync(active, bits);
   if ((threadIdx.x & 31) == __ffs(active) - 1 && bits != 0u)
     attn_amax_atomic((unsigned *)p.t[slot].ptr, bits);
+}
+
+/* The first N running maxima (attn_amax_fold's bits of |x|) over |a|: an
+ * amax of a x back to one of x (bwd80_ds_fold). NaN stays NaN. */
+template <int N>
+[[maybe_unused]] static __device__ __forceinline__ void bwd80_amax_unscale(
+    unsigned (&m)[BWD80_AMAX_MAX], float a) {
+#pragma unroll
+  for (int k = 0; k < N; ++k)
+    m[k] = __float_as_uint(__uint_as_float(m[k]) / fabsf(a));
 }
 
 #if defined(ATTN_BWD_FP8)
@@ -708,7 +744,7 @@ __device__ __forceinline__ void attn_bwd_sm80_delta(const attn_params &p_in) {
    * element, and dS as (s_p P)(dP f / s_p - delta / s_p): delta here over
    * s_p, f in the main kernel (bwd90_p_fold). */
   const float p_fold = attn_p_scale_value(b, h, p);
-  acc /= p_fold;
+  acc = acc / p_fold * bwd80_ds_fold_factor(p); /* (and dS's scale: bwd80_ds_fold) */
 #endif
   if constexpr (bwd80_namax_do > 0)
     attn_bwd_amax_commit_do(mdo, p);

@@ -1187,7 +1187,8 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
      * The FP8 mode's P is already P times its scale (bwd90_p_fold): its dP
      * factor is over the scale, and P's operand takes 1. */
     const float p_scale_bh = attn_p_scale_value(b, h, p);
-    const float dp_factor = bwd80_factors_at(b, h, p).dp / (bwd90_p_fold ? p_scale_bh : 1.f);
+    const float dp_factor = bwd80_factors_at(b, h, p).dp / (bwd90_p_fold ? p_scale_bh : 1.f) *
+                            bwd80_ds_fold_factor(p); /* (and dS's scale: bwd80_ds_fold) */
     const float p_scale = bwd90_p_fold ? 1.f : p_scale_bh;
     if constexpr (bwd90_items)
       cls &= 3;
@@ -1644,8 +1645,11 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
   if constexpr (!bwd90_items)
     finish_item();
 #if defined(ATTN_BWD_FP8)
-  if constexpr (bwd80_namax_ds > 0)
+  if constexpr (bwd80_namax_ds > 0) {
+    if constexpr (bwd80_ds_fold) /* maxima of |a dS| */
+      bwd80_amax_unscale<bwd80_namax_ds>(mds, bwd80_ds_fold_factor(p));
     attn_bwd_amax_commit_ds(mds, p);
+  }
 #endif
 }
 

@@ -407,6 +407,10 @@ Test(grad_block, fp8_tensor_core_mode_refusals) {
       {"e5m2;", "bf16;", "FP8 q, k, v and dO"},
       {"e4m3(p * scale_s)", "(p * scale_s)", "P rounded to FP8"},
       {"e5m2(ds * scale_dp) / scale_dp", "bf16(ds * scale_dp) / scale_dp", "an FP8 rounding"},
+      /* (the rounding's argument must be dS times or over fixed values:
+       * the mode scales every element, zeros included, and folds the scale) */
+      {"e5m2(ds * scale_dp) / scale_dp", "e5m2(ds * ds * scale_dp) / scale_dp", "rounding of dS"},
+      {"e5m2(ds * scale_dp) / scale_dp", "e5m2(ds * scale_dp + 1.0) / scale_dp", "rounding of dS"},
       {"mask(s, j <= i)", "mask(tanh(s), j <= i)", "only masks dS"},
   };
   for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
