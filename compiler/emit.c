@@ -95,6 +95,23 @@ static void emit_score(StrBuf *out, const KernelSpec *s, const bool *ctx, Arena 
                "int j, const attn_params &p) {\n"
                "  return attn_score_bh(acc, attn_bh_load(b, h, p), b, h, i, j, p);\n}\n\n");
   sb_free(&init);
+
+  /* The chain as the q.k product times a factor fixed per (b, h), when it
+   * is one: fwd_sm90 folds the factor into its exp2 (fwd90_fold). */
+  IrNode *factor = NULL, *sc = s->score;
+  bool scaled = sc->op == IR_QK;
+  for (int k = 0; k < 2 && !scaled && sc->op == IR_MUL; k++)
+    if (sc->src[k]->op == IR_QK && sc->src[1 - k]->type == DT_F32 &&
+        (sc->src[1 - k]->dom & (DOM_I | DOM_J)) == 0)
+      factor = sc->src[1 - k], scaled = true;
+  ExprHook fk;
+  expr_init(&fk, a, g, DOM_B | DOM_H);
+  for (int id = 0; id < g->nnodes; id++)
+    if (ctx[id]) fk.vars[id] = arena_printf(a, "c.v%d", id);
+  sb_printf(out, "/* Whether attn_score_bh is the q.k product times attn_score_factor. */\n"
+                 "constexpr bool attn_score_scaled_qk = %s;\n\n", scaled ? "true" : "false");
+  expr_put_fn(out, &fk, "float attn_score_factor(const attn_bh &c, int b, int h, const attn_params &p)",
+              factor ? expr_as(&fk, factor, DT_F32) : "1.f");
 }
 
 /* The softmax's sink for (b, h), when it has one (hooks.cuh, ATTN_SINK). */

@@ -161,6 +161,11 @@ static_assert(attn_fwd_sm90_smem_bytes <= 227 * 1024, "tiles exceed shared memor
 
 /* The S tile per thread: BN/8 fragments of 4; O: DV/8 fragments of 4. */
 constexpr int fwd90_s_regs = fwd90_bn / 2;
+/* A score that is the q.k product times a factor per (b, h)
+ * (attn_score_scaled_qk: most graphs, `(q @ k^T) * scale` under masks)
+ * is not scored per element: the factor goes into the softmax's exp2
+ * (attn_softmax_tile_qk), one multiply an element less. */
+constexpr bool fwd90_fold = attn_score_scaled_qk;
 constexpr int fwd90_o_regs = fwd90_dv / 2;
 
 /* The hooks: templates/hooks.cuh, pasted before this text. */
@@ -376,12 +381,13 @@ static __device__ __forceinline__ void fwd90_score_tile(float (&s)[fwd90_s_regs]
   }
 }
 
-/* Makes the elements of an S tile failing TEST -inf. */
+/* Makes the elements of an S tile failing TEST `fill`: -inf, or with
+ * fwd90_fold and a negative factor +inf (the tile then holds q.k itself). */
 template <int TEST>
 static __device__ __forceinline__ void fwd90_mask(float (&s)[fwd90_s_regs], const attn_bh &c, int b,
                                                   int h, int i_row, int j_col,
-                                                  unsigned long long bits, const attn_params &p) {
-  const float neg_inf = __int_as_float(0xff800000);
+                                                  unsigned long long bits, float fill,
+                                                  const attn_params &p) {
 #pragma unroll
   for (int nb = 0; nb < fwd90_bn / 8; ++nb) {
 #pragma unroll
@@ -393,7 +399,7 @@ static __device__ __forceinline__ void fwd90_mask(float (&s)[fwd90_s_regs], cons
         keep = (bits >> (nb * 4 + e)) & 1ull;
       else
         keep = attn_keep_in_bh<true>(c, b, h, i, j, p);
-      s[nb * 4 + e] = keep ? s[nb * 4 + e] : neg_inf;
+      s[nb * 4 + e] = keep ? s[nb * 4 + e] : fill;
     }
   }
 }
@@ -964,6 +970,18 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
     const int i_row = i0 + 64 * wg + 16 * ww + g;
     const attn_bh bhc = attn_bh_load(b, h, p); /* once per work tile */
     const float p_sc = attn_p_scale_value(b, h, p); /* P's scale before P V */
+    /* fwd90_fold: the score's factor c (0 taken as the smallest normal
+     * number, attn_softmax_tile_qk), c log2 e, and the masked elements'
+     * fill (+inf where c < 0, so that neither extreme sees them). */
+    float sc = 1.f, sc_log2 = 1.4426950408889634f, fill = neg_inf;
+    bool sc_neg = false;
+    if constexpr (fwd90_fold) {
+      sc = attn_score_factor(bhc, b, h, p);
+      sc = sc == 0.f ? 1.17549435e-38f : sc;
+      sc_log2 = sc * 1.4426950408889634f;
+      sc_neg = sc < 0.f;
+      fill = sc_neg ? -neg_inf : neg_inf;
+    }
     const bool row_edge = i0 + fwd90_bm > p.Sq;
 #if defined(ATTN_DROPOUT)
     const attn_dropout_t drop_t = attn_dropout_params(p);
@@ -1049,19 +1067,25 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
        * edge take the mask's test too (exact there, and one tested copy
        * in the kernel). */
       const int jc = j0 + 2 * t4;
-      fwd90_score_tile(s, bhc, b, h, i_row, jc, p);
+      if constexpr (!fwd90_fold)
+        fwd90_score_tile(s, bhc, b, h, i_row, jc, p);
       if (cls != 2 || edge) {
         if constexpr (attn_keep_reads)
-          fwd90_mask<FWD90_BITS>(s, bhc, b, h, i_row, jc, keep, p);
+          fwd90_mask<FWD90_BITS>(s, bhc, b, h, i_row, jc, keep, fill, p);
         else
-          fwd90_mask<FWD90_KEEP>(s, bhc, b, h, i_row, jc, 0, p);
+          fwd90_mask<FWD90_KEEP>(s, bhc, b, h, i_row, jc, 0, fill, p);
       }
 
       /* Online softmax of rows g (r = 0) and g + 8 (r = 1), overlapping
        * the previous tile's P V. */
       float alpha[2];
-      attn_softmax_tile<fwd90_bn / 8, attn_p_round != 0>([&](int nb, int k) -> float & { return s[nb * 4 + k]; },
-                                      row_max, row_sum, [&](int r, float a) { alpha[r] = a; });
+      auto s_frag = [&](int nb, int k) -> float & { return s[nb * 4 + k]; };
+      auto on_row = [&](int r, float a) { alpha[r] = a; };
+      if constexpr (fwd90_fold)
+        attn_softmax_tile_qk<fwd90_bn / 8, attn_p_round != 0>(s_frag, row_max, row_sum, sc,
+                                                               sc_log2, sc_neg, on_row);
+      else
+        attn_softmax_tile<fwd90_bn / 8, attn_p_round != 0>(s_frag, row_max, row_sum, on_row);
 #if defined(ATTN_DROPOUT)
       /* After the row sums: dropout changes what P V adds, not the
        * normalizer. Masked elements are 0 whatever the factor.

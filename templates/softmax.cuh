@@ -62,6 +62,72 @@ static __device__ __forceinline__ void attn_softmax_tile(Frag frag, float (&row_
   }
 }
 
+/* attn_softmax_tile for a score that is the q.k product `acc` times a
+ * factor c fixed per work tile (hooks: attn_score_scaled_qk), c folded into
+ * the exponentials' fma: the tile holds acc itself (masked elements at
+ * `fill`: -inf, or +inf where c < 0), its rows' extreme is taken over acc
+ * (the maximum, or where c < 0 the minimum: max_j c acc_j is c times it,
+ * rounding being monotone), and each exponential is exp2(acc c log2 e -
+ * base): one multiply an element less than scoring the tile first (FA's
+ * softmax_scale_log2), values equal up to the rounding of c log2 e. c must
+ * not be 0 (the caller passes the smallest normal number instead: every
+ * exponential of a finite acc is then 1 to f32 precision, as at c = 0). */
+template <int N, bool SNAP = false, typename Frag, typename OnRow>
+static __device__ __forceinline__ void attn_softmax_tile_qk(Frag frag, float (&row_max)[2],
+                                                            float (&row_sum)[2], float c,
+                                                            float c_log2, bool neg,
+                                                            OnRow on_row) {
+  const float neg_inf = __int_as_float(0xff800000), pos_inf = __int_as_float(0x7f800000);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    /* The tile's extreme acc of the row, in one of two loops (the choice
+     * is uniform: no select per element). */
+    float ext;
+    if (neg) {
+      ext = pos_inf;
+#pragma unroll
+      for (int n = 0; n < N; ++n)
+        ext = fminf(ext, fminf(frag(n, 2 * r), frag(n, 2 * r + 1)));
+      ext = fminf(ext, __shfl_xor_sync(0xffffffffu, ext, 1));
+      ext = fminf(ext, __shfl_xor_sync(0xffffffffu, ext, 2));
+    } else {
+      ext = neg_inf;
+#pragma unroll
+      for (int n = 0; n < N; ++n)
+        ext = fmaxf(ext, fmaxf(frag(n, 2 * r), frag(n, 2 * r + 1)));
+      ext = fmaxf(ext, __shfl_xor_sync(0xffffffffu, ext, 1));
+      ext = fmaxf(ext, __shfl_xor_sync(0xffffffffu, ext, 2));
+    }
+    /* The tile's max score (natural-log units); -inf where every element
+     * is masked (ext is the fill). */
+    const float tile_mx = ext == (neg ? pos_inf : neg_inf) ? neg_inf : c * ext;
+    float base, alpha;
+    if constexpr (SNAP) {
+      const float old_b = row_max[r] == neg_inf ? neg_inf : rintf(row_max[r] * 1.4426950408889634f);
+      const float new_b =
+          fmaxf(old_b, tile_mx == neg_inf ? neg_inf : ceilf(tile_mx * 1.4426950408889634f));
+      base = new_b == neg_inf ? 0.f : new_b;
+      alpha = attn_exp2(old_b - base);
+      row_max[r] = new_b == neg_inf ? neg_inf : new_b * 0.6931471805599453f;
+    } else {
+      const float mx = fmaxf(row_max[r], tile_mx);
+      base = mx == neg_inf ? 0.f : mx * 1.4426950408889634f;
+      alpha = attn_exp2(row_max[r] * 1.4426950408889634f - base);
+      row_max[r] = mx;
+    }
+    float sum = 0.f;
+#pragma unroll
+    for (int n = 0; n < N; ++n) {
+      float &x0 = frag(n, 2 * r), &x1 = frag(n, 2 * r + 1);
+      x0 = attn_exp2(fmaf(x0, c_log2, -base));
+      x1 = attn_exp2(fmaf(x1, c_log2, -base));
+      sum += x0 + x1;
+    }
+    row_sum[r] = row_sum[r] * alpha + sum;
+    on_row(r, alpha);
+  }
+}
+
 /* The row's normalizer: this lane's partial sum added over its quad. */
 static __device__ __forceinline__ float attn_softmax_total(float partial) {
   partial += __shfl_xor_sync(0xffffffffu, partial, 1);

@@ -57,6 +57,13 @@ static __device__ __forceinline__ float attn_score(float acc, int b, int h, int 
   return attn_score_bh(acc, attn_bh_load(b, h, p), b, h, i, j, p);
 }
 
+/* Whether attn_score_bh is the q.k product times attn_score_factor. */
+constexpr bool attn_score_scaled_qk = true;
+
+static __device__ __forceinline__ float attn_score_factor(const attn_bh &c, int b, int h, const attn_params &p) {
+  return p.s[0].f;
+}
+
 /* Separable mask conjuncts (compiler/emit_sep.c): ranges of each side
  * over SEP_CELL = 16-element cells, as sparse tables in p.mask_ranges,
  * written by the graph's prep kernel before the forward or backward. */

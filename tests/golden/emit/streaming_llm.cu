@@ -57,6 +57,13 @@ static __device__ __forceinline__ float attn_score(float acc, int b, int h, int 
   return attn_score_bh(acc, attn_bh_load(b, h, p), b, h, i, j, p);
 }
 
+/* Whether attn_score_bh is the q.k product times attn_score_factor. */
+constexpr bool attn_score_scaled_qk = true;
+
+static __device__ __forceinline__ float attn_score_factor(const attn_bh &c, int b, int h, const attn_params &p) {
+  return p.s[0].f;
+}
+
 /* The top-level masks, element by element: true keeps the score. */
 static __device__ __forceinline__ bool attn_keep_bh(const attn_bh &c, int b, int h, int i, int j, const attn_params &p) {
   const int t8 = attn_iadd(i, p.dim[3]);
