@@ -166,6 +166,16 @@ constexpr int fwd90_s_regs = fwd90_bn / 2;
  * is not scored per element: the factor goes into the softmax's exp2
  * (attn_softmax_tile_qk), one multiply an element less. */
 constexpr bool fwd90_fold = attn_score_scaled_qk;
+/* Rows keep a stale maximum until a tile's is 2^8 above it
+ * (attn_softmax_tile's STALE), where P is neither rounded nor scaled
+ * before P V, and in f16 not by dropout either (P up to 2^8 times a
+ * factor could pass f16's 65504; bf16's range takes any). */
+#if defined(ATTN_DROPOUT)
+constexpr bool fwd90_stale_drop_ok = fwd90_in_bf16;
+#else
+constexpr bool fwd90_stale_drop_ok = true;
+#endif
+constexpr bool fwd90_stale = attn_p_round == 0 && attn_p_mod == 0 && fwd90_stale_drop_ok;
 constexpr int fwd90_o_regs = fwd90_dv / 2;
 
 /* The hooks: templates/hooks.cuh, pasted before this text. */
@@ -1082,10 +1092,11 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       auto s_frag = [&](int nb, int k) -> float & { return s[nb * 4 + k]; };
       auto on_row = [&](int r, float a) { alpha[r] = a; };
       if constexpr (fwd90_fold)
-        attn_softmax_tile_qk<fwd90_bn / 8, attn_p_round != 0>(s_frag, row_max, row_sum, sc,
-                                                               sc_log2, sc_neg, on_row);
+        attn_softmax_tile_qk<fwd90_bn / 8, attn_p_round != 0, fwd90_stale>(
+            s_frag, row_max, row_sum, sc, sc_log2, sc_neg, on_row);
       else
-        attn_softmax_tile<fwd90_bn / 8, attn_p_round != 0>(s_frag, row_max, row_sum, on_row);
+        attn_softmax_tile<fwd90_bn / 8, attn_p_round != 0, fwd90_stale>(s_frag, row_max, row_sum,
+                                                                        on_row);
 #if defined(ATTN_DROPOUT)
       /* After the row sums: dropout changes what P V adds, not the
        * normalizer. Masked elements are 0 whatever the factor.
@@ -1133,12 +1144,18 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
           asm volatile("" : "+r"(pa[kk][e])::"memory");
       if (it > 0)
         attn_mbar_arrive(bar_empty_v(pst)); /* its V may be refilled */
+      /* O's rescale, skipped where every row of the warp keeps its
+       * maximum (alpha exactly 1: a multiply by 1 changes nothing). With
+       * fwd90_stale that is most tiles; with SNAP's integer maxima most
+       * tiles past the first few. */
+      if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
-      for (int nb = 0; nb < fwd90_dv / 8; ++nb) {
-        o[nb * 4 + 0] *= alpha[0];
-        o[nb * 4 + 1] *= alpha[0];
-        o[nb * 4 + 2] *= alpha[1];
-        o[nb * 4 + 3] *= alpha[1];
+        for (int nb = 0; nb < fwd90_dv / 8; ++nb) {
+          o[nb * 4 + 0] *= alpha[0];
+          o[nb * 4 + 1] *= alpha[0];
+          o[nb * 4 + 2] *= alpha[1];
+          o[nb * 4 + 3] *= alpha[1];
+        }
       }
       if constexpr (fwd90_p8) {
         /* P for the next round, in FP8: 32-key step kb holds fragments

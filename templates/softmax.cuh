@@ -24,19 +24,40 @@
  * log2 e) (row_max holds it times ln 2), so every rescaling is a power of
  * two and P's roundings are the CPU reference's (reference/interp.c,
  * ref_eval_p_round). */
-template <int N, bool SNAP = false, typename Frag, typename OnRow>
+/* STALE (without SNAP; fwd_sm90): a row keeps its maximum until a tile's
+ * is more than attn_stale_log2 (base-2 units) above it, so that most tiles
+ * rescale nothing (alpha exactly 1: the caller skips the rescale where a
+ * whole warp's rows have alpha 1). The exponentials are then up to
+ * 2^attn_stale_log2 instead of 1, which the f32 sums and the 16-bit P of
+ * P V hold with the same relative precision (FA4's conditional
+ * rescaling). */
+constexpr float attn_stale_log2 = 8.f;
+template <bool STALE>
+static __device__ __forceinline__ float attn_row_max_next(float old_mx, float tile_mx) {
+  const float mx = fmaxf(old_mx, tile_mx);
+  if constexpr (STALE) {
+    const float log2e = 1.4426950408889634f;
+    return old_mx != __int_as_float(0xff800000) && mx * log2e <= old_mx * log2e + attn_stale_log2
+               ? old_mx
+               : mx;
+  }
+  return mx;
+}
+template <int N, bool SNAP = false, bool STALE = false, typename Frag, typename OnRow>
 static __device__ __forceinline__ void attn_softmax_tile(Frag frag, float (&row_max)[2],
                                                          float (&row_sum)[2], OnRow on_row) {
   const float neg_inf = __int_as_float(0xff800000);
   const float log2e = 1.4426950408889634f;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    float mx = SNAP ? neg_inf : row_max[r];
+    float mx = SNAP || STALE ? neg_inf : row_max[r];
 #pragma unroll
     for (int n = 0; n < N; ++n)
       mx = fmaxf(mx, fmaxf(frag(n, 2 * r), frag(n, 2 * r + 1)));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    if constexpr (STALE && !SNAP)
+      mx = attn_row_max_next<true>(row_max[r], mx);
     float base, alpha;
     if constexpr (SNAP) { /* mx: this tile's max; the bases are integers */
       const float old_b = row_max[r] == neg_inf ? neg_inf : rintf(row_max[r] * log2e);
@@ -72,7 +93,7 @@ static __device__ __forceinline__ void attn_softmax_tile(Frag frag, float (&row_
  * softmax_scale_log2), values equal up to the rounding of c log2 e. c must
  * not be 0 (the caller passes the smallest normal number instead: every
  * exponential of a finite acc is then 1 to f32 precision, as at c = 0). */
-template <int N, bool SNAP = false, typename Frag, typename OnRow>
+template <int N, bool SNAP = false, bool STALE = false, typename Frag, typename OnRow>
 static __device__ __forceinline__ void attn_softmax_tile_qk(Frag frag, float (&row_max)[2],
                                                             float (&row_sum)[2], float c,
                                                             float c_log2, bool neg,
@@ -110,7 +131,7 @@ static __device__ __forceinline__ void attn_softmax_tile_qk(Frag frag, float (&r
       alpha = attn_exp2(old_b - base);
       row_max[r] = new_b == neg_inf ? neg_inf : new_b * 0.6931471805599453f;
     } else {
-      const float mx = fmaxf(row_max[r], tile_mx);
+      const float mx = attn_row_max_next<STALE>(row_max[r], tile_mx);
       base = mx == neg_inf ? 0.f : mx * 1.4426950408889634f;
       alpha = attn_exp2(row_max[r] * 1.4426950408889634f - base);
       row_max[r] = mx;

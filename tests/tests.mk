@@ -56,6 +56,7 @@ test-here: all $(BUILD)/tests/unit_tests $(GPU_BIN) $(BUILD)/tests/host/warm_loa
 	tests/host/sep_host_check.sh $(BUILD)/attnc
 	tests/host/fp8_host_check.sh $(BUILD)/libattn.a
 	tests/host/fwd90_v_host_check.sh
+	tests/host/softmax_host_check.sh
 	tests/host/warm_load_check.sh $(BUILD)/tests/host/warm_load_check
 	$(BUILD)/tests/gpu/sanitize_cases --compile-only
 	@for t in $(GPU_BIN); do echo "== $$t"; $$t || exit 1; done
