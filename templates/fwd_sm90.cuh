@@ -317,11 +317,18 @@ static __device__ __forceinline__ void fwd90_pv(float (&o)[fwd90_dv / 2],
       dv[kk] = attn_wgmma_desc(vs + kk * 16 * 128, fwd90_bn * 128, 1024);
     }
   }
-  /* Four steps a statement, the rest one at a time. */
+  /* Four steps a statement, the rest one at a time (192 columns, two
+   * shapes a step, all one at a time: not even instantiated, as the
+   * kernel is no template and would instantiate a dead call; session 26's
+   * compile sweep found every D_v 129-192 graph refused by NVRTC). */
   constexpr int by4 = fwd90_dv == 192 ? 0 : fwd90_pa_steps / 4 * 4;
+  if constexpr (by4 > 0) {
 #pragma unroll
-  for (int kk = 0; kk < by4; kk += 4)
-    fwd90_gemm_pv4<fwd90_dv>(o, &pa[kk], &dv[kk]);
+    for (int kk = 0; kk < by4; kk += 4)
+      fwd90_gemm_pv4<fwd90_dv == 192 ? 128 : fwd90_dv>(
+          *reinterpret_cast<float(*)[(fwd90_dv == 192 ? 128 : fwd90_dv) / 2]>(&o[0]), &pa[kk],
+          &dv[kk]);
+  }
 #pragma unroll
   for (int kk = by4; kk < fwd90_pa_steps; ++kk) {
     if constexpr (fwd90_p8)
