@@ -1190,6 +1190,18 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
     const float dp_factor = bwd80_factors_at(b, h, p).dp / (bwd90_p_fold ? p_scale_bh : 1.f) *
                             bwd80_ds_fold_factor(p); /* (and dS's scale: bwd80_ds_fold) */
     const float p_scale = bwd90_p_fold ? 1.f : p_scale_bh;
+    /* (16-bit products) A score that is q.k times a factor c per (b, h)
+     * (attn_score_scaled_qk) is not scored per element: P = exp2(acc c
+     * log2 e - lse log2 e), one fma, where masked elements (acc at `fill`,
+     * +inf if c < 0) give 0; c = 0 is taken as the smallest normal number
+     * (every P then exp(-lse) to f32 precision, as at 0). */
+    float sc_log2 = 1.4426950408889634f, sc_fill = neg_inf;
+    if constexpr (attn_score_scaled_qk && !bwd90_f8) {
+      float sc = attn_score_factor(attn_bh_load(b, h, p), b, h, p);
+      sc = sc == 0.f ? 1.17549435e-38f : sc;
+      sc_log2 = sc * 1.4426950408889634f;
+      sc_fill = sc < 0.f ? -neg_inf : neg_inf;
+    }
     if constexpr (bwd90_items)
       cls &= 3;
     if (bwd90_items && m == -2) { /* an item without tiles: the stage is free at once */
@@ -1364,11 +1376,21 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
               const float pe = attn_exp2(xs - (x ? lse2[c].y : lse2[c].x));
               [[maybe_unused]] const float delta = split ? 0.f : x ? delta2[c].y : delta2[c].x;
 #else
-              float xs = attn_score(acc, b, h, i, j, p);
-              if constexpr (masked)
-                xs = (keep >> r) & 1u ? xs : neg_inf;
-              const float2 row = s_row[il];
-              const float pe = attn_exp2(xs * log2e - row.y);
+              float pe;
+              float2 row;
+              if constexpr (attn_score_scaled_qk) { /* (sc_log2 above) */
+                float xs = acc;
+                if constexpr (masked)
+                  xs = (keep >> r) & 1u ? xs : sc_fill;
+                row = s_row[il];
+                pe = attn_exp2(fmaf(xs, sc_log2, -row.y));
+              } else {
+                float xs = attn_score(acc, b, h, i, j, p);
+                if constexpr (masked)
+                  xs = (keep >> r) & 1u ? xs : neg_inf;
+                row = s_row[il];
+                pe = attn_exp2(xs * log2e - row.y);
+              }
               [[maybe_unused]] const float delta = row.x;
 #endif
               if constexpr (split) {
