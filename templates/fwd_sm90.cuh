@@ -999,6 +999,17 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       sc_neg = sc < 0.f;
       fill = sc_neg ? -neg_inf : neg_inf;
     }
+    /* P rounded before P V with a positive finite scale p_sc (`e4m3(p *
+     * 448)`), and the score folded: the exponentials come out times p_sc
+     * (log2 p_sc added in the exp2, attn_softmax_tile_qk's p_log2), so
+     * P's packing multiplies nothing; the row sums then carry p_sc and are
+     * divided by it before the store. Any other scale multiplies as before. */
+    [[maybe_unused]] bool p_folded = false;
+    [[maybe_unused]] float p_log2 = 0.f;
+    if constexpr (fwd90_fold && attn_p_round != 0) {
+      p_folded = p_sc > 0.f && p_sc < -neg_inf;
+      p_log2 = p_folded ? log2f(p_sc) : 0.f;
+    }
     const bool row_edge = i0 + fwd90_bm > p.Sq;
 #if defined(ATTN_DROPOUT)
     const attn_dropout_t drop_t = attn_dropout_params(p);
@@ -1099,8 +1110,8 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       auto s_frag = [&](int nb, int k) -> float & { return s[nb * 4 + k]; };
       auto on_row = [&](int r, float a) { alpha[r] = a; };
       if constexpr (fwd90_fold)
-        attn_softmax_tile_qk<fwd90_bn / 8, attn_p_round != 0, fwd90_stale>(
-            s_frag, row_max, row_sum, sc, sc_log2, sc_neg, on_row);
+        attn_softmax_tile_qk<fwd90_bn / 8, attn_p_round != 0, fwd90_stale, attn_p_round != 0>(
+            s_frag, row_max, row_sum, sc, sc_log2, sc_neg, on_row, p_log2);
       else
         attn_softmax_tile<fwd90_bn / 8, attn_p_round != 0, fwd90_stale>(s_frag, row_max, row_sum,
                                                                         on_row);
@@ -1168,25 +1179,37 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
         /* P for the next round, in FP8: 32-key step kb holds fragments
          * 4kb..4kb+3; a0/a1 take rows g/g+8 of fragments 4kb, 4kb+1, and
          * a2/a3 of 4kb+2, 4kb+3 (fwd90_p8's key order). */
+        auto pack = [&](float m) {
 #pragma unroll
-        for (int kb = 0; kb < fwd90_pa_steps; ++kb) {
-          const float *f = &s[16 * kb];
+          for (int kb = 0; kb < fwd90_pa_steps; ++kb) {
+            const float *f = &s[16 * kb];
 #pragma unroll
-          for (int h2 = 0; h2 < 2; ++h2)
+            for (int h2 = 0; h2 < 2; ++h2)
 #pragma unroll
-            for (int r = 0; r < 2; ++r)
-              pa[kb][2 * h2 + r] =
-                  fwd90_pack_p8(f[8 * h2 + 2 * r] * p_sc, f[8 * h2 + 2 * r + 1] * p_sc,
-                                f[8 * h2 + 4 + 2 * r] * p_sc, f[8 * h2 + 4 + 2 * r + 1] * p_sc);
-        }
+              for (int r = 0; r < 2; ++r)
+                pa[kb][2 * h2 + r] =
+                    fwd90_pack_p8(f[8 * h2 + 2 * r] * m, f[8 * h2 + 2 * r + 1] * m,
+                                  f[8 * h2 + 4 + 2 * r] * m, f[8 * h2 + 4 + 2 * r + 1] * m);
+          }
+        };
+        if (p_folded) /* (uniform: a branch, no select per element) */
+          pack(1.f);
+        else
+          pack(p_sc);
       } else if constexpr (attn_p_round != 0) {
         /* P rounded to FP8 (hooks.cuh: `e4m3(p * scale) @ v`), in 16 bits
          * (p_sc is 1 without a scale). */
+        auto pack = [&](float m) {
 #pragma unroll
-        for (int kk = 0; kk < fwd90_bn / 16; ++kk)
+          for (int kk = 0; kk < fwd90_bn / 16; ++kk)
 #pragma unroll
-          for (int x = 0; x < 4; ++x)
-            pa[kk][x] = fwd90_pack_p16(s[8 * kk + 2 * x] * p_sc, s[8 * kk + 2 * x + 1] * p_sc);
+            for (int x = 0; x < 4; ++x)
+              pa[kk][x] = fwd90_pack_p16(s[8 * kk + 2 * x] * m, s[8 * kk + 2 * x + 1] * m);
+        };
+        if (p_folded)
+          pack(1.f);
+        else
+          pack(p_sc);
       } else {
         /* P as P V reads it (a scale without a rounding: hooks.cuh). */
         if constexpr (attn_p_mod != 0) {
@@ -1225,6 +1248,11 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
      * the next one while we store O. */
     attn_mbar_arrive(bar_q_empty);
 
+    if constexpr (fwd90_fold && attn_p_round != 0)
+      if (p_folded) { /* the sums carried P's scale */
+        row_sum[0] /= p_sc;
+        row_sum[1] /= p_sc;
+      }
     /* Normalize and store, straight from the accumulators (softmax.cuh). */
     amax = max(amax, attn_softmax_store<ATTN_D_V / 8, fwd90_out_kind, (fwd90_tlse >= 0),
                                         (attn_has_sink != 0), (attn_has_amax != 0)>(

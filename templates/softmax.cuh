@@ -93,11 +93,16 @@ static __device__ __forceinline__ void attn_softmax_tile(Frag frag, float (&row_
  * softmax_scale_log2), values equal up to the rounding of c log2 e. c must
  * not be 0 (the caller passes the smallest normal number instead: every
  * exponential of a finite acc is then 1 to f32 precision, as at c = 0). */
-template <int N, bool SNAP = false, bool STALE = false, typename Frag, typename OnRow>
+/* p_log2 (PLOG): log2 of a positive factor the exponentials carry
+ * (fwd_sm90's P scale before an FP8 P V, added here instead of multiplied
+ * per element); the sums then carry it too, and the caller divides them by
+ * the factor before normalizing. */
+template <int N, bool SNAP = false, bool STALE = false, bool PLOG = false, typename Frag,
+          typename OnRow>
 static __device__ __forceinline__ void attn_softmax_tile_qk(Frag frag, float (&row_max)[2],
                                                             float (&row_sum)[2], float c,
                                                             float c_log2, bool neg,
-                                                            OnRow on_row) {
+                                                            OnRow on_row, float p_log2 = 0.f) {
   const float neg_inf = __int_as_float(0xff800000), pos_inf = __int_as_float(0x7f800000);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -140,8 +145,10 @@ static __device__ __forceinline__ void attn_softmax_tile_qk(Frag frag, float (&r
 #pragma unroll
     for (int n = 0; n < N; ++n) {
       float &x0 = frag(n, 2 * r), &x1 = frag(n, 2 * r + 1);
-      x0 = attn_exp2(fmaf(x0, c_log2, -base));
-      x1 = attn_exp2(fmaf(x1, c_log2, -base));
+      /* (-base itself without PLOG: 0 - base is not -base for base 0) */
+      const float nb = PLOG ? p_log2 - base : -base;
+      x0 = attn_exp2(fmaf(x0, c_log2, nb));
+      x1 = attn_exp2(fmaf(x1, c_log2, nb));
       sum += x0 + x1;
     }
     row_sum[r] = row_sum[r] * alpha + sum;

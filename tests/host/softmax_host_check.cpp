@@ -63,7 +63,9 @@ static void reference(const Row &r, double c, double o[DV], double &lse) {
 
 /* The kernel's way: QK selects attn_softmax_tile_qk (the tile holds acc,
  * masked elements at the fill) or attn_softmax_tile (c acc, -inf). */
-template <bool QK, bool STALE>
+/* PS: the exponentials carry P's scale 448 (fwd_sm90's FP8 P: PLOG, the
+ * sums divided by it at the end). */
+template <bool QK, bool STALE, bool PS = false>
 static void online(const Row (&rows)[2], float c, float o[2][DV], float lse[2], int &rescales,
                    float &p_max) {
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
@@ -87,7 +89,8 @@ static void online(const Row (&rows)[2], float c, float o[2][DV], float lse[2], 
     auto frag = [&](int n, int k) -> float & { return s[n][k]; };
     auto on_row = [&](int r, float al) { alpha[r] = al; };
     if constexpr (QK)
-      attn_softmax_tile_qk<N, false, STALE>(frag, row_max, row_sum, sc, sc_log2, neg, on_row);
+      attn_softmax_tile_qk<N, false, STALE, PS>(frag, row_max, row_sum, sc, sc_log2, neg, on_row,
+                                                PS ? std::log2(448.f) : 0.f);
     else
       attn_softmax_tile<N, false, STALE>(frag, row_max, row_sum, on_row);
     rescales += alpha[0] != 1.f || alpha[1] != 1.f;
@@ -103,17 +106,19 @@ static void online(const Row (&rows)[2], float c, float o[2][DV], float lse[2], 
     }
   }
   for (int r = 0; r < 2; r++) {
-    const float l = row_sum[r];
-    for (int d = 0; d < DV; d++) o[r][d] = l > 0.f ? o[r][d] / l : 0.f;
+    const float l = PS ? row_sum[r] / 448.f : row_sum[r];
+    /* (with PS, O carries 448 as the kernel's does: its output hook's
+     * `descale_v / 448` takes it out) */
+    for (int d = 0; d < DV; d++) o[r][d] = l > 0.f ? o[r][d] / l / (PS ? 448.f : 1.f) : 0.f;
     lse[r] = l > 0.f ? row_max[r] + std::log(l) : -INFINITY;
   }
 }
 
-template <bool QK, bool STALE>
+template <bool QK, bool STALE, bool PS = false>
 static void check(const char *name, const Row (&rows)[2], float c, int &rescales_total) {
   float o[2][DV], lse[2], p_max = 0.f;
   int rescales = 0;
-  online<QK, STALE>(rows, c, o, lse, rescales, p_max);
+  online<QK, STALE, PS>(rows, c, o, lse, rescales, p_max);
   rescales_total += rescales;
   for (int r = 0; r < 2; r++) {
     double ro[DV], rl;
@@ -127,7 +132,7 @@ static void check(const char *name, const Row (&rows)[2], float c, int &rescales
     }
   }
   /* STALE exponentials stay under 2^8 (up to exp2's rounding); others 1 */
-  const float bound = STALE ? 256.f * 1.0001f : 1.0001f;
+  const float bound = (STALE ? 256.f : 1.f) * (PS ? 448.f : 1.f) * 1.0001f;
   if (!(p_max <= bound)) {
     failures++;
     std::printf("FAIL %s c=%g: an exponential of %g\n", name, c, p_max);
@@ -158,10 +163,11 @@ int main() {
       check<false, true>("tile stale", rows, c, dummy);
       check<true, false>("tile_qk", rows, c, exact_rescales);
       check<true, true>("tile_qk stale", rows, c, stale_rescales);
+      check<true, false, true>("tile_qk P scale", rows, c, dummy);
       cases++;
     }
   }
-  std::printf("%s: softmax tiles against float64, %d cases x 4 variants; rescaled tiles: %d "
+  std::printf("%s: softmax tiles against float64, %d cases x 5 variants; rescaled tiles: %d "
               "exact, %d stale (of %d)\n",
               failures ? "FAIL" : "PASS", cases, exact_rescales, stale_rescales, cases * T);
   return failures ? 1 : 0;
