@@ -52,6 +52,7 @@ test-here: all $(BUILD)/tests/unit_tests $(GPU_BIN) $(BUILD)/tests/host/warm_loa
 	$(BUILD)/tests/unit_tests --jobs 1
 	tests/golden.sh $(BUILD)/attnc
 	tests/nvrtc.sh $(BUILD)/attnc
+	python3 tools/compile_sweep.py --attnc $(BUILD)/attnc --out $(BUILD)/compile_sweep --seed 26 --count 24 --jobs 2 --no-minimize
 	tests/build.sh $(BUILD)/attnc
 	tests/host/sep_host_check.sh $(BUILD)/attnc
 	tests/host/fp8_host_check.sh $(BUILD)/libattn.a
