@@ -108,22 +108,15 @@ static __device__ __forceinline__ void attn_softmax_tile_qk(Frag frag, float (&r
   for (int r = 0; r < 2; ++r) {
     /* The tile's extreme acc of the row, in one of two loops (the choice
      * is uniform: no select per element). */
-    float ext;
-    if (neg) {
-      ext = pos_inf;
+    auto extreme = [&](auto op, float e) {
 #pragma unroll
       for (int n = 0; n < N; ++n)
-        ext = fminf(ext, fminf(frag(n, 2 * r), frag(n, 2 * r + 1)));
-      ext = fminf(ext, __shfl_xor_sync(0xffffffffu, ext, 1));
-      ext = fminf(ext, __shfl_xor_sync(0xffffffffu, ext, 2));
-    } else {
-      ext = neg_inf;
-#pragma unroll
-      for (int n = 0; n < N; ++n)
-        ext = fmaxf(ext, fmaxf(frag(n, 2 * r), frag(n, 2 * r + 1)));
-      ext = fmaxf(ext, __shfl_xor_sync(0xffffffffu, ext, 1));
-      ext = fmaxf(ext, __shfl_xor_sync(0xffffffffu, ext, 2));
-    }
+        e = op(e, op(frag(n, 2 * r), frag(n, 2 * r + 1)));
+      e = op(e, __shfl_xor_sync(0xffffffffu, e, 1));
+      return op(e, __shfl_xor_sync(0xffffffffu, e, 2));
+    };
+    const float ext = neg ? extreme([](float a, float b) { return fminf(a, b); }, pos_inf)
+                          : extreme([](float a, float b) { return fmaxf(a, b); }, neg_inf);
     /* The tile's max score (natural-log units); -inf where every element
      * is masked (ext is the fill). */
     const float tile_mx = ext == (neg ? pos_inf : neg_inf) ? neg_inf : c * ext;
