@@ -57,14 +57,21 @@ if ls .whl/*.whl >/dev/null 2>&1; then
     --target /tmp/attnc-site .whl/*.whl >"$L/pip-wheels.log" 2>&1 &&
     export PYTHONPATH=/tmp/attnc-site${PYTHONPATH:+:$PYTHONPATH}
 fi
-# FIRST=1: the quick checks of what changed last without a GPU, before everything else (session
-# 25: the FP8 backward's tensor-core mode after its last measured call: the score and dQ factor
-# folds, 8-byte FP8 stores, the amax atomic skip, transpose8; docs/STATUS.md item 0000).
+# FIRST=1: the quick checks of what changed last without a GPU, before everything else (sessions
+# 25-26: the FP8 backward's tensor-core mode after its last measured call: the score and dQ factor
+# folds, 8-byte FP8 stores, the amax atomic skip, transpose8, dS's guard, dQ's traded rows, the
+# stats' pairs, dS's scale fold; fwd_sm90's softmax (the score's factor and P's scale in the exp2,
+# stale maxima, the rescale skip) and its D_v 192 fix; docs/STATUS.md items 00000 and 0000).
 if [ "${FIRST:-0}" = 1 ]; then
   step first_fp8_backward_sm90f8 env ATTN_BWD_TEMPLATE=sm90f8 "$B/tests/gpu/test_backward" fp8
   step first_fp8_backward_sm90 env ATTN_BWD_TEMPLATE=sm90 "$B/tests/gpu/test_backward" fp8
   step first_fp8_backward_sm80 env ATTN_BWD_TEMPLATE=sm80 "$B/tests/gpu/test_backward" fp8
   step first_test_fp8 "$B/tests/gpu/test_fp8"
+  # fwd_sm90's softmax on plain, causal and GQA graphs, and every head dim (session 26).
+  step first_forward_sdpa "$B/tests/gpu/test_forward" sdpa
+  step first_forward_causal "$B/tests/gpu/test_forward" causal
+  step first_forward_gqa "$B/tests/gpu/test_forward" gqa
+  [ -x "$B/tests/gpu/test_head_dims" ] && step first_head_dims "$B/tests/gpu/test_head_dims"
   # Each kernel's time in the FP8 mode, then the D 128 grid beside cuDNN's FP8 backward (the
   # cudnn frontend wheel in .whl/, carried in the call; FIRST_BENCH=0 skips both).
   if [ "${FIRST_BENCH:-1}" = 1 ]; then
