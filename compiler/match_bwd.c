@@ -219,6 +219,31 @@ const char *bwd_fp8_mma_refusal(const BwdSpec *s, DType *ds8) {
   return NULL;
 }
 
+
+/* Whether bwd_sm90's wide mode (D 64, 128-query tiles) keeps its wgmma
+ * pipelined: only for graphs whose dRaw merely masks dS, whose masks read
+ * no tensor and which take no bias gradient. Anything more (a padding or
+ * document mask's keep bits, a log-sigmoid or softcap score, a bias
+ * gradient) and ptxas serialized every wgmma of the wide kernel (C7511,
+ * C7514, C7520: tools/compile_sweep.py, session 26), which the 64-query
+ * kernel does not; wide mode was worth 8% where it fits (bench/NOTES-sm90.md,
+ * session 8). */
+static bool bwd_wide_fits(const BwdSpec *s, const KernelSpec *fwd, Arena *a) {
+  if (s->slots.nbias - (bwd_sink_entry(&s->slots) >= 0) > 0) return false; /* (a sink's fits) */
+  if (s->bg->draw && !selects_ds(s->bg->draw, s->bg->ds)) return false;
+  /* Which nodes read a tensor below them (ids are a topological order). */
+  const IrGraph *g = fwd->g;
+  bool *loads = arena_alloc(a, (size_t)(g->nnodes + 1) * sizeof *loads); /* zeroed */
+  for (int id = 0; id < g->nnodes; id++) {
+    const IrNode *n = g->nodes[id];
+    loads[id] = n->op == IR_LOAD;
+    for (int k = 0; k < n->nsrc && !loads[id]; k++) loads[id] = loads[n->src[k]->id];
+  }
+  for (int m = 0; m < fwd->nmasks; m++)
+    if (loads[fwd->masks[m].cond->id]) return false;
+  return true;
+}
+
 /* Which main kernel (attnc.h, match_bwd): the forward's choice of the
  * Hopper template says the target is sm_90a; the bwd_template option
  * overrides it (the library never fails on a tuning knob: other values
@@ -376,7 +401,7 @@ BwdSpec *match_bwd(const KernelSpec *fwd, const CompileOptions *o, Arena *a, Dia
      * lse log2 e}, the stages' mbarriers and tile slots (256 bytes), and
      * 1024 bytes to align the base. Wide mode (D 64 for q, k and v):
      * 128-query tiles in two stages (bwd90_wide). */
-    const bool wide = s->tile_qk == 64 && s->tile_v == 64;
+    const bool wide = s->tile_qk == 64 && s->tile_v == 64 && bwd_wide_fits(s, fwd, a);
     const int bm = wide ? 128 : 64, stages = wide ? 2 : 3;
     s->threads = 256;
     s->block_n = 128;
