@@ -486,3 +486,41 @@ Test(grad_block, f16_tensors_in_the_fp8_backward_are_refused) {
                      "sm_90a", "<grad block>:2:9:",
                      "takes q, k and v in bf16 or FP8, not f16 ('q')");
 }
+
+/* bwd_sm90's wide mode (D 64, 128-query tiles) only for graphs whose dRaw
+ * merely masks dS, whose masks read no tensor and that take no bias
+ * gradient (bwd_wide_fits: ptxas serialized the wide kernel's wgmma for
+ * the others, session 26). A sink's gradient keeps it. */
+Test(grad_block, wide_mode_only_where_it_fits) {
+  static const struct {
+    const char *score, *extra_input, *grad_extra;
+    bool wide;
+  } cases[] = {
+      {"mask((q @ k^T) * 0.125, j <= i)", "", "", true},
+      {"mask((q @ k^T) * 0.125, i < len_q[b] && j < len_k[b])",
+       "  input len_q : i32[B];\n  input len_k : i32[B];\n", "", false},
+      {"-softplus(-((q @ k^T) * 0.125))", "", "", false},
+      {"(q @ k^T) * 0.125 + bias[i, j]", "  input bias : f32[S, S];\n", ", bias", false},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+    Arena *a = arena_new();
+    char *text = arena_printf(a,
+                              "attention w {\n"
+                              "  input q : bf16[B, H, S, 64];\n  input k : bf16[B, H, S, 64];\n"
+                              "  input v : bf16[B, H, S, 64];\n%s"
+                              "  s = %s;\n  o = softmax(s) @ v;\n"
+                              "  output o : bf16[B, H, S, 64];\n  output lse = logsumexp(s);\n"
+                              "  grad q, k, v%s;\n}\n",
+                              cases[k].extra_input, cases[k].score, cases[k].grad_extra);
+    IrModule *m = unit_build(a, "<wide>", text);
+    Diag d = {0};
+    Compiled c;
+    const CompileOptions o = {.arch = "sm_90a"};
+    cr_assert_eq(compile_module(m, &o, STAGE_PLAN, a, &d, &c), 0, "case %zu: %s", k, d.out.data);
+    diag_free(&d);
+    const BwdSpec *b = c.graphs[0].bwd;
+    cr_assert(b && b->sm90, "case %zu", k);
+    cr_assert_eq(b->wide, cases[k].wide, "case %zu: wide %d", k, b->wide);
+    arena_free(a);
+  }
+}
