@@ -278,30 +278,6 @@ static void emit_ds_hooks(StrBuf *out, const BwdSpec *s, Arena *a) {
   sb_free(&ret);
 }
 
-/* (The FP8 tensor-core mode) attn_bwd_score_log2: the score times log2 e
- * as P's exp2 takes it. Where the chain under the masks is the q.k product
- * times a value fixed for the call, that value times log2 e is one factor
- * (a multiply less per element; it differs from the score's own product
- * in rounding only), else the score hook times log2 e. */
-static void emit_score_log2(StrBuf *out, const BwdSpec *s, Arena *a) {
-  IrNode *n = s->bg->score;
-  while (n->op == IR_MASK) n = n->src[0];
-  IrNode *factor = NULL;
-  if (n->op == IR_MUL)
-    for (int k = 0; k < 2 && !factor; k++)
-      if (n->src[k]->op == IR_QK && n->src[1 - k]->dom == 0 && n->src[1 - k]->type == DT_F32)
-        factor = n->src[1 - k];
-  ExprHook hk;
-  bwd_hook_init(&hk, s, a);
-  const char *ret = factor ? arena_printf(a, "acc * (%s * 1.4426950408889634f)",
-                                          expr_value(&hk, factor))
-                           : "attn_score(acc, b, h, i, j, p) * 1.4426950408889634f";
-  sb_puts(out, "/* The score times log2 e, as the FP8 mode's exp2 takes it. */\n");
-  expr_put_fn(out, &hk,
-              "float attn_bwd_score_log2(float acc, int b, int h, int i, int j, "
-              "const attn_params &p)", ret);
-}
-
 static const char *const grad_tag[IR_GRAD_N] = {"do", "ds", "dq", "dk", "dv"};
 
 /* For gradient `which`: attn_bwd_amax_TAG(x, m, p) maxes each of its amax
@@ -379,7 +355,6 @@ static void emit_fp8_hooks(StrBuf *out, const BwdSpec *s, Arena *a) {
                  "  return {p_scale * o_scale * do_scale, o_scale * do_scale, do_scale};\n}\n\n",
             o_scale);
   emit_ds_hooks(out, s, a);
-  if (s->fp8_mma) emit_score_log2(out, s, a);
   emit_block_value(out, s, IR_GRAD_DQ, "attn_bwd_store_dq", a);
   emit_block_value(out, s, IR_GRAD_DK, "attn_bwd_store_dk", a);
   emit_block_value(out, s, IR_GRAD_DV, "attn_bwd_store_dv", a);

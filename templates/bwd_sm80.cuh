@@ -109,8 +109,6 @@ static __device__ __forceinline__ float attn_bwd_ds_value(float x, const attn_pa
 static __device__ __forceinline__ float attn_bwd_ds_post(const attn_params &p);
 #if defined(ATTN_BWD_FP8_MMA)
 static __device__ __forceinline__ float attn_bwd_ds_unrounded(float x, const attn_params &p);
-static __device__ __forceinline__ float attn_bwd_score_log2(float acc, int b, int h, int i, int j,
-                                                            const attn_params &p);
 #endif
 static __device__ __forceinline__ float attn_bwd_store_dq(float x, const attn_params &p);
 static __device__ __forceinline__ float attn_bwd_store_dk(float x, const attn_params &p);
@@ -136,17 +134,6 @@ BWD80_AMAX_DECL(dv)
  * by |a| once before their commit (bwd80_amax_unscale). a is taken nonzero
  * and finite (docs/language.md). */
 constexpr bool bwd80_ds_fold = ATTN_BWD_NAMAX_DS == 0 || ATTN_BWD_AMAX_DS_BARE;
-static __device__ __forceinline__ float bwd80_ds_fold_factor(const attn_params &p) {
-  if constexpr (bwd80_ds_fold)
-    return attn_bwd_ds_unrounded(1.f, p);
-  else
-    return 1.f;
-}
-#else
-constexpr bool bwd80_ds_fold = false;
-[[maybe_unused]] static __device__ __forceinline__ float bwd80_ds_fold_factor(const attn_params &) {
-  return 1.f;
-}
 #endif
 #else
 constexpr bool bwd80_fp8 = false;
@@ -154,11 +141,19 @@ enum : int {
   bwd80_namax_do = 0, bwd80_namax_ds = 0, bwd80_namax_dq = 0, bwd80_namax_dk = 0,
   bwd80_namax_dv = 0
 };
+#endif
+#if !defined(ATTN_BWD_FP8_MMA)
 constexpr bool bwd80_ds_fold = false;
-[[maybe_unused]] static __device__ __forceinline__ float bwd80_ds_fold_factor(const attn_params &) {
+#endif
+/* dS's scale a where bwd80_ds_fold folds it, else 1. */
+[[maybe_unused]] static __device__ __forceinline__ float bwd80_ds_fold_factor(const attn_params &p) {
+#if defined(ATTN_BWD_FP8_MMA)
+  if constexpr (bwd80_ds_fold)
+    return attn_bwd_ds_unrounded(1.f, p);
+#endif
+  (void)p;
   return 1.f;
 }
-#endif
 /* The gradients' running maxima (per thread) start at 0 (unused but in
  * the FP8 backward). */
 #define BWD80_AMAX_ZERO(m) [[maybe_unused]] unsigned m[BWD80_AMAX_MAX] = {}

@@ -1190,13 +1190,13 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
     const float dp_factor = bwd80_factors_at(b, h, p).dp / (bwd90_p_fold ? p_scale_bh : 1.f) *
                             bwd80_ds_fold_factor(p); /* (and dS's scale: bwd80_ds_fold) */
     const float p_scale = bwd90_p_fold ? 1.f : p_scale_bh;
-    /* (16-bit products) A score that is q.k times a factor c per (b, h)
-     * (attn_score_scaled_qk) is not scored per element: P = exp2(acc c
-     * log2 e - lse log2 e), one fma, where masked elements (acc at `fill`,
-     * +inf if c < 0) give 0; c = 0 is taken as the smallest normal number
-     * (every P then exp(-lse) to f32 precision, as at 0). */
+    /* A score that is q.k times a factor c per (b, h) (attn_score_scaled_qk)
+     * is not scored per element: P = exp2(acc c log2 e - lse log2 e), one
+     * fma, where masked elements (acc at `sc_fill`, +inf if c < 0) give 0;
+     * c = 0 is taken as the smallest normal number (every P then exp(-lse)
+     * to f32 precision, as at 0). */
     float sc_log2 = 1.4426950408889634f, sc_fill = neg_inf;
-    if constexpr (attn_score_scaled_qk && !bwd90_f8) {
+    if constexpr (attn_score_scaled_qk) {
       float sc = attn_score_factor(attn_bh_load(b, h, p), b, h, p);
       sc = sc == 0.f ? 1.17549435e-38f : sc;
       sc_log2 = sc * 1.4426950408889634f;
@@ -1367,32 +1367,21 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
               const int il = qo + 8 * c + 2 * t4 + x;
               const int i = i0 + il, j = j0 + jl_row + 8 * (q & 1);
               const float acc = s[r];
-#if defined(ATTN_BWD_FP8_MMA)
-              /* The score times log2 e (the hook folds log2 e into the
-               * score's factor: a multiply less per element). */
-              float xs = attn_bwd_score_log2(acc, b, h, i, j, p);
+              /* The score, or where it is q.k times a factor (sc_log2
+               * above) q.k itself, masked elements at sc_fill. */
+              float xs = attn_score_scaled_qk ? acc : attn_score(acc, b, h, i, j, p);
               if constexpr (masked)
-                xs = (keep >> r) & 1u ? xs : neg_inf;
-              const float pe = attn_exp2(xs - (x ? lse2[c].y : lse2[c].x));
+                xs = (keep >> r) & 1u ? xs : sc_fill;
+#if defined(ATTN_BWD_FP8_MMA)
+              const float lse = x ? lse2[c].y : lse2[c].x;
               [[maybe_unused]] const float delta = split ? 0.f : x ? delta2[c].y : delta2[c].x;
 #else
-              float pe;
-              float2 row;
-              if constexpr (attn_score_scaled_qk) { /* (sc_log2 above) */
-                float xs = acc;
-                if constexpr (masked)
-                  xs = (keep >> r) & 1u ? xs : sc_fill;
-                row = s_row[il];
-                pe = attn_exp2(fmaf(xs, sc_log2, -row.y));
-              } else {
-                float xs = attn_score(acc, b, h, i, j, p);
-                if constexpr (masked)
-                  xs = (keep >> r) & 1u ? xs : neg_inf;
-                row = s_row[il];
-                pe = attn_exp2(xs * log2e - row.y);
-              }
+              const float2 row = s_row[il];
+              const float lse = row.y;
               [[maybe_unused]] const float delta = row.x;
 #endif
+              const float pe =
+                  attn_exp2(attn_score_scaled_qk ? fmaf(xs, sc_log2, -lse) : xs * log2e - lse);
               if constexpr (split) {
                 s[r] = pe;
               } else {

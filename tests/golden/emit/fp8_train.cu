@@ -238,13 +238,6 @@ static __device__ __forceinline__ float attn_bwd_ds_post(const attn_params &p) {
   return 1.f / p.s[7].f;
 }
 
-/* The score times log2 e, as the FP8 mode's exp2 takes it. */
-static __device__ __forceinline__ float attn_bwd_score_log2(float acc, int b, int h, int i, int j, const attn_params &p) {
-  const float t5 = p.s[0].f * p.s[1].f;
-  const float t7 = t5 * p.s[2].f;
-  return acc * (t7 * 1.4426950408889634f);
-}
-
 static __device__ __forceinline__ float attn_bwd_store_dq(float x, const attn_params &p) {
   const float t14 = x * p.s[8].f;
   return t14;
