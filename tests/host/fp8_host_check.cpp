@@ -16,16 +16,7 @@ uint8_t dtype_e5m2_bits(double x);
 
 #define __device__
 #define __forceinline__ inline
-static unsigned __float_as_uint(float x) {
-  unsigned u;
-  std::memcpy(&u, &x, 4);
-  return u;
-}
-static float __uint_as_float(unsigned u) {
-  float x;
-  std::memcpy(&x, &u, 4);
-  return x;
-}
+#include "cuda_bits.h"
 #include FP8_TEXT
 
 static long checked, bad;

@@ -17,11 +17,7 @@
 
 #define __device__
 #define __forceinline__ inline
-static float __int_as_float(int x) {
-  float f;
-  std::memcpy(&f, &x, 4);
-  return f;
-}
+#include "cuda_bits.h"
 static float __shfl_xor_sync(unsigned, float v, int) { return v; }
 static float attn_exp2(float x) { return std::exp2(x); }
 

@@ -1,0 +1,21 @@
+// cuda_bits.h: CUDA's bit-cast intrinsics for the host checks that compile
+// template text for the host (memcpy: exact, no aliasing questions).
+#ifndef ATTN_CUDA_BITS_H
+#define ATTN_CUDA_BITS_H
+#include <cstring>
+[[maybe_unused]] static unsigned __float_as_uint(float x) {
+  unsigned u;
+  std::memcpy(&u, &x, 4);
+  return u;
+}
+[[maybe_unused]] static float __uint_as_float(unsigned u) {
+  float x;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+[[maybe_unused]] static float __int_as_float(int i) {
+  float x;
+  std::memcpy(&x, &i, 4);
+  return x;
+}
+#endif
