@@ -11,8 +11,12 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 ok() { pass=$((pass + 1)); }
 bad() { echo "FAIL: $1"; fail=$((fail + 1)); }
+# build ERR ARGS...: attnc build with stderr in ERR (LeakSanitizer's tracer
+# crash retried: tests/lib/lsan_retry.sh).
+. "$(dirname "$0")/lib/lsan_retry.sh"
+build() { local err=$1; shift; lsan_retry "$err" "$attnc" build "$@"; }
 for f in tests/build/refuse_*.attn; do
-  "$attnc" build "$f" --arch sm_80 -o "$tmp/refused" 2>"$tmp/err"
+  build "$tmp/err" "$f" --arch sm_80 -o "$tmp/refused"
   rc=$?
   if [ $rc -ne 1 ]; then bad "$f: exit status $rc, expected 1"; continue; fi
   if [ "${UPDATE:-0}" = 1 ]; then cp "$tmp/err" "${f%.attn}.err"; ok; continue; fi
@@ -23,7 +27,7 @@ mkdir -p "$dir"
 src="$dir/we*/ird\"x.attn"
 mkdir -p "$(dirname "$src")"
 cp examples/sdpa.attn "$src"
-if ATTN_NO_CACHE=1 "$attnc" build "$src" --arch sm_80 -o "$dir/out" --name weird 2>"$tmp/err"; then
+if ATTN_NO_CACHE=1 build "$tmp/err" "$src" --arch sm_80 -o "$dir/out" --name weird; then
   ok
   want="$(printf '%s' "$dir/out/weird.c" | sed 's/[ #]/\\&/g')"
   grep -qF -- "$want " "$dir/out/weird.d" && ok || bad "the make rule does not escape the path: $(head -1 "$dir/out/weird.d")"
@@ -34,7 +38,7 @@ else
 fi
 # Progress: one line as each target starts and one when it ends, on a
 # terminal or with -v (quiet otherwise, as make logs want).
-if ATTN_NO_CACHE=1 "$attnc" build examples/sdpa.attn --arch sm_80 -o "$tmp/prog" -v 2>"$tmp/perr" &&
+if ATTN_NO_CACHE=1 build "$tmp/perr" examples/sdpa.attn --arch sm_80 -o "$tmp/prog" -v &&
    grep -q '^attnc build: \[1/2\] compiling a cubin for sm_80$' "$tmp/perr" &&
    grep -qE '^attnc build: \[2/2\] sm_80 done in [0-9.]+ s$' "$tmp/perr"; then
   ok

@@ -9,21 +9,10 @@ attnc=${1:?usage: nvrtc.sh ATTNC}
 pass=0 fail=0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-# compile ARGS...: attnc compile with stderr in $tmp/err. Under the
-# sanitizer build, LeakSanitizer's own tracer can crash at exit ("Tracer
-# caught signal 11 ... LeakSanitizer has encountered a fatal error", not a
-# leak report): it scans a dynamic-TLS block of the dlopen'ed NVRTC whose
-# bounds it misreads (LSAN_OPTIONS=verbosity=1 shows "DTLS ... at
-# 0x000000000dbf-0x002000001ec1"); seen for examples/gqa.attn on sm_90a.
-# Such a run is repeated with use_tls=0 (thread-local storage not scanned
-# as roots; lsan.supp names the one glibc block that then shows). A leak
-# LSan reports still fails.
-compile() {
-  ATTN_NO_CACHE=1 "$attnc" compile "$@" 2>"$tmp/err" && return 0
-  grep -q 'LeakSanitizer has encountered a fatal error' "$tmp/err" || return 1
-  echo "note: LeakSanitizer's tracer crashed (not a leak); again without TLS roots: $*"
-  ATTN_NO_CACHE=1 LSAN_OPTIONS="${LSAN_OPTIONS:-}:use_tls=0" "$attnc" compile "$@" 2>"$tmp/err"
-}
+# compile ARGS...: attnc compile with stderr in $tmp/err (LeakSanitizer's
+# tracer crash retried: tests/lib/lsan_retry.sh).
+. "$(dirname "$0")/lib/lsan_retry.sh"
+compile() { lsan_retry "$tmp/err" env ATTN_NO_CACHE=1 "$attnc" compile "$@"; }
 for f in examples/*.attn; do
   name=$(basename "${f%.attn}")
   [ -f "tests/golden/emit/$name.err" ] && continue # the matcher refuses it
