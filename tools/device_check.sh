@@ -8,7 +8,8 @@ set -u
 # SANITIZE=0 compute-sanitizer, HOST=0 the host examples,
 # FWD=0 test_forward, BWD80=0 / BWD90=0 test_backward's template passes, SM80=0
 # the portable template's grid, CTAS3=0 the second backward run, PYTEST=0
-# the Python package's tests, TESTS=0 the GPU test binaries. The whole takes
+# the Python package's tests, TESTS=0 the GPU test binaries, REST=0 those after the
+# FIRST, FWD and backward steps, BENCH_STEPS a list of the benchmarks to run. The whole takes
 # more than one 600 s device call (test_forward alone ~470 s, each test_backward pass ~350-400 s
 # in session 21): run TESTS=1 BENCH=0 SANITIZE=0 in calls of FWD=1 BWD80=0 BWD90=0, then FWD=0
 # BWD90=0, then FWD=0 BWD80=0 (with PYTEST=0 HOST=0 on all but one), then
@@ -92,6 +93,7 @@ fi
 # (CTAS3=0 skips it).
 [ -x "$B/tests/gpu/test_backward" ] && [ "${CTAS3:-1}" = 1 ] &&
   step test_backward_ctas3 env ATTN_PERSISTENT_CTAS=3 "$B/tests/gpu/test_backward"
+if [ "${REST:-1}" = 1 ]; then # REST=0: none of the test binaries below
 # The launch plan's promises: caller workspaces, CUDA graph capture, empty sequences.
 [ -x "$B/tests/gpu/test_plan" ] && step test_plan "$B/tests/gpu/test_plan"
 # FP8: fwd_sm90 (FP8 P V where P is rounded), its f16_pv variant, fwd_sm80.
@@ -104,11 +106,12 @@ fi
 # Ring attention with its ranks simulated on this GPU, then one rank over NCCL (PyTorch's wheel).
 [ -x "$B/tests/gpu/test_ring" ] && step test_ring env ATTN_NCCL="$NCCL_LIB" "$B/tests/gpu/test_ring"
 fi
+fi
 # compute-sanitizer over every kernel template and mode at small shapes
 # (tools/sanitize_device.sh; SANITIZE=0 skips it).
 [ "${SANITIZE:-1}" = 1 ] && [ -x "$B/tests/gpu/sanitize_cases" ] &&
   step sanitize env L="$L/sanitize" bash tools/sanitize_device.sh "$B"
-if [ "${TESTS:-1}" = 1 ]; then
+if [ "${TESTS:-1}" = 1 ] && [ "${REST:-1}" = 1 ]; then
   [ -x "$B/tests/gpu/template_sm80_test" ] && step template_sm80 "$B/tests/gpu/template_sm80_test"
   [ -x "$B/tests/gpu/template_bwd_test" ] && step template_bwd "$B/tests/gpu/template_bwd_test"
 fi
@@ -130,18 +133,23 @@ if [ "${PYTEST:-1}" = 1 ]; then
     { [ -d "$B/pywheels" ] && pip install -q --no-index "$B"/pywheels/*.whl >/dev/null 2>&1; }
   step pytest env ATTN_LIBRARY="$PWD/$B/libattn.so" python3 -m pytest -q -rs python/tests
 fi
+# BENCH_STEPS="grid backward fp8 ..." runs only the named benchmarks (default: all of them).
+bench() { # bench NAME ARGS...: the step bench_NAME, if BENCH_STEPS names it
+  local name=$1; shift
+  case " ${BENCH_STEPS:-all} " in *" all "* | *" $name "*) step "bench_$name" "$@" ;; esac
+}
 if [ "${BENCH:-1}" = 1 ]; then
-  step bench_python_overhead python3 bench/python_overhead.py --lib "$B/libattn.so" --out "$L"
-  step bench_warm_load python3 bench/warm_load.py --lib "$B/libattn.so" --out "$L"
-  step bench_grid python3 bench/bench.py --lib "$B/libattn.so" --out "$L"
-  [ "${SM80:-1}" = 1 ] && step bench_grid_sm80 python3 bench/bench.py --lib "$B/libattn.so" --out "$L" --arch sm_90 --dims 128 --seqs 1024,4096,16384
-  step bench_variants python3 bench/bench.py --lib "$B/libattn.so" --out "$L" --variants
-  step bench_backward python3 bench/bench.py --lib "$B/libattn.so" --out "$L" --backward
-  step bench_fp8 python3 bench/fp8.py --lib "$B/libattn.so" --out "$L"
-  step bench_fp8_backward python3 bench/fp8_backward.py --lib "$B/libattn.so" --out "$L"
-  step bench_varlen python3 bench/varlen.py --lib "$B/libattn.so" --out "$L" --tables equal,masks,backward
-  step bench_paged_prefill python3 bench/paged_prefill.py --lib "$B/libattn.so" --out "$L"
-  step bench_decode_paged python3 bench/decode.py --paged --quick --lib "$B/libattn.so" --out "$L"
+  bench python_overhead python3 bench/python_overhead.py --lib "$B/libattn.so" --out "$L"
+  bench warm_load python3 bench/warm_load.py --lib "$B/libattn.so" --out "$L"
+  bench grid python3 bench/bench.py --lib "$B/libattn.so" --out "$L"
+  [ "${SM80:-1}" = 1 ] && bench grid_sm80 python3 bench/bench.py --lib "$B/libattn.so" --out "$L" --arch sm_90 --dims 128 --seqs 1024,4096,16384
+  bench variants python3 bench/bench.py --lib "$B/libattn.so" --out "$L" --variants
+  bench backward python3 bench/bench.py --lib "$B/libattn.so" --out "$L" --backward
+  bench fp8 python3 bench/fp8.py --lib "$B/libattn.so" --out "$L"
+  bench fp8_backward python3 bench/fp8_backward.py --lib "$B/libattn.so" --out "$L"
+  bench varlen python3 bench/varlen.py --lib "$B/libattn.so" --out "$L" --tables equal,masks,backward
+  bench paged_prefill python3 bench/paged_prefill.py --lib "$B/libattn.so" --out "$L"
+  bench decode_paged python3 bench/decode.py --paged --quick --lib "$B/libattn.so" --out "$L"
 fi
 cat "$L/gpu.txt"
 printf '%s\n' "${summary[@]}"
