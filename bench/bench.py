@@ -9,6 +9,9 @@ inputs left in L2 by the previous one; the median over repetitions.
 
 FLOPs: 4*B*H*S*S*D forward, halved when causal (the anchors' convention).
 
+--fa4 DIR (default $ATTN_FA4): FlashAttention-4's precompiled Hopper kernels (bench/fa4_peer.py,
+the .fa4 bundle unpacked at DIR) timed on the same tensors in the grid and the backward table.
+
 --backward: the backward alone (attn_call_launch_backward against cuDNN's backward through
 autograd on SDPA, the forward's outputs kept), D 64/128 x S 1k/4k/16k x causal, B*S = 16384,
 H = 2048/D, FLOPs = 2.5 x the forward's; plus attnc rows with and without dropout (rate 0.1) and
@@ -97,6 +100,9 @@ def time_batches(launches, reps=15, per_batch=6):
     times = []
     for _ in range(reps):
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        # The batch is queued behind a GPU sleep (~1 ms), so a peer whose Python glue costs more
+        # host time per call than its kernel (FA4's, bench/fa4_peer.py) is timed on the GPU alone.
+        torch.cuda._sleep(2_000_000)
         s.record()
         for n in range(per_batch):
             launches[n % len(launches)]()
@@ -104,6 +110,86 @@ def time_batches(launches, reps=15, per_batch=6):
         torch.cuda.synchronize()
         times.append(s.elapsed_time(e) / per_batch)
     return statistics.median(times)
+
+
+def fa4_load(d):
+    """bench/fa4_peer.py set up on the unpacked .fa4 bundle at d, or None (no bundle, or it fails
+    to load: the reason is printed and the tables leave FA4's columns empty)."""
+    if not d:
+        return None
+    try:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import fa4_peer
+        fa4_peer.setup(d)
+        return fa4_peer
+    except Exception as ex:  # a peer that does not load leaves attnc's own rows intact
+        print(f"FA4 not loaded from {d}: {type(ex).__name__}: {ex}", flush=True)
+        return None
+
+
+def rel_err(a, b):
+    return ((a.float() - b.float()).norm() / b.float().norm()).item()
+
+
+def fa4_forward_row(fa4, sets, ref, causal, flops, t_attnc):
+    """FA4's inference forward on the grid's tensors (sets[i] = (q, k, v, ...), [B, H, S, D]):
+    its error against cuDNN's output `ref` on the first set and its time; {} without FA4, the
+    error message where FA4 refuses or fails."""
+    if fa4 is None:
+        return {}
+    try:
+        outs = [torch.empty_like(s[0]) for s in sets]
+        fa4.fa4_forward(sets[0][0], sets[0][1], sets[0][2], causal, out=outs[0])
+        torch.cuda.synchronize()
+        err = rel_err(outs[0], ref)
+        t = time_batches([lambda s=s, o=o: fa4.fa4_forward(s[0], s[1], s[2], causal, out=o)
+                          for s, o in zip(sets, outs)])
+        return dict(fa4_ms=t, fa4_tflops=flops / t / 1e9, ratio_fa4=t / t_attnc, rel_err_fa4=err)
+    except Exception as ex:
+        return dict(fa4_error=f"{type(ex).__name__}: {ex}"[:300])
+
+
+def fa4_backward_row(fa4, sets, ref_grads, causal, flops, t_attnc):
+    """FA4's backward alone (its training forward run once per set, outputs and LSE kept) on the
+    backward table's tensors (sets[i] = (q, k, v, do, ...)); errors of dq, dk, dv against cuDNN's
+    on the first set."""
+    if fa4 is None:
+        return {}
+    try:
+        runs = []
+        for s in sets:
+            o, lse = fa4.fa4_forward(s[0], s[1], s[2], causal, need_lse=True)
+            runs.append((s[0], s[1], s[2], o, s[3], lse, *(torch.empty_like(s[0]) for _ in range(3))))
+        bwd = lambda r: fa4.fa4_backward(r[0], r[1], r[2], r[3], r[4], r[5], causal, dq=r[6], dk=r[7], dv=r[8])
+        bwd(runs[0])
+        torch.cuda.synchronize()
+        errs = [rel_err(a, b) for a, b in zip(runs[0][6:9], ref_grads)]
+        t = time_batches([lambda r=r: bwd(r) for r in runs])
+        return dict(fa4_ms=t, fa4_tflops=flops / t / 1e9, ratio_fa4=t / t_attnc, rel_err_fa4_dq=errs[0],
+                    rel_err_fa4_dk=errs[1], rel_err_fa4_dv=errs[2])
+    except Exception as ex:
+        return dict(fa4_error=f"{type(ex).__name__}: {ex}"[:300])
+
+
+def fa4_cells(r):
+    """FA4's TFLOP/s and attnc / FA4 for a table row ('-' without FA4, 'error' where it failed)."""
+    if "fa4_ms" in r:
+        return f"{r['fa4_tflops']:.0f} | {r['ratio_fa4']:.2f}"
+    return "error | -" if "fa4_error" in r else "- | -"
+
+
+def fa4_summary(rows, what):
+    """Geometric means against FA4 and against the faster of cuDNN and FA4 (issue 19's bar)."""
+    rs = [r for r in rows if "fa4_ms" in r]
+    if not rs:
+        return []
+    geo = math.exp(sum(math.log(r["ratio_fa4"]) for r in rs) / len(rs))
+    best = [min(r["ratio"], r["ratio_fa4"]) for r in rs]
+    geo_best = math.exp(sum(math.log(x) for x in best) / len(best))
+    worst = min(zip(best, rs), key=lambda x: x[0])
+    return [f"Geometric mean attnc / FA4 ({what}, {len(rs)} shapes): {geo:.3f}; attnc / the faster of "
+            f"cuDNN and FA4: {geo_best:.3f}, lowest {worst[0]:.2f} (D {worst[1]['D']}, S {worst[1]['S']}, "
+            f"causal {worst[1]['causal']})", ""]
 
 
 def main():
@@ -118,6 +204,8 @@ def main():
     ap.add_argument("--grid", action="store_true", default=None,
                     help="the plain grid (default unless --variants or --backward)")
     ap.add_argument("--backward", action="store_true", help="the backward against cuDNN's")
+    ap.add_argument("--fa4", default=os.environ.get("ATTN_FA4", ""),
+                    help="the unpacked .fa4 bundle (bench/fa4_peer.py): FA4 timed beside cuDNN")
     args = ap.parse_args()
     if args.grid is None:
         args.grid = not args.variants and not args.backward
@@ -126,6 +214,7 @@ def main():
     attn = Attn(os.path.abspath(args.lib))
     if args.arch:
         attn.set_arch(args.arch)
+    args.fa4_mod = fa4_load(args.fa4)
     dev = torch.cuda.get_device_name()
     rows, compile_rows = [], []
     seqs = [int(s) for s in args.seqs.split(",")]
@@ -176,6 +265,7 @@ def main():
                            attnc_ms=t_attnc, cudnn_ms=t_cudnn, fa2_ms=t_fa2,
                            attnc_tflops=flops / t_attnc / 1e9, cudnn_tflops=flops / t_cudnn / 1e9,
                            fa2_tflops=flops / t_fa2 / 1e9, ratio=t_cudnn / t_attnc)
+                row.update(fa4_forward_row(args.fa4_mod, sets, ref, causal, flops, t_attnc))
                 rows.append(row)
                 print(json.dumps(row), flush=True)
                 for *_, c in sets:
@@ -286,6 +376,7 @@ def run_backward(attn, args):
                            rel_err_dv=errs[2], attnc_ms=t_attnc, cudnn_ms=t_cudnn,
                            attnc_tflops=flops / t_attnc / 1e9, cudnn_tflops=flops / t_cudnn / 1e9,
                            ratio=t_cudnn / t_attnc)
+                row.update(fa4_backward_row(args.fa4_mod, sets, (gq, gk, gv), causal, flops, t_attnc))
                 rows.append(row)
                 print(json.dumps(row), flush=True)
                 for s in sets:
@@ -341,15 +432,17 @@ def backward_table(rows, extra):
     if rows:
         geo = math.exp(sum(math.log(r["ratio"]) for r in rows) / len(rows))
         lines += ["Backward only (forward outputs kept); FLOPs = 2.5 x forward; B*S = 16384, H = 2048/D.", "",
-                  "| D | S | causal | attnc TFLOP/s | cuDNN TFLOP/s | attnc / cuDNN | rel err dq / dk / dv vs cuDNN |",
-                  "|---|---|---|---|---|---|---|"]
+                  "| D | S | causal | attnc TFLOP/s | cuDNN TFLOP/s | attnc / cuDNN | FA4 TFLOP/s | attnc / FA4 | "
+                  "rel err dq / dk / dv vs cuDNN |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         for r in rows:
             lines.append(f"| {r['D']} | {r['S']} | {'yes' if r['causal'] else 'no'} | {r['attnc_tflops']:.0f} | "
-                         f"{r['cudnn_tflops']:.0f} | {r['ratio']:.2f} | {r['rel_err_dq']:.1e} / "
+                         f"{r['cudnn_tflops']:.0f} | {r['ratio']:.2f} | {fa4_cells(r)} | {r['rel_err_dq']:.1e} / "
                          f"{r['rel_err_dk']:.1e} / {r['rel_err_dv']:.1e} |")
         worst = min(rows, key=lambda r: r["ratio"])
         lines += ["", f"Geometric mean attnc / cuDNN (backward): {geo:.3f}; lowest {worst['ratio']:.2f} "
                   f"(D {worst['D']}, S {worst['S']}, causal {worst['causal']})", ""]
+        lines += fa4_summary(rows, "backward")
     if extra:
         lines += ["attnc backward overheads, S 4096, B 4, H 2048/D, non-causal (and the same graph's "
                   "forward):", "",
@@ -383,15 +476,18 @@ def driver_version():
 
 def grid_table(rows, compile_rows):
     geo = math.exp(sum(math.log(r["ratio"]) for r in rows) / len(rows))
-    lines = ["| D | S | causal | attnc TFLOP/s | cuDNN TFLOP/s | FA2 TFLOP/s | attnc / cuDNN | rel err vs cuDNN |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| D | S | causal | attnc TFLOP/s | cuDNN TFLOP/s | FA2 TFLOP/s | attnc / cuDNN | FA4 TFLOP/s | "
+             "attnc / FA4 | rel err vs cuDNN |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['D']} | {r['S']} | {'yes' if r['causal'] else 'no'} | {r['attnc_tflops']:.0f} | "
-                     f"{r['cudnn_tflops']:.0f} | {r['fa2_tflops']:.0f} | {r['ratio']:.2f} | {r['rel_err_vs_cudnn']:.1e} |")
+                     f"{r['cudnn_tflops']:.0f} | {r['fa2_tflops']:.0f} | {r['ratio']:.2f} | {fa4_cells(r)} | "
+                     f"{r['rel_err_vs_cudnn']:.1e} |")
     worst = min(rows, key=lambda r: r["ratio"])
     lines += ["", f"Geometric mean attnc / cuDNN: {geo:.3f}; lowest {worst['ratio']:.2f} "
-              f"(D {worst['D']}, S {worst['S']}, causal {worst['causal']})", "",
-              "| D | causal | cold NVRTC compile ms | warm cache load ms |", "|---|---|---|---|"]
+              f"(D {worst['D']}, S {worst['S']}, causal {worst['causal']})", ""]
+    lines += fa4_summary(rows, "forward")
+    lines += ["| D | causal | cold NVRTC compile ms | warm cache load ms |", "|---|---|---|---|"]
     for r in compile_rows:
         lines.append(f"| {r['D']} | {'yes' if r['causal'] else 'no'} | {r['cold_ms']:.0f} | {r['warm_ms']:.1f} |")
     return lines + [""]

@@ -49,7 +49,6 @@ trap 'kill $saver 2>/dev/null' EXIT
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >"$L/gpu.txt" 2>&1
 # libnccl from PyTorch's nvidia-nccl wheel (the ring's transport), when there is one.
 NCCL_LIB=${ATTN_NCCL:-$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib", "libnccl.so.2"))' 2>/dev/null)}
-if [ "${TESTS:-1}" = 1 ]; then
 # Peers' Python packages carried as wheels in .whl/ (the cudnn frontend for cuDNN's FP8 SDPA in
 # bench/fp8.py and bench/fp8_backward.py: python3 -m pip download --no-deps ...
 # nvidia-cudnn-frontend, docs/STATUS.md).
@@ -58,6 +57,12 @@ if ls .whl/*.whl >/dev/null 2>&1; then
     --target /tmp/attnc-site .whl/*.whl >"$L/pip-wheels.log" 2>&1 &&
     export PYTHONPATH=/tmp/attnc-site${PYTHONPATH:+:$PYTHONPATH}
 fi
+# FlashAttention-4's precompiled Hopper kernels (.fa4/, bench/fa4_peer.py says how it is made):
+# bench.py times them beside cuDNN when ATTN_FA4 names the unpacked bundle.
+if ls .fa4/*.tar.xz >/dev/null 2>&1; then
+  mkdir -p /tmp/fa4 && for f in .fa4/*.tar.xz; do tar xJf "$f" -C /tmp/fa4; done && export ATTN_FA4=/tmp/fa4
+fi
+if [ "${TESTS:-1}" = 1 ]; then
 # FIRST=1: the quick checks of what changed last without a GPU, before everything else (sessions
 # 25-26: the FP8 backward's tensor-core mode after its last measured call: the score and dQ factor
 # folds, 8-byte FP8 stores, the amax atomic skip, transpose8, dS's guard, dQ's traded rows, the
