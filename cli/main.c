@@ -67,7 +67,7 @@ static const char usage_text[] =
     "environment: ATTN_CACHE_DIR (cache root), ATTN_NO_CACHE=1 (no cache),\n"
     "             ATTN_NVRTC (path of the libnvrtc to use); tuning knobs the\n"
     "             command passes to the library: ATTN_BWD_TEMPLATE=sm80|sm90|sm90f8,\n"
-    "             ATTN_SM90_VARIANT=auto|base|persist|bn80|persist_bn80|f16_pv,\n"
+    "             ATTN_SM90_VARIANT=auto|base|persist|bn80|persist_bn80|f16_pv|wg3,\n"
     "             ATTN_PERSISTENT_CTAS=N\n";
 
 int cli_usage_error(const char *fmt, ...) {
@@ -102,11 +102,8 @@ static int env_bwd_template(void) {
 }
 
 static int env_sm90_variant(void) {
-  static const char *const names[] = {"auto", "base", "persist", "bn80", "persist_bn80", "f16_pv"};
-  const char *v = getenv("ATTN_SM90_VARIANT");
-  for (int k = 0; v && k < (int)(sizeof names / sizeof names[0]); k++)
-    if (!strcmp(v, names[k])) return k;
-  return 0;
+  const int k = tmpl_sm90_variant_index(getenv("ATTN_SM90_VARIANT"));
+  return k < 0 ? 0 : k;
 }
 
 CompileOptions cli_compile_options(const char *arch) {

@@ -723,10 +723,10 @@ int tmpl_sm80_config(int d_qk, int d_v, int q_bytes, int kv_bytes, int sm, Sm80C
  * 128 query rows (two consumer warpgroups of 64) and a producer
  * warpgroup, 384 threads. */
 typedef struct Sm90Config {
-  int bm;         /* query rows per CTA (ATTN_BM), 128 */
+  int bm;         /* query rows per CTA (ATTN_BM): 64 per consumer warpgroup, 128 or 192 */
   int bn;         /* keys per K/V tile (ATTN_BN): 64, 80 or 128 */
   int stages;     /* K/V shared-memory stages (ATTN_STAGES) */
-  int threads;    /* 384 */
+  int threads;    /* 128 per warpgroup: 384, or 512 with three consumers */
   int smem_bytes; /* dynamic shared memory, as the template lays it out */
   bool persistent; /* ATTN_PERSISTENT: at most one CTA per SM walks the tiles */
   bool fp8_pv;     /* ATTN_FP8_PV: P V in FP8 (P rounded to FP8, V^T) */
@@ -738,6 +738,9 @@ typedef struct Sm90Config {
 /* fp8_p: FP8 q, k, v with P rounded to FP8 (both products in FP8): key
  * tiles of 64 or 128 keys, the widths of V^T's swizzled rows. */
 int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, bool fp8_p, int variant, Sm90Config *out);
+/* The variant's number (ATTN_OPTION_SM90_VARIANT) for its name (auto,
+ * base, persist, bn80, persist_bn80, f16_pv, wg3), or -1. */
+int tmpl_sm90_variant_index(const char *name);
 
 /* ---------------------------------------------------------- tmpl_decode.c */
 

@@ -2,9 +2,10 @@
  * tmpl_sm90.c: tile configurations of the Hopper forward template,
  * templates/fwd_sm90.cuh.
  *
- * The CTA is fixed (a producer warpgroup and two consumer warpgroups of 64
- * query rows: BM = 128, 384 threads); the table picks the key tile BN and
- * the number of K/V stages. Shared memory holds the Q tile, the stages of
+ * The CTA is a producer warpgroup and two consumer warpgroups of 64 query
+ * rows (BM = 128, 384 threads; three, BM 192 and 512 threads, in the wg3
+ * variant at head dims up to 64); the table picks the key tile BN and the
+ * number of K/V stages. Shared memory holds the Q tile, the stages of
  * (K tile, V tile), the mbarriers, the producer's slots (the work tile,
  * then each stage's key tile and class), and 1024 bytes of slack for rounding
  * the base up to the 128-byte swizzle's 1024-byte period:
@@ -31,10 +32,18 @@
  *                 FP8, P V in f16 (P rounded in f32, V widened) instead of
  *                 FP8 (V transposed): the same values; measured 0.94-1.06x
  *                 the FP8 P V of auto (bench/RESULTS.md, FP8)
- * numbered 0 to 4 in this order; 0 is the default below (the fastest
+ *   wg3           auto, but where the head tiles are at most 64 and q, k,
+ *                 v are 16-bit: three consumer warpgroups (BM 192, 512
+ *                 threads, 160 registers a consumer thread), FA3's tile at
+ *                 D 64, where the softmax's latency chain, not the tensor
+ *                 cores, bounds two warpgroups (bench/NOTES-sm90.md,
+ *                 session 27)
+ * numbered 0 to 6 in this order; 0 is the default below (the fastest
  * measured), and so is any number out of range (the library never fails
  * on a tuning knob).
  */
+#include <string.h>
+
 #include "attn_layout.h"
 #include "attnc.h"
 
@@ -47,16 +56,19 @@ typedef struct Sm90Variant {
   int persistent_max_d; /* persistent grid up to this head dim (0: never) */
   bool bn80;            /* D 256: key tiles of 80 instead of 64 */
   bool f16_pv;          /* P V in f16 even where a graph rounds P to FP8 */
+  bool wg3;             /* three consumer warpgroups where the head tiles are <= 64 */
 } Sm90Variant;
 
 static const Sm90Variant sm90_variants[] = {
-    {"auto", 256, true, false},
-    {"base", 0, false, false},
-    {"persist", 256, false, false},
-    {"bn80", 0, true, false},
-    {"persist_bn80", 256, true, false},
-    {"f16_pv", 256, true, true},
+    {"auto", 256, true, false, false},
+    {"base", 0, false, false, false},
+    {"persist", 256, false, false, false},
+    {"bn80", 0, true, false, false},
+    {"persist_bn80", 256, true, false, false},
+    {"f16_pv", 256, true, true, false},
+    {"wg3", 256, true, false, true},
 };
+#define SM90_NVARIANTS ((int)(sizeof sm90_variants / sizeof sm90_variants[0]))
 
 /* The default, "auto": the fastest measured (bench/NOTES-sm90.md, H200,
  * 2026-11-29): persistent at every head dim since the kernel takes its
@@ -68,13 +80,18 @@ static const Sm90Variant sm90_variants[] = {
 #define SM90_SMEM_LIMIT (227 * 1024)
 
 static const Sm90Variant *sm90_variant(int variant) {
-  if (variant < 0 || variant >= (int)(sizeof sm90_variants / sizeof sm90_variants[0]))
-    variant = SM90_DEFAULT_VARIANT;
+  if (variant < 0 || variant >= SM90_NVARIANTS) variant = SM90_DEFAULT_VARIANT;
   return &sm90_variants[variant];
 }
 
-static int sm90_smem_bytes(const Sm90Candidate *c, int d_qk, int d_v, int fp8) {
-  return attn_fwd90_layout_of(128, c->bn, c->stages, d_qk, d_v, fp8).total;
+int tmpl_sm90_variant_index(const char *name) {
+  for (int k = 0; name && k < SM90_NVARIANTS; k++)
+    if (!strcmp(name, sm90_variants[k].name)) return k;
+  return -1;
+}
+
+static int sm90_smem_bytes(int bm, const Sm90Candidate *c, int d_qk, int d_v, int fp8) {
+  return attn_fwd90_layout_of(bm, c->bn, c->stages, d_qk, d_v, fp8).total;
 }
 
 int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, bool fp8_p, int variant, Sm90Config *out) {
@@ -112,13 +129,16 @@ int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, bool fp8_p, int variant, S
   const bool fp8_pv = fp8 && fp8_p && !var->f16_pv;
   if (fp8_pv && tmax > 128)
     list = fp8p_wide, n = (int)(sizeof fp8p_wide / sizeof fp8p_wide[0]);
+  /* Three consumer warpgroups (wg3): 16-bit inputs and head tiles of 64,
+   * where 160 registers a thread hold S (64), O (32) and P (32). */
+  const int wgs = var->wg3 && !fp8 && tmax <= 64 ? 3 : 2;
   for (int k = 0; k < n; k++) {
-    int bytes = sm90_smem_bytes(&list[k], fp8 ? attn_head_tile8(d_qk) : tqk, tv, fp8);
+    int bytes = sm90_smem_bytes(64 * wgs, &list[k], fp8 ? attn_head_tile8(d_qk) : tqk, tv, fp8);
     if (bytes <= SM90_SMEM_LIMIT) {
-      out->bm = 128;
+      out->bm = 64 * wgs;
       out->bn = list[k].bn;
       out->stages = list[k].stages;
-      out->threads = 384;
+      out->threads = 128 * (1 + wgs);
       out->smem_bytes = bytes;
       out->persistent = tmax <= var->persistent_max_d;
       /* FP8 P V reads V^T rows of 64 or 128 keys. */

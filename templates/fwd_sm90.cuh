@@ -9,11 +9,13 @@
  *
  * Shape of the computation:
  * - A CTA owns 128 query rows of one (batch, head) and has three
- *   warpgroups. Warpgroup 0 is the producer: one thread issues every TMA
+ *   warpgroups (192 rows and four in the wg3 variant, head dims <= 64).
+ *   Warpgroup 0 is the producer: one thread issues every TMA
  *   copy (Q once, then K and V tiles of ATTN_BN keys through ATTN_STAGES
  *   shared-memory stages), each completing on an mbarrier; the warpgroup
- *   gives its registers away (setmaxnreg.dec). Warpgroups 1 and 2 are the
- *   consumers, 64 query rows each, with 240 registers a thread.
+ *   gives its registers away (setmaxnreg.dec). The others are the
+ *   consumers, 64 query rows each, with 232 registers a thread (160 with
+ *   three).
  * - The runtime builds one tensor map per operand (runtime/tmap.c) over
  *   the 4-D tensor as bound (any 16-byte strides), boxes of 64 columns
  *   (128 bytes) by the tile's rows, 128-byte swizzle. Rows beyond Sq/Skv
@@ -24,9 +26,10 @@
  *   (the S accumulators packed to 16 bits: the accumulator layout is the A
  *   fragment layout) and V from shared memory through an MN-major
  *   (transposed) descriptor, so V needs no transpose in memory.
- * - The two consumer warpgroups take turns at the tensor cores (named
- *   barriers, "ping-pong"): while one runs its softmax the other's GEMMs
- *   run, so the exponentials hide behind matrix work.
+ * - The consumer warpgroups take turns at the tensor cores (named
+ *   barriers, "ping-pong"; a ring of three with wg3): while one runs its
+ *   softmax another's GEMMs run, so the exponentials hide behind matrix
+ *   work.
  * - Softmax, masks and hooks are the sm80 template's, on the same
  *   per-thread fragment (rows g and g+8 of a warp's 16, two columns per
  *   eight): a fully masked row ends with O = 0 and lse = -inf.
@@ -90,8 +93,9 @@ constexpr int fwd90_qk_steps = (ATTN_D_QK + fwd90_kstep - 1) / fwd90_kstep;
 constexpr int fwd90_bm = ATTN_BM;
 constexpr int fwd90_bn = ATTN_BN;
 constexpr int fwd90_stages = ATTN_STAGES;
-/* 384 threads: producer + two consumer warpgroups. q, k and v are read
- * through the tensor maps (built from slots ATTN_TQ/TK/TV by the runtime). */
+/* 128 (1 + fwd90_wgs) threads: the producer and the consumer warpgroups.
+ * q, k and v are read through the tensor maps (built from slots
+ * ATTN_TQ/TK/TV by the runtime). */
 constexpr int fwd90_to = ATTN_TO;
 constexpr int fwd90_tlse = ATTN_TLSE;
 /* ATTN_PERSISTENT 1: the kernel walks (query tile, head, batch) work
@@ -124,10 +128,10 @@ constexpr int fwd90_out_kind = attn_out_kind;
 
 /* Head dims: multiples of 8 up to 256, in tiles of whole 64-column
  * (128-byte) swizzle blocks. BN: an S GEMM of m64n64, m64n80 or m64n128.
- * BM: two consumer warpgroups of 64 rows. */
+ * BM: two or three consumer warpgroups of 64 rows. */
 static_assert(attn_head_dim_ok(ATTN_D_QK) && attn_head_dim_ok(ATTN_D_V),
               "head dims: multiples of 8 up to 256");
-static_assert(fwd90_bm == 128, "two consumer warpgroups of 64 rows");
+static_assert(fwd90_bm == 128 || fwd90_bm == 192, "two or three consumer warpgroups of 64 rows");
 static_assert(fwd90_bn == 64 || fwd90_bn == 80 || fwd90_bn == 128, "BN: 64, 80 or 128");
 static_assert(fwd90_stages >= 2 && fwd90_stages <= 4, "2 to 4 K/V stages");
 
@@ -149,8 +153,17 @@ constexpr int fwd90_bar_offset = fwd90_layout.bar_offset;
  * later when P V is, so the next K load starts a whole key tile sooner
  * (it mattered at D 256, two stages of 80 KB: bench/NOTES-sm90.md). */
 constexpr int fwd90_nbars = fwd90_layout.nbars;
-/* Two consumer warpgroups. */
-constexpr int fwd90_consumer_threads = 256;
+/* Consumer warpgroups: two, or three (tmpl_sm90.c's wg3 variant, 16-bit
+ * head dims up to 64: S, O and P in 128 of a consumer's 160 registers). */
+constexpr int fwd90_wgs = fwd90_bm / 64;
+constexpr int fwd90_consumer_threads = 128 * fwd90_wgs;
+static_assert(fwd90_wgs == 2 || (!fwd90_fp8 && fwd90_dqk <= 64 && fwd90_dv <= 64),
+              "three consumer warpgroups: 16-bit tiles of 64 columns");
+/* Registers a thread after setmaxnreg: the producer's, the consumers'
+ * (128 x 40 + 256 x 232 and 128 x 32 + 384 x 160 of the SM's 65536; FA3's
+ * budgets). */
+constexpr int fwd90_producer_regs = fwd90_wgs == 2 ? 40 : 32;
+constexpr int fwd90_consumer_regs = fwd90_wgs == 2 ? 232 : 160;
 /* After the barriers, 8-byte slots the producer fills for the consumers:
  * the work tile (its index for the persistent kernel, fwd90_next_tile,
  * and whether it has any live key tile), then one per stage (the key
@@ -720,7 +733,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
   const int wgi = __shfl_sync(0xffffffffu, tid / 128, 0);
   if (wgi == 0) {
     /* ---------------------------------------------------- producer */
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(fwd90_producer_regs) : "memory");
     /* Warp 0 walks the key tiles (its lanes classify 32 candidates at
      * once); lane 0 issues the copies and the barrier arrivals. With FP8,
      * warps 1-3 convert each V tile as it lands, in the producer's order
@@ -943,11 +956,18 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
   }
 
   /* ------------------------------------------------------ consumers */
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
-  const int wg = wgi - 1; /* 0 or 1: rows 64*wg.. of the tile */
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(fwd90_consumer_regs) : "memory");
+  const int wg = wgi - 1; /* rows 64*wg.. of the tile */
   const int ww = warp & 3;        /* 16 rows per warp */
   const int g = lane >> 2, t4 = lane & 3;
-  const int my_turn = 1 + wg, other_turn = 2 - wg; /* named barrier ids */
+  /* The turns at the tensor cores, a ring: warpgroup wg waits on barrier
+   * 1 + wg (bar.sync, 256 threads: its own and the one arriving) and
+   * hands over on the next one's. The last warpgroup opens each work tile
+   * with an arrive on the first one's barrier and skips its hand-over
+   * after the tile's last key tile, so every barrier sees as many arrives
+   * as waits per work tile. */
+  const int my_turn = 1 + wg, next_turn = 1 + (wg + 1) % fwd90_wgs; /* named barrier ids */
+  const bool last_wg = wg == fwd90_wgs - 1;
   const unsigned q_wg = sq + wg * 64 * 128;
 
   float o[fwd90_o_regs];
@@ -1021,7 +1041,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
     float row_max[2] = {neg_inf, neg_inf}; /* natural-log units */
     float row_sum[2] = {0.f, 0.f};         /* this lane's partial sums */
 
-    if (wg == 1 && any)
+    if (last_wg && any)
       attn_named_arrive(1); /* warpgroup 0 goes first */
     int it = 0, pst = 0, pph = 0; /* it: this tile's key tiles so far */
     for (bool more = any; more;) {
@@ -1081,8 +1101,8 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       /* Always a second group (empty in the first round), so one wait<1>
        * below means "S is done" on every path. */
       attn_wgmma_commit();
-      if (!(wg == 1 && !more))
-        attn_named_arrive(other_turn);
+      if (!(last_wg && !more))
+        attn_named_arrive(next_turn);
 
       attn_wgmma_wait<1>(); /* S is done; P V may still run */
 #pragma unroll

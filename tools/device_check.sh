@@ -17,7 +17,9 @@ set -u
 # back from the device machine ($OUT holds at most 8 files) is one .tgz of
 # them plus the benchmark tables and plot.
 B=${1:-build}
-L=/tmp/attnc-device
+# TAG=name: logs in /tmp/attnc-device-name and $OUT/device-logs-name.tgz, so one device call can
+# run several passes (e.g. one with ATTN_SM90_VARIANT set) without overwriting the others.
+L=/tmp/attnc-device${TAG:+-$TAG}
 rm -rf "$L"
 mkdir -p "$L"
 export LD_LIBRARY_PATH=$PWD/$B/install/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -33,9 +35,11 @@ step() { # step NAME COMMAND...: runs it, logs it, keeps its last line
 save() { # what has been logged so far, into $OUT (a call cut short keeps it)
   [ -n "${OUT:-}" ] || return 0
   printf '%s\n' "${summary[@]}" >"$L/summary.txt"
-  tar czf "$OUT/device-logs.tgz" --exclude=./cache -C "$L" .
-  for f in bench-grid.md bench-grid.png bench-variants.md bench-backward.md bench-python-overhead.md summary.txt; do
-    [ -f "$L/$f" ] && cp "$L/$f" "$OUT/"
+  tar czf "$OUT/device-logs${TAG:+-$TAG}.tgz" --exclude=./cache -C "$L" .
+  # (a tagged pass sends its archive alone: $OUT brings back at most 8 files)
+  [ -n "${TAG:-}" ] && return 0
+  for f in bench-grid.md bench-variants.md bench-backward.md summary.txt; do
+    [ -f "$L/$f" ] && cp "$L/$f" "$OUT/$f"
   done
   return 0
 }
@@ -43,7 +47,7 @@ save() { # what has been logged so far, into $OUT (a call cut short keeps it)
 # too: they are saved every 30 s meanwhile, not only after each step.
 # (Their own archive, so it never races the final save.)
 ( while sleep 30; do [ -n "${OUT:-}" ] &&
-    tar czf "$OUT/device-logs-partial.tgz" --exclude=./cache -C "$L" . 2>/dev/null; done ) &
+    tar czf "$OUT/device-logs${TAG:+-$TAG}-partial.tgz" --exclude=./cache -C "$L" . 2>/dev/null; done ) &
 saver=$!
 trap 'kill $saver 2>/dev/null' EXIT
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >"$L/gpu.txt" 2>&1
@@ -144,6 +148,7 @@ bench() { # bench NAME ARGS...: the step bench_NAME, if BENCH_STEPS names it
   case " ${BENCH_STEPS:-all} " in *" all "* | *" $name "*) step "bench_$name" "$@" ;; esac
 }
 if [ "${BENCH:-1}" = 1 ]; then
+  [ -n "${ATTN_FA4:-}" ] && bench fa4_selftest python3 bench/fa4_peer.py "$ATTN_FA4"
   bench python_overhead python3 bench/python_overhead.py --lib "$B/libattn.so" --out "$L"
   bench warm_load python3 bench/warm_load.py --lib "$B/libattn.so" --out "$L"
   bench grid python3 bench/bench.py --lib "$B/libattn.so" --out "$L"

@@ -7,8 +7,10 @@
 
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "attn.h"
+#include "attnc.h"
 #include "cuda_driver.h"
 
 static int passed, failed, skipped;
@@ -36,10 +38,14 @@ static const RtDriver *gpu_test_driver(void) {
 
 /* A context for the tests, without the disk cache (every compile is
  * fresh); NULL when it cannot be made. */
+/* ATTN_SM90_VARIANT names the Hopper forward's variant the tests compile
+ * (tmpl_sm90.c), as for the attnc command. */
 static attn_context *gpu_test_context(void) {
   attn_context *ctx;
   if (attn_context_create(&ctx) != ATTN_SUCCESS) return NULL;
   attn_context_set_cache_dir(ctx, NULL);
+  const int variant = tmpl_sm90_variant_index(getenv("ATTN_SM90_VARIANT"));
+  if (variant > 0) attn_context_set_option(ctx, ATTN_OPTION_SM90_VARIANT, variant);
   return ctx;
 }
 

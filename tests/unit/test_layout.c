@@ -162,3 +162,26 @@ Test(layout, fwd90_fp8_configs) {
   for (int d = 16; d <= 256; d += 16)
     cr_assert_eq(tmpl_sm90_config(d, d, 1, true, 0, &h), 0, "D %d", d);
 }
+
+/* The wg3 variant (6): three consumer warpgroups (BM 192, 512 threads)
+ * for 16-bit graphs whose head tiles are at most 64; everything else keeps
+ * two, as does every other variant. Names map to numbers for the attnc
+ * command and the GPU tests (ATTN_SM90_VARIANT). */
+Test(layout, fwd90_wg3_configs) {
+  Sm90Config h;
+  cr_assert_eq(tmpl_sm90_variant_index("wg3"), 6);
+  cr_assert_eq(tmpl_sm90_variant_index("auto"), 0);
+  cr_assert_eq(tmpl_sm90_variant_index("nonesuch"), -1);
+  cr_assert_eq(tmpl_sm90_variant_index(NULL), -1);
+  for (int d = 8; d <= 64; d += 8) {
+    cr_assert_eq(tmpl_sm90_config(d, d, 2, false, 6, &h), 0, "D %d", d);
+    cr_assert(h.bm == 192 && h.threads == 512 && h.persistent, "D %d", d);
+    cr_assert_eq(h.smem_bytes, attn_fwd90_layout_of(192, h.bn, h.stages, 64, 64, 0).total);
+    cr_assert_eq(tmpl_sm90_config(d, d, 2, false, 0, &h), 0);
+    cr_assert(h.bm == 128 && h.threads == 384, "D %d without wg3", d);
+  }
+  cr_assert_eq(tmpl_sm90_config(64, 128, 2, false, 6, &h), 0);
+  cr_assert(h.bm == 128 && h.threads == 384, "a head tile of 128 keeps two");
+  cr_assert_eq(tmpl_sm90_config(64, 64, 1, true, 6, &h), 0);
+  cr_assert(h.bm == 128 && h.threads == 384, "FP8 keeps two");
+}
