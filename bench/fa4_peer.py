@@ -11,7 +11,7 @@ loaded here with tvm_ffi and called with exactly the arguments FA4's `interface.
 FA4 itself on the prep machine). The kernels, launch code and argument lists are FA4's; only the
 Python glue (allocations, argument list) is re-done here, for the one case it covers:
 bf16, MHA (Hq == Hkv), D in {64, 128, 256}, Sq == Skv >= 256, causal or not, no dropout/softcap/window.
-Rebuild .fa4 (no GPU needed, ~10 min): tools/prep_fa4.sh (FA4_OUT=DIR writes elsewhere).
+Rebuild .fa4 (no GPU needed, 2-4 min): tools/prep_fa4.sh (FA4_OUT=DIR writes elsewhere).
 
 Device (Python 3.12, its own torch 2.11 + CUDA 13; nothing else needed), from the repository root:
 
