@@ -66,6 +66,12 @@ fi
 if ls .fa4/*.tar.xz >/dev/null 2>&1; then
   mkdir -p /tmp/fa4 && for f in .fa4/*.tar.xz; do tar xJf "$f" -C /tmp/fa4; done && export ATTN_FA4=/tmp/fa4
 fi
+# FlashInfer's prebuilt modules (.fi/, tools/prep_flashinfer.sh): bench/decode.py and
+# bench/paged_prefill.py time them in the same process when they import.
+if [ -f .fi/site_fi.tar.xz ]; then
+  mkdir -p /tmp/site_fi && tar xJf .fi/site_fi.tar.xz -C /tmp/site_fi &&
+    export PYTHONPATH=/tmp/site_fi${PYTHONPATH:+:$PYTHONPATH} FLASHINFER_DISABLE_JIT=1
+fi
 if [ "${TESTS:-1}" = 1 ]; then
 # FIRST=1: the quick checks of what changed last without a GPU, before everything else (sessions
 # 25-26: the FP8 backward's tensor-core mode after its last measured call: the score and dQ factor
