@@ -966,7 +966,8 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
    * with an arrive on the first one's barrier and skips its hand-over
    * after the tile's last key tile, so every barrier sees as many arrives
    * as waits per work tile. */
-  const int my_turn = 1 + wg, next_turn = 1 + (wg + 1) % fwd90_wgs; /* named barrier ids */
+  const int my_turn = 1 + wg; /* named barrier ids */
+  const int next_turn = fwd90_wgs == 2 ? 2 - wg : 1 + (wg + 1) % fwd90_wgs;
   const bool last_wg = wg == fwd90_wgs - 1;
   const unsigned q_wg = sq + wg * 64 * 128;
 
