@@ -9,7 +9,8 @@ set -u
 # FWD=0 test_forward, BWD80=0 / BWD90=0 test_backward's template passes, SM80=0
 # the portable template's grid, CTAS3=0 the second backward run, PYTEST=0
 # the Python package's tests, TESTS=0 the GPU test binaries, REST=0 those after the
-# FIRST, FWD and backward steps, BENCH_STEPS a list of the benchmarks to run. The whole takes
+# FIRST, FWD and backward steps, BENCH_STEPS a list of the benchmarks to run, FIRST_SANITIZE=0
+# the FIRST steps' sanitizer run, WG3=1 the wg3 variant's checks. The whole takes
 # more than one 600 s device call (test_forward alone ~470 s, each test_backward pass ~350-400 s
 # in session 21): run TESTS=1 BENCH=0 SANITIZE=0 in calls of FWD=1 BWD80=0 BWD90=0, then FWD=0
 # BWD90=0, then FWD=0 BWD80=0 (with PYTEST=0 HOST=0 on all but one), then
@@ -95,9 +96,12 @@ if [ "${FIRST:-0}" = 1 ]; then
       --lib "$B/libattn.so"
     step first_fp8_grid python3 bench/fp8_backward.py --dims 128 --lib "$B/libattn.so" --out "$L"
   fi
-  step first_sanitize_fp8_bwd env L="$L/sanitize" CASES="bwd fp8" RING=0 TOOLS="memcheck synccheck" \
+  [ "${FIRST_SANITIZE:-1}" = 1 ] && step first_sanitize_fp8_bwd env L="$L/sanitize" CASES="bwd fp8" RING=0 TOOLS="memcheck synccheck" \
     bash tools/sanitize_device.sh "$B"
 fi
+# WG3=1: fwd_sm90's wg3 variant (three consumer warpgroups where the head dims are at most 64):
+# every example at every head dim (test_head_dims), and below the D 64 grid beside the default's.
+[ "${WG3:-0}" = 1 ] && step wg3_head_dims env ATTN_SM90_VARIANT=wg3 "$B/tests/gpu/test_head_dims"
 [ "${FWD:-1}" = 1 ] && step test_forward "$B/tests/gpu/test_forward"
 # One step per backward template: together they take more than one 600 s call (session 21).
 [ -x "$B/tests/gpu/test_backward" ] && [ "${BWD80:-1}" = 1 ] &&
@@ -158,6 +162,8 @@ if [ "${BENCH:-1}" = 1 ]; then
   bench python_overhead python3 bench/python_overhead.py --lib "$B/libattn.so" --out "$L"
   bench warm_load python3 bench/warm_load.py --lib "$B/libattn.so" --out "$L"
   bench grid python3 bench/bench.py --lib "$B/libattn.so" --out "$L"
+  [ "${WG3:-0}" = 1 ] && bench grid env ATTN_SM90_VARIANT=wg3 python3 bench/bench.py --lib "$B/libattn.so" \
+    --dims 64 --out "$L/wg3"
   [ "${SM80:-1}" = 1 ] && bench grid_sm80 python3 bench/bench.py --lib "$B/libattn.so" --out "$L" --arch sm_90 --dims 128 --seqs 1024,4096,16384
   bench variants python3 bench/bench.py --lib "$B/libattn.so" --out "$L" --variants
   bench backward python3 bench/bench.py --lib "$B/libattn.so" --out "$L" --backward
