@@ -162,7 +162,7 @@ if [ "${BENCH:-1}" = 1 ]; then
   bench python_overhead python3 bench/python_overhead.py --lib "$B/libattn.so" --out "$L"
   bench warm_load python3 bench/warm_load.py --lib "$B/libattn.so" --out "$L"
   bench grid python3 bench/bench.py --lib "$B/libattn.so" --out "$L"
-  [ "${WG3:-0}" = 1 ] && bench grid env ATTN_SM90_VARIANT=wg3 python3 bench/bench.py --lib "$B/libattn.so" \
+  [ "${WG3:-0}" = 1 ] && bench grid_wg3 env ATTN_SM90_VARIANT=wg3 python3 bench/bench.py --lib "$B/libattn.so" \
     --dims 64 --out "$L/wg3"
   [ "${SM80:-1}" = 1 ] && bench grid_sm80 python3 bench/bench.py --lib "$B/libattn.so" --out "$L" --arch sm_90 --dims 128 --seqs 1024,4096,16384
   bench variants python3 bench/bench.py --lib "$B/libattn.so" --out "$L" --variants
