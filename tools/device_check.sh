@@ -158,7 +158,7 @@ bench() { # bench NAME ARGS...: the step bench_NAME, if BENCH_STEPS names it
   case " ${BENCH_STEPS:-all} " in *" all "* | *" $name "*) step "bench_$name" "$@" ;; esac
 }
 if [ "${BENCH:-1}" = 1 ]; then
-  [ -n "${ATTN_FA4:-}" ] && bench fa4_selftest python3 bench/fa4_peer.py "$ATTN_FA4"
+  [ -n "${ATTN_FA4:-}" ] && bench fa4_selftest timeout 150 python3 bench/fa4_peer.py "$ATTN_FA4"
   bench python_overhead python3 bench/python_overhead.py --lib "$B/libattn.so" --out "$L"
   bench warm_load python3 bench/warm_load.py --lib "$B/libattn.so" --out "$L"
   bench grid python3 bench/bench.py --lib "$B/libattn.so" --out "$L"
