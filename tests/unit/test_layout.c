@@ -164,7 +164,7 @@ Test(layout, fwd90_fp8_configs) {
 }
 
 /* The wg3 variant (6): three consumer warpgroups (BM 192, 512 threads)
- * for 16-bit graphs whose head tiles are at most 64; everything else keeps
+ * for graphs whose head tiles are at most 64; everything else keeps
  * two, as does every other variant. Names map to numbers for the attnc
  * command and the GPU tests (ATTN_SM90_VARIANT). */
 Test(layout, fwd90_wg3_configs) {
@@ -183,5 +183,8 @@ Test(layout, fwd90_wg3_configs) {
   cr_assert_eq(tmpl_sm90_config(64, 128, 2, false, 6, &h), 0);
   cr_assert(h.bm == 128 && h.threads == 384, "a head tile of 128 keeps two");
   cr_assert_eq(tmpl_sm90_config(64, 64, 1, true, 6, &h), 0);
-  cr_assert(h.bm == 128 && h.threads == 384, "FP8 keeps two");
+  cr_assert(h.bm == 192 && h.threads == 512 && h.fp8_pv, "FP8 at D 64 too");
+  cr_assert_eq(h.smem_bytes, attn_fwd90_layout_of(192, h.bn, h.stages, 128, 64, 1).total);
+  cr_assert_eq(tmpl_sm90_config(128, 128, 1, true, 6, &h), 0);
+  cr_assert(h.bm == 128 && h.threads == 384, "FP8 at D 128 keeps two");
 }
