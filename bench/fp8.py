@@ -135,6 +135,7 @@ def main():
     ap.add_argument("--lib", default="build/libattn.so")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--dims", default="64,128,256")
     ap.add_argument("--once", default=None, metavar="D,S",
                     help="one non-causal configuration, each kernel launched once, nothing timed "
                          "(for ncu: bf16, FP8 with P f16, FP8 with P e4m3)")
@@ -142,7 +143,7 @@ def main():
     torch.manual_seed(0)
     torch.zeros(1, device="cuda")
     attn = Attn(os.path.abspath(args.lib))
-    dims = [64, 128, 256]
+    dims = [int(d) for d in args.dims.split(",")]
     seqs = [4096] if args.quick else [1024, 4096, 8192, 16384]
     if args.once:
         D, S = (int(x) for x in args.once.split(","))
