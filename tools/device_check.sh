@@ -102,6 +102,7 @@ fi
 # WG3=1: fwd_sm90's wg3 variant (three consumer warpgroups where the head dims are at most 64):
 # every example at every head dim (test_head_dims), and below the D 64 grid beside the default's.
 [ "${WG3:-0}" = 1 ] && step wg3_head_dims env ATTN_SM90_VARIANT=wg3 "$B/tests/gpu/test_head_dims"
+[ "${WG3:-0}" = 1 ] && step wg3_fp8 env ATTN_SM90_VARIANT=wg3 "$B/tests/gpu/test_fp8"
 [ "${FWD:-1}" = 1 ] && step test_forward "$B/tests/gpu/test_forward"
 # One step per backward template: together they take more than one 600 s call (session 21).
 [ -x "$B/tests/gpu/test_backward" ] && [ "${BWD80:-1}" = 1 ] &&
