@@ -33,7 +33,8 @@
  *                 FP8 (V transposed): the same values; measured 0.94-1.06x
  *                 the FP8 P V of auto (bench/RESULTS.md, FP8)
  *   wg3           auto, but where the head tiles are at most 64 (16-bit
- *                 or FP8): three consumer warpgroups (BM 192, 512
+ *                 or FP8), or 128 with FP8 P V (then BN 64): three
+ *                 consumer warpgroups (BM 192, 512
  *                 threads, 160 registers a consumer thread), FA3's tile at
  *                 D 64, where the softmax's latency chain, not the tensor
  *                 cores, bounds two warpgroups (bench/NOTES-sm90.md,
@@ -131,7 +132,12 @@ int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, bool fp8_p, int variant, S
     list = fp8p_wide, n = (int)(sizeof fp8p_wide / sizeof fp8p_wide[0]);
   /* Three consumer warpgroups (wg3): head tiles of 64, where 160
    * registers a thread hold S (64), O (32) and P (32; 16 in FP8). */
-  const int wgs = var->wg3 && tmax <= 64 ? 3 : 2;
+  /* And FP8 P V at head tiles of 128, with key tiles of 64: S 32 and P 8
+   * registers beside O's 64 (the FP8 forward's softmax is its limit,
+   * bench/NOTES-sm90.md session 19). */
+  const bool wg3_fp8_128 = var->wg3 && fp8_pv && tmax == 128;
+  const int wgs = var->wg3 && (tmax <= 64 || wg3_fp8_128) ? 3 : 2;
+  if (wg3_fp8_128) list = fp8p_wide, n = (int)(sizeof fp8p_wide / sizeof fp8p_wide[0]);
   for (int k = 0; k < n; k++) {
     int bytes = sm90_smem_bytes(64 * wgs, &list[k], fp8 ? attn_head_tile8(d_qk) : tqk, tv, fp8);
     if (bytes <= SM90_SMEM_LIMIT) {

@@ -157,14 +157,14 @@ constexpr int fwd90_nbars = fwd90_layout.nbars;
  * dims up to 64: S, O and P in 128 of a consumer's 160 registers). */
 constexpr int fwd90_wgs = fwd90_bm / 64;
 constexpr int fwd90_consumer_threads = 128 * fwd90_wgs;
-static_assert(fwd90_wgs == 2 || (ATTN_D_QK <= 64 && ATTN_D_V <= 64),
-              "three consumer warpgroups: head dims up to 64");
+static_assert(fwd90_wgs == 2 || (ATTN_D_QK <= 64 && ATTN_D_V <= 64) || (fwd90_p8 && ATTN_BN == 64),
+              "three consumer warpgroups: head dims up to 64, or FP8 P V with key tiles of 64");
 /* Registers a thread after setmaxnreg: the producer's, the consumers'
  * (128 x 40 + 256 x 232 and 128 x 32 + 384 x 160 of the SM's 65536; FA3's
  * budgets). With FP8 P V the producer's warps 1-3 transpose V (which
- * spilled at 32) and a consumer's P takes 16 registers, not 32: 40 and
- * 152 (with 16-bit P, 152 made ptxas serialize the wgmma). */
-constexpr int fwd90_producer_regs = fwd90_wgs == 2 || fwd90_p8 ? 40 : 32;
+ * spilled at 32 and 40) and a consumer's P takes 16 registers, not 32:
+ * 48 and 152 (with 16-bit P, 152 made ptxas serialize the wgmma). */
+constexpr int fwd90_producer_regs = fwd90_wgs == 2 ? 40 : fwd90_p8 ? 48 : 32;
 constexpr int fwd90_consumer_regs = fwd90_wgs == 2 ? 232 : fwd90_p8 ? 152 : 160;
 static_assert(128 * fwd90_producer_regs + fwd90_consumer_threads * fwd90_consumer_regs <= 65536,
               "the SM's registers");

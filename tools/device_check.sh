@@ -170,7 +170,7 @@ if [ "${BENCH:-1}" = 1 ]; then
   bench backward python3 bench/bench.py --lib "$B/libattn.so" --out "$L" --backward
   bench fp8 python3 bench/fp8.py --lib "$B/libattn.so" --out "$L"
   [ "${WG3:-0}" = 1 ] && bench fp8_wg3 env ATTN_SM90_VARIANT=wg3 python3 bench/fp8.py --lib "$B/libattn.so" \
-    --dims 64 --out "$L/wg3"
+    --dims 64,128 --out "$L/wg3"
   bench fp8_backward python3 bench/fp8_backward.py --lib "$B/libattn.so" --out "$L"
   bench varlen python3 bench/varlen.py --lib "$B/libattn.so" --out "$L" --tables equal,masks,backward
   bench paged_prefill python3 bench/paged_prefill.py --lib "$B/libattn.so" --out "$L"

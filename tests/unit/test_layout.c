@@ -186,5 +186,10 @@ Test(layout, fwd90_wg3_configs) {
   cr_assert(h.bm == 192 && h.threads == 512 && h.fp8_pv, "FP8 at D 64 too");
   cr_assert_eq(h.smem_bytes, attn_fwd90_layout_of(192, h.bn, h.stages, 128, 64, 1).total);
   cr_assert_eq(tmpl_sm90_config(128, 128, 1, true, 6, &h), 0);
-  cr_assert(h.bm == 128 && h.threads == 384, "FP8 at D 128 keeps two");
+  cr_assert(h.bm == 192 && h.threads == 512 && h.bn == 64 && h.fp8_pv, "FP8 P V at D 128: BN 64");
+  cr_assert_leq(h.smem_bytes, 227 * 1024);
+  cr_assert_eq(tmpl_sm90_config(128, 128, 1, false, 6, &h), 0);
+  cr_assert(h.bm == 128 && h.threads == 384, "FP8 with P in 16 bits at D 128 keeps two");
+  cr_assert_eq(tmpl_sm90_config(256, 256, 1, true, 6, &h), 0);
+  cr_assert(h.bm == 128, "D 256 keeps two");
 }
