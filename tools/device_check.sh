@@ -81,8 +81,13 @@ if [ "${TESTS:-1}" = 1 ]; then
 # stale maxima, the rescale skip) and its D_v 192 fix; docs/STATUS.md items 00000 and 0000).
 if [ "${FIRST:-0}" = 1 ]; then
   step first_fp8_backward_sm90f8 env ATTN_BWD_TEMPLATE=sm90f8 "$B/tests/gpu/test_backward" fp8
-  step first_fp8_backward_sm90 env ATTN_BWD_TEMPLATE=sm90 "$B/tests/gpu/test_backward" fp8
-  step first_fp8_backward_sm80 env ATTN_BWD_TEMPLATE=sm80 "$B/tests/gpu/test_backward" fp8
+  # (the FP8 backward's copies paths on sm90 and sm80 compile to session 25's SASS: ALL_FP8=1)
+  if [ "${ALL_FP8:-0}" = 1 ]; then
+    step first_fp8_backward_sm90 env ATTN_BWD_TEMPLATE=sm90 "$B/tests/gpu/test_backward" fp8
+    step first_fp8_backward_sm80 env ATTN_BWD_TEMPLATE=sm80 "$B/tests/gpu/test_backward" fp8
+  fi
+  # bwd_sm90's 16-bit P from one fma (session 26): the backward examples on that template.
+  step first_backward_sm90 env ATTN_BWD_TEMPLATE=sm90 "$B/tests/gpu/test_backward" backward
   step first_test_fp8 "$B/tests/gpu/test_fp8"
   # fwd_sm90's softmax on plain, causal and GQA graphs, and every head dim (session 26).
   step first_forward_sdpa "$B/tests/gpu/test_forward" sdpa
