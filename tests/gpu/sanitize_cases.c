@@ -63,6 +63,16 @@ static const Case cases[] = {
      "B=2,H=4,Hk=4,Sq=150,Skv=150", NULL, 1, 0, 0, FWD, 0},
     {"fwd_sm90 D 256 BN 80", DENSE(256, "bf16", "", "i - j < 100", PLAIN_OUT(256, "bf16")),
      "B=1,H=2,Hk=1,Sq=300,Skv=300", NULL, 0, 0, 0, FWD, 0},
+    /* The wg3 variant (6): three consumer warpgroups, 192-query tiles (a
+     * partial last one), the turn barriers' ring over several work tiles. */
+    {"fwd_sm90 wg3 D 64", DENSE(64, "bf16", "", "j <= i + Skv - Sq", PLAIN_OUT(64, "bf16")),
+     "B=2,H=4,Hk=2,Sq=500,Skv=520", NULL, 6, 0, 0, FWD, 0},
+    {"fp8 sm90 wg3 D 128 P e4m3",
+     "attention g {\n  input q : e4m3[B, H, S, 128];\n  input k : e4m3[B, H, S, 128];\n"
+     "  input v : e4m3[B, H, S, 128];\n  s = mask((q @ k^T) * 0.088, j <= i);\n"
+     "  out = (e4m3(softmax(s) * 448.0) @ v) * (1.0 / 448.0);\n"
+     "  output o : bf16[B, H, S, 128] = out;\n}\n",
+     "B=2,H=2,S=450", NULL, 6, 0, 0, FWD, 0},
     {"fwd_sm80", DENSE(128, "bf16", "", "j <= i", PLAIN_OUT(128, "bf16")),
      "B=2,H=4,Hk=2,Sq=130,Skv=257", "sm_90", 0, 0, 0, FWD, 0},
     {"fwd dropout sm90",
