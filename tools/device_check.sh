@@ -74,11 +74,10 @@ if [ -f .fi/site_fi.tar.xz ]; then
     export PYTHONPATH=/tmp/site_fi${PYTHONPATH:+:$PYTHONPATH} FLASHINFER_DISABLE_JIT=1
 fi
 if [ "${TESTS:-1}" = 1 ]; then
-# FIRST=1: the quick checks of what changed last without a GPU, before everything else (sessions
-# 25-26: the FP8 backward's tensor-core mode after its last measured call: the score and dQ factor
-# folds, 8-byte FP8 stores, the amax atomic skip, transpose8, dS's guard, dQ's traded rows, the
-# stats' pairs, dS's scale fold; fwd_sm90's softmax (the score's factor and P's scale in the exp2,
-# stale maxima, the rescale skip) and its D_v 192 fix; docs/STATUS.md items 00000 and 0000).
+# FIRST=1: the quick checks of what changed last without a GPU, before everything else (session
+# 27 ran sessions 25-26's: FP8 backward mode, 16-bit backward examples, test_fp8, the plain,
+# causal and GQA forwards, all passed; what is left of them: test_head_dims, the whole
+# test_forward (FIRST_FWD=1), the FP8 sanitizer run; docs/STATUS.md item 000000).
 if [ "${FIRST:-0}" = 1 ]; then
   step first_fp8_backward_sm90f8 env ATTN_BWD_TEMPLATE=sm90f8 "$B/tests/gpu/test_backward" fp8
   # (the FP8 backward's copies paths on sm90 and sm80 compile to session 25's SASS: ALL_FP8=1)
@@ -89,11 +88,10 @@ if [ "${FIRST:-0}" = 1 ]; then
   # bwd_sm90's 16-bit P from one fma (session 26): the backward examples on that template.
   step first_backward_sm90 env ATTN_BWD_TEMPLATE=sm90 "$B/tests/gpu/test_backward" backward
   step first_test_fp8 "$B/tests/gpu/test_fp8"
-  # fwd_sm90's softmax on plain, causal and GQA graphs, and every head dim (session 26).
-  step first_forward_sdpa "$B/tests/gpu/test_forward" sdpa
-  step first_forward_causal "$B/tests/gpu/test_forward" causal
-  step first_forward_gqa "$B/tests/gpu/test_forward" gqa
+  # Every head dim (test_head_dims), then test_forward whole: a name filter keeps only examples,
+  # and each filtered run repeats the built-in cases (~3 min each on the H200, session 27).
   [ -x "$B/tests/gpu/test_head_dims" ] && step first_head_dims "$B/tests/gpu/test_head_dims"
+  [ "${FIRST_FWD:-0}" = 1 ] && step first_forward "$B/tests/gpu/test_forward"
   # Each kernel's time in the FP8 mode, then the D 128 grid beside cuDNN's FP8 backward (the
   # cudnn frontend wheel in .whl/, carried in the call; FIRST_BENCH=0 skips both).
   if [ "${FIRST_BENCH:-1}" = 1 ]; then
