@@ -128,6 +128,7 @@ def fa4_load(d):
 
 
 def rel_err(a, b):
+    """Relative L2 error of a against the reference b."""
     return ((a.float() - b.float()).norm() / b.float().norm()).item()
 
 
@@ -252,7 +253,7 @@ def main():
                 with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
                     ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
                 torch.cuda.synchronize()
-                err = ((o.float() - ref.float()).norm() / ref.float().norm()).item()
+                err = rel_err(o, ref)
                 t_attnc = time_batches([lambda c=c: attn.launch(c) for *_, c in sets])
                 with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
                     t_cudnn = time_batches([lambda s=s: F.scaled_dot_product_attention(s[0], s[1], s[2], is_causal=causal)
@@ -365,8 +366,7 @@ def run_backward(attn, args):
                 with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
                     gq, gk, gv = torch.autograd.grad(out, (tq, tk, tv), tdo, retain_graph=True)
                 torch.cuda.synchronize()
-                errs = [((a.float() - b.float()).norm() / b.float().norm()).item()
-                        for a, b in ((dq, gq), (dk, gk), (dv, gv))]
+                errs = [rel_err(a, b) for a, b in ((dq, gq), (dk, gk), (dv, gv))]
                 t_attnc = time_batches([lambda c=s[-1]: attn.launch_backward(c) for s in sets])
                 with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
                     t_cudnn = time_batches([lambda r=r: torch.autograd.grad(r[3], r[:3], r[4], retain_graph=True)
@@ -585,7 +585,7 @@ def run_variants(attn):
         ref = flex(q, k, v, score_mod=sm, block_mask=bm, scale=scale)
         attn.launch(call)
         torch.cuda.synchronize()
-        err = ((o.float() - ref.float()).norm() / ref.float().norm()).item()
+        err = rel_err(o, ref)
         t_attnc = time_batches([lambda: attn.launch(call)])
         t_flex = time_batches([lambda: flex(q, k, v, score_mod=sm, block_mask=bm, scale=scale)])
         flops = 4 * B * H * S * S * D

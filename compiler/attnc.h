@@ -738,8 +738,10 @@ typedef struct Sm90Config {
 /* fp8_p: FP8 q, k, v with P rounded to FP8 (both products in FP8): key
  * tiles of 64 or 128 keys, the widths of V^T's swizzled rows. */
 int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, bool fp8_p, int variant, Sm90Config *out);
-/* The variant's number (ATTN_OPTION_SM90_VARIANT) for its name (auto,
- * base, persist, bn80, persist_bn80, f16_pv, wg3), or -1. */
+/* The variants (ATTN_OPTION_SM90_VARIANT takes 0 .. SM90_NVARIANTS - 1),
+ * and a variant's number for its name (auto, base, persist, bn80,
+ * persist_bn80, f16_pv, wg3), or -1. */
+#define SM90_NVARIANTS 7
 int tmpl_sm90_variant_index(const char *name);
 
 /* ---------------------------------------------------------- tmpl_decode.c */
@@ -796,7 +798,7 @@ typedef struct CompileOptions {
                         90: bwd_sm90's wherever the target is sm_90a; 91: as
                         90, and bwd_sm90's FP8 tensor-core mode where it applies */
   int sm90_variant;  /* fwd_sm90's variant (tmpl_sm90.c): 0 auto, 1 base,
-                        2 persist, 3 bn80, 4 persist_bn80, 5 f16_pv */
+                        2 persist, 3 bn80, 4 persist_bn80, 5 f16_pv, 6 wg3 */
 } CompileOptions;
 
 /* 0 and fills c, or -1 with a located error naming the head dims and the

@@ -4,7 +4,7 @@
  *
  * The CTA is a producer warpgroup and two consumer warpgroups of 64 query
  * rows (BM = 128, 384 threads; three, BM 192 and 512 threads, in the wg3
- * variant at head dims up to 64); the table picks the key tile BN and the
+ * variant); the table picks the key tile BN and the
  * number of K/V stages. Shared memory holds the Q tile, the stages of
  * (K tile, V tile), the mbarriers, the producer's slots (the work tile,
  * then each stage's key tile and class), and 1024 bytes of slack for rounding
@@ -34,11 +34,10 @@
  *                 the FP8 P V of auto (bench/RESULTS.md, FP8)
  *   wg3           auto, but where the head tiles are at most 64 (16-bit
  *                 or FP8), or 128 with FP8 P V (then BN 64): three
- *                 consumer warpgroups (BM 192, 512
- *                 threads, 160 registers a consumer thread), FA3's tile at
- *                 D 64, where the softmax's latency chain, not the tensor
- *                 cores, bounds two warpgroups (bench/NOTES-sm90.md,
- *                 session 27)
+ *                 consumer warpgroups (BM 192, 512 threads, 160 registers
+ *                 a consumer thread), FA3's tile at D 64, where the
+ *                 softmax's latency chain, not the tensor cores, bounds
+ *                 two warpgroups (bench/NOTES-sm90.md, session 27)
  * numbered 0 to 6 in this order; 0 is the default below (the fastest
  * measured), and so is any number out of range (the library never fails
  * on a tuning knob).
@@ -57,7 +56,7 @@ typedef struct Sm90Variant {
   int persistent_max_d; /* persistent grid up to this head dim (0: never) */
   bool bn80;            /* D 256: key tiles of 80 instead of 64 */
   bool f16_pv;          /* P V in f16 even where a graph rounds P to FP8 */
-  bool wg3;             /* three consumer warpgroups where the head tiles are <= 64 */
+  bool wg3;             /* three consumer warpgroups (tmpl_sm90_config says where) */
 } Sm90Variant;
 
 static const Sm90Variant sm90_variants[] = {
@@ -69,7 +68,8 @@ static const Sm90Variant sm90_variants[] = {
     {"f16_pv", 256, true, true, false},
     {"wg3", 256, true, false, true},
 };
-#define SM90_NVARIANTS ((int)(sizeof sm90_variants / sizeof sm90_variants[0]))
+_Static_assert(sizeof sm90_variants / sizeof sm90_variants[0] == SM90_NVARIANTS,
+               "attnc.h's SM90_NVARIANTS counts the variants");
 
 /* The default, "auto": the fastest measured (bench/NOTES-sm90.md, H200,
  * 2026-11-29): persistent at every head dim since the kernel takes its
@@ -128,16 +128,15 @@ int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, bool fp8_p, int variant, S
     list = d192, n = (int)(sizeof d192 / sizeof d192[0]);
   }
   const bool fp8_pv = fp8 && fp8_p && !var->f16_pv;
-  if (fp8_pv && tmax > 128)
-    list = fp8p_wide, n = (int)(sizeof fp8p_wide / sizeof fp8p_wide[0]);
-  /* Three consumer warpgroups (wg3): head tiles of 64, where 160
-   * registers a thread hold S (64), O (32) and P (32; 16 in FP8). */
-  /* And FP8 P V at head tiles of 128, with key tiles of 64: S 32 and P 8
+  /* Three consumer warpgroups (wg3): at head tiles of 64, where 160
+   * registers a thread hold S (64), O (32) and P (32; 16 in FP8); and for
+   * FP8 P V at head tiles of 128 with key tiles of 64, S 32 and P 8
    * registers beside O's 64 (the FP8 forward's softmax is its limit,
    * bench/NOTES-sm90.md session 19). */
   const bool wg3_fp8_128 = var->wg3 && fp8_pv && tmax == 128;
   const int wgs = var->wg3 && (tmax <= 64 || wg3_fp8_128) ? 3 : 2;
-  if (wg3_fp8_128) list = fp8p_wide, n = (int)(sizeof fp8p_wide / sizeof fp8p_wide[0]);
+  if (fp8_pv && (tmax > 128 || wg3_fp8_128))
+    list = fp8p_wide, n = (int)(sizeof fp8p_wide / sizeof fp8p_wide[0]);
   for (int k = 0; k < n; k++) {
     int bytes = sm90_smem_bytes(64 * wgs, &list[k], fp8 ? attn_head_tile8(d_qk) : tqk, tv, fp8);
     if (bytes <= SM90_SMEM_LIMIT) {

@@ -187,7 +187,7 @@ static attn_status context_set_option_impl(attn_context *ctx, attn_option option
     ctx->options.bwd_template = (int)value;
     return ATTN_SUCCESS;
   case ATTN_OPTION_SM90_VARIANT: /* (attn.h's list; tmpl_sm90.c's sm90_variants) */
-    if (value < 0 || value > 6) break;
+    if (value < 0 || value >= SM90_NVARIANTS) break;
     ctx->options.sm90_variant = (int)value;
     return ATTN_SUCCESS;
   case ATTN_OPTION_PERSISTENT_CTAS:

@@ -9,13 +9,14 @@
  *
  * Shape of the computation:
  * - A CTA owns 128 query rows of one (batch, head) and has three
- *   warpgroups (192 rows and four in the wg3 variant, head dims <= 64).
+ *   warpgroups (192 rows and four in the wg3 variant: head dims <= 64,
+ *   and FP8 P V at 128).
  *   Warpgroup 0 is the producer: one thread issues every TMA
  *   copy (Q once, then K and V tiles of ATTN_BN keys through ATTN_STAGES
  *   shared-memory stages), each completing on an mbarrier; the warpgroup
  *   gives its registers away (setmaxnreg.dec). The others are the
  *   consumers, 64 query rows each, with 232 registers a thread (160 with
- *   three).
+ *   three, 152 with FP8 P V).
  * - The runtime builds one tensor map per operand (runtime/tmap.c) over
  *   the 4-D tensor as bound (any 16-byte strides), boxes of 64 columns
  *   (128 bytes) by the tile's rows, 128-byte swizzle. Rows beyond Sq/Skv
@@ -153,8 +154,9 @@ constexpr int fwd90_bar_offset = fwd90_layout.bar_offset;
  * later when P V is, so the next K load starts a whole key tile sooner
  * (it mattered at D 256, two stages of 80 KB: bench/NOTES-sm90.md). */
 constexpr int fwd90_nbars = fwd90_layout.nbars;
-/* Consumer warpgroups: two, or three (tmpl_sm90.c's wg3 variant, head
- * dims up to 64: S, O and P in 128 of a consumer's 160 registers). */
+/* Consumer warpgroups: two, or three (tmpl_sm90.c's wg3 variant: head
+ * dims up to 64, S, O and P in 128 of a consumer's 160 registers; FP8 P V
+ * at 128 with key tiles of 64). */
 constexpr int fwd90_wgs = fwd90_bm / 64;
 constexpr int fwd90_consumer_threads = 128 * fwd90_wgs;
 static_assert(fwd90_wgs == 2 || (ATTN_D_QK <= 64 && ATTN_D_V <= 64) || (fwd90_p8 && ATTN_BN == 64),

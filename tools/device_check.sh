@@ -102,8 +102,8 @@ if [ "${FIRST:-0}" = 1 ]; then
   [ "${FIRST_SANITIZE:-1}" = 1 ] && step first_sanitize_fp8_bwd env L="$L/sanitize" CASES="bwd fp8" RING=0 TOOLS="memcheck synccheck" \
     bash tools/sanitize_device.sh "$B"
 fi
-# WG3=1: fwd_sm90's wg3 variant (three consumer warpgroups where the head dims are at most 64):
-# every example at every head dim (test_head_dims), and below the D 64 grid beside the default's.
+# WG3=1: fwd_sm90's wg3 variant (three consumer warpgroups at head dims up to 64 and for FP8 P V
+# at 128): every example at every head dim and test_fp8, and below its grids beside the default's.
 [ "${WG3:-0}" = 1 ] && step wg3_head_dims env ATTN_SM90_VARIANT=wg3 "$B/tests/gpu/test_head_dims"
 [ "${WG3:-0}" = 1 ] && step wg3_fp8 env ATTN_SM90_VARIANT=wg3 "$B/tests/gpu/test_fp8"
 [ "${FWD:-1}" = 1 ] && step test_forward "$B/tests/gpu/test_forward"

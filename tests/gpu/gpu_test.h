@@ -37,9 +37,8 @@ static const RtDriver *gpu_test_driver(void) {
 }
 
 /* A context for the tests, without the disk cache (every compile is
- * fresh); NULL when it cannot be made. */
-/* ATTN_SM90_VARIANT names the Hopper forward's variant the tests compile
- * (tmpl_sm90.c), as for the attnc command. */
+ * fresh), with the Hopper forward's variant ATTN_SM90_VARIANT names
+ * (tmpl_sm90.c), as for the attnc command; NULL when it cannot be made. */
 static attn_context *gpu_test_context(void) {
   attn_context *ctx;
   if (attn_context_create(&ctx) != ATTN_SUCCESS) return NULL;
