@@ -68,13 +68,20 @@ ATTN_LAYOUT_FN attn_fwd80_layout attn_fwd80_layout_of(int bm, int bn, int dqk, i
  * bytes, stored as D/64 blocks of [rows][64] as the TMA boxes land), then
  * the mbarriers (q full, k full, v full, k empty, q empty, v empty: 2 + 4
  * per stage), then the producer's 8-byte slots (the work tile, then one
- * per stage). With FP8 q, k and v (fp8): Q and K are 8-bit tiles of
- * blocks of [rows][128] (dqk then a multiple of 128: attn_head_tile8);
- * each stage also holds V's 8-bit tile (dv8 columns) after the 16-bit V
- * tile it is converted into, one more mbarrier per stage (v converted)
- * and one more slot per stage (the converters' word). */
+ * per stage). `fp8` says which tensors are FP8 (ATTN_FWD90_*):
+ * - ATTN_FWD90_QKV8, FP8 q, k and v: Q and K are 8-bit tiles of blocks of
+ *   [rows][128] (dqk then a multiple of 128: attn_head_tile8); each stage
+ *   also holds V's 8-bit tile (dv8 columns) after the 16-bit V tile it is
+ *   converted into, one more mbarrier per stage (v converted) and one more
+ *   slot per stage (the converters' word).
+ * - ATTN_FWD90_KV8, an FP8 KV cache under a 16-bit q: Q, K and V tiles of
+ *   16 bits as without FP8; each stage also holds V's and then K's 8-bit
+ *   tiles they are converted from, two more mbarriers per stage (v and k
+ *   converted) and the converters' word. */
+enum { ATTN_FWD90_16 = 0, ATTN_FWD90_QKV8 = 1, ATTN_FWD90_KV8 = 2 };
 typedef struct attn_fwd90_layout {
-  int q_bytes, k_bytes, v_bytes, v8_bytes, stage_bytes, bar_offset, nbars, slot_bytes, total;
+  int q_bytes, k_bytes, v_bytes, v8_bytes, k8_bytes, stage_bytes, bar_offset, nbars, slot_bytes,
+      total;
 } attn_fwd90_layout;
 
 /* FP8 tiles' head dims: whole 128-column (128-byte) swizzle blocks. */
@@ -82,15 +89,16 @@ ATTN_LAYOUT_FN int attn_head_tile8(int d) { return (d + 127) / 128 * 128; }
 
 ATTN_LAYOUT_FN attn_fwd90_layout attn_fwd90_layout_of(int bm, int bn, int stages, int dqk,
                                                       int dv, int fp8) {
-  attn_fwd90_layout l = {0, 0, 0, 0, 0, 0, 0, 0, 0};
-  const int el = fp8 ? 1 : 2;
+  attn_fwd90_layout l = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  const int el = fp8 == ATTN_FWD90_QKV8 ? 1 : 2;
   l.q_bytes = bm * dqk * el;
   l.k_bytes = bn * dqk * el;
   l.v_bytes = bn * dv * 2;
   l.v8_bytes = fp8 ? bn * attn_head_tile8(dv) : 0;
-  l.stage_bytes = l.k_bytes + l.v_bytes + l.v8_bytes;
+  l.k8_bytes = fp8 == ATTN_FWD90_KV8 ? bn * attn_head_tile8(dqk) : 0;
+  l.stage_bytes = l.k_bytes + l.v_bytes + l.v8_bytes + l.k8_bytes;
   l.bar_offset = l.q_bytes + stages * l.stage_bytes;
-  l.nbars = 2 + (fp8 ? 5 : 4) * stages;
+  l.nbars = 2 + (fp8 == ATTN_FWD90_KV8 ? 6 : fp8 ? 5 : 4) * stages;
   l.slot_bytes = 8 * (1 + (fp8 ? 2 : 1) * stages);
   l.total = l.bar_offset + 8 * l.nbars + l.slot_bytes + 1024;
   return l;

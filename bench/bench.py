@@ -83,11 +83,12 @@ class Attn:
         call.set_deterministic(on)
 
 
-def graph_text(D, causal):
+def graph_text(D, causal, kv_type="bf16", kv_heads="H", name="fwd"):
+    """The grid's graph; k and v of another type (an FP8 cache) or with their own heads (GQA)."""
     mask = "    s = mask(s, j <= i);\n" if causal else ""
-    return (f"attention fwd {{\n"
-            f"    input q : bf16[B, H, S, {D}];\n    input k : bf16[B, H, S, {D}];\n"
-            f"    input v : bf16[B, H, S, {D}];\n    scalar scale : f32 = 1.0 / sqrt({D}.0);\n"
+    return (f"attention {name} {{\n"
+            f"    input q : bf16[B, H, S, {D}];\n    input k : {kv_type}[B, {kv_heads}, S, {D}];\n"
+            f"    input v : {kv_type}[B, {kv_heads}, S, {D}];\n    scalar scale : f32 = 1.0 / sqrt({D}.0);\n"
             f"    s = (q @ k^T) * scale;\n{mask}    o = softmax(s) @ v;\n"
             f"    output o : bf16[B, H, S, {D}];\n}}\n")
 

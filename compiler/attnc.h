@@ -733,11 +733,16 @@ typedef struct Sm90Config {
 } Sm90Config;
 
 /* 0 and fills out, or -1 when the template cannot run these head dims
- * (each of d_qk, d_v a multiple of 8 up to 256, attn_head_dim_ok; in_bytes
- * 2). Prints nothing. */
+ * (each of d_qk, d_v a multiple of 8 up to 256, attn_head_dim_ok) or
+ * element sizes (in_bytes q's, kv_bytes k's and v's: 2 and 2, 1 and 1
+ * for FP8 q, k and v, or 2 and 1 for an FP8 KV cache under a 16-bit q).
+ * Prints nothing. */
 /* fp8_p: FP8 q, k, v with P rounded to FP8 (both products in FP8): key
- * tiles of 64 or 128 keys, the widths of V^T's swizzled rows. */
-int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, bool fp8_p, int variant, Sm90Config *out);
+ * tiles of 64 or 128 keys, the widths of V^T's swizzled rows. masked: the
+ * graph has a mask or packed sequences (the default variant then keeps two
+ * consumer warpgroups at head dims up to 64). */
+int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool fp8_p, bool masked,
+                     int variant, Sm90Config *out);
 /* The variants (ATTN_OPTION_SM90_VARIANT takes 0 .. SM90_NVARIANTS - 1),
  * and a variant's number for its name (auto, base, persist, bn80,
  * persist_bn80, f16_pv, wg3), or -1. */

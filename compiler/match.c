@@ -561,18 +561,18 @@ static int match_fwd_sm80(const KernelSpec *s, FwdConfig *c) {
 /* The forward template and its launch shape. */
 static int match_fwd_template(const KernelSpec *s, const CompileOptions *o, FwdConfig *c, Diag *d) {
   /* fwd_sm90 needs the arch-specific target (wgmma, setmaxnreg exist only
-   * on sm_90a); fwd_sm80 runs everywhere else, and takes the FP8 paged
-   * caches (fwd_sm90 reads paged caches of 16-bit values only: a TMA box
-   * per page run, fwd90_page_box). */
+   * on sm_90a); fwd_sm80 runs everywhere else. fwd_sm90 takes 16-bit q, k
+   * and v, FP8 q, k and v, or an FP8 KV cache under a 16-bit q (K and V
+   * converted in shared memory), paged or not but for FP8 q (a paged
+   * cache is read by a TMA box per page run, fwd90_page_box); where its
+   * tiles do not fit (an FP8 KV cache at D 256), fwd_sm80. */
   const bool sm90a = s->sm == 90 && o->arch[strlen(o->arch) - 1] == 'a' &&
-                     !(s->paged && dtype_is_fp8(s->kv_type));
-  /* fwd_sm90 takes 16-bit q, k and v, or FP8 q, k and v (an FP8 KV
-   * cache under a 16-bit q runs fwd_sm80). */
-  const bool same_width = dtype_is_fp8(s->in_type) == dtype_is_fp8(s->kv_type);
+                     !(s->paged && dtype_is_fp8(s->in_type));
   Sm90Config h;
   const bool fp8_p = dtype_is_fp8(s->in_type) && dtype_is_fp8(s->p_round);
-  if (sm90a && same_width &&
-      tmpl_sm90_config(s->d_qk, s->d_v, dtype_size(s->in_type), fp8_p, o->sm90_variant, &h) == 0) {
+  const bool masked = s->nmasks > 0 || s->packed;
+  if (sm90a && tmpl_sm90_config(s->d_qk, s->d_v, dtype_size(s->in_type), dtype_size(s->kv_type),
+                                fp8_p, masked, o->sm90_variant, &h) == 0) {
     *c = (FwdConfig){.kind = TMPL_FWD_SM90, .name = "fwd_sm90", .bm = h.bm, .bn = h.bn,
                      .stages = h.stages, .threads = h.threads, .smem_bytes = h.smem_bytes,
                      /* Masked graphs too: the tile queue balances unequal

@@ -147,10 +147,11 @@ static void plan_forward(GraphPlan *gp, const KernelSpec *f, const FwdConfig *c,
               PZ_NEW);
   }
   if (c->kind == TMPL_FWD_SM90) { /* TMA boxes of 128 bytes by the tile's rows */
-    const int cols = dtype_is_fp8(f->in_type) ? 128 : 64;
-    add_map(s, ATTN_TMAP_Q, g->q, f->in_type, cols, c->bm, "q");
-    add_map(s, ATTN_TMAP_K, g->k, f->kv_type, cols, c->bn, "k");
-    add_map(s, ATTN_TMAP_V, g->v, f->kv_type, cols, c->bn, "v");
+    const int q_cols = dtype_is_fp8(f->in_type) ? 128 : 64;
+    const int kv_cols = dtype_is_fp8(f->kv_type) ? 128 : 64;
+    add_map(s, ATTN_TMAP_Q, g->q, f->in_type, q_cols, c->bm, "q");
+    add_map(s, ATTN_TMAP_K, g->k, f->kv_type, kv_cols, c->bn, "k");
+    add_map(s, ATTN_TMAP_V, g->v, f->kv_type, kv_cols, c->bn, "v");
   }
   if (c->decode.on) plan_decode(gp, p, s, f, &c->decode, a);
 }

@@ -23,7 +23,8 @@
  * option ATTN_OPTION_SM90_VARIANT, which the attnc command and the
  * benchmarks set from the environment variable ATTN_SM90_VARIANT); each is
  * emitted as macros, so the kernel source (and so its cache key) differs:
- *   auto          the default: persistent (tile queue), and BN 80 at D 256
+ *   auto          the default: persistent (tile queue), BN 80 at D 256,
+ *                 and wg3's three warpgroups in graphs without a mask
  *   base          one CTA per query tile; D 256: BN 64, 2 stages
  *   persist       persistent grid (ATTN_PERSISTENT), same tiles
  *   bn80          D 256: BN 80, 2 stages; one CTA per query tile
@@ -32,8 +33,9 @@
  *                 FP8, P V in f16 (P rounded in f32, V widened) instead of
  *                 FP8 (V transposed): the same values; measured 0.94-1.06x
  *                 the FP8 P V of auto (bench/RESULTS.md, FP8)
- *   wg3           auto, but where the head tiles are at most 64 (16-bit
- *                 or FP8), or 128 with FP8 P V (then BN 64): three
+ *   wg3           auto, but masked graphs too where the head tiles are
+ *                 at most 64 (16-bit or FP8), and FP8 P V at 128 (then BN
+ *                 64; measured 0.86-0.92x of two warpgroups): three
  *                 consumer warpgroups (BM 192, 512 threads, 160 registers
  *                 a consumer thread), FA3's tile at D 64, where the
  *                 softmax's latency chain, not the tensor cores, bounds
@@ -51,22 +53,27 @@ typedef struct Sm90Candidate {
   int bn, stages;
 } Sm90Candidate;
 
+/* Where three consumer warpgroups run (tmpl_sm90_config says which
+ * tiles): never, in graphs without a mask, or in every graph (and for
+ * FP8 P V at head tiles of 128). */
+typedef enum { WG3_NEVER, WG3_UNMASKED, WG3_ALWAYS } Sm90Wg3;
+
 typedef struct Sm90Variant {
   const char *name;
   int persistent_max_d; /* persistent grid up to this head dim (0: never) */
   bool bn80;            /* D 256: key tiles of 80 instead of 64 */
   bool f16_pv;          /* P V in f16 even where a graph rounds P to FP8 */
-  bool wg3;             /* three consumer warpgroups (tmpl_sm90_config says where) */
+  Sm90Wg3 wg3;          /* three consumer warpgroups */
 } Sm90Variant;
 
 static const Sm90Variant sm90_variants[] = {
-    {"auto", 256, true, false, false},
-    {"base", 0, false, false, false},
-    {"persist", 256, false, false, false},
-    {"bn80", 0, true, false, false},
-    {"persist_bn80", 256, true, false, false},
-    {"f16_pv", 256, true, true, false},
-    {"wg3", 256, true, false, true},
+    {"auto", 256, true, false, WG3_UNMASKED},
+    {"base", 0, false, false, WG3_NEVER},
+    {"persist", 256, false, false, WG3_NEVER},
+    {"bn80", 0, true, false, WG3_NEVER},
+    {"persist_bn80", 256, true, false, WG3_NEVER},
+    {"f16_pv", 256, true, true, WG3_UNMASKED},
+    {"wg3", 256, true, false, WG3_ALWAYS},
 };
 _Static_assert(sizeof sm90_variants / sizeof sm90_variants[0] == SM90_NVARIANTS,
                "attnc.h's SM90_NVARIANTS counts the variants");
@@ -75,7 +82,12 @@ _Static_assert(sizeof sm90_variants / sizeof sm90_variants[0] == SM90_NVARIANTS,
  * 2026-11-29): persistent at every head dim since the kernel takes its
  * tiles from a queue (geomean over the grid 0.790 -> 0.819 of cuDNN; causal
  * +5-13%, long unmasked sequences within noise), and BN 80 at D 256
- * (+3-7%). emit.c keeps dropout graphs non-persistent (register spills). */
+ * (+3-7%). emit.c keeps dropout graphs non-persistent (register spills).
+ * Three consumer warpgroups at head tiles up to 64 for graphs without a
+ * mask (H200, 2026-12-05, bench/RESULTS.md "Session 28": bf16 D 64 +3% at
+ * S 1k, +12-14% at 2k-16k; FP8 D 64 +4-17%); with a causal mask they lost
+ * 16% at S 1k (192-row tiles against a diagonal) and won 4-11% from 4k, and
+ * the variant is compiled before S is known, so masked graphs keep two. */
 #define SM90_DEFAULT_VARIANT 0
 
 #define SM90_SMEM_LIMIT (227 * 1024)
@@ -91,11 +103,12 @@ int tmpl_sm90_variant_index(const char *name) {
   return -1;
 }
 
-static int sm90_smem_bytes(int bm, const Sm90Candidate *c, int d_qk, int d_v, int fp8) {
-  return attn_fwd90_layout_of(bm, c->bn, c->stages, d_qk, d_v, fp8).total;
+static int sm90_smem_bytes(int bm, const Sm90Candidate *c, int d_qk, int d_v, int mode) {
+  return attn_fwd90_layout_of(bm, c->bn, c->stages, d_qk, d_v, mode).total;
 }
 
-int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, bool fp8_p, int variant, Sm90Config *out) {
+int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool fp8_p, bool masked,
+                     int variant, Sm90Config *out) {
   /* Fastest first: more stages hide more TMA latency; BN 128 halves the
    * per-tile softmax bookkeeping where the registers allow it. Lists by
    * the wider tile dim (attn_head_tile): at 192 an O accumulator of 96
@@ -109,11 +122,16 @@ int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, bool fp8_p, int variant, S
    * 192 and 256 the O accumulator leaves room for 64. */
   static const Sm90Candidate fp8p_wide[] = {{64, 3}, {64, 2}};
   /* in_bytes 1: FP8 q, k and v (8-bit Q and K tiles, V converted to f16
-   * by the producer warpgroup); their rows are whole 16-byte chunks. */
-  if ((in_bytes != 2 && in_bytes != 1) || !out) return -1;
+   * by the producer warpgroup); kv_bytes 1 under in_bytes 2: an FP8 KV
+   * cache, K and V converted to q's type by the producer warpgroup. 8-bit
+   * rows are whole 16-byte chunks. */
+  if (!out || !((in_bytes == 2 && (kv_bytes == 2 || kv_bytes == 1)) ||
+                (in_bytes == 1 && kv_bytes == 1)))
+    return -1;
   if (!attn_head_dim_ok(d_qk) || !attn_head_dim_ok(d_v)) return -1;
   const int fp8 = in_bytes == 1;
-  if (fp8 && (d_qk % 16 != 0 || d_v % 16 != 0)) return -1;
+  const int mode = fp8 ? ATTN_FWD90_QKV8 : kv_bytes == 1 ? ATTN_FWD90_KV8 : ATTN_FWD90_16;
+  if (mode != ATTN_FWD90_16 && (d_qk % 16 != 0 || d_v % 16 != 0)) return -1;
   const int tqk = attn_head_tile(d_qk), tv = attn_head_tile(d_v);
   const int tmax = tqk > tv ? tqk : tv;
   const Sm90Variant *var = sm90_variant(variant);
@@ -132,13 +150,17 @@ int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, bool fp8_p, int variant, S
    * registers a thread hold S (64), O (32) and P (32; 16 in FP8); and for
    * FP8 P V at head tiles of 128 with key tiles of 64, S 32 and P 8
    * registers beside O's 64 (the FP8 forward's softmax is its limit,
-   * bench/NOTES-sm90.md session 19). */
-  const bool wg3_fp8_128 = var->wg3 && fp8_pv && tmax == 128;
-  const int wgs = var->wg3 && (tmax <= 64 || wg3_fp8_128) ? 3 : 2;
+   * bench/NOTES-sm90.md session 19). Not with an FP8 KV cache under a
+   * 16-bit q: its converters, K's and V's, spilled at the producer's 32
+   * registers. */
+  const bool wg3 = (var->wg3 == WG3_ALWAYS || (var->wg3 == WG3_UNMASKED && !masked)) &&
+                   mode != ATTN_FWD90_KV8;
+  const bool wg3_fp8_128 = var->wg3 == WG3_ALWAYS && fp8_pv && tmax == 128;
+  const int wgs = wg3 && (tmax <= 64 || wg3_fp8_128) ? 3 : 2;
   if (fp8_pv && (tmax > 128 || wg3_fp8_128))
     list = fp8p_wide, n = (int)(sizeof fp8p_wide / sizeof fp8p_wide[0]);
   for (int k = 0; k < n; k++) {
-    int bytes = sm90_smem_bytes(64 * wgs, &list[k], fp8 ? attn_head_tile8(d_qk) : tqk, tv, fp8);
+    int bytes = sm90_smem_bytes(64 * wgs, &list[k], fp8 ? attn_head_tile8(d_qk) : tqk, tv, mode);
     if (bytes <= SM90_SMEM_LIMIT) {
       out->bm = 64 * wgs;
       out->bn = list[k].bn;

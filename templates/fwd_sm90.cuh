@@ -52,7 +52,15 @@
  * producer warpgroup's other three warps convert it (exactly) into the
  * 16-bit V tile P V reads, so P keeps its 16 bits. */
 constexpr bool fwd90_fp8 = attn_q_fp8 != 0;
-static_assert(fwd90_fp8 == (attn_kv_fp8 != 0), "FP8 q takes FP8 k and v here");
+static_assert(!fwd90_fp8 || attn_kv_fp8 != 0, "FP8 q takes FP8 k and v");
+/* An FP8 KV cache under a 16-bit q (FlashInfer's and vLLM's FP8 cache):
+ * K and V land 8-bit and the same three warps convert both (exactly,
+ * attn_fp8x4_cvt) into 16-bit K and V tiles of q's type, so both GEMMs
+ * are the 16-bit kernel's and only the loads and two barriers a stage
+ * differ (match.c sends such graphs here where the tiles fit: not D 256). */
+constexpr bool fwd90_kv8 = attn_kv_fp8 != 0 && !fwd90_fp8;
+/* Either: the converter warps run, and V (with kv8 also K) is staged 8-bit. */
+constexpr bool fwd90_conv = fwd90_fp8 || fwd90_kv8;
 /* FP8 P V, where the graph rounds P to FP8 (`e4m3(p * scale_s) @ v`,
  * hooks.cuh's ATTN_P_ROUND) and key tiles are 128 or 64 (one 128- or
  * 64-byte swizzled row of keys): P packs straight from the S accumulators into FP8 A fragments
@@ -87,7 +95,8 @@ constexpr int fwd90_kstep = fwd90_fp8 ? 32 : 16;
  * head dims zero-filled by TMA. */
 constexpr int fwd90_dqk = fwd90_fp8 ? attn_head_tile8(ATTN_D_QK) : attn_head_tile(ATTN_D_QK);
 constexpr int fwd90_dv = attn_head_tile(ATTN_D_V);
-constexpr int fwd90_dv8 = fwd90_fp8 ? attn_head_tile8(ATTN_D_V) : 0; /* V's 8-bit tile */
+constexpr int fwd90_dv8 = fwd90_conv ? attn_head_tile8(ATTN_D_V) : 0; /* V's 8-bit tile */
+constexpr int fwd90_dk8 = fwd90_kv8 ? attn_head_tile8(ATTN_D_QK) : 0; /* kv8: K's */
 /* The S GEMM's k steps: those holding some of q's columns. Either way
  * four of them (32 bytes each) make a 128-byte row. */
 constexpr int fwd90_qk_steps = (ATTN_D_QK + fwd90_kstep - 1) / fwd90_kstep;
@@ -116,9 +125,10 @@ constexpr bool fwd90_persistent = false;
  * producer warp's lanes look up a tile's pages and issue a box each. A
  * page id outside [0, pages), and rows past the view, lie outside the map:
  * TMA fills them with zeros, as decode.cuh and fwd_sm80 read them. 16-bit
- * caches only (FP8 caches run fwd_sm80: match.c). */
+ * caches, or FP8 ones under a 16-bit q (kv8: their 8-bit tiles, boxes of
+ * 128 columns); with an FP8 q, paged caches run fwd_sm80 (match.c). */
 constexpr bool fwd90_paged = attn_kv_paged;
-static_assert(!fwd90_paged || !fwd90_fp8, "paged caches of 16-bit values");
+static_assert(!fwd90_paged || !fwd90_fp8, "paged caches under a 16-bit q");
 static __device__ __forceinline__ int fwd90_page_box(int page_size) {
   return min(page_size & -page_size, fwd90_bn & -fwd90_bn);
 }
@@ -142,11 +152,13 @@ static_assert(fwd90_stages >= 2 && fwd90_stages <= 4, "2 to 4 K/V stages");
  * D/64 blocks of [rows][64] elements, as the TMA boxes land. The layout
  * is abi/attn_layout.h's, which compiler/tmpl_sm90.c sizes launches by. */
 constexpr attn_fwd90_layout fwd90_layout =
-    attn_fwd90_layout_of(fwd90_bm, fwd90_bn, fwd90_stages, fwd90_dqk, fwd90_dv, fwd90_fp8);
+    attn_fwd90_layout_of(fwd90_bm, fwd90_bn, fwd90_stages, fwd90_dqk, fwd90_dv,
+                         fwd90_fp8 ? ATTN_FWD90_QKV8 : fwd90_kv8 ? ATTN_FWD90_KV8 : ATTN_FWD90_16);
 constexpr int fwd90_q_bytes = fwd90_layout.q_bytes;
 constexpr int fwd90_k_bytes = fwd90_layout.k_bytes;
 constexpr int fwd90_v_bytes = fwd90_layout.v_bytes;
 constexpr int fwd90_v8_bytes = fwd90_layout.v8_bytes; /* after V's 16-bit tile */
+constexpr int fwd90_k8_bytes = fwd90_layout.k8_bytes; /* kv8: after V's 8-bit tile */
 constexpr int fwd90_stage_bytes = fwd90_layout.stage_bytes;
 constexpr int fwd90_bar_offset = fwd90_layout.bar_offset;
 /* q full, k full, v full, k empty, q empty, v empty. K and V of a stage
@@ -453,7 +465,7 @@ struct fwd90_tile {
 static __device__ __forceinline__ fwd90_tile fwd90_tile_of(int t, int n_mb,
                                                            const attn_params &p) {
   const int hb = p.H * (attn_packed ? 1 : p.B); /* packed: B's tiles are n_mb's */
-  const long long kv_bytes = (long long)max(p.Skv, 1) * (fwd90_dqk + fwd90_dv) * 2;
+  const long long kv_bytes = (long long)max(p.Skv, 1) * (fwd90_dqk + fwd90_dv) * (fwd90_kv8 ? 1 : 2);
   const int heads = (int)max(1LL, min((long long)hb, (16LL << 20) / kv_bytes));
   const int sec_tiles = heads * n_mb;
   const int sec = t / sec_tiles, w = t - sec * sec_tiles;
@@ -491,9 +503,12 @@ static __device__ __forceinline__ int fwd90_next_tile(int t, int n_ctas, int n_t
  * layout a TMA box of f16 would have), by the 96 threads ct of producer
  * warps 1-3: each takes 16-byte chunks (8 lanes read one swizzled row),
  * cvt.rn.f16x2 of e4m3 (exact) or e5m2 (its bytes are the top bytes of
- * f16). Only the columns of the 16-bit tile are converted. */
-static __device__ __forceinline__ void fwd90_convert_v(unsigned v8, unsigned v16, int ct) {
-  constexpr int row_chunks = fwd90_dv / 16, chunks = fwd90_bn * row_chunks;
+ * f16). Only the D columns of the 16-bit tile are converted. With kv8 (an
+ * FP8 cache under a 16-bit q) the same for K and V, into q's type by
+ * attn_fp8x4_cvt (exact; bf16 by an fma, not the narrow conversion pipe). */
+template <int D>
+static __device__ __forceinline__ void fwd90_convert(unsigned v8, unsigned v16, int ct) {
+  constexpr int row_chunks = D / 16, chunks = fwd90_bn * row_chunks;
 #pragma unroll 2
   for (int ch = ct; ch < chunks; ch += 96) {
     const int r = ch / row_chunks, cc = ch % row_chunks;
@@ -501,7 +516,9 @@ static __device__ __forceinline__ void fwd90_convert_v(unsigned v8, unsigned v16
     attn_lds128(v8 + (cc >> 3) * fwd90_bn * 128 + r * 128 + (((cc & 7) ^ (r & 7)) << 4), x);
 #pragma unroll
     for (int w = 0; w < 4; ++w) {
-      if constexpr (attn_kv_fp8 == 1) {
+      if constexpr (fwd90_kv8) {
+        attn_fp8x4_cvt<attn_kv_fp8 == 1, fwd90_in_bf16>(x[w], y[2 * w], y[2 * w + 1]);
+      } else if constexpr (attn_kv_fp8 == 1) {
         attn_e4m3x4_to_f16(x[w], y[2 * w], y[2 * w + 1]);
       } else {
         y[2 * w] = __byte_perm(x[w], 0u, 0x1404u);
@@ -514,6 +531,9 @@ static __device__ __forceinline__ void fwd90_convert_v(unsigned v8, unsigned v16
                       ((((2 * (cc & 3) + half)) ^ (r & 7)) << 4),
                   y[4 * half], y[4 * half + 1], y[4 * half + 2], y[4 * half + 3]);
   }
+}
+static __device__ __forceinline__ void fwd90_convert_v(unsigned v8, unsigned v16, int ct) {
+  fwd90_convert<fwd90_dv>(v8, v16, ct);
 }
 
 /* A 4x4 byte transpose: y[c] = byte c of x0, x1, x2, x3 (in that order). */
@@ -707,12 +727,18 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
   auto bar_empty = [&](int s) { return bars + 8u * (1 + 2 * fwd90_stages + s); }; /* K */
   auto bar_empty_v = [&](int s) { return bars + 8u * (2 + 3 * fwd90_stages + s); };
   const unsigned bar_q_empty = bars + 8u * (1 + 3 * fwd90_stages);
-  /* FP8: V converted to 16 bits (by the three converter warps). */
+  /* FP8: V converted to 16 bits (by the three converter warps); kv8: K too. */
   auto bar_v16 = [&](int s) { return bars + 8u * (2 + 4 * fwd90_stages + s); };
+  auto bar_k16 = [&](int s) { return bars + 8u * (2 + 5 * fwd90_stages + s); };
+  /* Where the consumers' S GEMM finds K: its 16-bit tile once converted
+   * (kv8), else as TMA landed it. (The stage's slot is read after it too:
+   * the converters waited for bar_k before their arrive.) */
+  auto bar_k_ready = [&](int s) { return fwd90_kv8 ? bar_k16(s) : bar_k(s); };
+  auto bar_v_ready = [&](int s) { return fwd90_conv ? bar_v16(s) : bar_v(s); };
   const unsigned tile_slot = bars + 8u * fwd90_nbars;
   auto stage_slot = [&](int s) { return tile_slot + 8u * (1 + s); };
-  /* FP8: the converters' word per stage, written with each V copy: 1, or
-   * 0 when no copy comes (the producer is done). */
+  /* FP8: the converters' word per stage, written with each V copy (kv8:
+   * each K copy): 1, or 0 when no copy comes (the producer is done). */
   auto conv_slot = [&](int s) { return tile_slot + 8u * (1 + fwd90_stages + s); };
 
   if (tid == 0) {
@@ -726,8 +752,10 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       attn_mbar_init(bar_v(s), 1);
       attn_mbar_init(bar_empty(s), fwd90_consumer_threads);
       attn_mbar_init(bar_empty_v(s), fwd90_consumer_threads);
-      if constexpr (fwd90_fp8)
+      if constexpr (fwd90_conv)
         attn_mbar_init(bar_v16(s), 96); /* every converter thread (warps 1-3) */
+      if constexpr (fwd90_kv8)
+        attn_mbar_init(bar_k16(s), 96);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
@@ -742,10 +770,28 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(fwd90_producer_regs) : "memory");
     /* Warp 0 walks the key tiles (its lanes classify 32 candidates at
      * once); lane 0 issues the copies and the barrier arrivals. With FP8,
-     * warps 1-3 convert each V tile as it lands, in the producer's order
-     * of stage uses, until the producer's word says no copy comes. */
+     * warps 1-3 convert each V tile (kv8: each K tile, then V) as it
+     * lands, in the producer's order of stage uses, until the producer's
+     * word says no copy comes. */
     if (warp != 0) {
-      if constexpr (fwd90_fp8) {
+      if constexpr (fwd90_kv8) {
+        for (int u = 0;; ++u) {
+          const int st = u % fwd90_stages, ph = (u / fwd90_stages) & 1;
+          const unsigned ks = skv + st * fwd90_stage_bytes, vs = ks + fwd90_k_bytes;
+          attn_mbar_wait(bar_k(st), ph);
+          unsigned more;
+          asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(more) : "r"(conv_slot(st)) : "memory");
+          if (!more)
+            break;
+          fwd90_convert<fwd90_dqk>(vs + fwd90_v_bytes + fwd90_v8_bytes, ks, tid - 32);
+          attn_fence_proxy_async(); /* (as below) */
+          attn_mbar_arrive(bar_k16(st));
+          attn_mbar_wait(bar_v(st), ph);
+          fwd90_convert_v(vs + fwd90_v_bytes, vs, tid - 32);
+          attn_fence_proxy_async();
+          attn_mbar_arrive(bar_v16(st));
+        }
+      } else if constexpr (fwd90_fp8) {
         for (int u = 0;; ++u) {
           const int st = u % fwd90_stages, ph = (u / fwd90_stages) & 1;
           attn_mbar_wait(bar_v(st), ph);
@@ -846,7 +892,8 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       /* Paged K/V: tile n's boxes of page_box rows, one per lane (and
        * lane + 32, ...), each from its page (or zeros: an id outside the
        * cache, or rows past the view, lie outside the map). */
-      auto load_pages = [&](unsigned dst, const attn_tmap *m, unsigned bar, int blocks, int n_) {
+      auto load_pages = [&](unsigned dst, const attn_tmap *m, unsigned bar, int blocks, int n_,
+                            int block_cols) {
         if constexpr (fwd90_paged) {
           const attn_pages pages = attn_pages_of(p, b);
           const int box = fwd90_page_box(pages.size);
@@ -859,7 +906,8 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
               id = __ldg(pages.table + pg * pages.step);
             }
             for (int c = 0; c < blocks; ++c)
-              attn_tma_load4(dst + c * fwd90_bn * 128 + x * box * 128, m, bar, c * 64, row, hk, id);
+              attn_tma_load4(dst + c * fwd90_bn * 128 + x * box * 128, m, bar, c * block_cols,
+                             row, hk, id);
           }
         }
       };
@@ -882,14 +930,25 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
           attn_mbar_wait(bar_empty(st), ph ^ 1);
           const unsigned ks = skv + st * fwd90_stage_bytes;
           const unsigned vs = ks + fwd90_k_bytes;
+          const unsigned ks8 = vs + fwd90_v_bytes + fwd90_v8_bytes; /* kv8 */
           if (lane == 0) {
             /* The tile's index and class (4: the work tile's last), read
              * by the consumers after this phase of bar_k(st). */
             asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(stage_slot(st)), "r"(n),
                          "r"(cls | (got ? 0 : 4))
                          : "memory");
-            attn_mbar_expect_tx(bar_k(st), fwd90_k_bytes);
-            if constexpr (!fwd90_paged) {
+            if constexpr (fwd90_kv8) { /* the 8-bit tile, for the converters */
+              asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(conv_slot(st)), "r"(1u) : "memory");
+              attn_mbar_expect_tx(bar_k(st), fwd90_k8_bytes);
+            } else {
+              attn_mbar_expect_tx(bar_k(st), fwd90_k_bytes);
+            }
+            if constexpr (fwd90_kv8 && !fwd90_paged) {
+#pragma unroll
+              for (int c = 0; c < fwd90_dk8 / 128; ++c)
+                attn_tma_load4(ks8 + c * fwd90_bn * 128, mk, bar_k(st), c * 128,
+                               k0 + n * fwd90_bn, hk, tb);
+            } else if constexpr (!fwd90_paged) {
 #pragma unroll
               for (int c = 0; c < fwd90_dqk / fwd90_blk; ++c)
                 attn_tma_load4(ks + c * fwd90_bn * 128, mk, bar_k(st), c * fwd90_blk,
@@ -898,17 +957,24 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
           }
           if constexpr (fwd90_paged) { /* after the expect_tx: a box per lane */
             __syncwarp();
-            load_pages(ks, mk, bar_k(st), fwd90_dqk / fwd90_blk, n);
+            if constexpr (fwd90_kv8)
+              load_pages(ks8, mk, bar_k(st), fwd90_dk8 / 128, n, 128);
+            else
+              load_pages(ks, mk, bar_k(st), fwd90_dqk / fwd90_blk, n, 64);
           }
           attn_mbar_wait(bar_empty_v(st), ph ^ 1);
           if constexpr (fwd90_paged) {
             if (lane == 0)
-              attn_mbar_expect_tx(bar_v(st), fwd90_v_bytes);
+              attn_mbar_expect_tx(bar_v(st), fwd90_kv8 ? fwd90_v8_bytes : fwd90_v_bytes);
             __syncwarp();
-            load_pages(vs, mv, bar_v(st), fwd90_dv / 64, n);
+            if constexpr (fwd90_kv8)
+              load_pages(vs + fwd90_v_bytes, mv, bar_v(st), fwd90_dv8 / 128, n, 128);
+            else
+              load_pages(vs, mv, bar_v(st), fwd90_dv / 64, n, 64);
           } else if (lane == 0) {
-            if constexpr (fwd90_fp8) { /* the 8-bit tile, for the converters */
-              asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(conv_slot(st)), "r"(1u) : "memory");
+            if constexpr (fwd90_conv) { /* the 8-bit tile, for the converters */
+              if constexpr (fwd90_fp8) /* (kv8: written with K's) */
+                asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(conv_slot(st)), "r"(1u) : "memory");
               attn_mbar_expect_tx(bar_v(st), fwd90_v8_bytes);
 #pragma unroll
               for (int c = 0; c < fwd90_dv8 / 128; ++c)
@@ -948,12 +1014,13 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
         have = true;
       }
     }
-    if constexpr (fwd90_fp8) { /* tells the converters no copy comes */
+    if constexpr (fwd90_conv) { /* tells the converters no copy comes */
       const int st = it % fwd90_stages, ph = (it / fwd90_stages) & 1;
-      attn_mbar_wait(bar_empty_v(st), ph ^ 1);
+      /* (kv8: the converters wait for K's barrier first) */
+      attn_mbar_wait(fwd90_kv8 ? bar_empty(st) : bar_empty_v(st), ph ^ 1);
       if (lane == 0) {
         asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(conv_slot(st)), "r"(0u) : "memory");
-        attn_mbar_arrive(bar_v(st));
+        attn_mbar_arrive(fwd90_kv8 ? bar_k(st) : bar_v(st));
       }
     }
     if (p.tiles_visited && lane == 0)
@@ -1054,7 +1121,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
     for (bool more = any; more;) {
       const int st = git % fwd90_stages, ph = (git / fwd90_stages) & 1;
       const unsigned ks = skv + st * fwd90_stage_bytes;
-      attn_mbar_wait(bar_k(st), ph);
+      attn_mbar_wait(bar_k_ready(st), ph);
       /* The key tile the producer loaded into this stage, its class and
        * whether it is the work tile's last (read before this warp's
        * K-empty arrive below, after which the producer may rewrite it). */
@@ -1102,7 +1169,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       attn_wgmma_commit();
       if (it > 0) {
         const unsigned vs = skv + pst * fwd90_stage_bytes + fwd90_k_bytes;
-        attn_mbar_wait(fwd90_fp8 ? bar_v16(pst) : bar_v(pst), pph);
+        attn_mbar_wait(bar_v_ready(pst), pph);
         fwd90_pv(o, pa, vs);
       }
       /* Always a second group (empty in the first round), so one wait<1>
@@ -1261,7 +1328,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
     }
     if (it > 0) { /* the last tile's P V */
       const unsigned vs = skv + pst * fwd90_stage_bytes + fwd90_k_bytes;
-      attn_mbar_wait(fwd90_fp8 ? bar_v16(pst) : bar_v(pst), pph);
+      attn_mbar_wait(bar_v_ready(pst), pph);
       attn_wgmma_fence();
       fwd90_pv(o, pa, vs);
       attn_wgmma_commit();

@@ -112,6 +112,14 @@ static const Case cases[] = {
      "  s = mask((q @ paged_hnd(kc, t)^T) * 0.125, j < len[b]);\n"
      "  output o : f16[B, H, Sq, 64] = softmax(s) @ paged_hnd(vc, t);\n}\n",
      "B=2,H=8,Hk=2,Sq=100,P=40,PS=16,MP=12", "sm_90", 0, 0, 0, FWD, 0},
+    /* An FP8 cache on fwd_sm90 (its K and V converted in shared memory),
+     * pages of 8-bit boxes. */
+    {"paged prefill sm90 FP8 cache",
+     "attention g {\n  input q : f16[B, H, Sq, 64];\n  input kc : e5m2[P, Hk, PS, 64];\n"
+     "  input vc : e5m2[P, Hk, PS, 64];\n  input t : i32[B, MP];\n  input len : i32[B];\n"
+     "  s = mask((q @ paged_hnd(kc, t)^T) * 0.125, j < len[b]);\n"
+     "  output o : f16[B, H, Sq, 64] = softmax(s) @ paged_hnd(vc, t);\n}\n",
+     "B=2,H=8,Hk=2,Sq=100,P=40,PS=32,MP=12", NULL, 0, 0, 0, FWD, 0},
     {"paged prefill ragged sm90, offsets out of range",
      "attention g {\n  input q : bf16[T, H, 128];\n  input cu : i32[B1];\n"
      "  input kc : bf16[P, PS, Hk, 128];\n  input vc : bf16[P, PS, Hk, 128];\n"
@@ -139,7 +147,7 @@ static const Case cases[] = {
      "  input v : e4m3[B, H, S, 64];\n  s = (q @ k^T) * 0.125;\n"
      "  output o : bf16[B, H, S, 64] = softmax(s) @ v;\n}\n",
      "B=1,H=2,S=200", "sm_90", 0, 0, 0, FWD, 0},
-    {"fp8 kv cache, bf16 q",
+    {"fp8 kv cache, bf16 q (fwd_sm90)",
      "attention g {\n  input q : bf16[B, H, Sq, 128];\n  input k : e4m3[B, Hk, Skv, 128];\n"
      "  input v : e4m3[B, Hk, Skv, 128];\n  s = mask((q @ k^T) * 0.088, j <= i + Skv - Sq);\n"
      "  output o : bf16[B, H, Sq, 128] = softmax(s) @ v;\n}\n",

@@ -1,5 +1,6 @@
 // fwd90_v_host_check.cpp: fwd_sm90's FP8 V converters (templates/fwd_sm90.cuh:
-// fwd90_convert_v widening V to f16, fwd90_transpose_v transposing it into
+// fwd90_convert_v widening V to f16 (with -DKV8=1, an FP8 KV cache under a
+// 16-bit q: K's and V's widening to q's type, -DBF16=1 bf16), fwd90_transpose_v transposing it into
 // K-major V^T with the keys in the accumulators' order), compiled for the host
 // from the template's own text (fwd90_v_host_check.sh extracts it), run by all
 // 96 converter threads over a simulated shared memory, and checked element by
@@ -11,7 +12,7 @@
 //     (h, x, y in {0, 1}, t < 4, within each 32 keys) at d*BN + chunk(kb/16,
 //     d)*16 + kb%16, chunk c ^ d%8 (BN 128, 128-byte swizzle) or c ^ (d/2)%4
 //     (BN 64, 64-byte swizzle).
-// Built once per (BN, DV, e4m3 or e5m2) with -D.
+// Built once per (BN, DV, e4m3 or e5m2, KV8, BF16) with -D.
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -93,7 +94,37 @@ static void attn_e4m3x4_to_f16(unsigned x, unsigned &lo, unsigned &hi) {
   lo = e4m3_f16(x & 0xff) | ((unsigned)e4m3_f16((x >> 8) & 0xff) << 16);
   hi = e4m3_f16((x >> 16) & 0xff) | ((unsigned)e4m3_f16(x >> 24) << 16);
 }
+#ifndef KV8
+#define KV8 0
+#endif
+#ifndef BF16
+#define BF16 0
+#endif
+// An f16's bits as bf16 bits: the value in f32, whose top half is its bf16
+// (exact for FP8 values: at most 4 significant bits, f16's range within bf16's).
+static unsigned short f16_bf16(unsigned short h) {
+  const unsigned e = (h >> 10) & 31, m = h & 1023;
+  float v = e == 31 ? (m ? NAN : INFINITY) : e == 0 ? std::ldexp((float)m, -24)
+                                                    : std::ldexp((float)(1024 + m), (int)e - 25);
+  unsigned bits;
+  std::memcpy(&bits, &v, 4);
+  return (unsigned short)((bits >> 16) | (h & 0x8000u));
+}
+static unsigned short fp8_16(unsigned char b) {
+  const unsigned short h = KV_E4M3 ? e4m3_f16(b) : (unsigned short)(b << 8);
+  return KV8 && BF16 ? f16_bf16(h) : h;
+}
+// kv8's converter (ptx.cuh attn_fp8x4_cvt, GPU-tested in decode.cuh): its
+// values, so this checks where the converter puts them.
+template <bool E4M3, bool BF>
+static void attn_fp8x4_cvt(unsigned x, unsigned &lo, unsigned &hi) {
+  static_assert(E4M3 == (KV_E4M3 != 0) && BF == (BF16 != 0), "the build's types");
+  lo = fp8_16(x & 0xff) | ((unsigned)fp8_16((x >> 8) & 0xff) << 16);
+  hi = fp8_16((x >> 16) & 0xff) | ((unsigned)fp8_16(x >> 24) << 16);
+}
 enum : int { attn_kv_fp8 = KV_E4M3 ? 1 : 2 };
+constexpr bool fwd90_kv8 = KV8 != 0;
+constexpr bool fwd90_in_bf16 = BF16 != 0;
 constexpr int fwd90_bn = ATTN_BN;
 constexpr int fwd90_dv = DV;
 #include V_TEXT
@@ -165,10 +196,16 @@ int main() {
       unsigned short got;
       std::memcpy(&got, &smem[a], 2);
       const unsigned char b = V[r * dv8 + c];
-      const unsigned short want = KV_E4M3 ? e4m3_f16(b) : (unsigned short)(b << 8);
+      const unsigned short want = fp8_16(b);
       expect(got == want, "widened", r, c, got, want);
     }
 
+  if (KV8) {
+    std::printf("%s: fwd_sm90 FP8 KV cache widened to %s, BN %d, D %d, %s\n",
+                failures ? "FAIL" : "PASS", BF16 ? "bf16" : "f16", ATTN_BN, DV,
+                KV_E4M3 ? "e4m3" : "e5m2");
+    return failures != 0;
+  }
   if (ATTN_BN != 64 && ATTN_BN != 128) { // the transpose serves key tiles of 64 and 128 only
     std::printf("%s: fwd_sm90 FP8 V widened, BN %d, DV %d, %s\n", failures ? "FAIL" : "PASS",
                 ATTN_BN, DV, KV_E4M3 ? "e4m3" : "e5m2");

@@ -3,7 +3,8 @@
 # into V^T) from the template's own text, run on the host over a simulated shared
 # memory and checked against the TMA and wgmma layouts
 # (tests/host/fwd90_v_host_check.cpp), for key tiles of 64, 80 (widening only) and 128, head dims
-# 64 to 256, e4m3 and e5m2, with the transpose's shared-memory instructions and wavefronts
+# 64 to 256, e4m3 and e5m2, with the transpose's shared-memory instructions and wavefronts;
+# then an FP8 KV cache's widening to f16 and bf16 (the same function for K and V)
 # (FWD90=FILE: another version of the template). No GPU needed. Run from the repository root.
 set -eu
 tmp=$(mktemp -d)
@@ -22,6 +23,17 @@ for bn in 64 80 128; do
       g++ -std=c++17 -O1 -g -w -fsanitize=address,undefined -DATTN_BN=$bn -DDV=$dv -DKV_E4M3=$e4 \
         -DV_TEXT="\"$tmp/v.inc\"" -o "$tmp/check" tests/host/fwd90_v_host_check.cpp
       "$tmp/check" || fail=1
+    done
+  done
+done
+for bn in 80 128; do
+  for d in 64 192; do
+    for e4 in 1 0; do
+      for bf in 0 1; do
+        g++ -std=c++17 -O1 -g -w -fsanitize=address,undefined -DATTN_BN=$bn -DDV=$d -DKV_E4M3=$e4 \
+          -DKV8=1 -DBF16=$bf -DV_TEXT="\"$tmp/v.inc\"" -o "$tmp/check" tests/host/fwd90_v_host_check.cpp
+        "$tmp/check" || fail=1
+      done
     done
   done
 done

@@ -419,13 +419,18 @@ Test(plan, fp8_kv_caches_plan_the_forward_and_the_decode_kernel) {
       "  input v : e4m3[B, Hk, S, 128];\n  s = q @ k^T;\n  o = softmax(s) @ v;\n"
       "  output o : bf16[B, H, Sq, 128];\n}\n";
   IrModule *m = unit_build(a, "<kv8>", kv8);
-  for (int arch = 0; arch < 2; arch++) { /* the portable forward on both */
+  for (int arch = 0; arch < 2; arch++) { /* fwd_sm90 on sm_90a, K and V converted there */
     const Compiled uc = unit_compile(a, m, arch ? "sm_90a" : "sm_80", STAGE_PLAN);
     const GraphPlan *p = uc.plans;
     const PlanStep *f = unit_step(p, PLAN_FORWARD, "forward");
     cr_assert_not_null(f);
-    cr_assert_str_eq(uc.graphs[0].cfg.name, "fwd_sm80");
-    cr_assert_eq(f->nmaps, 0);
+    cr_assert_str_eq(uc.graphs[0].cfg.name, arch ? "fwd_sm90" : "fwd_sm80");
+    cr_assert_eq(f->nmaps, arch ? 3 : 0);
+    if (arch) { /* q's map 16-bit, k's and v's 8-bit: boxes of 128 bytes either way */
+      cr_assert(f->maps[0].dtype == DT_BF16 && f->maps[0].box_cols == 64);
+      cr_assert(f->maps[1].dtype == DT_E4M3 && f->maps[1].box_cols == 128);
+      cr_assert(f->maps[2].dtype == DT_E4M3 && f->maps[2].box_cols == 128);
+    }
     cr_assert_not_null(unit_step(p, PLAN_FORWARD, "decode"));
     cr_assert_eq(p->pass[PLAN_FORWARD].need, 0u);
   }
@@ -446,10 +451,11 @@ Test(plan, fp8_kv_caches_plan_the_forward_and_the_decode_kernel) {
   cr_assert_null(why, "%s", why);
 }
 
-/* A paged KV cache: fwd_sm90 on sm_90a for 16-bit caches (TMA boxes
- * within pages: maps over the caches), else the portable forward (it
- * gathers the pages row by row), beside the decode kernel where that takes
- * the graph, alone where it does not (an e4m3 cache at head dim 64). */
+/* A paged KV cache: fwd_sm90 on sm_90a (TMA boxes within pages: maps over
+ * the caches; an e4m3 cache's converted in shared memory), else the
+ * portable forward (it gathers the pages row by row), beside the decode
+ * kernel where that takes the graph, alone where it does not (an e4m3
+ * cache at head dim 64). */
 Test(plan, paged_caches_plan_a_forward_and_the_decode_kernel) {
   Arena *a = arena_new();
   static const char paged[] =
@@ -468,7 +474,7 @@ Test(plan, paged_caches_plan_a_forward_and_the_decode_kernel) {
       const GraphPlan *p = &uc.plans[k];
       const PlanStep *f = unit_step(p, PLAN_FORWARD, "forward");
       cr_assert_not_null(f);
-      const bool sm90 = arch && k == 0;
+      const bool sm90 = arch;
       cr_assert_str_eq(uc.graphs[k].cfg.name, sm90 ? "fwd_sm90" : "fwd_sm80");
       cr_assert_eq(f->nmaps, sm90 ? 3 : 0);
       if (sm90) cr_assert_eq(f->maps[1].slot, 1); /* K's map over the cache */

@@ -17,7 +17,7 @@
 #define ATTN_D_V 64
 #define ATTN_IN_BF16 1
 #define ATTN_OUT_BF16 1
-#define ATTN_BM 128
+#define ATTN_BM 192
 #define ATTN_BN 128
 #define ATTN_STAGES 3
 #define ATTN_PERSISTENT 1
@@ -146,7 +146,7 @@ static_assert(attn_bwd_sm90_smem_bytes == 199936, "compiler/match_bwd.c and temp
 
 } /* namespace graph_backward_gqa */
 
-extern "C" __global__ void __launch_bounds__(384, 1) attn_backward_gqa_fwd(const __grid_constant__ attn_params p, const __grid_constant__ attn_tmaps tm) {
+extern "C" __global__ void __launch_bounds__(512, 1) attn_backward_gqa_fwd(const __grid_constant__ attn_params p, const __grid_constant__ attn_tmaps tm) {
   graph_backward_gqa::attn_fwd_sm90(p, tm);
 }
 

@@ -12,7 +12,7 @@
 
 /* [the text of templates/wgmma.cuh] */
 
-/* ---- graph fp8_kv_cache (fp8_kv_cache.attn:5:11): forward, template fwd_sm80 ---- */
+/* ---- graph fp8_kv_cache (fp8_kv_cache.attn:5:11): forward, template fwd_sm90 ---- */
 #define ATTN_D_QK 128
 #define ATTN_D_V 128
 #define ATTN_IN_BF16 1
@@ -20,7 +20,8 @@
 #define ATTN_KV_E4M3 1
 #define ATTN_BM 128
 #define ATTN_BN 128
-#define ATTN_WARPS 8
+#define ATTN_STAGES 2
+#define ATTN_PERSISTENT 1
 #define ATTN_TQ 0
 #define ATTN_TK 1
 #define ATTN_TV 2
@@ -119,13 +120,13 @@ static __device__ __forceinline__ float attn_out(float o, int b, int h, int i, i
   return o_19;
 }
 
-/* [the text of templates/fwd_sm80.cuh] */
+/* [the text of templates/fwd_sm90.cuh] */
 /* [the text of templates/decode.cuh] */
 
 } /* namespace graph_fp8_kv_cache */
 
-extern "C" __global__ void __launch_bounds__(256) attn_fp8_kv_cache_fwd(const __grid_constant__ attn_params p) {
-  graph_fp8_kv_cache::attn_fwd_sm80(p);
+extern "C" __global__ void __launch_bounds__(384, 1) attn_fp8_kv_cache_fwd(const __grid_constant__ attn_params p, const __grid_constant__ attn_tmaps tm) {
+  graph_fp8_kv_cache::attn_fwd_sm90(p, tm);
 }
 
 extern "C" __global__ void __launch_bounds__(128) attn_fp8_kv_cache_decode(const __grid_constant__ attn_params p) {
@@ -143,7 +144,8 @@ extern "C" __global__ void __launch_bounds__(128) attn_fp8_kv_cache_decode_merge
 #undef ATTN_KV_E4M3
 #undef ATTN_BM
 #undef ATTN_BN
-#undef ATTN_WARPS
+#undef ATTN_STAGES
+#undef ATTN_PERSISTENT
 #undef ATTN_TQ
 #undef ATTN_TK
 #undef ATTN_TV
