@@ -59,7 +59,7 @@ def main():
                     k16, v16 = k8.to(torch.bfloat16), v8.to(torch.bfloat16)
                     o8, o8p, o16 = (torch.empty_like(q) for _ in range(3))
                     sets.append(dict(
-                        q=q, k16=k16, v16=v16,
+                        q=q, k8=k8, v8=v8, k16=k16, v16=v16,  # (the calls keep no reference)
                         kr=k16.repeat_interleave(H // HK, 1), vr=v16.repeat_interleave(H // HK, 1),
                         c8=native.call(m8, "kv", dict(q=q, k=k8, v=v8, o=o8)), o8=o8,
                         c8p=portable.call(m8p, "kv", dict(q=q, k=k8, v=v8, o=o8p)), o8p=o8p,

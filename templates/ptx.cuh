@@ -28,10 +28,14 @@
  * addresses of an ldmatrix phase hit distinct banks (rows of a multiple
  * of eight chunks: head dims that are multiples of 64). */
 [[maybe_unused]] static __device__ __forceinline__ unsigned attn_swz(int r, int c, int row_bytes) {
-  /* Rows narrower than eight chunks (64-column 8-bit staging tiles, which
-   * only row-wise 16-byte copies touch) are not swizzled: the XOR would
-   * leave the row. Every caller's row_bytes is a compile-time constant. */
-  if (row_bytes < 128)
+  /* Rows that are not whole groups of eight chunks (8-bit staging tiles of
+   * 64 or 192 columns, which only row-wise 16-byte copies and the FP8
+   * converters touch, never ldmatrix) are not swizzled: the XOR would take
+   * chunks 8-11 of a 192-byte row into the next row (found on an H100 in
+   * session 28: FP8 tensors with head dims 129-192 on fwd_sm80 and the
+   * decode kernel read each other's rows). Every caller's row_bytes is a
+   * compile-time constant. */
+  if (row_bytes % 128 != 0)
     return (unsigned)(r * row_bytes + (c << 4));
   return (unsigned)(r * row_bytes + ((c ^ (r & 7)) << 4));
 }

@@ -579,8 +579,10 @@ static void test_dropout_mask(attn_context *ctx) {
 }
 
 /* The other FP8 KV caches: e5m2 under a bf16 q, and e4m3 under an f16 q
- * (the conversions' other paths), on the decode kernel and at a prefill
- * shape on the portable forward. */
+ * (the conversions' other paths), and e4m3 at head dim 192 (8-bit rows of
+ * 192 bytes, which the staging tiles' swizzle once took into the next
+ * row), on the decode kernel and at a prefill shape on the forward
+ * (fwd_sm90 on sm_90a but at D 256, fwd_sm80 elsewhere). */
 static void test_fp8_kv_variants(attn_context *ctx, uint64_t *seed) {
   static const char text[] =
       "attention kv_e5m2 {\n  input q : bf16[B, H, Sq, 128];\n  input k : e5m2[B, Hk, Skv, 128];\n"
@@ -588,7 +590,10 @@ static void test_fp8_kv_variants(attn_context *ctx, uint64_t *seed) {
       "  o = softmax(s) @ v;\n  output o : bf16[B, H, Sq, 128];\n  output lse = logsumexp(s);\n}\n"
       "attention kv_f16_e4m3 {\n  input q : f16[B, H, Sq, 256];\n  input k : e4m3[B, Hk, Skv, 256];\n"
       "  input v : e4m3[B, Hk, Skv, 256];\n  s = (q @ k^T) * 0.0625;\n  o = softmax(s) @ v;\n"
-      "  output o : f16[B, H, Sq, 256];\n}\n";
+      "  output o : f16[B, H, Sq, 256];\n}\n"
+      "attention kv_d192 {\n  input q : bf16[B, H, Sq, 192];\n  input k : e4m3[B, Hk, Skv, 192];\n"
+      "  input v : e4m3[B, Hk, Skv, 192];\n  s = mask((q @ k^T) * 0.072, j <= i + Skv - Sq);\n"
+      "  o = softmax(s) @ v;\n  output o : bf16[B, H, Sq, 192];\n}\n";
   Arena *a = arena_new();
   attn_module *mod = compile_text(ctx, "fp8_kv.attn", text);
   Diag d = {0};
@@ -598,7 +603,8 @@ static void test_fp8_kv_variants(attn_context *ctx, uint64_t *seed) {
     attn_graph *ag;
     if (attn_module_get_graph(mod, m->graphs[k]->name, &ag) != ATTN_SUCCESS) continue;
     test_decode(ctx, ag, m->graphs[k], "fp8_kv.attn", a, seed);
-    /* Prefill shapes: the portable forward, converting k and v on load. */
+    /* Prefill shapes: fwd_sm90 converting K and V in shared memory, or
+     * the portable forward converting them on load. */
     StrBuf spec = {0};
     chk_shape_spec(m->graphs[k], &spec, 2, 4, 2, 200, 333);
     ChkOptions co = {0};
@@ -831,9 +837,17 @@ int main(int argc, char **argv) {
     verdict(false, argv[2], attn_context_error(ctx));
     return 1;
   }
-  /* ATTN_TEST_ONLY=packed or paged: those tests and examples alone (a
-   * short device run for a change that touches nothing else). */
+  /* ATTN_TEST_ONLY=packed, paged or fp8_kv: those tests and examples alone
+   * (a short device run for a change that touches nothing else). */
   const char *only = getenv("ATTN_TEST_ONLY");
+  if (only && !strcmp(only, "fp8_kv")) {
+    uint64_t seed = 1000, kv_seed = 9000;
+    test_fp8_kv_variants(ctx, &kv_seed);
+    test_example(ctx, "examples/fp8_kv_cache.attn", &seed);
+    attn_context_destroy(ctx);
+    printf("gpu forward: %d passed, %d failed, %d skipped\n", passed, failed, skipped);
+    return failed ? 1 : 0;
+  }
   if (only && (!strcmp(only, "packed") || !strcmp(only, "paged"))) {
     uint64_t seed = 1000;
     if (!strcmp(only, "packed")) {
