@@ -116,41 +116,68 @@ static __device__ __forceinline__ void attn_cp_rows(unsigned dst, RowPtr row_ptr
   }
 }
 
+/* The arithmetic attn_fp8x4_cvt ends with, apart so that its bit work runs
+ * on the host too (tests/host/fp8_cvt_host_check.sh gives these its own
+ * exact versions): bf16x2 times 2^120 (an fma with -0, so -0 stays -0),
+ * f16x2 times 2^8, f16x2 to bf16x2 (exact for FP8 values). Subnormal
+ * operands are kept by both multiplies. */
+[[maybe_unused]] static __device__ __forceinline__ unsigned attn_bf16x2_times_2p120(unsigned f) {
+  unsigned h;
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(h) : "r"(f), "r"(0x7b807b80u), "r"(0x80008000u));
+  return h;
+}
+[[maybe_unused]] static __device__ __forceinline__ unsigned attn_f16x2_times_2p8(unsigned f) {
+  unsigned h;
+  asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(h) : "r"(f), "r"(0x5c005c00u));
+  return h;
+}
+[[maybe_unused]] static __device__ __forceinline__ unsigned attn_f16x2_to_bf16x2(unsigned h) {
+  unsigned b;
+  asm("{ .reg .b16 l, u; .reg .f32 fl, fu;\n"
+      "  mov.b32 {l, u}, %1; cvt.f32.f16 fl, l; cvt.f32.f16 fu, u;\n"
+      "  cvt.rn.bf16x2.f32 %0, fu, fl; }"
+      : "=r"(b)
+      : "r"(h));
+  return b;
+}
+
 /* Four FP8 values (bytes of x, e4m3 when E4M3 else e5m2) as four 16-bit
  * values of the MMA type (bf16 when BF16, else f16), two per word, in
  * byte order; exact (every e4m3 and e5m2 value is an f16 and a bf16
  * value). e4m3 is rebuilt without conversion instructions (their pipe is
- * narrow, and a decode converts every key): its exponent field and
- * mantissa moved into the 16-bit type's places, then one multiply by the
- * power of two of the bias difference (2^8 for f16, 2^120 for bf16;
- * exact, subnormals included: f16x2 and bf16x2 arithmetic keep them);
- * e4m3's NaN (S.1111.111) becomes a NaN. e5m2 is the top byte of an f16
- * (for bf16 then converted through f32). */
+ * narrow, and a decode converts every key): each magnitude (exponent field
+ * and mantissa) moved into the 16-bit type's places below its sign, then
+ * one multiply by the power of two of the bias difference (2^8 for f16,
+ * 2^120 for bf16; exact, subnormals included). e4m3's NaN (S.1111.111)
+ * comes out of the multiply as 480, which no finite e4m3 value gives, and
+ * becomes a NaN by setting the exponent field's bits; it is found a word at
+ * a time (a magnitude of 0x7f plus 1 is the only one to reach 0x80, and no
+ * carry leaves a byte). About 9 instructions a pair of values, against 13-14
+ * for a per-lane compare (session 28: the converters bound the FP8 KV cache's
+ * forward). e5m2 is the top byte of an f16 (for bf16 then converted through
+ * f32). */
 template <bool E4M3, bool BF16>
 static __device__ __forceinline__ void attn_fp8x4_cvt(unsigned x, unsigned &lo, unsigned &hi) {
   unsigned h[2];
+  if constexpr (E4M3) {
+    const unsigned mag = x & 0x7f7f7f7fu, sgn = x & 0x80808080u;
+    const unsigned nan = (mag + 0x01010101u) & 0x80808080u; /* 0x80 in each NaN byte */
 #pragma unroll
-  for (int k = 0; k < 2; ++k) {
-    if constexpr (E4M3) {
-      const unsigned w = __byte_perm(x, 0u, k ? 0x4342u : 0x4140u); /* bytes in 16-bit lanes */
-      const unsigned nan = __vcmpeq2(w & 0x007f007fu, 0x007f007fu) & 0x7fff7fffu;
-      if constexpr (BF16) {
-        const unsigned f = ((w & 0x007f007fu) << 4) | ((w & 0x00800080u) << 8) | nan;
-        asm("fma.rn.bf16x2 %0, %1, %2, %3;"
-            : "=r"(h[k])
-            : "r"(f), "r"(0x7b807b80u), "r"(0x80008000u)); /* f * 2^120 + -0 */
-      } else {
-        const unsigned f = ((w & 0x007f007fu) << 7) | ((w & 0x00800080u) << 8) | nan;
-        asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(h[k]) : "r"(f), "r"(0x5c005c00u)); /* 2^8 */
-      }
-    } else {
+    for (int k = 0; k < 2; ++k) {
+      const unsigned m = __byte_perm(mag, 0u, k ? 0x4342u : 0x4140u); /* a lane's low byte */
+      const unsigned s = __byte_perm(sgn, 0u, k ? 0x3424u : 0x1404u); /* a lane's bit 15 */
+      const unsigned n = __byte_perm(nan, 0u, k ? 0x4342u : 0x4140u); /* 0x80 in a NaN lane */
+      if constexpr (BF16)
+        h[k] = attn_bf16x2_times_2p120(m * 16u + s) | n * 0xffu; /* 0x7f80: all exponent bits */
+      else
+        h[k] = attn_f16x2_times_2p8(m * 128u + s) | n * 0xf8u; /* 0x7c00 */
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
       h[k] = __byte_perm(x, 0u, k ? 0x3424u : 0x1404u);
       if constexpr (BF16)
-        asm("{ .reg .b16 l, u; .reg .f32 fl, fu;\n"
-            "  mov.b32 {l, u}, %1; cvt.f32.f16 fl, l; cvt.f32.f16 fu, u;\n"
-            "  cvt.rn.bf16x2.f32 %0, fu, fl; }"
-            : "=r"(h[k])
-            : "r"(h[k]));
+        h[k] = attn_f16x2_to_bf16x2(h[k]);
     }
   }
   lo = h[0];

@@ -4,7 +4,7 @@
 #   tests/diag/*.attn  malformed inputs beside their expected diagnostics
 #   tests/golden/      IR and emitted-CUDA goldens of examples/*.attn
 #   tests/gpu/*.c      GPU tests against the CPU reference (plain C)
-#   tests/host/        emitted hooks and the FP8 rounding compiled for the host and checked (no GPU)
+#   tests/host/        emitted hooks, the FP8 rounding and conversions, the swizzle, compiled for the host and checked (no GPU)
 #   tests/build/       attnc build's refusals; tests/build.sh also builds a
 #                      source at an odd path and compiles what it wrote
 #   tests/fuzz/        the front end's libFuzzer harness and seed corpus
@@ -62,6 +62,7 @@ test-here: all $(BUILD)/tests/unit_tests $(GPU_BIN) $(BUILD)/tests/host/warm_loa
 	tests/host/fwd90_v_host_check.sh
 	tests/host/softmax_host_check.sh
 	tests/host/swz_host_check.sh
+	tests/host/fp8_cvt_host_check.sh
 	tests/host/warm_load_check.sh $(BUILD)/tests/host/warm_load_check
 	@# (NVRTC loaded under LeakSanitizer: its tracer's crash retried, tests/lib/lsan_retry.sh)
 	bash -c '. tests/lib/lsan_retry.sh; lsan_retry $(BUILD)/sanitize_cases.err $(BUILD)/tests/gpu/sanitize_cases --compile-only; \
