@@ -9,8 +9,10 @@ set -u
 # FWD=0 test_forward, BWD80=0 / BWD90=0 test_backward's template passes, SM80=0
 # the portable template's grid, CTAS3=0 the second backward run, PYTEST=0
 # the Python package's tests, TESTS=0 the GPU test binaries, REST=0 those after the
-# FIRST, FWD and backward steps, BENCH_STEPS a list of the benchmarks to run, FIRST_SANITIZE=0
-# the FIRST steps' sanitizer run, WG3=1 the wg3 variant's checks. The whole takes
+# FIRST, FWD and backward steps, BENCH_STEPS a list of the benchmarks to run (names: fa4_selftest
+# python_overhead warm_load grid grid_wg3 grid_sm80 variants backward fp8 fp8_wg3 fp8_backward
+# fp8_kv varlen paged_prefill decode_paged), FIRST_FWD=1 / FIRST_BENCH=0 the FIRST steps' whole
+# test_forward and benchmarks, WG3=1 the wg3 variant's checks. The whole takes
 # more than one 600 s device call (test_forward alone ~470 s, each test_backward pass ~350-400 s
 # in session 21): run TESTS=1 BENCH=0 SANITIZE=0 in calls of FWD=1 BWD80=0 BWD90=0, then FWD=0
 # BWD90=0, then FWD=0 BWD80=0 (with PYTEST=0 HOST=0 on all but one), then
@@ -74,33 +76,25 @@ if [ -f .fi/site_fi.tar.xz ]; then
     export PYTHONPATH=/tmp/site_fi${PYTHONPATH:+:$PYTHONPATH} FLASHINFER_DISABLE_JIT=1
 fi
 if [ "${TESTS:-1}" = 1 ]; then
-# FIRST=1: the quick checks of what changed last without a GPU, before everything else (session
-# 27 ran sessions 25-26's: FP8 backward mode, 16-bit backward examples, test_fp8, the plain,
-# causal and GQA forwards, all passed; what is left of them: test_head_dims, the whole
-# test_forward (FIRST_FWD=1), the FP8 sanitizer run; docs/STATUS.md item 000000).
+# FIRST=1: the quick checks of what changed last without a GPU, before everything else
+# (docs/STATUS.md item 0000000 A). Session 28's: attn_swz's fix for 8-bit rows of 192 bytes
+# and attn_fp8x4_cvt's new e4m3 path (every FP8 converter: the FP8-cache tests on fwd_sm90
+# and the decode kernel, then on fwd_sm80; test_fp8 on fwd_sm80; the FP8 backward's copies
+# on both templates), then test_forward whole (FIRST_FWD=1: the wg3 default's first full
+# pass), then the FP8 cache's speed and the D 128 FP8 backward beside cuDNN's (the cudnn
+# frontend wheel in .whl/; FIRST_BENCH=0 skips them). Sessions 25-27's checks all passed
+# in sessions 27-28.
 if [ "${FIRST:-0}" = 1 ]; then
-  step first_fp8_backward_sm90f8 env ATTN_BWD_TEMPLATE=sm90f8 "$B/tests/gpu/test_backward" fp8
-  # (the FP8 backward's copies paths on sm90 and sm80 compile to session 25's SASS: ALL_FP8=1)
-  if [ "${ALL_FP8:-0}" = 1 ]; then
-    step first_fp8_backward_sm90 env ATTN_BWD_TEMPLATE=sm90 "$B/tests/gpu/test_backward" fp8
-    step first_fp8_backward_sm80 env ATTN_BWD_TEMPLATE=sm80 "$B/tests/gpu/test_backward" fp8
-  fi
-  # bwd_sm90's 16-bit P from one fma (session 26): the backward examples on that template.
-  step first_backward_sm90 env ATTN_BWD_TEMPLATE=sm90 "$B/tests/gpu/test_backward" backward
-  step first_test_fp8 "$B/tests/gpu/test_fp8"
-  # Every head dim (test_head_dims), then test_forward whole: a name filter keeps only examples,
-  # and each filtered run repeats the built-in cases (~3 min each on the H200, session 27).
-  [ -x "$B/tests/gpu/test_head_dims" ] && step first_head_dims "$B/tests/gpu/test_head_dims"
+  step first_fp8_kv_sm90a env ATTN_TEST_ONLY=fp8_kv "$B/tests/gpu/test_forward"
+  step first_fp8_kv_sm80 env ATTN_TEST_ONLY=fp8_kv "$B/tests/gpu/test_forward" "" sm_90
+  step first_test_fp8_sm80 "$B/tests/gpu/test_fp8" sm_90
+  step first_fp8_backward_sm90 env ATTN_BWD_TEMPLATE=sm90 "$B/tests/gpu/test_backward" fp8
+  step first_fp8_backward_sm80 env ATTN_BWD_TEMPLATE=sm80 "$B/tests/gpu/test_backward" fp8
   [ "${FIRST_FWD:-0}" = 1 ] && step first_forward "$B/tests/gpu/test_forward"
-  # Each kernel's time in the FP8 mode, then the D 128 grid beside cuDNN's FP8 backward (the
-  # cudnn frontend wheel in .whl/, carried in the call; FIRST_BENCH=0 skips both).
   if [ "${FIRST_BENCH:-1}" = 1 ]; then
-    step first_fp8_profile python3 bench/fp8_backward.py --profile 128,4096 --modes bf16,fp8_mma \
-      --lib "$B/libattn.so"
+    step first_fp8_kv_bench python3 bench/fp8_kv.py --lib "$B/libattn.so" --out "$L"
     step first_fp8_grid python3 bench/fp8_backward.py --dims 128 --lib "$B/libattn.so" --out "$L"
   fi
-  [ "${FIRST_SANITIZE:-1}" = 1 ] && step first_sanitize_fp8_bwd env L="$L/sanitize" CASES="bwd fp8" RING=0 TOOLS="memcheck synccheck" \
-    bash tools/sanitize_device.sh "$B"
 fi
 # WG3=1: fwd_sm90's wg3 variant (three consumer warpgroups at head dims up to 64 and for FP8 P V
 # at 128): every example at every head dim and test_fp8, and below its grids beside the default's.
@@ -175,6 +169,7 @@ if [ "${BENCH:-1}" = 1 ]; then
   [ "${WG3:-0}" = 1 ] && bench fp8_wg3 env ATTN_SM90_VARIANT=wg3 python3 bench/fp8.py --lib "$B/libattn.so" \
     --dims 64,128 --out "$L/wg3"
   bench fp8_backward python3 bench/fp8_backward.py --lib "$B/libattn.so" --out "$L"
+  bench fp8_kv python3 bench/fp8_kv.py --lib "$B/libattn.so" --out "$L"
   bench varlen python3 bench/varlen.py --lib "$B/libattn.so" --out "$L" --tables equal,masks,backward
   bench paged_prefill python3 bench/paged_prefill.py --lib "$B/libattn.so" --out "$L"
   bench decode_paged python3 bench/decode.py --paged --quick --lib "$B/libattn.so" --out "$L"
