@@ -840,20 +840,16 @@ int main(int argc, char **argv) {
   /* ATTN_TEST_ONLY=packed, paged or fp8_kv: those tests and examples alone
    * (a short device run for a change that touches nothing else). */
   const char *only = getenv("ATTN_TEST_ONLY");
-  if (only && !strcmp(only, "fp8_kv")) {
-    uint64_t seed = 1000, kv_seed = 9000;
-    test_fp8_kv_variants(ctx, &kv_seed);
-    test_example(ctx, "examples/fp8_kv_cache.attn", &seed);
-    attn_context_destroy(ctx);
-    printf("gpu forward: %d passed, %d failed, %d skipped\n", passed, failed, skipped);
-    return failed ? 1 : 0;
-  }
-  if (only && (!strcmp(only, "packed") || !strcmp(only, "paged"))) {
+  if (only && (!strcmp(only, "packed") || !strcmp(only, "paged") || !strcmp(only, "fp8_kv"))) {
     uint64_t seed = 1000;
     if (!strcmp(only, "packed")) {
       uint64_t packed_seed = 9700;
       test_packed(ctx, &packed_seed);
       test_example(ctx, "examples/packed.attn", &seed);
+    } else if (!strcmp(only, "fp8_kv")) {
+      uint64_t kv_seed = 9000;
+      test_fp8_kv_variants(ctx, &kv_seed);
+      test_example(ctx, "examples/fp8_kv_cache.attn", &seed);
     } else {
       uint64_t paged_seed = 9500;
       test_paged(ctx, &paged_seed);

@@ -1,5 +1,5 @@
-// cuda_bits.h: CUDA's bit-cast intrinsics for the host checks that compile
-// template text for the host (memcpy: exact, no aliasing questions).
+// cuda_bits.h: CUDA's bit-cast and byte-permute intrinsics for the host checks
+// that compile template text for the host (memcpy: exact, no aliasing questions).
 #ifndef ATTN_CUDA_BITS_H
 #define ATTN_CUDA_BITS_H
 #include <cstring>
@@ -17,5 +17,12 @@
   float x;
   std::memcpy(&x, &i, 4);
   return x;
+}
+// PRMT: byte k of the result is byte (s >> 4k) & 7 of {y, x} (x the low word).
+[[maybe_unused]] static unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+  const unsigned long long v = x | ((unsigned long long)y << 32);
+  unsigned r = 0;
+  for (int k = 0; k < 4; ++k) r |= (unsigned)((v >> (8 * ((s >> (4 * k)) & 7))) & 0xff) << (8 * k);
+  return r;
 }
 #endif

@@ -7,22 +7,8 @@
 #include <cstdio>
 #include <cstring>
 
-static unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
-  const unsigned long long v = x | ((unsigned long long)y << 32);
-  unsigned r = 0;
-  for (int k = 0; k < 4; ++k) r |= (unsigned)((v >> (8 * ((s >> (4 * k)) & 7))) & 0xff) << (8 * k);
-  return r;
-}
-static float bits_f(unsigned u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-static unsigned f_bits(float f) {
-  unsigned u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
+#include "cuda_bits.h"
+
 static float f16_f(unsigned short h) {
   const unsigned e = (h >> 10) & 31, m = h & 1023;
   const float sign = (h & 0x8000) ? -1.f : 1.f;
@@ -45,8 +31,8 @@ static unsigned short f_f16(float v) {
 static unsigned attn_bf16x2_times_2p120(unsigned f) {
   unsigned r = 0;
   for (int k = 0; k < 2; ++k) {
-    const float x = bits_f(((f >> (16 * k)) & 0xffff) << 16) * std::ldexp(1.f, 120) + -0.f;
-    r |= (f_bits(x) >> 16) << (16 * k);
+    const float x = __uint_as_float(((f >> (16 * k)) & 0xffff) << 16) * std::ldexp(1.f, 120) + -0.f;
+    r |= (__float_as_uint(x) >> 16) << (16 * k);
   }
   return r;
 }
@@ -57,7 +43,7 @@ static unsigned attn_f16x2_times_2p8(unsigned f) {
 }
 static unsigned attn_f16x2_to_bf16x2(unsigned h) {
   unsigned r = 0;
-  for (int k = 0; k < 2; ++k) r |= (f_bits(f16_f((h >> (16 * k)) & 0xffff)) >> 16) << (16 * k);
+  for (int k = 0; k < 2; ++k) r |= (__float_as_uint(f16_f((h >> (16 * k)) & 0xffff)) >> 16) << (16 * k);
   return r;
 }
 #include CVT_TEXT
@@ -86,7 +72,7 @@ template <bool E4M3, bool BF16> static void check(const char *what) {
       for (int q = 0; q < 4; ++q) {
         const unsigned byte = (x >> (8 * q)) & 0xff;
         const unsigned short g = (unsigned short)(((q < 2 ? lo : hi) >> (16 * (q & 1))) & 0xffff);
-        const double got = BF16 ? (double)bits_f((unsigned)g << 16) : (double)f16_f(g);
+        const double got = BF16 ? (double)__uint_as_float((unsigned)g << 16) : (double)f16_f(g);
         const double want = fp8_value(byte, E4M3);
         const bool ok = std::isnan(want) ? std::isnan(got)
                                          : got == want && std::signbit(got) == std::signbit(want);

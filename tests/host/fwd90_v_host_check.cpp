@@ -21,6 +21,8 @@
 #include <cstring>
 #include <vector>
 
+#include "cuda_bits.h"
+
 #ifndef ATTN_BN
 #error "-DATTN_BN=64|128 -DDV=... -DKV_E4M3=0|1"
 #endif
@@ -70,12 +72,6 @@ static void attn_sts128(unsigned a, unsigned p, unsigned q, unsigned r, unsigned
   note(a, 16, true);
   const unsigned x[4] = {p, q, r, s};
   std::memcpy(&smem[a], x, 16);
-}
-static unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
-  const unsigned long long v = x | ((unsigned long long)y << 32);
-  unsigned r = 0;
-  for (int k = 0; k < 4; ++k) r |= (unsigned)((v >> (8 * ((s >> (4 * k)) & 7))) & 0xff) << (8 * k);
-  return r;
 }
 // e4m3 -> f16 bits (exact), as cvt.rn.f16x2.e4m3x2 does.
 static unsigned short e4m3_f16(unsigned char b) {
