@@ -56,15 +56,24 @@ constexpr int dec_rows = 16; /* packed rows per CTA */
 constexpr int dec_tq = ATTN_TQ, dec_tk = ATTN_TK, dec_tv = ATTN_TV;
 constexpr int dec_to = ATTN_TO, dec_tlse = ATTN_TLSE;
 constexpr int dec_tpo = ATTN_DEC_TPO, dec_tpl = ATTN_DEC_TPL; /* partial O, lse */
-constexpr bool dec_in_bf16 = attn_in_bf16;
 constexpr int dec_out_kind = attn_out_kind;
 /* An FP8 KV cache (ATTN_KV_E4M3 or ATTN_KV_E5M2): 8-bit K/V stages, each
- * converted (exactly) into one 16-bit K/V tile of q's type. */
+ * converted (exactly) into one 16-bit K/V tile of the MMAs' type. */
 #if defined(ATTN_KV_E4M3) || defined(ATTN_KV_E5M2)
 constexpr bool dec_kv8 = true;
 #else
 constexpr bool dec_kv8 = false;
 #endif
+/* Under a bf16 q the MMAs run in f16, as fwd_sm90's do (fwd90_q_rescale):
+ * FP8 widens into f16 by one conversion a pair (sm_89 on) or a byte move
+ * (e5m2), into bf16 only through bit work, and the conversion pass bounds
+ * this kernel (bench/RESULTS.md, session 10's ncu). q's fragments become
+ * f16 in registers, each row times a power of two (dec_q_to_f16) whose
+ * inverse multiplies S. Not where P is scaled but not rounded before P V
+ * (such a P may pass f16's range): bf16 then. */
+constexpr bool dec_q_rescale =
+    dec_kv8 && attn_in_bf16 && !(attn_has_p_scale && attn_p_round == 0);
+constexpr bool dec_in_bf16 = attn_in_bf16 && !dec_q_rescale; /* the MMAs' type */
 #if defined(ATTN_KV_E4M3)
 constexpr bool dec_kv_e4m3 = true;
 #else
@@ -142,6 +151,39 @@ static __device__ __forceinline__ int dec_next_live(const dec_block &k, int n, i
       break;
   }
   return n;
+}
+
+/* dec_q_rescale: the lane's q fragments (m16n8k16 A: registers 0 and 2
+ * hold row g, 1 and 3 row g + 8) rewritten from bf16 into f16, each row
+ * times 2^e putting its largest finite |q| in [2^15, 2^16) (e clamped to
+ * [-112, 126]; the row's maximum over its quad's four lanes), exact for
+ * every element within 2^29 of it, as fwd_sm90's fwd90_q_to_f16 does in
+ * shared memory; qinv gets 2^-e of rows g and g + 8. */
+static __device__ __forceinline__ void dec_q_to_f16(unsigned (&qf)[dec_qk_steps][4],
+                                                    float (&qinv)[2]) {
+  unsigned top[2] = {0u, 0u};
+#pragma unroll
+  for (int kk = 0; kk < dec_qk_steps; ++kk)
+#pragma unroll
+    for (int x = 0; x < 4; ++x) {
+      const unsigned lo = qf[kk][x] & 0x7f80u, hi = (qf[kk][x] >> 16) & 0x7f80u;
+      top[x & 1] = max(top[x & 1], max(lo == 0x7f80u ? 0u : lo, hi == 0x7f80u ? 0u : hi));
+    }
+  float up[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    top[r] = max(top[r], __shfl_xor_sync(0xffffffffu, top[r], 1));
+    top[r] = max(top[r], __shfl_xor_sync(0xffffffffu, top[r], 2));
+    const int e = min(126, max(-112, 142 - (int)(top[r] >> 7)));
+    up[r] = __int_as_float((127 + e) << 23);
+    qinv[r] = __int_as_float((127 - e) << 23);
+  }
+#pragma unroll
+  for (int kk = 0; kk < dec_qk_steps; ++kk)
+#pragma unroll
+    for (int x = 0; x < 4; ++x)
+      qf[kk][x] = attn_pack2<false>(__uint_as_float(qf[kk][x] << 16) * up[x & 1],
+                                    __uint_as_float(qf[kk][x] & 0xffff0000u) * up[x & 1]);
 }
 
 __device__ __forceinline__ void attn_decode(const attn_params &p) {
@@ -301,6 +343,9 @@ __device__ __forceinline__ void attn_decode(const attn_params &p) {
 #pragma unroll
   for (int kk = 0; kk < dec_qk_steps; ++kk)
     attn_ldsm_x4(qf[kk], sq_addr + q_off[kk & 3] + (kk >> 2) * 128);
+  float qinv[2] = {1.f, 1.f}; /* dec_q_rescale: S's factor a row */
+  if constexpr (dec_q_rescale)
+    dec_q_to_f16(qf, qinv);
 
   float o[2 * dec_v_steps][4];
 #pragma unroll
@@ -349,7 +394,8 @@ __device__ __forceinline__ void attn_decode(const attn_params &p) {
       for (int e = 0; e < 4; ++e) {
         const int r = e >> 1;
         const int j = j0 + warp * 16 + nt * 8 + 2 * t + (e & 1);
-        const float x = attn_score_bh(s[nt][e], bhc[r], b, row_h[r], row_i[r], min(j, p.Skv - 1), p);
+        const float acc = dec_q_rescale ? s[nt][e] * qinv[r] : s[nt][e];
+        const float x = attn_score_bh(acc, bhc[r], b, row_h[r], row_i[r], min(j, p.Skv - 1), p);
         if (exact)
           s[nt][e] = x;
         else

@@ -55,12 +55,22 @@ constexpr int fwd80_tv = ATTN_TV;
 constexpr int fwd80_to = ATTN_TO;
 constexpr int fwd80_tlse = ATTN_TLSE;
 
-/* Element types: attn_in_bf16 (the MMAs'), attn_out_kind, and FP8 q or
+/* Element types: the MMAs' 16-bit type, attn_out_kind, and FP8 q or
  * k/v (attn_q_fp8, attn_kv_fp8: hooks.cuh), whose 8-bit tiles land in
  * staging tiles and are converted into the 16-bit ones the MMAs read. */
-constexpr bool fwd80_in_bf16 = attn_in_bf16;
 constexpr int fwd80_out_kind = attn_out_kind;
 constexpr bool fwd80_q8 = attn_q_fp8 != 0, fwd80_kv8 = attn_kv_fp8 != 0;
+/* An FP8 KV cache under a bf16 q runs the MMAs in f16, as fwd_sm90 and
+ * the decode kernel do: FP8 widens into f16 by one conversion a pair
+ * (sm_89 on) or a byte move, into bf16 only through bit work, which bound
+ * this kernel's FP8 cache (bench/NOTES-sm90.md, session 28). Each warp
+ * rewrites its 16 rows of the Q tile in place as f16 rows times powers of
+ * two (ptx.cuh, attn_rows_bf16_to_f16), and S is multiplied back by 2^-e
+ * a row. Not where P is scaled but not rounded before P V (such a P may
+ * pass f16's range): bf16 then. */
+constexpr bool fwd80_q_rescale =
+    fwd80_kv8 && !fwd80_q8 && attn_in_bf16 && !(attn_has_p_scale && attn_p_round == 0);
+constexpr bool fwd80_in_bf16 = attn_in_bf16 && !fwd80_q_rescale; /* the MMAs' type */
 constexpr int fwd80_q_el = fwd80_q8 ? 1 : 2, fwd80_kv_el = fwd80_kv8 ? 1 : 2;
 
 /* A paged KV cache (hooks.cuh, attn_kv_paged): rows gathered one by one
@@ -274,6 +284,21 @@ static __device__ __forceinline__ void fwd80_tile(const attn_params &p, int m_bl
     attn_convert_tile<fwd80_bm, fwd80_dqk, fwd80_threads, attn_q_fp8 == 1, fwd80_in_bf16>(sq8, sq,
                                                                                         tid);
   }
+  /* fwd80_q_rescale: the warp's rows of Q into f16 (its ldmatrix reads
+   * only its own rows, so a warp barrier orders them), and S's factor of
+   * the lane's rows g and g + 8. */
+  float qinv[2] = {1.f, 1.f};
+  if constexpr (fwd80_q_rescale) {
+    attn_cp_async_wait<1>();
+    __syncthreads();
+    attn_rows_bf16_to_f16<fwd80_dqk / 64 * 4>(
+        [&](int k) {
+          return sq + (warp * 16 + (lane >> 3) + 4 * (k & 3)) * fwd80_dqk * 2 +
+                 ((k >> 2) * 8 + (lane & 7)) * 16;
+        },
+        lane, qinv);
+    __syncwarp();
+  }
   unsigned qf[fwd80_q_in_regs ? fwd80_qk_steps : 1][4];
   if constexpr (fwd80_q_in_regs) {
     attn_cp_async_wait<1>();
@@ -341,6 +366,14 @@ static __device__ __forceinline__ void fwd80_tile(const attn_params &p, int m_bl
         attn_mma16816<fwd80_in_bf16>(s[2 * np], qa, kb[0], kb[1]);
         attn_mma16816<fwd80_in_bf16>(s[2 * np + 1], qa, kb[2], kb[3]);
       }
+    }
+
+    if constexpr (fwd80_q_rescale) {
+#pragma unroll
+      for (int nt = 0; nt < fwd80_bn / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          s[nt][e] *= qinv[e >> 1];
     }
 
     /* The score chain and the masks. */

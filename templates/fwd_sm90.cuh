@@ -54,11 +54,22 @@
 constexpr bool fwd90_fp8 = attn_q_fp8 != 0;
 static_assert(!fwd90_fp8 || attn_kv_fp8 != 0, "FP8 q takes FP8 k and v");
 /* An FP8 KV cache under a 16-bit q (FlashInfer's and vLLM's FP8 cache):
- * K and V land 8-bit and the same three warps convert both (exactly,
- * attn_fp8x4_cvt) into 16-bit K and V tiles of q's type, so both GEMMs
- * are the 16-bit kernel's and only the loads and two barriers a stage
+ * K and V land 8-bit and the same three warps widen both into 16-bit f16
+ * K and V tiles, one cvt a pair (both FP8 types are exact in f16), so both
+ * GEMMs are the 16-bit kernel's and only the loads and two barriers a stage
  * differ (match.c sends such graphs here where the tiles fit: not D 256). */
 constexpr bool fwd90_kv8 = attn_kv_fp8 != 0 && !fwd90_fp8;
+/* The GEMMs run in f16 there even under a bf16 q: widening FP8 into bf16
+ * took ~100 instructions a 16-byte chunk of bit work (attn_fp8x4_cvt), and
+ * those converters, not the tensor cores, set kv8's pace (bench/NOTES-sm90.md,
+ * session 28). A bf16 Q is rewritten in place as f16 by the consumers, each
+ * row times a power of two (fwd90_q_to_f16), whose inverse joins the
+ * score's factor. */
+/* Not where P is scaled but not rounded before P V (`(p * 1000) @ v`):
+ * such a P may pass f16's range, so those GEMMs stay in bf16 and the
+ * converters widen into bf16 (attn_fp8x4_cvt). */
+constexpr bool fwd90_q_rescale =
+    fwd90_kv8 && attn_in_bf16 && !(attn_has_p_scale && attn_p_round == 0);
 /* Either: the converter warps run, and V (with kv8 also K) is staged 8-bit. */
 constexpr bool fwd90_conv = fwd90_fp8 || fwd90_kv8;
 /* FP8 P V, where the graph rounds P to FP8 (`e4m3(p * scale_s) @ v`,
@@ -133,8 +144,9 @@ static __device__ __forceinline__ int fwd90_page_box(int page_size) {
   return min(page_size & -page_size, fwd90_bn & -fwd90_bn);
 }
 
-/* Element types: attn_in_bf16, attn_out_kind (hooks.cuh). */
-constexpr bool fwd90_in_bf16 = attn_in_bf16;
+/* Element types: the MMAs' 16-bit type (q's, but f16 where a bf16 q's
+ * rows are rescaled), attn_out_kind (hooks.cuh). */
+constexpr bool fwd90_in_bf16 = attn_in_bf16 && !fwd90_q_rescale;
 constexpr int fwd90_out_kind = attn_out_kind;
 
 /* Head dims: multiples of 8 up to 256, in tiles of whole 64-column
@@ -498,14 +510,30 @@ static __device__ __forceinline__ int fwd90_next_tile(int t, int n_ctas, int n_t
   return next;
 }
 
+/* kv8 under a bf16 q (fwd90_q_rescale): one warp's 16 rows of the Q tile
+ * (q_rows: the first of them, in blocks of [BM rows][64 elements])
+ * rewritten in place as f16 rows times powers of two (ptx.cuh,
+ * attn_rows_bf16_to_f16: lane l's k-th chunk is chunk l & 7 of row
+ * (l >> 3) + 4 (k & 3) in block k >> 2); qinv gets 2^-e of the lane's rows
+ * of S, g and g + 8. */
+static __device__ __forceinline__ void fwd90_q_to_f16(unsigned q_rows, int lane,
+                                                      float (&qinv)[2]) {
+  attn_rows_bf16_to_f16<fwd90_dqk / 64 * 4>(
+      [&](int k) {
+        return q_rows + (k >> 2) * fwd90_bm * 128 + ((lane >> 3) + 4 * (k & 3)) * 128 +
+               (lane & 7) * 16;
+      },
+      lane, qinv);
+}
+
 /* FP8 V: the 8-bit tile at v8 (blocks of [BN][128 bytes] as TMA landed
  * them) into the 16-bit tile at v16 (blocks of [BN][64 elements], the
  * layout a TMA box of f16 would have), by the 96 threads ct of producer
  * warps 1-3: each takes 16-byte chunks (8 lanes read one swizzled row),
  * cvt.rn.f16x2 of e4m3 (exact) or e5m2 (its bytes are the top bytes of
  * f16). Only the D columns of the 16-bit tile are converted. With kv8 (an
- * FP8 cache under a 16-bit q) the same for K and V, into q's type by
- * attn_fp8x4_cvt (exact; bf16 by an fma, not the narrow conversion pipe). */
+ * FP8 cache under a 16-bit q) the same for K and V, or, where the GEMMs
+ * stay in bf16 (fwd90_q_rescale), into bf16 by attn_fp8x4_cvt (exact). */
 template <int D>
 static __device__ __forceinline__ void fwd90_convert(unsigned v8, unsigned v16, int ct) {
   constexpr int row_chunks = D / 16, chunks = fwd90_bn * row_chunks;
@@ -516,8 +544,8 @@ static __device__ __forceinline__ void fwd90_convert(unsigned v8, unsigned v16, 
     attn_lds128(v8 + (cc >> 3) * fwd90_bn * 128 + r * 128 + (((cc & 7) ^ (r & 7)) << 4), x);
 #pragma unroll
     for (int w = 0; w < 4; ++w) {
-      if constexpr (fwd90_kv8) {
-        attn_fp8x4_cvt<attn_kv_fp8 == 1, fwd90_in_bf16>(x[w], y[2 * w], y[2 * w + 1]);
+      if constexpr (fwd90_kv8 && fwd90_in_bf16) {
+        attn_fp8x4_cvt<attn_kv_fp8 == 1, true>(x[w], y[2 * w], y[2 * w + 1]);
       } else if constexpr (attn_kv_fp8 == 1) {
         attn_e4m3x4_to_f16(x[w], y[2 * w], y[2 * w + 1]);
       } else {
@@ -1081,9 +1109,22 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
     const int i_row = i0 + 64 * wg + 16 * ww + g;
     const attn_bh bhc = attn_bh_load(b, h, p); /* once per work tile */
     const float p_sc = attn_p_scale_value(b, h, p); /* P's scale before P V */
+    /* fwd90_q_rescale: this warp's rows of Q into f16 (each warpgroup's
+     * S GEMM reads all four warps' rows: a warpgroup barrier, ids 4.. as
+     * the turns take 1-3), and 2^-e of the lane's rows g and g + 8, which
+     * the score's factor carries (or, unfolded, S itself). */
+    float qinv[2] = {1.f, 1.f};
+    if constexpr (fwd90_q_rescale)
+      if (any) {
+        fwd90_q_to_f16(q_wg + ww * 16 * 128, lane, qinv);
+        attn_fence_proxy_async(); /* for the S GEMM's reads (async proxy) */
+        attn_bar_sync<128>(4 + wg);
+      }
     /* fwd90_fold: the score's factor c (0 taken as the smallest normal
      * number, attn_softmax_tile_qk), c log2 e, and the masked elements'
-     * fill (+inf where c < 0, so that neither extreme sees them). */
+     * fill (+inf where c < 0, so that neither extreme sees them); then
+     * per row, times qinv (a product that underflows taken as the
+     * smallest normal number too). */
     float sc = 1.f, sc_log2 = 1.4426950408889634f, fill = neg_inf;
     bool sc_neg = false;
     if constexpr (fwd90_fold) {
@@ -1092,6 +1133,15 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       sc_log2 = sc * 1.4426950408889634f;
       sc_neg = sc < 0.f;
       fill = sc_neg ? -neg_inf : neg_inf;
+    }
+    float sc_row[2] = {sc, sc}, sc_log2_row[2] = {sc_log2, sc_log2};
+    if constexpr (fwd90_fold && fwd90_q_rescale) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        sc_row[r] = sc * qinv[r];
+        sc_row[r] = sc_row[r] == 0.f ? (sc_neg ? -1.17549435e-38f : 1.17549435e-38f) : sc_row[r];
+        sc_log2_row[r] = sc_row[r] * 1.4426950408889634f;
+      }
     }
     /* P rounded before P V with a positive finite scale p_sc (`e4m3(p *
      * 448)`), and the score folded: the exponentials come out times p_sc
@@ -1189,6 +1239,11 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
        * edge take the mask's test too (exact there, and one tested copy
        * in the kernel). */
       const int jc = j0 + 2 * t4;
+      if constexpr (!fwd90_fold && fwd90_q_rescale) {
+#pragma unroll
+        for (int r = 0; r < fwd90_s_regs; ++r)
+          s[r] *= qinv[(r >> 1) & 1];
+      }
       if constexpr (!fwd90_fold)
         fwd90_score_tile(s, bhc, b, h, i_row, jc, p);
       if (cls != 2 || edge) {
@@ -1205,7 +1260,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       auto on_row = [&](int r, float a) { alpha[r] = a; };
       if constexpr (fwd90_fold)
         attn_softmax_tile_qk<fwd90_bn / 8, attn_p_round != 0, fwd90_stale, attn_p_round != 0>(
-            s_frag, row_max, row_sum, sc, sc_log2, sc_neg, on_row, p_log2);
+            s_frag, row_max, row_sum, sc_row, sc_log2_row, sc_neg, on_row, p_log2);
       else
         attn_softmax_tile<fwd90_bn / 8, attn_p_round != 0, fwd90_stale>(s_frag, row_max, row_sum,
                                                                         on_row);

@@ -225,10 +225,20 @@ static __device__ __forceinline__ void attn_fp8x4_cvt(unsigned x, unsigned &lo, 
       : "r"(x));
 }
 
+/* cvt.rn.f16x2.e4m3x2 exists from sm_89 on: one conversion a pair of
+ * e4m3 values into f16, against attn_fp8x4_cvt's ~4 integer instructions
+ * a value (into bf16 there is no such conversion). */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+constexpr bool attn_has_e4m3_cvt = true;
+#else
+constexpr bool attn_has_e4m3_cvt = false;
+#endif
+
 /* An 8-bit tile of ROWS x D (rows of D bytes, attn_swz'd) converted by a
  * CTA of THREADS threads into a 16-bit tile of the MMA type (rows of 2D
  * bytes, attn_swz'd): each thread takes 16-byte chunks, one source chunk
- * making two (attn_fp8x4_cvt: exact). */
+ * making two (attn_fp8x4_cvt, or e4m3 into f16 where the conversion
+ * exists: exact). */
 template <int ROWS, int D, int THREADS, bool E4M3, bool BF16>
 static __device__ __forceinline__ void attn_convert_tile(unsigned src, unsigned dst, int tid) {
   constexpr int chunks = ROWS * D / 16;
@@ -240,8 +250,12 @@ static __device__ __forceinline__ void attn_convert_tile(unsigned src, unsigned 
     unsigned x[4], y[8];
     attn_lds128(src + attn_swz(r, c, D), x);
 #pragma unroll
-    for (int w = 0; w < 4; ++w)
-      attn_fp8x4_cvt<E4M3, BF16>(x[w], y[2 * w], y[2 * w + 1]);
+    for (int w = 0; w < 4; ++w) {
+      if constexpr (E4M3 && !BF16 && attn_has_e4m3_cvt)
+        attn_e4m3x4_to_f16(x[w], y[2 * w], y[2 * w + 1]);
+      else
+        attn_fp8x4_cvt<E4M3, BF16>(x[w], y[2 * w], y[2 * w + 1]);
+    }
 #pragma unroll
     for (int half = 0; half < 2; ++half)
       attn_sts128(dst + attn_swz(r, 2 * c + half, 2 * D), y[4 * half], y[4 * half + 1],
@@ -299,6 +313,68 @@ static __device__ __forceinline__ unsigned attn_pack2(float lo, float hi) {
   else
     asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
   return r;
+}
+
+/* One warp's 16 rows of bf16 in shared memory rewritten in place as f16,
+ * each row times 2^e, e putting the row's largest finite |x| in
+ * [2^15, 2^16) (clamped to [-112, 126], so 2^e and 2^-e are normal
+ * floats): the templates' FP8 KV caches under a bf16 q, whose GEMMs then
+ * run in f16 (K and V widen into f16 in one conversion a pair). bf16's 8
+ * significant bits fit f16's 11, so every element within 2^29 of its
+ * row's largest is exact (f16's normal range); smaller ones round as f16
+ * subnormals, their products then at least 2^-29 below the row's largest.
+ * An infinity or NaN does not pick the scale and stays one. Each row has
+ * its own scale: rows are separate softmaxes, and one large row must not
+ * flush its neighbours. chunk_at(k) is the address of the lane's k-th
+ * 16-byte chunk (CHUNKS of them), which must be chunk lane & 7 of an
+ * 8-chunk group of row (lane >> 3) + 4 (k & 3) (a row's groups in any order:
+ * only the row matters, as the rewrite is in place). inv gets 2^-e of rows
+ * g = lane >> 2 and g + 8 (the lane's rows of an m16 MMA tile). */
+template <int CHUNKS, typename ChunkAt>
+static __device__ __forceinline__ void attn_rows_bf16_to_f16(ChunkAt chunk_at, int lane,
+                                                             float (&inv)[2]) {
+  /* The largest finite biased exponent (bits 7-14 of a bf16) of each of
+   * the lane's four rows, then of the row over its eight lanes. */
+  unsigned top[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+  for (int k = 0; k < CHUNKS; ++k) {
+    unsigned x[4];
+    attn_lds128(chunk_at(k), x);
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const unsigned lo = x[w] & 0x7f80u, hi = (x[w] >> 16) & 0x7f80u;
+      top[k & 3] = max(top[k & 3], max(lo == 0x7f80u ? 0u : lo, hi == 0x7f80u ? 0u : hi));
+    }
+  }
+  float up[4], down[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+#pragma unroll
+    for (int m = 1; m < 8; m <<= 1)
+      top[j] = max(top[j], __shfl_xor_sync(0xffffffffu, top[j], m));
+    const int e = min(126, max(-112, 142 - (int)(top[j] >> 7)));
+    up[j] = __int_as_float((127 + e) << 23);
+    down[j] = __int_as_float((127 - e) << 23);
+  }
+#pragma unroll
+  for (int k = 0; k < CHUNKS; ++k) {
+    unsigned x[4], y[4];
+    attn_lds128(chunk_at(k), x);
+#pragma unroll
+    for (int w = 0; w < 4; ++w)
+      y[w] = attn_pack2<false>(__uint_as_float(x[w] << 16) * up[k & 3],
+                               __uint_as_float(x[w] & 0xffff0000u) * up[k & 3]);
+    attn_sts128(chunk_at(k), y[0], y[1], y[2], y[3]);
+  }
+  /* Row g is row (g & 3) + 4 (g >> 2) of lanes 8 (g & 3)..: their
+   * down[g >> 2]; row g + 8 their down[(g >> 2) + 2]. */
+  const int g = lane >> 2, src = 8 * (g & 3);
+  float d[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+    d[j] = __shfl_sync(0xffffffffu, down[j], src);
+  inv[0] = g >> 2 ? d[1] : d[0];
+  inv[1] = g >> 2 ? d[3] : d[2];
 }
 
 /* 2^x in one instruction; softmax runs in base 2 with log2(e) folded. */

@@ -90,9 +90,11 @@ static __device__ __forceinline__ void attn_softmax_tile(Frag frag, float (&row_
  * (the maximum, or where c < 0 the minimum: max_j c acc_j is c times it,
  * rounding being monotone), and each exponential is exp2(acc c log2 e -
  * base): one multiply an element less than scoring the tile first (FA's
- * softmax_scale_log2), values equal up to the rounding of c log2 e. c must
- * not be 0 (the caller passes the smallest normal number instead: every
- * exponential of a finite acc is then 1 to f32 precision, as at c = 0). */
+ * softmax_scale_log2), values equal up to the rounding of c log2 e. c is
+ * per row (the lane's two: fwd_sm90's kv8 scales Q's rows apart), of one
+ * sign (neg); it must not be 0 (the caller passes the smallest normal
+ * number instead: every exponential of a finite acc is then 1 to f32
+ * precision, as at c = 0). */
 /* p_log2 (PLOG): log2 of a positive factor the exponentials carry
  * (fwd_sm90's P scale before an FP8 P V, added here instead of multiplied
  * per element); the sums then carry it too, and the caller divides them by
@@ -100,8 +102,8 @@ static __device__ __forceinline__ void attn_softmax_tile(Frag frag, float (&row_
 template <int N, bool SNAP = false, bool STALE = false, bool PLOG = false, typename Frag,
           typename OnRow>
 static __device__ __forceinline__ void attn_softmax_tile_qk(Frag frag, float (&row_max)[2],
-                                                            float (&row_sum)[2], float c,
-                                                            float c_log2, bool neg,
+                                                            float (&row_sum)[2], const float (&c)[2],
+                                                            const float (&c_log2)[2], bool neg,
                                                             OnRow on_row, float p_log2 = 0.f) {
   const float neg_inf = __int_as_float(0xff800000), pos_inf = __int_as_float(0x7f800000);
 #pragma unroll
@@ -119,7 +121,7 @@ static __device__ __forceinline__ void attn_softmax_tile_qk(Frag frag, float (&r
                           : extreme([](float a, float b) { return fmaxf(a, b); }, neg_inf);
     /* The tile's max score (natural-log units); -inf where every element
      * is masked (ext is the fill). */
-    const float tile_mx = ext == (neg ? pos_inf : neg_inf) ? neg_inf : c * ext;
+    const float tile_mx = ext == (neg ? pos_inf : neg_inf) ? neg_inf : c[r] * ext;
     float base, alpha;
     if constexpr (SNAP) {
       const float old_b = row_max[r] == neg_inf ? neg_inf : rintf(row_max[r] * 1.4426950408889634f);
@@ -140,8 +142,8 @@ static __device__ __forceinline__ void attn_softmax_tile_qk(Frag frag, float (&r
       float &x0 = frag(n, 2 * r), &x1 = frag(n, 2 * r + 1);
       /* (-base itself without PLOG: 0 - base is not -base for base 0) */
       const float nb = PLOG ? p_log2 - base : -base;
-      x0 = attn_exp2(fmaf(x0, c_log2, nb));
-      x1 = attn_exp2(fmaf(x1, c_log2, nb));
+      x0 = attn_exp2(fmaf(x0, c_log2[r], nb));
+      x1 = attn_exp2(fmaf(x1, c_log2[r], nb));
       sum += x0 + x1;
     }
     row_sum[r] = row_sum[r] * alpha + sum;

@@ -77,13 +77,13 @@ if [ -f .fi/site_fi.tar.xz ]; then
 fi
 if [ "${TESTS:-1}" = 1 ]; then
 # FIRST=1: the quick checks of what changed last without a GPU, before everything else
-# (docs/STATUS.md item 0000000 A). Session 28's: attn_swz's fix for 8-bit rows of 192 bytes
-# and attn_fp8x4_cvt's new e4m3 path (every FP8 converter: the FP8-cache tests on fwd_sm90
-# and the decode kernel, then on fwd_sm80; test_fp8 on fwd_sm80; the FP8 backward's copies
-# on both templates), then test_forward whole (FIRST_FWD=1: the wg3 default's first full
-# pass), then the FP8 cache's speed and the D 128 FP8 backward beside cuDNN's (the cudnn
-# frontend wheel in .whl/; FIRST_BENCH=0 skips them). Sessions 25-27's checks all passed
-# in sessions 27-28.
+# (docs/STATUS.md item 0000000 A). Sessions 28-29's: attn_swz's fix for 8-bit rows of 192
+# bytes, attn_fp8x4_cvt's new e4m3 path, and fwd_sm90's FP8 cache in f16 with a bf16 q's
+# rows rescaled (every FP8 converter: the FP8-cache tests on fwd_sm90 and the decode kernel,
+# then on fwd_sm80; test_fp8 on fwd_sm80; the FP8 backward's copies on both templates), then
+# test_forward whole (FIRST_FWD=1: the wg3 default's first full pass), then the FP8 cache's
+# speed (prefill, and decode at B 1 and 32) and the D 128 FP8 backward beside cuDNN's (the cudnn frontend wheel in .whl/;
+# FIRST_BENCH=0 skips them). Sessions 25-27's checks all passed in sessions 27-28.
 if [ "${FIRST:-0}" = 1 ]; then
   step first_fp8_kv_sm90a env ATTN_TEST_ONLY=fp8_kv "$B/tests/gpu/test_forward"
   step first_fp8_kv_sm80 env ATTN_TEST_ONLY=fp8_kv "$B/tests/gpu/test_forward" "" sm_90
@@ -93,6 +93,7 @@ if [ "${FIRST:-0}" = 1 ]; then
   [ "${FIRST_FWD:-0}" = 1 ] && step first_forward "$B/tests/gpu/test_forward"
   if [ "${FIRST_BENCH:-1}" = 1 ]; then
     step first_fp8_kv_bench python3 bench/fp8_kv.py --lib "$B/libattn.so" --out "$L"
+    step first_decode_fp8 python3 bench/decode.py --fp8 --quick --lib "$B/libattn.so" --out "$L"
     step first_fp8_grid python3 bench/fp8_backward.py --dims 128 --lib "$B/libattn.so" --out "$L"
   fi
 fi

@@ -578,11 +578,26 @@ static void test_dropout_mask(attn_context *ctx) {
   arena_free(a);
 }
 
+/* q's rows times 2^-20 .. 2^4, a different power a row (exact in bf16):
+ * fwd_sm90 runs an FP8 cache under a bf16 q in f16, Q's rows rewritten
+ * each times its own power of two (fwd90_q_to_f16), which this spreads. */
+static void fill_q_row_scales(RefArgs *ra, const void *arg) {
+  (void)arg;
+  RefTensor *q = &ra->tensors[ra->g->q];
+  const int64_t d = q->shape[q->ndims - 1], n = ref_numel(q);
+  for (int64_t e = 0; e < n; e++)
+    q->data[e] = ldexp(q->data[e], (int)((e / d) * 7 % 25) - 20);
+}
+
 /* The other FP8 KV caches: e5m2 under a bf16 q, and e4m3 under an f16 q
- * (the conversions' other paths), and e4m3 at head dim 192 (8-bit rows of
+ * (the conversions' other paths), e4m3 at head dim 192 (8-bit rows of
  * 192 bytes, which the staging tiles' swizzle once took into the next
- * row), on the decode kernel and at a prefill shape on the forward
- * (fwd_sm90 on sm_90a but at D 256, fwd_sm80 elsewhere). */
+ * row), and a softcapped score (the q.k product not folded into the
+ * softmax: fwd_sm90 scales S by Q's rows' powers itself), P scaled by
+ * 10^5 before P V (past f16's range: those GEMMs stay in bf16), on the decode
+ * kernel and at a prefill shape on the forward (fwd_sm90 on sm_90a but
+ * at D 256, fwd_sm80 elsewhere); under a bf16 q the prefill again with
+ * q's rows spread over 2^24. */
 static void test_fp8_kv_variants(attn_context *ctx, uint64_t *seed) {
   static const char text[] =
       "attention kv_e5m2 {\n  input q : bf16[B, H, Sq, 128];\n  input k : e5m2[B, Hk, Skv, 128];\n"
@@ -593,7 +608,14 @@ static void test_fp8_kv_variants(attn_context *ctx, uint64_t *seed) {
       "  output o : f16[B, H, Sq, 256];\n}\n"
       "attention kv_d192 {\n  input q : bf16[B, H, Sq, 192];\n  input k : e4m3[B, Hk, Skv, 192];\n"
       "  input v : e4m3[B, Hk, Skv, 192];\n  s = mask((q @ k^T) * 0.072, j <= i + Skv - Sq);\n"
-      "  o = softmax(s) @ v;\n  output o : bf16[B, H, Sq, 192];\n}\n";
+      "  o = softmax(s) @ v;\n  output o : bf16[B, H, Sq, 192];\n}\n"
+      "attention kv_softcap {\n  input q : bf16[B, H, Sq, 64];\n  input k : e4m3[B, Hk, Skv, 64];\n"
+      "  input v : e4m3[B, Hk, Skv, 64];\n  s = 20.0 * tanh((q @ k^T) * 0.125 / 20.0);\n"
+      "  s = mask(s, j <= i + Skv - Sq);\n  o = softmax(s) @ v;\n  output o : bf16[B, H, Sq, 64];\n"
+      "  output lse = logsumexp(s);\n}\n"
+      "attention kv_p_scale {\n  input q : bf16[B, H, Sq, 128];\n  input k : e4m3[B, Hk, Skv, 128];\n"
+      "  input v : e4m3[B, Hk, Skv, 128];\n  s = (q @ k^T) * 0.088;\n"
+      "  o = ((softmax(s) * 100000.0) @ v) * 0.00001;\n  output o : bf16[B, H, Sq, 128];\n}\n";
   Arena *a = arena_new();
   attn_module *mod = compile_text(ctx, "fp8_kv.attn", text);
   Diag d = {0};
@@ -610,6 +632,19 @@ static void test_fp8_kv_variants(attn_context *ctx, uint64_t *seed) {
     ChkOptions co = {0};
     run_case(ctx, ag, m->graphs[k], spec.data, (*seed)++, &co,
              arena_printf(a, "fp8_kv.attn:%s prefill", m->graphs[k]->name), NULL, NULL);
+    if (m->graphs[k]->tensors[m->graphs[k]->q].type == DT_BF16) {
+      const InputFill spread = {fill_q_row_scales, NULL};
+      run_case_filled(ctx, ag, m->graphs[k], spec.data, (*seed)++, &co,
+                      arena_printf(a, "fp8_kv.attn:%s prefill, q rows 2^-20..2^4",
+                                   m->graphs[k]->name),
+                      &spread, NULL, NULL);
+      /* the decode kernel's rows: 4 heads x 2 queries of a K/V head */
+      chk_shape_spec(m->graphs[k], &spec, 2, 32, 8, 2, 3000);
+      run_case_filled(ctx, ag, m->graphs[k], spec.data, (*seed)++, &co,
+                      arena_printf(a, "fp8_kv.attn:%s decode, q rows 2^-20..2^4",
+                                   m->graphs[k]->name),
+                      &spread, NULL, NULL);
+    }
     sb_free(&spec);
   }
   diag_free(&d);

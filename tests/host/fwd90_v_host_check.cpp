@@ -1,6 +1,7 @@
 // fwd90_v_host_check.cpp: fwd_sm90's FP8 V converters (templates/fwd_sm90.cuh:
 // fwd90_convert_v widening V to f16 (with -DKV8=1, an FP8 KV cache under a
-// 16-bit q: K's and V's widening to q's type, -DBF16=1 bf16), fwd90_transpose_v transposing it into
+// 16-bit q: K's and V's widening to the GEMMs' type, f16, or with -DBF16=1
+// bf16, where a bf16 q's P is scaled but not rounded), fwd90_transpose_v transposing it into
 // K-major V^T with the keys in the accumulators' order), compiled for the host
 // from the template's own text (fwd90_v_host_check.sh extracts it), run by all
 // 96 converter threads over a simulated shared memory, and checked element by

@@ -4,7 +4,8 @@
 # memory and checked against the TMA and wgmma layouts
 # (tests/host/fwd90_v_host_check.cpp), for key tiles of 64, 80 (widening only) and 128, head dims
 # 64 to 256, e4m3 and e5m2, with the transpose's shared-memory instructions and wavefronts;
-# then an FP8 KV cache's widening to f16 and bf16 (the same function for K and V)
+# then an FP8 KV cache's widening to f16, and to bf16 where the GEMMs stay in bf16 (the same
+# function for K and V)
 # (FWD90=FILE: another version of the template). No GPU needed. Run from the repository root.
 set -eu
 tmp=$(mktemp -d)

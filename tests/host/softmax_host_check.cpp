@@ -61,16 +61,23 @@ static void reference(const Row &r, double c, double o[DV], double &lse) {
  * masked elements at the fill) or attn_softmax_tile (c acc, -inf). */
 /* PS: the exponentials carry P's scale 448 (fwd_sm90's FP8 P: PLOG, the
  * sums divided by it at the end). */
-template <bool QK, bool STALE, bool PS = false>
+/* QS: the rows' acc carry 2^9 and 2^-5 (fwd_sm90's kv8 under a bf16 q scales Q's rows apart,
+ * fwd90_q_to_f16) and their factors 2^-9 and 2^5. */
+template <bool QK, bool STALE, bool PS = false, bool QS = false>
 static void online(const Row (&rows)[2], float c, float o[2][DV], float lse[2], int &rescales,
                    float &p_max) {
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
   for (int r = 0; r < 2; r++)
     for (int d = 0; d < DV; d++) o[r][d] = 0.f;
   /* fwd_sm90's per-tile setup (fwd90_fold) */
-  const float sc = c == 0.f ? 1.17549435e-38f : c;
-  const float sc_log2 = sc * 1.4426950408889634f;
-  const bool neg = sc < 0.f;
+  const float up[2] = {QS ? 512.f : 1.f, QS ? 1.f / 32.f : 1.f};
+  const bool neg = c < 0.f;
+  float sc[2], sc_log2[2];
+  for (int r = 0; r < 2; r++) {
+    sc[r] = c / up[r];
+    sc[r] = sc[r] == 0.f ? (neg ? -1.17549435e-38f : 1.17549435e-38f) : sc[r];
+    sc_log2[r] = sc[r] * 1.4426950408889634f;
+  }
   const float fill = QK && neg ? INFINITY : -INFINITY;
   for (int t = 0; t < T; t++) {
     float s[N][4]; /* frag(n, 2r + x): row r, key 16t + 2n + x */
@@ -79,7 +86,7 @@ static void online(const Row (&rows)[2], float c, float o[2][DV], float lse[2], 
         for (int x = 0; x < 2; x++) {
           const int j = t * 2 * N + 2 * n + x;
           const float a = (float)rows[r].acc[j];
-          s[n][2 * r + x] = !rows[r].keep[j] ? fill : QK ? a : a * c;
+          s[n][2 * r + x] = !rows[r].keep[j] ? fill : QK ? a * up[r] : a * c;
         }
     float alpha[2];
     auto frag = [&](int n, int k) -> float & { return s[n][k]; };
@@ -110,11 +117,11 @@ static void online(const Row (&rows)[2], float c, float o[2][DV], float lse[2], 
   }
 }
 
-template <bool QK, bool STALE, bool PS = false>
+template <bool QK, bool STALE, bool PS = false, bool QS = false>
 static void check(const char *name, const Row (&rows)[2], float c, int &rescales_total) {
   float o[2][DV], lse[2], p_max = 0.f;
   int rescales = 0;
-  online<QK, STALE, PS>(rows, c, o, lse, rescales, p_max);
+  online<QK, STALE, PS, QS>(rows, c, o, lse, rescales, p_max);
   rescales_total += rescales;
   for (int r = 0; r < 2; r++) {
     double ro[DV], rl;
@@ -160,10 +167,11 @@ int main() {
       check<true, false>("tile_qk", rows, c, exact_rescales);
       check<true, true>("tile_qk stale", rows, c, stale_rescales);
       check<true, false, true>("tile_qk P scale", rows, c, dummy);
+      check<true, true, false, true>("tile_qk row scales", rows, c, dummy);
       cases++;
     }
   }
-  std::printf("%s: softmax tiles against float64, %d cases x 5 variants; rescaled tiles: %d "
+  std::printf("%s: softmax tiles against float64, %d cases x 6 variants; rescaled tiles: %d "
               "exact, %d stale (of %d)\n",
               failures ? "FAIL" : "PASS", cases, exact_rescales, stale_rescales, cases * T);
   return failures ? 1 : 0;
