@@ -479,8 +479,9 @@ static void run_merge(attn_context *ctx, attn_module *m, const Whole *w, const W
     }
   }
   free(rows);
-  /* Into f32 first, then in place into part 0 (bf16): both against the whole. */
-  CUdeviceptr of32 = upload(NULL, B * H * S * D * 4);
+  /* Into f32 (and an lse of its own: the parts' must stay as they are for the second pass),
+   * then in place into part 0 (bf16): both against the whole. */
+  CUdeviceptr of32 = upload(NULL, B * H * S * D * 4), lse32 = upload(NULL, B * H * S * 4);
   const void *op[NS];
   const float *lp[NS];
   for (int r = 0; r < NS; r++) {
@@ -490,8 +491,8 @@ static void run_merge(attn_context *ctx, attn_module *m, const Whole *w, const W
   for (int pass = 0; pass < 2 && ok; pass++) {
     attn_status st = attn_merge_partials(ctx, NS, op, lp, ATTN_BF16, (int64_t)B * H * S, D,
                                          pass ? (void *)(uintptr_t)o[0] : (void *)(uintptr_t)of32,
-                                         pass ? ATTN_BF16 : ATTN_F32, (float *)(uintptr_t)lse[0],
-                                         NULL);
+                                         pass ? ATTN_BF16 : ATTN_F32,
+                                         (float *)(uintptr_t)(pass ? lse[0] : lse32), NULL);
     if (st || drv->CtxSynchronize() != CUDA_SUCCESS) {
       ok = false;
       snprintf(detail, sizeof detail, "merge: %s", attn_context_error(ctx));
@@ -507,7 +508,7 @@ static void run_merge(attn_context *ctx, attn_module *m, const Whole *w, const W
       free(f);
     }
     float *l = malloc((size_t)B * H * S * 4);
-    drv->MemcpyDtoH(l, lse[0], (size_t)B * H * S * 4);
+    drv->MemcpyDtoH(l, pass ? lse[0] : lse32, (size_t)B * H * S * 4);
     double e = rel_l2(got, ref->t[TO], (size_t)B * H * S * D), worst = 0;
     for (size_t x = 0; x < (size_t)B * H * S; x++) {
       double dl = fabs((double)l[x] - ref->lse[x]);
@@ -529,6 +530,7 @@ static void run_merge(attn_context *ctx, attn_module *m, const Whole *w, const W
     drv->MemFree(lse[r]);
   }
   drv->MemFree(of32);
+  drv->MemFree(lse32);
   drv->MemFree(q);
   drv->MemFree(doc);
 }
