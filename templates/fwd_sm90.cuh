@@ -539,17 +539,22 @@ static __device__ __forceinline__ void fwd90_convert(unsigned v8, unsigned v16, 
   /* Thread ct's chunks are ct + 96 i: as a row holds D / 16 chunks (4, 8,
    * 12 or 16, each dividing 96) they are one column cc of rows r0 + STEP i.
    * The swizzle's r & 7 then repeats every PERIOD rows' steps, so the
-   * addresses of PERIOD consecutive chunks are set once and each later
-   * group is theirs plus PERIOD * STEP rows: no per-chunk index arithmetic
-   * (35 instructions a chunk with it at D 128, session 29's SASS). */
+   * addresses of a GROUP of consecutive chunks (PERIOD, at least 2) are set
+   * once and each later group is theirs plus GROUP * STEP rows: no
+   * per-chunk index arithmetic (35 instructions a chunk with it at D 128,
+   * session 29's SASS). Chunks go two at a time, both loads first: the
+   * shared-memory accesses are volatile asm, kept in program order, so
+   * load, convert, store chunk by chunk left one load in flight a thread
+   * (ncu: the converters' short-scoreboard stalls, session 29). */
   constexpr int row_chunks = D / 16;
   static_assert(96 % row_chunks == 0, "a row's chunks divide the 96 converter threads");
   constexpr int step = 96 / row_chunks;
   constexpr int period = step % 8 == 0 ? 1 : step % 4 == 0 ? 2 : step % 2 == 0 ? 4 : 8;
+  constexpr int group = period < 2 ? 2 : period;
   const int cc = ct % row_chunks, r0 = ct / row_chunks;
-  unsigned src[period], dst[period][2];
+  unsigned src[group], dst[group][2];
 #pragma unroll
-  for (int j = 0; j < period; ++j) {
+  for (int j = 0; j < group; ++j) {
     const int r = r0 + j * step;
     src[j] = v8 + (cc >> 3) * fwd90_bn * 128 + r * 128 + (((cc & 7) ^ (r & 7)) << 4);
 #pragma unroll
@@ -557,29 +562,39 @@ static __device__ __forceinline__ void fwd90_convert(unsigned v8, unsigned v16, 
       dst[j][half] = v16 + (cc >> 2) * fwd90_bn * 128 + r * 128 +
                      (((2 * (cc & 3) + half) ^ (r & 7)) << 4);
   }
-#pragma unroll 1
-  for (int rb = r0, off = 0; rb < fwd90_bn; rb += period * step, off += period * step * 128) {
+  auto widen = [&](const unsigned (&x)[4], unsigned d0, unsigned d1) {
+    unsigned y[8];
 #pragma unroll
-    for (int j = 0; j < period; ++j) {
-      if (j > 0 && rb + j * step >= fwd90_bn)
-        break;
-      unsigned x[4], y[8];
-      attn_lds128(src[j] + off, x);
-#pragma unroll
-      for (int w = 0; w < 4; ++w) {
-        if constexpr (fwd90_kv8 && fwd90_in_bf16) {
-          attn_fp8x4_cvt<attn_kv_fp8 == 1, true>(x[w], y[2 * w], y[2 * w + 1]);
-        } else if constexpr (attn_kv_fp8 == 1) {
-          attn_e4m3x4_to_f16(x[w], y[2 * w], y[2 * w + 1]);
-        } else {
-          y[2 * w] = __byte_perm(x[w], 0u, 0x1404u);
-          y[2 * w + 1] = __byte_perm(x[w], 0u, 0x3424u);
-        }
+    for (int w = 0; w < 4; ++w) {
+      if constexpr (fwd90_kv8 && fwd90_in_bf16) {
+        attn_fp8x4_cvt<attn_kv_fp8 == 1, true>(x[w], y[2 * w], y[2 * w + 1]);
+      } else if constexpr (attn_kv_fp8 == 1) {
+        attn_e4m3x4_to_f16(x[w], y[2 * w], y[2 * w + 1]);
+      } else {
+        y[2 * w] = __byte_perm(x[w], 0u, 0x1404u);
+        y[2 * w + 1] = __byte_perm(x[w], 0u, 0x3424u);
       }
+    }
+    attn_sts128(d0, y[0], y[1], y[2], y[3]);
+    attn_sts128(d1, y[4], y[5], y[6], y[7]);
+  };
+#pragma unroll 1
+  for (int rb = r0, off = 0; rb < fwd90_bn; rb += group * step, off += group * step * 128) {
 #pragma unroll
-      for (int half = 0; half < 2; ++half)
-        attn_sts128(dst[j][half] + off, y[4 * half], y[4 * half + 1], y[4 * half + 2],
-                    y[4 * half + 3]);
+    for (int j = 0; j < group; j += 2) {
+      /* chunk j exists when j == 0 (the loop's test) or its row is in the tile; so does j + 1's
+       * only then, and only if its own row is */
+      const bool has0 = j == 0 || rb + j * step < fwd90_bn;
+      const bool has1 = rb + (j + 1) * step < fwd90_bn;
+      unsigned x0[4], x1[4];
+      if (has0)
+        attn_lds128(src[j] + off, x0);
+      if (has1)
+        attn_lds128(src[j + 1] + off, x1);
+      if (has0)
+        widen(x0, dst[j][0] + off, dst[j][1] + off);
+      if (has1)
+        widen(x1, dst[j + 1][0] + off, dst[j + 1][1] + off);
     }
   }
 }
