@@ -11,7 +11,10 @@ of 30 calls after 6 warm-up calls, rotating over enough copies of K and V that t
 is at least 180 MB (so L2 does not serve a call from the previous one's reads).
 
 --fp8: an e4m3 KV cache (examples/fp8_kv_cache.attn's kind of graph) against the same values in
-bf16, attnc on both and cuDNN on bf16 (torch SDPA has no FP8 KV cache), MHA and GQA 32:8, B 1/8/32.
+bf16, attnc on both and cuDNN on bf16 (torch SDPA has no FP8 KV cache), MHA and GQA 32:8, B 1/8/32;
+also the same e4m3 values as a paged cache (pages of 64, shuffled): attnc's paged decode and, when
+FlashInfer's bundle carries its e4m3 modules (tools/prep_flashinfer.sh), FlashInfer's paged
+decode (CUDA-core, and for GQA its tensor-core one) on those pages.
 
 --paged: paged KV caches (examples/paged_kv.attn's kind of graph, vLLM's [pages, page size, Hk, D]
 layout, each sequence's pages in a shuffled order) at page sizes 16 and 64 against attnc's dense
@@ -48,14 +51,15 @@ def graph_text(kv="bf16"):
             f"    output o : bf16[B, H, Sq, {D}];\n}}\n")
 
 
-def paged_graph_text(paged, hnd=False):
+def paged_graph_text(paged, hnd=False, kv_type="bf16"):
     view = "paged_hnd" if hnd else "paged"
     kv = f"{view}(k_cache, page_table)" if paged else "k"
     vv = f"{view}(v_cache, page_table)" if paged else "v"
     dims = "Pages, Hk, Page" if hnd else "Pages, Page, Hk"
-    decl = (f"    input k_cache : bf16[{dims}, 128];\n    input v_cache : bf16[{dims}, 128];\n"
+    t = kv_type
+    decl = (f"    input k_cache : {t}[{dims}, 128];\n    input v_cache : {t}[{dims}, 128];\n"
             "    input page_table : i32[B, MaxPages];\n") if paged else \
-           ("    input k : bf16[B, Hk, Skv, 128];\n    input v : bf16[B, Hk, Skv, 128];\n")
+           (f"    input k : {t}[B, Hk, Skv, 128];\n    input v : {t}[B, Hk, Skv, 128];\n")
     return ("attention dec {\n"
             f"    input q : bf16[B, H, Sq, {D}];\n{decl}    input kv_len : i32[B];\n"
             f"    scalar scale : f32 = 1.0 / sqrt({D}.0);\n"
@@ -67,6 +71,8 @@ def to_pages(x, page, perm, hnd=False):
     """[B, Hk, L, D] -> [pages, page, Hk, D] (hnd: [pages, Hk, page, D]), sequence b's page p at
     perm[b * L / page + p]."""
     B, Hk, L, Dh = x.shape
+    if x.element_size() == 1:  # (an FP8 cache: moved as bytes, which indexing takes)
+        return to_pages(x.view(torch.uint8), page, perm, hnd).view(x.dtype)
     if hnd:
         pages = x.view(B, Hk, L // page, page, Dh).permute(0, 2, 1, 3, 4).reshape(-1, Hk, page, Dh)
     else:
@@ -229,35 +235,67 @@ def run(attn, mod, sms, B, H, Hk, L, Sq=1):
     return row
 
 
-def run_fp8(attn, mod8, mod16, B, H, Hk, L):
-    """An e4m3 KV cache against the same values in bf16: attnc on each, cuDNN on bf16."""
+def run_fp8(attn, mod8, mod16, mod8p, B, H, Hk, L, page=64, fi=False):
+    """An e4m3 KV cache against the same values in bf16: attnc on each, cuDNN on bf16; the e4m3
+    values as shuffled pages: attnc's paged decode (mod8p, length-masked) and FlashInfer's."""
     kv8_bytes = 2 * B * Hk * L * D
     copies = max(1, min(45, math.ceil(180e6 / kv8_bytes)))
+    lens = torch.full((B,), L, device="cuda", dtype=torch.int32)
     sets = []
     for _ in range(copies):
         q = torch.randn(B, H, 1, D, device="cuda", dtype=torch.bfloat16)
         k8, v8 = (torch.randn(B, Hk, L, D, device="cuda").to(torch.float8_e4m3fn) for _ in range(2))
         k16, v16 = k8.to(torch.bfloat16), v8.to(torch.bfloat16)
-        o8, o16 = torch.empty_like(q), torch.empty_like(q)
-        # k8 and v8 stay in the tuple: the calls hold their addresses, not references.
-        sets.append((q, k16, v16, o8, o16, attn.call(mod8, "dec", dict(q=q, k=k8, v=v8, o=o8)),
-                     attn.call(mod16, "dec", dict(q=q, k=k16, v=v16, o=o16)), k8, v8))
-    q, k16, v16, o8, o16, c8, c16, *_ = sets[0]
-    attn.launch(c8)
-    ref = sdpa(q, k16, v16, SDPBackend.CUDNN_ATTENTION)
+        o8, o16, op = torch.empty_like(q), torch.empty_like(q), torch.empty_like(q)
+        perm = torch.randperm(B * L // page, device="cuda")
+        kc, vc = to_pages(k8, page, perm), to_pages(v8, page, perm)
+        table = perm.view(B, L // page).to(torch.int32).contiguous()
+        # Every tensor stays in the dict: the calls hold their addresses, not references.
+        x = dict(q=q, k8=k8, v8=v8, k16=k16, v16=v16, o8=o8, o16=o16, op=op, kc=kc, vc=vc, table=table,
+                 c8=attn.call(mod8, "dec", dict(q=q, k=k8, v=v8, o=o8)),
+                 c16=attn.call(mod16, "dec", dict(q=q, k=k16, v=v16, o=o16)),
+                 cp=attn.call(mod8p, "dec", dict(q=q, k_cache=kc, v_cache=vc, page_table=table,
+                                                 kv_len=lens, o=op)))
+        if fi:  # FlashInfer's CUDA-core paged decode, and for GQA its tensor-core one
+            for tc in ((False, True) if H != Hk else (False,)):
+                try:
+                    x["fi", tc] = flashinfer_peer.paged_decode(q, kc, vc, table, lens, page, tensor_cores=tc)
+                except Exception as ex:  # attnc's columns stand without FlashInfer's
+                    x["fi", tc] = f"{type(ex).__name__}: {ex}"[:300]
+        sets.append(x)
+    x = sets[0]
+    attn.launch(x["c8"])
+    attn.launch(x["cp"])
+    ref = sdpa(x["q"], x["k16"], x["v16"], SDPBackend.CUDNN_ATTENTION)
     torch.cuda.synchronize()
-    err = ((o8.float() - ref.float()).norm() / ref.float().norm()).item()
-    row = dict(Hq=H, Hkv=Hk, B=B, L=L, kv8_mb=kv8_bytes / 1e6, copies=copies, rel_err_vs_cudnn_bf16=err)
-    row["attnc_fp8_us"] = time_queued([lambda s=s: attn.launch(s[5]) for s in sets])
-    row["attnc_bf16_us"] = time_queued([lambda s=s: attn.launch(s[6]) for s in sets])
-    row["cudnn_bf16_us"] = time_queued([lambda s=s: sdpa(s[0], s[1], s[2], SDPBackend.CUDNN_ATTENTION)
+
+    def err(o):
+        return ((o.float() - ref.float()).norm() / ref.float().norm()).item()
+    row = dict(Hq=H, Hkv=Hk, B=B, L=L, kv8_mb=kv8_bytes / 1e6, copies=copies, page=page,
+               rel_err_vs_cudnn_bf16=err(x["o8"]), paged_rel_err_vs_cudnn_bf16=err(x["op"]))
+    row["attnc_fp8_us"] = time_queued([lambda s=s: attn.launch(s["c8"]) for s in sets])
+    row["attnc_bf16_us"] = time_queued([lambda s=s: attn.launch(s["c16"]) for s in sets])
+    row["attnc_fp8_paged_us"] = time_queued([lambda s=s: attn.launch(s["cp"]) for s in sets])
+    row["cudnn_bf16_us"] = time_queued([lambda s=s: sdpa(s["q"], s["k16"], s["v16"], SDPBackend.CUDNN_ATTENTION)
                                         for s in sets])
+    for tc in [k[1] for k in x if isinstance(k, tuple)]:
+        name = "fi_tc" if tc else "fi"
+        failed = [s["fi", tc] for s in sets if isinstance(s["fi", tc], str)]
+        if failed:
+            row[name + "_error"] = failed[0]
+            continue
+        row[name + "_rel_err_vs_cudnn_bf16"] = err(x["fi", tc]())
+        row[name + "_us"] = time_queued([s["fi", tc] for s in sets])
     row["attnc_fp8_gbs"] = kv8_bytes / (row["attnc_fp8_us"] * 1e-6) / 1e9
     row["speedup_vs_attnc_bf16"] = row["attnc_bf16_us"] / row["attnc_fp8_us"]
     row["speedup_vs_cudnn_bf16"] = row["cudnn_bf16_us"] / row["attnc_fp8_us"]
+    fi_us = [row[k] for k in ("fi_us", "fi_tc_us") if k in row]
+    if fi_us:
+        row["fi_best_us"] = min(fi_us)
+        row["paged_vs_fi"] = row["fi_best_us"] / row["attnc_fp8_paged_us"]
     for s in sets:
-        s[5].close()
-        s[6].close()
+        for c in ("c8", "c16", "cp"):
+            s[c].close()
     del sets
     torch.cuda.empty_cache()
     return row
@@ -265,13 +303,17 @@ def run_fp8(attn, mod8, mod16, B, H, Hk, L):
 
 def fp8_table(rows):
     out = ["| Hq:Hkv | B | KV len | e4m3 K+V MB | attnc e4m3 us / GB/s | attnc bf16 us | cuDNN bf16 us "
-           "| e4m3 / attnc bf16 | e4m3 / cuDNN bf16 | rel err vs cuDNN (same values) |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
+           "| e4m3 / attnc bf16 | e4m3 / cuDNN bf16 | attnc e4m3 paged 64 us | FlashInfer e4m3 paged 64 us "
+           "(CUDA-core / tensor-core) | attnc paged / FlashInfer | rel err vs cuDNN (same values: dense, paged) |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
+        fi = " / ".join(f"{r[k]:.1f}" if k in r else "-" for k in ("fi_us", "fi_tc_us"))
+        vs = f"{r['paged_vs_fi']:.2f}x" if "paged_vs_fi" in r else "-"
         out.append(f"| {r['Hq']}:{r['Hkv']} | {r['B']} | {r['L'] // 1024}k | {r['kv8_mb']:.0f} "
                    f"| {r['attnc_fp8_us']:.1f} / {r['attnc_fp8_gbs']:.0f} | {r['attnc_bf16_us']:.1f} "
                    f"| {r['cudnn_bf16_us']:.1f} | {r['speedup_vs_attnc_bf16']:.2f}x "
-                   f"| {r['speedup_vs_cudnn_bf16']:.2f}x | {r['rel_err_vs_cudnn_bf16']:.1e} |")
+                   f"| {r['speedup_vs_cudnn_bf16']:.2f}x | {r['attnc_fp8_paged_us']:.1f} | {fi} | {vs} "
+                   f"| {r['rel_err_vs_cudnn_bf16']:.1e}, {r['paged_rel_err_vs_cudnn_bf16']:.1e} |")
     return out
 
 
@@ -320,11 +362,14 @@ def main():
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     mod = attn.compile("dec", graph_text())
     rows = []
-    if args.fp8 and args.config:  # one configuration, for profiling
+    if args.fp8:
         mod8 = attn.compile("dec", graph_text("e4m3"))
+        mod8p = attn.compile("decp", paged_graph_text(True, kv_type="e4m3"))
+        fi = flashinfer_peer.available()
+    if args.fp8 and args.config:  # one configuration, for profiling
         heads, B, L = args.config.split(",")[:3]
         H, Hk = (int(x) for x in heads.split(":"))
-        print(json.dumps(run_fp8(attn, mod8, mod, int(B), H, Hk, int(L))), flush=True)
+        print(json.dumps(run_fp8(attn, mod8, mod, mod8p, int(B), H, Hk, int(L), fi=fi)), flush=True)
         return
     if args.paged:
         dense_mod = attn.compile("dec", paged_graph_text(False))
@@ -352,11 +397,10 @@ def main():
             json.dump(dict(rows=rows), f, indent=1)
         return
     if args.fp8:
-        mod8 = attn.compile("dec", graph_text("e4m3"))
         for Hk in (8, 32):
-            for B in (1, 8, 32):
+            for B in ((1, 32) if args.quick else (1, 8, 32)):
                 for L in (1024, 8192, 32768):
-                    row = run_fp8(attn, mod8, mod, B, 32, Hk, L)
+                    row = run_fp8(attn, mod8, mod, mod8p, B, 32, Hk, L, fi=fi)
                     rows.append(row)
                     print(json.dumps(row), flush=True)
         text = "\n".join([f"GPU: {torch.cuda.get_device_name()}; {time.strftime('%Y-%m-%d')}", ""] +

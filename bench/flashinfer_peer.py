@@ -13,7 +13,10 @@ Importing this module sets FLASHINFER_DISABLE_JIT=1 when it is unset, so that a 
 from the bundle fails at once (MissingJITCacheError) instead of compiling for minutes; set it to
 an empty string to allow compiling. Modules in the bundle: bf16 q/k/v/o, int32 indices, D 128,
 no RoPE / sliding window / soft cap: CUDA-core decode, the fa2 prefill (also the tensor-core
-decode) with k and v caches of equal strides, and the fa3 (sm90) prefill.
+decode) with k and v caches of equal strides, and the fa3 (sm90) prefill; and for an e4m3 cache
+under a bf16 q the CUDA-core decode and, where it built, the fa2 module of the tensor-core decode
+(.fi/modules.txt lists what the bundle holds). paged_decode takes the caches' dtype as FlashInfer's
+kv_data_type, so e4m3 caches need no other call.
 
 Layouts: caches [pages, page, Hk, D] (FlashInfer's NHD; hnd=True: [pages, Hk, page, D]),
 page_table i32 [B, max_pages] (entries past a sequence's ceil(kv_len / page) pages are ignored, so

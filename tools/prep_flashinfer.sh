@@ -23,6 +23,9 @@
 #          BatchPrefillWithPagedKVCacheWrapper(backend="fa2") and the tensor-core decode load when
 #          k_cache and v_cache have equal strides)
 #        - the fa3 (sm90) batch prefill module (name ends _sm90)
+#      then the same two decode paths for an e4m3 cache under a bf16 q (bench/decode.py --fp8):
+#      batch decode, and the fa2 primary module the tensor-core decode loads (FP8 modules that fail
+#      to build are left out, said, and not checked),
 #      and puts each at flashinfer/data/aot/<name>/<name>.so, where FlashInfer looks first.
 #   4. checks that the modules link against neither libtorch nor libpython (so a build on another
 #      Python / torch than the device's is fine), strips the CUDA sources, CUTLASS, CCCL and spdlog
@@ -85,7 +88,7 @@ export PATH=$VENV/bin:$CUDA_HOME/bin:$PATH CUDA_HOME
 # 3. build the modules
 AOT=$WORK/aot
 rm -rf "$AOT"; mkdir -p "$AOT"
-say "building 3 modules for sm_90a with $MAX_JOBS ninja jobs (decode ~1 min, fa2 ~3 min, fa3 ~10 min)"
+say "building 5 modules for sm_90a with $MAX_JOBS ninja jobs (decode ~1 min each, fa2 ~3 min each, fa3 ~10 min)"
 FLASHINFER_CUDA_ARCH_LIST=9.0a FLASHINFER_WORKSPACE_BASE=$WORK/ws AOT=$AOT "$VPY" - <<'EOF'
 import os, shutil, time
 import torch
@@ -96,18 +99,29 @@ bf = torch.bfloat16
 #  use_sliding_window, use_logits_soft_cap): what the wrappers' plan() passes for bf16, D 128,
 # window_left -1, logits_soft_cap 0, int32 indptr; the prefill modules add use_fp16_qk_reduction.
 args = (bf, bf, bf, torch.int32, 128, 128, 0, False, False)
-specs = [gen_batch_decode_module(*args),
-         _gen_batch_prefill_primary_module("fa2", *args, False),
-         gen_batch_prefill_module("fa3", *args, False)]
-for s in specs:
+args8 = (bf, torch.float8_e4m3fn, bf, torch.int32, 128, 128, 0, False, False)
+specs = [(gen_batch_decode_module(*args), True),
+         (_gen_batch_prefill_primary_module("fa2", *args, False), True),
+         (gen_batch_prefill_module("fa3", *args, False), True),
+         (gen_batch_decode_module(*args8), False),
+         (_gen_batch_prefill_primary_module("fa2", *args8, False), False)]
+built = []
+for s, required in specs:
     t = time.time()
-    s.build(verbose=False)
+    try:
+        s.build(verbose=False)
+    except Exception as e:
+        if required:
+            raise
+        print(f"prep_flashinfer: left out {s.name} (its build failed: {str(e)[-200:]})", flush=True)
+        continue
     d = os.path.join(os.environ["AOT"], s.name)
     os.makedirs(d)
     shutil.copy(s.jit_library_path, os.path.join(d, s.name + ".so"))
+    built.append(s.name)
     print(f"prep_flashinfer: built {s.name} in {time.time() - t:.0f} s", flush=True)
 with open(os.path.join(os.environ["AOT"], "modules.txt"), "w") as f:
-    f.write("".join(s.name + "\n" for s in specs))
+    f.write("".join(n + "\n" for n in built))
 EOF
 
 # 4a. the modules must not depend on torch's or Python's ABI
@@ -152,10 +166,18 @@ from flashinfer.prefill import get_batch_prefill_module
 assert flashinfer.__file__.startswith(sys.argv[1]), flashinfer.__file__
 bf = torch.bfloat16
 args = (bf, bf, bf, torch.int32, 128, 128, 0, False, False)
+args8 = (bf, torch.float8_e4m3fn, bf, torch.int32, 128, 128, 0, False, False)
 get_batch_decode_module(*args)                      # CUDA-core decode
 get_batch_prefill_module("fa2", *args, False)       # fa2 prefill, tensor-core decode
 get_batch_prefill_module("fa3", *args, False)       # fa3 (sm90) prefill
-print("prep_flashinfer: the stripped tree loads the 3 modules with JIT disabled", flush=True)
+n = 3
+built = open(sys.argv[1] + "/flashinfer/data/aot/modules.txt").read().split()
+for get, a in ((lambda: get_batch_decode_module(*args8), "decode"),
+               (lambda: get_batch_prefill_module("fa2", *args8, False), "fa2")):
+    if any("e4m3" in m and (("decode" in m) == (a == "decode")) for m in built):
+        get()                                       # the e4m3 cache's modules that were built
+        n += 1
+print(f"prep_flashinfer: the stripped tree loads the {n} modules with JIT disabled", flush=True)
 EOF
 FI_PY312=${FI_PY312:-$(ls "$HOME"/.pyenv/versions/3.12*/bin/python3.12 2>/dev/null | tail -1)}
 if [ -n "$FI_PY312" ]; then
@@ -168,7 +190,7 @@ import tvm_ffi
 for so in sorted(glob.glob(sys.argv[1] + "/*/*.so")):
     m = tvm_ffi.load_module(so)
     assert hasattr(m, "plan") and (hasattr(m, "run") or hasattr(m, "paged_run")), so
-print(f"prep_flashinfer: Python {sys.version.split()[0]} loads the 3 modules through the bundle's "
+print(f"prep_flashinfer: Python {sys.version.split()[0]} loads the bundle's modules through its "
       f"tvm_ffi {tvm_ffi.__version__}", flush=True)
 EOF
 fi
