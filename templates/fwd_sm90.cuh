@@ -64,10 +64,9 @@ constexpr bool fwd90_kv8 = attn_kv_fp8 != 0 && !fwd90_fp8;
  * those converters, not the tensor cores, set kv8's pace (bench/NOTES-sm90.md,
  * session 28). A bf16 Q is rewritten in place as f16 by the consumers, each
  * row times a power of two (fwd90_q_to_f16), whose inverse joins the
- * score's factor. */
-/* Not where P is scaled but not rounded before P V (`(p * 1000) @ v`):
- * such a P may pass f16's range, so those GEMMs stay in bf16 and the
- * converters widen into bf16 (attn_fp8x4_cvt). */
+ * score's factor. Not where P is scaled but not rounded before P V
+ * (`(p * 1000) @ v`): such a P may pass f16's range, so those GEMMs stay in
+ * bf16 and the converters widen into bf16 (attn_fp8x4_cvt). */
 constexpr bool fwd90_q_rescale =
     fwd90_kv8 && attn_in_bf16 && !(attn_has_p_scale && attn_p_round == 0);
 /* Either: the converter warps run, and V (with kv8 also K) is staged 8-bit. */
@@ -582,8 +581,8 @@ static __device__ __forceinline__ void fwd90_convert(unsigned v8, unsigned v16, 
   for (int rb = r0, off = 0; rb < fwd90_bn; rb += group * step, off += group * step * 128) {
 #pragma unroll
     for (int j = 0; j < group; j += 2) {
-      /* chunk j exists when j == 0 (the loop's test) or its row is in the tile; so does j + 1's
-       * only then, and only if its own row is */
+      /* (chunk 0 of a group is in the tile by the loop's test; a later one
+       * where its row is) */
       const bool has0 = j == 0 || rb + j * step < fwd90_bn;
       const bool has1 = rb + (j + 1) * step < fwd90_bn;
       unsigned x0[4], x1[4];
