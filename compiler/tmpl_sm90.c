@@ -150,11 +150,13 @@ int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool fp8_p, 
    * registers a thread hold S (64), O (32) and P (32; 16 in FP8); and for
    * FP8 P V at head tiles of 128 with key tiles of 64, S 32 and P 8
    * registers beside O's 64 (the FP8 forward's softmax is its limit,
-   * bench/NOTES-sm90.md session 19). Not with an FP8 KV cache under a
-   * 16-bit q: its converters, K's and V's, spilled at the producer's 32
-   * registers. */
-  const bool wg3 = (var->wg3 == WG3_ALWAYS || (var->wg3 == WG3_UNMASKED && !masked)) &&
-                   mode != ATTN_FWD90_KV8;
+   * bench/NOTES-sm90.md session 19). Not by default with an FP8 KV cache
+   * under a 16-bit q: its converters' chunk addresses spill at the
+   * producer's 32 registers (about nine local loads a stage use, session
+   * 29; a paged cache's producer spills 342 bytes there); the wg3 variant
+   * takes it too, to be measured. */
+  const bool wg3 = var->wg3 == WG3_ALWAYS ||
+                   (var->wg3 == WG3_UNMASKED && !masked && mode != ATTN_FWD90_KV8);
   const bool wg3_fp8_128 = var->wg3 == WG3_ALWAYS && fp8_pv && tmax == 128;
   const int wgs = wg3 && (tmax <= 64 || wg3_fp8_128) ? 3 : 2;
   if (fp8_pv && (tmax > 128 || wg3_fp8_128))

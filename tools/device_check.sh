@@ -98,9 +98,12 @@ if [ "${FIRST:-0}" = 1 ]; then
   fi
 fi
 # WG3=1: fwd_sm90's wg3 variant (three consumer warpgroups at head dims up to 64 and for FP8 P V
-# at 128): every example at every head dim and test_fp8, and below its grids beside the default's.
+# at 128): every example at every head dim, test_fp8 and the FP8-cache tests (kv8 takes wg3 only
+# in the variant), and below its grids beside the default's.
 [ "${WG3:-0}" = 1 ] && step wg3_head_dims env ATTN_SM90_VARIANT=wg3 "$B/tests/gpu/test_head_dims"
 [ "${WG3:-0}" = 1 ] && step wg3_fp8 env ATTN_SM90_VARIANT=wg3 "$B/tests/gpu/test_fp8"
+[ "${WG3:-0}" = 1 ] && step wg3_fp8_kv env ATTN_SM90_VARIANT=wg3 ATTN_TEST_ONLY=fp8_kv \
+  "$B/tests/gpu/test_forward"
 [ "${FWD:-1}" = 1 ] && step test_forward "$B/tests/gpu/test_forward"
 # One step per backward template: together they take more than one 600 s call (session 21).
 [ -x "$B/tests/gpu/test_backward" ] && [ "${BWD80:-1}" = 1 ] &&

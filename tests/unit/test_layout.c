@@ -167,7 +167,8 @@ Test(layout, fwd90_fp8_configs) {
  * 16-bit Q, K and V tiles plus K's and V's 8-bit tiles a stage, two more
  * barriers a stage than 16-bit tiles; every head dim that is a multiple of
  * 16 up to 192 fits, D 256 does not (the graph then runs fwd_sm80),
- * 8-bit rows stay whole 16-byte chunks, and two consumer warpgroups. */
+ * 8-bit rows stay whole 16-byte chunks, and two consumer warpgroups but
+ * in the wg3 variant. */
 Test(layout, fwd90_kv8_configs) {
   Sm90Config h;
   const attn_fwd90_layout plain = attn_fwd90_layout_of(128, 128, 2, 128, 128, ATTN_FWD90_16);
@@ -186,9 +187,14 @@ Test(layout, fwd90_kv8_configs) {
   cr_assert_eq(tmpl_sm90_config(256, 256, 2, 1, false, true, 0, &h), -1, "D 256 does not fit");
   cr_assert_eq(tmpl_sm90_config(72, 72, 2, 1, false, true, 0, &h), -1, "8-bit rows of whole 16 bytes");
   cr_assert_eq(tmpl_sm90_config(128, 128, 1, 2, false, true, 0, &h), -1, "FP8 q over 16-bit k and v");
-  cr_assert_eq(tmpl_sm90_config(64, 64, 2, 1, false, true, 6, &h), 0);
-  cr_assert(h.bm == 128 && h.threads == 384, "no wg3 with an FP8 cache (its converters spilled)");
+  cr_assert_eq(tmpl_sm90_config(64, 64, 2, 1, false, false, 0, &h), 0);
+  cr_assert(h.bm == 128 && h.threads == 384,
+            "by default no wg3 with an FP8 cache, even unmasked (its converters' addresses spill)");
   cr_assert_eq(h.smem_bytes, attn_fwd90_layout_of(128, h.bn, h.stages, 64, 64, ATTN_FWD90_KV8).total);
+  cr_assert_eq(tmpl_sm90_config(64, 64, 2, 1, false, true, 6, &h), 0);
+  cr_assert(h.bm == 192 && h.threads == 512, "the wg3 variant takes it, to be measured");
+  cr_assert_eq(h.smem_bytes, attn_fwd90_layout_of(192, h.bn, h.stages, 64, 64, ATTN_FWD90_KV8).total);
+  cr_assert_leq(h.smem_bytes, 227 * 1024);
 }
 
 /* The wg3 variant (6): three consumer warpgroups (BM 192, 512 threads)
