@@ -77,8 +77,13 @@ ATTN_LAYOUT_FN attn_fwd80_layout attn_fwd80_layout_of(int bm, int bn, int dqk, i
  * - ATTN_FWD90_KV8, an FP8 KV cache under a 16-bit q: Q, K and V tiles of
  *   16 bits as without FP8; each stage also holds V's and then K's 8-bit
  *   tiles they are converted from, two more mbarriers per stage (v and k
- *   converted) and the converters' word. */
-enum { ATTN_FWD90_16 = 0, ATTN_FWD90_QKV8 = 1, ATTN_FWD90_KV8 = 2 };
+ *   converted) and the converters' word.
+ * - ATTN_FWD90_KV8E, the same with the 8-bit tiles refilled as soon as the
+ *   converters have read them (the kv8_early variant): two more mbarriers
+ *   per stage (k and v staging free) and the stage slots twice (by phase:
+ *   the producer then writes a stage's next slot while the consumers may
+ *   still read its last). */
+enum { ATTN_FWD90_16 = 0, ATTN_FWD90_QKV8 = 1, ATTN_FWD90_KV8 = 2, ATTN_FWD90_KV8E = 3 };
 typedef struct attn_fwd90_layout {
   int q_bytes, k_bytes, v_bytes, v8_bytes, k8_bytes, stage_bytes, bar_offset, nbars, slot_bytes,
       total;
@@ -95,11 +100,12 @@ ATTN_LAYOUT_FN attn_fwd90_layout attn_fwd90_layout_of(int bm, int bn, int stages
   l.k_bytes = bn * dqk * el;
   l.v_bytes = bn * dv * 2;
   l.v8_bytes = fp8 ? bn * attn_head_tile8(dv) : 0;
-  l.k8_bytes = fp8 == ATTN_FWD90_KV8 ? bn * attn_head_tile8(dqk) : 0;
+  const int kv8 = fp8 == ATTN_FWD90_KV8 || fp8 == ATTN_FWD90_KV8E;
+  l.k8_bytes = kv8 ? bn * attn_head_tile8(dqk) : 0;
   l.stage_bytes = l.k_bytes + l.v_bytes + l.v8_bytes + l.k8_bytes;
   l.bar_offset = l.q_bytes + stages * l.stage_bytes;
-  l.nbars = 2 + (fp8 == ATTN_FWD90_KV8 ? 6 : fp8 ? 5 : 4) * stages;
-  l.slot_bytes = 8 * (1 + (fp8 ? 2 : 1) * stages);
+  l.nbars = 2 + (fp8 == ATTN_FWD90_KV8E ? 8 : kv8 ? 6 : fp8 ? 5 : 4) * stages;
+  l.slot_bytes = 8 * (1 + (fp8 == ATTN_FWD90_KV8E ? 3 : fp8 ? 2 : 1) * stages);
   l.total = l.bar_offset + 8 * l.nbars + l.slot_bytes + 1024;
   return l;
 }

@@ -730,6 +730,7 @@ typedef struct Sm90Config {
   int smem_bytes; /* dynamic shared memory, as the template lays it out */
   bool persistent; /* ATTN_PERSISTENT: at most one CTA per SM walks the tiles */
   bool fp8_pv;     /* ATTN_FP8_PV: P V in FP8 (P rounded to FP8, V^T) */
+  bool kv8_early;  /* ATTN_KV8_EARLY: an FP8 cache's staging refilled once converted */
 } Sm90Config;
 
 /* 0 and fills out, or -1 when the template cannot run these head dims
@@ -745,8 +746,8 @@ int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool fp8_p, 
                      int variant, Sm90Config *out);
 /* The variants (ATTN_OPTION_SM90_VARIANT takes 0 .. SM90_NVARIANTS - 1),
  * and a variant's number for its name (auto, base, persist, bn80,
- * persist_bn80, f16_pv, wg3), or -1. */
-#define SM90_NVARIANTS 7
+ * persist_bn80, f16_pv, wg3, kv8_early), or -1. */
+#define SM90_NVARIANTS 8
 int tmpl_sm90_variant_index(const char *name);
 
 /* ---------------------------------------------------------- tmpl_decode.c */
@@ -791,6 +792,7 @@ typedef struct FwdConfig {
   bool persistent;  /* fwd_sm90 ATTN_PERSISTENT: a tile queue, at most one
                        CTA per SM (any grid is correct) */
   bool fp8_pv;      /* fwd_sm90 ATTN_FP8_PV: both products in FP8 */
+  bool kv8_early;   /* fwd_sm90 ATTN_KV8_EARLY (the kv8_early variant) */
   DecodeConfig decode; /* the split-KV decode kernel the plan may run instead */
 } FwdConfig;
 
@@ -803,7 +805,8 @@ typedef struct CompileOptions {
                         90: bwd_sm90's wherever the target is sm_90a; 91: as
                         90, and bwd_sm90's FP8 tensor-core mode where it applies */
   int sm90_variant;  /* fwd_sm90's variant (tmpl_sm90.c): 0 auto, 1 base,
-                        2 persist, 3 bn80, 4 persist_bn80, 5 f16_pv, 6 wg3 */
+                        2 persist, 3 bn80, 4 persist_bn80, 5 f16_pv, 6 wg3,
+                        7 kv8_early */
 } CompileOptions;
 
 /* 0 and fills c, or -1 with a located error naming the head dims and the

@@ -518,6 +518,7 @@ static void emit_graph(StrBuf *out, const GraphCompile *gc, EmitPart part, bool 
     macro_def(out, &ms, a, "ATTN_STAGES", c->stages);
     if (c->persistent) macro_def(out, &ms, a, "ATTN_PERSISTENT", 1);
     if (c->fp8_pv) macro_def(out, &ms, a, "ATTN_FP8_PV", 1);
+    if (c->kv8_early) macro_def(out, &ms, a, "ATTN_KV8_EARLY", 1);
   } else if (c->kind == TMPL_FWD_SM80) {
     macro_def(out, &ms, a, "ATTN_BM", c->bm);
     macro_def(out, &ms, a, "ATTN_BN", c->bn);

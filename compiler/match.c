@@ -580,7 +580,7 @@ static int match_fwd_template(const KernelSpec *s, const CompileOptions *o, FwdC
                       * causal (bench/NOTES-sm90.md). Dropout graphs too
                       * since one Philox call serves several elements (no
                       * spills; measured neutral). */
-                     .persistent = h.persistent, .fp8_pv = h.fp8_pv};
+                     .persistent = h.persistent, .fp8_pv = h.fp8_pv, .kv8_early = h.kv8_early};
     return 0;
   }
   if (match_fwd_sm80(s, c) == 0) return 0;

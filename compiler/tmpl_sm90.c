@@ -40,7 +40,12 @@
  *                 a consumer thread), FA3's tile at D 64, where the
  *                 softmax's latency chain, not the tensor cores, bounds
  *                 two warpgroups (bench/NOTES-sm90.md, session 27)
- * numbered 0 to 6 in this order; 0 is the default below (the fastest
+ *   kv8_early     auto, but an FP8 KV cache under a 16-bit q refills each
+ *                 stage's 8-bit K and V tiles as soon as the converters
+ *                 have read them, not when the consumers free the 16-bit
+ *                 tiles: TMA's latency leaves the path from a released
+ *                 tile to the next S GEMM (session 29; not yet run on a GPU)
+ * numbered 0 to 7 in this order; 0 is the default below (the fastest
  * measured), and so is any number out of range (the library never fails
  * on a tuning knob).
  */
@@ -64,16 +69,18 @@ typedef struct Sm90Variant {
   bool bn80;            /* D 256: key tiles of 80 instead of 64 */
   bool f16_pv;          /* P V in f16 even where a graph rounds P to FP8 */
   Sm90Wg3 wg3;          /* three consumer warpgroups */
+  bool kv8_early;       /* an FP8 KV cache's 8-bit tiles refilled once converted */
 } Sm90Variant;
 
 static const Sm90Variant sm90_variants[] = {
-    {"auto", 256, true, false, WG3_UNMASKED},
-    {"base", 0, false, false, WG3_NEVER},
-    {"persist", 256, false, false, WG3_NEVER},
-    {"bn80", 0, true, false, WG3_NEVER},
-    {"persist_bn80", 256, true, false, WG3_NEVER},
-    {"f16_pv", 256, true, true, WG3_UNMASKED},
-    {"wg3", 256, true, false, WG3_ALWAYS},
+    {"auto", 256, true, false, WG3_UNMASKED, false},
+    {"base", 0, false, false, WG3_NEVER, false},
+    {"persist", 256, false, false, WG3_NEVER, false},
+    {"bn80", 0, true, false, WG3_NEVER, false},
+    {"persist_bn80", 256, true, false, WG3_NEVER, false},
+    {"f16_pv", 256, true, true, WG3_UNMASKED, false},
+    {"wg3", 256, true, false, WG3_ALWAYS, false},
+    {"kv8_early", 256, true, false, WG3_UNMASKED, true},
 };
 _Static_assert(sizeof sm90_variants / sizeof sm90_variants[0] == SM90_NVARIANTS,
                "attnc.h's SM90_NVARIANTS counts the variants");
@@ -130,11 +137,15 @@ int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool fp8_p, 
     return -1;
   if (!attn_head_dim_ok(d_qk) || !attn_head_dim_ok(d_v)) return -1;
   const int fp8 = in_bytes == 1;
-  const int mode = fp8 ? ATTN_FWD90_QKV8 : kv_bytes == 1 ? ATTN_FWD90_KV8 : ATTN_FWD90_16;
+  const Sm90Variant *var = sm90_variant(variant);
+  const int mode = fp8              ? ATTN_FWD90_QKV8
+                   : kv_bytes != 1  ? ATTN_FWD90_16
+                   : var->kv8_early ? ATTN_FWD90_KV8E
+                                    : ATTN_FWD90_KV8;
+  const bool kv8 = mode == ATTN_FWD90_KV8 || mode == ATTN_FWD90_KV8E;
   if (mode != ATTN_FWD90_16 && (d_qk % 16 != 0 || d_v % 16 != 0)) return -1;
   const int tqk = attn_head_tile(d_qk), tv = attn_head_tile(d_v);
   const int tmax = tqk > tv ? tqk : tv;
-  const Sm90Variant *var = sm90_variant(variant);
   const Sm90Candidate *list = small;
   int n = (int)(sizeof small / sizeof small[0]);
   if (tmax == 256) {
@@ -156,7 +167,7 @@ int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool fp8_p, 
    * 29; a paged cache's producer spills 342 bytes there); the wg3 variant
    * takes it too, to be measured. */
   const bool wg3 = var->wg3 == WG3_ALWAYS ||
-                   (var->wg3 == WG3_UNMASKED && !masked && mode != ATTN_FWD90_KV8);
+                   (var->wg3 == WG3_UNMASKED && !masked && !kv8);
   const bool wg3_fp8_128 = var->wg3 == WG3_ALWAYS && fp8_pv && tmax == 128;
   const int wgs = wg3 && (tmax <= 64 || wg3_fp8_128) ? 3 : 2;
   if (fp8_pv && (tmax > 128 || wg3_fp8_128))
@@ -172,6 +183,7 @@ int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool fp8_p, 
       out->persistent = tmax <= var->persistent_max_d;
       /* FP8 P V reads V^T rows of 64 or 128 keys. */
       out->fp8_pv = fp8_pv && (list[k].bn == 64 || list[k].bn == 128);
+      out->kv8_early = mode == ATTN_FWD90_KV8E;
       return 0;
     }
   }

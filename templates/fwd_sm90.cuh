@@ -59,6 +59,18 @@ static_assert(!fwd90_fp8 || attn_kv_fp8 != 0, "FP8 q takes FP8 k and v");
  * GEMMs are the 16-bit kernel's and only the loads and two barriers a stage
  * differ (match.c sends such graphs here where the tiles fit: not D 256). */
 constexpr bool fwd90_kv8 = attn_kv_fp8 != 0 && !fwd90_fp8;
+/* The kv8_early variant (tmpl_sm90.c; not yet run on a GPU): TMA refills a
+ * stage's 8-bit K or V tile as soon as the converters have read it, and the
+ * converters wait for the consumers to free the 16-bit tile before they
+ * write it, so TMA's latency leaves the path from a freed tile to the next
+ * S GEMM. The producer then writes a stage's slot while the consumers may
+ * still read its previous use's, so the stage slots are kept per phase. */
+#if defined(ATTN_KV8_EARLY)
+constexpr bool fwd90_kv8_early = true;
+static_assert(attn_kv_fp8 != 0 && !fwd90_fp8, "kv8_early: an FP8 KV cache under a 16-bit q");
+#else
+constexpr bool fwd90_kv8_early = false;
+#endif
 /* The GEMMs run in f16 there even under a bf16 q: widening FP8 into bf16
  * took ~100 instructions a 16-byte chunk of bit work (attn_fp8x4_cvt), and
  * those converters, not the tensor cores, set kv8's pace (bench/NOTES-sm90.md,
@@ -164,7 +176,10 @@ static_assert(fwd90_stages >= 2 && fwd90_stages <= 4, "2 to 4 K/V stages");
  * is abi/attn_layout.h's, which compiler/tmpl_sm90.c sizes launches by. */
 constexpr attn_fwd90_layout fwd90_layout =
     attn_fwd90_layout_of(fwd90_bm, fwd90_bn, fwd90_stages, fwd90_dqk, fwd90_dv,
-                         fwd90_fp8 ? ATTN_FWD90_QKV8 : fwd90_kv8 ? ATTN_FWD90_KV8 : ATTN_FWD90_16);
+                         fwd90_fp8         ? ATTN_FWD90_QKV8
+                         : fwd90_kv8_early ? ATTN_FWD90_KV8E
+                         : fwd90_kv8       ? ATTN_FWD90_KV8
+                                           : ATTN_FWD90_16);
 constexpr int fwd90_q_bytes = fwd90_layout.q_bytes;
 constexpr int fwd90_k_bytes = fwd90_layout.k_bytes;
 constexpr int fwd90_v_bytes = fwd90_layout.v_bytes;
@@ -795,13 +810,19 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
   /* FP8: V converted to 16 bits (by the three converter warps); kv8: K too. */
   auto bar_v16 = [&](int s) { return bars + 8u * (2 + 4 * fwd90_stages + s); };
   auto bar_k16 = [&](int s) { return bars + 8u * (2 + 5 * fwd90_stages + s); };
+  /* kv8_early: the stage's 8-bit K or V tile read by the converters. */
+  auto bar_k8_free = [&](int s) { return bars + 8u * (2 + 6 * fwd90_stages + s); };
+  auto bar_v8_free = [&](int s) { return bars + 8u * (2 + 7 * fwd90_stages + s); };
   /* Where the consumers' S GEMM finds K: its 16-bit tile once converted
    * (kv8), else as TMA landed it. (The stage's slot is read after it too:
    * the converters waited for bar_k before their arrive.) */
   auto bar_k_ready = [&](int s) { return fwd90_kv8 ? bar_k16(s) : bar_k(s); };
   auto bar_v_ready = [&](int s) { return fwd90_conv ? bar_v16(s) : bar_v(s); };
   const unsigned tile_slot = bars + 8u * fwd90_nbars;
-  auto stage_slot = [&](int s) { return tile_slot + 8u * (1 + s); };
+  /* (kv8_early: per phase, the odd phase's after the converters' words) */
+  auto stage_slot = [&](int s, int ph) {
+    return tile_slot + 8u * (1 + s + (fwd90_kv8_early && ph ? 2 * fwd90_stages : 0));
+  };
   /* FP8: the converters' word per stage, written with each V copy (kv8:
    * each K copy): 1, or 0 when no copy comes (the producer is done). */
   auto conv_slot = [&](int s) { return tile_slot + 8u * (1 + fwd90_stages + s); };
@@ -821,6 +842,10 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
         attn_mbar_init(bar_v16(s), 96); /* every converter thread (warps 1-3) */
       if constexpr (fwd90_kv8)
         attn_mbar_init(bar_k16(s), 96);
+      if constexpr (fwd90_kv8_early) {
+        attn_mbar_init(bar_k8_free(s), 96);
+        attn_mbar_init(bar_v8_free(s), 96);
+      }
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
@@ -848,13 +873,24 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
           asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(more) : "r"(conv_slot(st)) : "memory");
           if (!more)
             break;
+          /* kv8_early: the producer loaded this 8-bit K once its last one
+           * was read, so wait for the consumers to free the 16-bit tile
+           * (without it, its load waited for that itself) */
+          if constexpr (fwd90_kv8_early)
+            attn_mbar_wait(bar_empty(st), ph ^ 1);
           fwd90_convert<fwd90_dqk>(vs + fwd90_v_bytes + fwd90_v8_bytes, ks, tid - 32);
-          attn_fence_proxy_async(); /* (as below) */
+          attn_fence_proxy_async(); /* (as below; before TMA's next write too) */
           attn_mbar_arrive(bar_k16(st));
+          if constexpr (fwd90_kv8_early)
+            attn_mbar_arrive(bar_k8_free(st));
           attn_mbar_wait(bar_v(st), ph);
+          if constexpr (fwd90_kv8_early)
+            attn_mbar_wait(bar_empty_v(st), ph ^ 1);
           fwd90_convert_v(vs + fwd90_v_bytes, vs, tid - 32);
           attn_fence_proxy_async();
           attn_mbar_arrive(bar_v16(st));
+          if constexpr (fwd90_kv8_early)
+            attn_mbar_arrive(bar_v8_free(st));
         }
       } else if constexpr (fwd90_fp8) {
         for (int u = 0;; ++u) {
@@ -992,14 +1028,16 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
           any = got;
         if (have) {
           const int st = it % fwd90_stages, ph = (it / fwd90_stages) & 1;
-          attn_mbar_wait(bar_empty(st), ph ^ 1);
+          /* (kv8_early: the 8-bit staging's last use read, not the 16-bit
+           * tile freed: the converters wait for that) */
+          attn_mbar_wait(fwd90_kv8_early ? bar_k8_free(st) : bar_empty(st), ph ^ 1);
           const unsigned ks = skv + st * fwd90_stage_bytes;
           const unsigned vs = ks + fwd90_k_bytes;
           const unsigned ks8 = vs + fwd90_v_bytes + fwd90_v8_bytes; /* kv8 */
           if (lane == 0) {
             /* The tile's index and class (4: the work tile's last), read
              * by the consumers after this phase of bar_k(st). */
-            asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(stage_slot(st)), "r"(n),
+            asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(stage_slot(st, ph)), "r"(n),
                          "r"(cls | (got ? 0 : 4))
                          : "memory");
             if constexpr (fwd90_kv8) { /* the 8-bit tile, for the converters */
@@ -1027,7 +1065,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
             else
               load_pages(ks, mk, bar_k(st), fwd90_dqk / fwd90_blk, n, 64);
           }
-          attn_mbar_wait(bar_empty_v(st), ph ^ 1);
+          attn_mbar_wait(fwd90_kv8_early ? bar_v8_free(st) : bar_empty_v(st), ph ^ 1);
           if constexpr (fwd90_paged) {
             if (lane == 0)
               attn_mbar_expect_tx(bar_v(st), fwd90_kv8 ? fwd90_v8_bytes : fwd90_v_bytes);
@@ -1082,7 +1120,8 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
     if constexpr (fwd90_conv) { /* tells the converters no copy comes */
       const int st = it % fwd90_stages, ph = (it / fwd90_stages) & 1;
       /* (kv8: the converters wait for K's barrier first) */
-      attn_mbar_wait(fwd90_kv8 ? bar_empty(st) : bar_empty_v(st), ph ^ 1);
+      attn_mbar_wait(fwd90_kv8_early ? bar_k8_free(st) : fwd90_kv8 ? bar_empty(st) : bar_empty_v(st),
+                     ph ^ 1);
       if (lane == 0) {
         asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(conv_slot(st)), "r"(0u) : "memory");
         attn_mbar_arrive(fwd90_kv8 ? bar_k(st) : bar_v(st));
@@ -1215,7 +1254,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       int n, tag;
       asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n"
                    : "=r"(n), "=r"(tag)
-                   : "r"(stage_slot(st))
+                   : "r"(stage_slot(st, ph))
                    : "memory");
       const int cls = tag & 3;
       more = !(tag & 4);

@@ -77,24 +77,27 @@ if [ -f .fi/site_fi.tar.xz ]; then
 fi
 if [ "${TESTS:-1}" = 1 ]; then
 # FIRST=1: the quick checks of what changed last without a GPU, before everything else
-# (docs/STATUS.md item 0000000 A). Sessions 28-29's: attn_swz's fix for 8-bit rows of 192
-# bytes, attn_fp8x4_cvt's new e4m3 path, and fwd_sm90's FP8 cache in f16 with a bf16 q's
-# rows rescaled (every FP8 converter: the FP8-cache tests on fwd_sm90 and the decode kernel,
-# then on fwd_sm80; test_fp8 on fwd_sm80; the FP8 backward's copies on both templates), then
-# test_forward whole (FIRST_FWD=1: the wg3 default's first full pass), then the FP8 cache's
-# speed (prefill, and decode at B 1 and 32) and the D 128 FP8 backward beside cuDNN's (the cudnn frontend wheel in .whl/;
-# FIRST_BENCH=0 skips them). Sessions 25-27's checks all passed in sessions 27-28.
+# (docs/STATUS.md item 00000000). Session 29's, written after its last call: the kv8_early
+# variant (an FP8 cache's 8-bit staging refilled once converted: a new pipeline protocol) and
+# the wg3 variant with an FP8 cache at D <= 64, each under the FP8-cache tests, then racecheck
+# and synccheck on the FP8-cache cases (kv8_early's among them); then test_forward whole
+# (FIRST_FWD=1), then the FP8 cache's speed under the default and both variants, and the FP8
+# decode beside FlashInfer's e4m3 paged decode (carry .fi, rebuilt by tools/prep_flashinfer.sh
+# with its e4m3 modules; FIRST_BENCH=0 skips the benchmarks). Sessions 28-29's earlier checks all
+# passed in session 29 (bench/RESULTS.md "Session 29").
 if [ "${FIRST:-0}" = 1 ]; then
-  step first_fp8_kv_sm90a env ATTN_TEST_ONLY=fp8_kv "$B/tests/gpu/test_forward"
-  step first_fp8_kv_sm80 env ATTN_TEST_ONLY=fp8_kv "$B/tests/gpu/test_forward" "" sm_90
-  step first_test_fp8_sm80 "$B/tests/gpu/test_fp8" sm_90
-  step first_fp8_backward_sm90 env ATTN_BWD_TEMPLATE=sm90 "$B/tests/gpu/test_backward" fp8
-  step first_fp8_backward_sm80 env ATTN_BWD_TEMPLATE=sm80 "$B/tests/gpu/test_backward" fp8
+  step first_fp8_kv_early env ATTN_SM90_VARIANT=kv8_early ATTN_TEST_ONLY=fp8_kv "$B/tests/gpu/test_forward"
+  step first_fp8_kv_wg3 env ATTN_SM90_VARIANT=wg3 ATTN_TEST_ONLY=fp8_kv "$B/tests/gpu/test_forward"
+  step first_sanitize_kv8 env L="$L/sanitize-kv8" CASES=cache TOOLS="racecheck synccheck" RING=0 \
+    bash tools/sanitize_device.sh "$B"
   [ "${FIRST_FWD:-0}" = 1 ] && step first_forward "$B/tests/gpu/test_forward"
   if [ "${FIRST_BENCH:-1}" = 1 ]; then
     step first_fp8_kv_bench python3 bench/fp8_kv.py --lib "$B/libattn.so" --out "$L"
+    step first_fp8_kv_early_bench env ATTN_SM90_VARIANT=kv8_early python3 bench/fp8_kv.py --dims 64,128,192 \
+      --lib "$B/libattn.so" --out "$L/kv8_early"
+    step first_fp8_kv_wg3_bench env ATTN_SM90_VARIANT=wg3 python3 bench/fp8_kv.py --dims 64 \
+      --lib "$B/libattn.so" --out "$L/kv8_wg3"
     step first_decode_fp8 python3 bench/decode.py --fp8 --quick --lib "$B/libattn.so" --out "$L"
-    step first_fp8_grid python3 bench/fp8_backward.py --dims 128 --lib "$B/libattn.so" --out "$L"
   fi
 fi
 # WG3=1: fwd_sm90's wg3 variant (three consumer warpgroups at head dims up to 64 and for FP8 P V

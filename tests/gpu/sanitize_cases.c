@@ -152,6 +152,14 @@ static const Case cases[] = {
      "  input v : e4m3[B, Hk, Skv, 128];\n  s = mask((q @ k^T) * 0.088, j <= i + Skv - Sq);\n"
      "  output o : bf16[B, H, Sq, 128] = softmax(s) @ v;\n}\n",
      "B=2,H=4,Hk=2,Sq=70,Skv=300", NULL, 0, 0, 0, FWD, 0},
+    /* The kv8_early variant (7): the 8-bit staging refilled once converted,
+     * its stage slots per phase; enough key tiles that every stage turns
+     * over several times. */
+    {"fp8 kv cache, bf16 q (fwd_sm90 kv8_early)",
+     "attention g {\n  input q : bf16[B, H, Sq, 128];\n  input k : e4m3[B, Hk, Skv, 128];\n"
+     "  input v : e4m3[B, Hk, Skv, 128];\n  s = mask((q @ k^T) * 0.088, j <= i + Skv - Sq);\n"
+     "  output o : bf16[B, H, Sq, 128] = softmax(s) @ v;\n}\n",
+     "B=2,H=4,Hk=2,Sq=200,Skv=900", NULL, 7, 0, 0, FWD, 0},
     {"bwd_sm90 D 64 wide", DENSE(64, "bf16", "", "j <= i", PLAIN_OUT(64, "bf16") GRAD),
      "B=2,H=4,Hk=2,Sq=200,Skv=200", NULL, 0, 90, 0, BWD, 0},
     {"bwd_sm90 D 128 persistent", DENSE(128, "f16", "", "j <= i + Skv - Sq", PLAIN_OUT(128, "f16") GRAD),

@@ -197,6 +197,30 @@ Test(layout, fwd90_kv8_configs) {
   cr_assert_leq(h.smem_bytes, 227 * 1024);
 }
 
+/* The kv8_early variant (7): an FP8 cache's layout with two more mbarriers
+ * a stage (its 8-bit K and V read) and the stage slots twice (by phase);
+ * graphs without an FP8 cache under a 16-bit q are as auto makes them. */
+Test(layout, fwd90_kv8_early_configs) {
+  Sm90Config h;
+  const attn_fwd90_layout kv8 = attn_fwd90_layout_of(128, 128, 2, 128, 128, ATTN_FWD90_KV8);
+  const attn_fwd90_layout e = attn_fwd90_layout_of(128, 128, 2, 128, 128, ATTN_FWD90_KV8E);
+  cr_assert_eq(e.stage_bytes, kv8.stage_bytes);
+  cr_assert_eq(e.bar_offset, kv8.bar_offset);
+  cr_assert_eq(e.nbars, kv8.nbars + 2 * 2);
+  cr_assert_eq(e.slot_bytes, kv8.slot_bytes + 8 * 2);
+  cr_assert_eq(tmpl_sm90_variant_index("kv8_early"), 7);
+  cr_assert_eq(tmpl_sm90_config(128, 128, 2, 1, false, true, 7, &h), 0);
+  cr_assert(h.kv8_early && h.bm == 128 && h.bn == 128 && h.stages == 2);
+  cr_assert_eq(h.smem_bytes, e.total);
+  cr_assert_leq(h.smem_bytes, 227 * 1024);
+  for (int d = 16; d <= 192; d += 16)
+    cr_assert_eq(tmpl_sm90_config(d, d, 2, 1, false, true, 7, &h), 0, "D %d", d);
+  cr_assert_eq(tmpl_sm90_config(128, 128, 2, 2, false, true, 7, &h), 0);
+  cr_assert(!h.kv8_early, "a 16-bit cache");
+  cr_assert_eq(tmpl_sm90_config(128, 128, 1, 1, true, true, 7, &h), 0);
+  cr_assert(!h.kv8_early, "FP8 q, k and v");
+}
+
 /* The wg3 variant (6): three consumer warpgroups (BM 192, 512 threads)
  * for graphs whose head tiles are at most 64, masked or not (the default
  * takes them unmasked only: fwd90_wg3_default); everything else keeps
