@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# ncu_stalls.sh KERNEL_REGEX COUNT COMMAND...: on the GPU machine, why the first COUNT launches
+# of the kernels whose names match KERNEL_REGEX stall while COMMAND runs (Nsight Compute, clocks
+# left alone). Prints per kernel the warps stalled per issued instruction by reason (what
+# session 29 read: bench/RESULTS.md "Session 29"), its instruction count and issue activity;
+# SOURCE=1 adds the SourceCounters section, which places the stall samples at SASS lines (the
+# question session 29 left open: which barrier or load). The whole report goes to
+# ${OUT:-/tmp}/ncu-stalls.log. Example (the FP8 cache's forward at D 128 S 8k):
+#   SOURCE=1 bash tools/ncu_stalls.sh attn_kv_fwd 1 python3 bench/fp8_kv.py --dims 128 \
+#     --seqs 8192 --lib build/libattn.so --out /tmp
+set -u
+re=${1:?usage: ncu_stalls.sh KERNEL_REGEX COUNT COMMAND...}
+count=${2:?usage: ncu_stalls.sh KERNEL_REGEX COUNT COMMAND...}
+shift 2
+NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+[ -x "$NCU" ] || { echo "ncu_stalls: no ncu"; exit 1; }
+log=${OUT:-/tmp}/ncu-stalls.log
+metrics="regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio"
+metrics+=",smsp__inst_executed.sum,smsp__issue_active.avg.pct_of_peak_sustained_active"
+sections=()
+[ "${SOURCE:-0}" = 1 ] && sections=(--section SourceCounters --section WarpStateStats)
+"$NCU" --clock-control none -k "regex:$re" --launch-count "$count" --metrics "$metrics" \
+  "${sections[@]}" "$@" >"$log" 2>&1
+rc=$?
+# The kernels' lines and every reason above 0.05 warps an instruction, names shortened.
+grep -E "^  [a-zA-Z_0-9]+ \(|stalled|inst_executed|issue_active" "$log" |
+  awk '/^  [a-zA-Z_0-9]+ \(/ || $NF + 0 > 0.05' |
+  sed 's/smsp__average_warps_issue_stalled_//; s/_per_issue_active.ratio//'
+[ "${SOURCE:-0}" = 1 ] && grep -A40 "Section: Source Counters" "$log" | head -80
+echo "ncu_stalls: rc $rc; the report: $log"
+exit $rc
