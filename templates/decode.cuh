@@ -154,36 +154,30 @@ static __device__ __forceinline__ int dec_next_live(const dec_block &k, int n, i
 }
 
 /* dec_q_rescale: the lane's q fragments (m16n8k16 A: registers 0 and 2
- * hold row g, 1 and 3 row g + 8) rewritten from bf16 into f16, each row
- * times 2^e putting its largest finite |q| in [2^15, 2^16) (e clamped to
- * [-112, 126]; the row's maximum over its quad's four lanes), exact for
- * every element within 2^29 of it, as fwd_sm90's fwd90_q_to_f16 does in
- * shared memory; qinv gets 2^-e of rows g and g + 8. */
+ * hold row g, 1 and 3 row g + 8) rewritten in registers from bf16 into f16
+ * rows times powers of two (ptx.cuh, attn_bf16x2_top and the pieces beside
+ * it: the rule fwd_sm90 and fwd_sm80 apply in shared memory), a row's
+ * maximum over its quad's four lanes; qinv gets 2^-e of rows g and g + 8. */
 static __device__ __forceinline__ void dec_q_to_f16(unsigned (&qf)[dec_qk_steps][4],
                                                     float (&qinv)[2]) {
   unsigned top[2] = {0u, 0u};
 #pragma unroll
   for (int kk = 0; kk < dec_qk_steps; ++kk)
 #pragma unroll
-    for (int x = 0; x < 4; ++x) {
-      const unsigned lo = qf[kk][x] & 0x7f80u, hi = (qf[kk][x] >> 16) & 0x7f80u;
-      top[x & 1] = max(top[x & 1], max(lo == 0x7f80u ? 0u : lo, hi == 0x7f80u ? 0u : hi));
-    }
+    for (int x = 0; x < 4; ++x)
+      top[x & 1] = attn_bf16x2_top(top[x & 1], qf[kk][x]);
   float up[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     top[r] = max(top[r], __shfl_xor_sync(0xffffffffu, top[r], 1));
     top[r] = max(top[r], __shfl_xor_sync(0xffffffffu, top[r], 2));
-    const int e = min(126, max(-112, 142 - (int)(top[r] >> 7)));
-    up[r] = __int_as_float((127 + e) << 23);
-    qinv[r] = __int_as_float((127 - e) << 23);
+    attn_row_pow2(top[r], up[r], qinv[r]);
   }
 #pragma unroll
   for (int kk = 0; kk < dec_qk_steps; ++kk)
 #pragma unroll
     for (int x = 0; x < 4; ++x)
-      qf[kk][x] = attn_pack2<false>(__uint_as_float(qf[kk][x] << 16) * up[x & 1],
-                                    __uint_as_float(qf[kk][x] & 0xffff0000u) * up[x & 1]);
+      qf[kk][x] = attn_bf16x2_to_f16x2(qf[kk][x], up[x & 1]);
 }
 
 __device__ __forceinline__ void attn_decode(const attn_params &p) {

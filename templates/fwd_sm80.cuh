@@ -284,13 +284,15 @@ static __device__ __forceinline__ void fwd80_tile(const attn_params &p, int m_bl
     attn_convert_tile<fwd80_bm, fwd80_dqk, fwd80_threads, attn_q_fp8 == 1, fwd80_in_bf16>(sq8, sq,
                                                                                         tid);
   }
+  if constexpr (fwd80_q_rescale || fwd80_q_in_regs) { /* Q has landed */
+    attn_cp_async_wait<1>();
+    __syncthreads();
+  }
   /* fwd80_q_rescale: the warp's rows of Q into f16 (its ldmatrix reads
    * only its own rows, so a warp barrier orders them), and S's factor of
    * the lane's rows g and g + 8. */
   float qinv[2] = {1.f, 1.f};
   if constexpr (fwd80_q_rescale) {
-    attn_cp_async_wait<1>();
-    __syncthreads();
     attn_rows_bf16_to_f16<fwd80_dqk / 64 * 4>(
         [&](int k) {
           return sq + (warp * 16 + (lane >> 3) + 4 * (k & 3)) * fwd80_dqk * 2 +
@@ -301,8 +303,6 @@ static __device__ __forceinline__ void fwd80_tile(const attn_params &p, int m_bl
   }
   unsigned qf[fwd80_q_in_regs ? fwd80_qk_steps : 1][4];
   if constexpr (fwd80_q_in_regs) {
-    attn_cp_async_wait<1>();
-    __syncthreads();
 #pragma unroll
     for (int kk = 0; kk < fwd80_qk_steps; ++kk)
       attn_ldsm_x4(qf[kk], sq + q_off[kk & 3] + (kk >> 2) * 128);

@@ -315,36 +315,53 @@ static __device__ __forceinline__ unsigned attn_pack2(float lo, float hi) {
   return r;
 }
 
-/* One warp's 16 rows of bf16 in shared memory rewritten in place as f16,
- * each row times 2^e, e putting the row's largest finite |x| in
- * [2^15, 2^16) (clamped to [-112, 126], so 2^e and 2^-e are normal
- * floats): the templates' FP8 KV caches under a bf16 q, whose GEMMs then
- * run in f16 (K and V widen into f16 in one conversion a pair). bf16's 8
- * significant bits fit f16's 11, so every element within 2^29 of its
- * row's largest is exact (f16's normal range); smaller ones round as f16
- * subnormals, their products then at least 2^-29 below the row's largest.
- * An infinity or NaN does not pick the scale and stays one. Each row has
- * its own scale: rows are separate softmaxes, and one large row must not
- * flush its neighbours. chunk_at(k) is the address of the lane's k-th
- * 16-byte chunk (CHUNKS of them), which must be chunk lane & 7 of an
- * 8-chunk group of row (lane >> 3) + 4 (k & 3) (a row's groups in any order:
- * only the row matters, as the rewrite is in place). inv gets 2^-e of rows
- * g = lane >> 2 and g + 8 (the lane's rows of an m16 MMA tile). */
+/* bf16 rows into f16, each row times a power of two 2^e, for the FP8 KV
+ * caches under a bf16 q, whose GEMMs then run in f16 (K and V widen into
+ * f16 in one conversion a pair): e puts the row's largest finite |x| in
+ * [2^15, 2^16), clamped to [-112, 126] so that 2^e and 2^-e are normal
+ * floats. bf16's 8 significant bits fit f16's 11, so every element within
+ * 2^29 of its row's largest is exact (f16's normal range); smaller ones
+ * round as f16 subnormals, their products then at least 2^-29 below the
+ * row's largest. An infinity or NaN does not pick the scale and stays one.
+ * Each row has its own scale: rows are separate softmaxes, and one large
+ * row must not flush its neighbours. The pieces, shared by the rewrite in
+ * shared memory below and the decode kernel's in registers:
+ * attn_bf16x2_top: `top` and the larger finite biased exponent field of a
+ * bf16x2 word's two values (bits 7-14, in place), the largest; */
+static __device__ __forceinline__ unsigned attn_bf16x2_top(unsigned top, unsigned w) {
+  const unsigned lo = w & 0x7f80u, hi = (w >> 16) & 0x7f80u;
+  return max(top, max(lo == 0x7f80u ? 0u : lo, hi == 0x7f80u ? 0u : hi));
+}
+/* attn_row_pow2: 2^e and 2^-e for a row whose largest such field is top; */
+static __device__ __forceinline__ void attn_row_pow2(unsigned top, float &up, float &down) {
+  const int e = min(126, max(-112, 142 - (int)(top >> 7)));
+  up = __int_as_float((127 + e) << 23);
+  down = __int_as_float((127 - e) << 23);
+}
+/* attn_bf16x2_to_f16x2: a bf16x2 word times 2^e (up) as f16x2. */
+static __device__ __forceinline__ unsigned attn_bf16x2_to_f16x2(unsigned w, float up) {
+  return attn_pack2<false>(__uint_as_float(w << 16) * up, __uint_as_float(w & 0xffff0000u) * up);
+}
+
+/* One warp's 16 rows of bf16 in shared memory rewritten in place as f16
+ * rows times powers of two (above). chunk_at(k) is the address of the
+ * lane's k-th 16-byte chunk (CHUNKS of them), which must be chunk lane & 7
+ * of an 8-chunk group of row (lane >> 3) + 4 (k & 3) (a row's groups in any
+ * order: only the row matters, as the rewrite is in place). inv gets 2^-e
+ * of rows g = lane >> 2 and g + 8 (the lane's rows of an m16 MMA tile). */
 template <int CHUNKS, typename ChunkAt>
 static __device__ __forceinline__ void attn_rows_bf16_to_f16(ChunkAt chunk_at, int lane,
                                                              float (&inv)[2]) {
-  /* The largest finite biased exponent (bits 7-14 of a bf16) of each of
-   * the lane's four rows, then of the row over its eight lanes. */
+  /* The largest finite biased exponent of each of the lane's four rows,
+   * then of the row over its eight lanes. */
   unsigned top[4] = {0u, 0u, 0u, 0u};
 #pragma unroll
   for (int k = 0; k < CHUNKS; ++k) {
     unsigned x[4];
     attn_lds128(chunk_at(k), x);
 #pragma unroll
-    for (int w = 0; w < 4; ++w) {
-      const unsigned lo = x[w] & 0x7f80u, hi = (x[w] >> 16) & 0x7f80u;
-      top[k & 3] = max(top[k & 3], max(lo == 0x7f80u ? 0u : lo, hi == 0x7f80u ? 0u : hi));
-    }
+    for (int w = 0; w < 4; ++w)
+      top[k & 3] = attn_bf16x2_top(top[k & 3], x[w]);
   }
   float up[4], down[4];
 #pragma unroll
@@ -352,9 +369,7 @@ static __device__ __forceinline__ void attn_rows_bf16_to_f16(ChunkAt chunk_at, i
 #pragma unroll
     for (int m = 1; m < 8; m <<= 1)
       top[j] = max(top[j], __shfl_xor_sync(0xffffffffu, top[j], m));
-    const int e = min(126, max(-112, 142 - (int)(top[j] >> 7)));
-    up[j] = __int_as_float((127 + e) << 23);
-    down[j] = __int_as_float((127 - e) << 23);
+    attn_row_pow2(top[j], up[j], down[j]);
   }
 #pragma unroll
   for (int k = 0; k < CHUNKS; ++k) {
@@ -362,8 +377,7 @@ static __device__ __forceinline__ void attn_rows_bf16_to_f16(ChunkAt chunk_at, i
     attn_lds128(chunk_at(k), x);
 #pragma unroll
     for (int w = 0; w < 4; ++w)
-      y[w] = attn_pack2<false>(__uint_as_float(x[w] << 16) * up[k & 3],
-                               __uint_as_float(x[w] & 0xffff0000u) * up[k & 3]);
+      y[w] = attn_bf16x2_to_f16x2(x[w], up[k & 3]);
     attn_sts128(chunk_at(k), y[0], y[1], y[2], y[3]);
   }
   /* Row g is row (g & 3) + 4 (g >> 2) of lanes 8 (g & 3)..: their

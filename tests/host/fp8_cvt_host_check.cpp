@@ -8,26 +8,8 @@
 #include <cstring>
 
 #include "cuda_bits.h"
+#include "f16_bits.h"
 
-static float f16_f(unsigned short h) {
-  const unsigned e = (h >> 10) & 31, m = h & 1023;
-  const float sign = (h & 0x8000) ? -1.f : 1.f;
-  if (e == 31) return m ? NAN : sign * INFINITY;
-  if (e == 0) return sign * std::ldexp((float)m, -24);
-  return sign * std::ldexp((float)(1024 + m), (int)e - 25);
-}
-// An exactly representable f32 (normal, subnormal, 0, inf or NaN in f16) as f16 bits.
-static unsigned short f_f16(float v) {
-  const unsigned short s = std::signbit(v) ? 0x8000 : 0;
-  if (std::isnan(v)) return s | 0x7e00;
-  if (std::isinf(v)) return s | 0x7c00;
-  const float a = std::fabs(v);
-  if (a == 0.f) return s;
-  int ex;
-  const float fr = std::frexp(a, &ex); // a = fr * 2^ex, fr in [0.5, 1)
-  if (ex - 1 < -14) return s | (unsigned short)std::lround(std::ldexp(a, 24)); // subnormal
-  return s | (unsigned short)(((ex - 1 + 15) << 10) | (std::lround(std::ldexp(fr, 11)) - 1024));
-}
 static unsigned attn_bf16x2_times_2p120(unsigned f) {
   unsigned r = 0;
   for (int k = 0; k < 2; ++k) {
@@ -38,12 +20,12 @@ static unsigned attn_bf16x2_times_2p120(unsigned f) {
 }
 static unsigned attn_f16x2_times_2p8(unsigned f) {
   unsigned r = 0;
-  for (int k = 0; k < 2; ++k) r |= (unsigned)f_f16(f16_f((f >> (16 * k)) & 0xffff) * 256.f) << (16 * k);
+  for (int k = 0; k < 2; ++k) r |= (unsigned)f16_rn((float)f16_value((f >> (16 * k)) & 0xffff) * 256.f) << (16 * k);
   return r;
 }
 static unsigned attn_f16x2_to_bf16x2(unsigned h) {
   unsigned r = 0;
-  for (int k = 0; k < 2; ++k) r |= (__float_as_uint(f16_f((h >> (16 * k)) & 0xffff)) >> 16) << (16 * k);
+  for (int k = 0; k < 2; ++k) r |= (__float_as_uint((float)f16_value((h >> (16 * k)) & 0xffff)) >> 16) << (16 * k);
   return r;
 }
 #include CVT_TEXT
@@ -72,7 +54,7 @@ template <bool E4M3, bool BF16> static void check(const char *what) {
       for (int q = 0; q < 4; ++q) {
         const unsigned byte = (x >> (8 * q)) & 0xff;
         const unsigned short g = (unsigned short)(((q < 2 ? lo : hi) >> (16 * (q & 1))) & 0xffff);
-        const double got = BF16 ? (double)__uint_as_float((unsigned)g << 16) : (double)f16_f(g);
+        const double got = BF16 ? (double)__uint_as_float((unsigned)g << 16) : f16_value(g);
         const double want = fp8_value(byte, E4M3);
         const bool ok = std::isnan(want) ? std::isnan(got)
                                          : got == want && std::signbit(got) == std::signbit(want);

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "cuda_bits.h"
+#include "f16_bits.h"
 
 #ifndef DQK
 #error "-DDQK=64|128|192|256 -DBM=128|192"
@@ -55,32 +56,6 @@ template <class T> static T __shfl_xor_sync(unsigned m, T v, int x) {
   return __shfl_sync(m, v, my_lane ^ x);
 }
 
-// f32 -> f16 bits, round to nearest even (cvt.rn.f16.f32), subnormals and overflow included.
-static unsigned short f16_rn(float f) {
-  unsigned u = __float_as_uint(f);
-  const unsigned short sign = (unsigned short)((u >> 16) & 0x8000u);
-  if (std::isnan(f)) return (unsigned short)(sign | 0x7e00u);
-  const double a = std::fabs((double)f);
-  if (a >= 65520.0) return (unsigned short)(sign | 0x7c00u); // rounds past 65504
-  // value = m * 2^-24 for subnormals; scale into an integer grid of the f16 ulp
-  int ex;
-  std::frexp(a, &ex); // a in [2^(ex-1), 2^ex)
-  const int ulp_exp = std::max(ex - 11, -24); // f16: 11 significant bits, ulp >= 2^-24
-  const double q = std::nearbyint(std::ldexp(a, -ulp_exp)); // ties to even (default mode)
-  const double v = std::ldexp(q, ulp_exp);
-  if (v == 0) return sign;
-  int e2;
-  std::frexp(v, &e2);
-  if (e2 - 1 < -14) return (unsigned short)(sign | (unsigned)std::ldexp(v, 24)); // subnormal
-  const unsigned mant = (unsigned)std::ldexp(v, 11 - e2) - 1024u;
-  return (unsigned short)(sign | ((unsigned)(e2 - 1 + 15) << 10) | mant);
-}
-static double f16_value(unsigned short h) {
-  const unsigned e = (h >> 10) & 31, m = h & 1023;
-  const double s = h & 0x8000 ? -1.0 : 1.0;
-  if (e == 31) return m ? NAN : s * INFINITY;
-  return s * (e ? std::ldexp(1024.0 + m, (int)e - 25) : std::ldexp((double)m, -24));
-}
 template <bool BF16> static unsigned attn_pack2(float lo, float hi) {
   static_assert(!BF16, "the Q rewrite packs f16");
   return f16_rn(lo) | ((unsigned)f16_rn(hi) << 16);

@@ -10,7 +10,8 @@ trap 'rm -rf "$tmp"' EXIT
 f=${FWD90:-templates/fwd_sm90.cuh}
 x=${PTX:-templates/ptx.cuh}
 {
-  sed -n '/^\/\* One warp.s 16 rows of bf16 in shared memory/,/^}/p' "$x"
+  sed -n '/^\/\* bf16 rows into f16, each row times a power of two/,/^\/\* 2^x in one instruction/p' "$x" |
+    sed '$d'
   sed -n '/^\/\* kv8 under a bf16 q (fwd90_q_rescale): one warp/,/^}/p' "$f"
 } >"$tmp/q.inc"
 grep -q 'void attn_rows_bf16_to_f16' "$tmp/q.inc" && grep -q 'void fwd90_q_to_f16' "$tmp/q.inc" ||

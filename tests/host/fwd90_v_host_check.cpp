@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "cuda_bits.h"
+#include "f16_bits.h"
 
 #ifndef ATTN_BN
 #error "-DATTN_BN=64|128 -DDV=... -DKV_E4M3=0|1"
@@ -100,12 +101,7 @@ static void attn_e4m3x4_to_f16(unsigned x, unsigned &lo, unsigned &hi) {
 // An f16's bits as bf16 bits: the value in f32, whose top half is its bf16
 // (exact for FP8 values: at most 4 significant bits, f16's range within bf16's).
 static unsigned short f16_bf16(unsigned short h) {
-  const unsigned e = (h >> 10) & 31, m = h & 1023;
-  float v = e == 31 ? (m ? NAN : INFINITY) : e == 0 ? std::ldexp((float)m, -24)
-                                                    : std::ldexp((float)(1024 + m), (int)e - 25);
-  unsigned bits;
-  std::memcpy(&bits, &v, 4);
-  return (unsigned short)((bits >> 16) | (h & 0x8000u));
+  return (unsigned short)((__float_as_uint((float)f16_value(h & 0x7fffu)) >> 16) | (h & 0x8000u));
 }
 static unsigned short fp8_16(unsigned char b) {
   const unsigned short h = KV_E4M3 ? e4m3_f16(b) : (unsigned short)(b << 8);
