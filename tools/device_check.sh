@@ -86,6 +86,10 @@ if [ "${TESTS:-1}" = 1 ]; then
 # with its e4m3 modules; FIRST_BENCH=0 skips the benchmarks). Sessions 28-29's earlier checks all
 # passed in session 29 (bench/RESULTS.md "Session 29").
 if [ "${FIRST:-0}" = 1 ]; then
+  # (the review commit 354efe6 reordered the default FP8-cache kernels' rescale and dropped a
+  # barrier from fwd_sm80's: the default FP8-cache tests on both forward templates first)
+  step first_fp8_kv_sm90a env ATTN_TEST_ONLY=fp8_kv "$B/tests/gpu/test_forward"
+  step first_fp8_kv_sm80 env ATTN_TEST_ONLY=fp8_kv "$B/tests/gpu/test_forward" "" sm_90
   step first_fp8_kv_early env ATTN_SM90_VARIANT=kv8_early ATTN_TEST_ONLY=fp8_kv "$B/tests/gpu/test_forward"
   step first_fp8_kv_wg3 env ATTN_SM90_VARIANT=wg3 ATTN_TEST_ONLY=fp8_kv "$B/tests/gpu/test_forward"
   step first_sanitize_kv8 env L="$L/sanitize-kv8" CASES=cache TOOLS="racecheck synccheck" RING=0 \
