@@ -71,7 +71,7 @@ def to_pages(x, page, perm, hnd=False):
     """[B, Hk, L, D] -> [pages, page, Hk, D] (hnd: [pages, Hk, page, D]), sequence b's page p at
     perm[b * L / page + p]."""
     B, Hk, L, Dh = x.shape
-    if x.element_size() == 1:  # (an FP8 cache: moved as bytes, which indexing takes)
+    if x.element_size() == 1 and x.dtype != torch.uint8:  # (an FP8 cache: moved as bytes)
         return to_pages(x.view(torch.uint8), page, perm, hnd).view(x.dtype)
     if hnd:
         pages = x.view(B, Hk, L // page, page, Dh).permute(0, 2, 1, 3, 4).reshape(-1, Hk, page, Dh)

@@ -741,9 +741,10 @@ typedef struct Sm90Config {
 /* fp8_p: FP8 q, k, v with P rounded to FP8 (both products in FP8): key
  * tiles of 64 or 128 keys, the widths of V^T's swizzled rows. masked: the
  * graph has a mask or packed sequences (the default variant then keeps two
- * consumer warpgroups at head dims up to 64). */
+ * consumer warpgroups at head dims up to 64). paged: K and V come from a
+ * page table (an FP8 cache's paged converters keep two warpgroups). */
 int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool fp8_p, bool masked,
-                     int variant, Sm90Config *out);
+                     bool paged, int variant, Sm90Config *out);
 /* The variants (ATTN_OPTION_SM90_VARIANT takes 0 .. SM90_NVARIANTS - 1),
  * and a variant's number for its name (auto, base, persist, bn80,
  * persist_bn80, f16_pv, wg3, kv8_early), or -1. */

@@ -572,7 +572,7 @@ static int match_fwd_template(const KernelSpec *s, const CompileOptions *o, FwdC
   const bool fp8_p = dtype_is_fp8(s->in_type) && dtype_is_fp8(s->p_round);
   const bool masked = s->nmasks > 0 || s->packed;
   if (sm90a && tmpl_sm90_config(s->d_qk, s->d_v, dtype_size(s->in_type), dtype_size(s->kv_type),
-                                fp8_p, masked, o->sm90_variant, &h) == 0) {
+                                fp8_p, masked, s->paged, o->sm90_variant, &h) == 0) {
     *c = (FwdConfig){.kind = TMPL_FWD_SM90, .name = "fwd_sm90", .bm = h.bm, .bn = h.bn,
                      .stages = h.stages, .threads = h.threads, .smem_bytes = h.smem_bytes,
                      /* Masked graphs too: the tile queue balances unequal

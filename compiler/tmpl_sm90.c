@@ -115,7 +115,7 @@ static int sm90_smem_bytes(int bm, const Sm90Candidate *c, int d_qk, int d_v, in
 }
 
 int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool fp8_p, bool masked,
-                     int variant, Sm90Config *out) {
+                     bool paged, int variant, Sm90Config *out) {
   /* Fastest first: more stages hide more TMA latency; BN 128 halves the
    * per-tile softmax bookkeeping where the registers allow it. Lists by
    * the wider tile dim (attn_head_tile): at 192 an O accumulator of 96
@@ -161,13 +161,15 @@ int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool fp8_p, 
    * registers a thread hold S (64), O (32) and P (32; 16 in FP8); and for
    * FP8 P V at head tiles of 128 with key tiles of 64, S 32 and P 8
    * registers beside O's 64 (the FP8 forward's softmax is its limit,
-   * bench/NOTES-sm90.md session 19). Not by default with an FP8 KV cache
-   * under a 16-bit q: its converters' chunk addresses spill at the
-   * producer's 32 registers (about nine local loads a stage use, session
-   * 29; a paged cache's producer spills 342 bytes there); the wg3 variant
-   * takes it too, to be measured. */
+   * bench/NOTES-sm90.md session 19). An FP8 KV cache under a 16-bit q
+   * too, but not a paged one: its converters' chunk addresses spill at the
+   * producer's 32 registers (about nine local loads a stage use), and a
+   * paged cache's producer spills 342 bytes there; the dense cache
+   * measured +12-15% at S 4k-16k anyway (H200, session 30: 0.80-0.83x of
+   * bf16 -> 0.93x), the paged one was never timed (the wg3 variant takes
+   * it). */
   const bool wg3 = var->wg3 == WG3_ALWAYS ||
-                   (var->wg3 == WG3_UNMASKED && !masked && !kv8);
+                   (var->wg3 == WG3_UNMASKED && !masked && !(kv8 && paged));
   const bool wg3_fp8_128 = var->wg3 == WG3_ALWAYS && fp8_pv && tmax == 128;
   const int wgs = wg3 && (tmax <= 64 || wg3_fp8_128) ? 3 : 2;
   if (fp8_pv && (tmax > 128 || wg3_fp8_128))

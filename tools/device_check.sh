@@ -77,31 +77,27 @@ if [ -f .fi/site_fi.tar.xz ]; then
 fi
 if [ "${TESTS:-1}" = 1 ]; then
 # FIRST=1: the quick checks of what changed last without a GPU, before everything else
-# (docs/STATUS.md item 00000000). Session 29's, written after its last call: the kv8_early
-# variant (an FP8 cache's 8-bit staging refilled once converted: a new pipeline protocol) and
-# the wg3 variant with an FP8 cache at D <= 64, each under the FP8-cache tests, then racecheck
-# and synccheck on the FP8-cache cases (kv8_early's among them); then test_forward whole
-# (FIRST_FWD=1), then the FP8 cache's speed under the default and both variants, and the FP8
-# decode beside FlashInfer's e4m3 paged decode (carry .fi, rebuilt by tools/prep_flashinfer.sh
-# with its e4m3 modules; FIRST_BENCH=0 skips the benchmarks). Sessions 28-29's earlier checks all
-# passed in session 29 (bench/RESULTS.md "Session 29").
+# (docs/STATUS.md item 00000000). Session 30's: a dense FP8 cache at head tiles up to 64 now
+# takes wg3 by default (its tests, then its speed at D 64), the FP8 decode beside FlashInfer's
+# e4m3 paged decode (bench/decode.py's byte-view fix; carry .fi), and source-level stall samples
+# (tools/ncu_stalls.sh SOURCE=1: the report's SASS page as CSV, read on the dev machine) of the
+# FP8 cache's forward, the bf16 one and the FP8 backward's main kernel at D 128 (FIRST_NCU=0
+# skips them). Session 29's list all ran in session 30 (bench/RESULTS.md "Session 30").
 if [ "${FIRST:-0}" = 1 ]; then
-  # (the review commit 354efe6 reordered the default FP8-cache kernels' rescale and dropped a
-  # barrier from fwd_sm80's: the default FP8-cache tests on both forward templates first)
-  step first_fp8_kv_sm90a env ATTN_TEST_ONLY=fp8_kv "$B/tests/gpu/test_forward"
-  step first_fp8_kv_sm80 env ATTN_TEST_ONLY=fp8_kv "$B/tests/gpu/test_forward" "" sm_90
-  step first_fp8_kv_early env ATTN_SM90_VARIANT=kv8_early ATTN_TEST_ONLY=fp8_kv "$B/tests/gpu/test_forward"
-  step first_fp8_kv_wg3 env ATTN_SM90_VARIANT=wg3 ATTN_TEST_ONLY=fp8_kv "$B/tests/gpu/test_forward"
-  step first_sanitize_kv8 env L="$L/sanitize-kv8" CASES=cache TOOLS="racecheck synccheck" RING=0 \
-    bash tools/sanitize_device.sh "$B"
+  step first_fp8_kv env ATTN_TEST_ONLY=fp8_kv "$B/tests/gpu/test_forward"
   [ "${FIRST_FWD:-0}" = 1 ] && step first_forward "$B/tests/gpu/test_forward"
   if [ "${FIRST_BENCH:-1}" = 1 ]; then
-    step first_fp8_kv_bench python3 bench/fp8_kv.py --lib "$B/libattn.so" --out "$L"
-    step first_fp8_kv_early_bench env ATTN_SM90_VARIANT=kv8_early python3 bench/fp8_kv.py --dims 64,128,192 \
-      --lib "$B/libattn.so" --out "$L/kv8_early"
-    step first_fp8_kv_wg3_bench env ATTN_SM90_VARIANT=wg3 python3 bench/fp8_kv.py --dims 64 \
-      --lib "$B/libattn.so" --out "$L/kv8_wg3"
     step first_decode_fp8 python3 bench/decode.py --fp8 --quick --lib "$B/libattn.so" --out "$L"
+    step first_fp8_kv_bench python3 bench/fp8_kv.py --dims 64 --lib "$B/libattn.so" --out "$L"
+  fi
+  if [ "${FIRST_NCU:-1}" = 1 ]; then
+    # (launches 1-3 of attn_kv_fwd: the FP8 cache on fwd_sm90, on fwd_sm80, the bf16 cache)
+    mkdir -p "$L/ncu-kv" "$L/ncu-bwd"
+    step first_ncu_kv env OUT="$L/ncu-kv" SOURCE=1 bash tools/ncu_stalls.sh attn_kv_fwd 3 \
+      python3 bench/fp8_kv.py --dims 128 --seqs 8192 --lib "$B/libattn.so" --out /tmp
+    step first_ncu_bwd env OUT="$L/ncu-bwd" SOURCE=1 bash tools/ncu_stalls.sh bwd_main 1 \
+      python3 bench/fp8_backward.py --profile 128,4096 --modes fp8_mma --lib "$B/libattn.so" --out /tmp
+    rm -f "$L"/ncu-*/*.ncu-rep # (the CSVs hold what is read; the reports are large)
   fi
 fi
 # WG3=1: fwd_sm90's wg3 variant (three consumer warpgroups at head dims up to 64 and for FP8 P V

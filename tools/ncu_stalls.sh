@@ -18,10 +18,18 @@ log=${OUT:-/tmp}/ncu-stalls.log
 metrics="regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio"
 metrics+=",smsp__inst_executed.sum,smsp__issue_active.avg.pct_of_peak_sustained_active"
 sections=()
-[ "${SOURCE:-0}" = 1 ] && sections=(--section SourceCounters --section WarpStateStats)
+rep=${OUT:-/tmp}/ncu-stalls
+[ "${SOURCE:-0}" = 1 ] && sections=(--section SourceCounters --section WarpStateStats -f -o "$rep")
 "$NCU" --clock-control none -k "regex:$re" --launch-count "$count" --metrics "$metrics" \
   "${sections[@]}" "$@" >"$log" 2>&1
 rc=$?
+# With SOURCE=1 the report is kept, and its source page (every SASS instruction with its stall
+# samples, as CSV) goes beside the log: read it on the dev machine (which has no ncu), e.g.
+# sorted by the samples column, to find the instructions the warps wait at.
+if [ "${SOURCE:-0}" = 1 ] && [ -f "$rep.ncu-rep" ]; then
+  "$NCU" -i "$rep.ncu-rep" --page details >>"$log" 2>&1
+  "$NCU" -i "$rep.ncu-rep" --page source --csv --print-source sass >"${OUT:-/tmp}/ncu-source.csv" 2>&1
+fi
 # The kernels' lines and every reason above 0.05 warps an instruction, names shortened.
 grep -E "^  [a-zA-Z_0-9]+ \(|stalled|inst_executed|issue_active" "$log" |
   awk '/^  [a-zA-Z_0-9]+ \(/ || $NF + 0 > 0.05' |

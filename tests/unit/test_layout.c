@@ -121,7 +121,7 @@ Test(layout, head_dim_configs) {
       Sm90Config h;
       Sm80Config p;
       DecodeConfig dc;
-      cr_assert_eq(tmpl_sm90_config(k, v, 2, 2, false, true, 0, &h) == 0, ok, "sm90 %d %d", k, v);
+      cr_assert_eq(tmpl_sm90_config(k, v, 2, 2, false, true, false, 0, &h) == 0, ok, "sm90 %d %d", k, v);
       cr_assert_eq(tmpl_sm80_config(k, v, 2, 2, 90, &p) == 0, ok, "sm80 %d %d", k, v);
       cr_assert_eq(tmpl_decode_config(k, v, 2, 2, false, false, 4, &dc) == 0, ok, "decode %d %d",
                    k, v);
@@ -147,20 +147,20 @@ Test(layout, head_dim_configs) {
  * the variant f16_pv (5) keeps it in f16. */
 Test(layout, fwd90_fp8_configs) {
   Sm90Config h;
-  cr_assert_eq(tmpl_sm90_config(128, 128, 1, 1, true, true, 0, &h), 0);
+  cr_assert_eq(tmpl_sm90_config(128, 128, 1, 1, true, true, false, 0, &h), 0);
   cr_assert(h.fp8_pv && h.bn == 128);
   cr_assert_eq(h.smem_bytes, attn_fwd90_layout_of(128, 128, h.stages, 128, 128, 1).total);
-  cr_assert_eq(tmpl_sm90_config(256, 256, 1, 1, true, true, 0, &h), 0);
+  cr_assert_eq(tmpl_sm90_config(256, 256, 1, 1, true, true, false, 0, &h), 0);
   cr_assert(h.fp8_pv && h.bn == 64);
   cr_assert_leq(h.smem_bytes, 227 * 1024);
-  cr_assert_eq(tmpl_sm90_config(256, 256, 1, 1, true, true, 5, &h), 0);
+  cr_assert_eq(tmpl_sm90_config(256, 256, 1, 1, true, true, false, 5, &h), 0);
   cr_assert(!h.fp8_pv && h.bn == 80);
-  cr_assert_eq(tmpl_sm90_config(64, 64, 1, 1, false, true, 0, &h), 0);
+  cr_assert_eq(tmpl_sm90_config(64, 64, 1, 1, false, true, false, 0, &h), 0);
   cr_assert(!h.fp8_pv);
-  cr_assert_eq(tmpl_sm90_config(80, 80, 1, 1, false, true, 0, &h), 0);
-  cr_assert_eq(tmpl_sm90_config(72, 72, 1, 1, false, true, 0, &h), -1, "8-bit rows of whole 16 bytes");
+  cr_assert_eq(tmpl_sm90_config(80, 80, 1, 1, false, true, false, 0, &h), 0);
+  cr_assert_eq(tmpl_sm90_config(72, 72, 1, 1, false, true, false, 0, &h), -1, "8-bit rows of whole 16 bytes");
   for (int d = 16; d <= 256; d += 16)
-    cr_assert_eq(tmpl_sm90_config(d, d, 1, 1, true, true, 0, &h), 0, "D %d", d);
+    cr_assert_eq(tmpl_sm90_config(d, d, 1, 1, true, true, false, 0, &h), 0, "D %d", d);
 }
 
 /* An FP8 KV cache under a 16-bit q on fwd_sm90 (in_bytes 2, kv_bytes 1):
@@ -178,21 +178,24 @@ Test(layout, fwd90_kv8_configs) {
   cr_assert_eq(kv8.stage_bytes, plain.stage_bytes + 2 * 128 * 128);
   cr_assert_eq(kv8.nbars, plain.nbars + 2 * 2);
   cr_assert_eq(kv8.k8_bytes % 1024, 0, "TMA's 128-byte swizzle: 1024-byte tiles");
-  cr_assert_eq(tmpl_sm90_config(128, 128, 2, 1, false, true, 0, &h), 0);
+  cr_assert_eq(tmpl_sm90_config(128, 128, 2, 1, false, true, false, 0, &h), 0);
   cr_assert(h.bm == 128 && h.bn == 128 && h.stages == 2 && !h.fp8_pv);
   cr_assert_eq(h.smem_bytes, attn_fwd90_layout_of(128, 128, 2, 128, 128, ATTN_FWD90_KV8).total);
   cr_assert_leq(h.smem_bytes, 227 * 1024);
   for (int d = 16; d <= 192; d += 16)
-    cr_assert_eq(tmpl_sm90_config(d, d, 2, 1, false, true, 0, &h), 0, "D %d", d);
-  cr_assert_eq(tmpl_sm90_config(256, 256, 2, 1, false, true, 0, &h), -1, "D 256 does not fit");
-  cr_assert_eq(tmpl_sm90_config(72, 72, 2, 1, false, true, 0, &h), -1, "8-bit rows of whole 16 bytes");
-  cr_assert_eq(tmpl_sm90_config(128, 128, 1, 2, false, true, 0, &h), -1, "FP8 q over 16-bit k and v");
-  cr_assert_eq(tmpl_sm90_config(64, 64, 2, 1, false, false, 0, &h), 0);
+    cr_assert_eq(tmpl_sm90_config(d, d, 2, 1, false, true, false, 0, &h), 0, "D %d", d);
+  cr_assert_eq(tmpl_sm90_config(256, 256, 2, 1, false, true, false, 0, &h), -1, "D 256 does not fit");
+  cr_assert_eq(tmpl_sm90_config(72, 72, 2, 1, false, true, false, 0, &h), -1, "8-bit rows of whole 16 bytes");
+  cr_assert_eq(tmpl_sm90_config(128, 128, 1, 2, false, true, false, 0, &h), -1, "FP8 q over 16-bit k and v");
+  cr_assert_eq(tmpl_sm90_config(64, 64, 2, 1, false, false, false, 0, &h), 0);
+  cr_assert(h.bm == 192 && h.threads == 512, "by default wg3 with a dense FP8 cache, unmasked");
+  cr_assert_eq(h.smem_bytes, attn_fwd90_layout_of(192, h.bn, h.stages, 64, 64, ATTN_FWD90_KV8).total);
+  cr_assert_eq(tmpl_sm90_config(64, 64, 2, 1, false, false, true, 0, &h), 0);
   cr_assert(h.bm == 128 && h.threads == 384,
-            "by default no wg3 with an FP8 cache, even unmasked (its converters' addresses spill)");
+            "no wg3 with a paged FP8 cache by default (its converters' addresses spill)");
   cr_assert_eq(h.smem_bytes, attn_fwd90_layout_of(128, h.bn, h.stages, 64, 64, ATTN_FWD90_KV8).total);
-  cr_assert_eq(tmpl_sm90_config(64, 64, 2, 1, false, true, 6, &h), 0);
-  cr_assert(h.bm == 192 && h.threads == 512, "the wg3 variant takes it, to be measured");
+  cr_assert_eq(tmpl_sm90_config(64, 64, 2, 1, false, true, true, 6, &h), 0);
+  cr_assert(h.bm == 192 && h.threads == 512, "the wg3 variant takes it, masked and paged too");
   cr_assert_eq(h.smem_bytes, attn_fwd90_layout_of(192, h.bn, h.stages, 64, 64, ATTN_FWD90_KV8).total);
   cr_assert_leq(h.smem_bytes, 227 * 1024);
 }
@@ -209,15 +212,15 @@ Test(layout, fwd90_kv8_early_configs) {
   cr_assert_eq(e.nbars, kv8.nbars + 2 * 2);
   cr_assert_eq(e.slot_bytes, kv8.slot_bytes + 8 * 2);
   cr_assert_eq(tmpl_sm90_variant_index("kv8_early"), 7);
-  cr_assert_eq(tmpl_sm90_config(128, 128, 2, 1, false, true, 7, &h), 0);
+  cr_assert_eq(tmpl_sm90_config(128, 128, 2, 1, false, true, false, 7, &h), 0);
   cr_assert(h.kv8_early && h.bm == 128 && h.bn == 128 && h.stages == 2);
   cr_assert_eq(h.smem_bytes, e.total);
   cr_assert_leq(h.smem_bytes, 227 * 1024);
   for (int d = 16; d <= 192; d += 16)
-    cr_assert_eq(tmpl_sm90_config(d, d, 2, 1, false, true, 7, &h), 0, "D %d", d);
-  cr_assert_eq(tmpl_sm90_config(128, 128, 2, 2, false, true, 7, &h), 0);
+    cr_assert_eq(tmpl_sm90_config(d, d, 2, 1, false, true, false, 7, &h), 0, "D %d", d);
+  cr_assert_eq(tmpl_sm90_config(128, 128, 2, 2, false, true, false, 7, &h), 0);
   cr_assert(!h.kv8_early, "a 16-bit cache");
-  cr_assert_eq(tmpl_sm90_config(128, 128, 1, 1, true, true, 7, &h), 0);
+  cr_assert_eq(tmpl_sm90_config(128, 128, 1, 1, true, true, false, 7, &h), 0);
   cr_assert(!h.kv8_early, "FP8 q, k and v");
 }
 
@@ -233,44 +236,46 @@ Test(layout, fwd90_wg3_configs) {
   cr_assert_eq(tmpl_sm90_variant_index("nonesuch"), -1);
   cr_assert_eq(tmpl_sm90_variant_index(NULL), -1);
   for (int d = 8; d <= 64; d += 8) {
-    cr_assert_eq(tmpl_sm90_config(d, d, 2, 2, false, true, 6, &h), 0, "D %d", d);
+    cr_assert_eq(tmpl_sm90_config(d, d, 2, 2, false, true, false, 6, &h), 0, "D %d", d);
     cr_assert(h.bm == 192 && h.threads == 512 && h.persistent, "D %d", d);
     cr_assert_eq(h.smem_bytes, attn_fwd90_layout_of(192, h.bn, h.stages, 64, 64, 0).total);
-    cr_assert_eq(tmpl_sm90_config(d, d, 2, 2, false, true, 0, &h), 0);
+    cr_assert_eq(tmpl_sm90_config(d, d, 2, 2, false, true, false, 0, &h), 0);
     cr_assert(h.bm == 128 && h.threads == 384, "D %d masked, by default", d);
   }
-  cr_assert_eq(tmpl_sm90_config(64, 128, 2, 2, false, true, 6, &h), 0);
+  cr_assert_eq(tmpl_sm90_config(64, 128, 2, 2, false, true, false, 6, &h), 0);
   cr_assert(h.bm == 128 && h.threads == 384, "a head tile of 128 keeps two");
-  cr_assert_eq(tmpl_sm90_config(64, 64, 1, 1, true, true, 6, &h), 0);
+  cr_assert_eq(tmpl_sm90_config(64, 64, 1, 1, true, true, false, 6, &h), 0);
   cr_assert(h.bm == 192 && h.threads == 512 && h.fp8_pv, "FP8 at D 64 too");
   cr_assert_eq(h.smem_bytes, attn_fwd90_layout_of(192, h.bn, h.stages, 128, 64, 1).total);
-  cr_assert_eq(tmpl_sm90_config(128, 128, 1, 1, true, true, 6, &h), 0);
+  cr_assert_eq(tmpl_sm90_config(128, 128, 1, 1, true, true, false, 6, &h), 0);
   cr_assert(h.bm == 192 && h.threads == 512 && h.bn == 64 && h.fp8_pv, "FP8 P V at D 128: BN 64");
   cr_assert_leq(h.smem_bytes, 227 * 1024);
-  cr_assert_eq(tmpl_sm90_config(128, 128, 1, 1, false, true, 6, &h), 0);
+  cr_assert_eq(tmpl_sm90_config(128, 128, 1, 1, false, true, false, 6, &h), 0);
   cr_assert(h.bm == 128 && h.threads == 384, "FP8 with P in 16 bits at D 128 keeps two");
-  cr_assert_eq(tmpl_sm90_config(256, 256, 1, 1, true, true, 6, &h), 0);
+  cr_assert_eq(tmpl_sm90_config(256, 256, 1, 1, true, true, false, 6, &h), 0);
   cr_assert(h.bm == 128, "D 256 keeps two");
 }
 
 /* The default (auto) takes three warpgroups at head tiles up to 64 in
  * graphs without a mask (measured faster at every S there), two in masked
  * ones (a causal mask lost at S 1k), never for FP8 P V at 128 (slower) nor
- * for an FP8 KV cache under a 16-bit q (its converters spilled). */
+ * for a paged FP8 KV cache under a 16-bit q (its converters spill). */
 Test(layout, fwd90_wg3_default) {
   Sm90Config h;
   for (int d = 8; d <= 64; d += 8) {
-    cr_assert_eq(tmpl_sm90_config(d, d, 2, 2, false, false, 0, &h), 0, "D %d", d);
+    cr_assert_eq(tmpl_sm90_config(d, d, 2, 2, false, false, false, 0, &h), 0, "D %d", d);
     cr_assert(h.bm == 192 && h.threads == 512, "D %d unmasked", d);
-    cr_assert_eq(tmpl_sm90_config(d, d, 2, 2, false, true, 0, &h), 0, "D %d", d);
+    cr_assert_eq(tmpl_sm90_config(d, d, 2, 2, false, true, false, 0, &h), 0, "D %d", d);
     cr_assert(h.bm == 128, "D %d masked", d);
   }
-  cr_assert_eq(tmpl_sm90_config(64, 64, 1, 1, true, false, 0, &h), 0);
+  cr_assert_eq(tmpl_sm90_config(64, 64, 1, 1, true, false, false, 0, &h), 0);
   cr_assert(h.bm == 192 && h.fp8_pv, "FP8 at D 64");
-  cr_assert_eq(tmpl_sm90_config(128, 128, 1, 1, true, false, 0, &h), 0);
+  cr_assert_eq(tmpl_sm90_config(128, 128, 1, 1, true, false, false, 0, &h), 0);
   cr_assert(h.bm == 128 && h.bn == 128, "FP8 P V at D 128 keeps two");
-  cr_assert_eq(tmpl_sm90_config(64, 64, 2, 1, false, false, 0, &h), 0);
-  cr_assert(h.bm == 128, "an FP8 KV cache keeps two");
-  cr_assert_eq(tmpl_sm90_config(64, 64, 2, 2, false, false, 1, &h), 0);
+  cr_assert_eq(tmpl_sm90_config(64, 64, 2, 1, false, false, false, 0, &h), 0);
+  cr_assert(h.bm == 192, "a dense FP8 KV cache takes three");
+  cr_assert_eq(tmpl_sm90_config(64, 64, 2, 1, false, false, true, 0, &h), 0);
+  cr_assert(h.bm == 128, "a paged FP8 KV cache keeps two");
+  cr_assert_eq(tmpl_sm90_config(64, 64, 2, 2, false, false, false, 1, &h), 0);
   cr_assert(h.bm == 128, "the base variant keeps two");
 }
