@@ -77,20 +77,19 @@ if [ -f .fi/site_fi.tar.xz ]; then
 fi
 if [ "${TESTS:-1}" = 1 ]; then
 # FIRST=1: the quick checks of what changed last without a GPU, before everything else
-# (docs/STATUS.md item 00000000). Session 30's: a dense FP8 cache at head tiles up to 64 now
-# takes wg3 by default (its tests, then its speed at D 64), the FP8 decode beside FlashInfer's
-# e4m3 paged decode (bench/decode.py's byte-view fix; carry .fi), and source-level stall samples
+# (docs/STATUS.md item 00000000). Session 30's: fwd_sm90's converters with four loads in flight
+# a thread (two under wg3), under the FP8-cache tests and test_fp8 (FP8 V is widened by the same
+# function), then the FP8 cache's speed (bench/fp8_kv.py); then source-level stall samples
 # (tools/ncu_stalls.sh SOURCE=1: the report's SASS page as CSV, read on the dev machine) of the
-# FP8 cache's forward, the bf16 one and the FP8 backward's main kernel at D 128 (FIRST_NCU=0
-# skips them). Session 29's list all ran in session 30 (bench/RESULTS.md "Session 30").
+# FP8 cache's forward, the bf16 one and the FP8 backward's main kernel at D 128 (FIRST_NCU=1).
 if [ "${FIRST:-0}" = 1 ]; then
   step first_fp8_kv env ATTN_TEST_ONLY=fp8_kv "$B/tests/gpu/test_forward"
+  step first_fp8 "$B/tests/gpu/test_fp8"
   [ "${FIRST_FWD:-0}" = 1 ] && step first_forward "$B/tests/gpu/test_forward"
   if [ "${FIRST_BENCH:-1}" = 1 ]; then
-    step first_decode_fp8 python3 bench/decode.py --fp8 --quick --lib "$B/libattn.so" --out "$L"
-    step first_fp8_kv_bench python3 bench/fp8_kv.py --dims 64 --lib "$B/libattn.so" --out "$L"
+    step first_fp8_kv_bench python3 bench/fp8_kv.py --lib "$B/libattn.so" --out "$L"
   fi
-  if [ "${FIRST_NCU:-1}" = 1 ]; then
+  if [ "${FIRST_NCU:-0}" = 1 ]; then
     # (launches 1-3 of attn_kv_fwd: the FP8 cache on fwd_sm90, on fwd_sm80, the bf16 cache)
     mkdir -p "$L/ncu-kv" "$L/ncu-bwd"
     step first_ncu_kv env OUT="$L/ncu-kv" SOURCE=1 bash tools/ncu_stalls.sh attn_kv_fwd 3 \
