@@ -81,7 +81,7 @@ if [ "${TESTS:-1}" = 1 ]; then
 # a thread (two under wg3), under the FP8-cache tests and test_fp8 (FP8 V is widened by the same
 # function), the FP8 backward's tensor-core mode with its stats loaded before the GEMM wait
 # (test_backward's sm90f8 pass), then the speed of both (bench/fp8_kv.py, bench/fp8_backward.py
-# at D 128); then source-level stall samples
+# at D 128) and of the FP8 paged decode at two stages (bench/decode.py --fp8); then source-level stall samples
 # (tools/ncu_stalls.sh SOURCE=1: the report's SASS page as CSV, read on the dev machine) of the
 # FP8 cache's forward, the bf16 one and the FP8 backward's main kernel at D 128 (FIRST_NCU=1).
 if [ "${FIRST:-0}" = 1 ]; then
@@ -93,6 +93,8 @@ if [ "${FIRST:-0}" = 1 ]; then
   if [ "${FIRST_BENCH:-1}" = 1 ]; then
     step first_fp8_kv_bench python3 bench/fp8_kv.py --lib "$B/libattn.so" --out "$L"
     step first_fp8_bwd_bench python3 bench/fp8_backward.py --dims 128 --lib "$B/libattn.so" --out "$L"
+    # (an 8-bit paged cache's decode now runs three CTAs an SM at D 128: two stages)
+    step first_decode_fp8 python3 bench/decode.py --fp8 --quick --lib "$B/libattn.so" --out "$L"
   fi
   if [ "${FIRST_NCU:-0}" = 1 ]; then
     # (launches 1-3 of attn_kv_fwd: the FP8 cache on fwd_sm90, on fwd_sm80, the bf16 cache)

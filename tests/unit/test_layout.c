@@ -139,6 +139,11 @@ Test(layout, head_dim_configs) {
       const bool ok8 = ok && k % 16 == 0 && v % 16 == 0 && k > 64 && v > 64;
       cr_assert_eq(tmpl_decode_config(k, v, 2, 1, false, false, 4, &dc) == 0, ok8,
                    "decode8 %d %d", k, v);
+      /* an 8-bit paged cache: three CTAs an SM at D 128 too (its 16-bit tile counted in) */
+      cr_assert_eq(tmpl_decode_config(k, v, 2, 1, false, true, 4, &pc) == 0, ok8,
+                   "paged8 %d %d", k, v);
+      if (ok8) cr_assert_leq(pc.stages, dc.stages);
+      if (k == 128 && v == 128) cr_assert(pc.stages == 2 && pc.ctas_per_sm == 3 && dc.stages == 4);
     }
 }
 
