@@ -1299,25 +1299,6 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
       /* Whether dRaw may run only where P is not 0 (it touches memory, or
        * its factor of the raw score could be infinite where P is 0). */
       constexpr bool guard = attn_bwd_draw_guarded || attn_bwd_draw_reads_acc;
-#if defined(ATTN_BWD_FP8_MMA)
-      /* The queries' stats (il = qo + 8c + 2t4 + x: column block c's pairs,
-       * stat_pair), loaded while the GEMMs run: loaded after the wait, the
-       * first P's FFMA waited for them (ncu source counters, session 30:
-       * about 6% of the main kernel's stall samples there and at dS's).
-       * delta2 in pass 2 (split), before its wait: loaded here too it
-       * spilled. */
-      float2 lse2[bwd90_qn / 8], delta2[bwd90_qn / 8];
-      auto load_delta2 = [&] {
-#pragma unroll
-        for (int c = 0; c < bwd90_qn / 8; ++c)
-          delta2[c] = stat_pair(qo, c, 1);
-      };
-#pragma unroll
-      for (int c = 0; c < bwd90_qn / 8; ++c)
-        lse2[c] = stat_pair(qo, c, 0);
-      if constexpr (!split)
-        load_delta2();
-#endif
       if constexpr (split)
         attn_wgmma_wait<1>();
       else
@@ -1364,8 +1345,19 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
         if constexpr (masked)
           keep = cls != 2 ? bwd90_keep_bits<true>(b, h, i0 + qo, j0 + jl_row, t4, p)
                           : bwd90_keep_bits<false>(b, h, i0 + qo, j0 + jl_row, t4, p);
-        /* Query il's stats, il = qo + 8c + 2t4 + x (FP8 mode: lse2 and
-         * delta2, loaded before the wait). */
+        /* Query il's stats, il = qo + 8c + 2t4 + x (FP8 mode: column block
+         * c's pairs, stat_pair, loaded first). Loaded before the GEMM wait
+         * instead (ncu put ~6% of the stall samples at the FFMAs waiting
+         * for them) they measured 0-4% slower (H100, session 30). */
+#if defined(ATTN_BWD_FP8_MMA)
+        float2 lse2[bwd90_qn / 8], delta2[bwd90_qn / 8];
+#pragma unroll
+        for (int c = 0; c < bwd90_qn / 8; ++c) {
+          lse2[c] = stat_pair(qo, c, 0);
+          if constexpr (!split)
+            delta2[c] = stat_pair(qo, c, 1);
+        }
+#endif
 #pragma unroll
         for (int mq = 0; mq < bwd90_qn / 16; ++mq) {
 #pragma unroll
@@ -1472,13 +1464,16 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
 
       if constexpr (split) {
         /* Pass 2: dP^T (the older group) has landed; dp becomes dRaw^T. */
-#if defined(ATTN_BWD_FP8_MMA)
-        load_delta2();
-#endif
         attn_wgmma_wait<1>();
 #pragma unroll
         for (int r = 0; r < bwd90_qn / 2; ++r)
           attn_fence_reg(dp[r]);
+#if defined(ATTN_BWD_FP8_MMA)
+        float2 delta2[bwd90_qn / 8];
+#pragma unroll
+        for (int c = 0; c < bwd90_qn / 8; ++c)
+          delta2[c] = stat_pair(qo, c, 1);
+#endif
 #pragma unroll
         for (int r = 0; r < bwd90_qn / 2; ++r) {
           /* Fragment r >> 2, element r & 3 (as in pass 1): column block c. */

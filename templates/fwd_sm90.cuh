@@ -553,32 +553,34 @@ static __device__ __forceinline__ void fwd90_convert(unsigned v8, unsigned v16, 
   /* Thread ct's chunks are ct + 96 i: as a row holds D / 16 chunks (4, 8,
    * 12 or 16, each dividing 96) they are one column cc of rows r0 + STEP i.
    * The swizzle's r & 7 then repeats every PERIOD rows' steps, so the
-   * addresses of a GROUP of consecutive chunks (a multiple of PERIOD) are
-   * set once and each later group is theirs plus GROUP * STEP rows: no
+   * addresses of a GROUP of consecutive chunks (PERIOD, at least 2) are set
+   * once and each later group is theirs plus GROUP * STEP rows: no
    * per-chunk index arithmetic (35 instructions a chunk with it at D 128,
-   * session 29's SASS). Chunks go four at a time, the four loads first:
-   * the shared-memory accesses are volatile asm, kept in program order,
-   * and the converters are bound by the loads' latency, not by issue
-   * (ncu source counters, session 30: the first cvt after the loads held
-   * most of their stall samples with two in flight, and the consumers
-   * waited for converted K tiles). A chunk's two 16-byte halves differ in
-   * address bit 4 only (the 16-bit tile is 1024-byte aligned and the
-   * swizzle XORs an even column with r & 7), so one address a chunk. */
+   * session 29's SASS). Chunks go two at a time, both loads first: the
+   * shared-memory accesses are volatile asm, kept in program order, so
+   * load, convert, store chunk by chunk left one load in flight a thread
+   * (ncu: the converters' short-scoreboard stalls, session 29). Four in
+   * flight (one address a chunk: its halves differ in bit 4) measured no
+   * faster, D 128-192 1-3% slower (H100, session 30): the loads' latency
+   * is the shared pipe's queue behind the consumers' wgmma reads, which
+   * more loads in flight only lengthen. */
   constexpr int row_chunks = D / 16;
   static_assert(96 % row_chunks == 0, "a row's chunks divide the 96 converter threads");
   constexpr int step = 96 / row_chunks;
   constexpr int period = step % 8 == 0 ? 1 : step % 4 == 0 ? 2 : step % 2 == 0 ? 4 : 8;
-  constexpr int inflight = fwd90_producer_regs >= 40 ? 4 : 2; /* (wg3's 32 registers: two) */
-  constexpr int group = period < inflight ? inflight : period;
+  constexpr int group = period < 2 ? 2 : period;
   const int cc = ct % row_chunks, r0 = ct / row_chunks;
-  unsigned src[group], dst[group];
+  unsigned src[group], dst[group][2];
 #pragma unroll
   for (int j = 0; j < group; ++j) {
     const int r = r0 + j * step;
     src[j] = v8 + (cc >> 3) * fwd90_bn * 128 + r * 128 + (((cc & 7) ^ (r & 7)) << 4);
-    dst[j] = v16 + (cc >> 2) * fwd90_bn * 128 + r * 128 + (((2 * (cc & 3)) ^ (r & 7)) << 4);
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+      dst[j][half] = v16 + (cc >> 2) * fwd90_bn * 128 + r * 128 +
+                     (((2 * (cc & 3) + half) ^ (r & 7)) << 4);
   }
-  auto widen = [&](const unsigned (&x)[4], unsigned d0) {
+  auto widen = [&](const unsigned (&x)[4], unsigned d0, unsigned d1) {
     unsigned y[8];
 #pragma unroll
     for (int w = 0; w < 4; ++w) {
@@ -592,26 +594,25 @@ static __device__ __forceinline__ void fwd90_convert(unsigned v8, unsigned v16, 
       }
     }
     attn_sts128(d0, y[0], y[1], y[2], y[3]);
-    attn_sts128(d0 ^ 16u, y[4], y[5], y[6], y[7]);
+    attn_sts128(d1, y[4], y[5], y[6], y[7]);
   };
 #pragma unroll 1
   for (int rb = r0, off = 0; rb < fwd90_bn; rb += group * step, off += group * step * 128) {
 #pragma unroll
-    for (int j = 0; j < group; j += inflight) {
+    for (int j = 0; j < group; j += 2) {
       /* (chunk 0 of a group is in the tile by the loop's test; a later one
        * where its row is) */
-      bool has[inflight];
-      unsigned x[inflight][4];
-#pragma unroll
-      for (int c = 0; c < inflight; ++c) {
-        has[c] = j + c == 0 || rb + (j + c) * step < fwd90_bn;
-        if (has[c])
-          attn_lds128(src[j + c] + off, x[c]);
-      }
-#pragma unroll
-      for (int c = 0; c < inflight; ++c)
-        if (has[c])
-          widen(x[c], dst[j + c] + off);
+      const bool has0 = j == 0 || rb + j * step < fwd90_bn;
+      const bool has1 = rb + (j + 1) * step < fwd90_bn;
+      unsigned x0[4], x1[4];
+      if (has0)
+        attn_lds128(src[j] + off, x0);
+      if (has1)
+        attn_lds128(src[j + 1] + off, x1);
+      if (has0)
+        widen(x0, dst[j][0] + off, dst[j][1] + off);
+      if (has1)
+        widen(x1, dst[j + 1][0] + off, dst[j + 1][1] + off);
     }
   }
 }

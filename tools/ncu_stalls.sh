@@ -25,7 +25,7 @@ rep=${OUT:-/tmp}/ncu-stalls
 rc=$?
 # With SOURCE=1 the report is kept, and its source page (every SASS instruction with its stall
 # samples, as CSV) goes beside the log: read it on the dev machine (which has no ncu), e.g.
-# sorted by the samples column, to find the instructions the warps wait at.
+# with tools/ncu_source_top.py, to find the instructions the warps wait at.
 if [ "${SOURCE:-0}" = 1 ] && [ -f "$rep.ncu-rep" ]; then
   "$NCU" -i "$rep.ncu-rep" --page details >>"$log" 2>&1
   "$NCU" -i "$rep.ncu-rep" --page source --csv --print-source sass >"${OUT:-/tmp}/ncu-source.csv" 2>&1

@@ -120,12 +120,6 @@ constexpr bool fwd90_kv8 = KV8 != 0;
 constexpr bool fwd90_in_bf16 = BF16 != 0;
 constexpr int fwd90_bn = ATTN_BN;
 constexpr int fwd90_dv = DV;
-// The producer warpgroup's registers: 40 beside two consumer warpgroups (four chunks in flight
-// a converter thread), 32 beside wg3's three (two).
-#ifndef PRODUCER_REGS
-#define PRODUCER_REGS 40
-#endif
-constexpr int fwd90_producer_regs = PRODUCER_REGS;
 #include V_TEXT
 
 // Shared-memory instructions and wavefronts of the accesses noted since
