@@ -77,23 +77,18 @@ if [ -f .fi/site_fi.tar.xz ]; then
 fi
 if [ "${TESTS:-1}" = 1 ]; then
 # FIRST=1: the quick checks of what changed last without a GPU, before everything else
-# (docs/STATUS.md item 00000000). Session 30's: fwd_sm90's converters with four loads in flight
-# a thread (two under wg3), under the FP8-cache tests and test_fp8 (FP8 V is widened by the same
-# function), the FP8 backward's tensor-core mode with its stats loaded before the GEMM wait
-# (test_backward's sm90f8 pass), then the speed of both (bench/fp8_kv.py, bench/fp8_backward.py
-# at D 128) and of the FP8 paged decode at two stages (bench/decode.py --fp8); then source-level stall samples
-# (tools/ncu_stalls.sh SOURCE=1: the report's SASS page as CSV, read on the dev machine) of the
-# FP8 cache's forward, the bf16 one and the FP8 backward's main kernel at D 128 (FIRST_NCU=1).
+# (docs/STATUS.md item 000000000). After session 30: the FP8 widening's rate
+# (tools/f2fp_rate.cu, built on the dev machine into $B/tools: carry it), then test_head_dims
+# whole (cut short in session 30), then the paged FP8 decode beside FlashInfer's (carry .fi).
+# FIRST_NCU=1 adds source-level stall samples (tools/ncu_stalls.sh SOURCE=1: the report's SASS
+# page as CSV, read on the dev machine with tools/ncu_source_top.py) of the FP8 cache's forward,
+# the bf16 one and the FP8 backward's main kernel at D 128. Session 30's own checks all ran
+# (bench/RESULTS.md "Session 30").
 if [ "${FIRST:-0}" = 1 ]; then
-  step first_fp8_kv env ATTN_TEST_ONLY=fp8_kv "$B/tests/gpu/test_forward"
-  step first_fp8 timeout 150 "$B/tests/gpu/test_fp8"
-  # (the FP8 backward's tensor-core mode loads its rows' stats before the GEMM wait)
-  step first_fp8_bwd env ATTN_BWD_TEMPLATE=sm90f8 timeout 150 "$B/tests/gpu/test_backward"
+  [ -x "$B/tools/f2fp_rate" ] && step first_f2fp_rate "$B/tools/f2fp_rate"
+  step first_head_dims "$B/tests/gpu/test_head_dims"
   [ "${FIRST_FWD:-0}" = 1 ] && step first_forward "$B/tests/gpu/test_forward"
   if [ "${FIRST_BENCH:-1}" = 1 ]; then
-    step first_fp8_kv_bench python3 bench/fp8_kv.py --lib "$B/libattn.so" --out "$L"
-    step first_fp8_bwd_bench python3 bench/fp8_backward.py --dims 128 --lib "$B/libattn.so" --out "$L"
-    # (an 8-bit paged cache's decode now runs three CTAs an SM at D 128: two stages)
     step first_decode_fp8 python3 bench/decode.py --fp8 --quick --lib "$B/libattn.so" --out "$L"
   fi
   if [ "${FIRST_NCU:-0}" = 1 ]; then
