@@ -6,8 +6,9 @@
 //           into bit 15 (the e4m3 value times 2^-8, exact, subnormals too; checked against cvt
 //           for every byte before timing)
 //   smem    what a converter thread does per 16-byte chunk: ld.shared.v4, eight cvt,
-//           two st.shared.v4, at 3 warps a CTA (fwd_sm90's converters) and at 12
-// and the same smem loop with the integer widening. One CTA an SM, every SM; clock64 around
+//           two st.shared.v4, at 3 warps a CTA (fwd_sm90's converters), 4 and 12; two chunks
+//           in flight a thread (fwd90_convert), four, and two with the next two loaded first
+// and the smem loop with the integer widening. One CTA an SM, every SM; clock64 around
 // each loop. Build: nvcc -O3 -arch=sm_90a -o f2fp_rate tools/f2fp_rate.cu (the device machine
 // needs only the driver). No GPU here: run it there.
 #include <cstdio>
@@ -86,8 +87,10 @@ __global__ void reg_loop(unsigned seed, int n, unsigned *sink, long long *cycles
 }
 
 // The converters' loop: 16-byte chunks from an 8-bit tile to a 16-bit one in shared memory,
-// rows of 128 bytes (8-bit) and 2 x 128 (16-bit), the 128-byte swizzle both sides.
-template <bool INT>
+// rows of 128 bytes (8-bit) and 2 x 128 (16-bit), the 128-byte swizzle both sides. INFLIGHT
+// chunks a thread are loaded before any is converted (fwd90_convert: 2); PIPE loads the next
+// INFLIGHT chunks before converting the current ones (registers for twice as many).
+template <bool INT, int INFLIGHT, bool PIPE>
 __global__ void smem_loop(int n, unsigned *sink, long long *cycles) {
   extern __shared__ __align__(1024) unsigned char sm[];
   const unsigned base = (unsigned)__cvta_generic_to_shared(sm);
@@ -96,38 +99,55 @@ __global__ void smem_loop(int n, unsigned *sink, long long *cycles) {
     reinterpret_cast<unsigned *>(sm)[i] = 0x3c3c3c3cu * (unsigned)(i + 1);
   __syncthreads();
   const int t = threadIdx.x, nt = blockDim.x;
+  auto load = [&](int c, unsigned (&x)[4]) {
+    const int r = c >> 3, k = c & 7;
+    if (c < 1024)
+      asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                   : "=r"(x[0]), "=r"(x[1]), "=r"(x[2]), "=r"(x[3])
+                   : "r"(s8 + r * 128 + ((k ^ (r & 7)) << 4)));
+  };
+  auto put = [&](const unsigned (&x)[4], int c) {
+    if (c >= 1024) return;
+    const int r = c >> 3, k = c & 7;
+    unsigned y[8];
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      if (INT)
+        widen_int(x[w], y[2 * w], y[2 * w + 1]);
+      else
+        widen_cvt(x[w], y[2 * w], y[2 * w + 1]);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const unsigned at = s16 + (k >> 2) * 16384 + r * 128 + (((2 * (k & 3) + h) ^ (r & 7)) << 4);
+      asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};\n" ::"r"(at), "r"(y[4 * h]),
+                   "r"(y[4 * h + 1]), "r"(y[4 * h + 2]), "r"(y[4 * h + 3])
+                   : "memory");
+    }
+  };
   const long long t0 = clock64();
   for (int it = 0; it < n; ++it) {
-    for (int c = t; c < 1024; c += 2 * nt) { // two chunks in flight, as fwd90_convert
-      const int c1 = c + nt;
-      unsigned x0[4], x1[4] = {0, 0, 0, 0};
-      const int r0 = c >> 3, k0 = c & 7, r1 = c1 >> 3, k1 = c1 & 7;
-      asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-                   : "=r"(x0[0]), "=r"(x0[1]), "=r"(x0[2]), "=r"(x0[3])
-                   : "r"(s8 + r0 * 128 + ((k0 ^ (r0 & 7)) << 4)));
-      if (c1 < 1024)
-        asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-                     : "=r"(x1[0]), "=r"(x1[1]), "=r"(x1[2]), "=r"(x1[3])
-                     : "r"(s8 + r1 * 128 + ((k1 ^ (r1 & 7)) << 4)));
-      auto put = [&](const unsigned (&x)[4], int r, int k) {
-        unsigned y[8];
+    unsigned x[INFLIGHT][4], nx[INFLIGHT][4];
+    if (PIPE) {
 #pragma unroll
-        for (int w = 0; w < 4; ++w) {
-          if (INT)
-            widen_int(x[w], y[2 * w], y[2 * w + 1]);
-          else
-            widen_cvt(x[w], y[2 * w], y[2 * w + 1]);
-        }
+      for (int j = 0; j < INFLIGHT; ++j) load(t + j * nt, x[j]);
+    }
+    for (int c = t; c < 1024; c += INFLIGHT * nt) {
+      if (PIPE) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const unsigned at = s16 + (k >> 2) * 16384 + r * 128 + (((2 * (k & 3) + h) ^ (r & 7)) << 4);
-          asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};\n" ::"r"(at), "r"(y[4 * h]),
-                       "r"(y[4 * h + 1]), "r"(y[4 * h + 2]), "r"(y[4 * h + 3])
-                       : "memory");
-        }
-      };
-      put(x0, r0, k0);
-      if (c1 < 1024) put(x1, r1, k1);
+        for (int j = 0; j < INFLIGHT; ++j) load(c + (INFLIGHT + j) * nt, nx[j]);
+      } else {
+#pragma unroll
+        for (int j = 0; j < INFLIGHT; ++j) load(c + j * nt, x[j]);
+      }
+#pragma unroll
+      for (int j = 0; j < INFLIGHT; ++j) put(x[j], c + j * nt);
+      if (PIPE) {
+#pragma unroll
+        for (int j = 0; j < INFLIGHT; ++j)
+#pragma unroll
+          for (int w = 0; w < 4; ++w) x[j][w] = nx[j][w];
+      }
     }
   }
   __syncthreads();
@@ -136,6 +156,23 @@ __global__ void smem_loop(int n, unsigned *sink, long long *cycles) {
     cycles[blockIdx.x] = t1 - t0;
     if (sm[16384 + 5] == 0x77) sink[0] = 1;
   }
+}
+
+template <bool INT, int INFLIGHT, bool PIPE>
+static void time_smem(int sms, int threads, unsigned *sink, long long *d_cyc) {
+  const int smem = 16384 + 32768, m = 512;
+  CHECK(cudaFuncSetAttribute(smem_loop<INT, INFLIGHT, PIPE>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  smem_loop<INT, INFLIGHT, PIPE><<<sms, threads, smem>>>(m, sink, d_cyc);
+  CHECK(cudaDeviceSynchronize());
+  long long cyc[1024];
+  CHECK(cudaMemcpy(cyc, d_cyc, sms * sizeof(long long), cudaMemcpyDeviceToHost));
+  long long c = 0;
+  for (int i = 0; i < sms; ++i) c = cyc[i] > c ? cyc[i] : c;
+  printf("smem tile %-4s %d in flight%s %4d threads/SM: %6.1f f16 values / SM / clock (%.0f clocks "
+         "a 16 KB tile)\n",
+         INT ? "int" : "cvt", INFLIGHT, PIPE ? " +next" : "      ", threads,
+         16384.0 * m / (double)c, (double)c / m);
 }
 
 static long long max_of(const long long *v, int n) {
@@ -186,23 +223,11 @@ int main() {
              threads, values / (double)max_of(cyc, sms));
     }
   }
-  const int smem = 16384 + 32768;
-  CHECK(cudaFuncSetAttribute(smem_loop<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  CHECK(cudaFuncSetAttribute(smem_loop<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  for (int threads : {96, 384}) {
-    for (int mode = 0; mode < 2; ++mode) {
-      const int m = 512;
-      if (mode)
-        smem_loop<true><<<sms, threads, smem>>>(m, sink, d_cyc);
-      else
-        smem_loop<false><<<sms, threads, smem>>>(m, sink, d_cyc);
-      CHECK(cudaDeviceSynchronize());
-      CHECK(cudaMemcpy(cyc, d_cyc, sms * sizeof(long long), cudaMemcpyDeviceToHost));
-      const double values = 16384.0 * m; // a 128 x 128 8-bit tile a round
-      const double c = (double)max_of(cyc, sms);
-      printf("smem tile %-4s %4d threads/SM: %6.1f f16 values / SM / clock (%.0f clocks a 16 KB tile)\n",
-             mode ? "int" : "cvt", threads, values / c, c / m);
-    }
+  for (int threads : {96, 128, 384}) {
+    time_smem<false, 2, false>(sms, threads, sink, d_cyc);
+    time_smem<false, 4, false>(sms, threads, sink, d_cyc);
+    time_smem<false, 2, true>(sms, threads, sink, d_cyc);
+    time_smem<true, 2, false>(sms, threads, sink, d_cyc);
   }
   return 0;
 }
