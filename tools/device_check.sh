@@ -85,6 +85,8 @@ if [ "${TESTS:-1}" = 1 ]; then
 # the bf16 one and the FP8 backward's main kernel at D 128. Session 30's own checks all ran
 # (bench/RESULTS.md "Session 30").
 if [ "${FIRST:-0}" = 1 ]; then
+  # (the paged set: session 30's two-stage paged FP8 decode was checked only by the decode bench)
+  step first_paged env ATTN_TEST_ONLY=paged "$B/tests/gpu/test_forward"
   [ -x "$B/tools/f2fp_rate" ] && step first_f2fp_rate "$B/tools/f2fp_rate"
   step first_head_dims "$B/tests/gpu/test_head_dims"
   [ "${FIRST_FWD:-0}" = 1 ] && step first_forward "$B/tests/gpu/test_forward"
