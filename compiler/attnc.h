@@ -747,9 +747,13 @@ int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool fp8_p, 
                      bool paged, int variant, Sm90Config *out);
 /* The variants (ATTN_OPTION_SM90_VARIANT takes 0 .. SM90_NVARIANTS - 1),
  * and a variant's number for its name (auto, base, persist, bn80,
- * persist_bn80, f16_pv, wg3, kv8_early), or -1. */
-#define SM90_NVARIANTS 8
+ * persist_bn80, f16_pv, wg3, kv8_early, kv_copy), or -1. */
+#define SM90_NVARIANTS 9
 int tmpl_sm90_variant_index(const char *name);
+/* Whether the variant widens a dense FP8 KV cache under a 16-bit q into a
+ * 16-bit workspace copy before the forward (kv_copy), which then reads the
+ * copy as a 16-bit graph's K and V would. */
+bool tmpl_sm90_variant_kv_copy(int variant);
 
 /* ---------------------------------------------------------- tmpl_decode.c */
 
@@ -759,6 +763,10 @@ int tmpl_sm90_variant_index(const char *name);
  * one K/V head, (H / Hk) * Sq, are at most DECODE_MAX_ROWS. */
 #define DECODE_MAX_ROWS 64
 #define DECODE_MERGE_THREADS 128 /* the merge kernel's CTA, one per row (decode.cuh) */
+/* The kv_copy variant's widen_kv step (fwd_sm90.cuh, attn_fwd90_widen_kv):
+ * a CTA of this many threads widens this many rows of one (b, hk)'s k and v. */
+#define FWD_WIDEN_THREADS 128
+#define FWD_WIDEN_ROWS 64
 #define DECODE_MAX_SPLITS 128    /* the merge's limit (decode.cuh, dec_max_splits) */
 typedef struct DecodeConfig {
   bool on;        /* the graph has a decode kernel */
@@ -794,6 +802,11 @@ typedef struct FwdConfig {
                        CTA per SM (any grid is correct) */
   bool fp8_pv;      /* fwd_sm90 ATTN_FP8_PV: both products in FP8 */
   bool kv8_early;   /* fwd_sm90 ATTN_KV8_EARLY (the kv8_early variant) */
+  /* The kv_copy variant (ATTN_KV_COPY): the plan's widen_kv step writes
+   * 16-bit copies of an FP8 k and v into workspace slots copy_k and copy_v
+   * (after the decode's two), and the forward reads those. */
+  bool kv_copy;
+  int copy_k, copy_v;
   DecodeConfig decode; /* the split-KV decode kernel the plan may run instead */
 } FwdConfig;
 
@@ -807,7 +820,7 @@ typedef struct CompileOptions {
                         90, and bwd_sm90's FP8 tensor-core mode where it applies */
   int sm90_variant;  /* fwd_sm90's variant (tmpl_sm90.c): 0 auto, 1 base,
                         2 persist, 3 bn80, 4 persist_bn80, 5 f16_pv, 6 wg3,
-                        7 kv8_early */
+                        7 kv8_early, 8 kv_copy */
 } CompileOptions;
 
 /* 0 and fills c, or -1 with a located error naming the head dims and the

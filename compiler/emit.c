@@ -519,6 +519,13 @@ static void emit_graph(StrBuf *out, const GraphCompile *gc, EmitPart part, bool 
     if (c->persistent) macro_def(out, &ms, a, "ATTN_PERSISTENT", 1);
     if (c->fp8_pv) macro_def(out, &ms, a, "ATTN_FP8_PV", 1);
     if (c->kv8_early) macro_def(out, &ms, a, "ATTN_KV8_EARLY", 1);
+    if (c->kv_copy) { /* the forward reads 16-bit copies of the FP8 k and v (plan.c, widen_kv) */
+      macro_def(out, &ms, a, "ATTN_KV_COPY", 1);
+      macro_def(out, &ms, a, "ATTN_TK16", c->copy_k);
+      macro_def(out, &ms, a, "ATTN_TV16", c->copy_v);
+      macro_def(out, &ms, a, "ATTN_WIDEN_ROWS", FWD_WIDEN_ROWS);
+      macro_def(out, &ms, a, "ATTN_WIDEN_THREADS", FWD_WIDEN_THREADS);
+    }
   } else if (c->kind == TMPL_FWD_SM80) {
     macro_def(out, &ms, a, "ATTN_BM", c->bm);
     macro_def(out, &ms, a, "ATTN_BN", c->bn);
@@ -587,6 +594,11 @@ static void emit_graph(StrBuf *out, const GraphCompile *gc, EmitPart part, bool 
     sb_printf(out, "extern \"C\" __global__ void __launch_bounds__(%d) %s(const __grid_constant__ "
                    "attn_params p) {\n  graph_%s::attn_fwd_sm80(p);\n}\n\n",
               fwd->threads, fwd->entry, g->name);
+  const PlanStep *widen = plan_step(gc->plan, PLAN_FORWARD, "widen_kv");
+  if (fwd_part && widen) /* the kv_copy variant's copies of k and v, before the forward */
+    sb_printf(out, "extern \"C\" __global__ void __launch_bounds__(%d) %s(const __grid_constant__ "
+                   "attn_params p) {\n  graph_%s::attn_fwd90_widen_kv(p);\n}\n\n",
+              widen->threads, widen->entry, g->name);
   const PlanStep *amax0 = plan_step(gc->plan, PLAN_FORWARD, "amax_init");
   if (fwd_part && amax0) /* zeroes the amax output before the forward adds into it */
     sb_printf(out, "extern \"C\" __global__ void __launch_bounds__(%d) %s(const __grid_constant__ "

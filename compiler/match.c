@@ -16,6 +16,7 @@
  */
 #include <string.h>
 
+#include "attn_abi.h"
 #include "attnc.h"
 
 /* ------------------------------------------------------ affine analysis */
@@ -571,8 +572,16 @@ static int match_fwd_template(const KernelSpec *s, const CompileOptions *o, FwdC
   Sm90Config h;
   const bool fp8_p = dtype_is_fp8(s->in_type) && dtype_is_fp8(s->p_round);
   const bool masked = s->nmasks > 0 || s->packed;
-  if (sm90a && tmpl_sm90_config(s->d_qk, s->d_v, dtype_size(s->in_type), dtype_size(s->kv_type),
-                                fp8_p, masked, s->paged, o->sm90_variant, &h) == 0) {
+  /* The kv_copy variant: a dense FP8 KV cache under a 16-bit q is widened
+   * into 16-bit copies in two workspace slots after the decode's (plan.c,
+   * widen_kv), and the forward is the 16-bit one reading them. */
+  const int nt = s->g->ntensors;
+  const bool kv_copy = sm90a && tmpl_sm90_variant_kv_copy(o->sm90_variant) &&
+                       dtype_is_fp8(s->kv_type) && !dtype_is_fp8(s->in_type) && !s->paged &&
+                       !s->packed && nt + 4 <= ATTN_MAX_TENSORS;
+  const int kv_bytes = kv_copy ? 2 : dtype_size(s->kv_type);
+  if (sm90a && tmpl_sm90_config(s->d_qk, s->d_v, dtype_size(s->in_type), kv_bytes, fp8_p, masked,
+                                s->paged, o->sm90_variant, &h) == 0) {
     *c = (FwdConfig){.kind = TMPL_FWD_SM90, .name = "fwd_sm90", .bm = h.bm, .bn = h.bn,
                      .stages = h.stages, .threads = h.threads, .smem_bytes = h.smem_bytes,
                      /* Masked graphs too: the tile queue balances unequal
@@ -580,7 +589,9 @@ static int match_fwd_template(const KernelSpec *s, const CompileOptions *o, FwdC
                       * causal (bench/NOTES-sm90.md). Dropout graphs too
                       * since one Philox call serves several elements (no
                       * spills; measured neutral). */
-                     .persistent = h.persistent, .fp8_pv = h.fp8_pv, .kv8_early = h.kv8_early};
+                     .persistent = h.persistent, .fp8_pv = h.fp8_pv, .kv8_early = h.kv8_early,
+                     .kv_copy = kv_copy, .copy_k = kv_copy ? nt + 2 : -1,
+                     .copy_v = kv_copy ? nt + 3 : -1};
     return 0;
   }
   if (match_fwd_sm80(s, c) == 0) return 0;

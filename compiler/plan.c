@@ -8,6 +8,8 @@
  * The plans of today's templates:
  *
  *   forward   [prep]  [amax_init]  (zeroes an amax output the kernels max into)
+ *                     [widen_kv]  (the kv_copy variant: an FP8 k and v widened
+ *                     into 16-bit workspace copies the forward reads)
  *                     forward (fwd_sm80, or fwd_sm90 with q/k/v tensor
  *                     maps, persistent with a tile queue)
  *                     or, where few packed rows share a K/V head (the
@@ -130,6 +132,20 @@ static void plan_forward(GraphPlan *gp, const KernelSpec *f, const FwdConfig *c,
   p->present = true;
   add_prep(p, gp, plan_entry(a, g->name, "prep"));
   if (f->amax_output >= 0) add_amax_init(p, plan_entry(a, g->name, "amax_init"));
+  if (c->kv_copy) {
+    /* The kv_copy variant: the FP8 k and v widened into 16-bit copies
+     * [B, Hk, Skv, D] (q's type, exact) that the forward reads; the
+     * decode kernel reads the FP8 cache itself. */
+    add_slice(p, "k16", PB_SLOT, c->copy_k, 2, pd(PD_B), pd(PD_HK), pd(PD_SKV), pconst(f->d_qk),
+              PZ_NEVER)->deny = PLAN_IF_DECODE;
+    add_slice(p, "v16", PB_SLOT, c->copy_v, 2, pd(PD_B), pd(PD_HK), pd(PD_SKV), pconst(f->d_v),
+              PZ_NEVER)->deny = PLAN_IF_DECODE;
+    PlanStep *w = add_step(p, "widen_kv", plan_entry(a, g->name, "widen_kv"), FWD_WIDEN_THREADS, 0);
+    w->grid.x0 = pd(PD_SKV);
+    w->grid.div0 = FWD_WIDEN_ROWS;
+    w->grid.y = pd(PD_HK);
+    w->deny = PLAN_IF_DECODE;
+  }
   PlanStep *s = add_step(p, "forward", plan_entry(a, g->name, "fwd"), c->threads, c->smem_bytes);
   s->grid.x0 = pd(PD_SQ);
   s->grid.div0 = c->bm;
@@ -150,8 +166,13 @@ static void plan_forward(GraphPlan *gp, const KernelSpec *f, const FwdConfig *c,
     const int q_cols = dtype_is_fp8(f->in_type) ? 128 : 64;
     const int kv_cols = dtype_is_fp8(f->kv_type) ? 128 : 64;
     add_map(s, ATTN_TMAP_Q, g->q, f->in_type, q_cols, c->bm, "q");
-    add_map(s, ATTN_TMAP_K, g->k, f->kv_type, kv_cols, c->bn, "k");
-    add_map(s, ATTN_TMAP_V, g->v, f->kv_type, kv_cols, c->bn, "v");
+    if (c->kv_copy) { /* the widened copies, 16-bit */
+      add_map(s, ATTN_TMAP_K, c->copy_k, f->in_type, 64, c->bn, "k16");
+      add_map(s, ATTN_TMAP_V, c->copy_v, f->in_type, 64, c->bn, "v16");
+    } else {
+      add_map(s, ATTN_TMAP_K, g->k, f->kv_type, kv_cols, c->bn, "k");
+      add_map(s, ATTN_TMAP_V, g->v, f->kv_type, kv_cols, c->bn, "v");
+    }
   }
   if (c->decode.on) plan_decode(gp, p, s, f, &c->decode, a);
 }

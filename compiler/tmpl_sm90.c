@@ -44,8 +44,16 @@
  *                 stage's 8-bit K and V tiles as soon as the converters
  *                 have read them, not when the consumers free the 16-bit
  *                 tiles: TMA's latency leaves the path from a released
- *                 tile to the next S GEMM (session 29; not yet run on a GPU)
- * numbered 0 to 7 in this order; 0 is the default below (the fastest
+ *                 tile to the next S GEMM (session 29; measured 0.98-1.03x
+ *                 of auto in session 30)
+ *   kv_copy       auto, but a dense FP8 KV cache under a 16-bit q is
+ *                 widened once into a 16-bit workspace copy by a plan step
+ *                 (widen_kv) and the forward runs as on 16-bit K and V:
+ *                 three converter warps cannot keep up with the tensor
+ *                 cores (bench/NOTES-sm90.md, session 30); the decode
+ *                 kernel still reads the FP8 cache (session 30; not yet
+ *                 run on a GPU)
+ * numbered 0 to 8 in this order; 0 is the default below (the fastest
  * measured), and so is any number out of range (the library never fails
  * on a tuning knob).
  */
@@ -70,17 +78,19 @@ typedef struct Sm90Variant {
   bool f16_pv;          /* P V in f16 even where a graph rounds P to FP8 */
   Sm90Wg3 wg3;          /* three consumer warpgroups */
   bool kv8_early;       /* an FP8 KV cache's 8-bit tiles refilled once converted */
+  bool kv_copy;         /* a dense FP8 KV cache widened into a 16-bit copy first */
 } Sm90Variant;
 
 static const Sm90Variant sm90_variants[] = {
-    {"auto", 256, true, false, WG3_UNMASKED, false},
-    {"base", 0, false, false, WG3_NEVER, false},
-    {"persist", 256, false, false, WG3_NEVER, false},
-    {"bn80", 0, true, false, WG3_NEVER, false},
-    {"persist_bn80", 256, true, false, WG3_NEVER, false},
-    {"f16_pv", 256, true, true, WG3_UNMASKED, false},
-    {"wg3", 256, true, false, WG3_ALWAYS, false},
-    {"kv8_early", 256, true, false, WG3_UNMASKED, true},
+    {"auto", 256, true, false, WG3_UNMASKED, false, false},
+    {"base", 0, false, false, WG3_NEVER, false, false},
+    {"persist", 256, false, false, WG3_NEVER, false, false},
+    {"bn80", 0, true, false, WG3_NEVER, false, false},
+    {"persist_bn80", 256, true, false, WG3_NEVER, false, false},
+    {"f16_pv", 256, true, true, WG3_UNMASKED, false, false},
+    {"wg3", 256, true, false, WG3_ALWAYS, false, false},
+    {"kv8_early", 256, true, false, WG3_UNMASKED, true, false},
+    {"kv_copy", 256, true, false, WG3_UNMASKED, false, true},
 };
 _Static_assert(sizeof sm90_variants / sizeof sm90_variants[0] == SM90_NVARIANTS,
                "attnc.h's SM90_NVARIANTS counts the variants");
@@ -103,6 +113,8 @@ static const Sm90Variant *sm90_variant(int variant) {
   if (variant < 0 || variant >= SM90_NVARIANTS) variant = SM90_DEFAULT_VARIANT;
   return &sm90_variants[variant];
 }
+
+bool tmpl_sm90_variant_kv_copy(int variant) { return sm90_variant(variant)->kv_copy; }
 
 int tmpl_sm90_variant_index(const char *name) {
   for (int k = 0; name && k < SM90_NVARIANTS; k++)

@@ -52,13 +52,22 @@
  * producer warpgroup's other three warps convert it (exactly) into the
  * 16-bit V tile P V reads, so P keeps its 16 bits. */
 constexpr bool fwd90_fp8 = attn_q_fp8 != 0;
-static_assert(!fwd90_fp8 || attn_kv_fp8 != 0, "FP8 q takes FP8 k and v");
+/* The kv_copy variant (tmpl_sm90.c): the plan's widen_kv step has widened
+ * an FP8 k and v into 16-bit workspace copies (attn_fwd90_widen_kv, at the
+ * end), which the tensor maps read: K and V are 16-bit here, while the
+ * decode kernel beside this one keeps reading the FP8 cache. */
+#if defined(ATTN_KV_COPY)
+constexpr int fwd90_kv_fp8 = 0;
+#else
+constexpr int fwd90_kv_fp8 = attn_kv_fp8;
+#endif
+static_assert(!fwd90_fp8 || fwd90_kv_fp8 != 0, "FP8 q takes FP8 k and v");
 /* An FP8 KV cache under a 16-bit q (FlashInfer's and vLLM's FP8 cache):
  * K and V land 8-bit and the same three warps widen both into 16-bit f16
  * K and V tiles, one cvt a pair (both FP8 types are exact in f16), so both
  * GEMMs are the 16-bit kernel's and only the loads and two barriers a stage
  * differ (match.c sends such graphs here where the tiles fit: not D 256). */
-constexpr bool fwd90_kv8 = attn_kv_fp8 != 0 && !fwd90_fp8;
+constexpr bool fwd90_kv8 = fwd90_kv_fp8 != 0 && !fwd90_fp8;
 /* The kv8_early variant (tmpl_sm90.c; not yet run on a GPU): TMA refills a
  * stage's 8-bit K or V tile as soon as the converters have read it, and the
  * converters wait for the consumers to free the 16-bit tile before they
@@ -67,7 +76,7 @@ constexpr bool fwd90_kv8 = attn_kv_fp8 != 0 && !fwd90_fp8;
  * still read its previous use's, so the stage slots are kept per phase. */
 #if defined(ATTN_KV8_EARLY)
 constexpr bool fwd90_kv8_early = true;
-static_assert(attn_kv_fp8 != 0 && !fwd90_fp8, "kv8_early: an FP8 KV cache under a 16-bit q");
+static_assert(fwd90_kv_fp8 != 0 && !fwd90_fp8, "kv8_early: an FP8 KV cache under a 16-bit q");
 #else
 constexpr bool fwd90_kv8_early = false;
 #endif
@@ -248,7 +257,7 @@ static __device__ __forceinline__ unsigned fwd90_pack_in(float lo, float hi) {
 template <int N>
 static __device__ __forceinline__ void fwd90_gemm_qk(float (&d)[N / 2], unsigned long long da,
                                                      unsigned long long db, int scale_d) {
-  constexpr bool qe4 = attn_q_fp8 == 1, ke4 = attn_kv_fp8 == 1;
+  constexpr bool qe4 = attn_q_fp8 == 1, ke4 = fwd90_kv_fp8 == 1;
   if constexpr (fwd90_fp8 && N == 128)
     attn_wgmma_ss128_fp8<qe4, ke4>(d, da, db, scale_d);
   else if constexpr (fwd90_fp8 && N == 80)
@@ -266,7 +275,7 @@ static __device__ __forceinline__ void fwd90_gemm_qk(float (&d)[N / 2], unsigned
 template <int N>
 static __device__ __forceinline__ void fwd90_gemm_qk4(float (&d)[N / 2], const unsigned long long *da,
                                                       const unsigned long long *db, int scale_d) {
-  constexpr bool qe4 = attn_q_fp8 == 1, ke4 = attn_kv_fp8 == 1;
+  constexpr bool qe4 = attn_q_fp8 == 1, ke4 = fwd90_kv_fp8 == 1;
   if constexpr (fwd90_fp8 && N == 128)
     attn_wgmma_ss128_fp8_x4<qe4, ke4>(d, da, db, scale_d);
   else if constexpr (fwd90_fp8 && N == 80)
@@ -285,7 +294,7 @@ static __device__ __forceinline__ void fwd90_gemm_qk4(float (&d)[N / 2], const u
 template <int N>
 static __device__ __forceinline__ void fwd90_gemm_pv4(float (&d)[N / 2], const unsigned (*a)[4],
                                                       const unsigned long long *db) {
-  constexpr bool pe4 = attn_p_round == 1, ve4 = attn_kv_fp8 == 1;
+  constexpr bool pe4 = attn_p_round == 1, ve4 = fwd90_kv_fp8 == 1;
   static_assert(N == 256 || N == 128 || N == 64, "one wgmma shape a step");
   if constexpr (fwd90_p8 && N == 256)
     attn_wgmma_rs256_fp8_x4<pe4, ve4>(d, a, db);
@@ -322,7 +331,7 @@ static __device__ __forceinline__ void fwd90_gemm_pv(float (&d)[N / 2], const un
 template <int N>
 static __device__ __forceinline__ void fwd90_gemm_pv8(float (&d)[N / 2], const unsigned (&a)[4],
                                                       unsigned long long db) {
-  constexpr bool pe4 = attn_p_round == 1, ve4 = attn_kv_fp8 == 1;
+  constexpr bool pe4 = attn_p_round == 1, ve4 = fwd90_kv_fp8 == 1;
   if constexpr (N == 256) {
     attn_wgmma_rs256_fp8<pe4, ve4>(d, a, db);
   } else if constexpr (N == 192) { /* columns 0-127, then 128-191: rows 128.. of V^T */
@@ -585,8 +594,8 @@ static __device__ __forceinline__ void fwd90_convert(unsigned v8, unsigned v16, 
 #pragma unroll
     for (int w = 0; w < 4; ++w) {
       if constexpr (fwd90_kv8 && fwd90_in_bf16) {
-        attn_fp8x4_cvt<attn_kv_fp8 == 1, true>(x[w], y[2 * w], y[2 * w + 1]);
-      } else if constexpr (attn_kv_fp8 == 1) {
+        attn_fp8x4_cvt<fwd90_kv_fp8 == 1, true>(x[w], y[2 * w], y[2 * w + 1]);
+      } else if constexpr (fwd90_kv_fp8 == 1) {
         attn_e4m3x4_to_f16(x[w], y[2 * w], y[2 * w + 1]);
       } else {
         y[2 * w] = __byte_perm(x[w], 0u, 0x1404u);
@@ -1496,3 +1505,57 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
   (void)amax;
 }
 
+
+#if defined(ATTN_KV_COPY)
+/* The kv_copy variant's widen_kv step (plan.c): rows [x * ATTN_WIDEN_ROWS,
+ * + ATTN_WIDEN_ROWS) of (b = blockIdx.z, hk = blockIdx.y)'s FP8 k and v,
+ * widened exactly into q's 16-bit type in the workspace copies ATTN_TK16
+ * and ATTN_TV16 (dense [B, Hk, Skv, D]), by ATTN_WIDEN_THREADS threads. A
+ * thread takes 16-byte chunks of the FP8 rows (bind.c guarantees 16-byte
+ * aligned rows, unit inner stride) and writes two 16-byte chunks; the bit
+ * work of attn_fp8x4_cvt is cheap beside the bytes this pass moves once. */
+template <int D>
+static __device__ __forceinline__ void fwd90_widen_rows(const attn_tensor_arg &src,
+                                                        const attn_tensor_arg &dst, int b, int hk,
+                                                        int r0, int r1) {
+  constexpr int chunks = D / 16; /* (an FP8 cache's head dims are multiples of 16: match.c) */
+  /* A thread's chunks, all loaded before any is stored: the stores might
+   * alias the loads for all the compiler knows, so a load-convert-store
+   * loop would keep one load in flight a thread. */
+  constexpr int per = (ATTN_WIDEN_ROWS * chunks + ATTN_WIDEN_THREADS - 1) / ATTN_WIDEN_THREADS;
+  const unsigned char *s8 =
+      (const unsigned char *)src.ptr + (long long)b * src.stride[0] + (long long)hk * src.stride[1];
+  unsigned short *d16 =
+      (unsigned short *)dst.ptr + (long long)b * dst.stride[0] + (long long)hk * dst.stride[1];
+  const int n = (r1 - r0) * chunks;
+  uint4 x[per];
+#pragma unroll
+  for (int k = 0; k < per; ++k) {
+    const int c = (int)threadIdx.x + k * ATTN_WIDEN_THREADS;
+    if (c < n)
+      x[k] = __ldg((const uint4 *)(s8 + (long long)(r0 + c / chunks) * src.stride[2]) + c % chunks);
+  }
+#pragma unroll
+  for (int k = 0; k < per; ++k) {
+    const int c = (int)threadIdx.x + k * ATTN_WIDEN_THREADS;
+    if (c >= n)
+      break;
+    uint4 lo, hi;
+    attn_fp8x4_cvt<attn_kv_fp8 == 1, attn_in_bf16 != 0>(x[k].x, lo.x, lo.y);
+    attn_fp8x4_cvt<attn_kv_fp8 == 1, attn_in_bf16 != 0>(x[k].y, lo.z, lo.w);
+    attn_fp8x4_cvt<attn_kv_fp8 == 1, attn_in_bf16 != 0>(x[k].z, hi.x, hi.y);
+    attn_fp8x4_cvt<attn_kv_fp8 == 1, attn_in_bf16 != 0>(x[k].w, hi.z, hi.w);
+    uint4 *row = (uint4 *)(d16 + (long long)(r0 + c / chunks) * dst.stride[2]) + 2 * (c % chunks);
+    row[0] = lo;
+    row[1] = hi;
+  }
+}
+
+__device__ __forceinline__ void attn_fwd90_widen_kv(const attn_params &p) {
+  static_assert(attn_kv_fp8 != 0 && !fwd90_fp8, "kv_copy: an FP8 KV cache under a 16-bit q");
+  const int b = blockIdx.z, hk = blockIdx.y;
+  const int r0 = blockIdx.x * ATTN_WIDEN_ROWS, r1 = min(r0 + ATTN_WIDEN_ROWS, p.Skv);
+  fwd90_widen_rows<ATTN_D_QK>(p.t[ATTN_TK], p.t[ATTN_TK16], b, hk, r0, r1);
+  fwd90_widen_rows<ATTN_D_V>(p.t[ATTN_TV], p.t[ATTN_TV16], b, hk, r0, r1);
+}
+#endif

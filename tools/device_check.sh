@@ -77,9 +77,10 @@ if [ -f .fi/site_fi.tar.xz ]; then
 fi
 if [ "${TESTS:-1}" = 1 ]; then
 # FIRST=1: the quick checks of what changed last without a GPU, before everything else
-# (docs/STATUS.md item 000000000). After session 30: the FP8 widening's rate
-# (tools/f2fp_rate.cu, built on the dev machine into $B/tools: carry it), then test_head_dims
-# whole (cut short in session 30), then the paged FP8 decode beside FlashInfer's (carry .fi).
+# (docs/STATUS.md item 000000000). After session 30: the paged tests, the kv_copy variant's
+# tests, sanitizer case and speed, the FP8 widening's rate (tools/f2fp_rate.cu, built on the dev
+# machine into $B/tools: carry it), then test_head_dims whole (cut short in session 30), then
+# the paged FP8 decode beside FlashInfer's (carry .fi).
 # FIRST_NCU=1 adds source-level stall samples (tools/ncu_stalls.sh SOURCE=1: the report's SASS
 # page as CSV, read on the dev machine with tools/ncu_source_top.py) of the FP8 cache's forward,
 # the bf16 one and the FP8 backward's main kernel at D 128. Session 30's own checks all ran
@@ -87,6 +88,13 @@ if [ "${TESTS:-1}" = 1 ]; then
 if [ "${FIRST:-0}" = 1 ]; then
   # (the paged set: session 30's two-stage paged FP8 decode was checked only by the decode bench)
   step first_paged env ATTN_TEST_ONLY=paged "$B/tests/gpu/test_forward"
+  # The kv_copy variant (session 30, never run): the FP8-cache tests under it, its sanitize case
+  # (the widen_kv step and the forward over the copies), then its speed beside the default's.
+  step first_kv_copy env ATTN_SM90_VARIANT=kv_copy ATTN_TEST_ONLY=fp8_kv "$B/tests/gpu/test_forward"
+  step first_sanitize_kv_copy env L="$L/sanitize-kv-copy" CASES=kv_copy TOOLS="memcheck racecheck initcheck" \
+    RING=0 bash tools/sanitize_device.sh "$B"
+  [ "${FIRST_BENCH:-1}" = 1 ] && step first_kv_copy_bench env ATTN_SM90_VARIANT=kv_copy \
+    python3 bench/fp8_kv.py --lib "$B/libattn.so" --out "$L/kv_copy"
   [ -x "$B/tools/f2fp_rate" ] && step first_f2fp_rate "$B/tools/f2fp_rate"
   step first_head_dims "$B/tests/gpu/test_head_dims"
   [ "${FIRST_FWD:-0}" = 1 ] && step first_forward "$B/tests/gpu/test_forward"

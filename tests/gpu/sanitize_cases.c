@@ -160,6 +160,14 @@ static const Case cases[] = {
      "  input v : e4m3[B, Hk, Skv, 128];\n  s = mask((q @ k^T) * 0.088, j <= i + Skv - Sq);\n"
      "  output o : bf16[B, H, Sq, 128] = softmax(s) @ v;\n}\n",
      "B=2,H=4,Hk=2,Sq=200,Skv=900", NULL, 7, 0, 0, FWD, 0},
+    /* The kv_copy variant (8): the widen_kv step's 16-bit copies of the FP8
+     * cache, then the 16-bit forward over them (Skv not a multiple of the
+     * step's 64 rows). */
+    {"fp8 kv cache, bf16 q (fwd_sm90 kv_copy)",
+     "attention g {\n  input q : bf16[B, H, Sq, 128];\n  input k : e4m3[B, Hk, Skv, 128];\n"
+     "  input v : e4m3[B, Hk, Skv, 128];\n  s = mask((q @ k^T) * 0.088, j <= i + Skv - Sq);\n"
+     "  output o : bf16[B, H, Sq, 128] = softmax(s) @ v;\n}\n",
+     "B=2,H=4,Hk=2,Sq=200,Skv=900", NULL, 8, 0, 0, FWD, 0},
     {"bwd_sm90 D 64 wide", DENSE(64, "bf16", "", "j <= i", PLAIN_OUT(64, "bf16") GRAD),
      "B=2,H=4,Hk=2,Sq=200,Skv=200", NULL, 0, 90, 0, BWD, 0},
     {"bwd_sm90 D 128 persistent", DENSE(128, "f16", "", "j <= i + Skv - Sq", PLAIN_OUT(128, "f16") GRAD),

@@ -116,6 +116,7 @@ static void attn_fp8x4_cvt(unsigned x, unsigned &lo, unsigned &hi) {
   hi = fp8_16((x >> 16) & 0xff) | ((unsigned)fp8_16(x >> 24) << 16);
 }
 enum : int { attn_kv_fp8 = KV_E4M3 ? 1 : 2 };
+constexpr int fwd90_kv_fp8 = attn_kv_fp8; // (fwd_sm90.cuh's, outside the kv_copy variant)
 constexpr bool fwd90_kv8 = KV8 != 0;
 constexpr bool fwd90_in_bf16 = BF16 != 0;
 constexpr int fwd90_bn = ATTN_BN;

@@ -84,6 +84,7 @@ static DType map_type_expected(const GraphCompile *gc, const PassPlan *pp, int s
     if (x->bind != PB_SLOT || x->slot != slot) continue;
     if (x->elem == 4) return DT_F32;
     if (x->elem == 2 && gc->bwd) return gc->bwd->mma_type;
+    if (x->elem == 2) return gc->fwd->mma_type; /* the kv_copy variant's k16, v16 */
     if (x->elem == 1 && gc->bwd) return g->tensors[g->q].type; /* FP8 transposes: q's, dO's */
   }
   return DT_NONE;
@@ -107,10 +108,12 @@ Test(plan, every_map_has_its_tensors_type) {
       char *text = read_text(path);
       Arena *a = arena_new();
       IrModule *m = unit_build(a, path, text);
-      for (int t = 0; t < 3; t++) { /* sm_80, sm_90a, sm_90a with the FP8 tensor-core mode */
+      /* sm_80, sm_90a, sm_90a with the FP8 tensor-core mode, sm_90a's kv_copy variant */
+      for (int t = 0; t < 4; t++) {
         Diag d = {0};
         Compiled c;
-        const CompileOptions o = {.arch = t ? "sm_90a" : "sm_80", .bwd_template = t == 2 ? 91 : 0};
+        const CompileOptions o = {.arch = t ? "sm_90a" : "sm_80", .bwd_template = t == 2 ? 91 : 0,
+                                  .sm90_variant = t == 3 ? tmpl_sm90_variant_index("kv_copy") : 0};
         if (compile_module(m, &o, STAGE_PLAN, a, &d, &c) == 0)
           for (int k = 0; k < c.ngraphs; k++)
             for (int pass = 0; pass < PLAN_NPASSES; pass++) {
@@ -449,6 +452,90 @@ Test(plan, fp8_kv_caches_plan_the_forward_and_the_decode_kernel) {
       "  output o : bf16[B, H, S, 128];\n  output lse = logsumexp(s);\n  grad q;\n}\n");
   /* With grad: the FP8 backward (bwd_sm80 over 16-bit copies of k, v). */
   cr_assert_null(why, "%s", why);
+}
+
+/* The kv_copy variant: a dense FP8 cache under a 16-bit q gets a widen_kv
+ * step before the forward, two 16-bit copies [B, Hk, Skv, D] in slots
+ * after the decode's, and the forward's K and V maps over them; neither is
+ * in a decode launch, whose kernel reads the cache itself. Paged caches,
+ * packed sequences, 16-bit caches and other variants plan as before. */
+Test(plan, kv_copy_widens_the_cache_before_the_forward) {
+  Arena *a = arena_new();
+  static const char kv8[] =
+      "attention g {\n  input q : bf16[B, H, Sq, 128];\n  input k : e4m3[B, Hk, S, 128];\n"
+      "  input v : e4m3[B, Hk, S, 128];\n  s = q @ k^T;\n  o = softmax(s) @ v;\n"
+      "  output o : bf16[B, H, Sq, 128];\n}\n";
+  IrModule *m = unit_build(a, "<kv8>", kv8);
+  const int variant = tmpl_sm90_variant_index("kv_copy");
+  cr_assert_eq(variant, 8);
+  cr_assert(tmpl_sm90_variant_kv_copy(variant) && !tmpl_sm90_variant_kv_copy(0));
+  Diag d = {0};
+  Compiled c;
+  const CompileOptions o = {.arch = "sm_90a", .sm90_variant = variant};
+  cr_assert_eq(compile_module(m, &o, STAGE_PLAN, a, &d, &c), 0);
+  const FwdConfig *cfg = &c.graphs[0].cfg;
+  const int nt = c.graphs[0].g->ntensors;
+  cr_assert(cfg->kv_copy && cfg->copy_k == nt + 2 && cfg->copy_v == nt + 3);
+  cr_assert(cfg->decode.on && cfg->decode.partial_lse == nt + 1, "the decode's slots come first");
+  /* the 16-bit kernel's tiles (the FP8 cache's kv8 layout holds two stages of 8-bit staging) */
+  Sm90Config h16;
+  cr_assert_eq(tmpl_sm90_config(128, 128, 2, 2, false, false, false, 0, &h16), 0);
+  cr_assert(cfg->bn == h16.bn && cfg->stages == h16.stages && cfg->smem_bytes == h16.smem_bytes);
+  const PassPlan *pp = &c.plans[0].pass[PLAN_FORWARD];
+  int widen = -1, fwd = -1;
+  for (int k = 0; k < pp->nsteps; k++) {
+    if (!strcmp(pp->steps[k].role, "widen_kv")) widen = k;
+    if (!strcmp(pp->steps[k].role, "forward")) fwd = k;
+  }
+  cr_assert(widen >= 0 && fwd == widen + 1, "widen_kv right before the forward");
+  const PlanStep *w = &pp->steps[widen];
+  cr_assert_eq(w->deny, PLAN_IF_DECODE);
+  cr_assert(w->threads == FWD_WIDEN_THREADS && w->grid.div0 == FWD_WIDEN_ROWS);
+  cr_assert(w->grid.x0.kind == PD_SKV && w->grid.y.kind == PD_HK && w->grid.z.kind == PD_B);
+  const PlanStep *f = &pp->steps[fwd];
+  cr_assert_eq(f->nmaps, 3);
+  cr_assert(f->maps[1].slot == cfg->copy_k && f->maps[1].dtype == DT_BF16 && f->maps[1].box_cols == 64);
+  cr_assert(f->maps[2].slot == cfg->copy_v && f->maps[2].dtype == DT_BF16 && f->maps[2].box_cols == 64);
+  int copies = 0;
+  for (int k = 0; k < pp->nslices; k++) {
+    const PlanSlice *x = &pp->slices[k];
+    if (x->slot != cfg->copy_k && x->slot != cfg->copy_v) continue;
+    copies++;
+    cr_assert(x->bind == PB_SLOT && x->elem == 2 && x->deny == PLAN_IF_DECODE);
+    cr_assert(x->dims[0].kind == PD_B && x->dims[1].kind == PD_HK && x->dims[2].kind == PD_SKV);
+    cr_assert(x->dims[3].kind == PD_CONST && x->dims[3].n == 128);
+  }
+  cr_assert_eq(copies, 2);
+  PlanProblem pr = {.B = 2, .H = 8, .Hk = 2, .Sq = 100, .Skv = 300};
+  for (int k = 0; k < pp->nslices; k++)
+    if (pp->slices[k].slot == cfg->copy_k)
+      cr_assert_eq(plan_slice_bytes(&c.plans[0], &pp->slices[k], &pr), (size_t)2 * 2 * 300 * 128 * 2);
+  diag_free(&d);
+
+  /* No copy: the default variant, a 16-bit cache, a paged cache, sm_80. */
+  static const char *const others[] = {
+      kv8,
+      "attention g {\n  input q : bf16[B, H, Sq, 128];\n  input k : bf16[B, Hk, S, 128];\n"
+      "  input v : bf16[B, Hk, S, 128];\n  s = q @ k^T;\n  o = softmax(s) @ v;\n"
+      "  output o : bf16[B, H, Sq, 128];\n}\n",
+      "attention g {\n  input q : bf16[B, H, Sq, 128];\n"
+      "  input k_cache : e4m3[Pages, Hk, 64, 128];\n  input v_cache : e4m3[Pages, Hk, 64, 128];\n"
+      "  input page_table : i32[B, MaxPages];\n  input kv_len : i32[B];\n"
+      "  k = paged(k_cache, page_table);\n  v = paged(v_cache, page_table);\n"
+      "  s = mask(q @ k^T, j < kv_len[b]);\n  o = softmax(s) @ v;\n"
+      "  output o : bf16[B, H, Sq, 128];\n}\n",
+  };
+  for (int t = 0; t < 4; t++) {
+    IrModule *mt = unit_build(a, "<other>", others[t == 3 ? 0 : t]);
+    const CompileOptions ot = {.arch = t == 3 ? "sm_80" : "sm_90a", .sm90_variant = t ? variant : 0};
+    Diag dt = {0};
+    Compiled ct;
+    cr_assert_eq(compile_module(mt, &ot, STAGE_PLAN, a, &dt, &ct), 0, "case %d", t);
+    cr_assert(!ct.graphs[0].cfg.kv_copy, "case %d", t);
+    cr_assert_null(unit_step(&ct.plans[0], PLAN_FORWARD, "widen_kv"), "case %d", t);
+    diag_free(&dt);
+  }
+  arena_free(a);
 }
 
 /* A paged KV cache: fwd_sm90 on sm_90a (TMA boxes within pages: maps over
