@@ -415,13 +415,15 @@ static char *fp8_kv_refusal(const char *text) {
   return why;
 }
 
+/* An FP8 KV cache under a bf16 q, GQA, D 128 (two tests' graph). */
+static const char KV8_SRC[] =
+    "attention g {\n  input q : bf16[B, H, Sq, 128];\n  input k : e4m3[B, Hk, S, 128];\n"
+    "  input v : e4m3[B, Hk, S, 128];\n  s = q @ k^T;\n  o = softmax(s) @ v;\n"
+    "  output o : bf16[B, H, Sq, 128];\n}\n";
+
 Test(plan, fp8_kv_caches_plan_the_forward_and_the_decode_kernel) {
   Arena *a = arena_new();
-  static const char kv8[] =
-      "attention g {\n  input q : bf16[B, H, Sq, 128];\n  input k : e4m3[B, Hk, S, 128];\n"
-      "  input v : e4m3[B, Hk, S, 128];\n  s = q @ k^T;\n  o = softmax(s) @ v;\n"
-      "  output o : bf16[B, H, Sq, 128];\n}\n";
-  IrModule *m = unit_build(a, "<kv8>", kv8);
+  IrModule *m = unit_build(a, "<kv8>", KV8_SRC);
   for (int arch = 0; arch < 2; arch++) { /* fwd_sm90 on sm_90a, K and V converted there */
     const Compiled uc = unit_compile(a, m, arch ? "sm_90a" : "sm_80", STAGE_PLAN);
     const GraphPlan *p = uc.plans;
@@ -461,11 +463,7 @@ Test(plan, fp8_kv_caches_plan_the_forward_and_the_decode_kernel) {
  * packed sequences, 16-bit caches and other variants plan as before. */
 Test(plan, kv_copy_widens_the_cache_before_the_forward) {
   Arena *a = arena_new();
-  static const char kv8[] =
-      "attention g {\n  input q : bf16[B, H, Sq, 128];\n  input k : e4m3[B, Hk, S, 128];\n"
-      "  input v : e4m3[B, Hk, S, 128];\n  s = q @ k^T;\n  o = softmax(s) @ v;\n"
-      "  output o : bf16[B, H, Sq, 128];\n}\n";
-  IrModule *m = unit_build(a, "<kv8>", kv8);
+  IrModule *m = unit_build(a, "<kv8>", KV8_SRC);
   const int variant = tmpl_sm90_variant_index("kv_copy");
   cr_assert_eq(variant, 8);
   cr_assert(tmpl_sm90_variant_kv_copy(variant) && !tmpl_sm90_variant_kv_copy(0));
@@ -514,7 +512,7 @@ Test(plan, kv_copy_widens_the_cache_before_the_forward) {
 
   /* No copy: the default variant, a 16-bit cache, a paged cache, sm_80. */
   static const char *const others[] = {
-      kv8,
+      KV8_SRC,
       "attention g {\n  input q : bf16[B, H, Sq, 128];\n  input k : bf16[B, Hk, S, 128];\n"
       "  input v : bf16[B, Hk, S, 128];\n  s = q @ k^T;\n  o = softmax(s) @ v;\n"
       "  output o : bf16[B, H, Sq, 128];\n}\n",
