@@ -315,3 +315,72 @@ Test(tmap, paged_caches_map_page_rows_heads_and_pages) {
   paged_maps("paged_hnd", 16, 1, 16);
   paged_maps("paged_hnd", 7, 1, 1);
 }
+
+/* The kv_copy variant: the forward's K and V maps are over the widen_kv
+ * step's 16-bit copies (dense [B, Hk, Skv, D] workspace slots), bf16 with
+ * 64-column boxes, not over the FP8 cache, which the step alone reads. */
+Test(tmap, kv_copy_maps_the_widened_copies) {
+  Arena *a = arena_new();
+  IrModule *m = unit_build(a, "<kv_copy>",
+                           "attention g {\n  input q : bf16[B, H, Sq, 128];\n"
+                           "  input k : e4m3[B, Hk, Skv, 128];\n  input v : e4m3[B, Hk, Skv, 128];\n"
+                           "  s = q @ k^T;\n  o = softmax(s) @ v;\n"
+                           "  output o : bf16[B, H, Sq, 128];\n}\n");
+  Diag d = {0};
+  Compiled c;
+  const CompileOptions o = {.arch = "sm_90a", .sm90_variant = tmpl_sm90_variant_index("kv_copy")};
+  cr_assert_eq(compile_module(m, &o, STAGE_PLAN, a, &d, &c), 0);
+  const FwdConfig *cfg = &c.graphs[0].cfg;
+  const PlanStep *fwd = unit_step(c.plans, PLAN_FORWARD, "forward");
+  cr_assert(cfg->kv_copy && fwd);
+  enum { B = 2, H = 8, HK = 2, SQ = 300, SKV = 500 };
+  static unsigned short q[1], k16[1], v16[1];
+  static unsigned char k8[1], v8[1];
+  attn_params p;
+  memset(&p, 0, sizeof p);
+  const IrGraph *g = c.graphs[0].g;
+  struct {
+    int slot;
+    void *ptr;
+    int size[4];
+  } binds[] = {{g->q, q, {B, H, SQ, 128}},
+               {g->k, k8, {B, HK, SKV, 128}},
+               {g->v, v8, {B, HK, SKV, 128}},
+               {cfg->copy_k, k16, {B, HK, SKV, 128}},
+               {cfg->copy_v, v16, {B, HK, SKV, 128}}};
+  for (size_t i = 0; i < sizeof binds / sizeof binds[0]; i++) {
+    attn_tensor_arg *t = &p.t[binds[i].slot];
+    t->ptr = binds[i].ptr;
+    for (int x = 0; x < 4; x++) t->size[x] = binds[i].size[x];
+    t->stride[3] = 1;
+    t->stride[2] = 128;
+    t->stride[1] = 128LL * binds[i].size[2];
+    t->stride[0] = 128LL * binds[i].size[2] * binds[i].size[1];
+  }
+  RtDriver drv;
+  memset(&drv, 0, sizeof drv);
+  drv.TensorMapEncodeTiled = fake_encode;
+  drv.GetErrorName = fake_error_name;
+  drv.GetErrorString = fake_error_string;
+  ncalls = 0;
+  fail_on_call = -1;
+  attn_tmaps tm;
+  StrBuf err = {0};
+  cr_assert_eq(rt_tmap_fill(&drv, g, fwd, &p, &tm, &err), ATTN_SUCCESS, "%s",
+               err.data ? err.data : "");
+  cr_assert_eq(ncalls, 3);
+  cr_assert_eq(calls[1].ptr, (void *)k16);
+  cr_assert_eq(calls[2].ptr, (void *)v16);
+  for (int i = 1; i < 3; i++) {
+    cr_assert_eq(calls[i].type, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16);
+    cr_assert(calls[i].dim[0] == 128 && calls[i].dim[1] == SKV && calls[i].dim[2] == HK &&
+              calls[i].dim[3] == B);
+    cr_assert_eq(calls[i].stride[0], (cuuint64_t)128 * 2);
+    cr_assert_eq(calls[i].box[0], 64);
+    cr_assert_eq(calls[i].box[1], (cuuint32_t)cfg->bn);
+    cr_assert_eq(calls[i].swizzle, CU_TENSOR_MAP_SWIZZLE_128B);
+  }
+  sb_free(&err);
+  diag_free(&d);
+  arena_free(a);
+}
