@@ -578,7 +578,8 @@ static int match_fwd_template(const KernelSpec *s, const CompileOptions *o, FwdC
   const int nt = s->g->ntensors;
   const bool kv_copy = sm90a && tmpl_sm90_variant_kv_copy(o->sm90_variant) &&
                        dtype_is_fp8(s->kv_type) && !dtype_is_fp8(s->in_type) && !s->paged &&
-                       !s->packed && nt + 4 <= ATTN_MAX_TENSORS;
+                       !s->packed && s->d_qk % 16 == 0 && s->d_v % 16 == 0 &&
+                       nt + 4 <= ATTN_MAX_TENSORS; /* (the step widens whole 16-byte chunks) */
   const int kv_bytes = kv_copy ? 2 : dtype_size(s->kv_type);
   if (sm90a && tmpl_sm90_config(s->d_qk, s->d_v, dtype_size(s->in_type), kv_bytes, fp8_p, masked,
                                 s->paged, o->sm90_variant, &h) == 0) {
