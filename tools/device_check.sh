@@ -89,12 +89,13 @@ if [ "${FIRST:-0}" = 1 ]; then
   # (the paged set: session 30's two-stage paged FP8 decode was checked only by the decode bench)
   step first_paged env ATTN_TEST_ONLY=paged "$B/tests/gpu/test_forward"
   # The kv_copy variant (session 30, never run): the FP8-cache tests under it, its sanitize case
-  # (the widen_kv step and the forward over the copies), then its speed beside the default's.
+  # (the widen_kv step and the forward over the copies), then its speed beside the default's
+  # (D 256 too: the copies make an FP8 cache at D 256 fit fwd_sm90, whose default is fwd_sm80).
   step first_kv_copy env ATTN_SM90_VARIANT=kv_copy ATTN_TEST_ONLY=fp8_kv "$B/tests/gpu/test_forward"
   step first_sanitize_kv_copy env L="$L/sanitize-kv-copy" CASES=kv_copy TOOLS="memcheck racecheck initcheck" \
     RING=0 bash tools/sanitize_device.sh "$B"
   [ "${FIRST_BENCH:-1}" = 1 ] && step first_kv_copy_bench env ATTN_SM90_VARIANT=kv_copy \
-    python3 bench/fp8_kv.py --lib "$B/libattn.so" --out "$L/kv_copy"
+    python3 bench/fp8_kv.py --dims 64,128,192,256 --lib "$B/libattn.so" --out "$L/kv_copy"
   [ -x "$B/tools/f2fp_rate" ] && step first_f2fp_rate "$B/tools/f2fp_rate"
   step first_head_dims "$B/tests/gpu/test_head_dims"
   [ "${FIRST_FWD:-0}" = 1 ] && step first_forward "$B/tests/gpu/test_forward"
