@@ -53,6 +53,18 @@ static CUresult fake_error_string(CUresult r, const char **s) {
   return CUDA_SUCCESS;
 }
 
+/* The step's maps through the fake encoder (its record reset first); the
+ * fill must succeed. */
+static void fake_fill(const IrGraph *g, const PlanStep *step, const attn_params *p,
+                      attn_tmaps *tm, StrBuf *err) {
+  RtDriver d = {.TensorMapEncodeTiled = fake_encode, .GetErrorName = fake_error_name,
+                .GetErrorString = fake_error_string};
+  ncalls = 0;
+  fail_on_call = -1;
+  cr_assert_eq(rt_tmap_fill(&d, g, step, p, tm, err), ATTN_SUCCESS, "%s",
+               err->data ? err->data : "");
+}
+
 #define GRAPH                                                                                    \
   "attention g {\n  input q : bf16[B, H, Sq, 128];\n  input k : bf16[B, H, Skv, 128];\n"         \
   "  input v : bf16[B, H, Skv, 128];\n  s = (q @ k^T) * 0.125;\n"                              \
@@ -216,14 +228,9 @@ Test(tmap, packed_tensors_map_tokens_as_rows) {
     t->size[0] = tokens[x], t->size[1] = heads[x], t->size[2] = 128, t->size[3] = 1;
     t->stride[0] = heads[x] * 128, t->stride[1] = heads[x] > 1 ? 128 : 0, t->stride[2] = 1;
   }
-  RtDriver d = {.TensorMapEncodeTiled = fake_encode, .GetErrorName = fake_error_name,
-                .GetErrorString = fake_error_string};
-  ncalls = 0;
-  fail_on_call = -1;
   attn_tmaps tm;
   StrBuf err = {0};
-  cr_assert_eq(rt_tmap_fill(&d, g, fwd, &p, &tm, &err), ATTN_SUCCESS, "%s",
-               err.data ? err.data : "");
+  fake_fill(g, fwd, &p, &tm, &err);
   cr_assert_eq(ncalls, 3);
   for (int x = 0; x < 3; x++) {
     const Encoded *e = &calls[x];
@@ -357,17 +364,9 @@ Test(tmap, kv_copy_maps_the_widened_copies) {
     t->stride[1] = 128LL * binds[i].size[2];
     t->stride[0] = 128LL * binds[i].size[2] * binds[i].size[1];
   }
-  RtDriver drv;
-  memset(&drv, 0, sizeof drv);
-  drv.TensorMapEncodeTiled = fake_encode;
-  drv.GetErrorName = fake_error_name;
-  drv.GetErrorString = fake_error_string;
-  ncalls = 0;
-  fail_on_call = -1;
   attn_tmaps tm;
   StrBuf err = {0};
-  cr_assert_eq(rt_tmap_fill(&drv, g, fwd, &p, &tm, &err), ATTN_SUCCESS, "%s",
-               err.data ? err.data : "");
+  fake_fill(g, fwd, &p, &tm, &err);
   cr_assert_eq(ncalls, 3);
   cr_assert_eq(calls[1].ptr, (void *)k16);
   cr_assert_eq(calls[2].ptr, (void *)v16);
