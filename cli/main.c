@@ -67,7 +67,8 @@ static const char usage_text[] =
     "environment: ATTN_CACHE_DIR (cache root), ATTN_NO_CACHE=1 (no cache),\n"
     "             ATTN_NVRTC (path of the libnvrtc to use); tuning knobs the\n"
     "             command passes to the library: ATTN_BWD_TEMPLATE=sm80|sm90|sm90f8,\n"
-    "             ATTN_SM90_VARIANT=auto|base|persist|bn80|persist_bn80|f16_pv|wg3|kv8_early,\n"
+    "             ATTN_SM90_VARIANT=auto|base|persist|bn80|persist_bn80|f16_pv|wg3|kv8_early|\n"
+    "             kv_copy,\n"
     "             ATTN_PERSISTENT_CTAS=N\n";
 
 int cli_usage_error(const char *fmt, ...) {

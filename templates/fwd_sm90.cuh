@@ -68,7 +68,8 @@ static_assert(!fwd90_fp8 || fwd90_kv_fp8 != 0, "FP8 q takes FP8 k and v");
  * GEMMs are the 16-bit kernel's and only the loads and two barriers a stage
  * differ (match.c sends such graphs here where the tiles fit: not D 256). */
 constexpr bool fwd90_kv8 = fwd90_kv_fp8 != 0 && !fwd90_fp8;
-/* The kv8_early variant (tmpl_sm90.c; not yet run on a GPU): TMA refills a
+/* The kv8_early variant (tmpl_sm90.c; measured no faster than the default,
+ * session 30): TMA refills a
  * stage's 8-bit K or V tile as soon as the converters have read it, and the
  * converters wait for the consumers to free the 16-bit tile before they
  * write it, so TMA's latency leaves the path from a freed tile to the next
@@ -1512,8 +1513,8 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
  * widened exactly into q's 16-bit type in the workspace copies ATTN_TK16
  * and ATTN_TV16 (dense [B, Hk, Skv, D]), by ATTN_WIDEN_THREADS threads. A
  * thread takes 16-byte chunks of the FP8 rows (bind.c guarantees 16-byte
- * aligned rows, unit inner stride) and writes two 16-byte chunks; the bit
- * work of attn_fp8x4_cvt is cheap beside the bytes this pass moves once. */
+ * aligned rows, unit inner stride) and writes two 16-byte chunks
+ * (attn_fp8x16_cvt, the converters' own). */
 template <int D>
 static __device__ __forceinline__ void fwd90_widen_rows(const attn_tensor_arg &src,
                                                         const attn_tensor_arg &dst, int b, int hk,
@@ -1540,14 +1541,12 @@ static __device__ __forceinline__ void fwd90_widen_rows(const attn_tensor_arg &s
     const int c = (int)threadIdx.x + k * ATTN_WIDEN_THREADS;
     if (c >= n)
       break;
-    uint4 lo, hi;
-    attn_fp8x4_cvt<attn_kv_fp8 == 1, attn_in_bf16 != 0>(x[k].x, lo.x, lo.y);
-    attn_fp8x4_cvt<attn_kv_fp8 == 1, attn_in_bf16 != 0>(x[k].y, lo.z, lo.w);
-    attn_fp8x4_cvt<attn_kv_fp8 == 1, attn_in_bf16 != 0>(x[k].z, hi.x, hi.y);
-    attn_fp8x4_cvt<attn_kv_fp8 == 1, attn_in_bf16 != 0>(x[k].w, hi.z, hi.w);
+    const unsigned w[4] = {x[k].x, x[k].y, x[k].z, x[k].w};
+    unsigned y[8];
+    attn_fp8x16_cvt<attn_kv_fp8 == 1, attn_in_bf16 != 0>(w, y);
     uint4 *row = (uint4 *)(d16 + (long long)(r0 + c / chunks) * dst.stride[2]) + 2 * (c % chunks);
-    row[0] = lo;
-    row[1] = hi;
+    row[0] = make_uint4(y[0], y[1], y[2], y[3]);
+    row[1] = make_uint4(y[4], y[5], y[6], y[7]);
   }
 }
 

@@ -234,11 +234,23 @@ constexpr bool attn_has_e4m3_cvt = true;
 constexpr bool attn_has_e4m3_cvt = false;
 #endif
 
+/* One 16-byte chunk of FP8 (x) as two of the 16-bit MMA type (y):
+ * attn_fp8x4_cvt, or e4m3 into f16 where the conversion exists (exact). */
+template <bool E4M3, bool BF16>
+static __device__ __forceinline__ void attn_fp8x16_cvt(const unsigned (&x)[4], unsigned (&y)[8]) {
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {
+    if constexpr (E4M3 && !BF16 && attn_has_e4m3_cvt)
+      attn_e4m3x4_to_f16(x[w], y[2 * w], y[2 * w + 1]);
+    else
+      attn_fp8x4_cvt<E4M3, BF16>(x[w], y[2 * w], y[2 * w + 1]);
+  }
+}
+
 /* An 8-bit tile of ROWS x D (rows of D bytes, attn_swz'd) converted by a
  * CTA of THREADS threads into a 16-bit tile of the MMA type (rows of 2D
  * bytes, attn_swz'd): each thread takes 16-byte chunks, one source chunk
- * making two (attn_fp8x4_cvt, or e4m3 into f16 where the conversion
- * exists: exact). */
+ * making two (attn_fp8x16_cvt). */
 template <int ROWS, int D, int THREADS, bool E4M3, bool BF16>
 static __device__ __forceinline__ void attn_convert_tile(unsigned src, unsigned dst, int tid) {
   constexpr int chunks = ROWS * D / 16;
@@ -249,13 +261,7 @@ static __device__ __forceinline__ void attn_convert_tile(unsigned src, unsigned 
       break;
     unsigned x[4], y[8];
     attn_lds128(src + attn_swz(r, c, D), x);
-#pragma unroll
-    for (int w = 0; w < 4; ++w) {
-      if constexpr (E4M3 && !BF16 && attn_has_e4m3_cvt)
-        attn_e4m3x4_to_f16(x[w], y[2 * w], y[2 * w + 1]);
-      else
-        attn_fp8x4_cvt<E4M3, BF16>(x[w], y[2 * w], y[2 * w + 1]);
-    }
+    attn_fp8x16_cvt<E4M3, BF16>(x, y);
 #pragma unroll
     for (int half = 0; half < 2; ++half)
       attn_sts128(dst + attn_swz(r, 2 * c + half, 2 * D), y[4 * half], y[4 * half + 1],

@@ -8,7 +8,10 @@
 set -eu
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-sed -n '/^template <bool E4M3, bool BF16>$/,/^}/p' templates/ptx.cuh |
+# (attn_fp8x4_cvt alone: the chunk converter after it shares its template line)
+awk '/^template <bool E4M3, bool BF16>$/ { t = $0; next }
+     t != "" { if ($0 ~ /attn_fp8x4_cvt\(unsigned/) { print t; on = 1 } t = "" }
+     on { print } on && /^}/ { on = 0 }' templates/ptx.cuh |
   sed 's/static __device__ __forceinline__/static inline/' >"$tmp/cvt.inc"
 grep -q 'attn_fp8x4_cvt(' "$tmp/cvt.inc" || { echo "FAIL: attn_fp8x4_cvt's text was not found in templates/ptx.cuh"; exit 1; }
 g++ -std=c++17 -O1 -g -w -fsanitize=address,undefined -DCVT_TEXT="\"$tmp/cvt.inc\"" \

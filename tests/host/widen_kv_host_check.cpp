@@ -5,8 +5,8 @@
 // past the head dim), widened into dense 16-bit copies [B, Hk, Skv, D]. Checks that every
 // element of every row below Skv lands at its place with its value, that nothing past Skv
 // or outside the copies is written, and that no read leaves the tensors (AddressSanitizer).
-// The conversion itself is a stand-in here (the byte, tagged by its word position); its
-// values are tests/host/fp8_cvt_host_check's.
+// The conversion itself is a stand-in here (each byte tagged); its values are
+// tests/host/fp8_cvt_host_check's.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -33,14 +33,17 @@ struct attn_params {
 };
 enum : int { attn_kv_fp8 = 1, attn_in_bf16 = 1 };
 constexpr bool fwd90_fp8 = false;
-// Four bytes into two 16-bit words: byte i becomes 0x100 | byte (a value no real conversion
-// needs, so a misplaced or skipped chunk shows).
+static uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
+// Sixteen bytes into eight 16-bit pairs (ptx.cuh's attn_fp8x16_cvt): byte i becomes
+// 0x100 | byte (a value no real conversion needs, so a misplaced or skipped chunk shows).
 template <bool E4M3, bool BF16>
-static void attn_fp8x4_cvt(unsigned x, unsigned &lo, unsigned &hi) {
+static void attn_fp8x16_cvt(const unsigned (&x)[4], unsigned (&y)[8]) {
   static_assert(E4M3 && BF16, "the build's types");
-  auto h = [&](int i) { return 0x100u | ((x >> (8 * i)) & 0xffu); };
-  lo = h(0) | h(1) << 16;
-  hi = h(2) | h(3) << 16;
+  for (int w = 0; w < 4; w++) {
+    auto h = [&](int i) { return 0x100u | ((x[w] >> (8 * i)) & 0xffu); };
+    y[2 * w] = h(0) | h(1) << 16;
+    y[2 * w + 1] = h(2) | h(3) << 16;
+  }
 }
 #define ATTN_D_QK DQK
 #define ATTN_D_V DV
