@@ -45,6 +45,8 @@ class Attn:
         self.set_sm90_variant(os.environ.get("ATTN_SM90_VARIANT", "auto"))
         bwd = {"sm80": 80, "sm90": 90, "sm90f8": 91}.get(os.environ.get("ATTN_BWD_TEMPLATE", ""), 0)
         self.ctx.set_option("backward_template", bwd)
+        # ATTN_LAUNCH_OVERLAP=0: plain launches (docs/runtime.md, "Launch overlap").
+        self.ctx.set_option("launch_overlap", 0 if os.environ.get("ATTN_LAUNCH_OVERLAP") == "0" else 1)
 
     def set_sm90_variant(self, name):
         """fwd_sm90's variant for the modules compiled next (tmpl_sm90.c)."""
@@ -112,6 +114,26 @@ def time_batches(launches, reps=15, per_batch=6):
         torch.cuda.synchronize()
         times.append(s.elapsed_time(e) / per_batch)
     return statistics.median(times)
+
+
+def time_plain(attn, launches):
+    """time_batches with launch overlap off (ATTN_OPTION_LAUNCH_OVERLAP 0): the same kernels
+    launched plainly, so a row shows what the overlapped launches gain."""
+    attn.set_option("launch_overlap", 0)
+    try:
+        return time_batches(launches)
+    finally:
+        attn.set_option("launch_overlap", 0 if os.environ.get("ATTN_LAUNCH_OVERLAP") == "0" else 1)
+
+
+def overlap_summary(rows):
+    """Overlapped launches against plain ones, per row: attnc_plain_ms / attnc_ms."""
+    gains = [r["attnc_plain_ms"] / r["attnc_ms"] for r in rows if r.get("attnc_plain_ms")]
+    if not gains:
+        return []
+    geo = math.exp(sum(math.log(g) for g in gains) / len(gains))
+    return [f"Launch overlap: plain launches / overlapped, geometric mean {geo:.3f} "
+            f"(range {min(gains):.3f}-{max(gains):.3f}; above 1: overlap faster).", ""]
 
 
 def fa4_load(d):
@@ -257,6 +279,7 @@ def main():
                 torch.cuda.synchronize()
                 err = rel_err(o, ref)
                 t_attnc = time_batches([lambda c=c: attn.launch(c) for *_, c in sets])
+                t_plain = time_plain(attn, [lambda c=c: attn.launch(c) for *_, c in sets])
                 with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
                     t_cudnn = time_batches([lambda s=s: F.scaled_dot_product_attention(s[0], s[1], s[2], is_causal=causal)
                                             for s in sets])
@@ -265,7 +288,7 @@ def main():
                                           for s in sets])
                 flops = 4 * B * H * S * S * D / (2 if causal else 1)
                 row = dict(D=D, S=S, B=B, H=H, causal=causal, rel_err_vs_cudnn=err,
-                           attnc_ms=t_attnc, cudnn_ms=t_cudnn, fa2_ms=t_fa2,
+                           attnc_ms=t_attnc, attnc_plain_ms=t_plain, cudnn_ms=t_cudnn, fa2_ms=t_fa2,
                            attnc_tflops=flops / t_attnc / 1e9, cudnn_tflops=flops / t_cudnn / 1e9,
                            fa2_tflops=flops / t_fa2 / 1e9, ratio=t_cudnn / t_attnc)
                 row.update(fa4_forward_row(args.fa4_mod, sets, ref, causal, flops, t_attnc))
@@ -370,12 +393,13 @@ def run_backward(attn, args):
                 torch.cuda.synchronize()
                 errs = [rel_err(a, b) for a, b in ((dq, gq), (dk, gk), (dv, gv))]
                 t_attnc = time_batches([lambda c=s[-1]: attn.launch_backward(c) for s in sets])
+                t_plain = time_plain(attn, [lambda c=s[-1]: attn.launch_backward(c) for s in sets])
                 with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
                     t_cudnn = time_batches([lambda r=r: torch.autograd.grad(r[3], r[:3], r[4], retain_graph=True)
                                             for r in ref_sets])
                 flops = 2.5 * 4 * B * H * S * S * D / (2 if causal else 1)
                 row = dict(D=D, S=S, B=B, H=H, causal=causal, rel_err_dq=errs[0], rel_err_dk=errs[1],
-                           rel_err_dv=errs[2], attnc_ms=t_attnc, cudnn_ms=t_cudnn,
+                           rel_err_dv=errs[2], attnc_ms=t_attnc, attnc_plain_ms=t_plain, cudnn_ms=t_cudnn,
                            attnc_tflops=flops / t_attnc / 1e9, cudnn_tflops=flops / t_cudnn / 1e9,
                            ratio=t_cudnn / t_attnc)
                 row.update(fa4_backward_row(args.fa4_mod, sets, (gq, gk, gv), causal, flops, t_attnc))
@@ -445,6 +469,7 @@ def backward_table(rows, extra):
         lines += ["", f"Geometric mean attnc / cuDNN (backward): {geo:.3f}; lowest {worst['ratio']:.2f} "
                   f"(D {worst['D']}, S {worst['S']}, causal {worst['causal']})", ""]
         lines += fa4_summary(rows, "backward")
+        lines += overlap_summary(rows)
     if extra:
         lines += ["attnc backward overheads, S 4096, B 4, H 2048/D, non-causal (and the same graph's "
                   "forward):", "",
@@ -489,6 +514,7 @@ def grid_table(rows, compile_rows):
     lines += ["", f"Geometric mean attnc / cuDNN: {geo:.3f}; lowest {worst['ratio']:.2f} "
               f"(D {worst['D']}, S {worst['S']}, causal {worst['causal']})", ""]
     lines += fa4_summary(rows, "forward")
+    lines += overlap_summary(rows)
     lines += ["| D | causal | cold NVRTC compile ms | warm cache load ms |", "|---|---|---|---|"]
     for r in compile_rows:
         lines.append(f"| {r['D']} | {'yes' if r['causal'] else 'no'} | {r['cold_ms']:.0f} | {r['warm_ms']:.1f} |")

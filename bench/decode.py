@@ -213,6 +213,9 @@ def run(attn, mod, sms, B, H, Hk, L, Sq=1):
     row = dict(Hq=H, Hkv=Hk, B=B, L=L, Sq=Sq, kv_mb=kv_bytes / 1e6, copies=copies,
                rel_err_vs_cudnn=err)
     row["attnc_us"] = time_queued([lambda c=c: attn.launch(c) for *_, c in sets])
+    attn.set_option("launch_overlap", 0)  # the same kernels, launched plainly
+    row["attnc_plain_us"] = time_queued([lambda c=c: attn.launch(c) for *_, c in sets])
+    attn.set_option("launch_overlap", 1)
     attn.set_option("decode", 0)
     row["attnc_fwd_us"] = time_queued([lambda c=c: attn.launch(c) for *_, c in sets])
     attn.set_option("decode", 1)
@@ -223,7 +226,7 @@ def run(attn, mod, sms, B, H, Hk, L, Sq=1):
                                      for s in sets])
     except RuntimeError as e:  # FA2 through SDPA may refuse a shape
         row["fa2_us"], row["fa2_error"] = None, str(e)[:120]
-    for key in ("attnc", "attnc_fwd", "cudnn", "fa2"):
+    for key in ("attnc", "attnc_plain", "attnc_fwd", "cudnn", "fa2"):
         t = row[f"{key}_us"]
         row[f"{key}_gbs"] = kv_bytes / (t * 1e-6) / 1e9 if t else None
     row["splits"] = splits_for(B, H, Hk, Sq, L, sms)
@@ -330,14 +333,15 @@ def splits_for(B, H, Hk, Sq, L, sms, ctas=2, bn=64):
 
 
 def table(rows):
-    out = ["| Hq:Hkv | B | Sq | KV len | K+V MB | splits | attnc decode us / GB/s | attnc forward kernel us / GB/s "
-           "| cuDNN us / GB/s | FA2 us / GB/s | attnc / cuDNN | rel err vs cuDNN |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    out = ["| Hq:Hkv | B | Sq | KV len | K+V MB | splits | attnc decode us / GB/s | not overlapped us / GB/s "
+           "| attnc forward kernel us / GB/s | cuDNN us / GB/s | FA2 us / GB/s | attnc / cuDNN | rel err vs cuDNN |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         def cell(k):
             return "-" if r[f"{k}_us"] is None else f"{r[f'{k}_us']:.1f} / {r[f'{k}_gbs']:.0f}"
         out.append(f"| {r['Hq']}:{r['Hkv']} | {r['B']} | {r['Sq']} | {r['L'] // 1024}k | {r['kv_mb']:.0f} "
-                   f"| {r['splits']} | {cell('attnc')} | {cell('attnc_fwd')} | {cell('cudnn')} | {cell('fa2')} "
+                   f"| {r['splits']} | {cell('attnc')} | {cell('attnc_plain')} | {cell('attnc_fwd')} "
+                   f"| {cell('cudnn')} | {cell('fa2')} "
                    f"| {r['ratio_vs_cudnn']:.2f} | {r['rel_err_vs_cudnn']:.1e} |")
     return out
 

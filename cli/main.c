@@ -69,7 +69,7 @@ static const char usage_text[] =
     "             command passes to the library: ATTN_BWD_TEMPLATE=sm80|sm90|sm90f8,\n"
     "             ATTN_SM90_VARIANT=auto|base|persist|bn80|persist_bn80|f16_pv|wg3|kv8_early|\n"
     "             kv_copy,\n"
-    "             ATTN_PERSISTENT_CTAS=N\n";
+    "             ATTN_PERSISTENT_CTAS=N, ATTN_LAUNCH_OVERLAP=0 (plain launches)\n";
 
 int cli_usage_error(const char *fmt, ...) {
   va_list ap;
@@ -122,6 +122,8 @@ attn_context *cli_context_create(void) {
   attn_context_set_option(ctx, ATTN_OPTION_SM90_VARIANT, env_sm90_variant());
   const char *ctas = getenv("ATTN_PERSISTENT_CTAS");
   if (ctas && *ctas) attn_context_set_option(ctx, ATTN_OPTION_PERSISTENT_CTAS, atoll(ctas));
+  const char *overlap = getenv("ATTN_LAUNCH_OVERLAP");
+  if (overlap && !strcmp(overlap, "0")) attn_context_set_option(ctx, ATTN_OPTION_LAUNCH_OVERLAP, 0);
   return ctx;
 }
 

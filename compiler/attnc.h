@@ -1152,6 +1152,14 @@ extern const int attn_nembedded_texts;
  * a line naming it. */
 void emit_template(StrBuf *out, const char *name, const char *text, bool key);
 
+/* A kernel entry: `extern "C" __global__`, __launch_bounds__(threads), or
+ * (threads, 1) with one_cta (one CTA an SM: setmaxnreg's cap), the
+ * parameter block and, with tmaps, the tensor maps; its first statement
+ * attn_entry_wait (common.cuh), on which the plan's entry_waits and the
+ * overlapped launches (runtime/launch.c) rely; then the body, printf-style. */
+void emit_entry(StrBuf *out, const char *entry, int threads, bool one_cta, bool tmaps,
+                const char *body, ...) __attribute__((format(printf, 6, 7)));
+
 /* A graph's configuration macros (ATTN_D_QK, slots, modes): each
  * macro_def writes `#define NAME VALUE` and remembers NAME, and
  * macro_undef_all writes their #undefs after the graph's entry points, in
@@ -1266,6 +1274,11 @@ typedef struct PlanStep {
   /* At most one CTA per SM (and at most the context's cap) taking work
    * from the pass's PB_TILE_QUEUE slice, all in x. */
   bool persistent;
+  /* Its kernel's entry waits for the grid before it (attn_entry_wait, an
+   * sm_90 instruction: targets sm_90 on), so the runtime may launch it
+   * overlapped with that grid (programmatic stream serialization). A plan
+   * from an attnc before this field lacks it: such kernels launch plainly. */
+  bool entry_waits;
   unsigned need, deny;
   PlanMap maps[PLAN_MAX_MAPS]; /* nmaps > 0: the kernel's second parameter
                                   is attn_tmaps */

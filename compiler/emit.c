@@ -471,6 +471,19 @@ void emit_template(StrBuf *out, const char *name, const char *text, bool key) {
     sb_puts(out, text);
 }
 
+void emit_entry(StrBuf *out, const char *entry, int threads, bool one_cta, bool tmaps,
+                const char *body, ...) {
+  sb_printf(out, "extern \"C\" __global__ void __launch_bounds__(%d%s) %s(const __grid_constant__ "
+                 "attn_params p%s) {\n  attn_entry_wait();\n",
+            threads, one_cta ? ", 1" : "", entry,
+            tmaps ? ", const __grid_constant__ attn_tmaps tm" : "");
+  va_list ap;
+  va_start(ap, body);
+  sb_vprintf(out, body, ap);
+  va_end(ap);
+  sb_puts(out, "}\n\n");
+}
+
 const char *emit_part_name(EmitPart part) {
   switch (part) {
   case EMIT_FORWARD: return "forward";
@@ -586,30 +599,26 @@ static void emit_graph(StrBuf *out, const GraphCompile *gc, EmitPart part, bool 
     /* decode only (an FP8 KV cache): the decode entries below */
   } else if (c->kind == TMPL_FWD_SM90)
     /* One CTA per SM by design (the ", 1" gives setmaxnreg its cap). */
-    sb_printf(out, "extern \"C\" __global__ void __launch_bounds__(%d, 1) %s(const __grid_constant__ "
-                   "attn_params p, const __grid_constant__ attn_tmaps tm) {\n"
-                   "  graph_%s::attn_fwd_sm90(p, tm);\n}\n\n",
-              fwd->threads, fwd->entry, g->name);
+    emit_entry(out, fwd->entry, fwd->threads, true, true,
+               "  graph_%s::attn_fwd_sm90(p, tm);\n", g->name);
   else
-    sb_printf(out, "extern \"C\" __global__ void __launch_bounds__(%d) %s(const __grid_constant__ "
-                   "attn_params p) {\n  graph_%s::attn_fwd_sm80(p);\n}\n\n",
-              fwd->threads, fwd->entry, g->name);
+    emit_entry(out, fwd->entry, fwd->threads, false, false,
+               "  graph_%s::attn_fwd_sm80(p);\n", g->name);
   const PlanStep *widen = plan_step(gc->plan, PLAN_FORWARD, "widen_kv");
   if (fwd_part && widen) /* the kv_copy variant's copies of k and v, before the forward */
-    sb_printf(out, "extern \"C\" __global__ void __launch_bounds__(%d) %s(const __grid_constant__ "
-                   "attn_params p) {\n  graph_%s::attn_fwd90_widen_kv(p);\n}\n\n",
-              widen->threads, widen->entry, g->name);
+    emit_entry(out, widen->entry, widen->threads, false, false,
+               "  graph_%s::attn_fwd90_widen_kv(p);\n", g->name);
   const PlanStep *amax0 = plan_step(gc->plan, PLAN_FORWARD, "amax_init");
   if (fwd_part && amax0) /* zeroes the amax output before the forward adds into it */
-    sb_printf(out, "extern \"C\" __global__ void __launch_bounds__(%d) %s(const __grid_constant__ "
-                   "attn_params p) {\n  if (threadIdx.x == 0) *(unsigned *)p.t[%d].ptr = 0u;\n}\n\n",
-              amax0->threads, amax0->entry, g->outputs[s->amax_output].tensor);
-  if (dec_part && dec && merge)
-    sb_printf(out, "extern \"C\" __global__ void __launch_bounds__(%d) %s(const __grid_constant__ "
-                   "attn_params p) {\n  graph_%s::attn_decode(p);\n}\n\n"
-                   "extern \"C\" __global__ void __launch_bounds__(%d) %s(const __grid_constant__ "
-                   "attn_params p) {\n  graph_%s::attn_decode_merge(p);\n}\n\n",
-              dec->threads, dec->entry, g->name, merge->threads, merge->entry, g->name);
+    emit_entry(out, amax0->entry, amax0->threads, false, false,
+               "  if (threadIdx.x == 0) *(unsigned *)p.t[%d].ptr = 0u;\n",
+               g->outputs[s->amax_output].tensor);
+  if (dec_part && dec && merge) {
+    emit_entry(out, dec->entry, dec->threads, false, false,
+               "  graph_%s::attn_decode(p);\n", g->name);
+    emit_entry(out, merge->entry, merge->threads, false, false,
+               "  graph_%s::attn_decode_merge(p);\n", g->name);
+  }
   if (bwd_part) emit_bwd_entries(out, gc->bwd, a);
   if (prep && part != EMIT_DECODE) emit_sep_entry(out, s, prep->entry); /* both passes launch it */
   macro_undef_all(out, &ms);

@@ -495,34 +495,29 @@ void emit_bwd_entries(StrBuf *out, const BwdSpec *s, Arena *a) {
     bool own = s->sm90 && k == 1;
     const char *entry = plan_entry(a, gname, arena_printf(a, "bwd_%s", part[k]));
     if (own)
-      sb_printf(out, "extern \"C\" __global__ void __launch_bounds__(%d, 1) %s(const "
-                     "__grid_constant__ attn_params p, const __grid_constant__ attn_tmaps tm) "
-                     "{\n  graph_%s::attn_bwd_sm90_main(p, tm);\n}\n\n",
-                s->threads + 128, entry, gname);
+      emit_entry(out, entry, s->threads + 128, true, true,
+                 "  graph_%s::attn_bwd_sm90_main(p, tm);\n", gname);
     else
-      sb_printf(out, "extern \"C\" __global__ void __launch_bounds__(%d) %s(const "
-                     "__grid_constant__ attn_params p) {\n  graph_%s::attn_bwd_sm80_%s(p);\n}\n\n",
-                s->threads, entry, gname, part[k]);
+      emit_entry(out, entry, s->threads, false, false,
+                 "  graph_%s::attn_bwd_sm80_%s(p);\n", gname, part[k]);
   }
   if (bwd_sink_entry(&s->slots) >= 0)
-    sb_printf(out, "extern \"C\" __global__ void __launch_bounds__(128) %s(const "
-                   "__grid_constant__ attn_params p) {\n  graph_%s::attn_bwd_sm80_dsink(p);\n}\n\n",
-              plan_entry(a, gname, "bwd_dsink"), gname);
+    emit_entry(out, plan_entry(a, gname, "bwd_dsink"), 128, false, false,
+               "  graph_%s::attn_bwd_sm80_dsink(p);\n", gname);
   const BwdSlots *sl = &s->slots;
   if (s->fp8_mma)
-    sb_printf(out, "extern \"C\" __global__ void __launch_bounds__(%d) %s(const "
-                   "__grid_constant__ attn_params p) {\n  graph_%s::attn_bwd_sm90_transpose8(p);\n}\n\n",
-              s->threads, plan_entry(a, gname, "bwd_transpose8"), gname);
+    emit_entry(out, plan_entry(a, gname, "bwd_transpose8"), s->threads, false, false,
+               "  graph_%s::attn_bwd_sm90_transpose8(p);\n", gname);
   else if (sl->q16 >= 0 || sl->k16 >= 0 || sl->v16 >= 0 || sl->do16 >= 0)
-    sb_printf(out, "extern \"C\" __global__ void __launch_bounds__(%d) %s(const "
-                   "__grid_constant__ attn_params p) {\n  graph_%s::attn_bwd_sm80_convert8(p);\n}\n\n",
-              s->threads, plan_entry(a, gname, "bwd_convert8"), gname);
+    emit_entry(out, plan_entry(a, gname, "bwd_convert8"), s->threads, false, false,
+               "  graph_%s::attn_bwd_sm80_convert8(p);\n", gname);
   if (sl->namax > 0) { /* the amax outputs zeroed before the kernels max into them */
-    sb_printf(out, "extern \"C\" __global__ void __launch_bounds__(32) %s(const "
-                   "__grid_constant__ attn_params p) {\n  if (threadIdx.x == 0) {\n",
-              plan_entry(a, gname, "bwd_amax_init"));
+    StrBuf body = {0};
+    sb_puts(&body, "  if (threadIdx.x == 0) {\n");
     for (int k = 0; k < sl->namax; k++)
-      sb_printf(out, "    *(unsigned *)p.t[%d].ptr = 0u;\n", sl->amax[k]);
-    sb_puts(out, "  }\n}\n\n");
+      sb_printf(&body, "    *(unsigned *)p.t[%d].ptr = 0u;\n", sl->amax[k]);
+    sb_puts(&body, "  }\n");
+    emit_entry(out, plan_entry(a, gname, "bwd_amax_init"), 32, false, false, "%s", body.data);
+    sb_free(&body);
   }
 }

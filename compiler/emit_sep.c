@@ -303,7 +303,6 @@ void emit_sep_classes(StrBuf *out, const KernelSpec *s, Arena *a) {
 }
 
 void emit_sep_entry(StrBuf *out, const KernelSpec *s, const char *entry) {
-  sb_printf(out, "extern \"C\" __global__ void __launch_bounds__(%d) %s(const __grid_constant__ "
-                 "attn_params p) {\n  graph_%s::attn_sep_prep(p);\n}\n\n",
-            SEP_PREP_THREADS, entry, s->g->name);
+  emit_entry(out, entry, SEP_PREP_THREADS, false, false, "  graph_%s::attn_sep_prep(p);\n",
+             s->g->name);
 }

@@ -370,6 +370,11 @@ void plan_graph(GraphPlan *gp, const KernelSpec *fwd, const FwdConfig *c, const 
   sep_cell_bytes(fwd, gp->sep_cells);
   plan_forward(gp, fwd, c, a);
   if (bwd) plan_backward(gp, bwd, a);
+  /* Every entry begins with attn_entry_wait (emit_entry), which waits on
+   * sm_90 and later only. */
+  for (int pass = 0; pass < PLAN_NPASSES; pass++)
+    for (int k = 0; k < gp->pass[pass].nsteps; k++)
+      gp->pass[pass].steps[k].entry_waits = fwd->sm >= 90;
 }
 
 /* ----------------------------------------------------------- evaluating */
@@ -527,6 +532,7 @@ void plan_write(StrBuf *out, const GraphPlan *plans, int n) {
         sb_putc(out, ',');
         put_dim(out, s->grid.z);
         sb_printf(out, " persistent=%d", s->persistent ? 1 : 0);
+        if (s->entry_waits) sb_puts(out, " waits=1");
         put_facts(out, "need", s->need);
         put_facts(out, "deny", s->deny);
         sb_putc(out, '\n');
@@ -727,14 +733,16 @@ static int rd_step(PlanReader *r, const PlanLine *l, PassPlan *p) {
   if (p->nsteps == PLAN_MAX_STEPS) return rd_fail(r, "more than %d steps", PLAN_MAX_STEPS);
   PlanStep *s = &p->steps[p->nsteps];
   memset(s, 0, sizeof *s);
-  long threads, smem, pers;
+  long threads, smem, pers, waits = 0;
   const char *entry = rd_field(l, "entry");
   if (l->n < 2 || rd_name(r, l->w[1], &s->role) || !entry || rd_name(r, entry, &s->entry) ||
       rd_need_int(r, l, "threads", 1, 1024, &threads) ||
       rd_need_int(r, l, "smem", 0, 1 << 20, &smem) ||
       rd_need_int(r, l, "persistent", 0, 1, &pers) || rd_grid(r, rd_field(l, "grid"), &s->grid) ||
-      rd_conditions(r, l, &s->need, &s->deny))
+      rd_conditions(r, l, &s->need, &s->deny) ||
+      (rd_field(l, "waits") && rd_need_int(r, l, "waits", 0, 1, &waits)))
     return -1;
+  s->entry_waits = waits != 0;
   s->threads = (int)threads;
   s->smem_bytes = (int)smem;
   s->persistent = pers != 0;

@@ -202,6 +202,10 @@ static attn_status context_set_option_impl(attn_context *ctx, attn_option option
     if (value != 0 && value != 1) break;
     ctx->options.no_decode = value == 0;
     return ATTN_SUCCESS;
+  case ATTN_OPTION_LAUNCH_OVERLAP:
+    if (value != 0 && value != 1) break;
+    ctx->options.no_overlap = value == 0;
+    return ATTN_SUCCESS;
   default:
     return rt_fail(ctx, ATTN_ERROR_INVALID_ARGUMENT, "unknown option %d", (int)option);
   }

@@ -106,13 +106,20 @@ attn_status attn_context_set_cache_dir(attn_context *ctx, const char *dir);
  *       one per 64-key tile), for tests and tuning
  *   ATTN_OPTION_DECODE  1 (default): the decode kernel where it applies;
  *       0: always the forward kernel
+ * and one more launch option (docs/runtime.md, "Launch overlap"):
+ *   ATTN_OPTION_LAUNCH_OVERLAP  1 (default): on sm_90 and later GPUs each
+ *       kernel launches with programmatic stream serialization, so its
+ *       CTAs start while the kernel before it in the stream drains and
+ *       wait on the device for it to finish (results unchanged); 0: plain
+ *       launches
  * Other values: ATTN_ERROR_INVALID_ARGUMENT with a message. */
 typedef enum attn_option {
   ATTN_OPTION_BACKWARD_TEMPLATE = 1,
   ATTN_OPTION_SM90_VARIANT = 2,
   ATTN_OPTION_PERSISTENT_CTAS = 3,
   ATTN_OPTION_DECODE_SPLITS = 4,
-  ATTN_OPTION_DECODE = 5
+  ATTN_OPTION_DECODE = 5,
+  ATTN_OPTION_LAUNCH_OVERLAP = 6
 } attn_option;
 attn_status attn_context_set_option(attn_context *ctx, attn_option option, long long value);
 

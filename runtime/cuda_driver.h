@@ -41,6 +41,7 @@
   X(FuncSetAttribute, cuFuncSetAttribute)                                     \
   X(FuncGetAttribute, cuFuncGetAttribute)                                     \
   X(LaunchKernel, cuLaunchKernel)                                             \
+  X(LaunchKernelEx, cuLaunchKernelEx)                                         \
   X(MemAlloc, cuMemAlloc_v2)                                                  \
   X(MemFree, cuMemFree_v2)                                                    \
   X(MemcpyHtoD, cuMemcpyHtoD_v2)                                              \

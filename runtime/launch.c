@@ -7,6 +7,7 @@
  *        demand) -> slices bound into the parameter block, zeroed where
  *        the plan says -> for each step: its grid (skipped when empty;
  *        persistent: capped at the SMs), its tensor maps, its launch
+ *        (overlapped with the grid before it on sm_90 on: launch_step)
  *
  * everything on the caller's stream, nothing synchronous: a launch with a
  * caller's workspace allocates nothing and can be captured into a CUDA
@@ -93,6 +94,7 @@ typedef struct PassLaunch {
   PlanProblem pr;
   unsigned facts;
   PassLayout l;
+  bool overlap; /* steps whose entries wait launch overlapped (launch_step) */
 } PassLaunch;
 
 static attn_status pass_launch(attn_call *c, const PassPlan *pp, PassLaunch *x) {
@@ -103,6 +105,9 @@ static attn_status pass_launch(attn_call *c, const PassPlan *pp, PassLaunch *x) 
   x->pr = launch_problem(c, device_sms(x->d, x->dev), x->ndims);
   x->facts = launch_facts(c, &x->pr);
   layout_pass(c, pp, x->facts, &x->pr, &x->l);
+  int major = 0, minor = 0;
+  x->overlap = !c->g->m->ctx->options.no_overlap &&
+               rt_driver_cc(x->d, x->dev, &major, &minor, NULL) == ATTN_SUCCESS && major >= 9;
   return ATTN_SUCCESS;
 }
 
@@ -213,6 +218,37 @@ attn_status rt_graph_resolve(attn_graph *g, const RtDriver *d, CUcontext cu) {
 }
 
 static long long ceil_div(long long a, long long b) { return b > 0 ? (a + b - 1) / b : 0; }
+
+/* One step's kernel on stream s. Overlapped (a step whose entry waits, on
+ * sm_90 on, unless the context turned it off): with programmatic stream
+ * serialization, so its CTAs may start as the grid before it in the
+ * stream drains -- ours or the caller's -- and hold at attn_entry_wait
+ * until that grid is complete and its writes visible. What the kernel
+ * computes is unchanged; the launch gap between the steps of a pass, and
+ * between the caller's last kernel and the first step, is what it hides
+ * (docs/runtime.md, "Launch overlap"). */
+static CUresult launch_step(const RtDriver *d, CUfunction fn, const unsigned grid[3],
+                            const PlanStep *step, bool overlap, CUstream s, void **args) {
+  if (!overlap)
+    return d->LaunchKernel(fn, grid[0], grid[1], grid[2], (unsigned)step->threads, 1, 1,
+                           (unsigned)step->smem_bytes, s, args, NULL);
+  CUlaunchAttribute attr;
+  memset(&attr, 0, sizeof attr);
+  attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+  attr.value.programmaticStreamSerializationAllowed = 1;
+  CUlaunchConfig cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.gridDimX = grid[0];
+  cfg.gridDimY = grid[1];
+  cfg.gridDimZ = grid[2];
+  cfg.blockDimX = (unsigned)step->threads;
+  cfg.blockDimY = cfg.blockDimZ = 1;
+  cfg.sharedMemBytes = (unsigned)step->smem_bytes;
+  cfg.hStream = s;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  return d->LaunchKernelEx(&cfg, fn, args, NULL);
+}
 
 attn_status rt_run_pass(attn_call *c, PlanPass pass, bool caller_ws, void *ws, size_t ws_bytes,
                         void *stream) {
@@ -327,10 +363,10 @@ attn_status rt_run_pass(attn_call *c, PlanPass pass, bool caller_ws, void *ws, s
     attn_tmaps tmaps;
     if (step->nmaps > 0 && (st = rt_tmap_fill(d, ir, step, &p, &tmaps, err))) return st;
     void *args[] = {&p, &tmaps};
-    CUresult r = d->LaunchKernel(fn, grid[0], grid[1], grid[2], (unsigned)step->threads, 1, 1,
-                                 (unsigned)step->smem_bytes, s, args, NULL);
+    const bool overlap = run.overlap && step->entry_waits;
+    CUresult r = launch_step(d, fn, grid, step, overlap, s, args);
     if (r != CUDA_SUCCESS) {
-      st = rt_driver_error(d, r, "cuLaunchKernel", err);
+      st = rt_driver_error(d, r, overlap ? "cuLaunchKernelEx" : "cuLaunchKernel", err);
       sb_printf(err, " for '%s' of graph '%s' (grid %u x %u x %u, %d threads, %d bytes of shared "
                      "memory)", step->entry, ir->name, grid[0], grid[1], grid[2], step->threads,
                 step->smem_bytes);

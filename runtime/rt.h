@@ -257,6 +257,7 @@ typedef struct RtOptions {
   long long persistent_ctas; /* 0: the SM count */
   long long decode_splits;   /* 0: plan_decode_splits' choice */
   bool no_decode;            /* ATTN_OPTION_DECODE 0 */
+  bool no_overlap;           /* ATTN_OPTION_LAUNCH_OVERLAP 0 */
 } RtOptions;
 
 /* The kernels of partial results (templates/ring.cuh; partials.c), loaded

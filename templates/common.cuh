@@ -9,6 +9,22 @@
  * literal 1 is passed subscript 0, so it broadcasts.
  */
 
+/* Every kernel entry begins with this (the emitter writes the call), so a
+ * plan step may launch with programmatic stream serialization (sm_90 on;
+ * plan.c's entry_waits, runtime/launch.c): its CTAs may then be resident
+ * before the grid ahead of it in the stream has finished, and wait here
+ * until that grid has completed and its writes are visible; before this
+ * point an entry touches no memory. launch_dependents lets the next step's
+ * grid launch once every CTA of this one has started: it too waits at its
+ * entry, so nothing it reads can be stale. Launched without the attribute,
+ * both are no-ops. */
+[[maybe_unused]] static __device__ __forceinline__ void attn_entry_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 [[maybe_unused]] static __device__ __forceinline__ float attn_neg_inf() { return __int_as_float(0xff800000); }
 [[maybe_unused]] static __device__ __forceinline__ float attn_pos_inf() { return __int_as_float(0x7f800000); }
 

@@ -80,7 +80,7 @@ class Context:
     def set_option(self, name, value):
         """A tuning option by name: compile options apply to the modules
         compiled next, launch options (decode, decode_splits,
-        persistent_ctas) to the next launches."""
+        persistent_ctas, launch_overlap) to the next launches."""
         if name not in _lib.OPTIONS:
             raise ValueError(f"unknown option {name!r}; the options are "
                              + ", ".join(sorted(_lib.OPTIONS)))

@@ -55,6 +55,7 @@ OPTIONS = {
     "persistent_ctas": 3,
     "decode_splits": 4,
     "decode": 5,
+    "launch_overlap": 6,
 }
 
 _PROTOTYPES = {

@@ -11,6 +11,11 @@
  *    and replayed twice; each replay gives the plain launches' results.
  *    Once as a fresh module's first launches: its backward's program,
  *    compiled apart on first use, is built and loaded during the capture.
+ *  - Launch overlap (ATTN_OPTION_LAUNCH_OVERLAP, on by default on sm_90):
+ *    the plain launches again with it off, and four pairs launched back to
+ *    back with no synchronization (each forward may start while the
+ *    backward before it, which reads its o and lse, drains) give the
+ *    same results.
  *  - Empty sequences: Skv = 0 gives zero dq (and the forward's o = 0);
  *    Sq = 0 gives zero dk and dv; every gradient is NaN-poisoned first.
  *
@@ -168,14 +173,32 @@ static void result_read(Run *r, Result *res) {
 }
 
 /* How a pair of launches (forward, backward) is made. */
-typedef enum Way { PLAIN, WORKSPACE, CAPTURE } Way;
+typedef enum Way { PLAIN, WORKSPACE, CAPTURE, NO_OVERLAP, BACK_TO_BACK, NWAYS } Way;
 
-static attn_status launch_pair(attn_call *c, Run *r, Way way, CUstream s, StrBuf *why) {
+static attn_status launch_pair(attn_call *c, attn_context *ctx, Run *r, Way way, CUstream s,
+                               StrBuf *why) {
   const RtDriver *d = r->d;
-  attn_status st;
+  attn_status st = ATTN_SUCCESS;
   if (way == PLAIN) {
     st = attn_call_launch(c, s);
     return st ? st : attn_call_launch_backward(c, s);
+  }
+  if (way == NO_OVERLAP) { /* plain launches, none overlapped */
+    attn_context_set_option(ctx, ATTN_OPTION_LAUNCH_OVERLAP, 0);
+    st = attn_call_launch(c, s);
+    if (!st) st = attn_call_launch_backward(c, s);
+    attn_context_set_option(ctx, ATTN_OPTION_LAUNCH_OVERLAP, 1);
+    return st;
+  }
+  if (way == BACK_TO_BACK) {
+    /* Four pairs with no synchronization between them: each forward's
+     * first kernel may start while the backward before it drains, and
+     * writes the o and lse that backward reads. */
+    for (int rep = 0; rep < 4 && !st; rep++) {
+      st = attn_call_launch(c, s);
+      if (!st) st = attn_call_launch_backward(c, s);
+    }
+    return st;
   }
   size_t fb = 0, bb = 0;
   if ((st = attn_call_workspace_size(c, ATTN_PASS_FORWARD, &fb)) ||
@@ -241,16 +264,17 @@ static void test_ways(attn_context *ctx, attn_module *m, const char *tag, bool d
     run_free(&r);
     return;
   }
-  Result res[3];
+  Result res[NWAYS];
   memset(res, 0, sizeof res);
-  static const char *const way_name[3] = {"plain", "caller workspace", "captured graph"};
-  bool ran[3] = {false, false, false};
-  for (int x = 0; x < 3; x++) {
-    const int w = capture_first ? (x + 2) % 3 : x;
+  static const char *const way_name[NWAYS] = {"plain", "caller workspace", "captured graph",
+                                              "not overlapped", "back-to-back"};
+  bool ran[NWAYS] = {false};
+  for (int x = 0; x < NWAYS; x++) {
+    const int w = capture_first && x < 3 ? (x + 2) % 3 : x;
     attn_call *c = make_call(ctx, m, &r, det);
     StrBuf why = {0};
     run_poison(&r);
-    attn_status st = c ? launch_pair(c, &r, (Way)w, s, &why) : ATTN_ERROR_INVALID_ARGUMENT;
+    attn_status st = c ? launch_pair(c, ctx, &r, (Way)w, s, &why) : ATTN_ERROR_INVALID_ARGUMENT;
     CUresult cr = d->CtxSynchronize();
     snprintf(what, sizeof what, "%s%s: %s launches%s", tag, det ? ", deterministic" : "",
              way_name[w], capture_first && x == 0 ? " (the module's first backward)" : "");
@@ -263,7 +287,7 @@ static void test_ways(attn_context *ctx, attn_module *m, const char *tag, bool d
     sb_free(&why);
     attn_call_destroy(c);
   }
-  for (int w = 1; w < 3; w++) {
+  for (int w = 1; w < NWAYS; w++) {
     if (!ran[0] || !ran[w]) continue;
     for (int t = TO; t < NT; t++) {
       if (t == TDO) continue;
@@ -283,7 +307,7 @@ static void test_ways(attn_context *ctx, attn_module *m, const char *tag, bool d
       verdict(ok, what, detail);
     }
   }
-  for (int w = 0; w < 3; w++) result_free(&res[w]);
+  for (int w = 0; w < NWAYS; w++) result_free(&res[w]);
   run_free(&r);
 }
 

@@ -224,6 +224,48 @@ Test(plan, the_reader_refuses_malformed_plans) {
           "SIZE/DIVISOR");
   refused(GOOD "  step x entry=e threads=32 smem=0 grid=Sq/1+0*B,H,B persistent=0 need=- deny=-\nend\n",
           "outside [1, 64]");
+  refused(GOOD "  step x entry=e threads=32 smem=0 grid=Sq/1,H,B persistent=0 waits=2 need=- deny=-\nend\n",
+          "outside [0, 1]");
+}
+
+/* Every entry begins with attn_entry_wait, which waits on sm_90 and later
+ * only: an sm_90a plan marks every step of both passes `waits` (the
+ * runtime then launches it overlapped), an sm_80 plan none; the mark
+ * survives the text form, and a plan without it (an older attnc's) reads
+ * as plain launches. */
+Test(plan, steps_wait_at_their_entry_on_sm90_only) {
+  static const char src[] =
+      "attention g {\n"
+      "  input q : bf16[B, H, Sq, 64];\n  input k : bf16[B, H, Skv, 64];\n"
+      "  input v : bf16[B, H, Skv, 64];\n"
+      "  s = (q @ k^T) * 0.125;\n  o = softmax(s) @ v;\n"
+      "  output o : bf16[B, H, Sq, 64];\n  output lse = logsumexp(s);\n  grad q, k, v;\n}\n";
+  for (int t = 0; t < 2; t++) {
+    Arena *a = arena_new();
+    IrModule *m = unit_build(a, "g.attn", src);
+    Diag d = {0};
+    Compiled c;
+    const CompileOptions o = {.arch = t ? "sm_90a" : "sm_80"};
+    cr_assert_eq(compile_module(m, &o, STAGE_PLAN, a, &d, &c), 0, "%s", d.out.data);
+    int steps = 0;
+    for (int pass = 0; pass < PLAN_NPASSES; pass++)
+      for (int k = 0; k < c.plans[0].pass[pass].nsteps; k++, steps++)
+        cr_assert_eq(c.plans[0].pass[pass].steps[k].entry_waits, t == 1, "%s step %s",
+                     o.arch, c.plans[0].pass[pass].steps[k].role);
+    cr_assert_geq(steps, 5);
+    StrBuf text = {0}, err = {0};
+    plan_write(&text, c.plans, 1);
+    cr_assert_eq(strstr(text.data, " waits=1") != NULL, t == 1);
+    round_trip(c.plans, 1, a, o.arch);
+    GraphPlan *back;
+    int n;
+    cr_assert_eq(plan_read(text.data, a, &back, &n, &err), 0, "%s", err.data);
+    cr_assert(back[0].pass[PLAN_FORWARD].steps[0].entry_waits == (t == 1));
+    sb_free(&text);
+    sb_free(&err);
+    diag_free(&d);
+    arena_free(a);
+  }
 }
 
 /* Packed sequences' backward: the row passes and the main kernel one

@@ -622,6 +622,7 @@ Test(runtime_args, options_take_the_values_attn_h_lists) {
       {ATTN_OPTION_PERSISTENT_CTAS, {0, 3, 132}, -1},
       {ATTN_OPTION_DECODE_SPLITS, {0, 1, 7}, -1},
       {ATTN_OPTION_DECODE, {0, 1, 1}, 2},
+      {ATTN_OPTION_LAUNCH_OVERLAP, {0, 1, 1}, 2},
   };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     for (int k = 0; k < 3; k++)

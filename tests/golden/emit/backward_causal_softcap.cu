@@ -170,30 +170,37 @@ static_assert(attn_bwd_sm90_smem_bytes == 232192, "compiler/match_bwd.c and temp
 } /* namespace graph_backward_causal_softcap */
 
 extern "C" __global__ void __launch_bounds__(384, 1) attn_backward_causal_softcap_fwd(const __grid_constant__ attn_params p, const __grid_constant__ attn_tmaps tm) {
+  attn_entry_wait();
   graph_backward_causal_softcap::attn_fwd_sm90(p, tm);
 }
 
 extern "C" __global__ void __launch_bounds__(128) attn_backward_causal_softcap_decode(const __grid_constant__ attn_params p) {
+  attn_entry_wait();
   graph_backward_causal_softcap::attn_decode(p);
 }
 
 extern "C" __global__ void __launch_bounds__(128) attn_backward_causal_softcap_decode_merge(const __grid_constant__ attn_params p) {
+  attn_entry_wait();
   graph_backward_causal_softcap::attn_decode_merge(p);
 }
 
 extern "C" __global__ void __launch_bounds__(256) attn_backward_causal_softcap_bwd_delta(const __grid_constant__ attn_params p) {
+  attn_entry_wait();
   graph_backward_causal_softcap::attn_bwd_sm80_delta(p);
 }
 
 extern "C" __global__ void __launch_bounds__(384, 1) attn_backward_causal_softcap_bwd_main(const __grid_constant__ attn_params p, const __grid_constant__ attn_tmaps tm) {
+  attn_entry_wait();
   graph_backward_causal_softcap::attn_bwd_sm90_main(p, tm);
 }
 
 extern "C" __global__ void __launch_bounds__(256) attn_backward_causal_softcap_bwd_convert(const __grid_constant__ attn_params p) {
+  attn_entry_wait();
   graph_backward_causal_softcap::attn_bwd_sm80_convert(p);
 }
 
 extern "C" __global__ void __launch_bounds__(256) attn_backward_causal_softcap_bwd_convert_kv(const __grid_constant__ attn_params p) {
+  attn_entry_wait();
   graph_backward_causal_softcap::attn_bwd_sm80_convert_kv(p);
 }
 

@@ -147,30 +147,37 @@ static_assert(attn_bwd_sm90_smem_bytes == 199936, "compiler/match_bwd.c and temp
 } /* namespace graph_backward_gqa */
 
 extern "C" __global__ void __launch_bounds__(512, 1) attn_backward_gqa_fwd(const __grid_constant__ attn_params p, const __grid_constant__ attn_tmaps tm) {
+  attn_entry_wait();
   graph_backward_gqa::attn_fwd_sm90(p, tm);
 }
 
 extern "C" __global__ void __launch_bounds__(128) attn_backward_gqa_decode(const __grid_constant__ attn_params p) {
+  attn_entry_wait();
   graph_backward_gqa::attn_decode(p);
 }
 
 extern "C" __global__ void __launch_bounds__(128) attn_backward_gqa_decode_merge(const __grid_constant__ attn_params p) {
+  attn_entry_wait();
   graph_backward_gqa::attn_decode_merge(p);
 }
 
 extern "C" __global__ void __launch_bounds__(256) attn_backward_gqa_bwd_delta(const __grid_constant__ attn_params p) {
+  attn_entry_wait();
   graph_backward_gqa::attn_bwd_sm80_delta(p);
 }
 
 extern "C" __global__ void __launch_bounds__(384, 1) attn_backward_gqa_bwd_main(const __grid_constant__ attn_params p, const __grid_constant__ attn_tmaps tm) {
+  attn_entry_wait();
   graph_backward_gqa::attn_bwd_sm90_main(p, tm);
 }
 
 extern "C" __global__ void __launch_bounds__(256) attn_backward_gqa_bwd_convert(const __grid_constant__ attn_params p) {
+  attn_entry_wait();
   graph_backward_gqa::attn_bwd_sm80_convert(p);
 }
 
 extern "C" __global__ void __launch_bounds__(256) attn_backward_gqa_bwd_convert_kv(const __grid_constant__ attn_params p) {
+  attn_entry_wait();
   graph_backward_gqa::attn_bwd_sm80_convert_kv(p);
 }
 

@@ -210,34 +210,42 @@ static __device__ __forceinline__ void attn_bwd_dsink_store(int b, int h, float 
 } /* namespace graph_backward_sinks */
 
 extern "C" __global__ void __launch_bounds__(384, 1) attn_backward_sinks_fwd(const __grid_constant__ attn_params p, const __grid_constant__ attn_tmaps tm) {
+  attn_entry_wait();
   graph_backward_sinks::attn_fwd_sm90(p, tm);
 }
 
 extern "C" __global__ void __launch_bounds__(128) attn_backward_sinks_decode(const __grid_constant__ attn_params p) {
+  attn_entry_wait();
   graph_backward_sinks::attn_decode(p);
 }
 
 extern "C" __global__ void __launch_bounds__(128) attn_backward_sinks_decode_merge(const __grid_constant__ attn_params p) {
+  attn_entry_wait();
   graph_backward_sinks::attn_decode_merge(p);
 }
 
 extern "C" __global__ void __launch_bounds__(256) attn_backward_sinks_bwd_delta(const __grid_constant__ attn_params p) {
+  attn_entry_wait();
   graph_backward_sinks::attn_bwd_sm80_delta(p);
 }
 
 extern "C" __global__ void __launch_bounds__(384, 1) attn_backward_sinks_bwd_main(const __grid_constant__ attn_params p, const __grid_constant__ attn_tmaps tm) {
+  attn_entry_wait();
   graph_backward_sinks::attn_bwd_sm90_main(p, tm);
 }
 
 extern "C" __global__ void __launch_bounds__(256) attn_backward_sinks_bwd_convert(const __grid_constant__ attn_params p) {
+  attn_entry_wait();
   graph_backward_sinks::attn_bwd_sm80_convert(p);
 }
 
 extern "C" __global__ void __launch_bounds__(256) attn_backward_sinks_bwd_convert_kv(const __grid_constant__ attn_params p) {
+  attn_entry_wait();
   graph_backward_sinks::attn_bwd_sm80_convert_kv(p);
 }
 
 extern "C" __global__ void __launch_bounds__(128) attn_backward_sinks_bwd_dsink(const __grid_constant__ attn_params p) {
+  attn_entry_wait();
   graph_backward_sinks::attn_bwd_sm80_dsink(p);
 }
 

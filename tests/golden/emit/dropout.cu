@@ -118,6 +118,7 @@ static __device__ __forceinline__ float attn_dropout_rate(const attn_params &p) 
 } /* namespace graph_dropout */
 
 extern "C" __global__ void __launch_bounds__(384, 1) attn_dropout_fwd(const __grid_constant__ attn_params p, const __grid_constant__ attn_tmaps tm) {
+  attn_entry_wait();
   graph_dropout::attn_fwd_sm90(p, tm);
 }
 

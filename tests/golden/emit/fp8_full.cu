@@ -124,10 +124,12 @@ static __device__ __forceinline__ float attn_p_scale(int b, int h, const attn_pa
 } /* namespace graph_fp8_full */
 
 extern "C" __global__ void __launch_bounds__(384, 1) attn_fp8_full_fwd(const __grid_constant__ attn_params p, const __grid_constant__ attn_tmaps tm) {
+  attn_entry_wait();
   graph_fp8_full::attn_fwd_sm90(p, tm);
 }
 
 extern "C" __global__ void __launch_bounds__(32) attn_fp8_full_amax_init(const __grid_constant__ attn_params p) {
+  attn_entry_wait();
   if (threadIdx.x == 0) *(unsigned *)p.t[4].ptr = 0u;
 }
 

@@ -126,14 +126,17 @@ static __device__ __forceinline__ float attn_out(float o, int b, int h, int i, i
 } /* namespace graph_fp8_kv_cache */
 
 extern "C" __global__ void __launch_bounds__(384, 1) attn_fp8_kv_cache_fwd(const __grid_constant__ attn_params p, const __grid_constant__ attn_tmaps tm) {
+  attn_entry_wait();
   graph_fp8_kv_cache::attn_fwd_sm90(p, tm);
 }
 
 extern "C" __global__ void __launch_bounds__(128) attn_fp8_kv_cache_decode(const __grid_constant__ attn_params p) {
+  attn_entry_wait();
   graph_fp8_kv_cache::attn_decode(p);
 }
 
 extern "C" __global__ void __launch_bounds__(128) attn_fp8_kv_cache_decode_merge(const __grid_constant__ attn_params p) {
+  attn_entry_wait();
   graph_fp8_kv_cache::attn_decode_merge(p);
 }
 

@@ -313,34 +313,42 @@ static __device__ __forceinline__ void attn_bwd_amax_commit_dv(const unsigned (&
 } /* namespace graph_fp8_train */
 
 extern "C" __global__ void __launch_bounds__(384, 1) attn_fp8_train_fwd(const __grid_constant__ attn_params p, const __grid_constant__ attn_tmaps tm) {
+  attn_entry_wait();
   graph_fp8_train::attn_fwd_sm90(p, tm);
 }
 
 extern "C" __global__ void __launch_bounds__(32) attn_fp8_train_amax_init(const __grid_constant__ attn_params p) {
+  attn_entry_wait();
   if (threadIdx.x == 0) *(unsigned *)p.t[5].ptr = 0u;
 }
 
 extern "C" __global__ void __launch_bounds__(256) attn_fp8_train_bwd_delta(const __grid_constant__ attn_params p) {
+  attn_entry_wait();
   graph_fp8_train::attn_bwd_sm80_delta(p);
 }
 
 extern "C" __global__ void __launch_bounds__(384, 1) attn_fp8_train_bwd_main(const __grid_constant__ attn_params p, const __grid_constant__ attn_tmaps tm) {
+  attn_entry_wait();
   graph_fp8_train::attn_bwd_sm90_main(p, tm);
 }
 
 extern "C" __global__ void __launch_bounds__(256) attn_fp8_train_bwd_convert(const __grid_constant__ attn_params p) {
+  attn_entry_wait();
   graph_fp8_train::attn_bwd_sm80_convert(p);
 }
 
 extern "C" __global__ void __launch_bounds__(256) attn_fp8_train_bwd_convert_kv(const __grid_constant__ attn_params p) {
+  attn_entry_wait();
   graph_fp8_train::attn_bwd_sm80_convert_kv(p);
 }
 
 extern "C" __global__ void __launch_bounds__(256) attn_fp8_train_bwd_transpose8(const __grid_constant__ attn_params p) {
+  attn_entry_wait();
   graph_fp8_train::attn_bwd_sm90_transpose8(p);
 }
 
 extern "C" __global__ void __launch_bounds__(32) attn_fp8_train_bwd_amax_init(const __grid_constant__ attn_params p) {
+  attn_entry_wait();
   if (threadIdx.x == 0) {
     *(unsigned *)p.t[18].ptr = 0u;
     *(unsigned *)p.t[19].ptr = 0u;

@@ -135,14 +135,17 @@ static __device__ __forceinline__ float attn_out(float o, int b, int h, int i, i
 } /* namespace graph_gemma2_local */
 
 extern "C" __global__ void __launch_bounds__(384, 1) attn_gemma2_local_fwd(const __grid_constant__ attn_params p, const __grid_constant__ attn_tmaps tm) {
+  attn_entry_wait();
   graph_gemma2_local::attn_fwd_sm90(p, tm);
 }
 
 extern "C" __global__ void __launch_bounds__(128) attn_gemma2_local_decode(const __grid_constant__ attn_params p) {
+  attn_entry_wait();
   graph_gemma2_local::attn_decode(p);
 }
 
 extern "C" __global__ void __launch_bounds__(128) attn_gemma2_local_decode_merge(const __grid_constant__ attn_params p) {
+  attn_entry_wait();
   graph_gemma2_local::attn_decode_merge(p);
 }
 

@@ -168,30 +168,37 @@ static_assert(attn_bwd_sm90_smem_bytes == 231552, "compiler/match_bwd.c and temp
 } /* namespace graph_mla */
 
 extern "C" __global__ void __launch_bounds__(384, 1) attn_mla_fwd(const __grid_constant__ attn_params p, const __grid_constant__ attn_tmaps tm) {
+  attn_entry_wait();
   graph_mla::attn_fwd_sm90(p, tm);
 }
 
 extern "C" __global__ void __launch_bounds__(128) attn_mla_decode(const __grid_constant__ attn_params p) {
+  attn_entry_wait();
   graph_mla::attn_decode(p);
 }
 
 extern "C" __global__ void __launch_bounds__(128) attn_mla_decode_merge(const __grid_constant__ attn_params p) {
+  attn_entry_wait();
   graph_mla::attn_decode_merge(p);
 }
 
 extern "C" __global__ void __launch_bounds__(256) attn_mla_bwd_delta(const __grid_constant__ attn_params p) {
+  attn_entry_wait();
   graph_mla::attn_bwd_sm80_delta(p);
 }
 
 extern "C" __global__ void __launch_bounds__(384, 1) attn_mla_bwd_main(const __grid_constant__ attn_params p, const __grid_constant__ attn_tmaps tm) {
+  attn_entry_wait();
   graph_mla::attn_bwd_sm90_main(p, tm);
 }
 
 extern "C" __global__ void __launch_bounds__(256) attn_mla_bwd_convert(const __grid_constant__ attn_params p) {
+  attn_entry_wait();
   graph_mla::attn_bwd_sm80_convert(p);
 }
 
 extern "C" __global__ void __launch_bounds__(256) attn_mla_bwd_convert_kv(const __grid_constant__ attn_params p) {
+  attn_entry_wait();
   graph_mla::attn_bwd_sm80_convert_kv(p);
 }
 

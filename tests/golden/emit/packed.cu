@@ -101,6 +101,7 @@ static __device__ __forceinline__ float attn_out(float o, int b, int h, int i, i
 } /* namespace graph_packed */
 
 extern "C" __global__ void __launch_bounds__(384, 1) attn_packed_fwd(const __grid_constant__ attn_params p, const __grid_constant__ attn_tmaps tm) {
+  attn_entry_wait();
   graph_packed::attn_fwd_sm90(p, tm);
 }
 
@@ -226,6 +227,7 @@ static __device__ __forceinline__ float attn_out(float o, int b, int h, int i, i
 } /* namespace graph_packed_causal */
 
 extern "C" __global__ void __launch_bounds__(384, 1) attn_packed_causal_fwd(const __grid_constant__ attn_params p, const __grid_constant__ attn_tmaps tm) {
+  attn_entry_wait();
   graph_packed_causal::attn_fwd_sm90(p, tm);
 }
 
@@ -391,22 +393,27 @@ static_assert(attn_bwd_sm90_smem_bytes == 232192, "compiler/match_bwd.c and temp
 } /* namespace graph_packed_train */
 
 extern "C" __global__ void __launch_bounds__(384, 1) attn_packed_train_fwd(const __grid_constant__ attn_params p, const __grid_constant__ attn_tmaps tm) {
+  attn_entry_wait();
   graph_packed_train::attn_fwd_sm90(p, tm);
 }
 
 extern "C" __global__ void __launch_bounds__(256) attn_packed_train_bwd_delta(const __grid_constant__ attn_params p) {
+  attn_entry_wait();
   graph_packed_train::attn_bwd_sm80_delta(p);
 }
 
 extern "C" __global__ void __launch_bounds__(384, 1) attn_packed_train_bwd_main(const __grid_constant__ attn_params p, const __grid_constant__ attn_tmaps tm) {
+  attn_entry_wait();
   graph_packed_train::attn_bwd_sm90_main(p, tm);
 }
 
 extern "C" __global__ void __launch_bounds__(256) attn_packed_train_bwd_convert(const __grid_constant__ attn_params p) {
+  attn_entry_wait();
   graph_packed_train::attn_bwd_sm80_convert(p);
 }
 
 extern "C" __global__ void __launch_bounds__(256) attn_packed_train_bwd_convert_kv(const __grid_constant__ attn_params p) {
+  attn_entry_wait();
   graph_packed_train::attn_bwd_sm80_convert_kv(p);
 }
 

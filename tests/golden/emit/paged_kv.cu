@@ -145,14 +145,17 @@ static __device__ __forceinline__ float attn_out(float o, int b, int h, int i, i
 } /* namespace graph_paged_kv */
 
 extern "C" __global__ void __launch_bounds__(384, 1) attn_paged_kv_fwd(const __grid_constant__ attn_params p, const __grid_constant__ attn_tmaps tm) {
+  attn_entry_wait();
   graph_paged_kv::attn_fwd_sm90(p, tm);
 }
 
 extern "C" __global__ void __launch_bounds__(128) attn_paged_kv_decode(const __grid_constant__ attn_params p) {
+  attn_entry_wait();
   graph_paged_kv::attn_decode(p);
 }
 
 extern "C" __global__ void __launch_bounds__(128) attn_paged_kv_decode_merge(const __grid_constant__ attn_params p) {
+  attn_entry_wait();
   graph_paged_kv::attn_decode_merge(p);
 }
 
@@ -309,14 +312,17 @@ static __device__ __forceinline__ float attn_out(float o, int b, int h, int i, i
 } /* namespace graph_paged_kv_hnd */
 
 extern "C" __global__ void __launch_bounds__(384, 1) attn_paged_kv_hnd_fwd(const __grid_constant__ attn_params p, const __grid_constant__ attn_tmaps tm) {
+  attn_entry_wait();
   graph_paged_kv_hnd::attn_fwd_sm90(p, tm);
 }
 
 extern "C" __global__ void __launch_bounds__(128) attn_paged_kv_hnd_decode(const __grid_constant__ attn_params p) {
+  attn_entry_wait();
   graph_paged_kv_hnd::attn_decode(p);
 }
 
 extern "C" __global__ void __launch_bounds__(128) attn_paged_kv_hnd_decode_merge(const __grid_constant__ attn_params p) {
+  attn_entry_wait();
   graph_paged_kv_hnd::attn_decode_merge(p);
 }
 
@@ -469,6 +475,7 @@ static __device__ __forceinline__ float attn_out(float o, int b, int h, int i, i
 } /* namespace graph_paged_kv_ragged */
 
 extern "C" __global__ void __launch_bounds__(384, 1) attn_paged_kv_ragged_fwd(const __grid_constant__ attn_params p, const __grid_constant__ attn_tmaps tm) {
+  attn_entry_wait();
   graph_paged_kv_ragged::attn_fwd_sm90(p, tm);
 }
 

@@ -104,14 +104,17 @@ static __device__ __forceinline__ float attn_out(float o, int b, int h, int i, i
 } /* namespace graph_sdpa */
 
 extern "C" __global__ void __launch_bounds__(384, 1) attn_sdpa_fwd(const __grid_constant__ attn_params p, const __grid_constant__ attn_tmaps tm) {
+  attn_entry_wait();
   graph_sdpa::attn_fwd_sm90(p, tm);
 }
 
 extern "C" __global__ void __launch_bounds__(128) attn_sdpa_decode(const __grid_constant__ attn_params p) {
+  attn_entry_wait();
   graph_sdpa::attn_decode(p);
 }
 
 extern "C" __global__ void __launch_bounds__(128) attn_sdpa_decode_merge(const __grid_constant__ attn_params p) {
+  attn_entry_wait();
   graph_sdpa::attn_decode_merge(p);
 }
 

@@ -243,30 +243,37 @@ static __device__ __forceinline__ void attn_bwd_bias_finish(int b, int h, int i,
 } /* namespace graph_softplus */
 
 extern "C" __global__ void __launch_bounds__(384, 1) attn_softplus_fwd(const __grid_constant__ attn_params p, const __grid_constant__ attn_tmaps tm) {
+  attn_entry_wait();
   graph_softplus::attn_fwd_sm90(p, tm);
 }
 
 extern "C" __global__ void __launch_bounds__(128) attn_softplus_decode(const __grid_constant__ attn_params p) {
+  attn_entry_wait();
   graph_softplus::attn_decode(p);
 }
 
 extern "C" __global__ void __launch_bounds__(128) attn_softplus_decode_merge(const __grid_constant__ attn_params p) {
+  attn_entry_wait();
   graph_softplus::attn_decode_merge(p);
 }
 
 extern "C" __global__ void __launch_bounds__(256) attn_softplus_bwd_delta(const __grid_constant__ attn_params p) {
+  attn_entry_wait();
   graph_softplus::attn_bwd_sm80_delta(p);
 }
 
 extern "C" __global__ void __launch_bounds__(384, 1) attn_softplus_bwd_main(const __grid_constant__ attn_params p, const __grid_constant__ attn_tmaps tm) {
+  attn_entry_wait();
   graph_softplus::attn_bwd_sm90_main(p, tm);
 }
 
 extern "C" __global__ void __launch_bounds__(256) attn_softplus_bwd_convert(const __grid_constant__ attn_params p) {
+  attn_entry_wait();
   graph_softplus::attn_bwd_sm80_convert(p);
 }
 
 extern "C" __global__ void __launch_bounds__(256) attn_softplus_bwd_convert_kv(const __grid_constant__ attn_params p) {
+  attn_entry_wait();
   graph_softplus::attn_bwd_sm80_convert_kv(p);
 }
 
