@@ -247,7 +247,13 @@ static CUresult launch_step(const RtDriver *d, CUfunction fn, const unsigned gri
   cfg.hStream = s;
   cfg.attrs = &attr;
   cfg.numAttrs = 1;
-  return d->LaunchKernelEx(&cfg, fn, args, NULL);
+  CUresult r = d->LaunchKernelEx(&cfg, fn, args, NULL);
+  /* A driver or device that refuses the attribute enqueued nothing: the
+   * plain launch computes the same. */
+  if (r == CUDA_ERROR_NOT_SUPPORTED || r == CUDA_ERROR_INVALID_VALUE)
+    r = d->LaunchKernel(fn, grid[0], grid[1], grid[2], (unsigned)step->threads, 1, 1,
+                        (unsigned)step->smem_bytes, s, args, NULL);
+  return r;
 }
 
 attn_status rt_run_pass(attn_call *c, PlanPass pass, bool caller_ws, void *ws, size_t ws_bytes,
