@@ -77,7 +77,8 @@ if [ -f .fi/site_fi.tar.xz ]; then
 fi
 if [ "${TESTS:-1}" = 1 ]; then
 # FIRST=1: the quick checks of what changed last without a GPU, before everything else
-# (docs/STATUS.md item 000000000). After session 30: the paged tests, the kv_copy variant's
+# (docs/STATUS.md item 0000000000). After session 31: launch overlap's test_plan and decode
+# timing (FIRST_OVERLAP=0 skips them). After session 30: the paged tests, the kv_copy variant's
 # tests, sanitizer case and speed, the FP8 widening's rate (tools/f2fp_rate.cu, built on the dev
 # machine into $B/tools: carry it), then test_head_dims whole (cut short in session 30), then
 # the paged FP8 decode beside FlashInfer's (carry .fi).
@@ -86,6 +87,13 @@ if [ "${TESTS:-1}" = 1 ]; then
 # the bf16 one and the FP8 backward's main kernel at D 128. Session 30's own checks all ran
 # (bench/RESULTS.md "Session 30").
 if [ "${FIRST:-0}" = 1 ]; then
+  # Launch overlap (session 31, never run): every step launched with programmatic stream
+  # serialization; test_plan compares plain, not-overlapped and back-to-back launches, then the
+  # dense decode's quick grid times both (its "not overlapped" column).
+  if [ "${FIRST_OVERLAP:-1}" = 1 ]; then
+    step first_plan "$B/tests/gpu/test_plan"
+    step first_decode_overlap python3 bench/decode.py --quick --lib "$B/libattn.so" --out "$L/overlap"
+  fi
   # (the paged set: session 30's two-stage paged FP8 decode was checked only by the decode bench)
   step first_paged env ATTN_TEST_ONLY=paged "$B/tests/gpu/test_forward"
   # The kv_copy variant (session 30, never run): the FP8-cache tests under it, its sanitize case
