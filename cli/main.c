@@ -69,7 +69,8 @@ static const char usage_text[] =
     "             command passes to the library: ATTN_BWD_TEMPLATE=sm80|sm90|sm90f8,\n"
     "             ATTN_SM90_VARIANT=auto|base|persist|bn80|persist_bn80|f16_pv|wg3|kv8_early|\n"
     "             kv_copy,\n"
-    "             ATTN_PERSISTENT_CTAS=N, ATTN_LAUNCH_OVERLAP=0 (plain launches)\n";
+    "             ATTN_PERSISTENT_CTAS=N, ATTN_LAUNCH_OVERLAP=0 (plain launches),\n"
+    "             ATTN_EXP2_FMA=0..4 (key blocks of four with exp2 on the FMA pipe)\n";
 
 int cli_usage_error(const char *fmt, ...) {
   va_list ap;
@@ -107,9 +108,16 @@ static int env_sm90_variant(void) {
   return k < 0 ? 0 : k;
 }
 
+/* ATTN_EXP2_FMA=0..4: that many of every four key blocks' exponentials on
+ * the FMA pipe (the library's option value is one more); unset: auto. */
+static int env_exp2_fma(void) {
+  const char *v = getenv("ATTN_EXP2_FMA");
+  return v && v[0] >= '0' && v[0] <= '4' && !v[1] ? v[0] - '0' + 1 : 0;
+}
+
 CompileOptions cli_compile_options(const char *arch) {
   return (CompileOptions){.arch = arch, .bwd_template = env_bwd_template(),
-                          .sm90_variant = env_sm90_variant()};
+                          .sm90_variant = env_sm90_variant(), .exp2_fma = env_exp2_fma()};
 }
 
 attn_context *cli_context_create(void) {
@@ -120,6 +128,7 @@ attn_context *cli_context_create(void) {
   }
   attn_context_set_option(ctx, ATTN_OPTION_BACKWARD_TEMPLATE, env_bwd_template());
   attn_context_set_option(ctx, ATTN_OPTION_SM90_VARIANT, env_sm90_variant());
+  attn_context_set_option(ctx, ATTN_OPTION_EXP2_FMA, env_exp2_fma());
   const char *ctas = getenv("ATTN_PERSISTENT_CTAS");
   if (ctas && *ctas) attn_context_set_option(ctx, ATTN_OPTION_PERSISTENT_CTAS, atoll(ctas));
   const char *overlap = getenv("ATTN_LAUNCH_OVERLAP");

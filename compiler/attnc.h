@@ -807,6 +807,8 @@ typedef struct FwdConfig {
    * (after the decode's two), and the forward reads those. */
   bool kv_copy;
   int copy_k, copy_v;
+  int exp2_fma;     /* fwd_sm90 ATTN_EXP2_FMA: of every four key blocks, how
+                       many take their exponentials on the FMA pipe (0-4) */
   DecodeConfig decode; /* the split-KV decode kernel the plan may run instead */
 } FwdConfig;
 
@@ -821,6 +823,9 @@ typedef struct CompileOptions {
   int sm90_variant;  /* fwd_sm90's variant (tmpl_sm90.c): 0 auto, 1 base,
                         2 persist, 3 bn80, 4 persist_bn80, 5 f16_pv, 6 wg3,
                         7 kv8_early, 8 kv_copy */
+  int exp2_fma;      /* fwd_sm90's softmax exponentials on the FMA pipe:
+                        0 auto (none yet: unmeasured), 1 none, 2-5 one to
+                        four of every four key blocks (match.c) */
 } CompileOptions;
 
 /* 0 and fills c, or -1 with a located error naming the head dims and the

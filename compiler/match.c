@@ -559,6 +559,14 @@ static int match_fwd_sm80(const KernelSpec *s, FwdConfig *c) {
   return 0;
 }
 
+/* fwd_sm90's key blocks of every four whose softmax exponentials run on
+ * the FMA pipe (softmax.cuh, attn_exp2_fma), from the option: 0 auto,
+ * which is none until measured on a GPU (bench/NOTES-sm90.md, session 31),
+ * 1 none, 2-5 one to four. */
+static int exp2_fma_blocks(int option) {
+  return option >= 2 && option <= 5 ? option - 1 : 0;
+}
+
 /* The forward template and its launch shape. */
 static int match_fwd_template(const KernelSpec *s, const CompileOptions *o, FwdConfig *c, Diag *d) {
   /* fwd_sm90 needs the arch-specific target (wgmma, setmaxnreg exist only
@@ -592,7 +600,9 @@ static int match_fwd_template(const KernelSpec *s, const CompileOptions *o, FwdC
                       * spills; measured neutral). */
                      .persistent = h.persistent, .fp8_pv = h.fp8_pv, .kv8_early = h.kv8_early,
                      .kv_copy = kv_copy, .copy_k = kv_copy ? nt + 2 : -1,
-                     .copy_v = kv_copy ? nt + 3 : -1};
+                     .copy_v = kv_copy ? nt + 3 : -1,
+                     /* (never where P is rounded: its roundings follow ex2's values) */
+                     .exp2_fma = s->p_round == DT_NONE ? exp2_fma_blocks(o->exp2_fma) : 0};
     return 0;
   }
   if (match_fwd_sm80(s, c) == 0) return 0;

@@ -95,6 +95,10 @@ attn_status attn_context_set_cache_dir(attn_context *ctx, const char *dir);
  *       1 base, 2 persist, 3 bn80, 4 persist_bn80, 5 f16_pv, 6 wg3,
  *       7 kv8_early, 8 kv_copy
  *       (bench/NOTES-sm90.md)
+ *   ATTN_OPTION_EXP2_FMA  the Hopper forward's softmax exponentials on the
+ *       FMA pipe instead of MUFU (for scores whose own math is on MUFU, a
+ *       softcap's tanh): 0 auto (none yet), 1 none, 2 to 5 one to four of
+ *       every four key blocks (graphs that round P to FP8: none)
  * and a launch option:
  *   ATTN_OPTION_PERSISTENT_CTAS  at most this many CTAs for persistent
  *       kernels (0: one per SM); tests use a few to make every CTA take
@@ -119,7 +123,8 @@ typedef enum attn_option {
   ATTN_OPTION_PERSISTENT_CTAS = 3,
   ATTN_OPTION_DECODE_SPLITS = 4,
   ATTN_OPTION_DECODE = 5,
-  ATTN_OPTION_LAUNCH_OVERLAP = 6
+  ATTN_OPTION_LAUNCH_OVERLAP = 6,
+  ATTN_OPTION_EXP2_FMA = 7
 } attn_option;
 attn_status attn_context_set_option(attn_context *ctx, attn_option option, long long value);
 

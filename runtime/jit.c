@@ -83,7 +83,8 @@ static const char *rt_meta_plans(const char *meta) {
 
 static CompileOptions rt_compile_options(const attn_context *ctx, const char *arch) {
   return (CompileOptions){.arch = arch, .bwd_template = ctx->options.bwd_template,
-                          .sm90_variant = ctx->options.sm90_variant};
+                          .sm90_variant = ctx->options.sm90_variant,
+                          .exp2_fma = ctx->options.exp2_fma};
 }
 
 /* The passes after the front end, and what the cache keys and keeps:

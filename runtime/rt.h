@@ -253,7 +253,7 @@ typedef struct RtEmbeddedModule {
 /* Tuning knobs (attn_context_set_option): compile options for the
  * modules it compiles, and the persistent kernels' CTA cap for launches. */
 typedef struct RtOptions {
-  int bwd_template, sm90_variant;
+  int bwd_template, sm90_variant, exp2_fma;
   long long persistent_ctas; /* 0: the SM count */
   long long decode_splits;   /* 0: plan_decode_splits' choice */
   bool no_decode;            /* ATTN_OPTION_DECODE 0 */

@@ -243,6 +243,18 @@ constexpr bool fwd90_stale_drop_ok = fwd90_in_bf16;
 constexpr bool fwd90_stale_drop_ok = true;
 #endif
 constexpr bool fwd90_stale = attn_p_round == 0 && attn_p_mod == 0 && fwd90_stale_drop_ok;
+/* ATTN_EXP2_FMA (0-4, the compiler's exp2_fma choice): that many of every
+ * four key blocks' exponentials on the FMA pipe (softmax.cuh). Not where P
+ * is rounded to FP8 (its roundings follow ex2's values, as the reference's
+ * do). */
+#if defined(ATTN_EXP2_FMA)
+constexpr int fwd90_exp2_fma = ATTN_EXP2_FMA;
+#else
+constexpr int fwd90_exp2_fma = 0;
+#endif
+static_assert(fwd90_exp2_fma >= 0 && fwd90_exp2_fma <= 4 &&
+                  (fwd90_exp2_fma == 0 || attn_p_round == 0),
+              "ATTN_EXP2_FMA: 0 to 4 quarters, and none where P is rounded");
 constexpr int fwd90_o_regs = fwd90_dv / 2;
 
 /* The hooks: templates/hooks.cuh, pasted before this text. */
@@ -1349,11 +1361,12 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       auto s_frag = [&](int nb, int k) -> float & { return s[nb * 4 + k]; };
       auto on_row = [&](int r, float a) { alpha[r] = a; };
       if constexpr (fwd90_fold)
-        attn_softmax_tile_qk<fwd90_bn / 8, attn_p_round != 0, fwd90_stale, attn_p_round != 0>(
-            s_frag, row_max, row_sum, sc_row, sc_log2_row, sc_neg, on_row, p_log2);
+        attn_softmax_tile_qk<fwd90_bn / 8, attn_p_round != 0, fwd90_stale, attn_p_round != 0,
+                             fwd90_exp2_fma>(s_frag, row_max, row_sum, sc_row, sc_log2_row,
+                                             sc_neg, on_row, p_log2);
       else
-        attn_softmax_tile<fwd90_bn / 8, attn_p_round != 0, fwd90_stale>(s_frag, row_max, row_sum,
-                                                                        on_row);
+        attn_softmax_tile<fwd90_bn / 8, attn_p_round != 0, fwd90_stale, fwd90_exp2_fma>(
+            s_frag, row_max, row_sum, on_row);
 #if defined(ATTN_DROPOUT)
       /* After the row sums: dropout changes what P V adds, not the
        * normalizer. Masked elements are 0 whatever the factor.

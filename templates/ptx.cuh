@@ -404,6 +404,31 @@ static __device__ __forceinline__ void attn_rows_bf16_to_f16(ChunkAt chunk_at, i
   return y;
 }
 
+/* 2^x on the FMA and integer pipes instead of MUFU (FA4's technique), for
+ * the softmax's exponentials where MUFU is the busier pipe (a softcap's
+ * tanh is a second MUFU op per score; fwd_sm90's ATTN_EXP2_FMA sends some
+ * key blocks' exponentials here). x = j + f with j the nearest integer
+ * (adding 1.5 * 2^23 rounds it into the low mantissa bits of t) and f in
+ * [-1/2, 1/2]; 2^f by a degree-4 polynomial whose constant is 1 (so
+ * integer x, the row maximum's own element included, is exact), fitted
+ * for relative error: at most 2.9e-6 over the range (tests/host/
+ * exp2_fma_host_check.sh), against ex2.approx's ~2^-22 -- far below the
+ * 16-bit P (2^-9) or the f32 row sums' use of it. 2^j joins as j added to
+ * the exponent field (the shift drops t's own exponent bits). x below
+ * -126 (and -inf, a masked score) gives 0, as ex2.approx.ftz does;
+ * x stays below 128 here (the softmax's arguments are at most its stale
+ * bound, 2^8). Ten instructions, none on MUFU. */
+[[maybe_unused]] static __device__ __forceinline__ float attn_exp2_fma(float x) {
+  const float t = x + 12582912.f;
+  const float f = x - (t - 12582912.f);
+  float p = fmaf(0.009582818485796452f, f, 0.05590637028217316f);
+  p = fmaf(p, f, 0.24024099111557007f);
+  p = fmaf(p, f, 0.6931241750717163f);
+  p = fmaf(p, f, 1.f);
+  const unsigned bits = __float_as_uint(p) + (__float_as_uint(t) << 23);
+  return x >= -126.f ? __uint_as_float(bits) : 0.f;
+}
+
 /* ------------------------------------------ stores shared by epilogues */
 
 /* Output elements d and d + 1 of one row (8-, 4- or 2-byte store); KIND

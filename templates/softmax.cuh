@@ -32,6 +32,14 @@
  * P V hold with the same relative precision (FA4's conditional
  * rescaling). */
 constexpr float attn_stale_log2 = 8.f;
+/* EXP2_FMA (fwd_sm90's ATTN_EXP2_FMA, 0-4): the exponentials of that many
+ * of every four 8-key blocks go to the FMA pipe (attn_exp2_fma), the rest
+ * to MUFU's ex2, so that a score chain with MUFU work of its own (a
+ * softcap's tanh) does not leave MUFU the one busy pipe. */
+template <int EXP2_FMA>
+static __device__ __forceinline__ float attn_softmax_exp2(int n, float x) {
+  return n % 4 < EXP2_FMA ? attn_exp2_fma(x) : attn_exp2(x);
+}
 template <bool STALE>
 static __device__ __forceinline__ float attn_row_max_next(float old_mx, float tile_mx) {
   const float mx = fmaxf(old_mx, tile_mx);
@@ -43,7 +51,8 @@ static __device__ __forceinline__ float attn_row_max_next(float old_mx, float ti
   }
   return mx;
 }
-template <int N, bool SNAP = false, bool STALE = false, typename Frag, typename OnRow>
+template <int N, bool SNAP = false, bool STALE = false, int EXP2_FMA = 0, typename Frag,
+          typename OnRow>
 static __device__ __forceinline__ void attn_softmax_tile(Frag frag, float (&row_max)[2],
                                                          float (&row_sum)[2], OnRow on_row) {
   const float neg_inf = __int_as_float(0xff800000);
@@ -74,8 +83,8 @@ static __device__ __forceinline__ void attn_softmax_tile(Frag frag, float (&row_
 #pragma unroll
     for (int n = 0; n < N; ++n) {
       float &x0 = frag(n, 2 * r), &x1 = frag(n, 2 * r + 1);
-      x0 = attn_exp2(fmaf(x0, log2e, -base));
-      x1 = attn_exp2(fmaf(x1, log2e, -base));
+      x0 = attn_softmax_exp2<EXP2_FMA>(n, fmaf(x0, log2e, -base));
+      x1 = attn_softmax_exp2<EXP2_FMA>(n, fmaf(x1, log2e, -base));
       sum += x0 + x1;
     }
     row_sum[r] = row_sum[r] * alpha + sum;
@@ -99,8 +108,8 @@ static __device__ __forceinline__ void attn_softmax_tile(Frag frag, float (&row_
  * (fwd_sm90's P scale before an FP8 P V, added here instead of multiplied
  * per element); the sums then carry it too, and the caller divides them by
  * the factor before normalizing. */
-template <int N, bool SNAP = false, bool STALE = false, bool PLOG = false, typename Frag,
-          typename OnRow>
+template <int N, bool SNAP = false, bool STALE = false, bool PLOG = false, int EXP2_FMA = 0,
+          typename Frag, typename OnRow>
 static __device__ __forceinline__ void attn_softmax_tile_qk(Frag frag, float (&row_max)[2],
                                                             float (&row_sum)[2], const float (&c)[2],
                                                             const float (&c_log2)[2], bool neg,
@@ -142,8 +151,8 @@ static __device__ __forceinline__ void attn_softmax_tile_qk(Frag frag, float (&r
       float &x0 = frag(n, 2 * r), &x1 = frag(n, 2 * r + 1);
       /* (-base itself without PLOG: 0 - base is not -base for base 0) */
       const float nb = PLOG ? p_log2 - base : -base;
-      x0 = attn_exp2(fmaf(x0, c_log2[r], nb));
-      x1 = attn_exp2(fmaf(x1, c_log2[r], nb));
+      x0 = attn_softmax_exp2<EXP2_FMA>(n, fmaf(x0, c_log2[r], nb));
+      x1 = attn_softmax_exp2<EXP2_FMA>(n, fmaf(x1, c_log2[r], nb));
       sum += x0 + x1;
     }
     row_sum[r] = row_sum[r] * alpha + sum;

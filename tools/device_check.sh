@@ -78,7 +78,7 @@ fi
 if [ "${TESTS:-1}" = 1 ]; then
 # FIRST=1: the quick checks of what changed last without a GPU, before everything else
 # (docs/STATUS.md item 0000000000). After session 31: launch overlap's test_plan and decode
-# timing (FIRST_OVERLAP=0 skips them). After session 30: the paged tests, the kv_copy variant's
+# timing (FIRST_OVERLAP=0 skips them), the exponentials on the FMA pipe (FIRST_EXP2=0 skips). After session 30: the paged tests, the kv_copy variant's
 # tests, sanitizer case and speed, the FP8 widening's rate (tools/f2fp_rate.cu, built on the dev
 # machine into $B/tools: carry it), then test_head_dims whole (cut short in session 30), then
 # the paged FP8 decode beside FlashInfer's (carry .fi).
@@ -93,6 +93,16 @@ if [ "${FIRST:-0}" = 1 ]; then
   if [ "${FIRST_OVERLAP:-1}" = 1 ]; then
     step first_plan "$B/tests/gpu/test_plan"
     step first_decode_overlap python3 bench/decode.py --quick --lib "$B/libattn.so" --out "$L/overlap"
+  fi
+  # The softmax's exponentials on the FMA pipe (session 31, never run; ATTN_EXP2_FMA=4: every
+  # exponential there, the most of the new code): fully masked rows and the softcapped, windowed
+  # and sink examples against the reference, then the split's speed per head dim
+  # (bench/exp2_fma.py: plain and softcap at none to four quarters).
+  if [ "${FIRST_EXP2:-1}" = 1 ]; then
+    for f in softcap gemma2 sinks sdpa; do
+      step "first_exp2_fma_$f" env ATTN_EXP2_FMA=4 ATTN_TEST_ONLY=examples "$B/tests/gpu/test_forward" "$f"
+    done
+    step first_exp2_fma_bench python3 bench/exp2_fma.py --lib "$B/libattn.so" --out "$L/exp2_fma"
   fi
   # (the paged set: session 30's two-stage paged FP8 decode was checked only by the decode bench)
   step first_paged env ATTN_TEST_ONLY=paged "$B/tests/gpu/test_forward"

@@ -56,6 +56,7 @@ OPTIONS = {
     "decode_splits": 4,
     "decode": 5,
     "launch_overlap": 6,
+    "exp2_fma": 7,
 }
 
 _PROTOTYPES = {

@@ -38,13 +38,18 @@ static const RtDriver *gpu_test_driver(void) {
 
 /* A context for the tests, without the disk cache (every compile is
  * fresh), with the Hopper forward's variant ATTN_SM90_VARIANT names
- * (tmpl_sm90.c), as for the attnc command; NULL when it cannot be made. */
+ * (tmpl_sm90.c) and the key blocks of four whose exponentials run on the
+ * FMA pipe, ATTN_EXP2_FMA=0..4, as for the attnc command; NULL when it
+ * cannot be made. */
 static attn_context *gpu_test_context(void) {
   attn_context *ctx;
   if (attn_context_create(&ctx) != ATTN_SUCCESS) return NULL;
   attn_context_set_cache_dir(ctx, NULL);
   const int variant = tmpl_sm90_variant_index(getenv("ATTN_SM90_VARIANT"));
   if (variant > 0) attn_context_set_option(ctx, ATTN_OPTION_SM90_VARIANT, variant);
+  const char *fma = getenv("ATTN_EXP2_FMA");
+  if (fma && fma[0] >= '0' && fma[0] <= '4' && !fma[1])
+    attn_context_set_option(ctx, ATTN_OPTION_EXP2_FMA, fma[0] - '0' + 1);
   return ctx;
 }
 

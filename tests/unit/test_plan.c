@@ -693,3 +693,40 @@ Test(plan, decode_beside_fp8_p_and_amax) {
     arena_free(a);
   }
 }
+
+/* ATTN_OPTION_EXP2_FMA's values (0 auto: none yet; 1 none; 2-5 one to four
+ * quarters) reach fwd_sm90's config as 0-4 key blocks of four, and the
+ * emitted unit as ATTN_EXP2_FMA only when some are on the FMA pipe; never
+ * where P is rounded (FP8 P), nor on fwd_sm80. */
+Test(plan, exp2_fma_quarters_follow_the_option) {
+  static const char plain[] =
+      "attention g {\n  input q : bf16[B, H, S, 128];\n  input k : bf16[B, H, S, 128];\n"
+      "  input v : bf16[B, H, S, 128];\n  s = (q @ k^T) * 0.125;\n  s = 30.0 * tanh(s / 30.0);\n"
+      "  output o : bf16[B, H, S, 128] = softmax(s) @ v;\n}\n";
+  static const char fp8p[] =
+      "attention g {\n  input q : e4m3[B, H, S, 128];\n  input k : e4m3[B, H, S, 128];\n"
+      "  input v : e4m3[B, H, S, 128];\n  s = (q @ k^T) * 0.125;\n"
+      "  output o : bf16[B, H, S, 128] = e4m3(softmax(s) * 448.0) @ v;\n}\n";
+  static const struct {
+    const char *src, *arch;
+    int option, quarters;
+  } cases[] = {{plain, "sm_90a", 0, 0}, {plain, "sm_90a", 1, 0}, {plain, "sm_90a", 2, 1},
+               {plain, "sm_90a", 3, 2}, {plain, "sm_90a", 5, 4}, {plain, "sm_80", 3, 0},
+               {fp8p, "sm_90a", 3, 0}};
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    Arena *a = arena_new();
+    IrModule *m = unit_build(a, "g.attn", cases[k].src);
+    Diag d = {0};
+    Compiled c;
+    const CompileOptions o = {.arch = cases[k].arch, .exp2_fma = cases[k].option};
+    cr_assert_eq(compile_module(m, &o, STAGE_EMIT, a, &d, &c), 0, "case %zu: %s", k, d.out.data);
+    cr_assert_eq(c.graphs[0].cfg.exp2_fma, cases[k].quarters, "case %zu", k);
+    char want[64];
+    snprintf(want, sizeof want, "#define ATTN_EXP2_FMA %d\n", cases[k].quarters);
+    cr_assert_eq(strstr(c.source, "#define ATTN_EXP2_FMA") != NULL, cases[k].quarters > 0,
+                 "case %zu", k);
+    if (cases[k].quarters) cr_assert_not_null(strstr(c.source, want), "case %zu", k);
+    diag_free(&d);
+    arena_free(a);
+  }
+}

@@ -623,6 +623,7 @@ Test(runtime_args, options_take_the_values_attn_h_lists) {
       {ATTN_OPTION_DECODE_SPLITS, {0, 1, 7}, -1},
       {ATTN_OPTION_DECODE, {0, 1, 1}, 2},
       {ATTN_OPTION_LAUNCH_OVERLAP, {0, 1, 1}, 2},
+      {ATTN_OPTION_EXP2_FMA, {0, 1, 5}, 6},
   };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     for (int k = 0; k < 3; k++)
@@ -635,4 +636,5 @@ Test(runtime_args, options_take_the_values_attn_h_lists) {
   }
   attn_context_set_option(ctx, ATTN_OPTION_SM90_VARIANT, 0);
   attn_context_set_option(ctx, ATTN_OPTION_PERSISTENT_CTAS, 0);
+  attn_context_set_option(ctx, ATTN_OPTION_EXP2_FMA, 0);
 }
