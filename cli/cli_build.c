@@ -1,6 +1,6 @@
 /*
  * cli_build.c: `attnc build FILE.attn --arch sm_80,sm_90a -o DIR
- *                            [--name NAME] [-MF DEPFILE] [-v]`
+ *                            [--name NAME] [-MF DEPFILE] [-j N] [-v]`
  *
  * Compiles ahead of time. Writes
  *   DIR/NAME.h  one typed entry point per graph: NAME_args (the tensors
@@ -20,6 +20,7 @@
  * targets in a canonical order; unchanged input gives the same bytes.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -543,69 +544,150 @@ static void gen_source(StrBuf *c, const char *name, const char *file, const char
 
 /* ------------------------------------------------------------ compiling */
 
-/* A build compiles one NVRTC unit per target, seconds each for graphs with
- * a backward: on a terminal (or with -v) each target says when it starts
- * and how long it took, so a long build is seen to move. */
-typedef struct Progress {
-  bool on;
-  int done, total;
-  struct timespec t0;
-} Progress;
+/* A build compiles one NVRTC program per target (and one for the PTX),
+ * seconds each for graphs with a backward. The programs are emitted one
+ * after another (the compiler's passes share the build's arena), then
+ * compiled at once on up to -j threads (default: the online CPUs; NVRTC
+ * compiles separate programs concurrently), their outputs taken back in
+ * target order, so the files are the same bytes whatever the thread count.
+ * On a terminal (or with -v) the build says what it compiles on how many
+ * threads and when each target is done, so a long build is seen to move. */
+typedef struct BuildJob {
+  const char *source, *file;
+  BuildImage *image;
+  NvrtcOptions nv;
+  NvrtcOutput res;
+  StrBuf err;
+  attn_status st;
+  double secs;
+} BuildJob;
 
-static void progress_begin(Progress *p, const char *arch, bool is_ptx) {
-  if (!p->on) return;
-  fprintf(stderr, "attnc build: [%d/%d] compiling %s for %s\n", p->done + 1, p->total,
-          is_ptx ? "PTX" : "a cubin", arch);
-  clock_gettime(CLOCK_MONOTONIC, &p->t0);
-}
+typedef struct BuildQueue {
+  BuildJob *jobs;
+  int njobs, next, done;
+  bool progress;
+  pthread_mutex_t lock;
+} BuildQueue;
 
-static void progress_end(Progress *p, const char *arch, bool ok) {
-  if (!p->on) return;
+static double seconds_since(const struct timespec *t0) {
   struct timespec t1;
   clock_gettime(CLOCK_MONOTONIC, &t1);
-  double s = (double)(t1.tv_sec - p->t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - p->t0.tv_nsec);
-  fprintf(stderr, "attnc build: [%d/%d] %s %s in %.1f s\n", p->done + 1, p->total, arch,
-          ok ? "done" : "failed", s);
-  p->done++;
+  return (double)(t1.tv_sec - t0->tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0->tv_nsec);
 }
 
-static int compile_image(const IrModule *m, const char *file, const char *arch,
-                         bool is_ptx, bool verbose, Arena *a, BuildImage *out) {
+static const char *job_name(const BuildJob *j) {
+  return j->image->is_ptx ? "PTX" : "cubin";
+}
+
+static void *build_worker(void *arg) {
+  BuildQueue *q = arg;
+  for (;;) {
+    pthread_mutex_lock(&q->lock);
+    const int k = q->next < q->njobs ? q->next++ : -1;
+    pthread_mutex_unlock(&q->lock);
+    if (k < 0) return NULL;
+    BuildJob *j = &q->jobs[k];
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    j->st = nvrtc_compile(j->source, j->file, &j->nv, j->image->is_ptx, &j->res, &j->err);
+    j->secs = seconds_since(&t0);
+    pthread_mutex_lock(&q->lock);
+    q->done++;
+    if (q->progress)
+      fprintf(stderr, "attnc build: [%d/%d] %s for %s %s in %.1f s\n", q->done, q->njobs,
+              job_name(j), j->image->arch, j->st == ATTN_SUCCESS ? "done" : "failed", j->secs);
+    pthread_mutex_unlock(&q->lock);
+  }
+}
+
+/* The jobs compiled on up to `threads` threads (this one among them). */
+static void run_jobs(BuildJob *jobs, int njobs, int threads, bool progress) {
+  BuildQueue q = {.jobs = jobs, .njobs = njobs, .progress = progress};
+  pthread_mutex_init(&q.lock, NULL);
+  if (threads > njobs) threads = njobs;
+  if (progress) {
+    fprintf(stderr, "attnc build: compiling %d program%s (", njobs, njobs == 1 ? "" : "s");
+    for (int k = 0; k < njobs; k++)
+      fprintf(stderr, "%s%s for %s", k ? ", " : "", job_name(&jobs[k]), jobs[k].image->arch);
+    fprintf(stderr, ") on %d thread%s\n", threads, threads == 1 ? "" : "s");
+  }
+  pthread_t tid[BUILD_MAX_ARCHS + 1];
+  int started = 0;
+  for (; started < threads - 1; started++) /* a thread that cannot start leaves its share here */
+    if (pthread_create(&tid[started], NULL, build_worker, &q) != 0) break;
+  build_worker(&q);
+  for (int k = 0; k < started; k++) pthread_join(tid[k], NULL);
+  pthread_mutex_destroy(&q.lock);
+}
+
+/* Emits one target's program: the module matched, planned and emitted for
+ * it (errors printed: the input's status). */
+static int emit_image(const IrModule *m, const char *arch, bool is_ptx, Arena *a,
+                      BuildImage *out) {
   Diag d = {0};
   memset(out, 0, sizeof *out);
   snprintf(out->arch, sizeof out->arch, "%s", arch);
   out->is_ptx = is_ptx;
   const CompileOptions opt = cli_compile_options(out->arch);
-  if (compile_module(m, &opt, STAGE_EMIT, a, &d, &out->cm) != 0) {
-    if (d.out.len) fputs(d.out.data, stderr);
-    diag_free(&d);
-    return EXIT_INPUT;
-  }
+  const int rc = compile_module(m, &opt, STAGE_EMIT, a, &d, &out->cm);
+  if (rc != 0 && d.out.len) fputs(d.out.data, stderr);
   diag_free(&d);
-  NvrtcOptions nv;
-  nvrtc_options(&nv, arch, true);
-  NvrtcOutput res;
-  StrBuf err = {0};
-  if (nvrtc_compile(out->cm.source, file, &nv, is_ptx, &res, &err)) {
-    fprintf(stderr, "attnc: error: compiling for %s: %s\n", arch,
-            err.data ? err.data : "");
-    sb_free(&err);
+  return rc != 0 ? EXIT_INPUT : EXIT_OK;
+}
+
+/* A compiled job's code into its image (the arena's copy), its log with -v. */
+static int take_job(BuildJob *j, bool verbose, Arena *a) {
+  BuildImage *out = j->image;
+  if (j->st != ATTN_SUCCESS) {
+    fprintf(stderr, "attnc: error: compiling for %s: %s\n", out->arch,
+            j->err.data ? j->err.data : "");
     return EXIT_NORUN;
   }
-  sb_free(&err);
-  if (verbose && res.log && *res.log)
-    fprintf(stderr, "%s (%s):\n%s", arch, is_ptx ? "PTX" : "cubin", res.log);
-  if (is_ptx) {
-    out->size = res.ptx_len + 1;
+  if (verbose && j->res.log && *j->res.log)
+    fprintf(stderr, "%s (%s):\n%s", out->arch, job_name(j), j->res.log);
+  if (out->is_ptx) {
+    out->size = j->res.ptx_len + 1;
     out->data = arena_alloc(a, out->size);
-    memcpy(out->data, res.ptx, res.ptx_len);
+    memcpy(out->data, j->res.ptx, j->res.ptx_len);
   } else {
-    out->size = res.cubin_len;
+    out->size = j->res.cubin_len;
     out->data = arena_alloc(a, out->size ? out->size : 1);
-    memcpy(out->data, res.cubin, res.cubin_len);
+    memcpy(out->data, j->res.cubin, j->res.cubin_len);
   }
-  nvrtc_output_free(&res);
   return EXIT_OK;
+}
+
+/* Every image: emitted in order, compiled together, taken back in order. */
+static int compile_images(const IrModule *m, const char *file, const char *const *archs,
+                          int narchs, const char *ptx_arch, int threads, bool verbose, Arena *a,
+                          BuildImage *images, int *nim) {
+  const int njobs = narchs + 1;
+  BuildJob jobs[BUILD_MAX_ARCHS + 1];
+  memset(jobs, 0, sizeof jobs);
+  for (int k = 0; k < njobs; k++) {
+    const bool is_ptx = k == narchs;
+    const int rc = emit_image(m, is_ptx ? ptx_arch : archs[k], is_ptx, a, &images[k]);
+    if (rc != EXIT_OK) return rc;
+    jobs[k].source = images[k].cm.source;
+    jobs[k].file = file;
+    jobs[k].image = &images[k];
+    nvrtc_options(&jobs[k].nv, images[k].arch, true);
+  }
+  *nim = njobs;
+  run_jobs(jobs, njobs, threads, verbose || isatty(STDERR_FILENO));
+  int status = EXIT_OK;
+  for (int k = 0; k < njobs; k++) {
+    if (status == EXIT_OK) status = take_job(&jobs[k], verbose, a);
+    nvrtc_output_free(&jobs[k].res);
+    sb_free(&jobs[k].err);
+  }
+  return status;
+}
+
+/* The default thread count: the online CPUs, at least 1. */
+static int default_jobs(void) {
+  const long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? (int)(n < 64 ? n : 64) : 1;
 }
 
 /* Writes through a temporary file and a rename, so an interrupted build
@@ -630,8 +712,14 @@ int cli_build(int argc, char **argv) {
   const char *file = NULL, *arch_list = NULL, *dir = NULL, *name = NULL,
              *depfile = NULL;
   bool verbose = false;
+  int jobs = 0;
   for (int k = 0; k < argc; k++) {
-    if (!strcmp(argv[k], "--arch") && k + 1 < argc) arch_list = argv[++k];
+    if (!strcmp(argv[k], "-j") && k + 1 < argc) {
+      char *end;
+      const long n = strtol(argv[++k], &end, 10);
+      if (*end || n < 1 || n > 64) return cli_usage_error("-j takes 1 to 64, not '%s'", argv[k]);
+      jobs = (int)n;
+    } else if (!strcmp(argv[k], "--arch") && k + 1 < argc) arch_list = argv[++k];
     else if (!strcmp(argv[k], "-o") && k + 1 < argc) dir = argv[++k];
     else if (!strcmp(argv[k], "--name") && k + 1 < argc) name = argv[++k];
     else if (!strcmp(argv[k], "-MF") && k + 1 < argc) depfile = argv[++k];
@@ -677,19 +765,8 @@ int cli_build(int argc, char **argv) {
      * that very target is listed, its compile yields the PTX too. */
     char ptx_arch[16];
     base_arch(archs[narchs - 1], ptx_arch);
-    Progress pg = {.on = verbose || isatty(STDERR_FILENO), .total = narchs + 1};
-    for (int i = 0; i < narchs && status == EXIT_OK; i++) {
-      progress_begin(&pg, archs[i], false);
-      status = compile_image(m, src_name, archs[i], false, verbose, a,
-                             &images[nim++]);
-      progress_end(&pg, archs[i], status == EXIT_OK);
-    }
-    if (status == EXIT_OK) {
-      progress_begin(&pg, ptx_arch, true);
-      status = compile_image(m, src_name, ptx_arch, true, verbose, a,
-                             &images[nim++]);
-      progress_end(&pg, ptx_arch, status == EXIT_OK);
-    }
+    status = compile_images(m, src_name, archs, narchs, ptx_arch, jobs > 0 ? jobs : default_jobs(),
+                            verbose, a, images, &nim);
   }
   if (status == EXIT_OK) {
     if (mkdir(dir, 0777) != 0 && errno != EEXIST) {

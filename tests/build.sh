@@ -36,14 +36,29 @@ if ATTN_NO_CACHE=1 build "$tmp/err" "$src" --arch sm_80 -o "$dir/out" --name wei
 else
   cat "$tmp/err"; bad "attnc build of a source at an odd path"
 fi
-# Progress: one line as each target starts and one when it ends, on a
-# terminal or with -v (quiet otherwise, as make logs want).
-if ATTN_NO_CACHE=1 build "$tmp/perr" examples/sdpa.attn --arch sm_80 -o "$tmp/prog" -v &&
-   grep -q '^attnc build: \[1/2\] compiling a cubin for sm_80$' "$tmp/perr" &&
-   grep -qE '^attnc build: \[2/2\] sm_80 done in [0-9.]+ s$' "$tmp/perr"; then
+# Progress: a line naming the programs and the threads, and one as each is
+# done, on a terminal or with -v (quiet otherwise, as make logs want).
+if ATTN_NO_CACHE=1 build "$tmp/perr" examples/sdpa.attn --arch sm_80 -o "$tmp/prog" -v -j 2 &&
+   grep -q '^attnc build: compiling 2 programs (cubin for sm_80, PTX for sm_80) on 2 threads$' "$tmp/perr" &&
+   grep -qE '^attnc build: \[1/2\] (cubin|PTX) for sm_80 done in [0-9.]+ s$' "$tmp/perr" &&
+   grep -qE '^attnc build: \[2/2\] (cubin|PTX) for sm_80 done in [0-9.]+ s$' "$tmp/perr"; then
   ok
 else
   cat "$tmp/perr"; bad "attnc build -v shows no progress"
+fi
+# The targets compiled on one thread or several give the same bytes.
+if ATTN_NO_CACHE=1 build "$tmp/jerr" examples/sdpa.attn --arch sm_80,sm_90a -o "$tmp/j1" -j 1 &&
+   ATTN_NO_CACHE=1 build "$tmp/jerr" examples/sdpa.attn --arch sm_80,sm_90a -o "$tmp/j3" -j 3 &&
+   cmp -s "$tmp/j1/sdpa.c" "$tmp/j3/sdpa.c" && cmp -s "$tmp/j1/sdpa.h" "$tmp/j3/sdpa.h"; then
+  ok
+else
+  cat "$tmp/jerr"; bad "attnc build -j 1 and -j 3 differ"
+fi
+if ! "$attnc" build examples/sdpa.attn --arch sm_80 -o "$tmp/j0" -j 0 2>"$tmp/jerr" &&
+   grep -q -- "-j takes 1 to 64" "$tmp/jerr"; then
+  ok
+else
+  cat "$tmp/jerr"; bad "attnc build -j 0 is not refused"
 fi
 echo "build: $pass passed, $fail failed"
 [ $fail -eq 0 ]
