@@ -492,6 +492,16 @@ def backward_table(rows, extra):
     return lines
 
 
+def write_report(out_dir, name, text, data):
+    """Prints a table and keeps it as OUT/NAME.md, with its rows as OUT/NAME.json."""
+    print(text)
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, name + ".md"), "w") as f:
+        f.write(text + "\n")
+    with open(os.path.join(out_dir, name + ".json"), "w") as f:
+        json.dump(data, f, indent=1)
+
+
 def driver_version():
     try:
         import subprocess

@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench import Attn, driver_version  # noqa: E402
+from bench import Attn, driver_version, write_report  # noqa: E402
 import flashinfer_peer  # noqa: E402  (FlashInfer in this process when .fi's bundle is installed)
 
 D = 128
@@ -392,13 +392,8 @@ def main():
         text = "\n".join([f"GPU: {torch.cuda.get_device_name()}; driver {driver_version()}; "
                           f"cuDNN {torch.backends.cudnn.version()}; {time.strftime('%Y-%m-%d')}", ""] +
                          paged_table(rows))
-        print(text)
-        os.makedirs(args.out, exist_ok=True)
         name = "bench-decode-paged" + ("-hnd" if args.hnd else "") + ("-ordered" if args.ordered else "")
-        with open(os.path.join(args.out, name + ".md"), "w") as f:
-            f.write(text + "\n")
-        with open(os.path.join(args.out, name + ".json"), "w") as f:
-            json.dump(dict(rows=rows), f, indent=1)
+        write_report(args.out, name, text, dict(rows=rows))
         return
     if args.fp8:
         for Hk in (8, 32):
@@ -409,12 +404,7 @@ def main():
                     print(json.dumps(row), flush=True)
         text = "\n".join([f"GPU: {torch.cuda.get_device_name()}; {time.strftime('%Y-%m-%d')}", ""] +
                          fp8_table(rows))
-        print(text)
-        os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "bench-decode-fp8.md"), "w") as f:
-            f.write(text + "\n")
-        with open(os.path.join(args.out, "bench-decode-fp8.json"), "w") as f:
-            json.dump(dict(rows=rows), f, indent=1)
+        write_report(args.out, "bench-decode-fp8", text, dict(rows=rows))
         return
     if args.config:
         heads, B, L, *sq = args.config.split(",")
@@ -437,13 +427,8 @@ def main():
     mod.close()
     lines = [f"GPU: {torch.cuda.get_device_name()}; driver {driver_version()}; torch {torch.__version__}; "
              f"cuDNN {torch.backends.cudnn.version()}; {time.strftime('%Y-%m-%d')}", ""] + table(rows)
-    text = "\n".join(lines)
-    print(text)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "bench-decode.md"), "w") as f:
-        f.write(text + "\n")
-    with open(os.path.join(args.out, "bench-decode.json"), "w") as f:
-        json.dump(dict(rows=rows, device=torch.cuda.get_device_name()), f, indent=1)
+    write_report(args.out, "bench-decode", "\n".join(lines),
+                 dict(rows=rows, device=torch.cuda.get_device_name()))
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import argparse, json, math, os, sys, time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench import Attn, time_batches, driver_version  # noqa: E402
+from bench import Attn, time_batches, driver_version, write_report  # noqa: E402
 
 SETTINGS = [("none", 1), ("1/4", 2), ("2/4", 3), ("3/4", 4), ("4/4", 5)]  # option values
 
@@ -94,13 +94,8 @@ def main():
         best_cap = min((r for r in rows if r["D"] == D and r["softcap"]), key=lambda r: r["ms"])
         lines.append(f"D {D}: softcap's best ({best_cap['setting']}) {best_cap['ms'] / best_plain - 1:+.1%} "
                      f"over plain's best")
-    text = "\n".join(lines)
-    print(text)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "bench-exp2-fma.md"), "w") as f:
-        f.write(text + "\n")
-    with open(os.path.join(args.out, "bench-exp2-fma.json"), "w") as f:
-        json.dump(dict(rows=rows, device=torch.cuda.get_device_name()), f, indent=1)
+    write_report(args.out, "bench-exp2-fma", "\n".join(lines),
+                 dict(rows=rows, device=torch.cuda.get_device_name()))
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench import Attn, driver_version, graph_text, rel_err, time_batches  # noqa: E402
+from bench import Attn, driver_version, graph_text, rel_err, time_batches, write_report  # noqa: E402
 
 H, HK = 32, 8
 
@@ -101,13 +101,7 @@ def main():
                      f"{r['kv8_sm80_tflops']:.0f} | {r['bf16_tflops']:.0f} | {r['cudnn_tflops']:.0f} | "
                      f"{r['bf16_ms'] / r['kv8_ms']:.2f} | {r['kv8_sm80_ms'] / r['kv8_ms']:.2f} | "
                      f"{r['cudnn_ms'] / r['kv8_ms']:.2f} | {e['o8']:.1e}, {e['o8p']:.1e}, {e['o16']:.1e} |")
-    table = "\n".join(lines)
-    print(table)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "bench-fp8-kv.md"), "w") as f:
-        f.write(table + "\n")
-    with open(os.path.join(args.out, "fp8_kv.json"), "w") as f:
-        json.dump(rows, f, indent=1)
+    write_report(args.out, "bench-fp8-kv", "\n".join(lines), rows)
 
 
 if __name__ == "__main__":
