@@ -415,9 +415,9 @@ static __device__ __forceinline__ void attn_rows_bf16_to_f16(ChunkAt chunk_at, i
  * exp2_fma_host_check.sh), against ex2.approx's ~2^-22 -- far below the
  * 16-bit P (2^-9) or the f32 row sums' use of it. 2^j joins as j added to
  * the exponent field (the shift drops t's own exponent bits). x below
- * -126 (and -inf, a masked score) gives 0, as ex2.approx.ftz does;
- * x stays below 128 here (the softmax's arguments are at most its stale
- * bound, 2^8). Ten instructions, none on MUFU. */
+ * -126 (and -inf, a masked score) gives 0, as ex2.approx.ftz does, and a
+ * NaN gives NaN; x stays below 128 here (the softmax's arguments are at
+ * most its stale bound, 2^8). Twelve instructions, none on MUFU. */
 [[maybe_unused]] static __device__ __forceinline__ float attn_exp2_fma(float x) {
   const float t = x + 12582912.f;
   const float f = x - (t - 12582912.f);
@@ -426,7 +426,7 @@ static __device__ __forceinline__ void attn_rows_bf16_to_f16(ChunkAt chunk_at, i
   p = fmaf(p, f, 0.6931241750717163f);
   p = fmaf(p, f, 1.f);
   const unsigned bits = __float_as_uint(p) + (__float_as_uint(t) << 23);
-  return x >= -126.f ? __uint_as_float(bits) : 0.f;
+  return x >= -126.f ? __uint_as_float(bits) : x != x ? x : 0.f; /* a NaN stays NaN, as ex2's */
 }
 
 /* ------------------------------------------ stores shared by epilogues */

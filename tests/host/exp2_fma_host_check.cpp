@@ -2,7 +2,8 @@
  * ATTN_EXP2_FMA exponentials), compiled for the host from the template's own text
  * (exp2_fma_host_check.sh extracts it), against exp2 in double: relative error at most 3e-6
  * for x in [-126, 8] (a dense sweep, finer around the integers and the half-integers where the
- * rounding to the nearest integer switches), exactly 2^x at integers, exactly 0 below -126 and at -inf, and monotone
+ * rounding to the nearest integer switches), exactly 2^x at integers, exactly 0 below -126 and at
+ * -inf, NaN for NaN, and monotone
  * (P's order across the keys is what the softmax keeps). */
 #include <cmath>
 #include <cstdint>
@@ -53,6 +54,10 @@ int main() {
     if (attn_exp2_fma(x) != 0.f || std::signbit(attn_exp2_fma(x))) {
       if (bad++ < 10) printf("FAIL: 2^%g is %g, want +0\n", x, attn_exp2_fma(x));
     }
+  if (!std::isnan(attn_exp2_fma(NAN)) || !std::isnan(attn_exp2_fma(-NAN))) {
+    bad++;
+    printf("FAIL: 2^NaN is not NaN\n");
+  }
   float prev = 0.f;
   long nonmono = 0;
   for (float x = -126.f; x <= 8.f; x += 1.f / 1024) {
