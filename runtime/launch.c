@@ -105,9 +105,12 @@ static attn_status pass_launch(attn_call *c, const PassPlan *pp, PassLaunch *x) 
   x->pr = launch_problem(c, device_sms(x->d, x->dev), x->ndims);
   x->facts = launch_facts(c, &x->pr);
   layout_pass(c, pp, x->facts, &x->pr, &x->l);
+  /* (a device whose capability cannot be read launches plainly) */
   int major = 0, minor = 0;
+  StrBuf why = {0};
   x->overlap = !c->g->m->ctx->options.no_overlap &&
-               rt_driver_cc(x->d, x->dev, &major, &minor, NULL) == ATTN_SUCCESS && major >= 9;
+               rt_driver_cc(x->d, x->dev, &major, &minor, &why) == ATTN_SUCCESS && major >= 9;
+  sb_free(&why);
   return ATTN_SUCCESS;
 }
 
