@@ -8,18 +8,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 
-static inline unsigned __float_as_uint(float x) {
-  unsigned u;
-  memcpy(&u, &x, 4);
-  return u;
-}
-static inline float __uint_as_float(unsigned u) {
-  float x;
-  memcpy(&x, &u, 4);
-  return x;
-}
+#include "cuda_bits.h"
 #include EXP2_TEXT
 
 int main() {

@@ -1,5 +1,6 @@
 // softmax_host_check.cpp: templates/softmax.cuh's online softmax tiles
-// (attn_softmax_tile and attn_softmax_tile_qk, with and without STALE),
+// (attn_softmax_tile and attn_softmax_tile_qk, with and without STALE, and
+// with some or all exponentials through ptx.cuh's attn_exp2_fma),
 // compiled for the host and run as the forward templates run them, tile by
 // tile with O rescaled by each row's alpha, against a float64 softmax of
 // the whole row. A "quad" of one lane holds whole rows (the shuffles return
@@ -20,6 +21,7 @@
 #include "cuda_bits.h"
 static float __shfl_xor_sync(unsigned, float v, int) { return v; }
 static float attn_exp2(float x) { return std::exp2(x); }
+#include EXP2_FMA_TEXT
 
 #include SOFTMAX_TEXT
 
@@ -63,7 +65,9 @@ static void reference(const Row &r, double c, double o[DV], double &lse) {
  * sums divided by it at the end). */
 /* QS: the rows' acc carry 2^9 and 2^-5 (fwd_sm90's kv8 under a bf16 q scales Q's rows apart,
  * fwd90_q_to_f16) and their factors 2^-9 and 2^5. */
-template <bool QK, bool STALE, bool PS = false, bool QS = false>
+/* F: EXP2_FMA, the 8-key blocks of every four whose exponentials take
+ * attn_exp2_fma. */
+template <bool QK, bool STALE, bool PS = false, bool QS = false, int F = 0>
 static void online(const Row (&rows)[2], float c, float o[2][DV], float lse[2], int &rescales,
                    float &p_max) {
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
@@ -92,10 +96,10 @@ static void online(const Row (&rows)[2], float c, float o[2][DV], float lse[2], 
     auto frag = [&](int n, int k) -> float & { return s[n][k]; };
     auto on_row = [&](int r, float al) { alpha[r] = al; };
     if constexpr (QK)
-      attn_softmax_tile_qk<N, false, STALE, PS>(frag, row_max, row_sum, sc, sc_log2, neg, on_row,
-                                                PS ? std::log2(448.f) : 0.f);
+      attn_softmax_tile_qk<N, false, STALE, PS, F>(frag, row_max, row_sum, sc, sc_log2, neg,
+                                                   on_row, PS ? std::log2(448.f) : 0.f);
     else
-      attn_softmax_tile<N, false, STALE>(frag, row_max, row_sum, on_row);
+      attn_softmax_tile<N, false, STALE, F>(frag, row_max, row_sum, on_row);
     rescales += alpha[0] != 1.f || alpha[1] != 1.f;
     for (int r = 0; r < 2; r++) {
       for (int d = 0; d < DV; d++) o[r][d] *= alpha[r];
@@ -117,11 +121,11 @@ static void online(const Row (&rows)[2], float c, float o[2][DV], float lse[2], 
   }
 }
 
-template <bool QK, bool STALE, bool PS = false, bool QS = false>
+template <bool QK, bool STALE, bool PS = false, bool QS = false, int F = 0>
 static void check(const char *name, const Row (&rows)[2], float c, int &rescales_total) {
   float o[2][DV], lse[2], p_max = 0.f;
   int rescales = 0;
-  online<QK, STALE, PS, QS>(rows, c, o, lse, rescales, p_max);
+  online<QK, STALE, PS, QS, F>(rows, c, o, lse, rescales, p_max);
   rescales_total += rescales;
   for (int r = 0; r < 2; r++) {
     double ro[DV], rl;
@@ -168,10 +172,13 @@ int main() {
       check<true, true>("tile_qk stale", rows, c, stale_rescales);
       check<true, false, true>("tile_qk P scale", rows, c, dummy);
       check<true, true, false, true>("tile_qk row scales", rows, c, dummy);
+      check<false, true, false, false, 2>("tile stale, half on FMA", rows, c, dummy);
+      check<true, true, false, false, 2>("tile_qk stale, half on FMA", rows, c, dummy);
+      check<true, false, false, false, 4>("tile_qk, all on FMA", rows, c, dummy);
       cases++;
     }
   }
-  std::printf("%s: softmax tiles against float64, %d cases x 6 variants; rescaled tiles: %d "
+  std::printf("%s: softmax tiles against float64, %d cases x 9 variants; rescaled tiles: %d "
               "exact, %d stale (of %d)\n",
               failures ? "FAIL" : "PASS", cases, exact_rescales, stale_rescales, cases * T);
   return failures ? 1 : 0;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # softmax_host_check.sh: templates/softmax.cuh's online softmax tiles (the
-# code from attn_stale_log2 to attn_softmax_tile_qk's end), compiled for the
-# host and checked against float64 (tests/host/softmax_host_check.cpp).
+# code from attn_stale_log2 to attn_softmax_tile_qk's end), with ptx.cuh's
+# attn_exp2_fma for the EXP2_FMA variants, compiled for the host and checked
+# against float64 (tests/host/softmax_host_check.cpp).
 # No GPU needed; runs under AddressSanitizer and UBSan. From the repository root.
 set -eu
 tmp=$(mktemp -d)
@@ -9,6 +10,11 @@ trap 'rm -rf "$tmp"' EXIT
 sed -n '/^constexpr float attn_stale_log2/,/^\/\* The row.s normalizer/p' templates/softmax.cuh |
   sed '$d' >"$tmp/softmax_text.inc"
 grep -q attn_softmax_tile_qk "$tmp/softmax_text.inc" || { echo "FAIL: softmax.cuh's text not found"; exit 1; }
+# (the FMA pipe's exp2 the EXP2_FMA variants take, ptx.cuh's own text)
+awk '/attn_exp2_fma\(float x\) \{/ { on = 1 } on { print } on && /^}/ { on = 0 }' templates/ptx.cuh |
+  sed 's/^\[\[maybe_unused\]\] static __device__ __forceinline__/static inline/' >"$tmp/exp2_fma.inc"
+grep -q 'attn_exp2_fma(' "$tmp/exp2_fma.inc" || { echo "FAIL: attn_exp2_fma's text not found"; exit 1; }
 g++ -std=c++17 -O1 -g -w -fsanitize=address,undefined -DSOFTMAX_TEXT="\"$tmp/softmax_text.inc\"" \
+  -DEXP2_FMA_TEXT="\"$tmp/exp2_fma.inc\"" -Itests/host \
   -o "$tmp/check" tests/host/softmax_host_check.cpp -lm
 "$tmp/check"
