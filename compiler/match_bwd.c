@@ -222,7 +222,8 @@ const char *bwd_fp8_mma_refusal(const BwdSpec *s, DType *ds8) {
 
 /* Whether bwd_sm90's wide mode (D 64, 128-query tiles) keeps its wgmma
  * pipelined: only for graphs whose dRaw merely masks dS, whose masks read
- * no tensor and which take no bias gradient. Anything more (a padding or
+ * no tensor and are tile-classified (affine, separable or disjunctions of
+ * affine conjunctions), and which take no bias gradient. Anything more (a padding or
  * document mask's keep bits, a log-sigmoid or softcap score, a bias
  * gradient) and ptxas serialized every wgmma of the wide kernel (C7511,
  * C7514, C7520: tools/compile_sweep.py, session 26), which the 64-query
@@ -239,8 +240,15 @@ static bool bwd_wide_fits(const BwdSpec *s, const KernelSpec *fwd, Arena *a) {
     loads[id] = n->op == IR_LOAD;
     for (int k = 0; k < n->nsrc && !loads[id]; k++) loads[id] = loads[n->src[k]->id];
   }
-  for (int m = 0; m < fwd->nmasks; m++)
-    if (loads[fwd->masks[m].cond->id]) return false;
+  for (int m = 0; m < fwd->nmasks; m++) {
+    const MaskTerm *t = &fwd->masks[m];
+    if (loads[t->cond->id]) return false;
+    /* A general predicate (not affine, not separable, not a disjunction of
+     * affine conjunctions) is evaluated per element: `i % 2 == 0` made
+     * ptxas serialize the wide kernel too (C7511, compile sweep seed 31),
+     * `(i + j) % 3 == 0` did not. Rather than trust which, none. */
+    if (!t->affine && !t->sep && t->nalt == 0) return false;
+  }
   return true;
 }
 

@@ -488,9 +488,10 @@ Test(grad_block, f16_tensors_in_the_fp8_backward_are_refused) {
 }
 
 /* bwd_sm90's wide mode (D 64, 128-query tiles) only for graphs whose dRaw
- * merely masks dS, whose masks read no tensor and that take no bias
- * gradient (bwd_wide_fits: ptxas serialized the wide kernel's wgmma for
- * the others, session 26). A sink's gradient keeps it. */
+ * merely masks dS, whose masks read no tensor and are tile-classified, and
+ * that take no bias gradient (bwd_wide_fits: ptxas serialized the wide
+ * kernel's wgmma for the others, sessions 26 and 31). A sink's gradient
+ * keeps it. */
 Test(grad_block, wide_mode_only_where_it_fits) {
   static const struct {
     const char *score, *extra_input, *grad_extra;
@@ -501,6 +502,11 @@ Test(grad_block, wide_mode_only_where_it_fits) {
        "  input len_q : i32[B];\n  input len_k : i32[B];\n", "", false},
       {"-softplus(-((q @ k^T) * 0.125))", "", "", false},
       {"(q @ k^T) * 0.125 + bias[i, j]", "  input bias : f32[S, S];\n", ", bias", false},
+      /* a general predicate (session 31's sweep: `i % 2 == 0` serialized it) */
+      {"mask((q @ k^T) * 0.125, i % 2 == 0)", "", "", false},
+      /* tile-classified masks keep it: a window, and a disjunction of affine ones */
+      {"mask((q @ k^T) * 0.125, j <= i && j > i - 64)", "", "", true},
+      {"mask((q @ k^T) * 0.125, j <= i && (j < 4 || j > i - 64))", "", "", true},
   };
   for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
     Arena *a = arena_new();
