@@ -108,8 +108,9 @@ def compile(source, *, name=None, arch=None, cache_dir="default", options=None):
     current device's, which needs a GPU). cache_dir: the kernel cache
     ("default": ATTN_CACHE_DIR or ~/.cache/attnc; None: none). options:
     libattn's tuning options by name (decode_splits, decode, sm90_variant,
-    backward_template, persistent_ctas, launch_overlap, exp2_fma). The same arguments give the same
-    Module (compiled once per process); each graph is a torch operator.
+    backward_template, persistent_ctas, launch_overlap, exp2_fma). The same
+    arguments give the same Module (compiled once per process); each graph
+    is a torch operator.
     Errors: SourceError with the compiler's located diagnostics,
     UnsupportedError when no kernel runs a graph."""
     text, name = _read_source(source, name)
