@@ -101,6 +101,19 @@ def test_io_option_and_target_errors(cache_dir):
         attnc.compile(SDPA, arch="sm_12", cache_dir=cache_dir)
 
 
+def test_options_attn_h_lists_are_taken_by_name(cache_dir):
+    """Every option the package names reaches libattn (the C enum's values, _lib.OPTIONS), and
+    a value it does not take is refused with the library's message."""
+    opts = {"launch_overlap": 0, "exp2_fma": 3, "decode_splits": 3, "decode": 1,
+            "sm90_variant": 0, "backward_template": 0, "persistent_ctas": 0}
+    assert set(opts) == set(attnc._lib.OPTIONS)
+    mod = attnc.compile(SDPA, arch="sm_90a", cache_dir=cache_dir, options=opts)
+    assert mod.arch == "sm_90a"
+    for name, bad in (("launch_overlap", 2), ("exp2_fma", 6)):
+        with pytest.raises(attnc.BindError, match=f"does not take {bad}"):
+            attnc.compile(SDPA, arch="sm_90a", cache_dir=cache_dir, options={name: bad})
+
+
 def test_graph_lookup_errors_name_the_graphs(cache_dir):
     mod = attnc.compile(SDPA, arch="sm_90a", cache_dir=cache_dir)
     with pytest.raises(KeyError, match="sdpa"):
