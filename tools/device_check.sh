@@ -104,6 +104,8 @@ if [ "${FIRST:-0}" = 1 ]; then
     done
     step first_exp2_fma_bench python3 bench/exp2_fma.py --lib "$B/libattn.so" --out "$L/exp2_fma"
   fi
+  # FIRST_S30=0 stops here (session 30's steps below need a call of their own).
+  if [ "${FIRST_S30:-1}" = 1 ]; then
   # (the paged set: session 30's two-stage paged FP8 decode was checked only by the decode bench)
   step first_paged env ATTN_TEST_ONLY=paged "$B/tests/gpu/test_forward"
   # The kv_copy variant (session 30, never run): the FP8-cache tests under it, its sanitize case
@@ -119,6 +121,7 @@ if [ "${FIRST:-0}" = 1 ]; then
   [ "${FIRST_FWD:-0}" = 1 ] && step first_forward "$B/tests/gpu/test_forward"
   if [ "${FIRST_BENCH:-1}" = 1 ]; then
     step first_decode_fp8 python3 bench/decode.py --fp8 --quick --lib "$B/libattn.so" --out "$L"
+  fi
   fi
   if [ "${FIRST_NCU:-0}" = 1 ]; then
     # (launches 1-3 of attn_kv_fwd: the FP8 cache on fwd_sm90, on fwd_sm80, the bf16 cache)
