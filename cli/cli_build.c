@@ -553,16 +553,15 @@ static void gen_source(StrBuf *c, const char *name, const char *file, const char
  * On a terminal (or with -v) the build says what it compiles on how many
  * threads and when each target is done, so a long build is seen to move. */
 typedef struct BuildJob {
-  const char *source, *file;
-  BuildImage *image;
+  BuildImage *image; /* its emitted source: image->cm.source */
   NvrtcOptions nv;
   NvrtcOutput res;
   StrBuf err;
   attn_status st;
-  double secs;
 } BuildJob;
 
 typedef struct BuildQueue {
+  const char *file; /* the name NVRTC gives the programs */
   BuildJob *jobs;
   int njobs, next, done;
   bool progress;
@@ -589,20 +588,21 @@ static void *build_worker(void *arg) {
     BuildJob *j = &q->jobs[k];
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    j->st = nvrtc_compile(j->source, j->file, &j->nv, j->image->is_ptx, &j->res, &j->err);
-    j->secs = seconds_since(&t0);
+    j->st = nvrtc_compile(j->image->cm.source, q->file, &j->nv, j->image->is_ptx, &j->res,
+                          &j->err);
+    const double secs = seconds_since(&t0);
     pthread_mutex_lock(&q->lock);
     q->done++;
     if (q->progress)
       fprintf(stderr, "attnc build: [%d/%d] %s for %s %s in %.1f s\n", q->done, q->njobs,
-              job_name(j), j->image->arch, j->st == ATTN_SUCCESS ? "done" : "failed", j->secs);
+              job_name(j), j->image->arch, j->st == ATTN_SUCCESS ? "done" : "failed", secs);
     pthread_mutex_unlock(&q->lock);
   }
 }
 
 /* The jobs compiled on up to `threads` threads (this one among them). */
-static void run_jobs(BuildJob *jobs, int njobs, int threads, bool progress) {
-  BuildQueue q = {.jobs = jobs, .njobs = njobs, .progress = progress};
+static void run_jobs(const char *file, BuildJob *jobs, int njobs, int threads, bool progress) {
+  BuildQueue q = {.file = file, .jobs = jobs, .njobs = njobs, .progress = progress};
   pthread_mutex_init(&q.lock, NULL);
   if (threads > njobs) threads = njobs;
   if (progress) {
@@ -668,13 +668,11 @@ static int compile_images(const IrModule *m, const char *file, const char *const
     const bool is_ptx = k == narchs;
     const int rc = emit_image(m, is_ptx ? ptx_arch : archs[k], is_ptx, a, &images[k]);
     if (rc != EXIT_OK) return rc;
-    jobs[k].source = images[k].cm.source;
-    jobs[k].file = file;
     jobs[k].image = &images[k];
     nvrtc_options(&jobs[k].nv, images[k].arch, true);
   }
   *nim = njobs;
-  run_jobs(jobs, njobs, threads, verbose || isatty(STDERR_FILENO));
+  run_jobs(file, jobs, njobs, threads, verbose || isatty(STDERR_FILENO));
   int status = EXIT_OK;
   for (int k = 0; k < njobs; k++) {
     if (status == EXIT_OK) status = take_job(&jobs[k], verbose, a);

@@ -94,7 +94,6 @@ typedef struct PassLaunch {
   PlanProblem pr;
   unsigned facts;
   PassLayout l;
-  bool overlap; /* steps whose entries wait launch overlapped (launch_step) */
 } PassLaunch;
 
 static attn_status pass_launch(attn_call *c, const PassPlan *pp, PassLaunch *x) {
@@ -105,12 +104,6 @@ static attn_status pass_launch(attn_call *c, const PassPlan *pp, PassLaunch *x) 
   x->pr = launch_problem(c, device_sms(x->d, x->dev), x->ndims);
   x->facts = launch_facts(c, &x->pr);
   layout_pass(c, pp, x->facts, &x->pr, &x->l);
-  /* (a device whose capability cannot be read launches plainly) */
-  int major = 0, minor = 0;
-  StrBuf why = {0};
-  x->overlap = !c->g->m->ctx->options.no_overlap &&
-               rt_driver_cc(x->d, x->dev, &major, &minor, &why) == ATTN_SUCCESS && major >= 9;
-  sb_free(&why);
   return ATTN_SUCCESS;
 }
 
@@ -232,31 +225,29 @@ static long long ceil_div(long long a, long long b) { return b > 0 ? (a + b - 1)
  * (docs/runtime.md, "Launch overlap"). */
 static CUresult launch_step(const RtDriver *d, CUfunction fn, const unsigned grid[3],
                             const PlanStep *step, bool overlap, CUstream s, void **args) {
-  if (!overlap)
-    return d->LaunchKernel(fn, grid[0], grid[1], grid[2], (unsigned)step->threads, 1, 1,
-                           (unsigned)step->smem_bytes, s, args, NULL);
-  CUlaunchAttribute attr;
-  memset(&attr, 0, sizeof attr);
-  attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-  attr.value.programmaticStreamSerializationAllowed = 1;
-  CUlaunchConfig cfg;
-  memset(&cfg, 0, sizeof cfg);
-  cfg.gridDimX = grid[0];
-  cfg.gridDimY = grid[1];
-  cfg.gridDimZ = grid[2];
-  cfg.blockDimX = (unsigned)step->threads;
-  cfg.blockDimY = cfg.blockDimZ = 1;
-  cfg.sharedMemBytes = (unsigned)step->smem_bytes;
-  cfg.hStream = s;
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
-  CUresult r = d->LaunchKernelEx(&cfg, fn, args, NULL);
-  /* A driver or device that refuses the attribute enqueued nothing: the
-   * plain launch computes the same. */
-  if (r == CUDA_ERROR_NOT_SUPPORTED || r == CUDA_ERROR_INVALID_VALUE)
-    r = d->LaunchKernel(fn, grid[0], grid[1], grid[2], (unsigned)step->threads, 1, 1,
-                        (unsigned)step->smem_bytes, s, args, NULL);
-  return r;
+  if (overlap) {
+    CUlaunchAttribute attr;
+    memset(&attr, 0, sizeof attr);
+    attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    CUlaunchConfig cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDimX = grid[0];
+    cfg.gridDimY = grid[1];
+    cfg.gridDimZ = grid[2];
+    cfg.blockDimX = (unsigned)step->threads;
+    cfg.blockDimY = cfg.blockDimZ = 1;
+    cfg.sharedMemBytes = (unsigned)step->smem_bytes;
+    cfg.hStream = s;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    const CUresult r = d->LaunchKernelEx(&cfg, fn, args, NULL);
+    /* A driver or device that refuses the attribute enqueued nothing: the
+     * plain launch below computes the same. */
+    if (r != CUDA_ERROR_NOT_SUPPORTED && r != CUDA_ERROR_INVALID_VALUE) return r;
+  }
+  return d->LaunchKernel(fn, grid[0], grid[1], grid[2], (unsigned)step->threads, 1, 1,
+                         (unsigned)step->smem_bytes, s, args, NULL);
 }
 
 attn_status rt_run_pass(attn_call *c, PlanPass pass, bool caller_ws, void *ws, size_t ws_bytes,
@@ -282,6 +273,14 @@ attn_status rt_run_pass(attn_call *c, PlanPass pass, bool caller_ws, void *ws, s
   if (st) return st;
   const RtDriver *d = run.d;
   const unsigned facts = run.facts;
+  /* Steps whose entries wait launch overlapped (launch_step) on sm_90 on;
+   * a device whose capability cannot be read launches plainly. */
+  int major = 0, minor = 0;
+  StrBuf cc_err = {0};
+  const bool overlap_ok = !ctx->options.no_overlap &&
+                          rt_driver_cc(d, run.dev, &major, &minor, &cc_err) == ATTN_SUCCESS &&
+                          major >= 9;
+  sb_free(&cc_err);
   const PassLayout *l = &run.l;
   if (!plan_applies(pp->need, 0, facts)) { /* a pass only some shapes run (a plan file's) */
     StrBuf why = {0};
@@ -372,7 +371,7 @@ attn_status rt_run_pass(attn_call *c, PlanPass pass, bool caller_ws, void *ws, s
     attn_tmaps tmaps;
     if (step->nmaps > 0 && (st = rt_tmap_fill(d, ir, step, &p, &tmaps, err))) return st;
     void *args[] = {&p, &tmaps};
-    const bool overlap = run.overlap && step->entry_waits;
+    const bool overlap = overlap_ok && step->entry_waits;
     CUresult r = launch_step(d, fn, grid, step, overlap, s, args);
     if (r != CUDA_SUCCESS) {
       st = rt_driver_error(d, r, overlap ? "cuLaunchKernelEx" : "cuLaunchKernel", err);
