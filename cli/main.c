@@ -111,11 +111,8 @@ static int env_sm90_variant(void) {
 }
 
 /* ATTN_EXP2_FMA=0..4: that many of every four key blocks' exponentials on
- * the FMA pipe (the library's option value is one more); unset: auto. */
-static int env_exp2_fma(void) {
-  const char *v = getenv("ATTN_EXP2_FMA");
-  return v && v[0] >= '0' && v[0] <= '4' && !v[1] ? v[0] - '0' + 1 : 0;
-}
+ * the FMA pipe; unset: auto. */
+static int env_exp2_fma(void) { return exp2_fma_option_of_text(getenv("ATTN_EXP2_FMA")); }
 
 CompileOptions cli_compile_options(const char *arch) {
   return (CompileOptions){.arch = arch, .bwd_template = env_bwd_template(),

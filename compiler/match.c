@@ -567,6 +567,11 @@ static int exp2_fma_blocks(int option) {
   return option >= 2 && option <= 5 ? option - 1 : 0;
 }
 
+int exp2_fma_option_of_text(const char *quarters) {
+  const char *v = quarters;
+  return v && v[0] >= '0' && v[0] <= '4' && !v[1] ? v[0] - '0' + 1 : 0;
+}
+
 /* The forward template and its launch shape. */
 static int match_fwd_template(const KernelSpec *s, const CompileOptions *o, FwdConfig *c, Diag *d) {
   /* fwd_sm90 needs the arch-specific target (wgmma, setmaxnreg exist only

@@ -47,9 +47,8 @@ static attn_context *gpu_test_context(void) {
   attn_context_set_cache_dir(ctx, NULL);
   const int variant = tmpl_sm90_variant_index(getenv("ATTN_SM90_VARIANT"));
   if (variant > 0) attn_context_set_option(ctx, ATTN_OPTION_SM90_VARIANT, variant);
-  const char *fma = getenv("ATTN_EXP2_FMA");
-  if (fma && fma[0] >= '0' && fma[0] <= '4' && !fma[1])
-    attn_context_set_option(ctx, ATTN_OPTION_EXP2_FMA, fma[0] - '0' + 1);
+  const int fma = exp2_fma_option_of_text(getenv("ATTN_EXP2_FMA"));
+  if (fma > 0) attn_context_set_option(ctx, ATTN_OPTION_EXP2_FMA, fma);
   return ctx;
 }
 

@@ -730,3 +730,15 @@ Test(plan, exp2_fma_quarters_follow_the_option) {
     arena_free(a);
   }
 }
+
+/* ATTN_EXP2_FMA's text, for the attnc command and the GPU tests: "0".."4"
+ * quarters are option values 1-5; anything else is auto. */
+Test(plan, exp2_fma_text_names_quarters) {
+  static const struct {
+    const char *text;
+    int option;
+  } cases[] = {{"0", 1}, {"1", 2}, {"4", 5}, {NULL, 0}, {"", 0}, {"5", 0}, {"12", 0}, {"-1", 0},
+               {"a", 0}};
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+    cr_assert_eq(exp2_fma_option_of_text(cases[k].text), cases[k].option, "case %zu", k);
+}
