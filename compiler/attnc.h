@@ -724,7 +724,7 @@ int tmpl_sm80_config(int d_qk, int d_v, int q_bytes, int kv_bytes, int sm, Sm80C
  * warpgroup, 384 threads. */
 typedef struct Sm90Config {
   int bm;         /* query rows per CTA (ATTN_BM): 64 per consumer warpgroup, 128 or 192 */
-  int bn;         /* keys per K/V tile (ATTN_BN): 64, 80 or 128 */
+  int bn;         /* keys per K/V tile (ATTN_BN): 64, 80, 128, or 176 (bn176) */
   int stages;     /* K/V shared-memory stages (ATTN_STAGES) */
   int threads;    /* 128 per warpgroup: 384, or 512 with three consumers */
   int smem_bytes; /* dynamic shared memory, as the template lays it out */
@@ -747,8 +747,8 @@ int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool fp8_p, 
                      bool paged, int variant, Sm90Config *out);
 /* The variants (ATTN_OPTION_SM90_VARIANT takes 0 .. SM90_NVARIANTS - 1),
  * and a variant's number for its name (auto, base, persist, bn80,
- * persist_bn80, f16_pv, wg3, kv8_early, kv_copy), or -1. */
-#define SM90_NVARIANTS 9
+ * persist_bn80, f16_pv, wg3, kv8_early, kv_copy, bn176), or -1. */
+#define SM90_NVARIANTS 10
 int tmpl_sm90_variant_index(const char *name);
 /* Whether the variant widens a dense FP8 KV cache under a 16-bit q into a
  * 16-bit workspace copy before the forward (kv_copy), which then reads the
@@ -822,7 +822,7 @@ typedef struct CompileOptions {
                         90, and bwd_sm90's FP8 tensor-core mode where it applies */
   int sm90_variant;  /* fwd_sm90's variant (tmpl_sm90.c): 0 auto, 1 base,
                         2 persist, 3 bn80, 4 persist_bn80, 5 f16_pv, 6 wg3,
-                        7 kv8_early, 8 kv_copy */
+                        7 kv8_early, 8 kv_copy, 9 bn176 */
   int exp2_fma;      /* fwd_sm90's softmax exponentials on the FMA pipe:
                         0 auto (none yet: unmeasured), 1 none, 2-5 one to
                         four of every four key blocks (match.c) */

@@ -53,7 +53,14 @@
  *                 cores (bench/NOTES-sm90.md, session 30); the decode
  *                 kernel still reads the FP8 cache (session 30; not yet
  *                 run on a GPU)
- * numbered 0 to 8 in this order; 0 is the default below (the fastest
+ *   bn176         auto, but key tiles of 176 (two stages) at head tiles
+ *                 of 128 for 16-bit q, k and v, dense and without a mask:
+ *                 FA3's tile there; the per-tile fixed work (barriers,
+ *                 row maxima, the O rescale, the stage handshakes) spread
+ *                 over 1.375x the keys, and longer GEMMs for the other
+ *                 warpgroup's softmax to hide behind (session 32; not yet
+ *                 run on a GPU)
+ * numbered 0 to 9 in this order; 0 is the default below (the fastest
  * measured), and so is any number out of range (the library never fails
  * on a tuning knob).
  */
@@ -79,18 +86,20 @@ typedef struct Sm90Variant {
   Sm90Wg3 wg3;          /* three consumer warpgroups */
   bool kv8_early;       /* an FP8 KV cache's 8-bit tiles refilled once converted */
   bool kv_copy;         /* a dense FP8 KV cache widened into a 16-bit copy first */
+  bool bn176;           /* key tiles of 176 at head tiles of 128 (16-bit, dense, unmasked) */
 } Sm90Variant;
 
 static const Sm90Variant sm90_variants[] = {
-    {"auto", 256, true, false, WG3_UNMASKED, false, false},
-    {"base", 0, false, false, WG3_NEVER, false, false},
-    {"persist", 256, false, false, WG3_NEVER, false, false},
-    {"bn80", 0, true, false, WG3_NEVER, false, false},
-    {"persist_bn80", 256, true, false, WG3_NEVER, false, false},
-    {"f16_pv", 256, true, true, WG3_UNMASKED, false, false},
-    {"wg3", 256, true, false, WG3_ALWAYS, false, false},
-    {"kv8_early", 256, true, false, WG3_UNMASKED, true, false},
-    {"kv_copy", 256, true, false, WG3_UNMASKED, false, true},
+    {"auto", 256, true, false, WG3_UNMASKED, false, false, false},
+    {"base", 0, false, false, WG3_NEVER, false, false, false},
+    {"persist", 256, false, false, WG3_NEVER, false, false, false},
+    {"bn80", 0, true, false, WG3_NEVER, false, false, false},
+    {"persist_bn80", 256, true, false, WG3_NEVER, false, false, false},
+    {"f16_pv", 256, true, true, WG3_UNMASKED, false, false, false},
+    {"wg3", 256, true, false, WG3_ALWAYS, false, false, false},
+    {"kv8_early", 256, true, false, WG3_UNMASKED, true, false, false},
+    {"kv_copy", 256, true, false, WG3_UNMASKED, false, true, false},
+    {"bn176", 256, true, false, WG3_UNMASKED, false, false, true},
 };
 _Static_assert(sizeof sm90_variants / sizeof sm90_variants[0] == SM90_NVARIANTS,
                "attnc.h's SM90_NVARIANTS counts the variants");
@@ -134,6 +143,8 @@ int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool fp8_p, 
    * registers leaves room for S tiles of 80 keys (BN 128 would need 192 of
    * the 232 for O, S and P alone). */
   static const Sm90Candidate small[] = {{128, 3}, {128, 2}, {64, 2}};
+  /* bn176: two stages of 176 keys at head tiles of 128 (212 KB). */
+  static const Sm90Candidate d128_176[] = {{176, 2}, {128, 3}, {128, 2}, {64, 2}};
   static const Sm90Candidate d192[] = {{80, 2}, {64, 3}, {64, 2}};
   static const Sm90Candidate d256[] = {{64, 2}};
   static const Sm90Candidate d256_80[] = {{80, 2}, {64, 2}};
@@ -167,6 +178,8 @@ int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool fp8_p, 
       list = d256, n = (int)(sizeof d256 / sizeof d256[0]);
   } else if (tv == 192) {
     list = d192, n = (int)(sizeof d192 / sizeof d192[0]);
+  } else if (tmax == 128 && var->bn176 && mode == ATTN_FWD90_16 && !masked && !paged) {
+    list = d128_176, n = (int)(sizeof d128_176 / sizeof d128_176[0]);
   }
   const bool fp8_pv = fp8 && fp8_p && !var->f16_pv;
   /* Three consumer warpgroups (wg3): at head tiles of 64, where 160

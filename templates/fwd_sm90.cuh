@@ -171,12 +171,19 @@ constexpr bool fwd90_in_bf16 = attn_in_bf16 && !fwd90_q_rescale;
 constexpr int fwd90_out_kind = attn_out_kind;
 
 /* Head dims: multiples of 8 up to 256, in tiles of whole 64-column
- * (128-byte) swizzle blocks. BN: an S GEMM of m64n64, m64n80 or m64n128.
+ * (128-byte) swizzle blocks. BN: an S GEMM of m64n64, m64n80 or m64n128,
+ * or m64n176 (the bn176 variant, FA3's key tile at head tiles of 128:
+ * 16-bit q, k and v, dense, no mask reading memory, two warpgroups).
  * BM: two or three consumer warpgroups of 64 rows. */
 static_assert(attn_head_dim_ok(ATTN_D_QK) && attn_head_dim_ok(ATTN_D_V),
               "head dims: multiples of 8 up to 256");
 static_assert(fwd90_bm == 128 || fwd90_bm == 192, "two or three consumer warpgroups of 64 rows");
-static_assert(fwd90_bn == 64 || fwd90_bn == 80 || fwd90_bn == 128, "BN: 64, 80 or 128");
+static_assert(fwd90_bn == 64 || fwd90_bn == 80 || fwd90_bn == 128 || fwd90_bn == 176,
+              "BN: 64, 80, 128 or 176");
+static_assert(fwd90_bn != 176 || (!fwd90_fp8 && !fwd90_kv8 && !fwd90_paged && !attn_keep_reads &&
+                                  fwd90_bm == 128 && ATTN_D_QK <= 128 && ATTN_D_V <= 128),
+              "BN 176: 16-bit q, k and v, dense, no mask reading memory, two warpgroups, "
+              "head tiles up to 128");
 static_assert(fwd90_stages >= 2 && fwd90_stages <= 4, "2 to 4 K/V stages");
 
 /* Shared memory: Q, then per stage a K and a V tile, then the mbarriers;
@@ -277,6 +284,8 @@ static __device__ __forceinline__ void fwd90_gemm_qk(float (&d)[N / 2], unsigned
     attn_wgmma_ss80_fp8<qe4, ke4>(d, da, db, scale_d);
   else if constexpr (fwd90_fp8)
     attn_wgmma_ss64_fp8<qe4, ke4>(d, da, db, scale_d);
+  else if constexpr (N == 176)
+    attn_wgmma_ss176_kk<fwd90_in_bf16>(d, da, db, scale_d);
   else if constexpr (N == 128)
     attn_wgmma_ss128_kk<fwd90_in_bf16>(d, da, db, scale_d);
   else if constexpr (N == 80)
@@ -295,6 +304,8 @@ static __device__ __forceinline__ void fwd90_gemm_qk4(float (&d)[N / 2], const u
     attn_wgmma_ss80_fp8_x4<qe4, ke4>(d, da, db, scale_d);
   else if constexpr (fwd90_fp8)
     attn_wgmma_ss64_fp8_x4<qe4, ke4>(d, da, db, scale_d);
+  else if constexpr (N == 176)
+    attn_wgmma_ss176_kk_x4<fwd90_in_bf16>(d, da, db, scale_d);
   else if constexpr (N == 128)
     attn_wgmma_ss128_kk_x4<fwd90_in_bf16>(d, da, db, scale_d);
   else if constexpr (N == 80)
@@ -437,7 +448,7 @@ enum fwd90_test { FWD90_KEEP, FWD90_BITS };
  * the reads overlap the other warpgroup's turn at the tensor cores. For
  * masks without reads the tests inline in fwd90_mask measured faster
  * (plain D 64 +4%). */
-static_assert(fwd90_s_regs <= 64, "one keep bit per S element");
+static_assert(!attn_keep_reads || fwd90_s_regs <= 64, "one keep bit per S element");
 template <bool MASK>
 static __device__ __forceinline__ unsigned long long
 fwd90_keep_bits(const attn_bh &c, int b, int h, int i_row, int j_col, const attn_params &p) {
@@ -1395,7 +1406,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
           drop(m, wa);
           drop(m + 1, wb);
         }
-        if constexpr (fwd90_bn / 16 % 2 == 1) { /* BN 80 */
+        if constexpr (fwd90_bn / 16 % 2 == 1) { /* BN 80 and 176 */
           unsigned wa[2];
           attn_dropout_one<false>(b, h, i_row, j0 + fwd90_bn - 16 + 2 * t4, p, wa);
           drop(fwd90_bn / 16 - 1, wa);

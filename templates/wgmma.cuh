@@ -172,6 +172,13 @@ template <int N, bool READ>
   "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31," \
   "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47," \
   "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
+#define ATTN_WGMMA_ACC88 \
+  "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
+  "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31," \
+  "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47," \
+  "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63," \
+  "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79," \
+  "%80,%81,%82,%83,%84,%85,%86,%87"
 #define ATTN_WGMMA_ACC128 \
   "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
   "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31," \
@@ -204,6 +211,18 @@ template <int N, bool READ>
   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+#define ATTN_WGMMA_OUT88 \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+  "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+  "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+  "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+  "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), \
+  "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
+  "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
+  "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87])
 #define ATTN_WGMMA_OUT128 \
   "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
@@ -272,6 +291,23 @@ static __device__ __forceinline__ void attn_wgmma_ss128_kk(float (&d)[64], unsig
     ATTN_WGMMA_SS128_KK("f16");
 }
 #undef ATTN_WGMMA_SS128_KK
+
+/* m64n176k16, A and B K-major from shared memory (fwd_sm90's bn176 key tiles). */
+#define ATTN_WGMMA_SS176_KK(T) \
+  asm volatile("{ .reg .pred p; setp.ne.b32 p, %90, 0;\n" \
+  "wgmma.mma_async.sync.aligned.m64n176k16.f32." T "." T " {" ATTN_WGMMA_ACC88 "}, %88, %89, p, 1, 1, 0, 0;\n" \
+  "}\n" \
+  : ATTN_WGMMA_OUT88 \
+  : "l"(da), "l"(db), "r"(scale_d))
+template <bool BF16>
+static __device__ __forceinline__ void attn_wgmma_ss176_kk(float (&d)[88], unsigned long long da,
+                                                   unsigned long long db, int scale_d) {
+  if constexpr (BF16)
+    ATTN_WGMMA_SS176_KK("bf16");
+  else
+    ATTN_WGMMA_SS176_KK("f16");
+}
+#undef ATTN_WGMMA_SS176_KK
 
 /* m64n32k16, A and B K-major from shared memory. */
 #define ATTN_WGMMA_SS32_KK(T) \
@@ -583,6 +619,27 @@ static __device__ __forceinline__ void attn_wgmma_ss128_kk_x4(float (&d)[64], co
 }
 #undef ATTN_WGMMA_SS128_KK_X4
 
+/* Four m64n176k16 steps, A and B K-major from shared memory. */
+#define ATTN_WGMMA_SS176_KK_X4(T) \
+  asm volatile("{ .reg .pred p, q; setp.ne.b32 q, 1, 0; setp.ne.b32 p, %96, 0;\n" \
+  "wgmma.mma_async.sync.aligned.m64n176k16.f32." T "." T " {" ATTN_WGMMA_ACC88 "}, %88, %89, p, 1, 1, 0, 0;\n" \
+  "wgmma.mma_async.sync.aligned.m64n176k16.f32." T "." T " {" ATTN_WGMMA_ACC88 "}, %90, %91, q, 1, 1, 0, 0;\n" \
+  "wgmma.mma_async.sync.aligned.m64n176k16.f32." T "." T " {" ATTN_WGMMA_ACC88 "}, %92, %93, q, 1, 1, 0, 0;\n" \
+  "wgmma.mma_async.sync.aligned.m64n176k16.f32." T "." T " {" ATTN_WGMMA_ACC88 "}, %94, %95, q, 1, 1, 0, 0;\n" \
+  "}\n" \
+  : ATTN_WGMMA_OUT88 \
+  : "l"(da[0]), "l"(db[0]), "l"(da[1]), "l"(db[1]), \
+    "l"(da[2]), "l"(db[2]), "l"(da[3]), "l"(db[3]), "r"(scale_d))
+template <bool BF16>
+static __device__ __forceinline__ void attn_wgmma_ss176_kk_x4(float (&d)[88], const unsigned long long *da,
+                                                   const unsigned long long *db, int scale_d) {
+  if constexpr (BF16)
+    ATTN_WGMMA_SS176_KK_X4("bf16");
+  else
+    ATTN_WGMMA_SS176_KK_X4("f16");
+}
+#undef ATTN_WGMMA_SS176_KK_X4
+
 /* Four m64n64k16 steps, A from registers, B MN-major from shared memory. */
 #define ATTN_WGMMA_RS64_X4(T) \
   asm volatile("{ .reg .pred p; setp.ne.b32 p, %52, 0;\n" \
@@ -804,5 +861,7 @@ static __device__ __forceinline__ void attn_wgmma_rs256_fp8_x4(float (&d)[128], 
 #undef ATTN_WGMMA_OUT40
 #undef ATTN_WGMMA_ACC64
 #undef ATTN_WGMMA_OUT64
+#undef ATTN_WGMMA_ACC88
+#undef ATTN_WGMMA_OUT88
 #undef ATTN_WGMMA_ACC128
 #undef ATTN_WGMMA_OUT128

@@ -78,7 +78,8 @@ fi
 if [ "${TESTS:-1}" = 1 ]; then
 # FIRST=1: the quick checks of what changed last without a GPU, before everything else
 # (docs/STATUS.md item 0000000000). After session 31: launch overlap's test_plan and decode
-# timing (FIRST_OVERLAP=0 skips them), the exponentials on the FMA pipe (FIRST_EXP2=0 skips). After session 30: the paged tests, the kv_copy variant's
+# timing (FIRST_OVERLAP=0 skips them), the exponentials on the FMA pipe (FIRST_EXP2=0 skips). After
+# session 32: the bn176 variant's tests and A/B timing (FIRST_BN176=0 skips). After session 30: the paged tests, the kv_copy variant's
 # tests, sanitizer case and speed, the FP8 widening's rate (tools/f2fp_rate.cu, built on the dev
 # machine into $B/tools: carry it), then test_head_dims whole (cut short in session 30), then
 # the paged FP8 decode beside FlashInfer's (carry .fi).
@@ -103,6 +104,17 @@ if [ "${FIRST:-0}" = 1 ]; then
       step "first_exp2_fma_$f" env ATTN_EXP2_FMA=4 ATTN_TEST_ONLY=examples "$B/tests/gpu/test_forward" "$f"
     done
     step first_exp2_fma_bench python3 bench/exp2_fma.py --lib "$B/libattn.so" --out "$L/exp2_fma"
+  fi
+  # The bn176 variant (session 32, never run): key tiles of 176 at head tiles of 128 for dense
+  # unmasked 16-bit graphs (FA3's tile). The examples it takes (and the fully masked rows), then
+  # its speed beside auto's and cuDNN's at D 128 (bench/variant_ab.py). FIRST_BN176=0 skips.
+  if [ "${FIRST_BN176:-1}" = 1 ]; then
+    for f in sdpa mqa dropout relative_position bias; do
+      step "first_bn176_$f" env ATTN_SM90_VARIANT=bn176 ATTN_TEST_ONLY=examples \
+        "$B/tests/gpu/test_forward" "$f"
+    done
+    step first_bn176_bench python3 bench/variant_ab.py --variants bn176 --dims 128 \
+      --lib "$B/libattn.so" --out "$L/bn176"
   fi
   # FIRST_S30=0 stops here (session 30's steps below need a call of their own).
   if [ "${FIRST_S30:-1}" = 1 ]; then

@@ -2,7 +2,7 @@
 # gen_wgmma.py: writes templates/wgmma.cuh (the wgmma asm wrappers: their operand
 # lists are long and regular). Run from the repository root after changing a shape;
 # the output is committed.
-ACCS = (16, 32, 40, 64, 128)  # accumulator registers a thread: n = N / 2
+ACCS = (16, 32, 40, 64, 88, 128)  # accumulator registers a thread: n = N / 2
 def acc_macros():
     """ATTN_WGMMA_ACC<n> ("%0,...,%<n-1>", the accumulator list inside the asm
     text) and ATTN_WGMMA_OUT<n> (the n "+f" operands), written once for every
@@ -260,6 +260,7 @@ body+=acc_macros()+"\n"
 body+=ss("ss64_kk",64,0,0,"m64n64k16, A and B K-major from shared memory.")
 body+="\n"+ss("ss80_kk",80,0,0,"m64n80k16, A and B K-major from shared memory.")
 body+="\n"+ss("ss128_kk",128,0,0,"m64n128k16, A and B K-major from shared memory.")
+body+="\n"+ss("ss176_kk",176,0,0,"m64n176k16, A and B K-major from shared memory (fwd_sm90's bn176 key tiles).")
 body+="\n"+ss("ss32_kk",32,0,0,"m64n32k16, A and B K-major from shared memory.")
 body+="\n"+ss("ss128_kmn",128,0,1,"m64n128k16, A K-major, B MN-major (transposed) from shared memory.")
 body+="\n"+ss("ss64_mn",64,1,1,"m64n64k16, A and B MN-major (transposed) from shared memory.")
@@ -274,7 +275,7 @@ body+="\n"+rs8("rs64_fp8",64,"m64n64k32, FP8 A from registers (4 bytes a registe
 body+="\n"+rs8("rs128_fp8",128,"m64n128k32, FP8 A from registers (4 bytes a register), FP8 B K-major from shared memory.")
 body+="\n"+rs8("rs256_fp8",256,"m64n256k32, FP8 A from registers (4 bytes a register), FP8 B K-major from shared memory.")
 body+="\n/* ---- four k steps a statement (fwd_sm90's S and P V GEMMs) */\n"
-for N in (64, 80, 128):
+for N in (64, 80, 128, 176):
     body+="\n"+ss(f"ss{N}_kk",N,0,0,f"Four m64n{N}k16 steps, A and B K-major from shared memory.",4)
 for N in (64, 128, 256):
     body+="\n"+rs(f"rs{N}",N,f"Four m64n{N}k16 steps, A from registers, B MN-major from shared memory.",4)

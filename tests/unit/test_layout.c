@@ -284,3 +284,34 @@ Test(layout, fwd90_wg3_default) {
   cr_assert_eq(tmpl_sm90_config(64, 64, 2, 2, false, false, false, 1, &h), 0);
   cr_assert(h.bm == 128, "the base variant keeps two");
 }
+
+/* The bn176 variant (9): key tiles of 176 with two stages at head tiles of
+ * 128 for dense, unmasked 16-bit graphs (FA3's tile there); masked, paged,
+ * FP8 graphs and other head tiles are as auto makes them. */
+Test(layout, fwd90_bn176_configs) {
+  const int v = tmpl_sm90_variant_index("bn176");
+  cr_assert_eq(v, 9);
+  Sm90Config h, a;
+  for (int d = 72; d <= 128; d += 8) {
+    cr_assert_eq(tmpl_sm90_config(d, d, 2, 2, false, false, false, v, &h), 0, "D %d", d);
+    cr_assert(h.bm == 128 && h.bn == 176 && h.stages == 2 && h.threads == 384, "D %d", d);
+    cr_assert_eq(h.smem_bytes, attn_fwd90_layout_of(128, 176, 2, 128, 128, ATTN_FWD90_16).total);
+    cr_assert_leq(h.smem_bytes, 227 * 1024);
+  }
+  static const struct {
+    int d, in, kv;
+    bool masked, paged;
+  } same[] = {{128, 2, 2, true, false}, {128, 2, 2, false, true}, {128, 1, 1, false, false},
+              {128, 2, 1, false, false}, {64, 2, 2, false, false}, {256, 2, 2, false, false},
+              {192, 2, 2, false, false}};
+  for (size_t k = 0; k < sizeof same / sizeof same[0]; k++) {
+    cr_assert_eq(tmpl_sm90_config(same[k].d, same[k].d, same[k].in, same[k].kv, false,
+                                  same[k].masked, same[k].paged, v, &h),
+                 0, "case %zu", k);
+    cr_assert_eq(tmpl_sm90_config(same[k].d, same[k].d, same[k].in, same[k].kv, false,
+                                  same[k].masked, same[k].paged, 0, &a),
+                 0, "case %zu", k);
+    cr_assert(h.bn == a.bn && h.stages == a.stages && h.bm == a.bm, "case %zu", k);
+    cr_assert_neq(h.bn, 176, "case %zu", k);
+  }
+}

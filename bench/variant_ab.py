@@ -1,0 +1,88 @@
+"""variant_ab.py: fwd_sm90's variants against the default, in one process on the same tensors.
+
+    python3 bench/variant_ab.py [--lib build/libattn.so] [--out DIR] [--variants bn176]
+                                [--dims 128] [--seqs 1024,2048,4096,8192,16384] [--causal]
+
+Per head dim and sequence length (B*S = 16384, H = 2048/D, bench.py's grid graph), the default
+("auto") and each named variant (ATTN_OPTION_SM90_VARIANT, compiler/tmpl_sm90.c) compiled from the
+same text, cuDNN's SDPA on the same tensors, and for each setting its time, TFLOP/s, its speed
+against auto and against cuDNN, and its relative error against cuDNN. A variant that does not
+apply to a shape compiles to auto's kernel, so its row then only measures noise.
+"""
+import argparse, json, os, sys, time
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench import Attn, graph_text, rel_err, time_batches, driver_version, write_report  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lib", default="build/libattn.so")
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--variants", default="bn176")
+    ap.add_argument("--dims", default="128")
+    ap.add_argument("--seqs", default="1024,2048,4096,8192,16384")
+    ap.add_argument("--causal", action="store_true", help="the causal graph too")
+    args = ap.parse_args()
+    names = ["auto"] + [v for v in args.variants.split(",") if v != "auto"]
+    torch.manual_seed(0)
+    torch.zeros(1, device="cuda")
+    attn = Attn(os.path.abspath(args.lib))
+    rows = []
+    for D in (int(d) for d in args.dims.split(",")):
+        H = 2048 // D
+        for causal in (False, True) if args.causal else (False,):
+            mods = {}
+            for name in names:
+                attn.set_sm90_variant(name)
+                mods[name] = attn.compile("fwd", graph_text(D, causal))
+            attn.set_sm90_variant("auto")
+            for S in (int(s) for s in args.seqs.split(",")):
+                B = max(1, 16384 // S)
+                sets = [tuple(torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16)
+                              for _ in range(3)) for _ in range(3)]
+                with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+                    ref = F.scaled_dot_product_attention(*sets[0], is_causal=causal)
+                    t_cudnn = time_batches([lambda s=s: F.scaled_dot_product_attention(*s, is_causal=causal)
+                                            for s in sets])
+                flops = 4 * B * H * S * S * D / (2 if causal else 1)
+                for name in names:
+                    calls, outs = [], []
+                    for q, k, v in sets:
+                        o = torch.empty_like(q)
+                        outs.append(o)
+                        calls.append(attn.call(mods[name], "fwd", dict(q=q, k=k, v=v, o=o)))
+                    attn.launch(calls[0])
+                    torch.cuda.synchronize()
+                    err = rel_err(outs[0], ref)
+                    ms = time_batches([lambda c=c: attn.launch(c) for c in calls])
+                    row = dict(D=D, S=S, B=B, H=H, causal=causal, variant=name, ms=ms,
+                               tflops=flops / ms / 1e9, cudnn_ms=t_cudnn, rel_err_vs_cudnn=err)
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
+                    for c in calls:
+                        c.close()
+                del sets, ref
+                torch.cuda.empty_cache()
+            for m in mods.values():
+                m.close()
+    lines = [f"GPU: {torch.cuda.get_device_name()}; driver {driver_version()}; {time.strftime('%Y-%m-%d')}",
+             "", "B*S = 16384, H = 2048/D; bench.py's grid graph; one process, the same tensors.", "",
+             "| D | causal | S | variant | ms | TFLOP/s | vs auto | vs cuDNN | rel err vs cuDNN |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        auto = next(x for x in rows if (x["D"], x["S"], x["causal"]) == (r["D"], r["S"], r["causal"])
+                    and x["variant"] == "auto")
+        lines.append(f"| {r['D']} | {'yes' if r['causal'] else 'no'} | {r['S']} | {r['variant']} | "
+                     f"{r['ms']:.3f} | {r['tflops']:.0f} | {auto['ms'] / r['ms']:.3f} | "
+                     f"{r['cudnn_ms'] / r['ms']:.3f} | {r['rel_err_vs_cudnn']:.1e} |")
+    write_report(args.out, "bench-variant-ab", "\n".join(lines),
+                 dict(rows=rows, device=torch.cuda.get_device_name()))
+
+
+if __name__ == "__main__":
+    main()
