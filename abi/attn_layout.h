@@ -82,8 +82,18 @@ ATTN_LAYOUT_FN attn_fwd80_layout attn_fwd80_layout_of(int bm, int bn, int dqk, i
  *   converters have read them (the kv8_early variant): two more mbarriers
  *   per stage (k and v staging free) and the stage slots twice (by phase:
  *   the producer then writes a stage's next slot while the consumers may
- *   still read its last). */
-enum { ATTN_FWD90_16 = 0, ATTN_FWD90_QKV8 = 1, ATTN_FWD90_KV8 = 2, ATTN_FWD90_KV8E = 3 };
+ *   still read its last).
+ * - ATTN_FWD90_QKV8T, FP8 q, k and v with FP8 P V (the fp8_vt8 variant):
+ *   as ATTN_FWD90_QKV8, but the tile V is transposed into (V^T, dv rows of
+ *   bn key bytes) takes 8 bits an element, not the 16 of the converted V
+ *   it stands in for; at dv 256 that makes two stages of 128 keys fit. */
+enum {
+  ATTN_FWD90_16 = 0,
+  ATTN_FWD90_QKV8 = 1,
+  ATTN_FWD90_KV8 = 2,
+  ATTN_FWD90_KV8E = 3,
+  ATTN_FWD90_QKV8T = 4
+};
 typedef struct attn_fwd90_layout {
   int q_bytes, k_bytes, v_bytes, v8_bytes, k8_bytes, stage_bytes, bar_offset, nbars, slot_bytes,
       total;
@@ -95,10 +105,10 @@ ATTN_LAYOUT_FN int attn_head_tile8(int d) { return (d + 127) / 128 * 128; }
 ATTN_LAYOUT_FN attn_fwd90_layout attn_fwd90_layout_of(int bm, int bn, int stages, int dqk,
                                                       int dv, int fp8) {
   attn_fwd90_layout l = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
-  const int el = fp8 == ATTN_FWD90_QKV8 ? 1 : 2;
+  const int el = fp8 == ATTN_FWD90_QKV8 || fp8 == ATTN_FWD90_QKV8T ? 1 : 2;
   l.q_bytes = bm * dqk * el;
   l.k_bytes = bn * dqk * el;
-  l.v_bytes = bn * dv * 2;
+  l.v_bytes = bn * dv * (fp8 == ATTN_FWD90_QKV8T ? 1 : 2);
   l.v8_bytes = fp8 ? bn * attn_head_tile8(dv) : 0;
   const int kv8 = fp8 == ATTN_FWD90_KV8 || fp8 == ATTN_FWD90_KV8E;
   l.k8_bytes = kv8 ? bn * attn_head_tile8(dqk) : 0;

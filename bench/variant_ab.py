@@ -1,13 +1,14 @@
 """variant_ab.py: fwd_sm90's variants against the default, in one process on the same tensors.
 
     python3 bench/variant_ab.py [--lib build/libattn.so] [--out DIR] [--variants bn176]
-                                [--dims 128] [--seqs 1024,2048,4096,8192,16384] [--causal]
+                                [--dims 128] [--seqs 1024,2048,4096,8192,16384] [--causal] [--fp8]
 
-Per head dim and sequence length (B*S = 16384, H = 2048/D, bench.py's grid graph), the default
+Per head dim and sequence length (B*S = 16384, H = 2048/D, bench.py's grid graph; with --fp8,
+bench/fp8.py's FP8 graph with P rounded to e4m3 and an e4m3 O, on e4m3 inputs), the default
 ("auto") and each named variant (ATTN_OPTION_SM90_VARIANT, compiler/tmpl_sm90.c) compiled from the
-same text, cuDNN's SDPA on the same tensors, and for each setting its time, TFLOP/s, its speed
-against auto and against cuDNN, and its relative error against cuDNN. A variant that does not
-apply to a shape compiles to auto's kernel, so its row then only measures noise.
+same text, cuDNN's bf16 SDPA on the same values, and for each setting its time, TFLOP/s, its speed
+against auto and against cuDNN bf16, and its relative error against cuDNN bf16. A variant that does
+not apply to a shape compiles to auto's kernel, so its row then only measures noise.
 """
 import argparse, json, os, sys, time
 
@@ -17,6 +18,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench import Attn, graph_text, rel_err, time_batches, driver_version, write_report  # noqa: E402
+from fp8 import fp8_text  # noqa: E402
 
 
 def main():
@@ -27,6 +29,7 @@ def main():
     ap.add_argument("--dims", default="128")
     ap.add_argument("--seqs", default="1024,2048,4096,8192,16384")
     ap.add_argument("--causal", action="store_true", help="the causal graph too")
+    ap.add_argument("--fp8", action="store_true", help="the FP8 graph (e4m3 q, k, v, P and O)")
     args = ap.parse_args()
     names = ["auto"] + [v for v in args.variants.split(",") if v != "auto"]
     torch.manual_seed(0)
@@ -39,23 +42,30 @@ def main():
             mods = {}
             for name in names:
                 attn.set_sm90_variant(name)
-                mods[name] = attn.compile("fwd", graph_text(D, causal))
+                mods[name] = attn.compile("fwd", fp8_text(D, causal, p8=True) if args.fp8
+                                          else graph_text(D, causal))
             attn.set_sm90_variant("auto")
             for S in (int(s) for s in args.seqs.split(",")):
                 B = max(1, 16384 // S)
-                sets = [tuple(torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16)
-                              for _ in range(3)) for _ in range(3)]
+                # FP8: e4m3 values (bench/fp8.py's), and cuDNN on the same values in bf16.
+                dt = torch.float8_e4m3fn if args.fp8 else torch.bfloat16
+                sets = [tuple(torch.randn(B, H, S, D, device="cuda").to(dt) for _ in range(3))
+                        for _ in range(3)]
+                sets16 = [tuple(x.to(torch.bfloat16) for x in st) for st in sets]
                 with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
-                    ref = F.scaled_dot_product_attention(*sets[0], is_causal=causal)
+                    ref = F.scaled_dot_product_attention(*sets16[0], is_causal=causal)
                     t_cudnn = time_batches([lambda s=s: F.scaled_dot_product_attention(*s, is_causal=causal)
-                                            for s in sets])
+                                            for s in sets16])
                 flops = 4 * B * H * S * S * D / (2 if causal else 1)
                 for name in names:
                     calls, outs = [], []
                     for q, k, v in sets:
                         o = torch.empty_like(q)
                         outs.append(o)
-                        calls.append(attn.call(mods[name], "fwd", dict(q=q, k=k, v=v, o=o)))
+                        bind = dict(q=q, k=k, v=v, o=o)
+                        if args.fp8:
+                            bind["amax_o"] = torch.empty(1, device="cuda")
+                        calls.append(attn.call(mods[name], "f8" if args.fp8 else "fwd", bind))
                     attn.launch(calls[0])
                     torch.cuda.synchronize()
                     err = rel_err(outs[0], ref)
@@ -66,12 +76,13 @@ def main():
                     print(json.dumps(row), flush=True)
                     for c in calls:
                         c.close()
-                del sets, ref
+                del sets, sets16, ref
                 torch.cuda.empty_cache()
             for m in mods.values():
                 m.close()
     lines = [f"GPU: {torch.cuda.get_device_name()}; driver {driver_version()}; {time.strftime('%Y-%m-%d')}",
-             "", "B*S = 16384, H = 2048/D; bench.py's grid graph; one process, the same tensors.", "",
+             "", "B*S = 16384, H = 2048/D; " + ("FP8 (e4m3 q, k, v, P and O)" if args.fp8 else "bf16")
+             + "; one process, the same tensors (cuDNN: bf16 on the same values).", "",
              "| D | causal | S | variant | ms | TFLOP/s | vs auto | vs cuDNN | rel err vs cuDNN |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -80,7 +91,7 @@ def main():
         lines.append(f"| {r['D']} | {'yes' if r['causal'] else 'no'} | {r['S']} | {r['variant']} | "
                      f"{r['ms']:.3f} | {r['tflops']:.0f} | {auto['ms'] / r['ms']:.3f} | "
                      f"{r['cudnn_ms'] / r['ms']:.3f} | {r['rel_err_vs_cudnn']:.1e} |")
-    write_report(args.out, "bench-variant-ab", "\n".join(lines),
+    write_report(args.out, "bench-variant-ab" + ("-fp8" if args.fp8 else ""), "\n".join(lines),
                  dict(rows=rows, device=torch.cuda.get_device_name()))
 
 

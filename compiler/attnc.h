@@ -731,6 +731,7 @@ typedef struct Sm90Config {
   bool persistent; /* ATTN_PERSISTENT: at most one CTA per SM walks the tiles */
   bool fp8_pv;     /* ATTN_FP8_PV: P V in FP8 (P rounded to FP8, V^T) */
   bool kv8_early;  /* ATTN_KV8_EARLY: an FP8 cache's staging refilled once converted */
+  bool vt8;        /* ATTN_FP8_VT8: FP8 P V's V^T tile in 8 bits (attn_layout.h QKV8T) */
 } Sm90Config;
 
 /* 0 and fills out, or -1 when the template cannot run these head dims
@@ -747,8 +748,8 @@ int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool fp8_p, 
                      bool paged, int variant, Sm90Config *out);
 /* The variants (ATTN_OPTION_SM90_VARIANT takes 0 .. SM90_NVARIANTS - 1),
  * and a variant's number for its name (auto, base, persist, bn80,
- * persist_bn80, f16_pv, wg3, kv8_early, kv_copy, bn176), or -1. */
-#define SM90_NVARIANTS 10
+ * persist_bn80, f16_pv, wg3, kv8_early, kv_copy, bn176, fp8_vt8), or -1. */
+#define SM90_NVARIANTS 11
 int tmpl_sm90_variant_index(const char *name);
 /* Whether the variant widens a dense FP8 KV cache under a 16-bit q into a
  * 16-bit workspace copy before the forward (kv_copy), which then reads the
@@ -802,6 +803,7 @@ typedef struct FwdConfig {
                        CTA per SM (any grid is correct) */
   bool fp8_pv;      /* fwd_sm90 ATTN_FP8_PV: both products in FP8 */
   bool kv8_early;   /* fwd_sm90 ATTN_KV8_EARLY (the kv8_early variant) */
+  bool vt8;         /* fwd_sm90 ATTN_FP8_VT8 (the fp8_vt8 variant) */
   /* The kv_copy variant (ATTN_KV_COPY): the plan's widen_kv step writes
    * 16-bit copies of an FP8 k and v into workspace slots copy_k and copy_v
    * (after the decode's two), and the forward reads those. */
@@ -822,7 +824,7 @@ typedef struct CompileOptions {
                         90, and bwd_sm90's FP8 tensor-core mode where it applies */
   int sm90_variant;  /* fwd_sm90's variant (tmpl_sm90.c): 0 auto, 1 base,
                         2 persist, 3 bn80, 4 persist_bn80, 5 f16_pv, 6 wg3,
-                        7 kv8_early, 8 kv_copy, 9 bn176 */
+                        7 kv8_early, 8 kv_copy, 9 bn176, 10 fp8_vt8 */
   int exp2_fma;      /* fwd_sm90's softmax exponentials on the FMA pipe:
                         0 auto (none yet: unmeasured), 1 none, 2-5 one to
                         four of every four key blocks (match.c) */

@@ -60,7 +60,13 @@
  *                 over 1.375x the keys, and longer GEMMs for the other
  *                 warpgroup's softmax to hide behind (session 32; not yet
  *                 run on a GPU)
- * numbered 0 to 9 in this order; 0 is the default below (the fastest
+ *   fp8_vt8       auto, but where FP8 q, k and v run P V in FP8, V^T takes
+ *                 8 bits an element in shared memory (it had the 16-bit V
+ *                 tile's room), so head tiles of 256 take key tiles of 128
+ *                 (two stages) instead of 64: FA3's FP8 tile there, half
+ *                 the per-tile fixed work a key; up to 128, four stages
+ *                 instead of three (session 32; not yet run on a GPU)
+ * numbered 0 to 10 in this order; 0 is the default below (the fastest
  * measured), and so is any number out of range (the library never fails
  * on a tuning knob).
  */
@@ -87,19 +93,21 @@ typedef struct Sm90Variant {
   bool kv8_early;       /* an FP8 KV cache's 8-bit tiles refilled once converted */
   bool kv_copy;         /* a dense FP8 KV cache widened into a 16-bit copy first */
   bool bn176;           /* key tiles of 176 at head tiles of 128 (16-bit, dense, unmasked) */
+  bool fp8_vt8;         /* FP8 P V's V^T in 8 bits; key tiles of 128 at head tiles of 256 */
 } Sm90Variant;
 
 static const Sm90Variant sm90_variants[] = {
-    {"auto", 256, true, false, WG3_UNMASKED, false, false, false},
-    {"base", 0, false, false, WG3_NEVER, false, false, false},
-    {"persist", 256, false, false, WG3_NEVER, false, false, false},
-    {"bn80", 0, true, false, WG3_NEVER, false, false, false},
-    {"persist_bn80", 256, true, false, WG3_NEVER, false, false, false},
-    {"f16_pv", 256, true, true, WG3_UNMASKED, false, false, false},
-    {"wg3", 256, true, false, WG3_ALWAYS, false, false, false},
-    {"kv8_early", 256, true, false, WG3_UNMASKED, true, false, false},
-    {"kv_copy", 256, true, false, WG3_UNMASKED, false, true, false},
-    {"bn176", 256, true, false, WG3_UNMASKED, false, false, true},
+    {"auto", 256, true, false, WG3_UNMASKED, false, false, false, false},
+    {"base", 0, false, false, WG3_NEVER, false, false, false, false},
+    {"persist", 256, false, false, WG3_NEVER, false, false, false, false},
+    {"bn80", 0, true, false, WG3_NEVER, false, false, false, false},
+    {"persist_bn80", 256, true, false, WG3_NEVER, false, false, false, false},
+    {"f16_pv", 256, true, true, WG3_UNMASKED, false, false, false, false},
+    {"wg3", 256, true, false, WG3_ALWAYS, false, false, false, false},
+    {"kv8_early", 256, true, false, WG3_UNMASKED, true, false, false, false},
+    {"kv_copy", 256, true, false, WG3_UNMASKED, false, true, false, false},
+    {"bn176", 256, true, false, WG3_UNMASKED, false, false, true, false},
+    {"fp8_vt8", 256, true, false, WG3_UNMASKED, false, false, false, true},
 };
 _Static_assert(sizeof sm90_variants / sizeof sm90_variants[0] == SM90_NVARIANTS,
                "attnc.h's SM90_NVARIANTS counts the variants");
@@ -151,6 +159,11 @@ int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool fp8_p, 
   /* FP8 P V: V^T rows are 64 or 128 keys (64- or 128-byte swizzle); at
    * 192 and 256 the O accumulator leaves room for 64. */
   static const Sm90Candidate fp8p_wide[] = {{64, 3}, {64, 2}};
+  /* fp8_vt8: with V^T in 8 bits, 128 keys fit at 256 (224 KB in two
+   * stages); O (128), S (64) and P (16) take 208 of 232 registers. */
+  static const Sm90Candidate fp8p_vt8_wide[] = {{128, 2}, {64, 3}, {64, 2}};
+  /* ... and at head tiles up to 128 a fourth stage fits (208 KB at 128). */
+  static const Sm90Candidate fp8p_vt8_narrow[] = {{128, 4}, {128, 3}, {128, 2}, {64, 2}};
   /* in_bytes 1: FP8 q, k and v (8-bit Q and K tiles, V converted to f16
    * by the producer warpgroup); kv_bytes 1 under in_bytes 2: an FP8 KV
    * cache, K and V converted to q's type by the producer warpgroup. 8-bit
@@ -197,10 +210,18 @@ int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool fp8_p, 
                    (var->wg3 == WG3_UNMASKED && !masked && !(kv8 && paged));
   const bool wg3_fp8_128 = var->wg3 == WG3_ALWAYS && fp8_pv && tmax == 128;
   const int wgs = wg3 && (tmax <= 64 || wg3_fp8_128) ? 3 : 2;
-  if (fp8_pv && (tmax > 128 || wg3_fp8_128))
+  /* fp8_vt8: its V^T transposes take 128-key tiles of any width up to
+   * 256 (fwd90_transpose_v), not wg3's 64-key ones. */
+  const bool vt8 = fp8_pv && var->fp8_vt8 && !wg3_fp8_128;
+  if (vt8 && tmax > 128)
+    list = fp8p_vt8_wide, n = (int)(sizeof fp8p_vt8_wide / sizeof fp8p_vt8_wide[0]);
+  else if (vt8)
+    list = fp8p_vt8_narrow, n = (int)(sizeof fp8p_vt8_narrow / sizeof fp8p_vt8_narrow[0]);
+  else if (fp8_pv && (tmax > 128 || wg3_fp8_128))
     list = fp8p_wide, n = (int)(sizeof fp8p_wide / sizeof fp8p_wide[0]);
   for (int k = 0; k < n; k++) {
-    int bytes = sm90_smem_bytes(64 * wgs, &list[k], fp8 ? attn_head_tile8(d_qk) : tqk, tv, mode);
+    int bytes = sm90_smem_bytes(64 * wgs, &list[k], fp8 ? attn_head_tile8(d_qk) : tqk, tv,
+                                vt8 ? ATTN_FWD90_QKV8T : mode);
     if (bytes <= SM90_SMEM_LIMIT) {
       out->bm = 64 * wgs;
       out->bn = list[k].bn;
@@ -211,6 +232,7 @@ int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool fp8_p, 
       /* FP8 P V reads V^T rows of 64 or 128 keys. */
       out->fp8_pv = fp8_pv && (list[k].bn == 64 || list[k].bn == 128);
       out->kv8_early = mode == ATTN_FWD90_KV8E;
+      out->vt8 = vt8 && out->fp8_pv;
       return 0;
     }
   }

@@ -111,6 +111,16 @@ static_assert(fwd90_fp8 && attn_p_round != 0 && (ATTN_BN == 128 || ATTN_BN == 64
 #else
 constexpr bool fwd90_p8 = false;
 #endif
+/* ATTN_FP8_VT8 (the fp8_vt8 variant): V^T takes the 8 bits an element it
+ * needs in shared memory, not the converted 16-bit V tile's room
+ * (attn_layout.h, ATTN_FWD90_QKV8T), so head tiles of 256 take key tiles
+ * of 128. */
+#if defined(ATTN_FP8_VT8)
+constexpr bool fwd90_vt8 = true;
+static_assert(fwd90_p8, "ATTN_FP8_VT8: FP8 P V");
+#else
+constexpr bool fwd90_vt8 = false;
+#endif
 /* V^T's rows: BN key bytes, 128- or 64-byte swizzle (the descriptor's
  * layout 1 or 2; 8-row groups 1024 or 512 bytes apart). */
 constexpr int fwd90_vt_row = ATTN_BN;
@@ -193,7 +203,8 @@ static_assert(fwd90_stages >= 2 && fwd90_stages <= 4, "2 to 4 K/V stages");
  * is abi/attn_layout.h's, which compiler/tmpl_sm90.c sizes launches by. */
 constexpr attn_fwd90_layout fwd90_layout =
     attn_fwd90_layout_of(fwd90_bm, fwd90_bn, fwd90_stages, fwd90_dqk, fwd90_dv,
-                         fwd90_fp8         ? ATTN_FWD90_QKV8
+                         fwd90_vt8         ? ATTN_FWD90_QKV8T
+                         : fwd90_fp8       ? ATTN_FWD90_QKV8
                          : fwd90_kv8_early ? ATTN_FWD90_KV8E
                          : fwd90_kv8       ? ATTN_FWD90_KV8
                                            : ATTN_FWD90_16);
@@ -221,8 +232,9 @@ static_assert(fwd90_wgs == 2 || (ATTN_D_QK <= 64 && ATTN_D_V <= 64) || (fwd90_p8
  * budgets). With FP8 P V the producer's warps 1-3 transpose V (which
  * spilled at 32 and 40) and a consumer's P takes 16 registers, not 32:
  * 48 and 152 (with 16-bit P, 152 made ptxas serialize the wgmma). */
-constexpr int fwd90_producer_regs = fwd90_wgs == 2 ? 40 : fwd90_p8 ? 48 : 32;
-constexpr int fwd90_consumer_regs = fwd90_wgs == 2 ? 232 : fwd90_p8 ? 152 : 160;
+constexpr bool fwd90_vt8_wide = fwd90_vt8 && fwd90_bn == 128 && fwd90_dv > 128;
+constexpr int fwd90_producer_regs = fwd90_wgs == 2 ? (fwd90_vt8_wide ? 24 : 40) : fwd90_p8 ? 48 : 32;
+constexpr int fwd90_consumer_regs = fwd90_wgs == 2 ? (fwd90_vt8_wide ? 240 : 232) : fwd90_p8 ? 152 : 160;
 static_assert(128 * fwd90_producer_regs + fwd90_consumer_threads * fwd90_consumer_regs <= 65536,
               "the SM's registers");
 /* After the barriers, 8-byte slots the producer fills for the consumers:
@@ -669,8 +681,9 @@ static __device__ __forceinline__ void fwd90_transpose4(unsigned x0, unsigned x1
  * as fwd90_p8 says (V^T's key byte 16G + 4t + 2x + y holds key 16G + 8x +
  * 2t + y), by the 96 threads ct of producer warps 1-3. */
 static __device__ __forceinline__ void fwd90_transpose_v(unsigned v8, unsigned vt, int ct) {
-  if constexpr (fwd90_vt_row == 128 && fwd90_dv <= 128) {
-    /* Key tiles of 128 (the kernel's choice up to DV 128). An item is the 8 keys of key byte
+  if constexpr (fwd90_vt_row == 128 && fwd90_dv <= 256) {
+    /* Key tiles of 128 (the kernel's choice up to DV 128; at 256 too with
+     * fwd90_vt8). An item is the 8 keys of key byte
      * run 16G + 8tp.. (keys 16G + 4tp + {0..3, 8..11}) by the 8 columns
      * d0 = 8cb..: eight 8-byte reads (one a key), four 4x4 byte transposes,
      * eight 8-byte writes (one a column). 8-byte accesses are served a
@@ -687,7 +700,7 @@ static __device__ __forceinline__ void fwd90_transpose_v(unsigned v8, unsigned v
      * 256), half the instructions and wavefronts (128, 256; 64, 128), and
      * a quarter of the address arithmetic (session 18; not yet measured on
      * the GPU). */
-    constexpr int nb = fwd90_dv / 8, iters = nb / 2; /* (DV: 64 or 128, the tile's width) */
+    constexpr int nb = fwd90_dv / 8, iters = nb / 2; /* (DV: 64 to 256, the tile's width) */
     const int lane = ct & 31;
     const int G = lane & 7, tp = (lane >> 3) & 1, j = lane >> 4;
 #pragma unroll 1
@@ -697,7 +710,11 @@ static __device__ __forceinline__ void fwd90_transpose_v(unsigned v8, unsigned v
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
         const int r = 16 * G + 4 * tp + (e & 3) + 8 * (e >> 2);
-        attn_lds64(v8 + r * 128 + ((((d0 & 127) >> 4) ^ (r & 7)) << 4) + (d0 & 15), a[e], b[e]);
+        /* (past 128 columns, v8's next [BN][128 bytes] block: the same
+         * banks, so still one wavefront a half-warp) */
+        const unsigned blk = fwd90_dv > 128 ? (unsigned)(d0 >> 7) * fwd90_bn * 128 : 0u;
+        attn_lds64(v8 + blk + r * 128 + ((((d0 & 127) >> 4) ^ (r & 7)) << 4) + (d0 & 15), a[e],
+                   b[e]);
       }
       /* Column c's 8 bytes: keys +0, +1, +8, +9 (key e = 0, 1, 4, 5), then
        * +2, +3, +10, +11 (e = 2, 3, 6, 7). */

@@ -79,7 +79,7 @@ if [ "${TESTS:-1}" = 1 ]; then
 # FIRST=1: the quick checks of what changed last without a GPU, before everything else
 # (docs/STATUS.md item 0000000000). After session 31: launch overlap's test_plan and decode
 # timing (FIRST_OVERLAP=0 skips them), the exponentials on the FMA pipe (FIRST_EXP2=0 skips). After
-# session 32: the bn176 variant's tests and A/B timing (FIRST_BN176=0 skips). After session 30: the paged tests, the kv_copy variant's
+# session 32: the bn176 and fp8_vt8 variants' tests and A/B timing (FIRST_BN176=0, FIRST_VT8=0 skip). After session 30: the paged tests, the kv_copy variant's
 # tests, sanitizer case and speed, the FP8 widening's rate (tools/f2fp_rate.cu, built on the dev
 # machine into $B/tools: carry it), then test_head_dims whole (cut short in session 30), then
 # the paged FP8 decode beside FlashInfer's (carry .fi).
@@ -115,6 +115,14 @@ if [ "${FIRST:-0}" = 1 ]; then
     done
     step first_bn176_bench python3 bench/variant_ab.py --variants bn176 --dims 128 \
       --lib "$B/libattn.so" --out "$L/bn176"
+  fi
+  # The fp8_vt8 variant (session 32, never run): FP8 P V's V^T in 8 bits, so D 256 takes key
+  # tiles of 128 (two stages, consumers at 240 registers) and D <= 128 four stages: test_fp8
+  # under it, then its speed beside auto's at D 256 and 128 (FIRST_VT8=0 skips).
+  if [ "${FIRST_VT8:-1}" = 1 ]; then
+    step first_vt8_test_fp8 env ATTN_SM90_VARIANT=fp8_vt8 "$B/tests/gpu/test_fp8"
+    step first_vt8_bench python3 bench/variant_ab.py --fp8 --variants fp8_vt8 --dims 256,128 \
+      --seqs 1024,4096,8192,16384 --lib "$B/libattn.so" --out "$L/vt8"
   fi
   # FIRST_S30=0 stops here (session 30's steps below need a call of their own).
   if [ "${FIRST_S30:-1}" = 1 ]; then

@@ -315,3 +315,33 @@ Test(layout, fwd90_bn176_configs) {
     cr_assert_neq(h.bn, 176, "case %zu", k);
   }
 }
+
+/* The fp8_vt8 variant (10): where FP8 q, k and v run P V in FP8, V^T takes
+ * 8 bits an element (ATTN_FWD90_QKV8T), so head tiles of 256 take two
+ * stages of 128 keys and tiles up to 128 four stages; FP8 graphs that run
+ * P V in f16, and 16-bit ones, are as auto makes them. */
+Test(layout, fwd90_fp8_vt8_configs) {
+  const int v = tmpl_sm90_variant_index("fp8_vt8");
+  cr_assert_eq(v, 10);
+  const attn_fwd90_layout t = attn_fwd90_layout_of(128, 128, 2, 256, 256, ATTN_FWD90_QKV8T);
+  const attn_fwd90_layout q = attn_fwd90_layout_of(128, 128, 2, 256, 256, ATTN_FWD90_QKV8);
+  cr_assert_eq(t.v_bytes * 2, q.v_bytes);
+  cr_assert_eq(t.v_bytes, 128 * 256);
+  cr_assert_eq(t.v8_bytes, q.v8_bytes);
+  cr_assert_eq(t.nbars, q.nbars);
+  cr_assert_eq(t.v_bytes % 1024, 0);
+  Sm90Config h, a;
+  cr_assert_eq(tmpl_sm90_config(256, 256, 1, 1, true, false, false, v, &h), 0);
+  cr_assert(h.vt8 && h.fp8_pv && h.bm == 128 && h.bn == 128 && h.stages == 2);
+  cr_assert_eq(h.smem_bytes, t.total);
+  cr_assert_leq(h.smem_bytes, 227 * 1024);
+  cr_assert_eq(tmpl_sm90_config(256, 256, 1, 1, true, false, false, 0, &a), 0);
+  cr_assert(!a.vt8 && a.bn == 64, "auto keeps 64 at 256");
+  cr_assert_eq(tmpl_sm90_config(128, 128, 1, 1, true, true, false, v, &h), 0);
+  cr_assert(h.vt8 && h.bn == 128 && h.stages == 4);
+  cr_assert_leq(h.smem_bytes, 227 * 1024);
+  cr_assert_eq(tmpl_sm90_config(256, 256, 1, 1, false, false, false, v, &h), 0);
+  cr_assert(!h.vt8, "FP8 without a rounded P: P V in f16");
+  cr_assert_eq(tmpl_sm90_config(128, 128, 2, 2, false, false, false, v, &h), 0);
+  cr_assert(!h.vt8, "16-bit");
+}
