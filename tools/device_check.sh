@@ -95,21 +95,11 @@ if [ "${FIRST:-0}" = 1 ]; then
     step first_plan "$B/tests/gpu/test_plan"
     step first_decode_overlap python3 bench/decode.py --quick --lib "$B/libattn.so" --out "$L/overlap"
   fi
-  # The softmax's exponentials on the FMA pipe (session 31, never run; ATTN_EXP2_FMA=4: every
-  # exponential there, the most of the new code): fully masked rows and the softcapped, windowed
-  # and sink examples against the reference, then the split's speed per head dim
-  # (bench/exp2_fma.py: plain and softcap at none to four quarters).
-  if [ "${FIRST_EXP2:-1}" = 1 ]; then
-    for f in softcap gemma2 sinks sdpa; do
-      step "first_exp2_fma_$f" env ATTN_EXP2_FMA=4 ATTN_TEST_ONLY=examples "$B/tests/gpu/test_forward" "$f"
-    done
-    step first_exp2_fma_bench python3 bench/exp2_fma.py --lib "$B/libattn.so" --out "$L/exp2_fma"
-  fi
   # The bn176 variant (session 32, never run): key tiles of 176 at head tiles of 128 for dense
   # unmasked 16-bit graphs (FA3's tile). The examples it takes (and the fully masked rows), then
   # its speed beside auto's and cuDNN's at D 128 (bench/variant_ab.py). FIRST_BN176=0 skips.
   if [ "${FIRST_BN176:-1}" = 1 ]; then
-    for f in sdpa mqa dropout relative_position bias; do
+    for f in sdpa mqa dropout; do
       step "first_bn176_$f" env ATTN_SM90_VARIANT=bn176 ATTN_TEST_ONLY=examples \
         "$B/tests/gpu/test_forward" "$f"
     done
@@ -123,6 +113,16 @@ if [ "${FIRST:-0}" = 1 ]; then
     step first_vt8_test_fp8 env ATTN_SM90_VARIANT=fp8_vt8 "$B/tests/gpu/test_fp8"
     step first_vt8_bench python3 bench/variant_ab.py --fp8 --variants fp8_vt8 --dims 256,128 \
       --seqs 1024,4096,8192,16384 --lib "$B/libattn.so" --out "$L/vt8"
+  fi
+  # The softmax's exponentials on the FMA pipe (session 31, never run; ATTN_EXP2_FMA=4: every
+  # exponential there, the most of the new code): fully masked rows and the softcapped, windowed
+  # and sink examples against the reference, then the split's speed per head dim
+  # (bench/exp2_fma.py: plain and softcap at none to four quarters).
+  if [ "${FIRST_EXP2:-1}" = 1 ]; then
+    for f in softcap gemma2 sinks sdpa; do
+      step "first_exp2_fma_$f" env ATTN_EXP2_FMA=4 ATTN_TEST_ONLY=examples "$B/tests/gpu/test_forward" "$f"
+    done
+    step first_exp2_fma_bench python3 bench/exp2_fma.py --lib "$B/libattn.so" --out "$L/exp2_fma"
   fi
   # FIRST_S30=0 stops here (session 30's steps below need a call of their own).
   if [ "${FIRST_S30:-1}" = 1 ]; then
