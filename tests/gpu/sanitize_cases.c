@@ -168,6 +168,21 @@ static const Case cases[] = {
      "  input v : e4m3[B, Hk, Skv, 128];\n  s = mask((q @ k^T) * 0.088, j <= i + Skv - Sq);\n"
      "  output o : bf16[B, H, Sq, 128] = softmax(s) @ v;\n}\n",
      "B=2,H=4,Hk=2,Sq=200,Skv=900", NULL, 8, 0, 0, FWD, 0},
+    /* The bn176 variant (9): key tiles of 176 (dense, unmasked; Skv not a
+     * multiple of 176, several tiles a work tile). */
+    {"fwd_sm90 bn176 D 128",
+     "attention g {\n  input q : bf16[B, H, Sq, 128];\n  input k : bf16[B, Hk, Skv, 128];\n"
+     "  input v : bf16[B, Hk, Skv, 128];\n  s = (q @ k^T) * 0.088;\n  o = softmax(s) @ v;\n"
+     "  output o : bf16[B, H, Sq, 128];\n  output lse = logsumexp(s);\n}\n",
+     "B=2,H=4,Hk=2,Sq=300,Skv=700", NULL, 9, 0, 0, FWD, 0},
+    /* The fp8_vt8 variant (10): FP8 P V at D 256 with key tiles of 128, its
+     * V^T transposes over both 128-byte column blocks. */
+    {"fp8 sm90 fp8_vt8 D 256 P e4m3",
+     "attention g {\n  input q : e4m3[B, H, S, 256];\n  input k : e4m3[B, H, S, 256];\n"
+     "  input v : e4m3[B, H, S, 256];\n  s = mask((q @ k^T) * 0.0625, j <= i);\n"
+     "  out = (e4m3(softmax(s) * 448.0) @ v) * (1.0 / 448.0);\n"
+     "  output o : bf16[B, H, S, 256] = out;\n  output amax_o = amax(out);\n}\n",
+     "B=2,H=2,S=450", NULL, 10, 0, 0, FWD, 0},
     {"bwd_sm90 D 64 wide", DENSE(64, "bf16", "", "j <= i", PLAIN_OUT(64, "bf16") GRAD),
      "B=2,H=4,Hk=2,Sq=200,Skv=200", NULL, 0, 90, 0, BWD, 0},
     {"bwd_sm90 D 128 persistent", DENSE(128, "f16", "", "j <= i + Skv - Sq", PLAIN_OUT(128, "f16") GRAD),
