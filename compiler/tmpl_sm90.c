@@ -211,8 +211,10 @@ int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool fp8_p, 
   const bool wg3_fp8_128 = var->wg3 == WG3_ALWAYS && fp8_pv && tmax == 128;
   const int wgs = wg3 && (tmax <= 64 || wg3_fp8_128) ? 3 : 2;
   /* fp8_vt8: its V^T transposes take 128-key tiles of any width up to
-   * 256 (fwd90_transpose_v), not wg3's 64-key ones. */
-  const bool vt8 = fp8_pv && var->fp8_vt8 && !wg3_fp8_128;
+   * 256 (fwd90_transpose_v), not wg3's 64-key ones; at V tiles of 192 they
+   * would conflict (tests/host/fwd90_v_host_check.sh: 304 wavefronts for
+   * 96 loads), so those stay as auto makes them. */
+  const bool vt8 = fp8_pv && var->fp8_vt8 && !wg3_fp8_128 && (tv == 256 || tmax <= 128);
   if (vt8 && tmax > 128)
     list = fp8p_vt8_wide, n = (int)(sizeof fp8p_vt8_wide / sizeof fp8p_vt8_wide[0]);
   else if (vt8)
