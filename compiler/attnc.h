@@ -748,13 +748,14 @@ int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool fp8_p, 
                      bool paged, int variant, Sm90Config *out);
 /* The variants (ATTN_OPTION_SM90_VARIANT takes 0 .. SM90_NVARIANTS - 1),
  * and a variant's number for its name (auto, base, persist, bn80,
- * persist_bn80, f16_pv, wg3, kv8_early, kv_copy, bn176, fp8_vt8), or -1. */
-#define SM90_NVARIANTS 11
+ * persist_bn80, f16_pv, wg3, kv8_early, kv_copy, bn176, fp8_vt8, kv8), or -1. */
+#define SM90_NVARIANTS 12
 int tmpl_sm90_variant_index(const char *name);
 /* Whether the variant widens a dense FP8 KV cache under a 16-bit q into a
  * 16-bit workspace copy before the forward (kv_copy), which then reads the
- * copy as a 16-bit graph's K and V would. */
-bool tmpl_sm90_variant_kv_copy(int variant);
+ * copy as a 16-bit graph's K and V would; same_seq: q's and k's sequence
+ * dims are one symbol (auto widens only then). */
+bool tmpl_sm90_variant_kv_copy(int variant, bool same_seq);
 
 /* ---------------------------------------------------------- tmpl_decode.c */
 
@@ -824,7 +825,8 @@ typedef struct CompileOptions {
                         90, and bwd_sm90's FP8 tensor-core mode where it applies */
   int sm90_variant;  /* fwd_sm90's variant (tmpl_sm90.c): 0 auto, 1 base,
                         2 persist, 3 bn80, 4 persist_bn80, 5 f16_pv, 6 wg3,
-                        7 kv8_early, 8 kv_copy, 9 bn176, 10 fp8_vt8 */
+                        7 kv8_early, 8 kv_copy, 9 bn176, 10 fp8_vt8,
+                        11 kv8 */
   int exp2_fma;      /* fwd_sm90's softmax exponentials on the FMA pipe:
                         0 auto (none yet: unmeasured), 1 none, 2-5 one to
                         four of every four key blocks (match.c) */

@@ -585,11 +585,15 @@ static int match_fwd_template(const KernelSpec *s, const CompileOptions *o, FwdC
   Sm90Config h;
   const bool fp8_p = dtype_is_fp8(s->in_type) && dtype_is_fp8(s->p_round);
   const bool masked = s->nmasks > 0 || s->packed;
-  /* The kv_copy variant: a dense FP8 KV cache under a 16-bit q is widened
-   * into 16-bit copies in two workspace slots after the decode's (plan.c,
-   * widen_kv), and the forward is the 16-bit one reading them. */
+  /* kv_copy: a dense FP8 KV cache under a 16-bit q is widened into 16-bit
+   * copies in two workspace slots after the decode's (plan.c, widen_kv),
+   * and the forward is the 16-bit one reading them; by default where q's
+   * sequence dim is k's symbol (Sq = Skv at every launch: tmpl_sm90.c). */
   const int nt = s->g->ntensors;
-  const bool kv_copy = sm90a && tmpl_sm90_variant_kv_copy(o->sm90_variant) &&
+  const IrTensor *tq = &s->g->tensors[s->g->q], *tk = &s->g->tensors[s->g->k];
+  const bool same_seq = tq->ndims == 4 && tk->ndims == 4 && tq->dim_sym[2] >= 0 &&
+                        tq->dim_sym[2] == tk->dim_sym[2];
+  const bool kv_copy = sm90a && tmpl_sm90_variant_kv_copy(o->sm90_variant, same_seq) &&
                        dtype_is_fp8(s->kv_type) && !dtype_is_fp8(s->in_type) && !s->paged &&
                        !s->packed && s->d_qk % 16 == 0 && s->d_v % 16 == 0 &&
                        nt + 4 <= ATTN_MAX_TENSORS; /* (the step widens whole 16-byte chunks) */

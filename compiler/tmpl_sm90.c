@@ -24,7 +24,9 @@
  * benchmarks set from the environment variable ATTN_SM90_VARIANT); each is
  * emitted as macros, so the kernel source (and so its cache key) differs:
  *   auto          the default: persistent (tile queue), BN 80 at D 256,
- *                 and wg3's three warpgroups in graphs without a mask
+ *                 wg3's three warpgroups in graphs without a mask, and
+ *                 kv_copy's widened copies where q's and k's sequence
+ *                 lengths are one symbol (below)
  *   base          one CTA per query tile; D 256: BN 64, 2 stages
  *   persist       persistent grid (ATTN_PERSISTENT), same tiles
  *   bn80          D 256: BN 80, 2 stages; one CTA per query tile
@@ -48,11 +50,19 @@
  *                 of auto in session 30)
  *   kv_copy       auto, but a dense FP8 KV cache under a 16-bit q is
  *                 widened once into a 16-bit workspace copy by a plan step
- *                 (widen_kv) and the forward runs as on 16-bit K and V:
- *                 three converter warps cannot keep up with the tensor
- *                 cores (bench/NOTES-sm90.md, session 30); the decode
- *                 kernel still reads the FP8 cache (session 30; not yet
- *                 run on a GPU)
+ *                 (widen_kv) and the forward runs as on 16-bit K and V,
+ *                 whatever the graph's sequence lengths: three converter
+ *                 warps cannot keep up with the tensor cores
+ *                 (bench/NOTES-sm90.md, session 30); the decode kernel
+ *                 still reads the FP8 cache. Measured (H100, session 32)
+ *                 0.84-1.01x of a bf16 cache against the in-kernel
+ *                 widening's 0.39-0.94x. auto takes it where q's sequence
+ *                 dim is k's symbol (Sq = Skv at every launch, so the copy
+ *                 is read by Skv / BM query tiles); where Sq may be much
+ *                 shorter (a chunk of queries against a long cache) the
+ *                 copy's write and read can cost more than the forward
+ *   kv8           auto, but an FP8 KV cache is always widened in the
+ *                 kernel (session 31's default; for measuring against)
  *   bn176         auto, but key tiles of 176 (two stages) at head tiles
  *                 of 128 for 16-bit q, k and v, dense and without a mask:
  *                 FA3's tile there; the per-tile fixed work (barriers,
@@ -66,7 +76,8 @@
  *                 (two stages) instead of 64: FA3's FP8 tile there, half
  *                 the per-tile fixed work a key; up to 128, four stages
  *                 instead of three (session 32; not yet run on a GPU)
- * numbered 0 to 10 in this order; 0 is the default below (the fastest
+ * numbered 0 to 11 in this order (kv8 last: the numbers are the
+ * library's option values); 0 is the default below (the fastest
  * measured), and so is any number out of range (the library never fails
  * on a tuning knob).
  */
@@ -83,6 +94,10 @@ typedef struct Sm90Candidate {
  * tiles): never, in graphs without a mask, or in every graph (and for
  * FP8 P V at head tiles of 128). */
 typedef enum { WG3_NEVER, WG3_UNMASKED, WG3_ALWAYS } Sm90Wg3;
+/* Where a dense FP8 KV cache under a 16-bit q is widened by a plan step
+ * (kv_copy): never, where q's and k's sequence dims are one symbol, or
+ * always. */
+typedef enum { KV_COPY_NEVER, KV_COPY_SAME_SEQ, KV_COPY_ALWAYS } Sm90KvCopy;
 
 typedef struct Sm90Variant {
   const char *name;
@@ -91,23 +106,24 @@ typedef struct Sm90Variant {
   bool f16_pv;          /* P V in f16 even where a graph rounds P to FP8 */
   Sm90Wg3 wg3;          /* three consumer warpgroups */
   bool kv8_early;       /* an FP8 KV cache's 8-bit tiles refilled once converted */
-  bool kv_copy;         /* a dense FP8 KV cache widened into a 16-bit copy first */
+  Sm90KvCopy kv_copy;   /* a dense FP8 KV cache widened into a 16-bit copy first */
   bool bn176;           /* key tiles of 176 at head tiles of 128 (16-bit, dense, unmasked) */
   bool fp8_vt8;         /* FP8 P V's V^T in 8 bits; key tiles of 128 at head tiles of 256 */
 } Sm90Variant;
 
 static const Sm90Variant sm90_variants[] = {
-    {"auto", 256, true, false, WG3_UNMASKED, false, false, false, false},
-    {"base", 0, false, false, WG3_NEVER, false, false, false, false},
-    {"persist", 256, false, false, WG3_NEVER, false, false, false, false},
-    {"bn80", 0, true, false, WG3_NEVER, false, false, false, false},
-    {"persist_bn80", 256, true, false, WG3_NEVER, false, false, false, false},
-    {"f16_pv", 256, true, true, WG3_UNMASKED, false, false, false, false},
-    {"wg3", 256, true, false, WG3_ALWAYS, false, false, false, false},
-    {"kv8_early", 256, true, false, WG3_UNMASKED, true, false, false, false},
-    {"kv_copy", 256, true, false, WG3_UNMASKED, false, true, false, false},
-    {"bn176", 256, true, false, WG3_UNMASKED, false, false, true, false},
-    {"fp8_vt8", 256, true, false, WG3_UNMASKED, false, false, false, true},
+    {"auto", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, false, false},
+    {"base", 0, false, false, WG3_NEVER, false, KV_COPY_NEVER, false, false},
+    {"persist", 256, false, false, WG3_NEVER, false, KV_COPY_NEVER, false, false},
+    {"bn80", 0, true, false, WG3_NEVER, false, KV_COPY_NEVER, false, false},
+    {"persist_bn80", 256, true, false, WG3_NEVER, false, KV_COPY_NEVER, false, false},
+    {"f16_pv", 256, true, true, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, false, false},
+    {"wg3", 256, true, false, WG3_ALWAYS, false, KV_COPY_SAME_SEQ, false, false},
+    {"kv8_early", 256, true, false, WG3_UNMASKED, true, KV_COPY_NEVER, false, false},
+    {"kv_copy", 256, true, false, WG3_UNMASKED, false, KV_COPY_ALWAYS, false, false},
+    {"bn176", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, true, false},
+    {"fp8_vt8", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, false, true},
+    {"kv8", 256, true, false, WG3_UNMASKED, false, KV_COPY_NEVER, false, false},
 };
 _Static_assert(sizeof sm90_variants / sizeof sm90_variants[0] == SM90_NVARIANTS,
                "attnc.h's SM90_NVARIANTS counts the variants");
@@ -131,7 +147,10 @@ static const Sm90Variant *sm90_variant(int variant) {
   return &sm90_variants[variant];
 }
 
-bool tmpl_sm90_variant_kv_copy(int variant) { return sm90_variant(variant)->kv_copy; }
+bool tmpl_sm90_variant_kv_copy(int variant, bool same_seq) {
+  const Sm90KvCopy k = sm90_variant(variant)->kv_copy;
+  return k == KV_COPY_ALWAYS || (k == KV_COPY_SAME_SEQ && same_seq);
+}
 
 int tmpl_sm90_variant_index(const char *name) {
   for (int k = 0; name && k < SM90_NVARIANTS; k++)

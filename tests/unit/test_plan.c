@@ -508,7 +508,9 @@ Test(plan, kv_copy_widens_the_cache_before_the_forward) {
   IrModule *m = unit_build(a, "<kv8>", KV8_SRC);
   const int variant = tmpl_sm90_variant_index("kv_copy");
   cr_assert_eq(variant, 8);
-  cr_assert(tmpl_sm90_variant_kv_copy(variant) && !tmpl_sm90_variant_kv_copy(0));
+  cr_assert(tmpl_sm90_variant_kv_copy(variant, false) && !tmpl_sm90_variant_kv_copy(0, false));
+  cr_assert(tmpl_sm90_variant_kv_copy(0, true), "auto: where Sq and Skv are one symbol");
+  cr_assert(!tmpl_sm90_variant_kv_copy(tmpl_sm90_variant_index("kv8"), true));
   Diag d = {0};
   Compiled c;
   const CompileOptions o = {.arch = "sm_90a", .sm90_variant = variant};
@@ -573,6 +575,22 @@ Test(plan, kv_copy_widens_the_cache_before_the_forward) {
     cr_assert_eq(compile_module(mt, &ot, STAGE_PLAN, a, &dt, &ct), 0, "case %d", t);
     cr_assert(!ct.graphs[0].cfg.kv_copy, "case %d", t);
     cr_assert_null(unit_step(&ct.plans[0], PLAN_FORWARD, "widen_kv"), "case %d", t);
+    diag_free(&dt);
+  }
+  /* q's sequence dim k's symbol: auto widens (Sq = Skv at every launch);
+   * the kv8 variant keeps the in-kernel widening. */
+  static const char same[] =
+      "attention g {\n  input q : bf16[B, H, S, 128];\n  input k : e4m3[B, Hk, S, 128];\n"
+      "  input v : e4m3[B, Hk, S, 128];\n  s = q @ k^T;\n  o = softmax(s) @ v;\n"
+      "  output o : bf16[B, H, S, 128];\n}\n";
+  for (int t = 0; t < 2; t++) {
+    IrModule *mt = unit_build(a, "<same>", same);
+    const CompileOptions ot = {.arch = "sm_90a", .sm90_variant = t ? tmpl_sm90_variant_index("kv8") : 0};
+    Diag dt = {0};
+    Compiled ct;
+    cr_assert_eq(compile_module(mt, &ot, STAGE_PLAN, a, &dt, &ct), 0, "case %d", t);
+    cr_assert_eq(ct.graphs[0].cfg.kv_copy, t == 0, "case %d", t);
+    cr_assert_eq(unit_step(&ct.plans[0], PLAN_FORWARD, "widen_kv") != NULL, t == 0, "case %d", t);
     diag_free(&dt);
   }
   arena_free(a);
