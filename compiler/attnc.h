@@ -666,6 +666,7 @@ typedef struct KernelSpec {
   DType out_type;  /* o */
   int d_qk, d_v;
   IrNode *score;   /* the score chain under the top-level masks */
+  bool score_reads_ij; /* it reads a tensor at positions varying over i or j */
   MaskTerm *masks; /* the top-level masks' conjuncts */
   int nmasks;
   int o_output;    /* index in g->outputs of the p @ v chain's output */
@@ -740,16 +741,21 @@ typedef struct Sm90Config {
  * for FP8 q, k and v, or 2 and 1 for an FP8 KV cache under a 16-bit q).
  * Prints nothing. */
 /* fp8_p: FP8 q, k, v with P rounded to FP8 (both products in FP8): key
- * tiles of 64 or 128 keys, the widths of V^T's swizzled rows. masked: the
- * graph has a mask or packed sequences (the default variant then keeps two
- * consumer warpgroups at head dims up to 64). paged: K and V come from a
- * page table (an FP8 cache's paged converters keep two warpgroups). */
-int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool fp8_p, bool masked,
+ * tiles of 64 or 128 keys, the widths of V^T's swizzled rows. traits:
+ * SM90_MASKED, the graph has a mask or packed sequences (the default
+ * variant then keeps two consumer warpgroups at head dims up to 64, and
+ * key tiles of 128 at 128); SM90_SCORE_READS, its score chain reads memory
+ * per element (a bias[b, h, i, j]: key tiles of 176 would spill). paged:
+ * K and V come from a page table (an FP8 cache's paged converters keep two
+ * warpgroups). */
+enum { SM90_MASKED = 1u, SM90_SCORE_READS = 2u };
+int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool fp8_p, unsigned traits,
                      bool paged, int variant, Sm90Config *out);
 /* The variants (ATTN_OPTION_SM90_VARIANT takes 0 .. SM90_NVARIANTS - 1),
  * and a variant's number for its name (auto, base, persist, bn80,
- * persist_bn80, f16_pv, wg3, kv8_early, kv_copy, bn176, fp8_vt8, kv8), or -1. */
-#define SM90_NVARIANTS 12
+ * persist_bn80, f16_pv, wg3, kv8_early, kv_copy, bn176, fp8_vt8, kv8,
+ * bn128), or -1. */
+#define SM90_NVARIANTS 13
 int tmpl_sm90_variant_index(const char *name);
 /* Whether the variant widens a dense FP8 KV cache under a 16-bit q into a
  * 16-bit workspace copy before the forward (kv_copy), which then reads the
@@ -826,7 +832,7 @@ typedef struct CompileOptions {
   int sm90_variant;  /* fwd_sm90's variant (tmpl_sm90.c): 0 auto, 1 base,
                         2 persist, 3 bn80, 4 persist_bn80, 5 f16_pv, 6 wg3,
                         7 kv8_early, 8 kv_copy, 9 bn176, 10 fp8_vt8,
-                        11 kv8 */
+                        11 kv8, 12 bn128 */
   int exp2_fma;      /* fwd_sm90's softmax exponentials on the FMA pipe:
                         0 auto (none yet: unmeasured), 1 none, 2-5 one to
                         four of every four key blocks (match.c) */

@@ -426,6 +426,24 @@ static bool reaches(const IrNode *root, const IrNode *target, char *seen) {
   return false;
 }
 
+/* Whether the score chain at `score` reads a tensor at positions that vary
+ * over i or j (a bias[b, h, i, j], a relative-position table): what
+ * emit.c's attn_score_reads says of the emitted hook. Node ids are a
+ * topological order, so one pass up to the score marks every node that
+ * such a load reaches. */
+static bool score_reads_ij(const IrGraph *g, const IrNode *score, Arena *a) {
+  bool *reads = arena_alloc(a, (size_t)(score->id + 1) * sizeof *reads);
+  if (!reads) return true; /* (out of memory: the choice that never spills more) */
+  for (int id = 0; id <= score->id; id++) {
+    const IrNode *n = g->nodes[id];
+    bool r = n->op == IR_LOAD && (n->dom & (DOM_I | DOM_J));
+    for (int k = 0; k < n->nsrc && !r; k++)
+      r = n->src[k] && n->src[k]->id <= score->id && reads[n->src[k]->id];
+    reads[id] = r;
+  }
+  return reads[score->id];
+}
+
 KernelSpec *match_graph(const IrGraph *g, int sm, Arena *a, Diag *d) {
   Matcher m = {.g = g, .a = a, .d = d};
   if (sm < 80) {
@@ -517,6 +535,7 @@ KernelSpec *match_graph(const IrGraph *g, int sm, Arena *a, Diag *d) {
     s = s->src[0];
   }
   spec->score = s;
+  spec->score_reads_ij = score_reads_ij(g, s, a);
   /* P as p @ v reads it: dropout, a scale fixed per (b, h), a rounding
    * (ir_p_chain); a dropout nothing reads is dead and ignored. */
   const IrPChain pc = ir_p_chain(g);
@@ -585,6 +604,7 @@ static int match_fwd_template(const KernelSpec *s, const CompileOptions *o, FwdC
   Sm90Config h;
   const bool fp8_p = dtype_is_fp8(s->in_type) && dtype_is_fp8(s->p_round);
   const bool masked = s->nmasks > 0 || s->packed;
+  const unsigned traits = (masked ? SM90_MASKED : 0u) | (s->score_reads_ij ? SM90_SCORE_READS : 0u);
   /* kv_copy: a dense FP8 KV cache under a 16-bit q is widened into 16-bit
    * copies in two workspace slots after the decode's (plan.c, widen_kv),
    * and the forward is the 16-bit one reading them; by default where q's
@@ -598,7 +618,7 @@ static int match_fwd_template(const KernelSpec *s, const CompileOptions *o, FwdC
                        !s->packed && s->d_qk % 16 == 0 && s->d_v % 16 == 0 &&
                        nt + 4 <= ATTN_MAX_TENSORS; /* (the step widens whole 16-byte chunks) */
   const int kv_bytes = kv_copy ? 2 : dtype_size(s->kv_type);
-  if (sm90a && tmpl_sm90_config(s->d_qk, s->d_v, dtype_size(s->in_type), kv_bytes, fp8_p, masked,
+  if (sm90a && tmpl_sm90_config(s->d_qk, s->d_v, dtype_size(s->in_type), kv_bytes, fp8_p, traits,
                                 s->paged, o->sm90_variant, &h) == 0) {
     *c = (FwdConfig){.kind = TMPL_FWD_SM90, .name = "fwd_sm90", .bm = h.bm, .bn = h.bn,
                      .stages = h.stages, .threads = h.threads, .smem_bytes = h.smem_bytes,

@@ -24,9 +24,10 @@
  * benchmarks set from the environment variable ATTN_SM90_VARIANT); each is
  * emitted as macros, so the kernel source (and so its cache key) differs:
  *   auto          the default: persistent (tile queue), BN 80 at D 256,
- *                 wg3's three warpgroups in graphs without a mask, and
+ *                 wg3's three warpgroups in graphs without a mask,
  *                 kv_copy's widened copies where q's and k's sequence
- *                 lengths are one symbol (below)
+ *                 lengths are one symbol, and bn176's key tiles where its
+ *                 graphs' score chain reads no memory per element (below)
  *   base          one CTA per query tile; D 256: BN 64, 2 stages
  *   persist       persistent grid (ATTN_PERSISTENT), same tiles
  *   bn80          D 256: BN 80, 2 stages; one CTA per query tile
@@ -63,21 +64,24 @@
  *                 copy's write and read can cost more than the forward
  *   kv8           auto, but an FP8 KV cache is always widened in the
  *                 kernel (session 31's default; for measuring against)
+ *   bn128         auto, but key tiles of 128 where auto takes 176 (session
+ *                 31's default; for measuring against)
  *   bn176         auto, but key tiles of 176 (two stages) at head tiles
  *                 of 128 for 16-bit q, k and v, dense and without a mask:
  *                 FA3's tile there; the per-tile fixed work (barriers,
  *                 row maxima, the O rescale, the stage handshakes) spread
  *                 over 1.375x the keys, and longer GEMMs for the other
- *                 warpgroup's softmax to hide behind (session 32; not yet
- *                 run on a GPU)
+ *                 warpgroup's softmax to hide behind; also where the score
+ *                 chain reads memory per element (auto: not there). H100,
+ *                 session 32: +2-4% at S 4k-16k, +0% at 1k-2k (D 128)
  *   fp8_vt8       auto, but where FP8 q, k and v run P V in FP8, V^T takes
  *                 8 bits an element in shared memory (it had the 16-bit V
  *                 tile's room), so head tiles of 256 take key tiles of 128
  *                 (two stages) instead of 64: FA3's FP8 tile there, half
  *                 the per-tile fixed work a key; up to 128, four stages
  *                 instead of three (session 32; not yet run on a GPU)
- * numbered 0 to 11 in this order (kv8 last: the numbers are the
- * library's option values); 0 is the default below (the fastest
+ * numbered 0 to 12 in this order (the numbers are the library's option
+ * values); 0 is the default below (the fastest
  * measured), and so is any number out of range (the library never fails
  * on a tuning knob).
  */
@@ -98,6 +102,10 @@ typedef enum { WG3_NEVER, WG3_UNMASKED, WG3_ALWAYS } Sm90Wg3;
  * (kv_copy): never, where q's and k's sequence dims are one symbol, or
  * always. */
 typedef enum { KV_COPY_NEVER, KV_COPY_SAME_SEQ, KV_COPY_ALWAYS } Sm90KvCopy;
+/* Where key tiles of 176 run at head tiles of 128 (dense, unmasked, 16-bit
+ * graphs): never, where the score chain reads no memory per element (a
+ * bias or table read there spilled 36-236 bytes at 176), or always. */
+typedef enum { BN176_NEVER, BN176_PLAIN, BN176_ALWAYS } Sm90Bn176;
 
 typedef struct Sm90Variant {
   const char *name;
@@ -107,23 +115,24 @@ typedef struct Sm90Variant {
   Sm90Wg3 wg3;          /* three consumer warpgroups */
   bool kv8_early;       /* an FP8 KV cache's 8-bit tiles refilled once converted */
   Sm90KvCopy kv_copy;   /* a dense FP8 KV cache widened into a 16-bit copy first */
-  bool bn176;           /* key tiles of 176 at head tiles of 128 (16-bit, dense, unmasked) */
+  Sm90Bn176 bn176;      /* key tiles of 176 at head tiles of 128 (16-bit, dense, unmasked) */
   bool fp8_vt8;         /* FP8 P V's V^T in 8 bits; key tiles of 128 at head tiles of 256 */
 } Sm90Variant;
 
 static const Sm90Variant sm90_variants[] = {
-    {"auto", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, false, false},
-    {"base", 0, false, false, WG3_NEVER, false, KV_COPY_NEVER, false, false},
-    {"persist", 256, false, false, WG3_NEVER, false, KV_COPY_NEVER, false, false},
-    {"bn80", 0, true, false, WG3_NEVER, false, KV_COPY_NEVER, false, false},
-    {"persist_bn80", 256, true, false, WG3_NEVER, false, KV_COPY_NEVER, false, false},
-    {"f16_pv", 256, true, true, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, false, false},
-    {"wg3", 256, true, false, WG3_ALWAYS, false, KV_COPY_SAME_SEQ, false, false},
-    {"kv8_early", 256, true, false, WG3_UNMASKED, true, KV_COPY_NEVER, false, false},
-    {"kv_copy", 256, true, false, WG3_UNMASKED, false, KV_COPY_ALWAYS, false, false},
-    {"bn176", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, true, false},
-    {"fp8_vt8", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, false, true},
-    {"kv8", 256, true, false, WG3_UNMASKED, false, KV_COPY_NEVER, false, false},
+    {"auto", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false},
+    {"base", 0, false, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false},
+    {"persist", 256, false, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false},
+    {"bn80", 0, true, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false},
+    {"persist_bn80", 256, true, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false},
+    {"f16_pv", 256, true, true, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false},
+    {"wg3", 256, true, false, WG3_ALWAYS, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false},
+    {"kv8_early", 256, true, false, WG3_UNMASKED, true, KV_COPY_NEVER, BN176_PLAIN, false},
+    {"kv_copy", 256, true, false, WG3_UNMASKED, false, KV_COPY_ALWAYS, BN176_PLAIN, false},
+    {"bn176", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_ALWAYS, false},
+    {"fp8_vt8", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, true},
+    {"kv8", 256, true, false, WG3_UNMASKED, false, KV_COPY_NEVER, BN176_PLAIN, false},
+    {"bn128", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_NEVER, false},
 };
 _Static_assert(sizeof sm90_variants / sizeof sm90_variants[0] == SM90_NVARIANTS,
                "attnc.h's SM90_NVARIANTS counts the variants");
@@ -137,7 +146,11 @@ _Static_assert(sizeof sm90_variants / sizeof sm90_variants[0] == SM90_NVARIANTS,
  * mask (H200, 2026-12-05, bench/RESULTS.md "Session 28": bf16 D 64 +3% at
  * S 1k, +12-14% at 2k-16k; FP8 D 64 +4-17%); with a causal mask they lost
  * 16% at S 1k (192-row tiles against a diagonal) and won 4-11% from 4k, and
- * the variant is compiled before S is known, so masked graphs keep two. */
+ * the variant is compiled before S is known, so masked graphs keep two.
+ * Session 32 (H100, bench/RESULTS.md): key tiles of 176 at D 65-128 for
+ * unmasked dense 16-bit graphs (+2-4% at S >= 4k), and an FP8 KV cache
+ * widened into 16-bit copies where Sq = Skv (0.84-1.01x of a bf16 cache,
+ * against 0.39-0.94x widened in the kernel). */
 #define SM90_DEFAULT_VARIANT 0
 
 #define SM90_SMEM_LIMIT (227 * 1024)
@@ -162,8 +175,9 @@ static int sm90_smem_bytes(int bm, const Sm90Candidate *c, int d_qk, int d_v, in
   return attn_fwd90_layout_of(bm, c->bn, c->stages, d_qk, d_v, mode).total;
 }
 
-int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool fp8_p, bool masked,
+int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool fp8_p, unsigned traits,
                      bool paged, int variant, Sm90Config *out) {
+  const bool masked = traits & SM90_MASKED, score_reads = traits & SM90_SCORE_READS;
   /* Fastest first: more stages hide more TMA latency; BN 128 halves the
    * per-tile softmax bookkeeping where the registers allow it. Lists by
    * the wider tile dim (attn_head_tile): at 192 an O accumulator of 96
@@ -210,7 +224,8 @@ int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool fp8_p, 
       list = d256, n = (int)(sizeof d256 / sizeof d256[0]);
   } else if (tv == 192) {
     list = d192, n = (int)(sizeof d192 / sizeof d192[0]);
-  } else if (tmax == 128 && var->bn176 && mode == ATTN_FWD90_16 && !masked && !paged) {
+  } else if (tmax == 128 && mode == ATTN_FWD90_16 && !masked && !paged &&
+             (var->bn176 == BN176_ALWAYS || (var->bn176 == BN176_PLAIN && !score_reads))) {
     list = d128_176, n = (int)(sizeof d128_176 / sizeof d128_176[0]);
   }
   const bool fp8_pv = fp8 && fp8_p && !var->f16_pv;

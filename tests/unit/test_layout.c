@@ -314,6 +314,19 @@ Test(layout, fwd90_bn176_configs) {
     cr_assert(h.bn == a.bn && h.stages == a.stages && h.bm == a.bm, "case %zu", k);
     cr_assert_neq(h.bn, 176, "case %zu", k);
   }
+  /* auto takes 176 too, but not where the score chain reads memory per
+   * element (a bias: it spilled at 176); the variant takes it there too,
+   * bn128 never. */
+  const int b128 = tmpl_sm90_variant_index("bn128");
+  cr_assert_eq(b128, 12);
+  cr_assert_eq(tmpl_sm90_config(128, 128, 2, 2, false, 0, false, 0, &a), 0);
+  cr_assert_eq(a.bn, 176);
+  cr_assert_eq(tmpl_sm90_config(128, 128, 2, 2, false, SM90_SCORE_READS, false, 0, &a), 0);
+  cr_assert(a.bn == 128 && a.stages == 3);
+  cr_assert_eq(tmpl_sm90_config(128, 128, 2, 2, false, SM90_SCORE_READS, false, v, &h), 0);
+  cr_assert_eq(h.bn, 176);
+  cr_assert_eq(tmpl_sm90_config(128, 128, 2, 2, false, 0, false, b128, &h), 0);
+  cr_assert(h.bn == 128 && h.stages == 3);
 }
 
 /* The fp8_vt8 variant (10): where FP8 q, k and v run P V in FP8, V^T takes

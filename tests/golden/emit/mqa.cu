@@ -18,8 +18,8 @@
 #define ATTN_IN_F16 1
 #define ATTN_OUT_F16 1
 #define ATTN_BM 128
-#define ATTN_BN 128
-#define ATTN_STAGES 3
+#define ATTN_BN 176
+#define ATTN_STAGES 2
 #define ATTN_PERSISTENT 1
 #define ATTN_TQ 0
 #define ATTN_TK 1
