@@ -834,7 +834,7 @@ typedef struct CompileOptions {
                         7 kv8_early, 8 kv_copy, 9 bn176, 10 fp8_vt8,
                         11 kv8, 12 bn128 */
   int exp2_fma;      /* fwd_sm90's softmax exponentials on the FMA pipe:
-                        0 auto (none yet: unmeasured), 1 none, 2-5 one to
+                        0 auto (none: measured slower), 1 none, 2-5 one to
                         four of every four key blocks (match.c) */
 } CompileOptions;
 

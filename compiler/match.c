@@ -580,7 +580,8 @@ static int match_fwd_sm80(const KernelSpec *s, FwdConfig *c) {
 
 /* fwd_sm90's key blocks of every four whose softmax exponentials run on
  * the FMA pipe (softmax.cuh, attn_exp2_fma), from the option: 0 auto,
- * which is none until measured on a GPU (bench/NOTES-sm90.md, session 31),
+ * which is none: every split measured slower, plain and softcapped graphs
+ * alike (H100, bench/RESULTS.md "Session 32": the softmax is issue-bound),
  * 1 none, 2-5 one to four. */
 static int exp2_fma_blocks(int option) {
   return option >= 2 && option <= 5 ? option - 1 : 0;

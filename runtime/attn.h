@@ -97,7 +97,7 @@ attn_status attn_context_set_cache_dir(attn_context *ctx, const char *dir);
  *       (bench/NOTES-sm90.md)
  *   ATTN_OPTION_EXP2_FMA  the Hopper forward's softmax exponentials on the
  *       FMA pipe instead of MUFU (for scores whose own math is on MUFU, a
- *       softcap's tanh): 0 auto (none yet), 1 none, 2 to 5 one to four of
+ *       softcap's tanh): 0 auto (none: measured slower), 1 none, 2 to 5 one to four of
  *       every four key blocks (graphs that round P to FP8: none)
  * and a launch option:
  *   ATTN_OPTION_PERSISTENT_CTAS  at most this many CTAs for persistent
