@@ -88,17 +88,19 @@ if [ "${TESTS:-1}" = 1 ]; then
 # the bf16 one and the FP8 backward's main kernel at D 128. Session 30's own checks all ran
 # (bench/RESULTS.md "Session 30").
 if [ "${FIRST:-0}" = 1 ]; then
+  # Every group below ran in session 32 (H100, bench/RESULTS.md "Session 32"), so each is now
+  # opt-in: FIRST_OVERLAP=1, FIRST_BN176=1, FIRST_VT8=1, FIRST_EXP2=1, FIRST_S30=1 rerun them.
   # Launch overlap (session 31, never run): every step launched with programmatic stream
   # serialization; test_plan compares plain, not-overlapped and back-to-back launches, then the
   # dense decode's quick grid times both (its "not overlapped" column).
-  if [ "${FIRST_OVERLAP:-1}" = 1 ]; then
+  if [ "${FIRST_OVERLAP:-0}" = 1 ]; then
     step first_plan "$B/tests/gpu/test_plan"
     step first_decode_overlap python3 bench/decode.py --quick --lib "$B/libattn.so" --out "$L/overlap"
   fi
   # The bn176 variant (session 32, never run): key tiles of 176 at head tiles of 128 for dense
   # unmasked 16-bit graphs (FA3's tile). The examples it takes (and the fully masked rows), then
   # its speed beside auto's and cuDNN's at D 128 (bench/variant_ab.py). FIRST_BN176=0 skips.
-  if [ "${FIRST_BN176:-1}" = 1 ]; then
+  if [ "${FIRST_BN176:-0}" = 1 ]; then
     for f in sdpa mqa dropout; do
       step "first_bn176_$f" env ATTN_SM90_VARIANT=bn176 ATTN_TEST_ONLY=examples \
         "$B/tests/gpu/test_forward" "$f"
@@ -109,7 +111,7 @@ if [ "${FIRST:-0}" = 1 ]; then
   # The fp8_vt8 variant (session 32, never run): FP8 P V's V^T in 8 bits, so D 256 takes key
   # tiles of 128 (two stages, consumers at 240 registers) and D <= 128 four stages: test_fp8
   # under it, then its speed beside auto's at D 256 and 128 (FIRST_VT8=0 skips).
-  if [ "${FIRST_VT8:-1}" = 1 ]; then
+  if [ "${FIRST_VT8:-0}" = 1 ]; then
     step first_vt8_test_fp8 env ATTN_SM90_VARIANT=fp8_vt8 "$B/tests/gpu/test_fp8"
     step first_vt8_bench python3 bench/variant_ab.py --fp8 --variants fp8_vt8 --dims 256,128 \
       --seqs 1024,4096,8192,16384 --lib "$B/libattn.so" --out "$L/vt8"
@@ -118,14 +120,14 @@ if [ "${FIRST:-0}" = 1 ]; then
   # exponential there, the most of the new code): fully masked rows and the softcapped, windowed
   # and sink examples against the reference, then the split's speed per head dim
   # (bench/exp2_fma.py: plain and softcap at none to four quarters).
-  if [ "${FIRST_EXP2:-1}" = 1 ]; then
+  if [ "${FIRST_EXP2:-0}" = 1 ]; then
     for f in softcap gemma2 sinks sdpa; do
       step "first_exp2_fma_$f" env ATTN_EXP2_FMA=4 ATTN_TEST_ONLY=examples "$B/tests/gpu/test_forward" "$f"
     done
     step first_exp2_fma_bench python3 bench/exp2_fma.py --lib "$B/libattn.so" --out "$L/exp2_fma"
   fi
   # FIRST_S30=0 stops here (session 30's steps below need a call of their own).
-  if [ "${FIRST_S30:-1}" = 1 ]; then
+  if [ "${FIRST_S30:-0}" = 1 ]; then
   # (the paged set: session 30's two-stage paged FP8 decode was checked only by the decode bench)
   step first_paged env ATTN_TEST_ONLY=paged "$B/tests/gpu/test_forward"
   # The kv_copy variant (session 30, never run): the FP8-cache tests under it, its sanitize case
