@@ -841,10 +841,10 @@ typedef struct CompileOptions {
 /* 0 and fills c, or -1 with a located error naming the head dims and the
  * supported set when no forward template takes them on this target. */
 int match_fwd_config(const KernelSpec *s, const CompileOptions *o, FwdConfig *c, Diag *d);
-/* CompileOptions.exp2_fma (ATTN_OPTION_EXP2_FMA) for a count of quarters
- * written "0".."4", as ATTN_EXP2_FMA takes it (one more than the count);
- * 0 (auto) for NULL or any other text. */
-int exp2_fma_option_of_text(const char *quarters);
+/* CompileOptions.exp2_fma (ATTN_OPTION_EXP2_FMA) for q, a count of
+ * quarters written "0".."4", as ATTN_EXP2_FMA takes it (one more than the
+ * count); 0 (auto) for NULL or any other text. */
+int exp2_fma_option_of_text(const char *q);
 
 /* --------------------------------- emit_sep.c: separable mask conjuncts */
 

@@ -433,12 +433,11 @@ static bool reaches(const IrNode *root, const IrNode *target, char *seen) {
  * such a load reaches. */
 static bool score_reads_ij(const IrGraph *g, const IrNode *score, Arena *a) {
   bool *reads = arena_alloc(a, (size_t)(score->id + 1) * sizeof *reads);
-  if (!reads) return true; /* (out of memory: the choice that never spills more) */
   for (int id = 0; id <= score->id; id++) {
     const IrNode *n = g->nodes[id];
     bool r = n->op == IR_LOAD && (n->dom & (DOM_I | DOM_J));
-    for (int k = 0; k < n->nsrc && !r; k++)
-      r = n->src[k] && n->src[k]->id <= score->id && reads[n->src[k]->id];
+    for (int k = 0; k < n->nsrc && !r; k++) /* (a source's id is below its user's) */
+      r = n->src[k] && reads[n->src[k]->id];
     reads[id] = r;
   }
   return reads[score->id];
@@ -587,9 +586,8 @@ static int exp2_fma_blocks(int option) {
   return option >= 2 && option <= 5 ? option - 1 : 0;
 }
 
-int exp2_fma_option_of_text(const char *quarters) {
-  const char *v = quarters;
-  return v && v[0] >= '0' && v[0] <= '4' && !v[1] ? v[0] - '0' + 1 : 0;
+int exp2_fma_option_of_text(const char *q) {
+  return q && q[0] >= '0' && q[0] <= '4' && !q[1] ? q[0] - '0' + 1 : 0;
 }
 
 /* The forward template and its launch shape. */

@@ -62,10 +62,6 @@
  *                 is read by Skv / BM query tiles); where Sq may be much
  *                 shorter (a chunk of queries against a long cache) the
  *                 copy's write and read can cost more than the forward
- *   kv8           auto, but an FP8 KV cache is always widened in the
- *                 kernel (session 31's default; for measuring against)
- *   bn128         auto, but key tiles of 128 where auto takes 176 (session
- *                 31's default; for measuring against)
  *   bn176         auto, but key tiles of 176 (two stages) at head tiles
  *                 of 128 for 16-bit q, k and v, dense and without a mask:
  *                 FA3's tile there; the per-tile fixed work (barriers,
@@ -79,7 +75,12 @@
  *                 tile's room), so head tiles of 256 take key tiles of 128
  *                 (two stages) instead of 64: FA3's FP8 tile there, half
  *                 the per-tile fixed work a key; up to 128, four stages
- *                 instead of three (session 32; not yet run on a GPU)
+ *                 instead of three. H100, session 32: 0.95-0.99x of auto
+ *                 at D 256 (predicted +8-15%), so opt-in
+ *   kv8           auto, but an FP8 KV cache is always widened in the
+ *                 kernel (session 31's default; for measuring against)
+ *   bn128         auto, but key tiles of 128 where auto takes 176 (session
+ *                 31's default; for measuring against)
  * numbered 0 to 12 in this order (the numbers are the library's option
  * values); 0 is the default below (the fastest
  * measured), and so is any number out of range (the library never fails
@@ -184,7 +185,8 @@ int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool fp8_p, 
    * registers leaves room for S tiles of 80 keys (BN 128 would need 192 of
    * the 232 for O, S and P alone). */
   static const Sm90Candidate small[] = {{128, 3}, {128, 2}, {64, 2}};
-  /* bn176: two stages of 176 keys at head tiles of 128 (212 KB). */
+  /* Key tiles of 176 (auto's where the score reads no memory per element,
+   * and the bn176 variant's): two stages at head tiles of 128 (214 KB). */
   static const Sm90Candidate d128_176[] = {{176, 2}, {128, 3}, {128, 2}, {64, 2}};
   static const Sm90Candidate d192[] = {{80, 2}, {64, 3}, {64, 2}};
   static const Sm90Candidate d256[] = {{64, 2}};
@@ -192,8 +194,9 @@ int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool fp8_p, 
   /* FP8 P V: V^T rows are 64 or 128 keys (64- or 128-byte swizzle); at
    * 192 and 256 the O accumulator leaves room for 64. */
   static const Sm90Candidate fp8p_wide[] = {{64, 3}, {64, 2}};
-  /* fp8_vt8: with V^T in 8 bits, 128 keys fit at 256 (224 KB in two
-   * stages); O (128), S (64) and P (16) take 208 of 232 registers. */
+  /* fp8_vt8: with V^T in 8 bits, 128 keys fit at 256 (225 KB in two
+   * stages); O (128), S (64) and P (16) take 208 of the consumers' 240
+   * registers (fwd_sm90.cuh, fwd90_vt8_wide). */
   static const Sm90Candidate fp8p_vt8_wide[] = {{128, 2}, {64, 3}, {64, 2}};
   /* ... and at head tiles up to 128 a fourth stage fits (208 KB at 128). */
   static const Sm90Candidate fp8p_vt8_narrow[] = {{128, 4}, {128, 3}, {128, 2}, {64, 2}};

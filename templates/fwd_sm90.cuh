@@ -182,8 +182,8 @@ constexpr int fwd90_out_kind = attn_out_kind;
 
 /* Head dims: multiples of 8 up to 256, in tiles of whole 64-column
  * (128-byte) swizzle blocks. BN: an S GEMM of m64n64, m64n80 or m64n128,
- * or m64n176 (the bn176 variant, FA3's key tile at head tiles of 128:
- * 16-bit q, k and v, dense, no mask reading memory, two warpgroups).
+ * or m64n176 (FA3's key tile at head tiles of 128, tmpl_sm90.c: 16-bit q,
+ * k and v, dense, no mask reading memory, two warpgroups).
  * BM: two or three consumer warpgroups of 64 rows. */
 static_assert(attn_head_dim_ok(ATTN_D_QK) && attn_head_dim_ok(ATTN_D_V),
               "head dims: multiples of 8 up to 256");
