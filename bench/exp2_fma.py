@@ -2,6 +2,7 @@
 bar: softcap <= 10% over plain at D 128 and 256, <= 25% at D 64).
 
     python3 bench/exp2_fma.py [--lib build/libattn.so] [--out DIR] [--dims 64,128,256] [--seq 4096]
+                              [--settings none,1/4,2/4,3/4,4/4]
 
 Per head dim, in one process on the same tensors (B*S = 16384, H = 2048/D, non-causal): the plain
 graph and the softcapped one (30 tanh(s / 30), as bench.py's variant), each compiled with
@@ -42,7 +43,14 @@ def main():
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--dims", default="64,128,256")
     ap.add_argument("--seq", type=int, default=4096)
+    ap.add_argument("--settings", default=",".join(n for n, _ in SETTINGS),
+                    help="which settings to time (none alone: softcap's cost over plain at the default)")
     args = ap.parse_args()
+    wanted = args.settings.split(",")
+    unknown = [w for w in wanted if w not in dict(SETTINGS)]
+    if unknown or "none" not in wanted:
+        ap.error(f"--settings: {unknown or 'none is needed'} (known: {', '.join(n for n, _ in SETTINGS)})")
+    settings = [(n, v) for n, v in SETTINGS if n in wanted]
     torch.manual_seed(0)
     torch.zeros(1, device="cuda")
     attn = Attn(os.path.abspath(args.lib))
@@ -54,7 +62,7 @@ def main():
                 for _ in range(3)]
         refs = {cap: reference(*sets[0], cap) for cap in (False, True)}
         for cap in (False, True):
-            for name, value in SETTINGS:
+            for name, value in settings:
                 attn.set_option("exp2_fma", value)
                 mod = attn.compile("fwd", graph_text(D, cap))
                 calls, outs = [], []

@@ -51,23 +51,98 @@ static bool *per_bh_nodes(const KernelSpec *s, Arena *a) {
   return ctx;
 }
 
-/* attn_bh (the per-(b, h) values: ctx, per_bh_nodes), attn_bh_load,
- * attn_score_bh and attn_score (hooks.cuh). */
+/* A score chain's factors fixed per (b, h) around a node x: n = x * f0 *
+ * f1 ... or over them (n = x / f), every step an f32. */
+enum { MAX_FACTORS = 8 };
+typedef struct ScoreFactors {
+  IrNode *f[MAX_FACTORS];
+  bool recip[MAX_FACTORS]; /* a divisor: the factor is its reciprocal */
+  int n;                   /* from the outermost in */
+} ScoreFactors;
+
+static bool fixed_factor(const IrNode *x) {
+  return x->type == DT_F32 && (x->dom & (DOM_I | DOM_J | DOM_D)) == 0;
+}
+
+/* n with its factors fixed per (b, h) peeled off into fs: what they
+ * multiply (q.k itself for `(q @ k^T) * scale`). */
+static IrNode *strip_factors(IrNode *n, ScoreFactors *fs) {
+  fs->n = 0;
+  while (n->type == DT_F32 && fs->n < MAX_FACTORS && (n->op == IR_MUL || n->op == IR_DIV)) {
+    int k = fixed_factor(n->src[1]) ? 1 : n->op == IR_MUL && fixed_factor(n->src[0]) ? 0 : -1;
+    if (k < 0) break;
+    fs->f[fs->n] = n->src[k];
+    fs->recip[fs->n++] = n->op == IR_DIV;
+    n = n->src[1 - k];
+  }
+  return n;
+}
+
+/* The factors' product as C in hook hk, innermost first (the order the
+ * chain applies them), "1.f" for none. */
+static const char *factor_product(ExprHook *hk, const ScoreFactors *fs) {
+  StrBuf e = {0};
+  for (int k = fs->n - 1; k >= 0; k--) {
+    const char *v = expr_as(hk, fs->f[k], DT_F32);
+    sb_printf(&e, "%s%s%s%s", e.len ? " * " : "", fs->recip[k] ? "(1.0f / " : "", v,
+              fs->recip[k] ? ")" : "");
+  }
+  const char *r = e.len ? arena_strdup(hk->a, e.data) : "1.f";
+  sb_free(&e);
+  return r;
+}
+
+/* Marks (in lin) the chain's maximal subexpressions that are q.k times two
+ * or more factors fixed per (b, h), `(q @ k^T) * scale / cap`: each becomes
+ * acc times one product attn_bh holds, one multiply an element instead of
+ * one per factor (the factors' product rounds once, within an ulp or two of
+ * the chain's). */
+static void mark_qk_products(IrNode *n, bool *seen, bool *lin) {
+  if (seen[n->id] || (n->dom & (DOM_I | DOM_J)) == 0) return;
+  seen[n->id] = true;
+  ScoreFactors fs;
+  if (strip_factors(n, &fs)->op == IR_QK && fs.n >= 2) {
+    lin[n->id] = true;
+    return;
+  }
+  for (int k = 0; k < n->nsrc; k++) mark_qk_products(n->src[k], seen, lin);
+}
+
+/* The score chain from root as the body of hook hk, its q.k products
+ * (lin) as acc times attn_bh's k<id>. */
+static const char *score_value(ExprHook *hk, IrNode *root, const bool *lin) {
+  for (int id = 0; id < hk->g->nnodes; id++)
+    if (lin[id]) hk->vars[id] = arena_printf(hk->a, "(acc * c.k%d)", id);
+  return expr_value(hk, root);
+}
+
+/* attn_bh (the per-(b, h) values: ctx, per_bh_nodes, and the products of
+ * mark_qk_products), attn_bh_load, attn_score_bh and attn_score
+ * (hooks.cuh); the chain split into factors and what they multiply
+ * (attn_score_factor, attn_score_inner_bh), for the templates that fold
+ * the factors into the softmax's exp2. */
 static void emit_score(StrBuf *out, const KernelSpec *s, const bool *ctx, Arena *a) {
   const IrGraph *g = s->g;
+  bool *seen = arena_alloc(a, (size_t)(g->nnodes + 1) * sizeof *seen); /* zeroed */
+  bool *lin = arena_alloc(a, (size_t)(g->nnodes + 1) * sizeof *lin);
+  mark_qk_products(s->score, seen, lin);
 
   ExprHook bh;
   expr_init(&bh, a, g, DOM_B | DOM_H);
   StrBuf fields = {0}, init = {0};
-  ExprHook hk;
-  expr_init(&hk, a, g, DOM_B | DOM_H | DOM_I | DOM_J);
   for (int id = 0; id < g->nnodes; id++) {
     if (!ctx[id]) continue;
     IrNode *x = g->nodes[id];
     const char *type = expr_ctype(expr_kind(x->type));
     sb_printf(&fields, "  %s v%d;\n", type, id);
     sb_printf(&init, "  c.v%d = %s;\n", id, expr_value(&bh, x));
-    hk.vars[id] = arena_printf(a, "c.v%d", id);
+  }
+  for (int id = 0; id < g->nnodes; id++) {
+    if (!lin[id]) continue;
+    ScoreFactors fs;
+    strip_factors(g->nodes[id], &fs);
+    sb_printf(&fields, "  float k%d;\n", id);
+    sb_printf(&init, "  c.k%d = %s;\n", id, factor_product(&bh, &fs));
   }
   sb_puts(out, "/* The score chain's and the masks' values fixed per (b, h), read once per work\n"
                " * tile. */\n"
@@ -78,9 +153,18 @@ static void emit_score(StrBuf *out, const KernelSpec *s, const bool *ctx, Arena 
   if (init.len) sb_puts(&bh.body, init.data);
   expr_put_fn(out, &bh, "attn_bh attn_bh_load(int b, int h, const attn_params &p)", "c");
   sb_free(&fields);
+  sb_free(&init);
 
-  hk.acc_name = "acc";
-  const char *ret = expr_value(&hk, s->score);
+  /* Each hook's locals: the ctx nodes as attn_bh's fields. */
+  ExprHook hk, in, fk;
+  ExprHook *hooks[3] = {&hk, &in, &fk};
+  for (int k = 0; k < 3; k++) {
+    expr_init(hooks[k], a, g, k < 2 ? DOM_B | DOM_H | DOM_I | DOM_J : DOM_B | DOM_H);
+    hooks[k]->acc_name = "acc";
+    for (int id = 0; id < g->nnodes; id++)
+      if (ctx[id]) hooks[k]->vars[id] = arena_printf(a, "c.v%d", id);
+  }
+  const char *ret = score_value(&hk, s->score, lin);
   sb_puts(out, "/* The score chain applied to the raw q.k product `acc`. */\n");
   expr_put_fn(out, &hk,
               "float attn_score_bh(float acc, const attn_bh &c, int b, int h, int i, int j, "
@@ -94,24 +178,28 @@ static void emit_score(StrBuf *out, const KernelSpec *s, const bool *ctx, Arena 
   sb_puts(out, "static __device__ __forceinline__ float attn_score(float acc, int b, int h, int i, "
                "int j, const attn_params &p) {\n"
                "  return attn_score_bh(acc, attn_bh_load(b, h, p), b, h, i, j, p);\n}\n\n");
-  sb_free(&init);
 
-  /* The chain as the q.k product times a factor fixed per (b, h), when it
-   * is one: fwd_sm90 folds the factor into its exp2 (fwd90_fold). */
-  IrNode *factor = NULL, *sc = s->score;
-  bool scaled = sc->op == IR_QK;
-  for (int k = 0; k < 2 && !scaled && sc->op == IR_MUL; k++)
-    if (sc->src[k]->op == IR_QK && sc->src[1 - k]->type == DT_F32 &&
-        (sc->src[1 - k]->dom & (DOM_I | DOM_J)) == 0)
-      factor = sc->src[1 - k], scaled = true;
-  ExprHook fk;
-  expr_init(&fk, a, g, DOM_B | DOM_H);
-  for (int id = 0; id < g->nnodes; id++)
-    if (ctx[id]) fk.vars[id] = arena_printf(a, "c.v%d", id);
-  sb_printf(out, "/* Whether attn_score_bh is the q.k product times attn_score_factor. */\n"
-                 "constexpr bool attn_score_scaled_qk = %s;\n\n", scaled ? "true" : "false");
+  /* The chain as its factors fixed per (b, h) times what they multiply
+   * (the inner chain): fwd_sm90 scores its tiles with the inner chain and
+   * folds the factors into its exp2 (fwd90_fold), a softcap's `cap *
+   * tanh(...)` as a plain score's scale. The factors' product is taken
+   * once per work tile. */
+  ScoreFactors outer;
+  IrNode *inner = strip_factors(s->score, &outer);
+  bool scaled = inner->op == IR_QK;
+  sb_printf(out, "/* Whether attn_score_bh is attn_score_inner_bh times attn_score_factor, and\n"
+                 " * whether attn_score_inner_bh is the q.k product itself. */\n"
+                 "constexpr bool attn_score_folded = %s;\n"
+                 "constexpr bool attn_score_scaled_qk = %s;\n\n",
+            outer.n > 0 || scaled ? "true" : "false", scaled ? "true" : "false");
+  if (outer.n == 0) inner = s->score; /* not folded: the factor is 1 */
+  const char *iret = score_value(&in, inner, lin);
+  sb_puts(out, "/* The score chain under attn_score_factor, on the raw q.k product `acc`. */\n");
+  expr_put_fn(out, &in,
+              "float attn_score_inner_bh(float acc, const attn_bh &c, int b, int h, int i, int j, "
+              "const attn_params &p)", iret);
   expr_put_fn(out, &fk, "float attn_score_factor(const attn_bh &c, int b, int h, const attn_params &p)",
-              factor ? expr_as(&fk, factor, DT_F32) : "1.f");
+              factor_product(&fk, &outer));
 }
 
 /* The softmax's sink for (b, h), when it has one (hooks.cuh, ATTN_SINK). */

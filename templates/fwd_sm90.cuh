@@ -247,11 +247,13 @@ static_assert(attn_fwd_sm90_smem_bytes <= 227 * 1024, "tiles exceed shared memor
 
 /* The S tile per thread: BN/8 fragments of 4; O: DV/8 fragments of 4. */
 constexpr int fwd90_s_regs = fwd90_bn / 2;
-/* A score that is the q.k product times a factor per (b, h)
- * (attn_score_scaled_qk: most graphs, `(q @ k^T) * scale` under masks)
- * is not scored per element: the factor goes into the softmax's exp2
- * (attn_softmax_tile_qk), one multiply an element less. */
-constexpr bool fwd90_fold = attn_score_scaled_qk;
+/* A score that is a chain times a factor per (b, h) (attn_score_folded:
+ * most graphs, `(q @ k^T) * scale` under masks, and softcaps' `cap *
+ * tanh(...)`) is scored per element without the factor, which goes into
+ * the softmax's exp2 (attn_softmax_tile_qk): one multiply an element less.
+ * Where the chain is q.k itself (attn_score_scaled_qk) the tile is not
+ * scored at all. */
+constexpr bool fwd90_fold = attn_score_folded;
 /* Rows keep a stale maximum until a tile's is 2^8 above it
  * (attn_softmax_tile's STALE), where P is neither rounded nor scaled
  * before P V, and in f16 not by dropout either (P up to 2^8 times a
@@ -495,13 +497,15 @@ static __device__ __forceinline__ void fwd90_score_tile(float (&s)[fwd90_s_regs]
         i = min(i, p.Sq - 1);
         j = min(j, p.Skv - 1);
       }
-      s[nb * 4 + e] = attn_score_bh(s[nb * 4 + e], c, b, h, i, j, p);
+      s[nb * 4 + e] = fwd90_fold ? attn_score_inner_bh(s[nb * 4 + e], c, b, h, i, j, p)
+                                 : attn_score_bh(s[nb * 4 + e], c, b, h, i, j, p);
     }
   }
 }
 
 /* Makes the elements of an S tile failing TEST `fill`: -inf, or with
- * fwd90_fold and a negative factor +inf (the tile then holds q.k itself). */
+ * fwd90_fold and a negative factor +inf (the tile then holds the chain
+ * under the factor). */
 template <int TEST>
 static __device__ __forceinline__ void fwd90_mask(float (&s)[fwd90_s_regs], const attn_bh &c, int b,
                                                   int h, int i_row, int j_col,
@@ -1252,9 +1256,10 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       }
     /* fwd90_fold: the score's factor c (0 taken as the smallest normal
      * number, attn_softmax_tile_qk), c log2 e, and the masked elements'
-     * fill (+inf where c < 0, so that neither extreme sees them); then
-     * per row, times qinv (a product that underflows taken as the
-     * smallest normal number too). */
+     * fill (+inf where c < 0, so that neither extreme sees them); then,
+     * where the tile holds q.k itself, per row times qinv (a product that
+     * underflows taken as the smallest normal number too; a tile scored
+     * by the inner chain takes qinv before it). */
     float sc = 1.f, sc_log2 = 1.4426950408889634f, fill = neg_inf;
     bool sc_neg = false;
     if constexpr (fwd90_fold) {
@@ -1265,7 +1270,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       fill = sc_neg ? -neg_inf : neg_inf;
     }
     float sc_row[2] = {sc, sc}, sc_log2_row[2] = {sc_log2, sc_log2};
-    if constexpr (fwd90_fold && fwd90_q_rescale) {
+    if constexpr (attn_score_scaled_qk && fwd90_q_rescale) {
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         sc_row[r] = sc * qinv[r];
@@ -1369,12 +1374,12 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
        * edge take the mask's test too (exact there, and one tested copy
        * in the kernel). */
       const int jc = j0 + 2 * t4;
-      if constexpr (!fwd90_fold && fwd90_q_rescale) {
+      if constexpr (!attn_score_scaled_qk && fwd90_q_rescale) {
 #pragma unroll
         for (int r = 0; r < fwd90_s_regs; ++r)
           s[r] *= qinv[(r >> 1) & 1];
       }
-      if constexpr (!fwd90_fold)
+      if constexpr (!attn_score_scaled_qk) /* folded: the chain under the factor */
         fwd90_score_tile(s, bhc, b, h, i_row, jc, p);
       if (cls != 2 || edge) {
         if constexpr (attn_keep_reads)

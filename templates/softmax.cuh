@@ -92,8 +92,9 @@ static __device__ __forceinline__ void attn_softmax_tile(Frag frag, float (&row_
   }
 }
 
-/* attn_softmax_tile for a score that is the q.k product `acc` times a
- * factor c fixed per work tile (hooks: attn_score_scaled_qk), c folded into
+/* attn_softmax_tile for a score that is a value `acc` (the q.k product, or
+ * the chain under the factor: hooks' attn_score_folded) times a
+ * factor c fixed per work tile, c folded into
  * the exponentials' fma: the tile holds acc itself (masked elements at
  * `fill`: -inf, or +inf where c < 0), its rows' extreme is taken over acc
  * (the maximum, or where c < 0 the minimum: max_j c acc_j is c times it,

@@ -10,7 +10,7 @@ set -u
 # the portable template's grid, CTAS3=0 the second backward run, PYTEST=0
 # the Python package's tests, TESTS=0 the GPU test binaries, REST=0 those after the
 # FIRST, FWD and backward steps, BENCH_STEPS a list of the benchmarks to run (names: fa4_selftest
-# python_overhead warm_load grid grid_wg3 grid_sm80 variants backward fp8 fp8_wg3 fp8_backward
+# python_overhead warm_load grid grid_wg3 grid_sm80 variants backward softcap fp8 fp8_wg3 fp8_backward
 # fp8_kv varlen paged_prefill decode_paged), FIRST_FWD=1 / FIRST_BENCH=0 the FIRST steps' whole
 # test_forward and benchmarks, WG3=1 the wg3 variant's checks. The whole takes
 # more than one 600 s device call (test_forward alone ~470 s, each test_backward pass ~350-400 s
@@ -227,6 +227,7 @@ if [ "${BENCH:-1}" = 1 ]; then
   [ "${SM80:-1}" = 1 ] && bench grid_sm80 python3 bench/bench.py --lib "$B/libattn.so" --out "$L" --arch sm_90 --dims 128 --seqs 1024,4096,16384
   bench variants python3 bench/bench.py --lib "$B/libattn.so" --out "$L" --variants
   bench backward python3 bench/bench.py --lib "$B/libattn.so" --out "$L" --backward
+  bench softcap python3 bench/exp2_fma.py --lib "$B/libattn.so" --out "$L" --settings none
   bench fp8 python3 bench/fp8.py --lib "$B/libattn.so" --out "$L"
   [ "${WG3:-0}" = 1 ] && bench fp8_wg3 env ATTN_SM90_VARIANT=wg3 python3 bench/fp8.py --lib "$B/libattn.so" \
     --dims 64,128 --out "$L/wg3"

@@ -61,8 +61,15 @@ static __device__ __forceinline__ float attn_score(float acc, int b, int h, int 
   return attn_score_bh(acc, attn_bh_load(b, h, p), b, h, i, j, p);
 }
 
-/* Whether attn_score_bh is the q.k product times attn_score_factor. */
+/* Whether attn_score_bh is attn_score_inner_bh times attn_score_factor, and
+ * whether attn_score_inner_bh is the q.k product itself. */
+constexpr bool attn_score_folded = true;
 constexpr bool attn_score_scaled_qk = true;
+
+/* The score chain under attn_score_factor, on the raw q.k product `acc`. */
+static __device__ __forceinline__ float attn_score_inner_bh(float acc, const attn_bh &c, int b, int h, int i, int j, const attn_params &p) {
+  return acc;
+}
 
 static __device__ __forceinline__ float attn_score_factor(const attn_bh &c, int b, int h, const attn_params &p) {
   return c.v5;

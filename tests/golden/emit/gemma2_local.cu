@@ -37,18 +37,18 @@ namespace graph_gemma2_local {
 /* The score chain's and the masks' values fixed per (b, h), read once per work
  * tile. */
 struct attn_bh {
+  float k7;
 };
 
 static __device__ __forceinline__ attn_bh attn_bh_load(int b, int h, const attn_params &p) {
   attn_bh c{};
+  c.k7 = p.s[0].f * (1.0f / 50.0f);
   return c;
 }
 
 /* The score chain applied to the raw q.k product `acc`. */
 static __device__ __forceinline__ float attn_score_bh(float acc, const attn_bh &c, int b, int h, int i, int j, const attn_params &p) {
-  const float s_4 = acc * p.s[0].f;
-  const float t7 = s_4 * 0.02f;
-  const float t8 = attn_tanh(t7);
+  const float t8 = attn_tanh((acc * c.k7));
   const float s_9 = 50.0f * t8;
   return s_9;
 }
@@ -60,11 +60,19 @@ static __device__ __forceinline__ float attn_score(float acc, int b, int h, int 
   return attn_score_bh(acc, attn_bh_load(b, h, p), b, h, i, j, p);
 }
 
-/* Whether attn_score_bh is the q.k product times attn_score_factor. */
+/* Whether attn_score_bh is attn_score_inner_bh times attn_score_factor, and
+ * whether attn_score_inner_bh is the q.k product itself. */
+constexpr bool attn_score_folded = true;
 constexpr bool attn_score_scaled_qk = false;
 
+/* The score chain under attn_score_factor, on the raw q.k product `acc`. */
+static __device__ __forceinline__ float attn_score_inner_bh(float acc, const attn_bh &c, int b, int h, int i, int j, const attn_params &p) {
+  const float t8 = attn_tanh((acc * c.k7));
+  return t8;
+}
+
 static __device__ __forceinline__ float attn_score_factor(const attn_bh &c, int b, int h, const attn_params &p) {
-  return 1.f;
+  return 50.0f;
 }
 
 /* The top-level masks, element by element: true keeps the score. */

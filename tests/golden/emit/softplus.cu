@@ -68,8 +68,23 @@ static __device__ __forceinline__ float attn_score(float acc, int b, int h, int 
   return attn_score_bh(acc, attn_bh_load(b, h, p), b, h, i, j, p);
 }
 
-/* Whether attn_score_bh is the q.k product times attn_score_factor. */
+/* Whether attn_score_bh is attn_score_inner_bh times attn_score_factor, and
+ * whether attn_score_inner_bh is the q.k product itself. */
+constexpr bool attn_score_folded = false;
 constexpr bool attn_score_scaled_qk = false;
+
+/* The score chain under attn_score_factor, on the raw q.k product `acc`. */
+static __device__ __forceinline__ float attn_score_inner_bh(float acc, const attn_bh &c, int b, int h, int i, int j, const attn_params &p) {
+  const int t13 = attn_isub(i, j);
+  const float t14 = (float)(t13);
+  const float t15 = c.v10 * t14;
+  const float s_4 = acc * p.s[0].f;
+  const float t5 = -s_4;
+  const float t6 = attn_softplus(t5);
+  const float t7 = -t6;
+  const float s_16 = t7 - t15;
+  return s_16;
+}
 
 static __device__ __forceinline__ float attn_score_factor(const attn_bh &c, int b, int h, const attn_params &p) {
   return 1.f;
