@@ -17,6 +17,11 @@ NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/
 log=${OUT:-/tmp}/ncu-stalls.log
 metrics="regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio"
 metrics+=",smsp__inst_executed.sum,smsp__issue_active.avg.pct_of_peak_sustained_active"
+# The pipes' shares of their peaks (MUFU is xu, the wgmma's tensor pipe one of the sm__pipe_*):
+# whether the softmax's MUFU or issue, or the tensor cores, set the pace. Regexes, so a name
+# this ncu lacks matches nothing instead of failing the run.
+metrics+=",regex:sm__inst_executed_pipe_.*\.avg\.pct_of_peak_sustained_active"
+metrics+=",regex:sm__pipe_.*_cycles_active\.avg\.pct_of_peak_sustained_active"
 sections=()
 rep=${OUT:-/tmp}/ncu-stalls
 [ "${SOURCE:-0}" = 1 ] && sections=(--section SourceCounters --section WarpStateStats -f -o "$rep")
@@ -34,6 +39,8 @@ fi
 grep -E "^  [a-zA-Z_0-9]+ \(|stalled|inst_executed|issue_active" "$log" |
   awk '/^  [a-zA-Z_0-9]+ \(/ || $NF + 0 > 0.05' |
   sed 's/smsp__average_warps_issue_stalled_//; s/_per_issue_active.ratio//'
+# The pipes above 1% of their peaks.
+grep -E "sm__(inst_executed_)?pipe_" "$log" | awk '$NF + 0 > 1'
 [ "${SOURCE:-0}" = 1 ] && grep -A40 "Section: Source Counters" "$log" | head -80
 echo "ncu_stalls: rc $rc; the report: $log"
 exit $rc
