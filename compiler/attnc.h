@@ -968,7 +968,28 @@ typedef struct ExprHook {
   int acc_reads;            /* how many times IR_QK was read (as acc_name) */
   int mem_reads;            /* how many tensor loads (attn_ld_*) were written */
   int mem_reads_ij;         /* ... of them varying over i or j (not fixed per (b, h)) */
+  /* The score chain's q.k products (expr_qk_products), by node id, or
+   * NULL: each is acc times its factors' product, read from attn_bh's
+   * k<id> (qk_products_bh) or computed in place. */
+  const bool *qk_products;
+  bool qk_products_bh;
 } ExprHook;
+
+/* A node's factors fixed per (b, h): n = x * f0 * f1 ... or over them
+ * (n = x / f), every step an f32, from the outermost in. */
+enum { EXPR_MAX_FACTORS = 8 };
+typedef struct ExprFactors {
+  IrNode *f[EXPR_MAX_FACTORS];
+  bool recip[EXPR_MAX_FACTORS]; /* a divisor: the factor is its reciprocal */
+  int n;
+} ExprFactors;
+/* n with those factors peeled off into fs: what they multiply. */
+IrNode *expr_strip_factors(IrNode *n, ExprFactors *fs);
+/* The factors' product as C in hook hk, innermost first, "1.f" for none. */
+const char *expr_factor_product(ExprHook *hk, const ExprFactors *fs);
+/* The score chain's maximal parts that are q.k times two or more factors
+ * fixed per (b, h), marked by node id (an array of g->nnodes + 1). */
+const bool *expr_qk_products(const IrGraph *g, IrNode *score, Arena *a);
 
 void expr_init(ExprHook *hk, Arena *a, const IrGraph *g, unsigned indices);
 /* A C expression for n, emitting the locals it needs into hk->body. */

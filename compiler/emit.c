@@ -51,81 +51,14 @@ static bool *per_bh_nodes(const KernelSpec *s, Arena *a) {
   return ctx;
 }
 
-/* A score chain's factors fixed per (b, h) around a node x: n = x * f0 *
- * f1 ... or over them (n = x / f), every step an f32. */
-enum { MAX_FACTORS = 8 };
-typedef struct ScoreFactors {
-  IrNode *f[MAX_FACTORS];
-  bool recip[MAX_FACTORS]; /* a divisor: the factor is its reciprocal */
-  int n;                   /* from the outermost in */
-} ScoreFactors;
-
-static bool fixed_factor(const IrNode *x) {
-  return x->type == DT_F32 && (x->dom & (DOM_I | DOM_J | DOM_D)) == 0;
-}
-
-/* n with its factors fixed per (b, h) peeled off into fs: what they
- * multiply (q.k itself for `(q @ k^T) * scale`). */
-static IrNode *strip_factors(IrNode *n, ScoreFactors *fs) {
-  fs->n = 0;
-  while (n->type == DT_F32 && fs->n < MAX_FACTORS && (n->op == IR_MUL || n->op == IR_DIV)) {
-    int k = fixed_factor(n->src[1]) ? 1 : n->op == IR_MUL && fixed_factor(n->src[0]) ? 0 : -1;
-    if (k < 0) break;
-    fs->f[fs->n] = n->src[k];
-    fs->recip[fs->n++] = n->op == IR_DIV;
-    n = n->src[1 - k];
-  }
-  return n;
-}
-
-/* The factors' product as C in hook hk, innermost first (the order the
- * chain applies them), "1.f" for none. */
-static const char *factor_product(ExprHook *hk, const ScoreFactors *fs) {
-  StrBuf e = {0};
-  for (int k = fs->n - 1; k >= 0; k--) {
-    const char *v = expr_as(hk, fs->f[k], DT_F32);
-    sb_printf(&e, "%s%s%s%s", e.len ? " * " : "", fs->recip[k] ? "(1.0f / " : "", v,
-              fs->recip[k] ? ")" : "");
-  }
-  const char *r = e.len ? arena_strdup(hk->a, e.data) : "1.f";
-  sb_free(&e);
-  return r;
-}
-
-/* Marks (in lin) the chain's maximal subexpressions that are q.k times two
- * or more factors fixed per (b, h), `(q @ k^T) * scale / cap`: each becomes
- * acc times one product attn_bh holds, one multiply an element instead of
- * one per factor (the factors' product rounds once, within an ulp or two of
- * the chain's). */
-static void mark_qk_products(IrNode *n, bool *seen, bool *lin) {
-  if (seen[n->id] || (n->dom & (DOM_I | DOM_J)) == 0) return;
-  seen[n->id] = true;
-  ScoreFactors fs;
-  if (strip_factors(n, &fs)->op == IR_QK && fs.n >= 2) {
-    lin[n->id] = true;
-    return;
-  }
-  for (int k = 0; k < n->nsrc; k++) mark_qk_products(n->src[k], seen, lin);
-}
-
-/* The score chain from root as the body of hook hk, its q.k products
- * (lin) as acc times attn_bh's k<id>. */
-static const char *score_value(ExprHook *hk, IrNode *root, const bool *lin) {
-  for (int id = 0; id < hk->g->nnodes; id++)
-    if (lin[id]) hk->vars[id] = arena_printf(hk->a, "(acc * c.k%d)", id);
-  return expr_value(hk, root);
-}
-
 /* attn_bh (the per-(b, h) values: ctx, per_bh_nodes, and the products of
- * mark_qk_products), attn_bh_load, attn_score_bh and attn_score
+ * expr_qk_products), attn_bh_load, attn_score_bh and attn_score
  * (hooks.cuh); the chain split into factors and what they multiply
  * (attn_score_factor, attn_score_inner_bh), for the templates that fold
  * the factors into the softmax's exp2. */
 static void emit_score(StrBuf *out, const KernelSpec *s, const bool *ctx, Arena *a) {
   const IrGraph *g = s->g;
-  bool *seen = arena_alloc(a, (size_t)(g->nnodes + 1) * sizeof *seen); /* zeroed */
-  bool *lin = arena_alloc(a, (size_t)(g->nnodes + 1) * sizeof *lin);
-  mark_qk_products(s->score, seen, lin);
+  const bool *lin = expr_qk_products(g, s->score, a);
 
   ExprHook bh;
   expr_init(&bh, a, g, DOM_B | DOM_H);
@@ -139,10 +72,10 @@ static void emit_score(StrBuf *out, const KernelSpec *s, const bool *ctx, Arena 
   }
   for (int id = 0; id < g->nnodes; id++) {
     if (!lin[id]) continue;
-    ScoreFactors fs;
-    strip_factors(g->nodes[id], &fs);
+    ExprFactors fs;
+    expr_strip_factors(g->nodes[id], &fs);
     sb_printf(&fields, "  float k%d;\n", id);
-    sb_printf(&init, "  c.k%d = %s;\n", id, factor_product(&bh, &fs));
+    sb_printf(&init, "  c.k%d = %s;\n", id, expr_factor_product(&bh, &fs));
   }
   sb_puts(out, "/* The score chain's and the masks' values fixed per (b, h), read once per work\n"
                " * tile. */\n"
@@ -164,7 +97,7 @@ static void emit_score(StrBuf *out, const KernelSpec *s, const bool *ctx, Arena 
     for (int id = 0; id < g->nnodes; id++)
       if (ctx[id]) hooks[k]->vars[id] = arena_printf(a, "c.v%d", id);
   }
-  const char *ret = score_value(&hk, s->score, lin);
+  const char *ret = expr_value(&hk, s->score);
   sb_puts(out, "/* The score chain applied to the raw q.k product `acc`. */\n");
   expr_put_fn(out, &hk,
               "float attn_score_bh(float acc, const attn_bh &c, int b, int h, int i, int j, "
@@ -184,8 +117,8 @@ static void emit_score(StrBuf *out, const KernelSpec *s, const bool *ctx, Arena 
    * folds the factors into its exp2 (fwd90_fold), a softcap's `cap *
    * tanh(...)` as a plain score's scale. The factors' product is taken
    * once per work tile. */
-  ScoreFactors outer;
-  IrNode *inner = strip_factors(s->score, &outer);
+  ExprFactors outer;
+  IrNode *inner = expr_strip_factors(s->score, &outer);
   bool scaled = inner->op == IR_QK;
   sb_printf(out, "/* Whether attn_score_bh is attn_score_inner_bh times attn_score_factor, and\n"
                  " * whether attn_score_inner_bh is the q.k product itself. */\n"
@@ -193,13 +126,22 @@ static void emit_score(StrBuf *out, const KernelSpec *s, const bool *ctx, Arena 
                  "constexpr bool attn_score_scaled_qk = %s;\n\n",
             outer.n > 0 || scaled ? "true" : "false", scaled ? "true" : "false");
   if (outer.n == 0) inner = s->score; /* not folded: the factor is 1 */
-  const char *iret = score_value(&in, inner, lin);
-  sb_puts(out, "/* The score chain under attn_score_factor, on the raw q.k product `acc`. */\n");
+  /* Only fwd_sm90's hook takes the q.k products: attn_score_bh stays the
+   * chain as written, which the backward's dRaw (emit_bwd.c) recomputes
+   * in part (a softcap's tanh), so that NVVM merges the two; and there a
+   * product held in a register instead of two constant operands added
+   * spills to the sm_90a backward's main kernel of the causal softcap
+   * example (D 128: 228 -> 300 bytes). */
+  in.qk_products = lin;
+  in.qk_products_bh = true;
+  const char *iret = expr_value(&in, inner);
+  sb_puts(out, "/* The score chain under attn_score_factor (all of it where it does not fold), on\n"
+               " * the raw q.k product `acc`, its q.k products read from attn_bh. */\n");
   expr_put_fn(out, &in,
               "float attn_score_inner_bh(float acc, const attn_bh &c, int b, int h, int i, int j, "
               "const attn_params &p)", iret);
   expr_put_fn(out, &fk, "float attn_score_factor(const attn_bh &c, int b, int h, const attn_params &p)",
-              factor_product(&fk, &outer));
+              expr_factor_product(&fk, &outer));
 }
 
 /* The softmax's sink for (b, h), when it has one (hooks.cuh, ATTN_SINK). */

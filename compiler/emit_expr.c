@@ -211,7 +211,16 @@ const char *expr_value(ExprHook *hk, IrNode *n) {
   bool derived = hk->bg && !bwd_is_forward(hk->bg, n);
   const char **vars = derived ? hk->dvars : hk->vars;
   if (vars[n->id]) return vars[n->id];
-  const char *rhs = expr_compute(hk, n);
+  const char *rhs;
+  if (!derived && hk->qk_products && hk->qk_products[n->id]) { /* acc times one product */
+    ExprFactors fs;
+    IrNode *qk = expr_strip_factors(n, &fs);
+    const char *f = hk->qk_products_bh ? arena_printf(hk->a, "c.k%d", n->id)
+                                       : arena_printf(hk->a, "(%s)", expr_factor_product(hk, &fs));
+    rhs = arena_printf(hk->a, "%s * %s", expr_value(hk, qk), f);
+  } else {
+    rhs = expr_compute(hk, n);
+  }
   /* Derived locals are gN: user locals are NAME_N and unnamed ones tN, so
    * no .attn name can collide with one (a local called d once did). */
   const char *name = derived ? arena_printf(hk->a, "g%d", n->id) : local_name(hk, n);
@@ -221,6 +230,57 @@ const char *expr_value(ExprHook *hk, IrNode *n) {
 }
 
 
+
+/* ------------------------------------------- factors fixed per (b, h) */
+
+static bool fixed_factor(const IrNode *x) {
+  return x->type == DT_F32 && (x->dom & (DOM_I | DOM_J | DOM_D)) == 0;
+}
+
+IrNode *expr_strip_factors(IrNode *n, ExprFactors *fs) {
+  fs->n = 0;
+  while (n->type == DT_F32 && fs->n < EXPR_MAX_FACTORS && (n->op == IR_MUL || n->op == IR_DIV)) {
+    int k = fixed_factor(n->src[1]) ? 1 : n->op == IR_MUL && fixed_factor(n->src[0]) ? 0 : -1;
+    if (k < 0) break;
+    fs->f[fs->n] = n->src[k];
+    fs->recip[fs->n++] = n->op == IR_DIV;
+    n = n->src[1 - k];
+  }
+  return n;
+}
+
+const char *expr_factor_product(ExprHook *hk, const ExprFactors *fs) {
+  StrBuf e = {0};
+  for (int k = fs->n - 1; k >= 0; k--) {
+    const char *v = expr_as(hk, fs->f[k], DT_F32);
+    sb_printf(&e, "%s%s%s%s", e.len ? " * " : "", fs->recip[k] ? "(1.0f / " : "", v,
+              fs->recip[k] ? ")" : "");
+  }
+  const char *r = e.len ? arena_strdup(hk->a, e.data) : "1.f";
+  sb_free(&e);
+  return r;
+}
+
+/* `(q @ k^T) * scale / cap` becomes acc times one product (scale / cap),
+ * taken once per work tile: one multiply an element instead of one per
+ * factor (the product rounds once, within an ulp or two of the chain's). */
+static void mark_qk_products(IrNode *n, bool *seen, bool *lin) {
+  if (seen[n->id] || (n->dom & (DOM_I | DOM_J)) == 0) return;
+  seen[n->id] = true;
+  ExprFactors fs;
+  if (expr_strip_factors(n, &fs)->op == IR_QK && fs.n >= 2) {
+    lin[n->id] = true;
+    return;
+  }
+  for (int k = 0; k < n->nsrc; k++) mark_qk_products(n->src[k], seen, lin);
+}
+
+const bool *expr_qk_products(const IrGraph *g, IrNode *score, Arena *a) {
+  bool *seen = arena_alloc(a, (size_t)(g->nnodes + 1) * sizeof *seen); /* zeroed */
+  bool *lin = arena_alloc(a, (size_t)(g->nnodes + 1) * sizeof *lin);
+  mark_qk_products(score, seen, lin);
+  return lin;
+}
 
 const char *emit_comment_safe(Arena *a, const char *text) {
   /* Inside a block comment only the sequence star-slash ends it; control

@@ -478,7 +478,8 @@ fwd90_keep_bits(const attn_bh &c, int b, int h, int i_row, int j_col, const attn
 }
 
 /* The score chain on a whole S tile (flat: fragment nb, element e at
- * nb*4 + e), tested elements or not: written once in the kernel, where a
+ * nb*4 + e), under its factor where fwd90_fold (attn_score_inner_bh: the
+ * whole chain where it does not fold), tested elements or not: written once in the kernel, where a
  * copy per test cost NVRTC 4-30% of a kernel's time (issue 19). A chain
  * that reads memory per element (a bias[b, h, i, j]: attn_score_reads)
  * reads at the positions clamped into the tensors, as attn_keep_in_bh tests
@@ -497,8 +498,7 @@ static __device__ __forceinline__ void fwd90_score_tile(float (&s)[fwd90_s_regs]
         i = min(i, p.Sq - 1);
         j = min(j, p.Skv - 1);
       }
-      s[nb * 4 + e] = fwd90_fold ? attn_score_inner_bh(s[nb * 4 + e], c, b, h, i, j, p)
-                                 : attn_score_bh(s[nb * 4 + e], c, b, h, i, j, p);
+      s[nb * 4 + e] = attn_score_inner_bh(s[nb * 4 + e], c, b, h, i, j, p);
     }
   }
 }

@@ -48,7 +48,9 @@ static __device__ __forceinline__ attn_bh attn_bh_load(int b, int h, const attn_
 
 /* The score chain applied to the raw q.k product `acc`. */
 static __device__ __forceinline__ float attn_score_bh(float acc, const attn_bh &c, int b, int h, int i, int j, const attn_params &p) {
-  const float t8 = attn_tanh((acc * c.k7));
+  const float s_4 = acc * p.s[0].f;
+  const float t7 = s_4 * 0.0333333333f;
+  const float t8 = attn_tanh(t7);
   const float s_9 = 30.0f * t8;
   return s_9;
 }
@@ -65,9 +67,11 @@ static __device__ __forceinline__ float attn_score(float acc, int b, int h, int 
 constexpr bool attn_score_folded = true;
 constexpr bool attn_score_scaled_qk = false;
 
-/* The score chain under attn_score_factor, on the raw q.k product `acc`. */
+/* The score chain under attn_score_factor (all of it where it does not fold), on
+ * the raw q.k product `acc`, its q.k products read from attn_bh. */
 static __device__ __forceinline__ float attn_score_inner_bh(float acc, const attn_bh &c, int b, int h, int i, int j, const attn_params &p) {
-  const float t8 = attn_tanh((acc * c.k7));
+  const float t7 = acc * c.k7;
+  const float t8 = attn_tanh(t7);
   return t8;
 }
 

@@ -64,7 +64,8 @@ static __device__ __forceinline__ float attn_score(float acc, int b, int h, int 
 constexpr bool attn_score_folded = false;
 constexpr bool attn_score_scaled_qk = false;
 
-/* The score chain under attn_score_factor, on the raw q.k product `acc`. */
+/* The score chain under attn_score_factor (all of it where it does not fold), on
+ * the raw q.k product `acc`, its q.k products read from attn_bh. */
 static __device__ __forceinline__ float attn_score_inner_bh(float acc, const attn_bh &c, int b, int h, int i, int j, const attn_params &p) {
   const float t9 = attn_ld_bf16(p.t[3], 0, h, i, j);
   const float t4 = acc * p.s[0].f;

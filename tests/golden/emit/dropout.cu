@@ -61,7 +61,8 @@ static __device__ __forceinline__ float attn_score(float acc, int b, int h, int 
 constexpr bool attn_score_folded = true;
 constexpr bool attn_score_scaled_qk = true;
 
-/* The score chain under attn_score_factor, on the raw q.k product `acc`. */
+/* The score chain under attn_score_factor (all of it where it does not fold), on
+ * the raw q.k product `acc`, its q.k products read from attn_bh. */
 static __device__ __forceinline__ float attn_score_inner_bh(float acc, const attn_bh &c, int b, int h, int i, int j, const attn_params &p) {
   return acc;
 }
