@@ -40,6 +40,40 @@ template <int EXP2_FMA>
 static __device__ __forceinline__ float attn_softmax_exp2(int n, float x) {
   return n % 4 < EXP2_FMA ? attn_exp2_fma(x) : attn_exp2(x);
 }
+/* op (fmaxf or fminf) over 8-key blocks [LO, HI) of row r, as a balanced
+ * tree: depth log2 of the row's 2 (HI - LO) values instead of a chain of
+ * HI - LO dependent operations. The chain left the consumers waiting on
+ * fixed-latency dependencies (ncu's "wait", the largest stall at D 128:
+ * session 33), a row's exponentials waiting for its maximum. Maxima and
+ * minima do not depend on the order (a NaN is ignored unless all are), so
+ * the values are the chain's. */
+template <int LO, int HI, typename Frag, typename Op>
+static __device__ __forceinline__ float attn_row_tree(Frag frag, Op op, int r) {
+  if constexpr (HI - LO == 1) {
+    return op(frag(LO, 2 * r), frag(LO, 2 * r + 1));
+  } else {
+    constexpr int MID = (LO + HI) / 2;
+    return op(attn_row_tree<LO, MID>(frag, op, r), attn_row_tree<MID, HI>(frag, op, r));
+  }
+}
+
+/* Both rows' extremes over a tile's N blocks with init[r] joined, reduced
+ * over the quad: the two rows' trees independent and their shuffles
+ * issued together, so that each hides the other's latency. */
+template <int N, typename Frag, typename Op>
+static __device__ __forceinline__ void attn_rows_extreme(Frag frag, Op op, const float (&init)[2],
+                                                         float (&e)[2]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+    e[r] = op(init[r], attn_row_tree<0, N>(frag, op, r));
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+    e[r] = op(e[r], __shfl_xor_sync(0xffffffffu, e[r], 1));
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+    e[r] = op(e[r], __shfl_xor_sync(0xffffffffu, e[r], 2));
+}
+
 template <bool STALE>
 static __device__ __forceinline__ float attn_row_max_next(float old_mx, float tile_mx) {
   const float mx = fmaxf(old_mx, tile_mx);
@@ -57,14 +91,12 @@ static __device__ __forceinline__ void attn_softmax_tile(Frag frag, float (&row_
                                                          float (&row_sum)[2], OnRow on_row) {
   const float neg_inf = __int_as_float(0xff800000);
   const float log2e = 1.4426950408889634f;
+  float tile_mx[2];
+  const float init[2] = {SNAP || STALE ? neg_inf : row_max[0], SNAP || STALE ? neg_inf : row_max[1]};
+  attn_rows_extreme<N>(frag, [](float a, float b) { return fmaxf(a, b); }, init, tile_mx);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    float mx = SNAP || STALE ? neg_inf : row_max[r];
-#pragma unroll
-    for (int n = 0; n < N; ++n)
-      mx = fmaxf(mx, fmaxf(frag(n, 2 * r), frag(n, 2 * r + 1)));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    float mx = tile_mx[r];
     if constexpr (STALE && !SNAP)
       mx = attn_row_max_next<true>(row_max[r], mx);
     float base, alpha;
@@ -116,19 +148,19 @@ static __device__ __forceinline__ void attn_softmax_tile_qk(Frag frag, float (&r
                                                             const float (&c_log2)[2], bool neg,
                                                             OnRow on_row, float p_log2 = 0.f) {
   const float neg_inf = __int_as_float(0xff800000), pos_inf = __int_as_float(0x7f800000);
+  /* The tile's extreme acc of each row, in one of two reductions (the
+   * choice is uniform: no select per element). */
+  float exts[2];
+  if (neg) {
+    const float init[2] = {pos_inf, pos_inf};
+    attn_rows_extreme<N>(frag, [](float a, float b) { return fminf(a, b); }, init, exts);
+  } else {
+    const float init[2] = {neg_inf, neg_inf};
+    attn_rows_extreme<N>(frag, [](float a, float b) { return fmaxf(a, b); }, init, exts);
+  }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    /* The tile's extreme acc of the row, in one of two loops (the choice
-     * is uniform: no select per element). */
-    auto extreme = [&](auto op, float e) {
-#pragma unroll
-      for (int n = 0; n < N; ++n)
-        e = op(e, op(frag(n, 2 * r), frag(n, 2 * r + 1)));
-      e = op(e, __shfl_xor_sync(0xffffffffu, e, 1));
-      return op(e, __shfl_xor_sync(0xffffffffu, e, 2));
-    };
-    const float ext = neg ? extreme([](float a, float b) { return fminf(a, b); }, pos_inf)
-                          : extreme([](float a, float b) { return fmaxf(a, b); }, neg_inf);
+    const float ext = exts[r];
     /* The tile's max score (natural-log units); -inf where every element
      * is masked (ext is the fill). */
     const float tile_mx = ext == (neg ? pos_inf : neg_inf) ? neg_inf : c[r] * ext;
