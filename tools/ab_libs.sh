@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # ab_libs.sh OLD_LIB NEW_LIB [bench.py args...]: on the GPU machine, the forward grid of
 # bench/bench.py under two builds of libattn, alternating A B A B (each a fresh process, so each
-# compiles its own kernels; cuDNN and FA4 are timed in every process too, the yardstick the
-# two builds are compared by). For a template change that keeps the results bit-for-bit (the
-# rel err column must match), where variant_ab.py's one-process comparison needs a variant.
-# Tables go to ${OUT:-/tmp}/ab-{old,new}-{1,2}/bench-grid.md; the summary compares each
-# configuration's attnc / cuDNN between the builds, per round and in geometric mean.
+# compiles its own kernels; cuDNN and FA4 are timed in every process too: the yardstick the two
+# builds are compared by). ROUNDS=1 for one round of the two. For a template change that keeps
+# the results bit for bit (the rel err columns must then match), where variant_ab.py's
+# one-process comparison would need a variant. Tables go to ${OUT:-/tmp}/ab-{old,new}-N/; the
+# summary compares each configuration's attnc / cuDNN between the builds, per round and in
+# geometric mean.
 set -u
 old=${1:?usage: ab_libs.sh OLD_LIB NEW_LIB [bench.py args]}
 new=${2:?usage: ab_libs.sh OLD_LIB NEW_LIB [bench.py args]}
 shift 2
 out=${OUT:-/tmp}
-for round in 1 2; do
+for round in $(seq 1 "${ROUNDS:-2}"); do
   for which in old new; do
     lib=$old; [ $which = new ] && lib=$new
     mkdir -p "$out/ab-$which-$round"
@@ -29,7 +30,7 @@ def rows(which, rnd):
     d = json.load(open(p))
     d = d.get("rows", d) if isinstance(d, dict) else d
     return {(r["D"], r["S"], r["causal"]): r for r in d if isinstance(r, dict) and "D" in r}
-for rnd in (1, 2):
+for rnd in range(1, int(os.environ.get("ROUNDS", "2")) + 1):
     o, n = rows("old", rnd), rows("new", rnd)
     keys = sorted(set(o) & set(n))
     ratios = []
