@@ -14,7 +14,11 @@ grep -q attn_softmax_tile_qk "$tmp/softmax_text.inc" || { echo "FAIL: softmax.cu
 awk '/attn_exp2_fma\(float x\) \{/ { on = 1 } on { print } on && /^}/ { on = 0 }' templates/ptx.cuh |
   sed 's/^\[\[maybe_unused\]\] static __device__ __forceinline__/static inline/' >"$tmp/exp2_fma.inc"
 grep -q 'attn_exp2_fma(' "$tmp/exp2_fma.inc" || { echo "FAIL: attn_exp2_fma's text not found"; exit 1; }
-g++ -std=c++17 -O1 -g -w -fsanitize=address,undefined -DSOFTMAX_TEXT="\"$tmp/softmax_text.inc\"" \
-  -DEXP2_FMA_TEXT="\"$tmp/exp2_fma.inc\"" -Itests/host \
-  -o "$tmp/check" tests/host/softmax_host_check.cpp -lm
-"$tmp/check"
+# Tiles of 8, 11 and 22 blocks of 8 keys (22: fwd_sm90's key tiles of 176).
+for n in 8 11 22; do
+  g++ -std=c++17 -O1 -g -w -fsanitize=address,undefined -DSOFTMAX_TEXT="\"$tmp/softmax_text.inc\"" \
+    -DEXP2_FMA_TEXT="\"$tmp/exp2_fma.inc\"" -DSOFTMAX_N=$n -Itests/host \
+    -o "$tmp/check$n" tests/host/softmax_host_check.cpp -lm
+  printf 'N %s: ' "$n"
+  "$tmp/check$n"
+done
