@@ -98,6 +98,27 @@ static void emit_score(StrBuf *out, const KernelSpec *s, const bool *ctx, Arena 
       if (ctx[id]) hooks[k]->vars[id] = arena_printf(a, "c.v%d", id);
   }
   const char *ret = expr_value(&hk, s->score);
+  /* The chain as its factors fixed per (b, h) times what they multiply
+   * (the inner chain): fwd_sm90 scores its tiles with the inner chain and
+   * folds the factors into its exp2 (fwd90_fold), a softcap's `cap *
+   * tanh(...)` as a plain score's scale. The factors' product is taken
+   * once per work tile. */
+  ExprFactors outer;
+  IrNode *inner = expr_strip_factors(s->score, &outer);
+  const bool scaled = inner->op == IR_QK, folded = outer.n > 0 || scaled;
+  if (outer.n == 0) inner = s->score; /* not folded: the factor is 1 */
+  /* Only fwd_sm90's hook takes the q.k products: attn_score_bh stays the
+   * chain as written, which the backward's dRaw (emit_bwd.c) recomputes
+   * in part (a softcap's tanh), so that NVVM merges the two; and there a
+   * product held in a register instead of two constant operands added
+   * spills to the sm_90a backward's main kernel of the causal softcap
+   * example (D 128: 228 -> 300 bytes). */
+  in.qk_products = lin;
+  in.qk_products_bh = true;
+  const char *iret = expr_value(&in, inner);
+  /* (where the inner chain is the whole chain as written, it is called) */
+  const bool same = !strcmp(ret, iret) && hk.body.len == in.body.len &&
+                    (!hk.body.len || !memcmp(hk.body.data, in.body.data, hk.body.len));
   sb_puts(out, "/* The score chain applied to the raw q.k product `acc`. */\n");
   expr_put_fn(out, &hk,
               "float attn_score_bh(float acc, const attn_bh &c, int b, int h, int i, int j, "
@@ -112,31 +133,17 @@ static void emit_score(StrBuf *out, const KernelSpec *s, const bool *ctx, Arena 
                "int j, const attn_params &p) {\n"
                "  return attn_score_bh(acc, attn_bh_load(b, h, p), b, h, i, j, p);\n}\n\n");
 
-  /* The chain as its factors fixed per (b, h) times what they multiply
-   * (the inner chain): fwd_sm90 scores its tiles with the inner chain and
-   * folds the factors into its exp2 (fwd90_fold), a softcap's `cap *
-   * tanh(...)` as a plain score's scale. The factors' product is taken
-   * once per work tile. */
-  ExprFactors outer;
-  IrNode *inner = expr_strip_factors(s->score, &outer);
-  bool scaled = inner->op == IR_QK;
   sb_printf(out, "/* Whether attn_score_bh is attn_score_inner_bh times attn_score_factor, and\n"
                  " * whether attn_score_inner_bh is the q.k product itself. */\n"
                  "constexpr bool attn_score_folded = %s;\n"
                  "constexpr bool attn_score_scaled_qk = %s;\n\n",
-            outer.n > 0 || scaled ? "true" : "false", scaled ? "true" : "false");
-  if (outer.n == 0) inner = s->score; /* not folded: the factor is 1 */
-  /* Only fwd_sm90's hook takes the q.k products: attn_score_bh stays the
-   * chain as written, which the backward's dRaw (emit_bwd.c) recomputes
-   * in part (a softcap's tanh), so that NVVM merges the two; and there a
-   * product held in a register instead of two constant operands added
-   * spills to the sm_90a backward's main kernel of the causal softcap
-   * example (D 128: 228 -> 300 bytes). */
-  in.qk_products = lin;
-  in.qk_products_bh = true;
-  const char *iret = expr_value(&in, inner);
+            folded ? "true" : "false", scaled ? "true" : "false");
   sb_puts(out, "/* The score chain under attn_score_factor (all of it where it does not fold), on\n"
                " * the raw q.k product `acc`, its q.k products read from attn_bh. */\n");
+  if (same) {
+    sb_free(&in.body);
+    iret = "attn_score_bh(acc, c, b, h, i, j, p)";
+  }
   expr_put_fn(out, &in,
               "float attn_score_inner_bh(float acc, const attn_bh &c, int b, int h, int i, int j, "
               "const attn_params &p)", iret);

@@ -71,11 +71,7 @@ constexpr bool attn_score_scaled_qk = false;
 /* The score chain under attn_score_factor (all of it where it does not fold), on
  * the raw q.k product `acc`, its q.k products read from attn_bh. */
 static __device__ __forceinline__ float attn_score_inner_bh(float acc, const attn_bh &c, int b, int h, int i, int j, const attn_params &p) {
-  const int t9 = attn_isub(i, j);
-  const float t10 = c.v6 * (float)(t9);
-  const float s_4 = acc * p.s[0].f;
-  const float s_11 = s_4 - t10;
-  return s_11;
+  return attn_score_bh(acc, c, b, h, i, j, p);
 }
 
 static __device__ __forceinline__ float attn_score_factor(const attn_bh &c, int b, int h, const attn_params &p) {

@@ -71,14 +71,7 @@ constexpr bool attn_score_scaled_qk = false;
 /* The score chain under attn_score_factor (all of it where it does not fold), on
  * the raw q.k product `acc`, its q.k products read from attn_bh. */
 static __device__ __forceinline__ float attn_score_inner_bh(float acc, const attn_bh &c, int b, int h, int i, int j, const attn_params &p) {
-  const int t8 = attn_isub(j, i);
-  const int t10 = attn_iadd(t8, 128);
-  const int t13 = t10 > 0 ? t10 : 0;
-  const int t14 = t13 < 255 ? t13 : 255;
-  const float t15 = attn_ld_f32(p.t[3], h, t14, 0, 0);
-  const float s_4 = acc * p.s[0].f;
-  const float s_16 = s_4 + t15;
-  return s_16;
+  return attn_score_bh(acc, c, b, h, i, j, p);
 }
 
 static __device__ __forceinline__ float attn_score_factor(const attn_bh &c, int b, int h, const attn_params &p) {

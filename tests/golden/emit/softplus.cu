@@ -76,15 +76,7 @@ constexpr bool attn_score_scaled_qk = false;
 /* The score chain under attn_score_factor (all of it where it does not fold), on
  * the raw q.k product `acc`, its q.k products read from attn_bh. */
 static __device__ __forceinline__ float attn_score_inner_bh(float acc, const attn_bh &c, int b, int h, int i, int j, const attn_params &p) {
-  const int t13 = attn_isub(i, j);
-  const float t14 = (float)(t13);
-  const float t15 = c.v10 * t14;
-  const float s_4 = acc * p.s[0].f;
-  const float t5 = -s_4;
-  const float t6 = attn_softplus(t5);
-  const float t7 = -t6;
-  const float s_16 = t7 - t15;
-  return s_16;
+  return attn_score_bh(acc, c, b, h, i, j, p);
 }
 
 static __device__ __forceinline__ float attn_score_factor(const attn_bh &c, int b, int h, const attn_params &p) {
