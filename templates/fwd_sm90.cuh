@@ -479,8 +479,9 @@ fwd90_keep_bits(const attn_bh &c, int b, int h, int i_row, int j_col, const attn
 
 /* The score chain on a whole S tile (flat: fragment nb, element e at
  * nb*4 + e), under its factor where fwd90_fold (attn_score_inner_bh: the
- * whole chain where it does not fold), tested elements or not: written once in the kernel, where a
- * copy per test cost NVRTC 4-30% of a kernel's time (issue 19). A chain
+ * whole chain where it does not fold), tested elements or not: written
+ * once in the kernel, where a copy per test cost NVRTC 4-30% of a kernel's
+ * time (issue 19). A chain
  * that reads memory per element (a bias[b, h, i, j]: attn_score_reads)
  * reads at the positions clamped into the tensors, as attn_keep_in_bh tests
  * and decode.cuh reads, so the elements past the edges read valid memory;
