@@ -92,7 +92,8 @@ static __device__ __forceinline__ void attn_softmax_tile(Frag frag, float (&row_
   const float neg_inf = __int_as_float(0xff800000);
   const float log2e = 1.4426950408889634f;
   float tile_mx[2];
-  const float init[2] = {SNAP || STALE ? neg_inf : row_max[0], SNAP || STALE ? neg_inf : row_max[1]};
+  constexpr bool fresh = SNAP || STALE; /* the tile's own maximum, not joined with the row's */
+  const float init[2] = {fresh ? neg_inf : row_max[0], fresh ? neg_inf : row_max[1]};
   attn_rows_extreme<N>(frag, [](float a, float b) { return fmaxf(a, b); }, init, tile_mx);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
