@@ -88,6 +88,19 @@ if [ "${TESTS:-1}" = 1 ]; then
 # the bf16 one and the FP8 backward's main kernel at D 128. Session 30's own checks all ran
 # (bench/RESULTS.md "Session 30").
 if [ "${FIRST:-0}" = 1 ]; then
+  # Session 33 (never run; FIRST_S33=0 skips): the tile-count test fixed for key tiles of 176,
+  # every example on the softmax whose row maxima are trees (values bit for bit the chain's),
+  # then the trees' speed against the build before them (tools/ab_libs.sh, where $B/libattn_old.so
+  # is that build: docs/STATUS.md says how to make it; carry .fa4 for FA4's column), and the
+  # softcap's cost over plain.
+  if [ "${FIRST_S33:-1}" = 1 ]; then
+    step first_tiles env ATTN_TEST_ONLY=tiles "$B/tests/gpu/test_forward"
+    step first_examples env ATTN_TEST_ONLY=examples "$B/tests/gpu/test_forward"
+    [ -f "$B/libattn_old.so" ] && step first_tree_ab env OUT="$L/tree-ab" \
+      bash tools/ab_libs.sh "$B/libattn_old.so" "$B/libattn.so"
+    step first_softcap python3 bench/exp2_fma.py --lib "$B/libattn.so" --out "$L/softcap" \
+      --settings none
+  fi
   # Every group below ran in session 32 (H100, bench/RESULTS.md "Session 32"), so each is now
   # opt-in: FIRST_OVERLAP=1, FIRST_BN176=1, FIRST_VT8=1, FIRST_EXP2=1, FIRST_S30=1 rerun them.
   # Launch overlap (session 31, never run): every step launched with programmatic stream
