@@ -125,10 +125,11 @@ static void emit_score(StrBuf *out, const KernelSpec *s, const bool *ctx, Arena 
               "const attn_params &p)", ret);
   /* Whether it reads memory per element (a bias[b, h, i, j]): fwd_sm90
    * runs the chain on whole tiles, tested elements or not, and then clamps
-   * the positions of the elements past the edges into the tensors. */
+   * the positions of the elements past the edges into the tensors. (The
+   * matcher's finding, which also chose the key tiles: match.c.) */
   sb_printf(out, "/* Whether attn_score_bh reads memory per element. */\n"
                  "constexpr bool attn_score_reads = %s;\n\n",
-            hk.mem_reads_ij > 0 ? "true" : "false");
+            s->score_reads_ij ? "true" : "false");
   sb_puts(out, "static __device__ __forceinline__ float attn_score(float acc, int b, int h, int i, "
                "int j, const attn_params &p) {\n"
                "  return attn_score_bh(acc, attn_bh_load(b, h, p), b, h, i, j, p);\n}\n\n");

@@ -427,8 +427,8 @@ static bool reaches(const IrNode *root, const IrNode *target, char *seen) {
 }
 
 /* Whether the score chain at `score` reads a tensor at positions that vary
- * over i or j (a bias[b, h, i, j], a relative-position table): what
- * emit.c's attn_score_reads says of the emitted hook. Node ids are a
+ * over i or j (a bias[b, h, i, j], a relative-position table): the key
+ * tiles' choice and emit.c's attn_score_reads both take it. Node ids are a
  * topological order, so one pass up to the score marks every node that
  * such a load reaches. */
 static bool score_reads_ij(const IrGraph *g, const IrNode *score, Arena *a) {

@@ -41,11 +41,17 @@ static const RtDriver *gpu_test_driver(void) {
  * (tmpl_sm90.c) and the key blocks of four whose exponentials run on the
  * FMA pipe, ATTN_EXP2_FMA=0..4, as for the attnc command; NULL when it
  * cannot be made. */
+/* The option value ATTN_SM90_VARIANT names, 0 (auto) where it names none. */
+static int gpu_test_sm90_variant(void) {
+  const int variant = tmpl_sm90_variant_index(getenv("ATTN_SM90_VARIANT"));
+  return variant > 0 ? variant : 0;
+}
+
 static attn_context *gpu_test_context(void) {
   attn_context *ctx;
   if (attn_context_create(&ctx) != ATTN_SUCCESS) return NULL;
   attn_context_set_cache_dir(ctx, NULL);
-  const int variant = tmpl_sm90_variant_index(getenv("ATTN_SM90_VARIANT"));
+  const int variant = gpu_test_sm90_variant();
   if (variant > 0) attn_context_set_option(ctx, ATTN_OPTION_SM90_VARIANT, variant);
   const int fma = exp2_fma_option_of_text(getenv("ATTN_EXP2_FMA"));
   if (fma > 0) attn_context_set_option(ctx, ATTN_OPTION_EXP2_FMA, fma);

@@ -230,8 +230,7 @@ static void test_tile_skipping(attn_context *ctx) {
     attn_module_destroy(mod);
     arena_free(a);
   }
-  const int variant = tmpl_sm90_variant_index(getenv("ATTN_SM90_VARIANT"));
-  attn_context_set_option(ctx, ATTN_OPTION_SM90_VARIANT, variant > 0 ? variant : 0);
+  attn_context_set_option(ctx, ATTN_OPTION_SM90_VARIANT, gpu_test_sm90_variant());
   double ratio = tiles[0] ? (double)tiles[1] / (double)tiles[0] : 0;
   char detail[128];
   snprintf(detail, sizeof detail, "full %llu tiles, causal %llu tiles, ratio %.3f", tiles[0],
@@ -882,16 +881,13 @@ int main(int argc, char **argv) {
    * (a short device run for a change that touches nothing else); tiles:
    * the tile-skipping counts alone. */
   const char *only = getenv("ATTN_TEST_ONLY");
-  if (only && !strcmp(only, "tiles")) {
-    test_tile_skipping(ctx);
-    test_document_tiles(ctx);
-    attn_context_destroy(ctx);
-    printf("gpu forward: %d passed, %d failed, %d skipped\n", passed, failed, skipped);
-    return failed ? 1 : 0;
-  }
-  if (only && (!strcmp(only, "packed") || !strcmp(only, "paged") || !strcmp(only, "fp8_kv"))) {
+  if (only && (!strcmp(only, "packed") || !strcmp(only, "paged") || !strcmp(only, "fp8_kv") ||
+               !strcmp(only, "tiles"))) {
     uint64_t seed = 1000;
-    if (!strcmp(only, "packed")) {
+    if (!strcmp(only, "tiles")) {
+      test_tile_skipping(ctx);
+      test_document_tiles(ctx);
+    } else if (!strcmp(only, "packed")) {
       uint64_t packed_seed = 9700;
       test_packed(ctx, &packed_seed);
       test_example(ctx, "examples/packed.attn", &seed);
