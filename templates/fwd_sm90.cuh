@@ -410,17 +410,20 @@ static __device__ __forceinline__ unsigned fwd90_pack_p16(float x0, float x1) {
 static __device__ __forceinline__ void fwd90_pv(float (&o)[fwd90_dv / 2],
                                                 const unsigned (&pa)[fwd90_pa_steps][4],
                                                 unsigned vs) {
+  /* The tile's descriptor once, then each step's as an add to its start
+   * field (one uniform add an HGMMA, where a whole descriptor is five). */
+  unsigned long long dv0;
+  if constexpr (fwd90_p8) {
+    dv0 = attn_wgmma_desc(vs, 16, 8 * fwd90_vt_row);
+    if constexpr (fwd90_vt_row == 64) /* layout 2: the 64-byte swizzle */
+      dv0 = (dv0 & ~(3ull << 62)) | (2ull << 62);
+  } else {
+    dv0 = attn_wgmma_desc(vs, fwd90_bn * 128, 1024);
+  }
   unsigned long long dv[fwd90_pa_steps];
 #pragma unroll
-  for (int kk = 0; kk < fwd90_pa_steps; ++kk) {
-    if constexpr (fwd90_p8) {
-      dv[kk] = attn_wgmma_desc(vs + kk * 32, 16, 8 * fwd90_vt_row);
-      if constexpr (fwd90_vt_row == 64) /* layout 2: the 64-byte swizzle */
-        dv[kk] = (dv[kk] & ~(3ull << 62)) | (2ull << 62);
-    } else {
-      dv[kk] = attn_wgmma_desc(vs + kk * 16 * 128, fwd90_bn * 128, 1024);
-    }
-  }
+  for (int kk = 0; kk < fwd90_pa_steps; ++kk)
+    dv[kk] = attn_wgmma_desc_add(dv0, fwd90_p8 ? kk * 32 : kk * 16 * 128);
   /* Four steps a statement, the rest one at a time (192 columns, two
    * shapes a step, all one at a time: not even instantiated, as the
    * kernel is no template and would instantiate a dead call; session 26's
@@ -1338,10 +1341,11 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       attn_wgmma_fence();
       {
         unsigned long long dq[fwd90_qk_steps], dk[fwd90_qk_steps];
+        const unsigned long long dk0 = attn_wgmma_desc(ks, 16, 1024);
 #pragma unroll
         for (int kk = 0; kk < fwd90_qk_steps; ++kk) {
           dq[kk] = attn_wgmma_desc(q_wg + (kk >> 2) * fwd90_bm * 128 + (kk & 3) * 32, 16, 1024);
-          dk[kk] = attn_wgmma_desc(ks + (kk >> 2) * fwd90_bn * 128 + (kk & 3) * 32, 16, 1024);
+          dk[kk] = attn_wgmma_desc_add(dk0, (kk >> 2) * fwd90_bn * 128 + (kk & 3) * 32);
         }
         /* Four steps a statement, the rest one at a time. */
         constexpr int by4 = fwd90_qk_steps / 4 * 4;
