@@ -81,7 +81,13 @@
  *                 kernel (session 31's default; for measuring against)
  *   bn128         auto, but key tiles of 128 where auto takes 176 (session
  *                 31's default; for measuring against)
- * numbered 0 to 12 in this order (the numbers are the library's option
+ *   rescale_late  auto, but O's rescale by a tile's softmax waits until the
+ *                 next tile's S GEMM is issued and runs before its P V
+ *                 (FA3's order above head dim 128), off the path from one
+ *                 softmax to the next; ptxas then issues P V only once S is
+ *                 done (fwd_sm90.cuh, fwd90_rescale_o). Never measured (its
+ *                 first build hung: a warp-divergent wgmma fence, fixed)
+ * numbered 0 to 13 in this order (the numbers are the library's option
  * values); 0 is the default below (the fastest
  * measured), and so is any number out of range (the library never fails
  * on a tuning knob).
@@ -118,22 +124,25 @@ typedef struct Sm90Variant {
   Sm90KvCopy kv_copy;   /* a dense FP8 KV cache widened into a 16-bit copy first */
   Sm90Bn176 bn176;      /* key tiles of 176 at head tiles of 128 (16-bit, dense, unmasked) */
   bool fp8_vt8;         /* FP8 P V's V^T in 8 bits; key tiles of 128 at head tiles of 256 */
+  bool rescale_late;    /* O's rescale after the next S GEMM's issue, before its P V */
 } Sm90Variant;
 
 static const Sm90Variant sm90_variants[] = {
-    {"auto", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false},
-    {"base", 0, false, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false},
-    {"persist", 256, false, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false},
-    {"bn80", 0, true, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false},
-    {"persist_bn80", 256, true, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false},
-    {"f16_pv", 256, true, true, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false},
-    {"wg3", 256, true, false, WG3_ALWAYS, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false},
-    {"kv8_early", 256, true, false, WG3_UNMASKED, true, KV_COPY_NEVER, BN176_PLAIN, false},
-    {"kv_copy", 256, true, false, WG3_UNMASKED, false, KV_COPY_ALWAYS, BN176_PLAIN, false},
-    {"bn176", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_ALWAYS, false},
-    {"fp8_vt8", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, true},
-    {"kv8", 256, true, false, WG3_UNMASKED, false, KV_COPY_NEVER, BN176_PLAIN, false},
-    {"bn128", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_NEVER, false},
+    {"auto", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false, false},
+    {"base", 0, false, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false, false},
+    {"persist", 256, false, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false, false},
+    {"bn80", 0, true, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false, false},
+    {"persist_bn80", 256, true, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false, false},
+    {"f16_pv", 256, true, true, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false, false},
+    {"wg3", 256, true, false, WG3_ALWAYS, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false, false},
+    {"kv8_early", 256, true, false, WG3_UNMASKED, true, KV_COPY_NEVER, BN176_PLAIN, false, false},
+    {"kv_copy", 256, true, false, WG3_UNMASKED, false, KV_COPY_ALWAYS, BN176_PLAIN, false, false},
+    {"bn176", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_ALWAYS, false, false},
+    {"fp8_vt8", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, true, false},
+    {"kv8", 256, true, false, WG3_UNMASKED, false, KV_COPY_NEVER, BN176_PLAIN, false, false},
+    {"bn128", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_NEVER, false, false},
+    {"rescale_late", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
+     true},
 };
 _Static_assert(sizeof sm90_variants / sizeof sm90_variants[0] == SM90_NVARIANTS,
                "attnc.h's SM90_NVARIANTS counts the variants");
@@ -272,6 +281,7 @@ int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool fp8_p, 
       out->fp8_pv = fp8_pv && (list[k].bn == 64 || list[k].bn == 128);
       out->kv8_early = mode == ATTN_FWD90_KV8E;
       out->vt8 = vt8 && out->fp8_pv;
+      out->rescale_late = var->rescale_late;
       return 0;
     }
   }

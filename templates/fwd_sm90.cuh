@@ -405,6 +405,35 @@ static __device__ __forceinline__ unsigned fwd90_pack_p16(float x0, float x1) {
   return w;
 }
 
+/* O *= alpha per row (rows g and g + 8 of the lane), the rescale a softmax
+ * leaves for O. Skipped where every row of the warp keeps its maximum
+ * (alpha exactly 1: a multiply by 1 changes nothing); alpha is 1 after. Where: right after the
+ * softmax (once the previous P V is done), or with fwd90_rescale_late
+ * just before the next P V is issued, after this warpgroup's S GEMM
+ * (FA3 does so above head dim 128). ptxas then waits for S before the
+ * multiplies (C7517: it lets no instruction touch a GMMA's registers while
+ * a GMMA group is outstanding), so the multiplies leave the softmax's path
+ * but delay the other warpgroup's turn by them. */
+#ifndef ATTN_RESCALE_LATE
+#define ATTN_RESCALE_LATE 0
+#endif
+constexpr bool fwd90_rescale_late = ATTN_RESCALE_LATE != 0;
+static __device__ __forceinline__ void fwd90_rescale_o(float (&o)[fwd90_dv / 2], float (&alpha)[2]) {
+  /* (Late, the multiplies are not skipped: ptxas puts its wait for S in
+   * front of them, and a wgmma wait or fence is .aligned, for every warp of
+   * the warpgroup or none, which a warp's own vote cannot promise.) */
+  if (!fwd90_rescale_late && !__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f))
+    return;
+#pragma unroll
+  for (int nb = 0; nb < fwd90_dv / 8; ++nb) {
+    o[nb * 4 + 0] *= alpha[0];
+    o[nb * 4 + 1] *= alpha[0];
+    o[nb * 4 + 2] *= alpha[1];
+    o[nb * 4 + 3] *= alpha[1];
+  }
+  alpha[0] = alpha[1] = 1.f;
+}
+
 /* O += P V over one key tile: 16-bit P against V's MN-major tile at vs,
  * or FP8 P against V^T (K-major, stored where the 16-bit tile would be). */
 static __device__ __forceinline__ void fwd90_pv(float (&o)[fwd90_dv / 2],
@@ -1303,6 +1332,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       o[r] = 0.f;
     float row_max[2] = {neg_inf, neg_inf}; /* natural-log units */
     float row_sum[2] = {0.f, 0.f};         /* this lane's partial sums */
+    float o_alpha[2] = {1.f, 1.f};         /* O's pending rescale per row */
 
     if (last_wg && any)
       attn_named_arrive(1); /* warpgroup 0 goes first */
@@ -1359,6 +1389,16 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       attn_wgmma_commit();
       if (it > 0) {
         const unsigned vs = skv + pst * fwd90_stage_bytes + fwd90_k_bytes;
+        /* The previous softmax's rescale of O, while S runs (off the path
+         * from one softmax to the next: this warp would wait for S here). */
+        if constexpr (fwd90_rescale_late) {
+          fwd90_rescale_o(o, o_alpha);
+          /* O's registers may have been written: before P V reads them. By
+           * every warp of the warpgroup whatever its own vote said (the
+           * fence is .aligned: a warp skipping it hung the kernel, session
+           * 34's first run of this order). */
+          attn_wgmma_fence();
+        }
         attn_mbar_wait(bar_v_ready(pst), pph);
         fwd90_pv(o, pa, vs);
       }
@@ -1452,19 +1492,10 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
           asm volatile("" : "+r"(pa[kk][e])::"memory");
       if (it > 0)
         attn_mbar_arrive(bar_empty_v(pst)); /* its V may be refilled */
-      /* O's rescale, skipped where every row of the warp keeps its
-       * maximum (alpha exactly 1: a multiply by 1 changes nothing). With
-       * fwd90_stale that is most tiles; with SNAP's integer maxima most
-       * tiles past the first few. */
-      if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
-#pragma unroll
-        for (int nb = 0; nb < fwd90_dv / 8; ++nb) {
-          o[nb * 4 + 0] *= alpha[0];
-          o[nb * 4 + 1] *= alpha[0];
-          o[nb * 4 + 2] *= alpha[1];
-          o[nb * 4 + 3] *= alpha[1];
-        }
-      }
+      o_alpha[0] = alpha[0];
+      o_alpha[1] = alpha[1];
+      if constexpr (!fwd90_rescale_late)
+        fwd90_rescale_o(o, o_alpha);
       if constexpr (fwd90_p8) {
         /* P for the next round, in FP8: 32-key step kb holds fragments
          * 4kb..4kb+3; a0/a1 take rows g/g+8 of fragments 4kb, 4kb+1, and
@@ -1524,6 +1555,8 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
     }
     if (it > 0) { /* the last tile's P V */
       const unsigned vs = skv + pst * fwd90_stage_bytes + fwd90_k_bytes;
+      if constexpr (fwd90_rescale_late)
+        fwd90_rescale_o(o, o_alpha);
       attn_mbar_wait(bar_v_ready(pst), pph);
       attn_wgmma_fence();
       fwd90_pv(o, pa, vs);

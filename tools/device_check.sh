@@ -88,12 +88,28 @@ if [ "${TESTS:-1}" = 1 ]; then
 # the bf16 one and the FP8 backward's main kernel at D 128. Session 30's own checks all ran
 # (bench/RESULTS.md "Session 30").
 if [ "${FIRST:-0}" = 1 ]; then
-  # Session 33 (never run; FIRST_S33=0 skips): the tile-count test fixed for key tiles of 176,
+  # Session 34 (never run; FIRST_S34=0 skips): the rescale_late variant (O's rescale after the
+  # next S GEMM's issue; its first build hung on a warp-divergent wgmma fence, fixed but not yet
+  # run): every example under it first, with a time limit (a hang must not eat the call), then its
+  # speed beside auto's in one process (same tensors: the rel err columns must match auto's to the
+  # bit), bf16 at D 64, 128 and 256 and FP8 at 128 and 256, then the FP8 tests under it.
+  if [ "${FIRST_S34:-1}" = 1 ]; then
+    step first_late_examples env ATTN_SM90_VARIANT=rescale_late ATTN_TEST_ONLY=examples \
+      timeout 300 "$B/tests/gpu/test_forward"
+    if grep -q " 0 failed" "$L/first_late_examples.log"; then
+      step first_late_ab python3 bench/variant_ab.py --lib "$B/libattn.so" --out "$L/late" \
+        --variants rescale_late --dims 64,128,256 --seqs 2048,8192 --causal
+      step first_late_ab_fp8 python3 bench/variant_ab.py --lib "$B/libattn.so" --out "$L/late8" \
+        --variants rescale_late --dims 128,256 --seqs 4096,8192 --fp8
+      step first_late_fp8 env ATTN_SM90_VARIANT=rescale_late timeout 300 "$B/tests/gpu/test_fp8"
+    fi
+  fi
+  # Session 33 (ran in session 34, H100: bench/RESULTS.md "Session 34"; FIRST_S33=1 reruns it): the tile-count test fixed for key tiles of 176,
   # every example on the softmax whose row maxima are trees (values bit for bit the chain's),
   # then the trees' speed against the build before them (tools/ab_libs.sh, where $B/libattn_old.so
   # is that build: docs/STATUS.md says how to make it; carry .fa4 for FA4's column), and the
   # softcap's cost over plain.
-  if [ "${FIRST_S33:-1}" = 1 ]; then
+  if [ "${FIRST_S33:-0}" = 1 ]; then
     step first_tiles env ATTN_TEST_ONLY=tiles "$B/tests/gpu/test_forward"
     step first_examples env ATTN_TEST_ONLY=examples "$B/tests/gpu/test_forward"
     [ -f "$B/libattn_old.so" ] && step first_tree_ab env OUT="$L/tree-ab" \
