@@ -86,8 +86,13 @@
  *                 (FA3's order above head dim 128), off the path from one
  *                 softmax to the next; ptxas then issues P V only once S is
  *                 done (fwd_sm90.cuh, fwd90_rescale_o). Never measured (its
- *                 first build hung: a warp-divergent wgmma fence, fixed)
- * numbered 0 to 13 in this order (the numbers are the library's option
+ *                 first build hung: a warp-divergent wgmma fence, fixed);
+ *                 with pv_overlap's commits
+ *   pv_overlap    auto, but P V's wgmma group committed in the branch that
+ *                 issues it, so that the consumer's wait for S no longer
+ *                 waits for the previous P V too (fwd_sm90.cuh,
+ *                 fwd90_pv_overlap: what auto's SASS does). Never measured
+ * numbered 0 to 14 in this order (the numbers are the library's option
  * values); 0 is the default below (the fastest
  * measured), and so is any number out of range (the library never fails
  * on a tuning knob).
@@ -125,24 +130,27 @@ typedef struct Sm90Variant {
   Sm90Bn176 bn176;      /* key tiles of 176 at head tiles of 128 (16-bit, dense, unmasked) */
   bool fp8_vt8;         /* FP8 P V's V^T in 8 bits; key tiles of 128 at head tiles of 256 */
   bool rescale_late;    /* O's rescale after the next S GEMM's issue, before its P V */
+  bool pv_overlap;      /* P V's wgmma group committed in its own branch (no dummy group) */
 } Sm90Variant;
 
 static const Sm90Variant sm90_variants[] = {
-    {"auto", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false, false},
-    {"base", 0, false, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false, false},
-    {"persist", 256, false, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false, false},
-    {"bn80", 0, true, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false, false},
-    {"persist_bn80", 256, true, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false, false},
-    {"f16_pv", 256, true, true, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false, false},
-    {"wg3", 256, true, false, WG3_ALWAYS, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false, false},
-    {"kv8_early", 256, true, false, WG3_UNMASKED, true, KV_COPY_NEVER, BN176_PLAIN, false, false},
-    {"kv_copy", 256, true, false, WG3_UNMASKED, false, KV_COPY_ALWAYS, BN176_PLAIN, false, false},
-    {"bn176", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_ALWAYS, false, false},
-    {"fp8_vt8", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, true, false},
-    {"kv8", 256, true, false, WG3_UNMASKED, false, KV_COPY_NEVER, BN176_PLAIN, false, false},
-    {"bn128", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_NEVER, false, false},
+    {"auto", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false, false, false},
+    {"base", 0, false, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false, false, false},
+    {"persist", 256, false, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false, false, false},
+    {"bn80", 0, true, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false, false, false},
+    {"persist_bn80", 256, true, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false, false, false},
+    {"f16_pv", 256, true, true, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false, false, false},
+    {"wg3", 256, true, false, WG3_ALWAYS, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false, false, false},
+    {"kv8_early", 256, true, false, WG3_UNMASKED, true, KV_COPY_NEVER, BN176_PLAIN, false, false, false},
+    {"kv_copy", 256, true, false, WG3_UNMASKED, false, KV_COPY_ALWAYS, BN176_PLAIN, false, false, false},
+    {"bn176", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_ALWAYS, false, false, false},
+    {"fp8_vt8", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, true, false, false},
+    {"kv8", 256, true, false, WG3_UNMASKED, false, KV_COPY_NEVER, BN176_PLAIN, false, false, false},
+    {"bn128", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_NEVER, false, false, false},
     {"rescale_late", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     true},
+     true, true},
+    {"pv_overlap", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
+     false, true},
 };
 _Static_assert(sizeof sm90_variants / sizeof sm90_variants[0] == SM90_NVARIANTS,
                "attnc.h's SM90_NVARIANTS counts the variants");
@@ -282,6 +290,7 @@ int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool fp8_p, 
       out->kv8_early = mode == ATTN_FWD90_KV8E;
       out->vt8 = vt8 && out->fp8_pv;
       out->rescale_late = var->rescale_late;
+      out->pv_overlap = var->pv_overlap;
       return 0;
     }
   }

@@ -418,6 +418,19 @@ static __device__ __forceinline__ unsigned fwd90_pack_p16(float x0, float x1) {
 #define ATTN_RESCALE_LATE 0
 #endif
 constexpr bool fwd90_rescale_late = ATTN_RESCALE_LATE != 0;
+/* P V's group committed inside the branch that issues it (and an empty one
+ * in the other), instead of once after the branch. With the one commit,
+ * ptxas closes P V's group at the branch's end and makes the commit a
+ * third, empty group (a dummy HGMMA.64x8x16 issued every tile); groups
+ * complete in order, so the consumer's wait<1> for S then also waits for
+ * the previous tile's P V, which the schedule means to overlap with the
+ * softmax (SASS and ncu of session 34: the dummy HGMMA and that wait hold
+ * 21% of the forward's stall samples at D 128). The pv_overlap variant
+ * until measured. */
+#ifndef ATTN_PV_OVERLAP
+#define ATTN_PV_OVERLAP 0
+#endif
+constexpr bool fwd90_pv_overlap = ATTN_PV_OVERLAP != 0 || fwd90_rescale_late;
 static __device__ __forceinline__ void fwd90_rescale_o(float (&o)[fwd90_dv / 2], float (&alpha)[2]) {
   /* (Late, the multiplies are not skipped: ptxas puts its wait for S in
    * front of them, and a wgmma wait or fence is .aligned, for every warp of
@@ -1401,10 +1414,16 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
         }
         attn_mbar_wait(bar_v_ready(pst), pph);
         fwd90_pv(o, pa, vs);
+        if constexpr (fwd90_pv_overlap)
+          attn_wgmma_commit();
+      } else if constexpr (fwd90_pv_overlap) {
+        attn_wgmma_commit();
       }
       /* Always a second group (empty in the first round), so one wait<1>
-       * below means "S is done" on every path. */
-      attn_wgmma_commit();
+       * below means "S is done" on every path (fwd90_pv_overlap: committed
+       * in each branch). */
+      if constexpr (!fwd90_pv_overlap)
+        attn_wgmma_commit();
       if (!(last_wg && !more))
         attn_named_arrive(next_turn);
 

@@ -88,20 +88,27 @@ if [ "${TESTS:-1}" = 1 ]; then
 # the bf16 one and the FP8 backward's main kernel at D 128. Session 30's own checks all ran
 # (bench/RESULTS.md "Session 30").
 if [ "${FIRST:-0}" = 1 ]; then
-  # Session 34 (never run; FIRST_S34=0 skips): the rescale_late variant (O's rescale after the
-  # next S GEMM's issue; its first build hung on a warp-divergent wgmma fence, fixed but not yet
-  # run): every example under it first, with a time limit (a hang must not eat the call), then its
-  # speed beside auto's in one process (same tensors: the rel err columns must match auto's to the
-  # bit), bf16 at D 64, 128 and 256 and FP8 at 128 and 256, then the FP8 tests under it.
+  # Session 34 (never run; FIRST_S34=0 skips): two variants of the consumer's wgmma groups.
+  # pv_overlap: P V's group committed in its own branch, so the wait for S stops waiting for the
+  # previous P V too (auto's SASS waited for both: a dummy HGMMA closed a third group; session 34's
+  # ncu put 21% of the D 128 forward's stall samples at that HGMMA and wait). rescale_late: the
+  # same commits, and O's rescale after the next S GEMM's issue (its first build hung on a
+  # warp-divergent wgmma fence, fixed, not yet run). Each variant's examples and FP8 tests first,
+  # with a time limit (a hang must not eat the call), then both beside auto in one process (same
+  # tensors: the rel err columns must match auto's to the bit), bf16 D 64/128/256 and FP8 128/256.
   if [ "${FIRST_S34:-1}" = 1 ]; then
-    step first_late_examples env ATTN_SM90_VARIANT=rescale_late ATTN_TEST_ONLY=examples \
-      timeout 300 "$B/tests/gpu/test_forward"
-    if grep -q " 0 failed" "$L/first_late_examples.log"; then
-      step first_late_ab python3 bench/variant_ab.py --lib "$B/libattn.so" --out "$L/late" \
-        --variants rescale_late --dims 64,128,256 --seqs 2048,8192 --causal
-      step first_late_ab_fp8 python3 bench/variant_ab.py --lib "$B/libattn.so" --out "$L/late8" \
-        --variants rescale_late --dims 128,256 --seqs 4096,8192 --fp8
-      step first_late_fp8 env ATTN_SM90_VARIANT=rescale_late timeout 300 "$B/tests/gpu/test_fp8"
+    ok34=1
+    for v in pv_overlap rescale_late; do
+      step first_${v}_examples env ATTN_SM90_VARIANT=$v ATTN_TEST_ONLY=examples \
+        timeout 300 "$B/tests/gpu/test_forward"
+      step first_${v}_fp8 env ATTN_SM90_VARIANT=$v timeout 200 "$B/tests/gpu/test_fp8"
+      grep -q " 0 failed" "$L/first_${v}_examples.log" || ok34=0
+    done
+    if [ $ok34 = 1 ]; then
+      step first_s34_ab python3 bench/variant_ab.py --lib "$B/libattn.so" --out "$L/s34" \
+        --variants pv_overlap,rescale_late --dims 64,128,256 --seqs 2048,8192 --causal
+      step first_s34_ab_fp8 python3 bench/variant_ab.py --lib "$B/libattn.so" --out "$L/s34f8" \
+        --variants pv_overlap,rescale_late --dims 128,256 --seqs 4096,8192 --fp8
     fi
   fi
   # Session 33 (ran in session 34, H100: bench/RESULTS.md "Session 34"; FIRST_S33=1 reruns it): the tile-count test fixed for key tiles of 176,

@@ -359,12 +359,12 @@ Test(layout, fwd90_fp8_vt8_configs) {
   cr_assert(!h.vt8, "16-bit");
 }
 
-/* The rescale_late variant (13): auto's tiles everywhere, O's rescale moved
- * (ATTN_RESCALE_LATE); no other variant sets it. */
+/* The rescale_late (13) and pv_overlap (14) variants: auto's tiles
+ * everywhere; rescale_late moves O's rescale (ATTN_RESCALE_LATE) and takes
+ * pv_overlap's commits (ATTN_PV_OVERLAP); no other variant sets either. */
 Test(layout, fwd90_rescale_late_configs) {
   const int v = tmpl_sm90_variant_index("rescale_late");
   cr_assert_eq(v, 13);
-  cr_assert_eq(v, SM90_NVARIANTS - 1);
   static const int dims[] = {64, 128, 256};
   for (size_t k = 0; k < sizeof dims / sizeof dims[0]; k++)
     for (unsigned traits = 0; traits <= SM90_MASKED; traits++) {
@@ -372,13 +372,22 @@ Test(layout, fwd90_rescale_late_configs) {
       cr_assert_eq(tmpl_sm90_config(dims[k], dims[k], 2, 2, false, traits, false, v, &h), 0);
       cr_assert_eq(tmpl_sm90_config(dims[k], dims[k], 2, 2, false, traits, false, 0, &a), 0);
       cr_assert(h.rescale_late && !a.rescale_late, "D %d", dims[k]);
+      cr_assert(h.pv_overlap && !a.pv_overlap, "D %d", dims[k]);
       cr_assert(h.bm == a.bm && h.bn == a.bn && h.stages == a.stages &&
                     h.smem_bytes == a.smem_bytes && h.threads == a.threads,
                 "D %d", dims[k]);
     }
-  for (int w = 0; w < SM90_NVARIANTS - 1; w++) {
-    Sm90Config h;
+  const int pv = tmpl_sm90_variant_index("pv_overlap");
+  cr_assert_eq(pv, 14);
+  cr_assert_eq(pv, SM90_NVARIANTS - 1);
+  for (int w = 0; w < SM90_NVARIANTS; w++) {
+    Sm90Config h, a;
     cr_assert_eq(tmpl_sm90_config(128, 128, 2, 2, false, 0, false, w, &h), 0);
-    cr_assert(!h.rescale_late, "variant %d", w);
+    cr_assert_eq(h.rescale_late, w == v, "variant %d", w);
+    cr_assert_eq(h.pv_overlap, w == v || w == pv, "variant %d", w);
+    if (w == pv) { /* auto's tiles */
+      cr_assert_eq(tmpl_sm90_config(128, 128, 2, 2, false, 0, false, 0, &a), 0);
+      cr_assert(h.bn == a.bn && h.stages == a.stages && h.bm == a.bm);
+    }
   }
 }
