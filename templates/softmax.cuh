@@ -74,6 +74,19 @@ static __device__ __forceinline__ void attn_rows_extreme(Frag frag, Op op, const
     e[r] = op(e[r], __shfl_xor_sync(0xffffffffu, e[r], 2));
 }
 
+/* The factor a row's running sum and O take when its maximum goes from
+ * old_mx to mx (base: mx log2 e, or 0 where mx is -inf): exactly 1 where the
+ * maximum stays. exp2(old_mx log2 e - base) is not: the compiler contracts
+ * it into fma(old_mx, log2 e, -base), which leaves base's rounding error
+ * (up to 2^-22 for maxima near 4), and exp2 of that is 1 + a few ulps, so
+ * fwd_sm90's skip of O's rescale (every row of the warp at alpha 1) almost
+ * never fired: ncu (session 34) counted the rescale on 97% of the tiles of
+ * a plain D 128 forward, whose stale maxima should keep nearly all. A row
+ * with no key yet (both -inf) gets 1 too: its sum and O are 0. */
+static __device__ __forceinline__ float attn_alpha(float old_mx, float mx, float base) {
+  return old_mx == mx ? 1.f : attn_exp2(old_mx * 1.4426950408889634f - base);
+}
+
 template <bool STALE>
 static __device__ __forceinline__ float attn_row_max_next(float old_mx, float tile_mx) {
   const float mx = fmaxf(old_mx, tile_mx);
@@ -109,7 +122,7 @@ static __device__ __forceinline__ void attn_softmax_tile(Frag frag, float (&row_
       row_max[r] = new_b == neg_inf ? neg_inf : new_b * 0.6931471805599453f;
     } else {
       base = mx == neg_inf ? 0.f : mx * log2e;
-      alpha = attn_exp2(row_max[r] * log2e - base);
+      alpha = attn_alpha(row_max[r], mx, base);
       row_max[r] = mx;
     }
     float sum = 0.f;
@@ -176,7 +189,7 @@ static __device__ __forceinline__ void attn_softmax_tile_qk(Frag frag, float (&r
     } else {
       const float mx = attn_row_max_next<STALE>(row_max[r], tile_mx);
       base = mx == neg_inf ? 0.f : mx * 1.4426950408889634f;
-      alpha = attn_exp2(row_max[r] * 1.4426950408889634f - base);
+      alpha = attn_alpha(row_max[r], mx, base);
       row_max[r] = mx;
     }
     float sum = 0.f;

@@ -99,6 +99,7 @@ static void online(const Row (&rows)[2], float c, float o[2][DV], float lse[2], 
           s[n][2 * r + x] = !rows[r].keep[j] ? fill : QK ? a * up[r] : a * c;
         }
     float alpha[2];
+    const float max_before[2] = {row_max[0], row_max[1]};
     auto frag = [&](int n, int k) -> float & { return s[n][k]; };
     auto on_row = [&](int r, float al) { alpha[r] = al; };
     if constexpr (QK)
@@ -107,6 +108,16 @@ static void online(const Row (&rows)[2], float c, float o[2][DV], float lse[2], 
     else
       attn_softmax_tile<N, false, STALE, F>(frag, row_max, row_sum, on_row);
     rescales += alpha[0] != 1.f || alpha[1] != 1.f;
+    /* A row whose maximum stays must get alpha exactly 1: fwd_sm90 skips
+     * O's rescale only then. (Built with fma contraction, as NVVM builds
+     * the template: exp2(old log2 e - base) contracted into an fma gave
+     * 1 + a few ulps, and the skip never fired; session 34.) */
+    for (int r = 0; r < 2; r++)
+      if (row_max[r] == max_before[r] && alpha[r] != 1.f) {
+        failures++;
+        std::printf("FAIL: row %d kept its maximum %g but alpha is %.9g\n", r, row_max[r],
+                    alpha[r]);
+      }
     for (int r = 0; r < 2; r++) {
       for (int d = 0; d < DV; d++) o[r][d] *= alpha[r];
       for (int n = 0; n < N; n++)
