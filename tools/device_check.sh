@@ -111,6 +111,15 @@ if [ "${FIRST:-0}" = 1 ]; then
         --variants pv_overlap,rescale_late --dims 128,256 --seqs 4096,8192 --fp8
     fi
   fi
+  # Session 34, last: O's rescale skip fixed (attn_alpha: alpha exactly 1 where a row keeps its
+  # maximum; it almost never was). Every variant above includes it, so its own effect is an A/B of
+  # libraries: $B/libattn_old.so built from the commit before it (docs/STATUS.md says how), same
+  # tensors, two rounds; values differ in the last bits (alpha was 1 +- an ulp), so the rel err
+  # columns agree only to about 1e-6. FIRST_S34_ALPHA=0 skips it.
+  if [ "${FIRST_S34_ALPHA:-1}" = 1 ] && [ -f "$B/libattn_old.so" ]; then
+    step first_alpha_ab env OUT="$L/alpha-ab" ROUNDS=2 \
+      bash tools/ab_libs.sh "$B/libattn_old.so" "$B/libattn.so" --seqs 2048,8192
+  fi
   # Session 33 (ran in session 34, H100: bench/RESULTS.md "Session 34"; FIRST_S33=1 reruns it): the tile-count test fixed for key tiles of 176,
   # every example on the softmax whose row maxima are trees (values bit for bit the chain's),
   # then the trees' speed against the build before them (tools/ab_libs.sh, where $B/libattn_old.so
