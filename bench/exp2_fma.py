@@ -2,7 +2,7 @@
 bar: softcap <= 10% over plain at D 128 and 256, <= 25% at D 64).
 
     python3 bench/exp2_fma.py [--lib build/libattn.so] [--out DIR] [--dims 64,128,256] [--seq 4096]
-                              [--settings none,1/4,2/4,3/4,4/4]
+                              [--settings none,1/4,2/4,3/4,4/4] [--variant pv_overlap]
 
 Per head dim, in one process on the same tensors (B*S = 16384, H = 2048/D, non-causal): the plain
 graph and the softcapped one (30 tanh(s / 30), as bench.py's variant), each compiled with
@@ -45,6 +45,9 @@ def main():
     ap.add_argument("--seq", type=int, default=4096)
     ap.add_argument("--settings", default=",".join(n for n, _ in SETTINGS),
                     help="which settings to time (none alone: softcap's cost over plain at the default)")
+    ap.add_argument("--variant", default="auto",
+                    help="fwd_sm90's variant for every compile (e.g. pv_overlap: the split measured "
+                         "again once P V overlaps the softmax)")
     args = ap.parse_args()
     wanted = args.settings.split(",")
     unknown = [w for w in wanted if w not in dict(SETTINGS)]
@@ -54,6 +57,7 @@ def main():
     torch.manual_seed(0)
     torch.zeros(1, device="cuda")
     attn = Attn(os.path.abspath(args.lib))
+    attn.set_sm90_variant(args.variant)
     rows = []
     S = args.seq
     for D in (int(d) for d in args.dims.split(",")):
@@ -86,7 +90,8 @@ def main():
         del sets, refs
         torch.cuda.empty_cache()
     lines = [f"GPU: {torch.cuda.get_device_name()}; driver {driver_version()}; {time.strftime('%Y-%m-%d')}",
-             "", f"S {S}, B*S = 16384, H = 2048/D, non-causal; softcap 30 tanh(s / 30).", "",
+             "", f"S {S}, B*S = 16384, H = 2048/D, non-causal; softcap 30 tanh(s / 30); fwd_sm90 "
+             f"variant {args.variant}.", "",
              "| D | graph | setting | ms | TFLOP/s | vs none | softcap over plain (same setting) | rel err |",
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:

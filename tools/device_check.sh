@@ -120,6 +120,14 @@ if [ "${FIRST:-0}" = 1 ]; then
     step first_alpha_ab env OUT="$L/alpha-ab" ROUNDS=2 \
       bash tools/ab_libs.sh "$B/libattn_old.so" "$B/libattn.so" --seqs 2048,8192
   fi
+  # Session 34, after those: the exponentials' split between MUFU and the FMA pipe again, under
+  # pv_overlap (it lost 3-11% in session 32 while the softmax waited for P V as well; with P V
+  # under the softmax, MUFU's 8 clocks an ex2 per warp are the exp block's floor: session 34's
+  # ncu put 10.5% of D 128's samples on MUFU's fixed-latency wait). FIRST_S34_EXP2=0 skips.
+  if [ "${FIRST_S34_EXP2:-1}" = 1 ]; then
+    step first_exp2_overlap python3 bench/exp2_fma.py --lib "$B/libattn.so" --out "$L/exp2ov" \
+      --variant pv_overlap --settings none,1/4 --dims 64,128
+  fi
   # Session 33 (ran in session 34, H100: bench/RESULTS.md "Session 34"; FIRST_S33=1 reruns it): the tile-count test fixed for key tiles of 176,
   # every example on the softmax whose row maxima are trees (values bit for bit the chain's),
   # then the trees' speed against the build before them (tools/ab_libs.sh, where $B/libattn_old.so
