@@ -97,21 +97,21 @@ if [ "${FIRST:-0}" = 1 ]; then
   # with a time limit (a hang must not eat the call), then both beside auto in one process (same
   # tensors: the rel err columns must match auto's to the bit), bf16 D 64/128/256 and FP8 128/256.
   if [ "${FIRST_S34:-1}" = 1 ]; then
-    ok34=1
+    ok34=  # the variants whose examples passed (a hang or failure keeps a variant out of the A/B)
     for v in pv_overlap rescale_late; do
       step first_${v}_examples env ATTN_SM90_VARIANT=$v ATTN_TEST_ONLY=examples \
         timeout 300 "$B/tests/gpu/test_forward"
       step first_${v}_fp8 env ATTN_SM90_VARIANT=$v timeout 200 "$B/tests/gpu/test_fp8"
-      grep -q " 0 failed" "$L/first_${v}_examples.log" || ok34=0
+      grep -q " 0 failed" "$L/first_${v}_examples.log" && ok34=${ok34:+$ok34,}$v
     done
-    if [ $ok34 = 1 ]; then
+    if [ -n "$ok34" ]; then
       step first_s34_ab python3 bench/variant_ab.py --lib "$B/libattn.so" --out "$L/s34" \
-        --variants pv_overlap,rescale_late --dims 64,128,256 --seqs 2048,8192 --causal
+        --variants "$ok34" --dims 64,128,256 --seqs 2048,8192 --causal
       step first_s34_ab_fp8 python3 bench/variant_ab.py --lib "$B/libattn.so" --out "$L/s34f8" \
-        --variants pv_overlap,rescale_late --dims 128,256 --seqs 4096,8192 --fp8
+        --variants "$ok34" --dims 128,256 --seqs 4096,8192 --fp8
     fi
   fi
-  # Session 34, last: O's rescale skip fixed (attn_alpha: alpha exactly 1 where a row keeps its
+  # Session 34, then: O's rescale skip fixed (attn_alpha: alpha exactly 1 where a row keeps its
   # maximum; it almost never was). Every variant above includes it, so its own effect is an A/B of
   # libraries: $B/libattn_old.so built from the commit before it (docs/STATUS.md says how), same
   # tensors, two rounds; values differ in the last bits (alpha was 1 +- an ulp), so the rel err
