@@ -426,11 +426,11 @@ constexpr bool fwd90_rescale_late = ATTN_RESCALE_LATE != 0;
  * the previous tile's P V, which the schedule means to overlap with the
  * softmax (SASS and ncu of session 34: the dummy HGMMA and that wait hold
  * 21% of the forward's stall samples at D 128). The pv_overlap variant
- * until measured. */
+ * until measured (rescale_late's row in tmpl_sm90.c sets it too). */
 #ifndef ATTN_PV_OVERLAP
 #define ATTN_PV_OVERLAP 0
 #endif
-constexpr bool fwd90_pv_overlap = ATTN_PV_OVERLAP != 0 || fwd90_rescale_late;
+constexpr bool fwd90_pv_overlap = ATTN_PV_OVERLAP != 0;
 static __device__ __forceinline__ void fwd90_rescale_o(float (&o)[fwd90_dv / 2], float (&alpha)[2]) {
   /* (Late, the multiplies are not skipped: ptxas puts its wait for S in
    * front of them, and a wgmma wait or fence is .aligned, for every warp of

@@ -36,17 +36,17 @@ static const RtDriver *gpu_test_driver(void) {
   return d;
 }
 
-/* A context for the tests, without the disk cache (every compile is
- * fresh), with the Hopper forward's variant ATTN_SM90_VARIANT names
- * (tmpl_sm90.c) and the key blocks of four whose exponentials run on the
- * FMA pipe, ATTN_EXP2_FMA=0..4, as for the attnc command; NULL when it
- * cannot be made. */
 /* The option value ATTN_SM90_VARIANT names, 0 (auto) where it names none. */
 static int gpu_test_sm90_variant(void) {
   const int variant = tmpl_sm90_variant_index(getenv("ATTN_SM90_VARIANT"));
   return variant > 0 ? variant : 0;
 }
 
+/* A context for the tests, without the disk cache (every compile is
+ * fresh), with the Hopper forward's variant ATTN_SM90_VARIANT names
+ * (tmpl_sm90.c) and the key blocks of four whose exponentials run on the
+ * FMA pipe, ATTN_EXP2_FMA=0..4, as for the attnc command; NULL when it
+ * cannot be made. */
 static attn_context *gpu_test_context(void) {
   attn_context *ctx;
   if (attn_context_create(&ctx) != ATTN_SUCCESS) return NULL;
