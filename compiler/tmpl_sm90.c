@@ -85,14 +85,21 @@
  *                 next tile's S GEMM is issued and runs before its P V
  *                 (FA3's order above head dim 128), off the path from one
  *                 softmax to the next; ptxas then issues P V only once S is
- *                 done (fwd_sm90.cuh, fwd90_rescale_o). Never measured (its
- *                 first build hung: a warp-divergent wgmma fence, fixed);
- *                 with pv_overlap's commits
+ *                 done (fwd_sm90.cuh, fwd90_rescale_o); with pv_overlap's
+ *                 commits, everywhere. H100, session 35: +9-10% over auto
+ *                 of session 34 at D 64 causal (two consumer warpgroups),
+ *                 -3 to -7% at D 64 unmasked (three), -2 to -5% at 128 and
+ *                 256; auto takes it where it gained (below)
  *   pv_overlap    auto, but P V's wgmma group committed in the branch that
- *                 issues it, so that the consumer's wait for S no longer
- *                 waits for the previous P V too (fwd_sm90.cuh,
- *                 fwd90_pv_overlap: what auto's SASS does). Never measured
- * numbered 0 to 14 in this order (the numbers are the library's option
+ *                 issues it everywhere, FP8 q, k and v included (fwd_sm90.cuh,
+ *                 fwd90_pv_overlap). H100, session 35: FP8 0.95-1.02x of
+ *                 the single commit, so auto keeps that for FP8
+ *   pv_once       auto, but P V's group closed by one commit after the
+ *                 branch everywhere (session 34's auto: ptxas closed it at
+ *                 the branch's end and made the commit a third, empty
+ *                 group, so the consumer's wait for S waited for the
+ *                 previous P V too; for measuring against)
+ * numbered 0 to 15 in this order (the numbers are the library's option
  * values); 0 is the default below (the fastest
  * measured), and so is any number out of range (the library never fails
  * on a tuning knob).
@@ -119,6 +126,17 @@ typedef enum { KV_COPY_NEVER, KV_COPY_SAME_SEQ, KV_COPY_ALWAYS } Sm90KvCopy;
  * bias or table read there spilled 36-236 bytes at 176), or always. */
 typedef enum { BN176_NEVER, BN176_PLAIN, BN176_ALWAYS } Sm90Bn176;
 
+/* Where P V's wgmma group is committed in the branch that issues it (the
+ * consumer's wait for S then leaves the previous P V running): never (one
+ * commit after the branch), for 16-bit q, k and v, or always; and where
+ * O's rescale waits for the next S GEMM's issue: never, at head tiles up
+ * to 64 under two consumer warpgroups (16-bit), or always. H100, session
+ * 35 (bench/NOTES-sm90.md): the commit in its branch +1-8% for 16-bit
+ * (0.98-1.01x at D 256 unmasked), 0.95-1.02x for FP8 q, k and v; the late
+ * rescale +9-10% at D 64 causal, a loss everywhere else. */
+typedef enum { PV_ONCE, PV_OVERLAP_16, PV_OVERLAP_ALWAYS } Sm90PvCommit;
+typedef enum { RESCALE_EARLY, RESCALE_LATE_NARROW2, RESCALE_LATE_ALWAYS } Sm90Rescale;
+
 typedef struct Sm90Variant {
   const char *name;
   int persistent_max_d; /* persistent grid up to this head dim (0: never) */
@@ -129,28 +147,43 @@ typedef struct Sm90Variant {
   Sm90KvCopy kv_copy;   /* a dense FP8 KV cache widened into a 16-bit copy first */
   Sm90Bn176 bn176;      /* key tiles of 176 at head tiles of 128 (16-bit, dense, unmasked) */
   bool fp8_vt8;         /* FP8 P V's V^T in 8 bits; key tiles of 128 at head tiles of 256 */
-  bool rescale_late;    /* O's rescale after the next S GEMM's issue, before its P V */
-  bool pv_overlap;      /* P V's wgmma group committed in its own branch (no dummy group) */
+  Sm90Rescale rescale;  /* O's rescale after the next S GEMM's issue, before its P V */
+  Sm90PvCommit pv;      /* P V's wgmma group committed in its own branch (no dummy group) */
 } Sm90Variant;
 
 static const Sm90Variant sm90_variants[] = {
-    {"auto", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false, false, false},
-    {"base", 0, false, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false, false, false},
-    {"persist", 256, false, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false, false, false},
-    {"bn80", 0, true, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false, false, false},
-    {"persist_bn80", 256, true, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false, false, false},
-    {"f16_pv", 256, true, true, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false, false, false},
-    {"wg3", 256, true, false, WG3_ALWAYS, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false, false, false},
-    {"kv8_early", 256, true, false, WG3_UNMASKED, true, KV_COPY_NEVER, BN176_PLAIN, false, false, false},
-    {"kv_copy", 256, true, false, WG3_UNMASKED, false, KV_COPY_ALWAYS, BN176_PLAIN, false, false, false},
-    {"bn176", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_ALWAYS, false, false, false},
-    {"fp8_vt8", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, true, false, false},
-    {"kv8", 256, true, false, WG3_UNMASKED, false, KV_COPY_NEVER, BN176_PLAIN, false, false, false},
-    {"bn128", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_NEVER, false, false, false},
+    {"auto", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16},
+    {"base", 0, false, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false,
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16},
+    {"persist", 256, false, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false,
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16},
+    {"bn80", 0, true, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false,
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16},
+    {"persist_bn80", 256, true, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false,
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16},
+    {"f16_pv", 256, true, true, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16},
+    {"wg3", 256, true, false, WG3_ALWAYS, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16},
+    {"kv8_early", 256, true, false, WG3_UNMASKED, true, KV_COPY_NEVER, BN176_PLAIN, false,
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16},
+    {"kv_copy", 256, true, false, WG3_UNMASKED, false, KV_COPY_ALWAYS, BN176_PLAIN, false,
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16},
+    {"bn176", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_ALWAYS, false,
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16},
+    {"fp8_vt8", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, true,
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16},
+    {"kv8", 256, true, false, WG3_UNMASKED, false, KV_COPY_NEVER, BN176_PLAIN, false,
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16},
+    {"bn128", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_NEVER, false,
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16},
     {"rescale_late", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     true, true},
+     RESCALE_LATE_ALWAYS, PV_OVERLAP_ALWAYS},
     {"pv_overlap", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     false, true},
+     RESCALE_EARLY, PV_OVERLAP_ALWAYS},
+    {"pv_once", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
+     RESCALE_EARLY, PV_ONCE},
 };
 _Static_assert(sizeof sm90_variants / sizeof sm90_variants[0] == SM90_NVARIANTS,
                "attnc.h's SM90_NVARIANTS counts the variants");
@@ -289,8 +322,13 @@ int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool fp8_p, 
       out->fp8_pv = fp8_pv && (list[k].bn == 64 || list[k].bn == 128);
       out->kv8_early = mode == ATTN_FWD90_KV8E;
       out->vt8 = vt8 && out->fp8_pv;
-      out->rescale_late = var->rescale_late;
-      out->pv_overlap = var->pv_overlap;
+      /* The late rescale takes the branch commits (its P V is issued
+       * after S's group is closed). */
+      out->rescale_late = var->rescale == RESCALE_LATE_ALWAYS ||
+                          (var->rescale == RESCALE_LATE_NARROW2 && mode == ATTN_FWD90_16 &&
+                           wgs == 2 && tmax <= 64);
+      out->pv_overlap = out->rescale_late || var->pv == PV_OVERLAP_ALWAYS ||
+                        (var->pv == PV_OVERLAP_16 && mode == ATTN_FWD90_16);
       return 0;
     }
   }

@@ -410,7 +410,8 @@ static __device__ __forceinline__ unsigned fwd90_pack_p16(float x0, float x1) {
  * (alpha exactly 1: a multiply by 1 changes nothing); alpha is 1 after. Where: right after the
  * softmax (once the previous P V is done), or with fwd90_rescale_late
  * just before the next P V is issued, after this warpgroup's S GEMM
- * (FA3 does so above head dim 128). ptxas then waits for S before the
+ * (FA3 does so above head dim 128; auto here only at head tiles of 64
+ * under two consumer warpgroups, where it measured +3-10% on the H100). ptxas then waits for S before the
  * multiplies (C7517: it lets no instruction touch a GMMA's registers while
  * a GMMA group is outstanding), so the multiplies leave the softmax's path
  * but delay the other warpgroup's turn by them. */
@@ -425,8 +426,9 @@ constexpr bool fwd90_rescale_late = ATTN_RESCALE_LATE != 0;
  * complete in order, so the consumer's wait<1> for S then also waits for
  * the previous tile's P V, which the schedule means to overlap with the
  * softmax (SASS and ncu of session 34: the dummy HGMMA and that wait hold
- * 21% of the forward's stall samples at D 128). The pv_overlap variant
- * until measured (rescale_late's row in tmpl_sm90.c sets it too). */
+ * 21% of the forward's stall samples at D 128). Auto's for 16-bit q, k
+ * and v since session 35 (H100: +1-8%; FP8 q, k, v measured 0.95-1.02x,
+ * so they keep the one commit; tmpl_sm90.c says where each is taken). */
 #ifndef ATTN_PV_OVERLAP
 #define ATTN_PV_OVERLAP 0
 #endif

@@ -88,7 +88,9 @@ if [ "${TESTS:-1}" = 1 ]; then
 # the bf16 one and the FP8 backward's main kernel at D 128. Session 30's own checks all ran
 # (bench/RESULTS.md "Session 30").
 if [ "${FIRST:-0}" = 1 ]; then
-  # Session 34 (never run; FIRST_S34=0 skips): two variants of the consumer's wgmma groups.
+  # Session 34 (ran in session 35, H100: bench/RESULTS.md "Session 35"; FIRST_S34=1 reruns it,
+  # S34_VARIANTS=one name and S34_AB=a list to split it over calls): two variants of the
+  # consumer's wgmma groups.
   # pv_overlap: P V's group committed in its own branch, so the wait for S stops waiting for the
   # previous P V too (auto's SASS waited for both: a dummy HGMMA closed a third group; session 34's
   # ncu put 21% of the D 128 forward's stall samples at that HGMMA and wait). rescale_late: the
@@ -96,9 +98,9 @@ if [ "${FIRST:-0}" = 1 ]; then
   # warp-divergent wgmma fence, fixed, not yet run). Each variant's examples and FP8 tests first,
   # with a time limit (a hang must not eat the call), then both beside auto in one process (same
   # tensors: the rel err columns must match auto's to the bit), bf16 D 64/128/256 and FP8 128/256.
-  if [ "${FIRST_S34:-1}" = 1 ]; then
+  if [ "${FIRST_S34:-0}" = 1 ]; then
     ok34=  # the variants whose examples passed (a hang or failure keeps a variant out of the A/B)
-    for v in pv_overlap rescale_late; do
+    for v in ${S34_VARIANTS:-pv_overlap rescale_late}; do  # S34_VARIANTS: a subset, one call each
       step first_${v}_examples env ATTN_SM90_VARIANT=$v ATTN_TEST_ONLY=examples \
         timeout 300 "$B/tests/gpu/test_forward"
       step first_${v}_fp8 env ATTN_SM90_VARIANT=$v timeout 200 "$B/tests/gpu/test_fp8"
@@ -106,25 +108,26 @@ if [ "${FIRST:-0}" = 1 ]; then
     done
     if [ -n "$ok34" ]; then
       step first_s34_ab python3 bench/variant_ab.py --lib "$B/libattn.so" --out "$L/s34" \
-        --variants "$ok34" --dims 64,128,256 --seqs 2048,8192 --causal
+        --variants "${S34_AB:-$ok34}" --dims 64,128,256 --seqs 2048,8192 --causal
       step first_s34_ab_fp8 python3 bench/variant_ab.py --lib "$B/libattn.so" --out "$L/s34f8" \
-        --variants "$ok34" --dims 128,256 --seqs 4096,8192 --fp8
+        --variants "${S34_AB:-$ok34}" --dims 128,256 --seqs 4096,8192 --fp8
     fi
   fi
   # Session 34, then: O's rescale skip fixed (attn_alpha: alpha exactly 1 where a row keeps its
   # maximum; it almost never was). Every variant above includes it, so its own effect is an A/B of
   # libraries: $B/libattn_old.so built from the commit before it (docs/STATUS.md says how), same
   # tensors, two rounds; values differ in the last bits (alpha was 1 +- an ulp), so the rel err
-  # columns agree only to about 1e-6. FIRST_S34_ALPHA=0 skips it.
-  if [ "${FIRST_S34_ALPHA:-1}" = 1 ] && [ -f "$B/libattn_old.so" ]; then
+  # columns agree only to about 1e-6. Ran in session 35 (+5.5%); FIRST_S34_ALPHA=1 reruns it.
+  if [ "${FIRST_S34_ALPHA:-0}" = 1 ] && [ -f "$B/libattn_old.so" ]; then
     step first_alpha_ab env OUT="$L/alpha-ab" ROUNDS=2 \
       bash tools/ab_libs.sh "$B/libattn_old.so" "$B/libattn.so" --seqs 2048,8192
   fi
   # Session 34, after those: the exponentials' split between MUFU and the FMA pipe again, under
   # pv_overlap (it lost 3-11% in session 32 while the softmax waited for P V as well; with P V
   # under the softmax, MUFU's 8 clocks an ex2 per warp are the exp block's floor: session 34's
-  # ncu put 10.5% of D 128's samples on MUFU's fixed-latency wait). FIRST_S34_EXP2=0 skips.
-  if [ "${FIRST_S34_EXP2:-1}" = 1 ]; then
+  # ncu put 10.5% of D 128's samples on MUFU's fixed-latency wait). Ran in session 35 under the
+  # new auto (which commits as pv_overlap does): the split still loses; FIRST_S34_EXP2=1 reruns it.
+  if [ "${FIRST_S34_EXP2:-0}" = 1 ]; then
     step first_exp2_overlap python3 bench/exp2_fma.py --lib "$B/libattn.so" --out "$L/exp2ov" \
       --variant pv_overlap --settings none,1/4 --dims 64,128
   fi

@@ -359,35 +359,47 @@ Test(layout, fwd90_fp8_vt8_configs) {
   cr_assert(!h.vt8, "16-bit");
 }
 
-/* The rescale_late (13) and pv_overlap (14) variants: auto's tiles
- * everywhere; rescale_late moves O's rescale (ATTN_RESCALE_LATE) and takes
- * pv_overlap's commits (ATTN_PV_OVERLAP); no other variant sets either. */
+/* The rescale_late (13), pv_overlap (14) and pv_once (15) variants and
+ * auto's choice between them (session 35's measurements): every one takes
+ * auto's tiles; auto commits P V in its branch (ATTN_PV_OVERLAP) for
+ * 16-bit q, k and v only, and rescales O late (ATTN_RESCALE_LATE, which
+ * takes the branch commits) only at head tiles of 64 under two consumer
+ * warpgroups (a mask); rescale_late and pv_overlap do theirs everywhere,
+ * pv_once neither. */
 Test(layout, fwd90_rescale_late_configs) {
-  const int v = tmpl_sm90_variant_index("rescale_late");
-  cr_assert_eq(v, 13);
+  const int late = tmpl_sm90_variant_index("rescale_late");
+  const int pv = tmpl_sm90_variant_index("pv_overlap");
+  const int once = tmpl_sm90_variant_index("pv_once");
+  cr_assert_eq(late, 13);
+  cr_assert_eq(pv, 14);
+  cr_assert_eq(once, 15);
+  cr_assert_eq(once, SM90_NVARIANTS - 1);
   static const int dims[] = {64, 128, 256};
   for (size_t k = 0; k < sizeof dims / sizeof dims[0]; k++)
-    for (unsigned traits = 0; traits <= SM90_MASKED; traits++) {
-      Sm90Config h, a;
-      cr_assert_eq(tmpl_sm90_config(dims[k], dims[k], 2, 2, false, traits, false, v, &h), 0);
-      cr_assert_eq(tmpl_sm90_config(dims[k], dims[k], 2, 2, false, traits, false, 0, &a), 0);
-      cr_assert(h.rescale_late && !a.rescale_late, "D %d", dims[k]);
-      cr_assert(h.pv_overlap && !a.pv_overlap, "D %d", dims[k]);
-      cr_assert(h.bm == a.bm && h.bn == a.bn && h.stages == a.stages &&
-                    h.smem_bytes == a.smem_bytes && h.threads == a.threads,
-                "D %d", dims[k]);
-    }
-  const int pv = tmpl_sm90_variant_index("pv_overlap");
-  cr_assert_eq(pv, 14);
-  cr_assert_eq(pv, SM90_NVARIANTS - 1);
-  for (int w = 0; w < SM90_NVARIANTS; w++) {
-    Sm90Config h, a;
-    cr_assert_eq(tmpl_sm90_config(128, 128, 2, 2, false, 0, false, w, &h), 0);
-    cr_assert_eq(h.rescale_late, w == v, "variant %d", w);
-    cr_assert_eq(h.pv_overlap, w == v || w == pv, "variant %d", w);
-    if (w == pv) { /* auto's tiles */
-      cr_assert_eq(tmpl_sm90_config(128, 128, 2, 2, false, 0, false, 0, &a), 0);
-      cr_assert(h.bn == a.bn && h.stages == a.stages && h.bm == a.bm);
-    }
-  }
+    for (unsigned traits = 0; traits <= (SM90_MASKED | SM90_SCORE_READS); traits++)
+      for (int fp8 = 0; fp8 < 2; fp8++) {
+        const int bytes = fp8 ? 1 : 2;
+        Sm90Config a, h;
+        cr_assert_eq(tmpl_sm90_config(dims[k], dims[k], bytes, bytes, fp8, traits, false, 0, &a),
+                     0);
+        const bool narrow2 = !fp8 && dims[k] == 64 && (traits & SM90_MASKED);
+        cr_assert_eq(a.rescale_late, narrow2, "auto D %d traits %u fp8 %d", dims[k], traits, fp8);
+        cr_assert_eq(a.pv_overlap, !fp8, "auto D %d traits %u fp8 %d", dims[k], traits, fp8);
+        if (narrow2) cr_assert_eq(a.bm, 128, "two consumer warpgroups");
+        const int vs[] = {late, pv, once};
+        for (int w = 0; w < 3; w++) {
+          cr_assert_eq(
+              tmpl_sm90_config(dims[k], dims[k], bytes, bytes, fp8, traits, false, vs[w], &h), 0);
+          cr_assert_eq(h.rescale_late, vs[w] == late, "variant %d D %d", vs[w], dims[k]);
+          cr_assert_eq(h.pv_overlap, vs[w] != once, "variant %d D %d", vs[w], dims[k]);
+          cr_assert(h.bm == a.bm && h.bn == a.bn && h.stages == a.stages &&
+                        h.smem_bytes == a.smem_bytes && h.threads == a.threads,
+                    "variant %d D %d", vs[w], dims[k]);
+        }
+      }
+  /* An FP8 KV cache under a 16-bit q keeps the single commit (not
+   * measured with the branch commits). */
+  Sm90Config c;
+  cr_assert_eq(tmpl_sm90_config(128, 128, 2, 1, false, 0, false, 0, &c), 0);
+  cr_assert(!c.pv_overlap && !c.rescale_late);
 }

@@ -21,6 +21,7 @@
 #define ATTN_BN 176
 #define ATTN_STAGES 2
 #define ATTN_PERSISTENT 1
+#define ATTN_PV_OVERLAP 1
 #define ATTN_TQ 0
 #define ATTN_TK 1
 #define ATTN_TV 2
@@ -134,6 +135,7 @@ extern "C" __global__ void __launch_bounds__(128) attn_mqa_decode_merge(const __
 #undef ATTN_BN
 #undef ATTN_STAGES
 #undef ATTN_PERSISTENT
+#undef ATTN_PV_OVERLAP
 #undef ATTN_TQ
 #undef ATTN_TK
 #undef ATTN_TV

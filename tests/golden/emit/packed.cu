@@ -21,6 +21,7 @@
 #define ATTN_BN 128
 #define ATTN_STAGES 3
 #define ATTN_PERSISTENT 1
+#define ATTN_PV_OVERLAP 1
 #define ATTN_TQ 0
 #define ATTN_TK 1
 #define ATTN_TV 2
@@ -121,6 +122,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) attn_packed_fwd(const __gri
 #undef ATTN_BN
 #undef ATTN_STAGES
 #undef ATTN_PERSISTENT
+#undef ATTN_PV_OVERLAP
 #undef ATTN_TQ
 #undef ATTN_TK
 #undef ATTN_TV
@@ -138,6 +140,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) attn_packed_fwd(const __gri
 #define ATTN_BN 128
 #define ATTN_STAGES 3
 #define ATTN_PERSISTENT 1
+#define ATTN_PV_OVERLAP 1
 #define ATTN_TQ 0
 #define ATTN_TK 1
 #define ATTN_TV 2
@@ -255,6 +258,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) attn_packed_causal_fwd(cons
 #undef ATTN_BN
 #undef ATTN_STAGES
 #undef ATTN_PERSISTENT
+#undef ATTN_PV_OVERLAP
 #undef ATTN_TQ
 #undef ATTN_TK
 #undef ATTN_TV
@@ -272,6 +276,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) attn_packed_causal_fwd(cons
 #define ATTN_BN 128
 #define ATTN_STAGES 3
 #define ATTN_PERSISTENT 1
+#define ATTN_PV_OVERLAP 1
 #define ATTN_TQ 0
 #define ATTN_TK 1
 #define ATTN_TV 2
@@ -449,6 +454,7 @@ extern "C" __global__ void __launch_bounds__(256) attn_packed_train_bwd_convert_
 #undef ATTN_BN
 #undef ATTN_STAGES
 #undef ATTN_PERSISTENT
+#undef ATTN_PV_OVERLAP
 #undef ATTN_TQ
 #undef ATTN_TK
 #undef ATTN_TV

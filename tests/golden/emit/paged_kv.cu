@@ -21,6 +21,7 @@
 #define ATTN_BN 128
 #define ATTN_STAGES 3
 #define ATTN_PERSISTENT 1
+#define ATTN_PV_OVERLAP 1
 #define ATTN_TQ 0
 #define ATTN_TK 1
 #define ATTN_TV 2
@@ -175,6 +176,7 @@ extern "C" __global__ void __launch_bounds__(128) attn_paged_kv_decode_merge(con
 #undef ATTN_BN
 #undef ATTN_STAGES
 #undef ATTN_PERSISTENT
+#undef ATTN_PV_OVERLAP
 #undef ATTN_TQ
 #undef ATTN_TK
 #undef ATTN_TV
@@ -196,6 +198,7 @@ extern "C" __global__ void __launch_bounds__(128) attn_paged_kv_decode_merge(con
 #define ATTN_BN 128
 #define ATTN_STAGES 3
 #define ATTN_PERSISTENT 1
+#define ATTN_PV_OVERLAP 1
 #define ATTN_TQ 0
 #define ATTN_TK 1
 #define ATTN_TV 2
@@ -350,6 +353,7 @@ extern "C" __global__ void __launch_bounds__(128) attn_paged_kv_hnd_decode_merge
 #undef ATTN_BN
 #undef ATTN_STAGES
 #undef ATTN_PERSISTENT
+#undef ATTN_PV_OVERLAP
 #undef ATTN_TQ
 #undef ATTN_TK
 #undef ATTN_TV
@@ -371,6 +375,7 @@ extern "C" __global__ void __launch_bounds__(128) attn_paged_kv_hnd_decode_merge
 #define ATTN_BN 128
 #define ATTN_STAGES 3
 #define ATTN_PERSISTENT 1
+#define ATTN_PV_OVERLAP 1
 #define ATTN_TQ 0
 #define ATTN_TK 2
 #define ATTN_TV 3
@@ -511,6 +516,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) attn_paged_kv_ragged_fwd(co
 #undef ATTN_BN
 #undef ATTN_STAGES
 #undef ATTN_PERSISTENT
+#undef ATTN_PV_OVERLAP
 #undef ATTN_TQ
 #undef ATTN_TK
 #undef ATTN_TV
