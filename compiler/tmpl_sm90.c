@@ -99,7 +99,13 @@
  *                 the branch's end and made the commit a third, empty
  *                 group, so the consumer's wait for S waited for the
  *                 previous P V too; for measuring against)
- * numbered 0 to 15 in this order (the numbers are the library's option
+ *   q_early       auto, but each consumer thread releases Q to the producer
+ *                 once its warpgroup's last S GEMM of the work tile is done,
+ *                 not after the last P V: in the persistent loop the next
+ *                 tile's Q then loads under the last softmax, the last P V
+ *                 and O's store instead of after them (fwd90_q_early). Not
+ *                 yet measured: predicted S 1k +2-4%, S >= 4k < 1%
+ * numbered 0 to 16 in this order (the numbers are the library's option
  * values); 0 is the default below (the fastest
  * measured), and so is any number out of range (the library never fails
  * on a tuning knob).
@@ -149,41 +155,44 @@ typedef struct Sm90Variant {
   bool fp8_vt8;         /* FP8 P V's V^T in 8 bits; key tiles of 128 at head tiles of 256 */
   Sm90Rescale rescale;  /* O's rescale after the next S GEMM's issue, before its P V */
   Sm90PvCommit pv;      /* P V's wgmma group committed in its own branch (no dummy group) */
+  bool q_early;         /* Q released once the tile's last S GEMM is done (fwd90_q_early) */
 } Sm90Variant;
 
 static const Sm90Variant sm90_variants[] = {
     {"auto", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false},
     {"base", 0, false, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false},
     {"persist", 256, false, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false},
     {"bn80", 0, true, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false},
     {"persist_bn80", 256, true, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false},
     {"f16_pv", 256, true, true, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false},
     {"wg3", 256, true, false, WG3_ALWAYS, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false},
     {"kv8_early", 256, true, false, WG3_UNMASKED, true, KV_COPY_NEVER, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false},
     {"kv_copy", 256, true, false, WG3_UNMASKED, false, KV_COPY_ALWAYS, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false},
     {"bn176", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_ALWAYS, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false},
     {"fp8_vt8", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, true,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false},
     {"kv8", 256, true, false, WG3_UNMASKED, false, KV_COPY_NEVER, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false},
     {"bn128", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_NEVER, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false},
     {"rescale_late", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_ALWAYS, PV_OVERLAP_ALWAYS},
+     RESCALE_LATE_ALWAYS, PV_OVERLAP_ALWAYS, false},
     {"pv_overlap", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_EARLY, PV_OVERLAP_ALWAYS},
+     RESCALE_EARLY, PV_OVERLAP_ALWAYS, false},
     {"pv_once", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_EARLY, PV_ONCE},
+     RESCALE_EARLY, PV_ONCE, false},
+    {"q_early", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, true},
 };
 _Static_assert(sizeof sm90_variants / sizeof sm90_variants[0] == SM90_NVARIANTS,
                "attnc.h's SM90_NVARIANTS counts the variants");
@@ -329,6 +338,7 @@ int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool fp8_p, 
                            wgs == 2 && tmax <= 64);
       out->pv_overlap = out->rescale_late || var->pv == PV_OVERLAP_ALWAYS ||
                         (var->pv == PV_OVERLAP_16 && mode == ATTN_FWD90_16);
+      out->q_early = var->q_early;
       return 0;
     }
   }

@@ -433,6 +433,19 @@ constexpr bool fwd90_rescale_late = ATTN_RESCALE_LATE != 0;
 #define ATTN_PV_OVERLAP 0
 #endif
 constexpr bool fwd90_pv_overlap = ATTN_PV_OVERLAP != 0;
+/* When a consumer thread tells the producer that Q's buffer is free: after
+ * the work tile's last P V (by default), or with fwd90_q_early as soon as
+ * its warpgroup's last S GEMM of the tile is done, the last read of Q (P V
+ * reads V and P; the store reads registers). bar_q_empty counts every
+ * consumer thread, so the producer still waits for the slowest warpgroup,
+ * but the next tile's Q then loads under the last softmax, the last P V
+ * and O's store rather than after them: the consumers found it landed
+ * instead of waiting a load's latency at each work tile's start (the
+ * q_early variant; what it moves is measured in bench/NOTES-sm90.md). */
+#ifndef ATTN_Q_EARLY
+#define ATTN_Q_EARLY 0
+#endif
+constexpr bool fwd90_q_early = ATTN_Q_EARLY != 0;
 static __device__ __forceinline__ void fwd90_rescale_o(float (&o)[fwd90_dv / 2], float (&alpha)[2]) {
   /* (Late, the multiplies are not skipped: ptxas puts its wait for S in
    * front of them, and a wgmma wait or fence is .aligned, for every warp of
@@ -1434,6 +1447,9 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       for (int r = 0; r < fwd90_s_regs; ++r)
         attn_fence_reg(s[r]);
       attn_mbar_arrive(bar_empty(st)); /* its K may be refilled */
+      if constexpr (fwd90_q_early)
+        if (!more) /* the tile's last S is done: Q is read no more */
+          attn_mbar_arrive(bar_q_empty);
 
       /* The score chain, then the tests (masked elements become -inf):
        * none in class 2 tiles away from the edges; class 2 tiles at an
@@ -1589,8 +1605,10 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       attn_mbar_arrive(bar_empty_v(pst));
     }
     /* Every GEMM that read this tile's Q is done: the producer may load
-     * the next one while we store O. */
-    attn_mbar_arrive(bar_q_empty);
+     * the next one while we store O (fwd90_q_early: done in the loop
+     * already, unless the tile had no live key tile). */
+    if (!fwd90_q_early || it == 0)
+      attn_mbar_arrive(bar_q_empty);
 
     if constexpr (fwd90_fold && attn_p_round != 0)
       if (p_folded) { /* the sums carried P's scale */

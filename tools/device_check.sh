@@ -88,6 +88,23 @@ if [ "${TESTS:-1}" = 1 ]; then
 # the bf16 one and the FP8 backward's main kernel at D 128. Session 30's own checks all ran
 # (bench/RESULTS.md "Session 30").
 if [ "${FIRST:-0}" = 1 ]; then
+  # Session 35 (never run; FIRST_S35=0 skips): the q_early variant (Q released to the producer
+  # after the work tile's last S GEMM, so the next tile's Q loads under the last softmax, P V and
+  # O's store; predicted S 1k +2-4%, S >= 4k < 1%): its examples and FP8 tests under time limits
+  # (a hang must not eat the call), then beside auto at S 1k and 2k, where tiles are short; and
+  # wg3 (three consumer warpgroups, now with the branch commits) beside auto at D 64 causal,
+  # the grid's weakest rows (bench/NOTES-sm90.md "Session 35").
+  if [ "${FIRST_S35:-1}" = 1 ]; then
+    step first_q_early_examples env ATTN_SM90_VARIANT=q_early ATTN_TEST_ONLY=examples \
+      timeout 300 "$B/tests/gpu/test_forward"
+    step first_q_early_fp8 env ATTN_SM90_VARIANT=q_early timeout 200 "$B/tests/gpu/test_fp8"
+    if grep -q " 0 failed" "$L/first_q_early_examples.log"; then
+      step first_s35_ab python3 bench/variant_ab.py --lib "$B/libattn.so" --out "$L/s35" \
+        --variants q_early --dims 64,128,256 --seqs 1024,2048,8192 --causal
+    fi
+    step first_s35_wg3 python3 bench/variant_ab.py --lib "$B/libattn.so" --out "$L/s35wg3" \
+      --variants wg3 --dims 64 --seqs 1024,2048,8192 --causal
+  fi
   # Session 34 (ran in session 35, H100: bench/RESULTS.md "Session 35"; FIRST_S34=1 reruns it,
   # S34_VARIANTS=one name and S34_AB=a list to split it over calls): two variants of the
   # consumer's wgmma groups.

@@ -373,7 +373,6 @@ Test(layout, fwd90_rescale_late_configs) {
   cr_assert_eq(late, 13);
   cr_assert_eq(pv, 14);
   cr_assert_eq(once, 15);
-  cr_assert_eq(once, SM90_NVARIANTS - 1);
   static const int dims[] = {64, 128, 256};
   for (size_t k = 0; k < sizeof dims / sizeof dims[0]; k++)
     for (unsigned traits = 0; traits <= (SM90_MASKED | SM90_SCORE_READS); traits++)
@@ -397,6 +396,22 @@ Test(layout, fwd90_rescale_late_configs) {
                     "variant %d D %d", vs[w], dims[k]);
         }
       }
+  /* q_early (16): auto's configuration with Q released after the tile's
+   * last S GEMM; no other variant releases it early. */
+  const int qe = tmpl_sm90_variant_index("q_early");
+  cr_assert_eq(qe, 16);
+  cr_assert_eq(qe, SM90_NVARIANTS - 1);
+  for (int w = 0; w < SM90_NVARIANTS; w++)
+    for (int fp8 = 0; fp8 < 2; fp8++) {
+      const int bytes = fp8 ? 1 : 2;
+      Sm90Config a, h;
+      cr_assert_eq(tmpl_sm90_config(64, 64, bytes, bytes, fp8, SM90_MASKED, false, w, &h), 0);
+      cr_assert_eq(h.q_early, w == qe, "variant %d", w);
+      if (w != qe) continue;
+      cr_assert_eq(tmpl_sm90_config(64, 64, bytes, bytes, fp8, SM90_MASKED, false, 0, &a), 0);
+      cr_assert(h.bm == a.bm && h.bn == a.bn && h.stages == a.stages &&
+                h.rescale_late == a.rescale_late && h.pv_overlap == a.pv_overlap);
+    }
   /* An FP8 KV cache under a 16-bit q keeps the single commit (not
    * measured with the branch commits). */
   Sm90Config c;
