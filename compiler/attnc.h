@@ -736,6 +736,7 @@ typedef struct Sm90Config {
   bool rescale_late; /* ATTN_RESCALE_LATE: O's rescale before the next P V */
   bool pv_overlap;   /* ATTN_PV_OVERLAP: P V's group committed in its branch */
   bool q_early;      /* ATTN_Q_EARLY: Q released after the tile's last S GEMM */
+  bool skip_idle;    /* ATTN_SKIP_IDLE: warpgroups past the sequence's end skip the tile */
 } Sm90Config;
 
 /* 0 and fills out, or -1 when the template cannot run these head dims
@@ -748,17 +749,19 @@ typedef struct Sm90Config {
  * SM90_MASKED, the graph has a mask or packed sequences (the default
  * variant then keeps two consumer warpgroups at head dims up to 64, and
  * key tiles of 128 at 128); SM90_SCORE_READS, its score chain reads memory
- * per element (a bias[b, h, i, j]: key tiles of 176 would spill). paged:
+ * per element (a bias[b, h, i, j]: key tiles of 176 would spill);
+ * SM90_PLAIN, the score is q.k times per-(b, h) factors under affine masks
+ * and P goes to P V as the softmax left it (auto's late rescale). paged:
  * K and V come from a page table (an FP8 cache's paged converters keep two
  * warpgroups). */
-enum { SM90_MASKED = 1u, SM90_SCORE_READS = 2u };
+enum { SM90_MASKED = 1u, SM90_SCORE_READS = 2u, SM90_PLAIN = 4u };
 int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool fp8_p, unsigned traits,
                      bool paged, int variant, Sm90Config *out);
 /* The variants (ATTN_OPTION_SM90_VARIANT takes 0 .. SM90_NVARIANTS - 1),
  * and a variant's number for its name (auto, base, persist, bn80,
  * persist_bn80, f16_pv, wg3, kv8_early, kv_copy, bn176, fp8_vt8, kv8,
- * bn128, rescale_late, pv_overlap, pv_once, q_early), or -1. */
-#define SM90_NVARIANTS 17
+ * bn128, rescale_late, pv_overlap, pv_once, q_early, idle_wg), or -1. */
+#define SM90_NVARIANTS 18
 int tmpl_sm90_variant_index(const char *name);
 /* Whether the variant widens a dense FP8 KV cache under a 16-bit q into a
  * 16-bit workspace copy before the forward (kv_copy), which then reads the
@@ -817,6 +820,7 @@ typedef struct FwdConfig {
   bool rescale_late; /* fwd_sm90 ATTN_RESCALE_LATE (the rescale_late variant) */
   bool pv_overlap;   /* fwd_sm90 ATTN_PV_OVERLAP (auto's for 16-bit q, k, v) */
   bool q_early;      /* fwd_sm90 ATTN_Q_EARLY (the q_early variant) */
+  bool skip_idle;    /* fwd_sm90 ATTN_SKIP_IDLE (the idle_wg variant) */
   /* The kv_copy variant (ATTN_KV_COPY): the plan's widen_kv step writes
    * 16-bit copies of an FP8 k and v into workspace slots copy_k and copy_v
    * (after the decode's two), and the forward reads those. */
@@ -839,7 +843,8 @@ typedef struct CompileOptions {
                         2 persist, 3 bn80, 4 persist_bn80, 5 f16_pv, 6 wg3,
                         7 kv8_early, 8 kv_copy, 9 bn176, 10 fp8_vt8,
                         11 kv8, 12 bn128, 13 rescale_late,
-                        14 pv_overlap, 15 pv_once, 16 q_early */
+                        14 pv_overlap, 15 pv_once, 16 q_early,
+                        17 idle_wg */
   int exp2_fma;      /* fwd_sm90's softmax exponentials on the FMA pipe:
                         0 auto (none: measured slower), 1 none, 2-5 one to
                         four of every four key blocks (match.c) */

@@ -574,6 +574,7 @@ static void emit_graph(StrBuf *out, const GraphCompile *gc, EmitPart part, bool 
     if (c->rescale_late) macro_def(out, &ms, a, "ATTN_RESCALE_LATE", 1);
     if (c->pv_overlap) macro_def(out, &ms, a, "ATTN_PV_OVERLAP", 1);
     if (c->q_early) macro_def(out, &ms, a, "ATTN_Q_EARLY", 1);
+    if (c->skip_idle) macro_def(out, &ms, a, "ATTN_SKIP_IDLE", 1);
     if (c->exp2_fma > 0) macro_def(out, &ms, a, "ATTN_EXP2_FMA", c->exp2_fma);
     if (c->kv_copy) { /* the forward reads 16-bit copies of the FP8 k and v (plan.c, widen_kv) */
       macro_def(out, &ms, a, "ATTN_KV_COPY", 1);

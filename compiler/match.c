@@ -590,6 +590,20 @@ int exp2_fma_option_of_text(const char *q) {
   return q && q[0] >= '0' && q[0] <= '4' && !q[1] ? q[0] - '0' + 1 : 0;
 }
 
+/* Whether the score is q.k times factors fixed per (b, h) under affine
+ * masks, with P neither dropped, scaled nor rounded before P V: the graphs
+ * where fwd_sm90's consumers hold nothing per element beyond S, P and O
+ * (tmpl_sm90.c takes O's late rescale only there). */
+static bool plain_score(const KernelSpec *s) {
+  ExprFactors outer;
+  if (expr_strip_factors(s->score, &outer)->op != IR_QK || s->dropout || s->p_scale ||
+      s->p_round != DT_NONE)
+    return false;
+  for (int k = 0; k < s->nmasks; k++)
+    if (!s->masks[k].affine) return false;
+  return true;
+}
+
 /* The forward template and its launch shape. */
 static int match_fwd_template(const KernelSpec *s, const CompileOptions *o, FwdConfig *c, Diag *d) {
   /* fwd_sm90 needs the arch-specific target (wgmma, setmaxnreg exist only
@@ -603,7 +617,9 @@ static int match_fwd_template(const KernelSpec *s, const CompileOptions *o, FwdC
   Sm90Config h;
   const bool fp8_p = dtype_is_fp8(s->in_type) && dtype_is_fp8(s->p_round);
   const bool masked = s->nmasks > 0 || s->packed;
-  const unsigned traits = (masked ? SM90_MASKED : 0u) | (s->score_reads_ij ? SM90_SCORE_READS : 0u);
+  const unsigned traits = (masked ? SM90_MASKED : 0u) |
+                          (s->score_reads_ij ? SM90_SCORE_READS : 0u) |
+                          (plain_score(s) ? SM90_PLAIN : 0u);
   /* kv_copy: a dense FP8 KV cache under a 16-bit q is widened into 16-bit
    * copies in two workspace slots after the decode's (plan.c, widen_kv),
    * and the forward is the 16-bit one reading them; by default where q's
@@ -629,6 +645,7 @@ static int match_fwd_template(const KernelSpec *s, const CompileOptions *o, FwdC
                      .persistent = h.persistent, .fp8_pv = h.fp8_pv, .kv8_early = h.kv8_early,
                      .vt8 = h.vt8,
                      .rescale_late = h.rescale_late, .pv_overlap = h.pv_overlap, .q_early = h.q_early,
+                     .skip_idle = h.skip_idle,
                      .kv_copy = kv_copy, .copy_k = kv_copy ? nt + 2 : -1,
                      .copy_v = kv_copy ? nt + 3 : -1,
                      /* (never where P is rounded: its roundings follow ex2's values) */

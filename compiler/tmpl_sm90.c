@@ -105,7 +105,13 @@
  *                 tile's Q then loads under the last softmax, the last P V
  *                 and O's store instead of after them (fwd90_q_early). Not
  *                 yet measured: predicted S 1k +2-4%, S >= 4k < 1%
- * numbered 0 to 16 in this order (the numbers are the library's option
+ *   idle_wg       auto, but a consumer warpgroup whose 64 rows all lie past
+ *                 the sequence's last query skips the tile's GEMMs and
+ *                 softmax (fwd90_skip_idle): the last query tile of a
+ *                 length that is not a multiple of BM (S 1k on 192-row
+ *                 tiles: two of three warpgroups; packed sequences' ends).
+ *                 Not yet measured: predicted D 64 S 1k +6-10%
+ * numbered 0 to 17 in this order (the numbers are the library's option
  * values); 0 is the default below (the fastest
  * measured), and so is any number out of range (the library never fails
  * on a tuning knob).
@@ -139,7 +145,9 @@ typedef enum { BN176_NEVER, BN176_PLAIN, BN176_ALWAYS } Sm90Bn176;
  * to 64 under two consumer warpgroups (16-bit), or always. H100, session
  * 35 (bench/NOTES-sm90.md): the commit in its branch +1-8% for 16-bit
  * (0.98-1.01x at D 256 unmasked), 0.95-1.02x for FP8 q, k and v; the late
- * rescale +9-10% at D 64 causal, a loss everywhere else. */
+ * rescale +3-10% at D 64 causal, a loss everywhere else (and where the
+ * score reads memory or K/V are paged ptxas serializes the wgmmas under
+ * it: auto leaves those out). */
 typedef enum { PV_ONCE, PV_OVERLAP_16, PV_OVERLAP_ALWAYS } Sm90PvCommit;
 typedef enum { RESCALE_EARLY, RESCALE_LATE_NARROW2, RESCALE_LATE_ALWAYS } Sm90Rescale;
 
@@ -156,43 +164,46 @@ typedef struct Sm90Variant {
   Sm90Rescale rescale;  /* O's rescale after the next S GEMM's issue, before its P V */
   Sm90PvCommit pv;      /* P V's wgmma group committed in its own branch (no dummy group) */
   bool q_early;         /* Q released once the tile's last S GEMM is done (fwd90_q_early) */
+  bool skip_idle;       /* warpgroups past the sequence's end skip the tile (fwd90_skip_idle) */
 } Sm90Variant;
 
 static const Sm90Variant sm90_variants[] = {
     {"auto", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false, false},
     {"base", 0, false, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false, false},
     {"persist", 256, false, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false, false},
     {"bn80", 0, true, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false, false},
     {"persist_bn80", 256, true, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false, false},
     {"f16_pv", 256, true, true, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false, false},
     {"wg3", 256, true, false, WG3_ALWAYS, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false, false},
     {"kv8_early", 256, true, false, WG3_UNMASKED, true, KV_COPY_NEVER, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false, false},
     {"kv_copy", 256, true, false, WG3_UNMASKED, false, KV_COPY_ALWAYS, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false, false},
     {"bn176", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_ALWAYS, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false, false},
     {"fp8_vt8", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, true,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false, false},
     {"kv8", 256, true, false, WG3_UNMASKED, false, KV_COPY_NEVER, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false, false},
     {"bn128", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_NEVER, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false, false},
     {"rescale_late", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_ALWAYS, PV_OVERLAP_ALWAYS, false},
+     RESCALE_LATE_ALWAYS, PV_OVERLAP_ALWAYS, false, false},
     {"pv_overlap", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_EARLY, PV_OVERLAP_ALWAYS, false},
+     RESCALE_EARLY, PV_OVERLAP_ALWAYS, false, false},
     {"pv_once", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_EARLY, PV_ONCE, false},
+     RESCALE_EARLY, PV_ONCE, false, false},
     {"q_early", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, true},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, true, false},
+    {"idle_wg", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false, true},
 };
 _Static_assert(sizeof sm90_variants / sizeof sm90_variants[0] == SM90_NVARIANTS,
                "attnc.h's SM90_NVARIANTS counts the variants");
@@ -332,13 +343,19 @@ int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool fp8_p, 
       out->kv8_early = mode == ATTN_FWD90_KV8E;
       out->vt8 = vt8 && out->fp8_pv;
       /* The late rescale takes the branch commits (its P V is issued
-       * after S's group is closed). */
+       * after S's group is closed). Auto's only in plain graphs, K/V not
+       * paged: elsewhere O's pending factors, live across the next S
+       * GEMM beside what the chain holds, left ptxas too few registers
+       * for the wgmma pipeline and it serialized every wgmma (C7511;
+       * compile sweep seed 135 at D 32-64: a bias or position table, a
+       * softcap, exp/log/clamp chains, a paged cache). */
       out->rescale_late = var->rescale == RESCALE_LATE_ALWAYS ||
                           (var->rescale == RESCALE_LATE_NARROW2 && mode == ATTN_FWD90_16 &&
-                           wgs == 2 && tmax <= 64);
+                           wgs == 2 && tmax <= 64 && (traits & SM90_PLAIN) && !paged);
       out->pv_overlap = out->rescale_late || var->pv == PV_OVERLAP_ALWAYS ||
                         (var->pv == PV_OVERLAP_16 && mode == ATTN_FWD90_16);
       out->q_early = var->q_early;
+      out->skip_idle = var->skip_idle;
       return 0;
     }
   }

@@ -446,6 +446,15 @@ constexpr bool fwd90_pv_overlap = ATTN_PV_OVERLAP != 0;
 #define ATTN_Q_EARLY 0
 #endif
 constexpr bool fwd90_q_early = ATTN_Q_EARLY != 0;
+/* Whether a consumer warpgroup whose rows all lie past the sequence's end
+ * (in the last query tile of a length that is not a multiple of BM: at
+ * S 1k with 192-row tiles, two of the last tile's three warpgroups) skips
+ * the tile's GEMMs and softmax instead of running them on Q's zero rows
+ * (the idle_wg variant). */
+#ifndef ATTN_SKIP_IDLE
+#define ATTN_SKIP_IDLE 0
+#endif
+constexpr bool fwd90_skip_idle = ATTN_SKIP_IDLE != 0;
 static __device__ __forceinline__ void fwd90_rescale_o(float (&o)[fwd90_dv / 2], float (&alpha)[2]) {
   /* (Late, the multiplies are not skipped: ptxas puts its wait for S in
    * front of them, and a wgmma wait or fence is .aligned, for every warp of
@@ -1302,6 +1311,40 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
     const int h = tl.h;
     const int i0 = m_block * fwd90_bm;
     const int i_row = i0 + 64 * wg + 16 * ww + g;
+    /* fwd90_skip_idle: a warpgroup whose 64 rows all lie past the sequence's
+     * last query runs no GEMM, softmax or store on them; it only keeps the
+     * barriers' counts and its place in the turn ring, as the full path
+     * does: K released once its slot is read, V one key tile later (the
+     * full path's order: a V barrier's next phase is then never reached
+     * before its last one completed, since the producer reloads K of the
+     * tile after next only after waiting for V's release), Q at the end. */
+    if constexpr (fwd90_skip_idle)
+      if (i0 + 64 * wg >= p.Sq) {
+        if (last_wg && any)
+          attn_named_arrive(1);
+        int vst = -1; /* the stage whose V is released next */
+        for (bool more = any; more; ++git) {
+          const int st = git % fwd90_stages, ph = (git / fwd90_stages) & 1;
+          attn_mbar_wait(bar_k_ready(st), ph);
+          int tag; /* (the slot's second word: the key tile's index is not needed) */
+          asm volatile("ld.shared.u32 %0, [%1];\n"
+                       : "=r"(tag)
+                       : "r"(stage_slot(st, ph) + 4u)
+                       : "memory");
+          more = !(tag & 4);
+          attn_named_sync(my_turn);
+          if (!(last_wg && !more))
+            attn_named_arrive(next_turn);
+          attn_mbar_arrive(bar_empty(st));
+          if (vst >= 0)
+            attn_mbar_arrive(bar_empty_v(vst));
+          vst = st;
+        }
+        if (vst >= 0)
+          attn_mbar_arrive(bar_empty_v(vst));
+        attn_mbar_arrive(bar_q_empty);
+        continue;
+      }
     const attn_bh bhc = attn_bh_load(b, h, p); /* once per work tile */
     const float p_sc = attn_p_scale_value(b, h, p); /* P's scale before P V */
     /* fwd90_q_rescale: this warp's rows of Q into f16 (each warpgroup's

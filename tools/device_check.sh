@@ -88,22 +88,31 @@ if [ "${TESTS:-1}" = 1 ]; then
 # the bf16 one and the FP8 backward's main kernel at D 128. Session 30's own checks all ran
 # (bench/RESULTS.md "Session 30").
 if [ "${FIRST:-0}" = 1 ]; then
-  # Session 35 (never run; FIRST_S35=0 skips): the q_early variant (Q released to the producer
-  # after the work tile's last S GEMM, so the next tile's Q loads under the last softmax, P V and
-  # O's store; predicted S 1k +2-4%, S >= 4k < 1%): its examples and FP8 tests under time limits
-  # (a hang must not eat the call), then beside auto at S 1k and 2k, where tiles are short; and
-  # wg3 (three consumer warpgroups, now with the branch commits) beside auto at D 64 causal,
-  # the grid's weakest rows (bench/NOTES-sm90.md "Session 35").
+  # Session 35 (never run; FIRST_S35=0 skips; S35_VARIANTS=one name splits it over calls): two
+  # variants of the work tile's edges. q_early: Q released to the producer after the tile's last
+  # S GEMM, so the next tile's Q loads under the last softmax, P V and O's store (predicted S 1k
+  # +2-4%, S >= 4k < 1%). idle_wg: a consumer warpgroup whose rows all lie past the sequence's end
+  # skips the tile's GEMMs and softmax (predicted D 64 S 1k +6-10%: two of the last 192-row
+  # tile's three warpgroups). Each variant's examples (odd lengths: the idle path), FP8 and head
+  # dim tests under time limits (~320 s a variant: S35_VARIANTS=q_early, then idle_wg with
+  # S35_AB=q_early,idle_wg) (a hang must not eat the call), then the passing ones beside auto at S 1k,
+  # 2k and 8k (the rel err columns must match auto's to the bit); and wg3 (three consumer
+  # warpgroups, now with the branch commits) beside auto at D 64 causal, the grid's weakest rows.
   if [ "${FIRST_S35:-1}" = 1 ]; then
-    step first_q_early_examples env ATTN_SM90_VARIANT=q_early ATTN_TEST_ONLY=examples \
-      timeout 300 "$B/tests/gpu/test_forward"
-    step first_q_early_fp8 env ATTN_SM90_VARIANT=q_early timeout 200 "$B/tests/gpu/test_fp8"
-    if grep -q " 0 failed" "$L/first_q_early_examples.log"; then
+    ok35=
+    for v in ${S35_VARIANTS:-q_early idle_wg}; do
+      step first_${v}_examples env ATTN_SM90_VARIANT=$v ATTN_TEST_ONLY=examples \
+        timeout 300 "$B/tests/gpu/test_forward"
+      step first_${v}_fp8 env ATTN_SM90_VARIANT=$v timeout 200 "$B/tests/gpu/test_fp8"
+      step first_${v}_head_dims env ATTN_SM90_VARIANT=$v timeout 200 "$B/tests/gpu/test_head_dims"
+      grep -q " 0 failed" "$L/first_${v}_examples.log" && ok35=${ok35:+$ok35,}$v
+    done
+    if [ -n "$ok35" ]; then
       step first_s35_ab python3 bench/variant_ab.py --lib "$B/libattn.so" --out "$L/s35" \
-        --variants q_early --dims 64,128,256 --seqs 1024,2048,8192 --causal
+        --variants "${S35_AB:-$ok35}" --dims 64,128,256 --seqs 1024,2048,8192 --causal
     fi
-    step first_s35_wg3 python3 bench/variant_ab.py --lib "$B/libattn.so" --out "$L/s35wg3" \
-      --variants wg3 --dims 64 --seqs 1024,2048,8192 --causal
+    [ "${S35_WG3:-1}" = 1 ] && step first_s35_wg3 python3 bench/variant_ab.py --lib "$B/libattn.so" \
+      --out "$L/s35wg3" --variants wg3 --dims 64 --seqs 1024,2048,8192 --causal
   fi
   # Session 34 (ran in session 35, H100: bench/RESULTS.md "Session 35"; FIRST_S34=1 reruns it,
   # S34_VARIANTS=one name and S34_AB=a list to split it over calls): two variants of the

@@ -375,13 +375,14 @@ Test(layout, fwd90_rescale_late_configs) {
   cr_assert_eq(once, 15);
   static const int dims[] = {64, 128, 256};
   for (size_t k = 0; k < sizeof dims / sizeof dims[0]; k++)
-    for (unsigned traits = 0; traits <= (SM90_MASKED | SM90_SCORE_READS); traits++)
+    for (unsigned traits = 0; traits <= (SM90_MASKED | SM90_SCORE_READS | SM90_PLAIN); traits++)
       for (int fp8 = 0; fp8 < 2; fp8++) {
         const int bytes = fp8 ? 1 : 2;
         Sm90Config a, h;
         cr_assert_eq(tmpl_sm90_config(dims[k], dims[k], bytes, bytes, fp8, traits, false, 0, &a),
                      0);
-        const bool narrow2 = !fp8 && dims[k] == 64 && (traits & SM90_MASKED);
+        const bool narrow2 =
+            !fp8 && dims[k] == 64 && (traits & SM90_MASKED) && (traits & SM90_PLAIN);
         cr_assert_eq(a.rescale_late, narrow2, "auto D %d traits %u fp8 %d", dims[k], traits, fp8);
         cr_assert_eq(a.pv_overlap, !fp8, "auto D %d traits %u fp8 %d", dims[k], traits, fp8);
         if (narrow2) cr_assert_eq(a.bm, 128, "two consumer warpgroups");
@@ -396,22 +397,31 @@ Test(layout, fwd90_rescale_late_configs) {
                     "variant %d D %d", vs[w], dims[k]);
         }
       }
-  /* q_early (16): auto's configuration with Q released after the tile's
-   * last S GEMM; no other variant releases it early. */
+  /* q_early (16) and idle_wg (17): auto's configuration with Q released
+   * after the tile's last S GEMM, or with warpgroups past the sequence's
+   * end skipping the tile; no other variant does either. */
   const int qe = tmpl_sm90_variant_index("q_early");
+  const int idle = tmpl_sm90_variant_index("idle_wg");
   cr_assert_eq(qe, 16);
-  cr_assert_eq(qe, SM90_NVARIANTS - 1);
+  cr_assert_eq(idle, 17);
+  cr_assert_eq(idle, SM90_NVARIANTS - 1);
   for (int w = 0; w < SM90_NVARIANTS; w++)
     for (int fp8 = 0; fp8 < 2; fp8++) {
       const int bytes = fp8 ? 1 : 2;
       Sm90Config a, h;
       cr_assert_eq(tmpl_sm90_config(64, 64, bytes, bytes, fp8, SM90_MASKED, false, w, &h), 0);
       cr_assert_eq(h.q_early, w == qe, "variant %d", w);
-      if (w != qe) continue;
+      cr_assert_eq(h.skip_idle, w == idle, "variant %d", w);
+      if (w != qe && w != idle) continue;
       cr_assert_eq(tmpl_sm90_config(64, 64, bytes, bytes, fp8, SM90_MASKED, false, 0, &a), 0);
       cr_assert(h.bm == a.bm && h.bn == a.bn && h.stages == a.stages &&
                 h.rescale_late == a.rescale_late && h.pv_overlap == a.pv_overlap);
     }
+  /* A paged cache keeps O's rescale early (ptxas serialized the wgmmas
+   * under the late one: compile sweep seed 135). */
+  Sm90Config pg;
+  cr_assert_eq(tmpl_sm90_config(64, 64, 2, 2, false, SM90_MASKED | SM90_PLAIN, true, 0, &pg), 0);
+  cr_assert(!pg.rescale_late && pg.pv_overlap);
   /* An FP8 KV cache under a 16-bit q keeps the single commit (not
    * measured with the branch commits). */
   Sm90Config c;

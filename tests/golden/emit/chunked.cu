@@ -21,7 +21,6 @@
 #define ATTN_BN 128
 #define ATTN_STAGES 3
 #define ATTN_PERSISTENT 1
-#define ATTN_RESCALE_LATE 1
 #define ATTN_PV_OVERLAP 1
 #define ATTN_TQ 0
 #define ATTN_TK 1
@@ -287,7 +286,6 @@ extern "C" __global__ void __launch_bounds__(256) attn_chunked_prep(const __grid
 #undef ATTN_BN
 #undef ATTN_STAGES
 #undef ATTN_PERSISTENT
-#undef ATTN_RESCALE_LATE
 #undef ATTN_PV_OVERLAP
 #undef ATTN_TQ
 #undef ATTN_TK
