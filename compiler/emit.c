@@ -150,6 +150,18 @@ static void emit_score(StrBuf *out, const KernelSpec *s, const bool *ctx, Arena 
               "const attn_params &p)", iret);
   expr_put_fn(out, &fk, "float attn_score_factor(const attn_bh &c, int b, int h, const attn_params &p)",
               expr_factor_product(&fk, &outer));
+  /* A softcap's inner chain, tanh(q.k times factors fixed per (b, h)):
+   * the product is attn_bh's field (expr_qk_products), the same bits as
+   * the chain's own, so fwd_sm90's ATTN_TANH_POLY can take the tanh apart
+   * (on the FMA pipe where a tile's arguments allow it). */
+  IrNode *arg = inner->op == IR_TANH ? inner->src[0] : NULL;
+  const bool tanh_qk = arg && arg->type == DT_F32 && lin[arg->id];
+  sb_printf(out,
+            "/* Whether attn_score_inner_bh is tanh(acc * attn_tanh_qk_factor(c)) (a softcap). */\n"
+            "constexpr bool attn_score_tanh_qk = %s;\n"
+            "static __device__ __forceinline__ float attn_tanh_qk_factor(const attn_bh &c) {\n"
+            "  (void)c;\n  return %s;\n}\n\n",
+            tanh_qk ? "true" : "false", tanh_qk ? arena_printf(a, "c.k%d", arg->id) : "1.f");
 }
 
 /* The softmax's sink for (b, h), when it has one (hooks.cuh, ATTN_SINK). */
@@ -575,6 +587,7 @@ static void emit_graph(StrBuf *out, const GraphCompile *gc, EmitPart part, bool 
     if (c->pv_overlap) macro_def(out, &ms, a, "ATTN_PV_OVERLAP", 1);
     if (c->q_early) macro_def(out, &ms, a, "ATTN_Q_EARLY", 1);
     if (c->skip_idle) macro_def(out, &ms, a, "ATTN_SKIP_IDLE", 1);
+    if (c->tanh_poly) macro_def(out, &ms, a, "ATTN_TANH_POLY", 1);
     if (c->exp2_fma > 0) macro_def(out, &ms, a, "ATTN_EXP2_FMA", c->exp2_fma);
     if (c->kv_copy) { /* the forward reads 16-bit copies of the FP8 k and v (plan.c, widen_kv) */
       macro_def(out, &ms, a, "ATTN_KV_COPY", 1);

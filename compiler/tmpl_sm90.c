@@ -111,7 +111,14 @@
  *                 length that is not a multiple of BM (S 1k on 192-row
  *                 tiles: two of three warpgroups; packed sequences' ends).
  *                 Not yet measured: predicted D 64 S 1k +6-10%
- * numbered 0 to 17 in this order (the numbers are the library's option
+ *   tanh_poly     auto, but a softcap's tanh (tanh of q.k times per-(b, h)
+ *                 factors) by a degree-7 odd polynomial on the FMA pipe for
+ *                 the tiles whose arguments all lie in [-1, 1] (a warp's
+ *                 vote), tanh.approx elsewhere (fwd90_tanh_poly): one MUFU
+ *                 op a score instead of two. Not yet measured: predicted
+ *                 softcap over plain +31% -> +10-20% at D 128, +55% -> +35%
+ *                 at D 64
+ * numbered 0 to 18 in this order (the numbers are the library's option
  * values); 0 is the default below (the fastest
  * measured), and so is any number out of range (the library never fails
  * on a tuning knob).
@@ -165,45 +172,48 @@ typedef struct Sm90Variant {
   Sm90PvCommit pv;      /* P V's wgmma group committed in its own branch (no dummy group) */
   bool q_early;         /* Q released once the tile's last S GEMM is done (fwd90_q_early) */
   bool skip_idle;       /* warpgroups past the sequence's end skip the tile (fwd90_skip_idle) */
+  bool tanh_poly;       /* a softcap's tanh on the FMA pipe where in range (fwd90_tanh_poly) */
 } Sm90Variant;
 
 static const Sm90Variant sm90_variants[] = {
     {"auto", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false, false, false},
     {"base", 0, false, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false, false, false},
     {"persist", 256, false, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false, false, false},
     {"bn80", 0, true, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false, false, false},
     {"persist_bn80", 256, true, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false, false, false},
     {"f16_pv", 256, true, true, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false, false, false},
     {"wg3", 256, true, false, WG3_ALWAYS, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false, false, false},
     {"kv8_early", 256, true, false, WG3_UNMASKED, true, KV_COPY_NEVER, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false, false, false},
     {"kv_copy", 256, true, false, WG3_UNMASKED, false, KV_COPY_ALWAYS, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false, false, false},
     {"bn176", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_ALWAYS, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false, false, false},
     {"fp8_vt8", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, true,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false, false, false},
     {"kv8", 256, true, false, WG3_UNMASKED, false, KV_COPY_NEVER, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false, false, false},
     {"bn128", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_NEVER, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false, false, false},
     {"rescale_late", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_ALWAYS, PV_OVERLAP_ALWAYS, false, false},
+     RESCALE_LATE_ALWAYS, PV_OVERLAP_ALWAYS, false, false, false},
     {"pv_overlap", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_EARLY, PV_OVERLAP_ALWAYS, false, false},
+     RESCALE_EARLY, PV_OVERLAP_ALWAYS, false, false, false},
     {"pv_once", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_EARLY, PV_ONCE, false, false},
+     RESCALE_EARLY, PV_ONCE, false, false, false},
     {"q_early", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, true, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, true, false, false},
     {"idle_wg", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false, true},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false, true, false},
+    {"tanh_poly", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false, false, true},
 };
 _Static_assert(sizeof sm90_variants / sizeof sm90_variants[0] == SM90_NVARIANTS,
                "attnc.h's SM90_NVARIANTS counts the variants");
@@ -356,6 +366,7 @@ int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool fp8_p, 
                         (var->pv == PV_OVERLAP_16 && mode == ATTN_FWD90_16);
       out->q_early = var->q_early;
       out->skip_idle = var->skip_idle;
+      out->tanh_poly = var->tanh_poly;
       return 0;
     }
   }

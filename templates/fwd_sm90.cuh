@@ -455,6 +455,13 @@ constexpr bool fwd90_q_early = ATTN_Q_EARLY != 0;
 #define ATTN_SKIP_IDLE 0
 #endif
 constexpr bool fwd90_skip_idle = ATTN_SKIP_IDLE != 0;
+/* Whether a softcap's tanh (attn_score_tanh_qk) runs on the FMA pipe
+ * (attn_tanh_poly) for the tiles whose arguments all lie in [-1, 1] (the
+ * tanh_poly variant): MUFU then does one op a score instead of two. */
+#ifndef ATTN_TANH_POLY
+#define ATTN_TANH_POLY 0
+#endif
+constexpr bool fwd90_tanh_poly = ATTN_TANH_POLY != 0;
 static __device__ __forceinline__ void fwd90_rescale_o(float (&o)[fwd90_dv / 2], float (&alpha)[2]) {
   /* (Late, the multiplies are not skipped: ptxas puts its wait for S in
    * front of them, and a wgmma wait or fence is .aligned, for every warp of
@@ -570,6 +577,32 @@ static __device__ __forceinline__ void fwd90_score_tile(float (&s)[fwd90_s_regs]
       }
       s[nb * 4 + e] = attn_score_inner_bh(s[nb * 4 + e], c, b, h, i, j, p);
     }
+  }
+}
+
+/* fwd90_tanh_poly: the softcap's inner chain tanh(acc k) over the tile,
+ * by attn_tanh_poly where every argument of the warp's tile lies in
+ * [-1, 1] (a warp-uniform branch: eight partial maxima of |x|, then a
+ * vote), else by tanh.approx as attn_score_inner_bh does. The arguments
+ * are the chain's own (k is attn_bh's product); a NaN argument takes the
+ * polynomial (fmaxf drops it) and stays NaN either way. */
+static __device__ __forceinline__ void fwd90_tanh_tile(float (&s)[fwd90_s_regs], float k) {
+  float m[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+  for (int r = 0; r < fwd90_s_regs; ++r) {
+    s[r] *= k;
+    m[r & 7] = fmaxf(m[r & 7], fabsf(s[r]));
+  }
+  const float mx = fmaxf(fmaxf(fmaxf(m[0], m[1]), fmaxf(m[2], m[3])),
+                         fmaxf(fmaxf(m[4], m[5]), fmaxf(m[6], m[7])));
+  if (__all_sync(0xffffffffu, mx <= 1.f)) {
+#pragma unroll
+    for (int r = 0; r < fwd90_s_regs; ++r)
+      s[r] = attn_tanh_poly(s[r]);
+  } else {
+#pragma unroll
+    for (int r = 0; r < fwd90_s_regs; ++r)
+      s[r] = attn_tanh(s[r]);
   }
 }
 
@@ -1504,7 +1537,9 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
         for (int r = 0; r < fwd90_s_regs; ++r)
           s[r] *= qinv[(r >> 1) & 1];
       }
-      if constexpr (!attn_score_scaled_qk) /* folded: the chain under the factor */
+      if constexpr (fwd90_tanh_poly && attn_score_tanh_qk)
+        fwd90_tanh_tile(s, attn_tanh_qk_factor(bhc));
+      else if constexpr (!attn_score_scaled_qk) /* folded: the chain under the factor */
         fwd90_score_tile(s, bhc, b, h, i_row, jc, p);
       if (cls != 2 || edge) {
         if constexpr (attn_keep_reads)

@@ -111,6 +111,21 @@ if [ "${FIRST:-0}" = 1 ]; then
       step first_s35_ab python3 bench/variant_ab.py --lib "$B/libattn.so" --out "$L/s35" \
         --variants "${S35_AB:-$ok35}" --dims 64,128,256 --seqs 1024,2048,8192 --causal
     fi
+    # tanh_poly (variant 18): a softcap's tanh on the FMA pipe where a tile's arguments lie in
+    # [-1, 1]: the softcap examples under it, then the softcap's cost over plain under auto and
+    # under it (bench/exp2_fma.py, one process each; predicted D 128 +31% -> +10-20%).
+    if [ "${S35_TANH:-1}" = 1 ]; then
+      for f in softcap gemma2_local backward_causal_softcap; do
+        step "first_tanh_poly_$f" env ATTN_SM90_VARIANT=tanh_poly ATTN_TEST_ONLY=examples \
+          timeout 120 "$B/tests/gpu/test_forward" "$f"
+      done
+      if grep -q " 0 failed" "$L/first_tanh_poly_softcap.log"; then
+        step first_tanh_auto python3 bench/exp2_fma.py --lib "$B/libattn.so" --out "$L/tanh-auto" \
+          --settings none
+        step first_tanh_poly python3 bench/exp2_fma.py --lib "$B/libattn.so" --out "$L/tanh-poly" \
+          --variant tanh_poly --settings none
+      fi
+    fi
     [ "${S35_WG3:-1}" = 1 ] && step first_s35_wg3 python3 bench/variant_ab.py --lib "$B/libattn.so" \
       --out "$L/s35wg3" --variants wg3 --dims 64 --seqs 1024,2048,8192 --causal
   fi

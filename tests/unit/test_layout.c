@@ -397,14 +397,17 @@ Test(layout, fwd90_rescale_late_configs) {
                     "variant %d D %d", vs[w], dims[k]);
         }
       }
-  /* q_early (16) and idle_wg (17): auto's configuration with Q released
-   * after the tile's last S GEMM, or with warpgroups past the sequence's
-   * end skipping the tile; no other variant does either. */
+  /* q_early (16), idle_wg (17) and tanh_poly (18): auto's configuration
+   * with Q released after the tile's last S GEMM, with warpgroups past the
+   * sequence's end skipping the tile, or with a softcap's tanh on the FMA
+   * pipe; no other variant does any of them. */
   const int qe = tmpl_sm90_variant_index("q_early");
   const int idle = tmpl_sm90_variant_index("idle_wg");
+  const int tp = tmpl_sm90_variant_index("tanh_poly");
   cr_assert_eq(qe, 16);
   cr_assert_eq(idle, 17);
-  cr_assert_eq(idle, SM90_NVARIANTS - 1);
+  cr_assert_eq(tp, 18);
+  cr_assert_eq(tp, SM90_NVARIANTS - 1);
   for (int w = 0; w < SM90_NVARIANTS; w++)
     for (int fp8 = 0; fp8 < 2; fp8++) {
       const int bytes = fp8 ? 1 : 2;
@@ -412,7 +415,8 @@ Test(layout, fwd90_rescale_late_configs) {
       cr_assert_eq(tmpl_sm90_config(64, 64, bytes, bytes, fp8, SM90_MASKED, false, w, &h), 0);
       cr_assert_eq(h.q_early, w == qe, "variant %d", w);
       cr_assert_eq(h.skip_idle, w == idle, "variant %d", w);
-      if (w != qe && w != idle) continue;
+      cr_assert_eq(h.tanh_poly, w == tp, "variant %d", w);
+      if (w != qe && w != idle && w != tp) continue;
       cr_assert_eq(tmpl_sm90_config(64, 64, bytes, bytes, fp8, SM90_MASKED, false, 0, &a), 0);
       cr_assert(h.bm == a.bm && h.bn == a.bn && h.stages == a.stages &&
                 h.rescale_late == a.rescale_late && h.pv_overlap == a.pv_overlap);

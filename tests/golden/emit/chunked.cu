@@ -73,6 +73,13 @@ static __device__ __forceinline__ float attn_score_factor(const attn_bh &c, int 
   return p.s[0].f;
 }
 
+/* Whether attn_score_inner_bh is tanh(acc * attn_tanh_qk_factor(c)) (a softcap). */
+constexpr bool attn_score_tanh_qk = false;
+static __device__ __forceinline__ float attn_tanh_qk_factor(const attn_bh &c) {
+  (void)c;
+  return 1.f;
+}
+
 /* Separable mask conjuncts (compiler/emit_sep.c): ranges of each side
  * over SEP_CELL = 16-element cells, as sparse tables in p.mask_ranges,
  * written by the graph's prep kernel before the forward or backward. */

@@ -75,6 +75,13 @@ static __device__ __forceinline__ float attn_score_factor(const attn_bh &c, int 
   return p.s[0].f;
 }
 
+/* Whether attn_score_inner_bh is tanh(acc * attn_tanh_qk_factor(c)) (a softcap). */
+constexpr bool attn_score_tanh_qk = false;
+static __device__ __forceinline__ float attn_tanh_qk_factor(const attn_bh &c) {
+  (void)c;
+  return 1.f;
+}
+
 /* The softmax's sink: one more logit in each row's denominator. */
 static __device__ __forceinline__ float attn_sink(int b, int h, const attn_params &p) {
   const float sink_24 = attn_ld_f32(p.t[3], h, 0, 0, 0);

@@ -80,6 +80,13 @@ static __device__ __forceinline__ float attn_score_factor(const attn_bh &c, int 
   return p.s[1].f;
 }
 
+/* Whether attn_score_inner_bh is tanh(acc * attn_tanh_qk_factor(c)) (a softcap). */
+constexpr bool attn_score_tanh_qk = true;
+static __device__ __forceinline__ float attn_tanh_qk_factor(const attn_bh &c) {
+  (void)c;
+  return c.k7;
+}
+
 /* The top-level masks, element by element: true keeps the score. */
 static __device__ __forceinline__ bool attn_keep_bh(const attn_bh &c, int b, int h, int i, int j, const attn_params &p) {
   return true;
