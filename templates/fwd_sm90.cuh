@@ -1347,10 +1347,14 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
     /* fwd90_skip_idle: a warpgroup whose 64 rows all lie past the sequence's
      * last query runs no GEMM, softmax or store on them; it only keeps the
      * barriers' counts and its place in the turn ring, as the full path
-     * does: K released once its slot is read, V one key tile later (the
-     * full path's order: a V barrier's next phase is then never reached
-     * before its last one completed, since the producer reloads K of the
-     * tile after next only after waiting for V's release), Q at the end. */
+     * does: K released once its slot is read, V one key tile later and at
+     * the tile's end, Q at the end. No arrive lands in a barrier's next
+     * phase early: K of key tile u + stages is loaded only after K of u was
+     * released by everyone; and this warpgroup's turn at key tile u +
+     * stages waits (the ring, warpgroup 0 always live) until the live ones
+     * have handed over there, so they have finished tile u + stages - 1
+     * and released V of u (stages >= 2) before this arrives on V's
+     * barrier again. */
     if constexpr (fwd90_skip_idle)
       if (i0 + 64 * wg >= p.Sq) {
         if (last_wg && any)
