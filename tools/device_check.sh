@@ -115,7 +115,9 @@ if [ "${FIRST:-0}" = 1 ]; then
     # [-1, 1]: the softcap examples under it, then the softcap's cost over plain under auto and
     # under it (bench/exp2_fma.py, one process each; predicted D 128 +31% -> +10-20%).
     if [ "${S35_TANH:-1}" = 1 ]; then
-      for f in softcap gemma2_local backward_causal_softcap; do
+      # ("softcap": test_forward's softcap ranges, where the polynomial, tanh.approx and both
+      # kinds of warp run, and the two softcap examples)
+      for f in softcap gemma2_local; do
         step "first_tanh_poly_$f" env ATTN_SM90_VARIANT=tanh_poly ATTN_TEST_ONLY=examples \
           timeout 120 "$B/tests/gpu/test_forward" "$f"
       done

@@ -196,6 +196,47 @@ static void test_fully_masked(attn_context *ctx) {
   arena_free(a);
 }
 
+/* A softcap's tanh where its arguments s / cap stay within [-1, 1] (cap 50,
+ * Gaussian scores), leave it on some warps' tiles (cap 4: |s| > 4 on about
+ * one tile in eight) and on almost all (cap 0.5): the tanh_poly variant
+ * takes the polynomial for a warp's tile only when every argument is in
+ * range and tanh.approx otherwise, so all three kinds of tile run against
+ * the CPU reference (under auto: tanh.approx everywhere). D 64, 128, 256;
+ * lengths that end inside a tile. */
+static void test_softcap_ranges(attn_context *ctx) {
+  static const int dims[] = {64, 128, 256};
+  static const char *const caps[] = {"50.0", "4.0", "0.5"};
+  uint64_t seed = 7700;
+  for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++)
+    for (size_t c = 0; c < sizeof caps / sizeof caps[0]; c++) {
+      Arena *a = arena_new();
+      const int D = dims[d];
+      const char *text = arena_printf(
+          a,
+          "attention capped {\n  input q : bf16[B, H, Sq, %d];\n  input k : bf16[B, H, Skv, %d];\n"
+          "  input v : bf16[B, H, Skv, %d];\n  s = (q @ k^T) * (1.0 / sqrt(%d.0));\n"
+          "  s = %s * tanh(s / %s);\n  o = softmax(s) @ v;\n  output o : bf16[B, H, Sq, %d];\n"
+          "  output lse = logsumexp(s);\n}\n",
+          D, D, D, D, caps[c], caps[c], D);
+      attn_module *mod = compile_text(ctx, "capped.attn", text);
+      IrGraph *g = build_ir(a, "capped.attn", text);
+      attn_graph *ag;
+      if (mod && g && attn_module_get_graph(mod, "capped", &ag) == ATTN_SUCCESS) {
+        static const char *const specs[] = {"B=2,H=2,Sq=200,Skv=333", "B=1,H=2,Sq=1024,Skv=1024"};
+        for (size_t sp = 0; sp < sizeof specs / sizeof specs[0]; sp++) {
+          ChkOptions co = {0};
+          run_case(ctx, ag, g, specs[sp], seed++, &co,
+                   arena_printf(a, "softcap %s, D %d", caps[c], D), NULL, NULL);
+        }
+      } else {
+        verdict(false, arena_printf(a, "softcap %s, D %d: compiled", caps[c], D),
+                attn_context_error(ctx));
+      }
+      attn_module_destroy(mod);
+      arena_free(a);
+    }
+}
+
 /* The mask analysis skips wholly masked tiles: causal loads ~half. */
 static void test_tile_skipping(attn_context *ctx) {
   static const char full[] =
@@ -904,10 +945,12 @@ int main(int argc, char **argv) {
     printf("gpu forward: %d passed, %d failed, %d skipped\n", passed, failed, skipped);
     return failed ? 1 : 0;
   }
-  /* ATTN_TEST_ONLY=examples: the fully masked rows and the examples (argv[1]
-   * filters them), for a change to the softmax alone (ATTN_EXP2_FMA). */
+  /* ATTN_TEST_ONLY=examples: the fully masked rows, the softcap's ranges and
+   * the examples (argv[1] filters them), for a change to the softmax alone
+   * (ATTN_EXP2_FMA, ATTN_TANH_POLY). */
   const bool examples_only = only && !strcmp(only, "examples");
   test_fully_masked(ctx);
+  test_softcap_ranges(ctx);
   if (!examples_only) {
     uint64_t kv_seed = 9000;
     test_fp8_kv_variants(ctx, &kv_seed);
