@@ -93,11 +93,12 @@ if [ "${FIRST:-0}" = 1 ]; then
   # S GEMM, so the next tile's Q loads under the last softmax, P V and O's store (predicted S 1k
   # +2-4%, S >= 4k < 1%). idle_wg: a consumer warpgroup whose rows all lie past the sequence's end
   # skips the tile's GEMMs and softmax (predicted D 64 S 1k +6-10%: two of the last 192-row
-  # tile's three warpgroups). Each variant's examples (odd lengths: the idle path), FP8 and head
-  # dim tests under time limits (~320 s a variant: S35_VARIANTS=q_early, then idle_wg with
-  # S35_AB=q_early,idle_wg) (a hang must not eat the call), then the passing ones beside auto at S 1k,
-  # 2k and 8k (the rel err columns must match auto's to the bit); and wg3 (three consumer
-  # warpgroups, now with the branch commits) beside auto at D 64 causal, the grid's weakest rows.
+  # tile's three warpgroups). Each variant's examples (odd lengths: the idle path), FP8, head dim
+  # and packed tests under time limits (a hang must not eat the call; ~370 s a variant:
+  # S35_VARIANTS=q_early first, then idle_wg with S35_AB=q_early,idle_wg), then the passing ones
+  # beside auto at S 1k, 2k and 8k (the rel err columns must match auto's to the bit); the
+  # tanh_poly variant (below); and wg3 (three consumer warpgroups, now with the branch commits)
+  # beside auto at D 64 causal, the grid's weakest rows.
   if [ "${FIRST_S35:-1}" = 1 ]; then
     ok35=
     for v in ${S35_VARIANTS:-q_early idle_wg}; do
@@ -105,6 +106,9 @@ if [ "${FIRST:-0}" = 1 ]; then
         timeout 300 "$B/tests/gpu/test_forward"
       step first_${v}_fp8 env ATTN_SM90_VARIANT=$v timeout 200 "$B/tests/gpu/test_fp8"
       step first_${v}_head_dims env ATTN_SM90_VARIANT=$v timeout 200 "$B/tests/gpu/test_head_dims"
+      # (packed batches: every sequence ends in a partial tile, and unowned tiles have no rows)
+      step first_${v}_packed env ATTN_SM90_VARIANT=$v ATTN_TEST_ONLY=packed \
+        timeout 150 "$B/tests/gpu/test_forward"
       grep -q " 0 failed" "$L/first_${v}_examples.log" && ok35=${ok35:+$ok35,}$v
     done
     if [ -n "$ok35" ]; then
