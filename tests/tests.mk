@@ -67,6 +67,7 @@ test-here: all $(BUILD)/tests/unit_tests $(GPU_BIN) $(BUILD)/tests/host/warm_loa
 	tests/host/widen_kv_host_check.sh
 	tests/host/exp2_fma_host_check.sh
 	tests/host/tanh_poly_host_check.sh
+	tests/host/fwd90_protocol_check.sh
 	tests/host/warm_load_check.sh $(BUILD)/tests/host/warm_load_check
 	@# (NVRTC loaded under LeakSanitizer: its tracer's crash retried, tests/lib/lsan_retry.sh)
 	bash -c '. tests/lib/lsan_retry.sh; lsan_retry $(BUILD)/sanitize_cases.err $(BUILD)/tests/gpu/sanitize_cases --compile-only; \

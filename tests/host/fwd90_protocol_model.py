@@ -1,0 +1,291 @@
+#!/usr/bin/env python3
+"""fwd90_protocol_model.py: a model of fwd_sm90's barrier protocol between the producer and the
+consumer warpgroups (templates/fwd_sm90.cuh), run under random interleavings, to check a change on
+the CPU before a GPU hangs on it: no deadlock, no load into a stage or the Q buffer while a GEMM
+may still read it, every consumer sees every key tile. It models the persistent loop's work
+tiles (each with 0 or more live key tiles and some warpgroups idle past the sequence's end), the
+K/V stages, the mbarriers (an arrive count and a phase; an extra arrive lands in the current
+phase, as on the GPU), the turn ring (named barriers of two warpgroups' arrivals), the
+asynchronous TMA loads and wgmma groups, and the variants that move the protocol:
+  --q-early    Q released after the tile's last S GEMM (fwd90_q_early)
+  --skip-idle  idle warpgroups run the protocol only (fwd90_skip_idle)
+Usage: python3 tests/host/fwd90_protocol_model.py [--q-early] [--skip-idle] [--runs N] [--seed S]
+The model is this file's reading of the template, not the template: keep the two in step."""
+import argparse
+import random
+import sys
+
+
+class Mbar:
+    def __init__(self, name, count):
+        self.name, self.count, self.pending, self.phase = name, count, count, 0
+
+    def arrive(self):
+        self.pending -= 1
+        if self.pending == 0:
+            self.phase += 1
+            self.pending = self.count
+
+    def done(self, parity_phase):  # has phase number parity_phase completed?
+        return self.phase > parity_phase
+
+
+class Named:  # bar.sync / bar.arrive over 2 warpgroups' worth of threads
+    def __init__(self):
+        self.arrived, self.gen = 0, 0
+
+    def arrive(self):
+        self.arrived += 1
+        if self.arrived == 2:
+            self.arrived = 0
+            self.gen += 1
+
+
+class Violation(Exception):
+    pass
+
+
+def run(rng, wgs, stages, tiles, q_early, skip_idle, mutant=None):
+    # tiles: list of (n_keys, n_live_wgs)
+    q_full = Mbar("q_full", 1)
+    q_empty = Mbar("q_empty", wgs)
+    k_full = [Mbar(f"k_full{s}", 1) for s in range(stages)]
+    v_full = [Mbar(f"v_full{s}", 1) for s in range(stages)]
+    k_empty = [Mbar(f"k_empty{s}", wgs) for s in range(stages)]
+    v_empty = [Mbar(f"v_empty{s}", wgs) for s in range(stages)]
+    turn = [Named() for _ in range(wgs + 1)]  # ids 1..wgs
+    slot_tile = [None]  # the work tile the producer published with Q
+    stage_slot = [None] * stages  # (global use, last flag) per stage
+    readers = {"Q": set(), **{f"K{s}": set() for s in range(stages)}, **{f"V{s}": set() for s in range(stages)}}
+    pending_loads = []  # (buffer name, barrier, action) landing later
+    seen = [[] for _ in range(wgs)]
+
+    def load(buf, bar, action=None):
+        if readers[buf]:
+            raise Violation(f"load into {buf} while {sorted(readers[buf])} may read it")
+        pending_loads.append((buf, bar, action))
+
+    def producer():
+        # The template's order: on the first work tile Q at once, before any K/V; on later ones
+        # the tile's first K/V copy (it needs only a free stage), then Q once the consumers
+        # released the previous one, then the rest.
+        use = 0
+        for t, (n, _) in enumerate(tiles + [(0, 0)]):
+            end = t == len(tiles)
+
+            def q_load(t=t, end=end):
+                if t > 0:
+                    while not q_empty.done(t - 1):
+                        yield
+                if end:
+                    slot_tile[0] = "end"
+                    q_full.arrive()
+                else:
+                    load("Q", q_full, lambda: slot_tile.__setitem__(0, t))
+
+            if end or t == 0 or n == 0:
+                yield from q_load()
+                if end:
+                    return
+            for x in range(n):
+                st, u = use % stages, use
+                if u >= stages:
+                    while not k_empty[st].done(u // stages - 1):
+                        yield
+                load(f"K{st}", k_full[st],
+                     lambda st=st, u=u, last=(x == n - 1): stage_slot.__setitem__(st, (u, last)))
+                if u >= stages:
+                    while not v_empty[st].done(u // stages - 1):
+                        yield
+                load(f"V{st}", v_full[st])
+                use += 1
+                if x == 0 and t > 0:
+                    yield from q_load()
+                yield
+
+    def consumer(w):
+        my, nxt = 1 + w, 1 + (w + 1) % wgs
+        last_wg = w == wgs - 1
+        use = 0
+        tq = 0
+        while True:
+            while not q_full.done(tq):
+                yield
+            t = slot_tile[0]
+            if t == "end":
+                return
+            n, live = tiles[t]
+            tq += 1
+            idle = w >= live
+            gen = [turn[i].gen for i in range(wgs + 1)]
+
+            def sync(i):  # bar.sync: arrive, then wait for this generation to complete
+                g = turn[i].gen
+                turn[i].arrive()
+                while turn[i].gen == g:
+                    yield
+
+            if idle and skip_idle:
+                if last_wg and n > 0:
+                    turn[1].arrive()
+                vst = None
+                for x in range(n):
+                    st, u = use % stages, use
+                    while not k_full[st].done(u // stages):
+                        yield
+                    su, last = stage_slot[st]
+                    if su != u:
+                        raise Violation(f"wg {w} read slot {su} for use {u}")
+                    seen[w].append((t, u))
+                    yield from sync(my)
+                    if not (last_wg and last) and mutant != "no_handover":
+                        turn[nxt].arrive()
+                    k_empty[st].arrive()
+                    if mutant == "skip_v":  # (wrong: V never released by an idle warpgroup)
+                        use += 1
+                        yield
+                        continue
+                    if vst is not None:
+                        v_empty[vst].arrive()
+                    vst = st
+                    use += 1
+                    yield
+                if vst is not None:
+                    v_empty[vst].arrive()
+                q_empty.arrive()
+                continue
+            if last_wg and n > 0:
+                turn[1].arrive()
+            pv = None  # (stage, tag) of the P V in flight
+            pst = None
+            for x in range(n):
+                st, u = use % stages, use
+                while not k_full[st].done(u // stages):
+                    yield
+                su, last = stage_slot[st]
+                if su != u:
+                    raise Violation(f"wg {w} read slot {su} for use {u}")
+                seen[w].append((t, u))
+                yield from sync(my)
+                # S = Q K^T issued; P V of the previous tile issued (after V landed)
+                tag = (w, t, u)
+                readers["Q"].add(tag)
+                readers[f"K{st}"].add(tag)
+                if pst is not None:
+                    while not v_full[pst].done((u - 1) // stages):
+                        yield
+                    readers[f"V{pst}"].add(("pv",) + tag)
+                    pv = (pst, ("pv",) + tag)
+                if not (last_wg and last):
+                    turn[nxt].arrive()
+                if q_early and last and mutant == "q_before_s":  # (wrong: Q still read)
+                    q_empty.arrive()
+                for _ in range(rng.randint(0, 3)):  # S in flight
+                    yield
+                readers["Q"].discard(tag)
+                readers[f"K{st}"].discard(tag)
+                k_empty[st].arrive()
+                if q_early and last and mutant != "q_before_s":
+                    q_empty.arrive()
+                for _ in range(rng.randint(0, 3)):  # softmax
+                    yield
+                if pv is not None and mutant == "v_before_pv":  # (wrong: P V still reads V)
+                    v_empty[pv[0]].arrive()
+                    for _ in range(rng.randint(0, 3)):
+                        yield
+                    readers[f"V{pv[0]}"].discard(pv[1])
+                    pv = None
+                if pv is not None:  # wait<0>: the previous P V is done
+                    readers[f"V{pv[0]}"].discard(pv[1])
+                    v_empty[pv[0]].arrive()
+                    pv = None
+                pst = st
+                use += 1
+            if pst is not None:  # the last tile's P V
+                while not v_full[pst].done((use - 1) // stages):
+                    yield
+                readers[f"V{pst}"].add(("pvlast", w, t))
+                for _ in range(rng.randint(0, 3)):
+                    yield
+                readers[f"V{pst}"].discard(("pvlast", w, t))
+                v_empty[pst].arrive()
+            if not q_early or n == 0:
+                q_empty.arrive()
+            for _ in range(rng.randint(0, 2)):  # O's store
+                yield
+
+    procs = [producer()] + [consumer(w) for w in range(wgs)]
+    alive = list(range(len(procs)))
+    steps = 0
+    while alive:
+        steps += 1
+        if steps > 200000:
+            raise Violation("no progress (deadlock)")
+        # land some loads
+        rng.shuffle(pending_loads)
+        keep = []
+        for buf, bar, action in pending_loads:
+            if rng.random() < 0.5:
+                if action:
+                    action()
+                bar.arrive()
+            else:
+                keep.append((buf, bar, action))
+        pending_loads[:] = keep
+        i = rng.choice(alive)
+        try:
+            next(procs[i])
+        except StopIteration:
+            alive.remove(i)
+    while pending_loads:  # (the end marker and loads nobody waits for)
+        buf, bar, action = pending_loads.pop()
+    for w in range(wgs):
+        uses = [u for _, u in seen[w]]
+        if uses != list(range(sum(n for n, _ in tiles))):
+            raise Violation(f"wg {w} saw key tiles {uses[:8]}...")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--q-early", action="store_true")
+    ap.add_argument("--skip-idle", action="store_true")
+    ap.add_argument("--runs", type=int, default=2000)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--self-test", action="store_true",
+                    help="run the wrong protocols too (mutants), each of which must fail")
+    args = ap.parse_args()
+    if args.self_test:
+        for mutant, qe, si in (("skip_v", False, True), ("no_handover", False, True),
+                               ("q_before_s", True, False), ("v_before_pv", False, False)):
+            rng = random.Random(args.seed)
+            caught = None
+            for r in range(args.runs):
+                wgs = rng.choice([2, 3])
+                stages = rng.choice([2, 3, 4])
+                tiles = [(rng.choice([0, 1, 2, 3, 5, 8]), rng.randint(1, wgs))
+                         for _ in range(rng.randint(1, 5))]
+                try:
+                    run(rng, wgs, stages, tiles, qe, si, mutant)
+                except Violation as e:
+                    caught = e
+                    break
+            if caught is None:
+                print(f"FAIL: the mutant {mutant} passed {args.runs} runs: the model cannot see it")
+                return 1
+            print(f"mutant {mutant} caught: {caught}")
+    rng = random.Random(args.seed)
+    for r in range(args.runs):
+        wgs = rng.choice([2, 3])
+        stages = rng.choice([2, 3, 4])
+        tiles = [(rng.choice([0, 1, 2, 3, 5, 8]), rng.randint(1, wgs)) for _ in range(rng.randint(1, 5))]
+        try:
+            run(rng, wgs, stages, tiles, args.q_early, args.skip_idle)
+        except Violation as e:
+            print(f"FAIL run {r}: wgs {wgs} stages {stages} tiles {tiles}: {e}")
+            return 1
+    print(f"PASS: {args.runs} runs (q_early {args.q_early}, skip_idle {args.skip_idle})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
