@@ -117,27 +117,29 @@ def run(rng, wgs, stages, tiles, q_early, skip_idle, mutant=None):
             n, live = tiles[t]
             tq += 1
             idle = w >= live
-            gen = [turn[i].gen for i in range(wgs + 1)]
 
-            def sync(i):  # bar.sync: arrive, then wait for this generation to complete
-                g = turn[i].gen
-                turn[i].arrive()
-                while turn[i].gen == g:
+            def take(u, t=t):
+                """Key tile u: wait for its K, read its slot, then this warpgroup's turn (the
+                full and the idle path alike); its stage and whether it is the tile's last."""
+                st = u % stages
+                while not k_full[st].done(u // stages):
                     yield
+                su, last = stage_slot[st]
+                if su != u:
+                    raise Violation(f"wg {w} read slot {su} for use {u}")
+                seen[w].append((t, u))
+                g = turn[my].gen  # bar.sync: arrive, then wait for this generation to complete
+                turn[my].arrive()
+                while turn[my].gen == g:
+                    yield
+                return st, last
 
             if idle and skip_idle:
                 if last_wg and n > 0:
                     turn[1].arrive()
                 vst = None
                 for x in range(n):
-                    st, u = use % stages, use
-                    while not k_full[st].done(u // stages):
-                        yield
-                    su, last = stage_slot[st]
-                    if su != u:
-                        raise Violation(f"wg {w} read slot {su} for use {u}")
-                    seen[w].append((t, u))
-                    yield from sync(my)
+                    st, last = yield from take(use)
                     if not (last_wg and last) and mutant != "no_handover":
                         turn[nxt].arrive()
                     k_empty[st].arrive()
@@ -159,14 +161,8 @@ def run(rng, wgs, stages, tiles, q_early, skip_idle, mutant=None):
             pv = None  # (stage, tag) of the P V in flight
             pst = None
             for x in range(n):
-                st, u = use % stages, use
-                while not k_full[st].done(u // stages):
-                    yield
-                su, last = stage_slot[st]
-                if su != u:
-                    raise Violation(f"wg {w} read slot {su} for use {u}")
-                seen[w].append((t, u))
-                yield from sync(my)
+                u = use
+                st, last = yield from take(u)
                 # S = Q K^T issued; P V of the previous tile issued (after V landed)
                 tag = (w, t, u)
                 readers["Q"].add(tag)
