@@ -1308,6 +1308,17 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
   const int next_turn = fwd90_wgs == 2 ? 2 - wg : 1 + (wg + 1) % fwd90_wgs;
   const bool last_wg = wg == fwd90_wgs - 1;
   const unsigned q_wg = sq + wg * 64 * 128;
+  /* Waits for K of stage st (phase ph), then reads the key tile the
+   * producer loaded there, its class and whether it is the work tile's last
+   * (before this warp's K-empty arrive, after which the producer may
+   * rewrite it); the full path and fwd90_skip_idle's alike. */
+  auto key_tile_at = [&](int st, int ph, int &n, int &tag) {
+    attn_mbar_wait(bar_k_ready(st), ph);
+    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n"
+                 : "=r"(n), "=r"(tag)
+                 : "r"(stage_slot(st, ph))
+                 : "memory");
+  };
 
   float o[fwd90_o_regs];
   float s[fwd90_s_regs];
@@ -1362,12 +1373,8 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
         int vst = -1; /* the stage whose V is released next */
         for (bool more = any; more; ++git) {
           const int st = git % fwd90_stages, ph = (git / fwd90_stages) & 1;
-          attn_mbar_wait(bar_k_ready(st), ph);
-          int tag; /* (the slot's second word: the key tile's index is not needed) */
-          asm volatile("ld.shared.u32 %0, [%1];\n"
-                       : "=r"(tag)
-                       : "r"(stage_slot(st, ph) + 4u)
-                       : "memory");
+          int n, tag;
+          key_tile_at(st, ph, n, tag);
           more = !(tag & 4);
           attn_named_sync(my_turn);
           if (!(last_wg && !more))
@@ -1448,15 +1455,8 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
     for (bool more = any; more;) {
       const int st = git % fwd90_stages, ph = (git / fwd90_stages) & 1;
       const unsigned ks = skv + st * fwd90_stage_bytes;
-      attn_mbar_wait(bar_k_ready(st), ph);
-      /* The key tile the producer loaded into this stage, its class and
-       * whether it is the work tile's last (read before this warp's
-       * K-empty arrive below, after which the producer may rewrite it). */
       int n, tag;
-      asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n"
-                   : "=r"(n), "=r"(tag)
-                   : "r"(stage_slot(st, ph))
-                   : "memory");
+      key_tile_at(st, ph, n, tag);
       const int cls = tag & 3;
       more = !(tag & 4);
 

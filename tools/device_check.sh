@@ -109,7 +109,12 @@ if [ "${FIRST:-0}" = 1 ]; then
       # (packed batches: every sequence ends in a partial tile, and unowned tiles have no rows)
       step first_${v}_packed env ATTN_SM90_VARIANT=$v ATTN_TEST_ONLY=packed \
         timeout 150 "$B/tests/gpu/test_forward"
-      grep -q " 0 failed" "$L/first_${v}_examples.log" && ok35=${ok35:+$ok35,}$v
+      # (beside auto only if all four passed: a variant that fails a check is not timed)
+      ok=1
+      for c in examples fp8 head_dims packed; do
+        grep -q " 0 failed" "$L/first_${v}_$c.log" || ok=0
+      done
+      [ $ok = 1 ] && ok35=${ok35:+$ok35,}$v
     done
     if [ -n "$ok35" ]; then
       step first_s35_ab python3 bench/variant_ab.py --lib "$B/libattn.so" --out "$L/s35" \

@@ -359,12 +359,18 @@ Test(layout, fwd90_fp8_vt8_configs) {
   cr_assert(!h.vt8, "16-bit");
 }
 
+/* Whether two configurations take the same tiles, stages and launch shape. */
+static bool same_tiles(const Sm90Config *x, const Sm90Config *y) {
+  return x->bm == y->bm && x->bn == y->bn && x->stages == y->stages &&
+         x->smem_bytes == y->smem_bytes && x->threads == y->threads;
+}
+
 /* The rescale_late (13), pv_overlap (14) and pv_once (15) variants and
  * auto's choice between them (session 35's measurements): every one takes
  * auto's tiles; auto commits P V in its branch (ATTN_PV_OVERLAP) for
  * 16-bit q, k and v only, and rescales O late (ATTN_RESCALE_LATE, which
  * takes the branch commits) only at head tiles of 64 under two consumer
- * warpgroups (a mask); rescale_late and pv_overlap do theirs everywhere,
+ * warpgroups (a mask) in plain graphs (SM90_PLAIN); rescale_late and pv_overlap do theirs everywhere,
  * pv_once neither. */
 Test(layout, fwd90_rescale_late_configs) {
   const int late = tmpl_sm90_variant_index("rescale_late");
@@ -392,9 +398,7 @@ Test(layout, fwd90_rescale_late_configs) {
               tmpl_sm90_config(dims[k], dims[k], bytes, bytes, fp8, traits, false, vs[w], &h), 0);
           cr_assert_eq(h.rescale_late, vs[w] == late, "variant %d D %d", vs[w], dims[k]);
           cr_assert_eq(h.pv_overlap, vs[w] != once, "variant %d D %d", vs[w], dims[k]);
-          cr_assert(h.bm == a.bm && h.bn == a.bn && h.stages == a.stages &&
-                        h.smem_bytes == a.smem_bytes && h.threads == a.threads,
-                    "variant %d D %d", vs[w], dims[k]);
+          cr_assert(same_tiles(&h, &a), "variant %d D %d", vs[w], dims[k]);
         }
       }
   /* q_early (16), idle_wg (17) and tanh_poly (18): auto's configuration
@@ -418,8 +422,8 @@ Test(layout, fwd90_rescale_late_configs) {
       cr_assert_eq(h.tanh_poly, w == tp, "variant %d", w);
       if (w != qe && w != idle && w != tp) continue;
       cr_assert_eq(tmpl_sm90_config(64, 64, bytes, bytes, fp8, SM90_MASKED, false, 0, &a), 0);
-      cr_assert(h.bm == a.bm && h.bn == a.bn && h.stages == a.stages &&
-                h.rescale_late == a.rescale_late && h.pv_overlap == a.pv_overlap);
+      cr_assert(same_tiles(&h, &a) && h.rescale_late == a.rescale_late &&
+                h.pv_overlap == a.pv_overlap);
     }
   /* A paged cache keeps O's rescale early (ptxas serialized the wgmmas
    * under the late one: compile sweep seed 135). */
