@@ -735,7 +735,8 @@ typedef struct Sm90Config {
   bool vt8;        /* ATTN_FP8_VT8: FP8 P V's V^T tile in 8 bits (attn_layout.h QKV8T) */
   bool rescale_late; /* ATTN_RESCALE_LATE: O's rescale before the next P V */
   bool pv_overlap;   /* ATTN_PV_OVERLAP: P V's group committed in its branch */
-  bool q_early;      /* ATTN_Q_EARLY: Q released after the tile's last S GEMM */
+  int q_early_tiles; /* ATTN_Q_EARLY: work tiles of at most this many key tiles release Q
+                       after their last S GEMM (0: none; persistent kernels only) */
   bool skip_idle;    /* ATTN_SKIP_IDLE: warpgroups past the sequence's end skip the tile */
   bool tanh_poly;    /* ATTN_TANH_POLY: a softcap's tanh on the FMA pipe where in range */
 } Sm90Config;
@@ -761,7 +762,7 @@ int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool fp8_p, 
 /* The variants (ATTN_OPTION_SM90_VARIANT takes 0 .. SM90_NVARIANTS - 1),
  * and a variant's number for its name (auto, base, persist, bn80,
  * persist_bn80, f16_pv, wg3, kv8_early, kv_copy, bn176, fp8_vt8, kv8,
- * bn128, rescale_late, pv_overlap, pv_once, q_early, idle_wg, tanh_poly), or
+ * bn128, rescale_late, pv_overlap, pv_once, q_early, auto35, tanh_poly), or
  * -1. */
 #define SM90_NVARIANTS 19
 int tmpl_sm90_variant_index(const char *name);
@@ -821,8 +822,8 @@ typedef struct FwdConfig {
   bool vt8;         /* fwd_sm90 ATTN_FP8_VT8 (the fp8_vt8 variant) */
   bool rescale_late; /* fwd_sm90 ATTN_RESCALE_LATE (the rescale_late variant) */
   bool pv_overlap;   /* fwd_sm90 ATTN_PV_OVERLAP (auto's for 16-bit q, k, v) */
-  bool q_early;      /* fwd_sm90 ATTN_Q_EARLY (the q_early variant) */
-  bool skip_idle;    /* fwd_sm90 ATTN_SKIP_IDLE (the idle_wg variant) */
+  int q_early_tiles; /* fwd_sm90 ATTN_Q_EARLY (auto: 16; the q_early variant: all) */
+  bool skip_idle;    /* fwd_sm90 ATTN_SKIP_IDLE (auto's since session 36) */
   bool tanh_poly;    /* fwd_sm90 ATTN_TANH_POLY (the tanh_poly variant) */
   /* The kv_copy variant (ATTN_KV_COPY): the plan's widen_kv step writes
    * 16-bit copies of an FP8 k and v into workspace slots copy_k and copy_v
@@ -847,7 +848,7 @@ typedef struct CompileOptions {
                         7 kv8_early, 8 kv_copy, 9 bn176, 10 fp8_vt8,
                         11 kv8, 12 bn128, 13 rescale_late,
                         14 pv_overlap, 15 pv_once, 16 q_early,
-                        17 idle_wg, 18 tanh_poly */
+                        17 auto35, 18 tanh_poly */
   int exp2_fma;      /* fwd_sm90's softmax exponentials on the FMA pipe:
                         0 auto (none: measured slower), 1 none, 2-5 one to
                         four of every four key blocks (match.c) */

@@ -585,7 +585,7 @@ static void emit_graph(StrBuf *out, const GraphCompile *gc, EmitPart part, bool 
     if (c->vt8) macro_def(out, &ms, a, "ATTN_FP8_VT8", 1);
     if (c->rescale_late) macro_def(out, &ms, a, "ATTN_RESCALE_LATE", 1);
     if (c->pv_overlap) macro_def(out, &ms, a, "ATTN_PV_OVERLAP", 1);
-    if (c->q_early) macro_def(out, &ms, a, "ATTN_Q_EARLY", 1);
+    if (c->q_early_tiles > 0) macro_def(out, &ms, a, "ATTN_Q_EARLY", c->q_early_tiles);
     if (c->skip_idle) macro_def(out, &ms, a, "ATTN_SKIP_IDLE", 1);
     if (c->tanh_poly) macro_def(out, &ms, a, "ATTN_TANH_POLY", 1);
     if (c->exp2_fma > 0) macro_def(out, &ms, a, "ATTN_EXP2_FMA", c->exp2_fma);

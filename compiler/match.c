@@ -644,7 +644,8 @@ static int match_fwd_template(const KernelSpec *s, const CompileOptions *o, FwdC
                       * spills; measured neutral). */
                      .persistent = h.persistent, .fp8_pv = h.fp8_pv, .kv8_early = h.kv8_early,
                      .vt8 = h.vt8,
-                     .rescale_late = h.rescale_late, .pv_overlap = h.pv_overlap, .q_early = h.q_early,
+                     .rescale_late = h.rescale_late, .pv_overlap = h.pv_overlap,
+                     .q_early_tiles = h.q_early_tiles,
                      .skip_idle = h.skip_idle, .tanh_poly = h.tanh_poly,
                      .kv_copy = kv_copy, .copy_k = kv_copy ? nt + 2 : -1,
                      .copy_v = kv_copy ? nt + 3 : -1,

@@ -24,6 +24,8 @@
  * benchmarks set from the environment variable ATTN_SM90_VARIANT); each is
  * emitted as macros, so the kernel source (and so its cache key) differs:
  *   auto          the default: persistent (tile queue), BN 80 at D 256,
+ *                 idle warpgroups skipping their tile, Q released early
+ *                 in short work tiles (both session 36, below),
  *                 wg3's three warpgroups in graphs without a mask,
  *                 kv_copy's widened copies where q's and k's sequence
  *                 lengths are one symbol, and bn176's key tiles where its
@@ -31,6 +33,8 @@
  *   base          one CTA per query tile; D 256: BN 64, 2 stages
  *   persist       persistent grid (ATTN_PERSISTENT), same tiles
  *   bn80          D 256: BN 80, 2 stages; one CTA per query tile
+ *   (those four: Q released after the last P V and idle warpgroups'
+ *   GEMMs run, as when they were measured)
  *   persist_bn80  both
  *   f16_pv        auto, but where a graph with FP8 q, k, v rounds P to
  *                 FP8, P V in f16 (P rounded in f32, V widened) instead of
@@ -99,25 +103,28 @@
  *                 the branch's end and made the commit a third, empty
  *                 group, so the consumer's wait for S waited for the
  *                 previous P V too; for measuring against)
- *   q_early       auto, but each consumer thread releases Q to the producer
- *                 once its warpgroup's last S GEMM of the work tile is done,
- *                 not after the last P V: in the persistent loop the next
- *                 tile's Q then loads under the last softmax, the last P V
- *                 and O's store instead of after them (fwd90_q_early). Not
- *                 yet measured: predicted S 1k +2-4%, S >= 4k < 1%
- *   idle_wg       auto, but a consumer warpgroup whose 64 rows all lie past
- *                 the sequence's last query skips the tile's GEMMs and
- *                 softmax (fwd90_skip_idle): the last query tile of a
- *                 length that is not a multiple of BM (S 1k on 192-row
- *                 tiles: two of three warpgroups; packed sequences' ends).
- *                 Not yet measured: predicted D 64 S 1k +6-10%
+ *   q_early       auto, but every work tile releases Q to the producer once
+ *                 its warpgroup's last S GEMM is done, not only those of at
+ *                 most 16 key tiles (auto's bound, Q_EARLY_AUTO): in the
+ *                 persistent loop the next tile's Q then loads under the
+ *                 last softmax, P V and O's store (fwd90_q_early_tiles).
+ *                 H100, session 36: +4-5% at D 64 S 1k, -1 to -3% at 8k
+ *   auto35        auto as it was in session 35: Q released after the last
+ *                 P V in every tile, and a consumer warpgroup whose 64 rows
+ *                 all lie past the sequence's last query runs the tile's
+ *                 GEMMs and softmax on Q's zero rows (auto skips them,
+ *                 fwd90_skip_idle: the last query tile of a length that is
+ *                 not a multiple of BM, S 1k on 192-row tiles, packed
+ *                 sequences' ends; H100, session 36: +5.5% at D 64 S 1k
+ *                 unmasked); for measuring against
  *   tanh_poly     auto, but a softcap's tanh (tanh of q.k times per-(b, h)
  *                 factors) by a degree-7 odd polynomial on the FMA pipe for
  *                 the tiles whose arguments all lie in [-1, 1] (a warp's
  *                 vote), tanh.approx elsewhere (fwd90_tanh_poly): one MUFU
- *                 op a score instead of two. Not yet measured: predicted
- *                 softcap over plain +31% -> +10-20% at D 128, +55% -> +35%
- *                 at D 64
+ *                 op a score instead of two. H100, session 36: softcap
+ *                 over plain +48% at D 128 (auto +30%), +61% at D 64
+ *                 (+50%): seven instructions a score where tanh.approx
+ *                 takes two, and the kernel is short of issue slots
  * numbered 0 to 18 in this order (the numbers are the library's option
  * values); 0 is the default below (the fastest
  * measured), and so is any number out of range (the library never fails
@@ -157,6 +164,13 @@ typedef enum { BN176_NEVER, BN176_PLAIN, BN176_ALWAYS } Sm90Bn176;
  * it: auto leaves those out). */
 typedef enum { PV_ONCE, PV_OVERLAP_16, PV_OVERLAP_ALWAYS } Sm90PvCommit;
 typedef enum { RESCALE_EARLY, RESCALE_LATE_NARROW2, RESCALE_LATE_ALWAYS } Sm90Rescale;
+/* Which work tiles release Q after their last S GEMM instead of their last
+ * P V (fwd90_q_early_tiles): those of at most 16 key tiles (auto), or all
+ * (the q_early variant). H100, session 36 (bench/NOTES-sm90.md), every
+ * tile early: +4-5% at D 64 S 1k (8 key tiles), +1% at 2k (16), -1 to -3%
+ * at 8k (47-103) but for D 128 causal. */
+#define Q_EARLY_AUTO 16
+#define Q_EARLY_ALL (1 << 20)
 
 typedef struct Sm90Variant {
   const char *name;
@@ -170,50 +184,51 @@ typedef struct Sm90Variant {
   bool fp8_vt8;         /* FP8 P V's V^T in 8 bits; key tiles of 128 at head tiles of 256 */
   Sm90Rescale rescale;  /* O's rescale after the next S GEMM's issue, before its P V */
   Sm90PvCommit pv;      /* P V's wgmma group committed in its own branch (no dummy group) */
-  bool q_early;         /* Q released once the tile's last S GEMM is done (fwd90_q_early) */
+  int q_early_tiles;    /* work tiles of at most this many key tiles release Q after their last
+                           S GEMM (fwd90_q_early_tiles; 0 never, Q_EARLY_ALL every tile) */
   bool skip_idle;       /* warpgroups past the sequence's end skip the tile (fwd90_skip_idle) */
   bool tanh_poly;       /* a softcap's tanh on the FMA pipe where in range (fwd90_tanh_poly) */
 } Sm90Variant;
 
 static const Sm90Variant sm90_variants[] = {
     {"auto", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false},
     {"base", 0, false, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, 0, false, false},
     {"persist", 256, false, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, 0, false, false},
     {"bn80", 0, true, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, 0, false, false},
     {"persist_bn80", 256, true, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, 0, false, false},
     {"f16_pv", 256, true, true, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false},
     {"wg3", 256, true, false, WG3_ALWAYS, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false},
     {"kv8_early", 256, true, false, WG3_UNMASKED, true, KV_COPY_NEVER, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false},
     {"kv_copy", 256, true, false, WG3_UNMASKED, false, KV_COPY_ALWAYS, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false},
     {"bn176", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_ALWAYS, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false},
     {"fp8_vt8", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, true,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false},
     {"kv8", 256, true, false, WG3_UNMASKED, false, KV_COPY_NEVER, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false},
     {"bn128", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_NEVER, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false},
     {"rescale_late", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_ALWAYS, PV_OVERLAP_ALWAYS, false, false, false},
+     RESCALE_LATE_ALWAYS, PV_OVERLAP_ALWAYS, Q_EARLY_AUTO, true, false},
     {"pv_overlap", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_EARLY, PV_OVERLAP_ALWAYS, false, false, false},
+     RESCALE_EARLY, PV_OVERLAP_ALWAYS, Q_EARLY_AUTO, true, false},
     {"pv_once", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_EARLY, PV_ONCE, false, false, false},
+     RESCALE_EARLY, PV_ONCE, Q_EARLY_AUTO, true, false},
     {"q_early", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, true, false, false},
-    {"idle_wg", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false, true, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_ALL, true, false},
+    {"auto35", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, 0, false, false},
     {"tanh_poly", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, false, false, true},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, true},
 };
 _Static_assert(sizeof sm90_variants / sizeof sm90_variants[0] == SM90_NVARIANTS,
                "attnc.h's SM90_NVARIANTS counts the variants");
@@ -364,7 +379,7 @@ int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool fp8_p, 
                            wgs == 2 && tmax <= 64 && (traits & SM90_PLAIN) && !paged);
       out->pv_overlap = out->rescale_late || var->pv == PV_OVERLAP_ALWAYS ||
                         (var->pv == PV_OVERLAP_16 && mode == ATTN_FWD90_16);
-      out->q_early = var->q_early;
+      out->q_early_tiles = out->persistent ? var->q_early_tiles : 0; /* (one tile a CTA: moot) */
       out->skip_idle = var->skip_idle;
       out->tanh_poly = var->tanh_poly;
       return 0;

@@ -434,23 +434,27 @@ constexpr bool fwd90_rescale_late = ATTN_RESCALE_LATE != 0;
 #endif
 constexpr bool fwd90_pv_overlap = ATTN_PV_OVERLAP != 0;
 /* When a consumer thread tells the producer that Q's buffer is free: after
- * the work tile's last P V (by default), or with fwd90_q_early as soon as
- * its warpgroup's last S GEMM of the tile is done, the last read of Q (P V
- * reads V and P; the store reads registers). bar_q_empty counts every
- * consumer thread, so the producer still waits for the slowest warpgroup,
- * but the next tile's Q then loads under the last softmax, the last P V
- * and O's store rather than after them: the consumers found it landed
- * instead of waiting a load's latency at each work tile's start (the
- * q_early variant; what it moves is measured in bench/NOTES-sm90.md). */
+ * the work tile's last P V, or, in work tiles of at most
+ * fwd90_q_early_tiles key tiles, as soon as its warpgroup's last S GEMM of
+ * the tile is done, the last read of Q (P V reads V and P; the store reads
+ * registers). bar_q_empty counts every consumer thread, so the producer
+ * still waits for the slowest warpgroup, but the next tile's Q then loads
+ * under the last softmax, the last P V and O's store rather than after
+ * them: the consumers find it landed instead of waiting a load's latency
+ * at the next work tile's start. That latency matters in short work tiles;
+ * in long ones the early release measured 1-3% slower (H100, session 36:
+ * bench/NOTES-sm90.md), hence the bound (a work tile's length is known at
+ * its last key tile, so the choice is the warpgroup's, uniform). 0: never
+ * (auto before session 36); the q_early variant: every tile. */
 #ifndef ATTN_Q_EARLY
 #define ATTN_Q_EARLY 0
 #endif
-constexpr bool fwd90_q_early = ATTN_Q_EARLY != 0;
+constexpr int fwd90_q_early_tiles = ATTN_Q_EARLY;
 /* Whether a consumer warpgroup whose rows all lie past the sequence's end
  * (in the last query tile of a length that is not a multiple of BM: at
  * S 1k with 192-row tiles, two of the last tile's three warpgroups) skips
  * the tile's GEMMs and softmax instead of running them on Q's zero rows
- * (the idle_wg variant). */
+ * (auto's since session 36: +5.5% at D 64 S 1k on the H100). */
 #ifndef ATTN_SKIP_IDLE
 #define ATTN_SKIP_IDLE 0
 #endif
@@ -1527,8 +1531,8 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       for (int r = 0; r < fwd90_s_regs; ++r)
         attn_fence_reg(s[r]);
       attn_mbar_arrive(bar_empty(st)); /* its K may be refilled */
-      if constexpr (fwd90_q_early)
-        if (!more) /* the tile's last S is done: Q is read no more */
+      if constexpr (fwd90_q_early_tiles > 0)
+        if (!more && it < fwd90_q_early_tiles) /* a short tile's last S is done: Q is read no more */
           attn_mbar_arrive(bar_q_empty);
 
       /* The score chain, then the tests (masked elements become -inf):
@@ -1687,9 +1691,10 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       attn_mbar_arrive(bar_empty_v(pst));
     }
     /* Every GEMM that read this tile's Q is done: the producer may load
-     * the next one while we store O (fwd90_q_early: done in the loop
-     * already, unless the tile had no live key tile). */
-    if (!fwd90_q_early || it == 0)
+     * the next one while we store O (a work tile of 1 to
+     * fwd90_q_early_tiles key tiles did so in the loop already; `it`
+     * counts them now). */
+    if (it == 0 || it > fwd90_q_early_tiles)
       attn_mbar_arrive(bar_q_empty);
 
     if constexpr (fwd90_fold && attn_p_round != 0)

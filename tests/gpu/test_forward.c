@@ -947,10 +947,17 @@ int main(int argc, char **argv) {
   }
   /* ATTN_TEST_ONLY=examples: the fully masked rows, the softcap's ranges and
    * the examples (argv[1] filters them), for a change to the softmax alone
-   * (ATTN_EXP2_FMA, ATTN_TANH_POLY). */
+   * (ATTN_EXP2_FMA, ATTN_TANH_POLY); rest: everything but those, so that
+   * the two together are the whole run split over two device calls. */
   const bool examples_only = only && !strcmp(only, "examples");
-  test_fully_masked(ctx);
-  test_softcap_ranges(ctx);
+  const bool rest_only = only && !strcmp(only, "rest");
+  /* ATTN_TEST_FROM=NAME (with examples): the examples from NAME on in
+   * name order, nothing else: the end of a run a device call cut short. */
+  const char *from = examples_only ? getenv("ATTN_TEST_FROM") : NULL;
+  if (!rest_only && !from) {
+    test_fully_masked(ctx);
+    test_softcap_ranges(ctx);
+  }
   if (!examples_only) {
     uint64_t kv_seed = 9000;
     test_fp8_kv_variants(ctx, &kv_seed);
@@ -965,12 +972,13 @@ int main(int argc, char **argv) {
     test_document_tiles(ctx);
     test_document_backward(ctx);
   }
-  DIR *dir = opendir("examples");
+  DIR *dir = rest_only ? NULL : opendir("examples");
   char *names[256];
   int n = 0;
   for (struct dirent *e; dir && (e = readdir(dir)) && n < 256;)
     if (strlen(e->d_name) > 5 && !strcmp(e->d_name + strlen(e->d_name) - 5, ".attn") &&
-        (argc < 2 || !argv[1][0] || strstr(e->d_name, argv[1])))
+        (argc < 2 || !argv[1][0] || strstr(e->d_name, argv[1])) &&
+        (!from || strcmp(e->d_name, from) >= 0))
       names[n++] = strdup(e->d_name);
   if (dir) closedir(dir);
   qsort(names, (size_t)n, sizeof names[0], cmp_str);

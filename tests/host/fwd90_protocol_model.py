@@ -7,9 +7,10 @@ tiles (each with 0 or more live key tiles and some warpgroups idle past the sequ
 K/V stages, the mbarriers (an arrive count and a phase; an extra arrive lands in the current
 phase, as on the GPU), the turn ring (named barriers of two warpgroups' arrivals), the
 asynchronous TMA loads and wgmma groups, and the variants that move the protocol:
-  --q-early    Q released after the tile's last S GEMM (fwd90_q_early)
+  --q-early [N]  Q released after the tile's last S GEMM in work tiles of at most N key tiles
+               (fwd90_q_early_tiles; no N: every tile), after its last P V in the others
   --skip-idle  idle warpgroups run the protocol only (fwd90_skip_idle)
-Usage: python3 tests/host/fwd90_protocol_model.py [--q-early] [--skip-idle] [--runs N] [--seed S]
+Usage: python3 tests/host/fwd90_protocol_model.py [--q-early [N]] [--skip-idle] [--runs N] [--seed S]
 The model is this file's reading of the template, not the template: keep the two in step."""
 import argparse
 import random
@@ -46,7 +47,8 @@ class Violation(Exception):
 
 
 def run(rng, wgs, stages, tiles, q_early, skip_idle, mutant=None):
-    # tiles: list of (n_keys, n_live_wgs)
+    # tiles: list of (n_keys, n_live_wgs); q_early: the most key tiles a work tile may have for Q
+    # to be released after its last S GEMM (0: never)
     q_full = Mbar("q_full", 1)
     q_empty = Mbar("q_empty", wgs)
     k_full = [Mbar(f"k_full{s}", 1) for s in range(stages)]
@@ -158,6 +160,7 @@ def run(rng, wgs, stages, tiles, q_early, skip_idle, mutant=None):
                 continue
             if last_wg and n > 0:
                 turn[1].arrive()
+            early = 0 < n <= q_early  # this work tile releases Q after its last S GEMM
             pv = None  # (stage, tag) of the P V in flight
             pst = None
             for x in range(n):
@@ -174,14 +177,14 @@ def run(rng, wgs, stages, tiles, q_early, skip_idle, mutant=None):
                     pv = (pst, ("pv",) + tag)
                 if not (last_wg and last):
                     turn[nxt].arrive()
-                if q_early and last and mutant == "q_before_s":  # (wrong: Q still read)
+                if early and last and mutant == "q_before_s":  # (wrong: Q still read)
                     q_empty.arrive()
                 for _ in range(rng.randint(0, 3)):  # S in flight
                     yield
                 readers["Q"].discard(tag)
                 readers[f"K{st}"].discard(tag)
                 k_empty[st].arrive()
-                if q_early and last and mutant != "q_before_s":
+                if early and last and mutant != "q_before_s":
                     q_empty.arrive()
                 for _ in range(rng.randint(0, 3)):  # softmax
                     yield
@@ -205,7 +208,7 @@ def run(rng, wgs, stages, tiles, q_early, skip_idle, mutant=None):
                     yield
                 readers[f"V{pst}"].discard(("pvlast", w, t))
                 v_empty[pst].arrive()
-            if not q_early or n == 0:
+            if not early:
                 q_empty.arrive()
             for _ in range(rng.randint(0, 2)):  # O's store
                 yield
@@ -243,7 +246,8 @@ def run(rng, wgs, stages, tiles, q_early, skip_idle, mutant=None):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--q-early", action="store_true")
+    ap.add_argument("--q-early", type=int, nargs="?", const=1 << 20, default=0,
+                    help="Q released early in work tiles of at most N key tiles (no N: all)")
     ap.add_argument("--skip-idle", action="store_true")
     ap.add_argument("--runs", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=1)
@@ -251,8 +255,8 @@ def main():
                     help="run the wrong protocols too (mutants), each of which must fail")
     args = ap.parse_args()
     if args.self_test:
-        for mutant, qe, si in (("skip_v", False, True), ("no_handover", False, True),
-                               ("q_before_s", True, False), ("v_before_pv", False, False)):
+        for mutant, qe, si in (("skip_v", 0, True), ("no_handover", 0, True),
+                               ("q_before_s", 1 << 20, False), ("v_before_pv", 0, False)):
             rng = random.Random(args.seed)
             caught = None
             for r in range(args.runs):

@@ -401,26 +401,31 @@ Test(layout, fwd90_rescale_late_configs) {
           cr_assert(same_tiles(&h, &a), "variant %d D %d", vs[w], dims[k]);
         }
       }
-  /* q_early (16), idle_wg (17) and tanh_poly (18): auto's configuration
-   * with Q released after the tile's last S GEMM, with warpgroups past the
-   * sequence's end skipping the tile, or with a softcap's tanh on the FMA
-   * pipe; no other variant does any of them. */
+  /* Q's early release and the idle warpgroups' skip: auto's (Q early in
+   * work tiles of up to 16 key tiles) in every "auto, but" variant; q_early
+   * (16) releases Q early in every tile; auto35 (17) and the four old
+   * scheduling variants (base .. persist_bn80) neither; tanh_poly (18) is
+   * the only one with the softcap's polynomial. Otherwise q_early, auto35
+   * and tanh_poly have auto's tiles and commits. */
   const int qe = tmpl_sm90_variant_index("q_early");
-  const int idle = tmpl_sm90_variant_index("idle_wg");
+  const int a35 = tmpl_sm90_variant_index("auto35");
   const int tp = tmpl_sm90_variant_index("tanh_poly");
   cr_assert_eq(qe, 16);
-  cr_assert_eq(idle, 17);
+  cr_assert_eq(a35, 17);
   cr_assert_eq(tp, 18);
   cr_assert_eq(tp, SM90_NVARIANTS - 1);
+  cr_assert_eq(tmpl_sm90_variant_index("idle_wg"), -1);
   for (int w = 0; w < SM90_NVARIANTS; w++)
     for (int fp8 = 0; fp8 < 2; fp8++) {
       const int bytes = fp8 ? 1 : 2;
+      const bool old = w == a35 || (w >= 1 && w <= 4);
       Sm90Config a, h;
       cr_assert_eq(tmpl_sm90_config(64, 64, bytes, bytes, fp8, SM90_MASKED, false, w, &h), 0);
-      cr_assert_eq(h.q_early, w == qe, "variant %d", w);
-      cr_assert_eq(h.skip_idle, w == idle, "variant %d", w);
+      cr_assert_eq(h.q_early_tiles, !h.persistent || old ? 0 : w == qe ? 1 << 20 : 16,
+                   "variant %d", w);
+      cr_assert_eq(h.skip_idle, !old, "variant %d", w);
       cr_assert_eq(h.tanh_poly, w == tp, "variant %d", w);
-      if (w != qe && w != idle && w != tp) continue;
+      if (w != qe && w != a35 && w != tp) continue;
       cr_assert_eq(tmpl_sm90_config(64, 64, bytes, bytes, fp8, SM90_MASKED, false, 0, &a), 0);
       cr_assert(same_tiles(&h, &a) && h.rescale_late == a.rescale_late &&
                 h.pv_overlap == a.pv_overlap);

@@ -23,6 +23,8 @@
 #define ATTN_BN 128
 #define ATTN_STAGES 3
 #define ATTN_PERSISTENT 1
+#define ATTN_Q_EARLY 16
+#define ATTN_SKIP_IDLE 1
 #define ATTN_TQ 0
 #define ATTN_TK 1
 #define ATTN_TV 2
@@ -148,6 +150,8 @@ extern "C" __global__ void __launch_bounds__(32) attn_fp8_amax_init(const __grid
 #undef ATTN_BN
 #undef ATTN_STAGES
 #undef ATTN_PERSISTENT
+#undef ATTN_Q_EARLY
+#undef ATTN_SKIP_IDLE
 #undef ATTN_TQ
 #undef ATTN_TK
 #undef ATTN_TV

@@ -24,6 +24,8 @@
 #define ATTN_STAGES 3
 #define ATTN_PERSISTENT 1
 #define ATTN_FP8_PV 1
+#define ATTN_Q_EARLY 16
+#define ATTN_SKIP_IDLE 1
 #define ATTN_TQ 0
 #define ATTN_TK 1
 #define ATTN_TV 2
@@ -159,6 +161,8 @@ extern "C" __global__ void __launch_bounds__(32) attn_fp8_full_amax_init(const _
 #undef ATTN_STAGES
 #undef ATTN_PERSISTENT
 #undef ATTN_FP8_PV
+#undef ATTN_Q_EARLY
+#undef ATTN_SKIP_IDLE
 #undef ATTN_TQ
 #undef ATTN_TK
 #undef ATTN_TV

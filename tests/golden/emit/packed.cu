@@ -22,6 +22,8 @@
 #define ATTN_STAGES 3
 #define ATTN_PERSISTENT 1
 #define ATTN_PV_OVERLAP 1
+#define ATTN_Q_EARLY 16
+#define ATTN_SKIP_IDLE 1
 #define ATTN_TQ 0
 #define ATTN_TK 1
 #define ATTN_TV 2
@@ -130,6 +132,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) attn_packed_fwd(const __gri
 #undef ATTN_STAGES
 #undef ATTN_PERSISTENT
 #undef ATTN_PV_OVERLAP
+#undef ATTN_Q_EARLY
+#undef ATTN_SKIP_IDLE
 #undef ATTN_TQ
 #undef ATTN_TK
 #undef ATTN_TV
@@ -148,6 +152,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) attn_packed_fwd(const __gri
 #define ATTN_STAGES 3
 #define ATTN_PERSISTENT 1
 #define ATTN_PV_OVERLAP 1
+#define ATTN_Q_EARLY 16
+#define ATTN_SKIP_IDLE 1
 #define ATTN_TQ 0
 #define ATTN_TK 1
 #define ATTN_TV 2
@@ -273,6 +279,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) attn_packed_causal_fwd(cons
 #undef ATTN_STAGES
 #undef ATTN_PERSISTENT
 #undef ATTN_PV_OVERLAP
+#undef ATTN_Q_EARLY
+#undef ATTN_SKIP_IDLE
 #undef ATTN_TQ
 #undef ATTN_TK
 #undef ATTN_TV
@@ -291,6 +299,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) attn_packed_causal_fwd(cons
 #define ATTN_STAGES 3
 #define ATTN_PERSISTENT 1
 #define ATTN_PV_OVERLAP 1
+#define ATTN_Q_EARLY 16
+#define ATTN_SKIP_IDLE 1
 #define ATTN_TQ 0
 #define ATTN_TK 1
 #define ATTN_TV 2
@@ -476,6 +486,8 @@ extern "C" __global__ void __launch_bounds__(256) attn_packed_train_bwd_convert_
 #undef ATTN_STAGES
 #undef ATTN_PERSISTENT
 #undef ATTN_PV_OVERLAP
+#undef ATTN_Q_EARLY
+#undef ATTN_SKIP_IDLE
 #undef ATTN_TQ
 #undef ATTN_TK
 #undef ATTN_TV

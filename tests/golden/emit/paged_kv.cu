@@ -22,6 +22,8 @@
 #define ATTN_STAGES 3
 #define ATTN_PERSISTENT 1
 #define ATTN_PV_OVERLAP 1
+#define ATTN_Q_EARLY 16
+#define ATTN_SKIP_IDLE 1
 #define ATTN_TQ 0
 #define ATTN_TK 1
 #define ATTN_TV 2
@@ -184,6 +186,8 @@ extern "C" __global__ void __launch_bounds__(128) attn_paged_kv_decode_merge(con
 #undef ATTN_STAGES
 #undef ATTN_PERSISTENT
 #undef ATTN_PV_OVERLAP
+#undef ATTN_Q_EARLY
+#undef ATTN_SKIP_IDLE
 #undef ATTN_TQ
 #undef ATTN_TK
 #undef ATTN_TV
@@ -206,6 +210,8 @@ extern "C" __global__ void __launch_bounds__(128) attn_paged_kv_decode_merge(con
 #define ATTN_STAGES 3
 #define ATTN_PERSISTENT 1
 #define ATTN_PV_OVERLAP 1
+#define ATTN_Q_EARLY 16
+#define ATTN_SKIP_IDLE 1
 #define ATTN_TQ 0
 #define ATTN_TK 1
 #define ATTN_TV 2
@@ -368,6 +374,8 @@ extern "C" __global__ void __launch_bounds__(128) attn_paged_kv_hnd_decode_merge
 #undef ATTN_STAGES
 #undef ATTN_PERSISTENT
 #undef ATTN_PV_OVERLAP
+#undef ATTN_Q_EARLY
+#undef ATTN_SKIP_IDLE
 #undef ATTN_TQ
 #undef ATTN_TK
 #undef ATTN_TV
@@ -390,6 +398,8 @@ extern "C" __global__ void __launch_bounds__(128) attn_paged_kv_hnd_decode_merge
 #define ATTN_STAGES 3
 #define ATTN_PERSISTENT 1
 #define ATTN_PV_OVERLAP 1
+#define ATTN_Q_EARLY 16
+#define ATTN_SKIP_IDLE 1
 #define ATTN_TQ 0
 #define ATTN_TK 2
 #define ATTN_TV 3
@@ -538,6 +548,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) attn_paged_kv_ragged_fwd(co
 #undef ATTN_STAGES
 #undef ATTN_PERSISTENT
 #undef ATTN_PV_OVERLAP
+#undef ATTN_Q_EARLY
+#undef ATTN_SKIP_IDLE
 #undef ATTN_TQ
 #undef ATTN_TK
 #undef ATTN_TV

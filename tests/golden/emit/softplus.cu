@@ -22,6 +22,8 @@
 #define ATTN_STAGES 3
 #define ATTN_PERSISTENT 1
 #define ATTN_PV_OVERLAP 1
+#define ATTN_Q_EARLY 16
+#define ATTN_SKIP_IDLE 1
 #define ATTN_TQ 0
 #define ATTN_TK 1
 #define ATTN_TV 2
@@ -302,6 +304,8 @@ extern "C" __global__ void __launch_bounds__(256) attn_softplus_bwd_convert_kv(c
 #undef ATTN_STAGES
 #undef ATTN_PERSISTENT
 #undef ATTN_PV_OVERLAP
+#undef ATTN_Q_EARLY
+#undef ATTN_SKIP_IDLE
 #undef ATTN_TQ
 #undef ATTN_TK
 #undef ATTN_TV
