@@ -25,6 +25,11 @@ CompileOptions cli_compile_options(const char *arch);
  * its options; NULL (after a message) when it cannot be made. */
 attn_context *cli_context_create(void);
 
+/* The default thread count of -j: the online CPUs, 1 to 64. */
+int cli_default_jobs(void);
+/* -j's value, 1 to 64; 0 after printing a usage error. */
+int cli_jobs_arg(const char *text);
+
 int cli_compile(int argc, char **argv); /* cli_compile.c */
 int cli_run(int argc, char **argv);     /* cli_run.c */
 int cli_cache(int argc, char **argv);   /* cli_cache.c */

@@ -682,8 +682,17 @@ static int compile_images(const IrModule *m, const char *file, const char *const
   return status;
 }
 
-/* The default thread count: the online CPUs, at least 1. */
-static int default_jobs(void) {
+int cli_jobs_arg(const char *text) {
+  char *end;
+  const long n = strtol(text, &end, 10);
+  if (*end || n < 1 || n > 64) {
+    cli_usage_error("-j takes 1 to 64, not '%s'", text);
+    return 0;
+  }
+  return (int)n;
+}
+
+int cli_default_jobs(void) {
   const long n = sysconf(_SC_NPROCESSORS_ONLN);
   return n > 0 ? (int)(n < 64 ? n : 64) : 1;
 }
@@ -713,10 +722,7 @@ int cli_build(int argc, char **argv) {
   int jobs = 0;
   for (int k = 0; k < argc; k++) {
     if (!strcmp(argv[k], "-j") && k + 1 < argc) {
-      char *end;
-      const long n = strtol(argv[++k], &end, 10);
-      if (*end || n < 1 || n > 64) return cli_usage_error("-j takes 1 to 64, not '%s'", argv[k]);
-      jobs = (int)n;
+      if (!(jobs = cli_jobs_arg(argv[++k]))) return EXIT_USAGE;
     } else if (!strcmp(argv[k], "--arch") && k + 1 < argc) arch_list = argv[++k];
     else if (!strcmp(argv[k], "-o") && k + 1 < argc) dir = argv[++k];
     else if (!strcmp(argv[k], "--name") && k + 1 < argc) name = argv[++k];
@@ -763,7 +769,7 @@ int cli_build(int argc, char **argv) {
      * that very target is listed, its compile yields the PTX too. */
     char ptx_arch[16];
     base_arch(archs[narchs - 1], ptx_arch);
-    status = compile_images(m, src_name, archs, narchs, ptx_arch, jobs > 0 ? jobs : default_jobs(),
+    status = compile_images(m, src_name, archs, narchs, ptx_arch, jobs > 0 ? jobs : cli_default_jobs(),
                             verbose, a, images, &nim);
   }
   if (status == EXIT_OK) {

@@ -136,6 +136,13 @@ attn_status attn_module_compile_string(attn_context *ctx, const char *name,
                                        const char *text, size_t len,
                                        attn_module **out);
 void attn_module_destroy(attn_module *m);
+/* Compiles now, through the kernel cache, the programs a module otherwise
+ * compiles on their first launch: its decode kernels (split-KV) and its
+ * backward. A server calls it at start-up so that no launch waits for
+ * NVRTC; `attnc cache warm` calls it to fill a cache ahead of a run. They
+ * are loaded into the driver at their first launch (a cache-load's cost).
+ * Needs no GPU. Modules from embedded cubins have nothing to compile. */
+attn_status attn_module_prepare(attn_module *m);
 int attn_module_graph_count(const attn_module *m);
 const char *attn_module_graph_name(const attn_module *m, int index);
 /* name NULL: the module's only graph. */

@@ -311,6 +311,16 @@ attn_status rt_compile_apart(attn_module *m, RtApartKind which) {
   return ATTN_SUCCESS;
 }
 
+static attn_status module_prepare_impl(attn_module *m) {
+  rt_clear_error(m->ctx);
+  for (int k = 0; k < RT_NAPART; k++) {
+    attn_status st;
+    if (m->cm && m->apart[k].on && !m->apart[k].cubin &&
+        (st = rt_compile_apart(m, (RtApartKind)k)))
+      return st;
+  }
+  return ATTN_SUCCESS;
+}
 
 /* ------------------------------------------------------------- attn.h */
 
@@ -319,6 +329,11 @@ attn_status attn_module_compile_string(attn_context *ctx, const char *name, cons
   if (!ctx) return ATTN_ERROR_INVALID_ARGUMENT;
   RT_CALL_OUT(ctx, module_compile_string_impl(ctx, name, text, len, out), out,
               attn_module_destroy);
+}
+
+attn_status attn_module_prepare(attn_module *m) {
+  if (!m) return ATTN_ERROR_INVALID_ARGUMENT;
+  RT_CALL(m->ctx, module_prepare_impl(m));
 }
 
 attn_status attn_module_compile_file(attn_context *ctx, const char *path, attn_module **out) {

@@ -7,6 +7,7 @@
 #   tests/host/        emitted hooks, the FP8 rounding and conversions, the swizzle, compiled for the host and checked (no GPU)
 #   tests/build/       attnc build's refusals; tests/build.sh also builds a
 #                      source at an odd path and compiles what it wrote
+#   tests/cache_warm.sh  attnc cache warm (attn_module_prepare) into a temp cache
 #   tests/fuzz/        the front end's libFuzzer harness and seed corpus
 #
 # `make test` builds everything again under ASan+UBSan in build/san and runs
@@ -57,6 +58,7 @@ test-here: all $(BUILD)/tests/unit_tests $(GPU_BIN) $(BUILD)/tests/host/warm_loa
 	ASAN_OPTIONS=detect_leaks=0:abort_on_error=0:allocator_may_return_null=1 python3 tools/compile_sweep.py \
 	  --attnc $(BUILD)/attnc --out $(BUILD)/compile_sweep --seed 26 --count 24 --jobs 2 --no-minimize
 	tests/build.sh $(BUILD)/attnc
+	tests/cache_warm.sh $(BUILD)/attnc
 	tests/host/sep_host_check.sh $(BUILD)/attnc
 	tests/host/fp8_host_check.sh $(BUILD)/libattn.a
 	tests/host/fwd90_v_host_check.sh

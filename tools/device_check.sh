@@ -38,7 +38,7 @@ step() { # step NAME COMMAND...: runs it, logs it, keeps its last line
 save() { # what has been logged so far, into $OUT (a call cut short keeps it)
   [ -n "${OUT:-}" ] || return 0
   printf '%s\n' "${summary[@]}" >"$L/summary.txt"
-  tar czf "$OUT/device-logs${TAG:+-$TAG}.tgz" --exclude=./cache -C "$L" .
+  tar czf "$OUT/device-logs${TAG:+-$TAG}.tgz" --exclude=./cache --exclude=./testcache -C "$L" .
   # (a tagged pass sends its archive alone: $OUT brings back at most 8 files)
   [ -n "${TAG:-}" ] && return 0
   for f in bench-grid.md bench-variants.md bench-backward.md summary.txt; do
@@ -50,7 +50,8 @@ save() { # what has been logged so far, into $OUT (a call cut short keeps it)
 # too: they are saved every 30 s meanwhile, not only after each step.
 # (Their own archive, so it never races the final save.)
 ( while sleep 30; do [ -n "${OUT:-}" ] &&
-    tar czf "$OUT/device-logs${TAG:+-$TAG}-partial.tgz" --exclude=./cache -C "$L" . 2>/dev/null; done ) &
+    tar czf "$OUT/device-logs${TAG:+-$TAG}-partial.tgz" --exclude=./cache --exclude=./testcache \
+      -C "$L" . 2>/dev/null; done ) &
 saver=$!
 trap 'kill $saver 2>/dev/null' EXIT
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >"$L/gpu.txt" 2>&1
@@ -75,6 +76,17 @@ if [ -f .fi/site_fi.tar.xz ]; then
   mkdir -p /tmp/site_fi && tar xJf .fi/site_fi.tar.xz -C /tmp/site_fi &&
     export PYTHONPATH=/tmp/site_fi${PYTHONPATH:+:$PYTHONPATH} FLASHINFER_DISABLE_JIT=1
 fi
+# WARM=0 skips: every example's programs (forward, decode, backward) compiled into a cache on all
+# the machine's cores before the tests (`attnc cache warm`), which then read them
+# (ATTN_TEST_CACHE_DIR: the same sources, knobs and target, so the same kernels). The examples'
+# programs are 78 s of NVRTC one at a time (development machine, 2 cores: 61 s), a third of
+# test_forward's examples pass (~240 s on a fresh H100 in session 36); on 16 cores the warm takes
+# about the longest file's 14 s. Steps under another ATTN_SM90_VARIANT miss and compile.
+if [ "${TESTS:-1}" = 1 ] && [ "${WARM:-1}" = 1 ]; then
+  step warm env ATTN_CACHE_DIR="$L/testcache" "$B/install/bin/attnc" cache warm -j "$(nproc)" \
+    examples/*.attn
+  export ATTN_TEST_CACHE_DIR=$L/testcache
+fi
 if [ "${TESTS:-1}" = 1 ]; then
 # FIRST=1: the quick checks of what changed last without a GPU, before everything else
 # (docs/STATUS.md item 0000000000). After session 31: launch overlap's test_plan and decode
@@ -88,7 +100,24 @@ if [ "${TESTS:-1}" = 1 ]; then
 # the bf16 one and the FP8 backward's main kernel at D 128. Session 30's own checks all ran
 # (bench/RESULTS.md "Session 30").
 if [ "${FIRST:-0}" = 1 ]; then
-  # Session 35 (never run; FIRST_S35=0 skips; S35_VARIANTS=one name splits it over calls): two
+  # Session 36 (FIRST_S36=0 skips): auto's new idle-warpgroup skip and early Q release passed the
+  # examples, test_fp8 and test_head_dims but test_forward's other half was cut short (call 4);
+  # that half first (`rest`: paged, packed, tile counts, dropout, separable and document tests).
+  # Then wg3 for masked graphs at D 64 (three consumer warpgroups; +15% at S 8k causal, -6.5% at
+  # 1k on the H100): its examples (never run with the skip), then beside auto at D 64 causal over
+  # the grid's sequence lengths, to decide whether auto takes it (docs/STATUS.md).
+  if [ "${FIRST_S36:-1}" = 1 ]; then
+    step first_s36_rest env ATTN_TEST_ONLY=rest timeout 400 "$B/tests/gpu/test_forward"
+    if [ "${S36_WG3:-1}" = 1 ]; then
+      step first_wg3_examples env ATTN_SM90_VARIANT=wg3 ATTN_TEST_ONLY=examples \
+        timeout 300 "$B/tests/gpu/test_forward"
+      grep -q " 0 failed" "$L/first_wg3_examples.log" &&
+        step first_s36_wg3 python3 bench/variant_ab.py --lib "$B/libattn.so" --out "$L/s36wg3" \
+          --variants wg3 --dims 64 --seqs 1024,2048,4096,8192,16384 --causal
+    fi
+  fi
+  # Session 35 (ran in session 36, H100: bench/RESULTS.md "Session 36"; FIRST_S35=1 reruns it;
+  # variant 17 is now auto35, session 35's auto, and idle_wg's skip is auto's): two
   # variants of the work tile's edges. q_early: Q released to the producer after the tile's last
   # S GEMM, so the next tile's Q loads under the last softmax, P V and O's store (predicted S 1k
   # +2-4%, S >= 4k < 1%). idle_wg: a consumer warpgroup whose rows all lie past the sequence's end
@@ -99,9 +128,9 @@ if [ "${FIRST:-0}" = 1 ]; then
   # beside auto at S 1k, 2k and 8k (the rel err columns must match auto's to the bit); the
   # tanh_poly variant (below); and wg3 (three consumer warpgroups, now with the branch commits)
   # beside auto at D 64 causal, the grid's weakest rows.
-  if [ "${FIRST_S35:-1}" = 1 ]; then
+  if [ "${FIRST_S35:-0}" = 1 ]; then
     ok35=
-    for v in ${S35_VARIANTS:-q_early idle_wg}; do
+    for v in ${S35_VARIANTS:-q_early auto35}; do
       step first_${v}_examples env ATTN_SM90_VARIANT=$v ATTN_TEST_ONLY=examples \
         timeout 300 "$B/tests/gpu/test_forward"
       step first_${v}_fp8 env ATTN_SM90_VARIANT=$v timeout 200 "$B/tests/gpu/test_fp8"

@@ -43,14 +43,18 @@ static int gpu_test_sm90_variant(void) {
 }
 
 /* A context for the tests, without the disk cache (every compile is
- * fresh), with the Hopper forward's variant ATTN_SM90_VARIANT names
- * (tmpl_sm90.c) and the key blocks of four whose exponentials run on the
- * FMA pipe, ATTN_EXP2_FMA=0..4, as for the attnc command; NULL when it
- * cannot be made. */
+ * fresh) unless ATTN_TEST_CACHE_DIR names one (tools/device_check.sh fills
+ * it first with `attnc cache warm` on all the GPU machine's cores: the
+ * same sources, knobs and target, so the same kernels, without a run's
+ * one-at-a-time NVRTC compiles), with the Hopper forward's
+ * variant ATTN_SM90_VARIANT names (tmpl_sm90.c) and the key blocks of four
+ * whose exponentials run on the FMA pipe, ATTN_EXP2_FMA=0..4, as for the
+ * attnc command; NULL when it cannot be made. */
 static attn_context *gpu_test_context(void) {
   attn_context *ctx;
   if (attn_context_create(&ctx) != ATTN_SUCCESS) return NULL;
-  attn_context_set_cache_dir(ctx, NULL);
+  const char *cache = getenv("ATTN_TEST_CACHE_DIR");
+  attn_context_set_cache_dir(ctx, cache && *cache ? cache : NULL);
   const int variant = gpu_test_sm90_variant();
   if (variant > 0) attn_context_set_option(ctx, ATTN_OPTION_SM90_VARIANT, variant);
   const int fma = exp2_fma_option_of_text(getenv("ATTN_EXP2_FMA"));

@@ -495,6 +495,7 @@ Test(runtime_context, targets_and_statuses) {
                ATTN_ERROR_INVALID_ARGUMENT);
   cr_assert_eq(attn_context_set_cache_dir(c, NULL), ATTN_SUCCESS);
   cr_assert_eq(attn_context_create(NULL), ATTN_ERROR_INVALID_ARGUMENT);
+  cr_assert_eq(attn_module_prepare(NULL), ATTN_ERROR_INVALID_ARGUMENT);
   for (int s = 0; s <= ATTN_ERROR_INCOMPLETE; s++)
     for (int t = 0; t < s; t++)
       cr_assert_str_neq(attn_status_string((attn_status)s),
