@@ -60,6 +60,14 @@ class Module:
         self.source_kind = raw.source_kind
         self.graphs = {n: Graph(g, digest) for n, g in raw.graphs.items()}
 
+    def prepare(self):
+        """Compiles now the programs a module otherwise compiles on their
+        first launch (its decode kernels and its backward), through the
+        kernel cache: a server's start-up, so that no call waits for NVRTC.
+        Needs no GPU. Returns the module."""
+        self.raw.prepare()
+        return self
+
     def __getitem__(self, name):
         try:
             return self.graphs[name]

@@ -137,6 +137,12 @@ class RawModule:
         self.source_kind = {1: "embedded", 2: "embedded_ptx", 3: "cache", 4: "nvrtc"}.get(
             lib.attn_module_source_kind(ptr), "?")
 
+    def prepare(self):
+        """Compiles now, through the cache, the programs compiled on their
+        first launch otherwise (decode kernels, backward)."""
+        with self.ctx.lock:
+            check(self.ctx.lib.attn_module_prepare(self.ptr), self.ctx.ptr, "prepare")
+
     def graph(self, name=None):
         if name is None:
             if len(self.graphs) != 1:

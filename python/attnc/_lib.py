@@ -74,6 +74,7 @@ _PROTOTYPES = {
     "attn_module_compile_string": (ctypes.c_int, [P, C, C, ctypes.c_size_t, ctypes.POINTER(P)]),
     "attn_module_compile_file": (ctypes.c_int, [P, C, ctypes.POINTER(P)]),
     "attn_module_destroy": (None, [P]),
+    "attn_module_prepare": (ctypes.c_int, [P]),
     "attn_module_graph_count": (ctypes.c_int, [P]),
     "attn_module_graph_name": (C, [P, ctypes.c_int]),
     "attn_module_get_graph": (ctypes.c_int, [P, C, ctypes.POINTER(P)]),

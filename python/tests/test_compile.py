@@ -58,6 +58,19 @@ def test_compile_text_gives_the_signature(cache_dir):
     assert attnc.compile(SDPA, arch="sm_90a", cache_dir=cache_dir) is mod
 
 
+def test_prepare_compiles_the_deferred_programs_into_the_cache(tmp_path):
+    # A graph with grad: its forward now; its decode kernels and backward
+    # on their first launches, or at prepare().
+    mod = attnc.compile(SDPA, name="prep.attn", arch="sm_90a", cache_dir=str(tmp_path))
+    before = sorted(tmp_path.rglob("*.bin"))
+    assert len(before) == 1
+    assert mod.prepare() is mod
+    after = sorted(tmp_path.rglob("*.bin"))
+    assert len(after) == 3 and set(before) < set(after)
+    mod.prepare()  # (already there: nothing more)
+    assert sorted(tmp_path.rglob("*.bin")) == after
+
+
 def test_compile_a_file_by_path(root, cache_dir):
     path = Path(root, "examples", "gqa.attn")
     mod = attnc.compile(path, arch="sm_80", cache_dir=cache_dir)

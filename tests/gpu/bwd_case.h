@@ -82,7 +82,9 @@ static void bwd_case_filled(attn_context *ctx, attn_graph *ag, const IrGraph *g,
    * gradients rounded to their storage types as the kernels store them. */
   const bool fp8 = bwd_is_fp8(g);
   double amax[BWD_MAX_AMAX] = {0};
+  const double t_ref = gpu_now();
   if (ok && chk_reference_backward(&ra, bg, dout, &res, grads, amax, &err) != 0) ok = false;
+  gpu_t_ref += gpu_now() - t_ref;
   for (int k = 0; ok && k < sl.namax; k++) {
     const double want = amax[k], got = res.amax[k];
     sb_printf(&detail, "%s %.6g (want %.6g); ", g->grad->amax[k].name, got, want);

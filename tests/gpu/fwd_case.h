@@ -91,7 +91,9 @@ typedef struct InputFill {
   sb_free(&dims);
   if (ok && fill) fill->fn(&ra, fill->arg);
   if (ok && chk_run_gpu(ctx, ag, &ra, co, &res, &err) != ATTN_SUCCESS) ok = false;
+  const double t_ref = gpu_now();
   if (ok && ref_forward(&ra, &err) != 0) ok = false;
+  gpu_t_ref += gpu_now() - t_ref;
   for (int n = 0; ok && n < g->noutputs; n++) {
     int k = g->outputs[n].tensor;
     /* The reference's output as stored (rounded to its dtype: FP8 outputs
@@ -130,7 +132,7 @@ typedef struct InputFill {
 
 [[maybe_unused]] static attn_module *compile_text(attn_context *ctx, const char *name, const char *text) {
   attn_module *mod = NULL;
-  if (attn_module_compile_string(ctx, name, text, strlen(text), &mod) != ATTN_SUCCESS) {
+  if (gpu_compile_string(ctx, name, text, strlen(text), &mod) != ATTN_SUCCESS) {
     verdict(false, name, attn_context_error(ctx));
     return NULL;
   }

@@ -8,12 +8,52 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "attn.h"
 #include "attnc.h"
 #include "cuda_driver.h"
 
 static int passed, failed, skipped;
+
+/* Where a test program's time goes, printed by gpu_time_report before its
+ * closing line: its modules' compiles (NVRTC, or the cache: their main
+ * programs; a decode or backward program compiles at its first launch, in
+ * the rest), the CPU reference's runs, and the whole. */
+static double gpu_t_start = -1, gpu_t_compile, gpu_t_ref;
+static int gpu_n_compiles;
+
+static double gpu_now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+[[maybe_unused]] static attn_status gpu_compile_string(attn_context *ctx, const char *name,
+                                                       const char *text, size_t len,
+                                                       attn_module **out) {
+  const double t0 = gpu_now();
+  const attn_status st = attn_module_compile_string(ctx, name, text, len, out);
+  gpu_t_compile += gpu_now() - t0;
+  gpu_n_compiles++;
+  return st;
+}
+
+[[maybe_unused]] static attn_status gpu_compile_file(attn_context *ctx, const char *path,
+                                                     attn_module **out) {
+  const double t0 = gpu_now();
+  const attn_status st = attn_module_compile_file(ctx, path, out);
+  gpu_t_compile += gpu_now() - t0;
+  gpu_n_compiles++;
+  return st;
+}
+
+[[maybe_unused]] static void gpu_time_report(void) {
+  const double all = gpu_t_start < 0 ? 0 : gpu_now() - gpu_t_start;
+  printf("time: %.1f s: %d module compiles %.1f s, CPU reference %.1f s, the rest (GPU runs, "
+         "first launches' programs, checks) %.1f s\n",
+         all, gpu_n_compiles, gpu_t_compile, gpu_t_ref, all - gpu_t_compile - gpu_t_ref);
+}
 
 static void verdict(bool ok, const char *what, const char *detail) {
   printf("%s: %s%s%s\n", ok ? "PASS" : "FAIL", what, detail && *detail ? ": " : "",
@@ -51,6 +91,7 @@ static int gpu_test_sm90_variant(void) {
  * whose exponentials run on the FMA pipe, ATTN_EXP2_FMA=0..4, as for the
  * attnc command; NULL when it cannot be made. */
 static attn_context *gpu_test_context(void) {
+  if (gpu_t_start < 0) gpu_t_start = gpu_now();
   attn_context *ctx;
   if (attn_context_create(&ctx) != ATTN_SUCCESS) return NULL;
   const char *cache = getenv("ATTN_TEST_CACHE_DIR");

@@ -87,7 +87,7 @@ static void test_module(attn_context *ctx, const char *name, const char *text, s
 static void test_module_det(attn_context *ctx, const char *name, const char *text, size_t len,
                             uint64_t *seed, int zero_rows, bool det) {
   attn_module *mod = NULL;
-  attn_status st = attn_module_compile_string(ctx, name, text, len, &mod);
+  attn_status st = gpu_compile_string(ctx, name, text, len, &mod);
   /* bwd_sm80 takes head dims up to 128 (examples/mla.attn has 192): its
    * pass must refuse such a graph with the reason, at compile time. */
   if (st == ATTN_ERROR_UNSUPPORTED && !strcmp(bwd_template_tag, "sm80") &&
@@ -262,7 +262,7 @@ static const char d256_softcap_dropout_src[] =
 static bool refused_by_sm80(attn_context *ctx, const char *name, const char *text, size_t len) {
   if (strcmp(bwd_template_tag, "sm80") != 0) return false;
   attn_module *mod = NULL;
-  attn_status st = attn_module_compile_string(ctx, name, text, len, &mod);
+  attn_status st = gpu_compile_string(ctx, name, text, len, &mod);
   const char *msg = attn_context_error(ctx);
   StrBuf what = {0};
   sb_printf(&what, "%s is refused by the portable backward (head dim 256)", name);
@@ -425,7 +425,7 @@ static void test_no_grad(attn_context *ctx) {
   attn_module *mod = NULL;
   attn_graph *ag = NULL;
   attn_call *call = NULL;
-  attn_status st = attn_module_compile_string(ctx, "plain", src, sizeof src - 1, &mod);
+  attn_status st = gpu_compile_string(ctx, "plain", src, sizeof src - 1, &mod);
   if (st == ATTN_SUCCESS) st = attn_module_get_graph(mod, NULL, &ag);
   if (st == ATTN_SUCCESS) st = attn_call_create(ag, &call);
   if (st == ATTN_SUCCESS) st = attn_call_launch_backward(call, NULL);
@@ -491,7 +491,7 @@ static void test_packed(attn_context *ctx, uint64_t *seed, const char *name, con
   if (!det_ok && refused_by_sm80(ctx, name, text, len))
     return;
   attn_module *mod = NULL;
-  attn_status st = attn_module_compile_string(ctx, name, text, len, &mod);
+  attn_status st = gpu_compile_string(ctx, name, text, len, &mod);
   if (st != ATTN_SUCCESS) {
     StrBuf what = {0};
     sb_printf(&what, "%s compiles", name);
@@ -571,6 +571,7 @@ int main(int argc, char **argv) {
   }
   attn_context_destroy(ctx);
   rt_driver_release_primary(0);
+  gpu_time_report();
   printf("backward: %d passed, %d failed, %d skipped\n", passed, failed, skipped);
   return failed ? 1 : 0;
 }

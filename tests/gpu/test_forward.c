@@ -109,7 +109,7 @@ static void test_decode(attn_context *ctx, attn_graph *ag, const IrGraph *g, con
 
 static void test_example(attn_context *ctx, const char *path, uint64_t *seed) {
   attn_module *mod = NULL;
-  attn_status st = attn_module_compile_file(ctx, path, &mod);
+  attn_status st = gpu_compile_file(ctx, path, &mod);
   if (st == ATTN_ERROR_UNSUPPORTED) {
     printf("SKIP: %s: no template runs it yet (tests/golden/emit has the reason)\n", path);
     skipped++;
@@ -377,7 +377,7 @@ static void test_document_layouts(attn_context *ctx) {
   Source *src = source_load(a, "examples/document.attn", &d);
   IrModule *m = src ? ir_build(parse_source(src, a, &d), a, &d) : NULL;
   attn_graph *ag;
-  if (!m || attn_module_compile_file(ctx, "examples/document.attn", &mod) != ATTN_SUCCESS ||
+  if (!m || gpu_compile_file(ctx, "examples/document.attn", &mod) != ATTN_SUCCESS ||
       attn_module_get_graph(mod, "document", &ag) != ATTN_SUCCESS) {
     verdict(false, "examples/document.attn", m ? attn_context_error(ctx) : d.out.data);
   } else {
@@ -777,7 +777,7 @@ static void test_paged(attn_context *ctx, uint64_t *seed) {
   IrModule *m = mod && src ? ir_build(parse_source(src, a, &d), a, &d) : NULL;
   attn_module *ex = NULL;
   IrModule *em = NULL;
-  if (attn_module_compile_file(ctx, "examples/paged_kv.attn", &ex) == ATTN_SUCCESS) {
+  if (gpu_compile_file(ctx, "examples/paged_kv.attn", &ex) == ATTN_SUCCESS) {
     Source *es = source_load(a, "examples/paged_kv.attn", &d);
     em = es ? ir_build(parse_source(es, a, &d), a, &d) : NULL;
   } else {
@@ -942,7 +942,8 @@ int main(int argc, char **argv) {
       test_example(ctx, "examples/paged_kv.attn", &seed);
     }
     attn_context_destroy(ctx);
-    printf("gpu forward: %d passed, %d failed, %d skipped\n", passed, failed, skipped);
+    gpu_time_report();
+  printf("gpu forward: %d passed, %d failed, %d skipped\n", passed, failed, skipped);
     return failed ? 1 : 0;
   }
   /* ATTN_TEST_ONLY=examples: the fully masked rows, the softcap's ranges and
@@ -990,6 +991,7 @@ int main(int argc, char **argv) {
     free(names[k]);
   }
   attn_context_destroy(ctx);
+  gpu_time_report();
   printf("gpu forward: %d passed, %d failed, %d skipped\n", passed, failed, skipped);
   return failed ? 1 : 0;
 }

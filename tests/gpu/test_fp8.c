@@ -326,6 +326,7 @@ int main(int argc, char **argv) {
   attn_module_destroy(mod);
   arena_free(a);
   attn_context_destroy(ctx);
+  gpu_time_report();
   printf("gpu fp8: %d passed, %d failed, %d skipped\n", passed, failed, skipped);
   return failed ? 1 : 0;
 }

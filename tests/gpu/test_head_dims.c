@@ -39,7 +39,9 @@ static void run_forward(attn_context *ctx, attn_graph *ag, const IrGraph *g, con
   ChkOptions co = {0};
   bool ok = ref_make_inputs(&ra, spec, seed, &err) == 0 && chk_output_shapes(&ra, &err) == 0;
   if (ok && chk_run_gpu(ctx, ag, &ra, &co, &res, &err) != ATTN_SUCCESS) ok = false;
+  const double t_ref = gpu_now();
   if (ok && ref_forward(&ra, &err) != 0) ok = false;
+  gpu_t_ref += gpu_now() - t_ref;
   for (int n = 0; ok && n < g->noutputs; n++) {
     const int k = g->outputs[n].tensor;
     const RefCompare c =
@@ -79,7 +81,7 @@ static bool refused_backward(attn_context *ctx, const char *name, int dqk, int d
   char text[1024];
   pair_text(text, sizeof text, name, dqk, dv, true);
   attn_module *mod = NULL;
-  const attn_status st = attn_module_compile_string(ctx, name, text, strlen(text), &mod);
+  const attn_status st = gpu_compile_string(ctx, name, text, strlen(text), &mod);
   const bool ok = st == ATTN_ERROR_UNSUPPORTED &&
                   strstr(attn_context_error(ctx), "the backward takes head dimensions");
   char what[160];
@@ -103,7 +105,7 @@ static void test_pair(attn_context *ctx, const char *arch, int dqk, int dv, uint
   attn_graph *ag = NULL;
   if (!m) {
     verdict(false, label, d.out.data);
-  } else if (attn_module_compile_string(ctx, name, text, strlen(text), &mod) != ATTN_SUCCESS ||
+  } else if (gpu_compile_string(ctx, name, text, strlen(text), &mod) != ATTN_SUCCESS ||
              attn_module_get_graph(mod, name, &ag) != ATTN_SUCCESS) {
     verdict(false, label, attn_context_error(ctx));
   } else {
@@ -173,6 +175,7 @@ int main(int argc, char **argv) {
   }
   attn_context_destroy(ctx);
   sb_free(&why);
+  gpu_time_report();
   printf("gpu head dims: %d passed, %d failed, %d skipped\n", passed, failed, skipped);
   return failed ? 1 : 0;
 }

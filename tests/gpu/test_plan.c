@@ -358,7 +358,7 @@ int main(void) {
     snprintf(tag, sizeof tag, "backward template %d", tmpl[k]);
     attn_context_set_option(ctx, ATTN_OPTION_BACKWARD_TEMPLATE, tmpl[k]);
     attn_module *m;
-    if (attn_module_compile_string(ctx, "cap.attn", graph_src, sizeof graph_src - 1, &m)) {
+    if (gpu_compile_string(ctx, "cap.attn", graph_src, sizeof graph_src - 1, &m)) {
       verdict(false, tag, attn_context_error(ctx));
       continue;
     }

@@ -267,7 +267,7 @@ static void *rank_main(void *arg) {
   attn_status st = drv->CtxSetCurrent(primary) == CUDA_SUCCESS ? ATTN_SUCCESS : ATTN_ERROR_CUDA;
   if (!st) st = attn_context_create(&ctx);
   if (!st) st = attn_context_set_cache_dir(ctx, cache_dir);
-  if (!st) st = attn_module_compile_string(ctx, "shard.attn", k->src, strlen(k->src), &m);
+  if (!st) st = gpu_compile_string(ctx, "shard.attn", k->src, strlen(k->src), &m);
   attn_graph *g = NULL;
   if (!st) st = attn_module_get_graph(m, "shard", &g);
   attn_ring_transport t = {k->rank, world, sim_exchange, &peer};
@@ -557,7 +557,7 @@ int main(int argc, char **argv) {
     memset(&ref, 0, sizeof ref);
     for (int t = 0; t < NT; t++) ref.t[t] = calloc(B * heads_of(t) * S * D, 2);
     ref.lse = calloc(B * H * S, 4);
-    if (!ctx || attn_module_compile_string(ctx, "shard.attn", src, strlen(src), &m) ||
+    if (!ctx || gpu_compile_string(ctx, "shard.attn", src, strlen(src), &m) ||
         run_whole(ctx, m, &w, why, sizeof why)) {
       verdict(false, cases[c].name, why[0] ? why : ctx ? attn_context_error(ctx) : "no context");
     } else {
