@@ -237,6 +237,56 @@ static void test_softcap_ranges(attn_context *ctx) {
     }
 }
 
+/* A work tile's edges on fwd_sm90 (session 36): Q's buffer released after
+ * the last S GEMM in work tiles of at most 16 key tiles and after the last
+ * P V in longer ones, and consumer warpgroups whose rows all lie past the
+ * last query skipping the tile. Persistent CTAs capped at 2, so each walks
+ * many work tiles: causal tiles of 1 to 20 key tiles (both releases in one
+ * CTA's sequence), key lengths of 15 to 17 key tiles around the bound
+ * (128-key tiles at D 64, 176 at D 128), and query lengths whose last tile
+ * leaves one or two warpgroups idle (2450 = 19 x 128 + 18; 1000 = 5 x 192 +
+ * 40 on D 64's three warpgroups). Other targets run the same shapes. */
+static void test_work_tile_edges(attn_context *ctx) {
+  static const struct {
+    int d;
+    bool causal;
+    const char *specs[2];
+  } cases[] = {
+      {64, true, {"B=1,H=2,Sq=2450,Skv=2450", NULL}},
+      {64, false, {"B=1,H=3,Sq=1000,Skv=1900", "B=1,H=3,Sq=1000,Skv=2200"}},
+      {128, false, {"B=1,H=2,Sq=300,Skv=2800", "B=1,H=2,Sq=300,Skv=2900"}},
+  };
+  uint64_t seed = 7900;
+  attn_context_set_option(ctx, ATTN_OPTION_PERSISTENT_CTAS, 2);
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    Arena *a = arena_new();
+    const int D = cases[c].d;
+    const char *text = arena_printf(
+        a,
+        "attention edges {\n  input q : bf16[B, H, Sq, %d];\n  input k : bf16[B, H, Skv, %d];\n"
+        "  input v : bf16[B, H, Skv, %d];\n  s = (q @ k^T) * (1.0 / sqrt(%d.0));\n%s"
+        "  o = softmax(s) @ v;\n  output o : bf16[B, H, Sq, %d];\n"
+        "  output lse = logsumexp(s);\n}\n",
+        D, D, D, D, cases[c].causal ? "  s = mask(s, j <= i);\n" : "", D);
+    attn_module *mod = compile_text(ctx, "edges.attn", text);
+    IrGraph *g = build_ir(a, "edges.attn", text);
+    attn_graph *ag;
+    const char *label = arena_printf(a, "work tile edges, D %d%s, 2 CTAs", D,
+                                     cases[c].causal ? " causal" : "");
+    if (mod && g && attn_module_get_graph(mod, "edges", &ag) == ATTN_SUCCESS) {
+      for (int sp = 0; sp < 2 && cases[c].specs[sp]; sp++) {
+        ChkOptions co = {0};
+        run_case(ctx, ag, g, cases[c].specs[sp], seed++, &co, label, NULL, NULL);
+      }
+    } else {
+      verdict(false, arena_printf(a, "%s: compiled", label), attn_context_error(ctx));
+    }
+    attn_module_destroy(mod);
+    arena_free(a);
+  }
+  attn_context_set_option(ctx, ATTN_OPTION_PERSISTENT_CTAS, 0);
+}
+
 /* The mask analysis skips wholly masked tiles: causal loads ~half. */
 static void test_tile_skipping(attn_context *ctx) {
   static const char full[] =
@@ -946,8 +996,8 @@ int main(int argc, char **argv) {
   printf("gpu forward: %d passed, %d failed, %d skipped\n", passed, failed, skipped);
     return failed ? 1 : 0;
   }
-  /* ATTN_TEST_ONLY=examples: the fully masked rows, the softcap's ranges and
-   * the examples (argv[1] filters them), for a change to the softmax alone
+  /* ATTN_TEST_ONLY=examples: the fully masked rows, the softcap's ranges, the
+   * work tiles' edges and the examples (argv[1] filters them), for a change to the softmax alone
    * (ATTN_EXP2_FMA, ATTN_TANH_POLY); rest: everything but those, so that
    * the two together are the whole run split over two device calls. */
   const bool examples_only = only && !strcmp(only, "examples");
@@ -958,6 +1008,7 @@ int main(int argc, char **argv) {
   if (!rest_only && !from) {
     test_fully_masked(ctx);
     test_softcap_ranges(ctx);
+    test_work_tile_edges(ctx);
   }
   if (!examples_only) {
     uint64_t kv_seed = 9000;
