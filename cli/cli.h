@@ -2,6 +2,9 @@
 #ifndef ATTNC_CLI_H
 #define ATTNC_CLI_H
 
+#include <pthread.h>
+#include <time.h>
+
 #include "attn.h"
 #include "attnc.h"
 
@@ -25,10 +28,16 @@ CompileOptions cli_compile_options(const char *arch);
  * its options; NULL (after a message) when it cannot be made. */
 attn_context *cli_context_create(void);
 
-/* The default thread count of -j: the online CPUs, 1 to 64. */
+/* Work on several threads (cli_jobs.c). -j's default: the online CPUs,
+ * 1 to 64; -j's value, 1 to 64, or 0 after printing a usage error; the
+ * next index of a queue of njobs under lock (-1 when none is left);
+ * worker(arg) on `threads` threads, this one among them, until each
+ * returns; seconds since t0 (CLOCK_MONOTONIC). */
 int cli_default_jobs(void);
-/* -j's value, 1 to 64; 0 after printing a usage error. */
 int cli_jobs_arg(const char *text);
+int cli_take_job(pthread_mutex_t *lock, int *next, int njobs);
+void cli_run_threads(int threads, void *(*worker)(void *), void *arg);
+double cli_seconds_since(const struct timespec *t0);
 
 int cli_compile(int argc, char **argv); /* cli_compile.c */
 int cli_run(int argc, char **argv);     /* cli_run.c */

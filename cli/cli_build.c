@@ -568,12 +568,6 @@ typedef struct BuildQueue {
   pthread_mutex_t lock;
 } BuildQueue;
 
-static double seconds_since(const struct timespec *t0) {
-  struct timespec t1;
-  clock_gettime(CLOCK_MONOTONIC, &t1);
-  return (double)(t1.tv_sec - t0->tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0->tv_nsec);
-}
-
 static const char *job_name(const BuildJob *j) {
   return j->image->is_ptx ? "PTX" : "cubin";
 }
@@ -581,16 +575,14 @@ static const char *job_name(const BuildJob *j) {
 static void *build_worker(void *arg) {
   BuildQueue *q = arg;
   for (;;) {
-    pthread_mutex_lock(&q->lock);
-    const int k = q->next < q->njobs ? q->next++ : -1;
-    pthread_mutex_unlock(&q->lock);
+    const int k = cli_take_job(&q->lock, &q->next, q->njobs);
     if (k < 0) return NULL;
     BuildJob *j = &q->jobs[k];
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     j->st = nvrtc_compile(j->image->cm.source, q->file, &j->nv, j->image->is_ptx, &j->res,
                           &j->err);
-    const double secs = seconds_since(&t0);
+    const double secs = cli_seconds_since(&t0);
     pthread_mutex_lock(&q->lock);
     q->done++;
     if (q->progress)
@@ -611,12 +603,7 @@ static void run_jobs(const char *file, BuildJob *jobs, int njobs, int threads, b
       fprintf(stderr, "%s%s for %s", k ? ", " : "", job_name(&jobs[k]), jobs[k].image->arch);
     fprintf(stderr, ") on %d thread%s\n", threads, threads == 1 ? "" : "s");
   }
-  pthread_t tid[BUILD_MAX_ARCHS + 1];
-  int started = 0;
-  for (; started < threads - 1; started++) /* a thread that cannot start leaves its share here */
-    if (pthread_create(&tid[started], NULL, build_worker, &q) != 0) break;
-  build_worker(&q);
-  for (int k = 0; k < started; k++) pthread_join(tid[k], NULL);
+  cli_run_threads(threads, build_worker, &q);
   pthread_mutex_destroy(&q.lock);
 }
 
@@ -680,21 +667,6 @@ static int compile_images(const IrModule *m, const char *file, const char *const
     sb_free(&jobs[k].err);
   }
   return status;
-}
-
-int cli_jobs_arg(const char *text) {
-  char *end;
-  const long n = strtol(text, &end, 10);
-  if (*end || n < 1 || n > 64) {
-    cli_usage_error("-j takes 1 to 64, not '%s'", text);
-    return 0;
-  }
-  return (int)n;
-}
-
-int cli_default_jobs(void) {
-  const long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? (int)(n < 64 ? n : 64) : 1;
 }
 
 /* Writes through a temporary file and a rename, so an interrupted build

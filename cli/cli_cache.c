@@ -9,10 +9,8 @@
  * before the GPU tests: the examples' programs are 78 s of NVRTC one at a
  * time on the development machine; a server can do the same at install).
  */
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cli.h"
 #include "rt.h"
@@ -33,7 +31,7 @@ typedef struct WarmQueue {
 } WarmQueue;
 
 static void warm_one(const WarmQueue *q, WarmJob *j) {
-  struct timespec t0, t1;
+  struct timespec t0;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   attn_context *ctx = cli_context_create();
   if (!ctx) {
@@ -47,16 +45,13 @@ static void warm_one(const WarmQueue *q, WarmJob *j) {
   if (j->st) j->error = strdup(attn_context_error(ctx));
   attn_module_destroy(m);
   attn_context_destroy(ctx);
-  clock_gettime(CLOCK_MONOTONIC, &t1);
-  j->seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+  j->seconds = cli_seconds_since(&t0);
 }
 
 static void *warm_worker(void *arg) {
   WarmQueue *q = arg;
   for (;;) {
-    pthread_mutex_lock(&q->lock);
-    const int k = q->next < q->njobs ? q->next++ : -1;
-    pthread_mutex_unlock(&q->lock);
+    const int k = cli_take_job(&q->lock, &q->next, q->njobs);
     if (k < 0) return NULL;
     warm_one(q, &q->jobs[k]);
   }
@@ -105,12 +100,7 @@ static int cache_warm(int argc, char **argv) {
   pthread_mutex_init(&q.lock, NULL);
   if (threads <= 0) threads = cli_default_jobs();
   if (threads > nfiles) threads = nfiles;
-  pthread_t tid[64];
-  int started = 0;
-  for (; started < threads - 1; started++) /* a thread that cannot start leaves its share here */
-    if (pthread_create(&tid[started], NULL, warm_worker, &q) != 0) break;
-  warm_worker(&q);
-  for (int k = 0; k < started; k++) pthread_join(tid[k], NULL);
+  cli_run_threads(threads, warm_worker, &q);
   pthread_mutex_destroy(&q.lock);
   /* Reported in the files' order, whatever order the threads took. */
   int status = EXIT_OK, failed = 0;
@@ -134,8 +124,8 @@ static int cache_warm(int argc, char **argv) {
                       : EXIT_NORUN;
     if (s > status) status = s;
   }
-  printf("warm: %d of %d files on %d thread%s\n", nfiles - failed, nfiles, started + 1,
-         started ? "s" : "");
+  printf("warm: %d of %d files on %d thread%s\n", nfiles - failed, nfiles, threads,
+         threads > 1 ? "s" : "");
   for (int k = 0; k < nfiles; k++) free(jobs[k].error);
   free(jobs);
   free(files);

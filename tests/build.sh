@@ -6,11 +6,7 @@
 # escapes the path, and the generated .c and .h compile as C and C++.
 set -u
 attnc=${1:?usage: build.sh ATTNC}
-pass=0 fail=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-ok() { pass=$((pass + 1)); }
-bad() { echo "FAIL: $1"; fail=$((fail + 1)); }
+. "$(dirname "$0")/lib/tally.sh"
 # build ERR ARGS...: attnc build with stderr in ERR (LeakSanitizer's tracer
 # crash retried: tests/lib/lsan_retry.sh).
 . "$(dirname "$0")/lib/lsan_retry.sh"

@@ -5,11 +5,7 @@
 # refused with their messages and exit statuses, the good files still warmed. No GPU needed.
 set -u
 attnc=${1:?usage: cache_warm.sh ATTNC}
-pass=0 fail=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-ok() { pass=$((pass + 1)); }
-bad() { echo "FAIL: $1"; fail=$((fail + 1)); }
+. "$(dirname "$0")/lib/tally.sh"
 . "$(dirname "$0")/lib/lsan_retry.sh"
 warm() { local err=$1; shift; ATTN_CACHE_DIR="$tmp/cache" lsan_retry "$err" "$attnc" cache warm "$@"; }
 entries() { find "$tmp/cache" -name '*.bin' | sort; }
