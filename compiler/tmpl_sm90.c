@@ -33,9 +33,9 @@
  *   base          one CTA per query tile; D 256: BN 64, 2 stages
  *   persist       persistent grid (ATTN_PERSISTENT), same tiles
  *   bn80          D 256: BN 80, 2 stages; one CTA per query tile
- *   (those four: Q released after the last P V and idle warpgroups'
- *   GEMMs run, as when they were measured)
  *   persist_bn80  both
+ *                 (base to persist_bn80: Q released after the last P V and
+ *                 idle warpgroups' GEMMs run, as when they were measured)
  *   f16_pv        auto, but where a graph with FP8 q, k, v rounds P to
  *                 FP8, P V in f16 (P rounded in f32, V widened) instead of
  *                 FP8 (V transposed): the same values; measured 0.94-1.06x
