@@ -155,8 +155,8 @@ typedef enum { BN176_NEVER, BN176_PLAIN, BN176_ALWAYS } Sm90Bn176;
 /* Where P V's wgmma group is committed in the branch that issues it (the
  * consumer's wait for S then leaves the previous P V running): never (one
  * commit after the branch), for 16-bit q, k and v, or always; and where
- * O's rescale waits for the next S GEMM's issue: never, at head tiles up
- * to 64 under two consumer warpgroups (16-bit), or always. H100, session
+ * O's rescale waits for the next S GEMM's issue: never, at head dims of
+ * 64 under two consumer warpgroups (16-bit), or always. H100, session
  * 35 (bench/NOTES-sm90.md): the commit in its branch +1-8% for 16-bit
  * (0.98-1.01x at D 256 unmasked), 0.95-1.02x for FP8 q, k and v; the late
  * rescale +3-10% at D 64 causal, a loss everywhere else (and where the
@@ -376,10 +376,14 @@ int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool fp8_p, 
        * GEMM beside what the chain holds, left ptxas too few registers
        * for the wgmma pipeline and it serialized every wgmma (C7511;
        * compile sweep seed 135 at D 32-64: a bias or position table, a
-       * softcap, exp/log/clamp chains, a paged cache). */
+       * softcap, exp/log/clamp chains, a paged cache). And only at head
+       * dims of exactly 64 (what was measured): below it (32, 48, 56; a
+       * 64-wide tile over fewer columns) the plain causal graph serialized
+       * too (session 36, compile sweep seed 142). */
       out->rescale_late = var->rescale == RESCALE_LATE_ALWAYS ||
                           (var->rescale == RESCALE_LATE_NARROW2 && mode == ATTN_FWD90_16 &&
-                           wgs == 2 && tmax <= 64 && (traits & SM90_PLAIN) && !paged);
+                           wgs == 2 && d_qk == 64 && d_v == 64 && (traits & SM90_PLAIN) &&
+                           !paged);
       out->pv_overlap = out->rescale_late || var->pv == PV_OVERLAP_ALWAYS ||
                         (var->pv == PV_OVERLAP_16 && mode == ATTN_FWD90_16);
       out->q_early_tiles = out->persistent ? var->q_early_tiles : 0; /* (one tile a CTA: moot) */

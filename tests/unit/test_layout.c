@@ -365,6 +365,23 @@ static bool same_tiles(const Sm90Config *x, const Sm90Config *y) {
          x->smem_bytes == y->smem_bytes && x->threads == y->threads;
 }
 
+/* Auto's late rescale only at head dims of exactly 64: at 32, 48 and 56 (a
+ * 64-wide tile over fewer columns) ptxas serialized the plain causal
+ * graph's wgmmas under it (C7511, session 36). */
+Test(layout, fwd90_rescale_late_only_d64) {
+  static const int dims[] = {32, 48, 56, 64};
+  for (size_t k = 0; k < sizeof dims / sizeof dims[0]; k++) {
+    Sm90Config a;
+    cr_assert_eq(tmpl_sm90_config(dims[k], dims[k], 2, 2, false, SM90_MASKED | SM90_PLAIN, false,
+                                  0, &a), 0);
+    cr_assert_eq(a.rescale_late, dims[k] == 64, "D %d", dims[k]);
+    cr_assert(a.pv_overlap, "D %d", dims[k]);
+  }
+  Sm90Config m;
+  cr_assert_eq(tmpl_sm90_config(64, 32, 2, 2, false, SM90_MASKED | SM90_PLAIN, false, 0, &m), 0);
+  cr_assert(!m.rescale_late, "D 64 / Dv 32");
+}
+
 /* The rescale_late (13), pv_overlap (14) and pv_once (15) variants and
  * auto's choice between them (session 35's measurements): every one takes
  * auto's tiles; auto commits P V in its branch (ATTN_PV_OVERLAP) for
