@@ -6,9 +6,8 @@
 set -eu
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-awk '/attn_exp2_fma\(float x\) \{/ { on = 1 } on { print } on && /^}/ { on = 0 }' templates/ptx.cuh |
-  sed 's/^\[\[maybe_unused\]\] static __device__ __forceinline__/static inline/' >"$tmp/exp2.inc"
-grep -q 'attn_exp2_fma(' "$tmp/exp2.inc" || { echo "FAIL: attn_exp2_fma's text was not found in templates/ptx.cuh"; exit 1; }
+. tests/lib/device_fn.sh
+device_fn templates/ptx.cuh attn_exp2_fma "$tmp/exp2.inc" || exit 1
 g++ -std=c++17 -O1 -g -w -ffp-contract=off -fsanitize=address,undefined -DEXP2_TEXT="\"$tmp/exp2.inc\"" \
   -o "$tmp/check" tests/host/exp2_fma_host_check.cpp -lm
 "$tmp/check"

@@ -11,9 +11,8 @@ sed -n '/^constexpr float attn_stale_log2/,/^\/\* The row.s normalizer/p' templa
   sed '$d' >"$tmp/softmax_text.inc"
 grep -q attn_softmax_tile_qk "$tmp/softmax_text.inc" || { echo "FAIL: softmax.cuh's text not found"; exit 1; }
 # (the FMA pipe's exp2 the EXP2_FMA variants take, ptx.cuh's own text)
-awk '/attn_exp2_fma\(float x\) \{/ { on = 1 } on { print } on && /^}/ { on = 0 }' templates/ptx.cuh |
-  sed 's/^\[\[maybe_unused\]\] static __device__ __forceinline__/static inline/' >"$tmp/exp2_fma.inc"
-grep -q 'attn_exp2_fma(' "$tmp/exp2_fma.inc" || { echo "FAIL: attn_exp2_fma's text not found"; exit 1; }
+. tests/lib/device_fn.sh
+device_fn templates/ptx.cuh attn_exp2_fma "$tmp/exp2_fma.inc" || exit 1
 # Tiles of 8, 11 and 22 blocks of 8 keys (22: fwd_sm90's key tiles of 176).
 # fma contraction where the CPU has fma, as NVVM contracts the template's a * b - c (a
 # difference that is exactly 0 unfused is not fused: attn_alpha exists for that).

@@ -7,9 +7,8 @@
 set -eu
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-awk '/attn_tanh_poly\(float x\) \{/ { on = 1 } on { print } on && /^}/ { on = 0 }' templates/common.cuh |
-  sed 's/^\[\[maybe_unused\]\] static __device__ __forceinline__/static inline/' >"$tmp/tanh.inc"
-grep -q 'attn_tanh_poly(' "$tmp/tanh.inc" || { echo "FAIL: attn_tanh_poly's text was not found in templates/common.cuh"; exit 1; }
+. tests/lib/device_fn.sh
+device_fn templates/common.cuh attn_tanh_poly "$tmp/tanh.inc" || exit 1
 g++ -std=c++17 -O1 -g -w -ffp-contract=off -fsanitize=address,undefined -DTANH_TEXT="\"$tmp/tanh.inc\"" \
   -o "$tmp/check" tests/host/tanh_poly_host_check.cpp -lm
 "$tmp/check"
