@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "cuda_driver.h"
 #include "rt.h"
 
 /* One file's warm-up, done by whichever worker takes it. */
@@ -57,6 +58,25 @@ static void *warm_worker(void *arg) {
   }
 }
 
+/* The target of GPU 0 (`--arch` left out), read here once: the workers'
+ * threads have no current CUDA context, from which the library would take
+ * it. False, with the reason in why, where there is no driver or GPU. */
+static bool gpu_arch(char arch[16], StrBuf *why) {
+  attn_status st;
+  const RtDriver *d = rt_driver(&st, why);
+  CUdevice dev;
+  int major, minor;
+  if (!d) return false;
+  const CUresult r = d->DeviceGet(&dev, 0);
+  if (r != CUDA_SUCCESS) {
+    rt_driver_error(d, r, "cuDeviceGet", why);
+    return false;
+  }
+  if (rt_driver_cc(d, dev, &major, &minor, why)) return false;
+  nvrtc_arch_for_cc(major, minor, arch);
+  return true;
+}
+
 static int cache_warm(int argc, char **argv) {
   const char *arch = NULL;
   int threads = 0, nfiles = 0;
@@ -88,6 +108,20 @@ static int cache_warm(int argc, char **argv) {
     free(files);
     fprintf(stderr, "attnc: error: ATTN_NO_CACHE is set: there is no cache to warm\n");
     return EXIT_NORUN;
+  }
+  char gpu[16];
+  if (!arch) {
+    StrBuf why = {0};
+    const bool ok = gpu_arch(gpu, &why);
+    if (!ok)
+      fprintf(stderr, "attnc: error: no GPU to take the target from (name it with --arch): %s\n",
+              why.data ? why.data : "no reason given");
+    sb_free(&why);
+    if (!ok) {
+      free(files);
+      return EXIT_NORUN;
+    }
+    arch = gpu;
   }
   WarmJob *jobs = calloc((size_t)nfiles, sizeof *jobs);
   if (!jobs) {

@@ -748,23 +748,24 @@ typedef struct Sm90Config {
  * Prints nothing. */
 /* fp8_p: FP8 q, k, v with P rounded to FP8 (both products in FP8): key
  * tiles of 64 or 128 keys, the widths of V^T's swizzled rows. traits:
- * SM90_MASKED, the graph has a mask or packed sequences (the default
- * variant then keeps two consumer warpgroups at head dims up to 64, and
- * key tiles of 128 at 128); SM90_SCORE_READS, its score chain reads memory
- * per element (a bias[b, h, i, j]: key tiles of 176 would spill);
- * SM90_PLAIN, the score is q.k times per-(b, h) factors under affine masks
- * and P goes to P V as the softmax left it (auto's late rescale). paged:
- * K and V come from a page table (an FP8 cache's paged converters keep two
- * warpgroups). */
-enum { SM90_MASKED = 1u, SM90_SCORE_READS = 2u, SM90_PLAIN = 4u };
+ * SM90_MASKED, the graph has a mask or packed sequences (key tiles of 128
+ * at head tiles of 128; the default variant takes three consumer
+ * warpgroups at head tiles up to 64 there only for dense 16-bit graphs);
+ * SM90_PACKED, its sequences are packed (SM90_MASKED too); SM90_SCORE_READS,
+ * its score chain reads memory per element (a bias[b, h, i, j]: key tiles
+ * of 176 would spill); SM90_PLAIN, the score is q.k times per-(b, h)
+ * factors under affine masks and P goes to P V as the softmax left it (the
+ * late rescale's graphs). paged: K and V come from a page table (an FP8
+ * cache's paged converters keep two warpgroups). */
+enum { SM90_MASKED = 1u, SM90_SCORE_READS = 2u, SM90_PLAIN = 4u, SM90_PACKED = 8u };
 int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool fp8_p, unsigned traits,
                      bool paged, int variant, Sm90Config *out);
 /* The variants (ATTN_OPTION_SM90_VARIANT takes 0 .. SM90_NVARIANTS - 1),
  * and a variant's number for its name (auto, base, persist, bn80,
  * persist_bn80, f16_pv, wg3, kv8_early, kv_copy, bn176, fp8_vt8, kv8,
- * bn128, rescale_late, pv_overlap, pv_once, q_early, auto35, tanh_poly), or
- * -1. */
-#define SM90_NVARIANTS 19
+ * bn128, rescale_late, pv_overlap, pv_once, q_early, auto35, tanh_poly,
+ * auto36), or -1. */
+#define SM90_NVARIANTS 20
 int tmpl_sm90_variant_index(const char *name);
 /* Whether the variant widens a dense FP8 KV cache under a 16-bit q into a
  * 16-bit workspace copy before the forward (kv_copy), which then reads the
@@ -848,7 +849,7 @@ typedef struct CompileOptions {
                         7 kv8_early, 8 kv_copy, 9 bn176, 10 fp8_vt8,
                         11 kv8, 12 bn128, 13 rescale_late,
                         14 pv_overlap, 15 pv_once, 16 q_early,
-                        17 auto35, 18 tanh_poly */
+                        17 auto35, 18 tanh_poly, 19 auto36 */
   int exp2_fma;      /* fwd_sm90's softmax exponentials on the FMA pipe:
                         0 auto (none: measured slower), 1 none, 2-5 one to
                         four of every four key blocks (match.c) */

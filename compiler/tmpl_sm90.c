@@ -26,7 +26,8 @@
  *   auto          the default: persistent (tile queue), BN 80 at D 256,
  *                 idle warpgroups skipping their tile, Q released early
  *                 in short work tiles (both session 36, below),
- *                 wg3's three warpgroups in graphs without a mask,
+ *                 wg3's three warpgroups in graphs without a mask and
+ *                 in masked dense 16-bit graphs at head tiles up to 64,
  *                 kv_copy's widened copies where q's and k's sequence
  *                 lengths are one symbol, and bn176's key tiles where its
  *                 graphs' score chain reads no memory per element (below)
@@ -40,8 +41,9 @@
  *                 FP8, P V in f16 (P rounded in f32, V widened) instead of
  *                 FP8 (V transposed): the same values; measured 0.94-1.06x
  *                 the FP8 P V of auto (bench/RESULTS.md, FP8)
- *   wg3           auto, but masked graphs too where the head tiles are
- *                 at most 64 (16-bit or FP8), and FP8 P V at 128 (then BN
+ *   wg3           auto, but masked FP8, paged and packed graphs too where
+ *                 the head tiles are at most 64 (auto: dense 16-bit ones),
+ *                 and FP8 P V at 128 (then BN
  *                 64; measured 0.86-0.92x of two warpgroups): three
  *                 consumer warpgroups (BM 192, 512 threads, 160 registers
  *                 a consumer thread), FA3's tile at D 64, where the
@@ -125,7 +127,11 @@
  *                 over plain +48% at D 128 (auto +30%), +61% at D 64
  *                 (+50%): seven instructions a score where tanh.approx
  *                 takes two, and the kernel is short of issue slots
- * numbered 0 to 18 in this order (the numbers are the library's option
+ *   auto36        auto as it was in session 36: masked graphs on two
+ *                 consumer warpgroups at every head dim (D 64: with the
+ *                 late rescale, RESCALE_LATE_NARROW2); for measuring
+ *                 against
+ * numbered 0 to 19 in this order (the numbers are the library's option
  * values); 0 is the default below (the fastest
  * measured), and so is any number out of range (the library never fails
  * on a tuning knob).
@@ -140,9 +146,13 @@ typedef struct Sm90Candidate {
 } Sm90Candidate;
 
 /* Where three consumer warpgroups run (tmpl_sm90_config says which
- * tiles): never, in graphs without a mask, or in every graph (and for
- * FP8 P V at head tiles of 128). */
-typedef enum { WG3_NEVER, WG3_UNMASKED, WG3_ALWAYS } Sm90Wg3;
+ * tiles): never; in graphs without a mask; there and in masked dense
+ * graphs of 16-bit q, k and v at head tiles up to 64 (auto since session
+ * 37: H100, D 64 causal beside two warpgroups with the late rescale, -3.3%
+ * at S 1k, +4.6% at 2k, +10.6% at 4k, +17.7% at 8k, +8.7% at 16k; paged and
+ * packed graphs keep two until their tests have run on three with this
+ * kernel); or in every graph (and for FP8 P V at head tiles of 128). */
+typedef enum { WG3_NEVER, WG3_UNMASKED, WG3_MASKED16, WG3_ALWAYS } Sm90Wg3;
 /* Where a dense FP8 KV cache under a 16-bit q is widened by a plan step
  * (kv_copy): never, where q's and k's sequence dims are one symbol, or
  * always. */
@@ -191,7 +201,7 @@ typedef struct Sm90Variant {
 } Sm90Variant;
 
 static const Sm90Variant sm90_variants[] = {
-    {"auto", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
+    {"auto", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
      RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false},
     {"base", 0, false, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false,
      RESCALE_LATE_NARROW2, PV_OVERLAP_16, 0, false, false},
@@ -201,34 +211,36 @@ static const Sm90Variant sm90_variants[] = {
      RESCALE_LATE_NARROW2, PV_OVERLAP_16, 0, false, false},
     {"persist_bn80", 256, true, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false,
      RESCALE_LATE_NARROW2, PV_OVERLAP_16, 0, false, false},
-    {"f16_pv", 256, true, true, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
+    {"f16_pv", 256, true, true, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
      RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false},
     {"wg3", 256, true, false, WG3_ALWAYS, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
      RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false},
-    {"kv8_early", 256, true, false, WG3_UNMASKED, true, KV_COPY_NEVER, BN176_PLAIN, false,
+    {"kv8_early", 256, true, false, WG3_MASKED16, true, KV_COPY_NEVER, BN176_PLAIN, false,
      RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false},
-    {"kv_copy", 256, true, false, WG3_UNMASKED, false, KV_COPY_ALWAYS, BN176_PLAIN, false,
+    {"kv_copy", 256, true, false, WG3_MASKED16, false, KV_COPY_ALWAYS, BN176_PLAIN, false,
      RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false},
-    {"bn176", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_ALWAYS, false,
+    {"bn176", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_ALWAYS, false,
      RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false},
-    {"fp8_vt8", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, true,
+    {"fp8_vt8", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, true,
      RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false},
-    {"kv8", 256, true, false, WG3_UNMASKED, false, KV_COPY_NEVER, BN176_PLAIN, false,
+    {"kv8", 256, true, false, WG3_MASKED16, false, KV_COPY_NEVER, BN176_PLAIN, false,
      RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false},
-    {"bn128", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_NEVER, false,
+    {"bn128", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_NEVER, false,
      RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false},
-    {"rescale_late", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
+    {"rescale_late", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
      RESCALE_LATE_ALWAYS, PV_OVERLAP_ALWAYS, Q_EARLY_AUTO, true, false},
-    {"pv_overlap", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
+    {"pv_overlap", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
      RESCALE_EARLY, PV_OVERLAP_ALWAYS, Q_EARLY_AUTO, true, false},
-    {"pv_once", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
+    {"pv_once", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
      RESCALE_EARLY, PV_ONCE, Q_EARLY_AUTO, true, false},
-    {"q_early", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
+    {"q_early", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
      RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_ALL, true, false},
     {"auto35", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
      RESCALE_LATE_NARROW2, PV_OVERLAP_16, 0, false, false},
-    {"tanh_poly", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
+    {"tanh_poly", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
      RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, true},
+    {"auto36", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false},
 };
 _Static_assert(sizeof sm90_variants / sizeof sm90_variants[0] == SM90_NVARIANTS,
                "attnc.h's SM90_NVARIANTS counts the variants");
@@ -249,7 +261,10 @@ _Static_assert(sizeof sm90_variants / sizeof sm90_variants[0] == SM90_NVARIANTS,
  * against 0.39-0.94x widened in the kernel). Session 36 (H100): idle
  * consumer warpgroups skip their tile and short work tiles release Q after
  * their last S GEMM (+1.0% beside session 35's auto over 18
- * configurations, D 64 +3.0%). */
+ * configurations, D 64 +3.0%). Session 37 (H100): masked dense 16-bit
+ * graphs at head tiles up to 64 on three warpgroups too (D 64 causal, S 1k-16k:
+ * -3.3%, +4.6%, +10.6%, +17.7%, +8.7%; the late rescale, which needs two,
+ * no longer runs in auto). */
 #define SM90_DEFAULT_VARIANT 0
 
 #define SM90_SMEM_LIMIT (227 * 1024)
@@ -342,7 +357,9 @@ int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool fp8_p, 
    * bf16 -> 0.93x), the paged one was never timed (the wg3 variant takes
    * it). */
   const bool wg3 = var->wg3 == WG3_ALWAYS ||
-                   (var->wg3 == WG3_UNMASKED && !masked && !(kv8 && paged));
+                   (var->wg3 != WG3_NEVER && !masked && !(kv8 && paged)) ||
+                   (var->wg3 == WG3_MASKED16 && masked && mode == ATTN_FWD90_16 && !paged &&
+                    !(traits & SM90_PACKED));
   const bool wg3_fp8_128 = var->wg3 == WG3_ALWAYS && fp8_pv && tmax == 128;
   const int wgs = wg3 && (tmax <= 64 || wg3_fp8_128) ? 3 : 2;
   /* fp8_vt8: its V^T transposes take 128-key tiles of any width up to

@@ -45,5 +45,18 @@ rc=$?
 "$attnc" cache warm >/dev/null 2>&1
 rc=$?
 [ $rc -eq 2 ] && ok || bad "no file: status $rc, expected 2"
+# No --arch: GPU 0's target, read once before the workers start (their threads have no CUDA
+# context: session 37's device run failed so). Without a GPU, a refusal that names --arch.
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+  warm "$tmp/err" -j 2 examples/sdpa.attn >"$tmp/out"
+  rc=$?
+  [ $rc -eq 0 ] && grep -q '^warm: 1 of 1 files' "$tmp/out" && ok ||
+    { bad "no --arch on a GPU: status $rc"; cat "$tmp/err"; }
+else
+  warm "$tmp/err" examples/sdpa.attn >"$tmp/out"
+  rc=$?
+  [ $rc -eq 3 ] && grep -q 'no GPU to take the target from (name it with --arch)' "$tmp/err" && ok ||
+    { bad "no --arch without a GPU: status $rc"; cat "$tmp/err"; }
+fi
 echo "cache warm: $pass passed, $fail failed"
 [ $fail -eq 0 ]

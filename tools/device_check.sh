@@ -100,13 +100,27 @@ if [ "${TESTS:-1}" = 1 ]; then
 # the bf16 one and the FP8 backward's main kernel at D 128. Session 30's own checks all ran
 # (bench/RESULTS.md "Session 30").
 if [ "${FIRST:-0}" = 1 ]; then
-  # Session 36 (FIRST_S36=0 skips): auto's new idle-warpgroup skip and early Q release passed the
+  # Session 37 (FIRST_S37=0 skips): auto now runs masked dense 16-bit graphs at head tiles up to
+  # 64 on three consumer warpgroups (the wg3 variant's kernel there, whose examples passed on the
+  # H100: +5-18% at D 64 causal S 2k-16k, -3% at 1k). Never run as auto: its examples and
+  # test_head_dims (D 32-64 masked graphs), then wg3 over test_forward's paged and packed tests
+  # (auto keeps those on two until they pass on three), then auto beside auto36 (the old auto)
+  # at D 64 causal. ~450 s on a warm H100.
+  if [ "${FIRST_S37:-1}" = 1 ]; then
+    step first_s37_examples env ATTN_TEST_ONLY=examples timeout 300 "$B/tests/gpu/test_forward"
+    step first_s37_head_dims timeout 150 "$B/tests/gpu/test_head_dims"
+    step first_s37_wg3_rest env ATTN_SM90_VARIANT=wg3 ATTN_TEST_ONLY=rest timeout 250 \
+      "$B/tests/gpu/test_forward"
+    step first_s37_ab python3 bench/variant_ab.py --lib "$B/libattn.so" --out "$L/s37ab" \
+      --variants auto36 --dims 64 --seqs 1024,2048,4096,8192,16384 --causal
+  fi
+  # Session 36 (ran in session 37, H100: bench/RESULTS.md "Session 37"; FIRST_S36=1 reruns it): auto's new idle-warpgroup skip and early Q release passed the
   # examples, test_fp8 and test_head_dims but test_forward's other half was cut short (call 4);
   # that half first (`rest`: paged, packed, tile counts, dropout, separable and document tests).
   # Then wg3 for masked graphs at D 64 (three consumer warpgroups; +15% at S 8k causal, -6.5% at
   # 1k on the H100): its examples (never run with the skip), then beside auto at D 64 causal over
   # the grid's sequence lengths, to decide whether auto takes it (docs/STATUS.md).
-  if [ "${FIRST_S36:-1}" = 1 ]; then
+  if [ "${FIRST_S36:-0}" = 1 ]; then
     step first_s36_rest env ATTN_TEST_ONLY=rest timeout 400 "$B/tests/gpu/test_forward"
     if [ "${S36_WG3:-1}" = 1 ]; then
       step first_wg3_examples env ATTN_SM90_VARIANT=wg3 ATTN_TEST_ONLY=examples \

@@ -57,6 +57,20 @@ if [ "${RING:-1}" = 1 ] && [ -x "$B/tests/gpu/test_ring" ]; then
     rc=$?
     errors=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$L/ring-$tool.log" | tail -1)
     echo "sanitize ring $tool (rc $rc): ${errors:-no summary} / $(tail -1 "$L/ring-$tool.out")"
+    # NCCL's own probes: at ncclCommInitRank libnccl asks cudaFuncGetAttributes of its kernels
+    # for other GPUs and gets cudaErrorNoKernelImageForDevice, which memcheck reports as API
+    # errors (4 on the H100, session 37); none is attnc's. Counted apart: the step fails only
+    # where some other error is left.
+    if [ $rc -ne 0 ] && [ "$tool" = memcheck ]; then
+      all=$(grep -c "Program hit" "$L/ring-$tool.log")
+      nccl=$(awk '/Program hit cudaErrorNoKernelImageForDevice .* cudaFuncGetAttributes/ {p = 1; next}
+                  p && /Host Frame/ {if (/libnccl/) {n++; p = 0} else if (!/libcuda/) p = 0}
+                  END {print n + 0}' "$L/ring-$tool.log")
+      if [ "$all" -gt 0 ] && [ "$all" -eq "$nccl" ] && grep -q " 0 failed" "$L/ring-$tool.out"; then
+        echo "sanitize ring memcheck: all $all errors are NCCL's kernel-image probes inside libnccl (not attnc's)"
+        rc=0
+      fi
+    fi
     [ $rc -ne 0 ] && status=1
   done
 fi

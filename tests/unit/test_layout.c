@@ -133,8 +133,11 @@ Test(layout, head_dim_configs) {
       if (ok) {
         cr_assert_leq(h.smem_bytes, 227 * 1024);
         cr_assert_eq(h.smem_bytes,
-                     attn_fwd90_layout_of(128, h.bn, h.stages, attn_head_tile(k),
+                     attn_fwd90_layout_of(h.bm, h.bn, h.stages, attn_head_tile(k),
                                           attn_head_tile(v), 0).total);
+        /* (masked: three consumer warpgroups at head tiles up to 64) */
+        const bool three = attn_head_tile(k) <= 64 && attn_head_tile(v) <= 64;
+        cr_assert_eq(h.bm, three ? 192 : 128, "sm90 %d %d", k, v);
       }
       const bool ok8 = ok && k % 16 == 0 && v % 16 == 0 && k > 64 && v > 64;
       cr_assert_eq(tmpl_decode_config(k, v, 2, 1, false, false, 4, &dc) == 0, ok8,
@@ -230,9 +233,9 @@ Test(layout, fwd90_kv8_early_configs) {
 }
 
 /* The wg3 variant (6): three consumer warpgroups (BM 192, 512 threads)
- * for graphs whose head tiles are at most 64, masked or not (the default
- * takes them unmasked only: fwd90_wg3_default); everything else keeps
- * two. Names map to numbers for the attnc command and the GPU tests
+ * for graphs whose head tiles are at most 64, masked or not, FP8 too (the
+ * default takes masked ones of 16-bit q, k and v only, auto36 none:
+ * fwd90_wg3_default); everything else keeps two. Names map to numbers for the attnc command and the GPU tests
  * (ATTN_SM90_VARIANT). */
 Test(layout, fwd90_wg3_configs) {
   Sm90Config h;
@@ -244,8 +247,11 @@ Test(layout, fwd90_wg3_configs) {
     cr_assert_eq(tmpl_sm90_config(d, d, 2, 2, false, true, false, 6, &h), 0, "D %d", d);
     cr_assert(h.bm == 192 && h.threads == 512 && h.persistent, "D %d", d);
     cr_assert_eq(h.smem_bytes, attn_fwd90_layout_of(192, h.bn, h.stages, 64, 64, 0).total);
-    cr_assert_eq(tmpl_sm90_config(d, d, 2, 2, false, true, false, 0, &h), 0);
-    cr_assert(h.bm == 128 && h.threads == 384, "D %d masked, by default", d);
+    if (d % 16) continue; /* (FP8 rows: whole 16-byte chunks) */
+    cr_assert_eq(tmpl_sm90_config(d, d, 1, 1, true, true, false, 6, &h), 0);
+    cr_assert(h.bm == 192, "D %d masked FP8", d);
+    cr_assert_eq(tmpl_sm90_config(d, d, 1, 1, true, true, false, 0, &h), 0);
+    cr_assert(h.bm == 128 && h.threads == 384, "D %d masked FP8, by default", d);
   }
   cr_assert_eq(tmpl_sm90_config(64, 128, 2, 2, false, true, false, 6, &h), 0);
   cr_assert(h.bm == 128 && h.threads == 384, "a head tile of 128 keeps two");
@@ -262,17 +268,39 @@ Test(layout, fwd90_wg3_configs) {
 }
 
 /* The default (auto) takes three warpgroups at head tiles up to 64 in
- * graphs without a mask (measured faster at every S there), two in masked
- * ones (a causal mask lost at S 1k), never for FP8 P V at 128 (slower) nor
+ * graphs without a mask (measured faster at every S there) and, since
+ * session 37, in masked dense graphs of 16-bit q, k and v (D 64 causal:
+ * +5-18% at S 2k-16k, -3% at 1k); masked FP8, paged and packed graphs keep
+ * two (not yet run on three with this kernel), as does auto36 (session
+ * 36's auto) in every masked graph; never for FP8 P V at 128 (slower) nor
  * for a paged FP8 KV cache under a 16-bit q (its converters spill). */
 Test(layout, fwd90_wg3_default) {
   Sm90Config h;
+  const int a36 = tmpl_sm90_variant_index("auto36");
+  cr_assert_eq(a36, 19);
   for (int d = 8; d <= 64; d += 8) {
     cr_assert_eq(tmpl_sm90_config(d, d, 2, 2, false, false, false, 0, &h), 0, "D %d", d);
     cr_assert(h.bm == 192 && h.threads == 512, "D %d unmasked", d);
-    cr_assert_eq(tmpl_sm90_config(d, d, 2, 2, false, true, false, 0, &h), 0, "D %d", d);
-    cr_assert(h.bm == 128, "D %d masked", d);
+    for (int paged = 0; paged < 2; paged++) {
+      cr_assert_eq(tmpl_sm90_config(d, d, 2, 2, false, SM90_MASKED | SM90_PLAIN, paged, 0, &h), 0,
+                   "D %d", d);
+      cr_assert_eq(h.bm, paged ? 128 : 192, "D %d masked, paged %d", d, paged);
+      cr_assert(!h.rescale_late, "D %d masked", d);
+      cr_assert_eq(tmpl_sm90_config(d, d, 2, 2, false, SM90_MASKED, paged, a36, &h), 0, "D %d", d);
+      cr_assert(h.bm == 128 && h.threads == 384, "D %d masked, auto36", d);
+    }
+    if (d % 16) continue; /* (FP8 rows: whole 16-byte chunks) */
+    cr_assert_eq(tmpl_sm90_config(d, d, 1, 1, true, SM90_MASKED, false, 0, &h), 0, "D %d", d);
+    cr_assert(h.bm == 128, "D %d masked FP8", d);
+    cr_assert_eq(tmpl_sm90_config(d, d, 2, 1, false, SM90_MASKED, false, 0, &h), 0, "D %d", d);
+    cr_assert(h.bm == 128, "D %d masked, an FP8 KV cache", d);
   }
+  cr_assert_eq(tmpl_sm90_config(64, 64, 2, 2, false, SM90_MASKED | SM90_PACKED, false, 0, &h), 0);
+  cr_assert(h.bm == 128, "packed");
+  cr_assert_eq(tmpl_sm90_config(64, 64, 2, 2, false, SM90_MASKED | SM90_PACKED, false, 6, &h), 0);
+  cr_assert(h.bm == 192, "packed, the wg3 variant");
+  cr_assert_eq(tmpl_sm90_config(64, 128, 2, 2, false, SM90_MASKED, false, 0, &h), 0);
+  cr_assert(h.bm == 128, "masked, a head tile of 128");
   cr_assert_eq(tmpl_sm90_config(64, 64, 1, 1, true, false, false, 0, &h), 0);
   cr_assert(h.bm == 192 && h.fp8_pv, "FP8 at D 64");
   cr_assert_eq(tmpl_sm90_config(128, 128, 1, 1, true, false, false, 0, &h), 0);
@@ -365,30 +393,37 @@ static bool same_tiles(const Sm90Config *x, const Sm90Config *y) {
          x->smem_bytes == y->smem_bytes && x->threads == y->threads;
 }
 
-/* Auto's late rescale only at head dims of exactly 64: at 32, 48 and 56 (a
- * 64-wide tile over fewer columns) ptxas serialized the plain causal
- * graph's wgmmas under it (C7511, session 36). */
+/* The late rescale's narrow rule (RESCALE_LATE_NARROW2: auto's until
+ * session 36, auto36's now) only at head dims of exactly 64: at 32, 48 and
+ * 56 (a 64-wide tile over fewer columns) ptxas serialized the plain causal
+ * graph's wgmmas under it (C7511, session 36). Auto itself runs those
+ * graphs on three warpgroups, where the rule never applies. */
 Test(layout, fwd90_rescale_late_only_d64) {
   static const int dims[] = {32, 48, 56, 64};
+  const int a36 = tmpl_sm90_variant_index("auto36");
   for (size_t k = 0; k < sizeof dims / sizeof dims[0]; k++) {
-    Sm90Config a;
+    Sm90Config a, o;
+    cr_assert_eq(tmpl_sm90_config(dims[k], dims[k], 2, 2, false, SM90_MASKED | SM90_PLAIN, false,
+                                  a36, &o), 0);
+    cr_assert_eq(o.rescale_late, dims[k] == 64, "D %d", dims[k]);
+    cr_assert(o.pv_overlap, "D %d", dims[k]);
     cr_assert_eq(tmpl_sm90_config(dims[k], dims[k], 2, 2, false, SM90_MASKED | SM90_PLAIN, false,
                                   0, &a), 0);
-    cr_assert_eq(a.rescale_late, dims[k] == 64, "D %d", dims[k]);
-    cr_assert(a.pv_overlap, "D %d", dims[k]);
+    cr_assert(!a.rescale_late && a.pv_overlap && a.bm == 192, "D %d", dims[k]);
   }
   Sm90Config m;
-  cr_assert_eq(tmpl_sm90_config(64, 32, 2, 2, false, SM90_MASKED | SM90_PLAIN, false, 0, &m), 0);
+  cr_assert_eq(tmpl_sm90_config(64, 32, 2, 2, false, SM90_MASKED | SM90_PLAIN, false, a36, &m), 0);
   cr_assert(!m.rescale_late, "D 64 / Dv 32");
 }
 
 /* The rescale_late (13), pv_overlap (14) and pv_once (15) variants and
  * auto's choice between them (session 35's measurements): every one takes
  * auto's tiles; auto commits P V in its branch (ATTN_PV_OVERLAP) for
- * 16-bit q, k and v only, and rescales O late (ATTN_RESCALE_LATE, which
+ * 16-bit q, k and v only; auto36 rescales O late (ATTN_RESCALE_LATE, which
  * takes the branch commits) only at head tiles of 64 under two consumer
- * warpgroups (a mask) in plain graphs (SM90_PLAIN); rescale_late and pv_overlap do theirs everywhere,
- * pv_once neither. */
+ * warpgroups (a mask) in plain graphs (SM90_PLAIN), which auto no longer
+ * runs on two (three since session 37); rescale_late and pv_overlap do
+ * theirs everywhere, pv_once neither. */
 Test(layout, fwd90_rescale_late_configs) {
   const int late = tmpl_sm90_variant_index("rescale_late");
   const int pv = tmpl_sm90_variant_index("pv_overlap");
@@ -406,9 +441,13 @@ Test(layout, fwd90_rescale_late_configs) {
                      0);
         const bool narrow2 =
             !fp8 && dims[k] == 64 && (traits & SM90_MASKED) && (traits & SM90_PLAIN);
-        cr_assert_eq(a.rescale_late, narrow2, "auto D %d traits %u fp8 %d", dims[k], traits, fp8);
+        cr_assert(!a.rescale_late, "auto D %d traits %u fp8 %d", dims[k], traits, fp8);
         cr_assert_eq(a.pv_overlap, !fp8, "auto D %d traits %u fp8 %d", dims[k], traits, fp8);
-        if (narrow2) cr_assert_eq(a.bm, 128, "two consumer warpgroups");
+        Sm90Config o;
+        cr_assert_eq(tmpl_sm90_config(dims[k], dims[k], bytes, bytes, fp8, traits, false,
+                                      tmpl_sm90_variant_index("auto36"), &o), 0);
+        cr_assert_eq(o.rescale_late, narrow2, "auto36 D %d traits %u fp8 %d", dims[k], traits, fp8);
+        if (narrow2) cr_assert_eq(o.bm, 128, "two consumer warpgroups");
         const int vs[] = {late, pv, once};
         for (int w = 0; w < 3; w++) {
           cr_assert_eq(
@@ -423,14 +462,15 @@ Test(layout, fwd90_rescale_late_configs) {
    * (16) releases Q early in every tile; auto35 (17) and the four old
    * scheduling variants (base .. persist_bn80) neither; tanh_poly (18) is
    * the only one with the softcap's polynomial. Otherwise q_early, auto35
-   * and tanh_poly have auto's tiles and commits. */
+   * and tanh_poly have auto's tiles and commits (auto35 here, masked FP8:
+   * two warpgroups like auto). */
   const int qe = tmpl_sm90_variant_index("q_early");
   const int a35 = tmpl_sm90_variant_index("auto35");
   const int tp = tmpl_sm90_variant_index("tanh_poly");
   cr_assert_eq(qe, 16);
   cr_assert_eq(a35, 17);
   cr_assert_eq(tp, 18);
-  cr_assert_eq(tp, SM90_NVARIANTS - 1);
+  cr_assert_eq(tmpl_sm90_variant_index("auto36"), SM90_NVARIANTS - 1);
   cr_assert_eq(tmpl_sm90_variant_index("idle_wg"), -1);
   for (int w = 0; w < SM90_NVARIANTS; w++)
     for (int fp8 = 0; fp8 < 2; fp8++) {
@@ -443,14 +483,16 @@ Test(layout, fwd90_rescale_late_configs) {
       cr_assert_eq(h.skip_idle, !old, "variant %d", w);
       cr_assert_eq(h.tanh_poly, w == tp, "variant %d", w);
       if (w != qe && w != a35 && w != tp) continue;
-      cr_assert_eq(tmpl_sm90_config(64, 64, bytes, bytes, fp8, SM90_MASKED, false, 0, &a), 0);
+      const int ref = w == a35 && !fp8 ? tmpl_sm90_variant_index("auto36") : 0;
+      cr_assert_eq(tmpl_sm90_config(64, 64, bytes, bytes, fp8, SM90_MASKED, false, ref, &a), 0);
       cr_assert(same_tiles(&h, &a) && h.rescale_late == a.rescale_late &&
                 h.pv_overlap == a.pv_overlap);
     }
-  /* A paged cache keeps O's rescale early (ptxas serialized the wgmmas
-   * under the late one: compile sweep seed 135). */
+  /* A paged cache keeps O's rescale early under the narrow rule (ptxas
+   * serialized the wgmmas under the late one: compile sweep seed 135). */
   Sm90Config pg;
-  cr_assert_eq(tmpl_sm90_config(64, 64, 2, 2, false, SM90_MASKED | SM90_PLAIN, true, 0, &pg), 0);
+  cr_assert_eq(tmpl_sm90_config(64, 64, 2, 2, false, SM90_MASKED | SM90_PLAIN, true,
+                                tmpl_sm90_variant_index("auto36"), &pg), 0);
   cr_assert(!pg.rescale_late && pg.pv_overlap);
   /* An FP8 KV cache under a 16-bit q keeps the single commit (not
    * measured with the branch commits). */

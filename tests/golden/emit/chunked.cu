@@ -17,7 +17,7 @@
 #define ATTN_D_V 64
 #define ATTN_IN_BF16 1
 #define ATTN_OUT_BF16 1
-#define ATTN_BM 128
+#define ATTN_BM 192
 #define ATTN_BN 128
 #define ATTN_STAGES 3
 #define ATTN_PERSISTENT 1
@@ -267,7 +267,7 @@ static __device__ __forceinline__ float attn_out(float o, int b, int h, int i, i
 
 } /* namespace graph_chunked */
 
-extern "C" __global__ void __launch_bounds__(384, 1) attn_chunked_fwd(const __grid_constant__ attn_params p, const __grid_constant__ attn_tmaps tm) {
+extern "C" __global__ void __launch_bounds__(512, 1) attn_chunked_fwd(const __grid_constant__ attn_params p, const __grid_constant__ attn_tmaps tm) {
   attn_entry_wait();
   graph_chunked::attn_fwd_sm90(p, tm);
 }

@@ -17,11 +17,10 @@
 #define ATTN_D_V 64
 #define ATTN_IN_BF16 1
 #define ATTN_OUT_BF16 1
-#define ATTN_BM 128
+#define ATTN_BM 192
 #define ATTN_BN 128
 #define ATTN_STAGES 3
 #define ATTN_PERSISTENT 1
-#define ATTN_RESCALE_LATE 1
 #define ATTN_PV_OVERLAP 1
 #define ATTN_Q_EARLY 16
 #define ATTN_SKIP_IDLE 1
@@ -150,7 +149,7 @@ static __device__ __forceinline__ float attn_out(float o, int b, int h, int i, i
 
 } /* namespace graph_sliding_window */
 
-extern "C" __global__ void __launch_bounds__(384, 1) attn_sliding_window_fwd(const __grid_constant__ attn_params p, const __grid_constant__ attn_tmaps tm) {
+extern "C" __global__ void __launch_bounds__(512, 1) attn_sliding_window_fwd(const __grid_constant__ attn_params p, const __grid_constant__ attn_tmaps tm) {
   attn_entry_wait();
   graph_sliding_window::attn_fwd_sm90(p, tm);
 }
@@ -173,7 +172,6 @@ extern "C" __global__ void __launch_bounds__(128) attn_sliding_window_decode_mer
 #undef ATTN_BN
 #undef ATTN_STAGES
 #undef ATTN_PERSISTENT
-#undef ATTN_RESCALE_LATE
 #undef ATTN_PV_OVERLAP
 #undef ATTN_Q_EARLY
 #undef ATTN_SKIP_IDLE
