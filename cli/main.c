@@ -75,7 +75,8 @@ static const char usage_text[] =
     "             command passes to the library: ATTN_BWD_TEMPLATE=sm80|sm90|sm90f8,\n"
     "             ATTN_SM90_VARIANT=auto|base|persist|bn80|persist_bn80|f16_pv|wg3|kv8_early|\n"
     "             kv_copy|bn176|fp8_vt8|kv8|bn128|rescale_late|pv_overlap|pv_once|\n"
-    "             q_early|auto35|tanh_poly|auto36,\n"
+    "             q_early|auto35|tanh_poly|auto36|\n"
+    "             partial_first,\n"
     "             ATTN_PERSISTENT_CTAS=N, ATTN_LAUNCH_OVERLAP=0 (plain launches),\n"
     "             ATTN_EXP2_FMA=0..4 (key blocks of four with exp2 on the FMA pipe)\n";
 

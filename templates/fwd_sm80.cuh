@@ -479,7 +479,7 @@ static __device__ __forceinline__ void fwd80_tile(const attn_params &p, int m_bl
       attn_softmax_store<ATTN_D_V / 8, fwd80_out_kind, (fwd80_tlse >= 0), (attn_has_sink != 0),
                          (attn_has_amax != 0)>(
           [&](int nt, int k) -> float & { return o[nt][k]; }, row_max, row_sum, i_row, t, b, h,
-          fwd80_to, fwd80_tlse >= 0 ? fwd80_tlse : 0, p,
+          fwd80_to, fwd80_tlse >= 0 ? fwd80_tlse : 0, p, p.Sq,
           [&](float x, int i, int d) { return attn_out(x, b, h, i, d, p); },
           attn_sink_value(b, h, p),
           [&](float x, int i, int d) { return attn_amax_value(x, b, h, i, d, p); });

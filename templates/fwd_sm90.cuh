@@ -466,6 +466,29 @@ constexpr bool fwd90_skip_idle = ATTN_SKIP_IDLE != 0;
 #define ATTN_TANH_POLY 0
 #endif
 constexpr bool fwd90_tanh_poly = ATTN_TANH_POLY != 0;
+/* Whether a sequence whose length BM does not divide has its short query
+ * tile first (rows [0, r), r = Sq - (ceil(Sq / BM) - 1) BM) rather than
+ * last (the partial_first variant). Under a causal mask the last rows see
+ * the most keys, so a short last tile runs the most key tiles with the
+ * fewest rows (at S 1k on 192-row tiles: 8 key tiles on one warpgroup of
+ * three); first, it runs one. The rows of the short tile's live
+ * warpgroups past r are real rows of the next tile: they are computed
+ * over the short tile's keys and not stored. */
+#ifndef ATTN_PARTIAL_FIRST
+#define ATTN_PARTIAL_FIRST 0
+#endif
+constexpr bool fwd90_partial_first = ATTN_PARTIAL_FIRST != 0;
+/* Query tile m's rows of a sequence of Sq queries: [i0, i_end). */
+static __device__ __forceinline__ void fwd90_rows(int m, int Sq, int &i0, int &i_end) {
+  if constexpr (fwd90_partial_first) {
+    const int r = Sq - (max(Sq - 1, 0) / fwd90_bm) * fwd90_bm; /* the short tile: 1 .. BM rows */
+    i_end = m == 0 ? r : r + m * fwd90_bm;
+    i0 = m == 0 ? 0 : i_end - fwd90_bm;
+  } else {
+    i0 = m * fwd90_bm;
+    i_end = min(i0 + fwd90_bm, Sq);
+  }
+}
 static __device__ __forceinline__ void fwd90_rescale_o(float (&o)[fwd90_dv / 2], float (&alpha)[2]) {
   /* (Late, the multiplies are not skipped: ptxas puts its wait for S in
    * front of them, and a wgmma wait or fence is .aligned, for every warp of
@@ -1122,8 +1145,9 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       const int b = tl.b, m_block = tl.m_block, q0 = 0, k0 = 0, tb = b;
 #endif
       const int h = tl.h, hk = h / (p.H / p.Hk);
-      const int i0 = m_block * fwd90_bm;
-      const int i_last = min(i0 + fwd90_bm, p.Sq) - 1;
+      int i0, i_end;
+      fwd90_rows(m_block, p.Sq, i0, i_end);
+      const int i_last = i_end - 1;
       int n_begin, n_end;
       attn_key_tiles<fwd90_bn>(b, h, i0, i_last, p, n_begin, n_end);
       /* The live key tiles in order, classified 32 candidates at a time
@@ -1357,7 +1381,8 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
     const int b = tl.b, m_block = tl.m_block;
 #endif
     const int h = tl.h;
-    const int i0 = m_block * fwd90_bm;
+    int i0, i_end; /* (i_end: rows stored; partial_first's short tile computes past it) */
+    fwd90_rows(m_block, p.Sq, i0, i_end);
     const int i_row = i0 + 64 * wg + 16 * ww + g;
     /* fwd90_skip_idle: a warpgroup whose 64 rows all lie past the sequence's
      * last query runs no GEMM, softmax or store on them; it only keeps the
@@ -1371,7 +1396,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
      * and released V of u (stages >= 2) before this arrives on V's
      * barrier again. */
     if constexpr (fwd90_skip_idle)
-      if (i0 + 64 * wg >= p.Sq) {
+      if (i0 + 64 * wg >= (fwd90_partial_first ? i_end : p.Sq)) {
         if (last_wg && any)
           attn_named_arrive(1);
         int vst = -1; /* the stage whose V is released next */
@@ -1707,6 +1732,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
                                         (attn_has_sink != 0), (attn_has_amax != 0)>(
                          [&](int nb, int k) -> float & { return o[nb * 4 + k]; }, row_max,
                          row_sum, i_row, t4, b, h, fwd90_to, fwd90_tlse >= 0 ? fwd90_tlse : 0, p,
+                         fwd90_partial_first ? i_end : p.Sq,
                          [&](float x, int i, int d) { return attn_out(x, b, h, i, d, p); },
                          attn_sink_value(b, h, p),
                          [&](float x, int i, int d) { return attn_amax_value(x, b, h, i, d, p); }));

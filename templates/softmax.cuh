@@ -273,7 +273,8 @@ static __device__ __forceinline__ float attn_softmax_sink(float sink, float &m, 
  * graph's output hook (out(x, i, d): attn_out of the graph's namespace),
  * stored as pairs of columns 8 nb + 2 t, + 1 for nb < NB, and the row's
  * logsumexp (natural-log max and sum) by the quad's first lane when the
- * graph has an lse output. Rows past Sq store nothing. With SINK, the
+ * graph has an lse output. Rows from i_end on (Sq, or where a tile's rows
+ * end short of it) store nothing. With SINK, the
  * (b, h) sink `sink` joins each row's denominator (attn_softmax_sink).
  * With AMAX, returns the largest attn_amax_bits of amax_arg(x, i, d) over
  * the elements stored (x the normalized element; the caller commits it
@@ -282,8 +283,8 @@ template <int NB, int OUT_KIND, bool LSE, bool SINK, bool AMAX = false, typename
           typename Out, typename AmaxArg = int>
 static __device__ __forceinline__ unsigned
 attn_softmax_store(FragO o, const float (&row_max)[2], const float (&row_sum)[2], int i_row, int t,
-                   int b, int h, int o_slot, int lse_slot, const attn_params &p, Out out,
-                   float sink, AmaxArg amax_arg = 0) {
+                   int b, int h, int o_slot, int lse_slot, const attn_params &p, int i_end,
+                   Out out, float sink, AmaxArg amax_arg = 0) {
   unsigned amax = 0;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -292,7 +293,7 @@ attn_softmax_store(FragO o, const float (&row_max)[2], const float (&row_sum)[2]
       keep = attn_softmax_sink(sink, m, l);
     const float inv = attn_softmax_inv(l) * keep;
     const int i = i_row + r * 8;
-    if (i >= p.Sq)
+    if (i >= i_end)
       continue;
     const attn_tensor_arg &to = p.t[o_slot];
     const long long orow = b * to.stride[0] + h * to.stride[1] + (long long)i * to.stride[2];

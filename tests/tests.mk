@@ -63,6 +63,7 @@ test-here: all $(BUILD)/tests/unit_tests $(GPU_BIN) $(BUILD)/tests/host/warm_loa
 	tests/host/fp8_host_check.sh $(BUILD)/libattn.a
 	tests/host/fwd90_v_host_check.sh
 	tests/host/fwd90_q_host_check.sh
+	tests/host/fwd90_rows_host_check.sh
 	tests/host/softmax_host_check.sh
 	tests/host/swz_host_check.sh
 	tests/host/fp8_cvt_host_check.sh

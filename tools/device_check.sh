@@ -114,6 +114,21 @@ if [ "${FIRST:-0}" = 1 ]; then
     step first_s37_ab python3 bench/variant_ab.py --lib "$B/libattn.so" --out "$L/s37ab" \
       --variants auto36 --dims 64 --seqs 1024,2048,4096,8192,16384 --causal
   fi
+  # The partial_first variant (session 37, never run; FIRST_S37_PF=1, a call of its own, ~500 s):
+  # a sequence's short query tile first instead of last (tmpl_sm90.c says why). Its sanitize
+  # cases, its examples, test_forward's rest half under it, then beside auto at D 64 causal
+  # (192-row tiles: S 1k-16k all leave a short tile; predicted +7% at 1k, +1-2% at 2k-4k) and
+  # D 128 (128-row tiles divide S: the control, expected 1.00).
+  if [ "${FIRST_S37_PF:-0}" = 1 ]; then
+    step first_pf_sanitize env L="$L/sanitize-pf" CASES=partial_first TOOLS="memcheck racecheck" \
+      RING=0 bash tools/sanitize_device.sh "$B"
+    step first_pf_examples env ATTN_SM90_VARIANT=partial_first ATTN_TEST_ONLY=examples timeout 260 \
+      "$B/tests/gpu/test_forward"
+    step first_pf_rest env ATTN_SM90_VARIANT=partial_first ATTN_TEST_ONLY=rest timeout 170 \
+      "$B/tests/gpu/test_forward"
+    step first_pf_ab python3 bench/variant_ab.py --lib "$B/libattn.so" --out "$L/pfab" \
+      --variants partial_first --dims 64,128 --seqs 1024,2048,4096,8192 --causal
+  fi
   # Session 36 (ran in session 37, H100: bench/RESULTS.md "Session 37"; FIRST_S36=1 reruns it): auto's new idle-warpgroup skip and early Q release passed the
   # examples, test_fp8 and test_head_dims but test_forward's other half was cut short (call 4);
   # that half first (`rest`: paged, packed, tile counts, dropout, separable and document tests).

@@ -183,6 +183,22 @@ static const Case cases[] = {
      "  out = (e4m3(softmax(s) * 448.0) @ v) * (1.0 / 448.0);\n"
      "  output o : bf16[B, H, S, 256] = out;\n  output amax_o = amax(out);\n}\n",
      "B=2,H=2,S=450", NULL, 10, 0, 0, FWD, 0},
+    /* The partial_first variant (20): a sequence's short query tile first;
+     * its live warpgroups compute rows past it (real rows of the next tile,
+     * not stored): 192-row tiles at D 64 (500 = 116 + 2 x 192: a partial
+     * warpgroup and an idle one), FP8 with an amax output over 128-row
+     * tiles (450 = 66 + 3 x 128), packed sequences with offsets out of
+     * range. */
+    {"fwd_sm90 partial_first D 64", DENSE(64, "bf16", "", "j <= i + Skv - Sq", PLAIN_OUT(64, "bf16")),
+     "B=2,H=4,Hk=2,Sq=500,Skv=520", NULL, 20, 0, 0, FWD, 0},
+    {"fp8 sm90 partial_first D 128 P e4m3 amax", FP8_P8_GRAPH, "B=2,H=2,S=450", NULL, 20, 0, 0, FWD, 0},
+    {"packed sm90 partial_first, offsets out of range",
+     "attention g {\n  input q : bf16[Tq, H, 64];\n  input k : bf16[Tk, Hk, 64];\n"
+     "  input v : bf16[Tk, Hk, 64];\n  input cq : i32[B1];\n  input ck : i32[B1];\n"
+     "  s = mask((packed(q, cq) @ packed(k, ck)^T) * 0.125, j <= i + seqlen_k - seqlen_q);\n"
+     "  o = softmax(s) @ packed(v, ck);\n  output o : bf16[Tq, H, 64];\n"
+     "  output lse = logsumexp(s);\n}\n",
+     "B1=5,H=4,Hk=2,Tq=333,Tk=410", NULL, 20, 0, 0, FWD, 1},
     {"bwd_sm90 D 64 wide", DENSE(64, "bf16", "", "j <= i", PLAIN_OUT(64, "bf16") GRAD),
      "B=2,H=4,Hk=2,Sq=200,Skv=200", NULL, 0, 90, 0, BWD, 0},
     {"bwd_sm90 D 128 persistent", DENSE(128, "f16", "", "j <= i + Skv - Sq", PLAIN_OUT(128, "f16") GRAD),

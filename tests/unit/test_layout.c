@@ -461,16 +461,19 @@ Test(layout, fwd90_rescale_late_configs) {
    * work tiles of up to 16 key tiles) in every "auto, but" variant; q_early
    * (16) releases Q early in every tile; auto35 (17) and the four old
    * scheduling variants (base .. persist_bn80) neither; tanh_poly (18) is
-   * the only one with the softcap's polynomial. Otherwise q_early, auto35
-   * and tanh_poly have auto's tiles and commits (auto35 here, masked FP8:
-   * two warpgroups like auto). */
+   * the only one with the softcap's polynomial, partial_first (20) the only
+   * one with a sequence's short query tile first. Otherwise q_early,
+   * auto35, tanh_poly and partial_first have auto's tiles and commits
+   * (auto35 here, masked FP8: two warpgroups like auto). */
   const int qe = tmpl_sm90_variant_index("q_early");
   const int a35 = tmpl_sm90_variant_index("auto35");
   const int tp = tmpl_sm90_variant_index("tanh_poly");
   cr_assert_eq(qe, 16);
   cr_assert_eq(a35, 17);
   cr_assert_eq(tp, 18);
-  cr_assert_eq(tmpl_sm90_variant_index("auto36"), SM90_NVARIANTS - 1);
+  const int pf = tmpl_sm90_variant_index("partial_first");
+  cr_assert_eq(tmpl_sm90_variant_index("auto36"), 19);
+  cr_assert_eq(pf, SM90_NVARIANTS - 1);
   cr_assert_eq(tmpl_sm90_variant_index("idle_wg"), -1);
   for (int w = 0; w < SM90_NVARIANTS; w++)
     for (int fp8 = 0; fp8 < 2; fp8++) {
@@ -482,7 +485,8 @@ Test(layout, fwd90_rescale_late_configs) {
                    "variant %d", w);
       cr_assert_eq(h.skip_idle, !old, "variant %d", w);
       cr_assert_eq(h.tanh_poly, w == tp, "variant %d", w);
-      if (w != qe && w != a35 && w != tp) continue;
+      cr_assert_eq(h.partial_first, w == pf, "variant %d", w);
+      if (w != qe && w != a35 && w != tp && w != pf) continue;
       const int ref = w == a35 && !fp8 ? tmpl_sm90_variant_index("auto36") : 0;
       cr_assert_eq(tmpl_sm90_config(64, 64, bytes, bytes, fp8, SM90_MASKED, false, ref, &a), 0);
       cr_assert(same_tiles(&h, &a) && h.rescale_late == a.rescale_late &&
