@@ -186,6 +186,21 @@ static int64_t bref_krow(const BwdRef *c, const RefTensor *t, int64_t j, int64_t
   const int64_t kb = t->shape[0] == 1 ? 0 : c->b;
   return ((kb * c->Hk + hk) * c->Skv + j) * cols;
 }
+/* Both are affine in the row: row r's offset is at + r * step. The loops
+ * over every (i, j) take them so, not per element (bref_krow's division
+ * was 15% of a backward's reference time). */
+typedef struct BrefRowMap {
+  int64_t at, step;
+} BrefRowMap;
+static BrefRowMap bref_qmap(const BwdRef *c, int64_t cols) {
+  const int64_t at = bref_qrow(c, 0, cols);
+  return (BrefRowMap){at, bref_qrow(c, 1, cols) - at};
+}
+static BrefRowMap bref_kmap(const BwdRef *c, const RefTensor *t, int64_t cols) {
+  const int64_t at = bref_krow(c, t, 0, cols);
+  return (BrefRowMap){at, bref_krow(c, t, 1, cols) - at};
+}
+static inline int64_t bref_row(BrefRowMap m, int64_t r) { return m.at + r * m.step; }
 
 static double bref_leaf(const BwdRef *c, const IrNode *n, int64_t i,
                         int64_t j) {
@@ -308,14 +323,32 @@ static void bref_qk_rows(void *arg, int64_t lo, int64_t hi) {
   const BwdRef *c = a->c;
   const RefTensor *q = &c->args->tensors[c->g->q];
   const RefTensor *k = &c->args->tensors[c->g->k];
-  for (int64_t i = lo; i < hi; i++)
-    for (int64_t j = 0; j < c->Skv; j++) {
-      const double *qp = q->data + bref_qrow(c, i, c->D), *kp = k->data + bref_krow(c, k, j, c->D);
-      double acc = 0;
-      for (int64_t d = 0; d < c->D; d++)
-        acc += qp[d] * kp[d];
-      a->out[i * c->Skv + j] = acc;
+  const BrefRowMap qm = bref_qmap(c, c->D), km = bref_kmap(c, k, c->D);
+  const int64_t Skv = c->Skv, D = c->D;
+  for (int64_t i = lo; i < hi; i++) {
+    const double *qp = q->data + bref_row(qm, i);
+    int64_t j = 0;
+    for (; j + 4 <= Skv; j += 4) { /* four columns, each summed over d in order: the same bits */
+      const double *k0 = k->data + bref_row(km, j), *k1 = k0 + km.step, *k2 = k1 + km.step,
+                   *k3 = k2 + km.step;
+      double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+      for (int64_t d = 0; d < D; d++) {
+        s0 += qp[d] * k0[d];
+        s1 += qp[d] * k1[d];
+        s2 += qp[d] * k2[d];
+        s3 += qp[d] * k3[d];
+      }
+      double *o = a->out + i * Skv + j;
+      o[0] = s0, o[1] = s1, o[2] = s2, o[3] = s3;
     }
+    for (; j < Skv; j++) {
+      const double *kp = k->data + bref_row(km, j);
+      double acc = 0;
+      for (int64_t d = 0; d < D; d++)
+        acc += qp[d] * kp[d];
+      a->out[i * Skv + j] = acc;
+    }
+  }
 }
 
 static void bref_qk(const BwdRef *c, double *out) {
@@ -451,13 +484,14 @@ static void bref_dq_rows(void *arg, int64_t lo, int64_t hi) {
   const IrGraph *g = c->g;
   const RefTensor *ts = c->args->tensors;
   const int64_t Skv = c->Skv, D = c->D;
+  const BrefRowMap qm = bref_qmap(c, D), km = bref_kmap(c, &ts[g->k], D);
   for (int64_t i = lo; i < hi; i++) {
-    double *restrict dq = a->grads[g->q].data + bref_qrow(c, i, D);
+    double *restrict dq = a->grads[g->q].data + bref_row(qm, i);
     for (int64_t j = 0; j < Skv; j++) {
       const int64_t e = i * Skv + j;
       if (a->w->dsv[e] == 0) continue;
       const double r = a->dr[e] * a->scale;
-      const double *restrict kp = ts[g->k].data + bref_krow(c, &ts[g->k], j, D);
+      const double *restrict kp = ts[g->k].data + bref_row(km, j);
       for (int64_t d = 0; d < D; d++)
         dq[d] += r * kp[d];
     }
@@ -473,27 +507,34 @@ static void bref_dkv_rows(void *arg, int64_t lo, int64_t hi) {
   const BwdGraph *bg = c->bg;
   const RefTensor *ts = c->args->tensors;
   const int64_t Sq = c->Sq, Skv = c->Skv, D = c->D, Dv = c->Dv;
-  for (int64_t j = lo; j < hi; j++) {
-    if (bg->dk && a->dr) {
-      double *restrict dk = a->grads[g->k].data + bref_krow(c, &ts[g->k], j, D);
+  const BrefRowMap qm = bref_qmap(c, D), km = bref_kmap(c, &ts[g->k], D);
+  const BrefRowMap om = bref_qmap(c, Dv), vm = bref_kmap(c, &ts[g->v], Dv);
+  /* Up to four key rows at a time, so each row of q and dO is read once
+   * for them; every element still sums over i in order. */
+  for (int64_t j0 = lo; j0 < hi; j0 += 4) {
+    const int64_t nj = hi - j0 < 4 ? hi - j0 : 4;
+    if (bg->dk && a->dr)
       for (int64_t i = 0; i < Sq; i++) {
-        const int64_t e = i * Skv + j;
-        if (a->w->dsv[e] == 0) continue;
-        const double r = a->dr[e] * a->scale;
-        const double *restrict qp = ts[g->q].data + bref_qrow(c, i, D);
-        for (int64_t d = 0; d < D; d++)
-          dk[d] += r * qp[d];
+        const double *restrict qp = ts[g->q].data + bref_row(qm, i);
+        for (int64_t x = 0; x < nj; x++) {
+          const int64_t e = i * Skv + j0 + x;
+          if (a->w->dsv[e] == 0) continue;
+          const double r = a->dr[e] * a->scale;
+          double *restrict dk = a->grads[g->k].data + bref_row(km, j0 + x);
+          for (int64_t d = 0; d < D; d++)
+            dk[d] += r * qp[d];
+        }
       }
-    }
-    if (bg->dv) {
-      double *restrict dv = a->grads[g->v].data + bref_krow(c, &ts[g->v], j, Dv);
+    if (bg->dv)
       for (int64_t i = 0; i < Sq; i++) {
-        const double *restrict dop = a->dout + bref_qrow(c, i, Dv);
-        const double pd = a->w->pr[i * Skv + j] * c->o_scale;
-        for (int64_t d = 0; d < Dv; d++)
-          dv[d] += pd * dop[d];
+        const double *restrict dop = a->dout + bref_row(om, i);
+        for (int64_t x = 0; x < nj; x++) {
+          const double pd = a->w->pr[i * Skv + j0 + x] * c->o_scale;
+          double *restrict dv = a->grads[g->v].data + bref_row(vm, j0 + x);
+          for (int64_t d = 0; d < Dv; d++)
+            dv[d] += pd * dop[d];
+        }
       }
-    }
   }
 }
 
@@ -538,31 +579,47 @@ static void bref_ds_rows(void *arg, int64_t lo, int64_t hi) {
   BwdWork *w = a->w;
   const int64_t Skv = c->Skv, Dv = c->Dv;
   const RefTensor *vt = &c->args->tensors[c->g->v];
+  const BrefRowMap om = bref_qmap(c, Dv), vm = bref_kmap(c, vt, Dv);
   for (int64_t i = lo; i < hi; i++) {
-    const double *dop = a->dout + bref_qrow(c, i, Dv);
+    const double *dop = a->dout + bref_row(om, i);
+    /* O's row recomputed (o not given) into the caller's buffer: each
+     * column summed over j in order, j outer so V's rows are read whole. */
+    double *orow = a->out ? a->out + i * Dv : NULL;
+    if (orow) {
+      for (int64_t d = 0; d < Dv; d++)
+        orow[d] = 0;
+      for (int64_t j = 0; j < Skv; j++) {
+        const double pij = w->pr[i * Skv + j], *vp = vt->data + bref_row(vm, j);
+        for (int64_t d = 0; d < Dv; d++)
+          orow[d] += pij * vp[d];
+      }
+    }
     double delta = 0;
     for (int64_t d = 0; d < Dv; d++) {
-      double o = 0;
-      if (c->o_given)
-        o = c->o_given[bref_qrow(c, i, Dv) + d];
-      else {
-        for (int64_t j = 0; j < Skv; j++)
-          o += w->pr[i * Skv + j] * vt->data[bref_krow(c, vt, j, Dv) + d];
-        o *= c->o_scale;
-      }
+      const double o = orow ? orow[d] * c->o_scale : c->o_given[bref_row(om, i) + d];
       delta += o * dop[d];
     }
     a->delta[i] = delta;
-    for (int64_t j = 0; j < Skv; j++) {
-      int64_t e = i * Skv + j;
-      const double *vp = vt->data + bref_krow(c, vt, j, Dv);
-      double dpd = 0;
-      for (int64_t d = 0; d < Dv; d++)
-        dpd += dop[d] * vp[d];
-      /* dP through the same mask (Pd = keep * P * inv), then through P's
-       * scale (its rounding passes the gradient straight) and o's. */
-      double dp = w->keep[e] != 0 ? dpd * a->inv * (c->p_scale * c->o_scale) : 0.0;
-      w->dsv[e] = w->p[e] == 0 ? 0.0 : w->p[e] * (dp - delta);
+    for (int64_t j = 0; j < Skv; j += 4) {
+      /* dO . V for up to four keys at once, each summed over d in order */
+      const int64_t nj = Skv - j < 4 ? Skv - j : 4;
+      const double *v0 = vt->data + bref_row(vm, j);
+      const double *v1 = nj > 1 ? v0 + vm.step : v0, *v2 = nj > 2 ? v0 + 2 * vm.step : v0,
+                   *v3 = nj > 3 ? v0 + 3 * vm.step : v0;
+      double dpd[4] = {0, 0, 0, 0};
+      for (int64_t d = 0; d < Dv; d++) {
+        dpd[0] += dop[d] * v0[d];
+        dpd[1] += dop[d] * v1[d];
+        dpd[2] += dop[d] * v2[d];
+        dpd[3] += dop[d] * v3[d];
+      }
+      for (int64_t x = 0; x < nj; x++) {
+        const int64_t e = i * Skv + j + x;
+        /* dP through the same mask (Pd = keep * P * inv), then through P's
+         * scale (its rounding passes the gradient straight) and o's. */
+        double dp = w->keep[e] != 0 ? dpd[x] * a->inv * (c->p_scale * c->o_scale) : 0.0;
+        w->dsv[e] = w->p[e] == 0 ? 0.0 : w->p[e] * (dp - delta);
+      }
     }
   }
 }
@@ -610,9 +667,16 @@ static int bref_pair(BwdRef *c, BwdWork *w, const double *dout,
   /* delta and dS by rows on threads; the sink's gradient (one sum over
    * the rows) after, in row order. */
   double *delta = malloc((size_t)(Sq + 1) * sizeof *delta);
-  if (!delta) return bref_fail(c, NULL, "out of memory");
-  BrefRows a = {.c = c, .w = w, .grads = grads, .dout = dout, .delta = delta, .inv = inv};
+  double *orows = c->o_given ? NULL : malloc((size_t)(Sq * Dv + 1) * sizeof *orows);
+  if (!delta || (!c->o_given && !orows)) {
+    free(delta);
+    free(orows);
+    return bref_fail(c, NULL, "out of memory");
+  }
+  BrefRows a = {.c = c, .w = w, .grads = grads, .dout = dout, .out = orows, .delta = delta,
+                .inv = inv};
   ref_parallel_rows(Sq, (double)Skv * (double)Dv * (c->o_given ? 1 : 2), bref_ds_rows, &a);
+  free(orows);
   if (bg->sink_tensor >= 0) { /* dsink = -sum_i p_sink,i delta_i */
     RefTensor *gt = &grads[bg->sink_tensor];
     int64_t off = 0;
