@@ -129,6 +129,14 @@ if [ "${FIRST:-0}" = 1 ]; then
     step first_pf_ab python3 bench/variant_ab.py --lib "$B/libattn.so" --out "$L/pfab" \
       --variants partial_first --dims 64,128 --seqs 1024,2048,4096,8192 --causal
   fi
+  # FIRST_S37_NCU=1: where D 128 S 1k non-causal goes (0.87x cuDNN, 0.90x FA4 in session 37's
+  # grid; 6 key tiles of 176 a work tile): stall reasons, issue and pipe activity of sdpa's
+  # forward at the grid's shape (B 16, H 16), tools/ncu_stalls.sh, ~60 s.
+  if [ "${FIRST_S37_NCU:-0}" = 1 ]; then
+    mkdir -p "$L/ncu-s1k"
+    step first_ncu_s1k env OUT="$L/ncu-s1k" bash tools/ncu_stalls.sh attn_sdpa_fwd 1 \
+      "$B/install/bin/attnc" run examples/sdpa.attn --shape B=16,H=16,Sq=1024,Skv=1024 --bench
+  fi
   # Session 36 (ran in session 37, H100: bench/RESULTS.md "Session 37"; FIRST_S36=1 reruns it): auto's new idle-warpgroup skip and early Q release passed the
   # examples, test_fp8 and test_head_dims but test_forward's other half was cut short (call 4);
   # that half first (`rest`: paged, packed, tile counts, dropout, separable and document tests).
