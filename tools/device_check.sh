@@ -136,6 +136,10 @@ if [ "${FIRST:-0}" = 1 ]; then
     mkdir -p "$L/ncu-s1k"
     step first_ncu_s1k env OUT="$L/ncu-s1k" bash tools/ncu_stalls.sh attn_sdpa_fwd 1 \
       "$B/install/bin/attnc" run examples/sdpa.attn --shape B=16,H=16,Sq=1024,Skv=1024 --bench
+    # cuDNN's forward at the same shape (its kernel's last launch of three: warm)
+    mkdir -p "$L/ncu-s1k-cudnn"
+    step first_ncu_s1k_cudnn env OUT="$L/ncu-s1k-cudnn" bash tools/ncu_stalls.sh \
+      'cudnn|sdpa|fmha|flash' 3 python3 bench/sdpa_once.py --dim 128 --seq 1024
   fi
   # Session 36 (ran in session 37, H100: bench/RESULTS.md "Session 37"; FIRST_S36=1 reruns it): auto's new idle-warpgroup skip and early Q release passed the
   # examples, test_fp8 and test_head_dims but test_forward's other half was cut short (call 4);
