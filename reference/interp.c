@@ -851,17 +851,22 @@ static void ref_pv_rows(void *arg, int64_t lo, int64_t hi) {
   const RefPv *a = arg;
   const int64_t Dv = a->Dv;
   const double *restrict vp = a->vp;
-  for (int64_t i = lo; i < hi; i++) {
-    /* (restrict: o is no row of p or v, so the d loop vectorizes; each
-     * o[d] still sums over j in order) */
-    double *restrict o = a->out + i * Dv;
-    for (int64_t d = 0; d < Dv; d++)
-      o[d] = 0;
-    for (int64_t j = 0; j < a->Skv; j++) {
-      const double pij = a->p[i * a->pst0 + j * a->pst1];
-      const double *restrict vj = vp + j * Dv;
+  /* Up to four rows at a time, so each row of v is read once for them.
+   * (restrict: o is no row of p or v, so the d loops vectorize; each
+   * o[d] still sums over j in order: the same bits.) */
+  for (int64_t i0 = lo; i0 < hi; i0 += 4) {
+    const int64_t ni = hi - i0 < 4 ? hi - i0 : 4;
+    for (int64_t x = 0; x < ni; x++)
       for (int64_t d = 0; d < Dv; d++)
-        o[d] += pij * vj[d];
+        a->out[(i0 + x) * Dv + d] = 0;
+    for (int64_t j = 0; j < a->Skv; j++) {
+      const double *restrict vj = vp + j * Dv;
+      for (int64_t x = 0; x < ni; x++) {
+        const double pij = a->p[(i0 + x) * a->pst0 + j * a->pst1];
+        double *restrict o = a->out + (i0 + x) * Dv;
+        for (int64_t d = 0; d < Dv; d++)
+          o[d] += pij * vj[d];
+      }
     }
   }
 }
