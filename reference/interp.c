@@ -809,16 +809,9 @@ static void ref_qk_rows(void *arg, int64_t lo, int64_t hi) {
     const double *qi = a->qp + i * D;
     int64_t j = 0;
     for (; j + 4 <= Skv; j += 4) {
-      const double *k0 = a->kp + j * D, *k1 = k0 + D, *k2 = k1 + D, *k3 = k2 + D;
-      double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-      for (int64_t d = 0; d < D; d++) {
-        s0 += qi[d] * k0[d];
-        s1 += qi[d] * k1[d];
-        s2 += qi[d] * k2[d];
-        s3 += qi[d] * k3[d];
-      }
-      double *o = a->out + i * Skv + j;
-      o[0] = s0, o[1] = s1, o[2] = s2, o[3] = s3;
+      const double *k0 = a->kp + j * D;
+      const double *const ks[4] = {k0, k0 + D, k0 + 2 * D, k0 + 3 * D};
+      ref_dot4(qi, ks, D, a->out + i * Skv + j);
     }
     for (; j < Skv; j++) {
       double acc = 0;

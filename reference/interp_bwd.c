@@ -329,17 +329,9 @@ static void bref_qk_rows(void *arg, int64_t lo, int64_t hi) {
     const double *qp = q->data + bref_row(qm, i);
     int64_t j = 0;
     for (; j + 4 <= Skv; j += 4) { /* four columns, each summed over d in order: the same bits */
-      const double *k0 = k->data + bref_row(km, j), *k1 = k0 + km.step, *k2 = k1 + km.step,
-                   *k3 = k2 + km.step;
-      double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-      for (int64_t d = 0; d < D; d++) {
-        s0 += qp[d] * k0[d];
-        s1 += qp[d] * k1[d];
-        s2 += qp[d] * k2[d];
-        s3 += qp[d] * k3[d];
-      }
-      double *o = a->out + i * Skv + j;
-      o[0] = s0, o[1] = s1, o[2] = s2, o[3] = s3;
+      const double *k0 = k->data + bref_row(km, j);
+      const double *const ks[4] = {k0, k0 + km.step, k0 + 2 * km.step, k0 + 3 * km.step};
+      ref_dot4(qp, ks, D, a->out + i * Skv + j);
     }
     for (; j < Skv; j++) {
       const double *kp = k->data + bref_row(km, j);
@@ -604,15 +596,10 @@ static void bref_ds_rows(void *arg, int64_t lo, int64_t hi) {
       /* dO . V for up to four keys at once, each summed over d in order */
       const int64_t nj = Skv - j < 4 ? Skv - j : 4;
       const double *v0 = vt->data + bref_row(vm, j);
-      const double *v1 = nj > 1 ? v0 + vm.step : v0, *v2 = nj > 2 ? v0 + 2 * vm.step : v0,
-                   *v3 = nj > 3 ? v0 + 3 * vm.step : v0;
-      double dpd[4] = {0, 0, 0, 0};
-      for (int64_t d = 0; d < Dv; d++) {
-        dpd[0] += dop[d] * v0[d];
-        dpd[1] += dop[d] * v1[d];
-        dpd[2] += dop[d] * v2[d];
-        dpd[3] += dop[d] * v3[d];
-      }
+      const double *const vs[4] = {v0, nj > 1 ? v0 + vm.step : v0, nj > 2 ? v0 + 2 * vm.step : v0,
+                                   nj > 3 ? v0 + 3 * vm.step : v0};
+      double dpd[4];
+      ref_dot4(dop, vs, Dv, dpd);
       for (int64_t x = 0; x < nj; x++) {
         const int64_t e = i * Skv + j + x;
         /* dP through the same mask (Pd = keep * P * inv), then through P's

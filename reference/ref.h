@@ -72,6 +72,11 @@ typedef void (*RefRowsFn)(void *arg, int64_t lo, int64_t hi);
 void ref_parallel_rows(int64_t n, double work_per_row, RefRowsFn fn, void *arg);
 /* ATTN_REF_THREADS, else the online CPUs; 1 to 64. */
 int ref_threads(void);
+/* out[c] = sum over d < n of x[d] * y[c][d] for the four rows y[0..3],
+ * each summed over d in order (the same bits as four separate dot
+ * products), x read once for the four: the q k^T loops of both
+ * references. */
+void ref_dot4(const double *x, const double *const y[4], int64_t n, double out[4]);
 
 /* ------------------------------------------------- ref_data.c: test data */
 
