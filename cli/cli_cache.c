@@ -13,7 +13,6 @@
 #include <string.h>
 
 #include "cli.h"
-#include "cuda_driver.h"
 #include "rt.h"
 
 /* One file's warm-up, done by whichever worker takes it. */
@@ -65,16 +64,13 @@ static bool gpu_arch(char arch[16], StrBuf *why) {
   attn_status st;
   const RtDriver *d = rt_driver(&st, why);
   CUdevice dev;
-  int major, minor;
   if (!d) return false;
   const CUresult r = d->DeviceGet(&dev, 0);
   if (r != CUDA_SUCCESS) {
     rt_driver_error(d, r, "cuDeviceGet", why);
     return false;
   }
-  if (rt_driver_cc(d, dev, &major, &minor, why)) return false;
-  nvrtc_arch_for_cc(major, minor, arch);
-  return true;
+  return rt_device_arch(d, dev, arch, why) == ATTN_SUCCESS;
 }
 
 static int cache_warm(int argc, char **argv) {

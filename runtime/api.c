@@ -239,12 +239,8 @@ attn_status rt_target_arch(attn_context *ctx, char arch[16]) {
   }
   CUcontext cu;
   CUdevice dev;
-  int major, minor;
-  if ((st = rt_driver_current(d, &cu, &dev, err)) ||
-      (st = rt_driver_cc(d, dev, &major, &minor, err)))
-    return st;
-  nvrtc_arch_for_cc(major, minor, arch);
-  return ATTN_SUCCESS;
+  if ((st = rt_driver_current(d, &cu, &dev, err))) return st;
+  return rt_device_arch(d, dev, arch, err);
 }
 
 /* ------------------------------------------------------------- loading */
@@ -334,14 +330,12 @@ attn_status rt_module_try_load(attn_module *m) {
   const RtDriver *d = rt_driver(&st, NULL);
   CUcontext cu;
   CUdevice dev;
-  int major, minor;
   char dev_arch[16];
   StrBuf ignore = {0};
   bool ready = d && rt_driver_current(d, &cu, &dev, &ignore) == 0 &&
-               rt_driver_cc(d, dev, &major, &minor, &ignore) == 0;
+               rt_device_arch(d, dev, dev_arch, &ignore) == 0;
   sb_free(&ignore);
   if (!ready) return ATTN_SUCCESS;
-  nvrtc_arch_for_cc(major, minor, dev_arch);
   if (strcmp(dev_arch, m->target) != 0) return ATTN_SUCCESS;
   for (int i = 0; i < m->ngraphs; i++)
     if ((st = rt_graph_resolve(&m->graphs[i], d, cu))) return st;

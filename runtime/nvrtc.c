@@ -233,6 +233,13 @@ void nvrtc_arch_for_cc(int major, int minor, char out[16]) {
     snprintf(out, 16, "sm_%d%d", major, minor);
 }
 
+attn_status rt_device_arch(const RtDriver *d, CUdevice dev, char arch[16], StrBuf *err) {
+  int major, minor;
+  const attn_status st = rt_driver_cc(d, dev, &major, &minor, err);
+  if (st == ATTN_SUCCESS) nvrtc_arch_for_cc(major, minor, arch);
+  return st;
+}
+
 void nvrtc_output_free(NvrtcOutput *out) {
   mem_free(out->cubin);
   mem_free(out->ptx);

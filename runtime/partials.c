@@ -38,11 +38,9 @@ void rt_partial_kernels_free(RtPartialKernels *k) {
 attn_status rt_partial_kernels(attn_context *ctx, const RtDriver *d, CUdevice dev,
                                const RtPartialKernels **out) {
   StrBuf *err = &ctx->error;
-  int major, minor;
-  attn_status st = rt_driver_cc(d, dev, &major, &minor, err);
-  if (st) return st;
   char arch[16], meta[64];
-  nvrtc_arch_for_cc(major, minor, arch);
+  attn_status st = rt_device_arch(d, dev, arch, err);
+  if (st) return st;
   RtPartialKernels *k = &ctx->partials;
   if (k->lib && strcmp(k->arch, arch) == 0) {
     *out = k;

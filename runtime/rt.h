@@ -243,6 +243,10 @@ attn_status dlpack_unpack(const void *dl_tensor, const char *name,
 
 #include "cuda_driver.h"
 
+/* The target NVRTC compiles for device dev (nvrtc_arch_for_cc of its
+ * compute capability); the driver's error appended to err (nvrtc.c). */
+attn_status rt_device_arch(const RtDriver *d, CUdevice dev, char arch[16], StrBuf *err);
+
 /* Embedded modules a context loaded for generated NAME_launch code. */
 typedef struct RtEmbeddedModule {
   const attn_embedded *em;
