@@ -831,48 +831,17 @@ static void ref_eval_qk(const RefCtx *c, double *out) {
   ref_parallel_rows(c->Sq, (double)c->Skv * (double)D, ref_qk_rows, &a);
 }
 
-/* o[i][d] = sum_j p[i][j] * v[b, h / (H / Hk), j, d], rows on threads.
- * Zero probabilities are not skipped: a NaN in v must reach the output as
- * it would on the device. */
-typedef struct RefPv {
-  const double *p, *vp;
-  double *out;
-  int64_t pst0, pst1, Skv, Dv;
-} RefPv;
-
-static void ref_pv_rows(void *arg, int64_t lo, int64_t hi) {
-  const RefPv *a = arg;
-  const int64_t Dv = a->Dv;
-  const double *restrict vp = a->vp;
-  /* Up to four rows at a time, so each row of v is read once for them.
-   * (restrict: o is no row of p or v, so the d loops vectorize; each
-   * o[d] still sums over j in order: the same bits.) */
-  for (int64_t i0 = lo; i0 < hi; i0 += 4) {
-    const int64_t ni = hi - i0 < 4 ? hi - i0 : 4;
-    for (int64_t x = 0; x < ni; x++)
-      for (int64_t d = 0; d < Dv; d++)
-        a->out[(i0 + x) * Dv + d] = 0;
-    for (int64_t j = 0; j < a->Skv; j++) {
-      const double *restrict vj = vp + j * Dv;
-      for (int64_t x = 0; x < ni; x++) {
-        const double pij = a->p[(i0 + x) * a->pst0 + j * a->pst1];
-        double *restrict o = a->out + (i0 + x) * Dv;
-        for (int64_t d = 0; d < Dv; d++)
-          o[d] += pij * vj[d];
-      }
-    }
-  }
-}
-
+/* o[i][d] = sum_j p[i][j] * v[b, h / (H / Hk), j, d] (ref_pv: rows on
+ * threads, zero probabilities not skipped, so a NaN in v reaches the
+ * output as it would on the device). */
 static void ref_eval_pv(const RefCtx *c, const IrNode *n, double *out) {
   const RefTensor *v = c->v;
   int64_t hk = c->h / (c->H / c->Hk), Dv = c->Dv, pst[3], cnt[3];
   int64_t vb = v->shape[0] == 1 ? 0 : c->b;
   ref_strides(c, ref_vdom(n->src[0]), pst);
   ref_counts(c, ref_vdom(n), cnt);
-  RefPv a = {c->val[n->src[0]->id], v->data + (vb * c->Hk + hk) * v->shape[2] * Dv, out,
-             pst[0], pst[1], c->Skv, Dv};
-  ref_parallel_rows(cnt[0], (double)c->Skv * (double)Dv, ref_pv_rows, &a);
+  ref_pv(c->val[n->src[0]->id], pst[0], pst[1], v->data + (vb * c->Hk + hk) * v->shape[2] * Dv,
+         Dv, cnt[0], c->Skv, Dv, out);
 }
 
 /* A rounding of P before p @ v (`e4m3(p * c) @ v`), in the kernels'

@@ -574,18 +574,8 @@ static void bref_ds_rows(void *arg, int64_t lo, int64_t hi) {
   const BrefRowMap om = bref_qmap(c, Dv), vm = bref_kmap(c, vt, Dv);
   for (int64_t i = lo; i < hi; i++) {
     const double *dop = a->dout + bref_row(om, i);
-    /* O's row recomputed (o not given) into the caller's buffer: each
-     * column summed over j in order, j outer so V's rows are read whole. */
-    double *orow = a->out ? a->out + i * Dv : NULL;
-    if (orow) {
-      for (int64_t d = 0; d < Dv; d++)
-        orow[d] = 0;
-      for (int64_t j = 0; j < Skv; j++) {
-        const double pij = w->pr[i * Skv + j], *vp = vt->data + bref_row(vm, j);
-        for (int64_t d = 0; d < Dv; d++)
-          orow[d] += pij * vp[d];
-      }
-    }
+    /* O's row: recomputed by the caller (a->out), or given */
+    const double *orow = a->out ? a->out + i * Dv : NULL;
     double delta = 0;
     for (int64_t d = 0; d < Dv; d++) {
       const double o = orow ? orow[d] * c->o_scale : c->o_given[bref_row(om, i) + d];
@@ -660,9 +650,13 @@ static int bref_pair(BwdRef *c, BwdWork *w, const double *dout,
     free(orows);
     return bref_fail(c, NULL, "out of memory");
   }
+  if (orows) { /* O = Pr V, without o's scale (bref_ds_rows applies it) */
+    const BrefRowMap vm = bref_kmap(c, &c->args->tensors[g->v], Dv);
+    ref_pv(w->pr, Skv, 1, c->args->tensors[g->v].data + vm.at, vm.step, Sq, Skv, Dv, orows);
+  }
   BrefRows a = {.c = c, .w = w, .grads = grads, .dout = dout, .out = orows, .delta = delta,
                 .inv = inv};
-  ref_parallel_rows(Sq, (double)Skv * (double)Dv * (c->o_given ? 1 : 2), bref_ds_rows, &a);
+  ref_parallel_rows(Sq, (double)Skv * (double)Dv, bref_ds_rows, &a);
   free(orows);
   if (bg->sink_tensor >= 0) { /* dsink = -sum_i p_sink,i delta_i */
     RefTensor *gt = &grads[bg->sink_tensor];

@@ -1,5 +1,5 @@
 /* parallel.c: the reference's large loops split by rows across threads,
- * and the four-row dot product their q k^T loops share.
+ * the four-row dot product their q k^T loops share, and p @ v.
  *
  * The O(S^2 D) products (q k^T, p v and their backward counterparts) are
  * nearly all of the reference's time on the GPU tests' shapes (perf:
@@ -86,4 +86,42 @@ void ref_parallel_rows(int64_t n, double work_per_row, RefRowsFn fn, void *arg) 
     if (started[k]) pthread_join(th[k], NULL);
     else fn(arg, chunk[k].lo, chunk[k].hi);
   }
+}
+
+typedef struct RefPv {
+  const double *p, *v;
+  double *out;
+  int64_t pst0, pst1, vstep, Skv, Dv;
+} RefPv;
+
+static void ref_pv_rows(void *arg, int64_t lo, int64_t hi) {
+  const RefPv *a = arg;
+  const int64_t Dv = a->Dv;
+  const double *restrict v = a->v;
+  /* Up to four rows at a time, so each row of v is read once for them.
+   * (restrict: o is no row of p or v, so the d loops vectorize; each
+   * o[d] still sums over j in order: the same bits.) Zero probabilities
+   * are not skipped: a NaN in v must reach the output as it would on the
+   * device. */
+  for (int64_t i0 = lo; i0 < hi; i0 += 4) {
+    const int64_t ni = hi - i0 < 4 ? hi - i0 : 4;
+    for (int64_t x = 0; x < ni; x++)
+      for (int64_t d = 0; d < Dv; d++)
+        a->out[(i0 + x) * Dv + d] = 0;
+    for (int64_t j = 0; j < a->Skv; j++) {
+      const double *restrict vj = v + j * a->vstep;
+      for (int64_t x = 0; x < ni; x++) {
+        const double pij = a->p[(i0 + x) * a->pst0 + j * a->pst1];
+        double *restrict o = a->out + (i0 + x) * Dv;
+        for (int64_t d = 0; d < Dv; d++)
+          o[d] += pij * vj[d];
+      }
+    }
+  }
+}
+
+void ref_pv(const double *p, int64_t pst0, int64_t pst1, const double *v, int64_t vstep,
+            int64_t rows, int64_t Skv, int64_t Dv, double *out) {
+  RefPv a = {p, v, out, pst0, pst1, vstep, Skv, Dv};
+  ref_parallel_rows(rows, (double)Skv * (double)Dv, ref_pv_rows, &a);
 }

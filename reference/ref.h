@@ -77,6 +77,12 @@ int ref_threads(void);
  * products), x read once for the four: the q k^T loops of both
  * references. */
 void ref_dot4(const double *x, const double *const y[4], int64_t n, double out[4]);
+/* out[i][d] = sum over j < Skv of p[i * pst0 + j * pst1] * v[j * vstep + d]
+ * for rows i < rows and d < Dv (out dense, Dv a row), rows on threads,
+ * each element summed over j in order: the forward's p @ v and the
+ * backward's O recomputed. */
+void ref_pv(const double *p, int64_t pst0, int64_t pst1, const double *v, int64_t vstep,
+            int64_t rows, int64_t Skv, int64_t Dv, double *out);
 
 /* ------------------------------------------------- ref_data.c: test data */
 
