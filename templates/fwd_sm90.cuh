@@ -1381,8 +1381,12 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
     const int b = tl.b, m_block = tl.m_block;
 #endif
     const int h = tl.h;
-    int i0, i_end; /* (i_end: rows stored; partial_first's short tile computes past it) */
+    int i0, i_end;
     fwd90_rows(m_block, p.Sq, i0, i_end);
+    /* The rows from row_end on are not stored and a warpgroup wholly past
+     * it idles (partial_first's short tile computes rows past its end;
+     * otherwise the tile ends at Sq or holds BM rows, so Sq serves). */
+    const int row_end = fwd90_partial_first ? i_end : p.Sq;
     const int i_row = i0 + 64 * wg + 16 * ww + g;
     /* fwd90_skip_idle: a warpgroup whose 64 rows all lie past the sequence's
      * last query runs no GEMM, softmax or store on them; it only keeps the
@@ -1396,7 +1400,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
      * and released V of u (stages >= 2) before this arrives on V's
      * barrier again. */
     if constexpr (fwd90_skip_idle)
-      if (i0 + 64 * wg >= (fwd90_partial_first ? i_end : p.Sq)) {
+      if (i0 + 64 * wg >= row_end) {
         if (last_wg && any)
           attn_named_arrive(1);
         int vst = -1; /* the stage whose V is released next */
@@ -1732,7 +1736,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
                                         (attn_has_sink != 0), (attn_has_amax != 0)>(
                          [&](int nb, int k) -> float & { return o[nb * 4 + k]; }, row_max,
                          row_sum, i_row, t4, b, h, fwd90_to, fwd90_tlse >= 0 ? fwd90_tlse : 0, p,
-                         fwd90_partial_first ? i_end : p.Sq,
+                         row_end,
                          [&](float x, int i, int d) { return attn_out(x, b, h, i, d, p); },
                          attn_sink_value(b, h, p),
                          [&](float x, int i, int d) { return attn_amax_value(x, b, h, i, d, p); }));
