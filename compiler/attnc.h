@@ -751,14 +751,14 @@ typedef struct Sm90Config {
  * tiles of 64 or 128 keys, the widths of V^T's swizzled rows. traits:
  * SM90_MASKED, the graph has a mask or packed sequences (key tiles of 128
  * at head tiles of 128; the default variant takes three consumer
- * warpgroups at head tiles up to 64 there only for dense 16-bit graphs);
- * SM90_PACKED, its sequences are packed (SM90_MASKED too); SM90_SCORE_READS,
+ * warpgroups at head tiles up to 64 there only for 16-bit graphs, K and V
+ * not paged); SM90_SCORE_READS,
  * its score chain reads memory per element (a bias[b, h, i, j]: key tiles
  * of 176 would spill); SM90_PLAIN, the score is q.k times per-(b, h)
  * factors under affine masks and P goes to P V as the softmax left it (the
  * late rescale's graphs). paged: K and V come from a page table (an FP8
  * cache's paged converters keep two warpgroups). */
-enum { SM90_MASKED = 1u, SM90_SCORE_READS = 2u, SM90_PLAIN = 4u, SM90_PACKED = 8u };
+enum { SM90_MASKED = 1u, SM90_SCORE_READS = 2u, SM90_PLAIN = 4u };
 int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool fp8_p, unsigned traits,
                      bool paged, int variant, Sm90Config *out);
 /* The variants (ATTN_OPTION_SM90_VARIANT takes 0 .. SM90_NVARIANTS - 1),

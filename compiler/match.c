@@ -617,7 +617,7 @@ static int match_fwd_template(const KernelSpec *s, const CompileOptions *o, FwdC
   Sm90Config h;
   const bool fp8_p = dtype_is_fp8(s->in_type) && dtype_is_fp8(s->p_round);
   const bool masked = s->nmasks > 0 || s->packed;
-  const unsigned traits = (masked ? SM90_MASKED : 0u) | (s->packed ? SM90_PACKED : 0u) |
+  const unsigned traits = (masked ? SM90_MASKED : 0u) |
                           (s->score_reads_ij ? SM90_SCORE_READS : 0u) |
                           (plain_score(s) ? SM90_PLAIN : 0u);
   /* kv_copy: a dense FP8 KV cache under a 16-bit q is widened into 16-bit

@@ -29,8 +29,10 @@
  *                 wg3's three warpgroups in graphs without a mask and
  *                 in masked dense 16-bit graphs at head tiles up to 64,
  *                 kv_copy's widened copies where q's and k's sequence
- *                 lengths are one symbol, and bn176's key tiles where its
- *                 graphs' score chain reads no memory per element (below)
+ *                 lengths are one symbol, bn176's key tiles where its
+ *                 graphs' score chain reads no memory per element, and
+ *                 on three warpgroups partial_first's short first tile
+ *                 (below)
  *   base          one CTA per query tile; D 256: BN 64, 2 stages
  *   persist       persistent grid (ATTN_PERSISTENT), same tiles
  *   bn80          D 256: BN 80, 2 stages; one CTA per query tile
@@ -132,13 +134,14 @@
  *                 late rescale, RESCALE_LATE_NARROW2); for measuring
  *                 against
  *   partial_first auto, but where BM does not divide a sequence's length
- *                 its short query tile is the first, not the last
- *                 (fwd90_rows): under a causal mask the last rows see the
- *                 most keys, and a short last tile runs them on few rows
- *                 (S 1k on 192-row tiles: 8 key tiles on one warpgroup of
- *                 three). Predicted (session 37, a count of key tiles
- *                 times warpgroups busy): D 64 causal +7% at S 1k, +1-2%
- *                 at 2k-4k; nothing where BM divides S or without a mask
+ *                 its short query tile is the first, not the last, on two
+ *                 warpgroups too (auto: on three, PF_WG3; fwd90_rows):
+ *                 under a causal mask the last rows see the most keys,
+ *                 and a short last tile runs them on few rows (S 1k on
+ *                 192-row tiles: 8 key tiles on one warpgroup of three).
+ *                 H100, session 38, on three: D 64 causal +11.7% at S 1k,
+ *                 +5.4% at 2k, +3.6% at 4k, +1.6% at 8k (predicted +7%,
+ *                 +1-2%); 0.96-1.02x where BM divides S (noise)
  * numbered 0 to 20 in this order (the numbers are the library's option
  * values); 0 is the default below (the fastest
  * measured), and so is any number out of range (the library never fails
@@ -157,9 +160,12 @@ typedef struct Sm90Candidate {
  * tiles): never; in graphs without a mask; there and in masked dense
  * graphs of 16-bit q, k and v at head tiles up to 64 (auto since session
  * 37: H100, D 64 causal beside two warpgroups with the late rescale, -3.3%
- * at S 1k, +4.6% at 2k, +10.6% at 4k, +17.7% at 8k, +8.7% at 16k; paged and
- * packed graphs keep two until their tests have run on three with this
- * kernel); or in every graph (and for FP8 P V at head tiles of 128). */
+ * at S 1k, +4.6% at 2k, +10.6% at 4k, +17.7% at 8k, +8.7% at 16k; packed
+ * ones since session 38, whose tests passed on three on the H100 (512/512
+ * of test_forward's rest under wg3), where two warpgroups ran them at
+ * 0.81-0.87x of the dense graph on three at D 64; paged ones keep two:
+ * their tests passed too, but a masked paged decode on 192-row tiles was
+ * never timed); or in every graph (and for FP8 P V at head tiles of 128). */
 typedef enum { WG3_NEVER, WG3_UNMASKED, WG3_MASKED16, WG3_ALWAYS } Sm90Wg3;
 /* Where a dense FP8 KV cache under a 16-bit q is widened by a plan step
  * (kv_copy): never, where q's and k's sequence dims are one symbol, or
@@ -189,6 +195,12 @@ typedef enum { RESCALE_EARLY, RESCALE_LATE_NARROW2, RESCALE_LATE_ALWAYS } Sm90Re
  * at 8k (47-103) but for D 128 causal. */
 #define Q_EARLY_AUTO 16
 #define Q_EARLY_ALL (1 << 20)
+/* Where a sequence's short query tile runs first (fwd90_rows): never, on
+ * three consumer warpgroups' 192-row tiles (auto: most sequence lengths
+ * leave a short one, and only those were measured), or always. H100,
+ * session 38, D 64 causal (192-row tiles): +11.7% at S 1k, +5.4% at 2k,
+ * +3.6% at 4k, +1.6% at 8k; where 128-row tiles divide S, within noise. */
+typedef enum { PF_NEVER, PF_WG3, PF_ALWAYS } Sm90PartialFirst;
 
 typedef struct Sm90Variant {
   const char *name;
@@ -206,52 +218,52 @@ typedef struct Sm90Variant {
                            S GEMM (fwd90_q_early_tiles; 0 never, Q_EARLY_ALL every tile) */
   bool skip_idle;       /* warpgroups past the sequence's end skip the tile (fwd90_skip_idle) */
   bool tanh_poly;       /* a softcap's tanh on the FMA pipe where in range (fwd90_tanh_poly) */
-  bool partial_first;   /* a sequence's short query tile first, not last (fwd90_rows) */
+  Sm90PartialFirst partial_first; /* a sequence's short query tile first (fwd90_rows) */
 } Sm90Variant;
 
 static const Sm90Variant sm90_variants[] = {
     {"auto", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3},
     {"base", 0, false, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, 0, false, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, 0, false, false, PF_NEVER},
     {"persist", 256, false, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, 0, false, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, 0, false, false, PF_NEVER},
     {"bn80", 0, true, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, 0, false, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, 0, false, false, PF_NEVER},
     {"persist_bn80", 256, true, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, 0, false, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, 0, false, false, PF_NEVER},
     {"f16_pv", 256, true, true, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3},
     {"wg3", 256, true, false, WG3_ALWAYS, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3},
     {"kv8_early", 256, true, false, WG3_MASKED16, true, KV_COPY_NEVER, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3},
     {"kv_copy", 256, true, false, WG3_MASKED16, false, KV_COPY_ALWAYS, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3},
     {"bn176", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_ALWAYS, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3},
     {"fp8_vt8", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, true,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3},
     {"kv8", 256, true, false, WG3_MASKED16, false, KV_COPY_NEVER, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3},
     {"bn128", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_NEVER, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3},
     {"rescale_late", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_ALWAYS, PV_OVERLAP_ALWAYS, Q_EARLY_AUTO, true, false, false},
+     RESCALE_LATE_ALWAYS, PV_OVERLAP_ALWAYS, Q_EARLY_AUTO, true, false, PF_WG3},
     {"pv_overlap", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_EARLY, PV_OVERLAP_ALWAYS, Q_EARLY_AUTO, true, false, false},
+     RESCALE_EARLY, PV_OVERLAP_ALWAYS, Q_EARLY_AUTO, true, false, PF_WG3},
     {"pv_once", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_EARLY, PV_ONCE, Q_EARLY_AUTO, true, false, false},
+     RESCALE_EARLY, PV_ONCE, Q_EARLY_AUTO, true, false, PF_WG3},
     {"q_early", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_ALL, true, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_ALL, true, false, PF_WG3},
     {"auto35", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, 0, false, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, 0, false, false, PF_NEVER},
     {"tanh_poly", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, true, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, true, PF_WG3},
     {"auto36", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_NEVER},
     {"partial_first", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, true},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_ALWAYS},
 };
 _Static_assert(sizeof sm90_variants / sizeof sm90_variants[0] == SM90_NVARIANTS,
                "attnc.h's SM90_NVARIANTS counts the variants");
@@ -275,7 +287,9 @@ _Static_assert(sizeof sm90_variants / sizeof sm90_variants[0] == SM90_NVARIANTS,
  * configurations, D 64 +3.0%). Session 37 (H100): masked dense 16-bit
  * graphs at head tiles up to 64 on three warpgroups too (D 64 causal, S 1k-16k:
  * -3.3%, +4.6%, +10.6%, +17.7%, +8.7%; the late rescale, which needs two,
- * no longer runs in auto). */
+ * no longer runs in auto). Session 38 (H100): there the short query tile
+ * first (PF_WG3, above). The variants described as "auto, but" take that
+ * too; the older snapshots (base to persist_bn80, auto35, auto36) do not. */
 #define SM90_DEFAULT_VARIANT 0
 
 #define SM90_SMEM_LIMIT (227 * 1024)
@@ -369,8 +383,7 @@ int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool fp8_p, 
    * it). */
   const bool wg3 = var->wg3 == WG3_ALWAYS ||
                    (var->wg3 != WG3_NEVER && !masked && !(kv8 && paged)) ||
-                   (var->wg3 == WG3_MASKED16 && masked && mode == ATTN_FWD90_16 && !paged &&
-                    !(traits & SM90_PACKED));
+                   (var->wg3 == WG3_MASKED16 && masked && mode == ATTN_FWD90_16 && !paged);
   const bool wg3_fp8_128 = var->wg3 == WG3_ALWAYS && fp8_pv && tmax == 128;
   const int wgs = wg3 && (tmax <= 64 || wg3_fp8_128) ? 3 : 2;
   /* fp8_vt8: its V^T transposes take 128-key tiles of any width up to
@@ -417,7 +430,8 @@ int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool fp8_p, 
       out->q_early_tiles = out->persistent ? var->q_early_tiles : 0; /* (one tile a CTA: moot) */
       out->skip_idle = var->skip_idle;
       out->tanh_poly = var->tanh_poly;
-      out->partial_first = var->partial_first;
+      out->partial_first = var->partial_first == PF_ALWAYS ||
+                           (var->partial_first == PF_WG3 && wgs == 3);
       return 0;
     }
   }

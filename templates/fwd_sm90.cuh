@@ -478,12 +478,18 @@ constexpr bool fwd90_tanh_poly = ATTN_TANH_POLY != 0;
 #define ATTN_PARTIAL_FIRST 0
 #endif
 constexpr bool fwd90_partial_first = ATTN_PARTIAL_FIRST != 0;
-/* Query tile m's rows of a sequence of Sq queries: [i0, i_end). */
+/* Query tile m's rows of a sequence of Sq queries: [i0, i_end). Every i0
+ * is a multiple of 16: a lane's rows i and i + 8 must share a dropout
+ * group (hooks.cuh: rows i & ~9), so under partial_first the short first
+ * tile holds r rows rounded up to 16, and the last tile may end up to 15
+ * rows short (a dropout example at Sq 200 failed on the H100, session 38,
+ * with the first tile's r unrounded). */
 static __device__ __forceinline__ void fwd90_rows(int m, int Sq, int &i0, int &i_end) {
   if constexpr (fwd90_partial_first) {
-    const int r = Sq - (max(Sq - 1, 0) / fwd90_bm) * fwd90_bm; /* the short tile: 1 .. BM rows */
-    i_end = m == 0 ? r : r + m * fwd90_bm;
-    i0 = m == 0 ? 0 : i_end - fwd90_bm;
+    const int r = Sq - (max(Sq - 1, 0) / fwd90_bm) * fwd90_bm; /* Sq's remainder: 1 .. BM */
+    const int first = (r + 15) / 16 * 16;                     /* the first tile's rows */
+    i0 = m == 0 ? 0 : first + (m - 1) * fwd90_bm;
+    i_end = min(first + m * fwd90_bm, Sq);
   } else {
     i0 = m * fwd90_bm;
     i_end = min(i0 + fwd90_bm, Sq);

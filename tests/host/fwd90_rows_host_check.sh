@@ -3,11 +3,13 @@
 # of a sequence of Sq queries), from the template's own text, compiled for the host with and
 # without ATTN_PARTIAL_FIRST (the partial_first variant: the short tile first) at query tiles of
 # 128 and 192 rows, under ASan and UBSan (FWD90=FILE: another version of the template). For every
-# Sq up to 3000: the ceil(Sq / BM) tiles' stored rows partition [0, Sq) in order; every tile but
-# the short one holds BM rows; its loaded rows [i0, i0 + BM) start at or after row 0; the short
-# tile is the last by default and the first under partial_first; warpgroup 0 is live in every
-# tile (the turn ring needs it); a packed tile no sequence owns (Sq 0) stores nothing. No GPU
-# needed. Run from the repository root.
+# Sq up to 3000: the ceil(Sq / BM) tiles' stored rows partition [0, Sq) in order; every i0 is a
+# multiple of 16 (a lane's rows i and i + 8 share a dropout group); the loaded rows
+# [i0, i0 + BM) start at or after row 0; by default every tile but the last holds BM rows; under
+# partial_first the middle tiles hold BM, the first Sq's remainder rounded up to 16 (or all of
+# Sq) and the last at least BM - 15; warpgroup 0 is live in every tile (the turn ring needs it);
+# a packed tile no sequence owns (Sq 0) stores nothing. No GPU needed. Run from the repository
+# root.
 set -eu
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -33,10 +35,17 @@ int main() {
       int i0, i_end;
       fwd90_rows(m, sq, i0, i_end);
       const int stored_from = m == 0 ? 0 : i0;
-      const bool short_tile = i_end - stored_from < fwd90_bm;
-      const int short_at = fwd90_partial_first ? 0 : n - 1;
+      const int rows = i_end - stored_from;
+      const int rem = sq - (sq - 1) / fwd90_bm * fwd90_bm; /* 1 .. BM */
+      bool size_ok;
+      if (!fwd90_partial_first)
+        size_ok = rows == fwd90_bm || m == n - 1;
+      else if (m == 0)
+        size_ok = rows == std::min((rem + 15) / 16 * 16, sq);
+      else
+        size_ok = rows == fwd90_bm || (m == n - 1 && rows > fwd90_bm - 16);
       if (stored_from != next || i_end <= stored_from || i_end > sq || i0 < 0 ||
-          i0 > stored_from || i_end - i0 > fwd90_bm || (short_tile && m != short_at) ||
+          i0 > stored_from || i_end - i0 > fwd90_bm || i0 % 16 != 0 || !size_ok ||
           !(i0 < i_end)) { /* warpgroup 0's first row stored: i0 + 64 * 0 < i_end */
         if (bad++ < 10)
           std::printf("FAIL: BM %d partial_first %d Sq %d tile %d: rows [%d, %d), expected from %d\n",
