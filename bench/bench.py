@@ -264,7 +264,10 @@ def main():
             wmod = warm_ctx.compile("fwd", text)
             warm = time.perf_counter() - t0
             wmod.close()
-            compile_rows.append(dict(D=D, causal=causal, cold_ms=cold * 1e3, warm_ms=warm * 1e3))
+            # Where each module came from ("nvrtc", "cache"): the D 64 cold compiles read 71-80 ms
+            # in sessions 37 and 38 (0.62 s on the dev machine), unexplained.
+            compile_rows.append(dict(D=D, causal=causal, cold_ms=cold * 1e3, warm_ms=warm * 1e3,
+                                     cold_from=mod.source_kind, warm_from=wmod.source_kind))
             for S in seqs:
                 B = max(1, 16384 // S)
                 sets = []
@@ -525,9 +528,11 @@ def grid_table(rows, compile_rows):
               f"(D {worst['D']}, S {worst['S']}, causal {worst['causal']})", ""]
     lines += fa4_summary(rows, "forward")
     lines += overlap_summary(rows)
-    lines += ["| D | causal | cold NVRTC compile ms | warm cache load ms |", "|---|---|---|---|"]
+    lines += ["| D | causal | cold NVRTC compile ms | warm cache load ms | from (cold, warm) |",
+              "|---|---|---|---|---|"]
     for r in compile_rows:
-        lines.append(f"| {r['D']} | {'yes' if r['causal'] else 'no'} | {r['cold_ms']:.0f} | {r['warm_ms']:.1f} |")
+        lines.append(f"| {r['D']} | {'yes' if r['causal'] else 'no'} | {r['cold_ms']:.0f} | {r['warm_ms']:.1f} "
+                     f"| {r.get('cold_from', '?')}, {r.get('warm_from', '?')} |")
     return lines + [""]
 
 

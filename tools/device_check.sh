@@ -100,13 +100,32 @@ if [ "${TESTS:-1}" = 1 ]; then
 # the bf16 one and the FP8 backward's main kernel at D 128. Session 30's own checks all ran
 # (bench/RESULTS.md "Session 30").
 if [ "${FIRST:-0}" = 1 ]; then
-  # Session 37 (FIRST_S37=0 skips): auto now runs masked dense 16-bit graphs at head tiles up to
+  # Session 38 (FIRST_S38=0 skips; ~560 s on a warm H100: split it over two calls with
+  # FIRST_S38_TESTS / FIRST_S38_BENCH): auto now puts a sequence's short query tile first on three
+  # consumer warpgroups (partial_first's rule, its first tile rounded up to 16 rows after a
+  # dropout example failed unrounded) and runs packed graphs on three. Never run as auto:
+  # partial_first's dropout example (the failed one), test_forward's examples and rest, then
+  # test_head_dims; then the grid beside cuDNN and FA4 (carry .fa4) and packed against dense.
+  if [ "${FIRST_S38:-1}" = 1 ]; then
+    if [ "${FIRST_S38_TESTS:-1}" = 1 ]; then
+      step first_s38_pf_dropout env ATTN_SM90_VARIANT=partial_first ATTN_TEST_ONLY=examples \
+        timeout 60 "$B/tests/gpu/test_forward" dropout
+      step first_s38_examples env ATTN_TEST_ONLY=examples timeout 300 "$B/tests/gpu/test_forward"
+      step first_s38_rest env ATTN_TEST_ONLY=rest timeout 250 "$B/tests/gpu/test_forward"
+      step first_s38_head_dims timeout 150 "$B/tests/gpu/test_head_dims"
+    fi
+    if [ "${FIRST_S38_BENCH:-1}" = 1 ]; then
+      step first_s38_grid python3 bench/bench.py --lib "$B/libattn.so" --out "$L"
+      step first_s38_varlen python3 bench/varlen.py --lib "$B/libattn.so" --out "$L" --tables equal
+    fi
+  fi
+  # Session 37 (ran in session 38: bench/RESULTS.md "Session 38"; FIRST_S37=1 reruns it): auto now runs masked dense 16-bit graphs at head tiles up to
   # 64 on three consumer warpgroups (the wg3 variant's kernel there, whose examples passed on the
   # H100: +5-18% at D 64 causal S 2k-16k, -3% at 1k). Never run as auto: its examples and
   # test_head_dims (D 32-64 masked graphs), then wg3 over test_forward's paged and packed tests
   # (auto keeps those on two until they pass on three), then auto beside auto36 (the old auto)
   # at D 64 causal. ~450 s on a warm H100.
-  if [ "${FIRST_S37:-1}" = 1 ]; then
+  if [ "${FIRST_S37:-0}" = 1 ]; then
     step first_s37_examples env ATTN_TEST_ONLY=examples timeout 300 "$B/tests/gpu/test_forward"
     step first_s37_head_dims timeout 150 "$B/tests/gpu/test_head_dims"
     step first_s37_wg3_rest env ATTN_SM90_VARIANT=wg3 ATTN_TEST_ONLY=rest timeout 250 \
@@ -114,7 +133,7 @@ if [ "${FIRST:-0}" = 1 ]; then
     step first_s37_ab python3 bench/variant_ab.py --lib "$B/libattn.so" --out "$L/s37ab" \
       --variants auto36 --dims 64 --seqs 1024,2048,4096,8192,16384 --causal
   fi
-  # The partial_first variant (session 37, never run; FIRST_S37_PF=1, a call of its own, ~500 s):
+  # The partial_first variant (session 37; ran in session 38; FIRST_S37_PF=1, a call of its own, ~500 s):
   # a sequence's short query tile first instead of last (tmpl_sm90.c says why). Its sanitize
   # cases, its examples, test_forward's rest half under it, then beside auto at D 64 causal
   # (192-row tiles: S 1k-16k all leave a short tile; predicted +7% at 1k, +1-2% at 2k-4k) and
