@@ -247,14 +247,20 @@ static void test_softcap_ranges(attn_context *ctx) {
  * leaves one or two warpgroups idle (2450 = 19 x 128 + 18; 1000 = 5 x 192 +
  * 40 on D 64's three warpgroups). Other targets run the same shapes. */
 static void test_work_tile_edges(attn_context *ctx) {
+  /* (The dropout cases: at D 64 under a causal mask auto runs 192-row
+   * tiles with a sequence's short tile first, rounded up to 16 rows so a
+   * lane's rows i and i + 8 share a dropout group; Sq 200 leaves 8 rows,
+   * 193 one, 207 fifteen, 400 sixteen. Unrounded, Sq 200 failed.) */
   static const struct {
     int d;
-    bool causal;
+    bool causal, dropout;
     const char *specs[2];
   } cases[] = {
-      {64, true, {"B=1,H=2,Sq=2450,Skv=2450", NULL}},
-      {64, false, {"B=1,H=3,Sq=1000,Skv=1900", "B=1,H=3,Sq=1000,Skv=2200"}},
-      {128, false, {"B=1,H=2,Sq=300,Skv=2800", "B=1,H=2,Sq=300,Skv=2900"}},
+      {64, true, false, {"B=1,H=2,Sq=2450,Skv=2450", NULL}},
+      {64, false, false, {"B=1,H=3,Sq=1000,Skv=1900", "B=1,H=3,Sq=1000,Skv=2200"}},
+      {128, false, false, {"B=1,H=2,Sq=300,Skv=2800", "B=1,H=2,Sq=300,Skv=2900"}},
+      {64, true, true, {"B=3,H=2,Sq=200,Skv=200", "B=2,H=2,Sq=193,Skv=193"}},
+      {64, true, true, {"B=2,H=2,Sq=207,Skv=207", "B=1,H=3,Sq=400,Skv=400"}},
   };
   uint64_t seed = 7900;
   attn_context_set_option(ctx, ATTN_OPTION_PERSISTENT_CTAS, 2);
@@ -264,15 +270,18 @@ static void test_work_tile_edges(attn_context *ctx) {
     const char *text = arena_printf(
         a,
         "attention edges {\n  input q : bf16[B, H, Sq, %d];\n  input k : bf16[B, H, Skv, %d];\n"
-        "  input v : bf16[B, H, Skv, %d];\n  s = (q @ k^T) * (1.0 / sqrt(%d.0));\n%s"
-        "  o = softmax(s) @ v;\n  output o : bf16[B, H, Sq, %d];\n"
+        "  input v : bf16[B, H, Skv, %d];\n  scalar rate : f32 = 0.2;\n  scalar seed : u64 = 5;\n"
+        "  scalar offset : u64 = 0;\n  s = (q @ k^T) * (1.0 / sqrt(%d.0));\n%s"
+        "  p = softmax(s);\n%s  o = p @ v;\n  output o : bf16[B, H, Sq, %d];\n"
         "  output lse = logsumexp(s);\n}\n",
-        D, D, D, D, cases[c].causal ? "  s = mask(s, j <= i);\n" : "", D);
+        D, D, D, D, cases[c].causal ? "  s = mask(s, j <= i);\n" : "",
+        cases[c].dropout ? "  p = dropout(p, rate, seed, offset);\n" : "", D);
     attn_module *mod = compile_text(ctx, "edges.attn", text);
     IrGraph *g = build_ir(a, "edges.attn", text);
     attn_graph *ag;
-    const char *label = arena_printf(a, "work tile edges, D %d%s, 2 CTAs", D,
-                                     cases[c].causal ? " causal" : "");
+    const char *label = arena_printf(a, "work tile edges, D %d%s%s, 2 CTAs", D,
+                                     cases[c].causal ? " causal" : "",
+                                     cases[c].dropout ? " dropout" : "");
     if (mod && g && attn_module_get_graph(mod, "edges", &ag) == ATTN_SUCCESS) {
       for (int sp = 0; sp < 2 && cases[c].specs[sp]; sp++) {
         ChkOptions co = {0};
