@@ -108,6 +108,10 @@ if [ "${FIRST:-0}" = 1 ]; then
   # test_head_dims; then the grid beside cuDNN and FA4 (carry .fa4) and packed against dense.
   if [ "${FIRST_S38:-1}" = 1 ]; then
     if [ "${FIRST_S38_TESTS:-1}" = 1 ]; then
+      # (the work-tile-edges test alone first: its D 64 causal dropout cases at Sq 193-400 run
+      # auto's rounded short tile; then partial_first's failed example)
+      step first_s38_edges env ATTN_TEST_ONLY=examples timeout 90 "$B/tests/gpu/test_forward" \
+        zzz_no_example
       step first_s38_pf_dropout env ATTN_SM90_VARIANT=partial_first ATTN_TEST_ONLY=examples \
         timeout 60 "$B/tests/gpu/test_forward" dropout
       step first_s38_examples env ATTN_TEST_ONLY=examples timeout 300 "$B/tests/gpu/test_forward"
