@@ -108,6 +108,9 @@ static void test_decode(attn_context *ctx, attn_graph *ag, const IrGraph *g, con
 }
 
 static void test_example(attn_context *ctx, const char *path, uint64_t *seed) {
+  /* (Each example's wall time, printed after its cases: where a device
+   * call's test time goes, beyond gpu_time_report's totals.) */
+  const double t0 = gpu_now(), compile0 = gpu_t_compile, ref0 = gpu_t_ref;
   attn_module *mod = NULL;
   attn_status st = gpu_compile_file(ctx, path, &mod);
   if (st == ATTN_ERROR_UNSUPPORTED) {
@@ -150,6 +153,8 @@ static void test_example(attn_context *ctx, const char *path, uint64_t *seed) {
   diag_free(&d);
   arena_free(a);
   attn_module_destroy(mod);
+  printf("time: %s %.1f s (module compile %.1f s, CPU reference %.1f s)\n", path, gpu_now() - t0,
+         gpu_t_compile - compile0, gpu_t_ref - ref0);
 }
 
 /* Rows 0..4 keep no key: O must be exactly 0 and lse exactly -inf. */
