@@ -31,8 +31,8 @@
  *                 kv_copy's widened copies where q's and k's sequence
  *                 lengths are one symbol, bn176's key tiles where its
  *                 graphs' score chain reads no memory per element, and
- *                 on three warpgroups partial_first's short first tile
- *                 (below)
+ *                 in masked graphs on three warpgroups partial_first's
+ *                 short first tile (below)
  *   base          one CTA per query tile; D 256: BN 64, 2 stages
  *   persist       persistent grid (ATTN_PERSISTENT), same tiles
  *   bn80          D 256: BN 80, 2 stages; one CTA per query tile
@@ -134,14 +134,16 @@
  *                 late rescale, RESCALE_LATE_NARROW2); for measuring
  *                 against
  *   partial_first auto, but where BM does not divide a sequence's length
- *                 its short query tile is the first, not the last, on two
- *                 warpgroups too (auto: on three, PF_WG3; fwd90_rows):
+ *                 its short query tile is the first, not the last, in
+ *                 every graph (auto: masked ones on three warpgroups,
+ *                 PF_WG3; fwd90_rows):
  *                 under a causal mask the last rows see the most keys,
  *                 and a short last tile runs them on few rows (S 1k on
  *                 192-row tiles: 8 key tiles on one warpgroup of three).
  *                 H100, session 38, on three: D 64 causal +11.7% at S 1k,
  *                 +5.4% at 2k, +3.6% at 4k, +1.6% at 8k (predicted +7%,
- *                 +1-2%); 0.96-1.02x where BM divides S (noise)
+ *                 +1-2%); D 64 unmasked +1.9%, +1.6%, -2.6%, -4.4%;
+ *                 0.96-1.02x where BM divides S (noise)
  * numbered 0 to 20 in this order (the numbers are the library's option
  * values); 0 is the default below (the fastest
  * measured), and so is any number out of range (the library never fails
@@ -195,11 +197,14 @@ typedef enum { RESCALE_EARLY, RESCALE_LATE_NARROW2, RESCALE_LATE_ALWAYS } Sm90Re
  * at 8k (47-103) but for D 128 causal. */
 #define Q_EARLY_AUTO 16
 #define Q_EARLY_ALL (1 << 20)
-/* Where a sequence's short query tile runs first (fwd90_rows): never, on
- * three consumer warpgroups' 192-row tiles (auto: most sequence lengths
- * leave a short one, and only those were measured), or always. H100,
- * session 38, D 64 causal (192-row tiles): +11.7% at S 1k, +5.4% at 2k,
- * +3.6% at 4k, +1.6% at 8k; where 128-row tiles divide S, within noise. */
+/* Where a sequence's short query tile runs first (fwd90_rows): never, in
+ * masked graphs on three consumer warpgroups' 192-row tiles (auto: most
+ * sequence lengths leave a short one, and a mask's diagonal makes the
+ * last rows the heaviest), or always. H100, session 38, D 64 on 192-row
+ * tiles: causal +11.7% at S 1k, +5.4% at 2k, +3.6% at 4k, +1.6% at 8k;
+ * unmasked +1.9%, +1.6%, -2.6%, -4.4% (every row costs the same there:
+ * nothing to gain; the spread of rows with identical tiles was
+ * 0.96-1.02); where 128-row tiles divide S, within noise. */
 typedef enum { PF_NEVER, PF_WG3, PF_ALWAYS } Sm90PartialFirst;
 
 typedef struct Sm90Variant {
@@ -287,8 +292,8 @@ _Static_assert(sizeof sm90_variants / sizeof sm90_variants[0] == SM90_NVARIANTS,
  * configurations, D 64 +3.0%). Session 37 (H100): masked dense 16-bit
  * graphs at head tiles up to 64 on three warpgroups too (D 64 causal, S 1k-16k:
  * -3.3%, +4.6%, +10.6%, +17.7%, +8.7%; the late rescale, which needs two,
- * no longer runs in auto). Session 38 (H100): there the short query tile
- * first (PF_WG3, above). The variants described as "auto, but" take that
+ * no longer runs in auto). Session 38 (H100): in masked graphs there the
+ * short query tile first (PF_WG3, above). The variants described as "auto, but" take that
  * too; the older snapshots (base to persist_bn80, auto35, auto36) do not. */
 #define SM90_DEFAULT_VARIANT 0
 
@@ -431,7 +436,7 @@ int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool fp8_p, 
       out->skip_idle = var->skip_idle;
       out->tanh_poly = var->tanh_poly;
       out->partial_first = var->partial_first == PF_ALWAYS ||
-                           (var->partial_first == PF_WG3 && wgs == 3);
+                           (var->partial_first == PF_WG3 && wgs == 3 && masked);
       return 0;
     }
   }

@@ -459,8 +459,9 @@ Test(layout, fwd90_rescale_late_configs) {
    * scheduling variants (base .. persist_bn80) neither; tanh_poly (18) is
    * the only one with the softcap's polynomial, partial_first (20) the only
    * one with a sequence's short query tile first on two warpgroups (auto
-   * and its "auto, but" variants put it first on three: 192-row tiles,
-   * dense 16-bit masked graphs here; wg3's FP8 too). Otherwise q_early,
+   * and its "auto, but" variants put it first in masked graphs on three:
+   * 192-row tiles, dense 16-bit masked graphs here; wg3's FP8 too).
+   * Otherwise q_early,
    * auto35, tanh_poly and partial_first have auto's tiles and commits
    * (auto35 here, masked FP8: two warpgroups like auto). */
   const int qe = tmpl_sm90_variant_index("q_early");
@@ -487,6 +488,10 @@ Test(layout, fwd90_rescale_late_configs) {
       cr_assert_eq(h.partial_first, w == pf || (auto_but && h.bm == 192), "variant %d fp8 %d", w,
                    fp8);
       if (auto_but) cr_assert_eq(h.bm, w == tmpl_sm90_variant_index("wg3") || !fp8 ? 192 : 128);
+      /* Unmasked, three warpgroups everywhere but the short tile first only
+       * under partial_first (every row costs the same there). */
+      cr_assert_eq(tmpl_sm90_config(64, 64, bytes, bytes, fp8, 0u, false, w, &h), 0);
+      cr_assert_eq(h.partial_first, w == pf, "variant %d fp8 %d unmasked", w, fp8);
       if (w != qe && w != a35 && w != tp && w != pf) continue;
       const int ref = w == a35 && !fp8 ? tmpl_sm90_variant_index("auto36") : 0;
       cr_assert_eq(tmpl_sm90_config(64, 64, bytes, bytes, fp8, SM90_MASKED, false, ref, &a), 0);
