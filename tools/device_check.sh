@@ -100,25 +100,25 @@ if [ "${TESTS:-1}" = 1 ]; then
 # the bf16 one and the FP8 backward's main kernel at D 128. Session 30's own checks all ran
 # (bench/RESULTS.md "Session 30").
 if [ "${FIRST:-0}" = 1 ]; then
-  # Session 38 (FIRST_S38=0 skips; ~560 s on a warm H100: split it over two calls with
-  # FIRST_S38_TESTS / FIRST_S38_BENCH): auto now puts a sequence's short query tile first on three
-  # consumer warpgroups (partial_first's rule, its first tile rounded up to 16 rows after a
-  # dropout example failed unrounded) and runs packed graphs on three. Never run as auto:
-  # partial_first's dropout example (the failed one), test_forward's examples and rest, then
-  # test_head_dims; then the grid beside cuDNN and FA4 (carry .fa4) and packed against dense.
+  # Session 38 (FIRST_S38=0 skips): auto now puts a sequence's short query tile first in masked
+  # graphs on three consumer warpgroups (partial_first's rule, its first tile rounded up to 16
+  # rows after a dropout example failed unrounded) and runs packed graphs on three. Never run as
+  # auto. Two calls on a warm H100: FIRST_S38_B=0 (~420 s): the work-tile-edges test alone
+  # (its D 64 causal dropout cases run the rounded short tile), partial_first's failed dropout
+  # example, test_forward's examples and test_head_dims; then FIRST_S38_A=0 (~300 s, carry
+  # .fa4): test_forward's rest (packed on three warpgroups with the short tile first), the grid
+  # beside cuDNN and FA4, and packed against dense.
   if [ "${FIRST_S38:-1}" = 1 ]; then
-    if [ "${FIRST_S38_TESTS:-1}" = 1 ]; then
-      # (the work-tile-edges test alone first: its D 64 causal dropout cases at Sq 193-400 run
-      # auto's rounded short tile; then partial_first's failed example)
+    if [ "${FIRST_S38_A:-1}" = 1 ]; then
       step first_s38_edges env ATTN_TEST_ONLY=examples timeout 90 "$B/tests/gpu/test_forward" \
         zzz_no_example
       step first_s38_pf_dropout env ATTN_SM90_VARIANT=partial_first ATTN_TEST_ONLY=examples \
         timeout 60 "$B/tests/gpu/test_forward" dropout
       step first_s38_examples env ATTN_TEST_ONLY=examples timeout 300 "$B/tests/gpu/test_forward"
-      step first_s38_rest env ATTN_TEST_ONLY=rest timeout 250 "$B/tests/gpu/test_forward"
       step first_s38_head_dims timeout 150 "$B/tests/gpu/test_head_dims"
     fi
-    if [ "${FIRST_S38_BENCH:-1}" = 1 ]; then
+    if [ "${FIRST_S38_B:-1}" = 1 ]; then
+      step first_s38_rest env ATTN_TEST_ONLY=rest timeout 250 "$B/tests/gpu/test_forward"
       step first_s38_grid python3 bench/bench.py --lib "$B/libattn.so" --out "$L"
       step first_s38_varlen python3 bench/varlen.py --lib "$B/libattn.so" --out "$L" --tables equal
     fi
