@@ -220,18 +220,44 @@ const char *bwd_fp8_mma_refusal(const BwdSpec *s, DType *ds8) {
 }
 
 
+/* Whether x depends on tensor data (a score, an input or a load) rather
+ * than on indices, dims and scalars alone; deep expressions count as
+ * data (a bound on the walk: the conditions in question are small). */
+static bool reads_data(const IrNode *x, int depth) {
+  if (depth > 32 || x->op == IR_QK || x->op == IR_PV || x->op == IR_LOAD || x->op == IR_INPUT)
+    return true;
+  for (int k = 0; k < x->nsrc; k++)
+    if (reads_data(x->src[k], depth + 1)) return true;
+  return false;
+}
+
+/* selects_ds, with every selection's condition on indices alone (a mask's
+ * where(j <= i, dS, 0), not max(s, c)'s where(s > c, dS, 0)). */
+static bool selects_ds_by_index(const IrNode *x, const IrNode *ds, int depth) {
+  if (x == ds) return true;
+  if (x->op != IR_WHERE || depth > 32 || reads_data(x->src[0], 0)) return false;
+  const IrNode *a = x->src[1], *b = x->src[2];
+  const bool a0 = a->op == IR_CONST && a->fval == 0.0, b0 = b->op == IR_CONST && b->fval == 0.0;
+  return (b0 && selects_ds_by_index(a, ds, depth + 1)) ||
+         (a0 && selects_ds_by_index(b, ds, depth + 1));
+}
+
 /* Whether bwd_sm90's wide mode (D 64, 128-query tiles) keeps its wgmma
- * pipelined: only for graphs whose dRaw merely masks dS, whose masks read
+ * pipelined: only for graphs whose dRaw merely masks dS by indices, whose masks read
  * no tensor and are tile-classified (affine, separable or disjunctions of
  * affine conjunctions), and which take no bias gradient. Anything more (a padding or
  * document mask's keep bits, a log-sigmoid or softcap score, a bias
  * gradient) and ptxas serialized every wgmma of the wide kernel (C7511,
  * C7514, C7520: tools/compile_sweep.py, session 26), which the 64-query
  * kernel does not; wide mode was worth 8% where it fits (bench/NOTES-sm90.md,
- * session 8). */
+ * session 8). A dRaw that masks dS by the score's value (`max(s, c)`,
+ * `min`, a clamp: where(s > c, dS, 0)) serialized it too under most masks
+ * (C7511, C7514 with causal-and-window, window and causal-or-sink masks,
+ * and a clamp under a causal one; compile sweep seed 146, session 38;
+ * tests/nvrtc/bwd_d64_clamp_window.attn). */
 static bool bwd_wide_fits(const BwdSpec *s, const KernelSpec *fwd, Arena *a) {
   if (s->slots.nbias - (bwd_sink_entry(&s->slots) >= 0) > 0) return false; /* (a sink's fits) */
-  if (s->bg->draw && !selects_ds(s->bg->draw, s->bg->ds)) return false;
+  if (s->bg->draw && !selects_ds_by_index(s->bg->draw, s->bg->ds, 0)) return false;
   /* Which nodes read a tensor below them (ids are a topological order). */
   const IrGraph *g = fwd->g;
   bool *loads = arena_alloc(a, (size_t)(g->nnodes + 1) * sizeof *loads); /* zeroed */
