@@ -178,14 +178,27 @@ IrNode *bwd_ds_split(const BwdSpec *s, IrNode **outer, bool *over, int *n) {
   return inner;
 }
 
+/* Whether x depends on tensor data (a score, an input or a load) rather
+ * than on indices, dims and scalars alone; deep expressions count as
+ * data (a bound on the walk: the conditions in question are small). */
+static bool reads_data(const IrNode *x, int depth) {
+  if (depth > 32 || x->op == IR_QK || x->op == IR_PV || x->op == IR_LOAD || x->op == IR_INPUT)
+    return true;
+  for (int k = 0; k < x->nsrc; k++)
+    if (reads_data(x->src[k], depth + 1)) return true;
+  return false;
+}
+
 /* Whether x is dS itself, or masks of it: where(c, x', 0) or where(c, 0,
- * x') of such an x' (a selection keeps dS's FP8 values FP8). */
-static bool selects_ds(const IrNode *x, const IrNode *ds) {
+ * x') of such an x' (a selection keeps dS's FP8 values FP8); by_index:
+ * every condition c on indices alone (a mask's where(j <= i, dS, 0), not
+ * max(s, c)'s where(s > c, dS, 0)). */
+static bool selects_ds(const IrNode *x, const IrNode *ds, bool by_index) {
   if (x == ds) return true;
-  if (x->op != IR_WHERE) return false;
+  if (x->op != IR_WHERE || (by_index && reads_data(x->src[0], 0))) return false;
   const IrNode *a = x->src[1], *b = x->src[2];
   const bool a0 = a->op == IR_CONST && a->fval == 0.0, b0 = b->op == IR_CONST && b->fval == 0.0;
-  return (b0 && selects_ds(a, ds)) || (a0 && selects_ds(b, ds));
+  return (b0 && selects_ds(a, ds, by_index)) || (a0 && selects_ds(b, ds, by_index));
 }
 
 const char *bwd_fp8_mma_refusal(const BwdSpec *s, DType *ds8) {
@@ -198,7 +211,7 @@ const char *bwd_fp8_mma_refusal(const BwdSpec *s, DType *ds8) {
     return "it takes FP8 q, k, v and dO";
   if (!dtype_is_fp8(s->bg->p_round)) return "it takes P rounded to FP8 before p @ v";
   if (s->slots.nbias > 0) return "it computes no bias or sink gradient";
-  if (!s->bg->draw || !selects_ds(s->bg->draw, s->bg->ds))
+  if (!s->bg->draw || !selects_ds(s->bg->draw, s->bg->ds, false))
     return "it takes a score whose gradient only masks dS (no softcap or other function)";
   IrNode *outer[16];
   bool over[16];
@@ -220,28 +233,6 @@ const char *bwd_fp8_mma_refusal(const BwdSpec *s, DType *ds8) {
 }
 
 
-/* Whether x depends on tensor data (a score, an input or a load) rather
- * than on indices, dims and scalars alone; deep expressions count as
- * data (a bound on the walk: the conditions in question are small). */
-static bool reads_data(const IrNode *x, int depth) {
-  if (depth > 32 || x->op == IR_QK || x->op == IR_PV || x->op == IR_LOAD || x->op == IR_INPUT)
-    return true;
-  for (int k = 0; k < x->nsrc; k++)
-    if (reads_data(x->src[k], depth + 1)) return true;
-  return false;
-}
-
-/* selects_ds, with every selection's condition on indices alone (a mask's
- * where(j <= i, dS, 0), not max(s, c)'s where(s > c, dS, 0)). */
-static bool selects_ds_by_index(const IrNode *x, const IrNode *ds, int depth) {
-  if (x == ds) return true;
-  if (x->op != IR_WHERE || depth > 32 || reads_data(x->src[0], 0)) return false;
-  const IrNode *a = x->src[1], *b = x->src[2];
-  const bool a0 = a->op == IR_CONST && a->fval == 0.0, b0 = b->op == IR_CONST && b->fval == 0.0;
-  return (b0 && selects_ds_by_index(a, ds, depth + 1)) ||
-         (a0 && selects_ds_by_index(b, ds, depth + 1));
-}
-
 /* Whether bwd_sm90's wide mode (D 64, 128-query tiles) keeps its wgmma
  * pipelined: only for graphs whose dRaw merely masks dS by indices, whose masks read
  * no tensor and are tile-classified (affine, separable or disjunctions of
@@ -257,7 +248,7 @@ static bool selects_ds_by_index(const IrNode *x, const IrNode *ds, int depth) {
  * tests/nvrtc/bwd_d64_clamp_window.attn). */
 static bool bwd_wide_fits(const BwdSpec *s, const KernelSpec *fwd, Arena *a) {
   if (s->slots.nbias - (bwd_sink_entry(&s->slots) >= 0) > 0) return false; /* (a sink's fits) */
-  if (s->bg->draw && !selects_ds_by_index(s->bg->draw, s->bg->ds, 0)) return false;
+  if (s->bg->draw && !selects_ds(s->bg->draw, s->bg->ds, true)) return false;
   /* Which nodes read a tensor below them (ids are a topological order). */
   const IrGraph *g = fwd->g;
   bool *loads = arena_alloc(a, (size_t)(g->nnodes + 1) * sizeof *loads); /* zeroed */
