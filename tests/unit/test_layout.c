@@ -490,8 +490,9 @@ Test(layout, fwd90_rescale_late_configs) {
       if (auto_but) cr_assert_eq(h.bm, w == tmpl_sm90_variant_index("wg3") || !fp8 ? 192 : 128);
       /* Unmasked, three warpgroups everywhere but the short tile first only
        * under partial_first (every row costs the same there). */
-      cr_assert_eq(tmpl_sm90_config(64, 64, bytes, bytes, fp8, 0u, false, w, &h), 0);
-      cr_assert_eq(h.partial_first, w == pf, "variant %d fp8 %d unmasked", w, fp8);
+      Sm90Config u;
+      cr_assert_eq(tmpl_sm90_config(64, 64, bytes, bytes, fp8, 0u, false, w, &u), 0);
+      cr_assert_eq(u.partial_first, w == pf, "variant %d fp8 %d unmasked", w, fp8);
       if (w != qe && w != a35 && w != tp && w != pf) continue;
       const int ref = w == a35 && !fp8 ? tmpl_sm90_variant_index("auto36") : 0;
       cr_assert_eq(tmpl_sm90_config(64, 64, bytes, bytes, fp8, SM90_MASKED, false, ref, &a), 0);
