@@ -806,18 +806,7 @@ static void ref_qk_rows(void *arg, int64_t lo, int64_t hi) {
   const RefQk *a = arg;
   const int64_t Skv = a->Skv, D = a->D;
   for (int64_t i = lo; i < hi; i++) {
-    const double *qi = a->qp + i * D;
-    int64_t j = 0;
-    for (; j + 4 <= Skv; j += 4) {
-      const double *k0 = a->kp + j * D;
-      const double *const ks[4] = {k0, k0 + D, k0 + 2 * D, k0 + 3 * D};
-      ref_dot4(qi, ks, D, a->out + i * Skv + j);
-    }
-    for (; j < Skv; j++) {
-      double acc = 0;
-      for (int64_t d = 0; d < D; d++) acc += qi[d] * a->kp[j * D + d];
-      a->out[i * Skv + j] = acc;
-    }
+    ref_dots(a->qp + i * D, a->kp, D, Skv, D, a->out + i * Skv);
   }
 }
 

@@ -325,22 +325,8 @@ static void bref_qk_rows(void *arg, int64_t lo, int64_t hi) {
   const RefTensor *k = &c->args->tensors[c->g->k];
   const BrefRowMap qm = bref_qmap(c, c->D), km = bref_kmap(c, k, c->D);
   const int64_t Skv = c->Skv, D = c->D;
-  for (int64_t i = lo; i < hi; i++) {
-    const double *qp = q->data + bref_row(qm, i);
-    int64_t j = 0;
-    for (; j + 4 <= Skv; j += 4) { /* four columns, each summed over d in order: the same bits */
-      const double *k0 = k->data + bref_row(km, j);
-      const double *const ks[4] = {k0, k0 + km.step, k0 + 2 * km.step, k0 + 3 * km.step};
-      ref_dot4(qp, ks, D, a->out + i * Skv + j);
-    }
-    for (; j < Skv; j++) {
-      const double *kp = k->data + bref_row(km, j);
-      double acc = 0;
-      for (int64_t d = 0; d < D; d++)
-        acc += qp[d] * kp[d];
-      a->out[i * Skv + j] = acc;
-    }
-  }
+  for (int64_t i = lo; i < hi; i++)
+    ref_dots(q->data + bref_row(qm, i), k->data + km.at, km.step, Skv, D, a->out + i * Skv);
 }
 
 static void bref_qk(const BwdRef *c, double *out) {
@@ -582,21 +568,15 @@ static void bref_ds_rows(void *arg, int64_t lo, int64_t hi) {
       delta += o * dop[d];
     }
     a->delta[i] = delta;
-    for (int64_t j = 0; j < Skv; j += 4) {
-      /* dO . V for up to four keys at once, each summed over d in order */
-      const int64_t nj = Skv - j < 4 ? Skv - j : 4;
-      const double *v0 = vt->data + bref_row(vm, j);
-      const double *const vs[4] = {v0, nj > 1 ? v0 + vm.step : v0, nj > 2 ? v0 + 2 * vm.step : v0,
-                                   nj > 3 ? v0 + 3 * vm.step : v0};
-      double dpd[4];
-      ref_dot4(dop, vs, Dv, dpd);
-      for (int64_t x = 0; x < nj; x++) {
-        const int64_t e = i * Skv + j + x;
-        /* dP through the same mask (Pd = keep * P * inv), then through P's
-         * scale (its rounding passes the gradient straight) and o's. */
-        double dp = w->keep[e] != 0 ? dpd[x] * a->inv * (c->p_scale * c->o_scale) : 0.0;
-        w->dsv[e] = w->p[e] == 0 ? 0.0 : w->p[e] * (dp - delta);
-      }
+    /* dO . V for every key into the row of dS, then dS from it in place */
+    double *dsrow = w->dsv + i * Skv;
+    ref_dots(dop, vt->data + vm.at, vm.step, Skv, Dv, dsrow);
+    for (int64_t j = 0; j < Skv; j++) {
+      const int64_t e = i * Skv + j;
+      /* dP through the same mask (Pd = keep * P * inv), then through P's
+       * scale (its rounding passes the gradient straight) and o's. */
+      const double dp = w->keep[e] != 0 ? dsrow[j] * a->inv * (c->p_scale * c->o_scale) : 0.0;
+      dsrow[j] = w->p[e] == 0 ? 0.0 : w->p[e] * (dp - delta);
     }
   }
 }

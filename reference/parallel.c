@@ -1,5 +1,5 @@
 /* parallel.c: the reference's large loops split by rows across threads,
- * the four-row dot product their q k^T loops share, and p @ v.
+ * the row of dot products their q k^T and dO V^T loops share, and p @ v.
  *
  * The O(S^2 D) products (q k^T, p v and their backward counterparts) are
  * nearly all of the reference's time on the GPU tests' shapes (perf:
@@ -49,16 +49,26 @@ int ref_threads(void) {
   return n < 1 ? 1 : n > REF_MAX_THREADS ? REF_MAX_THREADS : (int)n;
 }
 
-void ref_dot4(const double *x, const double *const y[4], int64_t n, double out[4]) {
-  const double *y0 = y[0], *y1 = y[1], *y2 = y[2], *y3 = y[3];
-  double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-  for (int64_t d = 0; d < n; d++) {
-    s0 += x[d] * y0[d];
-    s1 += x[d] * y1[d];
-    s2 += x[d] * y2[d];
-    s3 += x[d] * y3[d];
+void ref_dots(const double *x, const double *y, int64_t ystep, int64_t n, int64_t D, double *out) {
+  int64_t j = 0;
+  for (; j + 4 <= n; j += 4) { /* four rows of y at a time, x read once for them */
+    const double *y0 = y + j * ystep, *y1 = y0 + ystep, *y2 = y1 + ystep, *y3 = y2 + ystep;
+    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (int64_t d = 0; d < D; d++) {
+      s0 += x[d] * y0[d];
+      s1 += x[d] * y1[d];
+      s2 += x[d] * y2[d];
+      s3 += x[d] * y3[d];
+    }
+    out[j] = s0, out[j + 1] = s1, out[j + 2] = s2, out[j + 3] = s3;
   }
-  out[0] = s0, out[1] = s1, out[2] = s2, out[3] = s3;
+  for (; j < n; j++) {
+    const double *yj = y + j * ystep;
+    double s = 0;
+    for (int64_t d = 0; d < D; d++)
+      s += x[d] * yj[d];
+    out[j] = s;
+  }
 }
 
 void ref_parallel_rows(int64_t n, double work_per_row, RefRowsFn fn, void *arg) {

@@ -72,11 +72,11 @@ typedef void (*RefRowsFn)(void *arg, int64_t lo, int64_t hi);
 void ref_parallel_rows(int64_t n, double work_per_row, RefRowsFn fn, void *arg);
 /* ATTN_REF_THREADS, else the online CPUs; 1 to 64. */
 int ref_threads(void);
-/* out[c] = sum over d < n of x[d] * y[c][d] for the four rows y[0..3],
- * each summed over d in order (the same bits as four separate dot
- * products), x read once for the four: the q k^T loops of both
- * references. */
-void ref_dot4(const double *x, const double *const y[4], int64_t n, double out[4]);
+/* out[j] = sum over d < D of x[d] * y[j * ystep + d] for j < n, each
+ * summed over d in order (the same bits as one dot product at a time),
+ * four rows of y at a time with x read once for them: the q k^T rows of
+ * both references and the backward's dO V^T. */
+void ref_dots(const double *x, const double *y, int64_t ystep, int64_t n, int64_t D, double *out);
 /* out[i][d] = sum over j < Skv of p[i * pst0 + j * pst1] * v[j * vstep + d]
  * for rows i < rows and d < Dv (out dense, Dv a row), rows on threads,
  * each element summed over j in order: the forward's p @ v and the
