@@ -257,6 +257,16 @@ constexpr int bwd90_off_item_words = bwd90_stages * (16 + bwd90_slot_bytes) + 8 
                                      (bwd90_dq_in_stage ? bwd90_stages * 4 * 8 : 2 * 8);
 static_assert(bwd90_off_item_words + (bwd90_split_d ? 0 : 8 * 8) <= bwd90_bars_bytes,
               "barriers and slots");
+/* Then (not split-D) a word per amax(dS) output of the FP8 backward: each
+ * tile's maxima, reduced over the warp, go there (red.shared.max) instead
+ * of into a register held across the whole loop. That one register made
+ * ptxas serialize every wgmma of the D 88-128 kernels (C7512; compile
+ * sweep seed 146, graphs 335 and 396). Split-D's 128 bytes have no room
+ * left; it keeps the register (no serialization seen there). */
+constexpr bool bwd90_amax_ds_shared = bwd80_namax_ds > 0 && !bwd90_split_d;
+constexpr int bwd90_off_amax_ds = bwd90_off_item_words + 8 * 8;
+static_assert(bwd90_split_d || bwd90_off_amax_ds + 4 * BWD80_AMAX_MAX <= bwd90_bars_bytes,
+              "amax(dS) words");
 /* With 1024 bytes for rounding the dynamic shared-memory base up. */
 constexpr int attn_bwd_sm90_smem_bytes = bwd90_layout.total;
 static_assert(attn_bwd_sm90_smem_bytes <= 227 * 1024, "tiles exceed shared memory");
@@ -644,6 +654,9 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
       attn_mbar_init(bar_dq_full, bwd90_threads);
       attn_mbar_init(bar_dq_free, 32);
     }
+    if constexpr (bwd90_amax_ds_shared)
+      for (int k = 0; k < bwd80_namax_ds; ++k)
+        asm volatile("st.shared.u32 [%0], 0;\n" ::"r"(bars + bwd90_off_amax_ds + 4 * k) : "memory");
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
   }
@@ -966,9 +979,23 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
    * tile's dQ there, once per element of the accumulator here). */
   const float sc = bwd80_draw_scale(p);
   const float sc_dq = bwd90_f8 ? 1.f : sc;
-  /* The FP8 backward's running amax of dS over every tile (committed at
-   * the end). */
+  /* The FP8 backward's amax of dS: over a tile, then into the CTA's words
+   * (bwd90_amax_ds_shared), or over every tile (split-D); committed at the
+   * end. */
   BWD80_AMAX_ZERO(mds);
+  auto flush_amax_ds = [&]() {
+    if constexpr (bwd90_amax_ds_shared) {
+#pragma unroll
+      for (int k = 0; k < bwd80_namax_ds; ++k) {
+        const unsigned v = __reduce_max_sync(0xffffffffu, mds[k]);
+        if (lane == 0 && v != 0u)
+          asm volatile("red.shared.max.u32 [%0], %1;\n" ::"r"(bars + bwd90_off_amax_ds + 4 * k),
+                       "r"(v)
+                       : "memory");
+        mds[k] = 0u;
+      }
+    }
+  };
   /* A tile's dQ part (times the folded scale) into shared memory for a
    * producer warp's TMA reduction: at D <= 128 into the dQ buffer (after
    * the warp has freed the tile's stage, release_stage below), at D 256
@@ -1400,6 +1427,8 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
         pass1(bwd90_bool<false>());
       else
         pass1(bwd90_bool<true>());
+      if constexpr (!split)
+        flush_amax_ds();
 
       /* The A fragments of the 16-query steps: accumulator fragments 2kk
        * and 2kk + 1, packed to 16 bits (fwd_sm90's P). */
@@ -1489,6 +1518,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
           const float ds = bwd80_ds<bwd90_f8>(pe, dropped(dp[r], r), delta, dp_factor, mds, p);
           dp[r] = !guard || pe != 0.f ? draw_at(ds, 0.f, b, h, i, j) : 0.f;
         }
+        flush_amax_ds();
       }
 
       /* dRaw^T's A fragments, and dRaw^T to shared memory, [key][query],
@@ -1659,6 +1689,19 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
     finish_item();
 #if defined(ATTN_BWD_FP8)
   if constexpr (bwd80_namax_ds > 0) {
+    if constexpr (bwd90_amax_ds_shared) {
+      /* Every consumer warp's last tile is in the words; warp 0 commits
+       * them (the other warps' mds are 0: nothing to commit). */
+      attn_named_sync(1);
+      if (warp == 0) {
+#pragma unroll
+        for (int k = 0; k < bwd80_namax_ds; ++k)
+          asm volatile("ld.shared.u32 %0, [%1];\n"
+                       : "=r"(mds[k])
+                       : "r"(bars + bwd90_off_amax_ds + 4 * k)
+                       : "memory");
+      }
+    }
     if constexpr (bwd80_ds_fold) /* maxima of |a dS| */
       bwd80_amax_unscale<bwd80_namax_ds>(mds, bwd80_ds_fold_factor(p));
     attn_bwd_amax_commit_ds(mds, p);

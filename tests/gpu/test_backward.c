@@ -383,6 +383,25 @@ static const char f32_out_src[] =
     "  grad q, k, v;\n"
     "}\n";
 
+/* An amax of dS at D 96 on 16-bit tensors, causal (bwd_sm90 keeps each
+ * tile's maximum in a shared word, bwd90_amax_ds_shared: ptxas serialized
+ * the register form's wgmma here), with a scaled dO and dS. */
+static const char amax_ds_d96_src[] =
+    "attention amax_ds_d96 {\n"
+    "  input q : bf16[B, H, Sq, 96];\n"
+    "  input k : bf16[B, Hk, Skv, 96];\n"
+    "  input v : bf16[B, Hk, Skv, 96];\n"
+    "  s = mask((q @ k^T) * 0.102, j <= i + Skv - Sq);\n"
+    "  output o : bf16[B, H, Sq, 96] = softmax(s) @ v;\n"
+    "  output lse = logsumexp(s);\n"
+    "  grad q, k, v {\n"
+    "    do = do * 0.25;\n"
+    "    output amax_ds = amax(ds);\n"
+    "    output amax_ds2 = amax(ds * 3.0);\n"
+    "    output dq : f32 = dq * 2.0;\n"
+    "  }\n"
+    "}\n";
+
 /* A grad block on 16-bit tensors: the FP8 backward's hooks without the
  * copies (dO's descale, dS rounded to bf16, a stored scale). */
 static const char block_bf16_src[] =
@@ -603,6 +622,7 @@ static void run_all(attn_context *ctx) {
   if (!only || !strncmp(only, "fp8", 3)) { /* the FP8 backward's (test_backward fp8) */
     test_module(ctx, "fp8_gqa", fp8_gqa_src, sizeof fp8_gqa_src - 1, &seed, 0);
     test_module(ctx, "block_bf16", block_bf16_src, sizeof block_bf16_src - 1, &seed, 0);
+    test_module(ctx, "amax_ds_d96", amax_ds_d96_src, sizeof amax_ds_d96_src - 1, &seed, 0);
     test_d256(ctx, "fp8_d256", fp8_d256_src, sizeof fp8_d256_src - 1, &seed);
     test_module(ctx, "fp8_mma", fp8_mma_src, sizeof fp8_mma_src - 1, &seed, 0);
   }
