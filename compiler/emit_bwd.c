@@ -96,7 +96,7 @@ static void emit_bias_hooks(StrBuf *out, const BwdSpec *s, Arena *a) {
     switch (sl->bias_mode[r]) {
     case BWD_BIAS_DIRECT:
       sb_printf(out, "  { /* d%s, written once per element */\n"
-                     "    const long long o = attn_offset(p.t[%d], %s);\n"
+                     "    const long long o = attn_offset_idx(p.t[%d], %s);\n"
                      "    if (o >= 0) bwd80_st_%s(p.t[%d].ptr, o, %s);\n  }\n",
                 t->name, sl->dbias[r], bias_subs(a, sl, r), st, sl->dbias[r], val[r]);
       break;
@@ -135,7 +135,7 @@ static void emit_bias_hooks(StrBuf *out, const BwdSpec *s, Arena *a) {
   for (int r = 0; r < sl->nbias; r++)
     if (sl->bias_mode[r] == BWD_BIAS_DIRECT)
       sb_printf(out, "  for (int j = lane; j < p.Skv; j += 32) {\n"
-                     "    const long long o = attn_offset(p.t[%d], b, h, i, j);\n"
+                     "    const long long o = attn_offset_idx(p.t[%d], b, h, i, j);\n"
                      "    if (o >= 0) bwd80_st_%s(p.t[%d].ptr, o, 0.f);\n  }\n",
                 sl->dbias[r], dtype_name(g->tensors[sl->bias[r]].type), sl->dbias[r]);
   sb_puts(out, "  (void)b; (void)h; (void)i; (void)lane; (void)p;\n}\n\n");
@@ -171,7 +171,7 @@ static void emit_bias_hooks(StrBuf *out, const BwdSpec *s, Arena *a) {
                    "          v += __shfl_xor_sync(0xffffffffu, v, o);\n");
     sb_printf(out, "      } else {\n        v = ((const float *)p.t[%d].ptr)[%s];\n      }\n",
               sl->dbias_acc[r], bias_dense(a, sl, r));
-    sb_printf(out, "      const long long o = attn_offset(p.t[%d], %s);\n", sl->dbias[r],
+    sb_printf(out, "      const long long o = attn_offset_idx(p.t[%d], %s);\n", sl->dbias[r],
               bias_subs(a, sl, r));
     sb_printf(out, "      if (o >= 0%s) bwd80_st_%s(p.t[%d].ptr, o, v);\n    }\n  }\n",
               kj ? "" : " && lane == 0", dtype_name(t->type), sl->dbias[r]);
@@ -477,7 +477,7 @@ void emit_bwd_body(StrBuf *out, const BwdSpec *s, MacroSet *ms, bool key, Arena 
               " * not keep). */\n"
               "static __device__ __forceinline__ void attn_bwd_dsink_store(int b, int h, float v, "
               "const attn_params &p) {\n"
-              "  const long long o = attn_offset(p.t[%d], %s);\n"
+              "  const long long o = attn_offset_idx(p.t[%d], %s);\n"
               "  if (o >= 0) bwd80_st_%s(p.t[%d].ptr, o, v);\n"
               "  (void)b; (void)h;\n}\n\n",
               t->name, sl->dbias[r], bias_subs(a, sl, r), dtype_name(t->type), sl->dbias[r]);

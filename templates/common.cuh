@@ -135,6 +135,22 @@
   return x0 * t.stride[0] + x1 * t.stride[1] + x2 * t.stride[2] + x3 * t.stride[3];
 }
 
+/* attn_offset for subscripts that are int index variables (b, h, i, j or
+ * 0: the backward's bias gradients, compiler/emit_bwd.c): 32-bit range
+ * tests and 32 x 64-bit products, the same offsets (a negative x fails
+ * the unsigned test either way). The 64-bit form, once per score element,
+ * held enough registers to make ptxas serialize every wgmma of bwd_sm90
+ * at D 256 with a directly written bias gradient under a mask (C7511,
+ * C7514: compile sweeps seed 34 graph 90, seed 147 graph 127). */
+[[maybe_unused]] static __device__ __forceinline__ long long attn_offset_idx(
+    const attn_tensor_arg &t, int x0, int x1, int x2, int x3) {
+  if ((unsigned)x0 >= (unsigned)t.size[0] || (unsigned)x1 >= (unsigned)t.size[1] ||
+      (unsigned)x2 >= (unsigned)t.size[2] || (unsigned)x3 >= (unsigned)t.size[3])
+    return -1;
+  return (long long)x0 * t.stride[0] + (long long)x1 * t.stride[1] +
+         (long long)x2 * t.stride[2] + (long long)x3 * t.stride[3];
+}
+
 [[maybe_unused]] static __device__ __forceinline__ float attn_bf16_to_f32(unsigned short h) {
   return __uint_as_float((unsigned)h << 16);
 }

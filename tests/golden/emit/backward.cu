@@ -187,7 +187,7 @@ static __device__ __forceinline__ float attn_bwd_draw_bias(float ds, float acc, 
   const bool t13 = j <= i;
   const float g0 = t13 ? ds : 0.0f;
   { /* dbias, written once per element */
-    const long long o = attn_offset(p.t[14], b, h, i, j);
+    const long long o = attn_offset_idx(p.t[14], b, h, i, j);
     if (o >= 0) bwd80_st_f32(p.t[14].ptr, o, g0);
   }
   return g0;
@@ -199,7 +199,7 @@ static __device__ __forceinline__ void attn_bwd_bias_flush(const float (&red)[bw
 
 static __device__ __forceinline__ void attn_bwd_bias_init(int b, int h, int i, int lane, const attn_params &p) {
   for (int j = lane; j < p.Skv; j += 32) {
-    const long long o = attn_offset(p.t[14], b, h, i, j);
+    const long long o = attn_offset_idx(p.t[14], b, h, i, j);
     if (o >= 0) bwd80_st_f32(p.t[14].ptr, o, 0.f);
   }
   (void)b; (void)h; (void)i; (void)lane; (void)p;

@@ -220,7 +220,7 @@ static_assert(attn_bwd_sm90_smem_bytes == 199936, "compiler/match_bwd.c and temp
 /* dsinks, the sink's gradient at its element (b, h) (0 on an axis it does
  * not keep). */
 static __device__ __forceinline__ void attn_bwd_dsink_store(int b, int h, float v, const attn_params &p) {
-  const long long o = attn_offset(p.t[14], h, 0, 0, 0);
+  const long long o = attn_offset_idx(p.t[14], h, 0, 0, 0);
   if (o >= 0) bwd80_st_f32(p.t[14].ptr, o, v);
   (void)b; (void)h;
 }

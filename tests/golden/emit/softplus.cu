@@ -250,7 +250,7 @@ static __device__ __forceinline__ void attn_bwd_bias_finish(int b, int h, int i,
       } else {
         v = ((const float *)p.t[15].ptr)[((((long long)h * p.t[3].size[1] + 0) * p.t[3].size[2] + 0) * p.t[3].size[3] + 0)];
       }
-      const long long o = attn_offset(p.t[14], h, 0, 0, 0);
+      const long long o = attn_offset_idx(p.t[14], h, 0, 0, 0);
       if (o >= 0 && lane == 0) bwd80_st_f32(p.t[14].ptr, o, v);
     }
   }
