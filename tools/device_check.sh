@@ -100,7 +100,18 @@ if [ "${TESTS:-1}" = 1 ]; then
 # the bf16 one and the FP8 backward's main kernel at D 128. Session 30's own checks all ran
 # (bench/RESULTS.md "Session 30").
 if [ "${FIRST:-0}" = 1 ]; then
-  # Session 38 (FIRST_S38=0 skips): auto now puts a sequence's short query tile first in masked
+  # Session 39 (FIRST_S39=0 skips; a call of its own on a warm machine, ~300 s): two backward
+  # changes, seen on the GPU only in part (the FP8 group and the bias examples). bwd_sm90 keeps each tile's amax(dS) in a shared word (not a register
+  # across the key loop: ptxas serialized the D 88-128 kernels); the bias-gradient hooks of both
+  # backward templates take int subscripts (attn_offset_idx; D 256 with a bias gradient under a
+  # mask serialized). test_backward's sm90 pass (its new amax_ds_d96 case, the FP8 graphs, d256_bias)
+  # and its sm80 pass (the bias hooks).
+  if [ "${FIRST_S39:-1}" = 1 ]; then
+    step first_s39_bwd90 env ATTN_BWD_TEMPLATE=sm90 timeout 250 "$B/tests/gpu/test_backward"
+    step first_s39_bwd80 env ATTN_BWD_TEMPLATE=sm80 timeout 200 "$B/tests/gpu/test_backward"
+  fi
+  # Session 38 (ran in session 39 but for the grid beside FA4: bench/RESULTS.md "Session 39";
+  # FIRST_S38=1 reruns it): auto now puts a sequence's short query tile first in masked
   # graphs on three consumer warpgroups (partial_first's rule, its first tile rounded up to 16
   # rows after a dropout example failed unrounded) and runs packed graphs on three. Never run as
   # auto. Two calls on a warm H100: FIRST_S38_B=0 (~420 s): the work-tile-edges test alone
@@ -108,7 +119,7 @@ if [ "${FIRST:-0}" = 1 ]; then
   # example, test_forward's examples and test_head_dims; then FIRST_S38_A=0 (~300 s, carry
   # .fa4): test_forward's rest (packed on three warpgroups with the short tile first), the grid
   # beside cuDNN and FA4, and packed against dense.
-  if [ "${FIRST_S38:-1}" = 1 ]; then
+  if [ "${FIRST_S38:-0}" = 1 ]; then
     if [ "${FIRST_S38_A:-1}" = 1 ]; then
       step first_s38_edges env ATTN_TEST_ONLY=examples timeout 90 "$B/tests/gpu/test_forward" \
         zzz_no_example
