@@ -86,6 +86,21 @@ class Attn:
         call.set_deterministic(on)
 
 
+def timed_compile(args, text, cache_dir):
+    """Seconds a fresh context takes to compile `text` with the cache directory cache_dir (None:
+    no disk cache, and so no NVRTC cache either), and where the module came from."""
+    ctx = Attn(os.path.abspath(args.lib))
+    ctx.set_cache_dir(cache_dir)
+    if args.arch:
+        ctx.set_arch(args.arch)
+    t0 = time.perf_counter()
+    m = ctx.compile("fwd", text)
+    secs = time.perf_counter() - t0
+    kind = m.source_kind
+    m.close()
+    return secs, kind
+
+
 def graph_text(D, causal, kv_type="bf16", kv_heads="H", name="fwd"):
     """The grid's graph; k and v of another type (an FP8 cache) or with their own heads (GQA)."""
     mask = "    s = mask(s, j <= i);\n" if causal else ""
@@ -254,29 +269,14 @@ def main():
             # sessions 37-39 that read 66-80 ms, the same text having compiled earlier in the
             # call). Then the module again into a fresh cache directory, untimed, and warm: a new
             # context on that directory, so the cubin comes from disk (what a second process sees).
-            cold_ctx = Attn(os.path.abspath(args.lib))
-            cold_ctx.set_cache_dir(None)
-            if args.arch:
-                cold_ctx.set_arch(args.arch)
-            t0 = time.perf_counter()
-            cold_mod = cold_ctx.compile("fwd", text)
-            cold = time.perf_counter() - t0
-            cold_from = cold_mod.source_kind
-            cold_mod.close()
+            cold, cold_from = timed_compile(args, text, None)
             cache = tempfile.mkdtemp(prefix="attnc-bench-")
             attn.set_cache_dir(cache)
             mod = attn.compile("fwd", text)
-            warm_ctx = Attn(os.path.abspath(args.lib))
-            warm_ctx.set_cache_dir(cache)
-            if args.arch:
-                warm_ctx.set_arch(args.arch)
-            t0 = time.perf_counter()
-            wmod = warm_ctx.compile("fwd", text)
-            warm = time.perf_counter() - t0
-            wmod.close()
+            warm, warm_from = timed_compile(args, text, cache)
             # Where each module came from ("nvrtc", "cache").
             compile_rows.append(dict(D=D, causal=causal, cold_ms=cold * 1e3, warm_ms=warm * 1e3,
-                                     cold_from=cold_from, warm_from=wmod.source_kind))
+                                     cold_from=cold_from, warm_from=warm_from))
             for S in seqs:
                 B = max(1, 16384 // S)
                 sets = []
