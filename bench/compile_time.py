@@ -7,7 +7,9 @@ Times `attnc compile FILE --part P` end to end, a fresh process a run: the front
 and emit take about 1-2 ms of it, the rest is NVRTC (front end, NVVM, ptxas) on the part's program,
 which is what libattn's JIT pays on a cache miss (prefill: the forward pass's main kernels, the ones
 a graph's first forward launch waits for; decode and backward compile on their first launches).
-ATTN_NO_CACHE does not matter: `attnc compile` never reads the kernel cache. With --base, each run
+`attnc compile` never reads the kernel cache, but NVRTC 13 keeps one of its own across processes
+where a GPU driver is present (bench/NOTES-sm90.md, session 39), so each run sets ATTN_NO_CACHE=1,
+which passes NVRTC --no-cache. With --base, each run
 of the other binary alternates with ours, so a busy machine slows both alike; report the ratio.
 The issue 19 bar: < 0.5 s a forward kernel on the development machine (2 cores).
 """
@@ -31,7 +33,7 @@ def one_run(attnc, path, part, arch):
         t0 = time.perf_counter()
         r = subprocess.run([attnc, "compile", path, "--arch", arch, "--part", part, "-o",
                             os.path.join(d, "x.cubin")], stdout=subprocess.DEVNULL,
-                           stderr=subprocess.PIPE)
+                           stderr=subprocess.PIPE, env=dict(os.environ, ATTN_NO_CACHE="1"))
         dt = time.perf_counter() - t0
     if r.returncode != 0:
         raise RuntimeError(f"{attnc} compile {path} failed: {r.stderr.decode()[-400:]}")
