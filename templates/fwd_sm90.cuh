@@ -1340,10 +1340,20 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
   const int g = lane >> 2, t4 = lane & 3;
   /* The turns at the tensor cores, a ring: warpgroup wg waits on barrier
    * 1 + wg (bar.sync, 256 threads: its own and the one arriving) and
-   * hands over on the next one's. The last warpgroup opens each work tile
-   * with an arrive on the first one's barrier and skips its hand-over
-   * after the tile's last key tile, so every barrier sees as many arrives
-   * as waits per work tile. */
+   * hands over on the next one's. One ring for the whole kernel, not one
+   * a work tile: the last warpgroup opens it once, before the first tile,
+   * and hands over after every key tile, the work tile's last included, so
+   * warpgroup 0 takes the next tile's first turn as soon as the last one
+   * has issued this tile's last GEMMs, and its S GEMM and softmax run
+   * under the others' last softmax, P V and O's store (FA3 keeps its
+   * scheduler barrier across tiles too). Each warpgroup takes one turn a
+   * key tile of every work tile, so the next turn at a tile's start is
+   * always warpgroup 0's. The ring closed at each tile's end until session
+   * 40: warpgroup 0 then waited for the last one's whole epilogue, about
+   * two key tiles' time a work tile by the grid's S 1k-4k figures. The
+   * token left at the end (on warpgroup 0's barrier) is taken by
+   * warpgroup 0 after its last tile, so every barrier sees as many
+   * arrives as waits. */
   const int my_turn = 1 + wg; /* named barrier ids */
   const int next_turn = fwd90_wgs == 2 ? 2 - wg : 1 + (wg + 1) % fwd90_wgs;
   const bool last_wg = wg == fwd90_wgs - 1;
@@ -1365,6 +1375,8 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
   unsigned pa[fwd90_pa_steps][4];
   int git = 0, tq = 0; /* K/V stage uses and Q loads, over all tiles */
   unsigned amax = 0;   /* an amax output's running max, over all tiles */
+  if (last_wg)
+    attn_named_arrive(1); /* the ring opens: warpgroup 0 goes first */
   for (int t = first;; ++tq) {
     if (!fwd90_persistent && tq > 0)
       break;
@@ -1413,8 +1425,6 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
      * barrier again. */
     if constexpr (fwd90_skip_idle)
       if (i0 + 64 * wg >= row_end) {
-        if (last_wg && any)
-          attn_named_arrive(1);
         int vst = -1; /* the stage whose V is released next */
         for (bool more = any; more; ++git) {
           const int st = git % fwd90_stages, ph = (git / fwd90_stages) & 1;
@@ -1422,8 +1432,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
           key_tile_at(st, ph, n, tag);
           more = !(tag & 4);
           attn_named_sync(my_turn);
-          if (!(last_wg && !more))
-            attn_named_arrive(next_turn);
+          attn_named_arrive(next_turn);
           attn_mbar_arrive(bar_empty(st));
           if (vst >= 0)
             attn_mbar_arrive(bar_empty_v(vst));
@@ -1494,8 +1503,6 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
     float row_sum[2] = {0.f, 0.f};         /* this lane's partial sums */
     float o_alpha[2] = {1.f, 1.f};         /* O's pending rescale per row */
 
-    if (last_wg && any)
-      attn_named_arrive(1); /* warpgroup 0 goes first */
     int it = 0, pst = 0, pph = 0; /* it: this tile's key tiles so far */
     for (bool more = any; more;) {
       const int st = git % fwd90_stages, ph = (git / fwd90_stages) & 1;
@@ -1564,8 +1571,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
        * in each branch). */
       if constexpr (!fwd90_pv_overlap)
         attn_wgmma_commit();
-      if (!(last_wg && !more))
-        attn_named_arrive(next_turn);
+      attn_named_arrive(next_turn);
 
       attn_wgmma_wait<1>(); /* S is done; P V may still run */
 #pragma unroll
@@ -1753,6 +1759,8 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
                          attn_sink_value(b, h, p),
                          [&](float x, int i, int d) { return attn_amax_value(x, b, h, i, d, p); }));
   }
+  if (wg == 0)
+    attn_named_sync(1); /* the ring's last hand-over (or its opening, where no key tile ran) */
   if constexpr (attn_has_amax) /* one atomic a consumer warp */
     attn_amax_commit(amax, p);
   (void)amax;
