@@ -647,7 +647,7 @@ static int match_fwd_template(const KernelSpec *s, const CompileOptions *o, FwdC
                      .rescale_late = h.rescale_late, .pv_overlap = h.pv_overlap,
                      .q_early_tiles = h.q_early_tiles,
                      .skip_idle = h.skip_idle, .tanh_poly = h.tanh_poly,
-                     .partial_first = h.partial_first,
+                     .partial_first = h.partial_first, .ring_per_tile = h.ring_per_tile,
                      .kv_copy = kv_copy, .copy_k = kv_copy ? nt + 2 : -1,
                      .copy_v = kv_copy ? nt + 3 : -1,
                      /* (packed graphs never take kv_copy's two slots) */

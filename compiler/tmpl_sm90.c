@@ -144,7 +144,12 @@
  *                 +5.4% at 2k, +3.6% at 4k, +1.6% at 8k (predicted +7%,
  *                 +1-2%); D 64 unmasked +1.9%, +1.6%, -2.6%, -4.4%;
  *                 0.96-1.02x where BM divides S (noise)
- * numbered 0 to 20 in this order (the numbers are the library's option
+ *   ring_closed   auto, but the consumers' turn ring closed at each work
+ *                 tile's end and reopened at the next one's start (auto
+ *                 until session 40, fwd_sm90.cuh: warpgroup 0 then waits
+ *                 for the last warpgroup's epilogue before its next S
+ *                 GEMM); for measuring against
+ * numbered 0 to 21 in this order (the numbers are the library's option
  * values); 0 is the default below (the fastest
  * measured), and so is any number out of range (the library never fails
  * on a tuning knob).
@@ -224,51 +229,54 @@ typedef struct Sm90Variant {
   bool skip_idle;       /* warpgroups past the sequence's end skip the tile (fwd90_skip_idle) */
   bool tanh_poly;       /* a softcap's tanh on the FMA pipe where in range (fwd90_tanh_poly) */
   Sm90PartialFirst partial_first; /* a sequence's short query tile first (fwd90_rows) */
+  bool ring_per_tile;   /* the consumers' turn ring closed at each work tile's end */
 } Sm90Variant;
 
 static const Sm90Variant sm90_variants[] = {
     {"auto", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3, false},
     {"base", 0, false, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, 0, false, false, PF_NEVER},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, 0, false, false, PF_NEVER, false},
     {"persist", 256, false, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, 0, false, false, PF_NEVER},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, 0, false, false, PF_NEVER, false},
     {"bn80", 0, true, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, 0, false, false, PF_NEVER},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, 0, false, false, PF_NEVER, false},
     {"persist_bn80", 256, true, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, 0, false, false, PF_NEVER},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, 0, false, false, PF_NEVER, false},
     {"f16_pv", 256, true, true, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3, false},
     {"wg3", 256, true, false, WG3_ALWAYS, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3, false},
     {"kv8_early", 256, true, false, WG3_MASKED16, true, KV_COPY_NEVER, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3, false},
     {"kv_copy", 256, true, false, WG3_MASKED16, false, KV_COPY_ALWAYS, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3, false},
     {"bn176", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_ALWAYS, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3, false},
     {"fp8_vt8", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, true,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3, false},
     {"kv8", 256, true, false, WG3_MASKED16, false, KV_COPY_NEVER, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3, false},
     {"bn128", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_NEVER, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3, false},
     {"rescale_late", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_ALWAYS, PV_OVERLAP_ALWAYS, Q_EARLY_AUTO, true, false, PF_WG3},
+     RESCALE_LATE_ALWAYS, PV_OVERLAP_ALWAYS, Q_EARLY_AUTO, true, false, PF_WG3, false},
     {"pv_overlap", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_EARLY, PV_OVERLAP_ALWAYS, Q_EARLY_AUTO, true, false, PF_WG3},
+     RESCALE_EARLY, PV_OVERLAP_ALWAYS, Q_EARLY_AUTO, true, false, PF_WG3, false},
     {"pv_once", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_EARLY, PV_ONCE, Q_EARLY_AUTO, true, false, PF_WG3},
+     RESCALE_EARLY, PV_ONCE, Q_EARLY_AUTO, true, false, PF_WG3, false},
     {"q_early", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_ALL, true, false, PF_WG3},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_ALL, true, false, PF_WG3, false},
     {"auto35", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, 0, false, false, PF_NEVER},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, 0, false, false, PF_NEVER, false},
     {"tanh_poly", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, true, PF_WG3},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, true, PF_WG3, false},
     {"auto36", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_NEVER},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_NEVER, false},
     {"partial_first", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_ALWAYS},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_ALWAYS, false},
+    {"ring_closed", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3, true},
 };
 _Static_assert(sizeof sm90_variants / sizeof sm90_variants[0] == SM90_NVARIANTS,
                "attnc.h's SM90_NVARIANTS counts the variants");
@@ -437,6 +445,7 @@ int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool fp8_p, 
       out->tanh_poly = var->tanh_poly;
       out->partial_first = var->partial_first == PF_ALWAYS ||
                            (var->partial_first == PF_WG3 && wgs == 3 && masked);
+      out->ring_per_tile = var->ring_per_tile;
       return 0;
     }
   }

@@ -474,6 +474,12 @@ constexpr bool fwd90_tanh_poly = ATTN_TANH_POLY != 0;
  * three); first, it runs one. The rows of the short tile's live
  * warpgroups past r are real rows of the next tile: they are computed
  * over the short tile's keys and not stored. */
+/* The ring_closed variant (tmpl_sm90.c): the consumers' turn ring closed
+ * at each work tile's end, as before session 40 (see the consumers). */
+#ifndef ATTN_RING_PER_TILE
+#define ATTN_RING_PER_TILE 0
+#endif
+constexpr bool fwd90_ring_per_tile = ATTN_RING_PER_TILE != 0;
 #ifndef ATTN_PARTIAL_FIRST
 #define ATTN_PARTIAL_FIRST 0
 #endif
@@ -1353,7 +1359,9 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
    * two key tiles' time a work tile by the grid's S 1k-4k figures. The
    * token left at the end (on warpgroup 0's barrier) is taken by
    * warpgroup 0 after its last tile, so every barrier sees as many
-   * arrives as waits. */
+   * arrives as waits. fwd90_ring_per_tile (the ring_closed variant) keeps
+   * the old ring for measuring against: opened by the last warpgroup at
+   * each tile's start, no hand-over after the tile's last key tile. */
   const int my_turn = 1 + wg; /* named barrier ids */
   const int next_turn = fwd90_wgs == 2 ? 2 - wg : 1 + (wg + 1) % fwd90_wgs;
   const bool last_wg = wg == fwd90_wgs - 1;
@@ -1375,7 +1383,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
   unsigned pa[fwd90_pa_steps][4];
   int git = 0, tq = 0; /* K/V stage uses and Q loads, over all tiles */
   unsigned amax = 0;   /* an amax output's running max, over all tiles */
-  if (last_wg)
+  if (!fwd90_ring_per_tile && last_wg)
     attn_named_arrive(1); /* the ring opens: warpgroup 0 goes first */
   for (int t = first;; ++tq) {
     if (!fwd90_persistent && tq > 0)
@@ -1425,6 +1433,8 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
      * barrier again. */
     if constexpr (fwd90_skip_idle)
       if (i0 + 64 * wg >= row_end) {
+        if (fwd90_ring_per_tile && last_wg && any)
+          attn_named_arrive(1);
         int vst = -1; /* the stage whose V is released next */
         for (bool more = any; more; ++git) {
           const int st = git % fwd90_stages, ph = (git / fwd90_stages) & 1;
@@ -1432,7 +1442,8 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
           key_tile_at(st, ph, n, tag);
           more = !(tag & 4);
           attn_named_sync(my_turn);
-          attn_named_arrive(next_turn);
+          if (!(fwd90_ring_per_tile && last_wg && !more))
+            attn_named_arrive(next_turn);
           attn_mbar_arrive(bar_empty(st));
           if (vst >= 0)
             attn_mbar_arrive(bar_empty_v(vst));
@@ -1503,6 +1514,8 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
     float row_sum[2] = {0.f, 0.f};         /* this lane's partial sums */
     float o_alpha[2] = {1.f, 1.f};         /* O's pending rescale per row */
 
+    if (fwd90_ring_per_tile && last_wg && any)
+      attn_named_arrive(1); /* warpgroup 0 goes first */
     int it = 0, pst = 0, pph = 0; /* it: this tile's key tiles so far */
     for (bool more = any; more;) {
       const int st = git % fwd90_stages, ph = (git / fwd90_stages) & 1;
@@ -1571,7 +1584,8 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
        * in each branch). */
       if constexpr (!fwd90_pv_overlap)
         attn_wgmma_commit();
-      attn_named_arrive(next_turn);
+      if (!(fwd90_ring_per_tile && last_wg && !more))
+        attn_named_arrive(next_turn);
 
       attn_wgmma_wait<1>(); /* S is done; P V may still run */
 #pragma unroll
@@ -1759,7 +1773,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
                          attn_sink_value(b, h, p),
                          [&](float x, int i, int d) { return attn_amax_value(x, b, h, i, d, p); }));
   }
-  if (wg == 0)
+  if (!fwd90_ring_per_tile && wg == 0)
     attn_named_sync(1); /* the ring's last hand-over (or its opening, where no key tile ran) */
   if constexpr (attn_has_amax) /* one atomic a consumer warp */
     attn_amax_commit(amax, p);

@@ -472,7 +472,9 @@ Test(layout, fwd90_rescale_late_configs) {
   cr_assert_eq(tp, 18);
   const int pf = tmpl_sm90_variant_index("partial_first");
   cr_assert_eq(tmpl_sm90_variant_index("auto36"), 19);
-  cr_assert_eq(pf, SM90_NVARIANTS - 1);
+  cr_assert_eq(pf, 20);
+  const int rc = tmpl_sm90_variant_index("ring_closed");
+  cr_assert_eq(rc, SM90_NVARIANTS - 1);
   cr_assert_eq(tmpl_sm90_variant_index("idle_wg"), -1);
   for (int w = 0; w < SM90_NVARIANTS; w++)
     for (int fp8 = 0; fp8 < 2; fp8++) {
@@ -484,6 +486,7 @@ Test(layout, fwd90_rescale_late_configs) {
                    "variant %d", w);
       cr_assert_eq(h.skip_idle, !old, "variant %d", w);
       cr_assert_eq(h.tanh_poly, w == tp, "variant %d", w);
+      cr_assert_eq(h.ring_per_tile, w == rc, "variant %d", w);
       const bool auto_but = !old && w != tmpl_sm90_variant_index("auto36");
       cr_assert_eq(h.partial_first, w == pf || (auto_but && h.bm == 192), "variant %d fp8 %d", w,
                    fp8);
@@ -493,7 +496,7 @@ Test(layout, fwd90_rescale_late_configs) {
       Sm90Config u;
       cr_assert_eq(tmpl_sm90_config(64, 64, bytes, bytes, fp8, 0u, false, w, &u), 0);
       cr_assert_eq(u.partial_first, w == pf, "variant %d fp8 %d unmasked", w, fp8);
-      if (w != qe && w != a35 && w != tp && w != pf) continue;
+      if (w != qe && w != a35 && w != tp && w != pf && w != rc) continue;
       const int ref = w == a35 && !fp8 ? tmpl_sm90_variant_index("auto36") : 0;
       cr_assert_eq(tmpl_sm90_config(64, 64, bytes, bytes, fp8, SM90_MASKED, false, ref, &a), 0);
       cr_assert(same_tiles(&h, &a) && h.rescale_late == a.rescale_late &&
