@@ -787,9 +787,6 @@ bool tmpl_sm90_variant_kv_copy(int variant, bool same_seq);
  * a CTA of this many threads widens this many rows of one (b, hk)'s k and v. */
 #define FWD_WIDEN_THREADS 128
 #define FWD_WIDEN_ROWS 64
-/* The packed forward's order step (fwd_sm90.cuh, attn_fwd90_order): one
- * CTA of this many threads. */
-#define FWD_ORDER_THREADS 256
 #define DECODE_MAX_SPLITS 128    /* the merge's limit (decode.cuh, dec_max_splits) */
 typedef struct DecodeConfig {
   bool on;        /* the graph has a decode kernel */
@@ -838,11 +835,6 @@ typedef struct FwdConfig {
    * (after the decode's two), and the forward reads those. */
   bool kv_copy;
   int copy_k, copy_v;
-  /* Packed sequences on a persistent fwd_sm90 (ATTN_TORDER): the plan's
-   * order step writes the work tiles' order, heaviest first across the
-   * sequences, into workspace slot order_slot; off: x's own walk. */
-  bool tile_order;
-  int order_slot;
   int exp2_fma;     /* fwd_sm90 ATTN_EXP2_FMA: of every four key blocks, how
                        many take their exponentials on the FMA pipe (0-4) */
   DecodeConfig decode; /* the split-KV decode kernel the plan may run instead */
@@ -1288,13 +1280,11 @@ typedef enum PlanDimKind {
   PD_SPLITS,     /* the decode's key splits (plan_decode_splits) */
   PD_DECODE_ROWS, /* Hk * ceil((H / Hk) * Sq / 16): the decode's row blocks */
   PD_SQ_PAD,      /* Sq rounded up to a multiple of n */
-  PD_SKV_PAD,     /* Skv rounded up to a multiple of n */
-  PD_Q_TILES      /* ceil(Sq / n) + B: a packed forward's query tiles a head */
+  PD_SKV_PAD      /* Skv rounded up to a multiple of n */
 } PlanDimKind;
 typedef struct PlanDim {
   PlanDimKind kind;
-  int n; /* PD_CONST: the value; PD_NUMEL: the tensor's index; PD_*_PAD: the multiple;
-            PD_Q_TILES: the tile's rows */
+  int n; /* PD_CONST: the value; PD_NUMEL: the tensor's index; PD_*_PAD: the multiple */
 } PlanDim;
 
 /* Grid x = ceil(x0 / div0) (+ ceil(x1 / div1) when div1 > 0) (+ mul2 *

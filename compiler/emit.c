@@ -598,10 +598,6 @@ static void emit_graph(StrBuf *out, const GraphCompile *gc, EmitPart part, bool 
       macro_def(out, &ms, a, "ATTN_WIDEN_ROWS", FWD_WIDEN_ROWS);
       macro_def(out, &ms, a, "ATTN_WIDEN_THREADS", FWD_WIDEN_THREADS);
     }
-    if (c->tile_order) { /* packed: the order step's workspace slot (plan.c) */
-      macro_def(out, &ms, a, "ATTN_TORDER", c->order_slot);
-      macro_def(out, &ms, a, "ATTN_ORDER_THREADS", FWD_ORDER_THREADS);
-    }
   } else if (c->kind == TMPL_FWD_SM80) {
     macro_def(out, &ms, a, "ATTN_BM", c->bm);
     macro_def(out, &ms, a, "ATTN_BN", c->bn);
@@ -671,10 +667,6 @@ static void emit_graph(StrBuf *out, const GraphCompile *gc, EmitPart part, bool 
   if (fwd_part && widen) /* the kv_copy variant's copies of k and v, before the forward */
     emit_entry(out, widen->entry, widen->threads, false, false,
                "  graph_%s::attn_fwd90_widen_kv(p);\n", g->name);
-  const PlanStep *order = plan_step(gc->plan, PLAN_FORWARD, "order");
-  if (fwd_part && order) /* packed: the work tiles' order, before the forward */
-    emit_entry(out, order->entry, order->threads, false, false,
-               "  graph_%s::attn_fwd90_order(p);\n", g->name);
   const PlanStep *amax0 = plan_step(gc->plan, PLAN_FORWARD, "amax_init");
   if (fwd_part && amax0) /* zeroes the amax output before the forward adds into it */
     emit_entry(out, amax0->entry, amax0->threads, false, false,

@@ -650,9 +650,6 @@ static int match_fwd_template(const KernelSpec *s, const CompileOptions *o, FwdC
                      .partial_first = h.partial_first, .ring_per_tile = h.ring_per_tile,
                      .kv_copy = kv_copy, .copy_k = kv_copy ? nt + 2 : -1,
                      .copy_v = kv_copy ? nt + 3 : -1,
-                     /* (packed graphs never take kv_copy's two slots) */
-                     .tile_order = h.persistent && s->packed && nt + 3 <= ATTN_MAX_TENSORS,
-                     .order_slot = nt + 2,
                      /* (never where P is rounded: its roundings follow ex2's values) */
                      .exp2_fma = s->p_round == DT_NONE ? exp2_fma_blocks(o->exp2_fma) : 0};
     return 0;

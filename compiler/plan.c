@@ -146,18 +146,6 @@ static void plan_forward(GraphPlan *gp, const KernelSpec *f, const FwdConfig *c,
     w->grid.y = pd(PD_HK);
     w->deny = PLAN_IF_DECODE;
   }
-  if (c->tile_order) {
-    /* Packed sequences: the order step sorts the query tiles heaviest
-     * first across the sequences (fwd_sm90.cuh, attn_fwd90_order): the
-     * order, then its sort keys, int each. */
-    add_slice(p, "tile_order", PB_SLOT, c->order_slot, 4, pconst(2), (PlanDim){PD_Q_TILES, c->bm},
-              pconst(1), pconst(1), PZ_NEVER)->deny = PLAN_IF_DECODE;
-    PlanStep *o = add_step(p, "order", plan_entry(a, g->name, "order"), FWD_ORDER_THREADS, 0);
-    o->grid.x0 = pconst(1);
-    o->grid.div0 = 1;
-    o->grid.y = o->grid.z = pconst(1);
-    o->deny = PLAN_IF_DECODE;
-  }
   PlanStep *s = add_step(p, "forward", plan_entry(a, g->name, "fwd"), c->threads, c->smem_bytes);
   s->grid.x0 = pd(PD_SQ);
   s->grid.div0 = c->bm;
@@ -449,7 +437,6 @@ long long plan_dim(const GraphPlan *gp, PlanDim d, const PlanProblem *pr) {
   case PD_DECODE_ROWS: return pr->B > 0 ? decode_items(pr) / pr->B : 0;
   case PD_SQ_PAD: return d.n > 0 ? cdiv(pr->Sq, d.n) * d.n : 0;
   case PD_SKV_PAD: return d.n > 0 ? cdiv(pr->Skv, d.n) * d.n : 0;
-  case PD_Q_TILES: return d.n > 0 ? cdiv(pr->Sq, d.n) + pr->B : 0;
   }
   return 0;
 }
@@ -496,7 +483,6 @@ static void put_dim(StrBuf *out, PlanDim d) {
   else if (d.kind == PD_NUMEL) sb_printf(out, "numel:%d", d.n);
   else if (d.kind == PD_SQ_PAD || d.kind == PD_SKV_PAD)
     sb_printf(out, "%s:%d", d.kind == PD_SQ_PAD ? "Sq_pad" : "Skv_pad", d.n);
-  else if (d.kind == PD_Q_TILES) sb_printf(out, "q_tiles:%d", d.n);
   else sb_puts(out, dim_names[d.kind]);
 }
 
@@ -632,11 +618,6 @@ static int rd_dim(PlanReader *r, const char *s, PlanDim *d) {
     const bool q = s[1] == 'q';
     if (rd_int(r, s + (q ? 7 : 8), 1, 1 << 12, &v)) return -1;
     *d = (PlanDim){q ? PD_SQ_PAD : PD_SKV_PAD, (int)v};
-    return 0;
-  }
-  if (!strncmp(s, "q_tiles:", 8)) {
-    if (rd_int(r, s + 8, 1, 1 << 12, &v)) return -1;
-    *d = (PlanDim){PD_Q_TILES, (int)v};
     return 0;
   }
   if (rd_int(r, s, 1, 1 << 20, &v)) return -1;

@@ -678,8 +678,7 @@ struct fwd90_tile {
  * K and V together fit comfortably in L2 (16 MB), so the CTAs running at
  * once share their keys; inside a section the query tiles go from the
  * last (heaviest under a causal mask: it sees the most keys) to the first,
- * across the section's heads, so the light tiles fill the tail (packed
- * sequences: in the order step's order, attn_fwd90_order). */
+ * across the section's heads, so the light tiles fill the tail. */
 static __device__ __forceinline__ fwd90_tile fwd90_tile_of(int t, int n_mb,
                                                            const attn_params &p) {
   const int hb = p.H * (attn_packed ? 1 : p.B); /* packed: B's tiles are n_mb's */
@@ -690,12 +689,7 @@ static __device__ __forceinline__ fwd90_tile fwd90_tile_of(int t, int n_mb,
   const int in_sec = min(heads, hb - sec * heads);
   const int bh = sec * heads + w % in_sec;
   fwd90_tile r;
-#if defined(ATTN_TORDER)
-  /* packed: the order step's, heaviest first across the sequences */
-  r.m_block = attn_read_input((const int *)p.t[ATTN_TORDER].ptr + w / in_sec);
-#else
   r.m_block = n_mb - 1 - w / in_sec;
-#endif
   r.h = bh % p.H;
   r.b = bh / p.H;
   return r;
@@ -1830,100 +1824,5 @@ __device__ __forceinline__ void attn_fwd90_widen_kv(const attn_params &p) {
   const int r0 = blockIdx.x * ATTN_WIDEN_ROWS, r1 = min(r0 + ATTN_WIDEN_ROWS, p.Skv);
   fwd90_widen_rows<ATTN_D_QK>(p.t[ATTN_TK], p.t[ATTN_TK16], b, hk, r0, r1);
   fwd90_widen_rows<ATTN_D_V>(p.t[ATTN_TV], p.t[ATTN_TV16], b, hk, r0, r1);
-}
-#endif
-
-#if defined(ATTN_TORDER)
-/* The packed forward's work order (the plan's `order` step, one CTA of
- * ATTN_ORDER_THREADS before the forward; tmpl_sm90.c says when). Packed
- * tiles x number the sequences one after another, so walking x from the
- * last down is heavy-first inside each sequence only: under a causal mask
- * a sequence's heaviest tile comes right after the previous sequence's
- * lightest, and the first sequences' heavy tiles are handed out late,
- * where dense graphs hand every head's heaviest tiles out first (a greedy
- * model of the queue: packed causal at 0.95x of dense from the order alone,
- * bench/NOTES-sm90.md sessions 15 and 40). This step sorts the tiles by
- * their key tiles (attn_key_tiles' range for head 0: the mask's own
- * bounds, so it serves any mask, and ragged batches of unmasked sequences
- * get longest-first), most first, tiles no sequence owns last, ties by x:
- * a stable counting sort, so the order is a function of the offsets
- * alone. It writes the permutation to order[0, n) (n = ceil(Sq / BM) + B,
- * the kernel's n_mb) and uses order[n, 2n) for the keys; fwd90_tile_of
- * reads order[] in place of x's own walk. The order moves no output bit:
- * each tile is computed whole by one CTA whatever its place. */
-__device__ __forceinline__ void attn_fwd90_order(const attn_params &p) {
-  constexpr int threads = ATTN_ORDER_THREADS, per = 4, nbuckets = threads * per;
-  static_assert(threads % 32 == 0 && threads <= 1024, "whole warps");
-  __shared__ int start[nbuckets];
-  __shared__ int warp_sum[threads / 32];
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int n = (p.Sq + fwd90_bm - 1) / fwd90_bm + p.B;
-  int *order = (int *)p.t[ATTN_TORDER].ptr, *key = order + n;
-  for (int k = tid; k < nbuckets; k += threads)
-    start[k] = 0;
-  __syncthreads();
-  /* Each tile's key: 1 + its key tiles (capped: the heaviest share the top
-   * bucket), 0 for a tile no sequence owns. */
-  for (int x = tid; x < n; x += threads) {
-    int b, m, q0, k0;
-    bool owned;
-    const attn_params ps = attn_packed_work<fwd90_bm>(x, p, b, m, q0, k0, owned);
-    int k = 0;
-    if (owned) {
-      int i0, i_end, n_begin, n_end;
-      fwd90_rows(m, ps.Sq, i0, i_end);
-      attn_key_tiles<fwd90_bn>(b, 0, i0, i_end - 1, ps, n_begin, n_end);
-      k = 1 + min(max(n_end - n_begin, 0), nbuckets - 2);
-    }
-    key[x] = k;
-    atomicAdd(&start[k], 1);
-  }
-  __syncthreads();
-  /* start[k]: the tiles of keys above k (a suffix sum over the buckets,
-   * thread t's four, then its warp's, then the warps'). */
-  int c[per], mine = 0;
-#pragma unroll
-  for (int j = 0; j < per; ++j) {
-    c[j] = start[tid * per + j];
-    mine += c[j];
-  }
-  int above = mine; /* this lane's and the higher lanes' buckets */
-#pragma unroll
-  for (int off = 1; off < 32; off <<= 1) {
-    const int v = __shfl_down_sync(0xffffffffu, above, off);
-    if (lane + off < 32)
-      above += v;
-  }
-  if (lane == 0)
-    warp_sum[warp] = above;
-  __syncthreads();
-  int run = above - mine;
-  for (int w = warp + 1; w < threads / 32; ++w)
-    run += warp_sum[w];
-#pragma unroll
-  for (int j = per - 1; j >= 0; --j) {
-    start[tid * per + j] = run;
-    run += c[j];
-  }
-  __syncthreads();
-  /* Placement, threads-many tiles at a time and a warp at a time inside
-   * them, so equal keys keep x's order. */
-  for (int c0 = 0; c0 < n; c0 += threads) {
-    const int x = c0 + tid;
-    const int k = x < n ? key[x] : -1;
-    const unsigned peers = __match_any_sync(0xffffffffu, k);
-    const int below = __popc(peers & ((1u << lane) - 1u));
-    const int warps = (min(threads, n - c0) + 31) / 32;
-    for (int w = 0; w < warps; ++w) {
-      if (warp == w && k >= 0) {
-        const int s = start[k];
-        __syncwarp(peers);
-        order[s + below] = x;
-        if (below == 0)
-          start[k] = s + __popc(peers);
-      }
-      __syncthreads();
-    }
-  }
 }
 #endif

@@ -315,53 +315,6 @@ Test(plan, packed_backward) {
 /* bwd_sm90's tensor map of dO has dO's type, the inputs' (what the
  * signature binds and the reference draws), not o's: an f32 o once gave an
  * f32 map over a bf16 dO. */
-/* Packed sequences on sm_90a's persistent forward: an order step (one CTA)
- * before the forward, its slice two ints a query tile (ceil(Sq / BM) + B
- * tiles), both left out where the decode kernel runs; none on sm_80. */
-Test(plan, packed_forward_orders_its_tiles_first) {
-  Arena *a = arena_new();
-  static const char src[] =
-      "attention g {\n  input q : bf16[Tq, H, 128];\n  input k : bf16[Tk, Hk, 128];\n"
-      "  input v : bf16[Tk, Hk, 128];\n  input cq : i32[B1];\n  input ck : i32[B1];\n"
-      "  s = mask((packed(q, cq) @ packed(k, ck)^T) * 0.088, j <= i);\n"
-      "  o = softmax(s) @ packed(v, ck);\n  output o : bf16[Tq, H, 128];\n}\n";
-  IrModule *m = unit_build(a, "<packed>", src);
-  for (int t = 0; t < 2; t++) {
-    Compiled c = unit_compile(a, m, t ? "sm_90a" : "sm_80", STAGE_PLAN);
-    const PassPlan *fw = &c.plans->pass[PLAN_FORWARD];
-    const PlanStep *order = NULL;
-    for (int k = 0; k < fw->nsteps; k++)
-      if (!strcmp(fw->steps[k].role, "order")) order = &fw->steps[k];
-    cr_assert_eq(c.graphs[0].cfg.tile_order, t == 1);
-    if (!t) {
-      cr_assert_null(order);
-      continue;
-    }
-    cr_assert_not_null(order);
-    int at_order = -1, at_fwd = -1;
-    for (int k = 0; k < fw->nsteps; k++) {
-      if (&fw->steps[k] == order) at_order = k;
-      if (!strcmp(fw->steps[k].role, "forward")) at_fwd = k;
-    }
-    cr_assert_lt(at_order, at_fwd);
-    cr_assert_eq(order->threads, FWD_ORDER_THREADS);
-    cr_assert(order->grid.x0.kind == PD_CONST && order->grid.x0.n == 1);
-    cr_assert(order->deny & PLAN_IF_DECODE);
-    const PlanSlice *sl = NULL;
-    for (int k = 0; k < fw->nslices; k++)
-      if (!strcmp(fw->slices[k].name, "tile_order")) sl = &fw->slices[k];
-    cr_assert_not_null(sl);
-    cr_assert_eq(sl->slot, c.graphs[0].cfg.order_slot);
-    cr_assert(sl->deny & PLAN_IF_DECODE);
-    const PlanProblem pr = {.B = 3, .H = 8, .Hk = 8, .Sq = 1000, .Skv = 1000};
-    /* ceil(1000 / BM) + 3 tiles, two ints each */
-    const long long tiles = (1000 + c.graphs[0].cfg.bm - 1) / c.graphs[0].cfg.bm + 3;
-    cr_assert_eq(plan_slice_bytes(c.plans, sl, &pr), (size_t)(8 * tiles));
-    round_trip(c.plans, c.ngraphs, a, "packed forward");
-  }
-  arena_free(a);
-}
-
 Test(plan, bwd_sm90_maps_do_in_its_own_type) {
   Arena *a = arena_new();
   static const char src[] =

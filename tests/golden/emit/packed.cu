@@ -24,8 +24,6 @@
 #define ATTN_PV_OVERLAP 1
 #define ATTN_Q_EARLY 16
 #define ATTN_SKIP_IDLE 1
-#define ATTN_TORDER 9
-#define ATTN_ORDER_THREADS 256
 #define ATTN_TQ 0
 #define ATTN_TK 1
 #define ATTN_TV 2
@@ -125,11 +123,6 @@ extern "C" __global__ void __launch_bounds__(384, 1) attn_packed_fwd(const __gri
   graph_packed::attn_fwd_sm90(p, tm);
 }
 
-extern "C" __global__ void __launch_bounds__(256) attn_packed_order(const __grid_constant__ attn_params p) {
-  attn_entry_wait();
-  graph_packed::attn_fwd90_order(p);
-}
-
 #undef ATTN_D_QK
 #undef ATTN_D_V
 #undef ATTN_IN_BF16
@@ -141,8 +134,6 @@ extern "C" __global__ void __launch_bounds__(256) attn_packed_order(const __grid
 #undef ATTN_PV_OVERLAP
 #undef ATTN_Q_EARLY
 #undef ATTN_SKIP_IDLE
-#undef ATTN_TORDER
-#undef ATTN_ORDER_THREADS
 #undef ATTN_TQ
 #undef ATTN_TK
 #undef ATTN_TV
@@ -163,8 +154,6 @@ extern "C" __global__ void __launch_bounds__(256) attn_packed_order(const __grid
 #define ATTN_PV_OVERLAP 1
 #define ATTN_Q_EARLY 16
 #define ATTN_SKIP_IDLE 1
-#define ATTN_TORDER 8
-#define ATTN_ORDER_THREADS 256
 #define ATTN_TQ 0
 #define ATTN_TK 1
 #define ATTN_TV 2
@@ -281,11 +270,6 @@ extern "C" __global__ void __launch_bounds__(384, 1) attn_packed_causal_fwd(cons
   graph_packed_causal::attn_fwd_sm90(p, tm);
 }
 
-extern "C" __global__ void __launch_bounds__(256) attn_packed_causal_order(const __grid_constant__ attn_params p) {
-  attn_entry_wait();
-  graph_packed_causal::attn_fwd90_order(p);
-}
-
 #undef ATTN_D_QK
 #undef ATTN_D_V
 #undef ATTN_IN_BF16
@@ -297,8 +281,6 @@ extern "C" __global__ void __launch_bounds__(256) attn_packed_causal_order(const
 #undef ATTN_PV_OVERLAP
 #undef ATTN_Q_EARLY
 #undef ATTN_SKIP_IDLE
-#undef ATTN_TORDER
-#undef ATTN_ORDER_THREADS
 #undef ATTN_TQ
 #undef ATTN_TK
 #undef ATTN_TV
@@ -319,8 +301,6 @@ extern "C" __global__ void __launch_bounds__(256) attn_packed_causal_order(const
 #define ATTN_PV_OVERLAP 1
 #define ATTN_Q_EARLY 16
 #define ATTN_SKIP_IDLE 1
-#define ATTN_TORDER 8
-#define ATTN_ORDER_THREADS 256
 #define ATTN_TQ 0
 #define ATTN_TK 1
 #define ATTN_TV 2
@@ -477,11 +457,6 @@ extern "C" __global__ void __launch_bounds__(384, 1) attn_packed_train_fwd(const
   graph_packed_train::attn_fwd_sm90(p, tm);
 }
 
-extern "C" __global__ void __launch_bounds__(256) attn_packed_train_order(const __grid_constant__ attn_params p) {
-  attn_entry_wait();
-  graph_packed_train::attn_fwd90_order(p);
-}
-
 extern "C" __global__ void __launch_bounds__(256) attn_packed_train_bwd_delta(const __grid_constant__ attn_params p) {
   attn_entry_wait();
   graph_packed_train::attn_bwd_sm80_delta(p);
@@ -513,8 +488,6 @@ extern "C" __global__ void __launch_bounds__(256) attn_packed_train_bwd_convert_
 #undef ATTN_PV_OVERLAP
 #undef ATTN_Q_EARLY
 #undef ATTN_SKIP_IDLE
-#undef ATTN_TORDER
-#undef ATTN_ORDER_THREADS
 #undef ATTN_TQ
 #undef ATTN_TK
 #undef ATTN_TV

@@ -400,8 +400,6 @@ extern "C" __global__ void __launch_bounds__(128) attn_paged_kv_hnd_decode_merge
 #define ATTN_PV_OVERLAP 1
 #define ATTN_Q_EARLY 16
 #define ATTN_SKIP_IDLE 1
-#define ATTN_TORDER 10
-#define ATTN_ORDER_THREADS 256
 #define ATTN_TQ 0
 #define ATTN_TK 2
 #define ATTN_TV 3
@@ -541,11 +539,6 @@ extern "C" __global__ void __launch_bounds__(384, 1) attn_paged_kv_ragged_fwd(co
   graph_paged_kv_ragged::attn_fwd_sm90(p, tm);
 }
 
-extern "C" __global__ void __launch_bounds__(256) attn_paged_kv_ragged_order(const __grid_constant__ attn_params p) {
-  attn_entry_wait();
-  graph_paged_kv_ragged::attn_fwd90_order(p);
-}
-
 #undef ATTN_D_QK
 #undef ATTN_D_V
 #undef ATTN_IN_BF16
@@ -557,8 +550,6 @@ extern "C" __global__ void __launch_bounds__(256) attn_paged_kv_ragged_order(con
 #undef ATTN_PV_OVERLAP
 #undef ATTN_Q_EARLY
 #undef ATTN_SKIP_IDLE
-#undef ATTN_TORDER
-#undef ATTN_ORDER_THREADS
 #undef ATTN_TQ
 #undef ATTN_TK
 #undef ATTN_TV
