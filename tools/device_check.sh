@@ -100,6 +100,20 @@ if [ "${TESTS:-1}" = 1 ]; then
 # the bf16 one and the FP8 backward's main kernel at D 128. Session 30's own checks all ran
 # (bench/RESULTS.md "Session 30").
 if [ "${FIRST:-0}" = 1 ]; then
+  # Session 40 (FIRST_S40=0 skips; ~700 s, two calls on a warm machine: FIRST_S40_B=0 then
+  # FIRST_S40_A=0): fwd_sm90's turn ring now runs across work tiles (every forward kernel).
+  # Seen on an H100: packed 79/79, examples 438/438 until the call's limit (at paged_kv),
+  # test_head_dims 209/209 until its limit (D 112), synccheck and racecheck clean on the
+  # fwd_sm90, packed and FP8 sanitize cases. Not run: the rest of those and test_forward's rest.
+  if [ "${FIRST_S40:-1}" = 1 ]; then
+    if [ "${FIRST_S40_A:-1}" = 1 ]; then
+      step first_s40_examples env ATTN_TEST_ONLY=examples timeout 330 "$B/tests/gpu/test_forward"
+      step first_s40_head_dims timeout 200 "$B/tests/gpu/test_head_dims"
+    fi
+    if [ "${FIRST_S40_B:-1}" = 1 ]; then
+      step first_s40_rest env ATTN_TEST_ONLY=rest timeout 250 "$B/tests/gpu/test_forward"
+    fi
+  fi
   # Session 39 (FIRST_S39=0 skips; a call of its own on a warm machine, ~300 s): two backward
   # changes, seen on the GPU only in part (the FP8 group and the bias examples). bwd_sm90 keeps each tile's amax(dS) in a shared word (not a register
   # across the key loop: ptxas serialized the D 88-128 kernels); the bias-gradient hooks of both
