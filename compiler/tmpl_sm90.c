@@ -148,7 +148,10 @@
  *                 tile's end and reopened at the next one's start (auto
  *                 until session 40, fwd_sm90.cuh: warpgroup 0 then waits
  *                 for the last warpgroup's epilogue before its next S
- *                 GEMM); for measuring against
+ *                 GEMM); for measuring against. Every other variant,
+ *                 auto35 and auto36 included, runs the ring of session 40
+ *                 (H100: +1.8% over ring_closed in geometric mean, D 64
+ *                 +3-4%: bench/RESULTS.md "Session 40")
  * numbered 0 to 21 in this order (the numbers are the library's option
  * values); 0 is the default below (the fastest
  * measured), and so is any number out of range (the library never fails
