@@ -474,16 +474,16 @@ constexpr bool fwd90_tanh_poly = ATTN_TANH_POLY != 0;
  * three); first, it runs one. The rows of the short tile's live
  * warpgroups past r are real rows of the next tile: they are computed
  * over the short tile's keys and not stored. */
+#ifndef ATTN_PARTIAL_FIRST
+#define ATTN_PARTIAL_FIRST 0
+#endif
+constexpr bool fwd90_partial_first = ATTN_PARTIAL_FIRST != 0;
 /* The ring_closed variant (tmpl_sm90.c): the consumers' turn ring closed
  * at each work tile's end, as before session 40 (see the consumers). */
 #ifndef ATTN_RING_PER_TILE
 #define ATTN_RING_PER_TILE 0
 #endif
 constexpr bool fwd90_ring_per_tile = ATTN_RING_PER_TILE != 0;
-#ifndef ATTN_PARTIAL_FIRST
-#define ATTN_PARTIAL_FIRST 0
-#endif
-constexpr bool fwd90_partial_first = ATTN_PARTIAL_FIRST != 0;
 /* Query tile m's rows of a sequence of Sq queries: [i0, i_end). Every i0
  * is a multiple of 16: a lane's rows i and i + 8 must share a dropout
  * group (hooks.cuh: rows i & ~9), so under partial_first the short first
