@@ -2,14 +2,20 @@
 # fwd90_protocol_check.sh: fwd_sm90's barrier protocol (producer, consumer warpgroups, turn ring,
 # K/V stages, Q buffer) as modelled in tests/host/fwd90_protocol_model.py, under random
 # interleavings, for the default protocol, Q released early in every work tile or only in short
-# ones (auto: fwd90_q_early_tiles), and idle warpgroups skipping their work: no deadlock, no
-# load into a buffer a GEMM may still read, every warpgroup sees every key tile. The model's
-# self-test first: four wrong protocols (a missing release, a missing hand-over, Q released
-# before its S GEMM is done, V released before P V is) must each fail. No GPU needed.
+# ones (auto: fwd90_q_early_tiles), and idle warpgroups skipping their work, each with the turn
+# ring across work tiles (every variant but ring_closed) and closed at each tile's end
+# (ring_closed): no deadlock, no load into a buffer a GEMM may still read, no turn barrier
+# completed by one warpgroup's two arrivals or left holding a token, every warpgroup sees every
+# key tile. The model's self-test first: wrong protocols (a missing release, a missing
+# hand-over, Q released before its S GEMM is done, V released before P V is; for the ring
+# across tiles also the old tile-end skip, a missing final take, a second opening) must each
+# fail. No GPU needed.
 set -eu
 m=tests/host/fwd90_protocol_model.py
-python3 "$m" --self-test --runs 2000
-python3 "$m" --q-early --runs 3000
-python3 "$m" --skip-idle --runs 3000
-python3 "$m" --q-early --skip-idle --runs 3000
-python3 "$m" --q-early 3 --skip-idle --runs 3000
+for ring in "" --ring-per-tile; do
+  python3 "$m" $ring --self-test --runs 2000
+  python3 "$m" $ring --q-early --runs 3000
+  python3 "$m" $ring --skip-idle --runs 3000
+  python3 "$m" $ring --q-early --skip-idle --runs 3000
+  python3 "$m" $ring --q-early 3 --skip-idle --runs 3000
+done

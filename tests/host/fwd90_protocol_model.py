@@ -7,10 +7,16 @@ tiles (each with 0 or more live key tiles and some warpgroups idle past the sequ
 K/V stages, the mbarriers (an arrive count and a phase; an extra arrive lands in the current
 phase, as on the GPU), the turn ring (named barriers of two warpgroups' arrivals), the
 asynchronous TMA loads and wgmma groups, and the variants that move the protocol:
+  --ring-per-tile  the turn ring closed at each work tile's end (fwd90_ring_per_tile, the
+               ring_closed variant): the last warpgroup opens it at each tile's start and skips
+               its hand-over after the tile's last key tile. Without it, the ring of session 40:
+               opened once before the first tile, a hand-over after every key tile, and
+               warpgroup 0 takes the token left at the end after its last tile.
   --q-early [N]  Q released after the tile's last S GEMM in work tiles of at most N key tiles
                (fwd90_q_early_tiles; no N: every tile), after its last P V in the others
   --skip-idle  idle warpgroups run the protocol only (fwd90_skip_idle)
-Usage: python3 tests/host/fwd90_protocol_model.py [--q-early [N]] [--skip-idle] [--runs N] [--seed S]
+Usage: python3 tests/host/fwd90_protocol_model.py [--ring-per-tile] [--q-early [N]] [--skip-idle]
+       [--runs N] [--seed S]
 The model is this file's reading of the template, not the template: keep the two in step."""
 import argparse
 import random
@@ -32,13 +38,17 @@ class Mbar:
 
 
 class Named:  # bar.sync / bar.arrive over 2 warpgroups' worth of threads
-    def __init__(self):
-        self.arrived, self.gen = 0, 0
+    def __init__(self, name):
+        self.name, self.arrived, self.gen = name, [], 0
 
-    def arrive(self):
-        self.arrived += 1
-        if self.arrived == 2:
-            self.arrived = 0
+    def arrive(self, who):
+        # The GPU counts threads, not warpgroups: a second arrive of the same warpgroup before
+        # the other's would complete the barrier without the other one, silently.
+        if who in self.arrived:
+            raise Violation(f"warpgroup {who} arrived twice on turn barrier {self.name}")
+        self.arrived.append(who)
+        if len(self.arrived) == 2:
+            self.arrived = []
             self.gen += 1
 
 
@@ -46,7 +56,7 @@ class Violation(Exception):
     pass
 
 
-def run(rng, wgs, stages, tiles, q_early, skip_idle, mutant=None):
+def run(rng, wgs, stages, tiles, q_early, skip_idle, mutant=None, ring_per_tile=False):
     # tiles: list of (n_keys, n_live_wgs); q_early: the most key tiles a work tile may have for Q
     # to be released after its last S GEMM (0: never)
     q_full = Mbar("q_full", 1)
@@ -55,7 +65,7 @@ def run(rng, wgs, stages, tiles, q_early, skip_idle, mutant=None):
     v_full = [Mbar(f"v_full{s}", 1) for s in range(stages)]
     k_empty = [Mbar(f"k_empty{s}", wgs) for s in range(stages)]
     v_empty = [Mbar(f"v_empty{s}", wgs) for s in range(stages)]
-    turn = [Named() for _ in range(wgs + 1)]  # ids 1..wgs
+    turn = [Named(i) for i in range(wgs + 1)]  # ids 1..wgs
     slot_tile = [None]  # the work tile the producer published with Q
     stage_slot = [None] * stages  # (global use, last flag) per stage
     readers = {"Q": set(), **{f"K{s}": set() for s in range(stages)}, **{f"V{s}": set() for s in range(stages)}}
@@ -110,11 +120,29 @@ def run(rng, wgs, stages, tiles, q_early, skip_idle, mutant=None):
         last_wg = w == wgs - 1
         use = 0
         tq = 0
+
+        def sync(i):  # bar.sync: arrive, then wait for this generation to complete
+            g = turn[i].gen
+            turn[i].arrive(w)
+            while turn[i].gen == g:
+                yield
+
+        def hand_over(last):  # after this warpgroup's GEMMs of a key tile (last: the tile's last)
+            if ring_per_tile and last_wg and last:
+                return  # the old ring: closed at the tile's end
+            if mutant == "no_handover" or (mutant == "closed_once" and last_wg and last):
+                return
+            turn[nxt].arrive(w)
+
+        if not ring_per_tile and last_wg:
+            turn[1].arrive(w)  # the ring opens once: warpgroup 0 goes first
         while True:
             while not q_full.done(tq):
                 yield
             t = slot_tile[0]
             if t == "end":
+                if not ring_per_tile and w == 0 and mutant != "no_final_take":
+                    yield from sync(1)  # the token the last hand-over (or the opening) left
                 return
             n, live = tiles[t]
             tq += 1
@@ -130,20 +158,16 @@ def run(rng, wgs, stages, tiles, q_early, skip_idle, mutant=None):
                 if su != u:
                     raise Violation(f"wg {w} read slot {su} for use {u}")
                 seen[w].append((t, u))
-                g = turn[my].gen  # bar.sync: arrive, then wait for this generation to complete
-                turn[my].arrive()
-                while turn[my].gen == g:
-                    yield
+                yield from sync(my)
                 return st, last
 
             if idle and skip_idle:
-                if last_wg and n > 0:
-                    turn[1].arrive()
+                if ring_per_tile and last_wg and n > 0:
+                    turn[1].arrive(w)
                 vst = None
                 for x in range(n):
                     st, last = yield from take(use)
-                    if not (last_wg and last) and mutant != "no_handover":
-                        turn[nxt].arrive()
+                    hand_over(last)
                     k_empty[st].arrive()
                     if mutant == "skip_v":  # (wrong: V never released by an idle warpgroup)
                         use += 1
@@ -158,8 +182,8 @@ def run(rng, wgs, stages, tiles, q_early, skip_idle, mutant=None):
                     v_empty[vst].arrive()
                 q_empty.arrive()
                 continue
-            if last_wg and n > 0:
-                turn[1].arrive()
+            if (ring_per_tile or mutant == "open_each_tile") and last_wg and n > 0:
+                turn[1].arrive(w)
             early = 0 < n <= q_early  # this work tile releases Q after its last S GEMM
             pv = None  # (stage, tag) of the P V in flight
             pst = None
@@ -175,8 +199,7 @@ def run(rng, wgs, stages, tiles, q_early, skip_idle, mutant=None):
                         yield
                     readers[f"V{pst}"].add(("pv",) + tag)
                     pv = (pst, ("pv",) + tag)
-                if not (last_wg and last):
-                    turn[nxt].arrive()
+                hand_over(last)
                 if early and last and mutant == "q_before_s":  # (wrong: Q still read)
                     q_empty.arrive()
                 for _ in range(rng.randint(0, 3)):  # S in flight
@@ -238,6 +261,9 @@ def run(rng, wgs, stages, tiles, q_early, skip_idle, mutant=None):
             alive.remove(i)
     while pending_loads:  # (the end marker and loads nobody waits for)
         buf, bar, action = pending_loads.pop()
+    for b in turn[1:]:
+        if b.arrived:  # a token nobody took: the next launch's bar.sync would see it
+            raise Violation(f"turn barrier {b.name} left with arrivals of {b.arrived}")
     for w in range(wgs):
         uses = [u for _, u in seen[w]]
         if uses != list(range(sum(n for n, _ in tiles))):
@@ -249,14 +275,20 @@ def main():
     ap.add_argument("--q-early", type=int, nargs="?", const=1 << 20, default=0,
                     help="Q released early in work tiles of at most N key tiles (no N: all)")
     ap.add_argument("--skip-idle", action="store_true")
+    ap.add_argument("--ring-per-tile", action="store_true",
+                    help="the ring closed at each work tile's end (the ring_closed variant)")
     ap.add_argument("--runs", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--self-test", action="store_true",
                     help="run the wrong protocols too (mutants), each of which must fail")
     args = ap.parse_args()
     if args.self_test:
-        for mutant, qe, si in (("skip_v", 0, True), ("no_handover", 0, True),
-                               ("q_before_s", 1 << 20, False), ("v_before_pv", 0, False)):
+        mutants = [("skip_v", 0, True), ("no_handover", 0, True), ("q_before_s", 1 << 20, False),
+                   ("v_before_pv", 0, False)]
+        if not args.ring_per_tile:  # the ring across tiles' own ways to go wrong
+            mutants += [("closed_once", 0, False), ("no_final_take", 0, True),
+                        ("open_each_tile", 0, False)]
+        for mutant, qe, si in mutants:
             rng = random.Random(args.seed)
             caught = None
             for r in range(args.runs):
@@ -265,7 +297,7 @@ def main():
                 tiles = [(rng.choice([0, 1, 2, 3, 5, 8]), rng.randint(1, wgs))
                          for _ in range(rng.randint(1, 5))]
                 try:
-                    run(rng, wgs, stages, tiles, qe, si, mutant)
+                    run(rng, wgs, stages, tiles, qe, si, mutant, args.ring_per_tile)
                 except Violation as e:
                     caught = e
                     break
@@ -279,11 +311,12 @@ def main():
         stages = rng.choice([2, 3, 4])
         tiles = [(rng.choice([0, 1, 2, 3, 5, 8]), rng.randint(1, wgs)) for _ in range(rng.randint(1, 5))]
         try:
-            run(rng, wgs, stages, tiles, args.q_early, args.skip_idle)
+            run(rng, wgs, stages, tiles, args.q_early, args.skip_idle, None, args.ring_per_tile)
         except Violation as e:
             print(f"FAIL run {r}: wgs {wgs} stages {stages} tiles {tiles}: {e}")
             return 1
-    print(f"PASS: {args.runs} runs (q_early {args.q_early}, skip_idle {args.skip_idle})")
+    print(f"PASS: {args.runs} runs (q_early {args.q_early}, skip_idle {args.skip_idle}, "
+          f"ring {'per tile' if args.ring_per_tile else 'across tiles'})")
     return 0
 
 
