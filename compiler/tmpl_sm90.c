@@ -152,7 +152,17 @@
  *                 auto35 and auto36 included, runs the ring of session 40
  *                 (H100: +1.8% over ring_closed in geometric mean, D 64
  *                 +3-4%: bench/RESULTS.md "Session 40")
- * numbered 0 to 21 in this order (the numbers are the library's option
+ *   q_before_v    auto, but at a later work tile's start the producer
+ *                 issues Q's load between the first key tile's K and V
+ *                 copies instead of after both (fwd_sm90.cuh,
+ *                 fwd90_q_before_v): V's copy waits for the stage's V to
+ *                 be released, i.e. for the last warpgroup's P V of the
+ *                 tile before last, which it waits for after its last
+ *                 softmax, while Q in a short tile is released after the
+ *                 last S GEMM, about a softmax earlier; so far Q's load
+ *                 waited behind V's, and warpgroup 0 waits for Q at the
+ *                 next tile's start (session 41, written before measuring)
+ * numbered 0 to 22 in this order (the numbers are the library's option
  * values); 0 is the default below (the fastest
  * measured), and so is any number out of range (the library never fails
  * on a tuning knob).
@@ -233,53 +243,56 @@ typedef struct Sm90Variant {
   bool tanh_poly;       /* a softcap's tanh on the FMA pipe where in range (fwd90_tanh_poly) */
   Sm90PartialFirst partial_first; /* a sequence's short query tile first (fwd90_rows) */
   bool ring_per_tile;   /* the consumers' turn ring closed at each work tile's end */
+  bool q_before_v;      /* a later work tile's Q load issued before its first V copy */
 } Sm90Variant;
 
 static const Sm90Variant sm90_variants[] = {
     {"auto", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3, false, false},
     {"base", 0, false, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, 0, false, false, PF_NEVER, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, 0, false, false, PF_NEVER, false, false},
     {"persist", 256, false, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, 0, false, false, PF_NEVER, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, 0, false, false, PF_NEVER, false, false},
     {"bn80", 0, true, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, 0, false, false, PF_NEVER, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, 0, false, false, PF_NEVER, false, false},
     {"persist_bn80", 256, true, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, 0, false, false, PF_NEVER, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, 0, false, false, PF_NEVER, false, false},
     {"f16_pv", 256, true, true, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3, false, false},
     {"wg3", 256, true, false, WG3_ALWAYS, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3, false, false},
     {"kv8_early", 256, true, false, WG3_MASKED16, true, KV_COPY_NEVER, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3, false, false},
     {"kv_copy", 256, true, false, WG3_MASKED16, false, KV_COPY_ALWAYS, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3, false, false},
     {"bn176", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_ALWAYS, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3, false, false},
     {"fp8_vt8", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, true,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3, false, false},
     {"kv8", 256, true, false, WG3_MASKED16, false, KV_COPY_NEVER, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3, false, false},
     {"bn128", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_NEVER, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3, false, false},
     {"rescale_late", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_ALWAYS, PV_OVERLAP_ALWAYS, Q_EARLY_AUTO, true, false, PF_WG3, false},
+     RESCALE_LATE_ALWAYS, PV_OVERLAP_ALWAYS, Q_EARLY_AUTO, true, false, PF_WG3, false, false},
     {"pv_overlap", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_EARLY, PV_OVERLAP_ALWAYS, Q_EARLY_AUTO, true, false, PF_WG3, false},
+     RESCALE_EARLY, PV_OVERLAP_ALWAYS, Q_EARLY_AUTO, true, false, PF_WG3, false, false},
     {"pv_once", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_EARLY, PV_ONCE, Q_EARLY_AUTO, true, false, PF_WG3, false},
+     RESCALE_EARLY, PV_ONCE, Q_EARLY_AUTO, true, false, PF_WG3, false, false},
     {"q_early", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_ALL, true, false, PF_WG3, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_ALL, true, false, PF_WG3, false, false},
     {"auto35", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, 0, false, false, PF_NEVER, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, 0, false, false, PF_NEVER, false, false},
     {"tanh_poly", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, true, PF_WG3, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, true, PF_WG3, false, false},
     {"auto36", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_NEVER, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_NEVER, false, false},
     {"partial_first", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_ALWAYS, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_ALWAYS, false, false},
     {"ring_closed", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3, true},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3, true, false},
+    {"q_before_v", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3, false, true},
 };
 _Static_assert(sizeof sm90_variants / sizeof sm90_variants[0] == SM90_NVARIANTS,
                "attnc.h's SM90_NVARIANTS counts the variants");
@@ -449,6 +462,7 @@ int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool fp8_p, 
       out->partial_first = var->partial_first == PF_ALWAYS ||
                            (var->partial_first == PF_WG3 && wgs == 3 && masked);
       out->ring_per_tile = var->ring_per_tile;
+      out->q_before_v = out->persistent && var->q_before_v; /* (one tile a CTA: moot) */
       return 0;
     }
   }

@@ -484,6 +484,13 @@ constexpr bool fwd90_partial_first = ATTN_PARTIAL_FIRST != 0;
 #define ATTN_RING_PER_TILE 0
 #endif
 constexpr bool fwd90_ring_per_tile = ATTN_RING_PER_TILE != 0;
+/* The q_before_v variant (tmpl_sm90.c): at a later work tile's start the
+ * producer issues Q's load between the first key tile's K and V copies
+ * (see the producer). */
+#ifndef ATTN_Q_BEFORE_V
+#define ATTN_Q_BEFORE_V 0
+#endif
+constexpr bool fwd90_q_before_v = ATTN_Q_BEFORE_V != 0;
 /* Query tile m's rows of a sequence of Sq queries: [i0, i_end). Every i0
  * is a multiple of 16: a lane's rows i and i + 8 must share a dropout
  * group (hooks.cuh: rows i & ~9), so under partial_first the short first
@@ -1220,6 +1227,31 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
        * before the consumers release Q (the Q load waits for them). One
        * call site each for pop and the Q load: each was inlined two or
        * three times, NVRTC time (issue 19). */
+      /* Q's load, when it is due: on the first work tile at once; on later
+       * ones with the first key tile's copies (or alone where the tile has
+       * none). After both copies by default; fwd90_q_before_v issues it
+       * between that tile's K and V copies: V's copy waits for the stage's
+       * V to be released, which the last warpgroup does after its last
+       * softmax (its P V of the tile before last), while a short tile
+       * releases Q after its last S GEMM, about a softmax earlier. A macro,
+       * not a lambda: the default's code stays as it was, to the
+       * instruction (a lambda moved the producer's registers). */
+#define FWD90_SEND_Q()                                                                            \
+  if (!q_sent && (tq == 0 || have || !got)) {                                                     \
+    attn_mbar_wait(bar_q_empty, (tq & 1) ^ 1);                                                    \
+    /* The consumers read the slot after this phase of bar_q, which the                        \
+     * arrive below releases; they read the last value before their q-empty                    \
+     * arrive, so overwriting it now is safe. */                                                 \
+    if (lane == 0) {                                                                              \
+      asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(tile_slot), "r"(t),                 \
+                   "r"(any ? 1 : 0)                                                               \
+                   : "memory");                                                                   \
+      attn_mbar_expect_tx(bar_q, fwd90_q_bytes);                                                  \
+      _Pragma("unroll") for (int c = 0; c < fwd90_dqk / fwd90_blk; ++c)                                             \
+        attn_tma_load4(sq + c * fwd90_bm * 128, mq, bar_q, c * fwd90_blk, q0 + i0, h, tb);       \
+    }                                                                                             \
+    q_sent = true;                                                                                \
+  }
       int n = 0, cls = 0;
       bool have = false, any = false, q_sent = false;
       for (bool first_pop = true;; first_pop = false) {
@@ -1266,6 +1298,8 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
             else
               load_pages(ks, mk, bar_k(st), fwd90_dqk / fwd90_blk, n, 64);
           }
+          if constexpr (fwd90_q_before_v)
+            FWD90_SEND_Q();
           attn_mbar_wait(fwd90_kv8_early ? bar_v8_free(st) : bar_empty_v(st), ph ^ 1);
           if constexpr (fwd90_paged) {
             if (lane == 0)
@@ -1295,28 +1329,14 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
           ++visited;
           ++it;
         }
-        if (!q_sent && (tq == 0 || have || !got)) {
-          attn_mbar_wait(bar_q_empty, (tq & 1) ^ 1);
-          /* The consumers read the slot after this phase of bar_q, which
-           * the arrive below releases; they read the last value before
-           * their q-empty arrive, so overwriting it now is safe. */
-          if (lane == 0) {
-            asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(tile_slot), "r"(t),
-                         "r"(any ? 1 : 0)
-                         : "memory");
-            attn_mbar_expect_tx(bar_q, fwd90_q_bytes);
-#pragma unroll
-            for (int c = 0; c < fwd90_dqk / fwd90_blk; ++c)
-              attn_tma_load4(sq + c * fwd90_bm * 128, mq, bar_q, c * fwd90_blk, q0 + i0, h, tb);
-          }
-          q_sent = true;
-        }
+        FWD90_SEND_Q(); /* (q_before_v: the first tile's, and a tile's without key tiles) */
         if (!got)
           break;
         n = nn;
         cls = ncls;
         have = true;
       }
+#undef FWD90_SEND_Q
     }
     if constexpr (fwd90_conv) { /* tells the converters no copy comes */
       const int st = it % fwd90_stages, ph = (it / fwd90_stages) & 1;

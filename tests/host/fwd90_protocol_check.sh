@@ -19,3 +19,7 @@ for ring in "" --ring-per-tile; do
   python3 "$m" $ring --q-early --skip-idle --runs 3000
   python3 "$m" $ring --q-early 3 --skip-idle --runs 3000
 done
+# the q_before_v variant (auto's settings otherwise)
+python3 "$m" --q-before-v --self-test --runs 2000
+python3 "$m" --q-before-v --q-early 3 --skip-idle --runs 3000
+python3 "$m" --q-before-v --skip-idle --runs 3000

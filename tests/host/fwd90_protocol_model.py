@@ -12,10 +12,12 @@ asynchronous TMA loads and wgmma groups, and the variants that move the protocol
                its hand-over after the tile's last key tile. Without it, the ring of session 40:
                opened once before the first tile, a hand-over after every key tile, and
                warpgroup 0 takes the token left at the end after its last tile.
+  --q-before-v   at a later work tile's start Q's load between the first key tile's K and V
+               copies (fwd90_q_before_v), not after both
   --q-early [N]  Q released after the tile's last S GEMM in work tiles of at most N key tiles
                (fwd90_q_early_tiles; no N: every tile), after its last P V in the others
   --skip-idle  idle warpgroups run the protocol only (fwd90_skip_idle)
-Usage: python3 tests/host/fwd90_protocol_model.py [--ring-per-tile] [--q-early [N]] [--skip-idle]
+Usage: python3 tests/host/fwd90_protocol_model.py [--ring-per-tile] [--q-before-v] [--q-early [N]] [--skip-idle]
        [--runs N] [--seed S]
 The model is this file's reading of the template, not the template: keep the two in step."""
 import argparse
@@ -56,7 +58,8 @@ class Violation(Exception):
     pass
 
 
-def run(rng, wgs, stages, tiles, q_early, skip_idle, mutant=None, ring_per_tile=False):
+def run(rng, wgs, stages, tiles, q_early, skip_idle, mutant=None, ring_per_tile=False,
+        q_before_v=False):
     # tiles: list of (n_keys, n_live_wgs); q_early: the most key tiles a work tile may have for Q
     # to be released after its last S GEMM (0: never)
     q_full = Mbar("q_full", 1)
@@ -80,7 +83,7 @@ def run(rng, wgs, stages, tiles, q_early, skip_idle, mutant=None, ring_per_tile=
     def producer():
         # The template's order: on the first work tile Q at once, before any K/V; on later ones
         # the tile's first K/V copy (it needs only a free stage), then Q once the consumers
-        # released the previous one, then the rest.
+        # released the previous one, then the rest (q_before_v: Q between that first K and V).
         use = 0
         for t, (n, _) in enumerate(tiles + [(0, 0)]):
             end = t == len(tiles)
@@ -106,12 +109,14 @@ def run(rng, wgs, stages, tiles, q_early, skip_idle, mutant=None, ring_per_tile=
                         yield
                 load(f"K{st}", k_full[st],
                      lambda st=st, u=u, last=(x == n - 1): stage_slot.__setitem__(st, (u, last)))
+                if q_before_v and x == 0 and t > 0:
+                    yield from q_load()
                 if u >= stages:
                     while not v_empty[st].done(u // stages - 1):
                         yield
                 load(f"V{st}", v_full[st])
                 use += 1
-                if x == 0 and t > 0:
+                if not q_before_v and x == 0 and t > 0:
                     yield from q_load()
                 yield
 
@@ -275,6 +280,8 @@ def main():
     ap.add_argument("--q-early", type=int, nargs="?", const=1 << 20, default=0,
                     help="Q released early in work tiles of at most N key tiles (no N: all)")
     ap.add_argument("--skip-idle", action="store_true")
+    ap.add_argument("--q-before-v", action="store_true",
+                    help="a later work tile's Q load before its first V copy (the q_before_v variant)")
     ap.add_argument("--ring-per-tile", action="store_true",
                     help="the ring closed at each work tile's end (the ring_closed variant)")
     ap.add_argument("--runs", type=int, default=2000)
@@ -297,7 +304,8 @@ def main():
                 tiles = [(rng.choice([0, 1, 2, 3, 5, 8]), rng.randint(1, wgs))
                          for _ in range(rng.randint(1, 5))]
                 try:
-                    run(rng, wgs, stages, tiles, qe, si, mutant, args.ring_per_tile)
+                    run(rng, wgs, stages, tiles, qe, si, mutant, args.ring_per_tile,
+                        args.q_before_v)
                 except Violation as e:
                     caught = e
                     break
@@ -311,12 +319,14 @@ def main():
         stages = rng.choice([2, 3, 4])
         tiles = [(rng.choice([0, 1, 2, 3, 5, 8]), rng.randint(1, wgs)) for _ in range(rng.randint(1, 5))]
         try:
-            run(rng, wgs, stages, tiles, args.q_early, args.skip_idle, None, args.ring_per_tile)
+            run(rng, wgs, stages, tiles, args.q_early, args.skip_idle, None, args.ring_per_tile,
+                args.q_before_v)
         except Violation as e:
             print(f"FAIL run {r}: wgs {wgs} stages {stages} tiles {tiles}: {e}")
             return 1
     print(f"PASS: {args.runs} runs (q_early {args.q_early}, skip_idle {args.skip_idle}, "
-          f"ring {'per tile' if args.ring_per_tile else 'across tiles'})")
+          f"ring {'per tile' if args.ring_per_tile else 'across tiles'}"
+          f"{', Q before V' if args.q_before_v else ''})")
     return 0
 
 

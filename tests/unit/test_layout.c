@@ -462,7 +462,7 @@ Test(layout, fwd90_rescale_late_configs) {
    * and its "auto, but" variants put it first in masked graphs on three:
    * 192-row tiles, dense 16-bit masked graphs here; wg3's FP8 too).
    * Otherwise q_early,
-   * auto35, tanh_poly and partial_first have auto's tiles and commits
+   * auto35, tanh_poly, partial_first, ring_closed and q_before_v have auto's tiles and commits
    * (auto35 here, masked FP8: two warpgroups like auto). */
   const int qe = tmpl_sm90_variant_index("q_early");
   const int a35 = tmpl_sm90_variant_index("auto35");
@@ -474,7 +474,9 @@ Test(layout, fwd90_rescale_late_configs) {
   cr_assert_eq(tmpl_sm90_variant_index("auto36"), 19);
   cr_assert_eq(pf, 20);
   const int rc = tmpl_sm90_variant_index("ring_closed");
-  cr_assert_eq(rc, SM90_NVARIANTS - 1);
+  cr_assert_eq(rc, 21);
+  const int qv = tmpl_sm90_variant_index("q_before_v");
+  cr_assert_eq(qv, SM90_NVARIANTS - 1);
   cr_assert_eq(tmpl_sm90_variant_index("idle_wg"), -1);
   for (int w = 0; w < SM90_NVARIANTS; w++)
     for (int fp8 = 0; fp8 < 2; fp8++) {
@@ -487,6 +489,7 @@ Test(layout, fwd90_rescale_late_configs) {
       cr_assert_eq(h.skip_idle, !old, "variant %d", w);
       cr_assert_eq(h.tanh_poly, w == tp, "variant %d", w);
       cr_assert_eq(h.ring_per_tile, w == rc, "variant %d", w);
+      cr_assert_eq(h.q_before_v, w == qv && h.persistent, "variant %d", w);
       const bool auto_but = !old && w != tmpl_sm90_variant_index("auto36");
       cr_assert_eq(h.partial_first, w == pf || (auto_but && h.bm == 192), "variant %d fp8 %d", w,
                    fp8);
@@ -496,7 +499,7 @@ Test(layout, fwd90_rescale_late_configs) {
       Sm90Config u;
       cr_assert_eq(tmpl_sm90_config(64, 64, bytes, bytes, fp8, 0u, false, w, &u), 0);
       cr_assert_eq(u.partial_first, w == pf, "variant %d fp8 %d unmasked", w, fp8);
-      if (w != qe && w != a35 && w != tp && w != pf && w != rc) continue;
+      if (w != qe && w != a35 && w != tp && w != pf && w != rc && w != qv) continue;
       const int ref = w == a35 && !fp8 ? tmpl_sm90_variant_index("auto36") : 0;
       cr_assert_eq(tmpl_sm90_config(64, 64, bytes, bytes, fp8, SM90_MASKED, false, ref, &a), 0);
       cr_assert(same_tiles(&h, &a) && h.rescale_late == a.rescale_late &&
