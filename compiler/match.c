@@ -648,7 +648,7 @@ static int match_fwd_template(const KernelSpec *s, const CompileOptions *o, FwdC
                      .q_early_tiles = h.q_early_tiles,
                      .skip_idle = h.skip_idle, .tanh_poly = h.tanh_poly,
                      .partial_first = h.partial_first, .ring_per_tile = h.ring_per_tile,
-                     .q_before_v = h.q_before_v,
+                     .q_before_v = h.q_before_v, .pv_wait_next = h.pv_wait_next,
                      .kv_copy = kv_copy, .copy_k = kv_copy ? nt + 2 : -1,
                      .copy_v = kv_copy ? nt + 3 : -1,
                      /* (never where P is rounded: its roundings follow ex2's values) */

@@ -491,6 +491,13 @@ constexpr bool fwd90_ring_per_tile = ATTN_RING_PER_TILE != 0;
 #define ATTN_Q_BEFORE_V 0
 #endif
 constexpr bool fwd90_q_before_v = ATTN_Q_BEFORE_V != 0;
+/* The pv_wait_next variant (tmpl_sm90.c): the wait for a key tile's P V,
+ * O's rescale and P's packing at the top of the next key tile instead of
+ * after this one's softmax (see the consumers). */
+#ifndef ATTN_PV_WAIT_NEXT
+#define ATTN_PV_WAIT_NEXT 0
+#endif
+constexpr bool fwd90_pv_wait_next = ATTN_PV_WAIT_NEXT != 0;
 /* Query tile m's rows of a sequence of Sq queries: [i0, i_end). Every i0
  * is a multiple of 16: a lane's rows i and i + 8 must share a dropout
  * group (hooks.cuh: rows i & ~9), so under partial_first the short first
@@ -1528,10 +1535,89 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
     float row_sum[2] = {0.f, 0.f};         /* this lane's partial sums */
     float o_alpha[2] = {1.f, 1.f};         /* O's pending rescale per row */
 
+    /* The previous P V is done: O takes the factor of the last softmax
+     * (o_alpha) and P is packed for the next P V. At the end of a key
+     * tile (default) or at the top of the next one, before its turn
+     * (fwd90_pv_wait_next: ptxas hoists this wait above the softmax's
+     * exponentials when it follows them in the same block); release_v:
+     * the V that P V read may be refilled (stage v_st). */
+    auto settle = [&](bool release_v, int v_st) {
+      attn_wgmma_wait<0>();
+#pragma unroll
+      for (int r = 0; r < fwd90_o_regs; ++r)
+        attn_fence_reg(o[r]);
+#pragma unroll
+      for (int kk = 0; kk < fwd90_pa_steps; ++kk)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          asm volatile("" : "+r"(pa[kk][e])::"memory");
+      if (release_v)
+        attn_mbar_arrive(bar_empty_v(v_st)); /* its V may be refilled */
+      if constexpr (!fwd90_rescale_late)
+        fwd90_rescale_o(o, o_alpha);
+      if constexpr (fwd90_p8) {
+        /* P for the next round, in FP8: 32-key step kb holds fragments
+         * 4kb..4kb+3; a0/a1 take rows g/g+8 of fragments 4kb, 4kb+1, and
+         * a2/a3 of 4kb+2, 4kb+3 (fwd90_p8's key order). */
+        auto pack = [&](float m) {
+#pragma unroll
+          for (int kb = 0; kb < fwd90_pa_steps; ++kb) {
+            const float *f = &s[16 * kb];
+#pragma unroll
+            for (int h2 = 0; h2 < 2; ++h2)
+#pragma unroll
+              for (int r = 0; r < 2; ++r)
+                pa[kb][2 * h2 + r] =
+                    fwd90_pack_p8(f[8 * h2 + 2 * r] * m, f[8 * h2 + 2 * r + 1] * m,
+                                  f[8 * h2 + 4 + 2 * r] * m, f[8 * h2 + 4 + 2 * r + 1] * m);
+          }
+        };
+        if (p_folded) /* (uniform: a branch, no select per element) */
+          pack(1.f);
+        else
+          pack(p_sc);
+      } else if constexpr (attn_p_round != 0) {
+        /* P rounded to FP8 (hooks.cuh: `e4m3(p * scale) @ v`), in 16 bits
+         * (p_sc is 1 without a scale). */
+        auto pack = [&](float m) {
+#pragma unroll
+          for (int kk = 0; kk < fwd90_bn / 16; ++kk)
+#pragma unroll
+            for (int x = 0; x < 4; ++x)
+              pa[kk][x] = fwd90_pack_p16(s[8 * kk + 2 * x] * m, s[8 * kk + 2 * x + 1] * m);
+        };
+        if (p_folded)
+          pack(1.f);
+        else
+          pack(p_sc);
+      } else {
+        /* P as P V reads it (a scale without a rounding: hooks.cuh). */
+        if constexpr (attn_p_mod != 0) {
+#pragma unroll
+          for (int r = 0; r < fwd90_s_regs; ++r)
+            s[r] = attn_p_value(s[r], p_sc);
+        }
+        /* P for the next round: fragments 2kk and 2kk+1 of S are the A
+         * operand of the kk-th 16-key step. */
+#pragma unroll
+        for (int kk = 0; kk < fwd90_bn / 16; ++kk) {
+          pa[kk][0] = fwd90_pack_in(s[8 * kk + 0], s[8 * kk + 1]);
+          pa[kk][1] = fwd90_pack_in(s[8 * kk + 2], s[8 * kk + 3]);
+          pa[kk][2] = fwd90_pack_in(s[8 * kk + 4], s[8 * kk + 5]);
+          pa[kk][3] = fwd90_pack_in(s[8 * kk + 6], s[8 * kk + 7]);
+        }
+      }
+    };
     if (fwd90_ring_per_tile && last_wg && any)
       attn_named_arrive(1); /* warpgroup 0 goes first */
     int it = 0, pst = 0, pph = 0; /* it: this tile's key tiles so far */
+    [[maybe_unused]] int pst2 = 0; /* pv_wait_next: the stage of the P V in flight */
     for (bool more = any; more;) {
+      /* pv_wait_next: the last key tile's P, packed once its previous P V
+       * is done (P V of key tile it - 2, issued in the last turn) */
+      if constexpr (fwd90_pv_wait_next)
+        if (it > 0)
+          settle(it > 1, pst2);
       const int st = git % fwd90_stages, ph = (git / fwd90_stages) & 1;
       const unsigned ks = skv + st * fwd90_stage_bytes;
       int n, tag;
@@ -1679,79 +1765,19 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       }
 #endif
 
-      attn_wgmma_wait<0>(); /* the previous P V is done */
-#pragma unroll
-      for (int r = 0; r < fwd90_o_regs; ++r)
-        attn_fence_reg(o[r]);
-#pragma unroll
-      for (int kk = 0; kk < fwd90_pa_steps; ++kk)
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          asm volatile("" : "+r"(pa[kk][e])::"memory");
-      if (it > 0)
-        attn_mbar_arrive(bar_empty_v(pst)); /* its V may be refilled */
       o_alpha[0] = alpha[0];
       o_alpha[1] = alpha[1];
-      if constexpr (!fwd90_rescale_late)
-        fwd90_rescale_o(o, o_alpha);
-      if constexpr (fwd90_p8) {
-        /* P for the next round, in FP8: 32-key step kb holds fragments
-         * 4kb..4kb+3; a0/a1 take rows g/g+8 of fragments 4kb, 4kb+1, and
-         * a2/a3 of 4kb+2, 4kb+3 (fwd90_p8's key order). */
-        auto pack = [&](float m) {
-#pragma unroll
-          for (int kb = 0; kb < fwd90_pa_steps; ++kb) {
-            const float *f = &s[16 * kb];
-#pragma unroll
-            for (int h2 = 0; h2 < 2; ++h2)
-#pragma unroll
-              for (int r = 0; r < 2; ++r)
-                pa[kb][2 * h2 + r] =
-                    fwd90_pack_p8(f[8 * h2 + 2 * r] * m, f[8 * h2 + 2 * r + 1] * m,
-                                  f[8 * h2 + 4 + 2 * r] * m, f[8 * h2 + 4 + 2 * r + 1] * m);
-          }
-        };
-        if (p_folded) /* (uniform: a branch, no select per element) */
-          pack(1.f);
-        else
-          pack(p_sc);
-      } else if constexpr (attn_p_round != 0) {
-        /* P rounded to FP8 (hooks.cuh: `e4m3(p * scale) @ v`), in 16 bits
-         * (p_sc is 1 without a scale). */
-        auto pack = [&](float m) {
-#pragma unroll
-          for (int kk = 0; kk < fwd90_bn / 16; ++kk)
-#pragma unroll
-            for (int x = 0; x < 4; ++x)
-              pa[kk][x] = fwd90_pack_p16(s[8 * kk + 2 * x] * m, s[8 * kk + 2 * x + 1] * m);
-        };
-        if (p_folded)
-          pack(1.f);
-        else
-          pack(p_sc);
-      } else {
-        /* P as P V reads it (a scale without a rounding: hooks.cuh). */
-        if constexpr (attn_p_mod != 0) {
-#pragma unroll
-          for (int r = 0; r < fwd90_s_regs; ++r)
-            s[r] = attn_p_value(s[r], p_sc);
-        }
-        /* P for the next round: fragments 2kk and 2kk+1 of S are the A
-         * operand of the kk-th 16-key step. */
-#pragma unroll
-        for (int kk = 0; kk < fwd90_bn / 16; ++kk) {
-          pa[kk][0] = fwd90_pack_in(s[8 * kk + 0], s[8 * kk + 1]);
-          pa[kk][1] = fwd90_pack_in(s[8 * kk + 2], s[8 * kk + 3]);
-          pa[kk][2] = fwd90_pack_in(s[8 * kk + 4], s[8 * kk + 5]);
-          pa[kk][3] = fwd90_pack_in(s[8 * kk + 6], s[8 * kk + 7]);
-        }
-      }
+      if constexpr (!fwd90_pv_wait_next)
+        settle(it > 0, pst);
+      pst2 = pst;
       pst = st;
       pph = ph;
       ++it;
       ++git;
     }
     if (it > 0) { /* the last tile's P V */
+      if constexpr (fwd90_pv_wait_next)
+        settle(it > 1, pst2);
       const unsigned vs = skv + pst * fwd90_stage_bytes + fwd90_k_bytes;
       if constexpr (fwd90_rescale_late)
         fwd90_rescale_o(o, o_alpha);

@@ -23,3 +23,7 @@ done
 python3 "$m" --q-before-v --self-test --runs 2000
 python3 "$m" --q-before-v --q-early 3 --skip-idle --runs 3000
 python3 "$m" --q-before-v --skip-idle --runs 3000
+# the pv_wait_next variant
+python3 "$m" --pv-wait-next --self-test --runs 2000
+python3 "$m" --pv-wait-next --q-early 3 --skip-idle --runs 3000
+python3 "$m" --pv-wait-next --skip-idle --runs 3000

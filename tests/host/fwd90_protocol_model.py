@@ -14,10 +14,12 @@ asynchronous TMA loads and wgmma groups, and the variants that move the protocol
                warpgroup 0 takes the token left at the end after its last tile.
   --q-before-v   at a later work tile's start Q's load between the first key tile's K and V
                copies (fwd90_q_before_v), not after both
+  --pv-wait-next the wait for a key tile's P V (and V's release) at the top of the next key
+               tile, before its turn, and before the last tile's P V (fwd90_pv_wait_next)
   --q-early [N]  Q released after the tile's last S GEMM in work tiles of at most N key tiles
                (fwd90_q_early_tiles; no N: every tile), after its last P V in the others
   --skip-idle  idle warpgroups run the protocol only (fwd90_skip_idle)
-Usage: python3 tests/host/fwd90_protocol_model.py [--ring-per-tile] [--q-before-v] [--q-early [N]] [--skip-idle]
+Usage: python3 tests/host/fwd90_protocol_model.py [--ring-per-tile] [--q-before-v] [--pv-wait-next] [--q-early [N]] [--skip-idle]
        [--runs N] [--seed S]
 The model is this file's reading of the template, not the template: keep the two in step."""
 import argparse
@@ -59,7 +61,7 @@ class Violation(Exception):
 
 
 def run(rng, wgs, stages, tiles, q_early, skip_idle, mutant=None, ring_per_tile=False,
-        q_before_v=False):
+        q_before_v=False, pv_wait_next=False):
     # tiles: list of (n_keys, n_live_wgs); q_early: the most key tiles a work tile may have for Q
     # to be released after its last S GEMM (0: never)
     q_full = Mbar("q_full", 1)
@@ -192,8 +194,18 @@ def run(rng, wgs, stages, tiles, q_early, skip_idle, mutant=None, ring_per_tile=
             early = 0 < n <= q_early  # this work tile releases Q after its last S GEMM
             pv = None  # (stage, tag) of the P V in flight
             pst = None
+
+            def settle():  # wait<0>: the P V in flight is done, its V released
+                nonlocal pv
+                if pv is not None:
+                    readers[f"V{pv[0]}"].discard(pv[1])
+                    v_empty[pv[0]].arrive()
+                    pv = None
+
             for x in range(n):
                 u = use
+                if pv_wait_next:
+                    settle()
                 st, last = yield from take(u)
                 # S = Q K^T issued; P V of the previous tile issued (after V landed)
                 tag = (w, t, u)
@@ -222,13 +234,13 @@ def run(rng, wgs, stages, tiles, q_early, skip_idle, mutant=None, ring_per_tile=
                         yield
                     readers[f"V{pv[0]}"].discard(pv[1])
                     pv = None
-                if pv is not None:  # wait<0>: the previous P V is done
-                    readers[f"V{pv[0]}"].discard(pv[1])
-                    v_empty[pv[0]].arrive()
-                    pv = None
+                if not pv_wait_next:
+                    settle()
                 pst = st
                 use += 1
             if pst is not None:  # the last tile's P V
+                if pv_wait_next:
+                    settle()
                 while not v_full[pst].done((use - 1) // stages):
                     yield
                 readers[f"V{pst}"].add(("pvlast", w, t))
@@ -282,6 +294,8 @@ def main():
     ap.add_argument("--skip-idle", action="store_true")
     ap.add_argument("--q-before-v", action="store_true",
                     help="a later work tile's Q load before its first V copy (the q_before_v variant)")
+    ap.add_argument("--pv-wait-next", action="store_true",
+                    help="P V's wait at the next key tile's top (the pv_wait_next variant)")
     ap.add_argument("--ring-per-tile", action="store_true",
                     help="the ring closed at each work tile's end (the ring_closed variant)")
     ap.add_argument("--runs", type=int, default=2000)
@@ -305,7 +319,7 @@ def main():
                          for _ in range(rng.randint(1, 5))]
                 try:
                     run(rng, wgs, stages, tiles, qe, si, mutant, args.ring_per_tile,
-                        args.q_before_v)
+                        args.q_before_v, args.pv_wait_next)
                 except Violation as e:
                     caught = e
                     break
@@ -320,13 +334,14 @@ def main():
         tiles = [(rng.choice([0, 1, 2, 3, 5, 8]), rng.randint(1, wgs)) for _ in range(rng.randint(1, 5))]
         try:
             run(rng, wgs, stages, tiles, args.q_early, args.skip_idle, None, args.ring_per_tile,
-                args.q_before_v)
+                args.q_before_v, args.pv_wait_next)
         except Violation as e:
             print(f"FAIL run {r}: wgs {wgs} stages {stages} tiles {tiles}: {e}")
             return 1
     print(f"PASS: {args.runs} runs (q_early {args.q_early}, skip_idle {args.skip_idle}, "
           f"ring {'per tile' if args.ring_per_tile else 'across tiles'}"
-          f"{', Q before V' if args.q_before_v else ''})")
+          f"{', Q before V' if args.q_before_v else ''}"
+          f"{', P V waited next' if args.pv_wait_next else ''})")
     return 0
 
 

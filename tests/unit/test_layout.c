@@ -476,7 +476,9 @@ Test(layout, fwd90_rescale_late_configs) {
   const int rc = tmpl_sm90_variant_index("ring_closed");
   cr_assert_eq(rc, 21);
   const int qv = tmpl_sm90_variant_index("q_before_v");
-  cr_assert_eq(qv, SM90_NVARIANTS - 1);
+  cr_assert_eq(qv, 22);
+  const int pw = tmpl_sm90_variant_index("pv_wait_next");
+  cr_assert_eq(pw, SM90_NVARIANTS - 1);
   cr_assert_eq(tmpl_sm90_variant_index("idle_wg"), -1);
   for (int w = 0; w < SM90_NVARIANTS; w++)
     for (int fp8 = 0; fp8 < 2; fp8++) {
@@ -490,6 +492,7 @@ Test(layout, fwd90_rescale_late_configs) {
       cr_assert_eq(h.tanh_poly, w == tp, "variant %d", w);
       cr_assert_eq(h.ring_per_tile, w == rc, "variant %d", w);
       cr_assert_eq(h.q_before_v, w == qv && h.persistent, "variant %d", w);
+      cr_assert_eq(h.pv_wait_next, w == pw, "variant %d", w);
       const bool auto_but = !old && w != tmpl_sm90_variant_index("auto36");
       cr_assert_eq(h.partial_first, w == pf || (auto_but && h.bm == 192), "variant %d fp8 %d", w,
                    fp8);
