@@ -213,7 +213,11 @@ typedef enum { BN176_NEVER, BN176_PLAIN, BN176_ALWAYS } Sm90Bn176;
  * (0.98-1.01x at D 256 unmasked), 0.95-1.02x for FP8 q, k and v; the late
  * rescale +3-10% at D 64 causal, a loss everywhere else (and where the
  * score reads memory or K/V are paged ptxas serializes the wgmmas under
- * it: auto leaves those out). */
+ * it: auto leaves those out). Session 41 (H100, bench/RESULTS.md): for FP8 q,
+ * k, v with FP8 P V at head tiles up to 128 the commit in its branch measured
+ * +1.6 to +12.3% at D 64 and +2.0 to +6.1% at D 128 (two rounds, 24
+ * configurations, S 1k-16k, causal or not; 0.98-1.00x in two of them) and
+ * 0.96-1.00x at D 256: PV_OVERLAP_16 takes those FP8 graphs too. */
 typedef enum { PV_ONCE, PV_OVERLAP_16, PV_OVERLAP_ALWAYS } Sm90PvCommit;
 typedef enum { RESCALE_EARLY, RESCALE_LATE_NARROW2, RESCALE_LATE_ALWAYS } Sm90Rescale;
 /* Which work tiles release Q after their last S GEMM instead of their last
@@ -467,7 +471,8 @@ int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool fp8_p, 
                            wgs == 2 && d_qk == 64 && d_v == 64 && (traits & SM90_PLAIN) &&
                            !paged);
       out->pv_overlap = out->rescale_late || var->pv == PV_OVERLAP_ALWAYS ||
-                        (var->pv == PV_OVERLAP_16 && mode == ATTN_FWD90_16);
+                        (var->pv == PV_OVERLAP_16 &&
+                         (mode == ATTN_FWD90_16 || (out->fp8_pv && tmax <= 128)));
       out->q_early_tiles = out->persistent ? var->q_early_tiles : 0; /* (one tile a CTA: moot) */
       out->skip_idle = var->skip_idle;
       out->tanh_poly = var->tanh_poly;

@@ -24,6 +24,7 @@
 #define ATTN_STAGES 3
 #define ATTN_PERSISTENT 1
 #define ATTN_FP8_PV 1
+#define ATTN_PV_OVERLAP 1
 #define ATTN_Q_EARLY 16
 #define ATTN_SKIP_IDLE 1
 #define ATTN_TQ 0
@@ -385,6 +386,7 @@ extern "C" __global__ void __launch_bounds__(32) attn_fp8_train_bwd_amax_init(co
 #undef ATTN_STAGES
 #undef ATTN_PERSISTENT
 #undef ATTN_FP8_PV
+#undef ATTN_PV_OVERLAP
 #undef ATTN_Q_EARLY
 #undef ATTN_SKIP_IDLE
 #undef ATTN_TQ
