@@ -65,7 +65,7 @@ typedef struct attn_params {
 #define ATTN_TMAP_Q 0
 #define ATTN_TMAP_K 1
 #define ATTN_TMAP_V 2
-#define ATTN_TMAP_O 3 /* reserved: the sm90 template stores O directly */
+#define ATTN_TMAP_O 3 /* fwd_sm90's o_smem variant: O, stored by TMA */
 #define ATTN_TMAP_DO 1 /* bwd_sm90's main kernel: dO (K and V go by cp.async) */
 #define ATTN_TMAP_DQA 2 /* bwd_sm90's main kernel: dQ's f32 accumulator (reduce-add) */
 #define ATTN_TMAP_QDT 3 /* bwd_sm90's FP8 tensor-core mode: Q^T with dO^T (transpose8's) */

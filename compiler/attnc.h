@@ -743,6 +743,7 @@ typedef struct Sm90Config {
   bool ring_per_tile; /* ATTN_RING_PER_TILE: the turn ring closed at each work tile's end */
   bool q_before_v;    /* ATTN_Q_BEFORE_V: a later work tile's Q load before its first V copy */
   bool pv_wait_next;  /* ATTN_PV_WAIT_NEXT: P V's wait and P's packing at the next key tile */
+  bool o_smem;        /* ATTN_O_SMEM: O staged in shared memory, rows copied out in bulk */
 } Sm90Config;
 
 /* 0 and fills out, or -1 when the template cannot run these head dims
@@ -768,8 +769,8 @@ int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool fp8_p, 
  * and a variant's number for its name (auto, base, persist, bn80,
  * persist_bn80, f16_pv, wg3, kv8_early, kv_copy, bn176, fp8_vt8, kv8,
  * bn128, rescale_late, pv_overlap, pv_once, q_early, auto35, tanh_poly,
- * auto36, partial_first, ring_closed, q_before_v, pv_wait_next), or -1. */
-#define SM90_NVARIANTS 24
+ * auto36, partial_first, ring_closed, q_before_v, pv_wait_next, o_smem), or -1. */
+#define SM90_NVARIANTS 25
 int tmpl_sm90_variant_index(const char *name);
 /* Whether the variant widens a dense FP8 KV cache under a 16-bit q into a
  * 16-bit workspace copy before the forward (kv_copy), which then reads the
@@ -834,6 +835,7 @@ typedef struct FwdConfig {
   bool ring_per_tile; /* fwd_sm90 ATTN_RING_PER_TILE (the ring_closed variant) */
   bool q_before_v;    /* fwd_sm90 ATTN_Q_BEFORE_V (the q_before_v variant) */
   bool pv_wait_next;  /* fwd_sm90 ATTN_PV_WAIT_NEXT (the pv_wait_next variant) */
+  bool o_smem;        /* fwd_sm90 ATTN_O_SMEM (the o_smem variant) */
   /* The kv_copy variant (ATTN_KV_COPY): the plan's widen_kv step writes
    * 16-bit copies of an FP8 k and v into workspace slots copy_k and copy_v
    * (after the decode's two), and the forward reads those. */
@@ -859,7 +861,7 @@ typedef struct CompileOptions {
                         14 pv_overlap, 15 pv_once, 16 q_early,
                         17 auto35, 18 tanh_poly, 19 auto36,
                         20 partial_first, 21 ring_closed, 22 q_before_v,
-                        23 pv_wait_next */
+                        23 pv_wait_next, 24 o_smem */
   int exp2_fma;      /* fwd_sm90's softmax exponentials on the FMA pipe:
                         0 auto (none: measured slower), 1 none, 2-5 one to
                         four of every four key blocks (match.c) */

@@ -649,6 +649,9 @@ static int match_fwd_template(const KernelSpec *s, const CompileOptions *o, FwdC
                      .skip_idle = h.skip_idle, .tanh_poly = h.tanh_poly,
                      .partial_first = h.partial_first, .ring_per_tile = h.ring_per_tile,
                      .q_before_v = h.q_before_v, .pv_wait_next = h.pv_wait_next,
+                     /* (a TMA box of O's rows: 16-bit, dense, whole tiles) */
+                     .o_smem = h.o_smem && (s->out_type == DT_BF16 || s->out_type == DT_F16) &&
+                               !s->packed && !h.partial_first,
                      .kv_copy = kv_copy, .copy_k = kv_copy ? nt + 2 : -1,
                      .copy_v = kv_copy ? nt + 3 : -1,
                      /* (never where P is rounded: its roundings follow ex2's values) */

@@ -173,7 +173,15 @@
  *                 it; across the loop's back edge it cannot. H100, session
  *                 41: 0.990x auto in bf16 (D 64 0.974), FP8 D 128 +2-3%,
  *                 D 256 0.97-1.00 (predicted FP8 +5-15%)
- * numbered 0 to 23 in this order (the numbers are the library's option
+ *   o_smem        auto, but each consumer warp writes its 16 rows of O into
+ *                 shared memory (128-byte swizzle) and stores them by TMA
+ *                 (fwd_sm90.cuh, fwd90_o_smem) instead of 32 four-byte
+ *                 stores a thread, which held 13% of the stall samples at D
+ *                 128 S 1k (session 41's ncu); its staging is sized into
+ *                 the tile choice (D 128: key tiles of 128, not 176; D 256:
+ *                 no room, so none); match.c keeps it to 16-bit O, dense
+ *                 rows and whole tiles. Written before measuring
+ * numbered 0 to 24 in this order (the numbers are the library's option
  * values); 0 is the default below (the fastest
  * measured), and so is any number out of range (the library never fails
  * on a tuning knob).
@@ -260,57 +268,78 @@ typedef struct Sm90Variant {
   bool ring_per_tile;   /* the consumers' turn ring closed at each work tile's end */
   bool q_before_v;      /* a later work tile's Q load issued before its first V copy */
   bool pv_wait_next;    /* P V's wait, O's rescale and P's packing at the next key tile's top */
+  bool o_smem;          /* O through shared memory and per-row bulk copies */
 } Sm90Variant;
 
 static const Sm90Variant sm90_variants[] = {
     {"auto", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3, false, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false,
+     PF_WG3, false, false, false, false},
     {"base", 0, false, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, 0, false, false, PF_NEVER, false, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, 0, false, false, PF_NEVER, false, false, false, false},
     {"persist", 256, false, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, 0, false, false, PF_NEVER, false, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, 0, false, false, PF_NEVER, false, false, false, false},
     {"bn80", 0, true, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, 0, false, false, PF_NEVER, false, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, 0, false, false, PF_NEVER, false, false, false, false},
     {"persist_bn80", 256, true, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, 0, false, false, PF_NEVER, false, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, 0, false, false, PF_NEVER, false, false, false, false},
     {"f16_pv", 256, true, true, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3, false, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false,
+     PF_WG3, false, false, false, false},
     {"wg3", 256, true, false, WG3_ALWAYS, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3, false, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false,
+     PF_WG3, false, false, false, false},
     {"kv8_early", 256, true, false, WG3_MASKED16, true, KV_COPY_NEVER, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3, false, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false,
+     PF_WG3, false, false, false, false},
     {"kv_copy", 256, true, false, WG3_MASKED16, false, KV_COPY_ALWAYS, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3, false, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false,
+     PF_WG3, false, false, false, false},
     {"bn176", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_ALWAYS, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3, false, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false,
+     PF_WG3, false, false, false, false},
     {"fp8_vt8", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, true,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3, false, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false,
+     PF_WG3, false, false, false, false},
     {"kv8", 256, true, false, WG3_MASKED16, false, KV_COPY_NEVER, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3, false, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false,
+     PF_WG3, false, false, false, false},
     {"bn128", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_NEVER, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3, false, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false,
+     PF_WG3, false, false, false, false},
     {"rescale_late", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_ALWAYS, PV_OVERLAP_ALWAYS, Q_EARLY_AUTO, true, false, PF_WG3, false, false, false},
+     RESCALE_LATE_ALWAYS, PV_OVERLAP_ALWAYS, Q_EARLY_AUTO, true, false,
+     PF_WG3, false, false, false, false},
     {"pv_overlap", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_EARLY, PV_OVERLAP_ALWAYS, Q_EARLY_AUTO, true, false, PF_WG3, false, false, false},
+     RESCALE_EARLY, PV_OVERLAP_ALWAYS, Q_EARLY_AUTO, true, false,
+     PF_WG3, false, false, false, false},
     {"pv_once", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_EARLY, PV_ONCE, Q_EARLY_AUTO, true, false, PF_WG3, false, false, false},
+     RESCALE_EARLY, PV_ONCE, Q_EARLY_AUTO, true, false, PF_WG3, false, false, false, false},
     {"q_early", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_ALL, true, false, PF_WG3, false, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_ALL, true, false,
+     PF_WG3, false, false, false, false},
     {"auto35", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, 0, false, false, PF_NEVER, false, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, 0, false, false, PF_NEVER, false, false, false, false},
     {"tanh_poly", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, true, PF_WG3, false, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, true,
+     PF_WG3, false, false, false, false},
     {"auto36", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_NEVER, false, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false,
+     PF_NEVER, false, false, false, false},
     {"partial_first", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_ALWAYS, false, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false,
+     PF_ALWAYS, false, false, false, false},
     {"ring_closed", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3, true, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false,
+     PF_WG3, true, false, false, false},
     {"q_before_v", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3, false, true, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false,
+     PF_WG3, false, true, false, false},
     {"pv_wait_next", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
      RESCALE_LATE_NARROW2, PV_OVERLAP_ALWAYS, Q_EARLY_AUTO, true, false, PF_WG3, false, false,
+     true, false},
+    {"o_smem", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3, false, false, false,
      true},
 };
 _Static_assert(sizeof sm90_variants / sizeof sm90_variants[0] == SM90_NVARIANTS,
@@ -358,8 +387,10 @@ int tmpl_sm90_variant_index(const char *name) {
   return -1;
 }
 
-static int sm90_smem_bytes(int bm, const Sm90Candidate *c, int d_qk, int d_v, int mode) {
-  return attn_fwd90_layout_of(bm, c->bn, c->stages, d_qk, d_v, mode).total;
+static int sm90_smem_bytes(int bm, const Sm90Candidate *c, int d_qk, int d_v, int mode,
+                           bool o_smem) {
+  const attn_fwd90_layout l = attn_fwd90_layout_of(bm, c->bn, c->stages, d_qk, d_v, mode);
+  return o_smem ? attn_fwd90_total_ostage(l, bm, d_v) : l.total;
 }
 
 int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool fp8_p, unsigned traits,
@@ -445,47 +476,51 @@ int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool fp8_p, 
     list = fp8p_vt8_narrow, n = (int)(sizeof fp8p_vt8_narrow / sizeof fp8p_vt8_narrow[0]);
   else if (fp8_pv && (tmax > 128 || wg3_fp8_128))
     list = fp8p_wide, n = (int)(sizeof fp8p_wide / sizeof fp8p_wide[0]);
-  for (int k = 0; k < n; k++) {
-    int bytes = sm90_smem_bytes(64 * wgs, &list[k], fp8 ? attn_head_tile8(d_qk) : tqk, tv,
-                                vt8 ? ATTN_FWD90_QKV8T : mode);
-    if (bytes <= SM90_SMEM_LIMIT) {
-      out->bm = 64 * wgs;
-      out->bn = list[k].bn;
-      out->stages = list[k].stages;
-      out->threads = 128 * (1 + wgs);
-      out->smem_bytes = bytes;
-      out->persistent = tmax <= var->persistent_max_d;
-      /* FP8 P V reads V^T rows of 64 or 128 keys. */
-      out->fp8_pv = fp8_pv && (list[k].bn == 64 || list[k].bn == 128);
-      out->kv8_early = mode == ATTN_FWD90_KV8E;
-      out->vt8 = vt8 && out->fp8_pv;
-      /* The late rescale takes the branch commits (its P V is issued
-       * after S's group is closed). Auto's only in plain graphs, K/V not
-       * paged: elsewhere O's pending factors, live across the next S
-       * GEMM beside what the chain holds, left ptxas too few registers
-       * for the wgmma pipeline and it serialized every wgmma (C7511;
-       * compile sweep seed 135 at D 32-64: a bias or position table, a
-       * softcap, exp/log/clamp chains, a paged cache). And only at head
-       * dims of exactly 64 (what was measured): below it (32, 48, 56; a
-       * 64-wide tile over fewer columns) the plain causal graph serialized
-       * too (session 36, compile sweep seed 142). */
-      out->rescale_late = var->rescale == RESCALE_LATE_ALWAYS ||
-                          (var->rescale == RESCALE_LATE_NARROW2 && mode == ATTN_FWD90_16 &&
-                           wgs == 2 && d_qk == 64 && d_v == 64 && (traits & SM90_PLAIN) &&
-                           !paged);
-      out->pv_overlap = out->rescale_late || var->pv == PV_OVERLAP_ALWAYS ||
-                        (var->pv == PV_OVERLAP_16 &&
-                         (mode == ATTN_FWD90_16 || (out->fp8_pv && tmax <= 128)));
-      out->q_early_tiles = out->persistent ? var->q_early_tiles : 0; /* (one tile a CTA: moot) */
-      out->skip_idle = var->skip_idle;
-      out->tanh_poly = var->tanh_poly;
-      out->partial_first = var->partial_first == PF_ALWAYS ||
-                           (var->partial_first == PF_WG3 && wgs == 3 && masked);
-      out->ring_per_tile = var->ring_per_tile;
-      out->q_before_v = out->persistent && var->q_before_v; /* (one tile a CTA: moot) */
-      out->pv_wait_next = var->pv_wait_next;
-      return 0;
+  /* o_smem: its staging rows sized into the tile choice; where no tile
+   * leaves room for them (D 256), the tiles without them. */
+  for (int pass = var->o_smem ? 0 : 1; pass < 2; pass++)
+    for (int k = 0; k < n; k++) {
+      int bytes = sm90_smem_bytes(64 * wgs, &list[k], fp8 ? attn_head_tile8(d_qk) : tqk, tv,
+                                  vt8 ? ATTN_FWD90_QKV8T : mode, pass == 0);
+      if (bytes <= SM90_SMEM_LIMIT) {
+        out->bm = 64 * wgs;
+        out->bn = list[k].bn;
+        out->stages = list[k].stages;
+        out->threads = 128 * (1 + wgs);
+        out->smem_bytes = bytes;
+        out->persistent = tmax <= var->persistent_max_d;
+        /* FP8 P V reads V^T rows of 64 or 128 keys. */
+        out->fp8_pv = fp8_pv && (list[k].bn == 64 || list[k].bn == 128);
+        out->kv8_early = mode == ATTN_FWD90_KV8E;
+        out->vt8 = vt8 && out->fp8_pv;
+        /* The late rescale takes the branch commits (its P V is issued
+         * after S's group is closed). Auto's only in plain graphs, K/V not
+         * paged: elsewhere O's pending factors, live across the next S
+         * GEMM beside what the chain holds, left ptxas too few registers
+         * for the wgmma pipeline and it serialized every wgmma (C7511;
+         * compile sweep seed 135 at D 32-64: a bias or position table, a
+         * softcap, exp/log/clamp chains, a paged cache). And only at head
+         * dims of exactly 64 (what was measured): below it (32, 48, 56; a
+         * 64-wide tile over fewer columns) the plain causal graph serialized
+         * too (session 36, compile sweep seed 142). */
+        out->rescale_late = var->rescale == RESCALE_LATE_ALWAYS ||
+                            (var->rescale == RESCALE_LATE_NARROW2 && mode == ATTN_FWD90_16 &&
+                             wgs == 2 && d_qk == 64 && d_v == 64 && (traits & SM90_PLAIN) &&
+                             !paged);
+        out->pv_overlap = out->rescale_late || var->pv == PV_OVERLAP_ALWAYS ||
+                          (var->pv == PV_OVERLAP_16 &&
+                           (mode == ATTN_FWD90_16 || (out->fp8_pv && tmax <= 128)));
+        out->q_early_tiles = out->persistent ? var->q_early_tiles : 0; /* (one tile a CTA: moot) */
+        out->skip_idle = var->skip_idle;
+        out->tanh_poly = var->tanh_poly;
+        out->partial_first = var->partial_first == PF_ALWAYS ||
+                             (var->partial_first == PF_WG3 && wgs == 3 && masked);
+        out->ring_per_tile = var->ring_per_tile;
+        out->q_before_v = out->persistent && var->q_before_v; /* (one tile a CTA: moot) */
+        out->pv_wait_next = var->pv_wait_next;
+        out->o_smem = pass == 0;
+        return 0;
+      }
     }
-  }
   return -1;
 }

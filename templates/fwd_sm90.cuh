@@ -498,6 +498,22 @@ constexpr bool fwd90_q_before_v = ATTN_Q_BEFORE_V != 0;
 #define ATTN_PV_WAIT_NEXT 0
 #endif
 constexpr bool fwd90_pv_wait_next = ATTN_PV_WAIT_NEXT != 0;
+/* The o_smem variant (tmpl_sm90.c): each consumer warp writes its 16 rows
+ * of O into shared memory (attn_fwd90_ostage_*, after the slots, swizzled)
+ * and stores them by TMA, 64 columns a box, instead of 32 four-byte stores
+ * a thread (session 41's profile of D 128 S 1k: those held 13% of the
+ * stall samples, on a full LSU queue). match.c sets it only for a 16-bit
+ * O, dense rows and tiles whose rows all belong to them (no
+ * partial_first), where the plan adds O's map (ATTN_TMAP_O). */
+#ifndef ATTN_O_SMEM
+#define ATTN_O_SMEM 0
+#endif
+constexpr bool fwd90_o_smem = ATTN_O_SMEM != 0;
+#if ATTN_O_SMEM && defined(ATTN_PACKED_Q)
+#error "o_smem: packed sequences store O row by row (a TMA box would cross a sequence's end)"
+#endif
+static_assert(!fwd90_o_smem || (fwd90_out_kind <= 1 && !fwd90_partial_first),
+              "o_smem: a 16-bit O, whole tiles (match.c)");
 /* Query tile m's rows of a sequence of Sq queries: [i0, i_end). Every i0
  * is a multiple of 16: a lane's rows i and i + 8 must share a dropout
  * group (hooks.cuh: rows i & ~9), so under partial_first the short first
@@ -1804,15 +1820,48 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
         row_sum[1] /= p_sc;
       }
     /* Normalize and store, straight from the accumulators (softmax.cuh). */
-    amax = max(amax, attn_softmax_store<ATTN_D_V / 8, fwd90_out_kind, (fwd90_tlse >= 0),
-                                        (attn_has_sink != 0), (attn_has_amax != 0)>(
-                         [&](int nb, int k) -> float & { return o[nb * 4 + k]; }, row_max,
-                         row_sum, i_row, t4, b, h, fwd90_to, fwd90_tlse >= 0 ? fwd90_tlse : 0, p,
-                         row_end,
-                         [&](float x, int i, int d) { return attn_out(x, b, h, i, d, p); },
-                         attn_sink_value(b, h, p),
-                         [&](float x, int i, int d) { return attn_amax_value(x, b, h, i, d, p); }));
+    if constexpr (!fwd90_o_smem) {
+      amax = max(amax, attn_softmax_store<ATTN_D_V / 8, fwd90_out_kind, (fwd90_tlse >= 0),
+                                          (attn_has_sink != 0), (attn_has_amax != 0)>(
+                           [&](int nb, int k) -> float & { return o[nb * 4 + k]; }, row_max,
+                           row_sum, i_row, t4, b, h, fwd90_to, fwd90_tlse >= 0 ? fwd90_tlse : 0, p,
+                           row_end,
+                           [&](float x, int i, int d) { return attn_out(x, b, h, i, d, p); },
+                           attn_sink_value(b, h, p),
+                           [&](float x, int i, int d) { return attn_amax_value(x, b, h, i, d, p); }));
+    } else {
+      /* o_smem: this warp's 16 rows into its staging blocks, then lane 0
+       * stores them by TMA (rows past Sq are clipped). The blocks are
+       * rewritten only once this warp's stores of the last tile have read
+       * them. */
+      const unsigned stage = base + attn_fwd90_ostage_offset(fwd90_layout) +
+                             (unsigned)((4 * wg + ww) * 16 * fwd90_dv * 2);
+      if (lane == 0)
+        attn_bulk_wait<0, true>();
+      __syncwarp();
+      amax = max(amax, attn_softmax_store<ATTN_D_V / 8, fwd90_out_kind, (fwd90_tlse >= 0),
+                                          (attn_has_sink != 0), (attn_has_amax != 0), true>(
+                           [&](int nb, int k) -> float & { return o[nb * 4 + k]; }, row_max,
+                           row_sum, i_row, t4, b, h, fwd90_to, fwd90_tlse >= 0 ? fwd90_tlse : 0, p,
+                           row_end,
+                           [&](float x, int i, int d) { return attn_out(x, b, h, i, d, p); },
+                           attn_sink_value(b, h, p),
+                           [&](float x, int i, int d) { return attn_amax_value(x, b, h, i, d, p); },
+                           fwd90_smem + (stage - attn_smem_addr(fwd90_smem))));
+      attn_fence_proxy_async(); /* the stores, for TMA's async proxy */
+      __syncwarp();
+      if (lane == 0) {
+#pragma unroll
+        for (int c = 0; c < fwd90_dv / 64; ++c)
+          attn_tma_store4(&tm.m[ATTN_TMAP_O], stage + c * 2048, c * 64,
+                          i0 + 64 * wg + 16 * ww, h, b);
+        attn_bulk_commit();
+      }
+    }
   }
+  if constexpr (fwd90_o_smem) /* the stores have read shared memory, which ends with the CTA */
+    if (lane == 0)
+      attn_bulk_wait<0, false>();
   if (!fwd90_ring_per_tile && wg == 0)
     attn_named_sync(1); /* the ring's last hand-over (or its opening, where no key tile ran) */
   if constexpr (attn_has_amax) /* one atomic a consumer warp */

@@ -278,13 +278,18 @@ static __device__ __forceinline__ float attn_softmax_sink(float sink, float &m, 
  * (b, h) sink `sink` joins each row's denominator (attn_softmax_sink).
  * With AMAX, returns the largest attn_amax_bits of amax_arg(x, i, d) over
  * the elements stored (x the normalized element; the caller commits it
- * for the warp), else 0. */
-template <int NB, int OUT_KIND, bool LSE, bool SINK, bool AMAX = false, typename FragO,
-          typename Out, typename AmaxArg = int>
+ * for the warp), else 0. STAGED: the pairs go to the warp's 16 rows at
+ * `stage` (a generic pointer into shared memory) instead of O, in blocks
+ * of 64 columns, [16 rows][64] each, 16-byte chunks in the 128-byte swizzle
+ * (chunk c of row r at c ^ (r & 7): a quad's four-byte stores of eight
+ * rows then fall in distinct banks); fwd_sm90's o_smem variant stores them
+ * by TMA. */
+template <int NB, int OUT_KIND, bool LSE, bool SINK, bool AMAX = false, bool STAGED = false,
+          typename FragO, typename Out, typename AmaxArg = int>
 static __device__ __forceinline__ unsigned
 attn_softmax_store(FragO o, const float (&row_max)[2], const float (&row_sum)[2], int i_row, int t,
                    int b, int h, int o_slot, int lse_slot, const attn_params &p, int i_end,
-                   Out out, float sink, AmaxArg amax_arg = 0) {
+                   Out out, float sink, AmaxArg amax_arg = 0, void *stage = nullptr) {
   unsigned amax = 0;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -303,7 +308,13 @@ attn_softmax_store(FragO o, const float (&row_max)[2], const float (&row_sum)[2]
       const float y0 = o(nb, 2 * r) * inv, y1 = o(nb, 2 * r + 1) * inv;
       const float x0 = out(y0, i, d);
       const float x1 = out(y1, i, d + 1);
-      attn_store_pair<OUT_KIND>(to.ptr, orow + d, x0, x1);
+      if constexpr (STAGED) {
+        const int sr = (int)((threadIdx.x & 31u) >> 2) + 8 * r; /* the warp's row */
+        attn_store_pair<OUT_KIND>(stage, (nb >> 3) * 1024 + sr * 64 +
+                                             (((nb & 7) ^ (sr & 7)) << 3) + 2 * t,
+                                  x0, x1);
+      } else
+        attn_store_pair<OUT_KIND>(to.ptr, orow + d, x0, x1);
       if constexpr (AMAX)
         amax = max(amax, max(attn_amax_bits(amax_arg(y0, i, d)),
                              attn_amax_bits(amax_arg(y1, i, d + 1))));

@@ -143,6 +143,17 @@ template <int N> [[maybe_unused]] static __device__ __forceinline__ void attn_ba
                "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(src)
                : "memory");
 }
+/* One TMA box from shared memory at src into a 4-D tensor (coordinates as
+ * attn_tma_load4's; what lies outside the tensor is not written), as one
+ * operation of this thread's bulk group. */
+[[maybe_unused]] static __device__ __forceinline__ void attn_tma_store4(const attn_tmap *map,
+                                                                      unsigned src, int c0,
+                                                                      int c1, int c2, int c3) {
+  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group "
+               "[%0, {%1, %2, %3, %4}], [%5];\n" ::"l"(map),
+               "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(src)
+               : "memory");
+}
 [[maybe_unused]] static __device__ __forceinline__ void attn_bulk_commit() {
   asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
 }

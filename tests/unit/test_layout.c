@@ -420,6 +420,26 @@ Test(layout, fwd90_rescale_late_only_d64) {
  * warpgroups (a mask) in plain graphs (SM90_PLAIN), which auto no longer
  * runs on two (three since session 37); rescale_late and pv_overlap do
  * theirs everywhere, pv_once neither. */
+/* The o_smem variant: its staging (a warp's 16 rows of the V tile, 16-bit)
+ * sized into the tile choice, on a 1024-byte boundary after the slots; at
+ * D 128 unmasked key tiles of 128 (176 leaves no room), at D 256 none. */
+Test(layout, fwd90_o_smem_configs) {
+  const int os = tmpl_sm90_variant_index("o_smem");
+  Sm90Config h, a;
+  cr_assert_eq(tmpl_sm90_config(128, 128, 2, 2, false, SM90_PLAIN, false, os, &h), 0);
+  cr_assert_eq(tmpl_sm90_config(128, 128, 2, 2, false, SM90_PLAIN, false, 0, &a), 0);
+  cr_assert(h.o_smem && a.bn == 176 && h.bn == 128 && h.bm == 128, "bn %d", h.bn);
+  const attn_fwd90_layout l = attn_fwd90_layout_of(h.bm, h.bn, h.stages, 128, 128, ATTN_FWD90_16);
+  cr_assert_eq(attn_fwd90_ostage_offset(l) % 1024, 0);
+  cr_assert_geq(attn_fwd90_ostage_offset(l), l.bar_offset + 8 * l.nbars + l.slot_bytes);
+  cr_assert_eq(h.smem_bytes, attn_fwd90_ostage_offset(l) + 128 * 128 * 2 + 1024);
+  cr_assert_leq(h.smem_bytes, 227 * 1024);
+  cr_assert_eq(tmpl_sm90_config(256, 256, 2, 2, false, SM90_PLAIN, false, os, &h), 0);
+  cr_assert(!h.o_smem);
+  cr_assert_eq(tmpl_sm90_config(64, 64, 2, 2, false, 0, false, os, &h), 0);
+  cr_assert(h.o_smem && h.bm == 192);
+}
+
 Test(layout, fwd90_rescale_late_configs) {
   const int late = tmpl_sm90_variant_index("rescale_late");
   const int pv = tmpl_sm90_variant_index("pv_overlap");
@@ -481,7 +501,9 @@ Test(layout, fwd90_rescale_late_configs) {
   const int qv = tmpl_sm90_variant_index("q_before_v");
   cr_assert_eq(qv, 22);
   const int pw = tmpl_sm90_variant_index("pv_wait_next");
-  cr_assert_eq(pw, SM90_NVARIANTS - 1);
+  cr_assert_eq(pw, 23);
+  const int os = tmpl_sm90_variant_index("o_smem");
+  cr_assert_eq(os, SM90_NVARIANTS - 1);
   cr_assert_eq(tmpl_sm90_variant_index("idle_wg"), -1);
   for (int w = 0; w < SM90_NVARIANTS; w++)
     for (int fp8 = 0; fp8 < 2; fp8++) {
@@ -496,6 +518,7 @@ Test(layout, fwd90_rescale_late_configs) {
       cr_assert_eq(h.ring_per_tile, w == rc, "variant %d", w);
       cr_assert_eq(h.q_before_v, w == qv && h.persistent, "variant %d", w);
       cr_assert_eq(h.pv_wait_next, w == pw, "variant %d", w);
+      cr_assert_eq(h.o_smem, w == os, "variant %d", w);
       const bool auto_but = !old && w != tmpl_sm90_variant_index("auto36");
       cr_assert_eq(h.partial_first, w == pf || (auto_but && h.bm == 192), "variant %d fp8 %d", w,
                    fp8);
