@@ -105,11 +105,24 @@ if [ "${FIRST:-0}" = 1 ]; then
   # to the pv_overlap variant's, which passed test_fp8 96/96 on the H100). The FP8 examples and
   # test_fp8 under the new auto, then auto against pv_once (the old FP8 commit) at D 64/128.
   # (q_before_v and pv_wait_next were measured there: opt-in; FIRST_S41_OLD=1 reruns their A/B.)
+  # Then the o_smem variant (24, written after the calls, never run): O staged in shared memory
+  # and stored by TMA (the profile's 13% at D 128 S 1k; predicted +6-10% there). Its work-tile
+  # edges, causal examples and test_head_dims (its staging at every head tile), then against
+  # auto and bn128 (its own key tiles at D 128), one process (~350 s more; FIRST_S41_OS=0 skips).
   if [ "${FIRST_S41:-1}" = 1 ]; then
     step first_s41_fp8_examples env ATTN_TEST_ONLY=examples timeout 120 "$B/tests/gpu/test_forward" fp8
     step first_s41_test_fp8 timeout 150 "$B/tests/gpu/test_fp8"
     step first_s41_ab8 python3 bench/variant_ab.py --lib "$B/libattn.so" --out "$L/s41ab8" --fp8 \
       --causal --variants pv_once --dims 64,128 --seqs 1024,4096,16384
+  fi
+  if [ "${FIRST_S41_OS:-1}" = 1 ]; then
+    step first_s41_os_edges env ATTN_SM90_VARIANT=o_smem ATTN_TEST_ONLY=examples timeout 60 \
+      "$B/tests/gpu/test_forward" zzz_no_example
+    step first_s41_os_causal env ATTN_SM90_VARIANT=o_smem ATTN_TEST_ONLY=examples timeout 60 \
+      "$B/tests/gpu/test_forward" causal
+    step first_s41_os_head_dims env ATTN_SM90_VARIANT=o_smem timeout 200 "$B/tests/gpu/test_head_dims"
+    step first_s41_os_ab python3 bench/variant_ab.py --lib "$B/libattn.so" --out "$L/s41os" \
+      --variants o_smem,bn128 --dims 64,128 --seqs 1024,2048,4096,16384 --causal
   fi
   if [ "${FIRST_S41_OLD:-0}" = 1 ]; then
     step first_s41_ab python3 bench/variant_ab.py --lib "$B/libattn.so" --out "$L/s41ab" \
