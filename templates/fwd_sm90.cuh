@@ -427,8 +427,9 @@ constexpr bool fwd90_rescale_late = ATTN_RESCALE_LATE != 0;
  * the previous tile's P V, which the schedule means to overlap with the
  * softmax (SASS and ncu of session 34: the dummy HGMMA and that wait hold
  * 21% of the forward's stall samples at D 128). Auto's for 16-bit q, k
- * and v since session 35 (H100: +1-8%; FP8 q, k, v measured 0.95-1.02x,
- * so they keep the one commit; tmpl_sm90.c says where each is taken). */
+ * and v since session 35 (H100: +1-8%) and for FP8 P V at head tiles up to
+ * 128 since session 41 (+1-12%; D 256 keeps the one commit: 0.96-1.00x;
+ * tmpl_sm90.c says where each is taken). */
 #ifndef ATTN_PV_OVERLAP
 #define ATTN_PV_OVERLAP 0
 #endif
