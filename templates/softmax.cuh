@@ -268,6 +268,15 @@ static __device__ __forceinline__ float attn_softmax_sink(float sink, float &m, 
     atomicMax(at, bits);
 }
 
+/* attn_softmax_store's STAGED layout: the element offset of the pair at
+ * columns 8 nb + 2 t, + 1 of the warp's row sr (0-15), in 64-column blocks
+ * of [16][64] elements whose 16-byte chunks sit in the 128-byte swizzle
+ * (chunk c of row sr at c ^ (sr & 7)), as a TMA box of 64 x 16 reads them
+ * from a 1024-byte boundary. tests/host/stage_host_check.sh checks it. */
+static __device__ __forceinline__ int attn_stage_off(int sr, int nb, int t) {
+  return (nb >> 3) * 1024 + sr * 64 + (((nb & 7) ^ (sr & 7)) << 3) + 2 * t;
+}
+
 /* The epilogue of a forward: for the thread's two rows (i_row and i_row +
  * 8), the quad's normalizer, O's row divided by it and passed through the
  * graph's output hook (out(x, i, d): attn_out of the graph's namespace),
@@ -310,9 +319,7 @@ attn_softmax_store(FragO o, const float (&row_max)[2], const float (&row_sum)[2]
       const float x1 = out(y1, i, d + 1);
       if constexpr (STAGED) {
         const int sr = (int)((threadIdx.x & 31u) >> 2) + 8 * r; /* the warp's row */
-        attn_store_pair<OUT_KIND>(stage, (nb >> 3) * 1024 + sr * 64 +
-                                             (((nb & 7) ^ (sr & 7)) << 3) + 2 * t,
-                                  x0, x1);
+        attn_store_pair<OUT_KIND>(stage, attn_stage_off(sr, nb, t), x0, x1);
       } else
         attn_store_pair<OUT_KIND>(to.ptr, orow + d, x0, x1);
       if constexpr (AMAX)

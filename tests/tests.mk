@@ -66,6 +66,7 @@ test-here: all $(BUILD)/tests/unit_tests $(GPU_BIN) $(BUILD)/tests/host/warm_loa
 	tests/host/fwd90_rows_host_check.sh
 	tests/host/softmax_host_check.sh
 	tests/host/swz_host_check.sh
+	tests/host/stage_host_check.sh
 	tests/host/fp8_cvt_host_check.sh
 	tests/host/widen_kv_host_check.sh
 	tests/host/exp2_fma_host_check.sh
