@@ -743,7 +743,7 @@ typedef struct Sm90Config {
   bool ring_per_tile; /* ATTN_RING_PER_TILE: the turn ring closed at each work tile's end */
   bool q_before_v;    /* ATTN_Q_BEFORE_V: a later work tile's Q load before its first V copy */
   bool pv_wait_next;  /* ATTN_PV_WAIT_NEXT: P V's wait and P's packing at the next key tile */
-  bool o_smem;        /* ATTN_O_SMEM: O staged in shared memory, rows copied out in bulk */
+  bool o_smem;        /* ATTN_O_SMEM: O staged in shared memory, stored by TMA */
 } Sm90Config;
 
 /* 0 and fills out, or -1 when the template cannot run these head dims

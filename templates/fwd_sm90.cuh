@@ -1249,17 +1249,14 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
        * the first work tile at once, before any K/V; on later ones after
        * the first K/V copy, which needs only a free stage and so may start
        * before the consumers release Q (the Q load waits for them). One
-       * call site each for pop and the Q load: each was inlined two or
-       * three times, NVRTC time (issue 19). */
-      /* Q's load, when it is due: on the first work tile at once; on later
-       * ones with the first key tile's copies (or alone where the tile has
-       * none). After both copies by default; fwd90_q_before_v issues it
-       * between that tile's K and V copies: V's copy waits for the stage's
-       * V to be released, which the last warpgroup does after its last
-       * softmax (its P V of the tile before last), while a short tile
-       * releases Q after its last S GEMM, about a softmax earlier. A macro,
-       * not a lambda: the default's code stays as it was, to the
-       * instruction (a lambda moved the producer's registers). */
+       * call site for pop and one compiled site for the Q load: each was
+       * inlined two or three times, NVRTC time (issue 19). The Q load is a
+       * macro with two sites, of which fwd90_q_before_v compiles the one
+       * between the first key tile's K and V copies (V's copy waits for
+       * the last warpgroup's P V of the tile before last, after its last
+       * softmax; a short tile releases Q after its last S GEMM, about a
+       * softmax earlier) and the default the one after both. A macro, not
+       * a lambda: with a lambda the producer's registers moved. */
 #define FWD90_SEND_Q()                                                                            \
   if (!q_sent && (tq == 0 || have || !got)) {                                                     \
     attn_mbar_wait(bar_q_empty, (tq & 1) ^ 1);                                                    \
@@ -1271,7 +1268,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
                    "r"(any ? 1 : 0)                                                               \
                    : "memory");                                                                   \
       attn_mbar_expect_tx(bar_q, fwd90_q_bytes);                                                  \
-      _Pragma("unroll") for (int c = 0; c < fwd90_dqk / fwd90_blk; ++c)                                             \
+      _Pragma("unroll") for (int c = 0; c < fwd90_dqk / fwd90_blk; ++c)                           \
         attn_tma_load4(sq + c * fwd90_bm * 128, mq, bar_q, c * fwd90_blk, q0 + i0, h, tb);       \
     }                                                                                             \
     q_sent = true;                                                                                \
@@ -1820,42 +1817,37 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
         row_sum[0] /= p_sc;
         row_sum[1] /= p_sc;
       }
-    /* Normalize and store, straight from the accumulators (softmax.cuh). */
-    if constexpr (!fwd90_o_smem) {
-      amax = max(amax, attn_softmax_store<ATTN_D_V / 8, fwd90_out_kind, (fwd90_tlse >= 0),
-                                          (attn_has_sink != 0), (attn_has_amax != 0)>(
-                           [&](int nb, int k) -> float & { return o[nb * 4 + k]; }, row_max,
-                           row_sum, i_row, t4, b, h, fwd90_to, fwd90_tlse >= 0 ? fwd90_tlse : 0, p,
-                           row_end,
-                           [&](float x, int i, int d) { return attn_out(x, b, h, i, d, p); },
-                           attn_sink_value(b, h, p),
-                           [&](float x, int i, int d) { return attn_amax_value(x, b, h, i, d, p); }));
-    } else {
-      /* o_smem: this warp's 16 rows into its staging blocks, then lane 0
-       * stores them by TMA (rows past Sq are clipped). The blocks are
-       * rewritten only once this warp's stores of the last tile have read
-       * them. */
-      const unsigned stage = base + attn_fwd90_ostage_offset(fwd90_layout) +
-                             (unsigned)((4 * wg + ww) * 16 * fwd90_dv * 2);
+    /* Normalize and store, straight from the accumulators (softmax.cuh);
+     * o_smem: into this warp's staging blocks, then lane 0 stores them by
+     * TMA (rows past Sq are clipped). The blocks are rewritten only once
+     * this warp's stores of the last tile have read them. */
+    [[maybe_unused]] unsigned stage = 0;
+    void *staged = nullptr;
+    if constexpr (fwd90_o_smem) {
+      stage = base + attn_fwd90_ostage_offset(fwd90_layout) +
+              (unsigned)((4 * wg + ww) * 16 * fwd90_dv * 2);
+      staged = fwd90_smem + (stage - attn_smem_addr(fwd90_smem));
       if (lane == 0)
         attn_bulk_wait<0, true>();
       __syncwarp();
-      amax = max(amax, attn_softmax_store<ATTN_D_V / 8, fwd90_out_kind, (fwd90_tlse >= 0),
-                                          (attn_has_sink != 0), (attn_has_amax != 0), true>(
-                           [&](int nb, int k) -> float & { return o[nb * 4 + k]; }, row_max,
-                           row_sum, i_row, t4, b, h, fwd90_to, fwd90_tlse >= 0 ? fwd90_tlse : 0, p,
-                           row_end,
-                           [&](float x, int i, int d) { return attn_out(x, b, h, i, d, p); },
-                           attn_sink_value(b, h, p),
-                           [&](float x, int i, int d) { return attn_amax_value(x, b, h, i, d, p); },
-                           fwd90_smem + (stage - attn_smem_addr(fwd90_smem))));
+    }
+    amax = max(amax, attn_softmax_store<ATTN_D_V / 8, fwd90_out_kind, (fwd90_tlse >= 0),
+                                        (attn_has_sink != 0), (attn_has_amax != 0), fwd90_o_smem>(
+                         [&](int nb, int k) -> float & { return o[nb * 4 + k]; }, row_max,
+                         row_sum, i_row, t4, b, h, fwd90_to, fwd90_tlse >= 0 ? fwd90_tlse : 0, p,
+                         row_end,
+                         [&](float x, int i, int d) { return attn_out(x, b, h, i, d, p); },
+                         attn_sink_value(b, h, p),
+                         [&](float x, int i, int d) { return attn_amax_value(x, b, h, i, d, p); },
+                         staged));
+    if constexpr (fwd90_o_smem) {
       attn_fence_proxy_async(); /* the stores, for TMA's async proxy */
       __syncwarp();
       if (lane == 0) {
 #pragma unroll
         for (int c = 0; c < fwd90_dv / 64; ++c)
-          attn_tma_store4(&tm.m[ATTN_TMAP_O], stage + c * 2048, c * 64,
-                          i0 + 64 * wg + 16 * ww, h, b);
+          attn_tma_store4(&tm.m[ATTN_TMAP_O], stage + c * 2048, c * 64, i0 + 64 * wg + 16 * ww,
+                          h, b);
         attn_bulk_commit();
       }
     }
