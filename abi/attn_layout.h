@@ -120,16 +120,16 @@ ATTN_LAYOUT_FN attn_fwd90_layout attn_fwd90_layout_of(int bm, int bn, int stages
   return l;
 }
 
-/* fwd_sm90's o_smem variant: each consumer warp stages its 16 rows of O
- * (dv, the V tile's columns: whole 64-column blocks of 16-bit elements,
- * each block [16 rows][128 bytes] in the 128-byte swizzle a TMA box of 64
- * x 16 reads) after the slots, on a 1024-byte boundary, and stores them
- * by TMA. The total replaces the layout's: bm rows of staging. */
+/* fwd_sm90's o_smem: each consumer warp stages its 16 rows of O in
+ * `slots` slots of 64 columns (16-bit elements, [16 rows][128 bytes] in the
+ * 128-byte swizzle a TMA box of 64 x 16 reads: 2048 bytes), a block of the
+ * V tile at a time, and stores them by TMA; after the slots, on a
+ * 1024-byte boundary. The total replaces the layout's: bm rows of slots. */
 ATTN_LAYOUT_FN int attn_fwd90_ostage_offset(attn_fwd90_layout l) {
   return (l.bar_offset + 8 * l.nbars + l.slot_bytes + 1023) / 1024 * 1024;
 }
-ATTN_LAYOUT_FN int attn_fwd90_total_ostage(attn_fwd90_layout l, int bm, int dv) {
-  return attn_fwd90_ostage_offset(l) + bm * dv * 2 + 1024;
+ATTN_LAYOUT_FN int attn_fwd90_total_ostage(attn_fwd90_layout l, int bm, int slots) {
+  return attn_fwd90_ostage_offset(l) + bm / 16 * slots * 2048 + 1024;
 }
 
 /* bwd_sm80 (64 keys per CTA, 64-query tiles): K, V (the CTA's keys), Q, dO

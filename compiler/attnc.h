@@ -743,7 +743,7 @@ typedef struct Sm90Config {
   bool ring_per_tile; /* ATTN_RING_PER_TILE: the turn ring closed at each work tile's end */
   bool q_before_v;    /* ATTN_Q_BEFORE_V: a later work tile's Q load before its first V copy */
   bool pv_wait_next;  /* ATTN_PV_WAIT_NEXT: P V's wait and P's packing at the next key tile */
-  bool o_smem;        /* ATTN_O_SMEM: O staged in shared memory, stored by TMA */
+  int o_smem;         /* ATTN_O_SMEM: O's staging slots a warp (0: stored from registers) */
 } Sm90Config;
 
 /* 0 and fills out, or -1 when the template cannot run these head dims
@@ -760,9 +760,11 @@ typedef struct Sm90Config {
  * its score chain reads memory per element (a bias[b, h, i, j]: key tiles
  * of 176 would spill); SM90_PLAIN, the score is q.k times per-(b, h)
  * factors under affine masks and P goes to P V as the softmax left it (the
- * late rescale's graphs). paged: K and V come from a page table (an FP8
- * cache's paged converters keep two warpgroups). */
-enum { SM90_MASKED = 1u, SM90_SCORE_READS = 2u, SM90_PLAIN = 4u };
+ * late rescale's graphs); SM90_O_TMA, O may be stored by TMA boxes of a
+ * warp's rows (16-bit, dense rows, no dropout: the o_smem variant's
+ * staging). paged: K and V come from a page table (an FP8 cache's paged
+ * converters keep two warpgroups). */
+enum { SM90_MASKED = 1u, SM90_SCORE_READS = 2u, SM90_PLAIN = 4u, SM90_O_TMA = 8u };
 int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool fp8_p, unsigned traits,
                      bool paged, int variant, Sm90Config *out);
 /* The variants (ATTN_OPTION_SM90_VARIANT takes 0 .. SM90_NVARIANTS - 1),
@@ -835,7 +837,7 @@ typedef struct FwdConfig {
   bool ring_per_tile; /* fwd_sm90 ATTN_RING_PER_TILE (the ring_closed variant) */
   bool q_before_v;    /* fwd_sm90 ATTN_Q_BEFORE_V (the q_before_v variant) */
   bool pv_wait_next;  /* fwd_sm90 ATTN_PV_WAIT_NEXT (the pv_wait_next variant) */
-  bool o_smem;        /* fwd_sm90 ATTN_O_SMEM (the o_smem variant) */
+  int o_smem;         /* fwd_sm90 ATTN_O_SMEM: staging slots a warp (the o_smem variant) */
   /* The kv_copy variant (ATTN_KV_COPY): the plan's widen_kv step writes
    * 16-bit copies of an FP8 k and v into workspace slots copy_k and copy_v
    * (after the decode's two), and the forward reads those. */

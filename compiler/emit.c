@@ -592,7 +592,7 @@ static void emit_graph(StrBuf *out, const GraphCompile *gc, EmitPart part, bool 
     if (c->ring_per_tile) macro_def(out, &ms, a, "ATTN_RING_PER_TILE", 1);
     if (c->q_before_v) macro_def(out, &ms, a, "ATTN_Q_BEFORE_V", 1);
     if (c->pv_wait_next) macro_def(out, &ms, a, "ATTN_PV_WAIT_NEXT", 1);
-    if (c->o_smem) macro_def(out, &ms, a, "ATTN_O_SMEM", 1);
+    if (c->o_smem) macro_def(out, &ms, a, "ATTN_O_SMEM", c->o_smem);
     if (c->exp2_fma > 0) macro_def(out, &ms, a, "ATTN_EXP2_FMA", c->exp2_fma);
     if (c->kv_copy) { /* the forward reads 16-bit copies of the FP8 k and v (plan.c, widen_kv) */
       macro_def(out, &ms, a, "ATTN_KV_COPY", 1);

@@ -617,9 +617,14 @@ static int match_fwd_template(const KernelSpec *s, const CompileOptions *o, FwdC
   Sm90Config h;
   const bool fp8_p = dtype_is_fp8(s->in_type) && dtype_is_fp8(s->p_round);
   const bool masked = s->nmasks > 0 || s->packed;
+  /* O by TMA boxes of a warp's 16 rows: 16-bit, dense rows; not under
+   * dropout, whose Philox words beside the staging's addresses spilled 200
+   * bytes in the loop at key tiles of 176. */
+  const bool o_tma = (s->out_type == DT_BF16 || s->out_type == DT_F16) && !s->packed &&
+                     !s->dropout;
   const unsigned traits = (masked ? SM90_MASKED : 0u) |
                           (s->score_reads_ij ? SM90_SCORE_READS : 0u) |
-                          (plain_score(s) ? SM90_PLAIN : 0u);
+                          (plain_score(s) ? SM90_PLAIN : 0u) | (o_tma ? SM90_O_TMA : 0u);
   /* kv_copy: a dense FP8 KV cache under a 16-bit q is widened into 16-bit
    * copies in two workspace slots after the decode's (plan.c, widen_kv),
    * and the forward is the 16-bit one reading them; by default where q's
@@ -649,9 +654,7 @@ static int match_fwd_template(const KernelSpec *s, const CompileOptions *o, FwdC
                      .skip_idle = h.skip_idle, .tanh_poly = h.tanh_poly,
                      .partial_first = h.partial_first, .ring_per_tile = h.ring_per_tile,
                      .q_before_v = h.q_before_v, .pv_wait_next = h.pv_wait_next,
-                     /* (a TMA box of O's rows: 16-bit, dense, whole tiles) */
-                     .o_smem = h.o_smem && (s->out_type == DT_BF16 || s->out_type == DT_F16) &&
-                               !s->packed && !h.partial_first,
+                     .o_smem = h.o_smem,
                      .kv_copy = kv_copy, .copy_k = kv_copy ? nt + 2 : -1,
                      .copy_v = kv_copy ? nt + 3 : -1,
                      /* (never where P is rounded: its roundings follow ex2's values) */

@@ -177,10 +177,16 @@
  *                 shared memory (128-byte swizzle) and stores them by TMA
  *                 (fwd_sm90.cuh, fwd90_o_smem) instead of 32 four-byte
  *                 stores a thread, which held 13% of the stall samples at D
- *                 128 S 1k (session 41's ncu); its staging is sized into
- *                 the tile choice (D 128: key tiles of 128, not 176; D 256:
- *                 no room, so none); match.c keeps it to 16-bit O, dense
- *                 rows and whole tiles. Written before measuring
+ *                 128 S 1k (session 41's ncu); match.c keeps it to 16-bit
+ *                 O, dense rows and whole tiles. Session 41 sized a slot
+ *                 for every 64-column block into the tile choice (D 128:
+ *                 key tiles of 128 in two stages, not 176): H100, session
+ *                 42, +10% at D 128 S 1k, +6% at 2k, but -7% at 16k
+ *                 (non-causal; the stages). Now auto's tiles and the slots
+ *                 the room left holds (sm90_o_slots: D 128 with key tiles
+ *                 of 176 one of two, a block's store then waits for the
+ *                 last to read its slot; D 192 all three; D 256, key tiles
+ *                 of 80, and masked D 128, three stages, none)
  * numbered 0 to 24 in this order (the numbers are the library's option
  * values); 0 is the default below (the fastest
  * measured), and so is any number out of range (the library never fails
@@ -268,7 +274,7 @@ typedef struct Sm90Variant {
   bool ring_per_tile;   /* the consumers' turn ring closed at each work tile's end */
   bool q_before_v;      /* a later work tile's Q load issued before its first V copy */
   bool pv_wait_next;    /* P V's wait, O's rescale and P's packing at the next key tile's top */
-  bool o_smem;          /* O through shared memory and per-row bulk copies */
+  bool o_smem;          /* O staged in shared memory where the tiles leave room, TMA stores */
 } Sm90Variant;
 
 static const Sm90Variant sm90_variants[] = {
@@ -387,10 +393,13 @@ int tmpl_sm90_variant_index(const char *name) {
   return -1;
 }
 
-static int sm90_smem_bytes(int bm, const Sm90Candidate *c, int d_qk, int d_v, int mode,
-                           bool o_smem) {
-  const attn_fwd90_layout l = attn_fwd90_layout_of(bm, c->bn, c->stages, d_qk, d_v, mode);
-  return o_smem ? attn_fwd90_total_ostage(l, bm, d_v) : l.total;
+/* o_smem's staging slots beside a tile choice: a slot for each 64-column
+ * block of the V tile where they fit, else as many as fit (its stores then
+ * wait for a slot's last one to read it), else none. */
+static int sm90_o_slots(attn_fwd90_layout l, int bm, int tv) {
+  int slots = tv / 64;
+  while (slots > 0 && attn_fwd90_total_ostage(l, bm, slots) > SM90_SMEM_LIMIT) slots--;
+  return slots;
 }
 
 int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool fp8_p, unsigned traits,
@@ -476,51 +485,62 @@ int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool fp8_p, 
     list = fp8p_vt8_narrow, n = (int)(sizeof fp8p_vt8_narrow / sizeof fp8p_vt8_narrow[0]);
   else if (fp8_pv && (tmax > 128 || wg3_fp8_128))
     list = fp8p_wide, n = (int)(sizeof fp8p_wide / sizeof fp8p_wide[0]);
-  /* o_smem: its staging rows sized into the tile choice; where no tile
-   * leaves room for them (D 256), the tiles without them. */
-  for (int pass = var->o_smem ? 0 : 1; pass < 2; pass++)
-    for (int k = 0; k < n; k++) {
-      int bytes = sm90_smem_bytes(64 * wgs, &list[k], fp8 ? attn_head_tile8(d_qk) : tqk, tv,
-                                  vt8 ? ATTN_FWD90_QKV8T : mode, pass == 0);
-      if (bytes <= SM90_SMEM_LIMIT) {
-        out->bm = 64 * wgs;
-        out->bn = list[k].bn;
-        out->stages = list[k].stages;
-        out->threads = 128 * (1 + wgs);
-        out->smem_bytes = bytes;
-        out->persistent = tmax <= var->persistent_max_d;
-        /* FP8 P V reads V^T rows of 64 or 128 keys. */
-        out->fp8_pv = fp8_pv && (list[k].bn == 64 || list[k].bn == 128);
-        out->kv8_early = mode == ATTN_FWD90_KV8E;
-        out->vt8 = vt8 && out->fp8_pv;
-        /* The late rescale takes the branch commits (its P V is issued
-         * after S's group is closed). Auto's only in plain graphs, K/V not
-         * paged: elsewhere O's pending factors, live across the next S
-         * GEMM beside what the chain holds, left ptxas too few registers
-         * for the wgmma pipeline and it serialized every wgmma (C7511;
-         * compile sweep seed 135 at D 32-64: a bias or position table, a
-         * softcap, exp/log/clamp chains, a paged cache). And only at head
-         * dims of exactly 64 (what was measured): below it (32, 48, 56; a
-         * 64-wide tile over fewer columns) the plain causal graph serialized
-         * too (session 36, compile sweep seed 142). */
-        out->rescale_late = var->rescale == RESCALE_LATE_ALWAYS ||
-                            (var->rescale == RESCALE_LATE_NARROW2 && mode == ATTN_FWD90_16 &&
-                             wgs == 2 && d_qk == 64 && d_v == 64 && (traits & SM90_PLAIN) &&
-                             !paged);
-        out->pv_overlap = out->rescale_late || var->pv == PV_OVERLAP_ALWAYS ||
-                          (var->pv == PV_OVERLAP_16 &&
-                           (mode == ATTN_FWD90_16 || (out->fp8_pv && tmax <= 128)));
-        out->q_early_tiles = out->persistent ? var->q_early_tiles : 0; /* (one tile a CTA: moot) */
-        out->skip_idle = var->skip_idle;
-        out->tanh_poly = var->tanh_poly;
-        out->partial_first = var->partial_first == PF_ALWAYS ||
+  const bool partial_first = var->partial_first == PF_ALWAYS ||
                              (var->partial_first == PF_WG3 && wgs == 3 && masked);
-        out->ring_per_tile = var->ring_per_tile;
-        out->q_before_v = out->persistent && var->q_before_v; /* (one tile a CTA: moot) */
-        out->pv_wait_next = var->pv_wait_next;
-        out->o_smem = pass == 0;
-        return 0;
-      }
+  const int q_cols = fp8 ? attn_head_tile8(d_qk) : tqk, lmode = vt8 ? ATTN_FWD90_QKV8T : mode;
+  for (int k = 0; k < n; k++) {
+    attn_fwd90_layout l =
+        attn_fwd90_layout_of(64 * wgs, list[k].bn, list[k].stages, q_cols, tv, lmode);
+    if (l.total <= SM90_SMEM_LIMIT) {
+      /* o_smem (whole tiles only: a short first tile's box would write
+       * the next's rows): the slots the tiles leave room for; where none,
+       * a later candidate of the same key tile's with fewer stages and
+       * room (a mask's key tiles of 128 at D 128: two stages and both
+       * slots, not three and none; session 42). The key tile stays. */
+      int o_slots = 0;
+      if (var->o_smem && (traits & SM90_O_TMA) && !partial_first)
+        for (int k2 = k; k2 < n && list[k2].bn == list[k].bn && o_slots == 0; k2++) {
+          const attn_fwd90_layout l2 =
+              attn_fwd90_layout_of(64 * wgs, list[k2].bn, list[k2].stages, q_cols, tv, lmode);
+          if ((o_slots = sm90_o_slots(l2, 64 * wgs, tv)) > 0) k = k2, l = l2;
+        }
+      out->bm = 64 * wgs;
+      out->bn = list[k].bn;
+      out->stages = list[k].stages;
+      out->threads = 128 * (1 + wgs);
+      out->smem_bytes = o_slots > 0 ? attn_fwd90_total_ostage(l, 64 * wgs, o_slots) : l.total;
+      out->persistent = tmax <= var->persistent_max_d;
+      /* FP8 P V reads V^T rows of 64 or 128 keys. */
+      out->fp8_pv = fp8_pv && (list[k].bn == 64 || list[k].bn == 128);
+      out->kv8_early = mode == ATTN_FWD90_KV8E;
+      out->vt8 = vt8 && out->fp8_pv;
+      /* The late rescale takes the branch commits (its P V is issued
+       * after S's group is closed). Auto's only in plain graphs, K/V not
+       * paged: elsewhere O's pending factors, live across the next S
+       * GEMM beside what the chain holds, left ptxas too few registers
+       * for the wgmma pipeline and it serialized every wgmma (C7511;
+       * compile sweep seed 135 at D 32-64: a bias or position table, a
+       * softcap, exp/log/clamp chains, a paged cache). And only at head
+       * dims of exactly 64 (what was measured): below it (32, 48, 56; a
+       * 64-wide tile over fewer columns) the plain causal graph serialized
+       * too (session 36, compile sweep seed 142). */
+      out->rescale_late = var->rescale == RESCALE_LATE_ALWAYS ||
+                          (var->rescale == RESCALE_LATE_NARROW2 && mode == ATTN_FWD90_16 &&
+                           wgs == 2 && d_qk == 64 && d_v == 64 && (traits & SM90_PLAIN) &&
+                           !paged);
+      out->pv_overlap = out->rescale_late || var->pv == PV_OVERLAP_ALWAYS ||
+                        (var->pv == PV_OVERLAP_16 &&
+                         (mode == ATTN_FWD90_16 || (out->fp8_pv && tmax <= 128)));
+      out->q_early_tiles = out->persistent ? var->q_early_tiles : 0; /* (one tile a CTA: moot) */
+      out->skip_idle = var->skip_idle;
+      out->tanh_poly = var->tanh_poly;
+      out->partial_first = partial_first;
+      out->ring_per_tile = var->ring_per_tile;
+      out->q_before_v = out->persistent && var->q_before_v; /* (one tile a CTA: moot) */
+      out->pv_wait_next = var->pv_wait_next;
+      out->o_smem = o_slots;
+      return 0;
     }
+  }
   return -1;
 }

@@ -509,7 +509,15 @@ constexpr bool fwd90_pv_wait_next = ATTN_PV_WAIT_NEXT != 0;
 #ifndef ATTN_O_SMEM
 #define ATTN_O_SMEM 0
 #endif
-constexpr bool fwd90_o_smem = ATTN_O_SMEM != 0;
+/* ATTN_O_SMEM: the staging slots a warp has, each 64 columns of its 16
+ * rows (2048 bytes), up to a slot a block of the V tile. */
+constexpr int fwd90_o_slots = ATTN_O_SMEM;
+constexpr bool fwd90_o_smem = fwd90_o_slots > 0;
+constexpr int fwd90_o_blocks = (ATTN_D_V + 63) / 64;
+static_assert(fwd90_o_slots >= 0 && fwd90_o_slots <= fwd90_o_blocks, "a slot a block at most");
+static_assert(!fwd90_o_smem ||
+                  attn_fwd90_total_ostage(fwd90_layout, fwd90_bm, fwd90_o_slots) <= 227 * 1024,
+              "o_smem: the staging exceeds shared memory");
 #if ATTN_O_SMEM && defined(ATTN_PACKED_Q)
 #error "o_smem: packed sequences store O row by row (a TMA box would cross a sequence's end)"
 #endif
@@ -1818,39 +1826,50 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
         row_sum[1] /= p_sc;
       }
     /* Normalize and store, straight from the accumulators (softmax.cuh);
-     * o_smem: into this warp's staging blocks, then lane 0 stores them by
-     * TMA (rows past Sq are clipped). The blocks are rewritten only once
-     * this warp's stores of the last tile have read them. */
+     * o_smem: a block of 64 columns at a time into this warp's staging
+     * slots, each stored by TMA from lane 0 (rows past Sq are clipped).
+     * A slot is rewritten only once its last store has read it: the last
+     * tile's at the start, and with fewer slots than blocks (the room the
+     * tiles leave, tmpl_sm90.c) this tile's a block earlier. */
     [[maybe_unused]] unsigned stage = 0;
     void *staged = nullptr;
     if constexpr (fwd90_o_smem) {
       stage = base + attn_fwd90_ostage_offset(fwd90_layout) +
-              (unsigned)((4 * wg + ww) * 16 * fwd90_dv * 2);
+              (unsigned)((4 * wg + ww) * fwd90_o_slots * 2048);
       staged = fwd90_smem + (stage - attn_smem_addr(fwd90_smem));
       if (lane == 0)
         attn_bulk_wait<0, true>();
       __syncwarp();
     }
+    /* (0 where not staged: the function then takes no closure, and the
+     * register stores compile as they did before o_smem) */
+    auto store_block = [&] {
+      if constexpr (fwd90_o_smem)
+        return [&](int c) {
+          constexpr int in_flight = fwd90_o_slots > 1 ? fwd90_o_slots - 1 : 0;
+          attn_fence_proxy_async(); /* the block's stores, for TMA's async proxy */
+          __syncwarp();
+          if (lane == 0) {
+            attn_tma_store4(&tm.m[ATTN_TMAP_O], stage + (c % fwd90_o_slots) * 2048, c * 64,
+                            i0 + 64 * wg + 16 * ww, h, b);
+            attn_bulk_commit();
+            if (c + 1 < fwd90_o_blocks && c + 1 >= fwd90_o_slots) /* c + 1 reuses a slot */
+              attn_bulk_wait<in_flight, true>();
+          }
+          __syncwarp();
+        };
+      else
+        return 0;
+    }();
     amax = max(amax, attn_softmax_store<ATTN_D_V / 8, fwd90_out_kind, (fwd90_tlse >= 0),
-                                        (attn_has_sink != 0), (attn_has_amax != 0), fwd90_o_smem>(
+                                        (attn_has_sink != 0), (attn_has_amax != 0), fwd90_o_slots>(
                          [&](int nb, int k) -> float & { return o[nb * 4 + k]; }, row_max,
                          row_sum, i_row, t4, b, h, fwd90_to, fwd90_tlse >= 0 ? fwd90_tlse : 0, p,
                          row_end,
                          [&](float x, int i, int d) { return attn_out(x, b, h, i, d, p); },
                          attn_sink_value(b, h, p),
                          [&](float x, int i, int d) { return attn_amax_value(x, b, h, i, d, p); },
-                         staged));
-    if constexpr (fwd90_o_smem) {
-      attn_fence_proxy_async(); /* the stores, for TMA's async proxy */
-      __syncwarp();
-      if (lane == 0) {
-#pragma unroll
-        for (int c = 0; c < fwd90_dv / 64; ++c)
-          attn_tma_store4(&tm.m[ATTN_TMAP_O], stage + c * 2048, c * 64, i0 + 64 * wg + 16 * ww,
-                          h, b);
-        attn_bulk_commit();
-      }
-    }
+                         staged, store_block));
   }
   if constexpr (fwd90_o_smem) /* the stores have read shared memory, which ends with the CTA */
     if (lane == 0)

@@ -287,50 +287,63 @@ static __device__ __forceinline__ int attn_stage_off(int sr, int nb, int t) {
  * (b, h) sink `sink` joins each row's denominator (attn_softmax_sink).
  * With AMAX, returns the largest attn_amax_bits of amax_arg(x, i, d) over
  * the elements stored (x the normalized element; the caller commits it
- * for the warp), else 0. STAGED: the pairs go to the warp's 16 rows at
- * `stage` (a generic pointer into shared memory) instead of O, in blocks
- * of 64 columns, [16 rows][64] each, 16-byte chunks in the 128-byte swizzle
+ * for the warp), else 0. STAGED (a number of slots, 0: not staged): the
+ * pairs go to the warp's 16 rows at `stage` (a generic pointer into shared
+ * memory) instead of O, a block of 64 columns at a time into slot c %
+ * STAGED of [16 rows][64] elements, 16-byte chunks in the 128-byte swizzle
  * (chunk c of row r at c ^ (r & 7): a quad's four-byte stores of eight
- * rows then fall in distinct banks); fwd_sm90's o_smem variant stores them
- * by TMA. */
-template <int NB, int OUT_KIND, bool LSE, bool SINK, bool AMAX = false, bool STAGED = false,
-          typename FragO, typename Out, typename AmaxArg = int>
+ * rows then fall in distinct banks), and staged(c) after each block c
+ * (every lane: fwd_sm90's o_smem stores it by TMA and, where the next
+ * block reuses a slot, waits until that slot's last store has read it). */
+template <int NB, int OUT_KIND, bool LSE, bool SINK, bool AMAX = false, int STAGED = 0,
+          typename FragO, typename Out, typename AmaxArg = int, typename Staged = int>
 static __device__ __forceinline__ unsigned
 attn_softmax_store(FragO o, const float (&row_max)[2], const float (&row_sum)[2], int i_row, int t,
                    int b, int h, int o_slot, int lse_slot, const attn_params &p, int i_end,
-                   Out out, float sink, AmaxArg amax_arg = 0, void *stage = nullptr) {
+                   Out out, float sink, AmaxArg amax_arg = 0, void *stage = nullptr,
+                   Staged staged = 0) {
   unsigned amax = 0;
+  /* Column blocks: staged, 8 fragments (64 columns) a block; else one.
+   * (A row's normalizer is recomputed a block, the same values: common
+   * subexpressions.) */
+  constexpr int per = STAGED > 0 ? 8 : NB, blocks = (NB + per - 1) / per;
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float l = attn_softmax_total(row_sum[r]), m = row_max[r], keep = 1.f;
-    if constexpr (SINK)
-      keep = attn_softmax_sink(sink, m, l);
-    const float inv = attn_softmax_inv(l) * keep;
-    const int i = i_row + r * 8;
-    if (i >= i_end)
-      continue;
-    const attn_tensor_arg &to = p.t[o_slot];
-    const long long orow = b * to.stride[0] + h * to.stride[1] + (long long)i * to.stride[2];
+  for (int c = 0; c < blocks; ++c) {
 #pragma unroll
-    for (int nb = 0; nb < NB; ++nb) {
-      const int d = nb * 8 + 2 * t;
-      const float y0 = o(nb, 2 * r) * inv, y1 = o(nb, 2 * r + 1) * inv;
-      const float x0 = out(y0, i, d);
-      const float x1 = out(y1, i, d + 1);
-      if constexpr (STAGED) {
-        const int sr = (int)((threadIdx.x & 31u) >> 2) + 8 * r; /* the warp's row */
-        attn_store_pair<OUT_KIND>(stage, attn_stage_off(sr, nb, t), x0, x1);
-      } else
-        attn_store_pair<OUT_KIND>(to.ptr, orow + d, x0, x1);
-      if constexpr (AMAX)
-        amax = max(amax, max(attn_amax_bits(amax_arg(y0, i, d)),
-                             attn_amax_bits(amax_arg(y1, i, d + 1))));
-    }
-    if constexpr (LSE) {
-      if (t == 0) {
-        attn_store_lse(p.t[lse_slot], b, h, i, m, l);
+    for (int r = 0; r < 2; ++r) {
+      float l = attn_softmax_total(row_sum[r]), m = row_max[r], keep = 1.f;
+      if constexpr (SINK)
+        keep = attn_softmax_sink(sink, m, l);
+      const float inv = attn_softmax_inv(l) * keep;
+      const int i = i_row + r * 8;
+      if (i >= i_end)
+        continue;
+      const attn_tensor_arg &to = p.t[o_slot];
+      const long long orow = b * to.stride[0] + h * to.stride[1] + (long long)i * to.stride[2];
+#pragma unroll
+      for (int nb = c * per; nb < NB && nb < (c + 1) * per; ++nb) {
+        const int d = nb * 8 + 2 * t;
+        const float y0 = o(nb, 2 * r) * inv, y1 = o(nb, 2 * r + 1) * inv;
+        const float x0 = out(y0, i, d);
+        const float x1 = out(y1, i, d + 1);
+        if constexpr (STAGED > 0) {
+          const int sr = (int)((threadIdx.x & 31u) >> 2) + 8 * r; /* the warp's row */
+          attn_store_pair<OUT_KIND>(stage, (c % STAGED) * 1024 + attn_stage_off(sr, nb & 7, t),
+                                    x0, x1);
+        } else
+          attn_store_pair<OUT_KIND>(to.ptr, orow + d, x0, x1);
+        if constexpr (AMAX)
+          amax = max(amax, max(attn_amax_bits(amax_arg(y0, i, d)),
+                               attn_amax_bits(amax_arg(y1, i, d + 1))));
+      }
+      if constexpr (LSE) {
+        if (t == 0 && c + 1 == blocks) {
+          attn_store_lse(p.t[lse_slot], b, h, i, m, l);
+        }
       }
     }
+    if constexpr (STAGED > 0)
+      staged(c);
   }
   return amax;
 }

@@ -420,24 +420,44 @@ Test(layout, fwd90_rescale_late_only_d64) {
  * warpgroups (a mask) in plain graphs (SM90_PLAIN), which auto no longer
  * runs on two (three since session 37); rescale_late and pv_overlap do
  * theirs everywhere, pv_once neither. */
-/* The o_smem variant: its staging (a warp's 16 rows of the V tile, 16-bit)
- * sized into the tile choice, on a 1024-byte boundary after the slots; at
- * D 128 unmasked key tiles of 128 (176 leaves no room), at D 256 none. */
+/* The o_smem variant: auto's key tiles, and staging slots (a warp's 16
+ * rows of 64 columns, 16-bit) in the room they leave, on a 1024-byte
+ * boundary after the slots, or a stage fewer where that makes room: at D
+ * 128 beside key tiles of 176 one slot for two blocks, beside a mask's
+ * key tiles of 128 two stages (not three) and both slots, none at D 256
+ * (key tiles of 80; 64 would make room), all three at D 192, one at D 64. */
 Test(layout, fwd90_o_smem_configs) {
   const int os = tmpl_sm90_variant_index("o_smem");
   Sm90Config h, a;
-  cr_assert_eq(tmpl_sm90_config(128, 128, 2, 2, false, SM90_PLAIN, false, os, &h), 0);
+  cr_assert_eq(tmpl_sm90_config(128, 128, 2, 2, false, SM90_PLAIN | SM90_O_TMA, false, os, &h), 0);
   cr_assert_eq(tmpl_sm90_config(128, 128, 2, 2, false, SM90_PLAIN, false, 0, &a), 0);
-  cr_assert(h.o_smem && a.bn == 176 && h.bn == 128 && h.bm == 128, "bn %d", h.bn);
+  cr_assert(a.bn == 176 && h.bn == a.bn && h.stages == a.stages && h.bm == 128, "bn %d", h.bn);
+  cr_assert_eq(h.o_smem, 1);
+  cr_assert_eq(a.o_smem, 0);
   const attn_fwd90_layout l = attn_fwd90_layout_of(h.bm, h.bn, h.stages, 128, 128, ATTN_FWD90_16);
   cr_assert_eq(attn_fwd90_ostage_offset(l) % 1024, 0);
   cr_assert_geq(attn_fwd90_ostage_offset(l), l.bar_offset + 8 * l.nbars + l.slot_bytes);
-  cr_assert_eq(h.smem_bytes, attn_fwd90_ostage_offset(l) + 128 * 128 * 2 + 1024);
+  cr_assert_eq(h.smem_bytes, attn_fwd90_ostage_offset(l) + 8 * 2048 + 1024);
   cr_assert_leq(h.smem_bytes, 227 * 1024);
-  cr_assert_eq(tmpl_sm90_config(256, 256, 2, 2, false, SM90_PLAIN, false, os, &h), 0);
-  cr_assert(!h.o_smem);
+  cr_assert_gt(h.smem_bytes + 8 * 2048, 227 * 1024); /* (a second slot would not fit) */
+  cr_assert_eq(tmpl_sm90_config(128, 128, 2, 2, false, SM90_MASKED | SM90_O_TMA, false, os, &h), 0);
+  cr_assert_eq(tmpl_sm90_config(128, 128, 2, 2, false, SM90_MASKED, false, 0, &a), 0);
+  cr_assert(a.bn == 128 && a.stages == 3 && a.o_smem == 0);
+  cr_assert(h.bn == 128 && h.stages == 2 && h.o_smem == 2, "stages %d", h.stages);
+  cr_assert_leq(h.smem_bytes, 227 * 1024);
+  cr_assert_eq(tmpl_sm90_config(256, 256, 2, 2, false, SM90_PLAIN | SM90_O_TMA, false, os, &h), 0);
+  cr_assert_eq(h.o_smem, 0);
+  cr_assert_eq(tmpl_sm90_config(192, 192, 2, 2, false, SM90_PLAIN | SM90_O_TMA, false, os, &h), 0);
+  cr_assert_eq(h.o_smem, 3);
+  cr_assert_leq(h.smem_bytes, 227 * 1024);
+  cr_assert_eq(tmpl_sm90_config(64, 64, 2, 2, false, SM90_O_TMA, false, os, &h), 0);
+  cr_assert(h.o_smem == 1 && h.bm == 192);
+  /* none where O is not a TMA box's (SM90_O_TMA: FP8 O, packed rows,
+   * dropout) nor under a short first tile (partial_first: masked, wg3) */
   cr_assert_eq(tmpl_sm90_config(64, 64, 2, 2, false, 0, false, os, &h), 0);
-  cr_assert(h.o_smem && h.bm == 192);
+  cr_assert_eq(h.o_smem, 0);
+  cr_assert_eq(tmpl_sm90_config(64, 64, 2, 2, false, SM90_MASKED | SM90_O_TMA, false, os, &h), 0);
+  cr_assert(h.partial_first && h.o_smem == 0);
 }
 
 Test(layout, fwd90_rescale_late_configs) {
@@ -510,7 +530,8 @@ Test(layout, fwd90_rescale_late_configs) {
       const int bytes = fp8 ? 1 : 2;
       const bool old = w == a35 || (w >= 1 && w <= 4);
       Sm90Config a, h;
-      cr_assert_eq(tmpl_sm90_config(64, 64, bytes, bytes, fp8, SM90_MASKED, false, w, &h), 0);
+      cr_assert_eq(
+          tmpl_sm90_config(64, 64, bytes, bytes, fp8, SM90_MASKED | SM90_O_TMA, false, w, &h), 0);
       cr_assert_eq(h.q_early_tiles, !h.persistent || old ? 0 : w == qe ? 1 << 20 : 16,
                    "variant %d", w);
       cr_assert_eq(h.skip_idle, !old, "variant %d", w);
@@ -518,7 +539,7 @@ Test(layout, fwd90_rescale_late_configs) {
       cr_assert_eq(h.ring_per_tile, w == rc, "variant %d", w);
       cr_assert_eq(h.q_before_v, w == qv && h.persistent, "variant %d", w);
       cr_assert_eq(h.pv_wait_next, w == pw, "variant %d", w);
-      cr_assert_eq(h.o_smem, w == os, "variant %d", w);
+      cr_assert_eq(h.o_smem > 0, w == os && !h.partial_first, "variant %d", w);
       const bool auto_but = !old && w != tmpl_sm90_variant_index("auto36");
       cr_assert_eq(h.partial_first, w == pf || (auto_but && h.bm == 192), "variant %d fp8 %d", w,
                    fp8);
