@@ -617,14 +617,14 @@ static int match_fwd_template(const KernelSpec *s, const CompileOptions *o, FwdC
   Sm90Config h;
   const bool fp8_p = dtype_is_fp8(s->in_type) && dtype_is_fp8(s->p_round);
   const bool masked = s->nmasks > 0 || s->packed;
-  /* O by TMA boxes of a warp's 16 rows: 16-bit, dense rows; not under
-   * dropout, whose Philox words beside the staging's addresses spilled 200
-   * bytes in the loop at key tiles of 176. */
-  const bool o_tma = (s->out_type == DT_BF16 || s->out_type == DT_F16) && !s->packed &&
-                     !s->dropout;
+  /* O by TMA boxes of a warp's 16 rows: 16- or 8-bit, dense rows; not
+   * under dropout, whose Philox words beside the staging's addresses
+   * spilled 200 bytes in the loop at key tiles of 176. */
+  const bool o_tma = dtype_size(s->out_type) <= 2 && !s->packed && !s->dropout;
   const unsigned traits = (masked ? SM90_MASKED : 0u) |
                           (s->score_reads_ij ? SM90_SCORE_READS : 0u) |
-                          (plain_score(s) ? SM90_PLAIN : 0u) | (o_tma ? SM90_O_TMA : 0u);
+                          (plain_score(s) ? SM90_PLAIN : 0u) | (o_tma ? SM90_O_TMA : 0u) |
+                          (dtype_size(s->out_type) == 1 ? SM90_O_BYTE : 0u);
   /* kv_copy: a dense FP8 KV cache under a 16-bit q is widened into 16-bit
    * copies in two workspace slots after the decode's (plan.c, widen_kv),
    * and the forward is the 16-bit one reading them; by default where q's

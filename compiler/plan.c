@@ -173,8 +173,9 @@ static void plan_forward(GraphPlan *gp, const KernelSpec *f, const FwdConfig *c,
       add_map(s, ATTN_TMAP_K, g->k, f->kv_type, kv_cols, c->bn, "k");
       add_map(s, ATTN_TMAP_V, g->v, f->kv_type, kv_cols, c->bn, "v");
     }
-    if (c->o_smem) /* the o_smem variant's stores: 64 columns by a warp's 16 rows */
-      add_map(s, ATTN_TMAP_O, g->outputs[f->o_output].tensor, f->out_type, 64, 16, "o");
+    if (c->o_smem) /* the o_smem variant's stores: 128 bytes by a warp's 16 rows */
+      add_map(s, ATTN_TMAP_O, g->outputs[f->o_output].tensor, f->out_type,
+              dtype_size(f->out_type) == 1 ? 128 : 64, 16, "o");
   }
   if (c->decode.on) plan_decode(gp, p, s, f, &c->decode, a);
 }

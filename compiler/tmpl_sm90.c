@@ -177,16 +177,20 @@
  *                 shared memory (128-byte swizzle) and stores them by TMA
  *                 (fwd_sm90.cuh, fwd90_o_smem) instead of 32 four-byte
  *                 stores a thread, which held 13% of the stall samples at D
- *                 128 S 1k (session 41's ncu); match.c keeps it to 16-bit
- *                 O, dense rows and whole tiles. Session 41 sized a slot
+ *                 128 S 1k (session 41's ncu); match.c keeps it to 16- and
+ *                 8-bit O, dense rows, no dropout; whole tiles only (not
+ *                 partial_first's). Session 41 sized a slot
  *                 for every 64-column block into the tile choice (D 128:
  *                 key tiles of 128 in two stages, not 176): H100, session
  *                 42, +10% at D 128 S 1k, +6% at 2k, but -7% at 16k
  *                 (non-causal; the stages). Now auto's tiles and the slots
  *                 the room left holds (sm90_o_slots: D 128 with key tiles
  *                 of 176 one of two, a block's store then waits for the
- *                 last to read its slot; D 192 all three; D 256, key tiles
- *                 of 80, and masked D 128, three stages, none)
+ *                 last to read its slot; a mask's D 128 two stages of 128
+ *                 and both slots; D 192 all three; D 256, key tiles of 80,
+ *                 none). An 8-bit O too (128 columns a slot: FP8 D 128
+ *                 one slot beside its three stages, D 256 two stages and
+ *                 two slots)
  * numbered 0 to 24 in this order (the numbers are the library's option
  * values); 0 is the default below (the fastest
  * measured), and so is any number out of range (the library never fails
@@ -393,11 +397,12 @@ int tmpl_sm90_variant_index(const char *name) {
   return -1;
 }
 
-/* o_smem's staging slots beside a tile choice: a slot for each 64-column
- * block of the V tile where they fit, else as many as fit (its stores then
- * wait for a slot's last one to read it), else none. */
-static int sm90_o_slots(attn_fwd90_layout l, int bm, int tv) {
-  int slots = tv / 64;
+/* o_smem's staging slots beside a tile choice: a slot (128 bytes of a
+ * warp's 16 rows) for each block of the V tile's rows of O (o_bytes an
+ * element) where they fit, else as many as fit (its stores then wait for
+ * a slot's last one to read it), else none. */
+static int sm90_o_slots(attn_fwd90_layout l, int bm, int tv, int o_bytes) {
+  int slots = (tv * o_bytes + 127) / 128;
   while (slots > 0 && attn_fwd90_total_ostage(l, bm, slots) > SM90_SMEM_LIMIT) slots--;
   return slots;
 }
@@ -502,7 +507,8 @@ int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool fp8_p, 
         for (int k2 = k; k2 < n && list[k2].bn == list[k].bn && o_slots == 0; k2++) {
           const attn_fwd90_layout l2 =
               attn_fwd90_layout_of(64 * wgs, list[k2].bn, list[k2].stages, q_cols, tv, lmode);
-          if ((o_slots = sm90_o_slots(l2, 64 * wgs, tv)) > 0) k = k2, l = l2;
+          if ((o_slots = sm90_o_slots(l2, 64 * wgs, tv, traits & SM90_O_BYTE ? 1 : 2)) > 0)
+            k = k2, l = l2;
         }
       out->bm = 64 * wgs;
       out->bn = list[k].bn;

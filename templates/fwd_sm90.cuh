@@ -501,19 +501,22 @@ constexpr bool fwd90_q_before_v = ATTN_Q_BEFORE_V != 0;
 constexpr bool fwd90_pv_wait_next = ATTN_PV_WAIT_NEXT != 0;
 /* The o_smem variant (tmpl_sm90.c): each consumer warp writes its 16 rows
  * of O into shared memory (attn_fwd90_ostage_*, after the slots, swizzled)
- * and stores them by TMA, 64 columns a box, instead of 32 four-byte stores
- * a thread (session 41's profile of D 128 S 1k: those held 13% of the
- * stall samples, on a full LSU queue). match.c sets it only for a 16-bit
- * O, dense rows and tiles whose rows all belong to them (no
+ * and stores them by TMA, 128 bytes of the rows a box, instead of 32
+ * four-byte stores a thread (64 two-byte ones for an 8-bit O; session 41's
+ * profile of D 128 S 1k: those held 13% of the stall samples, on a full
+ * LSU queue). match.c allows it for a 16- or 8-bit O, dense rows, no
+ * dropout, and tmpl_sm90.c for tiles whose rows all belong to them (no
  * partial_first), where the plan adds O's map (ATTN_TMAP_O). */
 #ifndef ATTN_O_SMEM
 #define ATTN_O_SMEM 0
 #endif
-/* ATTN_O_SMEM: the staging slots a warp has, each 64 columns of its 16
- * rows (2048 bytes), up to a slot a block of the V tile. */
+/* ATTN_O_SMEM: the staging slots a warp has, each 128 bytes of its 16
+ * rows (2048 bytes: 64 columns of a 16-bit O, 128 of an 8-bit one), up
+ * to a slot a block of O's columns. */
 constexpr int fwd90_o_slots = ATTN_O_SMEM;
 constexpr bool fwd90_o_smem = fwd90_o_slots > 0;
-constexpr int fwd90_o_blocks = (ATTN_D_V + 63) / 64;
+constexpr int fwd90_o_cols = fwd90_out_kind >= 3 ? 128 : 64; /* a block's columns */
+constexpr int fwd90_o_blocks = (ATTN_D_V + fwd90_o_cols - 1) / fwd90_o_cols;
 static_assert(fwd90_o_slots >= 0 && fwd90_o_slots <= fwd90_o_blocks, "a slot a block at most");
 static_assert(!fwd90_o_smem ||
                   attn_fwd90_total_ostage(fwd90_layout, fwd90_bm, fwd90_o_slots) <= 227 * 1024,
@@ -521,8 +524,8 @@ static_assert(!fwd90_o_smem ||
 #if ATTN_O_SMEM && defined(ATTN_PACKED_Q)
 #error "o_smem: packed sequences store O row by row (a TMA box would cross a sequence's end)"
 #endif
-static_assert(!fwd90_o_smem || (fwd90_out_kind <= 1 && !fwd90_partial_first),
-              "o_smem: a 16-bit O, whole tiles (match.c)");
+static_assert(!fwd90_o_smem || (fwd90_out_kind != 2 && !fwd90_partial_first),
+              "o_smem: a 16- or 8-bit O, whole tiles (match.c)");
 /* Query tile m's rows of a sequence of Sq queries: [i0, i_end). Every i0
  * is a multiple of 16: a lane's rows i and i + 8 must share a dropout
  * group (hooks.cuh: rows i & ~9), so under partial_first the short first
@@ -1826,8 +1829,9 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
         row_sum[1] /= p_sc;
       }
     /* Normalize and store, straight from the accumulators (softmax.cuh);
-     * o_smem: a block of 64 columns at a time into this warp's staging
-     * slots, each stored by TMA from lane 0 (rows past Sq are clipped).
+     * o_smem: a block of 128 bytes of the rows at a time into this warp's
+     * staging slots, each stored by TMA from lane 0 (rows past Sq are
+     * clipped).
      * A slot is rewritten only once its last store has read it: the last
      * tile's at the start, and with fewer slots than blocks (the room the
      * tiles leave, tmpl_sm90.c) this tile's a block earlier. */
@@ -1850,8 +1854,8 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
           attn_fence_proxy_async(); /* the block's stores, for TMA's async proxy */
           __syncwarp();
           if (lane == 0) {
-            attn_tma_store4(&tm.m[ATTN_TMAP_O], stage + (c % fwd90_o_slots) * 2048, c * 64,
-                            i0 + 64 * wg + 16 * ww, h, b);
+            attn_tma_store4(&tm.m[ATTN_TMAP_O], stage + (c % fwd90_o_slots) * 2048,
+                            c * fwd90_o_cols, i0 + 64 * wg + 16 * ww, h, b);
             attn_bulk_commit();
             if (c + 1 < fwd90_o_blocks && c + 1 >= fwd90_o_slots) /* c + 1 reuses a slot */
               attn_bulk_wait<in_flight, true>();

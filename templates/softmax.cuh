@@ -276,6 +276,15 @@ static __device__ __forceinline__ float attn_softmax_sink(float sink, float &m, 
 static __device__ __forceinline__ int attn_stage_off(int sr, int nb, int t) {
   return (nb >> 3) * 1024 + sr * 64 + (((nb & 7) ^ (sr & 7)) << 3) + 2 * t;
 }
+/* ... and for an 8-bit O (e4m3, e5m2): the byte offset of the pair, in
+ * 128-column blocks of [16][128] bytes, the 128-byte swizzle's 16-byte
+ * chunk (nb & 15) / 2 of row sr at chunk ^ (sr & 7), as a TMA box of 128
+ * x 16 bytes reads it. A warp's two-byte stores of one nb: each row's quad
+ * in one 8-byte half of a chunk, eight rows in eight distinct chunks. */
+static __device__ __forceinline__ int attn_stage_off8(int sr, int nb, int t) {
+  return (nb >> 4) * 2048 + sr * 128 + ((((nb & 15) >> 1) ^ (sr & 7)) << 4) + ((nb & 1) << 3) +
+         2 * t;
+}
 
 /* The epilogue of a forward: for the thread's two rows (i_row and i_row +
  * 8), the quad's normalizer, O's row divided by it and passed through the
@@ -289,8 +298,9 @@ static __device__ __forceinline__ int attn_stage_off(int sr, int nb, int t) {
  * the elements stored (x the normalized element; the caller commits it
  * for the warp), else 0. STAGED (a number of slots, 0: not staged): the
  * pairs go to the warp's 16 rows at `stage` (a generic pointer into shared
- * memory) instead of O, a block of 64 columns at a time into slot c %
- * STAGED of [16 rows][64] elements, 16-byte chunks in the 128-byte swizzle
+ * memory) instead of O, a block of 128 bytes of the rows (64 columns of a
+ * 16-bit O, 128 of an 8-bit one: attn_stage_off8) at a time into slot c %
+ * STAGED of [16 rows][128 bytes], 16-byte chunks in the 128-byte swizzle
  * (chunk c of row r at c ^ (r & 7): a quad's four-byte stores of eight
  * rows then fall in distinct banks), and staged(c) after each block c
  * (every lane: fwd_sm90's o_smem stores it by TMA and, where the next
@@ -303,10 +313,12 @@ attn_softmax_store(FragO o, const float (&row_max)[2], const float (&row_sum)[2]
                    Out out, float sink, AmaxArg amax_arg = 0, void *stage = nullptr,
                    Staged staged = 0) {
   unsigned amax = 0;
-  /* Column blocks: staged, 8 fragments (64 columns) a block; else one.
-   * (A row's normalizer is recomputed a block, the same values: common
-   * subexpressions.) */
-  constexpr int per = STAGED > 0 ? 8 : NB, blocks = (NB + per - 1) / per;
+  /* Column blocks: staged, 128 bytes of a row a block (8 fragments of a
+   * 16-bit O, 16 of an 8-bit one); else one. (A row's normalizer is
+   * recomputed a block, the same values: common subexpressions.) */
+  static_assert(STAGED == 0 || OUT_KIND != 2, "an f32 O is not staged");
+  constexpr bool bytes1 = OUT_KIND >= 3;
+  constexpr int per = STAGED > 0 ? (bytes1 ? 16 : 8) : NB, blocks = (NB + per - 1) / per;
 #pragma unroll
   for (int c = 0; c < blocks; ++c) {
 #pragma unroll
@@ -328,7 +340,10 @@ attn_softmax_store(FragO o, const float (&row_max)[2], const float (&row_sum)[2]
         const float x1 = out(y1, i, d + 1);
         if constexpr (STAGED > 0) {
           const int sr = (int)((threadIdx.x & 31u) >> 2) + 8 * r; /* the warp's row */
-          attn_store_pair<OUT_KIND>(stage, (c % STAGED) * 1024 + attn_stage_off(sr, nb & 7, t),
+          /* (offsets in O's elements: a slot is 2048 bytes) */
+          attn_store_pair<OUT_KIND>(stage,
+                                    bytes1 ? (c % STAGED) * 2048 + attn_stage_off8(sr, nb & 15, t)
+                                           : (c % STAGED) * 1024 + attn_stage_off(sr, nb & 7, t),
                                     x0, x1);
         } else
           attn_store_pair<OUT_KIND>(to.ptr, orow + d, x0, x1);

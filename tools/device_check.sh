@@ -100,16 +100,21 @@ if [ "${TESTS:-1}" = 1 ]; then
 # the bf16 one and the FP8 backward's main kernel at D 128. Session 30's own checks all ran
 # (bench/RESULTS.md "Session 30").
 if [ "${FIRST:-0}" = 1 ]; then
-  # Session 42 (FIRST_S42=0 skips; ~450 s, never run): the o_smem variant (24) now keeps auto's
+  # Session 42 (FIRST_S42=0 skips; ~550 s, never run): the o_smem variant (24) now keeps auto's
   # key tiles and takes the staging slots the room they leave holds (D 128 plain: key tiles of
   # 176 and one slot for two column blocks, a block's TMA store waiting for the last to read its
   # slot; a mask's D 128: two stages of 128 and both slots, what session 41's o_smem measured
-  # +2-10% on causal; D 192 all three; D 256 none). Its A/B against auto first (the decision:
-  # predicted D 128 S 1k +8%, S 16k non-causal within 1% of auto), then its work-tile edges,
-  # test_head_dims (every slot count) and the examples under it.
+  # +2-10% on causal; D 192 all three; D 256 none), and stages an 8-bit O too (128 columns a
+  # slot; FP8 D 256 trades its third stage for two slots). Its A/B against auto first (the
+  # decision: predicted D 128 S 1k +8%, S 16k non-causal within 1% of auto), the FP8 A/B
+  # (e4m3 O; predicted +5-10% at S 1k), then its work-tile edges, test_head_dims (every slot
+  # count), test_fp8 and the examples under it.
   if [ "${FIRST_S42:-1}" = 1 ]; then
     step first_s42_ab python3 bench/variant_ab.py --lib "$B/libattn.so" --out "$L/s42ab" \
       --variants o_smem --dims 64,128 --seqs 1024,2048,4096,16384 --causal
+    step first_s42_ab8 python3 bench/variant_ab.py --lib "$B/libattn.so" --out "$L/s42ab8" --fp8 \
+      --variants o_smem --dims 64,128,256 --seqs 1024,4096,16384 --causal
+    step first_s42_fp8 env ATTN_SM90_VARIANT=o_smem timeout 150 "$B/tests/gpu/test_fp8"
     step first_s42_edges env ATTN_SM90_VARIANT=o_smem ATTN_TEST_ONLY=examples timeout 60 \
       "$B/tests/gpu/test_forward" zzz_no_example
     step first_s42_head_dims env ATTN_SM90_VARIANT=o_smem timeout 170 "$B/tests/gpu/test_head_dims"

@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
-# stage_host_check.sh: templates/softmax.cuh's attn_stage_off (where fwd_sm90's o_smem variant
-# stages a warp's 16 rows of O for its TMA stores), compiled for the host from the template's
-# own text. For every V tile width (64-256 columns): each pair of columns of each row lands on its
-# own four bytes inside the warp's staging (16 rows x the width x 2 bytes); the byte address is
-# where a TMA box of 64 columns x 16 rows with the 128-byte swizzle reads that element (block
-# col / 64 at 2048 bytes each, row r at 128 r, 16-byte chunk (col % 64) / 8 XOR r % 8); and the
-# 32 lanes of a warp (row g = lane / 4 of a half, t = lane % 4) storing one column block hit 32
-# distinct banks. No GPU needed. Run from the repository root.
+# stage_host_check.sh: templates/softmax.cuh's attn_stage_off and attn_stage_off8 (where fwd_sm90's
+# o_smem variant stages a warp's 16 rows of a 16- or 8-bit O for its TMA stores), compiled for
+# the host from the template's own text. For every V tile width (64-256 columns): each pair of
+# columns of each row lands on its own four bytes (two for 8 bits) inside the warp's staging; the
+# byte address is where a TMA box of 128 bytes x 16 rows with the 128-byte swizzle reads that
+# element (block at 2048 bytes each, row r at 128 r, 16-byte chunk XOR r % 8); and the 32 lanes
+# of a warp (row g = lane / 4 of a half, t = lane % 4) storing one column block hit 32 distinct
+# banks (8 bits: 16 distinct words, two lanes a word). A mutant without the swizzle fails it. No
+# GPU needed. Run from the repository root.
 set -eu
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-sed -n '/static __device__ __forceinline__ int attn_stage_off(/,/^}/p' templates/softmax.cuh |
-  sed 's/static __device__ __forceinline__/static inline/' >"$tmp/stage.inc"
-grep -q attn_stage_off "$tmp/stage.inc" ||
-  { echo "FAIL: attn_stage_off's text was not found in templates/softmax.cuh"; exit 1; }
+for f in attn_stage_off attn_stage_off8; do
+  sed -n "/static __device__ __forceinline__ int $f(/,/^}/p" templates/softmax.cuh |
+    sed 's/static __device__ __forceinline__/static inline/' >>"$tmp/stage.inc"
+  grep -q "int $f(" "$tmp/stage.inc" ||
+    { echo "FAIL: $f's text was not found in templates/softmax.cuh"; exit 1; }
+done
 cat >"$tmp/check.cpp" <<'CPP'
 #include <cstdio>
 #include <vector>
@@ -45,8 +48,38 @@ int main() {
             fail("bank conflict", dv, lane / 4 + 8 * half, nb, lane % 4);
       }
   }
-  std::printf("%s: attn_stage_off puts each pair once, where TMA's 128-byte swizzle reads it, "
-              "conflict-free (widths 64-256)\n", failures ? "FAIL" : "PASS");
+  /* attn_stage_off8 (an 8-bit O): byte offsets in blocks of [16][128] bytes, a TMA box of
+   * 128 columns x 16 rows with the 128-byte swizzle (block col / 128 at 2048 bytes, row r at
+   * 128 r, 16-byte chunk (col % 128) / 16 XOR r % 8); a warp's two-byte stores of one nb touch
+   * 16 distinct four-byte words (two lanes a word) in 16 distinct banks. */
+  for (int dv = 64; dv <= 256; dv += 64) {
+    const int bytes = (dv + 127) / 128 * 2048;
+    std::vector<int> seen(bytes / 2, 0);
+    for (int r = 0; r < 16; ++r)
+      for (int nb = 0; nb < dv / 8; ++nb)
+        for (int t = 0; t < 4; ++t) {
+          const int off = attn_stage_off8(r, nb, t), col = 8 * nb + 2 * t;
+          if (off < 0 || off >= bytes || off % 2 != 0 || seen[off / 2]++) {
+            fail("8-bit: outside the staging, odd or taken twice", dv, r, nb, t);
+            continue;
+          }
+          const int tma = (col / 128) * 2048 + r * 128 + ((((col % 128) / 16) ^ (r % 8)) * 16) +
+                          col % 16;
+          if (off != tma) fail("8-bit: not where the TMA box reads it", dv, r, nb, t);
+        }
+    for (int half = 0; half < 2; ++half)
+      for (int nb = 0; nb < dv / 8; ++nb) {
+        std::vector<int> word_bank(32, -1);
+        for (int lane = 0; lane < 32; ++lane) {
+          const int word = attn_stage_off8(lane / 4 + 8 * half, nb, lane % 4) / 4;
+          int &w = word_bank[word % 32];
+          if (w >= 0 && w != word) fail("8-bit: bank conflict", dv, lane / 4 + 8 * half, nb, lane % 4);
+          w = word;
+        }
+      }
+  }
+  std::printf("%s: attn_stage_off and attn_stage_off8 put each pair once, where TMA's 128-byte "
+              "swizzle reads it, conflict-free (widths 64-256)\n", failures ? "FAIL" : "PASS");
   return failures != 0;
 }
 CPP

@@ -458,6 +458,15 @@ Test(layout, fwd90_o_smem_configs) {
   cr_assert_eq(h.o_smem, 0);
   cr_assert_eq(tmpl_sm90_config(64, 64, 2, 2, false, SM90_MASKED | SM90_O_TMA, false, os, &h), 0);
   cr_assert(h.partial_first && h.o_smem == 0);
+  /* An 8-bit O (SM90_O_BYTE): a slot holds 128 columns; FP8 D 128 keeps
+   * its three stages beside its one slot, D 256 trades one for two. */
+  const unsigned o8 = SM90_PLAIN | SM90_O_TMA | SM90_O_BYTE;
+  cr_assert_eq(tmpl_sm90_config(128, 128, 1, 1, true, o8, false, os, &h), 0);
+  cr_assert_eq(tmpl_sm90_config(128, 128, 1, 1, true, o8, false, 0, &a), 0);
+  cr_assert(h.bn == a.bn && h.stages == a.stages && h.o_smem == 1, "stages %d", h.stages);
+  cr_assert_leq(h.smem_bytes, 227 * 1024);
+  cr_assert_eq(tmpl_sm90_config(256, 256, 1, 1, true, o8, false, os, &h), 0);
+  cr_assert(h.bn == 64 && h.stages == 2 && h.o_smem == 2, "stages %d", h.stages);
 }
 
 Test(layout, fwd90_rescale_late_configs) {
