@@ -1,14 +1,18 @@
 """variant_ab.py: fwd_sm90's variants against the default, in one process on the same tensors.
 
     python3 bench/variant_ab.py [--lib build/libattn.so] [--out DIR] [--variants bn176]
-                                [--dims 128] [--seqs 1024,2048,4096,8192,16384] [--causal] [--fp8]
+                                [--dims 128] [--seqs 1024,2048,4096,8192,16384] [--causal]
+                                [--fp8 | --alibi]
 
 Per head dim and sequence length (B*S = 16384, H = 2048/D, bench.py's grid graph; with --fp8,
 bench/fp8.py's FP8 graph with P rounded to e4m3 and an e4m3 O, on e4m3 inputs), the default
 ("auto") and each named variant (ATTN_OPTION_SM90_VARIANT, compiler/tmpl_sm90.c) compiled from the
 same text, cuDNN's bf16 SDPA on the same values, and for each setting its time, TFLOP/s, its speed
 against auto and against cuDNN bf16, and its relative error against cuDNN bf16. A variant that does
-not apply to a shape compiles to auto's kernel, so its row then only measures noise.
+not apply to a shape compiles to auto's kernel, so its row then only measures noise. With --alibi,
+the ALiBi graph (slopes[h] * (i - j) subtracted from the score: a score that reads a table, which
+takes the masked graphs' tiles), whose errors are against auto's output (cuDNN's column is still
+its plain SDPA's time, a scale, not the same computation).
 """
 import argparse, json, os, sys, time
 
@@ -21,6 +25,17 @@ from bench import Attn, graph_text, rel_err, time_batches, driver_version, write
 from fp8 import fp8_text  # noqa: E402
 
 
+def alibi_text(D, causal):
+    mask = "    s = mask(s, j <= i);\n" if causal else ""
+    return ("attention fwd {\n"
+            f"    input q : bf16[B, H, S, {D}];\n    input k : bf16[B, H, S, {D}];\n"
+            f"    input v : bf16[B, H, S, {D}];\n    input slopes : f32[H];\n"
+            f"    scalar scale : f32 = 1.0 / sqrt({D}.0);\n"
+            f"    s = (q @ k^T) * scale;\n    s = s - slopes[h] * (i - j);\n{mask}"
+            "    o = softmax(s) @ v;\n"
+            f"    output o : bf16[B, H, S, {D}];\n}}\n")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lib", default="build/libattn.so")
@@ -30,7 +45,10 @@ def main():
     ap.add_argument("--seqs", default="1024,2048,4096,8192,16384")
     ap.add_argument("--causal", action="store_true", help="the causal graph too")
     ap.add_argument("--fp8", action="store_true", help="the FP8 graph (e4m3 q, k, v, P and O)")
+    ap.add_argument("--alibi", action="store_true", help="the ALiBi graph (errors against auto's)")
     args = ap.parse_args()
+    if args.fp8 and args.alibi:
+        ap.error("--fp8 and --alibi are separate graphs: one at a time")
     names = ["auto"] + [v for v in args.variants.split(",") if v != "auto"]
     torch.manual_seed(0)
     torch.zeros(1, device="cuda")
@@ -43,6 +61,7 @@ def main():
             for name in names:
                 attn.set_sm90_variant(name)
                 mods[name] = attn.compile("fwd", fp8_text(D, causal, p8=True) if args.fp8
+                                          else alibi_text(D, causal) if args.alibi
                                           else graph_text(D, causal))
             attn.set_sm90_variant("auto")
             for S in (int(s) for s in args.seqs.split(",")):
@@ -57,6 +76,8 @@ def main():
                     t_cudnn = time_batches([lambda s=s: F.scaled_dot_product_attention(*s, is_causal=causal)
                                             for s in sets16])
                 flops = 4 * B * H * S * S * D / (2 if causal else 1)
+                slopes = torch.tensor([2.0 ** (-8.0 * (n + 1) / H) for n in range(H)], device="cuda")
+                auto_out = None
                 for name in names:
                     calls, outs = [], []
                     for q, k, v in sets:
@@ -65,10 +86,14 @@ def main():
                         bind = dict(q=q, k=k, v=v, o=o)
                         if args.fp8:
                             bind["amax_o"] = torch.empty(1, device="cuda")
+                        if args.alibi:
+                            bind["slopes"] = slopes
                         calls.append(attn.call(mods[name], "f8" if args.fp8 else "fwd", bind))
                     attn.launch(calls[0])
                     torch.cuda.synchronize()
-                    err = rel_err(outs[0], ref)
+                    if name == "auto":
+                        auto_out = outs[0].clone()
+                    err = rel_err(outs[0], auto_out if args.alibi else ref)
                     ms = time_batches([lambda c=c: attn.launch(c) for c in calls])
                     row = dict(D=D, S=S, B=B, H=H, causal=causal, variant=name, ms=ms,
                                tflops=flops / ms / 1e9, cudnn_ms=t_cudnn, rel_err_vs_cudnn=err)
@@ -81,9 +106,12 @@ def main():
             for m in mods.values():
                 m.close()
     lines = [f"GPU: {torch.cuda.get_device_name()}; driver {driver_version()}; {time.strftime('%Y-%m-%d')}",
-             "", "B*S = 16384, H = 2048/D; " + ("FP8 (e4m3 q, k, v, P and O)" if args.fp8 else "bf16")
+             "", "B*S = 16384, H = 2048/D; " + ("FP8 (e4m3 q, k, v, P and O)" if args.fp8 else
+                                                 "bf16, ALiBi (errors against auto's output; cuDNN: "
+                                                 "its plain SDPA's time)" if args.alibi else "bf16")
              + "; one process, the same tensors (cuDNN: bf16 on the same values).", "",
-             "| D | causal | S | variant | ms | TFLOP/s | vs auto | vs cuDNN | rel err vs cuDNN |",
+             "| D | causal | S | variant | ms | TFLOP/s | vs auto | vs cuDNN | rel err vs "
+             + ("auto" if args.alibi else "cuDNN") + " |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         auto = next(x for x in rows if (x["D"], x["S"], x["causal"]) == (r["D"], r["S"], r["causal"])
@@ -91,7 +119,8 @@ def main():
         lines.append(f"| {r['D']} | {'yes' if r['causal'] else 'no'} | {r['S']} | {r['variant']} | "
                      f"{r['ms']:.3f} | {r['tflops']:.0f} | {auto['ms'] / r['ms']:.3f} | "
                      f"{r['cudnn_ms'] / r['ms']:.3f} | {r['rel_err_vs_cudnn']:.1e} |")
-    write_report(args.out, "bench-variant-ab" + ("-fp8" if args.fp8 else ""), "\n".join(lines),
+    write_report(args.out, "bench-variant-ab" + ("-fp8" if args.fp8 else "-alibi" if args.alibi else ""),
+                 "\n".join(lines),
                  dict(rows=rows, device=torch.cuda.get_device_name()))
 
 

@@ -107,13 +107,17 @@ if [ "${FIRST:-0}" = 1 ]; then
   # +2-10% on causal; D 192 all three; D 256 none), and stages an 8-bit O too (128 columns a
   # slot; FP8 D 256 trades its third stage for two slots). Its A/B against auto first (the
   # decision: predicted D 128 S 1k +8%, S 16k non-causal within 1% of auto), the FP8 A/B
-  # (e4m3 O; predicted +5-10% at S 1k), then its work-tile edges, test_head_dims (every slot
-  # count), test_fp8 and the examples under it.
+  # (e4m3 O; predicted +5-10% at S 1k), the ALiBi A/B (a score reading a table: causal, two
+  # stages and both slots against three stages), then its work-tile edges, test_head_dims
+  # (every slot count), test_fp8 and the examples under it.
   if [ "${FIRST_S42:-1}" = 1 ]; then
     step first_s42_ab python3 bench/variant_ab.py --lib "$B/libattn.so" --out "$L/s42ab" \
       --variants o_smem --dims 64,128 --seqs 1024,2048,4096,16384 --causal
     step first_s42_ab8 python3 bench/variant_ab.py --lib "$B/libattn.so" --out "$L/s42ab8" --fp8 \
       --variants o_smem --dims 64,128,256 --seqs 1024,4096,16384 --causal
+    # (ALiBi reads a table: causal, it takes the masked list, where o_smem trades a stage)
+    step first_s42_abal python3 bench/variant_ab.py --lib "$B/libattn.so" --out "$L/s42abal" --alibi \
+      --variants o_smem --dims 128 --seqs 1024,4096,16384 --causal
     step first_s42_fp8 env ATTN_SM90_VARIANT=o_smem timeout 150 "$B/tests/gpu/test_fp8"
     step first_s42_edges env ATTN_SM90_VARIANT=o_smem ATTN_TEST_ONLY=examples timeout 60 \
       "$B/tests/gpu/test_forward" zzz_no_example
