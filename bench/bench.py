@@ -101,13 +101,17 @@ def timed_compile(args, text, cache_dir):
     return secs, kind
 
 
-def graph_text(D, causal, kv_type="bf16", kv_heads="H", name="fwd"):
-    """The grid's graph; k and v of another type (an FP8 cache) or with their own heads (GQA)."""
+def graph_text(D, causal, kv_type="bf16", kv_heads="H", name="fwd", alibi=False):
+    """The grid's graph; k and v of another type (an FP8 cache) or with their own heads (GQA);
+    alibi: slopes[h] * (i - j) subtracted from the score (an f32[H] input `slopes`)."""
     mask = "    s = mask(s, j <= i);\n" if causal else ""
+    slopes = "    input slopes : f32[H];\n" if alibi else ""
+    bias = "    s = s - slopes[h] * (i - j);\n" if alibi else ""
     return (f"attention {name} {{\n"
             f"    input q : bf16[B, H, S, {D}];\n    input k : {kv_type}[B, {kv_heads}, S, {D}];\n"
-            f"    input v : {kv_type}[B, {kv_heads}, S, {D}];\n    scalar scale : f32 = 1.0 / sqrt({D}.0);\n"
-            f"    s = (q @ k^T) * scale;\n{mask}    o = softmax(s) @ v;\n"
+            f"    input v : {kv_type}[B, {kv_heads}, S, {D}];\n{slopes}"
+            f"    scalar scale : f32 = 1.0 / sqrt({D}.0);\n"
+            f"    s = (q @ k^T) * scale;\n{bias}{mask}    o = softmax(s) @ v;\n"
             f"    output o : bf16[B, H, S, {D}];\n}}\n")
 
 

@@ -25,17 +25,6 @@ from bench import Attn, graph_text, rel_err, time_batches, driver_version, write
 from fp8 import fp8_text  # noqa: E402
 
 
-def alibi_text(D, causal):
-    mask = "    s = mask(s, j <= i);\n" if causal else ""
-    return ("attention fwd {\n"
-            f"    input q : bf16[B, H, S, {D}];\n    input k : bf16[B, H, S, {D}];\n"
-            f"    input v : bf16[B, H, S, {D}];\n    input slopes : f32[H];\n"
-            f"    scalar scale : f32 = 1.0 / sqrt({D}.0);\n"
-            f"    s = (q @ k^T) * scale;\n    s = s - slopes[h] * (i - j);\n{mask}"
-            "    o = softmax(s) @ v;\n"
-            f"    output o : bf16[B, H, S, {D}];\n}}\n")
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lib", default="build/libattn.so")
@@ -61,8 +50,7 @@ def main():
             for name in names:
                 attn.set_sm90_variant(name)
                 mods[name] = attn.compile("fwd", fp8_text(D, causal, p8=True) if args.fp8
-                                          else alibi_text(D, causal) if args.alibi
-                                          else graph_text(D, causal))
+                                          else graph_text(D, causal, alibi=args.alibi))
             attn.set_sm90_variant("auto")
             for S in (int(s) for s in args.seqs.split(",")):
                 B = max(1, 16384 // S)
