@@ -26,7 +26,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 # The attnc package of this checkout (python/attnc), over the libattn that --lib names.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 SM90_VARIANTS = ["auto", "base", "persist", "bn80", "persist_bn80", "f16_pv", "wg3", "kv8_early",
-                 "kv_copy", "bn176", "fp8_vt8", "kv8", "bn128", "rescale_late", "pv_overlap", "pv_once", "q_early", "auto35", "tanh_poly", "auto36", "partial_first", "ring_closed", "q_before_v", "pv_wait_next", "o_smem"]  # (tmpl_sm90.c's order: the option takes the index)
+                 "kv_copy", "bn176", "fp8_vt8", "kv8", "bn128", "rescale_late", "pv_overlap", "pv_once", "q_early", "auto35", "tanh_poly", "auto36", "partial_first", "ring_closed", "q_before_v", "pv_wait_next", "o_smem",
+                 "o_regs"]  # (tmpl_sm90.c's order: the option takes the index)
 
 
 class Attn:

@@ -2,7 +2,7 @@
 
     python3 bench/variant_ab.py [--lib build/libattn.so] [--out DIR] [--variants bn176]
                                 [--dims 128] [--seqs 1024,2048,4096,8192,16384] [--causal]
-                                [--fp8 | --alibi]
+                                [--fp8 | --alibi] [--rounds N]
 
 Per head dim and sequence length (B*S = 16384, H = 2048/D, bench.py's grid graph; with --fp8,
 bench/fp8.py's FP8 graph with P rounded to e4m3 and an e4m3 O, on e4m3 inputs), the default
@@ -12,9 +12,13 @@ against auto and against cuDNN bf16, and its relative error against cuDNN bf16. 
 not apply to a shape compiles to auto's kernel, so its row then only measures noise. With --alibi,
 the ALiBi graph (slopes[h] * (i - j) subtracted from the score: a score that reads a table, which
 takes the masked graphs' tiles), whose errors are against auto's output (cuDNN's column is still
-its plain SDPA's time, a scale, not the same computation).
+its plain SDPA's time, a scale, not the same computation). With --rounds N, every variant is
+timed N times, the order reversed every other round, and its time is the median (the table's
+spread column: its slowest round over its fastest), so a GPU that slows as it heats under one
+long configuration weighs on auto and the variant alike (session 43: FP8 D 128 S 16k measured
+-9% for o_smem timed second).
 """
-import argparse, json, os, sys, time
+import argparse, json, os, statistics, sys, time
 
 import torch
 import torch.nn.functional as F
@@ -35,7 +39,12 @@ def main():
     ap.add_argument("--causal", action="store_true", help="the causal graph too")
     ap.add_argument("--fp8", action="store_true", help="the FP8 graph (e4m3 q, k, v, P and O)")
     ap.add_argument("--alibi", action="store_true", help="the ALiBi graph (errors against auto's)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="time every variant this many times, the order reversed every other "
+                         "round; ms is the median over the rounds")
     args = ap.parse_args()
+    if args.rounds < 1:
+        ap.error("--rounds: at least 1")
     if args.fp8 and args.alibi:
         ap.error("--fp8 and --alibi are separate graphs: one at a time")
     names = ["auto"] + [v for v in args.variants.split(",") if v != "auto"]
@@ -66,6 +75,8 @@ def main():
                 flops = 4 * B * H * S * S * D / (2 if causal else 1)
                 slopes = torch.tensor([2.0 ** (-8.0 * (n + 1) / H) for n in range(H)], device="cuda")
                 auto_out = None
+                calls_of, row_of = {}, {}
+                alive = []  # (the calls hold raw pointers: every variant's outputs live to the end)
                 for name in names:
                     calls, outs = [], []
                     for q, k, v in sets:
@@ -77,17 +88,28 @@ def main():
                         if args.alibi:
                             bind["slopes"] = slopes
                         calls.append(attn.call(mods[name], "f8" if args.fp8 else "fwd", bind))
+                        alive.append(bind)
                     attn.launch(calls[0])
                     torch.cuda.synchronize()
                     if name == "auto":
                         auto_out = outs[0].clone()
                     err = rel_err(outs[0], auto_out if args.alibi else ref)
-                    ms = time_batches([lambda c=c: attn.launch(c) for c in calls])
-                    row = dict(D=D, S=S, B=B, H=H, causal=causal, variant=name, ms=ms,
-                               tflops=flops / ms / 1e9, cudnn_ms=t_cudnn, rel_err_vs_cudnn=err)
+                    calls_of[name] = calls
+                    row_of[name] = dict(D=D, S=S, B=B, H=H, causal=causal, variant=name,
+                                        cudnn_ms=t_cudnn, rel_err_vs_cudnn=err, round_ms=[])
+                # Timed in rounds, the order reversed every other round (auto first, then
+                # last): a GPU that slows as it heats then weighs on every variant alike.
+                for r in range(args.rounds):
+                    for name in names if r % 2 == 0 else names[::-1]:
+                        row_of[name]["round_ms"].append(
+                            time_batches([lambda c=c: attn.launch(c) for c in calls_of[name]]))
+                for name in names:
+                    row = row_of[name]
+                    row["ms"] = statistics.median(row["round_ms"])
+                    row["tflops"] = flops / row["ms"] / 1e9
                     rows.append(row)
                     print(json.dumps(row), flush=True)
-                    for c in calls:
+                    for c in calls_of[name]:
                         c.close()
                 del sets, sets16, ref
                 torch.cuda.empty_cache()
@@ -99,14 +121,15 @@ def main():
                                                  "its plain SDPA's time)" if args.alibi else "bf16")
              + "; one process, the same tensors (cuDNN: bf16 on the same values).", "",
              "| D | causal | S | variant | ms | TFLOP/s | vs auto | vs cuDNN | rel err vs "
-             + ("auto" if args.alibi else "cuDNN") + " |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             + ("auto" if args.alibi else "cuDNN") + " | rounds | spread |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         auto = next(x for x in rows if (x["D"], x["S"], x["causal"]) == (r["D"], r["S"], r["causal"])
                     and x["variant"] == "auto")
         lines.append(f"| {r['D']} | {'yes' if r['causal'] else 'no'} | {r['S']} | {r['variant']} | "
                      f"{r['ms']:.3f} | {r['tflops']:.0f} | {auto['ms'] / r['ms']:.3f} | "
-                     f"{r['cudnn_ms'] / r['ms']:.3f} | {r['rel_err_vs_cudnn']:.1e} |")
+                     f"{r['cudnn_ms'] / r['ms']:.3f} | {r['rel_err_vs_cudnn']:.1e} | "
+                     f"{len(r['round_ms'])} | {max(r['round_ms']) / min(r['round_ms']):.3f} |")
     write_report(args.out, "bench-variant-ab" + ("-fp8" if args.fp8 else "-alibi" if args.alibi else ""),
                  "\n".join(lines),
                  dict(rows=rows, device=torch.cuda.get_device_name()))

@@ -77,7 +77,7 @@ static const char usage_text[] =
     "             ATTN_SM90_VARIANT=auto|base|persist|bn80|persist_bn80|f16_pv|wg3|kv8_early|\n"
     "             kv_copy|bn176|fp8_vt8|kv8|bn128|rescale_late|pv_overlap|pv_once|\n"
     "             q_early|auto35|tanh_poly|auto36|\n"
-    "             partial_first|ring_closed|q_before_v|pv_wait_next|o_smem,\n"
+    "             partial_first|ring_closed|q_before_v|pv_wait_next|o_smem|o_regs,\n"
     "             ATTN_PERSISTENT_CTAS=N, ATTN_LAUNCH_OVERLAP=0 (plain launches),\n"
     "             ATTN_EXP2_FMA=0..4 (key blocks of four with exp2 on the FMA pipe)\n";
 

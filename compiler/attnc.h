@@ -771,8 +771,9 @@ int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool fp8_p, 
  * and a variant's number for its name (auto, base, persist, bn80,
  * persist_bn80, f16_pv, wg3, kv8_early, kv_copy, bn176, fp8_vt8, kv8,
  * bn128, rescale_late, pv_overlap, pv_once, q_early, auto35, tanh_poly,
- * auto36, partial_first, ring_closed, q_before_v, pv_wait_next, o_smem), or -1. */
-#define SM90_NVARIANTS 25
+ * auto36, partial_first, ring_closed, q_before_v, pv_wait_next, o_smem,
+ * o_regs), or -1. */
+#define SM90_NVARIANTS 26
 int tmpl_sm90_variant_index(const char *name);
 /* Whether the variant widens a dense FP8 KV cache under a 16-bit q into a
  * 16-bit workspace copy before the forward (kv_copy), which then reads the
@@ -837,7 +838,7 @@ typedef struct FwdConfig {
   bool ring_per_tile; /* fwd_sm90 ATTN_RING_PER_TILE (the ring_closed variant) */
   bool q_before_v;    /* fwd_sm90 ATTN_Q_BEFORE_V (the q_before_v variant) */
   bool pv_wait_next;  /* fwd_sm90 ATTN_PV_WAIT_NEXT (the pv_wait_next variant) */
-  int o_smem;         /* fwd_sm90 ATTN_O_SMEM: staging slots a warp (the o_smem variant) */
+  int o_smem;         /* fwd_sm90 ATTN_O_SMEM: staging slots a warp (auto's 16-bit O, o_smem) */
   /* The kv_copy variant (ATTN_KV_COPY): the plan's widen_kv step writes
    * 16-bit copies of an FP8 k and v into workspace slots copy_k and copy_v
    * (after the decode's two), and the forward reads those. */
@@ -863,7 +864,7 @@ typedef struct CompileOptions {
                         14 pv_overlap, 15 pv_once, 16 q_early,
                         17 auto35, 18 tanh_poly, 19 auto36,
                         20 partial_first, 21 ring_closed, 22 q_before_v,
-                        23 pv_wait_next, 24 o_smem */
+                        23 pv_wait_next, 24 o_smem, 25 o_regs */
   int exp2_fma;      /* fwd_sm90's softmax exponentials on the FMA pipe:
                         0 auto (none: measured slower), 1 none, 2-5 one to
                         four of every four key blocks (match.c) */

@@ -190,8 +190,15 @@
  *                 and both slots; D 192 all three; D 256, key tiles of 80,
  *                 none). An 8-bit O too (128 columns a slot: FP8 D 128
  *                 one slot beside its three stages, D 256 two stages and
- *                 two slots)
- * numbered 0 to 24 in this order (the numbers are the library's option
+ *                 two slots). H100, session 43: bf16 D 128 +8% (+10%
+ *                 causal) at S 1k, +4-6% at 2k, -0.6 to +2.6% at 4k-16k,
+ *                 D 64 -0.9 to +2.2%, ALiBi D 128 +0.5 to +16%: auto
+ *                 stages a 16-bit O since; FP8 +2-20% at S 1k, but -9%
+ *                 at D 128 S 16k non-causal (same tiles) and -4% at D 256
+ *                 S 16k (a stage traded), so an 8-bit O only here
+ *   o_regs        auto, but O stored from registers as before session 43
+ *                 (for measuring against)
+ * numbered 0 to 25 in this order (the numbers are the library's option
  * values); 0 is the default below (the fastest
  * measured), and so is any number out of range (the library never fails
  * on a tuning knob).
@@ -257,6 +264,12 @@ typedef enum { RESCALE_EARLY, RESCALE_LATE_NARROW2, RESCALE_LATE_ALWAYS } Sm90Re
  * nothing to gain; the spread of rows with identical tiles was
  * 0.96-1.02); where 128-row tiles divide S, within noise. */
 typedef enum { PF_NEVER, PF_WG3, PF_ALWAYS } Sm90PartialFirst;
+/* Which O is staged in shared memory and stored by TMA (o_smem): none,
+ * a 16-bit one (auto since session 43: H100, bf16 D 128 +4-10% at S 1k-2k,
+ * -0.6 to +2.6% at 4k-16k, D 64 -0.9 to +2.2%, ALiBi D 128 +0.5-16%), or
+ * an 8-bit one too (the o_smem variant: FP8 +10-20% at S 1k but -9% at
+ * D 128 S 16k non-causal with the same tiles, -4% at D 256 16k). */
+typedef enum { O_STAGE_NEVER, O_STAGE_16, O_STAGE_ALWAYS } Sm90OStage;
 
 typedef struct Sm90Variant {
   const char *name;
@@ -278,79 +291,87 @@ typedef struct Sm90Variant {
   bool ring_per_tile;   /* the consumers' turn ring closed at each work tile's end */
   bool q_before_v;      /* a later work tile's Q load issued before its first V copy */
   bool pv_wait_next;    /* P V's wait, O's rescale and P's packing at the next key tile's top */
-  bool o_smem;          /* O staged in shared memory where the tiles leave room, TMA stores */
+  Sm90OStage o_stage;   /* O staged in shared memory where the tiles leave room, TMA stores */
 } Sm90Variant;
 
 static const Sm90Variant sm90_variants[] = {
     {"auto", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
      RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false,
-     PF_WG3, false, false, false, false},
+     PF_WG3, false, false, false, O_STAGE_16},
     {"base", 0, false, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, 0, false, false, PF_NEVER, false, false, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, 0, false, false, PF_NEVER, false, false, false,
+     O_STAGE_NEVER},
     {"persist", 256, false, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, 0, false, false, PF_NEVER, false, false, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, 0, false, false, PF_NEVER, false, false, false,
+     O_STAGE_NEVER},
     {"bn80", 0, true, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, 0, false, false, PF_NEVER, false, false, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, 0, false, false, PF_NEVER, false, false, false,
+     O_STAGE_NEVER},
     {"persist_bn80", 256, true, false, WG3_NEVER, false, KV_COPY_NEVER, BN176_NEVER, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, 0, false, false, PF_NEVER, false, false, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, 0, false, false, PF_NEVER, false, false, false,
+     O_STAGE_NEVER},
     {"f16_pv", 256, true, true, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
      RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false,
-     PF_WG3, false, false, false, false},
+     PF_WG3, false, false, false, O_STAGE_16},
     {"wg3", 256, true, false, WG3_ALWAYS, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
      RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false,
-     PF_WG3, false, false, false, false},
+     PF_WG3, false, false, false, O_STAGE_16},
     {"kv8_early", 256, true, false, WG3_MASKED16, true, KV_COPY_NEVER, BN176_PLAIN, false,
      RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false,
-     PF_WG3, false, false, false, false},
+     PF_WG3, false, false, false, O_STAGE_16},
     {"kv_copy", 256, true, false, WG3_MASKED16, false, KV_COPY_ALWAYS, BN176_PLAIN, false,
      RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false,
-     PF_WG3, false, false, false, false},
+     PF_WG3, false, false, false, O_STAGE_16},
     {"bn176", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_ALWAYS, false,
      RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false,
-     PF_WG3, false, false, false, false},
+     PF_WG3, false, false, false, O_STAGE_16},
     {"fp8_vt8", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, true,
      RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false,
-     PF_WG3, false, false, false, false},
+     PF_WG3, false, false, false, O_STAGE_16},
     {"kv8", 256, true, false, WG3_MASKED16, false, KV_COPY_NEVER, BN176_PLAIN, false,
      RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false,
-     PF_WG3, false, false, false, false},
+     PF_WG3, false, false, false, O_STAGE_16},
     {"bn128", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_NEVER, false,
      RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false,
-     PF_WG3, false, false, false, false},
+     PF_WG3, false, false, false, O_STAGE_16},
     {"rescale_late", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
      RESCALE_LATE_ALWAYS, PV_OVERLAP_ALWAYS, Q_EARLY_AUTO, true, false,
-     PF_WG3, false, false, false, false},
+     PF_WG3, false, false, false, O_STAGE_16},
     {"pv_overlap", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
      RESCALE_EARLY, PV_OVERLAP_ALWAYS, Q_EARLY_AUTO, true, false,
-     PF_WG3, false, false, false, false},
+     PF_WG3, false, false, false, O_STAGE_16},
     {"pv_once", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_EARLY, PV_ONCE, Q_EARLY_AUTO, true, false, PF_WG3, false, false, false, false},
+     RESCALE_EARLY, PV_ONCE, Q_EARLY_AUTO, true, false, PF_WG3, false, false, false, O_STAGE_16},
     {"q_early", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
      RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_ALL, true, false,
-     PF_WG3, false, false, false, false},
+     PF_WG3, false, false, false, O_STAGE_16},
     {"auto35", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
-     RESCALE_LATE_NARROW2, PV_OVERLAP_16, 0, false, false, PF_NEVER, false, false, false, false},
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, 0, false, false, PF_NEVER, false, false, false,
+     O_STAGE_NEVER},
     {"tanh_poly", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
      RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, true,
-     PF_WG3, false, false, false, false},
+     PF_WG3, false, false, false, O_STAGE_16},
     {"auto36", 256, true, false, WG3_UNMASKED, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
      RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false,
-     PF_NEVER, false, false, false, false},
+     PF_NEVER, false, false, false, O_STAGE_NEVER},
     {"partial_first", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
      RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false,
-     PF_ALWAYS, false, false, false, false},
+     PF_ALWAYS, false, false, false, O_STAGE_16},
     {"ring_closed", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
      RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false,
-     PF_WG3, true, false, false, false},
+     PF_WG3, true, false, false, O_STAGE_16},
     {"q_before_v", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
      RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false,
-     PF_WG3, false, true, false, false},
+     PF_WG3, false, true, false, O_STAGE_16},
     {"pv_wait_next", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
      RESCALE_LATE_NARROW2, PV_OVERLAP_ALWAYS, Q_EARLY_AUTO, true, false, PF_WG3, false, false,
-     true, false},
+     true, O_STAGE_16},
     {"o_smem", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
      RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3, false, false, false,
-     true},
+     O_STAGE_ALWAYS},
+    {"o_regs", 256, true, false, WG3_MASKED16, false, KV_COPY_SAME_SEQ, BN176_PLAIN, false,
+     RESCALE_LATE_NARROW2, PV_OVERLAP_16, Q_EARLY_AUTO, true, false, PF_WG3, false, false, false,
+     O_STAGE_NEVER},
 };
 _Static_assert(sizeof sm90_variants / sizeof sm90_variants[0] == SM90_NVARIANTS,
                "attnc.h's SM90_NVARIANTS counts the variants");
@@ -375,8 +396,9 @@ _Static_assert(sizeof sm90_variants / sizeof sm90_variants[0] == SM90_NVARIANTS,
  * graphs at head tiles up to 64 on three warpgroups too (D 64 causal, S 1k-16k:
  * -3.3%, +4.6%, +10.6%, +17.7%, +8.7%; the late rescale, which needs two,
  * no longer runs in auto). Session 38 (H100): in masked graphs there the
- * short query tile first (PF_WG3, above). The variants described as "auto, but" take that
- * too; the older snapshots (base to persist_bn80, auto35, auto36) do not. */
+ * short query tile first (PF_WG3, above). Session 43 (H100): a 16-bit O staged
+ * in shared memory and stored by TMA (O_STAGE_16, above). The variants described as
+ * "auto, but" take those too; the older snapshots (base to persist_bn80, auto35, auto36) do not. */
 #define SM90_DEFAULT_VARIANT 0
 
 #define SM90_SMEM_LIMIT (227 * 1024)
@@ -503,7 +525,10 @@ int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool fp8_p, 
        * room (a mask's key tiles of 128 at D 128: two stages and both
        * slots, not three and none; session 42). The key tile stays. */
       int o_slots = 0;
-      if (var->o_smem && (traits & SM90_O_TMA) && !partial_first)
+      const bool o_stage = (traits & SM90_O_TMA) && !partial_first &&
+                           (var->o_stage == O_STAGE_ALWAYS ||
+                            (var->o_stage == O_STAGE_16 && !(traits & SM90_O_BYTE)));
+      if (o_stage)
         for (int k2 = k; k2 < n && list[k2].bn == list[k].bn && o_slots == 0; k2++) {
           const attn_fwd90_layout l2 =
               attn_fwd90_layout_of(64 * wgs, list[k2].bn, list[k2].stages, q_cols, tv, lmode);

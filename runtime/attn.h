@@ -96,7 +96,7 @@ attn_status attn_context_set_cache_dir(attn_context *ctx, const char *dir);
  *       7 kv8_early, 8 kv_copy, 9 bn176, 10 fp8_vt8, 11 kv8, 12 bn128,
  *       13 rescale_late, 14 pv_overlap, 15 pv_once, 16 q_early, 17 auto35,
  *       18 tanh_poly, 19 auto36, 20 partial_first, 21 ring_closed, 22 q_before_v,
- *       23 pv_wait_next, 24 o_smem
+ *       23 pv_wait_next, 24 o_smem, 25 o_regs
  *       (bench/NOTES-sm90.md)
  *   ATTN_OPTION_EXP2_FMA  the Hopper forward's softmax exponentials on the
  *       FMA pipe instead of MUFU (for scores whose own math is on MUFU, a

@@ -100,7 +100,17 @@ if [ "${TESTS:-1}" = 1 ]; then
 # the bf16 one and the FP8 backward's main kernel at D 128. Session 30's own checks all ran
 # (bench/RESULTS.md "Session 30").
 if [ "${FIRST:-0}" = 1 ]; then
-  # Session 42 (FIRST_S42=0 skips; ~550 s, never run): the o_smem variant (24) now keeps auto's
+  # Session 43 (FIRST_S43=0 skips; ~150 s): auto now stages a 16-bit O (o_smem's slots; the
+  # o_regs variant keeps the old store). An 8-bit O lost 9% at FP8 D 128 S 16k non-causal under
+  # o_smem with auto's very tiles, timed after auto: the FP8 A/B again in four rounds of
+  # alternating order (variant_ab.py --rounds), and auto against o_regs in bf16 the same way.
+  if [ "${FIRST_S43:-1}" = 1 ]; then
+    step first_s43_ab8 python3 bench/variant_ab.py --lib "$B/libattn.so" --out "$L/s43ab8" --fp8 \
+      --variants o_smem --dims 128,256 --seqs 1024,4096,16384 --causal --rounds 4
+    step first_s43_ab python3 bench/variant_ab.py --lib "$B/libattn.so" --out "$L/s43ab" \
+      --variants o_regs --dims 128 --seqs 1024,4096,16384 --causal --rounds 4
+  fi
+  # Session 42 (ran in session 43, bench/RESULTS.md "Session 43"; FIRST_S42=1 reruns; ~550 s): the o_smem variant (24) now keeps auto's
   # key tiles and takes the staging slots the room they leave holds (D 128 plain: key tiles of
   # 176 and one slot for two column blocks, a block's TMA store waiting for the last to read its
   # slot; a mask's D 128: two stages of 128 and both slots, what session 41's o_smem measured
@@ -110,7 +120,8 @@ if [ "${FIRST:-0}" = 1 ]; then
   # (e4m3 O; predicted +5-10% at S 1k), the ALiBi A/B (a score reading a table: causal, two
   # stages and both slots against three stages), then its work-tile edges, test_head_dims
   # (every slot count), test_fp8 and the examples under it.
-  if [ "${FIRST_S42:-1}" = 1 ]; then
+  # (FIRST_S42_AB=0 skips the three A/Bs, FIRST_S42_TESTS=0 the tests: two calls on a warm machine)
+  if [ "${FIRST_S42:-0}" = 1 ] && [ "${FIRST_S42_AB:-1}" = 1 ]; then
     step first_s42_ab python3 bench/variant_ab.py --lib "$B/libattn.so" --out "$L/s42ab" \
       --variants o_smem --dims 64,128 --seqs 1024,2048,4096,16384 --causal
     step first_s42_ab8 python3 bench/variant_ab.py --lib "$B/libattn.so" --out "$L/s42ab8" --fp8 \
@@ -118,6 +129,8 @@ if [ "${FIRST:-0}" = 1 ]; then
     # (ALiBi reads a table: causal, it takes the masked list, where o_smem trades a stage)
     step first_s42_abal python3 bench/variant_ab.py --lib "$B/libattn.so" --out "$L/s42abal" --alibi \
       --variants o_smem --dims 128 --seqs 1024,4096,16384 --causal
+  fi
+  if [ "${FIRST_S42:-0}" = 1 ] && [ "${FIRST_S42_TESTS:-1}" = 1 ]; then
     step first_s42_fp8 env ATTN_SM90_VARIANT=o_smem timeout 150 "$B/tests/gpu/test_fp8"
     step first_s42_edges env ATTN_SM90_VARIANT=o_smem ATTN_TEST_ONLY=examples timeout 60 \
       "$B/tests/gpu/test_forward" zzz_no_example

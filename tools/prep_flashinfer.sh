@@ -76,6 +76,13 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv --system-site-packages "$VENV"
 fi
 VPY=$VENV/bin/python
+# (a venv made from a venv's Python sees the base interpreter's site packages, not that venv's:
+# where torch comes from PY's own site packages, a .pth line hands them to the build venv)
+if ! "$VPY" -c "import torch" 2>/dev/null; then
+  "$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' \
+    >"$("$VPY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/torch_from_python.pth"
+  "$VPY" -c "import torch" 2>/dev/null || die "the build venv $VENV cannot import torch"
+fi
 have="import flashinfer, tvm_ffi, sys; sys.exit(flashinfer.__version__ != '$FI_VERSION')"
 if ! "$VPY" -c "$have" 2>/dev/null; then
   say "installing FlashInfer (no deps), tvm-ffi and the build's pure-Python needs into the venv"

@@ -420,7 +420,7 @@ Test(layout, fwd90_rescale_late_only_d64) {
  * warpgroups (a mask) in plain graphs (SM90_PLAIN), which auto no longer
  * runs on two (three since session 37); rescale_late and pv_overlap do
  * theirs everywhere, pv_once neither. */
-/* The o_smem variant: auto's key tiles, and staging slots (a warp's 16
+/* The o_smem variant (and auto where O is 16-bit): auto's key tiles, and staging (a warp's 16
  * rows of 64 columns, 16-bit) in the room they leave, on a 1024-byte
  * boundary after the slots, or a stage fewer where that makes room: at D
  * 128 beside key tiles of 176 one slot for two blocks, beside a mask's
@@ -428,9 +428,10 @@ Test(layout, fwd90_rescale_late_only_d64) {
  * (key tiles of 80; 64 would make room), all three at D 192, one at D 64. */
 Test(layout, fwd90_o_smem_configs) {
   const int os = tmpl_sm90_variant_index("o_smem");
+  const int rg = tmpl_sm90_variant_index("o_regs");
   Sm90Config h, a;
   cr_assert_eq(tmpl_sm90_config(128, 128, 2, 2, false, SM90_PLAIN | SM90_O_TMA, false, os, &h), 0);
-  cr_assert_eq(tmpl_sm90_config(128, 128, 2, 2, false, SM90_PLAIN, false, 0, &a), 0);
+  cr_assert_eq(tmpl_sm90_config(128, 128, 2, 2, false, SM90_PLAIN | SM90_O_TMA, false, rg, &a), 0);
   cr_assert(a.bn == 176 && h.bn == a.bn && h.stages == a.stages && h.bm == 128, "bn %d", h.bn);
   cr_assert_eq(h.o_smem, 1);
   cr_assert_eq(a.o_smem, 0);
@@ -440,8 +441,14 @@ Test(layout, fwd90_o_smem_configs) {
   cr_assert_eq(h.smem_bytes, attn_fwd90_ostage_offset(l) + 8 * 2048 + 1024);
   cr_assert_leq(h.smem_bytes, 227 * 1024);
   cr_assert_gt(h.smem_bytes + 8 * 2048, 227 * 1024); /* (a second slot would not fit) */
+  /* auto stages a 16-bit O as the variant does (session 43) */
+  Sm90Config u;
+  cr_assert_eq(tmpl_sm90_config(128, 128, 2, 2, false, SM90_PLAIN | SM90_O_TMA, false, 0, &u), 0);
+  cr_assert(u.bn == h.bn && u.stages == h.stages && u.o_smem == h.o_smem &&
+            u.smem_bytes == h.smem_bytes);
   cr_assert_eq(tmpl_sm90_config(128, 128, 2, 2, false, SM90_MASKED | SM90_O_TMA, false, os, &h), 0);
-  cr_assert_eq(tmpl_sm90_config(128, 128, 2, 2, false, SM90_MASKED, false, 0, &a), 0);
+  cr_assert_eq(tmpl_sm90_config(128, 128, 2, 2, false, SM90_MASKED | SM90_O_TMA, false, rg, &a),
+               0);
   cr_assert(a.bn == 128 && a.stages == 3 && a.o_smem == 0);
   cr_assert(h.bn == 128 && h.stages == 2 && h.o_smem == 2, "stages %d", h.stages);
   cr_assert_leq(h.smem_bytes, 227 * 1024);
@@ -464,6 +471,7 @@ Test(layout, fwd90_o_smem_configs) {
   cr_assert_eq(tmpl_sm90_config(128, 128, 1, 1, true, o8, false, os, &h), 0);
   cr_assert_eq(tmpl_sm90_config(128, 128, 1, 1, true, o8, false, 0, &a), 0);
   cr_assert(h.bn == a.bn && h.stages == a.stages && h.o_smem == 1, "stages %d", h.stages);
+  cr_assert_eq(a.o_smem, 0); /* (auto leaves an 8-bit O in registers: -9% at FP8 D 128 S 16k) */
   cr_assert_leq(h.smem_bytes, 227 * 1024);
   cr_assert_eq(tmpl_sm90_config(256, 256, 1, 1, true, o8, false, os, &h), 0);
   cr_assert(h.bn == 64 && h.stages == 2 && h.o_smem == 2, "stages %d", h.stages);
@@ -532,7 +540,9 @@ Test(layout, fwd90_rescale_late_configs) {
   const int pw = tmpl_sm90_variant_index("pv_wait_next");
   cr_assert_eq(pw, 23);
   const int os = tmpl_sm90_variant_index("o_smem");
-  cr_assert_eq(os, SM90_NVARIANTS - 1);
+  cr_assert_eq(os, 24);
+  const int orr = tmpl_sm90_variant_index("o_regs");
+  cr_assert_eq(orr, SM90_NVARIANTS - 1);
   cr_assert_eq(tmpl_sm90_variant_index("idle_wg"), -1);
   for (int w = 0; w < SM90_NVARIANTS; w++)
     for (int fp8 = 0; fp8 < 2; fp8++) {
@@ -548,7 +558,11 @@ Test(layout, fwd90_rescale_late_configs) {
       cr_assert_eq(h.ring_per_tile, w == rc, "variant %d", w);
       cr_assert_eq(h.q_before_v, w == qv && h.persistent, "variant %d", w);
       cr_assert_eq(h.pv_wait_next, w == pw, "variant %d", w);
-      cr_assert_eq(h.o_smem > 0, w == os && !h.partial_first, "variant %d", w);
+      /* (a 16-bit O's staging is auto's since session 43: every "auto,
+       * but" variant stages it, the old snapshots and o_regs do not) */
+      cr_assert_eq(h.o_smem > 0,
+                   !h.partial_first && !old && w != tmpl_sm90_variant_index("auto36") && w != orr,
+                   "variant %d", w);
       const bool auto_but = !old && w != tmpl_sm90_variant_index("auto36");
       cr_assert_eq(h.partial_first, w == pf || (auto_but && h.bm == 192), "variant %d fp8 %d", w,
                    fp8);
@@ -559,10 +573,17 @@ Test(layout, fwd90_rescale_late_configs) {
       cr_assert_eq(tmpl_sm90_config(64, 64, bytes, bytes, fp8, 0u, false, w, &u), 0);
       cr_assert_eq(u.partial_first, w == pf, "variant %d fp8 %d unmasked", w, fp8);
       if (w != qe && w != a35 && w != tp && w != pf && w != rc && w != qv) continue;
-      const int ref = w == a35 && !fp8 ? tmpl_sm90_variant_index("auto36") : 0;
-      cr_assert_eq(tmpl_sm90_config(64, 64, bytes, bytes, fp8, SM90_MASKED, false, ref, &a), 0);
+      /* (auto35 against auto36 in 16 bits, against o_regs (auto's tiles, O
+       * from registers) in FP8; partial_first against o_regs too: a short
+       * first tile stores O from registers) */
+      const int ref = w == pf               ? orr
+                      : w != a35 ? 0
+                      : fp8      ? orr
+                                 : tmpl_sm90_variant_index("auto36");
+      cr_assert_eq(
+          tmpl_sm90_config(64, 64, bytes, bytes, fp8, SM90_MASKED | SM90_O_TMA, false, ref, &a), 0);
       cr_assert(same_tiles(&h, &a) && h.rescale_late == a.rescale_late &&
-                h.pv_overlap == a.pv_overlap);
+                h.pv_overlap == a.pv_overlap, "variant %d fp8 %d", w, fp8);
     }
   /* A paged cache keeps O's rescale early under the narrow rule (ptxas
    * serialized the wgmmas under the late one: compile sweep seed 135). */

@@ -521,7 +521,7 @@ Test(plan, kv_copy_widens_the_cache_before_the_forward) {
   cr_assert(cfg->decode.on && cfg->decode.partial_lse == nt + 1, "the decode's slots come first");
   /* the 16-bit kernel's tiles (the FP8 cache's kv8 layout holds two stages of 8-bit staging) */
   Sm90Config h16;
-  cr_assert_eq(tmpl_sm90_config(128, 128, 2, 2, false, false, false, 0, &h16), 0);
+  cr_assert_eq(tmpl_sm90_config(128, 128, 2, 2, false, SM90_O_TMA, false, 0, &h16), 0);
   cr_assert(cfg->bn == h16.bn && cfg->stages == h16.stages && cfg->smem_bytes == h16.smem_bytes);
   const PassPlan *pp = &c.plans[0].pass[PLAN_FORWARD];
   int widen = -1, fwd = -1;
@@ -535,7 +535,7 @@ Test(plan, kv_copy_widens_the_cache_before_the_forward) {
   cr_assert(w->threads == FWD_WIDEN_THREADS && w->grid.div0 == FWD_WIDEN_ROWS);
   cr_assert(w->grid.x0.kind == PD_SKV && w->grid.y.kind == PD_HK && w->grid.z.kind == PD_B);
   const PlanStep *f = &pp->steps[fwd];
-  cr_assert_eq(f->nmaps, 3);
+  cr_assert_eq(f->nmaps, 4); /* q, the copies and O (staged, stored by TMA) */
   cr_assert(f->maps[1].slot == cfg->copy_k && f->maps[1].dtype == DT_BF16 && f->maps[1].box_cols == 64);
   cr_assert(f->maps[2].slot == cfg->copy_v && f->maps[2].dtype == DT_BF16 && f->maps[2].box_cols == 64);
   int copies = 0;
@@ -621,7 +621,7 @@ Test(plan, paged_caches_plan_a_forward_and_the_decode_kernel) {
       cr_assert_not_null(f);
       const bool sm90 = arch;
       cr_assert_str_eq(uc.graphs[k].cfg.name, sm90 ? "fwd_sm90" : "fwd_sm80");
-      cr_assert_eq(f->nmaps, sm90 ? 3 : 0);
+      cr_assert_eq(f->nmaps, sm90 ? 4 : 0); /* q, the caches and O's staged stores */
       if (sm90) cr_assert_eq(f->maps[1].slot, 1); /* K's map over the cache */
       cr_assert_eq(f->deny, k == 0 ? (unsigned)PLAN_IF_DECODE : 0u);
       cr_assert_eq(unit_step(p, PLAN_FORWARD, "decode") != NULL, k == 0);

@@ -619,7 +619,7 @@ Test(runtime_args, options_take_the_values_attn_h_lists) {
     long long ok[3], bad;
   } cases[] = {
       {ATTN_OPTION_BACKWARD_TEMPLATE, {0, 80, 90}, 70},
-      {ATTN_OPTION_SM90_VARIANT, {0, 23, 24}, 25},
+      {ATTN_OPTION_SM90_VARIANT, {0, 24, 25}, 26},
       {ATTN_OPTION_PERSISTENT_CTAS, {0, 3, 132}, -1},
       {ATTN_OPTION_DECODE_SPLITS, {0, 1, 7}, -1},
       {ATTN_OPTION_DECODE, {0, 1, 1}, 2},

@@ -24,6 +24,7 @@
 #define ATTN_PV_OVERLAP 1
 #define ATTN_Q_EARLY 16
 #define ATTN_SKIP_IDLE 1
+#define ATTN_O_SMEM 1
 #define ATTN_TQ 0
 #define ATTN_TK 1
 #define ATTN_TV 2
@@ -210,6 +211,7 @@ extern "C" __global__ void __launch_bounds__(256) attn_backward_gqa_bwd_convert_
 #undef ATTN_PV_OVERLAP
 #undef ATTN_Q_EARLY
 #undef ATTN_SKIP_IDLE
+#undef ATTN_O_SMEM
 #undef ATTN_TQ
 #undef ATTN_TK
 #undef ATTN_TV
