@@ -761,8 +761,9 @@ typedef struct Sm90Config {
  * of 176 would spill); SM90_PLAIN, the score is q.k times per-(b, h)
  * factors under affine masks and P goes to P V as the softmax left it (the
  * late rescale's graphs); SM90_O_TMA, O may be stored by TMA boxes of a
- * warp's rows (16- or 8-bit, dense rows, no dropout: the o_smem variant's
- * staging), SM90_O_BYTE its elements are 8-bit. paged: K and V come from
+ * warp's rows (16- or 8-bit, or 16-bit in packed sequences; no dropout:
+ * auto's staging of a 16-bit O, the o_smem variant's of any), SM90_O_BYTE
+ * its elements are 8-bit. paged: K and V come from
  * a page table (an FP8 cache's paged converters keep two warpgroups). */
 enum { SM90_MASKED = 1u, SM90_SCORE_READS = 2u, SM90_PLAIN = 4u, SM90_O_TMA = 8u, SM90_O_BYTE = 16u };
 int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool fp8_p, unsigned traits,

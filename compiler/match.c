@@ -617,10 +617,12 @@ static int match_fwd_template(const KernelSpec *s, const CompileOptions *o, FwdC
   Sm90Config h;
   const bool fp8_p = dtype_is_fp8(s->in_type) && dtype_is_fp8(s->p_round);
   const bool masked = s->nmasks > 0 || s->packed;
-  /* O by TMA boxes of a warp's 16 rows: 16- or 8-bit, dense rows; not
-   * under dropout, whose Philox words beside the staging's addresses
-   * spilled 200 bytes in the loop at key tiles of 176. */
-  const bool o_tma = dtype_size(s->out_type) <= 2 && !s->packed && !s->dropout;
+  /* O by TMA boxes of a warp's 16 rows: 16- or 8-bit, or 16-bit in packed
+   * sequences (whose ends a warp copies row by row); not under dropout,
+   * whose Philox words beside the staging's addresses spilled 200 bytes in
+   * the loop at key tiles of 176. */
+  const bool o_tma = (s->packed ? dtype_size(s->out_type) == 2 : dtype_size(s->out_type) <= 2) &&
+                     !s->dropout;
   const unsigned traits = (masked ? SM90_MASKED : 0u) |
                           (s->score_reads_ij ? SM90_SCORE_READS : 0u) |
                           (plain_score(s) ? SM90_PLAIN : 0u) | (o_tma ? SM90_O_TMA : 0u) |

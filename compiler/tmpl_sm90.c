@@ -178,8 +178,10 @@
  *                 (fwd_sm90.cuh, fwd90_o_smem) instead of 32 four-byte
  *                 stores a thread, which held 13% of the stall samples at D
  *                 128 S 1k (session 41's ncu); match.c keeps it to 16- and
- *                 8-bit O, dense rows, no dropout; whole tiles only (not
- *                 partial_first's). Session 41 sized a slot
+ *                 8-bit O (packed: 16-bit), no dropout; auto not under
+ *                 partial_first (the variant there too: a short first
+ *                 tile's warps past its rows store no box; not measured
+ *                 yet). Session 41 sized a slot
  *                 for every 64-column block into the tile choice (D 128:
  *                 key tiles of 128 in two stages, not 176): H100, session
  *                 42, +10% at D 128 S 1k, +6% at 2k, but -7% at 16k
@@ -519,15 +521,17 @@ int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool fp8_p, 
     attn_fwd90_layout l =
         attn_fwd90_layout_of(64 * wgs, list[k].bn, list[k].stages, q_cols, tv, lmode);
     if (l.total <= SM90_SMEM_LIMIT) {
-      /* o_smem (whole tiles only: a short first tile's box would write
-       * the next's rows): the slots the tiles leave room for; where none,
+      /* o_smem: the slots the tiles leave room for; where none,
        * a later candidate of the same key tile's with fewer stages and
        * room (a mask's key tiles of 128 at D 128: two stages and both
        * slots, not three and none; session 42). The key tile stays. */
       int o_slots = 0;
-      const bool o_stage = (traits & SM90_O_TMA) && !partial_first &&
+      /* (under partial_first only in the o_smem variant: a short first
+       * tile's warps past its rows then skip their boxes; not yet measured) */
+      const bool o_stage = (traits & SM90_O_TMA) &&
                            (var->o_stage == O_STAGE_ALWAYS ||
-                            (var->o_stage == O_STAGE_16 && !(traits & SM90_O_BYTE)));
+                            (var->o_stage == O_STAGE_16 && !(traits & SM90_O_BYTE) &&
+                             !partial_first));
       if (o_stage)
         for (int k2 = k; k2 < n && list[k2].bn == list[k].bn && o_slots == 0; k2++) {
           const attn_fwd90_layout l2 =

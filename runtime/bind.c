@@ -20,7 +20,9 @@ _Static_assert((int)ATTN_F16 == DT_F16 && (int)ATTN_BF16 == DT_BF16 &&
                "attn_dtype and DType must agree");
 _Static_assert(IR_MAX_RANK == 4, "attn_tensor_arg holds four dims");
 
-/* The tensor slots the kernels read with 16-byte vector loads. */
+/* The tensor slots the kernels read or write with 16-byte vectors: q, k,
+ * v, the 4-D outputs and a packed graph's 3-D ones ([tokens, heads, cols]:
+ * fwd_sm90 stores a 16-bit one by TMA boxes and 16-byte bulk copies). */
 static bool bind_is_vector_tensor(const IrGraph *g, int t) {
   if (t >= g->ntensors) { /* the backward's dO, dq, dk, dv; not bias gradients or amax */
     BwdSlots sl;
@@ -32,7 +34,8 @@ static bool bind_is_vector_tensor(const IrGraph *g, int t) {
     return true;
   }
   if (t == g->q || t == g->k || t == g->v) return true;
-  return g->tensors[t].is_output && g->tensors[t].ndims == 4;
+  return g->tensors[t].is_output &&
+         (g->tensors[t].ndims == 4 || (g->tensors[t].ndims == 3 && ir_packed(g)));
 }
 
 void bind_init(BindState *b, const IrGraph *g) {

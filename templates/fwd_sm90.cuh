@@ -521,11 +521,27 @@ static_assert(fwd90_o_slots >= 0 && fwd90_o_slots <= fwd90_o_blocks, "a slot a b
 static_assert(!fwd90_o_smem ||
                   attn_fwd90_total_ostage(fwd90_layout, fwd90_bm, fwd90_o_slots) <= 227 * 1024,
               "o_smem: the staging exceeds shared memory");
-#if ATTN_O_SMEM && defined(ATTN_PACKED_Q)
-#error "o_smem: packed sequences store O row by row (a TMA box would cross a sequence's end)"
-#endif
-static_assert(!fwd90_o_smem || (fwd90_out_kind != 2 && !fwd90_partial_first),
-              "o_smem: a 16- or 8-bit O, whole tiles (match.c)");
+static_assert(!fwd90_o_smem || fwd90_out_kind != 2, "o_smem: a 16- or 8-bit O (match.c)");
+/* Under partial_first (the o_smem variant only) a short first tile holds
+ * rows [0, r), r a multiple of 16, so each warp's 16 rows lie wholly
+ * inside it or wholly past it; a warp past it stores no box (the box
+ * would write rows of the next tile, which stores them itself). */
+/* Packed sequences (session 43): a warp whose 16 rows all belong to the
+ * sequence stores each block by a TMA box, as a dense O does; at a
+ * sequence's end, where a box would write the next sequence's rows, the
+ * warp's lanes copy the rows it owns one 16-byte chunk at a time
+ * (attn_bulk_store: 16-bit O, whose column blocks are whole chunks since
+ * head dims are multiples of 8). Every lane then commits and waits on its
+ * own bulk group. */
+constexpr bool fwd90_o_rows = fwd90_o_smem && attn_packed != 0;
+static_assert(!fwd90_o_rows || fwd90_out_kind < 2, "o_smem rows: a 16-bit O (match.c)");
+static_assert(ATTN_D_V % 8 == 0, "O's rows are whole 16-byte chunks (attn_head_dim_ok)");
+/* The byte offset of chunk ch (16 bytes) of the warp's row r in a staging
+ * slot: [16 rows][128 bytes], chunk ch at ch ^ (r & 7) (attn_stage_off's
+ * 128-byte swizzle). */
+static __device__ __forceinline__ unsigned fwd90_stage_chunk(int r, int ch) {
+  return (unsigned)(r * 128 + ((ch ^ (r & 7)) << 4));
+}
 /* Query tile m's rows of a sequence of Sq queries: [i0, i_end). Every i0
  * is a multiple of 16: a lane's rows i and i + 8 must share a dropout
  * group (hooks.cuh: rows i & ~9), so under partial_first the short first
@@ -1457,6 +1473,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
     const attn_params &p = p_seq;
 #else
     const int b = tl.b, m_block = tl.m_block;
+    [[maybe_unused]] const int q0 = 0; /* (o_smem's packed rows) */
 #endif
     const int h = tl.h;
     int i0, i_end;
@@ -1841,7 +1858,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
       stage = base + attn_fwd90_ostage_offset(fwd90_layout) +
               (unsigned)((4 * wg + ww) * fwd90_o_slots * 2048);
       staged = fwd90_smem + (stage - attn_smem_addr(fwd90_smem));
-      if (lane == 0)
+      if (fwd90_o_rows || lane == 0)
         attn_bulk_wait<0, true>();
       __syncwarp();
     }
@@ -1853,9 +1870,32 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
           constexpr int in_flight = fwd90_o_slots > 1 ? fwd90_o_slots - 1 : 0;
           attn_fence_proxy_async(); /* the block's stores, for TMA's async proxy */
           __syncwarp();
-          if (lane == 0) {
-            attn_tma_store4(&tm.m[ATTN_TMAP_O], stage + (c % fwd90_o_slots) * 2048,
-                            c * fwd90_o_cols, i0 + 64 * wg + 16 * ww, h, b);
+          if constexpr (fwd90_o_rows) {
+            const unsigned slot = stage + (c % fwd90_o_slots) * 2048;
+            const int row0 = i0 + 64 * wg + 16 * ww; /* the warp's first row */
+            /* (the packed tensor's rows: the sequence's from q0 on, batch 0) */
+            const int rows = min(row_end - row0, 16);
+            if (rows == 16 && lane == 0)
+              attn_tma_store4(&tm.m[ATTN_TMAP_O], slot, c * fwd90_o_cols, q0 + row0, h, 0);
+            if (rows > 0 && rows < 16) {
+              const attn_tensor_arg &to = p.t[fwd90_to];
+              const int chunks = min(fwd90_o_cols, ATTN_D_V - c * fwd90_o_cols) / 8;
+              unsigned char *o0 = (unsigned char *)to.ptr +
+                                  2 * (b * to.stride[0] + h * to.stride[1] +
+                                       (long long)row0 * to.stride[2] + c * fwd90_o_cols);
+              for (int k = lane; k < rows * chunks; k += 32) {
+                const int r = k / chunks, ch = k - r * chunks;
+                attn_bulk_store(o0 + 2 * r * to.stride[2] + 16 * ch, slot + fwd90_stage_chunk(r, ch),
+                                16);
+              }
+            }
+            attn_bulk_commit();
+            if (c + 1 < fwd90_o_blocks && c + 1 >= fwd90_o_slots) /* c + 1 reuses a slot */
+              attn_bulk_wait<in_flight, true>();
+          } else if (lane == 0) {
+            if (!fwd90_partial_first || i0 + 64 * wg + 16 * ww < row_end)
+              attn_tma_store4(&tm.m[ATTN_TMAP_O], stage + (c % fwd90_o_slots) * 2048,
+                              c * fwd90_o_cols, i0 + 64 * wg + 16 * ww, h, b);
             attn_bulk_commit();
             if (c + 1 < fwd90_o_blocks && c + 1 >= fwd90_o_slots) /* c + 1 reuses a slot */
               attn_bulk_wait<in_flight, true>();
@@ -1876,7 +1916,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
                          staged, store_block));
   }
   if constexpr (fwd90_o_smem) /* the stores have read shared memory, which ends with the CTA */
-    if (lane == 0)
+    if (fwd90_o_rows || lane == 0)
       attn_bulk_wait<0, false>();
   if (!fwd90_ring_per_tile && wg == 0)
     attn_named_sync(1); /* the ring's last hand-over (or its opening, where no key tile ran) */

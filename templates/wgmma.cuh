@@ -154,6 +154,16 @@ template <int N> [[maybe_unused]] static __device__ __forceinline__ void attn_ba
                "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(src)
                : "memory");
 }
+/* `bytes` (a multiple of 16) from shared memory at src to global memory at
+ * dst (both 16-byte aligned), as one operation of this thread's bulk
+ * group: no tensor map, so no box to clip (fwd_sm90's o_smem rows of a
+ * packed sequence's end). */
+[[maybe_unused]] static __device__ __forceinline__ void attn_bulk_store(void *dst, unsigned src,
+                                                                      unsigned bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst),
+               "r"(src), "r"(bytes)
+               : "memory");
+}
 [[maybe_unused]] static __device__ __forceinline__ void attn_bulk_commit() {
   asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
 }

@@ -100,11 +100,35 @@ if [ "${TESTS:-1}" = 1 ]; then
 # the bf16 one and the FP8 backward's main kernel at D 128. Session 30's own checks all ran
 # (bench/RESULTS.md "Session 30").
 if [ "${FIRST:-0}" = 1 ]; then
-  # Session 43 (FIRST_S43=0 skips; ~150 s): auto now stages a 16-bit O (o_smem's slots; the
-  # o_regs variant keeps the old store). An 8-bit O lost 9% at FP8 D 128 S 16k non-causal under
-  # o_smem with auto's very tiles, timed after auto: the FP8 A/B again in four rounds of
-  # alternating order (variant_ab.py --rounds), and auto against o_regs in bf16 the same way.
-  if [ "${FIRST_S43:-1}" = 1 ]; then
+  # Session 43, after its calls (FIRST_S44=0 skips; ~450 s, never run): why an 8-bit O staged
+  # in shared memory (the o_smem variant) loses 6.6% at FP8 D 128 S 16k non-causal with auto's
+  # own tiles. Stall reasons and source counters of the two kernels at that shape: variant_ab.py
+  # launches auto's kernel once, then o_smem's once, before timing, so the first two launches
+  # are one of each (ncu-stalls.log; read the SASS pages with tools/ncu_source_top.py).
+  if [ "${FIRST_S44:-1}" = 1 ]; then
+    mkdir -p "$L/ncu-o8"
+    step first_s44_ncu_o8 env OUT="$L/ncu-o8" SOURCE=1 bash tools/ncu_stalls.sh attn_f8_fwd 2 \
+      python3 bench/variant_ab.py --lib "$B/libattn.so" --out /tmp --fp8 --variants o_smem \
+      --dims 128 --seqs 16384
+    rm -f "$L"/ncu-o8/*.ncu-rep
+    # The o_smem variant now stages under partial_first too (masked graphs at head dims up to
+    # 64: a short first tile's warps past its rows store no box; auto does not): the work-tile
+    # edges (short first tiles at odd lengths), the masked examples and test_head_dims under it,
+    # then its A/B at D 64 causal (predicted +1-3% at S 1k, where the grid's lowest row is).
+    step first_s44_edges env ATTN_SM90_VARIANT=o_smem ATTN_TEST_ONLY=examples timeout 60 \
+      "$B/tests/gpu/test_forward" zzz_no_example
+    step first_s44_causal env ATTN_SM90_VARIANT=o_smem ATTN_TEST_ONLY=examples timeout 90 \
+      "$B/tests/gpu/test_forward" causal
+    step first_s44_window env ATTN_SM90_VARIANT=o_smem ATTN_TEST_ONLY=examples timeout 60 \
+      "$B/tests/gpu/test_forward" sliding_window
+    step first_s44_head_dims env ATTN_SM90_VARIANT=o_smem timeout 170 "$B/tests/gpu/test_head_dims"
+    step first_s44_ab64 python3 bench/variant_ab.py --lib "$B/libattn.so" --out "$L/s44ab64" \
+      --variants o_smem --dims 64 --seqs 1024,2048,4096 --causal --rounds 3
+  fi
+  # Session 43 (ran in session 43's call 6: bench/RESULTS.md "Session 43"; FIRST_S43=1 reruns;
+  # ~150 s): an 8-bit O under o_smem against auto in four rounds of alternating order
+  # (variant_ab.py --rounds), and auto against o_regs in bf16 the same way.
+  if [ "${FIRST_S43:-0}" = 1 ]; then
     step first_s43_ab8 python3 bench/variant_ab.py --lib "$B/libattn.so" --out "$L/s43ab8" --fp8 \
       --variants o_smem --dims 128,256 --seqs 1024,4096,16384 --causal --rounds 4
     step first_s43_ab python3 bench/variant_ab.py --lib "$B/libattn.so" --out "$L/s43ab" \
@@ -143,25 +167,13 @@ if [ "${FIRST:-0}" = 1 ]; then
   # to the pv_overlap variant's, which passed test_fp8 96/96 on the H100). The FP8 examples and
   # test_fp8 under the new auto, then auto against pv_once (the old FP8 commit) at D 64/128.
   # (q_before_v and pv_wait_next were measured there: opt-in; FIRST_S41_OLD=1 reruns their A/B.)
-  # Then the o_smem variant (24, written after the calls, never run): O staged in shared memory
-  # and stored by TMA (the profile's 13% at D 128 S 1k; predicted +6-10% there). Its work-tile
-  # edges, causal examples and test_head_dims (its staging at every head tile), then against
-  # auto and bn128 (its own key tiles at D 128), one process (~350 s more; FIRST_S41_OS=1 reruns:
-  # all of it ran in session 42, and o_smem has changed since).
+  # (Its o_smem steps ran in session 42 and were removed: o_smem has changed since; FIRST_S44
+  # checks the current one.)
   if [ "${FIRST_S41:-0}" = 1 ]; then
     step first_s41_fp8_examples env ATTN_TEST_ONLY=examples timeout 120 "$B/tests/gpu/test_forward" fp8
     step first_s41_test_fp8 timeout 150 "$B/tests/gpu/test_fp8"
     step first_s41_ab8 python3 bench/variant_ab.py --lib "$B/libattn.so" --out "$L/s41ab8" --fp8 \
       --causal --variants pv_once --dims 64,128 --seqs 1024,4096,16384
-  fi
-  if [ "${FIRST_S41_OS:-0}" = 1 ]; then
-    step first_s41_os_edges env ATTN_SM90_VARIANT=o_smem ATTN_TEST_ONLY=examples timeout 60 \
-      "$B/tests/gpu/test_forward" zzz_no_example
-    step first_s41_os_causal env ATTN_SM90_VARIANT=o_smem ATTN_TEST_ONLY=examples timeout 60 \
-      "$B/tests/gpu/test_forward" causal
-    step first_s41_os_head_dims env ATTN_SM90_VARIANT=o_smem timeout 200 "$B/tests/gpu/test_head_dims"
-    step first_s41_os_ab python3 bench/variant_ab.py --lib "$B/libattn.so" --out "$L/s41os" \
-      --variants o_smem,bn128 --dims 64,128 --seqs 1024,2048,4096,16384 --causal
   fi
   if [ "${FIRST_S41_OLD:-0}" = 1 ]; then
     step first_s41_ab python3 bench/variant_ab.py --lib "$B/libattn.so" --out "$L/s41ab" \

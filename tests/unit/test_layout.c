@@ -459,12 +459,17 @@ Test(layout, fwd90_o_smem_configs) {
   cr_assert_leq(h.smem_bytes, 227 * 1024);
   cr_assert_eq(tmpl_sm90_config(64, 64, 2, 2, false, SM90_O_TMA, false, os, &h), 0);
   cr_assert(h.o_smem == 1 && h.bm == 192);
-  /* none where O is not a TMA box's (SM90_O_TMA: FP8 O, packed rows,
-   * dropout) nor under a short first tile (partial_first: masked, wg3) */
+  /* none where O is not a TMA box's (SM90_O_TMA: an f32 O, a packed
+   * 8-bit one, dropout), nor in auto under a short first tile
+   * (partial_first: masked, wg3) */
   cr_assert_eq(tmpl_sm90_config(64, 64, 2, 2, false, 0, false, os, &h), 0);
   cr_assert_eq(h.o_smem, 0);
-  cr_assert_eq(tmpl_sm90_config(64, 64, 2, 2, false, SM90_MASKED | SM90_O_TMA, false, os, &h), 0);
+  cr_assert_eq(tmpl_sm90_config(64, 64, 2, 2, false, SM90_MASKED | SM90_O_TMA, false, 0, &h), 0);
   cr_assert(h.partial_first && h.o_smem == 0);
+  /* (the variant stages under partial_first too: its warps past a short
+   * first tile's rows store nothing) */
+  cr_assert_eq(tmpl_sm90_config(64, 64, 2, 2, false, SM90_MASKED | SM90_O_TMA, false, os, &h), 0);
+  cr_assert(h.partial_first && h.o_smem == 1 && h.bm == 192);
   /* An 8-bit O (SM90_O_BYTE): a slot holds 128 columns; FP8 D 128 keeps
    * its three stages beside its one slot, D 256 trades one for two. */
   const unsigned o8 = SM90_PLAIN | SM90_O_TMA | SM90_O_BYTE;
@@ -561,7 +566,8 @@ Test(layout, fwd90_rescale_late_configs) {
       /* (a 16-bit O's staging is auto's since session 43: every "auto,
        * but" variant stages it, the old snapshots and o_regs do not) */
       cr_assert_eq(h.o_smem > 0,
-                   !h.partial_first && !old && w != tmpl_sm90_variant_index("auto36") && w != orr,
+                   w == os || (!h.partial_first && !old && w != tmpl_sm90_variant_index("auto36") &&
+                               w != orr),
                    "variant %d", w);
       const bool auto_but = !old && w != tmpl_sm90_variant_index("auto36");
       cr_assert_eq(h.partial_first, w == pf || (auto_but && h.bm == 192), "variant %d fp8 %d", w,

@@ -631,6 +631,44 @@ Test(plan, paged_caches_plan_a_forward_and_the_decode_kernel) {
   arena_free(a);
 }
 
+/* Which O fwd_sm90 stages in shared memory (match.c's SM90_O_TMA, auto's
+ * O_STAGE_16): a dense or packed 16-bit O; not a packed 8-bit one (its
+ * sequence ends would need 8-byte chunks), not an f32 one, not under
+ * dropout; a dense 8-bit O only under the o_smem variant. */
+Test(plan, the_forward_stages_a_16_bit_o) {
+  Arena *a = arena_new();
+  static const char text[] =
+      "attention dense {\n  input q : bf16[B, H, S, 128];\n  input k : bf16[B, H, S, 128];\n"
+      "  input v : bf16[B, H, S, 128];\n  o = softmax(mask(q @ k^T, j <= i)) @ v;\n"
+      "  output o : bf16[B, H, S, 128];\n}\n"
+      "attention packed16 {\n  input q : bf16[T, H, 128];\n  input k : bf16[T, H, 128];\n"
+      "  input v : bf16[T, H, 128];\n  input cu : i32[B1];\n"
+      "  o = softmax(packed(q, cu) @ packed(k, cu)^T) @ packed(v, cu);\n"
+      "  output o : f16[T, H, 128];\n}\n"
+      "attention packed8 {\n  input q : bf16[T, H, 128];\n  input k : bf16[T, H, 128];\n"
+      "  input v : bf16[T, H, 128];\n  input cu : i32[B1];\n"
+      "  o = softmax(packed(q, cu) @ packed(k, cu)^T) @ packed(v, cu);\n"
+      "  output o : e4m3[T, H, 128];\n}\n"
+      "attention wide {\n  input q : bf16[B, H, S, 128];\n  input k : bf16[B, H, S, 128];\n"
+      "  input v : bf16[B, H, S, 128];\n  o = softmax(q @ k^T) @ v;\n"
+      "  output o : f32[B, H, S, 128];\n}\n"
+      "attention drop {\n  input q : bf16[B, H, S, 128];\n  input k : bf16[B, H, S, 128];\n"
+      "  input v : bf16[B, H, S, 128];\n  scalar rate : f32 = 0.1;\n"
+      "  scalar seed : u64 = 0;\n  scalar offset : u64 = 0;\n"
+      "  o = dropout(softmax(q @ k^T), rate, seed, offset) @ v;\n"
+      "  output o : bf16[B, H, S, 128];\n}\n";
+  IrModule *m = unit_build(a, "<o_smem>", text);
+  const Compiled uc = unit_compile(a, m, "sm_90a", STAGE_PLAN);
+  static const int want[] = {2, 2, 0, 0, 0}; /* masked or packed D 128: two stages, two slots */
+  for (int k = 0; k < 5; k++) {
+    cr_assert_str_eq(uc.graphs[k].cfg.name, "fwd_sm90", "graph %d", k);
+    cr_assert_eq(uc.graphs[k].cfg.o_smem, want[k], "graph %d: %d slots", k, uc.graphs[k].cfg.o_smem);
+    const PlanStep *f = unit_step(&uc.plans[k], PLAN_FORWARD, "forward");
+    cr_assert(f && f->nmaps == (want[k] ? 4 : 3), "graph %d", k);
+  }
+  arena_free(a);
+}
+
 /* FP8 q: the forward (no decode kernel takes an FP8 q), an amax_init step
  * before it, no backward. */
 Test(plan, fp8_q_plans_amax_init_then_the_forward) {

@@ -11,6 +11,7 @@
 
 #include "cuda_driver.h"
 #include "rt.h"
+#include "unit_build.h"
 
 /* ------------------------------------------------------------- fixture */
 
@@ -362,6 +363,38 @@ Test(runtime_args, vector_tensors_need_16_byte_layouts) {
                ATTN_SUCCESS, "%s", attn_context_error(ctx));
   expect_error(bind4("bias", (char *)PB + 2, ATTN_F32, bias_shape, NULL),
                ATTN_ERROR_INVALID_ARGUMENT, "4-byte elements");
+}
+
+/* A packed graph's 3-D outputs ([tokens, heads, cols]) are vector tensors
+ * too: fwd_sm90 stores a 16-bit O by TMA boxes and 16-byte bulk copies
+ * (session 43); its [heads, tokens] lse is not. */
+Test(runtime_args, packed_outputs_need_16_byte_layouts) {
+  Arena *a = arena_new();
+  IrModule *m = unit_build(a, "<packed>",
+                           "attention g {\n  input q : bf16[T, H, 64];\n  input k : bf16[T, H, 64];\n"
+                           "  input v : bf16[T, H, 64];\n  input cu : i32[B1];\n"
+                           "  s = packed(q, cu) @ packed(k, cu)^T;\n"
+                           "  o = softmax(s) @ packed(v, cu);\n"
+                           "  output o : bf16[T, H, 64];\n  output lse = logsumexp(s);\n}\n");
+  BindState b;
+  bind_init(&b, m->graphs[0]);
+  StrBuf err = {0};
+  const int64_t shape[3] = {100, 8, 64}, lse_shape[2] = {8, 100};
+  cr_assert_eq(bind_tensor(&b, "o", (char *)PO + 2, ATTN_BF16, 3, shape, NULL, &err),
+               ATTN_ERROR_INVALID_ARGUMENT);
+  cr_assert_not_null(strstr(err.data, "not 16-byte aligned"), "%s", err.data);
+  const int64_t rows[3] = {8 * 68, 68, 1};
+  sb_free(&err);
+  cr_assert_eq(bind_tensor(&b, "o", PO, ATTN_BF16, 3, shape, rows, &err),
+               ATTN_ERROR_INVALID_ARGUMENT);
+  cr_assert_not_null(strstr(err.data, "multiple of 8 elements"), "%s", err.data);
+  sb_free(&err);
+  cr_assert_eq(bind_tensor(&b, "o", PO, ATTN_BF16, 3, shape, NULL, &err), ATTN_SUCCESS, "%s",
+               err.data);
+  cr_assert_eq(bind_tensor(&b, "lse", (char *)PB + 4, ATTN_F32, 2, lse_shape, NULL, &err),
+               ATTN_SUCCESS, "%s", err.data);
+  sb_free(&err);
+  arena_free(a);
 }
 
 Test(runtime_args, outputs_cannot_broadcast) {

@@ -19,11 +19,12 @@
 #define ATTN_OUT_BF16 1
 #define ATTN_BM 128
 #define ATTN_BN 128
-#define ATTN_STAGES 3
+#define ATTN_STAGES 2
 #define ATTN_PERSISTENT 1
 #define ATTN_PV_OVERLAP 1
 #define ATTN_Q_EARLY 16
 #define ATTN_SKIP_IDLE 1
+#define ATTN_O_SMEM 2
 #define ATTN_TQ 0
 #define ATTN_TK 1
 #define ATTN_TV 2
@@ -134,6 +135,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) attn_packed_fwd(const __gri
 #undef ATTN_PV_OVERLAP
 #undef ATTN_Q_EARLY
 #undef ATTN_SKIP_IDLE
+#undef ATTN_O_SMEM
 #undef ATTN_TQ
 #undef ATTN_TK
 #undef ATTN_TV
@@ -149,11 +151,12 @@ extern "C" __global__ void __launch_bounds__(384, 1) attn_packed_fwd(const __gri
 #define ATTN_OUT_BF16 1
 #define ATTN_BM 128
 #define ATTN_BN 128
-#define ATTN_STAGES 3
+#define ATTN_STAGES 2
 #define ATTN_PERSISTENT 1
 #define ATTN_PV_OVERLAP 1
 #define ATTN_Q_EARLY 16
 #define ATTN_SKIP_IDLE 1
+#define ATTN_O_SMEM 2
 #define ATTN_TQ 0
 #define ATTN_TK 1
 #define ATTN_TV 2
@@ -281,6 +284,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) attn_packed_causal_fwd(cons
 #undef ATTN_PV_OVERLAP
 #undef ATTN_Q_EARLY
 #undef ATTN_SKIP_IDLE
+#undef ATTN_O_SMEM
 #undef ATTN_TQ
 #undef ATTN_TK
 #undef ATTN_TV
@@ -296,11 +300,12 @@ extern "C" __global__ void __launch_bounds__(384, 1) attn_packed_causal_fwd(cons
 #define ATTN_OUT_BF16 1
 #define ATTN_BM 128
 #define ATTN_BN 128
-#define ATTN_STAGES 3
+#define ATTN_STAGES 2
 #define ATTN_PERSISTENT 1
 #define ATTN_PV_OVERLAP 1
 #define ATTN_Q_EARLY 16
 #define ATTN_SKIP_IDLE 1
+#define ATTN_O_SMEM 2
 #define ATTN_TQ 0
 #define ATTN_TK 1
 #define ATTN_TV 2
@@ -488,6 +493,7 @@ extern "C" __global__ void __launch_bounds__(256) attn_packed_train_bwd_convert_
 #undef ATTN_PV_OVERLAP
 #undef ATTN_Q_EARLY
 #undef ATTN_SKIP_IDLE
+#undef ATTN_O_SMEM
 #undef ATTN_TQ
 #undef ATTN_TK
 #undef ATTN_TV
