@@ -26,6 +26,11 @@ nvcc: ../shared/tools/anchor_bench2.py prep_fi); RESULTS.md quotes the anchors' 
 decode beside these figures. --hnd takes FlashInfer's HND layout [pages, Hk, page, D]; --ordered
 leaves each sequence's pages in order (a fresh cache's placement: what scattering them costs).
 
+--split-sweep: dense decode at B 1 and 8 (MHA and GQA 32:8, KV 1k-32k) with the split count forced
+to each of 1-64 (ATTN_OPTION_DECODE_SPLITS) beside the plan's own choice and cuDNN: where the
+plan's rule (one wave of resident CTAs, at least two key tiles a split) leaves time at small
+batches (session 43 on an H100: B 1 rows 1-13% behind cuDNN).
+
 Also per configuration: attnc with the decode kernel switched off (ATTN_OPTION_DECODE 0, the
 prefill forward kernel), and the split count the plan chose. --rows adds Sq in {2, 4, 8, 16}
 at B 8, 8k (speculative decoding: more packed rows per K/V head).
@@ -238,6 +243,61 @@ def run(attn, mod, sms, B, H, Hk, L, Sq=1):
     return row
 
 
+SWEEP_SPLITS = (1, 2, 4, 8, 16, 32, 64)
+
+
+def run_split_sweep(attn, mod, sms, B, H, Hk, L):
+    """attnc's dense decode at each forced split count (ATTN_OPTION_DECODE_SPLITS; 0 the plan's
+    own choice) beside cuDNN, on the same tensors: where the plan's split rule (compiler/plan.c,
+    plan_decode_splits) leaves time at small batches. Every split count's output is checked
+    against the unsplit one's first."""
+    kv_bytes = 2 * B * Hk * L * D * 2
+    copies = max(1, min(45, math.ceil(180e6 / kv_bytes)))
+    sets = []
+    for _ in range(copies):
+        q = torch.randn(B, H, 1, D, device="cuda", dtype=torch.bfloat16)
+        k, v = (torch.randn(B, Hk, L, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        o = torch.empty_like(q)
+        sets.append((q, k, v, o, attn.call(mod, "dec", dict(q=q, k=k, v=v, o=o))))
+    row = dict(Hq=H, Hkv=Hk, B=B, L=L, kv_mb=kv_bytes / 1e6, plan_splits=splits_for(B, H, Hk, 1, L, sms))
+    q, k, v, o, c = sets[0]
+    ref = sdpa(q, k, v, SDPBackend.CUDNN_ATTENTION).float()
+    row["cudnn_us"] = time_queued([lambda s=s: sdpa(s[0], s[1], s[2], SDPBackend.CUDNN_ATTENTION)
+                                   for s in sets])
+    try:
+        for n in (0,) + SWEEP_SPLITS:
+            if n > max(1, L // 64):  # (the plan caps a split at one key tile of 64)
+                continue
+            attn.set_option("decode_splits", n)
+            attn.launch(c)
+            torch.cuda.synchronize()
+            err = ((o.float() - ref).norm() / ref.norm()).item()
+            if err > 2e-2:
+                raise RuntimeError(f"splits {n}: rel err {err:.1e} against cuDNN")
+            row[f"us_{n}"] = time_queued([lambda c=c: attn.launch(c) for *_, c in sets])
+    finally:
+        attn.set_option("decode_splits", 0)
+    best = min(SWEEP_SPLITS, key=lambda n: row.get(f"us_{n}", float("inf")))
+    row["best_splits"], row["best_us"] = best, row[f"us_{best}"]
+    for *_, c in sets:
+        c.close()
+    del sets
+    torch.cuda.empty_cache()
+    return row
+
+
+def split_sweep_table(rows):
+    head = " | ".join(f"{n} splits" for n in SWEEP_SPLITS)
+    out = [f"| Hq:Hkv | B | KV len | plan's splits | plan us | {head} | best | cuDNN us | plan us / best us |",
+           "|" + "---|" * (8 + len(SWEEP_SPLITS))]
+    for r in rows:
+        cells = " | ".join(f"{r[f'us_{n}']:.1f}" if f"us_{n}" in r else "-" for n in SWEEP_SPLITS)
+        out.append(f"| {r['Hq']}:{r['Hkv']} | {r['B']} | {r['L'] // 1024}k | {r['plan_splits']} | "
+                   f"{r['us_0']:.1f} | {cells} | {r['best_splits']} | {r['cudnn_us']:.1f} | "
+                   f"{r['us_0'] / r['best_us']:.3f} |")
+    return out
+
+
 def run_fp8(attn, mod8, mod16, mod8p, B, H, Hk, L, page=64, fi=False):
     """An e4m3 KV cache against the same values in bf16: attnc on each, cuDNN on bf16; the e4m3
     values as shuffled pages: attnc's paged decode (mod8p, length-masked) and FlashInfer's."""
@@ -357,6 +417,8 @@ def main():
     ap.add_argument("--hnd", action="store_true", help="--paged with FlashInfer's HND pages [pages, Hk, page, D]")
     ap.add_argument("--ordered", action="store_true",
                     help="--paged with each sequence's pages in order (the default shuffles them)")
+    ap.add_argument("--split-sweep", action="store_true",
+                    help="dense decode at B 1 and 8 at every forced split count, beside cuDNN")
     ap.add_argument("--config", default=None,
                     help="one configuration, HQ:HKV,B,L[,SQ] (e.g. 32:8,1,8192), for profiling")
     args = ap.parse_args()
@@ -405,6 +467,20 @@ def main():
         text = "\n".join([f"GPU: {torch.cuda.get_device_name()}; {time.strftime('%Y-%m-%d')}", ""] +
                          fp8_table(rows))
         write_report(args.out, "bench-decode-fp8", text, dict(rows=rows))
+        return
+    if args.split_sweep:
+        for Hk in (8, 32):
+            for B in (1, 8):
+                for L in (1024, 8192, 32768):
+                    row = run_split_sweep(attn, mod, sms, B, 32, Hk, L)
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
+        text = "\n".join([f"GPU: {torch.cuda.get_device_name()}; driver {driver_version()}; "
+                          f"cuDNN {torch.backends.cudnn.version()}; {time.strftime('%Y-%m-%d')}", "",
+                          "Dense bf16 decode, D 128, Sq 1; attnc at forced split counts "
+                          "(ATTN_OPTION_DECODE_SPLITS), us, one process.", ""] +
+                         split_sweep_table(rows))
+        write_report(args.out, "bench-decode-splits", text, dict(rows=rows))
         return
     if args.config:
         heads, B, L, *sq = args.config.split(",")
