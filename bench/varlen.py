@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench import Attn, driver_version, time_batches  # noqa: E402
+from bench import Attn, SM90_VARIANTS, driver_version, time_batches  # noqa: E402
 
 # FlashInfer's ragged prefill (fa3 backend, page 16), H200, ../shared/anchors T4: TFLOP/s.
 FI_ANCHOR = {("8 req, 16k tok", 8): 468, ("32 req x ~1k", 8): 390, ("append 512 onto 8k, 16 req", 8): 514,
@@ -242,10 +242,16 @@ def main():
     ap.add_argument("--lib", default="build/libattn.so")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--tables", default="equal,masks,padding,ragged,backward")
+    ap.add_argument("--variant", default="auto",
+                    help="fwd_sm90's variant for every graph (bench.py SM90_VARIANTS), dense and "
+                         "packed alike")
     args = ap.parse_args()
+    if args.variant not in SM90_VARIANTS:
+        ap.error(f"--variant: {args.variant} (known: {', '.join(SM90_VARIANTS)})")
     torch.manual_seed(0)
     torch.zeros(1, device="cuda")
     attn = Attn(os.path.abspath(args.lib))
+    attn.set_sm90_variant(args.variant)
     rows = []
     tables = args.tables.split(",")
     if "equal" in tables:
@@ -261,7 +267,9 @@ def main():
     info = dict(gpu=torch.cuda.get_device_name(), driver=driver_version(), torch=torch.__version__,
                 cudnn=torch.backends.cudnn.version())
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, f"varlen-{'-'.join(tables)}.json"), "w") as f:
+    info["sm90_variant"] = args.variant
+    tag = "" if args.variant == "auto" else f"-{args.variant}"
+    with open(os.path.join(args.out, f"varlen-{'-'.join(tables)}{tag}.json"), "w") as f:
         json.dump(dict(info=info, rows=rows), f, indent=1)
     print("| D | S | causal | packed | dense | cuDNN dense | packed / dense |")
     print("|---|---|---|---|---|---|---|")

@@ -124,6 +124,9 @@ if [ "${FIRST:-0}" = 1 ]; then
     step first_s44_head_dims env ATTN_SM90_VARIANT=o_smem timeout 170 "$B/tests/gpu/test_head_dims"
     step first_s44_ab64 python3 bench/variant_ab.py --lib "$B/libattn.so" --out "$L/s44ab64" \
       --variants o_smem --dims 64 --seqs 1024,2048,4096 --causal --rounds 3
+    # (packed D 64 runs the short first tile too: packed over dense under the variant, ~40 s)
+    step first_s44_varlen python3 bench/varlen.py --lib "$B/libattn.so" --out "$L" --tables equal \
+      --variant o_smem
     # The decode's split rule at small batches (B 1 rows 1-13% behind cuDNN on the H100): every
     # forced split count beside the plan's (bench/decode.py --split-sweep, ~60 s).
     step first_s44_splits python3 bench/decode.py --split-sweep --lib "$B/libattn.so" --out "$L"
