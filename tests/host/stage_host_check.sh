@@ -6,8 +6,9 @@
 # byte address is where a TMA box of 128 bytes x 16 rows with the 128-byte swizzle reads that
 # element (block at 2048 bytes each, row r at 128 r, 16-byte chunk XOR r % 8); and the 32 lanes
 # of a warp (row g = lane / 4 of a half, t = lane % 4) storing one column block hit 32 distinct
-# banks (8 bits: 16 distinct words, two lanes a word). A mutant without the swizzle fails it. No
-# GPU needed. Run from the repository root.
+# banks (8 bits: 16 distinct words, two lanes a word); and fwd_sm90's fwd90_stage_chunk (where a
+# packed sequence's end copies a staged row's 16-byte chunks from) agrees with attn_stage_off. A
+# mutant without the swizzle fails it. No GPU needed. Run from the repository root.
 set -eu
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -17,6 +18,11 @@ for f in attn_stage_off attn_stage_off8; do
   grep -q "int $f(" "$tmp/stage.inc" ||
     { echo "FAIL: $f's text was not found in templates/softmax.cuh"; exit 1; }
 done
+# fwd_sm90's chunk of a staged row (a packed sequence's end is copied 16 bytes at a time from it)
+sed -n "/static __device__ __forceinline__ unsigned fwd90_stage_chunk(/,/^}/p" templates/fwd_sm90.cuh |
+  sed 's/static __device__ __forceinline__/static inline/' >>"$tmp/stage.inc"
+grep -q "unsigned fwd90_stage_chunk(" "$tmp/stage.inc" ||
+  { echo "FAIL: fwd90_stage_chunk's text was not found in templates/fwd_sm90.cuh"; exit 1; }
 cat >"$tmp/check.cpp" <<'CPP'
 #include <cstdio>
 #include <vector>
@@ -78,8 +84,17 @@ int main() {
         }
       }
   }
+  /* fwd90_stage_chunk (a 16-bit O's row copied by 16-byte bulk copies at a packed sequence's
+   * end): chunk ch of row r holds columns 8 ch .. 8 ch + 7 of the slot's 64-column block, in
+   * order: the pair at columns 8 ch + 2 t, + 1 four bytes a t further on. */
+  for (int r = 0; r < 16; ++r)
+    for (int ch = 0; ch < 8; ++ch)
+      for (int t = 0; t < 4; ++t)
+        if (2 * attn_stage_off(r, ch, t) != (int)fwd90_stage_chunk(r, ch) + 4 * t)
+          fail("fwd90_stage_chunk: not where attn_stage_off put the pair", 64, r, ch, t);
   std::printf("%s: attn_stage_off and attn_stage_off8 put each pair once, where TMA's 128-byte "
-              "swizzle reads it, conflict-free (widths 64-256)\n", failures ? "FAIL" : "PASS");
+              "swizzle reads it, conflict-free (widths 64-256); fwd90_stage_chunk finds each "
+              "row's 16-byte chunks\n", failures ? "FAIL" : "PASS");
   return failures != 0;
 }
 CPP
