@@ -25,6 +25,10 @@ counts may differ; the relative error column covers those rows). FlashInfer is n
 nvcc: ../shared/tools/anchor_bench2.py prep_fi); RESULTS.md quotes the anchors' FlashInfer paged
 decode beside these figures. --hnd takes FlashInfer's HND layout [pages, Hk, page, D]; --ordered
 leaves each sequence's pages in order (a fresh cache's placement: what scattering them costs).
+Its last columns: the split counts plan_decode_splits' rule gives at two and three CTAs an SM
+(splits_for; the dense and paged decode kernels' residency), and paged 64 timed again with the
+dense kernel's count forced (ATTN_OPTION_DECODE_SPLITS): the page gathers' cost apart from the
+split count's.
 
 --split-sweep: dense decode at B 1 and 8 (MHA and GQA 32:8, KV 1k-32k) with the split count forced
 to each of 1-64 (ATTN_OPTION_DECODE_SPLITS) beside the plan's own choice and cuDNN: where the
@@ -145,6 +149,17 @@ def run_paged(attn, dense_mod, paged_mod, B, H, Hk, L, pages=(16, 64), hnd=False
         row[name + "_rel_err_vs_dense"] = ((of.float() - x["o"].float()).norm() / x["o"].float().norm()).item()
         row[name + "_us"] = time_queued([s[tag, page, tc] for s in sets])
         row[name + "_gbs"] = kv_bytes / (row[name + "_us"] * 1e-6) / 1e9
+    # The paged decode kernel runs three CTAs an SM and the dense one two, so at small batches
+    # the plan splits them differently: paged 64 again at the dense kernel's split count tells
+    # the page gathers' cost from the split count's.
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    row["dense_splits"] = splits_for(B, H, Hk, 1, L, sms, ctas=2)
+    row["paged_splits"] = splits_for(B, H, Hk, 1, L, sms, ctas=3)
+    attn.set_option("decode_splits", row["dense_splits"])
+    try:
+        row["paged64_dense_splits_us"] = time_queued([lambda s=s: attn.launch(s[64][4]) for s in sets])
+    finally:
+        attn.set_option("decode_splits", 0)
     for page in pages:
         row[f"paged{page}_vs_dense"] = row["dense_us"] / row[f"paged{page}_us"]
     for s in sets:
@@ -165,8 +180,9 @@ def fi_best(r, page):
 def paged_table(rows):
     out = ["| Hq:Hkv | B | KV len | K+V MB | attnc dense us / GB/s | paged 16 us / GB/s | paged 64 us / GB/s "
            "| paged 16 / dense | paged 64 / dense | cuDNN dense us / GB/s | paged 64 / cuDNN | bits = dense "
-           "| rel. err. vs dense | FlashInfer page 64 us / GB/s (best kernel, this process) |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "| rel. err. vs dense | FlashInfer page 64 us / GB/s (best kernel, this process) "
+           "| splits dense / paged | paged 64 at dense's splits / dense |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         c = lambda k: f"{r[k + '_us']:.1f} / {r[k + '_gbs']:.0f}"
         out.append(f"| {r['Hq']}:{r['Hkv']} | {r['B']} | {r['L'] // 1024}k | {r['kv_mb']:.0f} | {c('dense')} "
@@ -174,7 +190,8 @@ def paged_table(rows):
                    f"| {c('cudnn')} | {r['cudnn_us'] / r['paged64_us']:.2f} "
                    f"| {'yes' if r['paged16_bits_equal_dense'] and r['paged64_bits_equal_dense'] else 'no'} "
                    f"| {max(r['paged16_rel_err_vs_dense'], r['paged64_rel_err_vs_dense']):.1e} "
-                   f"| {fi_best(r, 64)} |")
+                   f"| {fi_best(r, 64)} | {r['dense_splits']} / {r['paged_splits']} "
+                   f"| {r['dense_us'] / r['paged64_dense_splits_us']:.3f} |")
     return out
 
 
