@@ -27,7 +27,7 @@ import argparse, json, os, sys, time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench import Attn, driver_version  # noqa: E402
+from bench import Attn, SM90_VARIANTS, driver_version  # noqa: E402
 from decode import time_queued, to_pages  # noqa: E402
 import flashinfer_peer  # noqa: E402  (FlashInfer in this process when .fi's bundle is installed)
 
@@ -242,10 +242,17 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lib", default="build/libattn.so")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--variant", default="auto",
+                    help="fwd_sm90's variant for every graph (bench.py SM90_VARIANTS): e.g. o_regs, "
+                         "auto before session 43 stored O from registers, where a paged graph at D "
+                         "128 now trades its third stage for O's staging slots")
     args = ap.parse_args()
+    if args.variant not in SM90_VARIANTS:
+        ap.error(f"--variant: {args.variant} (known: {', '.join(SM90_VARIANTS)})")
     torch.manual_seed(0)
     torch.zeros(1, device="cuda")
     attn = Attn(os.path.abspath(args.lib))
+    attn.set_sm90_variant(args.variant)
     dense_mod = attn.compile("pf", graph_text(False))
     paged_mod = attn.compile("pf", graph_text(True))
     attn.set_arch("sm_90")  # the same dense graph on the portable forward, fwd_sm80
@@ -266,13 +273,15 @@ def main():
             rrows.append(row)
             print(json.dumps(row), flush=True)
     text = "\n".join([f"GPU: {torch.cuda.get_device_name()}; driver {driver_version()}; "
-                      f"{time.strftime('%Y-%m-%d')}", ""] + table(rows) + [""] + ragged_table(rrows))
+                      f"{time.strftime('%Y-%m-%d')}; fwd_sm90 variant {args.variant}", ""] +
+                     table(rows) + [""] + ragged_table(rrows))
     print(text)
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "bench-paged-prefill.md"), "w") as f:
+    tag = "" if args.variant == "auto" else f"-{args.variant}"
+    with open(os.path.join(args.out, f"bench-paged-prefill{tag}.md"), "w") as f:
         f.write(text + "\n")
-    with open(os.path.join(args.out, "bench-paged-prefill.json"), "w") as f:
-        json.dump(dict(rows=rows, ragged=rrows), f, indent=1)
+    with open(os.path.join(args.out, f"bench-paged-prefill{tag}.json"), "w") as f:
+        json.dump(dict(rows=rows, ragged=rrows, sm90_variant=args.variant), f, indent=1)
 
 
 if __name__ == "__main__":

@@ -100,12 +100,14 @@ if [ "${TESTS:-1}" = 1 ]; then
 # the bf16 one and the FP8 backward's main kernel at D 128. Session 30's own checks all ran
 # (bench/RESULTS.md "Session 30").
 if [ "${FIRST:-0}" = 1 ]; then
-  # Session 43, after its calls (FIRST_S44=0 skips; ~450 s, never run): why an 8-bit O staged
+  # Session 43, after its calls (FIRST_S44=0 skips; ~650 s in two calls, never run): why an 8-bit O staged
   # in shared memory (the o_smem variant) loses 6.6% at FP8 D 128 S 16k non-causal with auto's
   # own tiles. Stall reasons and source counters of the two kernels at that shape: variant_ab.py
   # launches auto's kernel once, then o_smem's once, before timing, so the first two launches
   # are one of each (ncu-stalls.log; read the SASS pages with tools/ncu_source_top.py).
-  if [ "${FIRST_S44:-1}" = 1 ]; then
+  # Two calls on a warm machine: FIRST_S44_B=0 (the profile, the variant's tests and its A/B,
+  # ~400 s), then FIRST_S44_A=0 (the paged prefill, varlen and split benchmarks, ~250 s).
+  if [ "${FIRST_S44:-1}" = 1 ] && [ "${FIRST_S44_A:-1}" = 1 ]; then
     mkdir -p "$L/ncu-o8"
     step first_s44_ncu_o8 env OUT="$L/ncu-o8" SOURCE=1 bash tools/ncu_stalls.sh attn_f8_fwd 2 \
       python3 bench/variant_ab.py --lib "$B/libattn.so" --out /tmp --fp8 --variants o_smem \
@@ -124,6 +126,14 @@ if [ "${FIRST:-0}" = 1 ]; then
     step first_s44_head_dims env ATTN_SM90_VARIANT=o_smem timeout 170 "$B/tests/gpu/test_head_dims"
     step first_s44_ab64 python3 bench/variant_ab.py --lib "$B/libattn.so" --out "$L/s44ab64" \
       --variants o_smem --dims 64 --seqs 1024,2048,4096 --causal --rounds 3
+  fi
+  if [ "${FIRST_S44:-1}" = 1 ] && [ "${FIRST_S44_B:-1}" = 1 ]; then
+    # Paged prefill at D 128 (a mask: auto now trades the third stage for O's two staging
+    # slots, never timed on paged caches, whose page-16 gathers may want the stage): auto, then
+    # o_regs (the old store, three stages), two processes (~2 x 60 s; carry .fi for FlashInfer).
+    step first_s44_paged_prefill python3 bench/paged_prefill.py --lib "$B/libattn.so" --out "$L"
+    step first_s44_paged_prefill_regs python3 bench/paged_prefill.py --lib "$B/libattn.so" \
+      --out "$L" --variant o_regs
     # (packed D 64 runs the short first tile too: packed over dense under the variant, ~40 s)
     step first_s44_varlen python3 bench/varlen.py --lib "$B/libattn.so" --out "$L" --tables equal \
       --variant o_smem
