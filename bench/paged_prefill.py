@@ -243,9 +243,9 @@ def main():
     ap.add_argument("--lib", default="build/libattn.so")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--variant", default="auto",
-                    help="fwd_sm90's variant for every graph (bench.py SM90_VARIANTS): e.g. o_regs, "
-                         "auto before session 43 stored O from registers, where a paged graph at D "
-                         "128 now trades its third stage for O's staging slots")
+                    help="fwd_sm90's variant for every graph (bench.py SM90_VARIANTS): e.g. "
+                         "o_smem, which over a paged cache at D 128 trades the third stage for "
+                         "O's staging slots (auto stores O from registers there)")
     args = ap.parse_args()
     if args.variant not in SM90_VARIANTS:
         ap.error(f"--variant: {args.variant} (known: {', '.join(SM90_VARIANTS)})")

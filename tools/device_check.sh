@@ -128,12 +128,13 @@ if [ "${FIRST:-0}" = 1 ]; then
       --variants o_smem --dims 64 --seqs 1024,2048,4096 --causal --rounds 3
   fi
   if [ "${FIRST_S44:-1}" = 1 ] && [ "${FIRST_S44_B:-1}" = 1 ]; then
-    # Paged prefill at D 128 (a mask: auto now trades the third stage for O's two staging
-    # slots, never timed on paged caches, whose page-16 gathers may want the stage): auto, then
-    # o_regs (the old store, three stages), two processes (~2 x 60 s; carry .fi for FlashInfer).
+    # Paged prefill at D 128: auto stores O from registers over a paged cache (three stages);
+    # the o_smem variant trades the third stage for O's two staging slots there, as auto does
+    # in dense masked graphs. Auto, then o_smem, two processes (~2 x 60 s; carry .fi for
+    # FlashInfer). If o_smem wins, drop `!paged` from O_STAGE_16 in tmpl_sm90.c.
     step first_s44_paged_prefill python3 bench/paged_prefill.py --lib "$B/libattn.so" --out "$L"
-    step first_s44_paged_prefill_regs python3 bench/paged_prefill.py --lib "$B/libattn.so" \
-      --out "$L" --variant o_regs
+    step first_s44_paged_prefill_os python3 bench/paged_prefill.py --lib "$B/libattn.so" \
+      --out "$L" --variant o_smem
     # (packed D 64 runs the short first tile too: packed over dense under the variant, ~40 s)
     step first_s44_varlen python3 bench/varlen.py --lib "$B/libattn.so" --out "$L" --tables equal \
       --variant o_smem
