@@ -196,8 +196,9 @@
  *                 causal) at S 1k, +4-6% at 2k, -0.6 to +2.6% at 4k-16k,
  *                 D 64 -0.9 to +2.2%, ALiBi D 128 +0.5 to +16%: auto
  *                 stages a 16-bit O since; FP8 +2-20% at S 1k, but -9%
- *                 at D 128 S 16k non-causal (same tiles) and -4% at D 256
- *                 S 16k (a stage traded), so an 8-bit O only here
+ *                 at D 128 S 16k non-causal (same tiles; -6.6% in four
+ *                 rounds of alternating order) and -4% at D 256 S 16k
+ *                 causal, so an 8-bit O only here
  *   o_regs        auto, but O stored from registers as before session 43
  *                 (for measuring against)
  * numbered 0 to 25 in this order (the numbers are the library's option
@@ -270,8 +271,9 @@ typedef enum { PF_NEVER, PF_WG3, PF_ALWAYS } Sm90PartialFirst;
  * a 16-bit one (auto since session 43: H100, bf16 D 128 +4-10% at S 1k-2k,
  * -0.6 to +2.6% at 4k-16k, D 64 -0.9 to +2.2%, ALiBi D 128 +0.5-16%; not
  * over a paged cache or under partial_first until measured there), or
- * an 8-bit one too (the o_smem variant: FP8 +10-20% at S 1k but -9% at
- * D 128 S 16k non-causal with the same tiles, -4% at D 256 16k). */
+ * an 8-bit one too (the o_smem variant: FP8 +10-20% at S 1k but -6.6% at
+ * D 128 S 16k non-causal with the same tiles, four rounds of alternating
+ * order; -4% at D 256 16k causal). */
 typedef enum { O_STAGE_NEVER, O_STAGE_16, O_STAGE_ALWAYS } Sm90OStage;
 
 typedef struct Sm90Variant {

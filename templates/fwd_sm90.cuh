@@ -522,10 +522,6 @@ static_assert(!fwd90_o_smem ||
                   attn_fwd90_total_ostage(fwd90_layout, fwd90_bm, fwd90_o_slots) <= 227 * 1024,
               "o_smem: the staging exceeds shared memory");
 static_assert(!fwd90_o_smem || fwd90_out_kind != 2, "o_smem: a 16- or 8-bit O (match.c)");
-/* Under partial_first (the o_smem variant only) a short first tile holds
- * rows [0, r), r a multiple of 16, so each warp's 16 rows lie wholly
- * inside it or wholly past it; a warp past it stores no box (the box
- * would write rows of the next tile, which stores them itself). */
 /* Packed sequences (session 43): a warp whose 16 rows all belong to the
  * sequence stores each block by a TMA box, as a dense O does; at a
  * sequence's end, where a box would write the next sequence's rows, the
@@ -1889,13 +1885,18 @@ __device__ __forceinline__ void attn_fwd_sm90(const attn_params &p, const attn_t
                                 16);
               }
             }
-            attn_bulk_commit();
-            if (c + 1 < fwd90_o_blocks && c + 1 >= fwd90_o_slots) /* c + 1 reuses a slot */
-              attn_bulk_wait<in_flight, true>();
           } else if (lane == 0) {
-            if (!fwd90_partial_first || i0 + 64 * wg + 16 * ww < row_end)
+            /* Under partial_first (the o_smem variant only) a short first
+             * tile holds rows [0, r), r a multiple of 16, so a warp's 16
+             * rows lie wholly inside it or wholly past it; a warp past it
+             * stores no box (it would write rows the next tile stores). */
+            const int row0 = i0 + 64 * wg + 16 * ww; /* the warp's first row */
+            if (!fwd90_partial_first || row0 < row_end)
               attn_tma_store4(&tm.m[ATTN_TMAP_O], stage + (c % fwd90_o_slots) * 2048,
-                              c * fwd90_o_cols, i0 + 64 * wg + 16 * ww, h, b);
+                              c * fwd90_o_cols, row0, h, b);
+          }
+          /* (every lane of a packed sequence's warp: each waits on its own copies) */
+          if (fwd90_o_rows || lane == 0) {
             attn_bulk_commit();
             if (c + 1 < fwd90_o_blocks && c + 1 >= fwd90_o_slots) /* c + 1 reuses a slot */
               attn_bulk_wait<in_flight, true>();
