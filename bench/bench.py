@@ -30,6 +30,14 @@ SM90_VARIANTS = ["auto", "base", "persist", "bn80", "persist_bn80", "f16_pv", "w
                  "o_regs"]  # (tmpl_sm90.c's order: the option takes the index)
 
 
+def checked_variant(ap, name):
+    """name, where SM90_VARIANTS has it; else argparse's error for a --variant option
+    (set_sm90_variant would take auto for it and mislabel the table)."""
+    if name not in SM90_VARIANTS:
+        ap.error(f"--variant: {name} (known: {', '.join(SM90_VARIANTS)})")
+    return name
+
+
 class Attn:
     """What the benchmarks need of libattn, through the attnc package's
     low-level layer (attnc.Context, RawModule, Call): one context, modules

@@ -216,7 +216,9 @@ def sdpa(q, k, v, backend):
         return F.scaled_dot_product_attention(q, k, v, enable_gqa=q.shape[1] != k.shape[1])
 
 
-def run(attn, mod, sms, B, H, Hk, L, Sq=1):
+def dense_sets(attn, mod, B, H, Hk, L, Sq=1):
+    """K+V bytes, and enough copies of a dense bf16 problem (q, k, v, o, the call) that the working
+    set is at least 180 MB (no call reads the previous one's K and V from L2)."""
     kv_bytes = 2 * B * Hk * L * D * 2
     copies = max(1, min(45, math.ceil(180e6 / kv_bytes)))
     if kv_bytes * copies > 90e9:
@@ -227,6 +229,12 @@ def run(attn, mod, sms, B, H, Hk, L, Sq=1):
         k, v = (torch.randn(B, Hk, L, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
         o = torch.empty_like(q)
         sets.append((q, k, v, o, attn.call(mod, "dec", dict(q=q, k=k, v=v, o=o))))
+    return kv_bytes, sets
+
+
+def run(attn, mod, sms, B, H, Hk, L, Sq=1):
+    kv_bytes, sets = dense_sets(attn, mod, B, H, Hk, L, Sq)
+    copies = len(sets)
     q, k, v, o, c = sets[0]
     attn.launch(c)
     ref = sdpa(q, k, v, SDPBackend.CUDNN_ATTENTION)
@@ -268,14 +276,7 @@ def run_split_sweep(attn, mod, sms, B, H, Hk, L):
     own choice) beside cuDNN, on the same tensors: where the plan's split rule (compiler/plan.c,
     plan_decode_splits) leaves time at small batches. Every split count's output is checked
     against the unsplit one's first."""
-    kv_bytes = 2 * B * Hk * L * D * 2
-    copies = max(1, min(45, math.ceil(180e6 / kv_bytes)))
-    sets = []
-    for _ in range(copies):
-        q = torch.randn(B, H, 1, D, device="cuda", dtype=torch.bfloat16)
-        k, v = (torch.randn(B, Hk, L, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-        o = torch.empty_like(q)
-        sets.append((q, k, v, o, attn.call(mod, "dec", dict(q=q, k=k, v=v, o=o))))
+    kv_bytes, sets = dense_sets(attn, mod, B, H, Hk, L)
     row = dict(Hq=H, Hkv=Hk, B=B, L=L, kv_mb=kv_bytes / 1e6, plan_splits=splits_for(B, H, Hk, 1, L, sms))
     q, k, v, o, c = sets[0]
     ref = sdpa(q, k, v, SDPBackend.CUDNN_ATTENTION).float()

@@ -17,7 +17,7 @@ import argparse, json, math, os, sys, time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench import Attn, SM90_VARIANTS, time_batches, driver_version, write_report  # noqa: E402
+from bench import Attn, checked_variant, time_batches, driver_version, write_report  # noqa: E402
 
 SETTINGS = [("none", 1), ("1/4", 2), ("2/4", 3), ("3/4", 4), ("4/4", 5)]  # option values
 
@@ -53,8 +53,7 @@ def main():
     unknown = [w for w in wanted if w not in dict(SETTINGS)]
     if unknown or "none" not in wanted:
         ap.error(f"--settings: {unknown or 'none is needed'} (known: {', '.join(n for n, _ in SETTINGS)})")
-    if args.variant not in SM90_VARIANTS:  # (set_sm90_variant would take auto, mislabelling the table)
-        ap.error(f"--variant: {args.variant} (known: {', '.join(SM90_VARIANTS)})")
+    checked_variant(ap, args.variant)
     settings = [(n, v) for n, v in SETTINGS if n in wanted]
     torch.manual_seed(0)
     torch.zeros(1, device="cuda")

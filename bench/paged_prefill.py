@@ -27,7 +27,7 @@ import argparse, json, os, sys, time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench import Attn, SM90_VARIANTS, driver_version  # noqa: E402
+from bench import Attn, checked_variant, driver_version  # noqa: E402
 from decode import time_queued, to_pages  # noqa: E402
 import flashinfer_peer  # noqa: E402  (FlashInfer in this process when .fi's bundle is installed)
 
@@ -247,8 +247,7 @@ def main():
                          "o_smem, which over a paged cache at D 128 trades the third stage for "
                          "O's staging slots (auto stores O from registers there)")
     args = ap.parse_args()
-    if args.variant not in SM90_VARIANTS:
-        ap.error(f"--variant: {args.variant} (known: {', '.join(SM90_VARIANTS)})")
+    checked_variant(ap, args.variant)
     torch.manual_seed(0)
     torch.zeros(1, device="cuda")
     attn = Attn(os.path.abspath(args.lib))

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench import Attn, SM90_VARIANTS, driver_version, time_batches  # noqa: E402
+from bench import Attn, checked_variant, driver_version, time_batches  # noqa: E402
 
 # FlashInfer's ragged prefill (fa3 backend, page 16), H200, ../shared/anchors T4: TFLOP/s.
 FI_ANCHOR = {("8 req, 16k tok", 8): 468, ("32 req x ~1k", 8): 390, ("append 512 onto 8k, 16 req", 8): 514,
@@ -246,8 +246,7 @@ def main():
                     help="fwd_sm90's variant for every graph (bench.py SM90_VARIANTS), dense and "
                          "packed alike")
     args = ap.parse_args()
-    if args.variant not in SM90_VARIANTS:
-        ap.error(f"--variant: {args.variant} (known: {', '.join(SM90_VARIANTS)})")
+    checked_variant(ap, args.variant)
     torch.manual_seed(0)
     torch.zeros(1, device="cuda")
     attn = Attn(os.path.abspath(args.lib))
