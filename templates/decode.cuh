@@ -190,7 +190,7 @@ static __device__ __forceinline__ void dec_q_to_f16(unsigned (&qf)[dec_qk_steps]
  * order whichever CTA is last, so the same inputs and split count give the
  * same bits. dec_merge_lanes lanes take one row: the lse values a lane's
  * splits apart, then O's float4 columns a lane's columns apart, each
- * summed over every split with the loads of a few splits in flight. */
+ * summed over every split with eight splits' loads in flight. */
 constexpr int dec_merge_lanes = dec_threads / dec_rows;
 static_assert(dec_merge_lanes >= 1 && 32 % dec_merge_lanes == 0, "a row's lanes within one warp");
 constexpr int dec_merge_cols = (ATTN_D_V / 4 + dec_merge_lanes - 1) / dec_merge_lanes;
@@ -243,7 +243,7 @@ static __device__ __forceinline__ void dec_merge_block(const dec_block &k, const
 #pragma unroll
   for (int c = 0; c < dec_merge_cols; ++c)
     acc[c] = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 4
+#pragma unroll 8
   for (int s = 0; s < nsplit; ++s) {
     const float f = w[s];
 #pragma unroll
