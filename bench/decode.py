@@ -293,25 +293,8 @@ def run_split_sweep(attn, mod, sms, B, H, Hk, L):
             if err > 2e-2:
                 raise RuntimeError(f"splits {n}: rel err {err:.1e} against cuDNN")
             row[f"us_{n}"] = time_queued([lambda c=c: attn.launch(c) for *_, c in sets])
-        # The plan's split count with the splits merged by the decode's last CTA of each row
-        # block (ATTN_OPTION_DECODE_MERGE 1) and by a merge kernel (2), alternately, twice each.
-        attn.set_option("decode_splits", 0)
-        for merge, key in ((1, "fused"), (2, "apart")):
-            attn.set_option("decode_merge", merge)
-            attn.launch(c)
-            torch.cuda.synchronize()
-            err = ((o.float() - ref).norm() / ref.norm()).item()
-            if err > 2e-2:
-                raise RuntimeError(f"merge {key}: rel err {err:.1e} against cuDNN")
-        times = {"fused": [], "apart": []}
-        for _ in range(2):
-            for merge, key in ((1, "fused"), (2, "apart")):
-                attn.set_option("decode_merge", merge)
-                times[key].append(time_queued([lambda c=c: attn.launch(c) for *_, c in sets]))
-        row["us_fused"], row["us_apart"] = min(times["fused"]), min(times["apart"])
     finally:
         attn.set_option("decode_splits", 0)
-        attn.set_option("decode_merge", 0)
     best = min(SWEEP_SPLITS, key=lambda n: row.get(f"us_{n}", float("inf")))
     row["best_splits"], row["best_us"] = best, row[f"us_{best}"]
     for *_, c in sets:
@@ -323,15 +306,13 @@ def run_split_sweep(attn, mod, sms, B, H, Hk, L):
 
 def split_sweep_table(rows):
     head = " | ".join(f"{n} splits" for n in SWEEP_SPLITS)
-    out = [f"| Hq:Hkv | B | KV len | plan's splits | plan us | {head} | best | cuDNN us | plan us / best us "
-           "| plan, merge fused us | plan, merge apart us | apart / fused |",
-           "|" + "---|" * (11 + len(SWEEP_SPLITS))]
+    out = [f"| Hq:Hkv | B | KV len | plan's splits | plan us | {head} | best | cuDNN us | plan us / best us |",
+           "|" + "---|" * (8 + len(SWEEP_SPLITS))]
     for r in rows:
         cells = " | ".join(f"{r[f'us_{n}']:.1f}" if f"us_{n}" in r else "-" for n in SWEEP_SPLITS)
         out.append(f"| {r['Hq']}:{r['Hkv']} | {r['B']} | {r['L'] // 1024}k | {r['plan_splits']} | "
                    f"{r['us_0']:.1f} | {cells} | {r['best_splits']} | {r['cudnn_us']:.1f} | "
-                   f"{r['us_0'] / r['best_us']:.3f} | {r['us_fused']:.1f} | {r['us_apart']:.1f} | "
-                   f"{r['us_apart'] / r['us_fused']:.3f} |")
+                   f"{r['us_0'] / r['best_us']:.3f} |")
     return out
 
 

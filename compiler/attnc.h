@@ -1281,10 +1281,7 @@ enum {
   PLAN_IF_GQA = 2,    /* H != Hk in the bound shapes */
   PLAN_IF_DECODE = 4, /* the decode kernel runs instead of the forward:
                          (H / Hk) * Sq <= DECODE_MAX_ROWS (plan_facts) */
-  PLAN_IF_SPLIT = 8,  /* ... over more than one key split (a merge follows) */
-  PLAN_IF_MERGE_APART = 16 /* ... and the splits merge in a kernel of their own
-                              (ATTN_OPTION_DECODE_MERGE), not in the decode's
-                              last CTA of each row block */
+  PLAN_IF_SPLIT = 8   /* ... over more than one key split (a merge follows) */
 };
 
 /* A size read off the bound problem: a constant, a problem size, the
@@ -1404,11 +1401,9 @@ typedef struct PlanProblem {
   long long sms;          /* the device's SMs (0: unknown) */
   long long force_splits; /* the decode's split count when > 0 (an option) */
   bool no_decode;         /* the context option that keeps the forward */
-  bool merge_apart;       /* the context option that merges splits in their own kernel */
 } PlanProblem;
 /* The launch facts the shapes decide (PLAN_IF_GQA, PLAN_IF_DECODE,
- * PLAN_IF_SPLIT, and PLAN_IF_MERGE_APART where the context asks it of a
- * split); the runtime adds the call's options (PLAN_IF_DET). */
+ * PLAN_IF_SPLIT); the runtime adds the call's options (PLAN_IF_DET). */
 unsigned plan_facts(const GraphPlan *gp, const PlanProblem *pr);
 /* The decode's key splits: as many as fit the SMs' resident slots
  * (gp->decode_ctas each) in one wave, at most one per two key tiles and

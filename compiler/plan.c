@@ -101,11 +101,7 @@ static void add_prep(PassPlan *p, const GraphPlan *gp, const char *entry) {
  * runs instead of `fwd`, one CTA per (key split, 16 packed rows of a K/V
  * head, batch); over several splits (PLAN_IF_SPLIT) it leaves normalized
  * partial rows and their lse in the workspace, [split][b][h][i], and the
- * last CTA of each row block to finish combines them into O and lse,
- * counting in the merge_count words (zeroed once, put back to 0 by that
- * CTA: templates/decode.cuh, dec_merge_block); or, with the context's
- * ATTN_OPTION_DECODE_MERGE at 2 (PLAN_IF_MERGE_APART), the merge step
- * does, one CTA per row, after the whole decode grid. */
+ * merge step combines them into O and lse. */
 static void plan_decode(GraphPlan *gp, PassPlan *p, PlanStep *fwd, const KernelSpec *f,
                         const DecodeConfig *dc, Arena *a) {
   const IrGraph *g = f->g;
@@ -124,14 +120,10 @@ static void plan_decode(GraphPlan *gp, PassPlan *p, PlanStep *fwd, const KernelS
   s->grid.div0 = 1;
   s->grid.y = pd(PD_DECODE_ROWS);
   s->need = PLAN_IF_DECODE;
-  PlanSlice *count = add_slice(p, "merge_count", PB_TILE_QUEUE, -1, 4, pd(PD_DECODE_ROWS), pd(PD_B),
-                               pconst(1), pconst(1), PZ_NEW);
-  count->need = PLAN_IF_DECODE | PLAN_IF_SPLIT;
-  count->deny = PLAN_IF_MERGE_APART;
   s = add_step(p, "merge", plan_entry(a, g->name, "decode_merge"), DECODE_MERGE_THREADS, 0);
   s->grid.x0 = pd(PD_SQ);
   s->grid.div0 = 1;
-  s->need = PLAN_IF_DECODE | PLAN_IF_SPLIT | PLAN_IF_MERGE_APART;
+  s->need = PLAN_IF_DECODE | PLAN_IF_SPLIT;
 }
 
 static void plan_forward(GraphPlan *gp, const KernelSpec *f, const FwdConfig *c, Arena *a) {
@@ -420,7 +412,7 @@ unsigned plan_facts(const GraphPlan *gp, const PlanProblem *pr) {
   const long long group = pr->Hk > 0 ? pr->H / pr->Hk : 0;
   if (gp->decode_bn > 0 && !pr->no_decode && group > 0 && group * pr->Sq <= DECODE_MAX_ROWS) {
     f |= PLAN_IF_DECODE;
-    if (plan_decode_splits(gp, pr) > 1) f |= PLAN_IF_SPLIT | (pr->merge_apart ? PLAN_IF_MERGE_APART : 0u);
+    if (plan_decode_splits(gp, pr) > 1) f |= PLAN_IF_SPLIT;
   }
   return f;
 }
@@ -473,7 +465,7 @@ static const char *const pass_names[] = {[PLAN_FORWARD] = "forward", [PLAN_BACKW
 const char *plan_pass_name(PlanPass pass) { return pass_names[pass]; }
 
 /* Launch facts by name, PLAN_IF_* in bit order; "-" is none. */
-static const char *const fact_names[] = {"det", "gqa", "decode", "split", "merge_apart"};
+static const char *const fact_names[] = {"det", "gqa", "decode", "split"};
 
 void plan_fact_names(StrBuf *out, unsigned facts) {
   for (unsigned k = 0, first = 1; k < sizeof fact_names / sizeof *fact_names; k++)

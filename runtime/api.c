@@ -202,10 +202,6 @@ static attn_status context_set_option_impl(attn_context *ctx, attn_option option
     if (value != 0 && value != 1) break;
     ctx->options.no_decode = value == 0;
     return ATTN_SUCCESS;
-  case ATTN_OPTION_DECODE_MERGE:
-    if (value < 0 || value > 2) break;
-    ctx->options.decode_merge = (int)value;
-    return ATTN_SUCCESS;
   case ATTN_OPTION_EXP2_FMA:
     if (value < 0 || value > 5) break;
     ctx->options.exp2_fma = (int)value;

@@ -113,10 +113,6 @@ attn_status attn_context_set_cache_dir(attn_context *ctx, const char *dir);
  *       one per 64-key tile), for tests and tuning
  *   ATTN_OPTION_DECODE  1 (default): the decode kernel where it applies;
  *       0: always the forward kernel
- *   ATTN_OPTION_DECODE_MERGE  how several splits' partial rows are
- *       combined: 0 auto (2, until measured otherwise: docs/runtime.md),
- *       1 by the last of each row block's CTAs to finish, in the decode
- *       kernel itself, 2 by a merge kernel launched after it
  * and one more launch option (docs/runtime.md, "Launch overlap"):
  *   ATTN_OPTION_LAUNCH_OVERLAP  1 (default): on sm_90 and later GPUs each
  *       kernel launches with programmatic stream serialization, so its
@@ -131,8 +127,7 @@ typedef enum attn_option {
   ATTN_OPTION_DECODE_SPLITS = 4,
   ATTN_OPTION_DECODE = 5,
   ATTN_OPTION_LAUNCH_OVERLAP = 6,
-  ATTN_OPTION_EXP2_FMA = 7,
-  ATTN_OPTION_DECODE_MERGE = 8
+  ATTN_OPTION_EXP2_FMA = 7
 } attn_option;
 attn_status attn_context_set_option(attn_context *ctx, attn_option option, long long value);
 

@@ -47,14 +47,8 @@ static long long device_sms(const RtDriver *d, CUdevice dev) {
   return nsm > 0 ? nsm : 0;
 }
 
-/* ATTN_OPTION_DECODE_MERGE: whether a split decode's partial rows are
- * combined by a merge kernel of their own (2; auto too, until the fused
- * merge, 1, is measured faster: docs/runtime.md) rather than by the last
- * CTA of each row block (templates/decode.cuh, dec_merge_block). */
-static bool decode_merge_apart(const RtOptions *o) { return o->decode_merge != 1; }
-
 /* The bound problem, with the SM count and the decode options that the
- * decode's split count and merge read. */
+ * decode's split count reads. */
 static PlanProblem launch_problem(const attn_call *c, long long sms,
                                   int ndims[ATTN_MAX_TENSORS]) {
   const IrGraph *g = c->g->ir;
@@ -62,8 +56,7 @@ static PlanProblem launch_problem(const attn_call *c, long long sms,
   const attn_params *p = &c->bind.params;
   const RtOptions *o = &c->g->m->ctx->options;
   return (PlanProblem){p->B,   p->H,           p->Hk,           p->Sq,       p->Skv,
-                       c->bind.shape, ndims, sms, o->decode_splits, o->no_decode,
-                       decode_merge_apart(o)};
+                       c->bind.shape, ndims, sms, o->decode_splits, o->no_decode};
 }
 
 static void layout_pass(const attn_call *c, const PassPlan *pp, unsigned facts,

@@ -261,7 +261,6 @@ typedef struct RtOptions {
   long long persistent_ctas; /* 0: the SM count */
   long long decode_splits;   /* 0: plan_decode_splits' choice */
   bool no_decode;            /* ATTN_OPTION_DECODE 0 */
-  int decode_merge;          /* ATTN_OPTION_DECODE_MERGE: 0 auto, 1 fused, 2 apart */
   bool no_overlap;           /* ATTN_OPTION_LAUNCH_OVERLAP 0 */
 } RtOptions;
 

@@ -180,106 +180,6 @@ static __device__ __forceinline__ void dec_q_to_f16(unsigned (&qf)[dec_qk_steps]
       qf[kk][x] = attn_bf16x2_to_f16x2(qf[kk][x], up[x & 1]);
 }
 
-/* The fused merge (ATTN_OPTION_DECODE_MERGE; p.tile_queue is then the
- * plan's merge_count slice, one word per (row block, batch), 0 between
- * launches): each split's CTA, its partial rows written, counts itself in
- * its row block's word, and the last to arrive combines the block's rows
- * as attn_decode_merge does, then puts the word back to 0. No merge
- * kernel then waits for the whole decode grid to drain: a row block's
- * rows are final when its last split ends. The splits are summed in split
- * order whichever CTA is last, so the same inputs and split count give the
- * same bits. dec_merge_lanes lanes take one row: the lse values a lane's
- * splits apart, then O's float4 columns a lane's columns apart, each
- * summed over every split with eight splits' loads in flight. */
-constexpr int dec_merge_lanes = dec_threads / dec_rows;
-static_assert(dec_merge_lanes >= 1 && 32 % dec_merge_lanes == 0, "a row's lanes within one warp");
-constexpr int dec_merge_cols = (ATTN_D_V / 4 + dec_merge_lanes - 1) / dec_merge_lanes;
-/* Shared memory: the last CTA's flag, then each row's split weights. */
-constexpr int dec_merge_w_off = 4; /* floats */
-static_assert((dec_merge_w_off + dec_rows * dec_max_splits) * 4 <= attn_decode_smem_bytes,
-              "the fused merge's weights fit the stages");
-
-static __device__ __forceinline__ void dec_merge_block(const dec_block &k, const attn_params &p,
-                                                       float *wsm) {
-  const float neg_inf = __int_as_float(0xff800000);
-  const int tid = threadIdx.x, row = tid / dec_merge_lanes, sub = tid % dec_merge_lanes;
-  const int nsplit = min((int)gridDim.x, dec_max_splits);
-  const bool live = k.r0 + row <= k.r_last;
-  const int rr = live ? k.r0 + row : k.r_last; /* rows past the block compute and store nothing */
-  const int b = k.b, h = k.hk * k.group + rr / p.Sq, i = rr % p.Sq;
-  const attn_tensor_arg &po = p.t[dec_tpo], &pl = p.t[dec_tpl];
-  const float *lse = (const float *)pl.ptr + b * pl.stride[1] + h * pl.stride[2] +
-                     (long long)i * pl.stride[3];
-  float *w = wsm + row * dec_max_splits;
-  float m = neg_inf;
-  for (int s = sub; s < nsplit; s += dec_merge_lanes) {
-    const float x = __ldcg(lse + s * pl.stride[0]);
-    w[s] = x;
-    m = fmaxf(m, x);
-  }
-#pragma unroll
-  for (int o = dec_merge_lanes / 2; o >= 1; o >>= 1)
-    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-  float l = 0.f;
-  for (int s = sub; s < nsplit; s += dec_merge_lanes) {
-    const float e = m != neg_inf ? __expf(w[s] - m) : 0.f;
-    w[s] = e;
-    l += e;
-  }
-#pragma unroll
-  for (int o = dec_merge_lanes / 2; o >= 1; o >>= 1)
-    l += __shfl_xor_sync(0xffffffffu, l, o); /* (the same bits in every lane of the row) */
-  __syncwarp(); /* the row's weights, written by its lanes, read by all of them */
-  float keep = 1.f; /* the sink joins the merged row (the partials have none) */
-  if constexpr (attn_has_sink)
-    keep = attn_softmax_sink(attn_sink_value(b, h, p), m, l);
-  const float inv = attn_softmax_inv(l) * keep;
-
-  const float4 *base = (const float4 *)((const float *)po.ptr +
-                                        (b * po.stride[1] + h * po.stride[2] +
-                                         (long long)i * po.stride[3]) * ATTN_D_V);
-  const long long split_step = po.stride[0] * (ATTN_D_V / 4);
-  float4 acc[dec_merge_cols];
-#pragma unroll
-  for (int c = 0; c < dec_merge_cols; ++c)
-    acc[c] = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 8
-  for (int s = 0; s < nsplit; ++s) {
-    const float f = w[s];
-#pragma unroll
-    for (int c = 0; c < dec_merge_cols; ++c) {
-      const int col = sub + c * dec_merge_lanes;
-      if (col < ATTN_D_V / 4) {
-        const float4 v = __ldcg(base + s * split_step + col);
-        acc[c].x += f * v.x;
-        acc[c].y += f * v.y;
-        acc[c].z += f * v.z;
-        acc[c].w += f * v.w;
-      }
-    }
-  }
-  if (!live)
-    return;
-  const attn_tensor_arg &to = p.t[dec_to];
-  const long long orow = b * to.stride[0] + h * to.stride[1] + (long long)i * to.stride[2];
-#pragma unroll
-  for (int c = 0; c < dec_merge_cols; ++c) {
-    const int d = 4 * (sub + c * dec_merge_lanes);
-    if (d < ATTN_D_V) {
-      attn_store_pair<dec_out_kind>(to.ptr, orow + d, attn_out(acc[c].x * inv, b, h, i, d, p),
-                                    attn_out(acc[c].y * inv, b, h, i, d + 1, p));
-      attn_store_pair<dec_out_kind>(to.ptr, orow + d + 2,
-                                    attn_out(acc[c].z * inv, b, h, i, d + 2, p),
-                                    attn_out(acc[c].w * inv, b, h, i, d + 3, p));
-    }
-  }
-  if constexpr (dec_tlse >= 0)
-    if (sub == 0)
-      ((float *)p.t[dec_tlse].ptr)[b * p.t[dec_tlse].stride[0] + h * p.t[dec_tlse].stride[1] +
-                                   (long long)i * p.t[dec_tlse].stride[2]] =
-          l > 0.f ? m + logf(l) : neg_inf;
-}
-
 __device__ __forceinline__ void attn_decode(const attn_params &p) {
   extern __shared__ __align__(128) unsigned char dec_smem[];
   const float neg_inf = __int_as_float(0xff800000);
@@ -614,24 +514,6 @@ __device__ __forceinline__ void attn_decode(const attn_params &p) {
                           (long long)i * pl.stride[3]] =
             l > 0.f ? m + logf(l) : neg_inf;
       }
-    }
-  }
-
-  /* The fused merge (dec_merge_block): this CTA's partial rows are
-   * published before its count, and the last CTA's reads come after it. */
-  if (nsplit > 1 && p.tile_queue) {
-    __threadfence();
-    __syncthreads(); /* (also: every thread is done with the combine's shared memory) */
-    unsigned *count = p.tile_queue + (long long)b * gridDim.y + blockIdx.y;
-    int *last = (int *)dec_smem;
-    if (tid == 0)
-      *last = atomicAdd(count, 1u) == (unsigned)nsplit - 1u;
-    __syncthreads();
-    if (*last) {
-      __threadfence();
-      dec_merge_block(blk, p, (float *)dec_smem + dec_merge_w_off);
-      if (tid == 0)
-        *count = 0u; /* for the next launch: every split has counted */
     }
   }
 }

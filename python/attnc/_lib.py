@@ -57,7 +57,6 @@ OPTIONS = {
     "decode": 5,
     "launch_overlap": 6,
     "exp2_fma": 7,
-    "decode_merge": 8,
 }
 
 _PROTOTYPES = {

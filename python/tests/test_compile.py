@@ -117,7 +117,7 @@ def test_io_option_and_target_errors(cache_dir):
 def test_options_attn_h_lists_are_taken_by_name(cache_dir):
     """Every option the package names reaches libattn (the C enum's values, _lib.OPTIONS), and
     a value it does not take is refused with the library's message."""
-    opts = {"launch_overlap": 0, "exp2_fma": 3, "decode_splits": 3, "decode": 1, "decode_merge": 1,
+    opts = {"launch_overlap": 0, "exp2_fma": 3, "decode_splits": 3, "decode": 1,
             "sm90_variant": 0, "backward_template": 0, "persistent_ctas": 0}
     assert set(opts) == set(attnc._lib.OPTIONS)
     mod = attnc.compile(SDPA, arch="sm_90a", cache_dir=cache_dir, options=opts)

@@ -71,19 +71,14 @@ static void test_decode(attn_context *ctx, attn_graph *ag, const IrGraph *g, con
   for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++) {
     chk_shape_spec(g, &spec, shapes[sh][0], shapes[sh][1], shapes[sh][2], shapes[sh][3],
                    shapes[sh][4]);
-    /* Each split count under both merges (ATTN_OPTION_DECODE_MERGE): the
-     * decode's last CTA of a row block, and a kernel of its own. */
-    for (size_t sp = 0; sp < 2 * nsplits; sp++) {
-      const int merge = sp % 2 ? 2 : 1;
-      attn_context_set_option(ctx, ATTN_OPTION_DECODE_SPLITS, splits[sp / 2]);
-      attn_context_set_option(ctx, ATTN_OPTION_DECODE_MERGE, merge);
+    for (size_t sp = 0; sp < nsplits; sp++) {
+      attn_context_set_option(ctx, ATTN_OPTION_DECODE_SPLITS, splits[sp]);
       ChkOptions co = {0};
       ChkResult r1, r2;
       RefArgs ra1, ra2;
-      const char *label = arena_printf(a, "decode %s:%s splits %d, merge %s", path, g->name,
-                                       splits[sp / 2], merge == 1 ? "fused" : "apart");
+      const char *label = arena_printf(a, "decode %s:%s splits %d", path, g->name, splits[sp]);
       if (!run_case(ctx, ag, g, spec.data, *seed, &co, label, &r1, &ra1)) continue;
-      if (splits[sp / 2] == 0 && run_case(ctx, ag, g, spec.data, *seed, &co, label, &r2, &ra2)) {
+      if (splits[sp] == 0 && run_case(ctx, ag, g, spec.data, *seed, &co, label, &r2, &ra2)) {
         bool same = true;
         for (int n = 0; n < g->noutputs; n++) {
           int t = g->outputs[n].tensor;
@@ -110,7 +105,6 @@ static void test_decode(attn_context *ctx, attn_graph *ag, const IrGraph *g, con
   }
   sb_free(&spec);
   attn_context_set_option(ctx, ATTN_OPTION_DECODE_SPLITS, 0);
-  attn_context_set_option(ctx, ATTN_OPTION_DECODE_MERGE, 0);
 }
 
 static void test_example(attn_context *ctx, const char *path, uint64_t *seed) {
@@ -177,18 +171,16 @@ static void test_fully_masked(attn_context *ctx) {
   attn_graph *ag;
   if (mod && g && attn_module_get_graph(mod, "shifted", &ag) == ATTN_SUCCESS) {
     /* The forward (70 rows), then the decode kernel (8 rows of 300 keys)
-     * unsplit and over three key splits, merged apart and in the kernel. */
-    static const struct { const char *spec; int sq, splits, merge; const char *label; } cases[] = {
-        {"B=1,H=2,Sq=70,Skv=70", 70, 0, 0, "fully masked rows"},
-        {"B=1,H=2,Sq=8,Skv=300", 8, 1, 0, "fully masked rows, decode"},
-        {"B=1,H=2,Sq=8,Skv=300", 8, 3, 2, "fully masked rows, decode over 3 splits"},
-        {"B=1,H=2,Sq=8,Skv=300", 8, 3, 1, "fully masked rows, decode over 3 splits, fused merge"}};
+     * unsplit and over three key splits. */
+    static const struct { const char *spec; int sq, splits; const char *label; } cases[] = {
+        {"B=1,H=2,Sq=70,Skv=70", 70, 0, "fully masked rows"},
+        {"B=1,H=2,Sq=8,Skv=300", 8, 1, "fully masked rows, decode"},
+        {"B=1,H=2,Sq=8,Skv=300", 8, 3, "fully masked rows, decode over 3 splits"}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
       ChkResult res;
       RefArgs ra;
       ChkOptions co = {0};
       attn_context_set_option(ctx, ATTN_OPTION_DECODE_SPLITS, cases[c].splits);
-      attn_context_set_option(ctx, ATTN_OPTION_DECODE_MERGE, cases[c].merge);
       if (!run_case(ctx, ag, g, cases[c].spec, 99, &co, cases[c].label, &res, &ra)) continue;
       int ko = g->outputs[0].tensor, kl = g->outputs[1].tensor, sq = cases[c].sq;
       bool exact = true;
@@ -204,7 +196,6 @@ static void test_fully_masked(attn_context *ctx) {
       ref_args_free(&ra);
     }
     attn_context_set_option(ctx, ATTN_OPTION_DECODE_SPLITS, 0);
-    attn_context_set_option(ctx, ATTN_OPTION_DECODE_MERGE, 0);
   }
   attn_module_destroy(mod);
   arena_free(a);

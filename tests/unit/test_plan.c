@@ -385,36 +385,17 @@ Test(plan, decode_and_its_splits_follow_the_shapes) {
   cr_assert_eq(p->decode_ctas, 2); /* 100 KB of stages at head dim 128 */
   cr_assert_eq(unit_step(p, PLAN_FORWARD, "forward")->deny, PLAN_IF_DECODE);
   cr_assert_eq(unit_step(p, PLAN_FORWARD, "decode")->need, PLAN_IF_DECODE);
-  cr_assert_eq(unit_step(p, PLAN_FORWARD, "merge")->need,
-               PLAN_IF_DECODE | PLAN_IF_SPLIT | PLAN_IF_MERGE_APART);
+  cr_assert_eq(unit_step(p, PLAN_FORWARD, "merge")->need, PLAN_IF_DECODE | PLAN_IF_SPLIT);
   /* B 1, GQA 32:8, one query, 32k keys on 132 SMs: 8 items fill 264
-   * slots in 33 splits, each a partial of [splits, B, H, Sq] rows, and one
-   * count word per row block for the fused merge. */
+   * slots in 33 splits, each a partial of [splits, B, H, Sq] rows. */
   PlanProblem pr = {.B = 1, .H = 32, .Hk = 8, .Sq = 1, .Skv = 32768, .sms = 132};
   cr_assert_eq(plan_decode_splits(p, &pr), 33);
   cr_assert_eq(plan_facts(p, &pr), PLAN_IF_GQA | PLAN_IF_DECODE | PLAN_IF_SPLIT);
   cr_assert_eq(plan_dim(p, (PlanDim){PD_DECODE_ROWS, 0}, &pr), 8);
   const PassPlan *fw = &p->pass[PLAN_FORWARD];
-  int counted = 0;
-  for (int k = 0; k < fw->nslices; k++) {
-    const PlanSlice *sl = &fw->slices[k];
-    if (!strcmp(sl->name, "partial_o"))
-      cr_assert_eq(plan_slice_bytes(p, sl, &pr), (size_t)33 * 32 * 128 * 4);
-    if (!strcmp(sl->name, "merge_count")) {
-      counted++;
-      cr_assert_eq(sl->bind, PB_TILE_QUEUE);
-      cr_assert_eq(sl->zero, PZ_NEW); /* put back to 0 by the merging CTA */
-      cr_assert_eq(plan_slice_bytes(p, sl, &pr), (size_t)8 * 4);
-      cr_assert(plan_applies(sl->need, sl->deny, PLAN_IF_DECODE | PLAN_IF_SPLIT));
-      cr_assert(!plan_applies(sl->need, sl->deny,
-                              PLAN_IF_DECODE | PLAN_IF_SPLIT | PLAN_IF_MERGE_APART));
-    }
-  }
-  cr_assert_eq(counted, 1);
-  /* The context's apart merge: a fact only where the decode splits. */
-  pr.merge_apart = true;
-  cr_assert_eq(plan_facts(p, &pr),
-               PLAN_IF_GQA | PLAN_IF_DECODE | PLAN_IF_SPLIT | PLAN_IF_MERGE_APART);
+  for (int k = 0; k < fw->nslices; k++)
+    if (!strcmp(fw->slices[k].name, "partial_o"))
+      cr_assert_eq(plan_slice_bytes(p, &fw->slices[k], &pr), (size_t)33 * 32 * 128 * 4);
   /* 64 items: 4 splits fill 256 of the 264 slots in one wave (5 would
    * take a second wave). A forced count stops at 128. */
   pr = (PlanProblem){.B = 8, .H = 32, .Hk = 8, .Sq = 1, .Skv = 8192, .sms = 132};
