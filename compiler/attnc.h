@@ -1405,11 +1405,11 @@ typedef struct PlanProblem {
 /* The launch facts the shapes decide (PLAN_IF_GQA, PLAN_IF_DECODE,
  * PLAN_IF_SPLIT); the runtime adds the call's options (PLAN_IF_DET). */
 unsigned plan_facts(const GraphPlan *gp, const PlanProblem *pr);
-/* The decode's key splits: as many as fit the SMs' resident slots
- * (gp->decode_ctas each) in one wave, at most one per two key tiles and
- * DECODE_MAX_SPLITS, 1 when the work items alone fill them (a forced
- * count is capped at the tiles and DECODE_MAX_SPLITS); a function of the
- * shapes and the SM count only, so the same launch always splits alike. */
+/* The decode's key splits: one CTA an SM, SMs / work items, where that is
+ * at least 3 (else 1: the merge costs more than fewer splits gain), at
+ * most one per two key tiles and DECODE_MAX_SPLITS (a forced count is
+ * capped at the tiles and DECODE_MAX_SPLITS); a function of the shapes
+ * and the SM count only, so the same launch always splits alike. */
 long long plan_decode_splits(const GraphPlan *gp, const PlanProblem *pr);
 long long plan_dim(const GraphPlan *gp, PlanDim d, const PlanProblem *pr);
 /* "forward" or "backward", as plans and messages name a pass. */

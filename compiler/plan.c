@@ -396,12 +396,17 @@ long long plan_decode_splits(const GraphPlan *gp, const PlanProblem *pr) {
   if (tiles <= 1) return 1;
   const long long cap = tiles < DECODE_MAX_SPLITS ? tiles : DECODE_MAX_SPLITS;
   if (pr->force_splits > 0) return pr->force_splits < cap ? pr->force_splits : cap;
-  /* As many splits as fit the resident slots in one wave (rounded down:
-   * a second, partial wave of equal CTAs costs a whole CTA's time). */
+  /* One CTA an SM at most, and a split only where it at least triples the
+   * CTAs. Measured on the H100 (session 44, bench/decode.py --split-sweep,
+   * D 128): one CTA an SM streams K and V about as fast as two (64 unsplit
+   * CTAs of B 8, GQA 32:8 read 2.8 TB/s at 8k keys), while the merge and
+   * the partial rows cost a few microseconds, so B 8 GQA ran 1.18x faster
+   * at 1k keys unsplit than over the 4 splits of two CTAs an SM, and B 1
+   * MHA 1.08x faster over 4 splits than over 8. */
   const long long items = decode_items(pr);
-  const long long slots = (pr->sms > 0 ? pr->sms : 1) * gp->decode_ctas;
-  if (items <= 0 || items >= slots) return 1;
-  long long n = slots / items;
+  const long long sms = pr->sms > 0 ? pr->sms : 1;
+  if (items <= 0 || items * 3 > sms) return 1;
+  long long n = sms / items;
   const long long most = tiles / 2 < cap ? tiles / 2 : cap; /* two tiles a split at least */
   if (n > most) n = most;
   return n < 1 ? 1 : n;

@@ -269,8 +269,11 @@ typedef enum { RESCALE_EARLY, RESCALE_LATE_NARROW2, RESCALE_LATE_ALWAYS } Sm90Re
 typedef enum { PF_NEVER, PF_WG3, PF_ALWAYS } Sm90PartialFirst;
 /* Which O is staged in shared memory and stored by TMA (o_smem): none,
  * a 16-bit one (auto since session 43: H100, bf16 D 128 +4-10% at S 1k-2k,
- * -0.6 to +2.6% at 4k-16k, D 64 -0.9 to +2.2%, ALiBi D 128 +0.5-16%; not
- * over a paged cache or under partial_first until measured there), or
+ * -0.6 to +2.6% at 4k-16k, D 64 -0.9 to +2.2%, ALiBi D 128 +0.5-16%;
+ * over a paged cache since session 44: H100 paged prefill at D 128, page
+ * 64, +1.0 to +6.0% in five of six cases, -1.7% in one; not under
+ * partial_first, where D 64 causal measured +2.1% at S 1k and within 1%
+ * elsewhere, its tests not yet run), or
  * an 8-bit one too (the o_smem variant: FP8 +10-20% at S 1k but -6.6% at
  * D 128 S 16k non-causal with the same tiles, four rounds of alternating
  * order; -4% at D 256 16k causal). */
@@ -530,14 +533,13 @@ int tmpl_sm90_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool fp8_p, 
        * slots, not three and none; session 42). The key tile stays. */
       int o_slots = 0;
       /* (under partial_first only in the o_smem variant: a short first
-       * tile's warps past its rows then skip their boxes; not yet measured;
-       * nor over a paged cache, whose D 128 graphs would trade the third
-       * stage for the slots, never timed where a tile's keys come in a box
-       * a page) */
+       * tile's warps past its rows then skip their boxes. A paged D 128
+       * graph trades its third stage for the slots: measured a gain,
+       * above) */
       const bool o_stage = (traits & SM90_O_TMA) &&
                            (var->o_stage == O_STAGE_ALWAYS ||
                             (var->o_stage == O_STAGE_16 && !(traits & SM90_O_BYTE) &&
-                             !partial_first && !paged));
+                             !partial_first));
       if (o_stage)
         for (int k2 = k; k2 < n && list[k2].bn == list[k].bn && o_slots == 0; k2++) {
           const attn_fwd90_layout l2 =

@@ -274,11 +274,12 @@ static void paged_maps(const char *view, int page, int heads_dim, cuuint32_t wan
   const IrGraph *g = m->graphs[0];
   const PlanStep *f = unit_step(unit_compile(a, m, "sm_90a", STAGE_PLAN).plans, PLAN_FORWARD,
                                 "forward");
-  cr_assert(f && f->nmaps == 3); /* q and the caches (auto stores a paged graph's O from registers) */
+  cr_assert(f && f->nmaps == 4); /* q, the caches and O (staged and stored by TMA) */
   attn_params p;
   memset(&p, 0, sizeof p);
-  static unsigned short q[1], kc[1], vc[1];
+  static unsigned short q[1], kc[1], vc[1], o[1];
   bind4(&p.t[g->q], q, D);
+  bind4(&p.t[g->outputs[0].tensor], o, D);
   unsigned short *cache[2] = {kc, vc};
   const int tk[2] = {g->k, g->v};
   for (int x = 0; x < 2; x++) { /* dense [P, page, HK, D] or [P, HK, page, D] */
@@ -298,7 +299,7 @@ static void paged_maps(const char *view, int page, int heads_dim, cuuint32_t wan
   StrBuf err = {0};
   cr_assert_eq(rt_tmap_fill(&d, g, f, &p, &tm, &err), ATTN_SUCCESS, "%s",
                err.data ? err.data : "");
-  cr_assert_eq(ncalls, 3);
+  cr_assert_eq(ncalls, 4);
   for (int x = 1; x < 3; x++) {
     const Encoded *e = &calls[x];
     const attn_tensor_arg *t = &p.t[tk[x - 1]];

@@ -19,11 +19,12 @@
 #define ATTN_OUT_BF16 1
 #define ATTN_BM 128
 #define ATTN_BN 128
-#define ATTN_STAGES 3
+#define ATTN_STAGES 2
 #define ATTN_PERSISTENT 1
 #define ATTN_PV_OVERLAP 1
 #define ATTN_Q_EARLY 16
 #define ATTN_SKIP_IDLE 1
+#define ATTN_O_SMEM 2
 #define ATTN_TQ 0
 #define ATTN_TK 1
 #define ATTN_TV 2
@@ -188,6 +189,7 @@ extern "C" __global__ void __launch_bounds__(128) attn_paged_kv_decode_merge(con
 #undef ATTN_PV_OVERLAP
 #undef ATTN_Q_EARLY
 #undef ATTN_SKIP_IDLE
+#undef ATTN_O_SMEM
 #undef ATTN_TQ
 #undef ATTN_TK
 #undef ATTN_TV
@@ -207,11 +209,12 @@ extern "C" __global__ void __launch_bounds__(128) attn_paged_kv_decode_merge(con
 #define ATTN_OUT_BF16 1
 #define ATTN_BM 128
 #define ATTN_BN 128
-#define ATTN_STAGES 3
+#define ATTN_STAGES 2
 #define ATTN_PERSISTENT 1
 #define ATTN_PV_OVERLAP 1
 #define ATTN_Q_EARLY 16
 #define ATTN_SKIP_IDLE 1
+#define ATTN_O_SMEM 2
 #define ATTN_TQ 0
 #define ATTN_TK 1
 #define ATTN_TV 2
@@ -376,6 +379,7 @@ extern "C" __global__ void __launch_bounds__(128) attn_paged_kv_hnd_decode_merge
 #undef ATTN_PV_OVERLAP
 #undef ATTN_Q_EARLY
 #undef ATTN_SKIP_IDLE
+#undef ATTN_O_SMEM
 #undef ATTN_TQ
 #undef ATTN_TK
 #undef ATTN_TV
@@ -395,11 +399,12 @@ extern "C" __global__ void __launch_bounds__(128) attn_paged_kv_hnd_decode_merge
 #define ATTN_OUT_BF16 1
 #define ATTN_BM 128
 #define ATTN_BN 128
-#define ATTN_STAGES 3
+#define ATTN_STAGES 2
 #define ATTN_PERSISTENT 1
 #define ATTN_PV_OVERLAP 1
 #define ATTN_Q_EARLY 16
 #define ATTN_SKIP_IDLE 1
+#define ATTN_O_SMEM 2
 #define ATTN_TQ 0
 #define ATTN_TK 2
 #define ATTN_TV 3
@@ -550,6 +555,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) attn_paged_kv_ragged_fwd(co
 #undef ATTN_PV_OVERLAP
 #undef ATTN_Q_EARLY
 #undef ATTN_SKIP_IDLE
+#undef ATTN_O_SMEM
 #undef ATTN_TQ
 #undef ATTN_TK
 #undef ATTN_TV
