@@ -946,12 +946,17 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
     (void)b, (void)hk;
 #endif
     attn_cp_async_commit();
+  };
+  /* The copies landed, for wgmma (the async proxy) and both warpgroups. */
+  auto kv_landed = [&]() {
     attn_cp_async_wait<0>();
     attn_fence_proxy_async();
     attn_named_sync(1);
   };
-  if constexpr (!bwd90_items) /* split-D's one item, before the loop */
+  if constexpr (!bwd90_items) { /* split-D's one item, before the loop */
     load_kv_rows(cta_kg, cta_vg, cta_j0, cta_b, cta_hk);
+    kv_landed();
+  }
 
   /* The item being worked on (its index t; -1 before the first) and, in
    * this warp's item word, its key tile and b << 16 | h, from the slot of
@@ -964,9 +969,9 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
                  : "memory");
     __syncwarp(); /* every lane wrote the same word; ordered before any reads it */
   };
-  /* A walked item's K and V. A previous item's may still be read (dQ's
-   * GEMMs read all of K), so both warpgroups first meet (before the walk's
-   * first item too: measured so). */
+  /* A walked item's K and V copies, issued. A previous item's may still be
+   * read (dQ's GEMMs read all of K), so both warpgroups first meet (before
+   * the walk's first item too: measured so). kv_landed waits for them. */
   auto load_kv = [&](int j0, int hb) {
     const int h = hb & 0xffff, b = hb >> 16, hk = h / (p.H / p.Hk);
     attn_named_sync(1);
@@ -1198,13 +1203,19 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
     if constexpr (!bwd90_items)
       hb = cta_b << 16 | cta_h;
     if (bwd90_items && t != cur) { /* a new item, or the end (m = -1, t = -1) */
+      /* The next item's K and V copies are issued before this item's dK and
+       * dV stores, so that the loads fly while the stores drain (each is 64
+       * KB a CTA at D 128, and the tensor cores wait for both). finish_item
+       * reads the item word, so the new item begins after it. */
+      if (m >= 0)
+        load_kv((cls >> 2) * bwd90_bn, hb);
       if (cur >= 0)
         finish_item();
       if (m == -1)
         break;
       begin_item(t, cls >> 2, hb);
       if (m >= 0)
-        load_kv((cls >> 2) * bwd90_bn, hb);
+        kv_landed();
     }
     if (bwd90_items ? m == -1 : m < 0) /* the end (items: or a CTA without any) */
       break;

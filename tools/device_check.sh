@@ -107,12 +107,17 @@ if [ "${FIRST:-0}" = 1 ]; then
   # are one of each (ncu-stalls.log; read the SASS pages with tools/ncu_source_top.py).
   # Two calls on a warm machine: FIRST_S44_B=0 (the profile, the variant's tests and its A/B,
   # ~400 s), then FIRST_S44_A=0 (the paged prefill, varlen and split benchmarks, ~250 s).
-  if [ "${FIRST_S44:-1}" = 1 ] && [ "${FIRST_S44_A:-1}" = 1 ]; then
+  # (FIRST_S44_TESTS=0 skips the variant's tests, FIRST_S44_AB=0 the profile and the A/B.)
+  if [ "${FIRST_S44:-1}" = 1 ] && [ "${FIRST_S44_A:-1}" = 1 ] && [ "${FIRST_S44_AB:-1}" = 1 ]; then
     mkdir -p "$L/ncu-o8"
     step first_s44_ncu_o8 env OUT="$L/ncu-o8" SOURCE=1 bash tools/ncu_stalls.sh attn_f8_fwd 2 \
       python3 bench/variant_ab.py --lib "$B/libattn.so" --out /tmp --fp8 --variants o_smem \
       --dims 128 --seqs 16384
     rm -f "$L"/ncu-o8/*.ncu-rep
+    step first_s44_ab64 python3 bench/variant_ab.py --lib "$B/libattn.so" --out "$L/s44ab64" \
+      --variants o_smem --dims 64 --seqs 1024,2048,4096 --causal --rounds 3
+  fi
+  if [ "${FIRST_S44:-1}" = 1 ] && [ "${FIRST_S44_A:-1}" = 1 ] && [ "${FIRST_S44_TESTS:-1}" = 1 ]; then
     # The o_smem variant now stages under partial_first too (masked graphs at head dims up to
     # 64: a short first tile's warps past its rows store no box; auto does not): the work-tile
     # edges (short first tiles at odd lengths), the masked examples and test_head_dims under it,
@@ -124,8 +129,6 @@ if [ "${FIRST:-0}" = 1 ]; then
     step first_s44_window env ATTN_SM90_VARIANT=o_smem ATTN_TEST_ONLY=examples timeout 60 \
       "$B/tests/gpu/test_forward" sliding_window
     step first_s44_head_dims env ATTN_SM90_VARIANT=o_smem timeout 170 "$B/tests/gpu/test_head_dims"
-    step first_s44_ab64 python3 bench/variant_ab.py --lib "$B/libattn.so" --out "$L/s44ab64" \
-      --variants o_smem --dims 64 --seqs 1024,2048,4096 --causal --rounds 3
   fi
   if [ "${FIRST_S44:-1}" = 1 ] && [ "${FIRST_S44_B:-1}" = 1 ]; then
     # Paged prefill at D 128: auto stores O from registers over a paged cache (three stages);
@@ -141,6 +144,44 @@ if [ "${FIRST:-0}" = 1 ]; then
     # The decode's split rule at small batches (B 1 rows 1-13% behind cuDNN on the H100): every
     # forced split count beside the plan's (bench/decode.py --split-sweep, ~60 s).
     step first_s44_splits python3 bench/decode.py --split-sweep --lib "$B/libattn.so" --out "$L"
+  fi
+  # Session 44 (FIRST_S44_C=1, ~200 s): where the backward's main kernel loses at S 1k. A linear
+  # fit of session 43's backward table (main kernel = passes subtracted) gives about 19 us a work
+  # item at D 128 (11 at D 64) that does not scale with the item's query tiles, a third of the
+  # S 1k kernel. The per-kernel times at S 1k and 4k (torch.profiler), then the main kernel's
+  # stall reasons and source counters at D 128 S 1k and S 4k (read the SASS pages with
+  # tools/ncu_source_top.py: do the consumers wait in load_kv's copies and barriers, in
+  # finish_item's stores, or on the first tile of an item?).
+  # Session 44's own changes (FIRST_S44_D=1, ~250 s; ran in session 44's first call, all passed),
+  # checked before they are timed: the backward issuing the next item's K/V copies before this
+  # item's dK/dV stores (bwd_sm90; test_backward's backward examples and FP8 graphs with 3
+  # persistent CTAs, so every CTA crosses many items), and the decode examples (a fused merge in
+  # the decode kernel, since removed: measured slower). Then (FIRST_S44_SWEEP=1) the split sweep.
+  if [ "${FIRST_S44_D:-0}" = 1 ]; then
+    step first_s44_bwd90 env ATTN_BWD_TEMPLATE=sm90 ATTN_PERSISTENT_CTAS=3 timeout 200 \
+      "$B/tests/gpu/test_backward" backward
+    step first_s44_bwd90f8 env ATTN_BWD_TEMPLATE=sm90f8 ATTN_PERSISTENT_CTAS=3 timeout 120 \
+      "$B/tests/gpu/test_backward" fp8
+    step first_s44_masked_rows env ATTN_TEST_ONLY=examples timeout 60 "$B/tests/gpu/test_forward" \
+      zzz_no_example
+    for ex in sdpa gqa.attn paged_kv sinks.attn; do
+      step "first_s44_decode_$ex" env ATTN_TEST_ONLY=examples timeout 120 "$B/tests/gpu/test_forward" "$ex"
+    done
+  fi
+  [ "${FIRST_S44_SWEEP:-0}" = 1 ] &&
+    step first_s44_splits_merge python3 bench/decode.py --split-sweep --lib "$B/libattn.so" --out "$L"
+  # BWD_BASE=DIR: a libattn.so built before the change under test, timed first the same way.
+  if [ "${FIRST_S44_C:-0}" = 1 ]; then
+    [ -n "${BWD_BASE:-}" ] && step first_s44_bwd_breakdown_base python3 bench/bwd_breakdown.py \
+      --lib "$BWD_BASE/libattn.so" --dims 64,128 --seqs 1024,4096
+    step first_s44_bwd_breakdown python3 bench/bwd_breakdown.py --lib "$B/libattn.so" \
+      --dims 64,128 --seqs 1024,4096
+    for s in ${NCU_BWD_SEQS:-1024 4096}; do
+      mkdir -p "$L/ncu-bwd$s"
+      step "first_s44_ncu_bwd$s" env OUT="$L/ncu-bwd$s" SOURCE=1 bash tools/ncu_stalls.sh bwd_main 1 \
+        python3 bench/bwd_breakdown.py --lib "$B/libattn.so" --dims 128 --seqs "$s" --reps 1
+      rm -f "$L/ncu-bwd$s"/*.ncu-rep
+    done
   fi
   # Session 43 (ran in session 43's call 6: bench/RESULTS.md "Session 43"; FIRST_S43=1 reruns;
   # ~150 s): an 8-bit O under o_smem against auto in four rounds of alternating order
