@@ -857,7 +857,8 @@ typedef struct CompileOptions {
   const char *arch;  /* "sm_80", "sm_90a", ... */
   int bwd_template;  /* 0: the target's fastest; 80: bwd_sm80's main kernel;
                         90: bwd_sm90's wherever the target is sm_90a; 91: as
-                        90, and bwd_sm90's FP8 tensor-core mode where it applies */
+                        90, and bwd_sm90's FP8 tensor-core mode where it applies;
+                        92: as 90, with item timestamps (BwdSpec.stamps) */
   int sm90_variant;  /* fwd_sm90's variant (tmpl_sm90.c): 0 auto, 1 base,
                         2 persist, 3 bn80, 4 persist_bn80, 5 f16_pv, 6 wg3,
                         7 kv8_early, 8 kv_copy, 9 bn176, 10 fp8_vt8,
@@ -1153,6 +1154,10 @@ typedef struct BwdSpec {
    * values (bwd_fp8_mma_refusal); ds8 is dS's FP8 type there. */
   bool fp8_mma;
   DType ds8;
+  /* A diagnostic (bwd_template 92, persistent bwd_sm90 only): each work
+   * item's timestamps over its first dK row (ATTN_BWD_STAMPS,
+   * bwd_sm90.cuh; read by bench/bwd_stamps.py). */
+  bool stamps;
 } BwdSpec;
 
 /* Derives and matches the backward of a graph whose forward matched as

@@ -384,6 +384,7 @@ void emit_bwd_body(StrBuf *out, const BwdSpec *s, MacroSet *ms, bool key, Arena 
   macro_def(out, ms, a, "ATTN_BWD_TV", copies && sl->v16 >= 0 ? sl->v16 : g->v);
   macro_def(out, ms, a, "ATTN_BWD_TDO", copies && sl->do16 >= 0 ? sl->do16 : sl->dout);
   macro_def(out, ms, a, "ATTN_BWD_IN_BF16", s->mma_type == DT_BF16);
+  if (s->stamps) macro_def(out, ms, a, "ATTN_BWD_STAMPS", 1);
   macro_def(out, ms, a, "ATTN_BWD_DQ_KIND", store_kind(bwd_grad_type(g, IR_GRAD_DQ)));
   macro_def(out, ms, a, "ATTN_BWD_DK_KIND", store_kind(bwd_grad_type(g, IR_GRAD_DK)));
   macro_def(out, ms, a, "ATTN_BWD_DV_KIND", store_kind(bwd_grad_type(g, IR_GRAD_DV)));

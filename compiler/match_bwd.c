@@ -275,7 +275,7 @@ static bool bwd_wide_fits(const BwdSpec *s, const KernelSpec *fwd, Arena *a) {
  * are the default). */
 static bool bwd_use_sm90(const KernelSpec *fwd, const CompileOptions *o) {
   if (o->bwd_template == 80) return false;
-  if (o->bwd_template == 90 || o->bwd_template == 91) return fwd->sm == 90;
+  if (o->bwd_template >= 90 && o->bwd_template <= 92) return fwd->sm == 90;
   return fwd->tmpl == TMPL_FWD_SM90;
 }
 
@@ -407,7 +407,8 @@ BwdSpec *match_bwd(const KernelSpec *fwd, const CompileOptions *o, Arena *a, Dia
   /* The FP8 tensor-core mode wherever it applies, but under option 90
    * (bwd_sm90 with bf16 MMAs over copies): H200, D 128 S 4k, 560 TFLOP/s
    * against the copies' 406 (bench/RESULTS.md, session 25). */
-  if (s->sm90 && o->bwd_template != 90 && !bwd_fp8_mma_refusal(s, &s->ds8)) {
+  if (s->sm90 && o->bwd_template != 90 && o->bwd_template != 92 &&
+      !bwd_fp8_mma_refusal(s, &s->ds8)) {
     /* bwd_sm90.cuh's FP8 tensor-core mode (D 128): K, V and K^T (128
      * rows of 128 bytes), three stages of Q, dO (64 rows of 128 bytes) and
      * Q^T with dO^T (256 rows of 64 bytes), two dS buffers (64 x 128
@@ -434,6 +435,9 @@ BwdSpec *match_bwd(const KernelSpec *fwd, const CompileOptions *o, Arena *a, Dia
     /* Packed sequences: one CTA per key tile of a sequence
      * (bwd80_packed_item), never persistent. */
     s->persistent = !packed;
+    /* (the stamps need the item walk: persistent kernels; the template
+     * writes them where dK has rows of its own per head, 16 or 32 bits) */
+    s->stamps = o->bwd_template == 92 && s->persistent;
     s->smem_bytes = attn_bwd90_layout_of(128, bm, stages, s->tile_qk, s->tile_v, 0).total;
     return s;
   }

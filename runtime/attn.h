@@ -90,7 +90,9 @@ attn_status attn_context_set_cache_dir(attn_context *ctx, const char *dir);
  *       bwd_sm90 wherever the target is sm_90a with bf16 MMAs over copies
  *       of FP8 tensors, 91 bwd_sm90 with its FP8 tensor-core mode for the
  *       FP8 backwards it takes (head dims 128; docs/templates.md), as 0
- *       takes it
+ *       takes it, 92 a diagnostic: as 90, with each work item's timestamps
+ *       written over its first dK row (bench/bwd_stamps.py; dK is then
+ *       not the gradient)
  *   ATTN_OPTION_SM90_VARIANT  the Hopper forward's variant: 0 auto,
  *       1 base, 2 persist, 3 bn80, 4 persist_bn80, 5 f16_pv, 6 wg3,
  *       7 kv8_early, 8 kv_copy, 9 bn176, 10 fp8_vt8, 11 kv8, 12 bn128,

@@ -319,6 +319,32 @@ static __device__ __forceinline__ bwd90_item bwd90_item_of(int t, int n_kt, int 
   return r;
 }
 
+/* ------------------------------------------------------ item stamps */
+
+/* A diagnostic (ATTN_BWD_STAMPS: attnc's bwd_template 92): where the
+ * consumers' time goes between work items, which no profiler shows as
+ * one stall. Thread 0 reads the global timer (ns, low 32 bits) at an
+ * item's switch points and writes, once the item's dK rows are stored,
+ * these words over the start of its first dK row (the gradient is then
+ * wrong there; bench/bwd_stamps.py reads them): */
+enum {
+  BWD90_ST_WHO,    /* %smid << 16 | blockIdx.x */
+  BWD90_ST_TILES,  /* the item's query tiles worked */
+  BWD90_ST_BEGIN,  /* its K/V landed (its first tile's GEMMs may start) */
+  BWD90_ST_FIRST,  /* the loop's top after its first tile */
+  BWD90_ST_END,    /* the loop's top after its last tile */
+  BWD90_ST_SWITCH, /* the next item's first tile had landed (its stage full) */
+  BWD90_ST_ISSUED, /* the next item's K/V copies issued */
+  BWD90_ST_STORED, /* this item's dK/dV stores issued (finish_item) */
+  BWD90_ST_NEXT,   /* the next item's K/V landed (its BEGIN); the last item's: STORED */
+  BWD90_NST
+};
+static __device__ __forceinline__ unsigned bwd90_now() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
+  return (unsigned)t;
+}
+
 /* ------------------------------------------------------ PTX wrappers */
 
 /* x, y added to the two f32 at ptr (8-byte aligned), one instruction. */
@@ -1181,8 +1207,38 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
   const attn_dropout_t drop_t = attn_dropout_params(p);
 #endif
   int n_tiles_done = 0;
+#if defined(ATTN_BWD_STAMPS)
+  /* (BWD90_ST_*: the item being worked on's stamps so far) */
+  unsigned st_begin = 0, st_first = 0, st_tiles = 0;
+  /* The words of the item that ended (key tile kt of b << 16 | h), once
+   * every consumer's stores of its rows are ordered before (a named
+   * barrier since). Where dK has rows per query head of 16 or 32 bits. */
+  auto stamp = [&](int kt, int hb, unsigned end, unsigned sw, unsigned issued, unsigned stored,
+                   unsigned next) {
+    if constexpr (bwd80_tdk >= 0 && bwd80_dk_kind <= 2) {
+      const attn_tensor_arg &to = p.t[bwd80_tdk >= 0 ? bwd80_tdk : 0];
+      if (tid == 0 && p.H == p.Hk) {
+        const long long off = (hb >> 16) * to.stride[0] + (hb & 0xffff) * to.stride[1] +
+                              (long long)kt * bwd90_bn * to.stride[2];
+        unsigned *w = (unsigned *)((unsigned char *)to.ptr + off * (bwd80_dk_kind == 2 ? 4 : 2));
+        unsigned smid;
+        asm volatile("mov.u32 %0, %%smid;\n" : "=r"(smid));
+        const unsigned v[BWD90_NST] = {smid << 16 | blockIdx.x, st_tiles, st_begin, st_first, end,
+                                       sw, issued, stored, next};
+#pragma unroll
+        for (int k = 0; k < BWD90_NST; ++k)
+          w[k] = v[k];
+      }
+    }
+  };
+#endif
   for (int it = 0;; ++it) {
     const int st = it % bwd90_stages;
+#if defined(ATTN_BWD_STAMPS)
+    const unsigned st_top = bwd90_now();
+    if (st_tiles == 1 && st_first == 0)
+      st_first = st_top;
+#endif
     /* The stage's tile has landed (its copies and the producer's slot
      * and row stores). */
     attn_mbar_wait(bar_full(st), (it / bwd90_stages) & 1);
@@ -1207,15 +1263,45 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
        * dV stores, so that the loads fly while the stores drain (each is 64
        * KB a CTA at D 128, and the tensor cores wait for both). finish_item
        * reads the item word, so the new item begins after it. */
+#if defined(ATTN_BWD_STAMPS)
+      const bool had = cur >= 0;
+      const unsigned s_sw = bwd90_now();
+      int pkt = 0, phb = 0; /* the ending item's, from this warp's item word */
+      if (had)
+        asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(pkt), "=r"(phb) : "r"(item_word)
+                     : "memory");
+#endif
       if (m >= 0)
         load_kv((cls >> 2) * bwd90_bn, hb);
+#if defined(ATTN_BWD_STAMPS)
+      const unsigned s_ld = bwd90_now();
+#endif
       if (cur >= 0)
         finish_item();
+#if defined(ATTN_BWD_STAMPS)
+      const unsigned s_fin = bwd90_now();
+      if (m == -1) {
+        if (had) {
+          attn_named_sync(1);
+          stamp(pkt, phb, st_top, s_sw, s_ld, s_fin, s_fin);
+        }
+        break;
+      }
+#endif
       if (m == -1)
         break;
       begin_item(t, cls >> 2, hb);
       if (m >= 0)
         kv_landed();
+#if defined(ATTN_BWD_STAMPS)
+      const unsigned s_kv = bwd90_now();
+      if (had) {
+        if (m < 0) /* (no kv_landed, whose barrier orders the stores) */
+          attn_named_sync(1);
+        stamp(pkt, phb, st_top, s_sw, s_ld, s_fin, s_kv);
+      }
+      st_begin = s_kv, st_first = 0, st_tiles = 0;
+#endif
     }
     if (bwd90_items ? m == -1 : m < 0) /* the end (items: or a CTA without any) */
       break;
@@ -1246,6 +1332,9 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
       attn_mbar_arrive(bar_empty(st));
       continue;
     }
+#if defined(ATTN_BWD_STAMPS)
+    ++st_tiles;
+#endif
     /* This warp is done with the stage: every wgmma that reads it has
      * completed (called after a wait for all of them). */
     auto release_stage = [&]() { attn_mbar_arrive(bar_empty(st)); };

@@ -530,3 +530,34 @@ Test(grad_block, wide_mode_only_where_it_fits) {
     arena_free(a);
   }
 }
+
+/* The stamps diagnostic (bwd_template 92, bench/bwd_stamps.py): a
+ * persistent bwd_sm90 kernel takes ATTN_BWD_STAMPS under 92 alone; 0 and
+ * 90 never do (the stamps overwrite dK's first row of each key tile). */
+Test(grad_block, stamps_only_under_option_92) {
+  static const char text[] = "attention st {\n"
+                             "  input q : bf16[B, H, S, 128];\n"
+                             "  input k : bf16[B, H, S, 128];\n"
+                             "  input v : bf16[B, H, S, 128];\n"
+                             "  o = softmax(q @ k^T) @ v;\n"
+                             "  output o : bf16[B, H, S, 128];\n"
+                             "  output lse = logsumexp(q @ k^T);\n"
+                             "  grad q, k, v;\n"
+                             "}\n";
+  static const int tmpl[] = {0, 90, 92};
+  for (int k = 0; k < 3; k++) {
+    Arena *a = arena_new();
+    IrModule *m = unit_build(a, "<stamps>", text);
+    const CompileOptions o = {.arch = "sm_90a", .bwd_template = tmpl[k]};
+    Diag d = {0};
+    Compiled c;
+    cr_assert_eq(compile_module(m, &o, STAGE_EMIT, a, &d, &c), 0, "%s", d.out.data);
+    diag_free(&d);
+    const BwdSpec *b = c.graphs[0].bwd;
+    cr_assert(b && b->sm90 && b->persistent);
+    cr_assert_eq(b->stamps, tmpl[k] == 92, "template %d", tmpl[k]);
+    cr_assert_eq(strstr(c.source, "#define ATTN_BWD_STAMPS 1") != NULL, tmpl[k] == 92,
+                 "template %d", tmpl[k]);
+    arena_free(a);
+  }
+}
