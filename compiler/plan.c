@@ -106,7 +106,6 @@ static void plan_decode(GraphPlan *gp, PassPlan *p, PlanStep *fwd, const KernelS
                         const DecodeConfig *dc, Arena *a) {
   const IrGraph *g = f->g;
   gp->decode_bn = dc->bn;
-  gp->decode_ctas = dc->ctas_per_sm;
   if (fwd) fwd->deny |= PLAN_IF_DECODE;
   for (int k = 0; k < p->nslices; k++) /* the forward's work queue */
     if (p->slices[k].bind == PB_TILE_QUEUE) p->slices[k].deny |= PLAN_IF_DECODE;
@@ -498,9 +497,8 @@ void plan_write(StrBuf *out, const GraphPlan *plans, int n) {
   sb_printf(out, "attnc-plan %d\n", PLAN_FORMAT);
   for (int gi = 0; gi < n; gi++) {
     const GraphPlan *gp = &plans[gi];
-    sb_printf(out, "graph %s sep=%d,%d,%d,%d decode=%d,%d\n", gp->graph, gp->sep_cells[0],
-              gp->sep_cells[1], gp->sep_cells[2], gp->sep_cells[3], gp->decode_bn,
-              gp->decode_ctas);
+    sb_printf(out, "graph %s sep=%d,%d,%d,%d decode=%d\n", gp->graph, gp->sep_cells[0],
+              gp->sep_cells[1], gp->sep_cells[2], gp->sep_cells[3], gp->decode_bn);
     for (int pi = 0; pi < PLAN_NPASSES; pi++) {
       const PassPlan *p = &gp->pass[pi];
       if (!p->present) continue;
@@ -836,15 +834,16 @@ int plan_read(const char *text, Arena *a, GraphPlan **plans, int *n, StrBuf *err
       if (l.n < 2 || rd_name(&r, l.w[1], &gp->graph) || !sep ||
           sscanf(sep, "%d,%d,%d,%d", &gp->sep_cells[0], &gp->sep_cells[1], &gp->sep_cells[2],
                  &gp->sep_cells[3]) != 4)
-        return rd_fail(&r, "a graph line is `graph NAME sep=A,B,C,D decode=N,C`");
+        return rd_fail(&r, "a graph line is `graph NAME sep=A,B,C,D decode=N`");
       for (int k = 0; k < SEP_NREGIONS; k++)
         if (gp->sep_cells[k] < 0 || gp->sep_cells[k] > 1024)
           return rd_fail(&r, "a range cell of %d bytes", gp->sep_cells[k]);
       const char *dec = rd_field(&l, "decode");
-      if (!dec || sscanf(dec, "%d,%d", &gp->decode_bn, &gp->decode_ctas) != 2 ||
-          gp->decode_bn < 0 || gp->decode_bn > 256 || gp->decode_ctas < 0 || gp->decode_ctas > 64 ||
-          (gp->decode_bn > 0) != (gp->decode_ctas > 0))
-        return rd_fail(&r, "a graph's decode= is KEYS,CTAS (0,0 without a decode kernel)");
+      char *end = NULL;
+      const long bn = dec && isdigit((unsigned char)*dec) ? strtol(dec, &end, 10) : -1;
+      if (bn < 0 || *end || bn > 256)
+        return rd_fail(&r, "a graph's decode= is KEYS, 0 to 256 (0 without a decode kernel)");
+      gp->decode_bn = (int)bn;
     } else if (!gp) {
       return rd_fail(&r, "'%s' before any graph", kind);
     } else if (!strcmp(kind, "pass")) {

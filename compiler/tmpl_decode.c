@@ -27,9 +27,6 @@
 #include "attn_layout.h"
 #include "attnc.h"
 
-/* Shared memory an SM shares among its CTAs (Ampere's A100 and Hopper:
- * 164 / 228 KB; the kernel asks for what one CTA needs, at most 227 KB). */
-#define DECODE_SM_SMEM (228 * 1024)
 #define DECODE_BN 64
 
 int tmpl_decode_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool dropout, bool paged,
@@ -58,9 +55,7 @@ int tmpl_decode_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool dropo
                         .stages = stages,
                         .threads = DECODE_BN / 16 * 32,
                         .smem_bytes = l.total,
-                        .ctas_per_sm = DECODE_SM_SMEM / (l.total + 1024),
                         .partial_o = ntensors,
                         .partial_lse = ntensors + 1};
-  if (out->ctas_per_sm < 1) out->ctas_per_sm = 1;
   return 0;
 }

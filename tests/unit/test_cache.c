@@ -177,7 +177,7 @@ Test(cache_key, every_field_changes_the_key) {
     case 6: in.noptions = 1; break;
     case 7: in.entries = entries_split; break;
     case 8: in.entries = entries_other; break;
-    case 9: in.meta = "attnc-plan 2\n"; break; /* the plans kept beside the cubin */
+    case 9: in.meta = "attnc-plan 3\n"; break; /* the plans kept beside the cubin */
     case 10: in.meta = ""; break;
     }
     if (field == 0) in.source_len = strlen(in.source);
@@ -551,7 +551,7 @@ Test(cache, list_and_clear) {
  * module's backward says so. */
 Test(cache, list_names_graphs_and_the_backward_part) {
   static const char *metas[2] = {
-      "source a.attn\ntarget sm_80\nattnc-plan 2\ngraph g1 sep=0,0,0,0\ngraph g2 sep=0,0,0,0\n",
+      "source a.attn\ntarget sm_80\nattnc-plan 3\ngraph g1 sep=0,0,0,0\ngraph g2 sep=0,0,0,0\n",
       "source a.attn\ntarget sm_80\npart backward\ngraph g2\n"};
   for (int k = 0; k < 2; k++) {
     Cache c;

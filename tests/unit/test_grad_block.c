@@ -539,9 +539,10 @@ Test(grad_block, stamps_only_under_option_92) {
                              "  input q : bf16[B, H, S, 128];\n"
                              "  input k : bf16[B, H, S, 128];\n"
                              "  input v : bf16[B, H, S, 128];\n"
-                             "  o = softmax(q @ k^T) @ v;\n"
+                             "  s = q @ k^T;\n"
+                             "  o = softmax(s) @ v;\n"
                              "  output o : bf16[B, H, S, 128];\n"
-                             "  output lse = logsumexp(q @ k^T);\n"
+                             "  output lse = logsumexp(s);\n"
                              "  grad q, k, v;\n"
                              "}\n";
   static const int tmpl[] = {0, 90, 92};

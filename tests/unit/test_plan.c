@@ -164,7 +164,7 @@ Test(plan, long_names_round_trip) {
 }
 
 #define GOOD                                                                                    \
-  "attnc-plan 2\ngraph g sep=0,0,0,0 decode=0,0\npass forward det=0 need=-\n"                                    \
+  "attnc-plan 3\ngraph g sep=0,0,0,0 decode=0\npass forward det=0 need=-\n"                                    \
   "  slice tile_queue bind=queue slot=-1 elem=4 dims=2,1,1,1 zero=new need=- deny=-\n"          \
   "  step forward entry=attn_g_fwd threads=384 smem=1024 grid=Sq/128,H,B persistent=1 "         \
   "need=- deny=-\n"                                                                             \
@@ -213,11 +213,11 @@ Test(plan, the_reader_refuses_malformed_plans) {
           "a slot exactly when bound to one");
   refused(GOOD "  slice s bind=queue slot=-1 elem=4 dims=B,H,Sq zero=never need=- deny=-\nend\n",
           "four sizes");
-  refused("attnc-plan 2\npass forward det=0 need=-\nend\n", "before any graph");
-  refused("attnc-plan 2\ngraph g sep=0,0,0,0 decode=0,0\n  step x\nend\n", "before any pass");
+  refused("attnc-plan 3\npass forward det=0 need=-\nend\n", "before any graph");
+  refused("attnc-plan 3\ngraph g sep=0,0,0,0 decode=0\n  step x\nend\n", "before any pass");
   refused(GOOD "pass forward det=0 need=-\nend\n", "pass forward twice");
-  refused("attnc-plan 2\ngraph g sep=0,0,0,0\nend\n", "decode=");
-  refused("attnc-plan 2\ngraph g sep=0,0,0,0 decode=64,0\nend\n", "decode=");
+  refused("attnc-plan 3\ngraph g sep=0,0,0,0\nend\n", "decode=");
+  refused("attnc-plan 3\ngraph g sep=0,0,0,0 decode=64,2\nend\n", "decode=");
   refused(GOOD "frobnicate\nend\n", "unknown record 'frobnicate'");
   refused(GOOD "  step x entry=e threads=32 smem=0 grid=Sq/1+2*B+B/1,H,B persistent=0 need=- "
                "deny=-\nend\n",
@@ -382,7 +382,6 @@ Test(plan, decode_and_its_splits_follow_the_shapes) {
   IrModule *m = unit_build(a, "<gqa>", gqa);
   const GraphPlan *p = unit_compile(a, m, "sm_90a", STAGE_PLAN).plans;
   cr_assert_eq(p->decode_bn, 64);
-  cr_assert_eq(p->decode_ctas, 2); /* 100 KB of stages at head dim 128 */
   cr_assert_eq(unit_step(p, PLAN_FORWARD, "forward")->deny, PLAN_IF_DECODE);
   cr_assert_eq(unit_step(p, PLAN_FORWARD, "decode")->need, PLAN_IF_DECODE);
   cr_assert_eq(unit_step(p, PLAN_FORWARD, "merge")->need, PLAN_IF_DECODE | PLAN_IF_SPLIT);
