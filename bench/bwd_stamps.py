@@ -13,7 +13,8 @@ summarizes per item:
     first     BEGIN..FIRST   its first query tile
     per tile  (END - FIRST) / (tiles - 1)
     wait      END..SWITCH    the next item's first stage full (the producer's copies)
-    issue     SWITCH..ISSUED the next item's K/V copies issued
+    meet      SWITCH..MET    both warpgroups met (named barrier) before the next K/V copies
+    issue     MET..ISSUED    the next item's K/V copies issued
     stores    ISSUED..STORED this item's dK/dV stores issued
     landed    STORED..NEXT   the next item's K/V landed
 
@@ -28,7 +29,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench import Attn, backward_graph_text, backward_sets, time_batches  # noqa: E402
 
-WORDS = ["WHO", "TILES", "BEGIN", "FIRST", "END", "SWITCH", "ISSUED", "STORED", "NEXT"]
+WORDS = ["WHO", "TILES", "BEGIN", "FIRST", "END", "SWITCH", "MET", "ISSUED", "STORED", "NEXT"]
 
 
 def rel(x, ref):
@@ -73,7 +74,8 @@ def summary(items):
         ("per later tile", [(it["END"] - it["FIRST"]) / (it["TILES"] - 1)
                             for it in items if it["TILES"] > 1]),
         ("switch: wait", [it["SWITCH"] - it["END"] for it in switched]),
-        ("switch: issue", [it["ISSUED"] - it["SWITCH"] for it in switched]),
+        ("switch: meet", [it["MET"] - it["SWITCH"] for it in switched]),
+        ("switch: issue", [it["ISSUED"] - it["MET"] for it in switched]),
         ("switch: stores", [it["STORED"] - it["ISSUED"] for it in switched]),
         ("switch: landed", [it["NEXT"] - it["STORED"] for it in switched]),
         ("switch: total", [it["NEXT"] - it["END"] for it in switched]),

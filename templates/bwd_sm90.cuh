@@ -334,6 +334,7 @@ enum {
   BWD90_ST_FIRST,  /* the loop's top after its first tile */
   BWD90_ST_END,    /* the loop's top after its last tile */
   BWD90_ST_SWITCH, /* the next item's first tile had landed (its stage full) */
+  BWD90_ST_MET,    /* both warpgroups met before the next item's K/V copies */
   BWD90_ST_ISSUED, /* the next item's K/V copies issued */
   BWD90_ST_STORED, /* this item's dK/dV stores issued (finish_item) */
   BWD90_ST_NEXT,   /* the next item's K/V landed (its BEGIN); the last item's: STORED */
@@ -998,9 +999,15 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
   /* A walked item's K and V copies, issued. A previous item's may still be
    * read (dQ's GEMMs read all of K), so both warpgroups first meet (before
    * the walk's first item too: measured so). kv_landed waits for them. */
+#if defined(ATTN_BWD_STAMPS)
+  unsigned st_met = 0; /* (BWD90_ST_MET of the switch under way) */
+#endif
   auto load_kv = [&](int j0, int hb) {
     const int h = hb & 0xffff, b = hb >> 16, hk = h / (p.H / p.Hk);
     attn_named_sync(1);
+#if defined(ATTN_BWD_STAMPS)
+    st_met = bwd90_now();
+#endif
     load_kv_rows((const bwd90_el *)tk.ptr + b * tk.stride[0] + hk * tk.stride[1],
                  (const bwd90_el *)tv.ptr + b * tv.stride[0] + hk * tv.stride[1], j0, b, hk);
   };
@@ -1224,7 +1231,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
         unsigned smid;
         asm volatile("mov.u32 %0, %%smid;\n" : "=r"(smid));
         const unsigned v[BWD90_NST] = {smid << 16 | blockIdx.x, st_tiles, st_begin, st_first, end,
-                                       sw, issued, stored, next};
+                                       sw, st_met, issued, stored, next};
 #pragma unroll
         for (int k = 0; k < BWD90_NST; ++k)
           w[k] = v[k];

@@ -100,7 +100,34 @@ if [ "${TESTS:-1}" = 1 ]; then
 # the bf16 one and the FP8 backward's main kernel at D 128. Session 30's own checks all ran
 # (bench/RESULTS.md "Session 30").
 if [ "${FIRST:-0}" = 1 ]; then
-  # Session 43, after its calls (FIRST_S44=0 skips; ~650 s in two calls, never run): why an 8-bit O staged
+  # Session 45 (FIRST_S45=0 skips; ~300 s; never run: no machine came for its third call):
+  # session 45's untested kernel patch, bench/runs/2026-12-07-s45/kv_tma.patch (`git apply` it,
+  # rebuild, and keep a build of main as BWD_BASE): bwd_sm90 loads each item's K and V by TMA
+  # (one thread, two tensor maps ATTN_TMAP_BK/BV, an mbarrier) instead of 64 KB of cp.async
+  # copies (the stamps put issuing those at 1.7-2.1 us an item at D 128), and stores dK/dV rows
+  # in 16-byte stores after a quad transpose (4.3 us of stores an item at D 128 S 1k). Its
+  # tests (test_backward's backward examples with 3 persistent CTAs and with the full grid, the
+  # FP8 graphs over 16-bit copies, whose K/V maps name the copies, and the FP8 tensor-core mode,
+  # which keeps its copies; head dims 80), then the main kernel per kernel beside cuDNN,
+  # BWD_BASE first, then the stamps (bench/bwd_stamps.py: `issue` should fall to ~0).
+  if [ "${FIRST_S45:-1}" = 1 ]; then
+    step first_s45_bwd90 env ATTN_BWD_TEMPLATE=sm90 ATTN_PERSISTENT_CTAS=3 timeout 200 \
+      "$B/tests/gpu/test_backward" backward
+    step first_s45_bwd90_grid env ATTN_BWD_TEMPLATE=sm90 timeout 120 "$B/tests/gpu/test_backward" \
+      backward
+    step first_s45_fp8_copies env ATTN_BWD_TEMPLATE=sm90 ATTN_PERSISTENT_CTAS=3 timeout 120 \
+      "$B/tests/gpu/test_backward" fp8
+    step first_s45_bwd90f8 env ATTN_BWD_TEMPLATE=sm90f8 ATTN_PERSISTENT_CTAS=3 timeout 120 \
+      "$B/tests/gpu/test_backward" fp8
+    step first_s45_head_dims80 timeout 90 "$B/tests/gpu/test_head_dims" hd_80
+    [ -n "${BWD_BASE:-}" ] && step first_s45_bwd_breakdown_base python3 bench/bwd_breakdown.py \
+      --lib "$BWD_BASE/libattn.so" --dims 64,128 --seqs 1024,4096
+    step first_s45_bwd_breakdown python3 bench/bwd_breakdown.py --lib "$B/libattn.so" \
+      --dims 64,128 --seqs 1024,4096
+    step first_s45_stamps python3 bench/bwd_stamps.py --lib "$B/libattn.so" --dims 128,64 \
+      --seqs 1024,4096
+  fi
+  # Session 43, after its calls (FIRST_S44=1 runs; partly run in session 44): why an 8-bit O staged
   # in shared memory (the o_smem variant) loses 6.6% at FP8 D 128 S 16k non-causal with auto's
   # own tiles. Stall reasons and source counters of the two kernels at that shape: variant_ab.py
   # launches auto's kernel once, then o_smem's once, before timing, so the first two launches
@@ -108,7 +135,7 @@ if [ "${FIRST:-0}" = 1 ]; then
   # Two calls on a warm machine: FIRST_S44_B=0 (the profile, the variant's tests and its A/B,
   # ~400 s), then FIRST_S44_A=0 (the paged prefill, varlen and split benchmarks, ~250 s).
   # (FIRST_S44_TESTS=0 skips the variant's tests, FIRST_S44_AB=0 the profile and the A/B.)
-  if [ "${FIRST_S44:-1}" = 1 ] && [ "${FIRST_S44_A:-1}" = 1 ] && [ "${FIRST_S44_AB:-1}" = 1 ]; then
+  if [ "${FIRST_S44:-0}" = 1 ] && [ "${FIRST_S44_A:-1}" = 1 ] && [ "${FIRST_S44_AB:-1}" = 1 ]; then
     mkdir -p "$L/ncu-o8"
     step first_s44_ncu_o8 env OUT="$L/ncu-o8" SOURCE=1 bash tools/ncu_stalls.sh attn_f8_fwd 2 \
       python3 bench/variant_ab.py --lib "$B/libattn.so" --out /tmp --fp8 --variants o_smem \
@@ -117,7 +144,7 @@ if [ "${FIRST:-0}" = 1 ]; then
     step first_s44_ab64 python3 bench/variant_ab.py --lib "$B/libattn.so" --out "$L/s44ab64" \
       --variants o_smem --dims 64 --seqs 1024,2048,4096 --causal --rounds 3
   fi
-  if [ "${FIRST_S44:-1}" = 1 ] && [ "${FIRST_S44_A:-1}" = 1 ] && [ "${FIRST_S44_TESTS:-1}" = 1 ]; then
+  if [ "${FIRST_S44:-0}" = 1 ] && [ "${FIRST_S44_A:-1}" = 1 ] && [ "${FIRST_S44_TESTS:-1}" = 1 ]; then
     # The o_smem variant now stages under partial_first too (masked graphs at head dims up to
     # 64: a short first tile's warps past its rows store no box; auto does not): the work-tile
     # edges (short first tiles at odd lengths), the masked examples and test_head_dims under it,
@@ -130,7 +157,7 @@ if [ "${FIRST:-0}" = 1 ]; then
       "$B/tests/gpu/test_forward" sliding_window
     step first_s44_head_dims env ATTN_SM90_VARIANT=o_smem timeout 170 "$B/tests/gpu/test_head_dims"
   fi
-  if [ "${FIRST_S44:-1}" = 1 ] && [ "${FIRST_S44_B:-1}" = 1 ]; then
+  if [ "${FIRST_S44:-0}" = 1 ] && [ "${FIRST_S44_B:-1}" = 1 ]; then
     # Paged prefill at D 128: auto stores O from registers over a paged cache (three stages);
     # the o_smem variant trades the third stage for O's two staging slots there, as auto does
     # in dense masked graphs. Auto, then o_smem, two processes (~2 x 60 s; carry .fi for
