@@ -50,14 +50,12 @@ def items_of(dk, S, bn=128):
         for k in WORDS[2:]:
             d[k] = rel(d[k], ref) / 1000.0
         d["cta"] = d["WHO"] & 0xFFFF
-        d["sm"] = d["WHO"] >> 16
         out.append(d)
     return out
 
 
 def summary(items):
     def stat(vals):
-        vals = [v for v in vals if v is not None]
         return (f"mean {statistics.mean(vals):7.2f}  median {statistics.median(vals):7.2f}  "
                 f"max {max(vals):7.2f}") if vals else "-"
     last = {}
