@@ -69,11 +69,13 @@ typedef struct attn_params {
 #define ATTN_TMAP_DO 1 /* bwd_sm90's main kernel: dO (K and V go by cp.async) */
 #define ATTN_TMAP_DQA 2 /* bwd_sm90's main kernel: dQ's f32 accumulator (reduce-add) */
 #define ATTN_TMAP_QDT 3 /* bwd_sm90's FP8 tensor-core mode: Q^T with dO^T (transpose8's) */
+#define ATTN_TMAP_BK 3  /* bwd_sm90's persistent main kernel (16-bit MMAs): an item's K */
+#define ATTN_TMAP_BV 4  /* and its V, by TMA (bwd90_kv_tma) */
 typedef struct attn_tmap {
   ATTN_ALIGN64 unsigned long long opaque[16];
 } attn_tmap;
 typedef struct attn_tmaps {
-  attn_tmap m[4];
+  attn_tmap m[5];
 } attn_tmaps;
 
 #endif

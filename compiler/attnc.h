@@ -1274,7 +1274,7 @@ void emit_bwd_entries(StrBuf *out, const BwdSpec *s, Arena *a);
 #define PLAN_FORMAT 3
 #define PLAN_MAX_STEPS 8
 #define PLAN_MAX_SLICES 10
-#define PLAN_MAX_MAPS 4
+#define PLAN_MAX_MAPS 5
 
 typedef enum PlanPass { PLAN_FORWARD, PLAN_BACKWARD, PLAN_NPASSES } PlanPass;
 

@@ -339,6 +339,19 @@ static void plan_backward(GraphPlan *gp, const BwdSpec *b, Arena *a) {
       add_map(s, ATTN_TMAP_DO, sl->do16 >= 0 ? sl->do16 : sl->dout, b->mma_type, 64, 64,
               sl->do16 >= 0 ? "do16" : "dO");
       add_map(s, ATTN_TMAP_DQA, sl->dqa, DT_F32, 32, 64, "dQ_accumulator");
+      /* The persistent kernel's K and V, by TMA at each item's start (the
+       * tensors the kernel reads: the 16-bit copies where it makes them),
+       * boxes of 64 columns by the CTA's keys (bwd_sm90.cuh, bwd90_kv_tma). */
+      if (b->persistent) {
+        if (sl->k16 >= 0)
+          add_map(s, ATTN_TMAP_BK, sl->k16, b->mma_type, 64, b->block_n, "k16");
+        else
+          add_map(s, ATTN_TMAP_BK, g->k, b->in_type, 64, b->block_n, "k");
+        if (sl->v16 >= 0)
+          add_map(s, ATTN_TMAP_BV, sl->v16, b->mma_type, 64, b->block_n, "v16");
+        else
+          add_map(s, ATTN_TMAP_BV, g->v, b->in_type, 64, b->block_n, "v");
+      }
     }
   }
   if (b->persistent)
@@ -763,7 +776,7 @@ static int rd_map(PlanReader *r, const PlanLine *l, PassPlan *p) {
   PlanMap *m = &s->maps[s->nmaps];
   long index, slot, cols, rows;
   const char *dt = rd_field(l, "dtype"), *box = rd_field(l, "box"), *what = rd_field(l, "what");
-  if (rd_need_int(r, l, "index", 0, 3, &index) ||
+  if (rd_need_int(r, l, "index", 0, PLAN_MAX_MAPS - 1, &index) ||
       rd_need_int(r, l, "slot", 0, ATTN_MAX_TENSORS - 1, &slot))
     return -1;
   if (!what) return rd_fail(r, "a map has no what=");

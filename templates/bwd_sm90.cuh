@@ -249,12 +249,13 @@ constexpr int bwd90_bars_bytes = bwd90_layout.bars_bytes;
 /* After the stages' mbarriers and slots, the dQ slot (8 bytes); then at
  * D 256 (two stages) per stage, pass and warpgroup an mbarrier `dq ready`
  * (128 arrivals: the warpgroup's dQ pass is in the stage), else the dQ
- * buffer's two mbarriers (dq full, dq free). */
+ * buffer's two mbarriers (dq full, dq free) and K/V's (kv full:
+ * bwd90_kv_tma). */
 /* Then per consumer warp the item it works on {key tile, b << 16 | h},
  * for the item's end (kept in shared memory, not in registers across the
  * loop: the split-D and dropout kernels had none to spare). */
 constexpr int bwd90_off_item_words = bwd90_stages * (16 + bwd90_slot_bytes) + 8 +
-                                     (bwd90_dq_in_stage ? bwd90_stages * 4 * 8 : 2 * 8);
+                                     (bwd90_dq_in_stage ? bwd90_stages * 4 * 8 : 3 * 8);
 static_assert(bwd90_off_item_words + (bwd90_split_d ? 0 : 8 * 8) <= bwd90_bars_bytes,
               "barriers and slots");
 /* Then (not split-D) a word per amax(dS) output of the FP8 backward: each
@@ -287,6 +288,14 @@ static_assert((bwd90_bn * bwd90_dqk / 8) % bwd90_threads == 0 &&
  * bench/NOTES-sm90.md, session 7), and it gained nothing persistent. */
 constexpr bool bwd90_items = ATTN_BWD_PERSISTENT;
 static_assert(!(bwd90_items && bwd90_split_d), "split-D keeps one CTA per key tile");
+/* The persistent kernel's K and V of each item by TMA (ATTN_TMAP_BK, BV:
+ * boxes of 64 columns by the 128 keys, 128-byte swizzle, which is
+ * bwd90_at's layout), issued by one thread once both warpgroups are done
+ * with the last item's, and waited for on an mbarrier (kv full). The
+ * stamps (bench/bwd_stamps.py, H100, session 45) put issuing the 64 KB
+ * of cp.async copies at 1.7-2.1 us an item at D 128. The FP8
+ * tensor-core mode (K^T too) keeps the copies. */
+constexpr bool bwd90_kv_tma = bwd90_items && !bwd90_f8;
 
 /* One work item of the main kernel: key tile kt of (batch b, head h). */
 struct bwd90_item {
@@ -498,24 +507,77 @@ static __device__ __forceinline__ unsigned bwd90_keep_bits(int b, int h, int i0,
   return bits;
 }
 
+/* Columns 32 q .. 32 q + 31 of row r (key row + 8 r) of a quad's dK or dV
+ * fragment (times scale, packed to 16 bits) as 16-byte pieces: the four
+ * lanes of the quad hold 4 bytes of each of the group's four 8-column
+ * blocks; two xor-shuffle rounds transpose them, so that lane t4 returns
+ * block t4 whole in w (columns 32 q + 8 t4 ..). Round mm swaps bit mm of
+ * the block index with bit mm of the lane. The quad's lanes alone take
+ * part (a quad may skip a row the others store). */
+template <int N>
+static __device__ __forceinline__ void bwd90_quad_block16(const float (&x)[N / 2], int r, int q,
+                                                          float scale, int t4, unsigned (&w)[4]) {
+  const unsigned quad = 0xfu << (threadIdx.x & 28);
+#pragma unroll
+  for (int k = 0; k < 4; ++k)
+    w[k] = attn_pack2<bwd90_in_bf16>(x[(4 * q + k) * 4 + 2 * r] * scale,
+                                     x[(4 * q + k) * 4 + 2 * r + 1] * scale);
+#pragma unroll
+  for (int mm = 1; mm <= 2; mm <<= 1) {
+    const bool hi = t4 & mm;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      if (k & mm)
+        continue;
+      const unsigned got = __shfl_xor_sync(quad, hi ? w[k] : w[k ^ mm], mm);
+      if (hi)
+        w[k] = got;
+      else
+        w[k ^ mm] = got;
+    }
+  }
+}
+
 /* Row r (key row + 8 r) of a thread's dK or dV fragment (N columns from
  * col0 of a D-wide row, D the tile's width, of which the tensor has
  * D_REAL), times scale, to where it goes: the 16-bit output row (b, hk,
  * j), or with GQA the f32 accumulator row acc_row, by atomics or, in
  * deterministic mode, plain stores into per-head rows. The FP8 backward
  * (KV: 1 dK, 2 dV) stores the output row as the grad block says: its
- * values, storage type and amax outputs (maxed into m). */
+ * values, storage type and amax outputs (maxed into m).
+ *
+ * A 16-bit output row whose rows start on 16 bytes (vec16) goes out in
+ * 16-byte stores (bwd90_quad_block16): a warp's store writes 64 whole
+ * bytes of each of its 8 rows (two full sectors) instead of 16 (half a
+ * sector). The quad's lanes share j, so a quad that skips a row (j >=
+ * Skv) skips it whole. */
 template <int N, int D, int D_REAL, int KV>
 static __device__ __forceinline__ void bwd90_store_row(const float (&x)[N / 2], int r, float scale,
                                                        const attn_tensor_arg &to, float *acc_base,
                                                        long long acc_row, int col0, int b, int hk,
                                                        int j, int t4, bool shared_kv, bool det,
                                                        unsigned (&m)[BWD80_AMAX_MAX],
-                                                       const attn_params &p) {
+                                                       const attn_params &p, bool vec16) {
   float *acc = acc_base + acc_row * D + col0;
   const long long roff =
       b * to.stride[0] + hk * to.stride[1] + (long long)j * to.stride[2] + col0;
   [[maybe_unused]] unsigned short *row = (unsigned short *)to.ptr + roff;
+#if !defined(ATTN_BWD_FP8)
+  static_assert(N % 32 == 0, "groups of four 8-column blocks");
+  if (!shared_kv && vec16) {
+#pragma unroll
+    for (int q = 0; q < N / 32; ++q) {
+      unsigned w[4];
+      bwd90_quad_block16<N>(x, r, q, scale, t4, w);
+      const int c = 32 * q + 8 * t4;
+      if (D_REAL == D || col0 + c < D_REAL)
+        asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(row + c), "r"(w[0]),
+                     "r"(w[1]), "r"(w[2]), "r"(w[3])
+                     : "memory");
+    }
+    return;
+  }
+#endif
 #pragma unroll
   for (int nb = 0; nb < N / 8; ++nb) {
     const int d = nb * 8 + 2 * t4;
@@ -663,6 +725,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
    * reports it (tests/gpu/racecheck_control.cu, mode named), and this
    * keeps the kernel clean under it. */
   const unsigned bar_dq_full = dq_slot + 8u, bar_dq_free = dq_slot + 16u;
+  const unsigned bar_kv_full = dq_slot + 24u; /* (bwd90_kv_tma) */
   const int n_m = (p.Sq + bwd90_bm - 1) / bwd90_bm;
 
   if (tid == 0) {
@@ -681,6 +744,8 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
       attn_mbar_init(bar_dq_full, bwd90_threads);
       attn_mbar_init(bar_dq_free, 32);
     }
+    if constexpr (bwd90_kv_tma)
+      attn_mbar_init(bar_kv_full, 1); /* the issuing thread's expect_tx */
     if constexpr (bwd90_amax_ds_shared)
       for (int k = 0; k < bwd80_namax_ds; ++k)
         asm volatile("st.shared.u32 [%0], 0;\n" ::"r"(bars + bwd90_off_amax_ds + 4 * k) : "memory");
@@ -974,11 +1039,19 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
 #endif
     attn_cp_async_commit();
   };
-  /* The copies landed, for wgmma (the async proxy) and both warpgroups. */
+  /* The copies landed, for wgmma (the async proxy) and both warpgroups
+   * (bwd90_kv_tma: the item's TMA boxes, kv_phase the parity of the
+   * item's use of the mbarrier). */
+  int kv_phase = 0;
   auto kv_landed = [&]() {
-    attn_cp_async_wait<0>();
-    attn_fence_proxy_async();
-    attn_named_sync(1);
+    if constexpr (bwd90_kv_tma) {
+      attn_mbar_wait(bar_kv_full, kv_phase);
+      kv_phase ^= 1;
+    } else {
+      attn_cp_async_wait<0>();
+      attn_fence_proxy_async();
+      attn_named_sync(1);
+    }
   };
   if constexpr (!bwd90_items) { /* split-D's one item, before the loop */
     load_kv_rows(cta_kg, cta_vg, cta_j0, cta_b, cta_hk);
@@ -1008,6 +1081,20 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
 #if defined(ATTN_BWD_STAMPS)
     st_met = bwd90_now();
 #endif
+    if constexpr (bwd90_kv_tma) {
+      if (tid == 0) {
+        attn_mbar_expect_tx(bar_kv_full, bwd90_bn * (bwd90_dqk + bwd90_dv) * 2);
+#pragma unroll
+        for (int c = 0; c < bwd90_dqk / 64; ++c)
+          attn_tma_load4(sk + c * bwd90_bn * 128, &tm.m[ATTN_TMAP_BK], bar_kv_full, c * 64, j0,
+                         hk, b);
+#pragma unroll
+        for (int c = 0; c < bwd90_dv / 64; ++c)
+          attn_tma_load4(sv + c * bwd90_bn * 128, &tm.m[ATTN_TMAP_BV], bar_kv_full, c * 64, j0,
+                         hk, b);
+      }
+      return;
+    }
     load_kv_rows((const bwd90_el *)tk.ptr + b * tk.stride[0] + hk * tk.stride[1],
                  (const bwd90_el *)tv.ptr + b * tv.stride[0] + hk * tv.stride[1], j0, b, hk);
   };
@@ -1176,6 +1263,11 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
      * GQA, f32 atomics into the [B, Hk, Skv, D] accumulators, or in
      * deterministic mode plain stores into per-head [B, H, Skv, D] ones. */
     const bool shared_kv = p.H != p.Hk;
+    /* (16-byte stores where every output row starts on 16 bytes) */
+    auto rows16 = [](const attn_tensor_arg &t) {
+      return (((unsigned long long)t.ptr & 15) | (t.stride[0] & 7) | (t.stride[1] & 7) |
+              (t.stride[2] & 7)) == 0;
+    };
 #if defined(ATTN_BWD_FP8)
     /* dV's factor (o's scale, dO's descale), before GQA's heads are
      * summed: it may differ by head. */
@@ -1199,11 +1291,13 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
       if constexpr (bwd80_tdk >= 0)
         bwd90_store_row<bwd90_dk_cols, bwd90_dqk, ATTN_D_QK, 1>(
             dk, r, sc, p.t[bwd80_tdk >= 0 ? bwd80_tdk : 0], bwd80_slice_rows<float>(tka, b, acc_h), j,
-            bwd90_split_d ? wg * bwd90_dk_cols : 0, b, hk, j, t4, shared_kv, det, mdk, p);
+            bwd90_split_d ? wg * bwd90_dk_cols : 0, b, hk, j, t4, shared_kv, det, mdk, p,
+            rows16(p.t[bwd80_tdk >= 0 ? bwd80_tdk : 0]));
       if constexpr (bwd80_tdv >= 0)
         bwd90_store_row<bwd90_dv_cols, bwd90_dv, ATTN_D_V, 2>(
             dv, r, 1.f, p.t[bwd80_tdv >= 0 ? bwd80_tdv : 0], bwd80_slice_rows<float>(tva, b, acc_h), j,
-            bwd90_split_d ? wg * bwd90_dv_cols : 0, b, hk, j, t4, shared_kv, det, mdv, p);
+            bwd90_split_d ? wg * bwd90_dv_cols : 0, b, hk, j, t4, shared_kv, det, mdv, p,
+            rows16(p.t[bwd80_tdv >= 0 ? bwd80_tdv : 0]));
     }
 #if defined(ATTN_BWD_FP8)
     bwd80_amax_commit_kv(mdk, mdv, p);

@@ -310,10 +310,17 @@ Test(grad_block, plans_convert8_and_amax_init_on_either_template) {
       if (pp->slices[k].elem == 2) copies++;
     cr_assert_eq(copies, 4);
     const PlanStep *main_step = &pp->steps[3];
-    cr_assert_eq(main_step->nmaps, arch ? 3 : 0);
-    for (int k = 0; arch && k < 2; k++) {
-      cr_assert_eq(main_step->maps[k].slot, k == 0 ? sl->q16 : sl->do16);
+    /* (sm_90a: q, dO, dQ's accumulator, then K and V of the persistent
+     * kernel, by TMA: the copies too) */
+    cr_assert_eq(main_step->nmaps, arch ? 5 : 0);
+    static const int idx[5] = {ATTN_TMAP_Q, ATTN_TMAP_DO, ATTN_TMAP_DQA, ATTN_TMAP_BK, ATTN_TMAP_BV};
+    for (int k = 0; arch && k < 5; k++) {
+      cr_assert_eq(main_step->maps[k].index, idx[k]);
+      if (k == 2) continue;
+      const int want[5] = {sl->q16, sl->do16, 0, sl->k16, sl->v16};
+      cr_assert_eq(main_step->maps[k].slot, want[k]);
       cr_assert_eq(main_step->maps[k].dtype, DT_BF16);
+      if (k >= 3) cr_assert_eq(main_step->maps[k].box_rows, 128);
     }
   }
   const IrGraph *g = m->graphs[0];

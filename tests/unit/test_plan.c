@@ -205,7 +205,7 @@ Test(plan, the_reader_refuses_malformed_plans) {
           "unknown value 'bogus'");
   refused(GOOD "  step x entry=9e threads=32 smem=0 grid=Sq/1,H,B persistent=0 need=- deny=-\nend\n",
           "not an identifier");
-  refused(GOOD "    map index=7 slot=0 dtype=bf16 box=64x64 what=q\nend\n", "outside [0, 3]");
+  refused(GOOD "    map index=7 slot=0 dtype=bf16 box=64x64 what=q\nend\n", "outside [0, 4]");
   refused(GOOD "    map index=1 slot=0 dtype=i32 box=64x64 what=q\nend\n", "bf16, f16, f32, e4m3 or e5m2");
   refused(GOOD "  slice s bind=slot slot=40 elem=4 dims=B,H,Sq,2 zero=never need=- deny=-\nend\n",
           "outside [-1, 23]");
@@ -330,7 +330,7 @@ Test(plan, bwd_sm90_maps_do_in_its_own_type) {
     const PlanStep *s = &bw->steps[k];
     if (strcmp(s->role, "main")) continue;
     mains++;
-    cr_assert_eq(s->nmaps, 3);
+    cr_assert_eq(s->nmaps, 5); /* q, dO, dQ's accumulator, K and V (persistent) */
     cr_assert_eq(s->maps[1].index, ATTN_TMAP_DO);
     cr_assert_eq(s->maps[1].dtype, DT_BF16);
     cr_assert_eq(bwd_grad_type(m->graphs[0], IR_GRAD_DO), DT_BF16);
@@ -352,7 +352,7 @@ Test(plan, choices_follow_the_specs) {
   cr_assert(unit_step(p90, PLAN_FORWARD, "forward")->persistent);
   cr_assert(unit_step(p90, PLAN_BACKWARD, "main")->persistent);
   cr_assert_eq(unit_step(p90, PLAN_BACKWARD, "main")->threads, 384);
-  cr_assert_eq(unit_step(p90, PLAN_BACKWARD, "main")->nmaps, 3);
+  cr_assert_eq(unit_step(p90, PLAN_BACKWARD, "main")->nmaps, 5); /* and K, V by TMA */
   cr_assert(!unit_step(p80, PLAN_FORWARD, "forward")->persistent);
   cr_assert_eq(unit_step(p80, PLAN_BACKWARD, "main")->nmaps, 0);
   /* GQA: convert_kv, only when H != Hk. */
