@@ -100,7 +100,20 @@ if [ "${TESTS:-1}" = 1 ]; then
 # the bf16 one and the FP8 backward's main kernel at D 128. Session 30's own checks all ran
 # (bench/RESULTS.md "Session 30").
 if [ "${FIRST:-0}" = 1 ]; then
-  # Session 45 (FIRST_S45=0 skips; ~300 s; never run: no machine came for its third call):
+  # Session 46 (FIRST_S46=0 skips; ~550 s, carry .fa4): session 45's K/V-by-TMA backward
+  # (committed after its FIRST_S45 steps passed in session 46's first call) beside cuDNN and
+  # FA4 in wall-clock time (bench.py --backward: the profiled sums count the dQ convert's
+  # early-launched CTAs waiting), then test_backward whole with 3 persistent CTAs (every CTA
+  # crosses many items: the K/V map's coordinates per item; GQA, packed, deterministic, the
+  # FP8 copies), then memcheck and racecheck over the bwd_sm90 sanitize cases.
+  if [ "${FIRST_S46:-1}" = 1 ]; then
+    [ "${FIRST_S46_BENCH:-1}" = 1 ] &&
+      step first_s46_bench_backward python3 bench/bench.py --lib "$B/libattn.so" --out "$L" --backward
+    step first_s46_bwd_ctas3 env ATTN_PERSISTENT_CTAS=3 timeout 300 "$B/tests/gpu/test_backward"
+    step first_s46_sanitize env L="$L/sanitize-bwd" CASES=bwd_sm90 TOOLS="memcheck racecheck" \
+      RING=0 timeout 150 bash tools/sanitize_device.sh "$B"
+  fi
+  # Session 45 (FIRST_S45=1 reruns; ~300 s; ran in session 46's first call: all passed, bench/RESULTS.md):
   # session 45's untested kernel patch, bench/runs/2026-12-07-s45/kv_tma.patch (`git apply` it,
   # rebuild, and keep a build of main as BWD_BASE): bwd_sm90 loads each item's K and V by TMA
   # (one thread, two tensor maps ATTN_TMAP_BK/BV, an mbarrier) instead of 64 KB of cp.async
@@ -110,7 +123,7 @@ if [ "${FIRST:-0}" = 1 ]; then
   # FP8 graphs over 16-bit copies, whose K/V maps name the copies, and the FP8 tensor-core mode,
   # which keeps its copies; head dims 80), then the main kernel per kernel beside cuDNN,
   # BWD_BASE first, then the stamps (bench/bwd_stamps.py: `issue` should fall to ~0).
-  if [ "${FIRST_S45:-1}" = 1 ]; then
+  if [ "${FIRST_S45:-0}" = 1 ]; then
     step first_s45_bwd90 env ATTN_BWD_TEMPLATE=sm90 ATTN_PERSISTENT_CTAS=3 timeout 200 \
       "$B/tests/gpu/test_backward" backward
     step first_s45_bwd90_grid env ATTN_BWD_TEMPLATE=sm90 timeout 120 "$B/tests/gpu/test_backward" \
