@@ -100,15 +100,28 @@ if [ "${TESTS:-1}" = 1 ]; then
 # the bf16 one and the FP8 backward's main kernel at D 128. Session 30's own checks all ran
 # (bench/RESULTS.md "Session 30").
 if [ "${FIRST:-0}" = 1 ]; then
-  # Session 46 (FIRST_S46=0 skips; ~550 s, carry .fa4): session 45's K/V-by-TMA backward
-  # (committed after its FIRST_S45 steps passed in session 46's first call) beside cuDNN and
-  # FA4 in wall-clock time (bench.py --backward: the profiled sums count the dQ convert's
-  # early-launched CTAs waiting), then test_backward whole with 3 persistent CTAs (every CTA
-  # crosses many items: the K/V map's coordinates per item; GQA, packed, deterministic, the
-  # FP8 copies), then memcheck and racecheck over the bwd_sm90 sanitize cases.
-  if [ "${FIRST_S46:-1}" = 1 ]; then
-    [ "${FIRST_S46_BENCH:-1}" = 1 ] &&
-      step first_s46_bench_backward python3 bench/bench.py --lib "$B/libattn.so" --out "$L" --backward
+  # Session 46 (FIRST_S46=0 skips; carry .fa4 for the bench): (A, FIRST_S46_AB=1) the producer
+  # prefetching the next item's K/V and first Q/dO tile into L2 a few tiles into each item, per
+  # kernel beside BWD_BASE (the commit before it) and its stamps (predicted: the switch's wait for
+  # the next item's first stage, 2.4 us at D 128 S 1k, toward 0.5; main kernel S 1k -3 to -5%,
+  # S 4k within 1%); (B, FIRST_S46_BENCH=1) the backward beside cuDNN and FA4 in wall-clock time
+  # (bench.py --backward; BENCH_LIB=DIR a library other than $B's); (C, FIRST_S46_TESTS=1)
+  # test_backward whole with 3 persistent CTAs (every CTA crosses many items: the K/V maps'
+  # coordinates per item; GQA, packed, deterministic, the FP8 copies), then memcheck and
+  # racecheck over the bwd_sm90 sanitize cases.
+  if [ "${FIRST_S46:-1}" = 1 ] && [ "${FIRST_S46_AB:-1}" = 1 ]; then
+    [ -n "${BWD_BASE:-}" ] && step first_s46_bwd_breakdown_base python3 bench/bwd_breakdown.py \
+      --lib "$BWD_BASE/libattn.so" --dims 64,128 --seqs 1024,4096
+    step first_s46_bwd_breakdown python3 bench/bwd_breakdown.py --lib "$B/libattn.so" \
+      --dims 64,128 --seqs 1024,4096
+    step first_s46_stamps python3 bench/bwd_stamps.py --lib "$B/libattn.so" --dims 128,64 \
+      --seqs 1024,4096
+  fi
+  if [ "${FIRST_S46:-1}" = 1 ] && [ "${FIRST_S46_BENCH:-1}" = 1 ]; then
+    step first_s46_bench_backward python3 bench/bench.py --lib "${BENCH_LIB:-$B}/libattn.so" \
+      --out "$L" --backward
+  fi
+  if [ "${FIRST_S46:-1}" = 1 ] && [ "${FIRST_S46_TESTS:-1}" = 1 ]; then
     step first_s46_bwd_ctas3 env ATTN_PERSISTENT_CTAS=3 timeout 300 "$B/tests/gpu/test_backward"
     step first_s46_sanitize env L="$L/sanitize-bwd" CASES=bwd_sm90 TOOLS="memcheck racecheck" \
       RING=0 timeout 150 bash tools/sanitize_device.sh "$B"
