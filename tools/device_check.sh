@@ -100,11 +100,12 @@ if [ "${TESTS:-1}" = 1 ]; then
 # the bf16 one and the FP8 backward's main kernel at D 128. Session 30's own checks all ran
 # (bench/RESULTS.md "Session 30").
 if [ "${FIRST:-0}" = 1 ]; then
-  # Session 46 (FIRST_S46=0 skips; carry .fa4 for the bench): (A, FIRST_S46_AB=1) the producer
-  # prefetching the next item's K/V and first Q/dO tile into L2 a few tiles into each item, per
-  # kernel beside BWD_BASE (the commit before it) and its stamps (predicted: the switch's wait for
-  # the next item's first stage, 2.4 us at D 128 S 1k, toward 0.5; main kernel S 1k -3 to -5%,
-  # S 4k within 1%); (B, FIRST_S46_BENCH=1) the backward beside cuDNN and FA4 in wall-clock time
+  # Session 46 (FIRST_S46=0 skips; carry .fa4 for the bench): (A, FIRST_S46_AB=1) a backward
+  # change per kernel beside BWD_BASE (the commit before it), then its stamps. Call 2 ran the
+  # next item's K/V and first Q/dO tile prefetched a few tiles into each item (slower,
+  # reverted); call 4 the narrow form: the item's first two Q/dO tiles prefetched where its K/V
+  # rows already were, two stages before the switch, the queue request unchanged (predicted:
+  # the wait 2.4 -> ~1.5 us at D 128 S 1k, main kernel -1 to -2% at S 1k, S 4k within 0.5%); (B, FIRST_S46_BENCH=1) the backward beside cuDNN and FA4 in wall-clock time
   # (bench.py --backward; BENCH_LIB=DIR a library other than $B's); (C, FIRST_S46_TESTS=1)
   # test_backward whole with 3 persistent CTAs (every CTA crosses many items: the K/V maps'
   # coordinates per item; GQA, packed, deterministic, the FP8 copies), then memcheck and
@@ -114,7 +115,7 @@ if [ "${FIRST:-0}" = 1 ]; then
       --lib "$BWD_BASE/libattn.so" --dims 64,128 --seqs 1024,4096
     step first_s46_bwd_breakdown python3 bench/bwd_breakdown.py --lib "$B/libattn.so" \
       --dims 64,128 --seqs 1024,4096
-    step first_s46_stamps python3 bench/bwd_stamps.py --lib "$B/libattn.so" --dims 128,64 \
+    [ "${FIRST_S46_STAMPS:-1}" = 1 ] && step first_s46_stamps python3 bench/bwd_stamps.py --lib "$B/libattn.so" --dims 128,64 \
       --seqs 1024,4096
   fi
   if [ "${FIRST_S46:-1}" = 1 ] && [ "${FIRST_S46_BENCH:-1}" = 1 ]; then
