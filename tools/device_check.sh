@@ -100,10 +100,11 @@ if [ "${TESTS:-1}" = 1 ]; then
 # the bf16 one and the FP8 backward's main kernel at D 128. Session 30's own checks all ran
 # (bench/RESULTS.md "Session 30").
 if [ "${FIRST:-0}" = 1 ]; then
-  # Session 46 (FIRST_S46=0 skips; carry .fa4 for the bench): (A, FIRST_S46_AB=1) a backward
+  # Session 46 (ran in session 46's calls 2-4, bench/RESULTS.md; FIRST_S46=0 skips; carry .fa4
+  # for the bench): (A, FIRST_S46_AB=1) a backward
   # change per kernel beside BWD_BASE (the commit before it), then its stamps. Call 2 ran the
   # next item's K/V and first Q/dO tile prefetched a few tiles into each item (slower,
-  # reverted); call 4 the narrow form: the item's first two Q/dO tiles prefetched where its K/V
+  # reverted); call 4 the narrow form (D 64 slower, dropped): the item's first two Q/dO tiles prefetched where its K/V
   # rows already were, two stages before the switch, the queue request unchanged (predicted:
   # the wait 2.4 -> ~1.5 us at D 128 S 1k, main kernel -1 to -2% at S 1k, S 4k within 0.5%); (B, FIRST_S46_BENCH=1) the backward beside cuDNN and FA4 in wall-clock time
   # (bench.py --backward; BENCH_LIB=DIR a library other than $B's); (C, FIRST_S46_TESTS=1)
