@@ -30,7 +30,8 @@ Its last columns: the split counts plan_decode_splits' rule gives at two and thr
 dense kernel's count forced (ATTN_OPTION_DECODE_SPLITS): the page gathers' cost apart from the
 split count's.
 
---split-sweep: dense decode at B 1 and 8 (MHA and GQA 32:8, KV 1k-32k) with the split count forced
+--split-sweep: dense decode (with --paged: over a paged cache, page 64) at B 1 and 8 (MHA and GQA
+32:8, KV 1k-32k) with the split count forced
 to each of 1-64 (ATTN_OPTION_DECODE_SPLITS) beside the plan's own choice and cuDNN: where the
 plan's rule (one wave of resident CTAs, at least two key tiles a split) leaves time at small
 batches (session 43 on an H100: B 1 rows 1-13% behind cuDNN).
@@ -91,6 +92,18 @@ def to_pages(x, page, perm, hnd=False):
     return out
 
 
+def paged_copy(attn, paged_mod, q, k, v, lens, page, ordered=False, hnd=False):
+    """The same K/V as a paged cache (each sequence's pages shuffled unless ordered) and a call over
+    it: (k_cache, v_cache, page_table, o, call)."""
+    B, L = k.shape[0], k.shape[2]
+    perm = (torch.arange if ordered else torch.randperm)(B * L // page, device="cuda")
+    kc, vc = to_pages(k, page, perm, hnd), to_pages(v, page, perm, hnd)
+    table = perm.view(B, L // page).to(torch.int32).contiguous()
+    op = torch.empty_like(q)
+    return kc, vc, table, op, attn.call(paged_mod, "dec", dict(q=q, k_cache=kc, v_cache=vc,
+                                                              page_table=table, kv_len=lens, o=op))
+
+
 def run_paged(attn, dense_mod, paged_mod, B, H, Hk, L, pages=(16, 64), hnd=False, ordered=False,
               fi=False):
     """attnc dense (length-masked) against paged caches of the same values, and cuDNN dense."""
@@ -104,12 +117,8 @@ def run_paged(attn, dense_mod, paged_mod, B, H, Hk, L, pages=(16, 64), hnd=False
         o = torch.empty_like(q)
         x = dict(q=q, k=k, v=v, o=o, c=attn.call(dense_mod, "dec", dict(q=q, k=k, v=v, kv_len=lens, o=o)))
         for page in pages:
-            perm = (torch.arange if ordered else torch.randperm)(B * L // page, device="cuda")
-            kc, vc = to_pages(k, page, perm, hnd), to_pages(v, page, perm, hnd)
-            table = perm.view(B, L // page).to(torch.int32).contiguous()
-            op = torch.empty_like(q)
-            x[page] = (kc, vc, table, op, attn.call(paged_mod, "dec", dict(q=q, k_cache=kc, v_cache=vc,
-                                                                      page_table=table, kv_len=lens, o=op)))
+            x[page] = paged_copy(attn, paged_mod, q, k, v, lens, page, ordered, hnd)
+            kc, vc, table = x[page][:3]
             if fi:  # FlashInfer's CUDA-core paged decode, and for GQA its tensor-core one
                 for tc in ((False, True) if H != Hk else (False,)):
                     try:
@@ -216,9 +225,11 @@ def sdpa(q, k, v, backend):
         return F.scaled_dot_product_attention(q, k, v, enable_gqa=q.shape[1] != k.shape[1])
 
 
-def dense_sets(attn, mod, B, H, Hk, L, Sq=1):
+def dense_sets(attn, mod, B, H, Hk, L, Sq=1, lens=None):
     """K+V bytes, and enough copies of a dense bf16 problem (q, k, v, o, the call) that the working
-    set is at least 180 MB (no call reads the previous one's K and V from L2)."""
+    set is at least 180 MB (no call reads the previous one's K and V from L2). lens: the
+    per-sequence lengths paged_graph_text(False)'s graph takes (the caller keeps the tensor alive:
+    a call holds its address only)."""
     kv_bytes = 2 * B * Hk * L * D * 2
     copies = max(1, min(45, math.ceil(180e6 / kv_bytes)))
     if kv_bytes * copies > 90e9:
@@ -228,7 +239,10 @@ def dense_sets(attn, mod, B, H, Hk, L, Sq=1):
         q = torch.randn(B, H, Sq, D, device="cuda", dtype=torch.bfloat16)
         k, v = (torch.randn(B, Hk, L, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
         o = torch.empty_like(q)
-        sets.append((q, k, v, o, attn.call(mod, "dec", dict(q=q, k=k, v=v, o=o))))
+        args = dict(q=q, k=k, v=v, o=o)
+        if lens is not None:
+            args["kv_len"] = lens
+        sets.append((q, k, v, o, attn.call(mod, "dec", args)))
     return kv_bytes, sets
 
 
@@ -271,12 +285,23 @@ def run(attn, mod, sms, B, H, Hk, L, Sq=1):
 SWEEP_SPLITS = (1, 2, 4, 8, 16, 32, 64)
 
 
-def run_split_sweep(attn, mod, sms, B, H, Hk, L):
+def run_split_sweep(attn, mod, sms, B, H, Hk, L, paged_mod=None, page=64):
     """attnc's dense decode at each forced split count (ATTN_OPTION_DECODE_SPLITS; 0 the plan's
     own choice) beside cuDNN, on the same tensors: where the plan's split rule (compiler/plan.c,
     plan_decode_splits) leaves time at small batches. Every split count's output is checked
-    against the unsplit one's first."""
-    kv_bytes, sets = dense_sets(attn, mod, B, H, Hk, L)
+    against cuDNN's first. With paged_mod (paged_graph_text(True)): attnc's decode over the same
+    values as a paged cache of this page size instead (mod then paged_graph_text(False)'s, for
+    the sets), the question being whether a paged cache wants more splits than a dense one
+    (session 46: paged B 1 at 8k-32k 13-22% behind dense at the same count, H100)."""
+    lens = torch.full((B,), L, device="cuda", dtype=torch.int32)
+    kv_bytes, sets = dense_sets(attn, mod, B, H, Hk, L, lens=lens if paged_mod is not None else None)
+    if paged_mod is not None:
+        kept = []
+        for q, k, v, o, c in sets:
+            c.close()
+            kc, vc, table, op, cp = paged_copy(attn, paged_mod, q, k, v, lens, page)
+            kept.append((kc, vc, table))  # (alive until the sweep ends: a call holds addresses only)
+            sets[len(kept) - 1] = (q, k, v, op, cp)
     row = dict(Hq=H, Hkv=Hk, B=B, L=L, kv_mb=kv_bytes / 1e6, plan_splits=splits_for(B, H, Hk, 1, L, sms))
     q, k, v, o, c = sets[0]
     ref = sdpa(q, k, v, SDPBackend.CUDNN_ATTENTION).float()
@@ -454,7 +479,7 @@ def main():
         H, Hk = (int(x) for x in heads.split(":"))
         print(json.dumps(run_fp8(attn, mod8, mod, mod8p, int(B), H, Hk, int(L), fi=fi)), flush=True)
         return
-    if args.paged:
+    if args.paged and not args.split_sweep:
         dense_mod = attn.compile("dec", paged_graph_text(False))
         paged_mod = attn.compile("dec", paged_graph_text(True, args.hnd))
         for Hk in (8, 32):
@@ -486,18 +511,26 @@ def main():
         write_report(args.out, "bench-decode-fp8", text, dict(rows=rows))
         return
     if args.split_sweep:
+        # --paged: over a paged cache of pages of 64 (shuffled), the sets' graph the dense one
+        # with the same length mask
+        sweep_mod, paged_mod = mod, None
+        if args.paged:
+            sweep_mod = attn.compile("dec", paged_graph_text(False))
+            paged_mod = attn.compile("decp", paged_graph_text(True))
         for Hk in (8, 32):
             for B in (1, 8):
                 for L in (1024, 8192, 32768):
-                    row = run_split_sweep(attn, mod, sms, B, 32, Hk, L)
+                    row = run_split_sweep(attn, sweep_mod, sms, B, 32, Hk, L, paged_mod)
                     rows.append(row)
                     print(json.dumps(row), flush=True)
+        what = "Paged (page 64, shuffled)" if args.paged else "Dense"
         text = "\n".join([f"GPU: {torch.cuda.get_device_name()}; driver {driver_version()}; "
                           f"cuDNN {torch.backends.cudnn.version()}; {time.strftime('%Y-%m-%d')}", "",
-                          "Dense bf16 decode, D 128, Sq 1; attnc at forced split counts "
+                          f"{what} bf16 decode, D 128, Sq 1; attnc at forced split counts "
                           "(ATTN_OPTION_DECODE_SPLITS), us, one process.", ""] +
                          split_sweep_table(rows))
-        write_report(args.out, "bench-decode-splits", text, dict(rows=rows))
+        write_report(args.out, "bench-decode-splits" + ("-paged" if args.paged else ""), text,
+                     dict(rows=rows))
         return
     if args.config:
         heads, B, L, *sq = args.config.split(",")

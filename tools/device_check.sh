@@ -111,6 +111,16 @@ if [ "${FIRST:-0}" = 1 ]; then
   # test_backward whole with 3 persistent CTAs (every CTA crosses many items: the K/V maps'
   # coordinates per item; GQA, packed, deterministic, the FP8 copies), then memcheck and
   # racecheck over the bwd_sm90 sanitize cases.
+  # (FIRST_S46_SWEEP=1, ~150 s, written in session 46 for the next: never run) Paged decode at B 1
+  # ran 13-22% behind dense at the same split count on the H100 in session 46's call 4, where
+  # session 43's H100 run, under the old rule (three CTAs an SM for the paged kernel: 49 splits at
+  # GQA 32k, 12 at MHA), had it 3-7% behind: the split sweep over a paged cache (page 64), then
+  # the dense one, in one process each, to set a paged split rule (plan_decode_splits).
+  if [ "${FIRST_S46_SWEEP:-0}" = 1 ]; then
+    step first_s46_sweep_paged python3 bench/decode.py --split-sweep --paged --lib "$B/libattn.so" \
+      --out "$L"
+    step first_s46_sweep_dense python3 bench/decode.py --split-sweep --lib "$B/libattn.so" --out "$L"
+  fi
   if [ "${FIRST_S46:-1}" = 1 ] && [ "${FIRST_S46_AB:-1}" = 1 ]; then
     [ -n "${BWD_BASE:-}" ] && step first_s46_bwd_breakdown_base python3 bench/bwd_breakdown.py \
       --lib "$BWD_BASE/libattn.so" --dims 64,128 --seqs 1024,4096
