@@ -20,13 +20,13 @@ decode (CUDA-core, and for GQA its tensor-core one) on those pages.
 layout, each sequence's pages in a shuffled order) at page sizes 16 and 64 against attnc's dense
 decode on the same values, both with the per-sequence length mask (`j < kv_len[b]`) a server's
 graph has, and cuDNN dense; the paged output equals the dense one's to the bit where both split
-the keys alike (the paged kernel runs three CTAs an SM, the dense two, so the plan's split
-counts may differ; the relative error column covers those rows). FlashInfer is not run in this process (its kernels must be built ahead with
+the keys alike (the plan splits a paged cache's decode for three CTAs an SM, a dense one's for
+one, so the counts may differ; the relative error column covers those rows). FlashInfer is not run in this process (its kernels must be built ahead with
 nvcc: ../shared/tools/anchor_bench2.py prep_fi); RESULTS.md quotes the anchors' FlashInfer paged
 decode beside these figures. --hnd takes FlashInfer's HND layout [pages, Hk, page, D]; --ordered
 leaves each sequence's pages in order (a fresh cache's placement: what scattering them costs).
-Its last columns: the split counts plan_decode_splits' rule gives at two and three CTAs an SM
-(splits_for; the dense and paged decode kernels' residency), and paged 64 timed again with the
+Its last columns: the split counts plan_decode_splits' rule gives the dense and the paged graph
+(splits_for: a wave of one CTA an SM and of three), and paged 64 timed again with the
 dense kernel's count forced (ATTN_OPTION_DECODE_SPLITS): the page gathers' cost apart from the
 split count's.
 
@@ -136,8 +136,8 @@ def run_paged(attn, dense_mod, paged_mod, B, H, Hk, L, pages=(16, 64), hnd=False
     row = dict(Hq=H, Hkv=Hk, B=B, L=L, kv_mb=kv_bytes / 1e6, copies=copies,
                rel_err_vs_cudnn=((x["o"].float() - ref.float()).norm() / ref.float().norm()).item())
     for page in pages:
-        # (equal bits where both take the same split count; a paged graph's decode kernel runs
-        # three CTAs an SM where the dense one runs two, so the plan may split differently)
+        # (equal bits where both take the same split count; the plan splits a paged graph's
+        # decode for three CTAs an SM and a dense one's for one, so the counts may differ)
         row[f"paged{page}_bits_equal_dense"] = bool(torch.equal(x[page][3], x["o"]))
         row[f"paged{page}_rel_err_vs_dense"] = ((x[page][3].float() - x["o"].float()).norm() /
                                                 x["o"].float().norm()).item()
@@ -159,11 +159,11 @@ def run_paged(attn, dense_mod, paged_mod, B, H, Hk, L, pages=(16, 64), hnd=False
         row[name + "_us"] = time_queued([s[tag, page, tc] for s in sets])
         row[name + "_gbs"] = kv_bytes / (row[name + "_us"] * 1e-6) / 1e9
     # Paged 64 again at the dense kernel's split count, the page gathers' cost apart from the
-    # split count's. (Until session 43 the plan split the paged kernel, three CTAs an SM,
-    # differently from the dense one, two; since session 44 both take one CTA an SM, so the
-    # counts are one count and this column is a second timing of paged 64 at it.)
+    # split count's. (The plan splits a paged cache's decode for a wave of three CTAs an SM, a
+    # dense one's for one: session 44 took one for both, session 46 gave paged its wave back.)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    row["dense_splits"] = row["paged_splits"] = splits_for(B, H, Hk, 1, L, sms)
+    row["dense_splits"] = splits_for(B, H, Hk, 1, L, sms)
+    row["paged_splits"] = splits_for(B, H, Hk, 1, L, sms, wave=3)
     attn.set_option("decode_splits", row["dense_splits"])
     try:
         row["paged64_dense_splits_us"] = time_queued([lambda s=s: attn.launch(s[64][4]) for s in sets])
@@ -302,7 +302,7 @@ def run_split_sweep(attn, mod, sms, B, H, Hk, L, paged_mod=None, page=64):
             kc, vc, table, op, cp = paged_copy(attn, paged_mod, q, k, v, lens, page)
             kept.append((kc, vc, table))  # (alive until the sweep ends: a call holds addresses only)
             sets[len(kept) - 1] = (q, k, v, op, cp)
-    row = dict(Hq=H, Hkv=Hk, B=B, L=L, kv_mb=kv_bytes / 1e6, plan_splits=splits_for(B, H, Hk, 1, L, sms))
+    row = dict(Hq=H, Hkv=Hk, B=B, L=L, kv_mb=kv_bytes / 1e6, plan_splits=splits_for(B, H, Hk, 1, L, sms, wave=3 if paged_mod is not None else 1))
     q, k, v, o, c = sets[0]
     ref = sdpa(q, k, v, SDPBackend.CUDNN_ATTENTION).float()
     row["cudnn_us"] = time_queued([lambda s=s: sdpa(s[0], s[1], s[2], SDPBackend.CUDNN_ATTENTION)
@@ -423,15 +423,23 @@ def fp8_table(rows):
     return out
 
 
-def splits_for(B, H, Hk, Sq, L, sms, bn=64):
-    """plan_decode_splits (compiler/plan.c), for the table: the split count the plan chose."""
+def splits_for(B, H, Hk, Sq, L, sms, bn=64, wave=1):
+    """plan_decode_splits (compiler/plan.c), for the table: the split count the plan chose.
+    wave: the CTAs an SM the splits fill, 1 over a dense cache, 3 over a paged one at D 128
+    (the graph line's wave=, `attnc plan`)."""
     tiles = -(-L // bn)
     if tiles <= 1:
         return 1
     items = B * Hk * -(-(H // Hk) * Sq // 16)
-    if items * 3 > sms:
-        return 1
-    return max(1, min(sms // items, tiles // 2, 128))
+    if wave > 1:
+        if items >= sms * wave:
+            return 1
+        n = sms * wave // items
+    else:
+        if items * 3 > sms:
+            return 1
+        n = sms // items
+    return max(1, min(n, tiles // 2, 128))
 
 
 def table(rows):

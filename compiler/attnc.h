@@ -799,6 +799,10 @@ typedef struct DecodeConfig {
   bool on;        /* the graph has a decode kernel */
   int bn, stages; /* ATTN_DEC_BN, ATTN_DEC_STAGES */
   int threads, smem_bytes;
+  /* The CTAs an SM the split rule fills (GraphPlan.decode_wave): 1 over a
+   * dense cache; over a paged one as many as are resident (three at D 128:
+   * its per-page boxes keep fewer bytes in flight a CTA). */
+  int wave;
   int partial_o, partial_lse; /* parameter slots of the splits' partials */
 } DecodeConfig;
 
@@ -1271,7 +1275,7 @@ void emit_bwd_entries(StrBuf *out, const BwdSpec *s, Arena *a);
  * (plan_write) and one reader (plan_read) carry it as text through the JIT
  * cache, the AOT .c file and embedded modules, and the runtime runs any
  * plan with one loop (runtime/launch.c). `attnc plan` prints it. */
-#define PLAN_FORMAT 3
+#define PLAN_FORMAT 4
 #define PLAN_MAX_STEPS 8
 #define PLAN_MAX_SLICES 10
 #define PLAN_MAX_MAPS 5
@@ -1376,11 +1380,10 @@ typedef struct PassPlan {
 typedef struct GraphPlan {
   const char *graph;
   int sep_cells[SEP_NREGIONS]; /* PD_SEP_BYTES: sep_cell_bytes */
-  /* The decode kernel's keys per tile, which PD_SPLITS reads (with the
-   * SM count: plan_decode_splits); 0 when the graph has no decode kernel.
-   * (Format 3 dropped the resident CTAs an SM beside it: the split rule
-   * has taken one CTA an SM since session 44.) */
-  int decode_bn;
+  /* The decode kernel's keys per tile and the CTAs an SM its splits fill
+   * (DecodeConfig.wave), which PD_SPLITS reads with the SM count
+   * (plan_decode_splits); both 0 when the graph has no decode kernel. */
+  int decode_bn, decode_wave;
   PassPlan pass[PLAN_NPASSES];
 } GraphPlan;
 
@@ -1391,7 +1394,7 @@ void plan_graph(GraphPlan *gp, const KernelSpec *fwd, const FwdConfig *c, const 
                 Arena *a);
 /* The entry point of a role: "attn_<graph>_fwd", "attn_<graph>_bwd_main". */
 const char *plan_entry(Arena *a, const char *graph, const char *role);
-/* Plans as text ("attnc-plan 3", then per graph its passes, steps, maps
+/* Plans as text ("attnc-plan 4", then per graph its passes, steps, maps
  * and slices, one record a line); plan_read takes exactly what plan_write
  * writes and validates every field (a plan may come from a file): 0, or
  * -1 with the reason in err. Strings point into a (or into text). */

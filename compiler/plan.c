@@ -106,6 +106,7 @@ static void plan_decode(GraphPlan *gp, PassPlan *p, PlanStep *fwd, const KernelS
                         const DecodeConfig *dc, Arena *a) {
   const IrGraph *g = f->g;
   gp->decode_bn = dc->bn;
+  gp->decode_wave = dc->wave;
   if (fwd) fwd->deny |= PLAN_IF_DECODE;
   for (int k = 0; k < p->nslices; k++) /* the forward's work queue */
     if (p->slices[k].bind == PB_TILE_QUEUE) p->slices[k].deny |= PLAN_IF_DECODE;
@@ -408,17 +409,32 @@ long long plan_decode_splits(const GraphPlan *gp, const PlanProblem *pr) {
   if (tiles <= 1) return 1;
   const long long cap = tiles < DECODE_MAX_SPLITS ? tiles : DECODE_MAX_SPLITS;
   if (pr->force_splits > 0) return pr->force_splits < cap ? pr->force_splits : cap;
-  /* One CTA an SM at most, and a split only where it at least triples the
-   * CTAs. Measured on the H100 (session 44, bench/decode.py --split-sweep,
-   * D 128): one CTA an SM streams K and V about as fast as two (64 unsplit
-   * CTAs of B 8, GQA 32:8 read 2.8 TB/s at 8k keys), while the merge and
-   * the partial rows cost a few microseconds, so B 8 GQA ran 1.18x faster
-   * at 1k keys unsplit than over the 4 splits of two CTAs an SM, and B 1
-   * MHA 1.08x faster over 4 splits than over 8. */
   const long long items = decode_items(pr);
   const long long sms = pr->sms > 0 ? pr->sms : 1;
-  if (items <= 0 || items * 3 > sms) return 1;
-  long long n = sms / items;
+  long long n;
+  if (gp->decode_wave > 1) {
+    /* A paged cache: a wave of the CTAs resident (its per-page boxes keep
+     * fewer bytes in flight a CTA than a dense cache's). H100, the same
+     * decode kernel at B 1, page 64: GQA 32:8 32k keys 61.4 us over 49
+     * splits (three CTAs an SM, session 43) against 71.4 over 16 (one,
+     * session 46), MHA 32k 190.1 over 12 against 217.6 over 4, MHA 8k
+     * 58.4 against 64.4; GQA 8k 27.4 against 26.4 (bench/RESULTS.md,
+     * session 46). */
+    const long long slots = sms * gp->decode_wave;
+    if (items <= 0 || items >= slots) return 1;
+    n = slots / items;
+  } else {
+    /* A dense cache: one CTA an SM at most, and a split only where it at
+     * least triples the CTAs. Measured on the H100 (session 44,
+     * bench/decode.py --split-sweep, D 128): one CTA an SM streams K and V
+     * about as fast as two (64 unsplit CTAs of B 8, GQA 32:8 read 2.8 TB/s
+     * at 8k keys), while the merge and the partial rows cost a few
+     * microseconds, so B 8 GQA ran 1.18x faster at 1k keys unsplit than
+     * over the 4 splits of two CTAs an SM, and B 1 MHA 1.08x faster over 4
+     * splits than over 8. */
+    if (items <= 0 || items * 3 > sms) return 1;
+    n = sms / items;
+  }
   const long long most = tiles / 2 < cap ? tiles / 2 : cap; /* two tiles a split at least */
   if (n > most) n = most;
   return n < 1 ? 1 : n;
@@ -510,8 +526,9 @@ void plan_write(StrBuf *out, const GraphPlan *plans, int n) {
   sb_printf(out, "attnc-plan %d\n", PLAN_FORMAT);
   for (int gi = 0; gi < n; gi++) {
     const GraphPlan *gp = &plans[gi];
-    sb_printf(out, "graph %s sep=%d,%d,%d,%d decode=%d\n", gp->graph, gp->sep_cells[0],
-              gp->sep_cells[1], gp->sep_cells[2], gp->sep_cells[3], gp->decode_bn);
+    sb_printf(out, "graph %s sep=%d,%d,%d,%d decode=%d wave=%d\n", gp->graph, gp->sep_cells[0],
+              gp->sep_cells[1], gp->sep_cells[2], gp->sep_cells[3], gp->decode_bn,
+              gp->decode_wave);
     for (int pi = 0; pi < PLAN_NPASSES; pi++) {
       const PassPlan *p = &gp->pass[pi];
       if (!p->present) continue;
@@ -847,7 +864,7 @@ int plan_read(const char *text, Arena *a, GraphPlan **plans, int *n, StrBuf *err
       if (l.n < 2 || rd_name(&r, l.w[1], &gp->graph) || !sep ||
           sscanf(sep, "%d,%d,%d,%d", &gp->sep_cells[0], &gp->sep_cells[1], &gp->sep_cells[2],
                  &gp->sep_cells[3]) != 4)
-        return rd_fail(&r, "a graph line is `graph NAME sep=A,B,C,D decode=N`");
+        return rd_fail(&r, "a graph line is `graph NAME sep=A,B,C,D decode=N wave=W`");
       for (int k = 0; k < SEP_NREGIONS; k++)
         if (gp->sep_cells[k] < 0 || gp->sep_cells[k] > 1024)
           return rd_fail(&r, "a range cell of %d bytes", gp->sep_cells[k]);
@@ -857,6 +874,11 @@ int plan_read(const char *text, Arena *a, GraphPlan **plans, int *n, StrBuf *err
       if (bn < 0 || *end || bn > 256)
         return rd_fail(&r, "a graph's decode= is KEYS, 0 to 256 (0 without a decode kernel)");
       gp->decode_bn = (int)bn;
+      long wave;
+      if (rd_need_int(&r, &l, "wave", 0, 64, &wave)) return -1;
+      if ((wave > 0) != (bn > 0))
+        return rd_fail(&r, "a graph's wave= is 1 to 64 with a decode kernel, else 0");
+      gp->decode_wave = (int)wave;
     } else if (!gp) {
       return rd_fail(&r, "'%s' before any graph", kind);
     } else if (!strcmp(kind, "pass")) {

@@ -27,6 +27,9 @@
 #include "attn_layout.h"
 #include "attnc.h"
 
+/* Shared memory an SM shares among its CTAs (Ampere's A100 and Hopper:
+ * 164 / 228 KB; a paged decode's wave counts Hopper's). */
+#define DECODE_SM_SMEM (228 * 1024)
 #define DECODE_BN 64
 
 int tmpl_decode_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool dropout, bool paged,
@@ -55,7 +58,9 @@ int tmpl_decode_config(int d_qk, int d_v, int in_bytes, int kv_bytes, bool dropo
                         .stages = stages,
                         .threads = DECODE_BN / 16 * 32,
                         .smem_bytes = l.total,
+                        .wave = paged ? DECODE_SM_SMEM / (l.total + 1024) : 1,
                         .partial_o = ntensors,
                         .partial_lse = ntensors + 1};
+  if (out->wave < 1) out->wave = 1;
   return 0;
 }

@@ -21,7 +21,7 @@ static const char src[] =
     "}\n";
 static const unsigned char fake[] = {1};
 static const char kern[] =
-    "attnc-plan 3\ngraph g sep=0,0,0,0 decode=0\npass forward det=0 need=-\n"
+    "attnc-plan 4\ngraph g sep=0,0,0,0 decode=0 wave=0\npass forward det=0 need=-\n"
     "  step forward entry=attn_g_fwd threads=128 smem=0 grid=Sq/64,H,B persistent=0 need=- deny=-\n"
     "end\n";
 static const attn_embedded_image images[] = {

@@ -22,7 +22,7 @@ static const char src[] =
 static const unsigned char fake_cubin[] = {0x7f, 'E', 'L', 'F', 0};
 static const unsigned char fake_ptx[] = ".version 8.0\n";
 static const char kern[] =
-    "attnc-plan 3\ngraph sdpa sep=0,0,0,0 decode=0\npass forward det=0 need=-\n"
+    "attnc-plan 4\ngraph sdpa sep=0,0,0,0 decode=0 wave=0\npass forward det=0 need=-\n"
     "  step forward entry=attn_sdpa_fwd threads=128 smem=0 grid=Sq/64,H,B persistent=0 need=- deny=-\n"
     "end\n";
 static const attn_embedded_image images[] = {
@@ -132,7 +132,7 @@ Test(embedded, bad_format_and_bad_source) {
 Test(embedded, mismatched_plans_are_skipped) {
   /* Plans naming another graph cannot describe this source. */
   static const char wrong[] =
-      "attnc-plan 3\ngraph other sep=0,0,0,0 decode=0\npass forward det=0 need=-\n"
+      "attnc-plan 4\ngraph other sep=0,0,0,0 decode=0 wave=0\npass forward det=0 need=-\n"
       "  step forward entry=e threads=128 smem=0 grid=Sq/64,H,B persistent=0 need=- deny=-\n"
       "end\n";
   static const attn_embedded_image im[] = {

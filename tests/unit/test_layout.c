@@ -130,6 +130,12 @@ Test(layout, head_dim_configs) {
                    k, v);
       if (ok) cr_assert_leq(pc.stages, dc.stages);
       if (k == 128 && v == 128) cr_assert(pc.stages == 2 && 228 * 1024 / (pc.smem_bytes + 1024) == 3 && dc.stages == 3);
+      /* the splits' wave: the resident CTAs over a paged cache, one over a dense one */
+      if (k == 128 && v == 128) cr_assert(pc.wave == 3 && dc.wave == 1);
+      if (ok) {
+        const int fit = 228 * 1024 / (pc.smem_bytes + 1024);
+        cr_assert_eq(pc.wave, fit > 0 ? fit : 1, "paged %d %d", k, v);
+      }
       if (ok) {
         cr_assert_leq(h.smem_bytes, 227 * 1024);
         cr_assert_eq(h.smem_bytes,
@@ -147,6 +153,7 @@ Test(layout, head_dim_configs) {
                    "paged8 %d %d", k, v);
       if (ok8) cr_assert_leq(pc.stages, dc.stages);
       if (k == 128 && v == 128) cr_assert(pc.stages == 2 && 228 * 1024 / (pc.smem_bytes + 1024) == 3 && dc.stages == 4);
+      if (k == 128 && v == 128) cr_assert(pc.wave == 3 && dc.wave == 1);
     }
 }
 

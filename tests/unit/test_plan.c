@@ -164,7 +164,7 @@ Test(plan, long_names_round_trip) {
 }
 
 #define GOOD                                                                                    \
-  "attnc-plan 3\ngraph g sep=0,0,0,0 decode=0\npass forward det=0 need=-\n"                                    \
+  "attnc-plan 4\ngraph g sep=0,0,0,0 decode=0 wave=0\npass forward det=0 need=-\n"                                    \
   "  slice tile_queue bind=queue slot=-1 elem=4 dims=2,1,1,1 zero=new need=- deny=-\n"          \
   "  step forward entry=attn_g_fwd threads=384 smem=1024 grid=Sq/128,H,B persistent=1 "         \
   "need=- deny=-\n"                                                                             \
@@ -213,11 +213,17 @@ Test(plan, the_reader_refuses_malformed_plans) {
           "a slot exactly when bound to one");
   refused(GOOD "  slice s bind=queue slot=-1 elem=4 dims=B,H,Sq zero=never need=- deny=-\nend\n",
           "four sizes");
-  refused("attnc-plan 3\npass forward det=0 need=-\nend\n", "before any graph");
-  refused("attnc-plan 3\ngraph g sep=0,0,0,0 decode=0\n  step x\nend\n", "before any pass");
+  refused("attnc-plan 4\npass forward det=0 need=-\nend\n", "before any graph");
+  refused("attnc-plan 4\ngraph g sep=0,0,0,0 decode=0 wave=0\n  step x\nend\n", "before any pass");
   refused(GOOD "pass forward det=0 need=-\nend\n", "pass forward twice");
-  refused("attnc-plan 3\ngraph g sep=0,0,0,0\nend\n", "decode=");
-  refused("attnc-plan 3\ngraph g sep=0,0,0,0 decode=64,2\nend\n", "decode=");
+  refused("attnc-plan 4\ngraph g sep=0,0,0,0\nend\n", "decode=");
+  refused("attnc-plan 4\ngraph g sep=0,0,0,0 decode=64,2 wave=1\nend\n", "decode=");
+  /* The decode's wave: present, and 0 exactly without a decode kernel. */
+  refused("attnc-plan 4\ngraph g sep=0,0,0,0 decode=64\nend\n", "wave=");
+  refused("attnc-plan 4\ngraph g sep=0,0,0,0 decode=64 wave=0\nend\n", "wave=");
+  refused("attnc-plan 4\ngraph g sep=0,0,0,0 decode=0 wave=3\nend\n", "wave=");
+  refused("attnc-plan 4\ngraph g sep=0,0,0,0 decode=64 wave=65\nend\n", "outside [0, 64]");
+  refused("attnc-plan 3\ngraph g sep=0,0,0,0 decode=64\nend\n", "plan format 3");
   refused(GOOD "frobnicate\nend\n", "unknown record 'frobnicate'");
   refused(GOOD "  step x entry=e threads=32 smem=0 grid=Sq/1+2*B+B/1,H,B persistent=0 need=- "
                "deny=-\nend\n",
@@ -429,6 +435,7 @@ Test(plan, decode_and_its_splits_follow_the_shapes) {
   pr.Skv = 64;
   cr_assert_eq(plan_decode_splits(p, &pr), 1);
   cr_assert_eq(plan_facts(p, &pr), PLAN_IF_DECODE);
+  cr_assert_eq(p->decode_wave, 1); /* a dense cache */
   arena_free(a);
 }
 
@@ -636,6 +643,25 @@ Test(plan, paged_caches_plan_a_forward_and_the_decode_kernel) {
       cr_assert_eq(unit_step(p, PLAN_FORWARD, "decode") != NULL, k == 0);
       cr_assert_eq(p->pass[PLAN_FORWARD].need, 0u);
     }
+    /* The paged decode's splits fill a wave of the three CTAs an SM its
+     * 68 KB leave resident (a dense cache's one CTA an SM: above). B 1,
+     * GQA 32:8, 32k keys, 132 SMs: 8 items over 396 slots, 49 splits
+     * (session 43's measured paged count; one CTA an SM gave 16); MHA:
+     * 32 items, 12 splits (against 4); B 32 GQA: 256 items, 1 split; 500
+     * items fill the wave: none. */
+    const GraphPlan *p = &uc.plans[0];
+    cr_assert_eq(p->decode_wave, 3);
+    PlanProblem pr = {.B = 1, .H = 32, .Hk = 8, .Sq = 1, .Skv = 32768, .sms = 132};
+    cr_assert_eq(plan_decode_splits(p, &pr), 49);
+    pr.Hk = 32;
+    cr_assert_eq(plan_decode_splits(p, &pr), 12);
+    pr = (PlanProblem){.B = 32, .H = 32, .Hk = 8, .Sq = 1, .Skv = 32768, .sms = 132};
+    cr_assert_eq(plan_decode_splits(p, &pr), 1);
+    pr.B = 500;
+    cr_assert_eq(plan_decode_splits(p, &pr), 1);
+    /* Short caches: at least two key tiles a split (1k keys: 16 tiles, 8). */
+    pr = (PlanProblem){.B = 1, .H = 32, .Hk = 8, .Sq = 1, .Skv = 1024, .sms = 132};
+    cr_assert_eq(plan_decode_splits(p, &pr), 8);
   }
   arena_free(a);
 }

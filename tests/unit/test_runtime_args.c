@@ -81,7 +81,7 @@ static IrModule *make_ir(Arena *a) {
  * writes it), and one with a backward whose deterministic mode is there
  * or not. */
 #define PLAN_FWD                                                                                \
-  "attnc-plan 3\ngraph g sep=0,0,0,0 decode=0\npass forward det=0 need=-\n"                                    \
+  "attnc-plan 4\ngraph g sep=0,0,0,0 decode=0 wave=0\npass forward det=0 need=-\n"                                    \
   "  step forward entry=attn_g_fwd threads=128 smem=0 grid=Sq/64,H,B persistent=0 need=- "       \
   "deny=-\n"
 static const char plan_fwd[] = PLAN_FWD "end\n";
