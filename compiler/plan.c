@@ -344,14 +344,11 @@ static void plan_backward(GraphPlan *gp, const BwdSpec *b, Arena *a) {
        * tensors the kernel reads: the 16-bit copies where it makes them),
        * boxes of 64 columns by the CTA's keys (bwd_sm90.cuh, bwd90_kv_tma). */
       if (b->persistent) {
-        if (sl->k16 >= 0)
-          add_map(s, ATTN_TMAP_BK, sl->k16, b->mma_type, 64, b->block_n, "k16");
-        else
-          add_map(s, ATTN_TMAP_BK, g->k, b->in_type, 64, b->block_n, "k");
-        if (sl->v16 >= 0)
-          add_map(s, ATTN_TMAP_BV, sl->v16, b->mma_type, 64, b->block_n, "v16");
-        else
-          add_map(s, ATTN_TMAP_BV, g->v, b->in_type, 64, b->block_n, "v");
+        const bool kc = sl->k16 >= 0, vc = sl->v16 >= 0;
+        add_map(s, ATTN_TMAP_BK, kc ? sl->k16 : g->k, kc ? b->mma_type : b->in_type, 64,
+                b->block_n, kc ? "k16" : "k");
+        add_map(s, ATTN_TMAP_BV, vc ? sl->v16 : g->v, vc ? b->mma_type : b->in_type, 64,
+                b->block_n, vc ? "v16" : "v");
       }
     }
   }
