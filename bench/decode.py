@@ -225,11 +225,9 @@ def sdpa(q, k, v, backend):
         return F.scaled_dot_product_attention(q, k, v, enable_gqa=q.shape[1] != k.shape[1])
 
 
-def dense_sets(attn, mod, B, H, Hk, L, Sq=1, lens=None):
+def dense_sets(attn, mod, B, H, Hk, L, Sq=1):
     """K+V bytes, and enough copies of a dense bf16 problem (q, k, v, o, the call) that the working
-    set is at least 180 MB (no call reads the previous one's K and V from L2). lens: the
-    per-sequence lengths paged_graph_text(False)'s graph takes (the caller keeps the tensor alive:
-    a call holds its address only)."""
+    set is at least 180 MB (no call reads the previous one's K and V from L2)."""
     kv_bytes = 2 * B * Hk * L * D * 2
     copies = max(1, min(45, math.ceil(180e6 / kv_bytes)))
     if kv_bytes * copies > 90e9:
@@ -239,10 +237,7 @@ def dense_sets(attn, mod, B, H, Hk, L, Sq=1, lens=None):
         q = torch.randn(B, H, Sq, D, device="cuda", dtype=torch.bfloat16)
         k, v = (torch.randn(B, Hk, L, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
         o = torch.empty_like(q)
-        args = dict(q=q, k=k, v=v, o=o)
-        if lens is not None:
-            args["kv_len"] = lens
-        sets.append((q, k, v, o, attn.call(mod, "dec", args)))
+        sets.append((q, k, v, o, attn.call(mod, "dec", dict(q=q, k=k, v=v, o=o))))
     return kv_bytes, sets
 
 
@@ -290,19 +285,21 @@ def run_split_sweep(attn, mod, sms, B, H, Hk, L, paged_mod=None, page=64):
     own choice) beside cuDNN, on the same tensors: where the plan's split rule (compiler/plan.c,
     plan_decode_splits) leaves time at small batches. Every split count's output is checked
     against cuDNN's first. With paged_mod (paged_graph_text(True)): attnc's decode over the same
-    values as a paged cache of this page size instead (mod then paged_graph_text(False)'s, for
-    the sets), the question being whether a paged cache wants more splits than a dense one
-    (session 46: paged B 1 at 8k-32k 13-22% behind dense at the same count, H100)."""
-    lens = torch.full((B,), L, device="cuda", dtype=torch.int32)
-    kv_bytes, sets = dense_sets(attn, mod, B, H, Hk, L, lens=lens if paged_mod is not None else None)
+    values as a paged cache of this page size instead of the dense sets' calls, the question
+    being whether a paged cache wants more splits than a dense one (session 46: paged B 1 at
+    8k-32k 13-22% behind dense at the same count, H100)."""
+    kv_bytes, sets = dense_sets(attn, mod, B, H, Hk, L)
     if paged_mod is not None:
-        kept = []
-        for q, k, v, o, c in sets:
+        lens = torch.full((B,), L, device="cuda", dtype=torch.int32)
+        kept = []  # the caches and lens, alive until the sweep ends: a call holds addresses only
+        for n, (q, k, v, o, c) in enumerate(sets):
             c.close()
             kc, vc, table, op, cp = paged_copy(attn, paged_mod, q, k, v, lens, page)
-            kept.append((kc, vc, table))  # (alive until the sweep ends: a call holds addresses only)
-            sets[len(kept) - 1] = (q, k, v, op, cp)
-    row = dict(Hq=H, Hkv=Hk, B=B, L=L, kv_mb=kv_bytes / 1e6, plan_splits=splits_for(B, H, Hk, 1, L, sms, wave=3 if paged_mod is not None else 1))
+            kept.append((kc, vc, table))
+            sets[n] = (q, k, v, op, cp)
+    wave = 3 if paged_mod is not None else 1
+    row = dict(Hq=H, Hkv=Hk, B=B, L=L, kv_mb=kv_bytes / 1e6,
+               plan_splits=splits_for(B, H, Hk, 1, L, sms, wave=wave))
     q, k, v, o, c = sets[0]
     ref = sdpa(q, k, v, SDPBackend.CUDNN_ATTENTION).float()
     row["cudnn_us"] = time_queued([lambda s=s: sdpa(s[0], s[1], s[2], SDPBackend.CUDNN_ATTENTION)
@@ -519,16 +516,12 @@ def main():
         write_report(args.out, "bench-decode-fp8", text, dict(rows=rows))
         return
     if args.split_sweep:
-        # --paged: over a paged cache of pages of 64 (shuffled), the sets' graph the dense one
-        # with the same length mask
-        sweep_mod, paged_mod = mod, None
-        if args.paged:
-            sweep_mod = attn.compile("dec", paged_graph_text(False))
-            paged_mod = attn.compile("decp", paged_graph_text(True))
+        # --paged: over a paged cache of pages of 64 (shuffled)
+        paged_mod = attn.compile("decp", paged_graph_text(True)) if args.paged else None
         for Hk in (8, 32):
             for B in (1, 8):
                 for L in (1024, 8192, 32768):
-                    row = run_split_sweep(attn, sweep_mod, sms, B, 32, Hk, L, paged_mod)
+                    row = run_split_sweep(attn, mod, sms, B, 32, Hk, L, paged_mod)
                     rows.append(row)
                     print(json.dumps(row), flush=True)
         what = "Paged (page 64, shuffled)" if args.paged else "Dense"
