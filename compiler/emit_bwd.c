@@ -420,6 +420,7 @@ void emit_bwd_body(StrBuf *out, const BwdSpec *s, MacroSet *ms, bool key, Arena 
     macro_def(out, ms, a, "ATTN_BWD_SPLIT_D", s->split_d);
     macro_def(out, ms, a, "ATTN_BWD_WIDE", s->wide);
     macro_def(out, ms, a, "ATTN_BWD_PERSISTENT", s->persistent);
+    macro_def(out, ms, a, "ATTN_BWD_BM80", s->bm80);
   }
   sb_puts(out, "\n");
   if (bwd_sink_entry(sl) >= 0) {

@@ -333,13 +333,14 @@ static void plan_backward(GraphPlan *gp, const BwdSpec *b, Arena *a) {
       /* q and dO as the MMAs read them: the FP8 backward's 16-bit copies
        * where it makes them; dO in its own type, which is the MMAs' (not
        * o's: an f32 o takes a 16-bit dO). */
+      const int tile_rows = b->bm80 ? 80 : 64; /* (a query tile's, or half a wide one's) */
       if (sl->q16 >= 0)
-        add_map(s, ATTN_TMAP_Q, sl->q16, b->mma_type, 64, 64, "q16");
+        add_map(s, ATTN_TMAP_Q, sl->q16, b->mma_type, 64, tile_rows, "q16");
       else
-        add_map(s, ATTN_TMAP_Q, g->q, b->in_type, 64, 64, "q");
-      add_map(s, ATTN_TMAP_DO, sl->do16 >= 0 ? sl->do16 : sl->dout, b->mma_type, 64, 64,
+        add_map(s, ATTN_TMAP_Q, g->q, b->in_type, 64, tile_rows, "q");
+      add_map(s, ATTN_TMAP_DO, sl->do16 >= 0 ? sl->do16 : sl->dout, b->mma_type, 64, tile_rows,
               sl->do16 >= 0 ? "do16" : "dO");
-      add_map(s, ATTN_TMAP_DQA, sl->dqa, DT_F32, 32, 64, "dQ_accumulator");
+      add_map(s, ATTN_TMAP_DQA, sl->dqa, DT_F32, 32, tile_rows, "dQ_accumulator");
       /* The persistent kernel's K and V, by TMA at each item's start (the
        * tensors the kernel reads: the 16-bit copies where it makes them),
        * boxes of 64 columns by the CTA's keys (bwd_sm90.cuh, bwd90_kv_tma). */

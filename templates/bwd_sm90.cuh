@@ -83,8 +83,9 @@ constexpr int bwd90_dv = bwd80_dv;
  * two halves of Pd^T and dRaw^T meet in shared memory, where dV's and dK's
  * GEMMs read them. The deterministic mode's ordered dQ tiles (bwd_sm80's)
  * do not exist at D 256; the runtime refuses that mode there. */
-#if !defined(ATTN_BWD_SPLIT_D) || !defined(ATTN_BWD_WIDE) || !defined(ATTN_BWD_PERSISTENT)
-#error "bwd_sm90.cuh needs its modes declared: ATTN_BWD_SPLIT_D, ATTN_BWD_WIDE, ATTN_BWD_PERSISTENT"
+#if !defined(ATTN_BWD_SPLIT_D) || !defined(ATTN_BWD_WIDE) || !defined(ATTN_BWD_PERSISTENT) || \
+    !defined(ATTN_BWD_BM80)
+#error "bwd_sm90.cuh needs its modes declared: ATTN_BWD_SPLIT_D, ATTN_BWD_WIDE, ATTN_BWD_PERSISTENT, ATTN_BWD_BM80"
 #endif
 constexpr bool bwd90_split_d = ATTN_BWD_SPLIT_D;
 #define BWD90_SPLIT_D ATTN_BWD_SPLIT_D /* for #if */
@@ -105,15 +106,34 @@ static_assert(bwd90_split_d ? bwd90_dqk == 256 && bwd90_dv == 256
 constexpr bool bwd90_wide = ATTN_BWD_WIDE;
 static_assert(!bwd90_wide || (!bwd90_split_d && bwd90_dqk == 64 && bwd90_dv == 64),
               "wide mode is for head dim 64");
+/* BM-80 mode (head dims 128, backward_template 93 for now): query tiles
+ * of 80 rows instead of 64, as FlashAttention-3's and -4's sm90 backward
+ * take at D 128 (64 under a causal mask), so a tile's fixed costs (its
+ * barrier, its dQ hand-over, the GEMM chain's fill) are paid per 80
+ * queries. S^T and dP^T are m64n80 products (40 accumulators each beside
+ * dK's and dV's 128); dQ's M cannot be 80, so it is computed transposed,
+ * dQ^T = K^T dS^T (warpgroup w: D's rows 64 w.., N the 80 queries, k the
+ * 128 keys; A = K read MN-major, B = dS [query][key] K-major, which
+ * stmatrix.trans writes from the accumulators), and stored transposed
+ * into dQ's buffer. Boxes of 80 rows (Q, dO, dQ's accumulator), two
+ * stages (three do not fit: 231936 bytes with two). */
+constexpr bool bwd90_bm80 = ATTN_BWD_BM80;
+#define BWD90_BM80 ATTN_BWD_BM80 /* for #if */
+static_assert(!bwd90_bm80 || (!bwd90_split_d && !bwd90_wide && bwd90_dqk == 128 && bwd90_dv == 128),
+              "BM-80 mode is for head dims 128");
+#if ATTN_BWD_BM80 && defined(ATTN_DROPOUT)
+#error "BM-80 mode takes no dropout (its keep bits are 32 a thread)"
+#endif
 constexpr int bwd90_bn = bwd90_split_d ? 64 : 128; /* keys per CTA */
 constexpr int bwd90_key_wg = bwd90_split_d ? 0 : 64; /* warpgroup w's keys start at w times this */
 constexpr int bwd90_dk_cols = bwd90_split_d ? bwd90_dqk / 2 : bwd90_dqk; /* a warpgroup's dK columns */
 constexpr int bwd90_dv_cols = bwd90_split_d ? bwd90_dv / 2 : bwd90_dv;
 /* Queries in a warpgroup's S^T and dP^T (split-D: half the tile). */
-constexpr int bwd90_bm = bwd90_wide ? 128 : 64; /* queries per streamed tile */
-constexpr int bwd90_qn = bwd90_split_d ? 32 : 64;
-/* TMA boxes (Q, dO, dQ's accumulator) have 64 rows: a wide tile takes two. */
-constexpr int bwd90_box_rows = 64;
+constexpr int bwd90_bm = bwd90_wide ? 128 : bwd90_bm80 ? 80 : 64; /* queries per streamed tile */
+constexpr int bwd90_qn = bwd90_split_d ? 32 : bwd90_bm80 ? 80 : 64;
+/* TMA boxes (Q, dO, dQ's accumulator) have 64 rows (BM-80: 80): a wide
+ * tile takes two. */
+constexpr int bwd90_box_rows = bwd90_bm80 ? 80 : 64;
 constexpr int bwd90_halves = bwd90_bm / bwd90_box_rows;
 /* Wide mode: one warpgroup's 64 rows of dQ's buffer (D/32 boxes). */
 constexpr int bwd90_dq_half_bytes = bwd90_dqk / 32 * bwd90_box_rows * 128;
@@ -194,7 +214,7 @@ using bwd90_el = bwd90_elem<bwd90_f8>::t;
  * stages, not two: with two, a tile's copy (issued one tile ahead) had often not
  * landed when the tile began (ncu: a quarter of the stall samples; with
  * the producer warpgroup four stages at D 64 measured 3% slower). */
-constexpr int bwd90_stages = bwd90_split_d || bwd90_wide ? 2 : 3; /* D 256, wide: three do not fit */
+constexpr int bwd90_stages = bwd90_split_d || bwd90_wide || bwd90_bm80 ? 2 : 3; /* (three do not fit) */
 /* The layout itself is abi/attn_layout.h's, which compiler/match_bwd.c
  * sizes launches by. */
 constexpr attn_bwd90_layout bwd90_layout =
@@ -392,8 +412,10 @@ static __device__ __forceinline__ void bwd90_rs_tile(float (&d)[N / 2], const un
 template <int N, bool MN>
 static __device__ __forceinline__ void bwd90_ss(float (&d)[N / 2], unsigned long long da,
                                                 unsigned long long db, int scale_d) {
-  static_assert(N == 64 || N == 32, "m64n64 or m64n32");
-  if constexpr (MN && N == 64)
+  static_assert(N == 64 || N == 32 || (N == 80 && !MN), "m64n64, m64n32 or (K-major) m64n80");
+  if constexpr (N == 80)
+    attn_wgmma_ss80_kk<bwd90_in_bf16>(d, da, db, scale_d);
+  else if constexpr (MN && N == 64)
     attn_wgmma_ss64_mn<bwd90_in_bf16>(d, da, db, scale_d);
   else if constexpr (MN)
     attn_wgmma_ss32_mn<bwd90_in_bf16>(d, da, db, scale_d);
@@ -490,11 +512,19 @@ static __device__ __forceinline__ void bwd90_load(unsigned dst, const T *base,
  * element r: query i0 + 8 (r >> 2) + 2 t4 + (r & 1), key j + 8 ((r >> 1)
  * & 1)), by hooks.cuh's attn_keep_in_bh: straight-line, so a mask's reads
  * merge (doc[b, j] once per key, doc[b, i] once per query). */
-static_assert(bwd90_qn / 2 <= 32, "one keep bit per S^T element");
+/* (BM-80: 40 elements, so 64-bit words) */
+template <bool WIDE> struct bwd90_bits_of {
+  using t = unsigned;
+};
+template <> struct bwd90_bits_of<true> {
+  using t = unsigned long long;
+};
+using bwd90_keep_t = bwd90_bits_of<(bwd90_qn / 2 > 32)>::t;
+static_assert(bwd90_qn / 2 <= 64, "one keep bit per S^T element");
 template <bool MASK>
-static __device__ __forceinline__ unsigned bwd90_keep_bits(int b, int h, int i0, int j, int t4,
-                                                           const attn_params &p) {
-  unsigned bits = 0u;
+static __device__ __forceinline__ bwd90_keep_t bwd90_keep_bits(int b, int h, int i0, int j, int t4,
+                                                               const attn_params &p) {
+  bwd90_keep_t bits = 0u;
   /* The masks' values fixed per (b, h) (a kv_len[b]), read once here, not
    * once per element (the element-wise reads did not merge). */
   const attn_bh c = attn_bh_load(b, h, p);
@@ -502,7 +532,7 @@ static __device__ __forceinline__ unsigned bwd90_keep_bits(int b, int h, int i0,
   for (int r = 0; r < bwd90_qn / 2; ++r) {
     const int ii = i0 + (r >> 2) * 8 + 2 * t4 + (r & 1);
     const int jj = j + 8 * ((r >> 1) & 1);
-    bits |= (unsigned)attn_keep_in_bh<MASK>(c, b, h, ii, jj, p) << r;
+    bits |= (bwd90_keep_t)attn_keep_in_bh<MASK>(c, b, h, ii, jj, p) << r;
   }
   return bits;
 }
@@ -911,14 +941,25 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
                        "f"(v0.y), "f"(v1.y), "f"(v0.x), "f"(v1.x)
                        : "memory");
         } else {
-#pragma unroll
-          for (int r = 0; r < bwd90_bm / 32; ++r) {
-            const int row = bwd90_bm / 32 * lane + r, i = m * bwd90_bm + row;
+          /* Row `row` of the tile: lane l takes rows l bm / 32 .. (BM-80:
+           * l, l + 32 and, for 16 lanes, l + 64). */
+          auto stat_row = [&](int row) {
+            const int i = m * bwd90_bm + row;
             const float2 v = i < p.Sq ? *(const float2 *)(deltag + 2 * i) : make_float2(0.f, 0.f);
             asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(
                              sstats + (unsigned)((st * bwd90_bm + row) * 8)),
                          "f"(v.x), "f"(v.y)
                          : "memory");
+          };
+          if constexpr (bwd90_bm80) {
+#pragma unroll
+            for (int r = 0; r < 3; ++r)
+              if (lane + 32 * r < bwd90_bm)
+                stat_row(lane + 32 * r);
+          } else {
+#pragma unroll
+            for (int r = 0; r < bwd90_bm / 32; ++r)
+              stat_row(bwd90_bm / 32 * lane + r);
           }
         }
       }
@@ -1129,6 +1170,9 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
    * wide mode all of them (each warpgroup its half of the queries). */
   constexpr int dq_cols = bwd90_split_d ? 64 : bwd90_wide ? bwd90_dqk : bwd90_dqk / 2;
   constexpr int dq_passes = bwd90_split_d ? 2 : 1;
+  /* A pass's accumulators a thread (BM-80: dQ^T's 64 rows of D by the 80
+   * queries). */
+  constexpr int dq_regs = bwd90_bm80 ? bwd90_bm * 64 / 128 : dq_cols / 2;
   /* Fragment dq (rows 16 ww + g and + 8, columns col0 + 8 nb + 2 t4) into
    * a buffer of [64 rows][32 f32] blocks from its column 0: block col /
    * 32, the row's 128 bytes, 16-byte chunk (col % 32) / 4 swizzled by row
@@ -1142,7 +1186,27 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
    * 7 (4, 1, 6, 3) of their 8, whose swizzles put every lane on banks of
    * its own with its own fragment: no FSEL pair a register (32 a tile). Then
    * the fence that makes the stores visible to TMA. */
-  auto store_dq = [&](const float (&dq)[dq_cols / 2], unsigned buf, int col0) {
+  auto store_dq = [&](const float (&dq)[dq_regs], unsigned buf, int col0) {
+    if constexpr (bwd90_bm80) {
+      /* dQ^T's fragment (D row 64 wg + 16 ww + g + 8 ((e >> 1) & 1),
+       * query 8 nb + 2 t4 + (e & 1)) into the [80 rows][32 f32] boxes at
+       * its row's place: one 4-byte store an element. A warp's store
+       * covers 8 rows of D (4 of them a chunk, two chunks) by 4 queries
+       * (the swizzle's row bits 1, 2): 8 distinct chunks, 32 banks. */
+#pragma unroll
+      for (int nb = 0; nb < dq_regs / 4; ++nb)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int d = wg * 64 + ww * 16 + g + 8 * ((e >> 1) & 1), q = 8 * nb + 2 * t4 + (e & 1);
+          const unsigned at = buf + (unsigned)((d >> 5) * bwd90_box_rows * 128 + q * 128 +
+                                               ((((d & 31) >> 2) ^ (q & 7)) << 4) + (d & 3) * 4);
+          asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(at), "f"(dq[nb * 4 + e] * sc_dq)
+                       : "memory");
+        }
+      attn_fence_proxy_async();
+      (void)col0;
+      return;
+    }
     constexpr bool rows_traded = bwd90_f8;
     const bool odd = g & 1;
     const int gl = rows_traded ? g ^ (odd ? 4 : 0) : g; /* the row's place in its 8 */
@@ -1169,7 +1233,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
   /* (not split-D) The buffer's uses so far: use u waits for the dQ warp's
    * round u - 1 to free it (parity (u & 1) ^ 1, so the first passes). */
   int dq_round = 0;
-  auto put_dq = [&](const float (&dq)[dq_cols / 2], int dcol, int i0, int hb, int st, int c) {
+  auto put_dq = [&](const float (&dq)[dq_regs], int dcol, int i0, int hb, int st, int c) {
     if constexpr (bwd90_dq_in_stage) {
       store_dq(dq, dq_region(st, c, wg), 0);
       attn_mbar_arrive(bar_dq_ready(st, c, wg));
@@ -1177,6 +1241,8 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
       attn_mbar_wait(bar_dq_free, (dq_round++ & 1) ^ 1);
       if constexpr (bwd90_wide) /* this warpgroup's queries in boxes of their own */
         store_dq(dq, sdqs + wg * bwd90_dq_half_bytes, 0);
+      else if constexpr (bwd90_bm80) /* (its rows of D: their own boxes) */
+        store_dq(dq, sdqs, 0);
       else
         store_dq(dq, sdqs, dcol);
       if (tid == 0)
@@ -1514,20 +1580,29 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
         }
         attn_wgmma_commit();
       };
-      attn_wgmma_fence();
-      issue_rows(bwd90_int<bwd90_dqk>(), bwd90_bool<bwd90_kv_e4>(), bwd90_bool<bwd90_q_e4>(), s,
-                 dk_k, dq_k);
-      issue_rows(bwd90_int<bwd90_dv>(), bwd90_bool<bwd90_kv_e4>(), bwd90_bool<bwd90_do_e4>(), dp,
-                 dv_k, ddo_k);
       /* A dRaw that reads the raw score needs S^T and dP^T together; else P^T
        * overwrites S^T and dP^T is waited for only after it. Not in split-D
        * mode: with its m64n32 GEMMs, reading S^T while dP^T is in flight
        * made ptxas serialize every wgmma of the kernel (its warning C7514). */
       constexpr bool split = !attn_bwd_draw_reads_acc && !bwd90_split_d;
+      /* BM-80: dP^T is issued once dV's GEMM has completed, not beside S^T,
+       * so that its 40 accumulators are held neither while P^T is computed
+       * nor beside Pd^T's fragments (either way ptxas serialized every
+       * wgmma for want of registers, C7512). */
+      constexpr bool dp_late = bwd90_bm80 && split;
+      auto issue_dp = [&]() {
+        issue_rows(bwd90_int<bwd90_dv>(), bwd90_bool<bwd90_kv_e4>(), bwd90_bool<bwd90_do_e4>(), dp,
+                   dv_k, ddo_k);
+      };
+      attn_wgmma_fence();
+      issue_rows(bwd90_int<bwd90_dqk>(), bwd90_bool<bwd90_kv_e4>(), bwd90_bool<bwd90_q_e4>(), s,
+                 dk_k, dq_k);
+      if constexpr (!dp_late)
+        issue_dp();
       /* Whether dRaw may run only where P is not 0 (it touches memory, or
        * its factor of the raw score could be infinite where P is 0). */
       constexpr bool guard = attn_bwd_draw_guarded || attn_bwd_draw_reads_acc;
-      if constexpr (split)
+      if constexpr (split && !dp_late)
         attn_wgmma_wait<1>();
       else
         attn_wgmma_wait<0>();
@@ -1569,7 +1644,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
        * masked (tested from keep bits, bwd90_keep_bits). */
       auto pass1 = [&](auto masked_t) {
         constexpr bool masked = decltype(masked_t)::value;
-        unsigned keep = ~0u;
+        bwd90_keep_t keep = ~(bwd90_keep_t)0;
         if constexpr (masked)
           keep = cls != 2 ? bwd90_keep_bits<true>(b, h, i0 + qo, j0 + jl_row, t4, p)
                           : bwd90_keep_bits<false>(b, h, i0 + qo, j0 + jl_row, t4, p);
@@ -1692,9 +1767,25 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
       }
 #endif
 
+      if constexpr (dp_late) {
+        /* dV's GEMM done first: Pd^T's 20 fragment registers and dP^T's 40
+         * accumulators together were what serialized the wgmma. */
+        attn_wgmma_wait<0>();
+#pragma unroll
+        for (int kk = 0; kk < bwd90_qn / 16; ++kk)
+#pragma unroll
+          for (int x = 0; x < 4; ++x)
+            attn_fence_reg(pa[kk][x]);
+        attn_wgmma_fence();
+        issue_dp();
+      }
       if constexpr (split) {
-        /* Pass 2: dP^T (the older group) has landed; dp becomes dRaw^T. */
-        attn_wgmma_wait<1>();
+        /* Pass 2: dP^T (the older group; dp_late: the newer, after dV's)
+         * has landed; dp becomes dRaw^T. */
+        if constexpr (dp_late)
+          attn_wgmma_wait<0>();
+        else
+          attn_wgmma_wait<1>();
 #pragma unroll
         for (int r = 0; r < bwd90_qn / 2; ++r)
           attn_fence_reg(dp[r]);
@@ -1767,12 +1858,24 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
       }
 #else
 #pragma unroll
-      for (int kk = 0; kk < bwd90_qn / 16; ++kk)
+      for (int kk = 0; kk < bwd90_qn / 16; ++kk) {
 #pragma unroll
         for (int x = 0; x < 4; ++x) {
           ra[kk][x] = attn_pack2<bwd90_in_bf16>(dp[8 * kk + 2 * x], dp[8 * kk + 2 * x + 1]);
-          store_pair(sds, kk, x, ra[kk][x]);
+          if constexpr (!bwd90_bm80)
+            store_pair(sds, kk, x, ra[kk][x]);
         }
+        if constexpr (bwd90_bm80) {
+          /* dRaw [query][key] (dQ^T's K-major B), by stmatrix.trans: the
+           * step's four 8 x 8 fragments (keys + 8 (x & 1), queries + 8 (x
+           * >> 1)), lane 8 x + c giving query row c's 8 keys' 16 bytes,
+           * one 128-byte swizzle chunk (8 rows, 8 chunks: no conflict). */
+          const int xm = lane >> 3;
+          const int q = qo + (2 * kk + (xm >> 1)) * 8 + (lane & 7);
+          attn_stsm_x4_trans(
+              bwd90_at<bwd90_bm>(sds, q, wg * bwd90_key_wg + ww * 16 + 8 * (xm & 1)), ra[kk]);
+        }
+      }
 
       if constexpr (!bwd90_split_d) {
         /* dK += dRaw^T Q (Q read transposed likewise). */
@@ -1785,12 +1888,22 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
     if (!det) {
       /* dQ += dRaw K (M: the 64 queries). A = dRaw from dRaw^T [key]
        * [query], B = K [key][d]: both MN-major. */
+      if constexpr (bwd90_bm80) {
+        /* dK's GEMM first, so that dRaw^T's fragments are free before dQ^T's
+         * 40 accumulators are taken. */
+        attn_wgmma_wait<0>();
+#pragma unroll
+        for (int kk = 0; kk < bwd90_qn / 16; ++kk)
+#pragma unroll
+          for (int x = 0; x < 4; ++x)
+            attn_fence_reg(ra[kk][x]);
+      }
       attn_fence_proxy_async(); /* the st.shared above, for wgmma */
       attn_named_sync(1); /* both warpgroups' dRaw^T (and Pd^T) */
       /* Warpgroup w: dQ's columns D/2 w.. (half of them) over all the
        * CTA's keys, so each element of the tile is added to the
        * accumulator once; at D 256 in two passes of 64 columns. */
-      float dq[dq_passes][dq_cols / 2];
+      float dq[dq_passes][dq_regs];
       /* Wide mode: this warpgroup's queries, dRaw^T's column block wg. */
       constexpr unsigned dq_a_blk = bwd90_wide ? bwd90_bn * 128 : 0;
       const unsigned dq_a_off = wg * dq_a_blk;
@@ -1807,16 +1920,28 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
               dq[c], attn_wgmma_desc_add(dds8, kk * 32), attn_wgmma_desc_add(dkt8, kk * 32),
               kk > 0);
 #else
+#if BWD90_BM80
+        /* dQ^T = K^T dS^T: A = this warpgroup's 64 columns of K read
+         * MN-major (rows of D by 16 keys a step), B = dRaw [query][key]
+         * K-major (16 keys: 32 bytes in a 64-key block, then the next). */
+        (void)dq_a_off;
+#pragma unroll
+        for (int kk = 0; kk < bwd90_bn / 16; ++kk)
+          attn_wgmma_ss80_mnk<bwd90_in_bf16>(
+              dq[c], attn_wgmma_desc_add(dkq_mn[c], kk * 16 * 128),
+              attn_wgmma_desc_add(dds_k, (kk >> 2) * bwd90_bm * 128 + (kk & 3) * 32), kk > 0);
+#else
 #pragma unroll
         for (int kk = 0; kk < bwd90_bn / 16; ++kk)
           bwd90_ss<dq_cols, true>(dq[c], attn_wgmma_desc_add(dds_mn, dq_a_off + kk * 16 * 128),
                                   attn_wgmma_desc_add(dkq_mn[c], kk * 16 * 128), kk > 0);
 #endif
+#endif
         attn_wgmma_commit();
       };
       auto done_dq = [&](int c) {
 #pragma unroll
-        for (int r = 0; r < dq_cols / 2; ++r)
+        for (int r = 0; r < dq_regs; ++r)
           attn_fence_reg(dq[c][r]);
       };
       issue_dq(0);
@@ -1853,6 +1978,13 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
 #endif
     } else {
       attn_wgmma_wait<0>();
+      if constexpr (bwd90_bm80) { /* (dK's GEMM done: its fragments, as above) */
+#pragma unroll
+        for (int kk = 0; kk < bwd90_qn / 16; ++kk)
+#pragma unroll
+          for (int x = 0; x < 4; ++x)
+            attn_fence_reg(ra[kk][x]);
+      }
       release_stage();
     }
 #pragma unroll
@@ -1874,8 +2006,10 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
       for (int kk = 0; kk < bwd90_qn / 16; ++kk)
 #pragma unroll
         for (int x = 0; x < 4; ++x) {
-          attn_fence_reg(pa[kk][x]);
-          attn_fence_reg(ra[kk][x]);
+          if constexpr (!bwd90_bm80) { /* (BM-80: fenced once their GEMMs completed) */
+            attn_fence_reg(pa[kk][x]);
+            attn_fence_reg(ra[kk][x]);
+          }
         }
     }
   }
@@ -1996,3 +2130,4 @@ __device__ __forceinline__ void attn_bwd_sm90_transpose8(const attn_params &p) {
 #endif
 
 #undef BWD90_SPLIT_D
+#undef BWD90_BM80

@@ -177,6 +177,17 @@ template <int N, bool READ>
     asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
+/* Four 8 x 8 matrices of 16-bit pairs (an mma accumulator's packed
+ * fragment: lane l holds row l / 4, columns 2 (l % 4), + 1 of each)
+ * stored transposed: row r of matrix x in memory (16 bytes at the address
+ * lane 8 x + r gives) receives column r of the fragment's matrix x. */
+[[maybe_unused]] static __device__ __forceinline__ void attn_stsm_x4_trans(unsigned addr,
+                                                                         const unsigned (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
+               "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
+}
+
 /* The accumulator operands of a thread, n = N / 2 of them: their names
  * in the asm text (ACC) and the operand list (OUT). */
 #define ATTN_WGMMA_ACC16 \
@@ -295,6 +306,24 @@ static __device__ __forceinline__ void attn_wgmma_ss80_kk(float (&d)[40], unsign
     ATTN_WGMMA_SS80_KK("f16");
 }
 #undef ATTN_WGMMA_SS80_KK
+
+/* m64n80k16, A MN-major (transposed), B K-major from shared memory
+ * (bwd_sm90's dQ^T = K^T dS^T with 80-query tiles). */
+#define ATTN_WGMMA_SS80_MNK(T) \
+  asm volatile("{ .reg .pred p; setp.ne.b32 p, %42, 0;\n" \
+  "wgmma.mma_async.sync.aligned.m64n80k16.f32." T "." T " {" ATTN_WGMMA_ACC40 "}, %40, %41, p, 1, 1, 1, 0;\n" \
+  "}\n" \
+  : ATTN_WGMMA_OUT40 \
+  : "l"(da), "l"(db), "r"(scale_d))
+template <bool BF16>
+static __device__ __forceinline__ void attn_wgmma_ss80_mnk(float (&d)[40], unsigned long long da,
+                                                   unsigned long long db, int scale_d) {
+  if constexpr (BF16)
+    ATTN_WGMMA_SS80_MNK("bf16");
+  else
+    ATTN_WGMMA_SS80_MNK("f16");
+}
+#undef ATTN_WGMMA_SS80_MNK
 
 /* m64n128k16, A and B K-major from shared memory. */
 #define ATTN_WGMMA_SS128_KK(T) \

@@ -174,6 +174,29 @@ static const char masked_rows_src[] =
     "  grad q, k, v;\n"
     "}\n";
 
+/* Head dims 128 with nothing but a scale, then a causal mask, with GQA:
+ * what bwd_sm90's 80-query tiles take (backward template 93, `test_backward
+ * d128` under ATTN_BWD_TEMPLATE=sm90bm80), and the benchmarks' graphs. */
+static const char d128_src[] =
+    "attention d128_full {\n"
+    "  input q : bf16[B, H, Sq, 128];\n"
+    "  input k : bf16[B, Hk, Skv, 128];\n"
+    "  input v : bf16[B, Hk, Skv, 128];\n"
+    "  s = (q @ k^T) * 0.08838834764831845;\n"
+    "  output o : bf16[B, H, Sq, 128] = softmax(s) @ v;\n"
+    "  output lse = logsumexp(s);\n"
+    "  grad q, k, v;\n"
+    "}\n"
+    "attention d128_causal {\n"
+    "  input q : bf16[B, H, Sq, 128];\n"
+    "  input k : bf16[B, Hk, Skv, 128];\n"
+    "  input v : bf16[B, Hk, Skv, 128];\n"
+    "  s = mask((q @ k^T) * 0.08838834764831845, j <= i);\n"
+    "  output o : bf16[B, H, Sq, 128] = softmax(s) @ v;\n"
+    "  output lse = logsumexp(s);\n"
+    "  grad q, k, v;\n"
+    "}\n";
+
 /* Dropout: the backward regenerates the forward's Philox mask. */
 static const char dropout_src[] =
     "attention dropout_grad {\n"
@@ -579,11 +602,14 @@ int main(int argc, char **argv) {
   if (ctas && *ctas) attn_context_set_option(ctx, ATTN_OPTION_PERSISTENT_CTAS, atoll(ctas));
   /* Every case once per backward template (a compile option: each pass
    * compiles its own kernels). */
-  static const char *const tmpls[] = {"sm80", "sm90", "sm90f8"};
-  static const int tmpl_option[] = {80, 90, 91};
+  /* (sm90bm80, bwd_sm90's 80-query tiles while they are measured: only
+   * when ATTN_BWD_TEMPLATE names it) */
+  static const char *const tmpls[] = {"sm80", "sm90", "sm90f8", "sm90bm80"};
+  static const int tmpl_option[] = {80, 90, 91, 93};
   const char *given = getenv("ATTN_BWD_TEMPLATE"); /* set: that pass alone */
   for (size_t pass = 0; pass < sizeof tmpls / sizeof tmpls[0]; pass++) {
     if (given && *given && strcmp(given, tmpls[pass])) continue;
+    if ((!given || !*given) && tmpl_option[pass] == 93) continue;
     bwd_template_tag = tmpls[pass];
     attn_context_set_option(ctx, ATTN_OPTION_BACKWARD_TEMPLATE, tmpl_option[pass]);
     run_all(ctx);
@@ -631,6 +657,8 @@ static void run_all(attn_context *ctx) {
   if (!strcmp(bwd_template_tag, "sm90f8")) return;
   if (!only || !strcmp(only, "f32_out"))
     test_module(ctx, "f32_out", f32_out_src, sizeof f32_out_src - 1, &seed, 0);
+  if (!only || !strcmp(only, "d128"))
+    test_module(ctx, "d128", d128_src, sizeof d128_src - 1, &seed, 0);
   if (only) return;
   test_module(ctx, "masked_rows", masked_rows_src, sizeof masked_rows_src - 1, &seed, 64);
   test_module(ctx, "dropout_grad", dropout_src, sizeof dropout_src - 1, &seed, 0);

@@ -154,6 +154,7 @@ static __device__ __forceinline__ float attn_out(float o, int b, int h, int i, i
 #define ATTN_BWD_SPLIT_D 0
 #define ATTN_BWD_WIDE 0
 #define ATTN_BWD_PERSISTENT 1
+#define ATTN_BWD_BM80 0
 
 /* Bias gradients: hooks after the template. */
 #define ATTN_BWD_BIAS 1
@@ -290,6 +291,7 @@ extern "C" __global__ void __launch_bounds__(256) attn_backward_bwd_convert_kv(c
 #undef ATTN_BWD_SPLIT_D
 #undef ATTN_BWD_WIDE
 #undef ATTN_BWD_PERSISTENT
+#undef ATTN_BWD_BM80
 #undef ATTN_BWD_BIAS
 #undef ATTN_BWD_NRED
 

@@ -140,6 +140,7 @@ static __device__ __forceinline__ float attn_out(float o, int b, int h, int i, i
 #define ATTN_BWD_SPLIT_D 0
 #define ATTN_BWD_WIDE 1
 #define ATTN_BWD_PERSISTENT 1
+#define ATTN_BWD_BM80 0
 
 /* dRaw, the gradient at q @ k^T, from dS by the derived chain rule
  * (attnc ir --backward), without the factor attn_bwd_scale gives. */
@@ -240,4 +241,5 @@ extern "C" __global__ void __launch_bounds__(256) attn_backward_gqa_bwd_convert_
 #undef ATTN_BWD_SPLIT_D
 #undef ATTN_BWD_WIDE
 #undef ATTN_BWD_PERSISTENT
+#undef ATTN_BWD_BM80
 

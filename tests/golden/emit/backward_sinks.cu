@@ -182,6 +182,7 @@ static __device__ __forceinline__ float attn_out(float o, int b, int h, int i, i
 #define ATTN_BWD_SPLIT_D 0
 #define ATTN_BWD_WIDE 1
 #define ATTN_BWD_PERSISTENT 1
+#define ATTN_BWD_BM80 0
 
 /* The softmax sink's gradient: the dsink kernel, its store hook after
  * the template. */
@@ -309,5 +310,6 @@ extern "C" __global__ void __launch_bounds__(128) attn_backward_sinks_bwd_dsink(
 #undef ATTN_BWD_SPLIT_D
 #undef ATTN_BWD_WIDE
 #undef ATTN_BWD_PERSISTENT
+#undef ATTN_BWD_BM80
 #undef ATTN_BWD_DSINK
 

@@ -195,6 +195,7 @@ static __device__ __forceinline__ float attn_p_scale(int b, int h, const attn_pa
 #define ATTN_BWD_SPLIT_D 0
 #define ATTN_BWD_WIDE 0
 #define ATTN_BWD_PERSISTENT 1
+#define ATTN_BWD_BM80 0
 
 /* dRaw, the gradient at q @ k^T, from dS by the derived chain rule
  * (attnc ir --backward), without the factor attn_bwd_scale gives. */
@@ -434,4 +435,5 @@ extern "C" __global__ void __launch_bounds__(32) attn_fp8_train_bwd_amax_init(co
 #undef ATTN_BWD_SPLIT_D
 #undef ATTN_BWD_WIDE
 #undef ATTN_BWD_PERSISTENT
+#undef ATTN_BWD_BM80
 

@@ -157,6 +157,7 @@ static __device__ __forceinline__ float attn_out(float o, int b, int h, int i, i
 #define ATTN_BWD_SPLIT_D 1
 #define ATTN_BWD_WIDE 0
 #define ATTN_BWD_PERSISTENT 0
+#define ATTN_BWD_BM80 0
 
 /* dRaw, the gradient at q @ k^T, from dS by the derived chain rule
  * (attnc ir --backward), without the factor attn_bwd_scale gives. */
@@ -261,4 +262,5 @@ extern "C" __global__ void __launch_bounds__(256) attn_mla_bwd_convert_kv(const 
 #undef ATTN_BWD_SPLIT_D
 #undef ATTN_BWD_WIDE
 #undef ATTN_BWD_PERSISTENT
+#undef ATTN_BWD_BM80
 
