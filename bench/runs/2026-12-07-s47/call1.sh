@@ -15,3 +15,6 @@ run t_packed_bm80 env ATTN_BWD_TEMPLATE=sm90bm80 timeout 150 $B/tests/gpu/test_b
 run bd_sm90 env ATTN_BWD_TEMPLATE=sm90 timeout 120 python3 bench/bwd_breakdown.py --lib $B/libattn.so --dims 128
 run bd_bm80 env ATTN_BWD_TEMPLATE=sm90bm80 timeout 120 python3 bench/bwd_breakdown.py --lib $B/libattn.so --dims 128
 mkdir -p "$O/bm80" && run bench_bwd_bm80 env ATTN_BWD_TEMPLATE=sm90bm80 timeout 200 python3 bench/bench.py --lib $B/libattn.so --backward --dims 128 --out "$O/bm80"
+# Plan format 4's paged decode rule as the plan's choice, then the paged split sweep.
+mkdir -p "$O/dec" && run decode_paged timeout 150 python3 bench/decode.py --paged --quick --lib $B/libattn.so --out "$O/dec"
+run sweep_paged timeout 150 python3 bench/decode.py --split-sweep --paged --lib $B/libattn.so --out "$O/dec"
