@@ -863,7 +863,8 @@ typedef struct CompileOptions {
                         90, and bwd_sm90's FP8 tensor-core mode where it applies;
                         92: as 90, with item timestamps (BwdSpec.stamps);
                         93: as 90, with 80-query tiles where they apply
-                        (BwdSpec.bm80) */
+                        (BwdSpec.bm80); 94: as 93, dV's GEMM reading P^T
+                        from shared memory (bm80 2) */
   int sm90_variant;  /* fwd_sm90's variant (tmpl_sm90.c): 0 auto, 1 base,
                         2 persist, 3 bn80, 4 persist_bn80, 5 f16_pv, 6 wg3,
                         7 kv8_early, 8 kv_copy, 9 bn176, 10 fp8_vt8,
@@ -1146,10 +1147,12 @@ typedef struct BwdSpec {
    * which neither infers: split-D (D 256: 64 keys per CTA, each
    * warpgroup half of the columns), wide (D 64: 128-query tiles),
    * persistent (a grid of at most one CTA per SM walking a tile queue),
-   * bm80 (head dims 128, bwd_template 93: 80-query tiles, dQ computed
-   * transposed; its tensor maps' boxes of Q, dO and dQ's accumulator
-   * take 80 rows). */
-  bool split_d, wide, persistent, bm80;
+   * bm80 (head dims 128, bwd_template 93 and 94: 80-query tiles, dQ
+   * computed transposed; its tensor maps' boxes of Q, dO and dQ's
+   * accumulator take 80 rows; 0 off, 1 on, 2 on with dV's GEMM reading
+   * P^T from shared memory). */
+  bool split_d, wide, persistent;
+  int bm80;
   /* The FP8 recipe's backward (FP8 q, k, v or o, P scaled or rounded, o
    * scaled, a grad block): bwd_sm80 on every target, reading 16-bit copies
    * of FP8 tensors (BwdSlots q16..) and calling the block's hooks

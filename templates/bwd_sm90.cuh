@@ -117,8 +117,13 @@ static_assert(!bwd90_wide || (!bwd90_split_d && bwd90_dqk == 64 && bwd90_dv == 6
  * stmatrix.trans writes from the accumulators), and stored transposed
  * into dQ's buffer. Boxes of 80 rows (Q, dO, dQ's accumulator), two
  * stages (three do not fit: 231936 bytes with two). */
-constexpr bool bwd90_bm80 = ATTN_BWD_BM80;
-#define BWD90_BM80 ATTN_BWD_BM80 /* for #if */
+constexpr bool bwd90_bm80 = ATTN_BWD_BM80 != 0;
+#define BWD90_BM80 (ATTN_BWD_BM80 != 0) /* for #if */
+/* ATTN_BWD_BM80 2 (backward_template 94): dV's GEMM reads Pd^T from
+ * shared memory instead of registers, so that dP^T need not wait for it
+ * (bwd90_dv_smem, below). */
+constexpr bool bwd90_dv_smem = ATTN_BWD_BM80 == 2;
+static_assert(ATTN_BWD_BM80 >= 0 && ATTN_BWD_BM80 <= 2, "ATTN_BWD_BM80: 0, 1 or 2");
 static_assert(!bwd90_bm80 || (!bwd90_split_d && !bwd90_wide && bwd90_dqk == 128 && bwd90_dv == 128),
               "BM-80 mode is for head dims 128");
 #if ATTN_BWD_BM80 && defined(ATTN_DROPOUT)
@@ -1540,6 +1545,15 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
 
     /* The A fragments of the 16-query steps (Pd^T's and dRaw^T's). */
     unsigned pa[bwd90_qn / 16][4], ra[bwd90_qn / 16][4];
+    /* (BM-80) A fragments free for reuse: fenced after the wait under
+     * which the GEMM reading them completed. */
+    [[maybe_unused]] auto free_frags = [](unsigned (&f)[bwd90_qn / 16][4]) {
+#pragma unroll
+      for (int kk = 0; kk < bwd90_qn / 16; ++kk)
+#pragma unroll
+        for (int x = 0; x < 4; ++x)
+          attn_fence_reg(f[kk][x]);
+    };
     /* FP8: P^T's and dS^T's FP8 A fragments per 32-query step, and the
      * descriptors of this stage's Q^T and dO^T (K-major, 64-byte swizzle:
      * 8-row groups 512 bytes apart, layout 2). */
@@ -1585,10 +1599,11 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
        * mode: with its m64n32 GEMMs, reading S^T while dP^T is in flight
        * made ptxas serialize every wgmma of the kernel (its warning C7514). */
       constexpr bool split = !attn_bwd_draw_reads_acc && !bwd90_split_d;
-      /* BM-80: dP^T is issued once dV's GEMM has completed, not beside S^T,
-       * so that its 40 accumulators are held neither while P^T is computed
-       * nor beside Pd^T's fragments (either way ptxas serialized every
-       * wgmma for want of registers, C7512). */
+      /* BM-80: dP^T is issued after dV's GEMM (once it has completed, or
+       * with Pd^T in shared memory at once), not beside S^T, so that its 40
+       * accumulators are held neither while P^T is computed nor beside
+       * Pd^T's fragments (either way ptxas serialized every wgmma for want
+       * of registers, C7512). */
       constexpr bool dp_late = bwd90_bm80 && split;
       auto issue_dp = [&]() {
         issue_rows(bwd90_int<bwd90_dv>(), bwd90_bool<bwd90_kv_e4>(), bwd90_bool<bwd90_do_e4>(), dp,
@@ -1756,7 +1771,35 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
         /* dV += Pd^T dO (k: the 64 queries; dO read transposed through an
          * MN-major descriptor), in the tensor cores while dRaw^T is
          * computed. */
+#if ATTN_BWD_BM80 == 2 /* (#if: at other head dims dv is no m64n128 accumulator) */
+        {
+          /* Pd^T into this warpgroup's half of the tile's dS buffer (its 64
+           * keys' 10240 bytes, which dS overwrites only after the wait that
+           * this GEMM completes under) as five [64 keys][16 queries] blocks
+           * of 32-byte rows, 32-byte swizzle (chunk c of row r at c ^ (r >> 2
+           * & 1): a matrix's 8 rows on 32 banks), by stmatrix; then dV's
+           * GEMM reads it there (A K-major), and Pd^T's registers are free. */
+          const int xm = lane >> 3, prow = ww * 16 + 8 * (xm & 1) + (lane & 7);
+          const unsigned pt_half = sds + (unsigned)(wg * (bwd90_ds_bytes / 2));
+          const unsigned pt_at =
+              pt_half + (unsigned)(prow * 32 + (((xm >> 1) ^ ((prow >> 2) & 1)) << 4));
+#pragma unroll
+          for (int kk = 0; kk < bwd90_qn / 16; ++kk)
+            attn_stsm_x4(pt_at + kk * 64 * 32, pa[kk]);
+          attn_fence_proxy_async();
+          attn_bar_sync<128>(2 + wg); /* the warpgroup's four warps' rows */
+          const unsigned long long dpt32 =
+              (attn_wgmma_desc(pt_half, 16, 256) & ~(3ull << 62)) | (3ull << 62);
+          attn_wgmma_fence();
+#pragma unroll
+          for (int kk = 0; kk < bwd90_qn / 16; ++kk)
+            attn_wgmma_ss128_kmn<bwd90_in_bf16>(dv, attn_wgmma_desc_add(dpt32, kk * 64 * 32),
+                                                attn_wgmma_desc_add(ddo_mn, kk * 16 * 128), 1);
+          attn_wgmma_commit();
+        }
+#else
         bwd90_rs_tile<bwd90_dv_cols>(dv, pa, attn_wgmma_desc_add(ddo_mn, qh * 128));
+#endif
       } else {
         /* This warpgroup's half of Pd^T, for dV's GEMM after the barrier. */
 #pragma unroll
@@ -1768,14 +1811,13 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
 #endif
 
       if constexpr (dp_late) {
-        /* dV's GEMM done first: Pd^T's 20 fragment registers and dP^T's 40
-         * accumulators together were what serialized the wgmma. */
-        attn_wgmma_wait<0>();
-#pragma unroll
-        for (int kk = 0; kk < bwd90_qn / 16; ++kk)
-#pragma unroll
-          for (int x = 0; x < 4; ++x)
-            attn_fence_reg(pa[kk][x]);
+        /* dV's GEMM done first (unless it reads Pd^T from shared memory):
+         * Pd^T's 20 fragment registers and dP^T's 40 accumulators together
+         * were what serialized the wgmma. */
+        if constexpr (!bwd90_dv_smem) {
+          attn_wgmma_wait<0>();
+          free_frags(pa);
+        }
         attn_wgmma_fence();
         issue_dp();
       }
@@ -1892,11 +1934,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
         /* dK's GEMM first, so that dRaw^T's fragments are free before dQ^T's
          * 40 accumulators are taken. */
         attn_wgmma_wait<0>();
-#pragma unroll
-        for (int kk = 0; kk < bwd90_qn / 16; ++kk)
-#pragma unroll
-          for (int x = 0; x < 4; ++x)
-            attn_fence_reg(ra[kk][x]);
+        free_frags(ra);
       }
       attn_fence_proxy_async(); /* the st.shared above, for wgmma */
       attn_named_sync(1); /* both warpgroups' dRaw^T (and Pd^T) */
@@ -1978,13 +2016,8 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
 #endif
     } else {
       attn_wgmma_wait<0>();
-      if constexpr (bwd90_bm80) { /* (dK's GEMM done: its fragments, as above) */
-#pragma unroll
-        for (int kk = 0; kk < bwd90_qn / 16; ++kk)
-#pragma unroll
-          for (int x = 0; x < 4; ++x)
-            attn_fence_reg(ra[kk][x]);
-      }
+      if constexpr (bwd90_bm80) /* (dK's GEMM done: its fragments, as above) */
+        free_frags(ra);
       release_stage();
     }
 #pragma unroll

@@ -181,6 +181,14 @@ template <int N, bool READ>
  * fragment: lane l holds row l / 4, columns 2 (l % 4), + 1 of each)
  * stored transposed: row r of matrix x in memory (16 bytes at the address
  * lane 8 x + r gives) receives column r of the fragment's matrix x. */
+/* The same four matrices stored as they are: row r of matrix x (16 bytes
+ * at the address lane 8 x + r gives) receives the fragment's row r. */
+[[maybe_unused]] static __device__ __forceinline__ void attn_stsm_x4(unsigned addr,
+                                                                   const unsigned (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
+               "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
+}
 [[maybe_unused]] static __device__ __forceinline__ void attn_stsm_x4_trans(unsigned addr,
                                                                          const unsigned (&r)[4]) {
   asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),

@@ -84,17 +84,38 @@ done
 # bwd_sm90's FP8 tensor-core mode (ATTN_BWD_TEMPLATE=sm90f8, opt-in): its graphs compile
 # with FP8 wgmma (QGMMA in the SASS is not checked here: the PTX's e4m3/e5m2 wgmma
 # is), none serialized.
-for f in examples/fp8_train.attn tests/nvrtc/bwd_fp8_mma.attn; do
+# opt_in TEMPLATE WHAT FILE PATTERN...: FILE's backward under ATTN_BWD_TEMPLATE=TEMPLATE
+# compiles with no wgmma serialized, and its PTX holds every PATTERN (grep regexes).
+opt_in() {
+  local t=$1 what=$2 f=$3 name pat ok=1
+  shift 3
   name=$(basename "${f%.attn}")
-  if ATTN_BWD_TEMPLATE=sm90f8 compile "$f" --arch sm_90a --part backward -v \
-       -o "$tmp/$name.f8.cubin" --ptx "$tmp/$name.f8.ptx" &&
-    ! grep -q 'wgmma.mma_async instructions are serialized' "$tmp/err" &&
-    grep -q 'wgmma.mma_async.sync.aligned.m64n128k32.f32.e' "$tmp/$name.f8.ptx"; then
+  if ATTN_BWD_TEMPLATE=$t compile "$f" --arch sm_90a --part backward -v \
+       -o "$tmp/$name.$t.cubin" --ptx "$tmp/$name.$t.ptx" &&
+    ! grep -q 'wgmma.mma_async instructions are serialized' "$tmp/err"; then
+    for pat in "$@"; do grep -q "$pat" "$tmp/$name.$t.ptx" || ok=0; done
+  else
+    ok=0
+  fi
+  if [ $ok = 1 ]; then
     pass=$((pass + 1))
   else
-    grep -B1 -A1 'serialized\|error' "$tmp/err"; echo "FAIL: $f in the FP8 tensor-core mode"
+    grep -B1 -A1 'serialized\|error' "$tmp/err"; echo "FAIL: $f $what ($t)"
     fail=$((fail + 1))
   fi
+}
+for f in examples/fp8_train.attn tests/nvrtc/bwd_fp8_mma.attn; do
+  opt_in sm90f8 "in the FP8 tensor-core mode" "$f" 'wgmma.mma_async.sync.aligned.m64n128k32.f32.e'
+done
+# bwd_sm90's 80-query tiles (ATTN_BWD_TEMPLATE=sm90bm80, and sm90bm80s with dV's GEMM
+# reading P^T from shared memory; opt-in while measured): its graphs take the mode (dQ^T's
+# m64n80k16 with A transposed, dS by stmatrix.trans in the PTX), none serialized.
+for t in sm90bm80 sm90bm80s; do
+  for f in tests/nvrtc/bwd_bm80_*.attn; do
+    opt_in $t "with 80-query tiles" "$f" \
+      'wgmma.mma_async.sync.aligned.m64n80k16.f32.[bf]*16.[bf]*16 .*, 1, 1, 1, 0;' \
+      'stmatrix.sync.aligned.m8n8.x4.trans.shared.b16'
+  done
 done
 # The Hopper fast path: an sm_90a build must use the TMA and wgmma
 # instructions (fwd_sm90.cuh), not fall back to the portable template.

@@ -602,14 +602,14 @@ int main(int argc, char **argv) {
   if (ctas && *ctas) attn_context_set_option(ctx, ATTN_OPTION_PERSISTENT_CTAS, atoll(ctas));
   /* Every case once per backward template (a compile option: each pass
    * compiles its own kernels). */
-  /* (sm90bm80, bwd_sm90's 80-query tiles while they are measured: only
-   * when ATTN_BWD_TEMPLATE names it) */
-  static const char *const tmpls[] = {"sm80", "sm90", "sm90f8", "sm90bm80"};
-  static const int tmpl_option[] = {80, 90, 91, 93};
+  /* (sm90bm80 and sm90bm80s, bwd_sm90's 80-query tiles while they are
+   * measured: only when ATTN_BWD_TEMPLATE names them) */
+  static const char *const tmpls[] = {"sm80", "sm90", "sm90f8", "sm90bm80", "sm90bm80s"};
+  static const int tmpl_option[] = {80, 90, 91, 93, 94};
   const char *given = getenv("ATTN_BWD_TEMPLATE"); /* set: that pass alone */
   for (size_t pass = 0; pass < sizeof tmpls / sizeof tmpls[0]; pass++) {
     if (given && *given && strcmp(given, tmpls[pass])) continue;
-    if ((!given || !*given) && tmpl_option[pass] == 93) continue;
+    if ((!given || !*given) && tmpl_option[pass] >= 93) continue;
     bwd_template_tag = tmpls[pass];
     attn_context_set_option(ctx, ATTN_OPTION_BACKWARD_TEMPLATE, tmpl_option[pass]);
     run_all(ctx);
