@@ -623,6 +623,18 @@ Test(grad_block, bm80_only_under_options_93_94_at_head_dims_128) {
     const BwdSpec *b = c.graphs[0].bwd;
     cr_assert(b && b->sm90, "case %zu", k);
     cr_assert_eq(b->bm80, cases[k].bm80, "case %zu", k);
+    /* The main step's q, dO and dQ accumulator maps: boxes of the tile's rows. */
+    const PassPlan *pp = &c.plans[0].pass[PLAN_BACKWARD];
+    int boxed = 0;
+    for (int st = 0; st < pp->nsteps; st++)
+      for (int x = 0; !strcmp(pp->steps[st].role, "main") && x < pp->steps[st].nmaps; x++) {
+        const PlanMap *mp = &pp->steps[st].maps[x];
+        if (mp->index != ATTN_TMAP_Q && mp->index != ATTN_TMAP_DO && mp->index != ATTN_TMAP_DQA)
+          continue;
+        cr_assert_eq(mp->box_rows, cases[k].bm80 ? 80 : 64, "case %zu, map %s", k, mp->what);
+        boxed++;
+      }
+    cr_assert_geq(boxed, 3, "case %zu", k);
     char def[32];
     snprintf(def, sizeof def, "#define ATTN_BWD_BM80 %d", cases[k].bm80);
     cr_assert_not_null(strstr(c.source, def), "case %zu", k);
