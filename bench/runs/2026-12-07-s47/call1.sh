@@ -3,7 +3,8 @@
 #   bash bench/runs/2026-12-07-s47/call1.sh [bm80|decode|all]     (default: bm80)
 # bm80 (~450 s): the BM-80 backward (backward_template 93, and 94 with dV's GEMM from shared
 #   memory) checked against the CPU reference and timed beside the 64-query kernel and beside
-#   cuDNN and FA4; carry build/libattn.so, build/install, build/tests/gpu/test_backward, .fa4.
+#   cuDNN and FA4; carry build/libattn.so, build/install, build/tests/gpu/test_backward,
+#   build/tests/gpu/sanitize_cases, .fa4.
 # decode (~300 s): plan format 4's paged decode rule as the plan's choice, then the paged
 #   split sweep; carry build/libattn.so, build/install, .fi.
 # Each step's log lands in $OUT as it ends (a call cut short keeps them); summary.txt lists
@@ -15,7 +16,6 @@ export LD_LIBRARY_PATH=$PWD/$B/install/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export ATTN_CACHE_DIR=/tmp/attnc-cache PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$O/gpu.txt"
 run() { local n=$1; shift; local t0=$(date +%s); "$@" > "$O/$n.log" 2>&1; echo "$n rc=$? $(( $(date +%s) - t0 ))s: $(grep -v '^\s*$' "$O/$n.log" | tail -1)" >> "$O/summary.txt"; }
-CS=${COMPUTE_SANITIZER:-$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)}
 if [ "$PART" = bm80 ] || [ "$PART" = all ]; then
   if ls .fa4/*.tar.xz >/dev/null 2>&1; then
     mkdir -p /tmp/fa4 && for f in .fa4/*.tar.xz; do tar xJf "$f" -C /tmp/fa4; done && export ATTN_FA4=/tmp/fa4
@@ -29,9 +29,10 @@ if [ "$PART" = bm80 ] || [ "$PART" = all ]; then
   run bd_bm80s env ATTN_BWD_TEMPLATE=sm90bm80s timeout 120 python3 bench/bwd_breakdown.py --lib $B/libattn.so --dims 128
   run t_packed_bm80 env ATTN_BWD_TEMPLATE=sm90bm80 timeout 150 $B/tests/gpu/test_backward packed
   mkdir -p "$O/bm80" && run bench_bwd_bm80 env ATTN_BWD_TEMPLATE=sm90bm80 timeout 200 python3 bench/bench.py --lib $B/libattn.so --backward --dims 128 --out "$O/bm80"
-  # Under compute-sanitizer (the new shared-memory traffic: stmatrix dS and Pd^T, dQ^T's stores).
-  run san_mem_bm80 env ATTN_BWD_TEMPLATE=sm90bm80 timeout 200 $CS --tool memcheck $B/tests/gpu/test_backward d128
-  run san_race_bm80s env ATTN_BWD_TEMPLATE=sm90bm80s timeout 200 $CS --tool racecheck $B/tests/gpu/test_backward d128
+  # Under compute-sanitizer (the new shared-memory traffic: stmatrix dS and Pd^T, dQ^T's stores,
+  # 94's named barriers): sanitize_cases' two BM-80 cases, every tool.
+  run sanitize_bm80 env L="$O/sanitize" CASES=BM-80 TOOLS="memcheck racecheck synccheck initcheck" \
+    timeout 300 bash tools/sanitize_device.sh $B
 fi
 if [ "$PART" = decode ] || [ "$PART" = all ]; then
   if [ -f .fi/site_fi.tar.xz ]; then
