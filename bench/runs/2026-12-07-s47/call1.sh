@@ -27,6 +27,7 @@ if [ "$PART" = bm80 ] || [ "$PART" = all ]; then
   run bd_sm90 env ATTN_BWD_TEMPLATE=sm90 timeout 120 python3 bench/bwd_breakdown.py --lib $B/libattn.so --dims 128
   run bd_bm80 env ATTN_BWD_TEMPLATE=sm90bm80 timeout 120 python3 bench/bwd_breakdown.py --lib $B/libattn.so --dims 128
   run bd_bm80s env ATTN_BWD_TEMPLATE=sm90bm80s timeout 120 python3 bench/bwd_breakdown.py --lib $B/libattn.so --dims 128
+  python3 bench/bwd_ab.py "$O/bd_sm90.log" "$O/bd_bm80.log" "$O/bd_bm80s.log" > "$O/bd_ab.md" 2>&1
   run t_packed_bm80 env ATTN_BWD_TEMPLATE=sm90bm80 timeout 150 $B/tests/gpu/test_backward packed
   mkdir -p "$O/bm80" && run bench_bwd_bm80 env ATTN_BWD_TEMPLATE=sm90bm80 timeout 200 python3 bench/bench.py --lib $B/libattn.so --backward --dims 128 --out "$O/bm80"
   # Under compute-sanitizer (the new shared-memory traffic: stmatrix dS and Pd^T, dQ^T's stores,
