@@ -52,7 +52,7 @@ class Attn:
         # The tuning knobs' environment variables, as the attnc command reads them
         # (the library takes them as context options only).
         self.set_sm90_variant(os.environ.get("ATTN_SM90_VARIANT", "auto"))
-        bwd = {"sm80": 80, "sm90": 90, "sm90f8": 91, "sm90stamps": 92, "sm90bm80": 93, "sm90bm80s": 94}.get(os.environ.get("ATTN_BWD_TEMPLATE", ""), 0)
+        bwd = {"sm80": 80, "sm90": 90, "sm90f8": 91, "sm90stamps": 92, "sm90bm80": 93, "sm90bm80s": 94, "sm90bm80late": 95}.get(os.environ.get("ATTN_BWD_TEMPLATE", ""), 0)
         self.ctx.set_option("backward_template", bwd)
         # ATTN_LAUNCH_OVERLAP=0: plain launches (docs/runtime.md, "Launch overlap").
         self.ctx.set_option("launch_overlap", 0 if os.environ.get("ATTN_LAUNCH_OVERLAP") == "0" else 1)

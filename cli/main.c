@@ -73,7 +73,7 @@ static const char usage_text[] =
     "             3 could not run, 4 GPU result disagrees with the reference\n"
     "environment: ATTN_CACHE_DIR (cache root), ATTN_NO_CACHE=1 (no cache),\n"
     "             ATTN_NVRTC (path of the libnvrtc to use); tuning knobs the\n"
-    "             command passes to the library: ATTN_BWD_TEMPLATE=sm80|sm90|sm90f8|sm90stamps|sm90bm80|sm90bm80s,\n"
+    "             command passes to the library: ATTN_BWD_TEMPLATE=sm80|sm90|sm90f8|sm90stamps|sm90bm80|sm90bm80s|sm90bm80late,\n"
     "             ATTN_SM90_VARIANT=auto|base|persist|bn80|persist_bn80|f16_pv|wg3|kv8_early|\n"
     "             kv_copy|bn176|fp8_vt8|kv8|bn128|rescale_late|pv_overlap|pv_once|\n"
     "             q_early|auto35|tanh_poly|auto36|\n"
@@ -112,6 +112,7 @@ static int env_bwd_template(void) {
          : v && !strcmp(v, "sm90stamps") ? 92
          : v && !strcmp(v, "sm90bm80") ? 93
          : v && !strcmp(v, "sm90bm80s") ? 94
+         : v && !strcmp(v, "sm90bm80late") ? 95
                                      : 0;
 }
 

@@ -864,7 +864,8 @@ typedef struct CompileOptions {
                         92: as 90, with item timestamps (BwdSpec.stamps);
                         93: as 90, with 80-query tiles where they apply
                         (BwdSpec.bm80); 94: as 93, dV's GEMM reading P^T
-                        from shared memory (bm80 2) */
+                        from shared memory (bm80 2); 95: as 93 in
+                        FlashAttention-3's order (bm80 3) */
   int sm90_variant;  /* fwd_sm90's variant (tmpl_sm90.c): 0 auto, 1 base,
                         2 persist, 3 bn80, 4 persist_bn80, 5 f16_pv, 6 wg3,
                         7 kv8_early, 8 kv_copy, 9 bn176, 10 fp8_vt8,
@@ -1150,7 +1151,8 @@ typedef struct BwdSpec {
    * bm80 (head dims 128, bwd_template 93 and 94: 80-query tiles, dQ
    * computed transposed; its tensor maps' boxes of Q, dO and dQ's
    * accumulator take 80 rows; 0 off, 1 on, 2 on with dV's GEMM reading
-   * P^T from shared memory). */
+   * P^T from shared memory, 3 on in FlashAttention-3's order: dV and dK
+   * after dRaw^T, the stats shuffled). */
   bool split_d, wide, persistent;
   int bm80;
   /* The FP8 recipe's backward (FP8 q, k, v or o, P scaled or rounded, o

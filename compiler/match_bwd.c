@@ -275,7 +275,7 @@ static bool bwd_wide_fits(const BwdSpec *s, const KernelSpec *fwd, Arena *a) {
  * are the default). */
 static bool bwd_use_sm90(const KernelSpec *fwd, const CompileOptions *o) {
   if (o->bwd_template == 80) return false;
-  if (o->bwd_template >= 90 && o->bwd_template <= 94) return fwd->sm == 90;
+  if (o->bwd_template >= 90 && o->bwd_template <= 95) return fwd->sm == 90;
   return fwd->tmpl == TMPL_FWD_SM90;
 }
 
@@ -432,13 +432,13 @@ BwdSpec *match_bwd(const KernelSpec *fwd, const CompileOptions *o, Arena *a, Dia
      * 128, no dropout (its keep bits are 32 a thread), and what keeps the
      * wide kernel's wgmma pipelined (S^T and dP^T take 80 accumulators a
      * thread beside dK's and dV's 128). */
-    const bool bm80 = (o->bwd_template == 93 || o->bwd_template == 94) && s->tile_qk == 128 &&
+    const bool bm80 = o->bwd_template >= 93 && o->bwd_template <= 95 && s->tile_qk == 128 &&
                       s->tile_v == 128 && !fwd->dropout && bwd_wide_fits(s, fwd, a);
     const int bm = wide ? 128 : bm80 ? 80 : 64, stages = wide || bm80 ? 2 : 3;
     s->threads = 256;
     s->block_n = 128;
     s->wide = wide;
-    s->bm80 = bm80 ? (o->bwd_template == 94 ? 2 : 1) : 0;
+    s->bm80 = bm80 ? o->bwd_template - 92 : 0; /* 93, 94, 95: forms 1, 2, 3 */
     /* Packed sequences: one CTA per key tile of a sequence
      * (bwd80_packed_item), never persistent. */
     s->persistent = !packed;

@@ -183,7 +183,7 @@ static attn_status context_set_option_impl(attn_context *ctx, attn_option option
   rt_clear_error(ctx);
   switch (option) {
   case ATTN_OPTION_BACKWARD_TEMPLATE:
-    if (value != 0 && value != 80 && (value < 90 || value > 94)) break;
+    if (value != 0 && value != 80 && (value < 90 || value > 95)) break;
     ctx->options.bwd_template = (int)value;
     return ATTN_SUCCESS;
   case ATTN_OPTION_SM90_VARIANT: /* (attn.h's list; tmpl_sm90.c's sm90_variants) */

@@ -95,7 +95,8 @@ attn_status attn_context_set_cache_dir(attn_context *ctx, const char *dir);
  *       not the gradient), 93 as 90 with 80-query tiles where they apply
  *       (head dims 128 without dropout or a bias gradient: being measured
  *       against the 64-query tiles 90 takes), 94 as 93 with dV's GEMM
- *       reading P^T from shared memory
+ *       reading P^T from shared memory, 95 as 93 with one element pass
+ *       and dV's and dK's GEMMs after it
  *   ATTN_OPTION_SM90_VARIANT  the Hopper forward's variant: 0 auto,
  *       1 base, 2 persist, 3 bn80, 4 persist_bn80, 5 f16_pv, 6 wg3,
  *       7 kv8_early, 8 kv_copy, 9 bn176, 10 fp8_vt8, 11 kv8, 12 bn128,

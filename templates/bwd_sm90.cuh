@@ -123,7 +123,17 @@ constexpr bool bwd90_bm80 = ATTN_BWD_BM80 != 0;
  * shared memory instead of registers, so that dP^T need not wait for it
  * (bwd90_dv_smem, below). */
 constexpr bool bwd90_dv_smem = ATTN_BWD_BM80 == 2;
-static_assert(ATTN_BWD_BM80 >= 0 && ATTN_BWD_BM80 <= 2, "ATTN_BWD_BM80: 0, 1 or 2");
+/* ATTN_BWD_BM80 3 (backward_template 95): S^T and dP^T issued together
+ * and both waited for, then one pass (P^T, dS^T, dRaw^T: the order a dRaw
+ * that reads the score takes), and dV's and dK's GEMMs issued only after
+ * it, so Pd^T's fragments never meet dP^T's accumulators: two waits a
+ * tile before dQ^T instead of form 1's four. What makes the pass fit
+ * beside both accumulators is its stats, 3 registers a lane of each,
+ * shuffled to the lanes that need them, instead of 20 loads
+ * (bwd90_late_dkv). (P^T computed while dP^T is still in flight, as
+ * FlashAttention-3 does, made ptxas serialize the wgmma, C7514.) */
+constexpr bool bwd90_late_dkv = ATTN_BWD_BM80 == 3;
+static_assert(ATTN_BWD_BM80 >= 0 && ATTN_BWD_BM80 <= 3, "ATTN_BWD_BM80: 0 to 3");
 static_assert(!bwd90_bm80 || (!bwd90_split_d && !bwd90_wide && bwd90_dqk == 128 && bwd90_dv == 128),
               "BM-80 mode is for head dims 128");
 #if ATTN_BWD_BM80 && defined(ATTN_DROPOUT)
@@ -1598,13 +1608,13 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
        * overwrites S^T and dP^T is waited for only after it. Not in split-D
        * mode: with its m64n32 GEMMs, reading S^T while dP^T is in flight
        * made ptxas serialize every wgmma of the kernel (its warning C7514). */
-      constexpr bool split = !attn_bwd_draw_reads_acc && !bwd90_split_d;
+      constexpr bool split = !attn_bwd_draw_reads_acc && !bwd90_split_d && !bwd90_late_dkv;
       /* BM-80: dP^T is issued after dV's GEMM (once it has completed, or
        * with Pd^T in shared memory at once), not beside S^T, so that its 40
        * accumulators are held neither while P^T is computed nor beside
        * Pd^T's fragments (either way ptxas serialized every wgmma for want
        * of registers, C7512). */
-      constexpr bool dp_late = bwd90_bm80 && split;
+      constexpr bool dp_late = bwd90_bm80 && split && !bwd90_late_dkv;
       auto issue_dp = [&]() {
         issue_rows(bwd90_int<bwd90_dv>(), bwd90_bool<bwd90_kv_e4>(), bwd90_bool<bwd90_do_e4>(), dp,
                    dv_k, ddo_k);
@@ -1622,8 +1632,11 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
       else
         attn_wgmma_wait<0>();
 #pragma unroll
-      for (int r = 0; r < bwd90_qn / 2; ++r)
+      for (int r = 0; r < bwd90_qn / 2; ++r) {
         attn_fence_reg(s[r]);
+        if constexpr (bwd90_late_dkv) /* (dP^T's too: the pass reads both) */
+          attn_fence_reg(dp[r]);
+      }
 
       /* Per element (fragment nb, element e: key row jl_row + 8 (e >> 1),
        * query nb * 8 + 2 t4 + (e & 1)): P^T = exp2(score log2 e - lse log2 e)
@@ -1657,6 +1670,27 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
       /* Pass 1 (split) or the only pass: s becomes P^T (split) or Pd^T,
        * dp dRaw^T (not split). MASKED: some element of the tile may be
        * masked (tested from keep bits, bwd90_keep_bits). */
+      /* (late_dkv) One of the stats (0 delta, 1 lse log2 e) of this thread's
+       * queries: the 8 lanes of a t4 share their 20 queries (k = 2 c + x:
+       * query qo + 8 c + 2 t4 + x), lane (g, t4) loads those of k = g + 8 m
+       * (m < 3) into st3, and query k's comes from lane 4 (k % 8) + t4. */
+      [[maybe_unused]] auto load_st3 = [&](float (&st3)[3], int which) {
+#pragma unroll
+        for (int m = 0; m < 3; ++m) {
+          const int k = g + 8 * m;
+          const float2 row = s_row[qo + 8 * (k >> 1) + 2 * t4 + (k & 1)];
+          st3[m] = k < bwd90_qn / 4 ? (which ? row.y : row.x) : 0.f;
+        }
+      };
+      [[maybe_unused]] auto st_of = [&](const float (&st3)[3], int k) {
+        /* (the source lane's bits 0-1 are this lane's: shfl's segment mask
+         * 3, so the index is the constant 4 (k % 8), no register a k) */
+        float v;
+        asm volatile("shfl.sync.idx.b32 %0, %1, %2, 0x31f, 0xffffffff;\n"
+                     : "=f"(v)
+                     : "f"(st3[k >> 3]), "r"((k & 7) * 4));
+        return v;
+      };
       auto pass1 = [&](auto masked_t) {
         constexpr bool masked = decltype(masked_t)::value;
         bwd90_keep_t keep = ~(bwd90_keep_t)0;
@@ -1674,6 +1708,12 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
           lse2[c] = stat_pair(qo, c, 0);
           if constexpr (!split)
             delta2[c] = stat_pair(qo, c, 1);
+        }
+#else
+        [[maybe_unused]] float lse3[3], delta3[3];
+        if constexpr (bwd90_late_dkv) {
+          load_st3(lse3, 1);
+          load_st3(delta3, 0);
         }
 #endif
 #pragma unroll
@@ -1696,7 +1736,9 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
               const float lse = x ? lse2[c].y : lse2[c].x;
               [[maybe_unused]] const float delta = split ? 0.f : x ? delta2[c].y : delta2[c].x;
 #else
-              const float2 row = s_row[il];
+              const float2 row = bwd90_late_dkv
+                                     ? make_float2(st_of(delta3, 2 * c + x), st_of(lse3, 2 * c + x))
+                                     : s_row[il];
               const float lse = row.y;
               [[maybe_unused]] const float delta = row.x;
 #endif
@@ -1730,6 +1772,15 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
         else
           return bwd80_pd(dropped(s[r], r), p_scale);
       };
+      /* (late_dkv: after dRaw^T) */
+      auto pack_pa = [&]() {
+#pragma unroll
+        for (int kk = 0; kk < bwd90_qn / 16; ++kk)
+#pragma unroll
+          for (int x = 0; x < 4; ++x)
+            pa[kk][x] =
+                attn_pack2<bwd90_in_bf16>(pd_at(8 * kk + 2 * x), pd_at(8 * kk + 2 * x + 1));
+      };
       if constexpr (bwd90_f8) {
         /* 32-query step kb: a0/a1 rows g/g+8 of fragments 4kb, 4kb + 1, a2/a3
          * of 4kb + 2, 4kb + 3 (transpose8's query order; fwd_sm90's P). */
@@ -1746,13 +1797,8 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
               auto pd8 = [&](int x) { return split ? dropped(s[x], x) : s[x]; };
               pa8[kb][2 * h2 + r] = attn_fp8x4<bwd90_p_e4>(pd8(e), pd8(e + 1), pd8(e + 4), pd8(e + 5));
             }
-      } else {
-#pragma unroll
-        for (int kk = 0; kk < bwd90_qn / 16; ++kk)
-#pragma unroll
-          for (int x = 0; x < 4; ++x)
-            pa[kk][x] =
-                attn_pack2<bwd90_in_bf16>(pd_at(8 * kk + 2 * x), pd_at(8 * kk + 2 * x + 1));
+      } else if constexpr (!bwd90_late_dkv) {
+        pack_pa();
       }
       /* Pair x of 16-query step kk (fragment 2kk + (x >> 1), key row + 8 (x
        * & 1)) to its place in a [key][query] tile. */
@@ -1798,7 +1844,8 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
           attn_wgmma_commit();
         }
 #else
-        bwd90_rs_tile<bwd90_dv_cols>(dv, pa, attn_wgmma_desc_add(ddo_mn, qh * 128));
+        if constexpr (!bwd90_late_dkv)
+          bwd90_rs_tile<bwd90_dv_cols>(dv, pa, attn_wgmma_desc_add(ddo_mn, qh * 128));
 #endif
       } else {
         /* This warpgroup's half of Pd^T, for dV's GEMM after the barrier. */
@@ -1920,6 +1967,10 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
       }
 
       if constexpr (!bwd90_split_d) {
+        if constexpr (bwd90_late_dkv) { /* dV += Pd^T dO now (its fragments packed here) */
+          pack_pa();
+          bwd90_rs_tile<bwd90_dv_cols>(dv, pa, attn_wgmma_desc_add(ddo_mn, qh * 128));
+        }
         /* dK += dRaw^T Q (Q read transposed likewise). */
         bwd90_rs_tile<bwd90_dk_cols>(dk, ra, attn_wgmma_desc_add(dq_mn, qh * 128));
       }
@@ -1935,6 +1986,8 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
          * 40 accumulators are taken. */
         attn_wgmma_wait<0>();
         free_frags(ra);
+        if constexpr (bwd90_late_dkv)
+          free_frags(pa);
       }
       attn_fence_proxy_async(); /* the st.shared above, for wgmma */
       attn_named_sync(1); /* both warpgroups' dRaw^T (and Pd^T) */
@@ -2016,8 +2069,11 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
 #endif
     } else {
       attn_wgmma_wait<0>();
-      if constexpr (bwd90_bm80) /* (dK's GEMM done: its fragments, as above) */
+      if constexpr (bwd90_bm80) { /* (dK's GEMM done: its fragments, as above) */
         free_frags(ra);
+        if constexpr (bwd90_late_dkv)
+          free_frags(pa);
+      }
       release_stage();
     }
 #pragma unroll

@@ -107,10 +107,11 @@ opt_in() {
 for f in examples/fp8_train.attn tests/nvrtc/bwd_fp8_mma.attn; do
   opt_in sm90f8 "in the FP8 tensor-core mode" "$f" 'wgmma.mma_async.sync.aligned.m64n128k32.f32.e'
 done
-# bwd_sm90's 80-query tiles (ATTN_BWD_TEMPLATE=sm90bm80, and sm90bm80s with dV's GEMM
-# reading P^T from shared memory; opt-in while measured): its graphs take the mode (dQ^T's
-# m64n80k16 with A transposed, dS by stmatrix.trans in the PTX), none serialized.
-for t in sm90bm80 sm90bm80s; do
+# bwd_sm90's 80-query tiles (ATTN_BWD_TEMPLATE=sm90bm80, sm90bm80s with dV's GEMM reading
+# P^T from shared memory, sm90bm80late with dV and dK after one pass; opt-in while measured):
+# its graphs take the mode (dQ^T's m64n80k16 with A transposed, dS by stmatrix.trans in the
+# PTX), none serialized.
+for t in sm90bm80 sm90bm80s sm90bm80late; do
   for f in tests/nvrtc/bwd_bm80_*.attn; do
     opt_in $t "with 80-query tiles" "$f" \
       'wgmma.mma_async.sync.aligned.m64n80k16.f32.[bf]*16.[bf]*16 .*, 1, 1, 1, 0;' \

@@ -10,7 +10,7 @@
  * packed sequences with offsets out of range (forward; backward on bwd_sm90 at D 64 and 256 and
  * on bwd_sm80), FP8 (P in FP8, amax) on both
  * forwards, an FP8 KV cache; bwd_sm90 at D 64 (wide), 128 (persistent;
- * BM-80 in both forms, options 93 and 94) and 256 (split-D), deterministic, dropout, a bias gradient and a sink's
+ * BM-80 in its three forms, options 93-95) and 256 (split-D), deterministic, dropout, a bias gradient and a sink's
  * gradient (its dsink step), bwd_sm80; the FP8 backward on both templates and in
  * bwd_sm90's FP8 tensor-core mode. argv[1], when given, keeps the cases
  * whose name contains it.
@@ -58,7 +58,7 @@ typedef struct Case {
   const char *name, *text, *spec;
   const char *arch;   /* NULL: the device's (sm_90a on an H200) */
   int sm90_variant;   /* ATTN_OPTION_SM90_VARIANT */
-  int bwd_template;   /* ATTN_OPTION_BACKWARD_TEMPLATE: 0 auto, 80, 90, 91, 93, 94 */
+  int bwd_template;   /* ATTN_OPTION_BACKWARD_TEMPLATE: 0 auto, 80, 90, 91, 93-95 */
   int decode_splits;  /* ATTN_OPTION_DECODE_SPLITS */
   Mode mode;
   int offsets;        /* packed: 1 rewrites the offsets out of range */
@@ -203,12 +203,15 @@ static const Case cases[] = {
      "B=2,H=4,Hk=2,Sq=200,Skv=200", NULL, 0, 90, 0, BWD, 0},
     {"bwd_sm90 D 128 persistent", DENSE(128, "f16", "", "j <= i + Skv - Sq", PLAIN_OUT(128, "f16") GRAD),
      "B=2,H=4,Hk=4,Sq=150,Skv=270", NULL, 0, 90, 0, BWD, 0},
-    /* BM-80 (options 93, 94): 80-query tiles, dS and Pd^T by stmatrix,
-     * dQ^T's stores, named barriers 2 and 3 (94); a partial last tile. */
+    /* BM-80 (options 93, 94, 95): 80-query tiles, dS and Pd^T by
+     * stmatrix, dQ^T's stores, named barriers 2 and 3 (94), the shuffled
+     * stats (95); a partial last tile. */
     {"bwd_sm90 D 128 BM-80", DENSE(128, "bf16", "", "j <= i + Skv - Sq", PLAIN_OUT(128, "bf16") GRAD),
      "B=2,H=4,Hk=2,Sq=200,Skv=230", NULL, 0, 93, 0, BWD, 0},
     {"bwd_sm90 D 96 BM-80 Pd^T in smem", DENSE(96, "f16", "", "j < 200", PLAIN_OUT(96, "f16") GRAD),
      "B=2,H=4,Hk=4,Sq=170,Skv=250", NULL, 0, 94, 0, BWD, 0},
+    {"bwd_sm90 D 128 BM-80 one pass", DENSE(128, "bf16", "", "j < Skv", PLAIN_OUT(128, "bf16") GRAD),
+     "B=1,H=4,Hk=1,Sq=250,Skv=190", NULL, 0, 95, 0, BWD, 0},
     {"bwd_sm90 D 256 split-D", DENSE(256, "bf16", "", "i - j < 90", PLAIN_OUT(256, "bf16") GRAD),
      "B=1,H=2,Hk=1,Sq=200,Skv=200", NULL, 0, 90, 0, BWD, 0},
     {"bwd_sm90 deterministic", DENSE(128, "bf16", "", "j <= i", PLAIN_OUT(128, "bf16") GRAD),

@@ -604,8 +604,9 @@ int main(int argc, char **argv) {
    * compiles its own kernels). */
   /* (sm90bm80 and sm90bm80s, bwd_sm90's 80-query tiles while they are
    * measured: only when ATTN_BWD_TEMPLATE names them) */
-  static const char *const tmpls[] = {"sm80", "sm90", "sm90f8", "sm90bm80", "sm90bm80s"};
-  static const int tmpl_option[] = {80, 90, 91, 93, 94};
+  static const char *const tmpls[] = {"sm80", "sm90", "sm90f8", "sm90bm80", "sm90bm80s",
+                                      "sm90bm80late"};
+  static const int tmpl_option[] = {80, 90, 91, 93, 94, 95};
   const char *given = getenv("ATTN_BWD_TEMPLATE"); /* set: that pass alone */
   for (size_t pass = 0; pass < sizeof tmpls / sizeof tmpls[0]; pass++) {
     if (given && *given && strcmp(given, tmpls[pass])) continue;

@@ -570,12 +570,13 @@ Test(grad_block, stamps_only_under_option_92) {
   }
 }
 
-/* BM-80 (bwd_template 93, 94 with dV's GEMM from shared memory): head
+/* BM-80 (bwd_template 93, 94 with dV's GEMM from shared memory, 95 with
+ * dV and dK after one pass): head
  * dims 128 without dropout or a bias gradient take 80-query tiles, two
  * stages (231936 bytes of shared memory) and tensor maps of Q, dO and dQ's
  * accumulator boxed by 80 rows; head dim 64, dropout and options 0 and 90
  * keep 64. */
-Test(grad_block, bm80_only_under_options_93_94_at_head_dims_128) {
+Test(grad_block, bm80_only_under_options_93_to_95_at_head_dims_128) {
   static const struct {
     const char *text;
     int tmpl;
@@ -591,6 +592,11 @@ Test(grad_block, bm80_only_under_options_93_94_at_head_dims_128) {
        "  output o : bf16[B, H, S, 128] = softmax(s) @ v;\n  output lse = logsumexp(s);\n"
        "  grad q, k, v;\n}\n",
        94, 2},
+      {"attention g {\n  input q : bf16[B, H, S, 128];\n  input k : bf16[B, H, S, 128];\n"
+       "  input v : bf16[B, H, S, 128];\n  s = q @ k^T;\n"
+       "  output o : bf16[B, H, S, 128] = softmax(s) @ v;\n  output lse = logsumexp(s);\n"
+       "  grad q, k, v;\n}\n",
+       95, 3},
       {"attention g {\n  input q : bf16[B, H, S, 128];\n  input k : bf16[B, H, S, 128];\n"
        "  input v : bf16[B, H, S, 128];\n  s = q @ k^T;\n"
        "  output o : bf16[B, H, S, 128] = softmax(s) @ v;\n  output lse = logsumexp(s);\n"

@@ -651,7 +651,7 @@ Test(runtime_args, options_take_the_values_attn_h_lists) {
     attn_option o;
     long long ok[3], bad;
   } cases[] = {
-      {ATTN_OPTION_BACKWARD_TEMPLATE, {0, 93, 94}, 95},
+      {ATTN_OPTION_BACKWARD_TEMPLATE, {0, 94, 95}, 96},
       {ATTN_OPTION_SM90_VARIANT, {0, 24, 25}, 26},
       {ATTN_OPTION_PERSISTENT_CTAS, {0, 3, 132}, -1},
       {ATTN_OPTION_DECODE_SPLITS, {0, 1, 7}, -1},

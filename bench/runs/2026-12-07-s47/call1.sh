@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Session 47's device steps (written for the next session: no machine was lent in 47).
 #   bash bench/runs/2026-12-07-s47/call1.sh [bm80|decode|all]     (default: bm80)
-# bm80 (~450 s): the BM-80 backward (backward_template 93, and 94 with dV's GEMM from shared
-#   memory) checked against the CPU reference and timed beside the 64-query kernel and beside
+# bm80 (~500 s): the BM-80 backward (backward_template 93; 94 with dV's GEMM from shared
+#   memory; 95 with dV and dK after one pass) checked against the CPU reference and timed beside the 64-query kernel and beside
 #   cuDNN and FA4; carry build/libattn.so, build/install, build/tests/gpu/test_backward,
 #   build/tests/gpu/sanitize_cases, .fa4.
 # decode (~300 s): plan format 4's paged decode rule as the plan's choice, then the paged
@@ -23,11 +23,13 @@ if [ "$PART" = bm80 ] || [ "$PART" = all ]; then
   run t_d128_bm80 env ATTN_BWD_TEMPLATE=sm90bm80 timeout 120 $B/tests/gpu/test_backward d128
   run t_d128_bm80_c3 env ATTN_BWD_TEMPLATE=sm90bm80 ATTN_PERSISTENT_CTAS=3 timeout 120 $B/tests/gpu/test_backward d128
   run t_d128_bm80s env ATTN_BWD_TEMPLATE=sm90bm80s timeout 120 $B/tests/gpu/test_backward d128
+  run t_d128_bm80late env ATTN_BWD_TEMPLATE=sm90bm80late timeout 120 $B/tests/gpu/test_backward d128
   # The main kernel's A/B (per-kernel times, one process each): 64-query tiles, then both BM-80 forms.
   run bd_sm90 env ATTN_BWD_TEMPLATE=sm90 timeout 120 python3 bench/bwd_breakdown.py --lib $B/libattn.so --dims 128
   run bd_bm80 env ATTN_BWD_TEMPLATE=sm90bm80 timeout 120 python3 bench/bwd_breakdown.py --lib $B/libattn.so --dims 128
   run bd_bm80s env ATTN_BWD_TEMPLATE=sm90bm80s timeout 120 python3 bench/bwd_breakdown.py --lib $B/libattn.so --dims 128
-  python3 bench/bwd_ab.py "$O/bd_sm90.log" "$O/bd_bm80.log" "$O/bd_bm80s.log" > "$O/bd_ab.md" 2>&1
+  run bd_bm80late env ATTN_BWD_TEMPLATE=sm90bm80late timeout 120 python3 bench/bwd_breakdown.py --lib $B/libattn.so --dims 128
+  python3 bench/bwd_ab.py "$O/bd_sm90.log" "$O/bd_bm80.log" "$O/bd_bm80s.log" "$O/bd_bm80late.log" > "$O/bd_ab.md" 2>&1
   run t_packed_bm80 env ATTN_BWD_TEMPLATE=sm90bm80 timeout 150 $B/tests/gpu/test_backward packed
   mkdir -p "$O/bm80" && run bench_bwd_bm80 env ATTN_BWD_TEMPLATE=sm90bm80 timeout 200 python3 bench/bench.py --lib $B/libattn.so --backward --dims 128 --out "$O/bm80"
   # Under compute-sanitizer (the new shared-memory traffic: stmatrix dS and Pd^T, dQ^T's stores,
