@@ -106,7 +106,7 @@ static_assert(bwd90_split_d ? bwd90_dqk == 256 && bwd90_dv == 256
 constexpr bool bwd90_wide = ATTN_BWD_WIDE;
 static_assert(!bwd90_wide || (!bwd90_split_d && bwd90_dqk == 64 && bwd90_dv == 64),
               "wide mode is for head dim 64");
-/* BM-80 mode (head dims 128, backward_template 93 for now): query tiles
+/* BM-80 mode (head dims 128, backward_template 93-95 while measured): query tiles
  * of 80 rows instead of 64, as FlashAttention-3's and -4's sm90 backward
  * take at D 128 (64 under a causal mask), so a tile's fixed costs (its
  * barrier, its dQ hand-over, the GEMM chain's fill) are paid per 80
@@ -1564,6 +1564,13 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
         for (int x = 0; x < 4; ++x)
           attn_fence_reg(f[kk][x]);
     };
+    /* (BM-80) dK's GEMM's fragments, and with late_dkv dV's too, once the
+     * wait before dQ^T (or, deterministic, the tile's last) completed them. */
+    [[maybe_unused]] auto free_dkv_frags = [&]() {
+      free_frags(ra);
+      if constexpr (bwd90_late_dkv)
+        free_frags(pa);
+    };
     /* FP8: P^T's and dS^T's FP8 A fragments per 32-query step, and the
      * descriptors of this stage's Q^T and dO^T (K-major, 64-byte swizzle:
      * 8-row groups 512 bytes apart, layout 2). */
@@ -1614,7 +1621,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
        * accumulators are held neither while P^T is computed nor beside
        * Pd^T's fragments (either way ptxas serialized every wgmma for want
        * of registers, C7512). */
-      constexpr bool dp_late = bwd90_bm80 && split && !bwd90_late_dkv;
+      constexpr bool dp_late = bwd90_bm80 && split; /* (split is never late_dkv's) */
       auto issue_dp = [&]() {
         issue_rows(bwd90_int<bwd90_dv>(), bwd90_bool<bwd90_kv_e4>(), bwd90_bool<bwd90_do_e4>(), dp,
                    dv_k, ddo_k);
@@ -1985,9 +1992,7 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
         /* dK's GEMM first, so that dRaw^T's fragments are free before dQ^T's
          * 40 accumulators are taken. */
         attn_wgmma_wait<0>();
-        free_frags(ra);
-        if constexpr (bwd90_late_dkv)
-          free_frags(pa);
+        free_dkv_frags();
       }
       attn_fence_proxy_async(); /* the st.shared above, for wgmma */
       attn_named_sync(1); /* both warpgroups' dRaw^T (and Pd^T) */
@@ -2069,11 +2074,8 @@ __device__ __forceinline__ void attn_bwd_sm90_main(const attn_params &p_in, cons
 #endif
     } else {
       attn_wgmma_wait<0>();
-      if constexpr (bwd90_bm80) { /* (dK's GEMM done: its fragments, as above) */
-        free_frags(ra);
-        if constexpr (bwd90_late_dkv)
-          free_frags(pa);
-      }
+      if constexpr (bwd90_bm80) /* (dK's GEMM done: its fragments, as above) */
+        free_dkv_frags();
       release_stage();
     }
 #pragma unroll
