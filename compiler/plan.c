@@ -411,14 +411,17 @@ long long plan_decode_splits(const GraphPlan *gp, const PlanProblem *pr) {
   const long long sms = pr->sms > 0 ? pr->sms : 1;
   long long n;
   if (gp->decode_wave > 1) {
-    /* A paged cache: a wave of the CTAs resident (its per-page boxes keep
-     * fewer bytes in flight a CTA than a dense cache's). H100, the same
-     * decode kernel at B 1, page 64: GQA 32:8 32k keys 61.4 us over 49
-     * splits (three CTAs an SM, session 43) against 71.4 over 16 (one,
-     * session 46), MHA 32k 190.1 over 12 against 217.6 over 4, MHA 8k
-     * 58.4 against 64.4; GQA 8k 27.4 against 26.4 (bench/RESULTS.md,
-     * session 46). */
-    const long long slots = sms * gp->decode_wave;
+    /* A paged cache: splits for two CTAs an SM (of the wave resident: its
+     * per-page boxes keep fewer bytes in flight a CTA than a dense
+     * cache's, so one an SM is too few). H100, page 64, the split sweep
+     * (bench/decode.py --split-sweep --paged, session 48): the fastest
+     * count made about 256 CTAs at every B 1 and B 8 shape: GQA 32:8 B 1
+     * 8k keys 24.5 us over 32 splits against 27.3 over a full wave's 49
+     * (26.2 over one CTA an SM's 16), 32k 57.5 against 60.9; MHA B 1 8k
+     * 56.8 over 8 against 57.5 over 12; GQA B 8 8k 100.2 over 4 against
+     * 102.7 over 6. */
+    const long long per_sm = gp->decode_wave < 2 ? gp->decode_wave : 2;
+    const long long slots = sms * per_sm;
     if (items <= 0 || items >= slots) return 1;
     n = slots / items;
   } else {

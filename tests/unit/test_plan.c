@@ -643,18 +643,20 @@ Test(plan, paged_caches_plan_a_forward_and_the_decode_kernel) {
       cr_assert_eq(unit_step(p, PLAN_FORWARD, "decode") != NULL, k == 0);
       cr_assert_eq(p->pass[PLAN_FORWARD].need, 0u);
     }
-    /* The paged decode's splits fill a wave of the three CTAs an SM its
-     * 68 KB leave resident (a dense cache's one CTA an SM: above). B 1,
-     * GQA 32:8, 32k keys, 132 SMs: 8 items over 396 slots, 49 splits
-     * (session 43's measured paged count; one CTA an SM gave 16); MHA:
-     * 32 items, 12 splits (against 4); B 32 GQA: 256 items, 1 split; 500
-     * items fill the wave: none. */
+    /* The paged decode's splits make two CTAs an SM of the three its 68
+     * KB leave resident (a dense cache's one CTA an SM: above). B 1, GQA
+     * 32:8, 32k keys, 132 SMs: 8 items over 264 slots, 33 splits
+     * (session 48's sweep: 32 the fastest, against a full wave's 49 and
+     * one CTA an SM's 16); MHA: 32 items, 8 splits; B 8 GQA: 64 items, 4;
+     * B 32 GQA: 256 items, 1 split; 500 items: none. */
     const GraphPlan *p = &uc.plans[0];
     cr_assert_eq(p->decode_wave, 3);
     PlanProblem pr = {.B = 1, .H = 32, .Hk = 8, .Sq = 1, .Skv = 32768, .sms = 132};
-    cr_assert_eq(plan_decode_splits(p, &pr), 49);
+    cr_assert_eq(plan_decode_splits(p, &pr), 33);
     pr.Hk = 32;
-    cr_assert_eq(plan_decode_splits(p, &pr), 12);
+    cr_assert_eq(plan_decode_splits(p, &pr), 8);
+    pr = (PlanProblem){.B = 8, .H = 32, .Hk = 8, .Sq = 1, .Skv = 8192, .sms = 132};
+    cr_assert_eq(plan_decode_splits(p, &pr), 4);
     pr = (PlanProblem){.B = 32, .H = 32, .Hk = 8, .Sq = 1, .Skv = 32768, .sms = 132};
     cr_assert_eq(plan_decode_splits(p, &pr), 1);
     pr.B = 500;
