@@ -30,7 +30,7 @@ Its last columns: the split counts plan_decode_splits' rule gives the dense and 
 dense kernel's count forced (ATTN_OPTION_DECODE_SPLITS): the page gathers' cost apart from the
 split count's.
 
---split-sweep: dense decode (with --paged: over a paged cache, page 64) at B 1 and 8 (MHA and GQA
+--split-sweep: dense decode (with --paged: over a paged cache, page --page, default 64) at B 1 and 8 (MHA and GQA
 32:8, KV 1k-32k) with the split count forced
 to each of 1-64 (ATTN_OPTION_DECODE_SPLITS) beside the plan's own choice and cuDNN: where the
 plan's rule (one wave of resident CTAs, at least two key tiles a split) leaves time at small
@@ -422,16 +422,17 @@ def fp8_table(rows):
 
 def splits_for(B, H, Hk, Sq, L, sms, bn=64, wave=1):
     """plan_decode_splits (compiler/plan.c), for the table: the split count the plan chose.
-    wave: the CTAs an SM the splits fill, 1 over a dense cache, 3 over a paged one at D 128
-    (the graph line's wave=, `attnc plan`)."""
+    wave: the CTAs an SM resident, 1 over a dense cache, 3 over a paged one at D 128 (the graph
+    line's wave=, `attnc plan`); a paged cache's splits make two of them an SM (session 48)."""
     tiles = -(-L // bn)
     if tiles <= 1:
         return 1
     items = B * Hk * -(-(H // Hk) * Sq // 16)
     if wave > 1:
-        if items >= sms * wave:
+        slots = sms * min(wave, 2)
+        if items >= slots:
             return 1
-        n = sms * wave // items
+        n = slots // items
     else:
         if items * 3 > sms:
             return 1
@@ -466,6 +467,8 @@ def main():
                     help="--paged with each sequence's pages in order (the default shuffles them)")
     ap.add_argument("--split-sweep", action="store_true",
                     help="dense decode at B 1 and 8 at every forced split count, beside cuDNN")
+    ap.add_argument("--page", type=int, default=64,
+                    help="--split-sweep --paged: the cache's page size (default 64)")
     ap.add_argument("--config", default=None,
                     help="one configuration, HQ:HKV,B,L[,SQ] (e.g. 32:8,1,8192), for profiling")
     args = ap.parse_args()
@@ -516,21 +519,21 @@ def main():
         write_report(args.out, "bench-decode-fp8", text, dict(rows=rows))
         return
     if args.split_sweep:
-        # --paged: over a paged cache of pages of 64 (shuffled)
+        # --paged: over a paged cache of pages of --page (shuffled)
         paged_mod = attn.compile("decp", paged_graph_text(True)) if args.paged else None
         for Hk in (8, 32):
             for B in (1, 8):
                 for L in (1024, 8192, 32768):
-                    row = run_split_sweep(attn, mod, sms, B, 32, Hk, L, paged_mod)
+                    row = run_split_sweep(attn, mod, sms, B, 32, Hk, L, paged_mod, args.page)
                     rows.append(row)
                     print(json.dumps(row), flush=True)
-        what = "Paged (page 64, shuffled)" if args.paged else "Dense"
+        what = f"Paged (page {args.page}, shuffled)" if args.paged else "Dense"
         text = "\n".join([f"GPU: {torch.cuda.get_device_name()}; driver {driver_version()}; "
                           f"cuDNN {torch.backends.cudnn.version()}; {time.strftime('%Y-%m-%d')}", "",
                           f"{what} bf16 decode, D 128, Sq 1; attnc at forced split counts "
                           "(ATTN_OPTION_DECODE_SPLITS), us, one process.", ""] +
                          split_sweep_table(rows))
-        write_report(args.out, "bench-decode-splits" + ("-paged" if args.paged else ""), text,
+        write_report(args.out, "bench-decode-splits" + (f"-paged{args.page}" if args.paged else ""), text,
                      dict(rows=rows))
         return
     if args.config:
