@@ -429,7 +429,7 @@ def splits_for(B, H, Hk, Sq, L, sms, bn=64, wave=1):
         return 1
     items = B * Hk * -(-(H // Hk) * Sq // 16)
     if wave > 1:
-        slots = sms * min(wave, 2)
+        slots = sms * 2  # (wave > 1 here: two fit)
         if items >= slots:
             return 1
         n = slots // items

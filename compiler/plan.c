@@ -420,8 +420,7 @@ long long plan_decode_splits(const GraphPlan *gp, const PlanProblem *pr) {
      * (26.2 over one CTA an SM's 16), 32k 57.5 against 60.9; MHA B 1 8k
      * 56.8 over 8 against 57.5 over 12; GQA B 8 8k 100.2 over 4 against
      * 102.7 over 6. */
-    const long long per_sm = gp->decode_wave < 2 ? gp->decode_wave : 2;
-    const long long slots = sms * per_sm;
+    const long long slots = sms * 2; /* (decode_wave > 1 here: two fit) */
     if (items <= 0 || items >= slots) return 1;
     n = slots / items;
   } else {
